@@ -1,0 +1,77 @@
+//===- DType.h - Element types of the IR ------------------------*- C++ -*-===//
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string_view>
+
+namespace dlc::ir {
+
+/// Element types. Order is part of the textual IR and package formats only by
+/// name, never by value, so new types may be inserted anywhere.
+enum class DType : uint8_t {
+  F32,
+  F16,
+  BF16,
+  F64,
+  I64,
+  I32,
+  I16,
+  I8,
+  U8,
+  U16,
+  U32,
+  U64,
+  Bool,
+};
+
+inline constexpr DType kAllDTypes[] = {DType::F32, DType::F16, DType::BF16, DType::F64, DType::I64,
+                                       DType::I32, DType::I16, DType::I8,   DType::U8,  DType::U16,
+                                       DType::U32, DType::U64, DType::Bool};
+
+size_t dtypeSize(DType t);
+/// Short name used by the textual IR: f32, f16, bf16, f64, i64, ..., bool.
+std::string_view dtypeName(DType t);
+std::optional<DType> parseDType(std::string_view name);
+
+inline bool isFloat(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64;
+}
+inline bool isSignedInt(DType t) {
+  return t == DType::I64 || t == DType::I32 || t == DType::I16 || t == DType::I8;
+}
+inline bool isUnsignedInt(DType t) {
+  return t == DType::U8 || t == DType::U16 || t == DType::U32 || t == DType::U64;
+}
+inline bool isInt(DType t) { return isSignedInt(t) || isUnsignedInt(t); }
+inline bool isNumeric(DType t) { return isFloat(t) || isInt(t); }
+
+//===----------------------------------------------------------------------===//
+// 16-bit floating point conversions (round to nearest even), host side.
+//===----------------------------------------------------------------------===//
+
+inline uint32_t floatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float bitsFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t floatToHalf(float f);
+float halfToFloat(uint16_t h);
+
+inline uint16_t floatToBF16(float f) {
+  uint32_t u = floatBits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) // NaN: keep it quiet and non-zero
+    return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+inline float bf16ToFloat(uint16_t b) { return bitsFloat(static_cast<uint32_t>(b) << 16); }
+
+} // namespace dlc::ir

@@ -1,0 +1,169 @@
+//===- OpDef.h - The op table -----------------------------------*- C++ -*-===//
+//
+// One OpDef per op in ir/Ops.def, filled by the op's family file. The table is
+// the single source of truth used by the verifier, the parser, the interpreter,
+// the passes and (later) autodiff and the CUDA emitter.
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "dlc/ir/Attribute.h"
+
+#include "llvm/Support/Error.h"
+
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace dlc::ir {
+
+class Node;
+
+enum class OpKind : uint16_t {
+#define OP(NAME, FAMILY) NAME,
+#include "ir/Ops.def"
+};
+
+inline constexpr size_t kNumOps = 0
+#define OP(NAME, FAMILY) +1
+#include "ir/Ops.def"
+    ;
+
+std::string_view opName(OpKind k);
+std::optional<OpKind> opKindFromName(std::string_view name);
+
+/// How an op combines with its neighbours in fusion, ordered from most to least
+/// fusible; a fused group has the max kind of its members (as in TVM).
+enum class FusionKind : uint8_t {
+  Unset,
+  ElemWise,        // out[i] = f(in[i])
+  Broadcast,       // out[i] = f(in[broadcast(i)])
+  Injective,       // each output element reads one input element at a computed index
+  CommReduce,      // commutative reduction (sum/max/mean, softmax, normalizations)
+  OutEWiseFusable, // compute-heavy op whose output can absorb element-wise epilogues (conv, GEMM)
+  Opaque,          // not fusible (recurrent loops, data-dependent ops)
+};
+std::string_view fusionKindName(FusionKind k);
+
+/// What mixed-precision conversion may do with an op.
+enum class Fp16Policy : uint8_t {
+  Unset,
+  Allow,  // safe and profitable in FP16 (kernels accumulate in FP32)
+  Follow, // no arithmetic: runs in whatever precision its inputs have
+  Deny,   // numerically sensitive: keep FP32
+};
+std::string_view fp16PolicyName(Fp16Policy p);
+
+/// How an op depends on the memory layout of its operands (for NCHW -> NHWC).
+struct LayoutRule {
+  enum Kind : uint8_t {
+    Unset,
+    Agnostic,    // element-wise: any layout, as long as operands agree
+    ChannelAxis, // has a channel axis (`axis`); channels-last variants exist
+    AxisAttrs,   // has axis/perm attributes that must be remapped with the layout
+    Fixed,       // semantics tied to the logical row-major order (reshape, flatten)
+  };
+  Kind kind = Unset;
+  int channelAxis = -1;
+
+  static LayoutRule agnostic() { return {Agnostic, -1}; }
+  static LayoutRule channel(int axis) { return {ChannelAxis, axis}; }
+  static LayoutRule axisAttrs() { return {AxisAttrs, -1}; }
+  static LayoutRule fixed() { return {Fixed, -1}; }
+};
+std::string_view layoutRuleName(LayoutRule::Kind k);
+
+struct AttrSpec {
+  std::string name;
+  AttrKind kind;
+  /// Default value; absent means the attribute is required.
+  std::optional<Attribute> dflt;
+};
+
+/// Checks operand dtypes/ranks and attribute values (operand counts and attribute
+/// names/kinds are checked generically from the schema first).
+using VerifyFn = llvm::Error (*)(const Node &);
+/// Computes result types from operand types, attributes and constant operands.
+using InferFn = llvm::Expected<std::vector<TensorType>> (*)(const Node &);
+/// Reference kernel: naive, obviously correct. `out` is pre-allocated with the result types.
+using RefFn = llvm::Error (*)(const Node &, const std::vector<const Tensor *> &in,
+                              std::vector<Tensor> &out);
+
+class GradBuilder; // defined by the autodiff work
+/// Gradient rule: emits the vector-Jacobian product of the node into the builder.
+using GradFn = llvm::Error (*)(GradBuilder &, const Node &);
+class KernelEmitter; // defined by codegen
+/// Emits the CUDA code for a node that is not a plain element-wise expression.
+using CudaEmitFn = llvm::Error (*)(KernelEmitter &, const Node &);
+
+inline constexpr int kVariadic = -1;
+
+struct OpDef {
+  OpKind kind{};
+  std::string_view name;
+  int minOperands = 0;
+  int maxOperands = 0; // kVariadic: unbounded
+  int minResults = 1;
+  int maxResults = 1; // kVariadic: decided by the node (Split)
+  std::vector<AttrSpec> attrs;
+  FusionKind fusion = FusionKind::Unset;
+  Fp16Policy fp16 = Fp16Policy::Unset;
+  LayoutRule layout;
+  VerifyFn verify = nullptr;
+  InferFn infer = nullptr;
+  RefFn reference = nullptr;
+  // Slots filled by later work; may be null until then.
+  GradFn gradient = nullptr;
+  /// Element-wise CUDA expression template over operands $0, $1, ... and
+  /// attributes ${name}, e.g. "tanhf($0)".
+  const char *cudaExpr = nullptr;
+  CudaEmitFn cudaEmit = nullptr;
+  /// Whether the op only exists for the ONNX surface and has no kernel of its own
+  /// (decomposed or folded before codegen).
+  bool decomposedBeforeCodegen = false;
+
+  const AttrSpec *findAttr(std::string_view n) const;
+};
+
+const OpDef &opDef(OpKind k);
+
+/// Fluent helper used by the family files to fill an OpDef.
+class OpBuilder {
+public:
+  explicit OpBuilder(OpDef &d) : d_(d) {}
+  OpBuilder &operands(int min, int max) { return d_.minOperands = min, d_.maxOperands = max, *this; }
+  OpBuilder &operands(int n) { return operands(n, n); }
+  OpBuilder &results(int min, int max) { return d_.minResults = min, d_.maxResults = max, *this; }
+  OpBuilder &results(int n) { return results(n, n); }
+  OpBuilder &attr(std::string name, AttrKind kind, std::optional<Attribute> dflt = std::nullopt) {
+    d_.attrs.push_back({std::move(name), kind, std::move(dflt)});
+    return *this;
+  }
+  OpBuilder &fusion(FusionKind k) { return d_.fusion = k, *this; }
+  OpBuilder &fp16(Fp16Policy p) { return d_.fp16 = p, *this; }
+  OpBuilder &layout(LayoutRule r) { return d_.layout = r, *this; }
+  OpBuilder &verify(VerifyFn f) { return d_.verify = f, *this; }
+  OpBuilder &infer(InferFn f) { return d_.infer = f, *this; }
+  OpBuilder &reference(RefFn f) { return d_.reference = f, *this; }
+  OpBuilder &cudaExpr(const char *e) { return d_.cudaExpr = e, *this; }
+  OpBuilder &decomposed() { return d_.decomposedBeforeCodegen = true, *this; }
+
+private:
+  OpDef &d_;
+};
+
+/// The table under construction, handed to each family's define function.
+class OpTable {
+public:
+  OpBuilder def(OpKind k);
+  OpDef &operator[](OpKind k) { return defs_[static_cast<size_t>(k)]; }
+  const OpDef &operator[](OpKind k) const { return defs_[static_cast<size_t>(k)]; }
+
+private:
+  OpDef defs_[kNumOps];
+};
+
+#define FAMILY(F) void define##F##Ops(OpTable &table);
+#define OP(N, F)
+#include "ir/Ops.def"
+
+} // namespace dlc::ir
