@@ -1,0 +1,256 @@
+//===- Conv.cpp - Convolution and transposed convolution -------------------===//
+//
+// Canonical IR form: explicit `pads` (no auto_pad) and no kernel_shape (it is
+// W's spatial shape); the ONNX importer resolves both.
+//===----------------------------------------------------------------------===//
+#include "Window.h"
+
+namespace dlc::ir {
+namespace {
+using namespace ops;
+
+llvm::Error verifyConvCommon(const Node &n) {
+  if (auto e = requireType(n, 0, kFloat))
+    return e;
+  for (unsigned i = 1; i < n.numOperands(); ++i)
+    if (auto e = requireSameType(n, 0, i))
+      return e;
+  const Shape &x = n.operand(0)->shape(), &w = n.operand(1)->shape();
+  if (x.size() < 3 || x.size() > 5)
+    return errorf("input must be [N, C, D1..Dk] with 1 <= k <= 3, got {0}", shapeStr(x));
+  if (w.size() != x.size())
+    return errorf("weight rank {0} differs from input rank {1}", w.size(), x.size());
+  if (n.attrInt("group") < 1)
+    return makeError("group must be >= 1");
+  return ok();
+}
+
+llvm::Error verifyConv(const Node &n) {
+  if (auto e = verifyConvCommon(n))
+    return e;
+  const Shape &x = n.operand(0)->shape(), &w = n.operand(1)->shape();
+  int64_t g = n.attrInt("group");
+  if (w[1] * g != x[1] || w[0] % g != 0)
+    return errorf("weight {0} with group {1} does not match input channels {2}", shapeStr(w), g,
+                  x[1]);
+  if (Value *b = n.operand(2))
+    if (b->shape() != Shape{w[0]})
+      return errorf("bias must have shape [{0}], got {1}", w[0], shapeStr(b->shape()));
+  return ok();
+}
+
+InferResult inferConv(const Node &n) {
+  const Shape &x = n.operand(0)->shape(), &w = n.operand(1)->shape();
+  int64_t k = static_cast<int64_t>(x.size()) - 2;
+  auto win = Window::fromNode(n, k, Shape(w.begin() + 2, w.end()));
+  if (!win)
+    return win.takeError();
+  auto sp = win->outShape(Shape(x.begin() + 2, x.end()));
+  if (!sp)
+    return sp.takeError();
+  Shape out{x[0], w[0]};
+  out.insert(out.end(), sp->begin(), sp->end());
+  return TypeList{{n.operand(0)->dtype(), out}};
+}
+
+/// Conv over 3 normalized spatial dims; computes in float (double for f64 via CT).
+template <class CT>
+void convLoops(const std::vector<CT> &x, const std::vector<CT> &w, const std::vector<CT> *b,
+               std::vector<CT> &y, int64_t N, int64_t C, const Shape &in, int64_t M,
+               const Shape &out, const Window &win, int64_t group) {
+  int64_t Cg = C / group, Mg = M / group;
+  const Shape &K = win.kernel;
+  int64_t inSz = in[0] * in[1] * in[2], outSz = out[0] * out[1] * out[2];
+  int64_t kSz = K[0] * K[1] * K[2];
+  for (int64_t nb = 0; nb < N; ++nb)
+    for (int64_t m = 0; m < M; ++m) {
+      int64_t g = m / Mg;
+      CT *yp = y.data() + (nb * M + m) * outSz;
+      CT bias = b ? (*b)[m] : CT(0);
+      for (int64_t i = 0; i < outSz; ++i)
+        yp[i] = bias;
+      for (int64_t c = 0; c < Cg; ++c) {
+        const CT *xp = x.data() + (nb * C + g * Cg + c) * inSz;
+        const CT *wp = w.data() + (m * Cg + c) * kSz;
+        for (int64_t k0 = 0; k0 < K[0]; ++k0)
+          for (int64_t k1 = 0; k1 < K[1]; ++k1)
+            for (int64_t k2 = 0; k2 < K[2]; ++k2) {
+              CT wv = wp[(k0 * K[1] + k1) * K[2] + k2];
+              for (int64_t o0 = 0; o0 < out[0]; ++o0) {
+                int64_t i0 = o0 * win.strides[0] + k0 * win.dilations[0] - win.padBegin[0];
+                if (i0 < 0 || i0 >= in[0])
+                  continue;
+                for (int64_t o1 = 0; o1 < out[1]; ++o1) {
+                  int64_t i1 = o1 * win.strides[1] + k1 * win.dilations[1] - win.padBegin[1];
+                  if (i1 < 0 || i1 >= in[1])
+                    continue;
+                  const CT *row = xp + (i0 * in[1] + i1) * in[2];
+                  CT *yrow = yp + (o0 * out[1] + o1) * out[2];
+                  for (int64_t o2 = 0; o2 < out[2]; ++o2) {
+                    int64_t i2 = o2 * win.strides[2] + k2 * win.dilations[2] - win.padBegin[2];
+                    if (i2 >= 0 && i2 < in[2])
+                      yrow[o2] += wv * row[i2];
+                  }
+                }
+              }
+            }
+      }
+    }
+}
+
+llvm::Error refConv(const Node &n, const Inputs &in, Outputs &out) {
+  const Shape &xs = in[0]->shape(), &ws = in[1]->shape();
+  int64_t k = static_cast<int64_t>(xs.size()) - 2;
+  auto win = Window::fromNode(n, k, Shape(ws.begin() + 2, ws.end()));
+  if (!win)
+    return win.takeError();
+  return dispatch(in[0]->dtype(), [&](auto ct) -> llvm::Error {
+    using CT = std::conditional_t<std::is_same_v<decltype(ct), double>, double, float>;
+    auto x = in[0]->template toVector<CT>(), w = in[1]->template toVector<CT>();
+    std::vector<CT> bias;
+    if (in.size() > 2 && in[2])
+      bias = in[2]->template toVector<CT>();
+    std::vector<CT> y(static_cast<size_t>(out[0].numElements()));
+    convLoops<CT>(x, w, bias.empty() ? nullptr : &bias, y, xs[0], xs[1], spatial3D(xs, k), ws[0],
+                  spatial3D(out[0].shape(), k), win->as3D(), n.attrInt("group"));
+    out[0] = Tensor::fromVector(out[0].type(), y);
+    return ok();
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// ConvTranspose: W is [C, M/group, k...]; output_shape and auto_pad are resolved
+// into pads/output_padding by the importer.
+//===----------------------------------------------------------------------===//
+
+llvm::Error verifyConvTranspose(const Node &n) {
+  if (auto e = verifyConvCommon(n))
+    return e;
+  const Shape &x = n.operand(0)->shape(), &w = n.operand(1)->shape();
+  int64_t g = n.attrInt("group");
+  if (w[0] != x[1] || x[1] % g != 0)
+    return errorf("weight {0} with group {1} does not match input channels {2}", shapeStr(w), g,
+                  x[1]);
+  if (Value *b = n.operand(2))
+    if (b->shape() != Shape{w[1] * g})
+      return errorf("bias must have shape [{0}], got {1}", w[1] * g, shapeStr(b->shape()));
+  return ok();
+}
+
+llvm::Expected<Shape> convTransposeOutPad(const Node &n, int64_t k) {
+  const Attribute *a = n.attr("output_padding");
+  if (!a || a->ints().empty())
+    return Shape(k, 0);
+  if (static_cast<int64_t>(a->ints().size()) != k)
+    return errorf("output_padding must have {0} values", k);
+  return a->ints();
+}
+
+InferResult inferConvTranspose(const Node &n) {
+  const Shape &x = n.operand(0)->shape(), &w = n.operand(1)->shape();
+  int64_t k = static_cast<int64_t>(x.size()) - 2;
+  auto win = Window::fromNode(n, k, Shape(w.begin() + 2, w.end()));
+  if (!win)
+    return win.takeError();
+  auto opad = convTransposeOutPad(n, k);
+  if (!opad)
+    return opad.takeError();
+  Shape out{x[0], w[1] * n.attrInt("group")};
+  for (int64_t i = 0; i < k; ++i) {
+    int64_t o = (x[2 + i] - 1) * win->strides[i] + (win->kernel[i] - 1) * win->dilations[i] + 1 -
+                win->padBegin[i] - win->padEnd[i] + (*opad)[i];
+    if (o < 1)
+      return errorf("output spatial dim {0} would be {1}", i, o);
+    out.push_back(o);
+  }
+  return TypeList{{n.operand(0)->dtype(), out}};
+}
+
+llvm::Error refConvTranspose(const Node &n, const Inputs &in, Outputs &out) {
+  const Shape &xs = in[0]->shape(), &ws = in[1]->shape(), &ys = out[0].shape();
+  int64_t k = static_cast<int64_t>(xs.size()) - 2;
+  auto win0 = Window::fromNode(n, k, Shape(ws.begin() + 2, ws.end()));
+  if (!win0)
+    return win0.takeError();
+  Window win = win0->as3D();
+  return dispatch(in[0]->dtype(), [&](auto ct) -> llvm::Error {
+    using CT = std::conditional_t<std::is_same_v<decltype(ct), double>, double, float>;
+    auto x = in[0]->template toVector<CT>(), w = in[1]->template toVector<CT>();
+    int64_t N = xs[0], C = xs[1], G = n.attrInt("group"), Cg = C / G, Mg = ws[1], M = Mg * G;
+    Shape is = spatial3D(xs, k), os = spatial3D(ys, k), K = win.kernel;
+    int64_t inSz = is[0] * is[1] * is[2], outSz = os[0] * os[1] * os[2], kSz = K[0] * K[1] * K[2];
+    std::vector<CT> y(static_cast<size_t>(out[0].numElements()), CT(0));
+    if (in.size() > 2 && in[2]) {
+      auto b = in[2]->template toVector<CT>();
+      for (int64_t nb = 0; nb < N; ++nb)
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t i = 0; i < outSz; ++i)
+            y[(nb * M + m) * outSz + i] = b[m];
+    }
+    for (int64_t nb = 0; nb < N; ++nb)
+      for (int64_t c = 0; c < C; ++c) {
+        int64_t g = c / Cg;
+        const CT *xp = x.data() + (nb * C + c) * inSz;
+        for (int64_t mm = 0; mm < Mg; ++mm) {
+          CT *yp = y.data() + (nb * M + g * Mg + mm) * outSz;
+          const CT *wp = w.data() + (c * Mg + mm) * kSz;
+          for (int64_t i0 = 0; i0 < is[0]; ++i0)
+            for (int64_t i1 = 0; i1 < is[1]; ++i1)
+              for (int64_t i2 = 0; i2 < is[2]; ++i2) {
+                CT xv = xp[(i0 * is[1] + i1) * is[2] + i2];
+                for (int64_t k0 = 0; k0 < K[0]; ++k0) {
+                  int64_t o0 = i0 * win.strides[0] + k0 * win.dilations[0] - win.padBegin[0];
+                  if (o0 < 0 || o0 >= os[0])
+                    continue;
+                  for (int64_t k1 = 0; k1 < K[1]; ++k1) {
+                    int64_t o1 = i1 * win.strides[1] + k1 * win.dilations[1] - win.padBegin[1];
+                    if (o1 < 0 || o1 >= os[1])
+                      continue;
+                    for (int64_t k2 = 0; k2 < K[2]; ++k2) {
+                      int64_t o2 = i2 * win.strides[2] + k2 * win.dilations[2] - win.padBegin[2];
+                      if (o2 < 0 || o2 >= os[2])
+                        continue;
+                      yp[(o0 * os[1] + o1) * os[2] + o2] +=
+                          xv * wp[(k0 * K[1] + k1) * K[2] + k2];
+                    }
+                  }
+                }
+              }
+        }
+      }
+    out[0] = Tensor::fromVector(out[0].type(), y);
+    return ok();
+  });
+}
+
+} // namespace
+
+void defineConvOps(OpTable &t) {
+  t.def(OpKind::Conv)
+      .operands(2, 3)
+      .attr("dilations", AttrKind::Ints, std::vector<int64_t>{})
+      .attr("group", AttrKind::Int, int64_t{1})
+      .attr("pads", AttrKind::Ints, std::vector<int64_t>{})
+      .attr("strides", AttrKind::Ints, std::vector<int64_t>{})
+      .fusion(FusionKind::OutEWiseFusable)
+      .fp16(Fp16Policy::Allow)
+      .layout(LayoutRule::channel(1))
+      .verify(verifyConv)
+      .infer(inferConv)
+      .reference(refConv);
+  t.def(OpKind::ConvTranspose)
+      .operands(2, 3)
+      .attr("dilations", AttrKind::Ints, std::vector<int64_t>{})
+      .attr("group", AttrKind::Int, int64_t{1})
+      .attr("output_padding", AttrKind::Ints, std::vector<int64_t>{})
+      .attr("pads", AttrKind::Ints, std::vector<int64_t>{})
+      .attr("strides", AttrKind::Ints, std::vector<int64_t>{})
+      .fusion(FusionKind::OutEWiseFusable)
+      .fp16(Fp16Policy::Allow)
+      .layout(LayoutRule::channel(1))
+      .verify(verifyConvTranspose)
+      .infer(inferConvTranspose)
+      .reference(refConvTranspose);
+}
+
+} // namespace dlc::ir

@@ -1,0 +1,433 @@
+//===- Elementwise.cpp - Element-wise arithmetic, math and activations -----===//
+//
+// Binary ops broadcast numpy-style. Reference kernels compute in the operand's
+// compute type (float for f32/f16/bf16, double for f64, int64/uint64 for
+// integers) and round the result to the result type.
+//===----------------------------------------------------------------------===//
+#include "OpUtils.h"
+
+#include <algorithm>
+#include <limits>
+#include <type_traits>
+
+namespace dlc::ir {
+namespace {
+using namespace ops;
+
+//===----------------------------------------------------------------------===//
+// Binary ops
+//===----------------------------------------------------------------------===//
+
+template <class CT> CT wrapAdd(CT a, CT b) {
+  if constexpr (std::is_same_v<CT, int64_t>)
+    return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+  else
+    return a + b;
+}
+template <class CT> CT wrapSub(CT a, CT b) {
+  if constexpr (std::is_same_v<CT, int64_t>)
+    return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+  else
+    return a - b;
+}
+template <class CT> CT wrapMul(CT a, CT b) {
+  if constexpr (std::is_same_v<CT, int64_t>)
+    return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+  else
+    return a * b;
+}
+
+/// The scalar function of each binary op. Integer division truncates toward zero;
+/// division by zero yields 0 for integers (undefined in ONNX; we pick a value, never trap).
+template <OpKind K, class CT> auto binaryScalar(CT a, CT b) {
+  if constexpr (std::is_same_v<CT, bool>) {
+    if constexpr (K == OpKind::And) return a && b;
+    else if constexpr (K == OpKind::Or) return a || b;
+    else if constexpr (K == OpKind::Equal) return a == b;
+    else return a != b; // not reachable: verification rejects other bool arithmetic
+  } else if constexpr (K == OpKind::Add) {
+    return wrapAdd(a, b);
+  } else if constexpr (K == OpKind::Sub) {
+    return wrapSub(a, b);
+  } else if constexpr (K == OpKind::Mul) {
+    return wrapMul(a, b);
+  } else if constexpr (K == OpKind::Div) {
+    if constexpr (std::is_integral_v<CT>) {
+      if (b == 0)
+        return CT(0);
+      if constexpr (std::is_signed_v<CT>)
+        if (a == std::numeric_limits<CT>::min() && b == -1)
+          return a;
+      return CT(a / b);
+    } else {
+      return CT(a / b);
+    }
+  } else if constexpr (K == OpKind::Min || K == OpKind::Max) {
+    if constexpr (std::is_floating_point_v<CT>)
+      if (std::isnan(a) || std::isnan(b))
+        return std::numeric_limits<CT>::quiet_NaN();
+    return K == OpKind::Min ? std::min(a, b) : std::max(a, b);
+  } else if constexpr (K == OpKind::Equal) {
+    return a == b;
+  } else if constexpr (K == OpKind::Less) {
+    return a < b;
+  } else if constexpr (K == OpKind::Greater) {
+    return a > b;
+  } else {
+    static_assert(K == OpKind::And || K == OpKind::Or, "unhandled binary op");
+    return K == OpKind::And ? (a != 0 && b != 0) : (a != 0 || b != 0);
+  }
+}
+
+/// Folds all operands left to right with broadcasting (variadic Min/Max use this too).
+template <OpKind K> llvm::Error refBinary(const Node &, const Inputs &in, Outputs &out) {
+  return dispatch(in[0]->dtype(), [&](auto ct) -> llvm::Error {
+    using CT = decltype(ct);
+    using RT = decltype(binaryScalar<K, CT>(CT{}, CT{}));
+    const Shape &os = out[0].shape();
+    int64_t n = out[0].numElements();
+    std::vector<CT> acc;
+    {
+      auto a = in[0]->template toVector<CT>();
+      BroadcastIndex ia(in[0]->shape(), os);
+      acc.resize(n);
+      for (int64_t i = 0; i < n; ++i)
+        acc[i] = a[ia(i)];
+    }
+    std::vector<RT> res(n);
+    for (size_t k = 1; k < in.size(); ++k) {
+      auto b = in[k]->template toVector<CT>();
+      BroadcastIndex ib(in[k]->shape(), os);
+      for (int64_t i = 0; i < n; ++i)
+        res[i] = binaryScalar<K, CT>(acc[i], b[ib(i)]);
+      if constexpr (std::is_same_v<RT, CT>)
+        if (k + 1 < in.size())
+          for (int64_t i = 0; i < n; ++i)
+            acc[i] = res[i];
+    }
+    if (in.size() == 1) // variadic Min/Max with one operand is a copy
+      for (int64_t i = 0; i < n; ++i)
+        res[i] = static_cast<RT>(acc[i]);
+    out[0] = Tensor::fromVector(out[0].type(), res);
+    return ok();
+  });
+}
+
+template <unsigned Set> llvm::Error verifySameTyped(const Node &n) {
+  for (unsigned i = 0; i < n.numOperands(); ++i)
+    if (auto e = requireType(n, i, Set))
+      return e;
+  return requireAllSameType(n);
+}
+
+InferResult inferBroadcast(const Node &n) {
+  auto s = broadcastOperands(n);
+  if (!s)
+    return s.takeError();
+  return TypeList{{n.operand(0)->dtype(), *s}};
+}
+
+InferResult inferBroadcastBool(const Node &n) {
+  auto s = broadcastOperands(n);
+  if (!s)
+    return s.takeError();
+  return TypeList{{DType::Bool, *s}};
+}
+
+// Pow(X, Y): Y may have another numeric type; the result has X's type.
+llvm::Error verifyPow(const Node &n) {
+  if (auto e = requireType(n, 0, kNumeric))
+    return e;
+  return requireType(n, 1, kNumeric);
+}
+
+llvm::Error refPow(const Node &, const Inputs &in, Outputs &out) {
+  const Shape &os = out[0].shape();
+  int64_t n = out[0].numElements();
+  BroadcastIndex ia(in[0]->shape(), os), ib(in[1]->shape(), os);
+  if (in[0]->dtype() == DType::F64 || !isFloat(in[0]->dtype())) {
+    auto a = in[0]->toVector<double>(), b = in[1]->toVector<double>();
+    std::vector<double> r(n);
+    for (int64_t i = 0; i < n; ++i)
+      r[i] = std::pow(a[ia(i)], b[ib(i)]);
+    out[0] = Tensor::fromVector(out[0].type(), r);
+  } else {
+    auto a = in[0]->toVector<float>(), b = in[1]->toVector<float>();
+    std::vector<float> r(n);
+    for (int64_t i = 0; i < n; ++i)
+      r[i] = std::pow(a[ia(i)], b[ib(i)]);
+    out[0] = Tensor::fromVector(out[0].type(), r);
+  }
+  return ok();
+}
+
+//===----------------------------------------------------------------------===//
+// Unary ops
+//===----------------------------------------------------------------------===//
+
+struct UnaryParams {
+  float alpha = 0, beta = 0;
+  bool tanhApprox = false;
+  explicit UnaryParams(const Node &n) {
+    if (const Attribute *a = n.attr("alpha"))
+      alpha = a->f();
+    if (const Attribute *b = n.attr("beta"))
+      beta = b->f();
+    if (const Attribute *g = n.attr("approximate"))
+      tanhApprox = g->s() == "tanh";
+  }
+};
+
+template <OpKind K, class CT> CT unaryScalar(CT x, const UnaryParams &p) {
+  if constexpr (std::is_same_v<CT, bool>) {
+    return !x; // only Not accepts bool
+  } else if constexpr (K == OpKind::Neg) {
+    return wrapSub(CT(0), x);
+  } else if constexpr (K == OpKind::Abs) {
+    if constexpr (std::is_unsigned_v<CT>)
+      return x;
+    else
+      return x < 0 ? wrapSub(CT(0), x) : x;
+  } else if constexpr (K == OpKind::Relu) {
+    return x > CT(0) ? x : CT(0);
+  } else if constexpr (K == OpKind::Not) {
+    return x == CT(0) ? CT(1) : CT(0);
+  } else if constexpr (std::is_integral_v<CT>) {
+    return x; // float-only ops; verification rejects integer operands
+  } else {
+    const CT one = 1, zero = 0;
+    if constexpr (K == OpKind::Sqrt) return std::sqrt(x);
+    if constexpr (K == OpKind::Exp) return std::exp(x);
+    if constexpr (K == OpKind::Log) return std::log(x);
+    if constexpr (K == OpKind::Reciprocal) return one / x;
+    if constexpr (K == OpKind::Erf) return std::erf(x);
+    if constexpr (K == OpKind::Tanh) return std::tanh(x);
+    if constexpr (K == OpKind::Sigmoid) return one / (one + std::exp(-x));
+    if constexpr (K == OpKind::LeakyRelu) return x < zero ? CT(p.alpha) * x : x;
+    if constexpr (K == OpKind::Elu) return x < zero ? CT(p.alpha) * (std::exp(x) - one) : x;
+    if constexpr (K == OpKind::Gelu) {
+      if (p.tanhApprox) {
+        const CT c = std::sqrt(CT(2) / CT(M_PI));
+        return CT(0.5) * x * (one + std::tanh(c * (x + CT(0.044715) * x * x * x)));
+      }
+      return CT(0.5) * x * (one + std::erf(x / std::sqrt(CT(2))));
+    }
+    if constexpr (K == OpKind::HardSigmoid)
+      return std::max(zero, std::min(one, CT(p.alpha) * x + CT(p.beta)));
+    if constexpr (K == OpKind::HardSwish)
+      return x * std::max(zero, std::min(one, x / CT(6) + CT(0.5)));
+  }
+}
+
+template <OpKind K> llvm::Error refUnary(const Node &n, const Inputs &in, Outputs &out) {
+  UnaryParams p(n);
+  return dispatch(in[0]->dtype(), [&](auto ct) -> llvm::Error {
+    using CT = decltype(ct);
+    auto x = in[0]->template toVector<CT>();
+    std::vector<CT> r(x.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      r[i] = unaryScalar<K, CT>(x[i], p);
+    out[0] = Tensor::fromVector(out[0].type(), r);
+    return ok();
+  });
+}
+
+template <unsigned Set> llvm::Error verifyUnary(const Node &n) { return requireType(n, 0, Set); }
+
+//===----------------------------------------------------------------------===//
+// Clip, Where, Cast
+//===----------------------------------------------------------------------===//
+
+llvm::Error verifyClip(const Node &n) {
+  if (auto e = requireType(n, 0, kNumeric))
+    return e;
+  for (unsigned i = 1; i < n.numOperands(); ++i) {
+    if (!n.operand(i))
+      continue;
+    if (auto e = requireSameType(n, 0, i))
+      return e;
+    if (n.operand(i)->type().numElements() != 1)
+      return errorf("operand {0} (min/max) must be a scalar, got {1}", i,
+                    n.operand(i)->type().str());
+  }
+  return ok();
+}
+
+llvm::Error refClip(const Node &, const Inputs &in, Outputs &out) {
+  return dispatch(in[0]->dtype(), [&](auto ct) -> llvm::Error {
+    using CT = decltype(ct);
+    auto x = in[0]->template toVector<CT>();
+    CT lo = std::numeric_limits<CT>::lowest(), hi = std::numeric_limits<CT>::max();
+    if (in.size() > 1 && in[1])
+      lo = in[1]->template toVector<CT>()[0];
+    if (in.size() > 2 && in[2])
+      hi = in[2]->template toVector<CT>()[0];
+    for (size_t i = 0; i < x.size(); ++i) // keeps NaN
+      x[i] = x[i] < lo ? lo : (x[i] > hi ? hi : CT(x[i]));
+    out[0] = Tensor::fromVector(out[0].type(), x);
+    return ok();
+  });
+}
+
+llvm::Error verifyWhere(const Node &n) {
+  if (auto e = requireType(n, 0, kBool))
+    return e;
+  return requireSameType(n, 1, 2);
+}
+
+InferResult inferWhere(const Node &n) {
+  auto s = broadcastOperands(n);
+  if (!s)
+    return s.takeError();
+  return TypeList{{n.operand(1)->dtype(), *s}};
+}
+
+llvm::Error refWhere(const Node &, const Inputs &in, Outputs &out) {
+  return dispatch(in[1]->dtype(), [&](auto ct) -> llvm::Error {
+    using CT = decltype(ct);
+    const Shape &os = out[0].shape();
+    auto c = in[0]->template toVector<bool>();
+    auto x = in[1]->template toVector<CT>(), y = in[2]->template toVector<CT>();
+    BroadcastIndex ic(in[0]->shape(), os), ix(in[1]->shape(), os), iy(in[2]->shape(), os);
+    std::vector<CT> r(out[0].numElements());
+    for (size_t i = 0; i < r.size(); ++i)
+      r[i] = c[ic(i)] ? x[ix(i)] : y[iy(i)];
+    out[0] = Tensor::fromVector(out[0].type(), r);
+    return ok();
+  });
+}
+
+llvm::Error verifyCast(const Node &n) {
+  if (!parseDType(n.attrString("to")))
+    return errorf("attribute 'to' is not an element type: \"{0}\"", n.attrString("to"));
+  return ok();
+}
+
+InferResult inferCast(const Node &n) {
+  return TypeList{{*parseDType(n.attrString("to")), n.operand(0)->shape()}};
+}
+
+llvm::Error refCast(const Node &, const Inputs &in, Outputs &out) {
+  DType from = in[0]->dtype(), to = out[0].dtype();
+  int64_t n = in[0]->numElements();
+  void *dst = out[0].mutableRaw();
+  // Convert through the widest type that represents the source exactly.
+  for (int64_t i = 0; i < n; ++i) {
+    if (isFloat(from)) {
+      double v = loadElement<double>(from, in[0]->raw(), i);
+      if (to == DType::F16 || to == DType::BF16) // round once, from float32 when the source is
+        storeElement<float>(to, dst, i, static_cast<float>(v));
+      else
+        storeElement<double>(to, dst, i, v);
+    } else if (isUnsignedInt(from) || from == DType::Bool) {
+      storeElement<uint64_t>(to, dst, i, loadElement<uint64_t>(from, in[0]->raw(), i));
+    } else {
+      storeElement<int64_t>(to, dst, i, loadElement<int64_t>(from, in[0]->raw(), i));
+    }
+  }
+  return ok();
+}
+
+//===----------------------------------------------------------------------===//
+// Definitions
+//===----------------------------------------------------------------------===//
+
+template <OpKind K>
+void binary(OpTable &t, unsigned types, bool boolResult, int maxOperands = 2) {
+  t.def(K)
+      .operands(maxOperands == kVariadic ? 1 : 2, maxOperands)
+      .fusion(FusionKind::Broadcast)
+      .fp16(boolResult ? Fp16Policy::Follow : Fp16Policy::Allow)
+      .layout(LayoutRule::agnostic())
+      .verify(types == kNumeric  ? verifySameTyped<kNumeric>
+              : types == kBool   ? verifySameTyped<kBool>
+                                 : verifySameTyped<kAny>)
+      .infer(boolResult ? inferBroadcastBool : inferBroadcast)
+      .reference(refBinary<K>);
+}
+
+template <OpKind K> OpBuilder unary(OpTable &t, unsigned types, Fp16Policy fp16) {
+  return t.def(K)
+      .operands(1)
+      .fusion(FusionKind::ElemWise)
+      .fp16(fp16)
+      .layout(LayoutRule::agnostic())
+      .verify(types == kFloat     ? verifyUnary<kFloat>
+              : types == kSigned  ? verifyUnary<kSigned>
+              : types == kNumeric ? verifyUnary<kNumeric>
+                                  : verifyUnary<kBool>)
+      .infer(inferSameAsOperand0)
+      .reference(refUnary<K>);
+}
+
+} // namespace
+
+void defineElementwiseOps(OpTable &t) {
+  using FP = Fp16Policy;
+  binary<OpKind::Add>(t, kNumeric, false);
+  binary<OpKind::Sub>(t, kNumeric, false);
+  binary<OpKind::Mul>(t, kNumeric, false);
+  binary<OpKind::Div>(t, kNumeric, false);
+  binary<OpKind::Min>(t, kNumeric, false, kVariadic);
+  binary<OpKind::Max>(t, kNumeric, false, kVariadic);
+  binary<OpKind::Equal>(t, kAny, true);
+  binary<OpKind::Less>(t, kNumeric, true);
+  binary<OpKind::Greater>(t, kNumeric, true);
+  binary<OpKind::And>(t, kBool, true);
+  binary<OpKind::Or>(t, kBool, true);
+  t.def(OpKind::Pow)
+      .operands(2)
+      .fusion(FusionKind::Broadcast)
+      .fp16(FP::Deny)
+      .layout(LayoutRule::agnostic())
+      .verify(verifyPow)
+      .infer(inferBroadcast)
+      .reference(refPow);
+
+  unary<OpKind::Sqrt>(t, kFloat, FP::Allow);
+  unary<OpKind::Exp>(t, kFloat, FP::Deny);
+  unary<OpKind::Log>(t, kFloat, FP::Deny);
+  unary<OpKind::Neg>(t, kSigned, FP::Allow);
+  unary<OpKind::Abs>(t, kNumeric, FP::Allow);
+  unary<OpKind::Reciprocal>(t, kFloat, FP::Allow);
+  unary<OpKind::Erf>(t, kFloat, FP::Allow);
+  unary<OpKind::Tanh>(t, kFloat, FP::Allow);
+  unary<OpKind::Sigmoid>(t, kFloat, FP::Allow);
+  unary<OpKind::Relu>(t, kSigned, FP::Allow);
+  unary<OpKind::Not>(t, kBool, FP::Follow);
+  unary<OpKind::LeakyRelu>(t, kFloat, FP::Allow).attr("alpha", AttrKind::Float, 0.01f);
+  unary<OpKind::Elu>(t, kFloat, FP::Allow).attr("alpha", AttrKind::Float, 1.0f);
+  unary<OpKind::Gelu>(t, kFloat, FP::Allow).attr("approximate", AttrKind::String, "none");
+  unary<OpKind::HardSigmoid>(t, kFloat, FP::Allow)
+      .attr("alpha", AttrKind::Float, 0.2f)
+      .attr("beta", AttrKind::Float, 0.5f);
+  unary<OpKind::HardSwish>(t, kFloat, FP::Allow);
+
+  t.def(OpKind::Clip)
+      .operands(1, 3)
+      .fusion(FusionKind::ElemWise)
+      .fp16(FP::Allow)
+      .layout(LayoutRule::agnostic())
+      .verify(verifyClip)
+      .infer(inferSameAsOperand0)
+      .reference(refClip);
+  t.def(OpKind::Where)
+      .operands(3)
+      .fusion(FusionKind::Broadcast)
+      .fp16(FP::Follow)
+      .layout(LayoutRule::agnostic())
+      .verify(verifyWhere)
+      .infer(inferWhere)
+      .reference(refWhere);
+  t.def(OpKind::Cast)
+      .operands(1)
+      .attr("to", AttrKind::String)
+      .fusion(FusionKind::ElemWise)
+      .fp16(FP::Follow)
+      .layout(LayoutRule::agnostic())
+      .verify(verifyCast)
+      .infer(inferCast)
+      .reference(refCast);
+}
+
+} // namespace dlc::ir

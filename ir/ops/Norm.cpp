@@ -1,0 +1,196 @@
+//===- Norm.cpp - Batch and layer normalization ----------------------------===//
+#include "OpUtils.h"
+
+namespace dlc::ir {
+namespace {
+using namespace ops;
+
+//===----------------------------------------------------------------------===//
+// BatchNormalization(X, scale, B, mean, var). With training_mode = 1 it uses the
+// batch statistics and also returns the updated running mean and variance.
+//===----------------------------------------------------------------------===//
+
+llvm::Error verifyBatchNorm(const Node &n) {
+  if (auto e = requireType(n, 0, kFloat))
+    return e;
+  if (auto e = requireMinRank(n, 0, 2))
+    return e;
+  int64_t c = n.operand(0)->shape()[1];
+  for (unsigned i = 1; i < 5; ++i) {
+    if (auto e = requireType(n, i, kFloat))
+      return e;
+    if (n.operand(i)->shape() != Shape{c})
+      return errorf("operand {0} must have shape [{1}], got {2}", i, c,
+                    n.operand(i)->type().str());
+  }
+  bool training = n.attrInt("training_mode") != 0;
+  if (!training && n.numResults() != 1)
+    return makeError("only training_mode = 1 produces running mean and variance results");
+  if (training && n.numResults() == 2)
+    return makeError("training mode needs both running mean and running variance results");
+  return ok();
+}
+
+InferResult inferBatchNorm(const Node &n) {
+  TypeList r{n.operand(0)->type()};
+  for (unsigned i = 1; i < n.numResults(); ++i)
+    r.push_back(n.operand(2 + i)->type());
+  return r;
+}
+
+llvm::Error refBatchNorm(const Node &n, const Inputs &in, Outputs &out) {
+  const Shape &xs = in[0]->shape();
+  int64_t N = xs[0], C = xs[1], S = in[0]->numElements() / std::max<int64_t>(N * C, 1);
+  double eps = n.attrFloat("epsilon"), momentum = n.attrFloat("momentum");
+  auto x = in[0]->toVector<double>();
+  auto scale = in[1]->toVector<double>(), bias = in[2]->toVector<double>();
+  auto mean = in[3]->toVector<double>(), var = in[4]->toVector<double>();
+  bool training = n.attrInt("training_mode") != 0;
+  std::vector<double> useMean = mean, useVar = var;
+  if (training) {
+    for (int64_t c = 0; c < C; ++c) {
+      double s = 0, s2 = 0;
+      for (int64_t b = 0; b < N; ++b)
+        for (int64_t i = 0; i < S; ++i)
+          s += x[(b * C + c) * S + i];
+      double m = s / static_cast<double>(N * S);
+      for (int64_t b = 0; b < N; ++b)
+        for (int64_t i = 0; i < S; ++i) {
+          double d = x[(b * C + c) * S + i] - m;
+          s2 += d * d;
+        }
+      useMean[c] = m;
+      useVar[c] = s2 / static_cast<double>(N * S);
+    }
+  }
+  std::vector<double> y(x.size());
+  for (int64_t b = 0; b < N; ++b)
+    for (int64_t c = 0; c < C; ++c) {
+      double inv = 1.0 / std::sqrt(useVar[c] + eps);
+      for (int64_t i = 0; i < S; ++i) {
+        int64_t k = (b * C + c) * S + i;
+        y[k] = (x[k] - useMean[c]) * inv * scale[c] + bias[c];
+      }
+    }
+  out[0] = Tensor::fromVector(out[0].type(), y);
+  if (out.size() == 3) {
+    std::vector<double> rm(C), rv(C);
+    for (int64_t c = 0; c < C; ++c) {
+      rm[c] = mean[c] * momentum + useMean[c] * (1 - momentum);
+      rv[c] = var[c] * momentum + useVar[c] * (1 - momentum);
+    }
+    out[1] = Tensor::fromVector(out[1].type(), rm);
+    out[2] = Tensor::fromVector(out[2].type(), rv);
+  }
+  return ok();
+}
+
+//===----------------------------------------------------------------------===//
+// LayerNormalization(X, Scale, B?) over the dims from `axis` on. Optional results
+// Mean and InvStdDev have X's shape with those dims set to 1.
+//===----------------------------------------------------------------------===//
+
+llvm::Error verifyLayerNorm(const Node &n) {
+  if (auto e = requireType(n, 0, kFloat))
+    return e;
+  if (auto e = requireSameType(n, 0, 1))
+    return e;
+  if (auto e = requireSameType(n, 0, 2))
+    return e;
+  auto axis = normalizeAxis(n.attrInt("axis"), n.operand(0)->rank());
+  if (!axis)
+    return axis.takeError();
+  const Shape &x = n.operand(0)->shape();
+  Shape norm(x.begin() + *axis, x.end());
+  for (unsigned i = 1; i < 3; ++i) {
+    Value *v = n.operand(i);
+    if (!v)
+      continue;
+    auto s = broadcastShapes(v->shape(), norm);
+    if (!s || *s != norm)
+      return errorf("operand {0} of shape {1} does not broadcast to the normalized shape {2}", i,
+                    shapeStr(v->shape()), shapeStr(norm));
+  }
+  return ok();
+}
+
+InferResult inferLayerNorm(const Node &n) {
+  TypeList r{n.operand(0)->type()};
+  int64_t axis = *normalizeAxis(n.attrInt("axis"), n.operand(0)->rank());
+  Shape stat = n.operand(0)->shape();
+  for (size_t i = axis; i < stat.size(); ++i)
+    stat[i] = 1;
+  DType statType = n.attrInt("stash_type") == 1 ? DType::F32 : n.operand(0)->dtype();
+  for (unsigned i = 1; i < n.numResults(); ++i)
+    r.push_back({statType, stat});
+  return r;
+}
+
+llvm::Error refLayerNorm(const Node &n, const Inputs &in, Outputs &out) {
+  const Shape &xs = in[0]->shape();
+  int64_t axis = *normalizeAxis(n.attrInt("axis"), in[0]->rank());
+  Shape norm(xs.begin() + axis, xs.end());
+  int64_t inner = product(norm), outer = in[0]->numElements() / std::max<int64_t>(inner, 1);
+  double eps = n.attrFloat("epsilon");
+  auto x = in[0]->toVector<double>();
+  auto scale = in[1]->toVector<double>();
+  std::vector<double> bias;
+  if (in.size() > 2 && in[2])
+    bias = in[2]->toVector<double>();
+  BroadcastIndex is(in[1]->shape(), norm);
+  std::optional<BroadcastIndex> ib;
+  if (!bias.empty())
+    ib.emplace(in[2]->shape(), norm);
+  std::vector<double> y(x.size()), means(outer), invs(outer);
+  for (int64_t o = 0; o < outer; ++o) {
+    const double *row = x.data() + o * inner;
+    double s = 0, s2 = 0;
+    for (int64_t i = 0; i < inner; ++i)
+      s += row[i];
+    double m = s / static_cast<double>(inner);
+    for (int64_t i = 0; i < inner; ++i)
+      s2 += (row[i] - m) * (row[i] - m);
+    double inv = 1.0 / std::sqrt(s2 / static_cast<double>(inner) + eps);
+    for (int64_t i = 0; i < inner; ++i)
+      y[o * inner + i] = (row[i] - m) * inv * scale[is(i)] + (bias.empty() ? 0.0 : bias[(*ib)(i)]);
+    means[o] = m;
+    invs[o] = inv;
+  }
+  out[0] = Tensor::fromVector(out[0].type(), y);
+  if (out.size() > 1)
+    out[1] = Tensor::fromVector(out[1].type(), means);
+  if (out.size() > 2)
+    out[2] = Tensor::fromVector(out[2].type(), invs);
+  return ok();
+}
+
+} // namespace
+
+void defineNormOps(OpTable &t) {
+  t.def(OpKind::BatchNormalization)
+      .operands(5)
+      .results(1, 3)
+      .attr("epsilon", AttrKind::Float, 1e-5f)
+      .attr("momentum", AttrKind::Float, 0.9f)
+      .attr("training_mode", AttrKind::Int, int64_t{0})
+      .fusion(FusionKind::Broadcast)
+      .fp16(Fp16Policy::Allow)
+      .layout(LayoutRule::channel(1))
+      .verify(verifyBatchNorm)
+      .infer(inferBatchNorm)
+      .reference(refBatchNorm);
+  t.def(OpKind::LayerNormalization)
+      .operands(2, 3)
+      .results(1, 3)
+      .attr("axis", AttrKind::Int, int64_t{-1})
+      .attr("epsilon", AttrKind::Float, 1e-5f)
+      .attr("stash_type", AttrKind::Int, int64_t{1})
+      .fusion(FusionKind::CommReduce)
+      .fp16(Fp16Policy::Allow)
+      .layout(LayoutRule::axisAttrs())
+      .verify(verifyLayerNorm)
+      .infer(inferLayerNorm)
+      .reference(refLayerNorm);
+}
+
+} // namespace dlc::ir

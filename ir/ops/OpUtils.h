@@ -1,0 +1,74 @@
+//===- OpUtils.h - Helpers shared by the op family files --------*- C++ -*-===//
+#pragma once
+
+#include "dlc/ir/Graph.h"
+
+#include <cmath>
+#include <vector>
+
+namespace dlc::ir::ops {
+
+using TypeList = std::vector<TensorType>;
+using InferResult = llvm::Expected<TypeList>;
+using Inputs = std::vector<const Tensor *>;
+using Outputs = std::vector<Tensor>;
+
+/// Sets of element types an operand may have.
+enum TypeSet : unsigned {
+  kFloat = 1,
+  kSInt = 2,
+  kUInt = 4,
+  kBool = 8,
+  kInt = kSInt | kUInt,
+  kSigned = kFloat | kSInt,
+  kNumeric = kFloat | kInt,
+  kAny = kNumeric | kBool,
+};
+bool inTypeSet(DType t, unsigned set);
+std::string typeSetName(unsigned set);
+
+/// Operand i must exist and have a dtype in `set`.
+llvm::Error requireType(const Node &n, unsigned i, unsigned set);
+/// Operands i and j (when present) must have the same dtype.
+llvm::Error requireSameType(const Node &n, unsigned i, unsigned j);
+/// All present operands must have the dtype of operand 0.
+llvm::Error requireAllSameType(const Node &n);
+llvm::Error requireRank(const Node &n, unsigned i, int64_t rank);
+llvm::Error requireMinRank(const Node &n, unsigned i, int64_t rank);
+
+/// Normalizes a possibly negative axis into [0, rank).
+llvm::Expected<int64_t> normalizeAxis(int64_t axis, int64_t rank, const char *what = "axis");
+/// Normalizes a list of axes; rejects duplicates.
+llvm::Expected<std::vector<int64_t>> normalizeAxes(const std::vector<int64_t> &axes, int64_t rank);
+
+/// Numpy-style broadcast of two shapes.
+llvm::Expected<Shape> broadcastShapes(const Shape &a, const Shape &b);
+/// Broadcast of all present operands' shapes.
+llvm::Expected<Shape> broadcastOperands(const Node &n);
+
+/// Maps linear indices of a broadcast output to linear indices of one input.
+class BroadcastIndex {
+public:
+  BroadcastIndex(const Shape &in, const Shape &out);
+  int64_t operator()(int64_t outIndex) const;
+
+private:
+  Shape outShape_;
+  Shape inStrides_; // 0 on broadcast dims, aligned to the output rank
+};
+
+/// A single result with operand 0's type.
+InferResult inferSameAsOperand0(const Node &n);
+
+/// Calls f(CT{}) with the compute type of operand 0's dtype (see visitComputeType).
+template <class F> llvm::Error dispatch(DType dt, F &&f) { return visitComputeType(dt, f); }
+
+/// Constant data of operand i, or null if it is absent or not a constant.
+const Tensor *constantOperand(const Node &n, unsigned i);
+
+inline llvm::Error ok() { return llvm::Error::success(); }
+
+/// Integer ceil division for non-negative numerator, positive divisor.
+inline int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+} // namespace dlc::ir::ops

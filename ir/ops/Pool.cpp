@@ -1,0 +1,214 @@
+//===- Pool.cpp - Max/average pooling, global pooling ----------------------===//
+#include "Window.h"
+
+#include <limits>
+
+namespace dlc::ir {
+namespace {
+using namespace ops;
+
+llvm::Error verifyPoolInput(const Node &n) {
+  if (auto e = requireType(n, 0, n.kind() == OpKind::MaxPool ? kFloat | kInt : kFloat))
+    return e;
+  const Shape &x = n.operand(0)->shape();
+  if (x.size() < 3 || x.size() > 5)
+    return errorf("input must be [N, C, D1..Dk] with 1 <= k <= 3, got {0}", shapeStr(x));
+  return ok();
+}
+
+llvm::Error verifyPool(const Node &n) {
+  if (auto e = verifyPoolInput(n))
+    return e;
+  if (n.kind() == OpKind::MaxPool && n.numResults() == 2 && n.attrInt("storage_order") > 1)
+    return makeError("storage_order must be 0 or 1");
+  return Window::fromNode(n, n.operand(0)->rank() - 2, {}).takeError();
+}
+
+InferResult inferPool(const Node &n) {
+  const Shape &x = n.operand(0)->shape();
+  auto win = Window::fromNode(n, static_cast<int64_t>(x.size()) - 2, {});
+  if (!win)
+    return win.takeError();
+  auto sp = win->outShape(Shape(x.begin() + 2, x.end()));
+  if (!sp)
+    return sp.takeError();
+  Shape out{x[0], x[1]};
+  out.insert(out.end(), sp->begin(), sp->end());
+  TypeList r{{n.operand(0)->dtype(), out}};
+  if (n.numResults() == 2)
+    r.push_back({DType::I64, out});
+  return r;
+}
+
+/// Visits each window: f(outIndex, inputChannelBase, list of (spatial index) in window,
+/// number of window cells including padding that lie within [-padBegin, in + padEnd)).
+template <class F>
+void forEachWindow(const Shape &xs, const Shape &ys, const Window &w0, F &&f) {
+  int64_t k = static_cast<int64_t>(xs.size()) - 2;
+  Window w = w0.as3D();
+  Shape is = spatial3D(xs, k), os = spatial3D(ys, k);
+  int64_t NC = xs[0] * xs[1], inSz = is[0] * is[1] * is[2], outSz = os[0] * os[1] * os[2];
+  std::vector<int64_t> cells;
+  for (int64_t nc = 0; nc < NC; ++nc)
+    for (int64_t o0 = 0; o0 < os[0]; ++o0)
+      for (int64_t o1 = 0; o1 < os[1]; ++o1)
+        for (int64_t o2 = 0; o2 < os[2]; ++o2) {
+          cells.clear();
+          int64_t o[3] = {o0, o1, o2}, padded = 1;
+          for (int d = 0; d < 3; ++d) {
+            int64_t start = o[d] * w.strides[d] - w.padBegin[d];
+            int64_t end = std::min(start + (w.kernel[d] - 1) * w.dilations[d] + 1,
+                                   is[d] + w.padEnd[d]);
+            padded *= (end - start + w.dilations[d] - 1) / w.dilations[d];
+          }
+          for (int64_t k0 = 0; k0 < w.kernel[0]; ++k0) {
+            int64_t i0 = o0 * w.strides[0] + k0 * w.dilations[0] - w.padBegin[0];
+            if (i0 < 0 || i0 >= is[0])
+              continue;
+            for (int64_t k1 = 0; k1 < w.kernel[1]; ++k1) {
+              int64_t i1 = o1 * w.strides[1] + k1 * w.dilations[1] - w.padBegin[1];
+              if (i1 < 0 || i1 >= is[1])
+                continue;
+              for (int64_t k2 = 0; k2 < w.kernel[2]; ++k2) {
+                int64_t i2 = o2 * w.strides[2] + k2 * w.dilations[2] - w.padBegin[2];
+                if (i2 >= 0 && i2 < is[2])
+                  cells.push_back((i0 * is[1] + i1) * is[2] + i2);
+              }
+            }
+          }
+          f(nc * outSz + (o0 * os[1] + o1) * os[2] + o2, nc * inSz, cells, padded);
+        }
+}
+
+llvm::Error refMaxPool(const Node &n, const Inputs &in, Outputs &out) {
+  const Shape &xs = in[0]->shape();
+  int64_t k = static_cast<int64_t>(xs.size()) - 2;
+  auto win = Window::fromNode(n, k, {});
+  if (!win)
+    return win.takeError();
+  bool colMajor = n.attrInt("storage_order") == 1;
+  Shape is(xs.begin() + 2, xs.end());
+  auto x = in[0]->toVector<double>();
+  std::vector<double> y(out[0].numElements());
+  std::vector<int64_t> idx(out[0].numElements());
+  forEachWindow(xs, out[0].shape(), *win, [&](int64_t o, int64_t base, auto &cells, int64_t) {
+    double best = -std::numeric_limits<double>::infinity();
+    int64_t bestCell = cells.empty() ? 0 : cells[0];
+    for (int64_t c : cells)
+      if (x[base + c] > best) {
+        best = x[base + c];
+        bestCell = c;
+      }
+    y[o] = best;
+    int64_t flat = bestCell;
+    if (colMajor) { // index over the spatial dims in column-major order
+      Shape coord(is.size());
+      for (int64_t d = k - 1, r = bestCell; d >= 0; --d) {
+        coord[d] = r % is[d];
+        r /= is[d];
+      }
+      flat = 0;
+      for (int64_t d = k - 1; d >= 0; --d)
+        flat = flat * is[d] + coord[d];
+    }
+    idx[o] = base + flat;
+  });
+  out[0] = Tensor::fromVector(out[0].type(), y);
+  if (out.size() > 1)
+    out[1] = Tensor::fromVector(out[1].type(), idx);
+  return ok();
+}
+
+llvm::Error refAveragePool(const Node &n, const Inputs &in, Outputs &out) {
+  const Shape &xs = in[0]->shape();
+  auto win = Window::fromNode(n, static_cast<int64_t>(xs.size()) - 2, {});
+  if (!win)
+    return win.takeError();
+  bool includePad = n.attrInt("count_include_pad") != 0;
+  auto x = in[0]->toVector<double>();
+  std::vector<double> y(out[0].numElements());
+  forEachWindow(xs, out[0].shape(), *win,
+                [&](int64_t o, int64_t base, auto &cells, int64_t padded) {
+                  double s = 0;
+                  for (int64_t c : cells)
+                    s += x[base + c];
+                  int64_t count = includePad ? padded : static_cast<int64_t>(cells.size());
+                  y[o] = count ? s / count : 0.0;
+                });
+  out[0] = Tensor::fromVector(out[0].type(), y);
+  return ok();
+}
+
+InferResult inferGlobalPool(const Node &n) {
+  Shape s = n.operand(0)->shape();
+  for (size_t i = 2; i < s.size(); ++i)
+    s[i] = 1;
+  return TypeList{{n.operand(0)->dtype(), s}};
+}
+
+template <bool IsMax> llvm::Error refGlobalPool(const Node &, const Inputs &in, Outputs &out) {
+  const Shape &xs = in[0]->shape();
+  int64_t NC = xs[0] * xs[1], sz = in[0]->numElements() / std::max<int64_t>(NC, 1);
+  auto x = in[0]->toVector<double>();
+  std::vector<double> y(NC);
+  for (int64_t i = 0; i < NC; ++i) {
+    double acc = IsMax ? -std::numeric_limits<double>::infinity() : 0.0;
+    for (int64_t j = 0; j < sz; ++j)
+      acc = IsMax ? std::max(acc, x[i * sz + j]) : acc + x[i * sz + j];
+    y[i] = IsMax ? acc : acc / static_cast<double>(sz);
+  }
+  out[0] = Tensor::fromVector(out[0].type(), y);
+  return ok();
+}
+
+} // namespace
+
+void definePoolOps(OpTable &t) {
+  t.def(OpKind::MaxPool)
+      .operands(1)
+      .results(1, 2)
+      .attr("ceil_mode", AttrKind::Int, int64_t{0})
+      .attr("dilations", AttrKind::Ints, std::vector<int64_t>{})
+      .attr("kernel_shape", AttrKind::Ints)
+      .attr("pads", AttrKind::Ints, std::vector<int64_t>{})
+      .attr("storage_order", AttrKind::Int, int64_t{0})
+      .attr("strides", AttrKind::Ints, std::vector<int64_t>{})
+      .fusion(FusionKind::OutEWiseFusable)
+      .fp16(Fp16Policy::Allow)
+      .layout(LayoutRule::channel(1))
+      .verify(verifyPool)
+      .infer(inferPool)
+      .reference(refMaxPool);
+  t.def(OpKind::AveragePool)
+      .operands(1)
+      .attr("ceil_mode", AttrKind::Int, int64_t{0})
+      .attr("count_include_pad", AttrKind::Int, int64_t{0})
+      .attr("dilations", AttrKind::Ints, std::vector<int64_t>{})
+      .attr("kernel_shape", AttrKind::Ints)
+      .attr("pads", AttrKind::Ints, std::vector<int64_t>{})
+      .attr("strides", AttrKind::Ints, std::vector<int64_t>{})
+      .fusion(FusionKind::OutEWiseFusable)
+      .fp16(Fp16Policy::Allow)
+      .layout(LayoutRule::channel(1))
+      .verify(verifyPool)
+      .infer(inferPool)
+      .reference(refAveragePool);
+  t.def(OpKind::GlobalAveragePool)
+      .operands(1)
+      .fusion(FusionKind::CommReduce)
+      .fp16(Fp16Policy::Allow)
+      .layout(LayoutRule::channel(1))
+      .verify(verifyPoolInput)
+      .infer(inferGlobalPool)
+      .reference(refGlobalPool<false>);
+  t.def(OpKind::GlobalMaxPool)
+      .operands(1)
+      .fusion(FusionKind::CommReduce)
+      .fp16(Fp16Policy::Allow)
+      .layout(LayoutRule::channel(1))
+      .verify(verifyPoolInput)
+      .infer(inferGlobalPool)
+      .reference(refGlobalPool<true>);
+}
+
+} // namespace dlc::ir

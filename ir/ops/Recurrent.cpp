@@ -1,0 +1,287 @@
+//===- Recurrent.cpp - LSTM and GRU ----------------------------------------===//
+//
+// ONNX semantics: gate orders iofc (LSTM) and zrh (GRU); layout 0 is
+// [seq, batch, ...], layout 1 is [batch, seq, ...]; optional sequence_lens
+// stop each batch entry early (its outputs past the end are zero).
+//===----------------------------------------------------------------------===//
+#include "OpUtils.h"
+
+#include <algorithm>
+
+namespace dlc::ir {
+namespace {
+using namespace ops;
+
+struct RnnDims {
+  int64_t seq, batch, input, hidden, dirs;
+  bool batchFirst;
+};
+
+int gatesOf(OpKind k) { return k == OpKind::LSTM ? 4 : 3; }
+
+llvm::Expected<RnnDims> rnnDims(const Node &n) {
+  const Shape &x = n.operand(0)->shape();
+  if (x.size() != 3)
+    return errorf("X must have rank 3, got {0}", shapeStr(x));
+  RnnDims d;
+  d.batchFirst = n.attrInt("layout") == 1;
+  d.seq = d.batchFirst ? x[1] : x[0];
+  d.batch = d.batchFirst ? x[0] : x[1];
+  d.input = x[2];
+  d.hidden = n.attrInt("hidden_size");
+  const std::string &dir = n.attrString("direction");
+  if (dir != "forward" && dir != "reverse" && dir != "bidirectional")
+    return errorf("unknown direction \"{0}\"", dir);
+  d.dirs = dir == "bidirectional" ? 2 : 1;
+  if (d.hidden <= 0)
+    return makeError("hidden_size must be positive");
+  return d;
+}
+
+Shape stateShape(const RnnDims &d) {
+  return d.batchFirst ? Shape{d.batch, d.dirs, d.hidden} : Shape{d.dirs, d.batch, d.hidden};
+}
+
+llvm::Error verifyRnn(const Node &n) {
+  if (auto e = requireType(n, 0, kFloat))
+    return e;
+  auto d = rnnDims(n);
+  if (!d)
+    return d.takeError();
+  int64_t G = gatesOf(n.kind());
+  auto expectShape = [&](unsigned i, const Shape &s, const char *what) -> llvm::Error {
+    Value *v = n.operand(i);
+    if (!v)
+      return ok();
+    if (i != 4)
+      if (auto e = requireSameType(n, 0, i))
+        return e;
+    if (v->shape() != s)
+      return errorf("{0} must have shape {1}, got {2}", what, shapeStr(s), shapeStr(v->shape()));
+    return ok();
+  };
+  if (auto e = expectShape(1, {d->dirs, G * d->hidden, d->input}, "W"))
+    return e;
+  if (auto e = expectShape(2, {d->dirs, G * d->hidden, d->hidden}, "R"))
+    return e;
+  if (auto e = expectShape(3, {d->dirs, 2 * G * d->hidden}, "B"))
+    return e;
+  if (n.operand(4)) {
+    if (auto e = requireType(n, 4, kInt))
+      return e;
+    if (n.operand(4)->shape() != Shape{d->batch})
+      return errorf("sequence_lens must have shape [{0}]", d->batch);
+  }
+  if (auto e = expectShape(5, stateShape(*d), "initial_h"))
+    return e;
+  if (n.kind() == OpKind::LSTM) {
+    if (auto e = expectShape(6, stateShape(*d), "initial_c"))
+      return e;
+    if (auto e = expectShape(7, {d->dirs, 3 * d->hidden}, "P"))
+      return e;
+  }
+  size_t acts = n.attrStrings("activations").size();
+  size_t perDir = n.kind() == OpKind::LSTM ? 3 : 2;
+  if (acts != 0 && acts != perDir * d->dirs)
+    return errorf("activations must list {0} functions", perDir * d->dirs);
+  return ok();
+}
+
+InferResult inferRnn(const Node &n) {
+  auto d = rnnDims(n);
+  if (!d)
+    return d.takeError();
+  DType dt = n.operand(0)->dtype();
+  Shape y = d->batchFirst ? Shape{d->batch, d->seq, d->dirs, d->hidden}
+                          : Shape{d->seq, d->dirs, d->batch, d->hidden};
+  TypeList r{{dt, y}};
+  for (unsigned i = 1; i < n.numResults(); ++i)
+    r.push_back({dt, stateShape(*d)});
+  return r;
+}
+
+/// One activation function with its optional alpha/beta.
+struct Act {
+  std::string name;
+  double alpha, beta;
+  double operator()(double x) const {
+    if (name == "Sigmoid") return 1 / (1 + std::exp(-x));
+    if (name == "Tanh") return std::tanh(x);
+    if (name == "Relu") return std::max(0.0, x);
+    if (name == "HardSigmoid") return std::clamp(alpha * x + beta, 0.0, 1.0);
+    if (name == "LeakyRelu") return x < 0 ? alpha * x : x;
+    if (name == "ThresholdedRelu") return x > alpha ? x : 0.0;
+    if (name == "ScaledTanh") return alpha * std::tanh(beta * x);
+    if (name == "Affine") return alpha * x + beta;
+    if (name == "Elu") return x < 0 ? alpha * (std::exp(x) - 1) : x;
+    if (name == "Softsign") return x / (1 + std::fabs(x));
+    if (name == "Softplus") return std::log1p(std::exp(x));
+    return x;
+  }
+};
+
+llvm::Expected<std::vector<Act>> activations(const Node &n, int64_t dirs) {
+  std::vector<std::string> names = n.attrStrings("activations");
+  if (names.empty()) {
+    std::vector<std::string> one = n.kind() == OpKind::LSTM
+                                       ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
+                                       : std::vector<std::string>{"Sigmoid", "Tanh"};
+    for (int64_t i = 0; i < dirs; ++i)
+      names.insert(names.end(), one.begin(), one.end());
+  }
+  const auto &al = n.attrFloats("activation_alpha"), &be = n.attrFloats("activation_beta");
+  std::vector<Act> r;
+  for (size_t i = 0; i < names.size(); ++i) {
+    static const char *known[] = {"Sigmoid",     "Tanh",   "Relu", "HardSigmoid",
+                                  "LeakyRelu",   "ThresholdedRelu", "ScaledTanh",
+                                  "Affine",      "Elu",    "Softsign", "Softplus"};
+    if (std::none_of(std::begin(known), std::end(known), [&](const char *k) { return names[i] == k; }))
+      return errorf("unsupported activation \"{0}\"", names[i]);
+    double dflA = names[i] == "HardSigmoid" ? 0.2 : names[i] == "LeakyRelu" ? 0.01 : 1.0;
+    double dflB = names[i] == "HardSigmoid" ? 0.5 : 0.0;
+    r.push_back({names[i], i < al.size() ? al[i] : dflA, i < be.size() ? be[i] : dflB});
+  }
+  return r;
+}
+
+llvm::Error refRnn(const Node &n, const Inputs &in, Outputs &out) {
+  auto dd = rnnDims(n);
+  if (!dd)
+    return dd.takeError();
+  const RnnDims &d = *dd;
+  bool lstm = n.kind() == OpKind::LSTM;
+  int64_t G = gatesOf(n.kind()), H = d.hidden, B = d.batch, I = d.input, S = d.seq;
+  auto acts = activations(n, d.dirs);
+  if (!acts)
+    return acts.takeError();
+  auto get = [&](unsigned i) {
+    return i < in.size() && in[i] ? in[i]->toVector<double>() : std::vector<double>();
+  };
+  auto x = get(0), w = get(1), r = get(2), bias = get(3), h0 = get(5);
+  std::vector<double> c0 = lstm ? get(6) : std::vector<double>(), peep = lstm ? get(7)
+                                                                              : std::vector<double>();
+  std::vector<int64_t> lens(B, S);
+  if (in.size() > 4 && in[4])
+    for (int64_t b = 0; b < B; ++b)
+      lens[b] = std::clamp<int64_t>(in[4]->getInt(b), 0, S);
+  double clip = n.attrFloat("clip");
+  bool coupled = lstm && n.attrInt("input_forget") != 0;
+  bool lbr = !lstm && n.attrInt("linear_before_reset") != 0;
+  const std::string &dir = n.attrString("direction");
+
+  auto xAt = [&](int64_t t, int64_t b, int64_t i) {
+    return x[(d.batchFirst ? (b * S + t) : (t * B + b)) * I + i];
+  };
+  auto stateIdx = [&](int64_t dir_, int64_t b, int64_t h) {
+    return (d.batchFirst ? (b * d.dirs + dir_) : (dir_ * B + b)) * H + h;
+  };
+  std::vector<double> y(S * d.dirs * B * H, 0.0), yh(d.dirs * B * H, 0.0), yc(d.dirs * B * H, 0.0);
+  auto yIdx = [&](int64_t t, int64_t dir_, int64_t b, int64_t h) {
+    return d.batchFirst ? ((b * S + t) * d.dirs + dir_) * H + h
+                        : ((t * d.dirs + dir_) * B + b) * H + h;
+  };
+  auto clipv = [&](double v) { return clip > 0 ? std::clamp(v, -double(clip), double(clip)) : v; };
+
+  for (int64_t di = 0; di < d.dirs; ++di) {
+    bool reverse = dir == "reverse" || (dir == "bidirectional" && di == 1);
+    const Act &f = (*acts)[di * (lstm ? 3 : 2)], &g = (*acts)[di * (lstm ? 3 : 2) + 1];
+    const Act &hact = lstm ? (*acts)[di * 3 + 2] : g;
+    const double *W = w.data() + di * G * H * I, *R = r.data() + di * G * H * H;
+    for (int64_t b = 0; b < B; ++b) {
+      std::vector<double> hs(H, 0.0), cs(H, 0.0);
+      for (int64_t h = 0; h < H; ++h) {
+        if (!h0.empty())
+          hs[h] = h0[stateIdx(di, b, h)];
+        if (!c0.empty())
+          cs[h] = c0[stateIdx(di, b, h)];
+      }
+      for (int64_t step = 0; step < lens[b]; ++step) {
+        int64_t t = reverse ? lens[b] - 1 - step : step;
+        // Pre-activations: gx = W x + Wb, gh = R h + Rb, per gate.
+        std::vector<double> gx(G * H, 0.0), gh(G * H, 0.0);
+        for (int64_t k = 0; k < G * H; ++k) {
+          double sx = bias.empty() ? 0 : bias[di * 2 * G * H + k];
+          double sh = bias.empty() ? 0 : bias[di * 2 * G * H + G * H + k];
+          for (int64_t i = 0; i < I; ++i)
+            sx += W[k * I + i] * xAt(t, b, i);
+          for (int64_t j = 0; j < H; ++j)
+            sh += R[k * H + j] * hs[j];
+          gx[k] = sx;
+          gh[k] = sh;
+        }
+        std::vector<double> hn(H), cn(H);
+        if (lstm) {
+          const double *P = peep.empty() ? nullptr : peep.data() + di * 3 * H;
+          for (int64_t h = 0; h < H; ++h) {
+            double it = f(clipv(gx[h] + gh[h] + (P ? P[h] * cs[h] : 0)));
+            double ft = coupled ? 1 - it
+                                : f(clipv(gx[2 * H + h] + gh[2 * H + h] + (P ? P[2 * H + h] * cs[h] : 0)));
+            double ct = g(clipv(gx[3 * H + h] + gh[3 * H + h]));
+            cn[h] = ft * cs[h] + it * ct;
+            double ot = f(clipv(gx[H + h] + gh[H + h] + (P ? P[H + h] * cn[h] : 0)));
+            hn[h] = ot * hact(cn[h]);
+          }
+        } else {
+          for (int64_t h = 0; h < H; ++h) {
+            double zt = f(clipv(gx[h] + gh[h]));
+            double rt = f(clipv(gx[H + h] + gh[H + h]));
+            double hh;
+            if (lbr) {
+              hh = g(clipv(gx[2 * H + h] + rt * gh[2 * H + h]));
+            } else {
+              double s = bias.empty() ? 0 : bias[di * 2 * G * H + G * H + 2 * H + h];
+              for (int64_t j = 0; j < H; ++j)
+                s += R[(2 * H + h) * H + j] * rt * hs[j];
+              hh = g(clipv(gx[2 * H + h] + s));
+            }
+            hn[h] = (1 - zt) * hh + zt * hs[h];
+          }
+        }
+        hs = hn;
+        if (lstm)
+          cs = cn;
+        for (int64_t h = 0; h < H; ++h)
+          y[yIdx(t, di, b, h)] = hs[h];
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        yh[stateIdx(di, b, h)] = hs[h];
+        yc[stateIdx(di, b, h)] = cs[h];
+      }
+    }
+  }
+  out[0] = Tensor::fromVector(out[0].type(), y);
+  if (out.size() > 1)
+    out[1] = Tensor::fromVector(out[1].type(), yh);
+  if (out.size() > 2)
+    out[2] = Tensor::fromVector(out[2].type(), yc);
+  return ok();
+}
+
+OpBuilder rnn(OpTable &t, OpKind k) {
+  return t.def(k)
+      .attr("activation_alpha", AttrKind::Floats, std::vector<float>{})
+      .attr("activation_beta", AttrKind::Floats, std::vector<float>{})
+      .attr("activations", AttrKind::Strings, std::vector<std::string>{})
+      .attr("clip", AttrKind::Float, 0.0f)
+      .attr("direction", AttrKind::String, "forward")
+      .attr("hidden_size", AttrKind::Int)
+      .attr("layout", AttrKind::Int, int64_t{0})
+      .fusion(FusionKind::Opaque)
+      .fp16(Fp16Policy::Deny)
+      .layout(LayoutRule::fixed())
+      .verify(verifyRnn)
+      .infer(inferRnn)
+      .reference(refRnn);
+}
+
+} // namespace
+
+void defineRecurrentOps(OpTable &t) {
+  // Operands: X, W, R, B?, sequence_lens?, initial_h?, initial_c?, P?
+  rnn(t, OpKind::LSTM).operands(3, 8).results(1, 3).attr("input_forget", AttrKind::Int, int64_t{0});
+  // Operands: X, W, R, B?, sequence_lens?, initial_h?
+  rnn(t, OpKind::GRU).operands(3, 6).results(1, 2).attr("linear_before_reset", AttrKind::Int,
+                                                        int64_t{0});
+}
+
+} // namespace dlc::ir

@@ -1,0 +1,191 @@
+//===- Reduce.cpp - Reductions, softmax and log-softmax --------------------===//
+#include "OpUtils.h"
+
+#include <limits>
+
+namespace dlc::ir {
+namespace {
+using namespace ops;
+
+/// Reduced axes of a Reduce* node: `axes` normalized; empty means all axes unless
+/// noop_with_empty_axes is set (then none).
+llvm::Expected<std::vector<bool>> reducedAxes(const Node &n, int64_t rank) {
+  std::vector<bool> r(rank, false);
+  const auto &axes = n.attrInts("axes");
+  if (axes.empty()) {
+    if (n.attrInt("noop_with_empty_axes") == 0)
+      r.assign(rank, true);
+    return r;
+  }
+  auto na = normalizeAxes(axes, rank);
+  if (!na)
+    return na.takeError();
+  for (int64_t a : *na)
+    r[a] = true;
+  return r;
+}
+
+llvm::Error verifyReduce(const Node &n) {
+  if (auto e = requireType(n, 0, kNumeric))
+    return e;
+  return reducedAxes(n, n.operand(0)->rank()).takeError();
+}
+
+InferResult inferReduce(const Node &n) {
+  const Shape &x = n.operand(0)->shape();
+  auto red = reducedAxes(n, static_cast<int64_t>(x.size()));
+  if (!red)
+    return red.takeError();
+  bool keep = n.attrInt("keepdims") != 0;
+  Shape out;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!(*red)[i])
+      out.push_back(x[i]);
+    else if (keep)
+      out.push_back(1);
+  }
+  return TypeList{{n.operand(0)->dtype(), out}};
+}
+
+/// For each input element, the linear index of the output element it reduces into.
+std::vector<int64_t> reduceTargets(const Shape &x, const std::vector<bool> &red) {
+  Shape outDims(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    outDims[i] = red[i] ? 1 : x[i];
+  Shape outStrides = stridesOf(outDims);
+  int64_t n = product(x);
+  std::vector<int64_t> target(n);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rem = i, t = 0;
+    for (int64_t d = static_cast<int64_t>(x.size()) - 1; d >= 0; --d) {
+      int64_t c = rem % x[d];
+      rem /= x[d];
+      if (!red[d])
+        t += c * outStrides[d];
+    }
+    target[i] = t;
+  }
+  return target;
+}
+
+template <OpKind K> llvm::Error refReduce(const Node &n, const Inputs &in, Outputs &out) {
+  auto red = reducedAxes(n, in[0]->rank());
+  if (!red)
+    return red.takeError();
+  auto target = reduceTargets(in[0]->shape(), *red);
+  int64_t outN = out[0].numElements();
+  int64_t count = outN ? in[0]->numElements() / outN : 0;
+  return dispatch(in[0]->dtype(), [&](auto ct) -> llvm::Error {
+    using CT = std::conditional_t<std::is_same_v<decltype(ct), bool>, int64_t,
+                                  std::conditional_t<std::is_same_v<decltype(ct), float>, double,
+                                                     decltype(ct)>>;
+    auto x = in[0]->template toVector<CT>();
+    CT init = K == OpKind::ReduceProd   ? CT(1)
+              : K == OpKind::ReduceMax ? (std::numeric_limits<CT>::has_infinity
+                                              ? -std::numeric_limits<CT>::infinity()
+                                              : std::numeric_limits<CT>::lowest())
+              : K == OpKind::ReduceMin ? (std::numeric_limits<CT>::has_infinity
+                                              ? std::numeric_limits<CT>::infinity()
+                                              : std::numeric_limits<CT>::max())
+                                       : CT(0);
+    std::vector<CT> acc(outN, init);
+    for (size_t i = 0; i < x.size(); ++i) {
+      CT &a = acc[target[i]];
+      CT v = x[i];
+      if constexpr (K == OpKind::ReduceSum || K == OpKind::ReduceMean)
+        a += v;
+      else if constexpr (K == OpKind::ReduceProd)
+        a *= v;
+      else if constexpr (K == OpKind::ReduceMax)
+        a = (v > a || v != v) ? v : a;
+      else
+        a = (v < a || v != v) ? v : a;
+    }
+    if constexpr (K == OpKind::ReduceMean)
+      for (auto &a : acc)
+        a = count ? a / static_cast<CT>(count) : a;
+    out[0] = Tensor::fromVector(out[0].type(), acc);
+    return ok();
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// Softmax / LogSoftmax along one axis (opset 13 semantics; the importer rewrites
+// older opsets' "flatten to 2-D" semantics).
+//===----------------------------------------------------------------------===//
+
+llvm::Error verifySoftmax(const Node &n) {
+  if (auto e = requireType(n, 0, kFloat))
+    return e;
+  return normalizeAxis(n.attrInt("axis"), n.operand(0)->rank()).takeError();
+}
+
+template <bool Log> llvm::Error refSoftmax(const Node &n, const Inputs &in, Outputs &out) {
+  const Shape &xs = in[0]->shape();
+  int64_t axis = *normalizeAxis(n.attrInt("axis"), in[0]->rank());
+  int64_t len = xs[axis], inner = 1, outer = 1;
+  for (int64_t i = 0; i < axis; ++i)
+    outer *= xs[i];
+  for (size_t i = axis + 1; i < xs.size(); ++i)
+    inner *= xs[i];
+  auto x = in[0]->toVector<double>();
+  std::vector<double> y(x.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      auto at = [&](int64_t k) { return (o * len + k) * inner + i; };
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int64_t k = 0; k < len; ++k)
+        mx = std::max(mx, x[at(k)]);
+      double s = 0;
+      for (int64_t k = 0; k < len; ++k)
+        s += std::exp(x[at(k)] - mx);
+      for (int64_t k = 0; k < len; ++k)
+        y[at(k)] = Log ? x[at(k)] - mx - std::log(s) : std::exp(x[at(k)] - mx) / s;
+    }
+  out[0] = Tensor::fromVector(out[0].type(), y);
+  return ok();
+}
+
+template <OpKind K> void reduce(OpTable &t, Fp16Policy fp16) {
+  t.def(K)
+      .operands(1)
+      .attr("axes", AttrKind::Ints, std::vector<int64_t>{})
+      .attr("keepdims", AttrKind::Int, int64_t{1})
+      .attr("noop_with_empty_axes", AttrKind::Int, int64_t{0})
+      .fusion(FusionKind::CommReduce)
+      .fp16(fp16)
+      .layout(LayoutRule::axisAttrs())
+      .verify(verifyReduce)
+      .infer(inferReduce)
+      .reference(refReduce<K>);
+}
+
+} // namespace
+
+void defineReduceOps(OpTable &t) {
+  reduce<OpKind::ReduceMean>(t, Fp16Policy::Allow);
+  reduce<OpKind::ReduceSum>(t, Fp16Policy::Allow);
+  reduce<OpKind::ReduceMax>(t, Fp16Policy::Allow);
+  reduce<OpKind::ReduceMin>(t, Fp16Policy::Allow);
+  reduce<OpKind::ReduceProd>(t, Fp16Policy::Deny);
+  t.def(OpKind::Softmax)
+      .operands(1)
+      .attr("axis", AttrKind::Int, int64_t{-1})
+      .fusion(FusionKind::CommReduce)
+      .fp16(Fp16Policy::Allow)
+      .layout(LayoutRule::axisAttrs())
+      .verify(verifySoftmax)
+      .infer(inferSameAsOperand0)
+      .reference(refSoftmax<false>);
+  t.def(OpKind::LogSoftmax)
+      .operands(1)
+      .attr("axis", AttrKind::Int, int64_t{-1})
+      .fusion(FusionKind::CommReduce)
+      .fp16(Fp16Policy::Deny)
+      .layout(LayoutRule::axisAttrs())
+      .verify(verifySoftmax)
+      .infer(inferSameAsOperand0)
+      .reference(refSoftmax<true>);
+}
+
+} // namespace dlc::ir
