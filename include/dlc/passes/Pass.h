@@ -1,0 +1,130 @@
+//===- Pass.h - Passes, the pass manager and pipelines ----------*- C++ -*-===//
+#pragma once
+
+#include "dlc/ir/Graph.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <memory>
+#include <optional>
+#include <deque>
+#include <set>
+#include <unordered_set>
+#include <string>
+#include <vector>
+
+namespace dlc::passes {
+
+/// State shared by the passes of one pipeline run.
+struct PassContext {
+  /// Constant folding does not create constants with more elements than this.
+  int64_t foldElementLimit = int64_t{1} << 22;
+  /// Errors a pass could not recover from; the pass manager stops and reports them.
+  void fail(llvm::Error e) { errors.push_back(llvm::toString(std::move(e))); }
+  std::vector<std::string> errors;
+};
+
+class Pass {
+public:
+  virtual ~Pass() = default;
+  virtual std::string_view name() const = 0;
+  /// Transforms the graph; returns whether anything changed.
+  virtual bool run(ir::Graph &g, PassContext &ctx) = 0;
+};
+
+struct PassInfo {
+  std::string_view name;
+  std::string_view summary;
+  std::unique_ptr<Pass> (*create)();
+};
+/// All registered passes, in Passes.def order.
+const std::vector<PassInfo> &registeredPasses();
+const PassInfo *findPass(std::string_view name);
+
+/// How often a pipeline stage runs.
+enum class Convergence { Once, UntilFixedPoint };
+
+struct PipelineStage {
+  std::vector<std::string> passes; // run in order; repeated as a group if UntilFixedPoint
+  Convergence mode = Convergence::Once;
+};
+using Pipeline = std::vector<PipelineStage>;
+
+/// The default graph-level pipeline at an optimization level (0 = nothing).
+Pipeline defaultPipeline(int optLevel);
+/// Parses "a,b,c" into one Once stage; unknown names are an error.
+llvm::Expected<Pipeline> parsePipeline(std::string_view spec);
+
+struct PassManagerOptions {
+  bool verifyEach = false;
+  bool printAfterAll = false;
+  std::set<std::string, std::less<>> printAfter;
+  std::string stopAfter;
+  llvm::raw_ostream *printStream = nullptr; // default: llvm::errs()
+  /// Stop a fixed-point stage after this many rounds (a rewrite cycle is a bug).
+  int maxRounds = 16;
+};
+
+class PassManager {
+public:
+  explicit PassManager(PassManagerOptions opts = {}) : opts_(std::move(opts)) {}
+  llvm::Error run(ir::Graph &g, const Pipeline &pipeline, PassContext &ctx);
+  /// Whether the pipeline stopped early because of stopAfter.
+  bool stopped() const { return stopped_; }
+
+private:
+  llvm::Expected<bool> runOne(ir::Graph &g, const std::string &name, PassContext &ctx);
+  PassManagerOptions opts_;
+  bool stopped_ = false;
+};
+
+//===----------------------------------------------------------------------===//
+// Pattern rewriting
+//===----------------------------------------------------------------------===//
+
+class PatternRewriter;
+
+/// A local rewrite rooted at one node. matchAndRewrite must not change the graph
+/// unless it returns true (match first, then mutate).
+class RewritePattern {
+public:
+  virtual ~RewritePattern() = default;
+  virtual std::string_view name() const = 0;
+  /// The op kind the pattern is rooted at; nullopt for any.
+  virtual std::optional<ir::OpKind> root() const = 0;
+  virtual bool matchAndRewrite(ir::Node &n, PatternRewriter &rw) const = 0;
+};
+
+/// Graph mutations made by patterns, tracked so the driver revisits affected nodes.
+class PatternRewriter {
+public:
+  explicit PatternRewriter(ir::Graph &g) : g_(g) {}
+  ir::Graph &graph() { return g_; }
+
+  /// Creates a node before `before` with inferred result types.
+  llvm::Expected<ir::Node *> create(ir::OpKind kind, std::vector<ir::Value *> operands,
+                                    ir::AttrMap attrs, ir::Node *before, unsigned numResults = 1);
+  ir::Value *createConstant(const std::string &nameHint, ir::Tensor data);
+  /// Replaces all uses of n's results with `values` and erases n. A replacement value
+  /// created by this rewriter takes the old result's name, so printed IR stays stable.
+  void replaceNode(ir::Node &n, llvm::ArrayRef<ir::Value *> values);
+  void eraseNode(ir::Node &n);
+
+  // Worklist used by the driver: nodes to (re)visit, each at most once in the queue.
+  void push(ir::Node *n);
+  /// Next node to visit, or null when done.
+  ir::Node *pop();
+
+private:
+  void pushUsers(ir::Value *v);
+  ir::Graph &g_;
+  std::deque<ir::Node *> queue_;
+  std::unordered_set<ir::Node *> pending_;
+  std::unordered_set<ir::Value *> fresh_; // created since the last replaceNode
+};
+
+/// Applies patterns until none matches (bounded). Returns whether anything changed.
+bool applyPatternsGreedily(ir::Graph &g, const std::vector<std::unique_ptr<RewritePattern>> &pats,
+                           PassContext &ctx, int maxRewrites = 1 << 20);
+
+} // namespace dlc::passes

@@ -1,0 +1,225 @@
+//===- Canonicalize.cpp - Canonical forms for later passes -----------------===//
+//
+// Local rewrites driven to a fixed point by the worklist driver:
+//  - no-ops disappear: Identity, same-type Cast, same-shape Reshape/Expand, identity
+//    Transpose, full Slice, zero Pad, single-input Concat, Tile by ones, x+0, x*1, x/1;
+//  - Flatten/Squeeze/Unsqueeze become Reshape, and Reshape/Transpose chains collapse,
+//    so layout and fusion passes only see one reshape and one transpose form;
+//  - Shape of a statically shaped value becomes a constant;
+//  - Gemm becomes MatMul (+ Add) when that is exact (alpha = 1, beta = 1, no transA),
+//    so bias and activations fuse as a plain epilogue of a MatMul.
+//===----------------------------------------------------------------------===//
+#include "dlc/passes/Pass.h"
+
+#include <functional>
+
+namespace dlc::passes {
+namespace {
+
+using namespace ir;
+
+class FnPattern : public RewritePattern {
+public:
+  using Fn = std::function<bool(Node &, PatternRewriter &)>;
+  FnPattern(std::string_view name, std::optional<OpKind> root, Fn fn)
+      : name_(name), root_(root), fn_(std::move(fn)) {}
+  std::string_view name() const override { return name_; }
+  std::optional<OpKind> root() const override { return root_; }
+  bool matchAndRewrite(Node &n, PatternRewriter &rw) const override { return fn_(n, rw); }
+
+private:
+  std::string_view name_;
+  std::optional<OpKind> root_;
+  Fn fn_;
+};
+
+/// Replaces a single-result node by one of its operands when types agree.
+bool forwardOperand(Node &n, PatternRewriter &rw, unsigned operand = 0) {
+  Value *v = n.operand(operand);
+  if (!v || v->type() != n.result()->type() || n.numResults() != 1)
+    return false;
+  rw.replaceNode(n, {v});
+  return true;
+}
+
+/// True if v is a constant whose every element equals `x`.
+bool isSplatConstant(const Value *v, double x) {
+  if (!v || !v->isConstant())
+    return false;
+  const Tensor &t = v->data();
+  for (int64_t i = 0; i < t.numElements(); ++i)
+    if (t.getDouble(i) != x)
+      return false;
+  return true;
+}
+
+bool isIdentityPerm(const std::vector<int64_t> &p) {
+  for (size_t i = 0; i < p.size(); ++i)
+    if (p[i] != static_cast<int64_t>(i))
+      return false;
+  return true;
+}
+
+std::vector<int64_t> permOf(const Node &n) {
+  std::vector<int64_t> p = n.attrInts("perm");
+  if (p.empty())
+    for (int64_t i = n.operand(0)->rank() - 1; i >= 0; --i)
+      p.push_back(i);
+  return p;
+}
+
+/// Replaces n by a new node of `kind` (same single result type expected).
+bool replaceWith(Node &n, PatternRewriter &rw, OpKind kind, std::vector<Value *> operands,
+                 AttrMap attrs) {
+  auto r = rw.create(kind, std::move(operands), std::move(attrs), &n);
+  if (!r) {
+    llvm::consumeError(r.takeError());
+    return false;
+  }
+  rw.replaceNode(n, {(*r)->result()});
+  return true;
+}
+
+std::vector<std::unique_ptr<RewritePattern>> patterns() {
+  std::vector<std::unique_ptr<RewritePattern>> p;
+  auto add = [&](std::string_view name, std::optional<OpKind> root, FnPattern::Fn fn) {
+    p.push_back(std::make_unique<FnPattern>(name, root, std::move(fn)));
+  };
+
+  add("remove-identity", OpKind::Identity, [](Node &n, PatternRewriter &rw) {
+    return forwardOperand(n, rw);
+  });
+  add("remove-same-type-cast", OpKind::Cast, [](Node &n, PatternRewriter &rw) {
+    return forwardOperand(n, rw);
+  });
+  for (OpKind k : {OpKind::Reshape, OpKind::Expand})
+    add("remove-same-shape", k, [](Node &n, PatternRewriter &rw) { return forwardOperand(n, rw); });
+  add("remove-full-slice", OpKind::Slice, [](Node &n, PatternRewriter &rw) {
+    for (int64_t s : n.attrInts("steps"))
+      if (s <= 0)
+        return false;
+    return forwardOperand(n, rw);
+  });
+  add("remove-zero-pad", OpKind::Pad, [](Node &n, PatternRewriter &rw) {
+    for (int64_t v : n.attrInts("pads"))
+      if (v != 0)
+        return false;
+    return forwardOperand(n, rw);
+  });
+  add("remove-single-concat", OpKind::Concat, [](Node &n, PatternRewriter &rw) {
+    return n.numOperands() == 1 && forwardOperand(n, rw);
+  });
+  add("remove-unit-tile", OpKind::Tile, [](Node &n, PatternRewriter &rw) {
+    return forwardOperand(n, rw);
+  });
+
+  // x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 (only when the result type is x's type).
+  for (OpKind k : {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div}) {
+    add("remove-neutral-operand", k, [k](Node &n, PatternRewriter &rw) {
+      double neutral = (k == OpKind::Add || k == OpKind::Sub) ? 0.0 : 1.0;
+      bool commutative = k == OpKind::Add || k == OpKind::Mul;
+      if (isSplatConstant(n.operand(1), neutral) && forwardOperand(n, rw, 0))
+        return true;
+      return commutative && isSplatConstant(n.operand(0), neutral) && forwardOperand(n, rw, 1);
+    });
+  }
+
+  for (OpKind k : {OpKind::Flatten, OpKind::Squeeze, OpKind::Unsqueeze})
+    add("reshape-like-to-reshape", k, [](Node &n, PatternRewriter &rw) {
+      return replaceWith(n, rw, OpKind::Reshape, {n.operand(0)},
+                         {{"shape", Attribute(n.result()->shape())}});
+    });
+  add("fold-reshape-chain", OpKind::Reshape, [](Node &n, PatternRewriter &rw) {
+    Node *inner = n.operand(0)->definingNode();
+    if (!inner || inner->kind() != OpKind::Reshape)
+      return false;
+    return replaceWith(n, rw, OpKind::Reshape, {inner->operand(0)},
+                       {{"shape", Attribute(n.result()->shape())}});
+  });
+  add("resolve-reshape-shape", OpKind::Reshape, [](Node &n, PatternRewriter &rw) {
+    // Canonical Reshape spells out its result shape (no 0 or -1 entries).
+    if (n.attrInts("shape") == n.result()->shape())
+      return false;
+    return replaceWith(n, rw, OpKind::Reshape, {n.operand(0)},
+                       {{"shape", Attribute(n.result()->shape())}});
+  });
+
+  add("remove-identity-transpose", OpKind::Transpose, [](Node &n, PatternRewriter &rw) {
+    return isIdentityPerm(permOf(n)) && forwardOperand(n, rw);
+  });
+  add("fold-transpose-chain", OpKind::Transpose, [](Node &n, PatternRewriter &rw) {
+    Node *inner = n.operand(0)->definingNode();
+    if (!inner || inner->kind() != OpKind::Transpose)
+      return false;
+    std::vector<int64_t> p1 = permOf(*inner), p2 = permOf(n), composed(p2.size());
+    for (size_t i = 0; i < p2.size(); ++i)
+      composed[i] = p1[p2[i]];
+    if (isIdentityPerm(composed)) {
+      rw.replaceNode(n, {inner->operand(0)});
+      return true;
+    }
+    return replaceWith(n, rw, OpKind::Transpose, {inner->operand(0)},
+                       {{"perm", Attribute(composed)}});
+  });
+
+  add("shape-to-constant", OpKind::Shape, [](Node &n, PatternRewriter &rw) {
+    const Shape &s = n.operand(0)->shape();
+    const Shape &out = n.result()->shape();
+    int64_t rank = static_cast<int64_t>(s.size());
+    int64_t start = n.attrInt("start");
+    start = std::clamp<int64_t>(start < 0 ? start + rank : start, 0, rank);
+    std::vector<int64_t> dims(s.begin() + start, s.begin() + start + out[0]);
+    rw.replaceNode(n, {rw.createConstant(n.result()->name(),
+                                         Tensor::fromVector(n.result()->type(), dims))});
+    return true;
+  });
+
+  add("gemm-to-matmul-add", OpKind::Gemm, [](Node &n, PatternRewriter &rw) {
+    Value *c = n.operand(2);
+    if (n.attrInt("transA") != 0 || n.attrFloat("alpha") != 1.0f ||
+        (c && n.attrFloat("beta") != 1.0f))
+      return false;
+    Value *b = n.operand(1);
+    if (n.attrInt("transB") != 0) {
+      auto t = rw.create(OpKind::Transpose, {b}, {{"perm", Attribute(std::vector<int64_t>{1, 0})}},
+                         &n);
+      if (!t) {
+        llvm::consumeError(t.takeError());
+        return false;
+      }
+      b = (*t)->result();
+    }
+    auto mm = rw.create(OpKind::MatMul, {n.operand(0), b}, {}, &n);
+    if (!mm) {
+      llvm::consumeError(mm.takeError());
+      return false;
+    }
+    Value *r = (*mm)->result();
+    if (c) {
+      auto sum = rw.create(OpKind::Add, {r, c}, {}, &n);
+      if (!sum) {
+        llvm::consumeError(sum.takeError());
+        return false;
+      }
+      r = (*sum)->result();
+    }
+    rw.replaceNode(n, {r});
+    return true;
+  });
+  return p;
+}
+
+class Canonicalize : public Pass {
+public:
+  std::string_view name() const override { return "canonicalize"; }
+  bool run(Graph &g, PassContext &ctx) override {
+    static const auto pats = patterns();
+    return applyPatternsGreedily(g, pats, ctx);
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createCanonicalize() { return std::make_unique<Canonicalize>(); }
+
+} // namespace dlc::passes

@@ -1,0 +1,97 @@
+#include "dlc/ir/TextIR.h"
+#include "dlc/passes/Pass.h"
+
+namespace dlc::passes {
+
+#define PASS(NAME, CLASS, SUMMARY) std::unique_ptr<Pass> create##CLASS();
+#include "passes/Passes.def"
+
+const std::vector<PassInfo> &registeredPasses() {
+  static const std::vector<PassInfo> passes = {
+#define PASS(NAME, CLASS, SUMMARY) {NAME_STR(NAME), SUMMARY, create##CLASS},
+#define NAME_STR(N) #N
+#include "passes/Passes.def"
+#undef NAME_STR
+  };
+  return passes;
+}
+
+const PassInfo *findPass(std::string_view name) {
+  for (const PassInfo &p : registeredPasses())
+    if (p.name == name)
+      return &p;
+  return nullptr;
+}
+
+Pipeline defaultPipeline(int optLevel) {
+  if (optLevel <= 0)
+    return {};
+  return {{{"canonicalize", "constfold", "cse", "dce"}, Convergence::UntilFixedPoint}};
+}
+
+llvm::Expected<Pipeline> parsePipeline(std::string_view spec) {
+  PipelineStage stage;
+  while (!spec.empty()) {
+    size_t comma = spec.find(',');
+    std::string_view name = spec.substr(0, comma);
+    if (name.empty())
+      return ir::makeError("empty pass name in pipeline");
+    if (!findPass(name)) {
+      std::string known;
+      for (const PassInfo &p : registeredPasses())
+        known += (known.empty() ? "" : ", ") + std::string(p.name);
+      return ir::errorf("unknown pass '{0}' (known passes: {1})", name, known);
+    }
+    stage.passes.emplace_back(name);
+    spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
+  }
+  return Pipeline{stage};
+}
+
+llvm::Expected<bool> PassManager::runOne(ir::Graph &g, const std::string &name, PassContext &ctx) {
+  const PassInfo *info = findPass(name);
+  if (!info)
+    return ir::errorf("unknown pass '{0}'", name);
+  auto pass = info->create();
+  bool changed = pass->run(g, ctx);
+  if (!ctx.errors.empty()) {
+    std::string msg = "pass '" + name + "' failed: " + ctx.errors.front();
+    ctx.errors.clear();
+    return ir::makeError(msg);
+  }
+  if (opts_.verifyEach)
+    if (auto e = ir::verifyGraph(g))
+      return ir::errorf("IR is invalid after pass '{0}': {1}", name, llvm::toString(std::move(e)));
+  if (opts_.printAfterAll || opts_.printAfter.count(name)) {
+    llvm::raw_ostream &os = opts_.printStream ? *opts_.printStream : llvm::errs();
+    os << "// -----// IR Dump After " << name << " //----- //\n";
+    ir::printGraph(g, os);
+  }
+  return changed;
+}
+
+llvm::Error PassManager::run(ir::Graph &g, const Pipeline &pipeline, PassContext &ctx) {
+  stopped_ = false;
+  for (const PipelineStage &stage : pipeline) {
+    for (int round = 0;; ++round) {
+      bool changed = false;
+      for (const std::string &name : stage.passes) {
+        auto c = runOne(g, name, ctx);
+        if (!c)
+          return c.takeError();
+        changed |= *c;
+        if (name == opts_.stopAfter) {
+          stopped_ = true;
+          return llvm::Error::success();
+        }
+      }
+      if (stage.mode == Convergence::Once || !changed)
+        break;
+      if (round + 1 >= opts_.maxRounds)
+        return ir::errorf("pipeline stage did not converge after {0} rounds", opts_.maxRounds);
+    }
+  }
+  return llvm::Error::success();
+}
+
+} // namespace dlc::passes
