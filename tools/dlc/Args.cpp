@@ -1,0 +1,153 @@
+#include "Args.h"
+
+#include "dlc/ir/Graph.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/WithColor.h"
+
+namespace dlc::tool {
+
+std::optional<std::string> Args::get(const std::string &name) const {
+  auto it = values_.find(name);
+  if (it == values_.end() || it->second.empty())
+    return std::nullopt;
+  return it->second.back();
+}
+
+std::string Args::getOr(const std::string &name, const std::string &dflt) const {
+  auto v = get(name);
+  return v ? *v : dflt;
+}
+
+const std::vector<std::string> &Args::getAll(const std::string &name) const {
+  static const std::vector<std::string> empty;
+  auto it = values_.find(name);
+  return it == values_.end() ? empty : it->second;
+}
+
+ArgParser::ArgParser(std::string command, std::string usage, std::string description,
+                     std::vector<OptSpec> opts)
+    : command_(std::move(command)), usage_(std::move(usage)), description_(std::move(description)),
+      opts_(std::move(opts)) {
+  opts_.push_back({"help", 'h', false, false, "", "Show this help"});
+}
+
+const OptSpec *ArgParser::findLong(const std::string &n) const {
+  for (const OptSpec &o : opts_)
+    if (o.name == n)
+      return &o;
+  return nullptr;
+}
+
+const OptSpec *ArgParser::findShort(char c) const {
+  for (const OptSpec &o : opts_)
+    if (o.shortName == c)
+      return &o;
+  return nullptr;
+}
+
+llvm::Expected<Args> ArgParser::parse(const std::vector<std::string> &argv) const {
+  Args a;
+  bool onlyPositionals = false;
+  auto store = [&](const OptSpec &o, std::string v) -> llvm::Error {
+    auto &slot = a.values_[o.name];
+    if (!slot.empty() && !o.repeatable && o.takesValue)
+      return ir::errorf("option --{0} given more than once", o.name);
+    slot.push_back(std::move(v));
+    return llvm::Error::success();
+  };
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string &arg = argv[i];
+    if (onlyPositionals || arg.size() < 2 || arg[0] != '-') {
+      a.positionals_.push_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      onlyPositionals = true;
+      continue;
+    }
+    const OptSpec *o = nullptr;
+    std::optional<std::string> value;
+    if (arg[1] == '-') {
+      std::string body = arg.substr(2);
+      size_t eq = body.find('=');
+      if (eq != std::string::npos) {
+        value = body.substr(eq + 1);
+        body = body.substr(0, eq);
+      }
+      o = findLong(body);
+      if (!o)
+        return ir::errorf("{0}: unknown option '--{1}' (see 'dlc {0} --help')", command_, body);
+    } else {
+      o = findShort(arg[1]);
+      if (!o)
+        return ir::errorf("{0}: unknown option '{1}' (see 'dlc {0} --help')", command_, arg);
+      if (arg.size() > 2) {
+        if (!o->takesValue)
+          return ir::errorf("{0}: option '-{1}' takes no value", command_, arg[1]);
+        value = arg.substr(2);
+      }
+    }
+    if (o->takesValue && !value) {
+      if (i + 1 >= argv.size())
+        return ir::errorf("{0}: option --{1} needs a value", command_, o->name);
+      value = argv[++i];
+    }
+    if (!o->takesValue && value)
+      return ir::errorf("{0}: option --{1} takes no value", command_, o->name);
+    if (auto e = store(*o, value.value_or("")))
+      return e;
+  }
+  return a;
+}
+
+void ArgParser::printHelp(llvm::raw_ostream &os) const {
+  os << "usage: dlc " << command_ << " " << usage_ << "\n\n" << description_ << "\n\noptions:\n";
+  for (const OptSpec &o : opts_) {
+    std::string left = "  ";
+    if (o.shortName)
+      left += std::string("-") + o.shortName + (o.takesValue && o.name.empty() ? "" : ", ");
+    left += "--" + o.name;
+    if (o.takesValue)
+      left += " " + (o.metavar.empty() ? std::string("VALUE") : o.metavar);
+    os << left;
+    if (left.size() < 30)
+      os.indent(30 - left.size());
+    else
+      os << "\n" << std::string(30, ' ');
+    os << o.help << "\n";
+  }
+}
+
+llvm::Error writeFileAtomically(const std::string &path, llvm::StringRef data) {
+  llvm::SmallString<256> tmp;
+  llvm::SmallString<256> model(path);
+  model += ".tmp-%%%%%%";
+  int fd = -1;
+  if (auto ec = llvm::sys::fs::createUniqueFile(model, fd, tmp))
+    return ir::errorf("cannot write '{0}': {1}", path, ec.message());
+  {
+    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+    os << data;
+    os.flush();
+    if (os.has_error()) {
+      std::string msg = os.error().message();
+      os.clear_error();
+      llvm::sys::fs::remove(tmp);
+      return ir::errorf("cannot write '{0}': {1}", path, msg);
+    }
+  }
+  if (auto ec = llvm::sys::fs::rename(tmp, path)) {
+    llvm::sys::fs::remove(tmp);
+    return ir::errorf("cannot write '{0}': {1}", path, ec.message());
+  }
+  return llvm::Error::success();
+}
+
+void reportError(llvm::Error e) {
+  std::string msg = llvm::toString(std::move(e));
+  llvm::errs() << "dlc: error: " << msg << "\n";
+}
+
+} // namespace dlc::tool

@@ -1,0 +1,59 @@
+//===- Args.h - Command-line parsing for dlc subcommands --------*- C++ -*-===//
+#pragma once
+
+#include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dlc::tool {
+
+struct OptSpec {
+  std::string name;   // long name without dashes: "passes"
+  char shortName = 0; // 'o' for -o; 'O' for -O2 (value attached)
+  bool takesValue = false;
+  bool repeatable = false;
+  std::string metavar; // "LIST"
+  std::string help;
+};
+
+class Args {
+public:
+  bool has(const std::string &name) const { return values_.count(name) != 0; }
+  std::optional<std::string> get(const std::string &name) const;
+  std::string getOr(const std::string &name, const std::string &dflt) const;
+  const std::vector<std::string> &getAll(const std::string &name) const;
+  const std::vector<std::string> &positionals() const { return positionals_; }
+
+private:
+  friend class ArgParser;
+  std::map<std::string, std::vector<std::string>> values_;
+  std::vector<std::string> positionals_;
+};
+
+class ArgParser {
+public:
+  ArgParser(std::string command, std::string usage, std::string description,
+            std::vector<OptSpec> opts);
+  /// Parses argv (without the program and command names). "--" ends options.
+  llvm::Expected<Args> parse(const std::vector<std::string> &argv) const;
+  void printHelp(llvm::raw_ostream &os) const;
+
+private:
+  const OptSpec *findLong(const std::string &n) const;
+  const OptSpec *findShort(char c) const;
+  std::string command_, usage_, description_;
+  std::vector<OptSpec> opts_;
+};
+
+/// Writes `data` to `path` through a temporary file in the same directory and a
+/// rename, so a failure never leaves a partial file behind.
+llvm::Error writeFileAtomically(const std::string &path, llvm::StringRef data);
+
+/// Prints "dlc: error: <message>" (one line per message line) to stderr.
+void reportError(llvm::Error e);
+
+} // namespace dlc::tool

@@ -1,0 +1,14 @@
+//===- Commands.h - dlc subcommands -----------------------------*- C++ -*-===//
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace dlc::tool {
+
+/// Each subcommand gets the arguments after its name and returns the exit code.
+int runOpt(const std::vector<std::string> &args);
+int runInterpret(const std::vector<std::string> &args);
+int runOps(const std::vector<std::string> &args);
+
+} // namespace dlc::tool

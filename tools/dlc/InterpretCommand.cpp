@@ -1,0 +1,109 @@
+//===- InterpretCommand.cpp - `dlc interpret`: run IR on the reference -----===//
+#include "Args.h"
+#include "Commands.h"
+
+#include "dlc/ir/Interpreter.h"
+#include "dlc/ir/TextIR.h"
+
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatAdapters.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+namespace dlc::tool {
+
+namespace {
+
+void printSummary(llvm::raw_ostream &os, const std::string &name, const ir::Tensor &t) {
+  os << name << ": " << t.type().str() << " [";
+  int64_t n = t.numElements(), shown = std::min<int64_t>(n, 8);
+  for (int64_t i = 0; i < shown; ++i)
+    os << (i ? ", " : "") << llvm::format("%.6g", t.getDouble(i));
+  os << (n > shown ? ", ...]" : "]");
+  if (ir::isFloat(t.dtype()) && n > 1) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; ++i)
+      if (t.getDouble(i) > t.getDouble(best))
+        best = i;
+    os << "  argmax=" << best;
+  }
+  os << "\n";
+}
+
+} // namespace
+
+int runInterpret(const std::vector<std::string> &argv) {
+  ArgParser parser("interpret", "FILE.ir [options]",
+                   "Runs textual IR on the reference interpreter with seeded random inputs and\n"
+                   "prints each output (type, first values, argmax).",
+                   {{"seed", 0, true, false, "N", "Seed of the random inputs (default 0)"}});
+  auto args = parser.parse(argv);
+  if (!args) {
+    reportError(args.takeError());
+    return 2;
+  }
+  if (args->has("help")) {
+    parser.printHelp(llvm::outs());
+    return 0;
+  }
+  if (args->positionals().size() != 1) {
+    reportError(ir::makeError("interpret: expected exactly one input file"));
+    return 2;
+  }
+  const std::string &file = args->positionals()[0];
+  auto buf = llvm::MemoryBuffer::getFileOrSTDIN(file);
+  if (!buf) {
+    reportError(ir::errorf("cannot read '{0}': {1}", file, buf.getError().message()));
+    return 1;
+  }
+  auto g = ir::parseGraph((*buf)->getBuffer(), file);
+  llvm::Error err = g ? ir::verifyGraph(**g, file) : g.takeError();
+  if (err) {
+    reportError(std::move(err));
+    return 1;
+  }
+  uint64_t seed = std::strtoull(args->getOr("seed", "0").c_str(), nullptr, 10);
+  ir::TensorMap inputs = ir::randomInputs(**g, seed);
+  for (const auto &[name, t] : inputs)
+    printSummary(llvm::outs(), "input " + name, t);
+  auto out = ir::interpret(**g, inputs);
+  if (!out) {
+    reportError(out.takeError());
+    return 1;
+  }
+  for (const ir::GraphOutput &o : (*g)->outputs())
+    printSummary(llvm::outs(), "output " + o.name, out->at(o.name));
+  return 0;
+}
+
+int runOps(const std::vector<std::string> &argv) {
+  ArgParser parser("ops", "[--markdown]", "Lists the IR ops with their fusion kind, FP16 policy and layout rule.",
+                   {{"markdown", 0, false, false, "", "Print a Markdown table (as in the README)"}});
+  auto args = parser.parse(argv);
+  if (!args) {
+    reportError(args.takeError());
+    return 2;
+  }
+  if (args->has("help")) {
+    parser.printHelp(llvm::outs());
+    return 0;
+  }
+  bool md = args->has("markdown");
+  llvm::raw_ostream &os = llvm::outs();
+  if (md)
+    os << "| op | fusion | fp16 | layout |\n|---|---|---|---|\n";
+  for (size_t i = 0; i < ir::kNumOps; ++i) {
+    const ir::OpDef &d = ir::opDef(static_cast<ir::OpKind>(i));
+    std::string layout(ir::layoutRuleName(d.layout.kind));
+    if (d.layout.kind == ir::LayoutRule::ChannelAxis)
+      layout += "(" + std::to_string(d.layout.channelAxis) + ")";
+    if (md)
+      os << "| " << d.name << " | " << ir::fusionKindName(d.fusion) << " | "
+         << ir::fp16PolicyName(d.fp16) << " | " << layout << " |\n";
+    else
+      os << llvm::left_justify(d.name, 20) << llvm::left_justify(ir::fusionKindName(d.fusion), 20)
+         << llvm::left_justify(ir::fp16PolicyName(d.fp16), 8) << layout << "\n";
+  }
+  return 0;
+}
+
+} // namespace dlc::tool

@@ -1,0 +1,146 @@
+//===- OptCommand.cpp - `dlc opt`: run passes on textual IR ----------------===//
+#include "Args.h"
+#include "Commands.h"
+
+#include "dlc/ir/TextIR.h"
+#include "dlc/passes/Pass.h"
+
+#include "llvm/Support/MemoryBuffer.h"
+
+namespace dlc::tool {
+
+namespace {
+
+std::string optDescription() {
+  std::string d = "Parses textual IR, verifies it, runs the given passes and prints the result.\n"
+                  "Without --passes, runs the default pipeline of -O (default 1).\n\npasses:\n";
+  for (const passes::PassInfo &p : passes::registeredPasses()) {
+    std::string name(p.name);
+    d += "  " + name + std::string(name.size() < 16 ? 16 - name.size() : 1, ' ') +
+         std::string(p.summary) + "\n";
+  }
+  return d;
+}
+
+/// Splits on lines that are exactly "// -----"; returns (first line number, text) chunks.
+std::vector<std::pair<unsigned, std::string>> splitInput(llvm::StringRef text) {
+  std::vector<std::pair<unsigned, std::string>> chunks{{1, ""}};
+  unsigned line = 1;
+  while (!text.empty()) {
+    auto [l, rest] = text.split('\n');
+    if (l.rtrim() == "// -----")
+      chunks.push_back({line + 1, ""});
+    else
+      chunks.back().second += (l + "\n").str();
+    text = rest;
+    ++line;
+  }
+  return chunks;
+}
+
+} // namespace
+
+int runOpt(const std::vector<std::string> &argv) {
+  ArgParser parser(
+      "opt", "FILE.ir [options]", optDescription(),
+      {{"passes", 0, true, false, "LIST", "Comma-separated passes to run, e.g. canonicalize,dce"},
+       {"O", 'O', true, false, "N", "Optimization level for the default pipeline (0-3)"},
+       {"output", 'o', true, false, "FILE", "Write the result here instead of stdout"},
+       {"print-ir-after-all", 0, false, false, "", "Print the IR after every pass (to stderr)"},
+       {"print-ir-after", 0, true, true, "PASS", "Print the IR after the named pass (to stderr)"},
+       {"verify-each", 0, false, false, "", "Verify the IR after every pass"},
+       {"stop-after", 0, true, false, "PASS", "Stop the pipeline after the named pass"},
+       {"split-input-file", 0, false, false, "",
+        "Treat '// -----' lines as separators between independent graphs"},
+       {"elide-constants", 0, true, false, "N",
+        "Print constants with more than N elements as dense<elided>"}});
+  auto args = parser.parse(argv);
+  if (!args) {
+    reportError(args.takeError());
+    return 2;
+  }
+  if (args->has("help")) {
+    parser.printHelp(llvm::outs());
+    return 0;
+  }
+  if (args->positionals().size() != 1) {
+    reportError(ir::makeError("opt: expected exactly one input file (use '-' for stdin)"));
+    return 2;
+  }
+  const std::string file = args->positionals()[0];
+
+  passes::Pipeline pipeline;
+  if (auto spec = args->get("passes")) {
+    auto p = passes::parsePipeline(*spec);
+    if (!p) {
+      reportError(p.takeError());
+      return 2;
+    }
+    pipeline = std::move(*p);
+  } else {
+    int level = std::atoi(args->getOr("O", "1").c_str());
+    pipeline = passes::defaultPipeline(level);
+  }
+  passes::PassManagerOptions pmOpts;
+  pmOpts.verifyEach = args->has("verify-each");
+  pmOpts.printAfterAll = args->has("print-ir-after-all");
+  for (const std::string &p : args->getAll("print-ir-after"))
+    pmOpts.printAfter.insert(p);
+  pmOpts.stopAfter = args->getOr("stop-after", "");
+  for (const std::string &p : args->getAll("print-ir-after"))
+    if (!passes::findPass(p)) {
+      reportError(ir::errorf("opt: --print-ir-after: unknown pass '{0}'", p));
+      return 2;
+    }
+  if (!pmOpts.stopAfter.empty() && !passes::findPass(pmOpts.stopAfter)) {
+    reportError(ir::errorf("opt: --stop-after: unknown pass '{0}'", pmOpts.stopAfter));
+    return 2;
+  }
+  ir::PrintOptions printOpts;
+  if (auto n = args->get("elide-constants"))
+    printOpts.elideConstantsAbove = std::atoll(n->c_str());
+
+  auto buf = llvm::MemoryBuffer::getFileOrSTDIN(file);
+  if (!buf) {
+    reportError(ir::errorf("cannot read '{0}': {1}", file, buf.getError().message()));
+    return 1;
+  }
+  std::vector<std::pair<unsigned, std::string>> chunks;
+  if (args->has("split-input-file"))
+    chunks = splitInput((*buf)->getBuffer());
+  else
+    chunks.push_back({1, (*buf)->getBuffer().str()});
+
+  std::string output;
+  bool failed = false;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    auto g = ir::parseGraph(chunks[i].second, file, chunks[i].first);
+    llvm::Error err = g ? ir::verifyGraph(**g, file) : g.takeError();
+    if (!err) {
+      passes::PassManager pm(pmOpts);
+      passes::PassContext ctx;
+      err = pm.run(**g, pipeline, ctx);
+    }
+    if (err) {
+      reportError(std::move(err));
+      failed = true;
+      continue;
+    }
+    if (i)
+      output += "// -----\n";
+    output += ir::printGraph(**g, printOpts);
+  }
+  if (failed)
+    return 1;
+  if (auto out = args->get("output")) {
+    if (auto e = writeFileAtomically(*out, output)) {
+      reportError(std::move(e));
+      return 1;
+    }
+  } else {
+    llvm::outs() << output;
+  }
+  return 0;
+}
+
+} // namespace dlc::tool

@@ -1,0 +1,55 @@
+//===- main.cpp - The dlc driver -------------------------------------------===//
+#include "Commands.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstring>
+
+namespace {
+
+struct Command {
+  const char *name;
+  const char *summary;
+  int (*run)(const std::vector<std::string> &);
+};
+
+const Command kCommands[] = {
+    {"opt", "Run graph passes on textual IR", dlc::tool::runOpt},
+    {"interpret", "Run textual IR on the reference interpreter", dlc::tool::runInterpret},
+    {"ops", "List the IR ops and their properties", dlc::tool::runOps},
+};
+
+void printUsage(llvm::raw_ostream &os) {
+  os << "usage: dlc <command> [options]\n\ncommands:\n";
+  for (const Command &c : kCommands) {
+    os << "  " << c.name;
+    os.indent(12 - std::strlen(c.name));
+    os << c.summary << "\n";
+  }
+  os << "\nRun 'dlc <command> --help' for the options of a command.\n";
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    printUsage(llvm::errs());
+    return 2;
+  }
+  std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    printUsage(llvm::outs());
+    return 0;
+  }
+  if (cmd == "--version") {
+    llvm::outs() << "dlc 0.1.0\n";
+    return 0;
+  }
+  std::vector<std::string> args(argv + 2, argv + argc);
+  for (const Command &c : kCommands)
+    if (cmd == c.name)
+      return c.run(args);
+  llvm::errs() << "dlc: error: unknown command '" << cmd << "'\n";
+  printUsage(llvm::errs());
+  return 2;
+}
