@@ -1,0 +1,204 @@
+// Reference kernels checked against values computed by hand.
+#include "../Testing.h"
+
+using namespace dlc;
+using namespace dlc::ir;
+using dlc::test::errorOf;
+
+namespace {
+
+Tensor f32(Shape s, std::vector<float> v) {
+  return Tensor::fromVector(TensorType(DType::F32, std::move(s)), v);
+}
+
+/// Runs a graph whose inputs are given positionally; returns output 0.
+Tensor run1(const std::string &ir, std::vector<Tensor> inputs, unsigned out = 0) {
+  auto g = test::parseIR(ir);
+  if (!g)
+    return Tensor();
+  TensorMap m;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    m[g->inputs()[i]->name()] = inputs[i];
+  auto r = interpret(*g, m);
+  if (!r) {
+    ADD_FAILURE() << errorOf(r);
+    return Tensor();
+  }
+  return r->at(g->outputs()[out].name);
+}
+
+void expectValues(const Tensor &t, std::vector<double> want, double tol = 1e-6) {
+  ASSERT_EQ(t.numElements(), static_cast<int64_t>(want.size()));
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(t.getDouble(i), want[i], tol) << "element " << i;
+}
+
+} // namespace
+
+TEST(Interpreter, BroadcastArithmetic) {
+  Tensor r = run1(R"(graph @g(%a: f32[2,3], %b: f32[3]) -> ("y": f32[2,3]) {
+  %0 = Sub(%a, %b) : f32[2,3]
+  return %0
+})",
+                  {f32({2, 3}, {1, 2, 3, 4, 5, 6}), f32({3}, {1, 1, 2})});
+  expectValues(r, {0, 1, 1, 3, 4, 4});
+}
+
+TEST(Interpreter, IntegerDivisionTruncatesAndNeverTraps) {
+  auto ints = [](std::vector<int64_t> v) {
+    return Tensor::fromVector(TensorType(DType::I32, {int64_t(v.size())}), v);
+  };
+  Tensor r = run1(R"(graph @g(%a: i32[4], %b: i32[4]) -> ("y": i32[4]) {
+  %0 = Div(%a, %b) : i32[4]
+  return %0
+})",
+                  {ints({7, -7, 5, 3}), ints({2, 2, 0, -3})});
+  expectValues(r, {3, -3, 0, -1});
+}
+
+TEST(Interpreter, MatMulBatchedBroadcast) {
+  Tensor r = run1(R"(graph @g(%a: f32[2,1,2], %b: f32[2,1]) -> ("y": f32[2,1,1]) {
+  %0 = MatMul(%a, %b) : f32[2,1,1]
+  return %0
+})",
+                  {f32({2, 1, 2}, {1, 2, 3, 4}), f32({2, 1}, {10, 1})});
+  expectValues(r, {12, 34});
+}
+
+TEST(Interpreter, ConvWithPaddingStrideAndGroups) {
+  // 1x1x3x3 input of ones, 2x2 kernel of ones, pads 1: corner windows see 1 cell,
+  // edges 2, interior 4.
+  Tensor r = run1(R"(graph @g(%x: f32[1,1,3,3], %w: f32[1,1,2,2]) -> ("y": f32[1,1,2,2]) {
+  %0 = Conv(%x, %w) {pads = [1, 1, 1, 1], strides = [2, 2]} : f32[1,1,2,2]
+  return %0
+})",
+                  {f32({1, 1, 3, 3}, std::vector<float>(9, 1)), f32({1, 1, 2, 2}, {1, 1, 1, 1})});
+  expectValues(r, {1, 2, 2, 4});
+  // Depthwise: each channel scaled by its own weight.
+  Tensor d = run1(R"(graph @g(%x: f32[1,2,1,2], %w: f32[2,1,1,1]) -> ("y": f32[1,2,1,2]) {
+  %0 = Conv(%x, %w) {group = 2} : f32[1,2,1,2]
+  return %0
+})",
+                  {f32({1, 2, 1, 2}, {1, 2, 3, 4}), f32({2, 1, 1, 1}, {10, 100})});
+  expectValues(d, {10, 20, 300, 400});
+}
+
+TEST(Interpreter, ConvTransposeScattersKernel) {
+  Tensor r = run1(R"(graph @g(%x: f32[1,1,2], %w: f32[1,1,3]) -> ("y": f32[1,1,5]) {
+  %0 = ConvTranspose(%x, %w) {strides = [2]} : f32[1,1,5]
+  return %0
+})",
+                  {f32({1, 1, 2}, {1, 10}), f32({1, 1, 3}, {1, 2, 3})});
+  expectValues(r, {1, 2, 13, 20, 30});
+}
+
+TEST(Interpreter, PoolingCountsPaddingOnlyWhenAsked) {
+  const char *ir = R"(graph @g(%x: f32[1,1,2,2]) -> ("y": f32[1,1,2,2], "z": f32[1,1,2,2], "m": f32[1,1,1,1], "i": i64[1,1,1,1]) {
+  %0 = AveragePool(%x) {kernel_shape = [2, 2], pads = [1, 1, 0, 0]} : f32[1,1,2,2]
+  %1 = AveragePool(%x) {kernel_shape = [2, 2], pads = [1, 1, 0, 0], count_include_pad = 1} : f32[1,1,2,2]
+  %2, %3 = MaxPool(%x) {kernel_shape = [2, 2]} : f32[1,1,1,1], i64[1,1,1,1]
+  return %0, %1, %2, %3
+})";
+  Tensor x = f32({1, 1, 2, 2}, {1, 2, 3, 4});
+  expectValues(run1(ir, {x}, 0), {1, 1.5, 2, 2.5});
+  expectValues(run1(ir, {x}, 1), {0.25, 0.75, 1, 2.5});
+  expectValues(run1(ir, {x}, 2), {4});
+  expectValues(run1(ir, {x}, 3), {3});
+}
+
+TEST(Interpreter, SoftmaxAndLogSoftmax) {
+  const char *ir = R"(graph @g(%x: f32[2]) -> ("s": f32[2], "l": f32[2]) {
+  %0 = Softmax(%x) : f32[2]
+  %1 = LogSoftmax(%x) : f32[2]
+  return %0, %1
+})";
+  Tensor x = f32({2}, {0, std::log(3.0f)});
+  expectValues(run1(ir, {x}, 0), {0.25, 0.75});
+  expectValues(run1(ir, {x}, 1), {std::log(0.25), std::log(0.75)}, 1e-6);
+}
+
+TEST(Interpreter, ReductionsAndLayerNorm) {
+  const char *ir = R"(graph @g(%x: f32[2,2]) -> ("m": f32[2,1], "s": f32[2], "n": f32[2,2]) {
+  %one = const f32[2] dense<[1.0, 1.0]>
+  %0 = ReduceMean(%x) {axes = [1]} : f32[2,1]
+  %1 = ReduceSum(%x) {axes = [-1], keepdims = 0} : f32[2]
+  %2 = LayerNormalization(%x, %one) {epsilon = 0.0} : f32[2,2]
+  return %0, %1, %2
+})";
+  Tensor x = f32({2, 2}, {1, 3, -2, 2});
+  expectValues(run1(ir, {x}, 0), {2, 0});
+  expectValues(run1(ir, {x}, 1), {4, 0});
+  expectValues(run1(ir, {x}, 2), {-1, 1, -1, 1});
+}
+
+TEST(Interpreter, MovementOps) {
+  const char *ir = R"(graph @g(%x: f32[2,3]) -> ("t": f32[3,2], "s": f32[2,2], "p": f32[2,5], "g": f32[2,2], "c": f32[4,3]) {
+  %idx = const i64[2] dense<[-1, 0]>
+  %0 = Transpose(%x) : f32[3,2]
+  %1 = Slice(%x) {starts = [-1], ends = [-4], axes = [1], steps = [-2]} : f32[2,2]
+  %2 = Pad(%x) {pads = [0, 1, 0, 1], mode = "reflect"} : f32[2,5]
+  %3 = Gather(%x, %idx) {axis = 1} : f32[2,2]
+  %4 = Concat(%x, %x) {axis = 0} : f32[4,3]
+  return %0, %1, %2, %3, %4
+})";
+  Tensor x = f32({2, 3}, {1, 2, 3, 4, 5, 6});
+  expectValues(run1(ir, {x}, 0), {1, 4, 2, 5, 3, 6});
+  expectValues(run1(ir, {x}, 1), {3, 1, 6, 4});
+  expectValues(run1(ir, {x}, 2), {2, 1, 2, 3, 2, 5, 4, 5, 6, 5});
+  expectValues(run1(ir, {x}, 3), {3, 1, 6, 4});
+  expectValues(run1(ir, {x}, 4), {1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6});
+}
+
+TEST(Interpreter, GatherOutOfRangeIsAnError) {
+  auto g = test::parseIR(R"(graph @g(%x: f32[3], %i: i64[1]) -> ("y": f32[1]) {
+  %0 = Gather(%x, %i) : f32[1]
+  return %0
+})");
+  ASSERT_TRUE(g);
+  TensorMap m{{"x", f32({3}, {1, 2, 3})},
+              {"i", Tensor::fromVector<int64_t>(TensorType(DType::I64, {1}), {3})}};
+  auto r = interpret(*g, m);
+  EXPECT_NE(errorOf(r).find("out of range"), std::string::npos);
+}
+
+TEST(Interpreter, HalfPrecisionRoundsEachResult) {
+  // 2048 + 1 is not representable in f16: the sum rounds to 2048 (ties to even).
+  auto h = [](float v) { return Tensor::fromVector<float>(TensorType(DType::F16, {1}), {v}); };
+  Tensor r = run1(R"(graph @g(%a: f16[1], %b: f16[1]) -> ("y": f16[1]) {
+  %0 = Add(%a, %b) : f16[1]
+  return %0
+})",
+                  {h(2048), h(1)});
+  expectValues(r, {2048});
+}
+
+TEST(Interpreter, CastTruncatesTowardZero) {
+  Tensor r = run1(R"(graph @g(%x: f32[3]) -> ("y": i32[3]) {
+  %0 = Cast(%x) {to = "i32"} : i32[3]
+  return %0
+})",
+                  {f32({3}, {2.9f, -2.9f, 0.5f})});
+  expectValues(r, {2, -2, 0});
+}
+
+TEST(Interpreter, LstmWithSaturatedGatesTracksCellInput) {
+  // W = R = 0; biases drive i, o, f gates to ~1 and the cell input to tanh(0.5):
+  // c_t = c_{t-1} + tanh(0.5), h_t = tanh(c_t).
+  std::vector<float> b(8, 0.0f);
+  for (int g : {0, 1, 2}) // i, o, f input biases
+    b[g] = 30.0f;
+  b[3] = 0.5f;
+  auto g = test::parseIR(R"(graph @g(%x: f32[2,1,1], %w: f32[1,4,1], %r: f32[1,4,1], %b: f32[1,8]) -> ("y": f32[2,1,1,1]) {
+  %y, %h = LSTM(%x, %w, %r, %b) {hidden_size = 1} : f32[2,1,1,1], f32[1,1,1]
+  return %y
+})");
+  ASSERT_TRUE(g);
+  TensorMap m{{"x", f32({2, 1, 1}, {5, -5})},
+              {"w", f32({1, 4, 1}, {0, 0, 0, 0})},
+              {"r", f32({1, 4, 1}, {0, 0, 0, 0})},
+              {"b", f32({1, 8}, b)}};
+  auto r = interpret(*g, m);
+  ASSERT_TRUE(bool(r)) << errorOf(r);
+  double c1 = std::tanh(0.5), c2 = 2 * c1;
+  expectValues(r->at("y"), {std::tanh(c1), std::tanh(c2)}, 1e-5);
+}

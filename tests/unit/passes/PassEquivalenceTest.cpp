@@ -1,0 +1,160 @@
+// Every pass: reference interpreter before vs after on random inputs, plus the
+// structural effect the pass is for.
+#include "../Testing.h"
+
+using namespace dlc;
+using namespace dlc::ir;
+
+namespace {
+
+size_t countOps(const Graph &g, OpKind k) {
+  size_t n = 0;
+  for (const Node &node : g.nodes())
+    n += node.kind() == k;
+  return n;
+}
+
+const char *kCorpus[] = {"tests/unit/ir/corpus/mlp.ir", "tests/unit/ir/corpus/cnn.ir",
+                         "tests/unit/ir/corpus/transformer.ir", "tests/unit/ir/corpus/rnn.ir"};
+
+} // namespace
+
+TEST(DeadCodeElimination, RemovesDeadChainsKeepsOutputs) {
+  auto g = test::expectEquivalentAfter(R"(graph @g(%x: f32[4]) -> ("y": f32[4]) {
+  %unused = const f32[4] dense<[1.0, 2.0, 3.0, 4.0]>
+  %0 = Relu(%x) : f32[4]
+  %1 = Exp(%0) : f32[4]
+  %2 = Add(%1, %unused) : f32[4]
+  %3 = Neg(%x) : f32[4]
+  return %3
+})",
+                                          "dce");
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->numNodes(), 1u);
+  EXPECT_TRUE(g->constants().empty());
+  EXPECT_EQ(g->inputs().size(), 1u) << "inputs are the interface and stay";
+}
+
+TEST(CommonSubexpressionElimination, MergesSameOpOperandsAttrs) {
+  auto g = test::expectEquivalentAfter(R"(graph @g(%x: f32[2,3]) -> ("y": f32[2,3], "z": f32[3,2]) {
+  %c1 = const f32[3] dense<[1.0, 2.0, 3.0]>
+  %c2 = const f32[3] dense<[1.0, 2.0, 3.0]>
+  %0 = Add(%x, %c1) : f32[2,3]
+  %1 = Add(%x, %c2) : f32[2,3]
+  %2 = Mul(%0, %1) : f32[2,3]
+  %3 = Transpose(%2) {perm = [1, 0]} : f32[3,2]
+  %4 = Transpose(%2) {perm = [1, 0]} : f32[3,2]
+  %5 = Softmax(%2) {axis = 0} : f32[2,3]
+  %6 = Softmax(%2) {axis = 1} : f32[2,3]
+  %7 = Add(%5, %6) : f32[2,3]
+  %8 = Add(%3, %4) : f32[3,2]
+  return %7, %8
+})",
+                                          "cse");
+  ASSERT_TRUE(g);
+  EXPECT_EQ(countOps(*g, OpKind::Add), 3u) << "the two x+c adds merge";
+  EXPECT_EQ(countOps(*g, OpKind::Softmax), 2u) << "different attributes never merge";
+  EXPECT_EQ(countOps(*g, OpKind::Transpose), 1u);
+  EXPECT_EQ(g->constants().size(), 1u);
+}
+
+TEST(ConstantFolding, FoldsConstantSubgraphsViaInterpreter) {
+  auto g = test::expectEquivalentAfter(R"(graph @g(%x: f32[2,2]) -> ("y": f32[2,2]) {
+  %a = const f32[2,2] dense<[1.0, 2.0, 3.0, 4.0]>
+  %b = const f32[2] dense<[0.5, 0.25]>
+  %0 = Transpose(%a) : f32[2,2]
+  %1 = Mul(%0, %b) : f32[2,2]
+  %2 = Exp(%1) : f32[2,2]
+  %3 = Add(%x, %2) : f32[2,2]
+  return %3
+})",
+                                          "constfold");
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->numNodes(), 1u);
+  ASSERT_EQ(g->constants().size(), 1u);
+  // exp(transpose(a) * b): [[e^0.5, e^0.75], [e^1, e^1]]
+  const Tensor &c = g->constants()[0]->data();
+  EXPECT_NEAR(c.getDouble(0), std::exp(0.5), 1e-6);
+  EXPECT_NEAR(c.getDouble(1), std::exp(0.75), 1e-6);
+  EXPECT_NEAR(c.getDouble(3), std::exp(1.0), 1e-6);
+  EXPECT_EQ(g->constants()[0]->name(), "2") << "the folded constant keeps the value's name";
+}
+
+TEST(ConstantFolding, RespectsSizeLimitAndKeepsErrorsForRuntime) {
+  auto g = test::parseIR(R"(graph @g(%x: f32[3]) -> ("y": f32[3], "z": f32[1]) {
+  %d = const f32[3] dense<[1.0, 2.0, 3.0]>
+  %i = const i64[1] dense<[7]>
+  %0 = Gather(%d, %i) : f32[1]
+  %1 = Add(%x, %d) : f32[3]
+  return %1, %0
+})");
+  ASSERT_TRUE(g);
+  auto after = test::runPasses(*g, "constfold");
+  ASSERT_TRUE(after);
+  EXPECT_EQ(countOps(*after, OpKind::Gather), 1u) << "an out-of-range gather is not folded away";
+}
+
+TEST(Canonicalize, RemovesNoOpsAndFoldsChains) {
+  auto g = test::expectEquivalentAfter(R"(graph @g(%x: f32[2,3,4]) -> ("y": f32[24], "t": f32[2,3,4]) {
+  %zero = const f32[] dense<[0.0]>
+  %one = const f32[4] dense<[1.0, 1.0, 1.0, 1.0]>
+  %0 = Identity(%x) : f32[2,3,4]
+  %1 = Add(%0, %zero) : f32[2,3,4]
+  %2 = Mul(%one, %1) : f32[2,3,4]
+  %3 = Flatten(%2) {axis = 1} : f32[2,12]
+  %4 = Reshape(%3) {shape = [6, -1]} : f32[6,4]
+  %5 = Reshape(%4) {shape = [24]} : f32[24]
+  %6 = Transpose(%x) {perm = [1, 0, 2]} : f32[3,2,4]
+  %7 = Transpose(%6) {perm = [2, 0, 1]} : f32[4,3,2]
+  %8 = Transpose(%7) {perm = [2, 1, 0]} : f32[2,3,4]
+  %9 = Cast(%8) {to = "f32"} : f32[2,3,4]
+  return %5, %9
+})",
+                                          "canonicalize,dce");
+  ASSERT_TRUE(g);
+  EXPECT_EQ(countOps(*g, OpKind::Reshape), 1u);
+  EXPECT_EQ(countOps(*g, OpKind::Transpose), 0u) << "the three perms compose to the identity";
+  EXPECT_EQ(countOps(*g, OpKind::Identity) + countOps(*g, OpKind::Add) + countOps(*g, OpKind::Mul) +
+                countOps(*g, OpKind::Cast) + countOps(*g, OpKind::Flatten),
+            0u);
+  for (const Node &n : g->nodes()) {
+    if (n.kind() == OpKind::Reshape) {
+      EXPECT_EQ(n.attrInts("shape"), Shape{24});
+    }
+  }
+}
+
+TEST(Canonicalize, GemmBecomesMatMulPlusAddOnlyWhenExact) {
+  auto g = test::expectEquivalentAfter(R"(graph @g(%a: f32[2,3], %b: f32[4,3], %c: f32[4]) -> ("y": f32[2,4], "z": f32[2,4]) {
+  %0 = Gemm(%a, %b, %c) {transB = 1} : f32[2,4]
+  %1 = Gemm(%a, %b, %c) {transB = 1, alpha = 0.5} : f32[2,4]
+  return %0, %1
+})",
+                                          "canonicalize");
+  ASSERT_TRUE(g);
+  EXPECT_EQ(countOps(*g, OpKind::Gemm), 1u) << "alpha != 1 stays a Gemm";
+  EXPECT_EQ(countOps(*g, OpKind::MatMul), 1u);
+  EXPECT_EQ(countOps(*g, OpKind::Add), 1u);
+  EXPECT_EQ(countOps(*g, OpKind::Transpose), 1u);
+}
+
+TEST(Canonicalize, ShapeOfStaticValueIsConstant) {
+  auto g = test::expectEquivalentAfter(R"(graph @g(%x: f32[2,3,5]) -> ("s": i64[2]) {
+  %0 = Shape(%x) {start = 1} : i64[2]
+  return %0
+})",
+                                          "canonicalize");
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->numNodes(), 0u);
+  ASSERT_EQ(g->constants().size(), 1u);
+  EXPECT_EQ(g->constants()[0]->data().toVector<int64_t>(), (std::vector<int64_t>{3, 5}));
+}
+
+// The default pipeline on the whole corpus keeps the numbers.
+TEST(DefaultPipeline, CorpusStaysEquivalent) {
+  for (const char *f : kCorpus) {
+    SCOPED_TRACE(f);
+    test::expectEquivalentAfter(test::readSourceFile(f), "canonicalize,constfold,cse,dce", 2,
+                                   1e-5, 1e-5);
+  }
+}
