@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian packages dlc needs. Idempotent: installs only what is missing,
+# and does nothing (not even `apt-get update`) when everything is present.
+# The CUDA toolkit is expected at /usr/local/cuda (not a Debian package).
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build git pkg-config
+  llvm-14-dev llvm-14-tools
+  libonnx-dev libonnx-testdata libprotobuf-dev protobuf-compiler
+  libfmt-dev libgtest-dev
+  python3 python3-numpy
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [ ! -x /usr/local/cuda/bin/nvcc ] && [ ! -f /usr/local/cuda/include/nvrtc.h ]; then
+  echo "setup: warning: the CUDA toolkit was not found at /usr/local/cuda" >&2
+fi
