@@ -43,6 +43,7 @@ template <OpKind K, class CT> auto binaryScalar(CT a, CT b) {
   if constexpr (std::is_same_v<CT, bool>) {
     if constexpr (K == OpKind::And) return a && b;
     else if constexpr (K == OpKind::Or) return a || b;
+    else if constexpr (K == OpKind::Xor) return a != b;
     else if constexpr (K == OpKind::Equal) return a == b;
     else return a != b; // not reachable: verification rejects other bool arithmetic
   } else if constexpr (K == OpKind::Add) {
@@ -73,9 +74,16 @@ template <OpKind K, class CT> auto binaryScalar(CT a, CT b) {
     return a < b;
   } else if constexpr (K == OpKind::Greater) {
     return a > b;
+  } else if constexpr (K == OpKind::GreaterOrEqual) {
+    return a >= b;
+  } else if constexpr (K == OpKind::LessOrEqual) {
+    return a <= b;
+  } else if constexpr (K == OpKind::PRelu) {
+    return a < CT(0) ? wrapMul(a, b) : a;
   } else {
-    static_assert(K == OpKind::And || K == OpKind::Or, "unhandled binary op");
-    return K == OpKind::And ? (a != 0 && b != 0) : (a != 0 || b != 0);
+    static_assert(K == OpKind::And || K == OpKind::Or || K == OpKind::Xor, "unhandled binary op");
+    return K == OpKind::And ? (a != 0 && b != 0) : K == OpKind::Or ? (a != 0 || b != 0)
+                                                                    : ((a != 0) != (b != 0));
   }
 }
 
@@ -166,13 +174,18 @@ llvm::Error refPow(const Node &, const Inputs &in, Outputs &out) {
 //===----------------------------------------------------------------------===//
 
 struct UnaryParams {
-  float alpha = 0, beta = 0;
+  float alpha = 0, beta = 0, gamma = 0, bias = 0, lambd = 0;
   bool tanhApprox = false;
   explicit UnaryParams(const Node &n) {
-    if (const Attribute *a = n.attr("alpha"))
-      alpha = a->f();
-    if (const Attribute *b = n.attr("beta"))
-      beta = b->f();
+    auto get = [&](const char *name, float &dst) {
+      if (const Attribute *a = n.attr(name))
+        dst = a->f();
+    };
+    get("alpha", alpha);
+    get("beta", beta);
+    get("gamma", gamma);
+    get("bias", bias);
+    get("lambd", lambd);
     if (const Attribute *g = n.attr("approximate"))
       tanhApprox = g->s() == "tanh";
   }
@@ -192,6 +205,14 @@ template <OpKind K, class CT> CT unaryScalar(CT x, const UnaryParams &p) {
     return x > CT(0) ? x : CT(0);
   } else if constexpr (K == OpKind::Not) {
     return x == CT(0) ? CT(1) : CT(0);
+  } else if constexpr (K == OpKind::Sign) {
+    return x > CT(0) ? CT(1) : (x < CT(0) ? wrapSub(CT(0), CT(1)) : CT(0));
+  } else if constexpr (K == OpKind::Shrink) {
+    if (x < CT(-p.lambd))
+      return CT(x + CT(p.bias));
+    if (x > CT(p.lambd))
+      return CT(x - CT(p.bias));
+    return CT(0);
   } else if constexpr (std::is_integral_v<CT>) {
     return x; // float-only ops; verification rejects integer operands
   } else {
@@ -216,6 +237,30 @@ template <OpKind K, class CT> CT unaryScalar(CT x, const UnaryParams &p) {
       return std::max(zero, std::min(one, CT(p.alpha) * x + CT(p.beta)));
     if constexpr (K == OpKind::HardSwish)
       return x * std::max(zero, std::min(one, x / CT(6) + CT(0.5)));
+    if constexpr (K == OpKind::Floor) return std::floor(x);
+    if constexpr (K == OpKind::Ceil) return std::ceil(x);
+    if constexpr (K == OpKind::Round) return std::nearbyint(x); // half to even
+    if constexpr (K == OpKind::Sin) return std::sin(x);
+    if constexpr (K == OpKind::Cos) return std::cos(x);
+    if constexpr (K == OpKind::Tan) return std::tan(x);
+    if constexpr (K == OpKind::Asin) return std::asin(x);
+    if constexpr (K == OpKind::Acos) return std::acos(x);
+    if constexpr (K == OpKind::Atan) return std::atan(x);
+    if constexpr (K == OpKind::Sinh) return std::sinh(x);
+    if constexpr (K == OpKind::Cosh) return std::cosh(x);
+    if constexpr (K == OpKind::Asinh) return std::asinh(x);
+    if constexpr (K == OpKind::Acosh) return std::acosh(x);
+    if constexpr (K == OpKind::Atanh) return std::atanh(x);
+    if constexpr (K == OpKind::Softplus) return x > CT(30) ? x : std::log1p(std::exp(x));
+    if constexpr (K == OpKind::Softsign) return x / (one + std::fabs(x));
+    if constexpr (K == OpKind::Mish)
+      return x * std::tanh(x > CT(30) ? x : std::log1p(std::exp(x)));
+    if constexpr (K == OpKind::Selu)
+      return x > zero ? CT(p.gamma) * x : CT(p.gamma) * (CT(p.alpha) * std::exp(x) - CT(p.alpha));
+    if constexpr (K == OpKind::Celu)
+      return std::max(zero, x) + std::min(zero, CT(p.alpha) * (std::exp(x / CT(p.alpha)) - one));
+    if constexpr (K == OpKind::ThresholdedRelu) return x > CT(p.alpha) ? x : zero;
+    return x; // ops with their own reference kernel (IsNaN, IsInf) never get here
   }
 }
 
@@ -329,6 +374,100 @@ llvm::Error refCast(const Node &, const Inputs &in, Outputs &out) {
 }
 
 //===----------------------------------------------------------------------===//
+// IsInf / IsNaN (bool results), Mod, BitShift
+//===----------------------------------------------------------------------===//
+
+template <OpKind K> llvm::Error refPredicate(const Node &n, const Inputs &in, Outputs &out) {
+  auto x = in[0]->toVector<double>();
+  bool neg = true, pos = true;
+  if (K == OpKind::IsInf) {
+    neg = n.attrInt("detect_negative") != 0;
+    pos = n.attrInt("detect_positive") != 0;
+  }
+  std::vector<bool> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    r[i] = K == OpKind::IsNaN ? std::isnan(x[i])
+                              : std::isinf(x[i]) && ((x[i] > 0 && pos) || (x[i] < 0 && neg));
+  out[0] = Tensor::fromVector(out[0].type(), r);
+  return ok();
+}
+
+InferResult inferSameShapeBool(const Node &n) {
+  return TypeList{{DType::Bool, n.operand(0)->shape()}};
+}
+
+llvm::Error verifyMod(const Node &n) {
+  if (auto e = verifySameTyped<kNumeric>(n))
+    return e;
+  if (isFloat(n.operand(0)->dtype()) && n.attrInt("fmod") != 1)
+    return makeError("floating-point Mod requires fmod = 1");
+  return ok();
+}
+
+llvm::Error refMod(const Node &n, const Inputs &in, Outputs &out) {
+  bool fmodMode = n.attrInt("fmod") != 0;
+  return dispatch(in[0]->dtype(), [&](auto ct) -> llvm::Error {
+    using CT = std::conditional_t<std::is_same_v<decltype(ct), bool>, int64_t, decltype(ct)>;
+    const Shape &os = out[0].shape();
+    auto a = in[0]->template toVector<CT>(), b = in[1]->template toVector<CT>();
+    BroadcastIndex ia(in[0]->shape(), os), ib(in[1]->shape(), os);
+    std::vector<CT> r(out[0].numElements());
+    for (size_t i = 0; i < r.size(); ++i) {
+      CT x = a[ia(i)], y = b[ib(i)];
+      if constexpr (std::is_floating_point_v<CT>) {
+        r[i] = std::fmod(x, y);
+      } else {
+        if (y == 0) {
+          r[i] = 0;
+          continue;
+        }
+        CT m = x % y; // sign of the dividend (C fmod semantics)
+        if constexpr (std::is_signed_v<CT>)
+          if (!fmodMode && m != 0 && ((m < 0) != (y < 0))) // Python semantics: sign of divisor
+            m += y;
+        r[i] = m;
+      }
+    }
+    out[0] = Tensor::fromVector(out[0].type(), r);
+    return ok();
+  });
+}
+
+llvm::Error verifyBitShift(const Node &n) {
+  if (auto e = verifySameTyped<kUInt>(n))
+    return e;
+  const std::string &d = n.attrString("direction");
+  if (d != "LEFT" && d != "RIGHT")
+    return errorf("direction must be \"LEFT\" or \"RIGHT\", got \"{0}\"", d);
+  return ok();
+}
+
+llvm::Error refBitShift(const Node &n, const Inputs &in, Outputs &out) {
+  bool left = n.attrString("direction") == "LEFT";
+  unsigned bits = static_cast<unsigned>(dtypeSize(in[0]->dtype()) * 8);
+  const Shape &os = out[0].shape();
+  auto a = in[0]->toVector<uint64_t>(), b = in[1]->toVector<uint64_t>();
+  BroadcastIndex ia(in[0]->shape(), os), ib(in[1]->shape(), os);
+  std::vector<uint64_t> r(out[0].numElements());
+  for (size_t i = 0; i < r.size(); ++i) {
+    uint64_t x = a[ia(i)], sh = b[ib(i)];
+    r[i] = sh >= bits ? 0 : (left ? x << sh : x >> sh);
+  }
+  out[0] = Tensor::fromVector(out[0].type(), r);
+  return ok();
+}
+
+llvm::Error verifyPRelu(const Node &n) {
+  if (auto e = verifySameTyped<kSigned>(n))
+    return e;
+  auto s = broadcastShapes(n.operand(0)->shape(), n.operand(1)->shape());
+  if (!s || *s != n.operand(0)->shape())
+    return errorf("slope {0} must broadcast to X {1}", shapeStr(n.operand(1)->shape()),
+                  shapeStr(n.operand(0)->shape()));
+  return ok();
+}
+
+//===----------------------------------------------------------------------===//
 // Definitions
 //===----------------------------------------------------------------------===//
 
@@ -339,9 +478,9 @@ void binary(OpTable &t, unsigned types, bool boolResult, int maxOperands = 2) {
       .fusion(FusionKind::Broadcast)
       .fp16(boolResult ? Fp16Policy::Follow : Fp16Policy::Allow)
       .layout(LayoutRule::agnostic())
-      .verify(types == kNumeric  ? verifySameTyped<kNumeric>
-              : types == kBool   ? verifySameTyped<kBool>
-                                 : verifySameTyped<kAny>)
+      .verify(types == kNumeric ? verifySameTyped<kNumeric>
+              : types == kBool  ? verifySameTyped<kBool>
+                                : verifySameTyped<kAny>)
       .infer(boolResult ? inferBroadcastBool : inferBroadcast)
       .reference(refBinary<K>);
 }
@@ -375,6 +514,29 @@ void defineElementwiseOps(OpTable &t) {
   binary<OpKind::Greater>(t, kNumeric, true);
   binary<OpKind::And>(t, kBool, true);
   binary<OpKind::Or>(t, kBool, true);
+  binary<OpKind::Xor>(t, kBool, true);
+  binary<OpKind::GreaterOrEqual>(t, kNumeric, true);
+  binary<OpKind::LessOrEqual>(t, kNumeric, true);
+  binary<OpKind::PRelu>(t, kNumeric, false);
+  t[OpKind::PRelu].verify = verifyPRelu;
+  t.def(OpKind::Mod)
+      .operands(2)
+      .attr("fmod", AttrKind::Int, int64_t{0})
+      .fusion(FusionKind::Broadcast)
+      .fp16(FP::Deny)
+      .layout(LayoutRule::agnostic())
+      .verify(verifyMod)
+      .infer(inferBroadcast)
+      .reference(refMod);
+  t.def(OpKind::BitShift)
+      .operands(2)
+      .attr("direction", AttrKind::String)
+      .fusion(FusionKind::Broadcast)
+      .fp16(FP::Follow)
+      .layout(LayoutRule::agnostic())
+      .verify(verifyBitShift)
+      .infer(inferBroadcast)
+      .reference(refBitShift);
   t.def(OpKind::Pow)
       .operands(2)
       .fusion(FusionKind::Broadcast)
@@ -402,6 +564,38 @@ void defineElementwiseOps(OpTable &t) {
       .attr("alpha", AttrKind::Float, 0.2f)
       .attr("beta", AttrKind::Float, 0.5f);
   unary<OpKind::HardSwish>(t, kFloat, FP::Allow);
+  unary<OpKind::Sign>(t, kNumeric, FP::Allow);
+  unary<OpKind::Floor>(t, kFloat, FP::Allow);
+  unary<OpKind::Ceil>(t, kFloat, FP::Allow);
+  unary<OpKind::Round>(t, kFloat, FP::Allow);
+  unary<OpKind::Sin>(t, kFloat, FP::Deny);
+  unary<OpKind::Cos>(t, kFloat, FP::Deny);
+  unary<OpKind::Tan>(t, kFloat, FP::Deny);
+  unary<OpKind::Asin>(t, kFloat, FP::Deny);
+  unary<OpKind::Acos>(t, kFloat, FP::Deny);
+  unary<OpKind::Atan>(t, kFloat, FP::Deny);
+  unary<OpKind::Sinh>(t, kFloat, FP::Deny);
+  unary<OpKind::Cosh>(t, kFloat, FP::Deny);
+  unary<OpKind::Asinh>(t, kFloat, FP::Deny);
+  unary<OpKind::Acosh>(t, kFloat, FP::Deny);
+  unary<OpKind::Atanh>(t, kFloat, FP::Deny);
+  unary<OpKind::Softplus>(t, kFloat, FP::Allow);
+  unary<OpKind::Softsign>(t, kFloat, FP::Allow);
+  unary<OpKind::Mish>(t, kFloat, FP::Allow);
+  unary<OpKind::Selu>(t, kFloat, FP::Allow)
+      .attr("alpha", AttrKind::Float, 1.67326319217681884765625f)
+      .attr("gamma", AttrKind::Float, 1.05070102214813232421875f);
+  unary<OpKind::Celu>(t, kFloat, FP::Allow).attr("alpha", AttrKind::Float, 1.0f);
+  unary<OpKind::Shrink>(t, kNumeric, FP::Allow)
+      .attr("bias", AttrKind::Float, 0.0f)
+      .attr("lambd", AttrKind::Float, 0.5f);
+  unary<OpKind::ThresholdedRelu>(t, kFloat, FP::Allow).attr("alpha", AttrKind::Float, 1.0f);
+  unary<OpKind::IsNaN>(t, kFloat, FP::Follow).infer(inferSameShapeBool).reference(refPredicate<OpKind::IsNaN>);
+  unary<OpKind::IsInf>(t, kFloat, FP::Follow)
+      .attr("detect_negative", AttrKind::Int, int64_t{1})
+      .attr("detect_positive", AttrKind::Int, int64_t{1})
+      .infer(inferSameShapeBool)
+      .reference(refPredicate<OpKind::IsInf>);
 
   t.def(OpKind::Clip)
       .operands(1, 3)

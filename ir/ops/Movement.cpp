@@ -51,12 +51,7 @@ InferResult inferReshape(const Node &n) {
   const Shape &x = n.operand(0)->shape();
   Shape s = n.attrInts("shape");
   int64_t inferred = -1, known = 1;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == 0) { // copy from input (ONNX allowzero = 0)
-      if (i >= x.size())
-        return errorf("shape dim {0} is 0 (copy) but the input has rank {1}", i, x.size());
-      s[i] = x[i];
-    }
+  for (size_t i = 0; i < s.size(); ++i) { // 0 is a zero-size dim; the importer resolves ONNX's "copy"
     if (s[i] == -1) {
       if (inferred >= 0)
         return makeError("shape has more than one -1");

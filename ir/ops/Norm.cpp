@@ -164,6 +164,94 @@ llvm::Error refLayerNorm(const Node &n, const Inputs &in, Outputs &out) {
   return ok();
 }
 
+//===----------------------------------------------------------------------===//
+// InstanceNormalization(X, scale[C], B[C]) and GroupNormalization(X, scale[C],
+// bias[C]) normalize per (n, group) over the group's channels and all spatial
+// positions; instance normalization is the case group = channel. The importer
+// expands opset 18's per-group scale/bias to per-channel.
+//===----------------------------------------------------------------------===//
+
+llvm::Error verifyChannelNorm(const Node &n) {
+  if (auto e = requireType(n, 0, kFloat))
+    return e;
+  if (auto e = requireMinRank(n, 0, 3))
+    return e;
+  int64_t c = n.operand(0)->shape()[1];
+  for (unsigned i = 1; i < 3; ++i) {
+    if (auto e = requireSameType(n, 0, i))
+      return e;
+    if (n.operand(i)->shape() != Shape{c})
+      return errorf("operand {0} must have shape [{1}], got {2}", i, c, n.operand(i)->type().str());
+  }
+  if (n.kind() == OpKind::GroupNormalization) {
+    int64_t g = n.attrInt("num_groups");
+    if (g < 1 || c % g != 0)
+      return errorf("num_groups = {0} must divide the channel count {1}", g, c);
+  }
+  return ok();
+}
+
+llvm::Error refChannelNorm(const Node &n, const Inputs &in, Outputs &out) {
+  const Shape &xs = in[0]->shape();
+  int64_t N = xs[0], C = xs[1], S = in[0]->numElements() / std::max<int64_t>(N * C, 1);
+  int64_t G = n.kind() == OpKind::GroupNormalization ? n.attrInt("num_groups") : C;
+  int64_t cpg = C / G, len = cpg * S;
+  double eps = n.attrFloat("epsilon");
+  auto x = in[0]->toVector<double>();
+  auto scale = in[1]->toVector<double>(), bias = in[2]->toVector<double>();
+  std::vector<double> y(x.size());
+  for (int64_t b = 0; b < N; ++b)
+    for (int64_t g = 0; g < G; ++g) {
+      const double *p = x.data() + (b * C + g * cpg) * S;
+      double s = 0, s2 = 0;
+      for (int64_t i = 0; i < len; ++i)
+        s += p[i];
+      double m = len ? s / static_cast<double>(len) : 0;
+      for (int64_t i = 0; i < len; ++i)
+        s2 += (p[i] - m) * (p[i] - m);
+      double inv = 1.0 / std::sqrt((len ? s2 / static_cast<double>(len) : 0) + eps);
+      for (int64_t i = 0; i < len; ++i) {
+        int64_t c = g * cpg + i / S;
+        y[(b * C + g * cpg) * S + i] = (p[i] - m) * inv * scale[c] + bias[c];
+      }
+    }
+  out[0] = Tensor::fromVector(out[0].type(), y);
+  return ok();
+}
+
+llvm::Error verifyLRN(const Node &n) {
+  if (auto e = requireType(n, 0, kFloat))
+    return e;
+  if (auto e = requireMinRank(n, 0, 3))
+    return e;
+  if (n.attrInt("size") < 1)
+    return makeError("size must be positive");
+  return ok();
+}
+
+llvm::Error refLRN(const Node &n, const Inputs &in, Outputs &out) {
+  const Shape &xs = in[0]->shape();
+  int64_t N = xs[0], C = xs[1], S = in[0]->numElements() / std::max<int64_t>(N * C, 1);
+  int64_t size = n.attrInt("size");
+  double alpha = n.attrFloat("alpha"), beta = n.attrFloat("beta"), bias = n.attrFloat("bias");
+  int64_t lo = (size - 1) / 2, hi = (size - 1) - lo; // floor and ceil of (size-1)/2
+  auto x = in[0]->toVector<double>();
+  std::vector<double> y(x.size());
+  for (int64_t b = 0; b < N; ++b)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < S; ++i) {
+        double sq = 0;
+        for (int64_t k = std::max<int64_t>(0, c - lo); k <= std::min<int64_t>(C - 1, c + hi); ++k) {
+          double v = x[(b * C + k) * S + i];
+          sq += v * v;
+        }
+        int64_t idx = (b * C + c) * S + i;
+        y[idx] = x[idx] / std::pow(bias + alpha / static_cast<double>(size) * sq, beta);
+      }
+  out[0] = Tensor::fromVector(out[0].type(), y);
+  return ok();
+}
+
 } // namespace
 
 void defineNormOps(OpTable &t) {
@@ -191,6 +279,37 @@ void defineNormOps(OpTable &t) {
       .verify(verifyLayerNorm)
       .infer(inferLayerNorm)
       .reference(refLayerNorm);
+  t.def(OpKind::InstanceNormalization)
+      .operands(3)
+      .attr("epsilon", AttrKind::Float, 1e-5f)
+      .fusion(FusionKind::CommReduce)
+      .fp16(Fp16Policy::Allow)
+      .layout(LayoutRule::channel(1))
+      .verify(verifyChannelNorm)
+      .infer(inferSameAsOperand0)
+      .reference(refChannelNorm);
+  t.def(OpKind::GroupNormalization)
+      .operands(3)
+      .attr("epsilon", AttrKind::Float, 1e-5f)
+      .attr("num_groups", AttrKind::Int)
+      .fusion(FusionKind::CommReduce)
+      .fp16(Fp16Policy::Allow)
+      .layout(LayoutRule::channel(1))
+      .verify(verifyChannelNorm)
+      .infer(inferSameAsOperand0)
+      .reference(refChannelNorm);
+  t.def(OpKind::LRN)
+      .operands(1)
+      .attr("alpha", AttrKind::Float, 1e-4f)
+      .attr("beta", AttrKind::Float, 0.75f)
+      .attr("bias", AttrKind::Float, 1.0f)
+      .attr("size", AttrKind::Int)
+      .fusion(FusionKind::Opaque)
+      .fp16(Fp16Policy::Deny)
+      .layout(LayoutRule::channel(1))
+      .verify(verifyLRN)
+      .infer(inferSameAsOperand0)
+      .reference(refLRN);
 }
 
 } // namespace dlc::ir

@@ -1,6 +1,7 @@
 //===- Reduce.cpp - Reductions, softmax and log-softmax --------------------===//
 #include "OpUtils.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace dlc::ir {
@@ -146,6 +147,153 @@ template <bool Log> llvm::Error refSoftmax(const Node &n, const Inputs &in, Outp
   return ok();
 }
 
+//===----------------------------------------------------------------------===//
+// Hardmax, ArgMax/ArgMin, TopK, CumSum: ops over one axis.
+//===----------------------------------------------------------------------===//
+
+/// Splits a shape around `axis` into (outer, len, inner).
+struct AxisSplit {
+  int64_t outer = 1, len = 1, inner = 1;
+  AxisSplit(const Shape &s, int64_t axis) {
+    for (int64_t i = 0; i < axis; ++i)
+      outer *= s[i];
+    len = s[axis];
+    for (size_t i = axis + 1; i < s.size(); ++i)
+      inner *= s[i];
+  }
+  int64_t at(int64_t o, int64_t k, int64_t i) const { return (o * len + k) * inner + i; }
+};
+
+llvm::Error verifyAxisOp(const Node &n) {
+  if (auto e = requireType(n, 0, kNumeric))
+    return e;
+  return normalizeAxis(n.attrInt("axis"), n.operand(0)->rank()).takeError();
+}
+
+llvm::Error refHardmax(const Node &n, const Inputs &in, Outputs &out) {
+  int64_t axis = *normalizeAxis(n.attrInt("axis"), in[0]->rank());
+  AxisSplit sp(in[0]->shape(), axis);
+  auto x = in[0]->toVector<double>();
+  std::vector<double> y(x.size(), 0.0);
+  for (int64_t o = 0; o < sp.outer; ++o)
+    for (int64_t i = 0; i < sp.inner; ++i) {
+      int64_t best = 0;
+      for (int64_t k = 1; k < sp.len; ++k)
+        if (x[sp.at(o, k, i)] > x[sp.at(o, best, i)])
+          best = k;
+      if (sp.len)
+        y[sp.at(o, best, i)] = 1;
+    }
+  out[0] = Tensor::fromVector(out[0].type(), y);
+  return ok();
+}
+
+InferResult inferArg(const Node &n) {
+  Shape s = n.operand(0)->shape();
+  int64_t axis = *normalizeAxis(n.attrInt("axis"), n.operand(0)->rank());
+  if (n.attrInt("keepdims"))
+    s[axis] = 1;
+  else
+    s.erase(s.begin() + axis);
+  return TypeList{{DType::I64, s}};
+}
+
+template <bool IsMax> llvm::Error refArg(const Node &n, const Inputs &in, Outputs &out) {
+  int64_t axis = *normalizeAxis(n.attrInt("axis"), in[0]->rank());
+  bool last = n.attrInt("select_last_index") != 0;
+  AxisSplit sp(in[0]->shape(), axis);
+  auto x = in[0]->toVector<double>();
+  std::vector<int64_t> r(sp.outer * sp.inner);
+  for (int64_t o = 0; o < sp.outer; ++o)
+    for (int64_t i = 0; i < sp.inner; ++i) {
+      int64_t best = 0;
+      for (int64_t k = 1; k < sp.len; ++k) {
+        double v = x[sp.at(o, k, i)], b = x[sp.at(o, best, i)];
+        bool better = IsMax ? (v > b || (last && v == b)) : (v < b || (last && v == b));
+        if (better)
+          best = k;
+      }
+      r[o * sp.inner + i] = best;
+    }
+  out[0] = Tensor::fromVector(out[0].type(), r);
+  return ok();
+}
+
+llvm::Error verifyTopK(const Node &n) {
+  if (auto e = verifyAxisOp(n))
+    return e;
+  int64_t axis = *normalizeAxis(n.attrInt("axis"), n.operand(0)->rank());
+  int64_t k = n.attrInt("k");
+  if (k < 0 || k > n.operand(0)->shape()[axis])
+    return errorf("k = {0} is out of range for axis {1} of size {2}", k, axis,
+                  n.operand(0)->shape()[axis]);
+  return ok();
+}
+
+InferResult inferTopK(const Node &n) {
+  Shape s = n.operand(0)->shape();
+  s[*normalizeAxis(n.attrInt("axis"), n.operand(0)->rank())] = n.attrInt("k");
+  return TypeList{{n.operand(0)->dtype(), s}, {DType::I64, s}};
+}
+
+llvm::Error refTopK(const Node &n, const Inputs &in, Outputs &out) {
+  int64_t axis = *normalizeAxis(n.attrInt("axis"), in[0]->rank());
+  int64_t k = n.attrInt("k");
+  bool largest = n.attrInt("largest") != 0;
+  AxisSplit sp(in[0]->shape(), axis);
+  auto x = in[0]->toVector<double>();
+  std::vector<double> vals(sp.outer * k * sp.inner);
+  std::vector<int64_t> idx(vals.size());
+  std::vector<int64_t> order(sp.len);
+  for (int64_t o = 0; o < sp.outer; ++o)
+    for (int64_t i = 0; i < sp.inner; ++i) {
+      for (int64_t j = 0; j < sp.len; ++j)
+        order[j] = j;
+      // Ties keep the lower index first, as ONNX specifies.
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+        double va = x[sp.at(o, a, i)], vb = x[sp.at(o, b, i)];
+        return largest ? va > vb : va < vb;
+      });
+      for (int64_t j = 0; j < k; ++j) {
+        vals[(o * k + j) * sp.inner + i] = x[sp.at(o, order[j], i)];
+        idx[(o * k + j) * sp.inner + i] = order[j];
+      }
+    }
+  out[0] = Tensor::fromVector(out[0].type(), vals);
+  out[1] = Tensor::fromVector(out[1].type(), idx);
+  return ok();
+}
+
+llvm::Error refCumSum(const Node &n, const Inputs &in, Outputs &out) {
+  int64_t axis = *normalizeAxis(n.attrInt("axis"), in[0]->rank());
+  bool exclusive = n.attrInt("exclusive") != 0, reverse = n.attrInt("reverse") != 0;
+  AxisSplit sp(in[0]->shape(), axis);
+  return dispatch(in[0]->dtype(), [&](auto ct) -> llvm::Error {
+    using CT = std::conditional_t<std::is_same_v<decltype(ct), float>, double,
+                                  std::conditional_t<std::is_same_v<decltype(ct), bool>, int64_t,
+                                                     decltype(ct)>>;
+    auto x = in[0]->template toVector<CT>();
+    std::vector<CT> y(x.size());
+    for (int64_t o = 0; o < sp.outer; ++o)
+      for (int64_t i = 0; i < sp.inner; ++i) {
+        CT acc = 0;
+        for (int64_t step = 0; step < sp.len; ++step) {
+          int64_t k = reverse ? sp.len - 1 - step : step;
+          CT v = x[sp.at(o, k, i)];
+          if (exclusive) {
+            y[sp.at(o, k, i)] = acc;
+            acc += v;
+          } else {
+            acc += v;
+            y[sp.at(o, k, i)] = acc;
+          }
+        }
+      }
+    out[0] = Tensor::fromVector(out[0].type(), y);
+    return ok();
+  });
+}
+
 template <OpKind K> void reduce(OpTable &t, Fp16Policy fp16) {
   t.def(K)
       .operands(1)
@@ -186,6 +334,51 @@ void defineReduceOps(OpTable &t) {
       .verify(verifySoftmax)
       .infer(inferSameAsOperand0)
       .reference(refSoftmax<true>);
+  t.def(OpKind::Hardmax)
+      .operands(1)
+      .attr("axis", AttrKind::Int, int64_t{-1})
+      .fusion(FusionKind::CommReduce)
+      .fp16(Fp16Policy::Allow)
+      .layout(LayoutRule::axisAttrs())
+      .verify(verifySoftmax)
+      .infer(inferSameAsOperand0)
+      .reference(refHardmax);
+  for (OpKind k : {OpKind::ArgMax, OpKind::ArgMin})
+    t.def(k)
+        .operands(1)
+        .attr("axis", AttrKind::Int, int64_t{0})
+        .attr("keepdims", AttrKind::Int, int64_t{1})
+        .attr("select_last_index", AttrKind::Int, int64_t{0})
+        .fusion(FusionKind::CommReduce)
+        .fp16(Fp16Policy::Allow)
+        .layout(LayoutRule::axisAttrs())
+        .verify(verifyAxisOp)
+        .infer(inferArg)
+        .reference(k == OpKind::ArgMax ? refArg<true> : refArg<false>);
+  t.def(OpKind::TopK)
+      .operands(1)
+      .results(2)
+      .attr("axis", AttrKind::Int, int64_t{-1})
+      .attr("k", AttrKind::Int)
+      .attr("largest", AttrKind::Int, int64_t{1})
+      .attr("sorted", AttrKind::Int, int64_t{1})
+      .fusion(FusionKind::Opaque)
+      .fp16(Fp16Policy::Allow)
+      .layout(LayoutRule::axisAttrs())
+      .verify(verifyTopK)
+      .infer(inferTopK)
+      .reference(refTopK);
+  t.def(OpKind::CumSum)
+      .operands(1)
+      .attr("axis", AttrKind::Int)
+      .attr("exclusive", AttrKind::Int, int64_t{0})
+      .attr("reverse", AttrKind::Int, int64_t{0})
+      .fusion(FusionKind::Opaque)
+      .fp16(Fp16Policy::Deny)
+      .layout(LayoutRule::axisAttrs())
+      .verify(verifyAxisOp)
+      .infer(inferSameAsOperand0)
+      .reference(refCumSum);
 }
 
 } // namespace dlc::ir

@@ -1,0 +1,94 @@
+//===- Loss.cpp - Loss functions -------------------------------------------===//
+//
+// NegativeLogLikelihoodLoss(input[N,C,d...], target[N,d...], weight[C]?) with
+// ONNX semantics: ignored targets contribute neither loss nor weight, and "mean"
+// divides by the total weight of the counted targets. SoftmaxCrossEntropyLoss is
+// imported as LogSoftmax followed by this op.
+//===----------------------------------------------------------------------===//
+#include "OpUtils.h"
+
+#include <climits>
+
+namespace dlc::ir {
+namespace {
+using namespace ops;
+
+llvm::Error verifyNLL(const Node &n) {
+  if (auto e = requireType(n, 0, kFloat))
+    return e;
+  if (auto e = requireType(n, 1, kInt))
+    return e;
+  const Shape &x = n.operand(0)->shape(), &t = n.operand(1)->shape();
+  if (x.size() < 2)
+    return makeError("input must be [N, C, d...]");
+  Shape want{x[0]};
+  want.insert(want.end(), x.begin() + 2, x.end());
+  if (t != want)
+    return errorf("target must have shape {0}, got {1}", shapeStr(want), shapeStr(t));
+  if (Value *w = n.operand(2)) {
+    if (auto e = requireSameType(n, 0, 2))
+      return e;
+    if (w->shape() != Shape{x[1]})
+      return errorf("weight must have shape [{0}]", x[1]);
+  }
+  const std::string &r = n.attrString("reduction");
+  if (r != "none" && r != "sum" && r != "mean")
+    return errorf("unsupported reduction \"{0}\"", r);
+  return ok();
+}
+
+InferResult inferNLL(const Node &n) {
+  if (n.attrString("reduction") != "none")
+    return TypeList{{n.operand(0)->dtype(), {}}};
+  return TypeList{{n.operand(0)->dtype(), n.operand(1)->shape()}};
+}
+
+llvm::Error refNLL(const Node &n, const Inputs &in, Outputs &out) {
+  const Shape &xs = in[0]->shape();
+  int64_t N = xs[0], C = xs[1], D = in[1]->numElements() / std::max<int64_t>(N, 1);
+  int64_t ignore = n.attrInt("ignore_index"); // INT64_MIN (the default) ignores nothing
+  auto x = in[0]->toVector<double>();
+  std::vector<double> w;
+  if (in.size() > 2 && in[2])
+    w = in[2]->toVector<double>();
+  std::vector<double> loss(N * D);
+  double total = 0, weightSum = 0;
+  for (int64_t b = 0; b < N; ++b)
+    for (int64_t d = 0; d < D; ++d) {
+      int64_t t = in[1]->getInt(b * D + d);
+      if (t == ignore) {
+        loss[b * D + d] = 0;
+        continue;
+      }
+      if (t < 0 || t >= C)
+        return errorf("target {0} is out of range for {1} classes", t, C);
+      double wt = w.empty() ? 1.0 : w[t];
+      loss[b * D + d] = -x[(b * C + t) * D + d] * wt;
+      total += loss[b * D + d];
+      weightSum += wt;
+    }
+  const std::string &r = n.attrString("reduction");
+  if (r == "none")
+    out[0] = Tensor::fromVector(out[0].type(), loss);
+  else
+    out[0] = Tensor::fromVector(out[0].type(),
+                                std::vector<double>{r == "sum" ? total : total / weightSum});
+  return ok();
+}
+
+} // namespace
+
+void defineLossOps(OpTable &t) {
+  t.def(OpKind::NegativeLogLikelihoodLoss)
+      .operands(2, 3)
+      .attr("ignore_index", AttrKind::Int, int64_t{INT64_MIN})
+      .attr("reduction", AttrKind::String, "mean")
+      .fusion(FusionKind::CommReduce)
+      .fp16(Fp16Policy::Deny)
+      .layout(LayoutRule::fixed())
+      .verify(verifyNLL)
+      .infer(inferNLL)
+      .reference(refNLL);
+}
+
+} // namespace dlc::ir
