@@ -1,0 +1,506 @@
+//===- Importer.cpp - ONNX model import ------------------------------------===//
+//
+// load -> onnx::checker -> version conversion (<= 16 to 17) -> ONNX shape
+// inference -> ir::Graph through the handler table. Every failure is a value
+// whose message names the model file, node, op type and opset.
+//===----------------------------------------------------------------------===//
+#include "NodeImporter.h"
+
+#include <onnx/checker.h>
+#include <onnx/shape_inference/implementation.h>
+#include <onnx/version_converter/convert.h>
+
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <google/protobuf/io/coded_stream.h>
+
+#include <unordered_set>
+
+namespace dlc::frontend {
+
+using namespace ir;
+
+//===----------------------------------------------------------------------===//
+// Handler table
+//===----------------------------------------------------------------------===//
+
+static const std::vector<HandlerEntry> &handlerTable() {
+  static const std::vector<HandlerEntry> table = [] {
+    std::vector<HandlerEntry> t;
+    registerElementwiseHandlers(t);
+    registerNnHandlers(t);
+    registerShapeHandlers(t);
+    registerReduceHandlers(t);
+    registerControlHandlers(t);
+    return t;
+  }();
+  return table;
+}
+
+Handler findHandler(const std::string &opType, int64_t opset) {
+  for (const HandlerEntry &e : handlerTable())
+    if (opType == e.opType && opset >= e.sinceOpset && opset <= e.untilOpset)
+      return e.fn;
+  return nullptr;
+}
+
+std::vector<std::string> supportedOnnxOps() {
+  std::vector<std::string> ops;
+  for (const HandlerEntry &e : handlerTable())
+    ops.push_back(e.opType);
+  std::sort(ops.begin(), ops.end());
+  ops.erase(std::unique(ops.begin(), ops.end()), ops.end());
+  return ops;
+}
+
+bool hasHandler(const std::string &opType) {
+  for (const HandlerEntry &e : handlerTable())
+    if (opType == e.opType)
+      return true;
+  return false;
+}
+
+const char *outOfScopeReason(const std::string &op) {
+  static const std::pair<const char *, const char *> reasons[] = {
+      {"Loop", "loops (Loop/Scan) are not supported"},
+      {"Scan", "loops (Loop/Scan) are not supported"},
+      {"QuantizeLinear", "quantized ops are not supported"},
+      {"DequantizeLinear", "quantized ops are not supported"},
+      {"DynamicQuantizeLinear", "quantized ops are not supported"},
+      {"QLinearConv", "quantized ops are not supported"},
+      {"QLinearMatMul", "quantized ops are not supported"},
+      {"ConvInteger", "quantized ops are not supported"},
+      {"MatMulInteger", "quantized ops are not supported"},
+      {"DFT", "DFT/STFT are not supported"},
+      {"STFT", "DFT/STFT are not supported"},
+      {"MelWeightMatrix", "signal-processing ops are not supported"},
+      {"BlackmanWindow", "window functions are not supported"},
+      {"HammingWindow", "window functions are not supported"},
+      {"HannWindow", "window functions are not supported"},
+      {"RandomNormal", "random generators are not supported"},
+      {"RandomUniform", "random generators are not supported"},
+      {"RandomNormalLike", "random generators are not supported"},
+      {"RandomUniformLike", "random generators are not supported"},
+      {"Bernoulli", "random generators are not supported"},
+      {"Multinomial", "random generators are not supported"},
+      {"StringNormalizer", "string tensors are not supported"},
+      {"TfIdfVectorizer", "string tensors are not supported"},
+      {"RegexFullMatch", "string tensors are not supported"},
+      {"SequenceEmpty", "sequence types are not supported"},
+      {"SequenceConstruct", "sequence types are not supported"},
+      {"SequenceInsert", "sequence types are not supported"},
+      {"SequenceAt", "sequence types are not supported"},
+      {"SequenceErase", "sequence types are not supported"},
+      {"SequenceLength", "sequence types are not supported"},
+      {"SequenceMap", "sequence types are not supported"},
+      {"SplitToSequence", "sequence types are not supported"},
+      {"ConcatFromSequence", "sequence types are not supported"},
+      {"Optional", "optional types are not supported"},
+      {"OptionalGetElement", "optional types are not supported"},
+      {"OptionalHasElement", "optional types are not supported"},
+      {"NonMaxSuppression", "NonMaxSuppression has a data-dependent output shape"},
+      {"Unique", "Unique has a data-dependent output shape"},
+      {"Adagrad", "training ops from ai.onnx.preview.training are not supported"},
+      {"Adam", "training ops from ai.onnx.preview.training are not supported"},
+      {"Momentum", "training ops from ai.onnx.preview.training are not supported"},
+      {"Gradient", "training ops from ai.onnx.preview.training are not supported"},
+  };
+  for (const auto &[name, why] : reasons)
+    if (op == name)
+      return why;
+  return nullptr;
+}
+
+//===----------------------------------------------------------------------===//
+// Importer
+//===----------------------------------------------------------------------===//
+
+int64_t Importer::opsetFor(const std::string &domain) const {
+  auto it = opsets_.find(domain == "ai.onnx" ? "" : domain);
+  return it == opsets_.end() ? -1 : it->second;
+}
+
+std::string describeOnnxNode(const onnx::NodeProto &n, int64_t opset) {
+  std::string s = "node ";
+  s += n.name().empty() ? "(unnamed)" : "'" + n.name() + "'";
+  s += " (" + n.op_type();
+  if (!n.domain().empty() && n.domain() != "ai.onnx")
+    s += ", domain " + n.domain();
+  s += ", opset " + std::to_string(opset) + ")";
+  return s;
+}
+
+llvm::Error Importer::importInitializers(const onnx::GraphProto &g, Scope &scope) {
+  for (const auto &init : g.initializer()) {
+    if (opts_.bindings.count(init.name()))
+      continue;
+    auto t = tensorFromOnnx(init, &ext_);
+    if (!t)
+      return t.takeError();
+    scope.bind(init.name(), g_.addConstant(init.name(), std::move(*t)));
+  }
+  if (g.sparse_initializer_size())
+    return makeError("sparse initializers are not supported");
+  return llvm::Error::success();
+}
+
+void Importer::importNodes(const onnx::GraphProto &g, Scope &scope) {
+  for (const onnx::NodeProto &n : g.node()) {
+    bool defaultDomain = n.domain().empty() || n.domain() == "ai.onnx";
+    int64_t opset = opsetFor(n.domain());
+    auto poisonOutputs = [&] {
+      for (const auto &o : n.output())
+        if (!o.empty())
+          scope.poison(o);
+    };
+    auto fail = [&](const std::string &msg) {
+      errors_.push_back(describeOnnxNode(n, opset) + ": " + msg);
+      poisonOutputs();
+    };
+    bool skip = false;
+    for (const auto &in : n.input()) {
+      if (in.empty())
+        continue;
+      if (scope.isPoisoned(in)) {
+        skip = true; // an earlier failure already reported the cause
+        break;
+      }
+      if (!scope.lookup(in)) {
+        fail("input '" + in + "' is not defined before this node (the graph is not "
+                              "topologically sorted, has a cycle, or misses an initializer)");
+        skip = true;
+        break;
+      }
+    }
+    if (skip) {
+      poisonOutputs();
+      continue;
+    }
+    if (!defaultDomain) {
+      fail("unsupported op domain '" + n.domain() + "'");
+      continue;
+    }
+    Handler h = findHandler(n.op_type(), opset);
+    if (!h) {
+      const char *why = outOfScopeReason(n.op_type());
+      fail(why ? std::string("unsupported op: ") + why : "unsupported op (no importer for " +
+                                                              n.op_type() + " at this opset)");
+      continue;
+    }
+    NodeImporter ni(*this, scope, n, opset);
+    if (auto e = h(ni)) {
+      fail(llvm::toString(std::move(e)));
+      continue;
+    }
+    for (int i = 0; i < n.output_size(); ++i)
+      if (!n.output(i).empty() && !scope.lookup(n.output(i)))
+        fail("internal error: output " + std::to_string(i) + " was not produced");
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Model-level steps
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+llvm::Expected<TensorType> valueType(const onnx::ValueInfoProto &vi, const ImportOptions &opts,
+                                     std::vector<std::string> &notes) {
+  const std::string &name = vi.name();
+  if (!vi.type().has_tensor_type())
+    return errorf("input '{0}' is not a tensor: unsupported type (sequence, map and optional "
+                  "types are not supported)",
+                  name);
+  const auto &tt = vi.type().tensor_type();
+  auto dt = dtypeFromOnnx(tt.elem_type());
+  if (!dt)
+    return errorf("input '{0}' has unsupported element type {1}", name, onnxTypeName(tt.elem_type()));
+  auto override = opts.inputShapes.find(name);
+  if (override != opts.inputShapes.end()) {
+    if (tt.has_shape() && tt.shape().dim_size() != static_cast<int>(override->second.size()))
+      return errorf("--input-shape for '{0}' has rank {1}, the model declares rank {2}", name,
+                    override->second.size(), tt.shape().dim_size());
+    return TensorType(*dt, override->second);
+  }
+  if (!tt.has_shape())
+    return errorf("input '{0}' has no shape; give one with --input-shape {0}=d0,d1,...", name);
+  Shape s;
+  for (const auto &d : tt.shape().dim()) {
+    if (d.has_dim_value()) {
+      if (d.dim_value() < 0)
+        return errorf("input '{0}' has negative dimension {1}", name, d.dim_value());
+      s.push_back(d.dim_value());
+    } else {
+      s.push_back(opts.defaultDimValue);
+      notes.push_back("input '" + name + "' dimension " + std::to_string(s.size() - 1) +
+                      (d.has_dim_param() ? " ('" + d.dim_param() + "')" : std::string()) +
+                      " is not static; using " + std::to_string(opts.defaultDimValue) +
+                      " (override with --input-shape " + name + "=...)");
+    }
+  }
+  TensorType t(*dt, s);
+  if (!t.checkedNumElements() || *t.checkedNumElements() > (int64_t{1} << 40))
+    return errorf("input '{0}' has too many elements: {1}", name, t.str());
+  return t;
+}
+
+/// Checks a declared ONNX output type against the imported value's type (static dims only).
+llvm::Error checkOutputType(const onnx::ValueInfoProto &vi, const Value *v) {
+  if (!vi.type().has_tensor_type())
+    return llvm::Error::success();
+  const auto &tt = vi.type().tensor_type();
+  if (tt.elem_type() != 0) {
+    auto dt = dtypeFromOnnx(tt.elem_type());
+    if (!dt || *dt != v->dtype())
+      return errorf("output '{0}' is declared {1} but computes {2}", vi.name(),
+                    onnxTypeName(tt.elem_type()), dtypeName(v->dtype()));
+  }
+  if (tt.has_shape()) {
+    if (tt.shape().dim_size() != v->rank())
+      return errorf("output '{0}' is declared with rank {1} but computes {2}", vi.name(),
+                    tt.shape().dim_size(), v->type().str());
+    for (int i = 0; i < tt.shape().dim_size(); ++i) {
+      const auto &d = tt.shape().dim(i);
+      if (d.has_dim_value() && d.dim_value() != v->shape()[i])
+        return errorf("output '{0}' dimension {1} is declared {2} but computes {3}", vi.name(), i,
+                      d.dim_value(), v->shape()[i]);
+    }
+  }
+  return llvm::Error::success();
+}
+
+void collectExternalTensors(const onnx::GraphProto &g, std::vector<const onnx::TensorProto *> &out) {
+  auto visit = [&](const onnx::TensorProto &t) {
+    if (t.data_location() == onnx::TensorProto::EXTERNAL)
+      out.push_back(&t);
+  };
+  for (const auto &t : g.initializer())
+    visit(t);
+  for (const auto &n : g.node())
+    for (const auto &a : n.attribute()) {
+      if (a.has_t())
+        visit(a.t());
+      for (const auto &t : a.tensors())
+        visit(t);
+      if (a.has_g())
+        collectExternalTensors(a.g(), out);
+      for (const auto &sg : a.graphs())
+        collectExternalTensors(sg, out);
+    }
+}
+
+/// onnx::checker::check_model with the model's directory set, so that external data
+/// is looked up next to the model rather than in the current directory.
+void checkModel(const onnx::ModelProto &model, const std::string &modelDir) {
+  if (!model.ir_version())
+    fail_check("the model does not have an ir_version set properly");
+  if (model.ir_version() > onnx::IR_VERSION)
+    fail_check("the model's ir_version ", model.ir_version(),
+                              " is newer than this ONNX library supports (", onnx::IR_VERSION, ")");
+  std::unordered_map<std::string, int> opsets;
+  for (const auto &o : model.opset_import())
+    opsets[o.domain()] = static_cast<int>(o.version());
+  onnx::checker::CheckerContext ctx;
+  ctx.set_ir_version(static_cast<int>(model.ir_version()));
+  ctx.set_opset_imports(opsets);
+  ctx.set_model_dir(modelDir);
+  onnx::checker::LexicalScopeContext lex;
+  onnx::checker::check_graph(model.graph(), ctx, lex);
+  onnx::checker::check_model_local_functions(model, ctx, lex);
+}
+
+std::string joinErrors(const std::string &file, const std::vector<std::string> &errs) {
+  std::string msg;
+  for (size_t i = 0; i < errs.size(); ++i)
+    msg += (i ? "\n" : "") + file + ": " + errs[i];
+  if (errs.size() > 1)
+    msg += "\n" + file + ": " + std::to_string(errs.size()) + " nodes could not be imported";
+  return msg;
+}
+
+} // namespace
+
+llvm::Expected<ImportResult> importOnnxBytes(llvm::StringRef bytes, const std::string &file,
+                                             const std::string &modelDir,
+                                             const ImportOptions &opts) {
+  onnx::ModelProto model;
+  {
+    google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t *>(bytes.data()),
+                                              static_cast<int>(std::min<size_t>(bytes.size(), INT32_MAX)));
+    in.SetTotalBytesLimit(INT32_MAX);
+    if (bytes.empty() || !model.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
+      return errorf("{0}: not a valid ONNX model (the protobuf could not be parsed; is the file "
+                    "truncated or not an .onnx file?)",
+                    file);
+  }
+  if (!model.has_graph())
+    return errorf("{0}: not a valid ONNX model (no graph)", file);
+
+  ImportResult result;
+  std::unordered_map<std::string, int64_t> opsets;
+  for (const auto &o : model.opset_import())
+    opsets[o.domain() == "ai.onnx" ? "" : o.domain()] = o.version();
+  if (!opsets.count(""))
+    return errorf("{0}: unsupported: the model imports no version of the default ONNX domain "
+                  "(only {1})",
+                  file, model.opset_import_size() ? model.opset_import(0).domain() : "nothing");
+  result.originalOpset = opsets[""];
+  if (result.originalOpset < 1 || result.originalOpset > 21)
+    return errorf("{0}: opset {1} is not supported (dlc imports opsets 7 to 21)", file,
+                  result.originalOpset);
+
+  // Unsupported ops first, all at once: that is what a user needs to know before
+  // anything about shapes or types.
+  {
+    std::vector<std::string> unsupported;
+    for (const auto &n : model.graph().node()) {
+      int64_t opset = opsets.count(n.domain() == "ai.onnx" ? "" : n.domain())
+                          ? opsets[n.domain() == "ai.onnx" ? "" : n.domain()]
+                          : -1;
+      std::string where = describeOnnxNode(n, opset);
+      if (!n.domain().empty() && n.domain() != "ai.onnx")
+        unsupported.push_back(where + ": unsupported op domain '" + n.domain() + "'");
+      else if (!hasHandler(n.op_type())) { // opset-specific gaps surface while importing
+        const char *why = outOfScopeReason(n.op_type());
+        unsupported.push_back(where + ": unsupported op" +
+                              (why ? std::string(": ") + why : std::string()));
+      }
+    }
+    if (!unsupported.empty())
+      return makeError(joinErrors(file, unsupported));
+  }
+  // External data is validated by dlc's own rules before anything else opens a file.
+  ExternalDataLoader ext(modelDir);
+  {
+    std::vector<const onnx::TensorProto *> external;
+    collectExternalTensors(model.graph(), external);
+    for (const onnx::TensorProto *t : external)
+      if (auto e = ext.check(*t))
+        return errorf("{0}: {1}", file, llvm::toString(std::move(e)));
+  }
+  if (opts.runChecker) {
+    try {
+      checkModel(model, modelDir);
+    } catch (const std::exception &e) {
+      std::string what = e.what();
+      while (!what.empty() && (what.back() == '\n' || what.back() == ' '))
+        what.pop_back();
+      std::replace(what.begin(), what.end(), '\n', ' ');
+      return errorf("{0}: invalid ONNX model: {1}", file, what);
+    }
+  }
+
+  // Shape inference runs before the version converter too: its adapters (e.g. the
+  // broadcasting rules of opset 7) need the input shapes.
+  auto inferShapes = [&](const char *when) {
+    try {
+      onnx::ShapeInferenceOptions siOpts(/*check_type=*/false, /*error_mode=*/0,
+                                         /*enable_data_propagation=*/true);
+      onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(), siOpts);
+    } catch (const std::exception &e) {
+      std::string what = e.what();
+      std::replace(what.begin(), what.end(), '\n', ' ');
+      result.notes.push_back(std::string("ONNX shape inference failed ") + when + " (" + what +
+                             "); dlc infers shapes itself");
+    }
+  };
+  if (opts.convertVersion && result.originalOpset < 17) {
+    inferShapes("before opset conversion");
+    try {
+      model = onnx::version_conversion::ConvertVersion(model, 17);
+      opsets[""] = 17;
+    } catch (const std::exception &e) {
+      std::string what = e.what();
+      std::replace(what.begin(), what.end(), '\n', ' ');
+      result.notes.push_back("opset " + std::to_string(result.originalOpset) +
+                             " could not be converted to 17 (" + what +
+                             "); importing at the original opset");
+    }
+  }
+  if (opsets[""] < 7)
+    return errorf("{0}: opset {1} is not supported (dlc imports opsets 7 to 21) and could not be "
+                  "converted: {2}",
+                  file, opsets[""], result.notes.empty() ? std::string() : result.notes.back());
+  result.opset = opsets[""];
+  inferShapes("on the model");
+
+  const onnx::GraphProto &gp = model.graph();
+  auto g = std::make_unique<Graph>(gp.name().empty() ? "main" : gp.name());
+  Importer imp(*g, opts, ext, opsets);
+  Scope scope;
+
+  std::unordered_set<std::string> initNames;
+  for (const auto &i : gp.initializer())
+    initNames.insert(i.name());
+  for (const auto &in : gp.input()) {
+    if (initNames.count(in.name()) && !opts.bindings.count(in.name()))
+      continue; // an initializer listed as input (IR version < 4) is a constant
+    auto bound = opts.bindings.find(in.name());
+    if (bound != opts.bindings.end()) {
+      scope.bind(in.name(), g->addConstant(in.name(), bound->second));
+      continue;
+    }
+    auto t = valueType(in, opts, result.notes);
+    if (!t)
+      return errorf("{0}: {1}", file, llvm::toString(t.takeError()));
+    scope.bind(in.name(), g->addInput(in.name(), *t));
+  }
+  for (const auto &[name, t] : opts.bindings)
+    if (!scope.lookup(name))
+      return errorf("{0}: cannot bind '{1}': the model has no input of that name", file, name);
+  if (auto e = imp.importInitializers(gp, scope))
+    return errorf("{0}: {1}", file, llvm::toString(std::move(e)));
+
+  imp.importNodes(gp, scope);
+  if (!imp.errors().empty())
+    return makeError(joinErrors(file, imp.errors()));
+
+  for (const auto &out : gp.output()) {
+    Value *v = scope.lookup(out.name());
+    if (!v)
+      return errorf("{0}: graph output '{1}' is not produced by any node", file, out.name());
+    if (auto e = checkOutputType(out, v))
+      return errorf("{0}: {1}", file, llvm::toString(std::move(e)));
+    g->addOutput(out.name(), v);
+  }
+  if (g->outputs().empty())
+    return errorf("{0}: the graph has no outputs", file);
+  g->removeUnusedConstants();
+  if (auto e = verifyGraph(*g))
+    return errorf("{0}: internal error: the imported graph does not verify: {1}", file,
+                  llvm::toString(std::move(e)));
+  result.specializedInputs = imp.specialized();
+  result.graph = std::move(g);
+  return result;
+}
+
+llvm::Expected<ImportResult> importOnnxFile(const std::string &path, const ImportOptions &opts) {
+  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
+  if (!buf)
+    return errorf("cannot read '{0}': {1}", path, buf.getError().message());
+  llvm::SmallString<256> dir(path);
+  llvm::sys::path::remove_filename(dir);
+  if (dir.empty())
+    dir = ".";
+  return importOnnxBytes((*buf)->getBuffer(), path, std::string(dir), opts);
+}
+
+llvm::Expected<std::vector<std::string>> onnxInputNames(const std::string &path) {
+  auto buf = llvm::MemoryBuffer::getFile(path, false, false);
+  if (!buf)
+    return errorf("cannot read '{0}': {1}", path, buf.getError().message());
+  onnx::ModelProto model;
+  if (!model.ParseFromArray((*buf)->getBufferStart(), static_cast<int>((*buf)->getBufferSize())))
+    return errorf("{0}: not a valid ONNX model", path);
+  std::unordered_set<std::string> inits;
+  for (const auto &i : model.graph().initializer())
+    inits.insert(i.name());
+  std::vector<std::string> names;
+  for (const auto &in : model.graph().input())
+    if (!inits.count(in.name()))
+      names.push_back(in.name());
+  return names;
+}
+
+} // namespace dlc::frontend

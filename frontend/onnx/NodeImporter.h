@@ -1,0 +1,152 @@
+//===- NodeImporter.h - The context handed to op handlers -------*- C++ -*-===//
+#pragma once
+
+#include "OnnxUtil.h"
+
+#include "dlc/frontend/OnnxImporter.h"
+
+#include <functional>
+#include <set>
+#include <unordered_map>
+
+namespace dlc::frontend {
+
+/// Maps ONNX value names to IR values; subgraphs (If branches) see their parents.
+class Scope {
+public:
+  explicit Scope(Scope *parent = nullptr) : parent_(parent) {}
+  ir::Value *lookup(const std::string &name) const;
+  bool isPoisoned(const std::string &name) const;
+  void bind(const std::string &name, ir::Value *v) { values_[name] = v; }
+  /// Rebinds every name bound to `from` (in this scope and its parents) to `to`.
+  void replaceValue(ir::Value *from, ir::Value *to);
+  void poison(const std::string &name) { poisoned_.insert(name); }
+
+private:
+  Scope *parent_;
+  std::unordered_map<std::string, ir::Value *> values_;
+  std::set<std::string> poisoned_;
+};
+
+class Importer;
+
+/// Everything a handler needs to translate one ONNX node.
+class NodeImporter {
+public:
+  NodeImporter(Importer &imp, Scope &scope, const onnx::NodeProto &node, int64_t opset);
+
+  const onnx::NodeProto &proto() const { return node_; }
+  const std::string &opType() const { return node_.op_type(); }
+  int64_t opset() const { return opset_; }
+  ir::Graph &graph();
+  Importer &importer() { return imp_; }
+  Scope &scope() { return scope_; }
+
+  // Inputs. Absent optional inputs (missing or named "") are null.
+  size_t numInputs() const { return static_cast<size_t>(node_.input_size()); }
+  ir::Value *input(size_t i) const;
+  bool hasInput(size_t i) const { return input(i) != nullptr; }
+  /// Data of input i when it is a compile-time constant, else null. A graph input
+  /// listed in ImportOptions::specializable becomes a constant here.
+  const ir::Tensor *constInput(size_t i);
+  /// Input i as integers; it must be a constant ("what" names it in the error).
+  llvm::Expected<std::vector<int64_t>> constInts(size_t i, const char *what);
+  llvm::Expected<std::vector<float>> constFloats(size_t i, const char *what);
+
+  // Attributes (with ONNX defaults given by the handler).
+  const onnx::AttributeProto *attr(const std::string &name) const;
+  bool hasAttr(const std::string &name) const { return attr(name) != nullptr; }
+  int64_t attrInt(const std::string &name, int64_t dflt) const;
+  float attrFloat(const std::string &name, float dflt) const;
+  std::string attrString(const std::string &name, const std::string &dflt) const;
+  std::vector<int64_t> attrInts(const std::string &name, std::vector<int64_t> dflt = {}) const;
+  std::vector<float> attrFloats(const std::string &name, std::vector<float> dflt = {}) const;
+  std::vector<std::string> attrStrings(const std::string &name) const;
+  llvm::Expected<ir::Tensor> attrTensor(const std::string &name) const;
+  /// Converts the ONNX attributes listed in `names` (when present) to IR attributes,
+  /// using the kinds of op `k`'s schema. Other attributes must be in `ignored`.
+  llvm::Expected<ir::AttrMap> copyAttrs(ir::OpKind k, const std::vector<std::string> &ignored = {}) const;
+
+  // Building. Nodes whose operands are all constants are folded on the spot.
+  llvm::Expected<ir::Value *> op(ir::OpKind k, std::vector<ir::Value *> operands,
+                                 ir::AttrMap attrs = {});
+  llvm::Expected<std::vector<ir::Value *>> opMulti(ir::OpKind k, std::vector<ir::Value *> operands,
+                                                   ir::AttrMap attrs, unsigned numResults);
+  ir::Value *constant(ir::Tensor t, const std::string &hint = "");
+  ir::Value *scalar(ir::DType dt, double v);
+  ir::Value *ints(const std::vector<int64_t> &v);
+
+  // Outputs.
+  size_t numOutputs() const { return static_cast<size_t>(node_.output_size()); }
+  bool wantsOutput(size_t i) const { return i < numOutputs() && !node_.output(i).empty(); }
+  void setOutput(size_t i, ir::Value *v);
+
+  // Errors; the importer prefixes file, node, op type and opset.
+  llvm::Error error(const std::string &msg) const { return ir::makeError(msg); }
+  llvm::Error unsupported(const std::string &what) const {
+    return ir::makeError("unsupported: " + what);
+  }
+
+private:
+  Importer &imp_;
+  Scope &scope_;
+  const onnx::NodeProto &node_;
+  int64_t opset_;
+  std::set<const ir::Value *> created_;
+};
+
+using Handler = llvm::Error (*)(NodeImporter &);
+
+struct HandlerEntry {
+  const char *opType;
+  int sinceOpset; // inclusive
+  int untilOpset; // inclusive
+  Handler fn;
+};
+
+/// Registration per op family (frontend/onnx/handlers/*.cpp).
+void registerElementwiseHandlers(std::vector<HandlerEntry> &t);
+void registerNnHandlers(std::vector<HandlerEntry> &t);
+void registerShapeHandlers(std::vector<HandlerEntry> &t);
+void registerReduceHandlers(std::vector<HandlerEntry> &t);
+void registerControlHandlers(std::vector<HandlerEntry> &t);
+
+/// "node 'name' (OpType, opset N)" for messages.
+std::string describeOnnxNode(const onnx::NodeProto &n, int64_t opset);
+
+/// The handler for op type at opset, or null.
+Handler findHandler(const std::string &opType, int64_t opset);
+/// Whether any opset of the op type has a handler.
+bool hasHandler(const std::string &opType);
+/// A reason when the op type is known to be out of scope (quantized, sequences, ...).
+const char *outOfScopeReason(const std::string &opType);
+
+/// State shared by all nodes of one import (implemented in Importer.cpp).
+class Importer {
+public:
+  Importer(ir::Graph &g, const ImportOptions &opts, ExternalDataLoader &ext,
+           std::unordered_map<std::string, int64_t> opsets)
+      : g_(g), opts_(opts), ext_(ext), opsets_(std::move(opsets)) {}
+  ir::Graph &graph() { return g_; }
+  const ImportOptions &options() const { return opts_; }
+  ExternalDataLoader &externalData() { return ext_; }
+  int64_t opsetFor(const std::string &domain) const;
+
+  /// Imports the nodes of a (sub)graph into the current graph; errors are collected,
+  /// and outputs of failed nodes are poisoned so their users are skipped.
+  void importNodes(const onnx::GraphProto &g, Scope &scope);
+  /// Binds a subgraph's initializers in `scope`.
+  llvm::Error importInitializers(const onnx::GraphProto &g, Scope &scope);
+  std::vector<std::string> &errors() { return errors_; }
+  std::vector<std::string> &specialized() { return specialized_; }
+
+private:
+  ir::Graph &g_;
+  const ImportOptions &opts_;
+  ExternalDataLoader &ext_;
+  std::unordered_map<std::string, int64_t> opsets_;
+  std::vector<std::string> errors_;
+  std::vector<std::string> specialized_;
+};
+
+} // namespace dlc::frontend

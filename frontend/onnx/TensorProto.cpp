@@ -1,0 +1,137 @@
+#include "OnnxUtil.h"
+
+#include "dlc/ir/Graph.h"
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "dlc/frontend/OnnxImporter.h"
+
+namespace dlc::frontend {
+
+using ir::DType;
+
+std::optional<DType> dtypeFromOnnx(int32_t e) {
+  switch (e) {
+  case onnx::TensorProto::FLOAT: return DType::F32;
+  case onnx::TensorProto::UINT8: return DType::U8;
+  case onnx::TensorProto::INT8: return DType::I8;
+  case onnx::TensorProto::UINT16: return DType::U16;
+  case onnx::TensorProto::INT16: return DType::I16;
+  case onnx::TensorProto::INT32: return DType::I32;
+  case onnx::TensorProto::INT64: return DType::I64;
+  case onnx::TensorProto::BOOL: return DType::Bool;
+  case onnx::TensorProto::FLOAT16: return DType::F16;
+  case onnx::TensorProto::DOUBLE: return DType::F64;
+  case onnx::TensorProto::UINT32: return DType::U32;
+  case onnx::TensorProto::UINT64: return DType::U64;
+  case onnx::TensorProto::BFLOAT16: return DType::BF16;
+  default: return std::nullopt;
+  }
+}
+
+int32_t dtypeToOnnx(DType t) {
+  for (int32_t e = 1; e <= 16; ++e)
+    if (dtypeFromOnnx(e) == t)
+      return e;
+  return 0;
+}
+
+std::string onnxTypeName(int32_t e) {
+  if (onnx::TensorProto::DataType_IsValid(e))
+    return onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(e));
+  return "type " + std::to_string(e);
+}
+
+llvm::Expected<ir::Tensor> tensorFromOnnx(const onnx::TensorProto &t, ExternalDataLoader *ext) {
+  auto dt = dtypeFromOnnx(t.data_type());
+  if (!dt)
+    return ir::errorf("tensor '{0}' has unsupported element type {1}", t.name(),
+                      onnxTypeName(t.data_type()));
+  if (t.has_segment())
+    return ir::errorf("tensor '{0}' is segmented, which is not supported", t.name());
+  ir::Shape shape(t.dims().begin(), t.dims().end());
+  ir::TensorType type(*dt, shape);
+  auto n = type.checkedNumElements();
+  if (!n || *n > (int64_t{1} << 40))
+    return ir::errorf("tensor '{0}' has invalid dimensions {1}", t.name(), ir::shapeStr(shape));
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+    if (!ext)
+      return ir::errorf("tensor '{0}' uses external data, which is not allowed here", t.name());
+    return ext->load(t, type);
+  }
+  size_t es = ir::dtypeSize(*dt);
+  if (!t.raw_data().empty() || (*n == 0)) {
+    if (t.raw_data().size() != static_cast<size_t>(*n) * es)
+      return ir::errorf("tensor '{0}' of type {1} has {2} bytes of raw data, expected {3}", t.name(),
+                        type.str(), t.raw_data().size(), static_cast<size_t>(*n) * es);
+    ir::Tensor r(type);
+    if (*n)
+      std::memcpy(r.mutableRaw(), t.raw_data().data(), r.byteSize());
+    return r;
+  }
+  ir::Tensor r(type);
+  void *p = r.mutableRaw();
+  auto sizeError = [&](int count) {
+    return ir::errorf("tensor '{0}' of type {1} has {2} values, expected {3}", t.name(), type.str(),
+                      count, *n);
+  };
+  switch (t.data_type()) {
+  case onnx::TensorProto::FLOAT:
+    if (t.float_data_size() != *n)
+      return sizeError(t.float_data_size());
+    std::memcpy(p, t.float_data().data(), *n * 4);
+    break;
+  case onnx::TensorProto::DOUBLE:
+    if (t.double_data_size() != *n)
+      return sizeError(t.double_data_size());
+    std::memcpy(p, t.double_data().data(), *n * 8);
+    break;
+  case onnx::TensorProto::INT64:
+    if (t.int64_data_size() != *n)
+      return sizeError(t.int64_data_size());
+    std::memcpy(p, t.int64_data().data(), *n * 8);
+    break;
+  case onnx::TensorProto::UINT32:
+  case onnx::TensorProto::UINT64:
+    if (t.uint64_data_size() != *n)
+      return sizeError(t.uint64_data_size());
+    for (int64_t i = 0; i < *n; ++i)
+      ir::storeElement<uint64_t>(*dt, p, i, t.uint64_data(i));
+    break;
+  case onnx::TensorProto::FLOAT16:
+  case onnx::TensorProto::BFLOAT16: // int32_data holds the 16-bit patterns
+    if (t.int32_data_size() != *n)
+      return sizeError(t.int32_data_size());
+    for (int64_t i = 0; i < *n; ++i) {
+      uint16_t bits = static_cast<uint16_t>(t.int32_data(i));
+      std::memcpy(static_cast<char *>(p) + 2 * i, &bits, 2);
+    }
+    break;
+  default: // INT32, INT16, INT8, UINT16, UINT8, BOOL in int32_data
+    if (t.int32_data_size() != *n)
+      return sizeError(t.int32_data_size());
+    for (int64_t i = 0; i < *n; ++i)
+      ir::storeElement<int64_t>(*dt, p, i, t.int32_data(i));
+    break;
+  }
+  return r;
+}
+
+llvm::Expected<std::pair<std::string, ir::Tensor>> readTensorProtoFile(const std::string &path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f)
+    return ir::errorf("cannot read '{0}'", path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  onnx::TensorProto t;
+  if (!t.ParseFromString(ss.str()))
+    return ir::errorf("'{0}' is not a serialized ONNX TensorProto", path);
+  auto r = tensorFromOnnx(t, nullptr);
+  if (!r)
+    return ir::errorf("{0}: {1}", path, llvm::toString(r.takeError()));
+  return std::make_pair(t.name(), std::move(*r));
+}
+
+} // namespace dlc::frontend

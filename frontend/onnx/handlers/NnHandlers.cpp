@@ -1,0 +1,212 @@
+//===- NnHandlers.cpp - ONNX conv, pooling, normalization, GEMM, RNN -------===//
+#include "Common.h"
+
+namespace dlc::frontend {
+namespace {
+
+using namespace ir;
+
+Shape spatialOf(const Value *v) { return Shape(v->shape().begin() + 2, v->shape().end()); }
+
+llvm::Error importConv(NodeImporter &ni) {
+  Value *x = ni.input(0), *w = ni.input(1);
+  if (x->rank() < 3 || w->rank() != x->rank())
+    return ni.error("X and W must have the same rank >= 3, got " + x->type().str() + " and " +
+                    w->type().str());
+  Shape kernel = spatialOf(w);
+  if (ni.hasAttr("kernel_shape") && ni.attrInts("kernel_shape") != kernel)
+    return ni.error("kernel_shape " + shapeStr(ni.attrInts("kernel_shape")) +
+                    " does not match the weight's spatial shape " + shapeStr(kernel));
+  auto strides = ni.attrInts("strides"), dilations = ni.attrInts("dilations");
+  DLC_TRY(pads, resolvePads(ni, spatialOf(x), kernel, strides, dilations));
+  AttrMap a{{"pads", Attribute(pads)}, {"group", Attribute(ni.attrInt("group", 1))}};
+  if (!strides.empty())
+    a["strides"] = Attribute(strides);
+  if (!dilations.empty())
+    a["dilations"] = Attribute(dilations);
+  DLC_TRY(r, ni.op(OpKind::Conv, allInputs(ni), a));
+  ni.setOutput(0, r);
+  return llvm::Error::success();
+}
+
+llvm::Error importConvTranspose(NodeImporter &ni) {
+  Value *x = ni.input(0), *w = ni.input(1);
+  if (x->rank() < 3 || w->rank() != x->rank())
+    return ni.error("X and W must have the same rank >= 3");
+  int64_t k = x->rank() - 2;
+  Shape kernel = spatialOf(w), in = spatialOf(x);
+  auto strides = ni.attrInts("strides", Shape(k, 1));
+  auto dilations = ni.attrInts("dilations", Shape(k, 1));
+  auto outPad = ni.attrInts("output_padding", Shape(k, 0));
+  auto outShape = ni.attrInts("output_shape");
+  std::string autoPad = ni.attrString("auto_pad", "NOTSET");
+  if (strides.size() != size_t(k) || dilations.size() != size_t(k) || outPad.size() != size_t(k))
+    return ni.error("strides, dilations and output_padding need one value per spatial dim");
+  Shape pads = ni.attrInts("pads", Shape(2 * k, 0));
+  if (outShape.size() == size_t(k) + 2)
+    outShape.erase(outShape.begin(), outShape.begin() + 2);
+  if (outShape.empty() && (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER"))
+    for (int64_t i = 0; i < k; ++i)
+      outShape.push_back(in[i] * strides[i]);
+  if (!outShape.empty()) {
+    if (outShape.size() != size_t(k))
+      return ni.error("output_shape must have one value per spatial dim");
+    for (int64_t i = 0; i < k; ++i) {
+      int64_t total = strides[i] * (in[i] - 1) + outPad[i] + ((kernel[i] - 1) * dilations[i] + 1) -
+                      outShape[i];
+      if (total < 0) { // the requested output is larger: grow it at the end
+        outPad[i] -= total;
+        total = 0;
+      }
+      bool upper = autoPad != "SAME_LOWER";
+      pads[i] = upper ? total / 2 : total - total / 2;
+      pads[i + k] = upper ? total - total / 2 : total / 2;
+    }
+  } else if (autoPad == "VALID") {
+    pads.assign(2 * k, 0);
+  }
+  AttrMap a{{"pads", Attribute(pads)},
+            {"strides", Attribute(strides)},
+            {"dilations", Attribute(dilations)},
+            {"output_padding", Attribute(outPad)},
+            {"group", Attribute(ni.attrInt("group", 1))}};
+  DLC_TRY(r, ni.op(OpKind::ConvTranspose, allInputs(ni), a));
+  ni.setOutput(0, r);
+  return llvm::Error::success();
+}
+
+llvm::Error importPool(NodeImporter &ni) {
+  bool isMax = ni.opType() == "MaxPool";
+  Value *x = ni.input(0);
+  if (x->rank() < 3)
+    return ni.error("input must have rank >= 3, got " + x->type().str());
+  auto kernel = ni.attrInts("kernel_shape");
+  auto strides = ni.attrInts("strides"), dilations = ni.attrInts("dilations");
+  if (kernel.size() != size_t(x->rank() - 2))
+    return ni.error("kernel_shape must have one value per spatial dim");
+  DLC_TRY(pads, resolvePads(ni, spatialOf(x), kernel, strides, dilations));
+  AttrMap a{{"kernel_shape", Attribute(kernel)}, {"pads", Attribute(pads)}};
+  if (!strides.empty())
+    a["strides"] = Attribute(strides);
+  if (!dilations.empty())
+    a["dilations"] = Attribute(dilations);
+  if (ni.attrInt("ceil_mode", 0))
+    a["ceil_mode"] = Attribute(int64_t{1});
+  if (isMax && ni.attrInt("storage_order", 0))
+    a["storage_order"] = Attribute(int64_t{1});
+  if (!isMax && ni.attrInt("count_include_pad", 0))
+    a["count_include_pad"] = Attribute(int64_t{1});
+  unsigned outs = isMax && ni.wantsOutput(1) ? 2 : 1;
+  DLC_TRY(r, ni.opMulti(isMax ? OpKind::MaxPool : OpKind::AveragePool, {x}, a, outs));
+  for (unsigned i = 0; i < outs; ++i)
+    ni.setOutput(i, r[i]);
+  return llvm::Error::success();
+}
+
+llvm::Error importBatchNorm(NodeImporter &ni) {
+  if (ni.opset() < 9 && ni.attrInt("spatial", 1) != 1)
+    return ni.unsupported("BatchNormalization with spatial = 0");
+  bool training = ni.opset() >= 14 ? ni.attrInt("training_mode", 0) != 0 : ni.wantsOutput(1);
+  if (ni.wantsOutput(3) || ni.wantsOutput(4))
+    return ni.unsupported("saved_mean / saved_var outputs of BatchNormalization");
+  AttrMap a{{"epsilon", Attribute(ni.attrFloat("epsilon", 1e-5f))},
+            {"momentum", Attribute(ni.attrFloat("momentum", 0.9f))}};
+  if (training)
+    a["training_mode"] = Attribute(int64_t{1});
+  unsigned outs = training ? 3 : 1;
+  DLC_TRY(r, ni.opMulti(OpKind::BatchNormalization, allInputs(ni), a, outs));
+  for (unsigned i = 0; i < outs; ++i)
+    ni.setOutput(i, r[i]);
+  return llvm::Error::success();
+}
+
+/// Opset 18's per-group scale/bias become per-channel (repeat each group's value).
+llvm::Error importGroupNorm(NodeImporter &ni) {
+  Value *x = ni.input(0);
+  int64_t g = ni.attrInt("num_groups", 0);
+  if (x->rank() < 3 || g < 1 || x->shape()[1] % g)
+    return ni.error("num_groups must divide the channel count of " + x->type().str());
+  int64_t c = x->shape()[1];
+  std::vector<Value *> ops{x};
+  for (size_t i = 1; i < 3; ++i) {
+    Value *v = ni.input(i);
+    if (v->shape() == Shape{g} && g != c) {
+      DLC_TRY(u, ni.op(OpKind::Reshape, {v}, {{"shape", Attribute(Shape{g, 1})}}));
+      DLC_TRY(e, ni.op(OpKind::Expand, {u}, {{"shape", Attribute(Shape{g, c / g})}}));
+      DLC_TRY(f, ni.op(OpKind::Reshape, {e}, {{"shape", Attribute(Shape{c})}}));
+      v = f;
+    }
+    ops.push_back(v);
+  }
+  DLC_TRY(r, ni.op(OpKind::GroupNormalization, ops,
+                   {{"num_groups", Attribute(g)},
+                    {"epsilon", Attribute(ni.attrFloat("epsilon", 1e-5f))}}));
+  ni.setOutput(0, r);
+  return llvm::Error::success();
+}
+
+/// MeanVarianceNormalization per its ONNX function body:
+/// (X - E[X]) / (sqrt(E[X^2] - E[X]^2) + 1e-9) over `axes`.
+llvm::Error importMVN(NodeImporter &ni) {
+  Value *x = ni.input(0);
+  AttrMap red{{"axes", Attribute(ni.attrInts("axes", {0, 2, 3}))}};
+  DLC_TRY(mean, ni.op(OpKind::ReduceMean, {x}, red));
+  DLC_TRY(sq, ni.op(OpKind::Mul, {x, x}));
+  DLC_TRY(meanSq, ni.op(OpKind::ReduceMean, {sq}, red));
+  DLC_TRY(mean2, ni.op(OpKind::Mul, {mean, mean}));
+  DLC_TRY(var, ni.op(OpKind::Sub, {meanSq, mean2}));
+  DLC_TRY(sd, ni.op(OpKind::Sqrt, {var}));
+  DLC_TRY(sdEps, ni.op(OpKind::Add, {sd, ni.scalar(x->dtype(), 1e-9)}));
+  DLC_TRY(centered, ni.op(OpKind::Sub, {x, mean}));
+  DLC_TRY(y, ni.op(OpKind::Div, {centered, sdEps}));
+  ni.setOutput(0, y);
+  return llvm::Error::success();
+}
+
+llvm::Error importGemm(NodeImporter &ni) {
+  auto attrs = ni.copyAttrs(OpKind::Gemm, {"broadcast"});
+  if (!attrs)
+    return attrs.takeError();
+  DLC_TRY(r, ni.op(OpKind::Gemm, allInputs(ni), std::move(*attrs)));
+  ni.setOutput(0, r);
+  return llvm::Error::success();
+}
+
+/// LSTM and GRU map one to one; hidden_size defaults to R's last dim.
+llvm::Error importRnn(NodeImporter &ni) {
+  bool lstm = ni.opType() == "LSTM";
+  OpKind k = lstm ? OpKind::LSTM : OpKind::GRU;
+  auto attrs = ni.copyAttrs(k);
+  if (!attrs)
+    return attrs.takeError();
+  if (!attrs->count("hidden_size"))
+    (*attrs)["hidden_size"] = Attribute(ni.input(2)->shape().back());
+  unsigned outs = std::max<unsigned>(1, static_cast<unsigned>(ni.numOutputs()));
+  DLC_TRY(r, ni.opMulti(k, allInputs(ni), std::move(*attrs), outs));
+  for (unsigned i = 0; i < outs; ++i)
+    ni.setOutput(i, r[i]);
+  return llvm::Error::success();
+}
+
+} // namespace
+
+void registerNnHandlers(std::vector<HandlerEntry> &t) {
+  t.push_back({"Conv", 1, kMaxOpset, importConv});
+  t.push_back({"ConvTranspose", 1, kMaxOpset, importConvTranspose});
+  t.push_back({"MaxPool", 1, kMaxOpset, importPool});
+  t.push_back({"AveragePool", 1, kMaxOpset, importPool});
+  t.push_back({"GlobalAveragePool", 1, kMaxOpset, direct<OpKind::GlobalAveragePool>});
+  t.push_back({"GlobalMaxPool", 1, kMaxOpset, direct<OpKind::GlobalMaxPool>});
+  t.push_back({"BatchNormalization", 7, kMaxOpset, importBatchNorm});
+  t.push_back({"LayerNormalization", 17, kMaxOpset, direct<OpKind::LayerNormalization>});
+  t.push_back({"InstanceNormalization", 6, kMaxOpset, direct<OpKind::InstanceNormalization>});
+  t.push_back({"GroupNormalization", 18, kMaxOpset, importGroupNorm});
+  t.push_back({"LRN", 1, kMaxOpset, direct<OpKind::LRN>});
+  t.push_back({"MeanVarianceNormalization", 9, kMaxOpset, importMVN});
+  t.push_back({"MatMul", 1, kMaxOpset, direct<OpKind::MatMul>});
+  t.push_back({"Gemm", 7, kMaxOpset, importGemm});
+  t.push_back({"LSTM", 7, kMaxOpset, importRnn});
+  t.push_back({"GRU", 7, kMaxOpset, importRnn});
+}
+
+} // namespace dlc::frontend

@@ -1,0 +1,67 @@
+//===- OnnxImporter.h - ONNX to ir::Graph -----------------------*- C++ -*-===//
+//
+// The only part of dlc that knows ONNX. Loading checks the model with
+// onnx::checker, upgrades opsets <= 16 to 17 with the version converter, runs
+// ONNX shape inference, then builds an ir::Graph through a table of per-op
+// handlers keyed by (op type, opset range).
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "dlc/ir/Graph.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dlc::frontend {
+
+struct ImportOptions {
+  /// Full shapes for inputs whose ONNX shapes are symbolic or unknown.
+  std::map<std::string, ir::Shape> inputShapes;
+  /// Value for symbolic dims without an override (reported as a note).
+  int64_t defaultDimValue = 1;
+  /// Inputs specialized to constants up front.
+  std::map<std::string, ir::Tensor> bindings;
+  /// Values for inputs that are specialized to constants only if an op needs them
+  /// at compile time (a Reshape's shape, an If condition), as TensorRT does with
+  /// shape tensors. Other inputs stay inputs.
+  std::map<std::string, ir::Tensor> specializable;
+  /// Run onnx::checker before importing.
+  bool runChecker = true;
+  /// Upgrade opsets <= 16 to 17 with the ONNX version converter.
+  bool convertVersion = true;
+  /// Nodes whose operands are all constants are evaluated while importing when
+  /// their results have at most this many elements (shape computations).
+  int64_t eagerFoldLimit = int64_t{1} << 16;
+};
+
+struct ImportResult {
+  std::unique_ptr<ir::Graph> graph;
+  int64_t opset = 0;         // default-domain opset the graph was imported at
+  int64_t originalOpset = 0; // as found in the file
+  std::vector<std::string> notes; // non-fatal remarks (defaulted dims, conversion fallbacks)
+  std::vector<std::string> specializedInputs; // inputs of `specializable` turned into constants
+};
+
+/// Imports an ONNX model file. Errors name the file, node, op type and opset; when
+/// several nodes are unsupported, all are listed (one per line).
+llvm::Expected<ImportResult> importOnnxFile(const std::string &path, const ImportOptions &opts = {});
+
+/// Imports an ONNX model from memory; external data is resolved inside `modelDir`.
+llvm::Expected<ImportResult> importOnnxBytes(llvm::StringRef bytes, const std::string &displayName,
+                                             const std::string &modelDir,
+                                             const ImportOptions &opts = {});
+
+/// Reads a serialized TensorProto (the .pb files of the ONNX test data).
+/// Returns the tensor and its name.
+llvm::Expected<std::pair<std::string, ir::Tensor>> readTensorProtoFile(const std::string &path);
+
+/// The ONNX op types the importer handles (sorted, unique).
+std::vector<std::string> supportedOnnxOps();
+
+/// Names and types of the graph inputs of a model file (before importing), for
+/// tools that bind inputs by position.
+llvm::Expected<std::vector<std::string>> onnxInputNames(const std::string &path);
+
+} // namespace dlc::frontend
