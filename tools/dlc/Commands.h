@@ -10,5 +10,6 @@ namespace dlc::tool {
 int runOpt(const std::vector<std::string> &args);
 int runInterpret(const std::vector<std::string> &args);
 int runOps(const std::vector<std::string> &args);
+int runImport(const std::vector<std::string> &args);
 
 } // namespace dlc::tool

@@ -2,6 +2,7 @@
 #include "Args.h"
 #include "Commands.h"
 
+#include "dlc/frontend/OnnxImporter.h"
 #include "dlc/ir/Interpreter.h"
 #include "dlc/ir/TextIR.h"
 
@@ -76,8 +77,11 @@ int runInterpret(const std::vector<std::string> &argv) {
 }
 
 int runOps(const std::vector<std::string> &argv) {
-  ArgParser parser("ops", "[--markdown]", "Lists the IR ops with their fusion kind, FP16 policy and layout rule.",
-                   {{"markdown", 0, false, false, "", "Print a Markdown table (as in the README)"}});
+  ArgParser parser("ops", "[--markdown] [--onnx]",
+                   "Lists the IR ops with their fusion kind, FP16 policy and layout rule, or\n"
+                   "(--onnx) the ONNX op types the importer handles.",
+                   {{"markdown", 0, false, false, "", "Print a Markdown table (as in the README)"},
+                    {"onnx", 0, false, false, "", "List the supported ONNX op types"}});
   auto args = parser.parse(argv);
   if (!args) {
     reportError(args.takeError());
@@ -85,6 +89,13 @@ int runOps(const std::vector<std::string> &argv) {
   }
   if (args->has("help")) {
     parser.printHelp(llvm::outs());
+    return 0;
+  }
+  if (args->has("onnx")) {
+    auto ops = frontend::supportedOnnxOps();
+    for (size_t i = 0; i < ops.size(); ++i)
+      llvm::outs() << (i ? (i % 10 ? ", " : ",\n") : "") << ops[i];
+    llvm::outs() << "\n";
     return 0;
   }
   bool md = args->has("markdown");

@@ -14,6 +14,7 @@ struct Command {
 };
 
 const Command kCommands[] = {
+    {"import", "Import an ONNX model and print its IR", dlc::tool::runImport},
     {"opt", "Run graph passes on textual IR", dlc::tool::runOpt},
     {"interpret", "Run textual IR on the reference interpreter", dlc::tool::runInterpret},
     {"ops", "List the IR ops and their properties", dlc::tool::runOps},
