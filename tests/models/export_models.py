@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Exports reference models to ONNX with PyTorch, next to their reference outputs.
+
+Layout (the ONNX backend-test layout, so dlc-conformance can run it):
+    OUT/<model>_op<opset>/model.onnx
+    OUT/<model>_op<opset>/test_data_set_0/input_<i>.pb, output_<i>.pb
+
+Weights are random with fixed seeds; nothing is downloaded. Reference outputs
+come from PyTorch in eval mode. Run with Debian's /usr/bin/python3
+(python3-torch, python3-torchvision, python3-onnx).
+"""
+import argparse
+import os
+import sys
+import warnings
+
+import numpy as np
+import torch
+import torch.nn as nn
+from onnx import numpy_helper
+
+warnings.filterwarnings("ignore")
+
+
+class TransformerEncoderModel(nn.Module):
+    """Two post-norm encoder layers (d=64, 4 heads) over token embeddings."""
+
+    def __init__(self, vocab=100, d=64, heads=4, ff=128, layers=2):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        layer = nn.TransformerEncoderLayer(d, heads, ff, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d, 10)
+
+    def forward(self, tokens):
+        return self.head(self.encoder(self.embed(tokens)))
+
+
+def build(name):
+    """(module, example inputs as a tuple of tensors)."""
+    torch.manual_seed(0)
+    if name == "resnet18":
+        import torchvision
+        return torchvision.models.resnet18(weights=None), (torch.randn(1, 3, 224, 224),)
+    if name == "mobilenet_v2":
+        import torchvision
+        return torchvision.models.mobilenet_v2(weights=None), (torch.randn(1, 3, 224, 224),)
+    if name == "transformer":
+        return TransformerEncoderModel(), (torch.randint(0, 100, (2, 16)),)
+    raise SystemExit(f"unknown model {name}")
+
+
+def export(name, opset, out_root):
+    model, inputs = build(name)
+    model.eval()
+    # Run a fixed path: PyTorch's fused inference fast path is not what the ONNX export traces.
+    torch.backends.mha.set_fastpath_enabled(False) if hasattr(torch.backends, "mha") else None
+    case = os.path.join(out_root, f"{name}_op{opset}")
+    data = os.path.join(case, "test_data_set_0")
+    os.makedirs(data, exist_ok=True)
+    with torch.no_grad():
+        outputs = model(*inputs)
+    if isinstance(outputs, torch.Tensor):
+        outputs = (outputs,)
+    input_names = [f"input_{i}" for i in range(len(inputs))]
+    output_names = [f"output_{i}" for i in range(len(outputs))]
+    torch.onnx.export(model, inputs, os.path.join(case, "model.onnx"), opset_version=opset,
+                      input_names=input_names, output_names=output_names,
+                      do_constant_folding=True)
+    for i, t in enumerate(inputs):
+        with open(os.path.join(data, f"input_{i}.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(t.numpy(), input_names[i]).SerializeToString())
+    for i, t in enumerate(outputs):
+        with open(os.path.join(data, f"output_{i}.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(t.numpy().astype(np.float32), output_names[i])
+                    .SerializeToString())
+    print(f"exported {case}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--out", required=True)
+    p.add_argument("--models", default="resnet18,mobilenet_v2,transformer")
+    p.add_argument("--opsets", default="13,17")
+    a = p.parse_args()
+    for m in a.models.split(","):
+        for o in a.opsets.split(","):
+            if os.path.exists(os.path.join(a.out, f"{m}_op{o}", "test_data_set_0", "output_0.pb")):
+                continue
+            export(m, int(o), a.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
