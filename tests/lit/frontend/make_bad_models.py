@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Writes malformed and unsupported ONNX models into a directory (argv[1]).
+
+Each file exercises one class of bad input the importer must reject with one
+clear error and a non-zero exit: broken bytes, broken graphs, unsupported
+constructs and unsafe external-data paths.
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+
+
+def save(name, model, check=False):
+    if check:
+        onnx.checker.check_model(model)
+    with open(os.path.join(out, name), "wb") as f:
+        f.write(model.SerializeToString())
+
+
+def model(nodes, inputs, outputs, inits=(), opset=17, domains=()):
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    ops = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, 1) for d in domains]
+    return helper.make_model(g, opset_imports=ops, producer_name="dlc-tests")
+
+
+f32 = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+good = model([helper.make_node("Relu", ["x"], ["y"], name="relu0")], [f32("x", [2, 3])],
+             [f32("y", [2, 3])])
+save("good.onnx", good, check=True)
+data = good.SerializeToString()
+with open(os.path.join(out, "truncated.onnx"), "wb") as f:
+    f.write(data[: len(data) // 2])
+with open(os.path.join(out, "not_protobuf.onnx"), "wb") as f:
+    f.write(b"this is a text file, not an ONNX model\n" * 4)
+open(os.path.join(out, "empty.onnx"), "wb").close()
+
+save("cyclic.onnx", model([helper.make_node("Relu", ["z"], ["y"], name="a"),
+                           helper.make_node("Relu", ["y"], ["z"], name="b")],
+                          [f32("x", [2])], [f32("y", [2])]))
+save("missing_initializer.onnx",
+     model([helper.make_node("Add", ["x", "w"], ["y"], name="add_w")], [f32("x", [2])],
+           [f32("y", [2])]))
+save("unknown_ops.onnx",
+     model([helper.make_node("Frobnicate", ["x"], ["t"], name="frob1"),
+            helper.make_node("Relu", ["t"], ["u"], name="ok"),
+            helper.make_node("Defrobnicate", ["u"], ["y"], name="frob2")],
+           [f32("x", [2])], [f32("y", [2])]))
+save("custom_domain.onnx",
+     model([helper.make_node("Gelu", ["x"], ["y"], name="ms_gelu", domain="com.microsoft")],
+           [f32("x", [2])], [f32("y", [2])], domains=["com.microsoft"]))
+save("loop.onnx", model([helper.make_node("Loop", ["", "c"], [], name="loop0",
+                                          body=helper.make_graph([], "b", [], []))],
+                        [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                        [f32("y", [2])]))
+save("string_input.onnx",
+     model([helper.make_node("Identity", ["s"], ["y"], name="id")],
+           [helper.make_tensor_value_info("s", TensorProto.STRING, [2])],
+           [helper.make_tensor_value_info("y", TensorProto.STRING, [2])]))
+save("dynamic_reshape.onnx",
+     model([helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape_dyn")],
+           [f32("x", [2, 3]), helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+           [f32("y", [3, 2])]))
+save("huge_dims.onnx", model([helper.make_node("Relu", ["x"], ["y"], name="r")],
+                             [f32("x", [2**40, 2**40])], [f32("y", [2**40, 2**40])]))
+save("opset22.onnx", model([helper.make_node("Relu", ["x"], ["y"])], [f32("x", [2])],
+                           [f32("y", [2])], opset=22))
+
+
+def external_model(location, length=None, dims=(4,)):
+    t = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=list(dims))
+    t.data_location = TensorProto.EXTERNAL
+    entries = [("location", location)] + ([("length", str(length))] if length is not None else [])
+    for k, v in entries:
+        e = t.external_data.add()
+        e.key, e.value = k, v
+    return model([helper.make_node("Add", ["x", "w"], ["y"], name="add_w")], [f32("x", list(dims))],
+                 [f32("y", list(dims))], inits=[t])
+
+
+save("ext_traversal.onnx", external_model("../../etc/passwd"))
+save("ext_absolute.onnx", external_model("/etc/passwd"))
+link = os.path.join(out, "escape.bin")
+if os.path.lexists(link):
+    os.remove(link)
+os.symlink("/etc/hostname", link)
+save("ext_symlink.onnx", external_model("escape.bin"))
+with open(os.path.join(out, "short.bin"), "wb") as f:
+    f.write(np.zeros(2, np.float32).tobytes())
+save("ext_short.onnx", external_model("short.bin"))
+save("ext_missing.onnx", external_model("nowhere.bin"))
+with open(os.path.join(out, "weights.bin"), "wb") as f:
+    f.write(np.arange(4, dtype=np.float32).tobytes())
+save("ext_ok.onnx", external_model("weights.bin"))
+
+# More than 2 GB of external weights: a sparse file, so the test costs no disk space.
+big_elems = 600_000_000  # 2.4 GB of float32
+with open(os.path.join(out, "big.bin"), "wb") as f:
+    f.truncate(big_elems * 4)
+t = TensorProto(name="big", data_type=TensorProto.FLOAT, dims=[big_elems])
+t.data_location = TensorProto.EXTERNAL
+e = t.external_data.add()
+e.key, e.value = "location", "big.bin"
+starts = numpy_helper.from_array(np.array([0], np.int64), "starts")
+ends = numpy_helper.from_array(np.array([4], np.int64), "ends")
+save("ext_big.onnx",
+     model([helper.make_node("Slice", ["big", "starts", "ends"], ["head"], name="head"),
+            helper.make_node("Add", ["x", "head"], ["y"], name="add_head")],
+           [f32("x", [4])], [f32("y", [4])], inits=[t, starts, ends]))
