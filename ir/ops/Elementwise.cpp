@@ -472,8 +472,9 @@ llvm::Error verifyPRelu(const Node &n) {
 //===----------------------------------------------------------------------===//
 
 template <OpKind K>
-void binary(OpTable &t, unsigned types, bool boolResult, int maxOperands = 2) {
+void binary(OpTable &t, unsigned types, bool boolResult, const char *expr, int maxOperands = 2) {
   t.def(K)
+      .cudaExpr(expr)
       .operands(maxOperands == kVariadic ? 1 : 2, maxOperands)
       .fusion(FusionKind::Broadcast)
       .fp16(boolResult ? Fp16Policy::Follow : Fp16Policy::Allow)
@@ -485,8 +486,10 @@ void binary(OpTable &t, unsigned types, bool boolResult, int maxOperands = 2) {
       .reference(refBinary<K>);
 }
 
-template <OpKind K> OpBuilder unary(OpTable &t, unsigned types, Fp16Policy fp16) {
+template <OpKind K>
+OpBuilder unary(OpTable &t, unsigned types, Fp16Policy fp16, const char *expr) {
   return t.def(K)
+      .cudaExpr(expr)
       .operands(1)
       .fusion(FusionKind::ElemWise)
       .fp16(fp16)
@@ -503,23 +506,24 @@ template <OpKind K> OpBuilder unary(OpTable &t, unsigned types, Fp16Policy fp16)
 
 void defineElementwiseOps(OpTable &t) {
   using FP = Fp16Policy;
-  binary<OpKind::Add>(t, kNumeric, false);
-  binary<OpKind::Sub>(t, kNumeric, false);
-  binary<OpKind::Mul>(t, kNumeric, false);
-  binary<OpKind::Div>(t, kNumeric, false);
-  binary<OpKind::Min>(t, kNumeric, false, kVariadic);
-  binary<OpKind::Max>(t, kNumeric, false, kVariadic);
-  binary<OpKind::Equal>(t, kAny, true);
-  binary<OpKind::Less>(t, kNumeric, true);
-  binary<OpKind::Greater>(t, kNumeric, true);
-  binary<OpKind::And>(t, kBool, true);
-  binary<OpKind::Or>(t, kBool, true);
-  binary<OpKind::Xor>(t, kBool, true);
-  binary<OpKind::GreaterOrEqual>(t, kNumeric, true);
-  binary<OpKind::LessOrEqual>(t, kNumeric, true);
-  binary<OpKind::PRelu>(t, kNumeric, false);
+  binary<OpKind::Add>(t, kNumeric, false, "$0 + $1");
+  binary<OpKind::Sub>(t, kNumeric, false, "$0 - $1");
+  binary<OpKind::Mul>(t, kNumeric, false, "$0 * $1");
+  binary<OpKind::Div>(t, kNumeric, false, "dlc::div_($0, $1)");
+  binary<OpKind::Min>(t, kNumeric, false, "dlc::minNan($0, $1)", kVariadic);
+  binary<OpKind::Max>(t, kNumeric, false, "dlc::maxNan($0, $1)", kVariadic);
+  binary<OpKind::Equal>(t, kAny, true, "($0 == $1)");
+  binary<OpKind::Less>(t, kNumeric, true, "($0 < $1)");
+  binary<OpKind::Greater>(t, kNumeric, true, "($0 > $1)");
+  binary<OpKind::And>(t, kBool, true, "($0 && $1)");
+  binary<OpKind::Or>(t, kBool, true, "($0 || $1)");
+  binary<OpKind::Xor>(t, kBool, true, "($0 != $1)");
+  binary<OpKind::GreaterOrEqual>(t, kNumeric, true, "($0 >= $1)");
+  binary<OpKind::LessOrEqual>(t, kNumeric, true, "($0 <= $1)");
+  binary<OpKind::PRelu>(t, kNumeric, false, "($0 < ($T)0 ? $0 * $1 : $0)");
   t[OpKind::PRelu].verify = verifyPRelu;
   t.def(OpKind::Mod)
+      .cudaExpr("dlc::mod_($0, $1, ${fmod})")
       .operands(2)
       .attr("fmod", AttrKind::Int, int64_t{0})
       .fusion(FusionKind::Broadcast)
@@ -529,6 +533,7 @@ void defineElementwiseOps(OpTable &t) {
       .infer(inferBroadcast)
       .reference(refMod);
   t.def(OpKind::BitShift)
+      .cudaExpr("dlc::shift_($0, $1, ${direction})")
       .operands(2)
       .attr("direction", AttrKind::String)
       .fusion(FusionKind::Broadcast)
@@ -538,6 +543,7 @@ void defineElementwiseOps(OpTable &t) {
       .infer(inferBroadcast)
       .reference(refBitShift);
   t.def(OpKind::Pow)
+      .cudaExpr("dlc::pow_($0, $1)")
       .operands(2)
       .fusion(FusionKind::Broadcast)
       .fp16(FP::Deny)
@@ -546,58 +552,59 @@ void defineElementwiseOps(OpTable &t) {
       .infer(inferBroadcast)
       .reference(refPow);
 
-  unary<OpKind::Sqrt>(t, kFloat, FP::Allow);
-  unary<OpKind::Exp>(t, kFloat, FP::Deny);
-  unary<OpKind::Log>(t, kFloat, FP::Deny);
-  unary<OpKind::Neg>(t, kSigned, FP::Allow);
-  unary<OpKind::Abs>(t, kNumeric, FP::Allow);
-  unary<OpKind::Reciprocal>(t, kFloat, FP::Allow);
-  unary<OpKind::Erf>(t, kFloat, FP::Allow);
-  unary<OpKind::Tanh>(t, kFloat, FP::Allow);
-  unary<OpKind::Sigmoid>(t, kFloat, FP::Allow);
-  unary<OpKind::Relu>(t, kSigned, FP::Allow);
-  unary<OpKind::Not>(t, kBool, FP::Follow);
-  unary<OpKind::LeakyRelu>(t, kFloat, FP::Allow).attr("alpha", AttrKind::Float, 0.01f);
-  unary<OpKind::Elu>(t, kFloat, FP::Allow).attr("alpha", AttrKind::Float, 1.0f);
-  unary<OpKind::Gelu>(t, kFloat, FP::Allow).attr("approximate", AttrKind::String, "none");
-  unary<OpKind::HardSigmoid>(t, kFloat, FP::Allow)
+  unary<OpKind::Sqrt>(t, kFloat, FP::Allow, "dlc::sqrt_($0)");
+  unary<OpKind::Exp>(t, kFloat, FP::Deny, "dlc::exp_($0)");
+  unary<OpKind::Log>(t, kFloat, FP::Deny, "dlc::log_($0)");
+  unary<OpKind::Neg>(t, kSigned, FP::Allow, "($T)0 - $0");
+  unary<OpKind::Abs>(t, kNumeric, FP::Allow, "($0 < ($T)0 ? ($T)0 - $0 : $0)");
+  unary<OpKind::Reciprocal>(t, kFloat, FP::Allow, "($T)1 / $0");
+  unary<OpKind::Erf>(t, kFloat, FP::Allow, "dlc::erf_($0)");
+  unary<OpKind::Tanh>(t, kFloat, FP::Allow, "dlc::tanh_($0)");
+  unary<OpKind::Sigmoid>(t, kFloat, FP::Allow, "($T)1 / (($T)1 + dlc::exp_(-$0))");
+  unary<OpKind::Relu>(t, kSigned, FP::Allow, "($0 > ($T)0 ? $0 : ($T)0)");
+  unary<OpKind::Not>(t, kBool, FP::Follow, "!$0");
+  unary<OpKind::LeakyRelu>(t, kFloat, FP::Allow, "($0 < ($T)0 ? ($T)${alpha} * $0 : $0)").attr("alpha", AttrKind::Float, 0.01f);
+  unary<OpKind::Elu>(t, kFloat, FP::Allow, "($0 < ($T)0 ? ($T)${alpha} * (dlc::exp_($0) - ($T)1) : $0)").attr("alpha", AttrKind::Float, 1.0f);
+  unary<OpKind::Gelu>(t, kFloat, FP::Allow, "dlc::gelu_($0, ${approximate})").attr("approximate", AttrKind::String, "none");
+  unary<OpKind::HardSigmoid>(t, kFloat, FP::Allow, "dlc::stdmax(($T)0, dlc::stdmin(($T)1, ($T)${alpha} * $0 + ($T)${beta}))")
       .attr("alpha", AttrKind::Float, 0.2f)
       .attr("beta", AttrKind::Float, 0.5f);
-  unary<OpKind::HardSwish>(t, kFloat, FP::Allow);
-  unary<OpKind::Sign>(t, kNumeric, FP::Allow);
-  unary<OpKind::Floor>(t, kFloat, FP::Allow);
-  unary<OpKind::Ceil>(t, kFloat, FP::Allow);
-  unary<OpKind::Round>(t, kFloat, FP::Allow);
-  unary<OpKind::Sin>(t, kFloat, FP::Deny);
-  unary<OpKind::Cos>(t, kFloat, FP::Deny);
-  unary<OpKind::Tan>(t, kFloat, FP::Deny);
-  unary<OpKind::Asin>(t, kFloat, FP::Deny);
-  unary<OpKind::Acos>(t, kFloat, FP::Deny);
-  unary<OpKind::Atan>(t, kFloat, FP::Deny);
-  unary<OpKind::Sinh>(t, kFloat, FP::Deny);
-  unary<OpKind::Cosh>(t, kFloat, FP::Deny);
-  unary<OpKind::Asinh>(t, kFloat, FP::Deny);
-  unary<OpKind::Acosh>(t, kFloat, FP::Deny);
-  unary<OpKind::Atanh>(t, kFloat, FP::Deny);
-  unary<OpKind::Softplus>(t, kFloat, FP::Allow);
-  unary<OpKind::Softsign>(t, kFloat, FP::Allow);
-  unary<OpKind::Mish>(t, kFloat, FP::Allow);
-  unary<OpKind::Selu>(t, kFloat, FP::Allow)
+  unary<OpKind::HardSwish>(t, kFloat, FP::Allow, "$0 * dlc::stdmax(($T)0, dlc::stdmin(($T)1, $0 / ($T)6 + ($T)0.5))");
+  unary<OpKind::Sign>(t, kNumeric, FP::Allow, "($0 > ($T)0 ? ($T)1 : ($0 < ($T)0 ? ($T)0 - ($T)1 : ($T)0))");
+  unary<OpKind::Floor>(t, kFloat, FP::Allow, "dlc::floor_($0)");
+  unary<OpKind::Ceil>(t, kFloat, FP::Allow, "dlc::ceil_($0)");
+  unary<OpKind::Round>(t, kFloat, FP::Allow, "dlc::rint_($0)");
+  unary<OpKind::Sin>(t, kFloat, FP::Deny, "dlc::sin_($0)");
+  unary<OpKind::Cos>(t, kFloat, FP::Deny, "dlc::cos_($0)");
+  unary<OpKind::Tan>(t, kFloat, FP::Deny, "dlc::tan_($0)");
+  unary<OpKind::Asin>(t, kFloat, FP::Deny, "dlc::asin_($0)");
+  unary<OpKind::Acos>(t, kFloat, FP::Deny, "dlc::acos_($0)");
+  unary<OpKind::Atan>(t, kFloat, FP::Deny, "dlc::atan_($0)");
+  unary<OpKind::Sinh>(t, kFloat, FP::Deny, "dlc::sinh_($0)");
+  unary<OpKind::Cosh>(t, kFloat, FP::Deny, "dlc::cosh_($0)");
+  unary<OpKind::Asinh>(t, kFloat, FP::Deny, "dlc::asinh_($0)");
+  unary<OpKind::Acosh>(t, kFloat, FP::Deny, "dlc::acosh_($0)");
+  unary<OpKind::Atanh>(t, kFloat, FP::Deny, "dlc::atanh_($0)");
+  unary<OpKind::Softplus>(t, kFloat, FP::Allow, "dlc::softplus_($0)");
+  unary<OpKind::Softsign>(t, kFloat, FP::Allow, "$0 / (($T)1 + dlc::fabs_($0))");
+  unary<OpKind::Mish>(t, kFloat, FP::Allow, "$0 * dlc::tanh_(dlc::softplus_($0))");
+  unary<OpKind::Selu>(t, kFloat, FP::Allow, "($0 > ($T)0 ? ($T)${gamma} * $0 : ($T)${gamma} * (($T)${alpha} * dlc::exp_($0) - ($T)${alpha}))")
       .attr("alpha", AttrKind::Float, 1.67326319217681884765625f)
       .attr("gamma", AttrKind::Float, 1.05070102214813232421875f);
-  unary<OpKind::Celu>(t, kFloat, FP::Allow).attr("alpha", AttrKind::Float, 1.0f);
-  unary<OpKind::Shrink>(t, kNumeric, FP::Allow)
+  unary<OpKind::Celu>(t, kFloat, FP::Allow, "dlc::stdmax(($T)0, $0) + dlc::stdmin(($T)0, ($T)${alpha} * (dlc::exp_($0 / ($T)${alpha}) - ($T)1))").attr("alpha", AttrKind::Float, 1.0f);
+  unary<OpKind::Shrink>(t, kNumeric, FP::Allow, "($0 < ($T)(-${lambd}) ? ($T)($0 + ($T)${bias}) : ($0 > ($T)${lambd} ? ($T)($0 - ($T)${bias}) : ($T)0))")
       .attr("bias", AttrKind::Float, 0.0f)
       .attr("lambd", AttrKind::Float, 0.5f);
-  unary<OpKind::ThresholdedRelu>(t, kFloat, FP::Allow).attr("alpha", AttrKind::Float, 1.0f);
-  unary<OpKind::IsNaN>(t, kFloat, FP::Follow).infer(inferSameShapeBool).reference(refPredicate<OpKind::IsNaN>);
-  unary<OpKind::IsInf>(t, kFloat, FP::Follow)
+  unary<OpKind::ThresholdedRelu>(t, kFloat, FP::Allow, "($0 > ($T)${alpha} ? $0 : ($T)0)").attr("alpha", AttrKind::Float, 1.0f);
+  unary<OpKind::IsNaN>(t, kFloat, FP::Follow, "dlc::isnan_($0)").infer(inferSameShapeBool).reference(refPredicate<OpKind::IsNaN>);
+  unary<OpKind::IsInf>(t, kFloat, FP::Follow, "(dlc::isinf_($0) && (($0 > 0 && ${detect_positive}) || ($0 < 0 && ${detect_negative})))")
       .attr("detect_negative", AttrKind::Int, int64_t{1})
       .attr("detect_positive", AttrKind::Int, int64_t{1})
       .infer(inferSameShapeBool)
       .reference(refPredicate<OpKind::IsInf>);
 
   t.def(OpKind::Clip)
+      .cudaExpr("dlc::clip_($0, $1?, $2?)")
       .operands(1, 3)
       .fusion(FusionKind::ElemWise)
       .fp16(FP::Allow)
@@ -606,6 +613,7 @@ void defineElementwiseOps(OpTable &t) {
       .infer(inferSameAsOperand0)
       .reference(refClip);
   t.def(OpKind::Where)
+      .cudaExpr("($0 ? $1 : $2)")
       .operands(3)
       .fusion(FusionKind::Broadcast)
       .fp16(FP::Follow)
@@ -614,6 +622,7 @@ void defineElementwiseOps(OpTable &t) {
       .infer(inferWhere)
       .reference(refWhere);
   t.def(OpKind::Cast)
+      .cudaExpr("$0")
       .operands(1)
       .attr("to", AttrKind::String)
       .fusion(FusionKind::ElemWise)

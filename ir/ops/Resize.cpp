@@ -9,6 +9,8 @@
 //===----------------------------------------------------------------------===//
 #include "OpUtils.h"
 
+#include "dlc/ir/OpHelpers.h"
+
 namespace dlc::ir {
 namespace {
 using namespace ops;
@@ -50,10 +52,7 @@ InferResult inferResize(const Node &n) {
   return TypeList{{n.operand(0)->dtype(), n.attrInts("sizes")}};
 }
 
-struct Tap {
-  int64_t index;
-  double weight;
-};
+using Tap = ResizeTap;
 
 /// Input coordinate of output index `x` along one dim; nullopt means "outside the
 /// crop" (tf_crop_and_resize extrapolation). As in ONNX, the resized length in these
@@ -140,24 +139,9 @@ std::vector<Tap> taps(const Node &n, double x, int64_t inLen) {
 
 llvm::Error refResize(const Node &n, const Inputs &in, Outputs &out) {
   const Shape &is = in[0]->shape(), &os = out[0].shape();
-  const auto &scales = n.attrFloats("scales");
-  const auto &roi = n.attrFloats("roi");
-  const std::string &ctm = n.attrString("coordinate_transformation_mode");
   size_t rank = is.size();
   double extrapolation = n.attrFloat("extrapolation_value");
-  // Per dim, per output index: the taps (empty = extrapolate).
-  std::vector<std::vector<std::vector<Tap>>> table(rank);
-  for (size_t d = 0; d < rank; ++d) {
-    table[d].resize(os[d]);
-    for (int64_t x = 0; x < os[d]; ++x) {
-      double rs = roi.empty() ? 0 : roi[d], re = roi.empty() ? 1 : roi[d + rank];
-      auto c = is[d] == os[d] && scales[d] == 1.0f && ctm != "tf_crop_and_resize"
-                   ? std::optional<double>(x)
-                   : sourceCoord(ctm, x, scales[d], is[d], os[d], rs, re);
-      if (c)
-        table[d][x] = taps(n, *c, is[d]);
-    }
-  }
+  auto table = resizeTapTable(n);
   auto x = in[0]->toVector<double>();
   Shape st = stridesOf(is);
   std::vector<double> y(out[0].numElements());
@@ -206,6 +190,27 @@ llvm::Error refResize(const Node &n, const Inputs &in, Outputs &out) {
 }
 
 } // namespace
+
+std::vector<std::vector<std::vector<ResizeTap>>> resizeTapTable(const Node &n) {
+  const Shape &is = n.operand(0)->shape(), &os = n.result()->shape();
+  const auto &scales = n.attrFloats("scales");
+  const auto &roi = n.attrFloats("roi");
+  const std::string &ctm = n.attrString("coordinate_transformation_mode");
+  size_t rank = is.size();
+  std::vector<std::vector<std::vector<Tap>>> table(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    table[d].resize(os[d]);
+    for (int64_t x = 0; x < os[d]; ++x) {
+      double rs = roi.empty() ? 0 : roi[d], re = roi.empty() ? 1 : roi[d + rank];
+      auto c = is[d] == os[d] && scales[d] == 1.0f && ctm != "tf_crop_and_resize"
+                   ? std::optional<double>(x)
+                   : sourceCoord(ctm, x, scales[d], is[d], os[d], rs, re);
+      if (c)
+        table[d][x] = taps(n, *c, is[d]);
+    }
+  }
+  return table;
+}
 
 void defineResizeOps(OpTable &t) {
   t.def(OpKind::Resize)

@@ -11,5 +11,8 @@ int runOpt(const std::vector<std::string> &args);
 int runInterpret(const std::vector<std::string> &args);
 int runOps(const std::vector<std::string> &args);
 int runImport(const std::vector<std::string> &args);
+int runCompile(const std::vector<std::string> &args);
+int runRun(const std::vector<std::string> &args);
+int runInspect(const std::vector<std::string> &args);
 
 } // namespace dlc::tool

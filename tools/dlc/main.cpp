@@ -14,6 +14,9 @@ struct Command {
 };
 
 const Command kCommands[] = {
+    {"compile", "Compile a model (.onnx or .ir) into a .dlc package", dlc::tool::runCompile},
+    {"run", "Run a .dlc package (GPU if present, else emu)", dlc::tool::runRun},
+    {"inspect", "Show the kernels, resources and memory plan of a package", dlc::tool::runInspect},
     {"import", "Import an ONNX model and print its IR", dlc::tool::runImport},
     {"opt", "Run graph passes on textual IR", dlc::tool::runOpt},
     {"interpret", "Run textual IR on the reference interpreter", dlc::tool::runInterpret},

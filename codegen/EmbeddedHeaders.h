@@ -1,0 +1,16 @@
+//===- EmbeddedHeaders.h - Device headers compiled into dlc -----*- C++ -*-===//
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace dlc::codegen {
+
+struct EmbeddedFile {
+  const char *name;
+  const char *contents;
+};
+/// dlc_device.cuh, dlc_emu_prelude.h and EmuAbi.h, embedded at build time.
+const std::vector<EmbeddedFile> &embeddedHeaders();
+
+} // namespace dlc::codegen

@@ -1,0 +1,300 @@
+#include "Lowering.h"
+
+#include "llvm/Support/Format.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace dlc::codegen {
+
+using namespace ir;
+
+const char *cudaType(DType t) {
+  switch (t) {
+  case DType::F32: return "float";
+  case DType::F16: return "__half";
+  case DType::BF16: return "__nv_bfloat16";
+  case DType::F64: return "double";
+  case DType::I64: return "long long";
+  case DType::I32: return "int";
+  case DType::I16: return "short";
+  case DType::I8: return "signed char";
+  case DType::U8: return "unsigned char";
+  case DType::U16: return "unsigned short";
+  case DType::U32: return "unsigned";
+  case DType::U64: return "unsigned long long";
+  case DType::Bool: return "bool";
+  }
+  return "?";
+}
+
+const char *computeType(DType t) {
+  if (t == DType::F64)
+    return "double";
+  if (isFloat(t))
+    return "float";
+  if (isSignedInt(t))
+    return "long long";
+  if (isUnsignedInt(t))
+    return "unsigned long long";
+  return "bool";
+}
+
+pkg::DType toPkg(DType t) { return static_cast<pkg::DType>(static_cast<uint8_t>(t)); }
+
+std::string literalInt(int64_t v) {
+  if (v == INT64_MIN)
+    return "(-9223372036854775807LL - 1)";
+  return std::to_string(v) + "LL";
+}
+
+std::string literal(DType dt, double v) {
+  if (dt == DType::Bool)
+    return v != 0 ? "true" : "false";
+  if (isSignedInt(dt))
+    return literalInt(static_cast<int64_t>(v));
+  if (isUnsignedInt(dt))
+    return std::to_string(static_cast<uint64_t>(v)) + "ULL";
+  bool isDouble = dt == DType::F64;
+  if (std::isnan(v))
+    return isDouble ? "(0.0 / 0.0)" : "(0.0f / 0.0f)";
+  if (std::isinf(v))
+    return std::string(v < 0 ? "-" : "") + (isDouble ? "(1.0 / 0.0)" : "(1.0f / 0.0f)");
+  char buf[64];
+  if (isDouble)
+    std::snprintf(buf, sizeof(buf), "%a", v);
+  else
+    std::snprintf(buf, sizeof(buf), "%af", static_cast<double>(static_cast<float>(v)));
+  return std::string("(") + buf + ")";
+}
+
+void elementwiseLaunchShape(uint64_t n, uint64_t &grid, uint32_t &block) {
+  block = 256;
+  uint64_t blocks = (n + block - 1) / block;
+  grid = std::max<uint64_t>(1, std::min<uint64_t>(blocks, 65536)); // grid-stride beyond
+}
+
+//===----------------------------------------------------------------------===//
+// KernelBuilder
+//===----------------------------------------------------------------------===//
+
+KernelBuilder::KernelBuilder(Lowering &l, const Node &n, const std::string &suffix)
+    : l_(l), node_(n), name_(l.kernelName(n, suffix)) {}
+
+std::string KernelBuilder::pointer(DType dt, BufferRef ref, bool isConst) {
+  std::string name = "p" + std::to_string(params_.size());
+  std::string type = std::string(isConst ? "const " : "") + cudaType(dt) + "*";
+  params_.push_back(type + " __restrict__ " + name);
+  types_.push_back(type);
+  args_.push_back({KernelArg::Pointer, ref, 0, 0});
+  return name;
+}
+
+std::string KernelBuilder::pointerTo(const Value *v) {
+  return pointer(v->dtype(), l_.bufferOf(v), true);
+}
+
+std::string KernelBuilder::outputPointer(const Value *v) {
+  return pointer(v->dtype(), l_.bufferOf(v), false);
+}
+
+std::string KernelBuilder::int64Param(int64_t value) {
+  std::string name = "p" + std::to_string(params_.size());
+  params_.push_back("long long " + name);
+  types_.push_back("long long");
+  KernelArg a{KernelArg::I64, {}, value, 0};
+  args_.push_back(a);
+  return name;
+}
+
+void KernelBuilder::relaunch(const std::function<void(std::vector<KernelArg> &)> &edit) {
+  LaunchStep ls = last_;
+  edit(ls.args);
+  l_.addLaunch(std::move(ls), node_.name());
+}
+
+void KernelBuilder::launch(uint64_t gridX, uint32_t blockX, uint32_t smem, uint32_t gridY,
+                           uint32_t gridZ) {
+  define(gridX, blockX, smem, gridY, gridZ);
+  l_.addLaunch(last_, node_.name());
+}
+
+void KernelBuilder::define(uint64_t gridX, uint32_t blockX, uint32_t smem, uint32_t gridY,
+                           uint32_t gridZ) {
+  CodeStream src;
+  std::string params;
+  for (size_t i = 0; i < params_.size(); ++i)
+    params += (i ? ", " : "") + params_[i];
+  std::string paramTypes;
+  for (size_t i = 0; i < types_.size(); ++i)
+    paramTypes += (i ? ", " : "") + types_[i];
+  src.line("// " + std::string(node_.opName()) + (node_.name().empty() ? "" : " '" + node_.name() + "'") +
+           " -> " + node_.result()->type().str());
+  src.line("extern \"C\" __global__ void __launch_bounds__(" + std::to_string(blockX) + ") " + name_ +
+           "(" + params + ") {");
+  src.line(body_.str());
+  src.line("}");
+  KernelDesc k;
+  k.name = name_;
+  k.source = src.str();
+  k.paramTypes = paramTypes;
+  k.paramTypeList = types_;
+  k.needsSync = needsSync_;
+  k.flops = flops_;
+  k.node = node_.name();
+  LaunchStep ls;
+  ls.grid[0] = static_cast<uint32_t>(gridX);
+  ls.grid[1] = gridY;
+  ls.grid[2] = gridZ;
+  ls.block[0] = blockX;
+  ls.block[1] = 1;
+  ls.block[2] = 1;
+  ls.smem = smem;
+  ls.args = args_;
+  ls.kernel = l_.addKernel(std::move(k));
+  last_ = ls;
+}
+
+//===----------------------------------------------------------------------===//
+// Lowering
+//===----------------------------------------------------------------------===//
+
+Lowering::Lowering(const Graph &g) : g_(g) {}
+
+LowerFn lowerFnFor(OpKind k) {
+  static const LowerFn table[] = {
+#define OP(N, F) lower##F,
+#include "ir/Ops.def"
+  };
+  return table[static_cast<size_t>(k)];
+}
+
+std::string Lowering::kernelName(const Node &n, const std::string &suffix) {
+  std::string base = "k" + std::to_string(p_.kernels.size()) + "_" + std::string(n.opName());
+  if (!suffix.empty())
+    base += "_" + suffix;
+  return base;
+}
+
+uint32_t Lowering::addKernel(KernelDesc k) {
+  p_.kernels.push_back(std::move(k));
+  return static_cast<uint32_t>(p_.kernels.size() - 1);
+}
+
+void Lowering::addLaunch(LaunchStep l, const std::string &node) { p_.steps.push_back({std::move(l), node}); }
+
+BufferRef Lowering::allocate(const Value *result) {
+  BufferDesc b;
+  b.region = pkg::Region::Arena;
+  b.bytes = result->type().byteSize();
+  b.name = result->name();
+  p_.buffers.push_back(b);
+  BufferRef r{static_cast<uint32_t>(p_.buffers.size() - 1), 0};
+  valueBuffers_[result] = r;
+  return r;
+}
+
+void Lowering::alias(const Value *result, const Value *operand) {
+  valueBuffers_[result] = bufferOf(operand);
+}
+
+void Lowering::bind(const Value *v, BufferRef r) { valueBuffers_[v] = r; }
+
+BufferRef Lowering::temp(uint64_t bytes, const std::string &name) {
+  BufferDesc b;
+  b.bytes = bytes;
+  b.name = name;
+  p_.buffers.push_back(b);
+  return {static_cast<uint32_t>(p_.buffers.size() - 1), 0};
+}
+
+BufferRef Lowering::constantBuffer(const Tensor &t, const std::string &name) {
+  BufferDesc b;
+  b.region = pkg::Region::Weights;
+  b.bytes = t.byteSize();
+  b.name = name;
+  b.weightIndex = static_cast<int>(p_.weights.size());
+  p_.weights.push_back(t);
+  p_.buffers.push_back(b);
+  return {static_cast<uint32_t>(p_.buffers.size() - 1), 0};
+}
+
+BufferRef Lowering::bufferOf(const Value *v) {
+  auto it = valueBuffers_.find(v);
+  if (it != valueBuffers_.end())
+    return it->second;
+  if (v->isConstant()) {
+    BufferRef r = constantBuffer(v->data(), v->name());
+    valueBuffers_[v] = r;
+    return r;
+  }
+  // A result whose producer did not bind it: give it memory (emitters normally do).
+  return allocate(v);
+}
+
+void Lowering::addGemm(const GemmStep &g, const Node &n) { p_.steps.push_back({g, n.name()}); }
+void Lowering::addCopy(BufferRef src, BufferRef dst, uint64_t bytes, const Node &n) {
+  p_.steps.push_back({CopyStep{src, dst, bytes}, n.name()});
+}
+void Lowering::addMemset(BufferRef dst, uint64_t bytes, uint8_t v, const Node &n) {
+  p_.steps.push_back({MemsetStep{dst, bytes, v}, n.name()});
+}
+
+static std::string emuSection(const Program &p) {
+  CodeStream cs;
+  cs.line("#ifdef DLC_EMU");
+  cs.line("// Entry points of the emu backend (see include/dlc/runtime/EmuAbi.h).");
+  cs.line("thread_local dlc_emu_thread *dlc_emu_cur = nullptr;");
+  cs.line("const dlc_emu_api *dlc_emu_api_ptr = nullptr;");
+  for (const KernelDesc &k : p.kernels) {
+    std::string call;
+    for (size_t i = 0; i < k.paramTypeList.size(); ++i)
+      call += (i ? ", " : "") + std::string("*(") + k.paramTypeList[i] + " *)a[" +
+              std::to_string(i) + "]";
+    cs.line("static void " + k.name + "__thunk(void **a) { " + k.name + "(" + call + "); }");
+  }
+  cs.line("static const dlc_emu_kernel dlc_emu_table[] = {");
+  for (const KernelDesc &k : p.kernels)
+    cs.line("  {\"" + k.name + "\", " + k.name + "__thunk},");
+  cs.line("  {nullptr, nullptr}};");
+  cs.line("#define DLC_EXPORT extern \"C\" __attribute__((visibility(\"default\")))");
+  cs.line("DLC_EXPORT int dlc_emu_abi_version(void) { return DLC_EMU_ABI_VERSION; }");
+  cs.line("DLC_EXPORT const dlc_emu_kernel *dlc_emu_kernels(int *n) { *n = " +
+          std::to_string(p.kernels.size()) + "; return dlc_emu_table; }");
+  cs.line("DLC_EXPORT void dlc_emu_set_api(const dlc_emu_api *api) { dlc_emu_api_ptr = api; }");
+  cs.line("DLC_EXPORT void dlc_emu_set_thread(dlc_emu_thread *t) { dlc_emu_cur = t; }");
+  cs.line("#endif // DLC_EMU");
+  return cs.str();
+}
+
+llvm::Expected<Program> Lowering::run() {
+  p_.modelName = g_.name();
+  for (const auto &in : g_.inputs())
+    p_.inputs.push_back({in->name(), in->type(), allocate(in.get()).buffer});
+  for (const Node &n : g_.nodes()) {
+    if (auto e = lowerFnFor(n.kind())(*this, n))
+      return errorf("{0}: cannot generate code: {1}", n.describe(), llvm::toString(std::move(e)));
+  }
+  for (const GraphOutput &o : g_.outputs())
+    p_.outputs.push_back({o.name, o.value->type(), bufferOf(o.value).buffer});
+
+  // Memory plan: one region each, buffers laid out in order, 256-byte aligned.
+  // (The real planner, with lifetimes and reuse, replaces this.)
+  for (BufferDesc &b : p_.buffers) {
+    uint64_t &top = b.region == pkg::Region::Arena ? p_.arenaBytes : p_.weightBytes;
+    b.offset = top;
+    top += (b.bytes + 255) / 256 * 256;
+  }
+
+  CodeStream src;
+  src.line("// Generated by dlc for graph '" + p_.modelName + "'.");
+  src.line("#include \"dlc_device.cuh\"");
+  src.line();
+  for (const KernelDesc &k : p_.kernels)
+    src.line(k.source);
+  src.line(emuSection(p_));
+  p_.source = src.str();
+  return std::move(p_);
+}
+
+} // namespace dlc::codegen

@@ -1,0 +1,307 @@
+//===- Toolchain.cpp - NVRTC, the host compiler and their disk cache -------===//
+//
+// Every compilation is cached on disk under hash(tool version, options, source);
+// a cache entry is written through a temporary file and a rename, so concurrent
+// compilers never see a partial entry.
+//===----------------------------------------------------------------------===//
+#include "Toolchain.h"
+#include "EmbeddedHeaders.h"
+
+#include "dlc/ir/Graph.h"
+
+#include "llvm/ADT/Optional.h"
+#include "llvm/ADT/ScopeExit.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/SHA1.h"
+
+#include <nvrtc.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <regex>
+#include <sstream>
+
+namespace dlc::codegen {
+
+using ir::errorf;
+using ir::makeError;
+
+namespace {
+
+std::string cacheRoot(const ToolchainOptions &o) {
+  if (!o.cacheDir.empty())
+    return o.cacheDir;
+  if (const char *d = std::getenv("DLC_CACHE_DIR"))
+    return d;
+  if (const char *x = std::getenv("XDG_CACHE_HOME"))
+    return std::string(x) + "/dlc";
+  if (const char *h = std::getenv("HOME"))
+    return std::string(h) + "/.cache/dlc";
+  return "/tmp/dlc-cache";
+}
+
+std::string hashKey(const std::vector<std::string> &parts) {
+  llvm::SHA1 sha;
+  for (const std::string &p : parts) {
+    sha.update(p);
+    sha.update(llvm::StringRef("\0", 1));
+  }
+  auto digest = sha.final();
+  std::string hex;
+  for (uint8_t b : digest) {
+    char buf[3];
+    std::snprintf(buf, sizeof(buf), "%02x", b);
+    hex += buf;
+  }
+  return hex;
+}
+
+bool readFile(const std::string &path, std::vector<uint8_t> &out) {
+  auto buf = llvm::MemoryBuffer::getFile(path, false, false);
+  if (!buf)
+    return false;
+  out.assign((*buf)->getBufferStart(), (*buf)->getBufferEnd());
+  return true;
+}
+
+void writeFileAtomic(const std::string &path, const void *data, size_t n) {
+  llvm::SmallString<256> dir(path);
+  llvm::sys::path::remove_filename(dir);
+  llvm::sys::fs::create_directories(dir);
+  std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f.write(static_cast<const char *>(data), static_cast<std::streamsize>(n));
+    if (!f)
+      return;
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+/// Cache lookup: the image and the log.
+bool cacheGet(const ToolchainOptions &o, const std::string &key, CompiledModule &m) {
+  if (!o.useCache)
+    return false;
+  std::string base = cacheRoot(o) + "/" + key.substr(0, 2) + "/" + key;
+  std::vector<uint8_t> log;
+  if (!readFile(base + ".bin", m.image) || !readFile(base + ".log", log))
+    return false;
+  m.log.assign(log.begin(), log.end());
+  m.cached = true;
+  return true;
+}
+
+void cachePut(const ToolchainOptions &o, const std::string &key, const CompiledModule &m) {
+  if (!o.useCache)
+    return;
+  std::string base = cacheRoot(o) + "/" + key.substr(0, 2) + "/" + key;
+  writeFileAtomic(base + ".log", m.log.data(), m.log.size());
+  writeFileAtomic(base + ".bin", m.image.data(), m.image.size());
+}
+
+void dumpSource(const ToolchainOptions &o, const std::string &source) {
+  if (o.failureDumpPath.empty())
+    return;
+  std::ofstream f(o.failureDumpPath);
+  f << source;
+}
+
+std::string nvrtcVersionString() {
+  int major = 0, minor = 0;
+  ::nvrtcVersion(&major, &minor);
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+} // namespace
+
+std::map<std::string, KernelResources> parsePtxasLog(const std::string &log) {
+  std::map<std::string, KernelResources> r;
+  static const std::regex entry(R"(Compiling entry function '([^']+)')");
+  static const std::regex props(R"(Function properties for ([A-Za-z0-9_]+))");
+  static const std::regex frame(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
+  static const std::regex used(R"(Used (\d+) registers)");
+  static const std::regex smem(R"((\d+) bytes smem)");
+  std::string current;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, entry) || std::regex_search(line, m, props)) {
+      current = m[1];
+      r[current];
+    } else if (!current.empty() && std::regex_search(line, m, frame)) {
+      r[current].stackBytes = std::stoi(m[1]);
+      r[current].spillStores = std::stoi(m[2]);
+      r[current].spillLoads = std::stoi(m[3]);
+    } else if (!current.empty() && std::regex_search(line, m, used)) {
+      r[current].registers = std::stoi(m[1]);
+      std::smatch s;
+      if (std::regex_search(line, s, smem))
+        r[current].sharedBytes = std::stoi(s[1]);
+    }
+  }
+  return r;
+}
+
+llvm::Expected<CompiledModule> compileWithNvrtc(const std::string &source, const std::string &target,
+                                                const ToolchainOptions &opts) {
+  CompiledModule m;
+  m.target = target;
+  bool ptx = target.rfind("compute_", 0) == 0;
+  m.kind = ptx ? CompiledModule::Ptx : CompiledModule::Cubin;
+  std::vector<std::string> options = {"--gpu-architecture=" + target, "-I" + opts.cudaRoot + "/include",
+                                      "--std=c++17"};
+  if (!ptx)
+    options.push_back("-Xptxas=-v");
+  std::vector<std::string> keyParts = {"nvrtc", nvrtcVersionString(), source};
+  keyParts.insert(keyParts.end(), options.begin(), options.end());
+  for (const EmbeddedFile &h : embeddedHeaders())
+    keyParts.push_back(h.contents);
+  std::string key = hashKey(keyParts);
+  auto t0 = std::chrono::steady_clock::now();
+  if (cacheGet(opts, key, m)) {
+    m.resources = parsePtxasLog(m.log);
+    return m;
+  }
+  std::vector<const char *> headerSrc, headerNames;
+  for (const EmbeddedFile &h : embeddedHeaders()) {
+    headerSrc.push_back(h.contents);
+    headerNames.push_back(h.name);
+  }
+  nvrtcProgram prog;
+  if (nvrtcCreateProgram(&prog, source.c_str(), "dlc_kernels.cu", static_cast<int>(headerSrc.size()),
+                         headerSrc.data(), headerNames.data()) != NVRTC_SUCCESS)
+    return makeError("nvrtcCreateProgram failed");
+  std::vector<const char *> argv;
+  for (const std::string &o : options)
+    argv.push_back(o.c_str());
+  nvrtcResult res = nvrtcCompileProgram(prog, static_cast<int>(argv.size()), argv.data());
+  size_t logSize = 0;
+  nvrtcGetProgramLogSize(prog, &logSize);
+  m.log.resize(logSize);
+  if (logSize)
+    nvrtcGetProgramLog(prog, m.log.data());
+  while (!m.log.empty() && m.log.back() == '\0')
+    m.log.pop_back();
+  if (res != NVRTC_SUCCESS) {
+    nvrtcDestroyProgram(&prog);
+    dumpSource(opts, source);
+    return errorf("NVRTC failed for {0} ({1}){2}:\n{3}", target, nvrtcGetErrorString(res),
+                  opts.failureDumpPath.empty() ? "" : "; source written to " + opts.failureDumpPath, m.log);
+  }
+  size_t n = 0;
+  if (ptx) {
+    nvrtcGetPTXSize(prog, &n);
+    m.image.resize(n);
+    nvrtcGetPTX(prog, reinterpret_cast<char *>(m.image.data()));
+    if (m.image.empty() || m.image.back() != 0)
+      m.image.push_back(0); // cuModuleLoadData needs NUL-terminated PTX
+  } else {
+    nvrtcGetCUBINSize(prog, &n);
+    m.image.resize(n);
+    nvrtcGetCUBIN(prog, reinterpret_cast<char *>(m.image.data()));
+  }
+  nvrtcDestroyProgram(&prog);
+  m.resources = parsePtxasLog(m.log);
+  m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  cachePut(opts, key, m);
+  return m;
+}
+
+std::string hostCompilerPath(const ToolchainOptions &opts) {
+  std::vector<std::string> candidates;
+  if (!opts.hostCompiler.empty())
+    candidates.push_back(opts.hostCompiler);
+  if (const char *e = std::getenv("DLC_HOST_CXX"))
+    candidates.push_back(e);
+  if (const char *e = std::getenv("CXX"))
+    candidates.push_back(e);
+  candidates.push_back("c++");
+  candidates.push_back("g++");
+  candidates.push_back("clang++");
+  for (const std::string &c : candidates) {
+    if (c.find('/') != std::string::npos) {
+      if (llvm::sys::fs::can_execute(c))
+        return c;
+      continue;
+    }
+    if (auto p = llvm::sys::findProgramByName(c))
+      return *p;
+  }
+  return "";
+}
+
+bool hostCompilerAvailable(const ToolchainOptions &opts) { return !hostCompilerPath(opts).empty(); }
+
+llvm::Expected<CompiledModule> compileForEmu(const std::string &source, const ToolchainOptions &opts) {
+  CompiledModule m;
+  m.target = "emu-x86_64";
+  m.kind = CompiledModule::EmuObject;
+  std::string cxx = hostCompilerPath(opts);
+  if (cxx.empty())
+    return makeError("no host C++ compiler found for the emu target (set DLC_HOST_CXX or CXX, or "
+                     "leave emu out of --target)");
+  std::vector<std::string> flags = {"-std=c++17", "-O2", "-fPIC", "-shared", "-fwrapv",
+                                    "-fvisibility=hidden", "-w", "-DDLC_EMU=1"};
+  std::vector<std::string> keyParts = {"emu", cxx, source};
+  keyParts.insert(keyParts.end(), flags.begin(), flags.end());
+  for (const EmbeddedFile &h : embeddedHeaders())
+    keyParts.push_back(h.contents);
+  // The compiler's identity is part of the key: its version output.
+  {
+    llvm::SmallString<128> vfile;
+    llvm::sys::fs::createTemporaryFile("dlc-cxx-version", "txt", vfile);
+    llvm::Optional<llvm::StringRef> redirects[] = {llvm::None, llvm::StringRef(vfile), llvm::None};
+    llvm::StringRef vargs[] = {cxx, "--version"};
+    llvm::sys::ExecuteAndWait(cxx, vargs, llvm::None, redirects);
+    std::vector<uint8_t> v;
+    readFile(std::string(vfile), v);
+    llvm::sys::fs::remove(vfile);
+    keyParts.push_back(std::string(v.begin(), v.end()));
+  }
+  std::string key = hashKey(keyParts);
+  auto t0 = std::chrono::steady_clock::now();
+  if (cacheGet(opts, key, m))
+    return m;
+
+  llvm::SmallString<128> dir;
+  if (auto ec = llvm::sys::fs::createUniqueDirectory("dlc-emu", dir))
+    return errorf("cannot create a temporary directory: {0}", ec.message());
+  auto cleanup = llvm::make_scope_exit([&] { llvm::sys::fs::remove_directories(dir); });
+  for (const EmbeddedFile &h : embeddedHeaders()) {
+    std::ofstream f(std::string(dir) + "/" + h.name);
+    f << h.contents;
+  }
+  std::string src = std::string(dir) + "/kernels.cpp", out = std::string(dir) + "/kernels.so",
+              log = std::string(dir) + "/log.txt";
+  {
+    std::ofstream f(src);
+    f << source;
+  }
+  std::vector<std::string> args = {cxx};
+  args.insert(args.end(), flags.begin(), flags.end());
+  args.insert(args.end(), {"-I" + std::string(dir), "-I" + opts.cudaRoot + "/include", "-include",
+                           std::string(dir) + "/dlc_emu_prelude.h", src, "-o", out});
+  std::vector<llvm::StringRef> argRefs(args.begin(), args.end());
+  llvm::Optional<llvm::StringRef> redirects[] = {llvm::None, llvm::StringRef(log), llvm::StringRef(log)};
+  std::string err;
+  int rc = llvm::sys::ExecuteAndWait(cxx, argRefs, llvm::None, redirects, 0, 0, &err);
+  std::vector<uint8_t> logBytes;
+  readFile(log, logBytes);
+  m.log.assign(logBytes.begin(), logBytes.end());
+  if (rc != 0 || !readFile(out, m.image)) {
+    dumpSource(opts, source);
+    return errorf("the host compiler failed to build the emu kernels (exit {0}{1}){2}:\n{3}", rc,
+                  err.empty() ? "" : ", " + err,
+                  opts.failureDumpPath.empty() ? "" : "; source written to " + opts.failureDumpPath, m.log);
+  }
+  m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  cachePut(opts, key, m);
+  return m;
+}
+
+} // namespace dlc::codegen

@@ -1,0 +1,231 @@
+// dlc device helpers: included by every generated kernel source, compiled by NVRTC
+// for the GPU and by the host compiler (with dlc_emu_prelude.h) for emu.
+#pragma once
+
+#ifndef DLC_EMU
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#endif
+
+namespace dlc {
+
+typedef long long i64;
+typedef unsigned long long u64;
+
+//===----------------------------------------------------------------------===//
+// Conversions between storage and compute types. Float -> integer saturates and
+// maps NaN to 0, like the reference interpreter; float -> half rounds to nearest.
+//===----------------------------------------------------------------------===//
+
+template <class To, class From> struct Cvt {
+  static __device__ __forceinline__ To run(From v) { return static_cast<To>(v); }
+};
+template <class I, class F> __device__ __forceinline__ I satToInt(F v, I lo, I hi) {
+  return v != v ? I(0) : (v <= F(lo) ? lo : (v >= F(hi) ? hi : static_cast<I>(v)));
+}
+#define DLC_SAT(I, LO, HI)                                                                         \
+  template <> struct Cvt<I, float> {                                                               \
+    static __device__ __forceinline__ I run(float v) { return satToInt<I, float>(v, LO, HI); }     \
+  };                                                                                               \
+  template <> struct Cvt<I, double> {                                                              \
+    static __device__ __forceinline__ I run(double v) { return satToInt<I, double>(v, LO, HI); }   \
+  };
+DLC_SAT(signed char, -128, 127)
+DLC_SAT(unsigned char, 0, 255)
+DLC_SAT(short, -32768, 32767)
+DLC_SAT(unsigned short, 0, 65535)
+DLC_SAT(int, (-2147483647 - 1), 2147483647)
+DLC_SAT(unsigned, 0u, 4294967295u)
+DLC_SAT(long long, (-9223372036854775807LL - 1), 9223372036854775807LL)
+DLC_SAT(unsigned long long, 0ull, 18446744073709551615ull)
+#undef DLC_SAT
+template <> struct Cvt<bool, float> {
+  static __device__ __forceinline__ bool run(float v) { return v != 0.0f; }
+};
+template <> struct Cvt<bool, double> {
+  static __device__ __forceinline__ bool run(double v) { return v != 0.0; }
+};
+template <class From> struct Cvt<__half, From> {
+  static __device__ __forceinline__ __half run(From v) { return __float2half_rn(static_cast<float>(v)); }
+};
+template <class From> struct Cvt<__nv_bfloat16, From> {
+  static __device__ __forceinline__ __nv_bfloat16 run(From v) {
+    return __float2bfloat16_rn(static_cast<float>(v));
+  }
+};
+template <class To> struct Cvt<To, __half> {
+  static __device__ __forceinline__ To run(__half v) { return Cvt<To, float>::run(__half2float(v)); }
+};
+template <class To> struct Cvt<To, __nv_bfloat16> {
+  static __device__ __forceinline__ To run(__nv_bfloat16 v) {
+    return Cvt<To, float>::run(__bfloat162float(v));
+  }
+};
+template <> struct Cvt<__half, __half> {
+  static __device__ __forceinline__ __half run(__half v) { return v; }
+};
+template <> struct Cvt<__nv_bfloat16, __nv_bfloat16> {
+  static __device__ __forceinline__ __nv_bfloat16 run(__nv_bfloat16 v) { return v; }
+};
+template <> struct Cvt<__half, __nv_bfloat16> {
+  static __device__ __forceinline__ __half run(__nv_bfloat16 v) {
+    return __float2half_rn(__bfloat162float(v));
+  }
+};
+template <> struct Cvt<__nv_bfloat16, __half> {
+  static __device__ __forceinline__ __nv_bfloat16 run(__half v) {
+    return __float2bfloat16_rn(__half2float(v));
+  }
+};
+
+template <class To, class From> __device__ __forceinline__ To cvt(From v) {
+  return Cvt<To, From>::run(v);
+}
+/// Loads element i as compute type C.
+template <class C, class S> __device__ __forceinline__ C ld(const S *p, i64 i) {
+  return cvt<C>(p[i]);
+}
+/// Stores compute value v as element i.
+template <class S, class C> __device__ __forceinline__ void st(S *p, i64 i, C v) {
+  p[i] = cvt<S>(v);
+}
+
+//===----------------------------------------------------------------------===//
+// Math on float and double (element-wise expression templates call these).
+//===----------------------------------------------------------------------===//
+
+#define DLC_MATH1(NAME, F32, F64)                                                                  \
+  __device__ __forceinline__ float NAME(float x) { return F32(x); }                               \
+  __device__ __forceinline__ double NAME(double x) { return F64(x); }
+DLC_MATH1(exp_, expf, exp)
+DLC_MATH1(log_, logf, log)
+DLC_MATH1(sqrt_, sqrtf, sqrt)
+DLC_MATH1(erf_, erff, erf)
+DLC_MATH1(tanh_, tanhf, tanh)
+DLC_MATH1(sin_, sinf, sin)
+DLC_MATH1(cos_, cosf, cos)
+DLC_MATH1(tan_, tanf, tan)
+DLC_MATH1(asin_, asinf, asin)
+DLC_MATH1(acos_, acosf, acos)
+DLC_MATH1(atan_, atanf, atan)
+DLC_MATH1(sinh_, sinhf, sinh)
+DLC_MATH1(cosh_, coshf, cosh)
+DLC_MATH1(asinh_, asinhf, asinh)
+DLC_MATH1(acosh_, acoshf, acosh)
+DLC_MATH1(atanh_, atanhf, atanh)
+DLC_MATH1(floor_, floorf, floor)
+DLC_MATH1(ceil_, ceilf, ceil)
+DLC_MATH1(rint_, rintf, rint)
+DLC_MATH1(fabs_, fabsf, fabs)
+DLC_MATH1(log1p_, log1pf, log1p)
+#undef DLC_MATH1
+__device__ __forceinline__ float pow_(float a, float b) { return powf(a, b); }
+__device__ __forceinline__ double pow_(double a, double b) { return pow(a, b); }
+__device__ __forceinline__ float fmod_(float a, float b) { return fmodf(a, b); }
+__device__ __forceinline__ double fmod_(double a, double b) { return fmod(a, b); }
+template <class T> __device__ __forceinline__ bool isnan_(T x) { return x != x; }
+template <class T> __device__ __forceinline__ bool isinf_(T x) {
+  return x == T(1) / T(0) || x == -T(1) / T(0);
+}
+template <class T> __device__ __forceinline__ T minNan(T a, T b) {
+  return (a != a || b != b) ? (a != a ? a : b) : (a < b ? a : b);
+}
+template <class T> __device__ __forceinline__ T maxNan(T a, T b) {
+  return (a != a || b != b) ? (a != a ? a : b) : (a > b ? a : b);
+}
+template <class T> __device__ __forceinline__ T softplus_(T x) {
+  return x > T(30) ? x : log1p_(exp_(x));
+}
+/// Integer division truncating toward zero; division by zero gives 0 (never traps).
+template <class T> __device__ __forceinline__ T idiv(T a, T b) {
+  return b == T(0) ? T(0) : ((b == T(-1) && a == T(u64(1) << (sizeof(T) * 8 - 1))) ? a : T(a / b));
+}
+template <class T> __device__ __forceinline__ T udiv(T a, T b) { return b == T(0) ? T(0) : T(a / b); }
+/// Integer modulo with the sign of the divisor (Python semantics; fmod = 0).
+template <class T> __device__ __forceinline__ T imodFloor(T a, T b) {
+  if (b == T(0))
+    return T(0);
+  T m = a % b;
+  return (m != T(0) && ((m < T(0)) != (b < T(0)))) ? T(m + b) : m;
+}
+template <class T> __device__ __forceinline__ T imodTrunc(T a, T b) { return b == T(0) ? T(0) : T(a % b); }
+
+// Helpers named by the element-wise expression templates of the op table.
+enum { attr_none = 0, attr_tanh = 1, attr_LEFT = 2, attr_RIGHT = 3 };
+struct None {};
+template <class T> __device__ __forceinline__ T stdmin(T a, T b) { return (b < a) ? b : a; }
+template <class T> __device__ __forceinline__ T stdmax(T a, T b) { return (a < b) ? b : a; }
+__device__ __forceinline__ float div_(float a, float b) { return a / b; }
+__device__ __forceinline__ double div_(double a, double b) { return a / b; }
+__device__ __forceinline__ long long div_(long long a, long long b) { return idiv(a, b); }
+__device__ __forceinline__ u64 div_(u64 a, u64 b) { return udiv(a, b); }
+template <class B> __device__ __forceinline__ float pow_(float a, B b) { return powf(a, static_cast<float>(b)); }
+template <class B> __device__ __forceinline__ double pow_(double a, B b) { return pow(a, static_cast<double>(b)); }
+template <class B> __device__ __forceinline__ double pow_(long long a, B b) {
+  return pow(static_cast<double>(a), static_cast<double>(b));
+}
+template <class B> __device__ __forceinline__ double pow_(u64 a, B b) {
+  return pow(static_cast<double>(a), static_cast<double>(b));
+}
+__device__ __forceinline__ float mod_(float a, float b, long long) { return fmodf(a, b); }
+__device__ __forceinline__ double mod_(double a, double b, long long) { return fmod(a, b); }
+__device__ __forceinline__ long long mod_(long long a, long long b, long long fmodMode) {
+  return fmodMode ? imodTrunc(a, b) : imodFloor(a, b);
+}
+__device__ __forceinline__ u64 mod_(u64 a, u64 b, long long) { return imodTrunc(a, b); }
+__device__ __forceinline__ u64 shift_(u64 a, u64 b, int dir) {
+  return b >= 64 ? 0 : (dir == attr_LEFT ? a << b : a >> b);
+}
+template <class T> __device__ __forceinline__ T clip_(T x, None, None) { return x; }
+template <class T> __device__ __forceinline__ T clip_(T x, T lo, None) { return x < lo ? lo : x; }
+template <class T> __device__ __forceinline__ T clip_(T x, None, T hi) { return x > hi ? hi : x; }
+template <class T> __device__ __forceinline__ T clip_(T x, T lo, T hi) {
+  return x < lo ? lo : (x > hi ? hi : x);
+}
+template <class T> __device__ __forceinline__ T gelu_(T x, int approx) {
+  if (approx == attr_tanh) {
+    const T c = sqrt_(T(2) / T(3.14159265358979323846));
+    return T(0.5) * x * (T(1) + tanh_(c * (x + T(0.044715) * x * x * x)));
+  }
+  return T(0.5) * x * (T(1) + erf_(x / sqrt_(T(2))));
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions: warp shuffles, then one value per warp through shared memory.
+// Accumulation is in the compute type (float for f16/bf16).
+//===----------------------------------------------------------------------===//
+
+struct SumOp {
+  template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+struct MaxOp {
+  template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return maxNan(a, b); }
+};
+struct MinOp {
+  template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return minNan(a, b); }
+};
+struct ProdOp {
+  template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a * b; }
+};
+
+template <class T, class Op> __device__ __forceinline__ T warpReduce(T v, Op op) {
+  for (int o = 16; o > 0; o >>= 1)
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/// Reduces v over the block (blockDim.x a multiple of 32, at most 1024); every
+/// thread gets the result. `smem` holds 32 values of T.
+template <class T, class Op> __device__ __forceinline__ T blockReduce(T v, Op op, T identity, T *smem) {
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warpReduce(v, op);
+  __syncthreads(); // smem may still be read from a previous reduction
+  if (lane == 0)
+    smem[warp] = v;
+  __syncthreads();
+  int warps = (blockDim.x + 31) >> 5;
+  v = lane < warps ? smem[lane] : identity;
+  return warpReduce(v, op);
+}
+
+} // namespace dlc

@@ -1,0 +1,152 @@
+// dlc emu prelude: lets the host C++ compiler build the exact CUDA source that
+// NVRTC compiles. Included (with -include) before the generated kernels when the
+// emu target is built. Provides the CUDA built-ins the code generator uses; code
+// generation restricts itself to what is here.
+#pragma once
+
+#define DLC_EMU 1
+#include "EmuAbi.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __restrict__ __restrict
+// Static shared memory is per block: all fibers of a block run on one OS thread.
+#define __shared__ static thread_local
+#define DLC_DYNAMIC_SMEM(T, name) T *name = static_cast<T *>(dlc_emu_cur->dynamicSmem)
+
+extern "C" {
+extern thread_local dlc_emu_thread *dlc_emu_cur;
+extern const dlc_emu_api *dlc_emu_api_ptr;
+}
+
+#define threadIdx (dlc_emu_cur->threadIdx)
+#define blockIdx (dlc_emu_cur->blockIdx)
+#define blockDim (dlc_emu_cur->blockDim)
+#define gridDim (dlc_emu_cur->gridDim)
+static constexpr int warpSize = 32;
+
+inline void __syncthreads() { dlc_emu_api_ptr->syncthreads(); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { dlc_emu_api_ptr->syncwarp(mask); }
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __trap() { dlc_emu_api_ptr->trap("__trap() called"); }
+
+namespace dlc_emu_detail {
+template <class T> unsigned long long pack(T v) {
+  static_assert(sizeof(T) <= 8, "warp collectives move at most 8 bytes");
+  unsigned long long u = 0;
+  std::memcpy(&u, &v, sizeof(T));
+  return u;
+}
+template <class T> T unpack(unsigned long long u) {
+  T v;
+  std::memcpy(&v, &u, sizeof(T));
+  return v;
+}
+inline int lane() { return static_cast<int>(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) & 31; }
+} // namespace dlc_emu_detail
+
+template <class T> T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+  int l = dlc_emu_detail::lane();
+  int s = (l & ~(width - 1)) + (src & (width - 1));
+  return dlc_emu_detail::unpack<T>(dlc_emu_api_ptr->warp_exchange(dlc_emu_detail::pack(v), s, mask));
+}
+template <class T> T __shfl_xor_sync(unsigned mask, T v, int laneMask, int width = 32) {
+  int l = dlc_emu_detail::lane();
+  int s = l ^ laneMask;
+  if ((s & ~(width - 1)) != (l & ~(width - 1)))
+    s = l;
+  return dlc_emu_detail::unpack<T>(dlc_emu_api_ptr->warp_exchange(dlc_emu_detail::pack(v), s, mask));
+}
+template <class T> T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  int l = dlc_emu_detail::lane();
+  int s = l + static_cast<int>(delta);
+  if ((s & ~(width - 1)) != (l & ~(width - 1)))
+    s = l;
+  return dlc_emu_detail::unpack<T>(dlc_emu_api_ptr->warp_exchange(dlc_emu_detail::pack(v), s, mask));
+}
+template <class T> T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  int l = dlc_emu_detail::lane();
+  int s = l - static_cast<int>(delta);
+  if (s < (l & ~(width - 1)))
+    s = l;
+  return dlc_emu_detail::unpack<T>(dlc_emu_api_ptr->warp_exchange(dlc_emu_detail::pack(v), s, mask));
+}
+inline unsigned __ballot_sync(unsigned mask, int pred) { return dlc_emu_api_ptr->ballot(pred, mask); }
+inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
+inline int __all_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) == (mask & __ballot_sync(mask, 1)); }
+
+// Atomics: blocks run on several OS threads, so these are real atomics.
+template <class T> T dlc_emu_atomic_cas_loop(T *addr, T val, T (*op)(T, T)) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "atomic width");
+  using U = std::conditional_t<sizeof(T) == 4, unsigned, unsigned long long>;
+  U *a = reinterpret_cast<U *>(addr);
+  U old = __atomic_load_n(a, __ATOMIC_SEQ_CST);
+  for (;;) {
+    T cur;
+    std::memcpy(&cur, &old, sizeof(T));
+    T next = op(cur, val);
+    U n;
+    std::memcpy(&n, &next, sizeof(T));
+    if (__atomic_compare_exchange_n(a, &old, n, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+      return cur;
+  }
+}
+inline float atomicAdd(float *a, float v) {
+  return dlc_emu_atomic_cas_loop<float>(a, v, [](float x, float y) { return x + y; });
+}
+inline double atomicAdd(double *a, double v) {
+  return dlc_emu_atomic_cas_loop<double>(a, v, [](double x, double y) { return x + y; });
+}
+inline int atomicAdd(int *a, int v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }
+inline unsigned atomicAdd(unsigned *a, unsigned v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }
+inline unsigned long long atomicAdd(unsigned long long *a, unsigned long long v) {
+  return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);
+}
+inline int atomicMax(int *a, int v) {
+  return dlc_emu_atomic_cas_loop<int>(a, v, [](int x, int y) { return x > y ? x : y; });
+}
+inline int atomicMin(int *a, int v) {
+  return dlc_emu_atomic_cas_loop<int>(a, v, [](int x, int y) { return x < y ? x : y; });
+}
+inline int atomicCAS(int *a, int cmp, int v) {
+  __atomic_compare_exchange_n(a, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return cmp;
+}
+inline unsigned long long atomicCAS(unsigned long long *a, unsigned long long cmp, unsigned long long v) {
+  __atomic_compare_exchange_n(a, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return cmp;
+}
+inline int atomicExch(int *a, int v) { return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); }
+
+// Device math that the host library lacks.
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline long long max(long long a, long long b) { return a > b ? a : b; }
+inline unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
+inline unsigned long long max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+template <class T> inline T __ldg(const T *p) { return *p; }
+inline __half hexp(__half a) { return __float2half(expf(__half2float(a))); }
+inline __half hlog(__half a) { return __float2half(logf(__half2float(a))); }
+inline __half hsqrt(__half a) { return __float2half(sqrtf(__half2float(a))); }
+inline __half __hfma(__half a, __half b, __half c) {
+  return __float2half(fmaf(__half2float(a), __half2float(b), __half2float(c)));
+}

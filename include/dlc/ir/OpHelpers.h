@@ -1,0 +1,24 @@
+//===- OpHelpers.h - Op semantics shared by the interpreter and codegen ----===//
+//
+// Where an op's semantics need real computation at compile time, the reference
+// implementation and the code generator call the same function, so they cannot
+// drift apart.
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "dlc/ir/Graph.h"
+
+#include <vector>
+
+namespace dlc::ir {
+
+struct ResizeTap {
+  int64_t index;
+  double weight;
+};
+/// For a Resize node: per dim, per output coordinate, the input taps (index and
+/// weight). An empty list means the coordinate lies outside the crop
+/// (tf_crop_and_resize): the output is extrapolation_value.
+std::vector<std::vector<std::vector<ResizeTap>>> resizeTapTable(const Node &n);
+
+} // namespace dlc::ir

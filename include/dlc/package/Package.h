@@ -1,0 +1,78 @@
+//===- Package.h - The .dlc file format -------------------------*- C++ -*-===//
+//
+// A .dlc file:
+//   [0,64)     header: magic "DLCPKG\0\1", format version, metadata offset/size,
+//              file size, CRC-32 of everything after the header, CRC-32 of the header
+//   [64, ...)  FlatBuffer metadata (package.fbs)
+//   sections   256-byte aligned (weights, cubins, PTX, emu shared object)
+//
+// Loading checks the header, both checksums (a flipped bit anywhere is an error),
+// runs the FlatBuffers verifier, then checks every reference (sections, buffers,
+// kernels, steps) against the sizes it points into.
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "dlc/package/Status.h"
+#include "dlc/package/package_generated.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dlc::pkg {
+
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint64_t kSectionAlign = 256;
+inline constexpr size_t kHeaderSize = 64;
+
+uint32_t crc32(const void *data, size_t n, uint32_t seed = 0);
+size_t dtypeSize(DType t);
+const char *dtypeName(DType t);
+
+/// Builds a package: sections first (their offsets are final), then metadata.
+class PackageWriter {
+public:
+  /// Appends a 256-byte aligned section and returns its location in the file.
+  Section addSection(const void *data, size_t n);
+  flatbuffers::FlatBufferBuilder &builder() { return fbb_; }
+  /// Finishes with the root table and returns the whole file.
+  std::vector<uint8_t> finish(flatbuffers::Offset<Package> root);
+
+private:
+  flatbuffers::FlatBufferBuilder fbb_;
+  std::vector<uint8_t> sections_; // section bytes; offsets are relative to their start
+  std::vector<Section *> fixups_;
+};
+
+/// A loaded, verified package. Owns (or maps) the file bytes.
+class PackageFile {
+public:
+  /// Reads and verifies a file. Errors name the file and what is wrong.
+  static Result<std::shared_ptr<PackageFile>> load(const std::string &path);
+  /// Verifies bytes in memory (copied).
+  static Result<std::shared_ptr<PackageFile>> fromBytes(const void *data, size_t n,
+                                                         const std::string &name);
+
+  const Package &meta() const { return *meta_; }
+  const uint8_t *data() const { return data_; }
+  size_t size() const { return size_; }
+  /// Bytes of a section (offsets are relative to the section area).
+  const uint8_t *section(const Section *s) const { return data_sections_ + s->offset(); }
+  const std::string &name() const { return name_; }
+
+  ~PackageFile();
+
+private:
+  PackageFile() = default;
+  Status verify();
+  std::string name_;
+  const uint8_t *data_ = nullptr;
+  const uint8_t *data_sections_ = nullptr;
+  size_t size_ = 0;
+  std::vector<uint8_t> owned_;
+  void *mapping_ = nullptr;
+  const Package *meta_ = nullptr;
+};
+
+} // namespace dlc::pkg

@@ -1,0 +1,62 @@
+/*===- EmuAbi.h - The interface between emu kernel objects and the runtime ===*
+ *
+ * Generated kernels compiled for the emu backend form a shared object that
+ * exports a kernel table and two setters; the runtime supplies the callbacks that
+ * implement barriers and warp collectives on fibers. Plain C so that the object
+ * and the runtime can be built by different compilers.
+ *===----------------------------------------------------------------------===*/
+#ifndef DLC_EMU_ABI_H
+#define DLC_EMU_ABI_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DLC_EMU_ABI_VERSION 1
+
+typedef struct dlc_emu_dim3 {
+  unsigned x, y, z;
+} dlc_emu_dim3;
+
+/* The state of one emulated CUDA thread. */
+typedef struct dlc_emu_thread {
+  dlc_emu_dim3 threadIdx;
+  dlc_emu_dim3 blockIdx;
+  dlc_emu_dim3 blockDim;
+  dlc_emu_dim3 gridDim;
+  void *dynamicSmem;
+  void *scheduler; /* opaque to kernels */
+} dlc_emu_thread;
+
+/* Callbacks into the runtime. They act on the calling thread (the current fiber). */
+typedef struct dlc_emu_api {
+  void (*syncthreads)(void);
+  void (*syncwarp)(unsigned mask);
+  /* Deposits `value`, waits for the warp, returns the value deposited by lane src. */
+  unsigned long long (*warp_exchange)(unsigned long long value, int src, unsigned mask);
+  /* Deposits `pred`, waits for the warp, returns the ballot of the lanes in mask. */
+  unsigned (*ballot)(int pred, unsigned mask);
+  void (*trap)(const char *message);
+} dlc_emu_api;
+
+typedef struct dlc_emu_kernel {
+  const char *name;
+  void (*thunk)(void **args); /* calls the kernel with *(T*)args[i] as argument i */
+} dlc_emu_kernel;
+
+/* Exported by a kernel object:
+ *   int dlc_emu_abi_version(void);
+ *   const dlc_emu_kernel *dlc_emu_kernels(int *count);
+ *   void dlc_emu_set_api(const dlc_emu_api *api);
+ *   void dlc_emu_set_thread(dlc_emu_thread *t);   -- per OS thread, before running t
+ */
+typedef int (*dlc_emu_abi_version_fn)(void);
+typedef const dlc_emu_kernel *(*dlc_emu_kernels_fn)(int *count);
+typedef void (*dlc_emu_set_api_fn)(const dlc_emu_api *api);
+typedef void (*dlc_emu_set_thread_fn)(dlc_emu_thread *t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DLC_EMU_ABI_H */

@@ -1,0 +1,324 @@
+#include "dlc/package/Package.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <set>
+
+namespace dlc::pkg {
+
+namespace {
+
+constexpr char kMagic[8] = {'D', 'L', 'C', 'P', 'K', 'G', '\0', '\1'};
+
+struct Header {
+  char magic[8];
+  uint32_t version;
+  uint32_t reserved;
+  uint64_t metaOffset;
+  uint64_t metaSize;
+  uint64_t sectionsOffset;
+  uint64_t fileSize;
+  uint32_t bodyCrc;
+  uint32_t headerCrc; // of bytes [0, 52)
+  uint64_t pad;
+};
+static_assert(sizeof(Header) == kHeaderSize);
+
+uint64_t alignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+} // namespace
+
+size_t dtypeSize(DType t) {
+  switch (t) {
+  case DType::F64:
+  case DType::I64:
+  case DType::U64: return 8;
+  case DType::F32:
+  case DType::I32:
+  case DType::U32: return 4;
+  case DType::F16:
+  case DType::BF16:
+  case DType::I16:
+  case DType::U16: return 2;
+  case DType::I8:
+  case DType::U8:
+  case DType::Bool: return 1;
+  }
+  return 0;
+}
+
+const char *dtypeName(DType t) {
+  static const char *names[] = {"f32", "f16", "bf16", "f64", "i64", "i32", "i16",
+                                "i8",  "u8",  "u16",  "u32", "u64", "bool"};
+  auto i = static_cast<size_t>(t);
+  return i < sizeof(names) / sizeof(names[0]) ? names[i] : "?";
+}
+
+//===----------------------------------------------------------------------===//
+// Writer
+//===----------------------------------------------------------------------===//
+
+Section PackageWriter::addSection(const void *data, size_t n) {
+  uint64_t off = alignUp(sections_.size(), kSectionAlign);
+  sections_.resize(off + n);
+  if (n)
+    std::memcpy(sections_.data() + off, data, n);
+  return Section(off, n);
+}
+
+std::vector<uint8_t> PackageWriter::finish(flatbuffers::Offset<Package> root) {
+  fbb_.Finish(root, PackageIdentifier());
+  Header h{};
+  std::memcpy(h.magic, kMagic, 8);
+  h.version = kFormatVersion;
+  h.metaOffset = kHeaderSize;
+  h.metaSize = fbb_.GetSize();
+  h.sectionsOffset = alignUp(kHeaderSize + h.metaSize, kSectionAlign);
+  h.fileSize = h.sectionsOffset + alignUp(sections_.size(), kSectionAlign);
+  std::vector<uint8_t> file(h.fileSize, 0);
+  std::memcpy(file.data() + kHeaderSize, fbb_.GetBufferPointer(), h.metaSize);
+  if (!sections_.empty())
+    std::memcpy(file.data() + h.sectionsOffset, sections_.data(), sections_.size());
+  h.bodyCrc = crc32(file.data() + kHeaderSize, h.fileSize - kHeaderSize);
+  h.headerCrc = crc32(&h, offsetof(Header, headerCrc));
+  std::memcpy(file.data(), &h, kHeaderSize);
+  return file;
+}
+
+//===----------------------------------------------------------------------===//
+// Reader
+//===----------------------------------------------------------------------===//
+
+PackageFile::~PackageFile() {
+  if (mapping_)
+    munmap(mapping_, size_);
+}
+
+Result<std::shared_ptr<PackageFile>> PackageFile::load(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return Status(StatusCode::IoError, "cannot open '" + path + "': " + std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status(StatusCode::IoError, "'" + path + "' is not a regular file");
+  }
+  std::shared_ptr<PackageFile> pf(new PackageFile());
+  pf->name_ = path;
+  pf->size_ = static_cast<size_t>(st.st_size);
+  if (pf->size_ > 0) {
+    void *m = ::mmap(nullptr, pf->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m == MAP_FAILED) {
+      ::close(fd);
+      return Status(StatusCode::IoError, "cannot map '" + path + "': " + std::strerror(errno));
+    }
+    pf->mapping_ = m;
+    pf->data_ = static_cast<const uint8_t *>(m);
+  }
+  ::close(fd);
+  if (Status s = pf->verify())
+    return s;
+  return pf;
+}
+
+Result<std::shared_ptr<PackageFile>> PackageFile::fromBytes(const void *data, size_t n,
+                                                             const std::string &name) {
+  std::shared_ptr<PackageFile> pf(new PackageFile());
+  pf->name_ = name;
+  // Keep the copy 256-byte aligned, as a mapping would be, so sections stay aligned.
+  pf->owned_.resize(n + kSectionAlign);
+  size_t pad = (kSectionAlign - reinterpret_cast<uintptr_t>(pf->owned_.data()) % kSectionAlign) %
+               kSectionAlign;
+  if (n)
+    std::memcpy(pf->owned_.data() + pad, data, n);
+  pf->data_ = pf->owned_.data() + pad;
+  pf->size_ = n;
+  if (Status s = pf->verify())
+    return s;
+  return pf;
+}
+
+Status PackageFile::verify() {
+  auto bad = [&](const std::string &what) {
+    return Status(StatusCode::InvalidPackage, name_ + ": invalid or corrupted .dlc package: " + what);
+  };
+  if (size_ < kHeaderSize)
+    return bad("file is too small (" + std::to_string(size_) + " bytes)");
+  Header h;
+  std::memcpy(&h, data_, kHeaderSize);
+  if (std::memcmp(h.magic, kMagic, 8) != 0)
+    return bad("wrong magic bytes (not a .dlc file)");
+  if (h.headerCrc != crc32(&h, offsetof(Header, headerCrc)))
+    return bad("header checksum mismatch");
+  if (h.version != kFormatVersion)
+    return bad("format version " + std::to_string(h.version) + ", this runtime reads version " +
+               std::to_string(kFormatVersion));
+  if (h.fileSize != size_)
+    return bad("file is " + std::to_string(size_) + " bytes, the header says " +
+               std::to_string(h.fileSize) + " (truncated?)");
+  if (h.metaOffset != kHeaderSize || h.metaSize > size_ - kHeaderSize ||
+      h.sectionsOffset < kHeaderSize + h.metaSize || h.sectionsOffset > size_ ||
+      h.sectionsOffset % kSectionAlign)
+    return bad("inconsistent header layout");
+  if (h.bodyCrc != crc32(data_ + kHeaderSize, size_ - kHeaderSize))
+    return bad("checksum mismatch (the file is damaged)");
+
+  flatbuffers::Verifier v(data_ + kHeaderSize, h.metaSize, /*max_depth=*/64,
+                          /*max_tables=*/10'000'000);
+  if (!VerifyPackageBuffer(v))
+    return bad("metadata does not verify");
+  meta_ = GetPackage(data_ + kHeaderSize);
+  const Package &p = *meta_;
+  uint64_t sectionsSize = size_ - h.sectionsOffset;
+  // From here on, Section offsets are relative to the section area.
+  data_sections_ = data_ + h.sectionsOffset;
+
+  auto checkSection = [&](const Section *s, const std::string &what) -> Status {
+    if (!s)
+      return Status::ok();
+    if (s->offset() % kSectionAlign || s->offset() > sectionsSize ||
+        s->size() > sectionsSize - s->offset())
+      return bad(what + " lies outside the file");
+    return Status::ok();
+  };
+  if (p.format_version() != kFormatVersion)
+    return bad("metadata format version mismatch");
+  const auto *buffers = p.buffers();
+  size_t nBuffers = buffers ? buffers->size() : 0;
+  for (size_t i = 0; i < nBuffers; ++i) {
+    const Buffer *b = buffers->Get(i);
+    uint64_t limit = b->region() == Region::Arena ? p.arena_bytes() : p.weight_bytes();
+    if (b->region() != Region::Arena && b->region() != Region::Weights)
+      return bad("buffer " + std::to_string(i) + " has an unknown region");
+    if (b->offset() % 16 || b->offset() > limit || b->bytes() > limit - b->offset())
+      return bad("buffer " + std::to_string(i) + " lies outside its region");
+  }
+  auto checkRef = [&](const BufRef &r, uint64_t bytes, const std::string &what) -> Status {
+    if (r.buffer() >= nBuffers)
+      return bad(what + " refers to buffer " + std::to_string(r.buffer()) + " of " +
+                 std::to_string(nBuffers));
+    const Buffer *b = buffers->Get(r.buffer());
+    if (r.offset() > b->bytes() || bytes > b->bytes() - r.offset())
+      return bad(what + " reaches past the end of buffer " + std::to_string(r.buffer()));
+    return Status::ok();
+  };
+  auto checkTensors = [&](const flatbuffers::Vector<flatbuffers::Offset<TensorInfo>> *ts,
+                          const char *what) -> Status {
+    if (!ts)
+      return Status::ok();
+    std::set<std::string> names;
+    for (size_t i = 0; i < ts->size(); ++i) {
+      const TensorInfo *t = ts->Get(i);
+      std::string label = std::string(what) + " " + std::to_string(i);
+      if (!t->name() || t->name()->size() == 0 || !names.insert(t->name()->str()).second)
+        return bad(label + " has a missing or duplicate name");
+      if (static_cast<size_t>(t->dtype()) > static_cast<size_t>(DType::MAX))
+        return bad(label + " has an unknown dtype");
+      uint64_t n = 1;
+      if (t->shape())
+        for (int64_t d : *t->shape()) {
+          if (d < 0 || (d && n > (uint64_t{1} << 48) / static_cast<uint64_t>(d)))
+            return bad(label + " has an invalid shape");
+          n *= static_cast<uint64_t>(d);
+        }
+      if (Status s = checkRef(BufRef(t->buffer(), 0), n * dtypeSize(t->dtype()), label))
+        return s;
+    }
+    return Status::ok();
+  };
+  DLC_RETURN_IF_ERROR(checkTensors(p.inputs(), "input"));
+  DLC_RETURN_IF_ERROR(checkTensors(p.outputs(), "output"));
+  if (p.weights())
+    for (size_t i = 0; i < p.weights()->size(); ++i) {
+      const Weight *w = p.weights()->Get(i);
+      std::string label = "weight " + std::to_string(i);
+      DLC_RETURN_IF_ERROR(checkSection(w->data(), label));
+      if (!w->data())
+        return bad(label + " has no data");
+      DLC_RETURN_IF_ERROR(checkRef(BufRef(w->buffer(), 0), w->data()->size(), label));
+      if (buffers->Get(w->buffer())->region() != Region::Weights)
+        return bad(label + " is not in the weight region");
+    }
+  size_t nKernels = p.kernels() ? p.kernels()->size() : 0;
+  for (size_t i = 0; i < nKernels; ++i)
+    if (!p.kernels()->Get(i)->name() || p.kernels()->Get(i)->name()->size() == 0)
+      return bad("kernel " + std::to_string(i) + " has no name");
+  if (p.modules())
+    for (size_t i = 0; i < p.modules()->size(); ++i) {
+      const Module *m = p.modules()->Get(i);
+      DLC_RETURN_IF_ERROR(checkSection(m->data(), "module " + std::to_string(i)));
+      if (!m->target() || !m->data() ||
+          static_cast<size_t>(m->kind()) > static_cast<size_t>(ModuleKind::MAX))
+        return bad("module " + std::to_string(i) + " is incomplete");
+    }
+  DLC_RETURN_IF_ERROR(checkSection(p.cuda_source(), "the CUDA source"));
+  if (p.steps())
+    for (size_t i = 0; i < p.steps()->size(); ++i) {
+      const Step *s = p.steps()->Get(i);
+      std::string label = "step " + std::to_string(i);
+      switch (s->op_type()) {
+      case StepKind::Launch: {
+        const Launch *l = s->op_as_Launch();
+        if (l->kernel() >= nKernels)
+          return bad(label + " launches kernel " + std::to_string(l->kernel()) + " of " +
+                     std::to_string(nKernels));
+        if (!l->grid() || !l->block() || !l->grid()->x() || !l->grid()->y() || !l->grid()->z() ||
+            !l->block()->x() || !l->block()->y() || !l->block()->z())
+          return bad(label + " has an empty grid or block");
+        if (l->args())
+          for (const Arg *a : *l->args())
+            if (a->kind() == ArgKind::Pointer)
+              DLC_RETURN_IF_ERROR(checkRef(a->ref(), 0, label + " argument"));
+        break;
+      }
+      case StepKind::Gemm: {
+        const Gemm *g = s->op_as_Gemm();
+        size_t es = dtypeSize(g->dtype());
+        if (!es || g->m() < 1 || g->n() < 1 || g->k() < 1 || g->batch() < 1 || !g->a() ||
+            !g->b() || !g->c())
+          return bad(label + " is an invalid GEMM");
+        // Highest element each operand touches, for bounds checks.
+        auto extent = [](int64_t batch, int64_t stride, int64_t rows, int64_t cols, int64_t ld) {
+          return (batch - 1) * stride + (rows - 1) * ld + cols;
+        };
+        int64_t ar = g->trans_a() ? g->k() : g->m(), ac = g->trans_a() ? g->m() : g->k();
+        int64_t br = g->trans_b() ? g->n() : g->k(), bc = g->trans_b() ? g->k() : g->n();
+        if (g->lda() < ac || g->ldb() < bc || g->ldc() < g->n() || g->stride_a() < 0 ||
+            g->stride_b() < 0 || g->stride_c() < 0)
+          return bad(label + " has invalid leading dimensions or strides");
+        DLC_RETURN_IF_ERROR(checkRef(*g->a(), extent(g->batch(), g->stride_a(), ar, ac, g->lda()) * es,
+                                     label + " A"));
+        DLC_RETURN_IF_ERROR(checkRef(*g->b(), extent(g->batch(), g->stride_b(), br, bc, g->ldb()) * es,
+                                     label + " B"));
+        DLC_RETURN_IF_ERROR(checkRef(*g->c(), extent(g->batch(), g->stride_c(), g->m(), g->n(), g->ldc()) * es,
+                                     label + " C"));
+        break;
+      }
+      case StepKind::Copy: {
+        const Copy *c = s->op_as_Copy();
+        if (!c->src() || !c->dst())
+          return bad(label + " is an invalid copy");
+        DLC_RETURN_IF_ERROR(checkRef(*c->src(), c->bytes(), label + " source"));
+        DLC_RETURN_IF_ERROR(checkRef(*c->dst(), c->bytes(), label + " destination"));
+        break;
+      }
+      case StepKind::Memset: {
+        const Memset *m = s->op_as_Memset();
+        if (!m->dst())
+          return bad(label + " is an invalid memset");
+        DLC_RETURN_IF_ERROR(checkRef(*m->dst(), m->bytes(), label));
+        break;
+      }
+      default:
+        return bad(label + " has an unknown kind");
+      }
+    }
+  return Status::ok();
+}
+
+} // namespace dlc::pkg

@@ -1,0 +1,161 @@
+#include "Backend.h"
+
+#include <chrono>
+#include <cstring>
+
+namespace dlc::rt {
+
+int64_t HostTensor::numElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+HostTensor HostTensor::zeros(pkg::DType dt, std::vector<int64_t> shape) {
+  HostTensor t;
+  t.dtype = dt;
+  t.shape = std::move(shape);
+  t.data.assign(t.byteSize(), 0);
+  return t;
+}
+
+const char *deviceKindName(DeviceKind k) {
+  switch (k) {
+  case DeviceKind::Auto: return "auto";
+  case DeviceKind::Cuda: return "cuda";
+  case DeviceKind::Emu: return "emu";
+  }
+  return "?";
+}
+
+Session::~Session() = default;
+
+static std::string shapeString(const std::vector<int64_t> &s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i)
+    r += (i ? "," : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+static std::vector<int64_t> shapeOf(const pkg::TensorInfo *t) {
+  return t->shape() ? std::vector<int64_t>(t->shape()->begin(), t->shape()->end())
+                    : std::vector<int64_t>{};
+}
+
+Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const pkg::PackageFile> pkg,
+                                                 const SessionOptions &opts) {
+  std::unique_ptr<Session> s(new Session());
+  s->pkg_ = std::move(pkg);
+  s->opts_ = opts;
+  if (opts.device == DeviceKind::Cuda || opts.device == DeviceKind::Auto) {
+    auto cuda = createCudaBackend();
+    if (cuda) {
+      s->backend_ = std::move(*cuda);
+    } else if (opts.device == DeviceKind::Cuda) {
+      return Status(StatusCode::Unavailable, "--device cuda: " + cuda.status().message());
+    }
+  }
+  if (!s->backend_)
+    s->backend_ = createEmuBackend(opts.emuThreads);
+  if (Status st = s->backend_->prepare(*s->pkg_))
+    return st;
+  const pkg::Package &m = s->pkg_->meta();
+  s->inputSet_.assign(m.inputs() ? m.inputs()->size() : 0, false);
+  return s;
+}
+
+std::string Session::backendDescription() const { return backend_->describe(); }
+DeviceKind Session::deviceKind() const { return backend_->kind(); }
+
+Status Session::setInput(const std::string &name, const HostTensor &t) {
+  const pkg::Package &m = pkg_->meta();
+  if (m.inputs())
+    for (size_t i = 0; i < m.inputs()->size(); ++i) {
+      const pkg::TensorInfo *in = m.inputs()->Get(i);
+      if (in->name()->str() != name)
+        continue;
+      auto shape = shapeOf(in);
+      if (t.dtype != in->dtype())
+        return Status(StatusCode::InvalidArgument,
+                      "input '" + name + "' has dtype " + pkg::dtypeName(t.dtype) + ", the model expects " +
+                          pkg::dtypeName(in->dtype()));
+      if (t.shape != shape)
+        return Status(StatusCode::InvalidArgument, "input '" + name + "' has shape " +
+                                                       shapeString(t.shape) + ", the model expects " +
+                                                       shapeString(shape));
+      if (t.data.size() != t.byteSize())
+        return Status(StatusCode::InvalidArgument, "input '" + name + "' holds " +
+                                                       std::to_string(t.data.size()) + " bytes, expected " +
+                                                       std::to_string(t.byteSize()));
+      DLC_RETURN_IF_ERROR(backend_->upload(pkg::BufRef(in->buffer(), 0), t.data.data(), t.data.size()));
+      inputSet_[i] = true;
+      return Status::ok();
+    }
+  std::string known;
+  if (m.inputs())
+    for (const pkg::TensorInfo *in : *m.inputs())
+      known += (known.empty() ? "" : ", ") + in->name()->str();
+  return Status(StatusCode::InvalidArgument,
+                "the model has no input named '" + name + "' (inputs: " + known + ")");
+}
+
+Status Session::run() {
+  const pkg::Package &m = pkg_->meta();
+  for (size_t i = 0; i < inputSet_.size(); ++i)
+    if (!inputSet_[i])
+      return Status(StatusCode::InvalidArgument,
+                    "input '" + m.inputs()->Get(i)->name()->str() + "' was not set");
+  profile_.clear();
+  if (!m.steps())
+    return Status::ok();
+  for (const pkg::Step *s : *m.steps()) {
+    std::string node = s->node() ? s->node()->str() : "";
+    auto t0 = std::chrono::steady_clock::now();
+    Status st;
+    const char *kind = "";
+    switch (s->op_type()) {
+    case pkg::StepKind::Launch:
+      kind = "launch";
+      st = backend_->launch(*s->op_as_Launch(), node);
+      break;
+    case pkg::StepKind::Gemm:
+      kind = "gemm";
+      st = backend_->gemm(*s->op_as_Gemm(), node);
+      break;
+    case pkg::StepKind::Copy:
+      kind = "copy";
+      st = backend_->copy(*s->op_as_Copy());
+      break;
+    case pkg::StepKind::Memset:
+      kind = "memset";
+      st = backend_->memset(*s->op_as_Memset());
+      break;
+    default: st = Status(StatusCode::InvalidPackage, "unknown step kind");
+    }
+    if (st)
+      return st;
+    if (opts_.profile) {
+      DLC_RETURN_IF_ERROR(backend_->synchronize());
+      double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      profile_.push_back({node, kind, us});
+    }
+  }
+  return backend_->synchronize();
+}
+
+Result<HostTensor> Session::getOutput(const std::string &name) const {
+  const pkg::Package &m = pkg_->meta();
+  if (m.outputs())
+    for (const pkg::TensorInfo *o : *m.outputs()) {
+      if (o->name()->str() != name)
+        continue;
+      HostTensor t = HostTensor::zeros(o->dtype(), shapeOf(o));
+      if (Status s = backend_->download(t.data.data(), pkg::BufRef(o->buffer(), 0), t.data.size()))
+        return s;
+      return t;
+    }
+  return Status(StatusCode::InvalidArgument, "the model has no output named '" + name + "'");
+}
+
+} // namespace dlc::rt

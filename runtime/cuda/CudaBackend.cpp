@@ -1,0 +1,373 @@
+//===- CudaBackend.cpp - The GPU backend: driver API and cuBLASLt via dlopen ===//
+//
+// Written against the real CUDA headers but linked against nothing: libcuda.so.1
+// and libcublasLt are loaded at run time, so one runtime binary works on machines
+// with and without a GPU and says which library or device is missing. Without a
+// GPU this file is compiled and its tests are skipped (ctest label `gpu`).
+//===----------------------------------------------------------------------===//
+#include "../Backend.h"
+
+#include <cublasLt.h>
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <cstring>
+#include <map>
+
+namespace dlc::rt {
+namespace {
+
+#define DLC_STR2(x) #x
+#define DLC_STR(x) DLC_STR2(x) // expands cuda.h's versioning macros (cuMemAlloc -> cuMemAlloc_v2)
+
+/// Driver API entry points. Each is declared with the prototype from cuda.h.
+struct Driver {
+  void *lib = nullptr;
+#define DLC_CU(fn) decltype(&fn) fn##_ = nullptr;
+#define DLC_CU_LIST(X)                                                                             \
+  X(cuInit) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute)          \
+  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuStreamCreate)   \
+  X(cuStreamDestroy) X(cuStreamSynchronize) X(cuModuleLoadData) X(cuModuleUnload)                 \
+  X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree)        \
+  X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8Async)                \
+  X(cuGetErrorName) X(cuGetErrorString)
+  DLC_CU_LIST(DLC_CU)
+#undef DLC_CU
+
+  Status load() {
+    lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+      return Status(StatusCode::Unavailable,
+                    "libcuda.so.1 could not be loaded (no NVIDIA driver on this machine)");
+#define DLC_CU_LOAD(fn)                                                                            \
+  fn##_ = reinterpret_cast<decltype(fn##_)>(dlsym(lib, DLC_STR(fn)));                              \
+  if (!fn##_)                                                                                      \
+    return Status(StatusCode::Unavailable, std::string("libcuda.so.1 lacks ") + DLC_STR(fn));
+    DLC_CU_LIST(DLC_CU_LOAD)
+#undef DLC_CU_LOAD
+    return Status::ok();
+  }
+
+  std::string error(CUresult r) const {
+    const char *name = nullptr, *msg = nullptr;
+    if (cuGetErrorName_)
+      cuGetErrorName_(r, &name);
+    if (cuGetErrorString_)
+      cuGetErrorString_(r, &msg);
+    return std::string(name ? name : "CUDA error") + ": " + (msg ? msg : "?");
+  }
+};
+
+struct CublasLt {
+  void *lib = nullptr;
+#define DLC_LT(fn) decltype(&fn) fn##_ = nullptr;
+#define DLC_LT_LIST(X)                                                                             \
+  X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)   \
+  X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)  \
+  X(cublasLtMatrixLayoutSetAttribute) X(cublasLtMatmulPreferenceCreate)                           \
+  X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute)                      \
+  X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)
+  DLC_LT_LIST(DLC_LT)
+#undef DLC_LT
+
+  Status load() {
+    for (const char *name : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"})
+      if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
+        break;
+    if (!lib)
+      return Status(StatusCode::Unavailable,
+                    "libcublasLt.so.13 could not be loaded (install the CUDA toolkit's cuBLAS or "
+                    "add its lib64 directory to LD_LIBRARY_PATH)");
+#define DLC_LT_LOAD(fn)                                                                            \
+  fn##_ = reinterpret_cast<decltype(fn##_)>(dlsym(lib, #fn));                                      \
+  if (!fn##_)                                                                                      \
+    return Status(StatusCode::Unavailable, std::string("libcublasLt lacks ") + #fn);
+    DLC_LT_LIST(DLC_LT_LOAD)
+#undef DLC_LT_LOAD
+    return Status::ok();
+  }
+};
+
+class CudaBackend : public Backend {
+public:
+  ~CudaBackend() override {
+    if (drv_.lib) {
+      if (ctxReady_) {
+        drv_.cuCtxSetCurrent_(ctx_);
+        if (stream_)
+          drv_.cuStreamSynchronize_(stream_);
+        if (arena_)
+          drv_.cuMemFree_(arena_);
+        if (weights_)
+          drv_.cuMemFree_(weights_);
+        if (workspace_)
+          drv_.cuMemFree_(workspace_);
+        if (module_)
+          drv_.cuModuleUnload_(module_);
+        if (stream_)
+          drv_.cuStreamDestroy_(stream_);
+        drv_.cuDevicePrimaryCtxRelease_(dev_);
+      }
+    }
+    if (lt_.lib && ltHandle_)
+      lt_.cublasLtDestroy_(ltHandle_);
+  }
+
+  Status init() {
+    DLC_RETURN_IF_ERROR(drv_.load());
+    if (CUresult r = drv_.cuInit_(0))
+      return Status(StatusCode::Unavailable, "cuInit failed: " + drv_.error(r));
+    int count = 0;
+    if (CUresult r = drv_.cuDeviceGetCount_(&count))
+      return Status(StatusCode::Unavailable, "cannot count CUDA devices: " + drv_.error(r));
+    if (count == 0)
+      return Status(StatusCode::Unavailable, "no CUDA device is present");
+    DLC_RETURN_IF_ERROR(check(drv_.cuDeviceGet_(&dev_, 0), "cuDeviceGet"));
+    char name[256] = {0};
+    drv_.cuDeviceGetName_(name, sizeof(name) - 1, dev_);
+    name_ = name;
+    drv_.cuDeviceGetAttribute_(&major_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev_);
+    drv_.cuDeviceGetAttribute_(&minor_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev_);
+    DLC_RETURN_IF_ERROR(check(drv_.cuDevicePrimaryCtxRetain_(&ctx_, dev_), "cuDevicePrimaryCtxRetain"));
+    ctxReady_ = true;
+    DLC_RETURN_IF_ERROR(check(drv_.cuCtxSetCurrent_(ctx_), "cuCtxSetCurrent"));
+    DLC_RETURN_IF_ERROR(check(drv_.cuStreamCreate_(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate"));
+    return Status::ok();
+  }
+
+  std::string describe() const override {
+    return "cuda (" + name_ + ", sm_" + std::to_string(major_) + std::to_string(minor_) + ")";
+  }
+  DeviceKind kind() const override { return DeviceKind::Cuda; }
+
+  Status prepare(const pkg::PackageFile &p) override {
+    pkg_ = &p;
+    const pkg::Package &m = p.meta();
+    DLC_RETURN_IF_ERROR(check(drv_.cuCtxSetCurrent_(ctx_), "cuCtxSetCurrent"));
+    if (m.kernels() && m.kernels()->size()) {
+      const pkg::Module *mod = pickModule(m);
+      if (!mod) {
+        std::string have;
+        if (m.modules())
+          for (const pkg::Module *x : *m.modules())
+            have += (have.empty() ? "" : ", ") + x->target()->str();
+        return Status(StatusCode::Unavailable,
+                      p.name() + ": no module for this GPU (sm_" + std::to_string(major_) +
+                          std::to_string(minor_) + "); the package has: " + have +
+                          ". Recompile with --target sm_" + std::to_string(major_) +
+                          std::to_string(minor_));
+      }
+      DLC_RETURN_IF_ERROR(check(drv_.cuModuleLoadData_(&module_, p.section(mod->data())),
+                                "loading module " + mod->target()->str()));
+      for (const pkg::Kernel *k : *m.kernels()) {
+        CUfunction f;
+        DLC_RETURN_IF_ERROR(check(drv_.cuModuleGetFunction_(&f, module_, k->name()->c_str()),
+                                  "kernel " + k->name()->str()));
+        functions_.push_back(f);
+      }
+    }
+    if (m.arena_bytes())
+      DLC_RETURN_IF_ERROR(check(drv_.cuMemAlloc_(&arena_, m.arena_bytes()), "allocating the arena"));
+    if (m.weight_bytes())
+      DLC_RETURN_IF_ERROR(check(drv_.cuMemAlloc_(&weights_, m.weight_bytes()), "allocating weights"));
+    if (m.weights())
+      for (const pkg::Weight *w : *m.weights())
+        DLC_RETURN_IF_ERROR(upload(pkg::BufRef(w->buffer(), 0), p.section(w->data()), w->data()->size()));
+    bool hasGemm = false;
+    if (m.steps())
+      for (const pkg::Step *s : *m.steps())
+        hasGemm |= s->op_type() == pkg::StepKind::Gemm;
+    if (hasGemm) {
+      DLC_RETURN_IF_ERROR(lt_.load());
+      if (lt_.cublasLtCreate_(&ltHandle_) != CUBLAS_STATUS_SUCCESS)
+        return Status(StatusCode::Unavailable, "cublasLtCreate failed");
+      DLC_RETURN_IF_ERROR(check(drv_.cuMemAlloc_(&workspace_, kWorkspace), "allocating GEMM workspace"));
+    }
+    return synchronize();
+  }
+
+  CUdeviceptr address(const pkg::BufRef &r) const {
+    const pkg::Buffer *b = pkg_->meta().buffers()->Get(r.buffer());
+    return (b->region() == pkg::Region::Arena ? arena_ : weights_) + b->offset() + r.offset();
+  }
+
+  Status upload(const pkg::BufRef &dst, const void *src, size_t n) override {
+    return check(drv_.cuMemcpyHtoDAsync_(address(dst), src, n, stream_), "host-to-device copy");
+  }
+  Status download(void *dst, const pkg::BufRef &src, size_t n) override {
+    DLC_RETURN_IF_ERROR(check(drv_.cuMemcpyDtoHAsync_(dst, address(src), n, stream_), "device-to-host copy"));
+    return synchronize();
+  }
+  Status copy(const pkg::Copy &c) override {
+    return check(drv_.cuMemcpyDtoDAsync_(address(*c.dst()), address(*c.src()), c.bytes(), stream_),
+                 "device copy");
+  }
+  Status memset(const pkg::Memset &m) override {
+    return check(drv_.cuMemsetD8Async_(address(*m.dst()), m.value(), m.bytes(), stream_), "memset");
+  }
+  Status synchronize() override { return check(drv_.cuStreamSynchronize_(stream_), "synchronize"); }
+
+  Status launch(const pkg::Launch &l, const std::string &node) override {
+    DLC_RETURN_IF_ERROR(checkLaunchLimits(*pkg_, l));
+    CUfunction f = functions_[l.kernel()];
+    std::vector<uint64_t> vals(l.args() ? l.args()->size() : 0);
+    std::vector<void *> argv;
+    for (size_t i = 0; i < vals.size(); ++i) {
+      const pkg::Arg *a = l.args()->Get(i);
+      if (a->kind() == pkg::ArgKind::Pointer)
+        vals[i] = address(a->ref());
+      else if (a->kind() == pkg::ArgKind::I64) {
+        int64_t iv = a->i();
+        std::memcpy(&vals[i], &iv, 8);
+      }
+      else {
+        float fv = a->f();
+        std::memcpy(&vals[i], &fv, 4);
+      }
+      argv.push_back(&vals[i]);
+    }
+    if (l.dynamic_smem() > 48 * 1024)
+      DLC_RETURN_IF_ERROR(check(drv_.cuFuncSetAttribute_(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                        static_cast<int>(l.dynamic_smem())),
+                                "opting in to dynamic shared memory"));
+    return check(drv_.cuLaunchKernel_(f, l.grid()->x(), l.grid()->y(), l.grid()->z(), l.block()->x(),
+                                     l.block()->y(), l.block()->z(), l.dynamic_smem(), stream_,
+                                     argv.data(), nullptr),
+                 "launching kernel for node '" + node + "'");
+  }
+
+  /// Row-major C = op(A) op(B) as column-major C^T = op(B)^T op(A)^T.
+  Status gemm(const pkg::Gemm &g, const std::string &node) override {
+    cudaDataType_t dt;
+    cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
+    cudaDataType_t scaleType = CUDA_R_32F;
+    switch (g.dtype()) {
+    case pkg::DType::F32: dt = CUDA_R_32F; break;
+    case pkg::DType::F16: dt = CUDA_R_16F; break;
+    case pkg::DType::BF16: dt = CUDA_R_16BF; break;
+    case pkg::DType::F64:
+      dt = CUDA_R_64F;
+      ct = CUBLAS_COMPUTE_64F;
+      scaleType = CUDA_R_64F;
+      break;
+    default:
+      return Status(StatusCode::InvalidPackage, "GEMM of node '" + node + "' has an unsupported dtype");
+    }
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    auto cleanup = [&] {
+      if (pref) lt_.cublasLtMatmulPreferenceDestroy_(pref);
+      if (la) lt_.cublasLtMatrixLayoutDestroy_(la);
+      if (lb) lt_.cublasLtMatrixLayoutDestroy_(lb);
+      if (lc) lt_.cublasLtMatrixLayoutDestroy_(lc);
+      if (desc) lt_.cublasLtMatmulDescDestroy_(desc);
+    };
+    auto fail = [&](const char *what) {
+      cleanup();
+      return Status(StatusCode::LaunchFailure, std::string("cuBLASLt ") + what + " failed for node '" + node + "'");
+    };
+    cublasOperation_t opA = g.trans_b() ? CUBLAS_OP_T : CUBLAS_OP_N; // Lt's A is our B
+    cublasOperation_t opB = g.trans_a() ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (lt_.cublasLtMatmulDescCreate_(&desc, ct, scaleType) != CUBLAS_STATUS_SUCCESS)
+      return fail("descriptor creation");
+    lt_.cublasLtMatmulDescSetAttribute_(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof(opA));
+    lt_.cublasLtMatmulDescSetAttribute_(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB));
+    uint64_t m = g.m(), n = g.n(), k = g.k();
+    if (lt_.cublasLtMatrixLayoutCreate_(&la, dt, g.trans_b() ? k : n, g.trans_b() ? n : k, g.ldb()) ||
+        lt_.cublasLtMatrixLayoutCreate_(&lb, dt, g.trans_a() ? m : k, g.trans_a() ? k : m, g.lda()) ||
+        lt_.cublasLtMatrixLayoutCreate_(&lc, dt, n, m, g.ldc()))
+      return fail("layout creation");
+    if (g.batch() > 1) {
+      int32_t batch = static_cast<int32_t>(g.batch());
+      int64_t sa = g.stride_b(), sb = g.stride_a(), sc = g.stride_c();
+      for (auto [layout, stride] : {std::pair{la, sa}, std::pair{lb, sb}, std::pair{lc, sc}}) {
+        lt_.cublasLtMatrixLayoutSetAttribute_(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch));
+        lt_.cublasLtMatrixLayoutSetAttribute_(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                             sizeof(stride));
+      }
+    }
+    if (lt_.cublasLtMatmulPreferenceCreate_(&pref) != CUBLAS_STATUS_SUCCESS)
+      return fail("preference creation");
+    uint64_t ws = kWorkspace;
+    lt_.cublasLtMatmulPreferenceSetAttribute_(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    cublasLtMatmulHeuristicResult_t heur{};
+    int found = 0;
+    if (lt_.cublasLtMatmulAlgoGetHeuristic_(ltHandle_, desc, la, lb, lc, lc, pref, 1, &heur, &found) !=
+            CUBLAS_STATUS_SUCCESS ||
+        found == 0)
+      return fail("algorithm selection");
+    float alpha32 = g.alpha(), beta32 = g.beta();
+    double alpha64 = g.alpha(), beta64 = g.beta();
+    const void *alpha = dt == CUDA_R_64F ? static_cast<const void *>(&alpha64) : &alpha32;
+    const void *beta = dt == CUDA_R_64F ? static_cast<const void *>(&beta64) : &beta32;
+    CUdeviceptr a = address(*g.b()), b = address(*g.a()), c = address(*g.c());
+    cublasStatus_t st = lt_.cublasLtMatmul_(ltHandle_, desc, alpha, reinterpret_cast<const void *>(a), la,
+                                           reinterpret_cast<const void *>(b), lb, beta,
+                                           reinterpret_cast<void *>(c), lc, reinterpret_cast<void *>(c), lc,
+                                           &heur.algo, reinterpret_cast<void *>(workspace_), kWorkspace,
+                                           reinterpret_cast<cudaStream_t>(stream_));
+    cleanup();
+    if (st != CUBLAS_STATUS_SUCCESS)
+      return Status(StatusCode::LaunchFailure, "cublasLtMatmul failed for node '" + node + "'");
+    return Status::ok();
+  }
+
+private:
+  static constexpr size_t kWorkspace = 32 << 20;
+
+  Status check(CUresult r, const std::string &what) const {
+    if (r == CUDA_SUCCESS)
+      return Status::ok();
+    return Status(StatusCode::LaunchFailure, what + ": " + drv_.error(r));
+  }
+
+  /// Exact cubin, else a cubin of the same major version and a lower minor, else PTX
+  /// of an equal or older virtual architecture (JIT-compiled by the driver).
+  const pkg::Module *pickModule(const pkg::Package &m) const {
+    if (!m.modules())
+      return nullptr;
+    int cc = major_ * 10 + minor_, bestCubin = -1, bestPtx = -1;
+    const pkg::Module *cubin = nullptr, *ptx = nullptr;
+    for (const pkg::Module *x : *m.modules()) {
+      std::string t = x->target()->str();
+      size_t us = t.find('_');
+      if (us == std::string::npos)
+        continue;
+      int v = std::atoi(t.c_str() + us + 1);
+      if (x->kind() == pkg::ModuleKind::Cubin && v / 10 == major_ && v <= cc && v > bestCubin) {
+        bestCubin = v;
+        cubin = x;
+      } else if (x->kind() == pkg::ModuleKind::Ptx && v <= cc && v > bestPtx) {
+        bestPtx = v;
+        ptx = x;
+      }
+    }
+    return cubin ? cubin : ptx;
+  }
+
+  Driver drv_;
+  CublasLt lt_;
+  cublasLtHandle_t ltHandle_ = nullptr;
+  const pkg::PackageFile *pkg_ = nullptr;
+  CUdevice dev_ = 0;
+  CUcontext ctx_ = nullptr;
+  bool ctxReady_ = false;
+  CUstream stream_ = nullptr;
+  CUmodule module_ = nullptr;
+  std::vector<CUfunction> functions_;
+  CUdeviceptr arena_ = 0, weights_ = 0, workspace_ = 0;
+  std::string name_;
+  int major_ = 0, minor_ = 0;
+};
+
+} // namespace
+
+Result<std::unique_ptr<Backend>> createCudaBackend() {
+  auto b = std::make_unique<CudaBackend>();
+  if (Status s = b->init())
+    return s;
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
+} // namespace dlc::rt

@@ -1,0 +1,451 @@
+//===- EmuBackend.cpp - Runs CUDA kernels compiled for the host ------------===//
+//
+// The package's emu module is the generated CUDA source compiled by the host
+// compiler with dlc_emu_prelude.h. It is loaded from memory (memfd + dlopen).
+// Blocks of a grid are spread over a thread pool; within a block, kernels that use
+// barriers or warp collectives run one fiber per CUDA thread (Boost.Context), and
+// a round-robin scheduler releases __syncthreads and warp-level exchanges when
+// every live participant has arrived. Barrier-free kernels run their threads as
+// a plain loop. GEMM steps run on OpenBLAS.
+//===----------------------------------------------------------------------===//
+#include "../Backend.h"
+#include "ThreadPool.h"
+
+#include "dlc/runtime/EmuAbi.h"
+
+#include <boost/context/fiber.hpp>
+#include <boost/context/pooled_fixedsize_stack.hpp>
+#include <cblas.h>
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+
+namespace dlc::rt {
+namespace {
+
+namespace bctx = boost::context;
+
+//===----------------------------------------------------------------------===//
+// Block scheduler
+//===----------------------------------------------------------------------===//
+
+struct EmuThread {
+  enum State { Ready, AtBlockBarrier, AtWarpBarrier, Done, Aborted };
+  dlc_emu_thread t{};
+  bctx::fiber fiber;
+  bctx::fiber caller;
+  State state = Ready;
+  unsigned long long slot = 0, result = 0;
+  int src = 0;
+  unsigned mask = 0;
+  bool ballot = false;
+};
+
+class BlockRunner;
+thread_local BlockRunner *tlsRunner = nullptr;
+
+class BlockRunner {
+public:
+  BlockRunner() : stacks_(128 * 1024) {}
+
+  /// Runs one block. Returns an error message, or nullopt on success.
+  std::optional<std::string> run(void (*thunk)(void **), void **args, dlc_emu_dim3 block,
+                                 dlc_emu_dim3 blockIdx, dlc_emu_dim3 grid, void *smem,
+                                 bool fibers, dlc_emu_set_thread_fn setThread) {
+    unsigned n = block.x * block.y * block.z;
+    threads_.resize(n);
+    error_.reset();
+    fibers_ = fibers;
+    tlsRunner = this;
+    for (unsigned i = 0; i < n; ++i) {
+      EmuThread &th = threads_[i];
+      th.t.threadIdx = {i % block.x, (i / block.x) % block.y, i / (block.x * block.y)};
+      th.t.blockIdx = blockIdx;
+      th.t.blockDim = block;
+      th.t.gridDim = grid;
+      th.t.dynamicSmem = smem;
+      th.t.scheduler = this;
+      th.state = EmuThread::Ready;
+    }
+    if (!fibers) {
+      for (unsigned i = 0; i < n && !error_; ++i) {
+        current_ = &threads_[i];
+        setThread(&threads_[i].t);
+        thunk(args);
+      }
+      return error_;
+    }
+    for (unsigned i = 0; i < n; ++i) {
+      EmuThread &th = threads_[i];
+      th.fiber = bctx::fiber(std::allocator_arg, stacks_, [&th, thunk, args](bctx::fiber &&c) {
+        th.caller = std::move(c);
+        thunk(args);
+        th.state = EmuThread::Done;
+        return std::move(th.caller);
+      });
+    }
+    for (;;) {
+      for (unsigned i = 0; i < n; ++i) {
+        EmuThread &th = threads_[i];
+        if (th.state != EmuThread::Ready)
+          continue;
+        current_ = &th;
+        setThread(&th.t);
+        th.fiber = std::move(th.fiber).resume();
+        if (th.state == EmuThread::Aborted) {
+          killAll();
+          return error_;
+        }
+      }
+      bool allDone = true, allAtBlock = true;
+      for (const EmuThread &th : threads_) {
+        allDone &= th.state == EmuThread::Done;
+        allAtBlock &= th.state == EmuThread::Done || th.state == EmuThread::AtBlockBarrier;
+      }
+      if (allDone)
+        return std::nullopt;
+      bool released = false;
+      if (allAtBlock) {
+        for (EmuThread &th : threads_)
+          if (th.state == EmuThread::AtBlockBarrier)
+            th.state = EmuThread::Ready;
+        released = true;
+      } else {
+        for (unsigned w = 0; w * 32 < n; ++w)
+          released |= releaseWarp(w, n);
+      }
+      if (!released) {
+        error_ = "deadlock: threads of a block wait at different barriers (divergent "
+                 "__syncthreads or warp collective)";
+        killAll();
+        return error_;
+      }
+    }
+  }
+
+  // Callbacks from kernels (through dlc_emu_api), acting on the current thread.
+  void syncthreads() {
+    if (!fibers_)
+      return fail("kernel uses __syncthreads but was compiled as barrier-free");
+    block(EmuThread::AtBlockBarrier);
+  }
+  unsigned long long exchange(unsigned long long v, int src, unsigned mask, bool ballot) {
+    if (!fibers_) {
+      fail("kernel uses a warp collective but was compiled as barrier-free");
+      return v;
+    }
+    current_->slot = v;
+    current_->src = src;
+    current_->mask = mask;
+    current_->ballot = ballot;
+    block(EmuThread::AtWarpBarrier);
+    return current_->result;
+  }
+  void fail(const std::string &msg) {
+    if (!error_)
+      error_ = msg;
+    if (fibers_) {
+      current_->state = EmuThread::Aborted;
+      current_->caller = std::move(current_->caller).resume();
+    }
+  }
+
+private:
+  void block(EmuThread::State s) {
+    EmuThread *me = current_;
+    me->state = s;
+    me->caller = std::move(me->caller).resume();
+  }
+
+  bool releaseWarp(unsigned w, unsigned n) {
+    unsigned lo = w * 32, hi = std::min(n, lo + 32);
+    bool any = false;
+    for (unsigned i = lo; i < hi; ++i) {
+      if (threads_[i].state == EmuThread::AtWarpBarrier)
+        any = true;
+      else if (threads_[i].state != EmuThread::Done)
+        return false;
+    }
+    if (!any)
+      return false;
+    for (unsigned i = lo; i < hi; ++i) {
+      EmuThread &th = threads_[i];
+      if (th.state != EmuThread::AtWarpBarrier)
+        continue;
+      if (th.ballot) {
+        unsigned bits = 0;
+        for (unsigned j = lo; j < hi; ++j)
+          if (threads_[j].state == EmuThread::AtWarpBarrier && threads_[j].slot &&
+              (th.mask >> (j - lo)) & 1u)
+            bits |= 1u << (j - lo);
+        th.result = bits;
+      } else {
+        unsigned src = lo + static_cast<unsigned>(th.src);
+        th.result = src < hi && threads_[src].state == EmuThread::AtWarpBarrier ? threads_[src].slot
+                                                                                 : th.slot;
+      }
+    }
+    for (unsigned i = lo; i < hi; ++i)
+      if (threads_[i].state == EmuThread::AtWarpBarrier)
+        threads_[i].state = EmuThread::Ready;
+    return true;
+  }
+
+  void killAll() {
+    // Destroying an unfinished fiber unwinds its stack.
+    for (EmuThread &th : threads_)
+      th.fiber = bctx::fiber();
+  }
+
+  bctx::pooled_fixedsize_stack stacks_;
+  std::vector<EmuThread> threads_;
+  EmuThread *current_ = nullptr;
+  bool fibers_ = false;
+  std::optional<std::string> error_;
+};
+
+void apiSyncthreads() { tlsRunner->syncthreads(); }
+void apiSyncwarp(unsigned mask) { tlsRunner->exchange(0, 0, mask, false); }
+unsigned long long apiExchange(unsigned long long v, int src, unsigned mask) {
+  return tlsRunner->exchange(v, src, mask, false);
+}
+unsigned apiBallot(int pred, unsigned mask) {
+  return static_cast<unsigned>(tlsRunner->exchange(pred ? 1 : 0, 0, mask, true));
+}
+void apiTrap(const char *msg) { tlsRunner->fail(std::string("kernel trap: ") + msg); }
+
+const dlc_emu_api kApi = {apiSyncthreads, apiSyncwarp, apiExchange, apiBallot, apiTrap};
+
+//===----------------------------------------------------------------------===//
+// Backend
+//===----------------------------------------------------------------------===//
+
+struct AlignedBuffer {
+  void *p = nullptr;
+  size_t n = 0;
+  ~AlignedBuffer() { std::free(p); }
+  bool allocate(size_t bytes) {
+    n = bytes;
+    p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+    if (p)
+      std::memset(p, 0, (bytes + 255) / 256 * 256 + 256);
+    return p != nullptr;
+  }
+};
+
+class EmuBackend : public Backend {
+public:
+  explicit EmuBackend(int threads)
+      : pool_(threads > 0 ? threads : std::max(1u, std::thread::hardware_concurrency())),
+        runners_(pool_.size()) {}
+  ~EmuBackend() override {
+    if (lib_)
+      dlclose(lib_);
+  }
+
+  std::string describe() const override {
+    return "emu (CUDA kernels compiled for the host CPU, " + std::to_string(pool_.size()) +
+           " threads; timings are not GPU timings)";
+  }
+  DeviceKind kind() const override { return DeviceKind::Emu; }
+
+  Status prepare(const pkg::PackageFile &p) override {
+    pkg_ = &p;
+    const pkg::Package &m = p.meta();
+    if (m.kernels() && m.kernels()->size()) {
+      const pkg::Module *mod = nullptr;
+      if (m.modules())
+        for (const pkg::Module *x : *m.modules())
+          if (x->kind() == pkg::ModuleKind::EmuSharedObject)
+            mod = x;
+      if (!mod)
+        return Status(StatusCode::Unavailable,
+                      p.name() + ": the package has no emu module (compile with --target including emu)");
+      DLC_RETURN_IF_ERROR(loadModule(p.section(mod->data()), mod->data()->size()));
+      for (const pkg::Kernel *k : *m.kernels()) {
+        auto it = thunks_.find(k->name()->str());
+        if (it == thunks_.end())
+          return Status(StatusCode::InvalidPackage,
+                        p.name() + ": emu module lacks kernel '" + k->name()->str() + "'");
+        kernelThunks_.push_back(it->second);
+      }
+    }
+    if (!arena_.allocate(m.arena_bytes()) || !weights_.allocate(m.weight_bytes()))
+      return Status(StatusCode::Internal, "out of host memory for the arena/weights");
+    if (m.weights())
+      for (const pkg::Weight *w : *m.weights())
+        std::memcpy(address(pkg::BufRef(w->buffer(), 0)), p.section(w->data()), w->data()->size());
+    return Status::ok();
+  }
+
+  uint8_t *address(const pkg::BufRef &r) const {
+    const pkg::Buffer *b = pkg_->meta().buffers()->Get(r.buffer());
+    auto *base = static_cast<uint8_t *>(b->region() == pkg::Region::Arena ? arena_.p : weights_.p);
+    return base + b->offset() + r.offset();
+  }
+
+  Status upload(const pkg::BufRef &dst, const void *src, size_t n) override {
+    std::memcpy(address(dst), src, n);
+    return Status::ok();
+  }
+  Status download(void *dst, const pkg::BufRef &src, size_t n) override {
+    std::memcpy(dst, address(src), n);
+    return Status::ok();
+  }
+  Status copy(const pkg::Copy &c) override {
+    std::memmove(address(*c.dst()), address(*c.src()), c.bytes());
+    return Status::ok();
+  }
+  Status memset(const pkg::Memset &m) override {
+    std::memset(address(*m.dst()), m.value(), m.bytes());
+    return Status::ok();
+  }
+  Status synchronize() override { return Status::ok(); }
+
+  Status launch(const pkg::Launch &l, const std::string &node) override {
+    DLC_RETURN_IF_ERROR(checkLaunchLimits(*pkg_, l));
+    const pkg::Kernel *k = pkg_->meta().kernels()->Get(l.kernel());
+    void (*thunk)(void **) = kernelThunks_[l.kernel()];
+    std::vector<uint64_t> vals;
+    std::vector<void *> argv;
+    if (l.args()) {
+      vals.resize(l.args()->size());
+      for (size_t i = 0; i < vals.size(); ++i) {
+        const pkg::Arg *a = l.args()->Get(i);
+        switch (a->kind()) {
+        case pkg::ArgKind::Pointer: vals[i] = reinterpret_cast<uint64_t>(address(a->ref())); break;
+        case pkg::ArgKind::I64: {
+          int64_t iv = a->i();
+          std::memcpy(&vals[i], &iv, 8);
+          break;
+        }
+        case pkg::ArgKind::F32: {
+          float f = a->f();
+          std::memcpy(&vals[i], &f, 4);
+          break;
+        }
+        }
+      }
+      for (uint64_t &v : vals)
+        argv.push_back(&v);
+    }
+    dlc_emu_dim3 grid{l.grid()->x(), l.grid()->y(), l.grid()->z()};
+    dlc_emu_dim3 block{l.block()->x(), l.block()->y(), l.block()->z()};
+    uint64_t blocks = uint64_t(grid.x) * grid.y * grid.z;
+    size_t smemBytes = l.dynamic_smem();
+    std::vector<std::vector<uint8_t>> smem(pool_.size(), std::vector<uint8_t>(smemBytes + 16));
+    std::mutex errMu;
+    std::optional<std::string> err;
+    pool_.parallelFor(blocks, [&](int worker, uint64_t b) {
+      {
+        std::lock_guard<std::mutex> g(errMu);
+        if (err)
+          return;
+      }
+      dlc_emu_dim3 idx{static_cast<unsigned>(b % grid.x), static_cast<unsigned>((b / grid.x) % grid.y),
+                       static_cast<unsigned>(b / (uint64_t(grid.x) * grid.y))};
+      auto e = runners_[worker].run(thunk, argv.data(), block, idx, grid, smem[worker].data(),
+                                    k->needs_sync(), setThread_);
+      if (e) {
+        std::lock_guard<std::mutex> g(errMu);
+        if (!err)
+          err = *e;
+      }
+    });
+    if (err)
+      return Status(StatusCode::LaunchFailure,
+                    "kernel '" + k->name()->str() + "' (node '" + node + "') failed on emu: " + *err);
+    return Status::ok();
+  }
+
+  Status gemm(const pkg::Gemm &g, const std::string &node) override {
+    auto ta = g.trans_a() ? CblasTrans : CblasNoTrans, tb = g.trans_b() ? CblasTrans : CblasNoTrans;
+    const uint8_t *A = address(*g.a()), *B = address(*g.b());
+    uint8_t *C = address(*g.c());
+    size_t es = pkg::dtypeSize(g.dtype());
+    int64_t ar = g.trans_a() ? g.k() : g.m(), br = g.trans_b() ? g.n() : g.k();
+    for (int64_t b = 0; b < g.batch(); ++b) {
+      const uint8_t *a = A + b * g.stride_a() * es, *bb = B + b * g.stride_b() * es;
+      uint8_t *c = C + b * g.stride_c() * es;
+      switch (g.dtype()) {
+      case pkg::DType::F32:
+        cblas_sgemm(CblasRowMajor, ta, tb, g.m(), g.n(), g.k(), g.alpha(),
+                    reinterpret_cast<const float *>(a), g.lda(), reinterpret_cast<const float *>(bb),
+                    g.ldb(), g.beta(), reinterpret_cast<float *>(c), g.ldc());
+        break;
+      case pkg::DType::F64:
+        cblas_dgemm(CblasRowMajor, ta, tb, g.m(), g.n(), g.k(), g.alpha(),
+                    reinterpret_cast<const double *>(a), g.lda(), reinterpret_cast<const double *>(bb),
+                    g.ldb(), g.beta(), reinterpret_cast<double *>(c), g.ldc());
+        break;
+      default:
+        return Status(StatusCode::InvalidPackage, "GEMM of node '" + node + "' has dtype " +
+                                                      pkg::dtypeName(g.dtype()) +
+                                                      ", which the emu backend does not run");
+      }
+      (void)ar;
+      (void)br;
+    }
+    return Status::ok();
+  }
+
+private:
+  Status loadModule(const uint8_t *data, size_t n) {
+    int fd = memfd_create("dlc-emu-kernels", MFD_CLOEXEC);
+    if (fd < 0)
+      return Status(StatusCode::Internal, std::string("memfd_create failed: ") + std::strerror(errno));
+    size_t off = 0;
+    while (off < n) {
+      ssize_t w = ::write(fd, data + off, n - off);
+      if (w <= 0) {
+        ::close(fd);
+        return Status(StatusCode::Internal, "cannot stage the emu module");
+      }
+      off += static_cast<size_t>(w);
+    }
+    std::string path = "/proc/self/fd/" + std::to_string(fd);
+    lib_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    ::close(fd);
+    if (!lib_)
+      return Status(StatusCode::InvalidPackage, std::string("cannot load the emu module: ") + dlerror());
+    auto version = reinterpret_cast<dlc_emu_abi_version_fn>(dlsym(lib_, "dlc_emu_abi_version"));
+    auto kernels = reinterpret_cast<dlc_emu_kernels_fn>(dlsym(lib_, "dlc_emu_kernels"));
+    setApi_ = reinterpret_cast<dlc_emu_set_api_fn>(dlsym(lib_, "dlc_emu_set_api"));
+    setThread_ = reinterpret_cast<dlc_emu_set_thread_fn>(dlsym(lib_, "dlc_emu_set_thread"));
+    if (!version || !kernels || !setApi_ || !setThread_)
+      return Status(StatusCode::InvalidPackage, "the emu module does not export the dlc emu ABI");
+    if (version() != DLC_EMU_ABI_VERSION)
+      return Status(StatusCode::InvalidPackage, "emu module ABI version " +
+                                                    std::to_string(version()) + ", runtime has " +
+                                                    std::to_string(DLC_EMU_ABI_VERSION));
+    setApi_(&kApi);
+    int count = 0;
+    const dlc_emu_kernel *table = kernels(&count);
+    for (int i = 0; i < count; ++i)
+      thunks_[table[i].name] = table[i].thunk;
+    return Status::ok();
+  }
+
+  const pkg::PackageFile *pkg_ = nullptr;
+  ThreadPool pool_;
+  std::vector<BlockRunner> runners_;
+  void *lib_ = nullptr;
+  dlc_emu_set_api_fn setApi_ = nullptr;
+  dlc_emu_set_thread_fn setThread_ = nullptr;
+  std::map<std::string, void (*)(void **)> thunks_;
+  std::vector<void (*)(void **)> kernelThunks_;
+  AlignedBuffer arena_, weights_;
+};
+
+} // namespace
+
+std::unique_ptr<Backend> createEmuBackend(int threads) {
+  return std::make_unique<EmuBackend>(threads);
+}
+
+} // namespace dlc::rt

@@ -1,0 +1,177 @@
+//===- CompileCommand.cpp - `dlc compile`: model to .dlc package -----------===//
+#include "Args.h"
+#include "Commands.h"
+
+#include "dlc/codegen/Compiler.h"
+#include "dlc/frontend/OnnxImporter.h"
+#include "dlc/ir/TextIR.h"
+#include "dlc/passes/Pass.h"
+
+#include "llvm/Support/Format.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <chrono>
+
+namespace dlc::tool {
+
+std::vector<OptSpec> importOptionSpecs();
+llvm::Expected<frontend::ImportResult> importWithOptions(const std::string &file, const Args &args);
+
+namespace {
+
+double seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string megabytes(uint64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f MB", static_cast<double>(b) / (1 << 20));
+  return buf;
+}
+
+} // namespace
+
+/// Loads a model (.onnx through the importer, .ir through the parser) and runs the
+/// pass pipeline of the given level. Shared by compile and related commands.
+llvm::Expected<std::unique_ptr<ir::Graph>> loadAndOptimize(const std::string &file, const Args &args,
+                                                           int optLevel, bool quiet) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::unique_ptr<ir::Graph> g;
+  if (llvm::StringRef(file).endswith(".ir")) {
+    auto buf = llvm::MemoryBuffer::getFileOrSTDIN(file);
+    if (!buf)
+      return ir::errorf("cannot read '{0}': {1}", file, buf.getError().message());
+    auto parsed = ir::parseGraph((*buf)->getBuffer(), file);
+    if (!parsed)
+      return parsed.takeError();
+    if (auto e = ir::verifyGraph(**parsed, file))
+      return e;
+    g = std::move(*parsed);
+    if (!quiet)
+      llvm::errs() << "dlc: parse " << file << ": " << g->numNodes() << " nodes\n";
+  } else {
+    auto r = importWithOptions(file, args);
+    if (!r)
+      return r.takeError();
+    g = std::move(r->graph);
+    if (!quiet)
+      llvm::errs() << "dlc: import " << file << " (opset " << r->originalOpset
+                   << (r->opset != r->originalOpset ? " -> " + std::to_string(r->opset) : std::string()) << "): "
+                   << g->numNodes() << " nodes, " << llvm::format("%.2f", seconds(t0)) << " s\n";
+  }
+  auto t1 = std::chrono::steady_clock::now();
+  size_t before = g->numNodes();
+  passes::PassManagerOptions pmo;
+  pmo.printAfterAll = args.has("print-ir-after-all");
+  pmo.verifyEach = args.has("verify-each");
+  passes::PassManager pm(pmo);
+  passes::PassContext ctx;
+  if (auto e = pm.run(*g, passes::defaultPipeline(optLevel), ctx))
+    return e;
+  if (auto e = ir::verifyGraph(*g))
+    return ir::errorf("internal error: the optimized graph does not verify: {0}", llvm::toString(std::move(e)));
+  if (!quiet)
+    llvm::errs() << "dlc: passes -O" << optLevel << ": " << before << " -> " << g->numNodes() << " nodes, "
+                 << llvm::format("%.2f", seconds(t1)) << " s\n";
+  return g;
+}
+
+int runCompile(const std::vector<std::string> &argv) {
+  auto specs = importOptionSpecs();
+  specs.insert(specs.end(),
+               {{"output", 'o', true, false, "FILE", "Output package (default: MODEL with .dlc)"},
+                {"target", 0, true, false, "LIST",
+                 "Targets: sm_80,sm_86,sm_89,sm_90,compute_90,emu (default: all GPU targets + emu)"},
+                {"O", 'O', true, false, "N", "Optimization level 0-3 (default 2)"},
+                {"emit", 0, true, false, "KIND", "package (default) or cuda (the generated source)"},
+                {"no-cache", 0, false, false, "", "Do not use the compilation cache"},
+                {"cache-dir", 0, true, false, "DIR", "Compilation cache (default ~/.cache/dlc)"},
+                {"print-ir-after-all", 0, false, false, "", "Print the IR after every pass"},
+                {"verify-each", 0, false, false, "", "Verify the IR after every pass"},
+                {"quiet", 'q', false, false, "", "No progress output"}});
+  ArgParser parser("compile", "MODEL.onnx|MODEL.ir [options]",
+                   "Compiles a model: import, optimize, generate CUDA kernels, compile them with NVRTC\n"
+                   "for each GPU target (and the host compiler for emu), and write one .dlc package.",
+                   specs);
+  auto args = parser.parse(argv);
+  if (!args) {
+    reportError(args.takeError());
+    return 2;
+  }
+  if (args->has("help")) {
+    parser.printHelp(llvm::outs());
+    return 0;
+  }
+  if (args->positionals().size() != 1) {
+    reportError(ir::makeError("compile: expected exactly one model file"));
+    return 2;
+  }
+  const std::string file = args->positionals()[0];
+  bool quiet = args->has("quiet");
+  std::string emit = args->getOr("emit", "package");
+  if (emit != "package" && emit != "cuda") {
+    reportError(ir::errorf("compile: --emit must be package or cuda, got '{0}'", emit));
+    return 2;
+  }
+  int opt = std::atoi(args->getOr("O", "2").c_str());
+  if (opt < 0 || opt > 3) {
+    reportError(ir::makeError("compile: -O must be 0 to 3"));
+    return 2;
+  }
+  std::string out = args->getOr("output", "");
+  if (out.empty()) {
+    llvm::SmallString<256> p(file);
+    llvm::sys::path::replace_extension(p, emit == "cuda" ? ".cu" : ".dlc");
+    out = std::string(p);
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  auto g = loadAndOptimize(file, *args, opt, quiet);
+  if (!g) {
+    reportError(g.takeError());
+    return 1;
+  }
+  codegen::CompileOptions co;
+  if (auto t = args->get("target")) {
+    llvm::SmallVector<llvm::StringRef, 8> parts;
+    llvm::StringRef(*t).split(parts, ',', -1, false);
+    for (llvm::StringRef p : parts)
+      co.targets.push_back(p.trim().str());
+  }
+  if (emit == "cuda")
+    co.targets = {};
+  co.useCache = !args->has("no-cache");
+  co.cacheDir = args->getOr("cache-dir", "");
+  co.failureDumpPath = out + ".failed.cu";
+  if (!quiet)
+    co.progress = [](const std::string &s) { llvm::errs() << "dlc: " << s << "\n"; };
+  codegen::CompileReport rep;
+  if (emit == "cuda") {
+    // Generate without compiling: lower only, then write the source.
+    co.targets = {"compute_90"};
+  }
+  auto bytes = codegen::compileGraph(**g, co, &rep);
+  if (!bytes) {
+    reportError(bytes.takeError());
+    return 1;
+  }
+  llvm::StringRef data = emit == "cuda" ? llvm::StringRef(rep.cudaSource)
+                                        : llvm::StringRef(reinterpret_cast<const char *>(bytes->data()), bytes->size());
+  if (auto e = writeFileAtomically(out, data)) {
+    reportError(std::move(e));
+    return 1;
+  }
+  if (!quiet) {
+    std::string targets;
+    for (const std::string &t : rep.targets)
+      targets += (targets.empty() ? "" : ",") + t;
+    llvm::errs() << "dlc: wrote " << out << " (" << megabytes(data.size()) << "): " << rep.kernels << " kernels, "
+                 << rep.launches << " launches, " << rep.libraryCalls << " library calls; arena "
+                 << megabytes(rep.arenaBytes) << ", weights " << megabytes(rep.weightBytes) << "; targets "
+                 << targets << "; max " << rep.maxRegisters << " registers, " << rep.totalSpills
+                 << " spill bytes; " << llvm::format("%.2f", seconds(t0)) << " s\n";
+  }
+  return 0;
+}
+
+} // namespace dlc::tool
