@@ -45,7 +45,7 @@ pkg::DType toPkg(DType t) { return static_cast<pkg::DType>(static_cast<uint8_t>(
 std::string literalInt(int64_t v) {
   if (v == INT64_MIN)
     return "(-9223372036854775807LL - 1)";
-  return std::to_string(v) + "LL";
+  return v < 0 ? "(" + std::to_string(v) + "LL)" : std::to_string(v) + "LL";
 }
 
 std::string literal(DType dt, double v) {

@@ -7,6 +7,13 @@
 #include <cuda_fp16.h>
 #endif
 
+#ifndef DLC_EMU
+// Dynamic shared memory: one raw declaration shared by all kernels, typed per use.
+#define DLC_DYNAMIC_SMEM(T, name)                                                                  \
+  extern __shared__ __align__(16) unsigned char dlc_dynamic_smem[];                                \
+  T *name = reinterpret_cast<T *>(dlc_dynamic_smem)
+#endif
+
 namespace dlc {
 
 typedef long long i64;

@@ -15,8 +15,9 @@ using namespace ir;
 
 namespace {
 
-std::string activation(const std::string &name, double alpha, double beta, const std::string &v,
+std::string activation(const std::string &name, double alpha, double beta, const std::string &expr,
                        const std::string &ct) {
+  const std::string v = "(" + expr + ")";
   auto lit = [&](double x) { return "(" + ct + ")" + literal(DType::F64, x); };
   if (name == "Sigmoid") return "((" + ct + ")1 / ((" + ct + ")1 + dlc::exp_(-" + v + ")))";
   if (name == "Tanh") return "dlc::tanh_(" + v + ")";

@@ -12,7 +12,9 @@
 // With --expected FILE, every case listed there must pass (exit 1 otherwise);
 // cases that pass but are not listed are reported so the file can be updated.
 //===----------------------------------------------------------------------===//
+#include "dlc/codegen/Compiler.h"
 #include "dlc/frontend/OnnxImporter.h"
+#include "dlc/runtime/Runtime.h"
 #include "dlc/ir/Interpreter.h"
 #include "dlc/passes/Pass.h"
 
@@ -39,11 +41,15 @@ namespace {
 struct Options {
   std::string dataRoot = "/usr/share/libonnx-testdata/data";
   std::vector<std::string> suites = {"node", "pytorch-converted", "pytorch-operator", "simple"};
-  std::string mode = "interp"; // interp | interp-opt
+  std::string mode = "interp"; // interp | interp-opt | emu
+  std::vector<std::string> targets = {"emu"}; // for --mode emu
+  std::string cacheDir;
+  bool requireNoSpills = false; // emu mode: any kernel that spills registers fails the case
   std::string report;
   std::string expected;
   std::string writeExpected;
   std::string filter;
+  int shard = 0, shards = 1; // run cases whose index % shards == shard
   double rtol = 1e-3, atol = 1e-5;
   int timeoutSec = 120;
   bool verbose = false;
@@ -56,6 +62,7 @@ struct CaseResult {
   std::vector<std::string> opTypes; // op types of the model (from the importer's view)
   double maxAbs = 0, maxRel = 0;
   double seconds = 0;
+  int64_t kernels = -1; // emu mode: kernels in the package (0: everything folded at compile time)
 };
 
 std::vector<std::string> listDir(const std::string &dir) {
@@ -87,6 +94,31 @@ ir::Tensor asDeclared(const ir::Tensor &t, const ir::Value *v) {
   ir::Tensor r(v->type());
   std::memcpy(r.mutableRaw(), t.raw(), t.byteSize());
   return r;
+}
+
+/// Runs the graph's package on a runtime session, returning outputs by name.
+llvm::Expected<ir::TensorMap> runOnSession(rt::Session &s, const ir::Graph &g, const ir::TensorMap &feed) {
+  for (const auto &[name, t] : feed) {
+    rt::HostTensor h;
+    h.dtype = static_cast<pkg::DType>(static_cast<uint8_t>(t.dtype()));
+    h.shape = t.shape();
+    const uint8_t *p = static_cast<const uint8_t *>(t.raw());
+    h.data.assign(p, p + t.byteSize());
+    if (Status st = s.setInput(name, h))
+      return ir::makeError(st.message());
+  }
+  if (Status st = s.run())
+    return ir::makeError(st.message());
+  ir::TensorMap out;
+  for (const ir::GraphOutput &o : g.outputs()) {
+    auto h = s.getOutput(o.name);
+    if (!h)
+      return ir::makeError(h.status().message());
+    ir::Tensor t(o.value->type());
+    std::memcpy(t.mutableRaw(), h->data.data(), h->data.size());
+    out[o.name] = t;
+  }
+  return out;
 }
 
 /// Runs one case in-process; called in the child.
@@ -162,7 +194,7 @@ CaseResult runCase(const Options &o, const std::string &suite, const std::string
       ops.insert(std::string(n.opName()));
     r.opTypes.assign(ops.begin(), ops.end());
   }
-  if (o.mode == "interp-opt") {
+  if (o.mode == "interp-opt" || o.mode == "emu") {
     passes::PassManagerOptions pmo;
     pmo.verifyEach = true;
     passes::PassManager pm(pmo);
@@ -172,6 +204,42 @@ CaseResult runCase(const Options &o, const std::string &suite, const std::string
       r.detail = "passes: " + firstLine(llvm::toString(std::move(e)));
       return r;
     }
+  }
+
+  std::unique_ptr<rt::Session> session;
+  if (o.mode == "emu") {
+    codegen::CompileOptions co;
+    co.targets = o.targets;
+    co.cacheDir = o.cacheDir;
+    codegen::CompileReport rep;
+    auto bytes = codegen::compileGraph(g, co, &rep);
+    r.kernels = static_cast<int64_t>(rep.kernels + rep.libraryCalls);
+    if (bytes && o.requireNoSpills && rep.totalSpills > 0) {
+      r.status = "fail";
+      r.detail = "kernels spill " + std::to_string(rep.totalSpills) + " bytes of registers";
+      return r;
+    }
+    if (!bytes) {
+      r.status = "error";
+      r.detail = "compile: " + firstLine(llvm::toString(bytes.takeError()));
+      return r;
+    }
+    auto pf = pkg::PackageFile::fromBytes(bytes->data(), bytes->size(), r.name);
+    if (!pf) {
+      r.status = "error";
+      r.detail = pf.status().message();
+      return r;
+    }
+    rt::SessionOptions so;
+    so.device = rt::DeviceKind::Emu;
+    so.emuThreads = 1;
+    auto s = rt::Session::create(*pf, so);
+    if (!s) {
+      r.status = "error";
+      r.detail = "load: " + firstLine(s.status().message());
+      return r;
+    }
+    session = std::move(*s);
   }
 
   for (const std::string &set : sets) {
@@ -200,7 +268,7 @@ CaseResult runCase(const Options &o, const std::string &suite, const std::string
       }
       feed[name] = asDeclared(ins[i], g.findValue(name));
     }
-    auto res = ir::interpret(g, feed);
+    auto res = session ? runOnSession(*session, g, feed) : ir::interpret(g, feed);
     if (!res) {
       r.status = "error";
       r.detail = "run: " + firstLine(llvm::toString(res.takeError()));
@@ -244,7 +312,7 @@ llvm::json::Object toJson(const CaseResult &r) {
   return llvm::json::Object{{"case", r.name},       {"status", r.status},
                             {"detail", r.detail},   {"max_abs_error", r.maxAbs},
                             {"max_rel_error", r.maxRel}, {"ops", std::move(ops)},
-                            {"seconds", r.seconds}};
+                            {"seconds", r.seconds}, {"kernels", r.kernels}};
 }
 
 /// Forks, runs the case in the child, and reads its JSON result through a pipe.
@@ -303,6 +371,7 @@ CaseResult runIsolated(const Options &o, const std::string &suite, const std::st
   r.detail = obj.getString("detail").getValueOr("").str();
   r.maxAbs = obj.getNumber("max_abs_error").getValueOr(0);
   r.maxRel = obj.getNumber("max_rel_error").getValueOr(0);
+  r.kernels = obj.getInteger("kernels").getValueOr(-1);
   if (const auto *ops = obj.getArray("ops"))
     for (const auto &op : *ops)
       if (auto s = op.getAsString())
@@ -311,7 +380,9 @@ CaseResult runIsolated(const Options &o, const std::string &suite, const std::st
 }
 
 int usage() {
-  llvm::errs() << "usage: dlc-conformance [--data-root DIR] [--suites a,b] [--mode interp|interp-opt]\n"
+  llvm::errs() << "usage: dlc-conformance [--data-root DIR] [--suites a,b] [--mode interp|interp-opt|emu]\n"
+                  "                       [--targets emu,sm_80,...] [--cache-dir DIR] [--shard I/N]\n"
+                  "                       [--require-no-spills]\n"
                   "                       [--filter REGEX] [--report FILE.jsonl] [--expected FILE]\n"
                   "                       [--write-expected FILE] [--rtol X] [--atol X] [--verbose]\n";
   return 2;
@@ -345,14 +416,28 @@ int main(int argc, char **argv) {
       o.rtol = std::atof(next().c_str());
     else if (a == "--atol")
       o.atol = std::atof(next().c_str());
+    else if (a == "--targets") {
+      o.targets.clear();
+      std::stringstream ss(next());
+      for (std::string t; std::getline(ss, t, ',');)
+        o.targets.push_back(t);
+    } else if (a == "--require-no-spills")
+      o.requireNoSpills = true;
+    else if (a == "--cache-dir")
+      o.cacheDir = next();
     else if (a == "--timeout")
       o.timeoutSec = std::atoi(next().c_str());
-    else if (a == "--verbose" || a == "-v")
+    else if (a == "--shard") {
+      std::string v = next();
+      size_t slash = v.find('/');
+      o.shard = std::atoi(v.substr(0, slash).c_str());
+      o.shards = slash == std::string::npos ? 1 : std::max(1, std::atoi(v.substr(slash + 1).c_str()));
+    } else if (a == "--verbose" || a == "-v")
       o.verbose = true;
     else
       return usage();
   }
-  if (o.mode != "interp" && o.mode != "interp-opt")
+  if (o.mode != "interp" && o.mode != "interp-opt" && o.mode != "emu")
     return usage();
   if (!exists(o.dataRoot)) {
     llvm::errs() << "dlc-conformance: error: test data not found at " << o.dataRoot
@@ -362,9 +447,12 @@ int main(int argc, char **argv) {
   std::regex filter(o.filter.empty() ? ".*" : o.filter);
   std::vector<CaseResult> results;
   std::map<std::string, int> counts;
+  size_t index = 0;
   for (const std::string &suite : o.suites) {
     for (const std::string &c : listDir(o.dataRoot + "/" + suite)) {
       if (!std::regex_search(suite + "/" + c, filter))
+        continue;
+      if (index++ % o.shards != static_cast<size_t>(o.shard))
         continue;
       CaseResult r = runIsolated(o, suite, c);
       ++counts[r.status];
@@ -442,6 +530,14 @@ int main(int argc, char **argv) {
     for (const auto &r : results)
       if (r.status == "pass")
         f << r.name << "\n";
+  }
+  if (o.mode == "emu") {
+    int withKernels = 0, folded = 0;
+    for (const auto &r : results)
+      if (r.status == "pass")
+        (r.kernels > 0 ? withKernels : folded)++;
+    llvm::outs() << "passing cases that ran kernels or GEMMs: " << withKernels
+                 << ", folded entirely at compile time: " << folded << "\n";
   }
   int passed = counts["pass"];
   int total = static_cast<int>(results.size());

@@ -7,7 +7,7 @@ config.test_format = lit.formats.ShTest(execute_external=True)
 config.suffixes = [".ir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(os.path.dirname(config.dlc_tools_dir), "tests", "lit-out")
-config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py.in"]
+config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py.in", "make_bad_models.py"]
 
 config.substitutions.append(("%dlc", os.path.join(config.dlc_tools_dir, "dlc")))
 config.substitutions.append(("%python", config.python))

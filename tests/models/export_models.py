@@ -36,6 +36,22 @@ class TransformerEncoderModel(nn.Module):
         return self.head(self.encoder(self.embed(tokens)))
 
 
+class SequenceModel(nn.Module):
+    """A 2-layer recurrent encoder (LSTM or bidirectional GRU) with a linear head."""
+
+    def __init__(self, cell):
+        super().__init__()
+        if cell == "lstm":
+            self.rnn = nn.LSTM(16, 32, num_layers=2, batch_first=True)
+        else:
+            self.rnn = nn.GRU(16, 24, num_layers=1, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(self.rnn.hidden_size * (2 if self.rnn.bidirectional else 1), 5)
+
+    def forward(self, x):
+        y, _ = self.rnn(x)
+        return self.head(y)
+
+
 def build(name):
     """(module, example inputs as a tuple of tensors)."""
     torch.manual_seed(0)
@@ -47,6 +63,8 @@ def build(name):
         return torchvision.models.mobilenet_v2(weights=None), (torch.randn(1, 3, 224, 224),)
     if name == "transformer":
         return TransformerEncoderModel(), (torch.randint(0, 100, (2, 16)),)
+    if name in ("lstm", "gru"):
+        return SequenceModel(name), (torch.randn(2, 12, 16),)
     raise SystemExit(f"unknown model {name}")
 
 
@@ -80,7 +98,7 @@ def export(name, opset, out_root):
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--out", required=True)
-    p.add_argument("--models", default="resnet18,mobilenet_v2,transformer")
+    p.add_argument("--models", default="resnet18,mobilenet_v2,transformer,lstm,gru")
     p.add_argument("--opsets", default="13,17")
     a = p.parse_args()
     for m in a.models.split(","):

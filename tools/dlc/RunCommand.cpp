@@ -110,7 +110,7 @@ llvm::Expected<rt::DeviceKind> parseDevice(const std::string &s) {
 } // namespace
 
 int runRun(const std::vector<std::string> &argv) {
-  ArgParser parser("run", "PACKAGE.dlc --input NAME=FILE ... [options]",
+  ArgParser parser("run", "PACKAGE.dlc [--input] NAME=FILE ... [options]",
                    "Runs a compiled package on the GPU (if present) or the emu backend and writes one\n"
                    "NAME.npy per output. Inputs are .npy files or serialized ONNX tensors (.pb).",
                    {{"input", 'i', true, true, "NAME=FILE", "An input (NAME= may be left out for one input)"},
@@ -127,8 +127,8 @@ int runRun(const std::vector<std::string> &argv) {
     parser.printHelp(llvm::outs());
     return 0;
   }
-  if (args->positionals().size() != 1) {
-    reportError(ir::makeError("run: expected exactly one package file"));
+  if (args->positionals().empty()) {
+    reportError(ir::makeError("run: expected a package file"));
     return 2;
   }
   auto device = parseDevice(args->getOr("device", "auto"));
@@ -153,7 +153,10 @@ int runRun(const std::vector<std::string> &argv) {
   bool quiet = args->has("quiet");
   if (!quiet)
     llvm::errs() << "dlc: running on " << (*session)->backendDescription() << "\n";
-  for (const std::string &spec : args->getAll("input")) {
+  // Inputs: --input NAME=FILE, or positional NAME=FILE / FILE after the package.
+  std::vector<std::string> inputSpecs = args->getAll("input");
+  inputSpecs.insert(inputSpecs.end(), args->positionals().begin() + 1, args->positionals().end());
+  for (const std::string &spec : inputSpecs) {
     std::string name, file;
     size_t eq = spec.find('=');
     if (eq == std::string::npos) {

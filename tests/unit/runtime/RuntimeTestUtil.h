@@ -1,0 +1,39 @@
+//===- RuntimeTestUtil.h - Hand-built packages for runtime tests -*- C++ -*-===//
+#pragma once
+
+#include "Toolchain.h"
+
+#include "dlc/package/Package.h"
+#include "dlc/runtime/Runtime.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace dlc::test {
+
+/// One kernel launch of a hand-written package.
+struct TestLaunch {
+  std::string kernel;
+  std::vector<uint32_t> grid{1, 1, 1}, block{32, 1, 1};
+  uint32_t dynamicSmem = 0;
+  std::vector<uint32_t> pointerArgs; // buffer indices
+  bool needsSync = true;
+};
+
+/// A package over hand-written CUDA source: buffers (arena, f32) named by the test,
+/// the given launches, inputs/outputs = buffers. `gpuTargets` are compiled with NVRTC
+/// (their ptxas resources are recorded) in addition to emu.
+std::vector<uint8_t> buildTestPackage(const std::string &cudaSource,
+                                      const std::vector<std::pair<std::string, int64_t>> &buffers,
+                                      const std::vector<TestLaunch> &launches,
+                                      const std::vector<std::string> &gpuTargets = {});
+
+/// Runs a package on emu with the given f32 inputs; returns the session error or the
+/// named f32 outputs.
+Result<std::vector<std::vector<float>>> runOnEmu(const std::vector<uint8_t> &pkg,
+                                                 const std::vector<std::vector<float>> &inputs,
+                                                 const std::vector<std::string> &outputs);
+
+} // namespace dlc::test

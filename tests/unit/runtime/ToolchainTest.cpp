@@ -1,0 +1,56 @@
+#include "Toolchain.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+using namespace dlc::codegen;
+
+TEST(Toolchain, ParsesPtxasStatistics) {
+  const char *log = "ptxas info    : 0 bytes gmem\n"
+                    "ptxas info    : Compiling entry function 'k0_Add' for 'sm_80'\n"
+                    "ptxas info    : Function properties for k0_Add\n"
+                    "ptxas         .     16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n"
+                    "ptxas info    : Used 40 registers, used 1 barriers, 1024 bytes smem, 380 bytes cmem[0]\n"
+                    "ptxas info    : Compiling entry function 'k1_Relu' for 'sm_80'\n"
+                    "ptxas info    : Function properties for k1_Relu\n"
+                    "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+                    "ptxas info    : Used 12 registers, used 0 barriers, 372 bytes cmem[0]\n";
+  auto r = parsePtxasLog(log);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r["k0_Add"].registers, 40);
+  EXPECT_EQ(r["k0_Add"].spillStores, 8);
+  EXPECT_EQ(r["k0_Add"].spillLoads, 4);
+  EXPECT_EQ(r["k0_Add"].sharedBytes, 1024);
+  EXPECT_EQ(r["k0_Add"].stackBytes, 16);
+  EXPECT_EQ(r["k1_Relu"].registers, 12);
+  EXPECT_EQ(r["k1_Relu"].sharedBytes, 0);
+}
+
+TEST(Toolchain, NvrtcFailureCarriesTheLogAndWritesTheSource) {
+  ToolchainOptions o;
+  o.useCache = false;
+  o.failureDumpPath = ::testing::TempDir() + "/failed.cu";
+  std::remove(o.failureDumpPath.c_str());
+  auto m = compileWithNvrtc("extern \"C\" __global__ void k(float *p) { p[0] = undefined_thing; }\n", "sm_80", o);
+  ASSERT_FALSE(bool(m));
+  std::string err = llvm::toString(m.takeError());
+  EXPECT_NE(err.find("NVRTC failed for sm_80"), std::string::npos) << err;
+  EXPECT_NE(err.find("undefined_thing"), std::string::npos) << "the full log is in the error: " << err;
+  EXPECT_NE(err.find("source written to"), std::string::npos);
+  std::ifstream f(o.failureDumpPath);
+  EXPECT_TRUE(f.good());
+}
+
+TEST(Toolchain, CachedCompilationsAreReused) {
+  ToolchainOptions o;
+  o.cacheDir = ::testing::TempDir() + "/dlc-cache-test";
+  const char *src = "extern \"C\" __global__ void k(float *p) { p[threadIdx.x] *= 2.0f; }\n";
+  auto a = compileWithNvrtc(src, "sm_86", o);
+  ASSERT_TRUE(bool(a)) << llvm::toString(a.takeError());
+  auto b = compileWithNvrtc(src, "sm_86", o);
+  ASSERT_TRUE(bool(b));
+  EXPECT_TRUE(b->cached);
+  EXPECT_EQ(a->image, b->image);
+  EXPECT_EQ(b->resources.at("k").registers, a->resources.at("k").registers);
+}
