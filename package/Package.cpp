@@ -99,7 +99,10 @@ PackageFile::~PackageFile() {
     munmap(mapping_, size_);
 }
 
-Result<std::shared_ptr<PackageFile>> PackageFile::load(const std::string &path) {
+Result<std::shared_ptr<PackageFile>> PackageFile::load(const std::string &path) { return load(path, 0, 0); }
+
+Result<std::shared_ptr<PackageFile>> PackageFile::load(const std::string &path, uint64_t offset,
+                                                       uint64_t size) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return Status(StatusCode::IoError, "cannot open '" + path + "': " + std::strerror(errno));
@@ -108,11 +111,19 @@ Result<std::shared_ptr<PackageFile>> PackageFile::load(const std::string &path) 
     ::close(fd);
     return Status(StatusCode::IoError, "'" + path + "' is not a regular file");
   }
+  uint64_t fileSize = static_cast<uint64_t>(st.st_size);
+  long page = ::sysconf(_SC_PAGESIZE);
+  if (offset > fileSize || (page > 0 && offset % static_cast<uint64_t>(page) != 0) ||
+      (size != 0 && size > fileSize - offset)) {
+    ::close(fd);
+    return Status(StatusCode::InvalidPackage, path + ": embedded package range [" + std::to_string(offset) +
+                                                  ", +" + std::to_string(size) + ") is outside the file");
+  }
   std::shared_ptr<PackageFile> pf(new PackageFile());
   pf->name_ = path;
-  pf->size_ = static_cast<size_t>(st.st_size);
+  pf->size_ = static_cast<size_t>(size ? size : fileSize - offset);
   if (pf->size_ > 0) {
-    void *m = ::mmap(nullptr, pf->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *m = ::mmap(nullptr, pf->size_, PROT_READ, MAP_PRIVATE, fd, static_cast<off_t>(offset));
     if (m == MAP_FAILED) {
       ::close(fd);
       return Status(StatusCode::IoError, "cannot map '" + path + "': " + std::strerror(errno));
@@ -121,6 +132,19 @@ Result<std::shared_ptr<PackageFile>> PackageFile::load(const std::string &path) 
     pf->data_ = static_cast<const uint8_t *>(m);
   }
   ::close(fd);
+  if (Status s = pf->verify())
+    return s;
+  return pf;
+}
+
+Result<std::shared_ptr<PackageFile>> PackageFile::fromStaticBytes(const void *data, size_t n,
+                                                                  const std::string &name) {
+  if (reinterpret_cast<uintptr_t>(data) % kSectionAlign != 0)
+    return fromBytes(data, n, name);
+  std::shared_ptr<PackageFile> pf(new PackageFile());
+  pf->name_ = name;
+  pf->data_ = static_cast<const uint8_t *>(data);
+  pf->size_ = n;
   if (Status s = pf->verify())
     return s;
   return pf;

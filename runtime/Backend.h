@@ -11,13 +11,31 @@
 
 namespace dlc::rt {
 
+/// A backend's copy of a model's weight region (host memory for emu, device memory
+/// for cuda), shared by the sessions of one model.
+class WeightStore {
+public:
+  virtual ~WeightStore() = default;
+};
+
 class Backend {
 public:
   virtual ~Backend() = default;
   virtual std::string describe() const = 0;
   virtual DeviceKind kind() const = 0;
-  /// Loads modules, allocates the arena and weight region, uploads the weights.
-  virtual Status prepare(const pkg::PackageFile &p) = 0;
+  /// Loads modules, allocates the arena, and takes the model's weights (uploading
+  /// them if this is the first session of the model on this backend).
+  virtual Status prepare(const Model &m) = 0;
+  /// Binds a buffer to a caller-owned device address (cuda only).
+  virtual Status bindExternal(uint32_t buffer, uint64_t address) {
+    (void)buffer;
+    (void)address;
+    return Status(StatusCode::InvalidArgument, "binding device pointers needs the cuda backend");
+  }
+  virtual Status setStream(void *stream) {
+    (void)stream;
+    return Status(StatusCode::InvalidArgument, "streams need the cuda backend");
+  }
   virtual Status upload(const pkg::BufRef &dst, const void *src, size_t n) = 0;
   virtual Status download(void *dst, const pkg::BufRef &src, size_t n) = 0;
   virtual Status launch(const pkg::Launch &l, const std::string &node) = 0;
@@ -29,7 +47,7 @@ public:
 
 std::unique_ptr<Backend> createEmuBackend(int threads);
 /// Fails with StatusCode::Unavailable when libcuda.so.1 or a device is missing.
-Result<std::unique_ptr<Backend>> createCudaBackend();
+Result<std::unique_ptr<Backend>> createCudaBackend(int device);
 
 /// GPU resource limits the emu backend enforces (and the cuda backend relies on).
 struct ArchLimits {

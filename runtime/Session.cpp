@@ -1,6 +1,8 @@
 #include "Backend.h"
 
 #include <chrono>
+#include <map>
+#include <mutex>
 #include <cstring>
 
 namespace dlc::rt {
@@ -29,6 +31,23 @@ const char *deviceKindName(DeviceKind k) {
   return "?";
 }
 
+struct Model::Shared {
+  std::mutex mu;
+  std::map<std::pair<DeviceKind, int>, std::shared_ptr<WeightStore>> stores;
+};
+
+Model::Model(std::shared_ptr<const pkg::PackageFile> pkg) : pkg_(std::move(pkg)), shared_(new Shared()) {}
+Model::~Model() = default;
+
+std::shared_ptr<WeightStore> Model::weights(DeviceKind kind, int device,
+                                            const std::function<std::shared_ptr<WeightStore>()> &make) const {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  auto &slot = shared_->stores[{kind, device}];
+  if (!slot)
+    slot = make();
+  return slot;
+}
+
 Session::~Session() = default;
 
 static std::string shapeString(const std::vector<int64_t> &s) {
@@ -45,20 +64,28 @@ static std::vector<int64_t> shapeOf(const pkg::TensorInfo *t) {
 
 Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const pkg::PackageFile> pkg,
                                                  const SessionOptions &opts) {
+  return create(std::make_shared<const Model>(std::move(pkg)), opts);
+}
+
+Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> model,
+                                                 const SessionOptions &opts) {
   std::unique_ptr<Session> s(new Session());
-  s->pkg_ = std::move(pkg);
+  s->model_ = std::move(model);
+  s->pkg_ = std::shared_ptr<const pkg::PackageFile>(s->model_, &s->model_->file());
   s->opts_ = opts;
   if (opts.device == DeviceKind::Cuda || opts.device == DeviceKind::Auto) {
-    auto cuda = createCudaBackend();
+    auto cuda = createCudaBackend(opts.cudaDevice);
     if (cuda) {
       s->backend_ = std::move(*cuda);
     } else if (opts.device == DeviceKind::Cuda) {
-      return Status(StatusCode::Unavailable, "--device cuda: " + cuda.status().message());
+      return Status(cuda.status().code(), "device cuda: " + cuda.status().message());
+    } else if (cuda.status().code() != StatusCode::Unavailable) {
+      return cuda.takeStatus(); // e.g. a device ordinal that does not exist: not a reason for emu
     }
   }
   if (!s->backend_)
     s->backend_ = createEmuBackend(opts.emuThreads);
-  if (Status st = s->backend_->prepare(*s->pkg_))
+  if (Status st = s->backend_->prepare(*s->model_))
     return st;
   const pkg::Package &m = s->pkg_->meta();
   s->inputSet_.assign(m.inputs() ? m.inputs()->size() : 0, false);
@@ -67,6 +94,76 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const pkg::Pack
 
 std::string Session::backendDescription() const { return backend_->describe(); }
 DeviceKind Session::deviceKind() const { return backend_->kind(); }
+
+int Session::inputIndex(const std::string &name) const {
+  const pkg::Package &m = pkg_->meta();
+  if (m.inputs())
+    for (size_t i = 0; i < m.inputs()->size(); ++i)
+      if (m.inputs()->Get(i)->name()->str() == name)
+        return static_cast<int>(i);
+  return -1;
+}
+
+int Session::outputIndex(const std::string &name) const {
+  const pkg::Package &m = pkg_->meta();
+  if (m.outputs())
+    for (size_t i = 0; i < m.outputs()->size(); ++i)
+      if (m.outputs()->Get(i)->name()->str() == name)
+        return static_cast<int>(i);
+  return -1;
+}
+
+static uint64_t tensorBytes(const pkg::TensorInfo *t) {
+  uint64_t n = 1;
+  if (t->shape())
+    for (int64_t d : *t->shape())
+      n *= static_cast<uint64_t>(d);
+  return n * pkg::dtypeSize(t->dtype());
+}
+
+Status Session::setInputBytes(const std::string &name, const void *data, size_t size) {
+  int i = inputIndex(name);
+  if (i < 0)
+    return Status(StatusCode::InvalidArgument, "the model has no input named '" + name + "'");
+  const pkg::TensorInfo *in = pkg_->meta().inputs()->Get(i);
+  if (!data && size)
+    return Status(StatusCode::InvalidArgument, "input '" + name + "': data is null");
+  if (size != tensorBytes(in))
+    return Status(StatusCode::InvalidArgument, "input '" + name + "' needs " + std::to_string(tensorBytes(in)) +
+                                                   " bytes, got " + std::to_string(size));
+  DLC_RETURN_IF_ERROR(backend_->upload(pkg::BufRef(in->buffer(), 0), data, size));
+  inputSet_[i] = true;
+  return Status::ok();
+}
+
+Status Session::bindDevice(const std::string &name, bool isOutput, uint64_t devicePtr) {
+  int i = isOutput ? outputIndex(name) : inputIndex(name);
+  if (i < 0)
+    return Status(StatusCode::InvalidArgument,
+                  std::string("the model has no ") + (isOutput ? "output" : "input") + " named '" + name + "'");
+  if (!devicePtr)
+    return Status(StatusCode::InvalidArgument, "device pointer for '" + name + "' is null");
+  const pkg::TensorInfo *t = (isOutput ? pkg_->meta().outputs() : pkg_->meta().inputs())->Get(i);
+  DLC_RETURN_IF_ERROR(backend_->bindExternal(t->buffer(), devicePtr));
+  if (!isOutput)
+    inputSet_[i] = true;
+  return Status::ok();
+}
+
+Status Session::setStream(void *stream) { return backend_->setStream(stream); }
+
+Status Session::getOutputBytes(const std::string &name, void *data, size_t size) const {
+  int i = outputIndex(name);
+  if (i < 0)
+    return Status(StatusCode::InvalidArgument, "the model has no output named '" + name + "'");
+  const pkg::TensorInfo *o = pkg_->meta().outputs()->Get(i);
+  if (!data && size)
+    return Status(StatusCode::InvalidArgument, "output '" + name + "': data is null");
+  if (size != tensorBytes(o))
+    return Status(StatusCode::InvalidArgument, "output '" + name + "' has " + std::to_string(tensorBytes(o)) +
+                                                   " bytes, the buffer has " + std::to_string(size));
+  return backend_->download(data, pkg::BufRef(o->buffer(), 0), size);
+}
 
 Status Session::setInput(const std::string &name, const HostTensor &t) {
   const pkg::Package &m = pkg_->meta();

@@ -29,7 +29,7 @@ struct Driver {
   X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuStreamCreate)   \
   X(cuStreamDestroy) X(cuStreamSynchronize) X(cuModuleLoadData) X(cuModuleUnload)                 \
   X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree)        \
-  X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8Async)                \
+  X(cuMemcpyHtoD) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8Async)                \
   X(cuGetErrorName) X(cuGetErrorString)
   DLC_CU_LIST(DLC_CU)
 #undef DLC_CU
@@ -88,6 +88,34 @@ struct CublasLt {
   }
 };
 
+/// A model's weights on the device, shared by its cuda sessions. It holds its own
+/// reference on the primary context so that it can outlive the session that made it.
+struct CudaWeights : WeightStore {
+  CUdeviceptr ptr = 0;
+  CUdevice dev = 0;
+  const Driver *drv = nullptr;
+  ~CudaWeights() override {
+    if (!drv)
+      return;
+    CUcontext ctx;
+    if (drv->cuDevicePrimaryCtxRetain_(&ctx, dev) == CUDA_SUCCESS) {
+      drv->cuCtxSetCurrent_(ctx);
+      if (ptr)
+        drv->cuMemFree_(ptr);
+      drv->cuDevicePrimaryCtxRelease_(dev); // this call's retain
+      drv->cuDevicePrimaryCtxRelease_(dev); // the store's own
+    }
+  }
+};
+
+/// One process-wide driver table (the library stays loaded for the process).
+const Driver *sharedDriver(Status &st) {
+  static Driver d;
+  static Status loaded = d.load();
+  st = loaded;
+  return loaded ? nullptr : &d;
+}
+
 class CudaBackend : public Backend {
 public:
   ~CudaBackend() override {
@@ -98,8 +126,6 @@ public:
           drv_.cuStreamSynchronize_(stream_);
         if (arena_)
           drv_.cuMemFree_(arena_);
-        if (weights_)
-          drv_.cuMemFree_(weights_);
         if (workspace_)
           drv_.cuMemFree_(workspace_);
         if (module_)
@@ -113,8 +139,13 @@ public:
       lt_.cublasLtDestroy_(ltHandle_);
   }
 
-  Status init() {
-    DLC_RETURN_IF_ERROR(drv_.load());
+  Status init(int ordinal) {
+    Status st;
+    const Driver *d = sharedDriver(st);
+    if (!d)
+      return st;
+    drv_ = *d;
+    driverPtr_ = d;
     if (CUresult r = drv_.cuInit_(0))
       return Status(StatusCode::Unavailable, "cuInit failed: " + drv_.error(r));
     int count = 0;
@@ -122,7 +153,11 @@ public:
       return Status(StatusCode::Unavailable, "cannot count CUDA devices: " + drv_.error(r));
     if (count == 0)
       return Status(StatusCode::Unavailable, "no CUDA device is present");
-    DLC_RETURN_IF_ERROR(check(drv_.cuDeviceGet_(&dev_, 0), "cuDeviceGet"));
+    if (ordinal < 0 || ordinal >= count)
+      return Status(StatusCode::InvalidArgument, "CUDA device " + std::to_string(ordinal) + " does not exist (" +
+                                                     std::to_string(count) + " present)");
+    ordinal_ = ordinal;
+    DLC_RETURN_IF_ERROR(check(drv_.cuDeviceGet_(&dev_, ordinal), "cuDeviceGet"));
     char name[256] = {0};
     drv_.cuDeviceGetName_(name, sizeof(name) - 1, dev_);
     name_ = name;
@@ -140,7 +175,8 @@ public:
   }
   DeviceKind kind() const override { return DeviceKind::Cuda; }
 
-  Status prepare(const pkg::PackageFile &p) override {
+  Status prepare(const Model &model) override {
+    const pkg::PackageFile &p = model.file();
     pkg_ = &p;
     const pkg::Package &m = p.meta();
     DLC_RETURN_IF_ERROR(check(drv_.cuCtxSetCurrent_(ctx_), "cuCtxSetCurrent"));
@@ -168,11 +204,36 @@ public:
     }
     if (m.arena_bytes())
       DLC_RETURN_IF_ERROR(check(drv_.cuMemAlloc_(&arena_, m.arena_bytes()), "allocating the arena"));
-    if (m.weight_bytes())
-      DLC_RETURN_IF_ERROR(check(drv_.cuMemAlloc_(&weights_, m.weight_bytes()), "allocating weights"));
-    if (m.weights())
-      for (const pkg::Weight *w : *m.weights())
-        DLC_RETURN_IF_ERROR(upload(pkg::BufRef(w->buffer(), 0), p.section(w->data()), w->data()->size()));
+    // Weights: uploaded once per model, shared by its cuda sessions.
+    Status weightStatus;
+    weightStore_ = std::static_pointer_cast<CudaWeights>(
+        model.weights(DeviceKind::Cuda, ordinal_, [&]() -> std::shared_ptr<WeightStore> {
+          auto w = std::make_shared<CudaWeights>();
+          CUcontext ctx;
+          if (CUresult r = drv_.cuDevicePrimaryCtxRetain_(&ctx, dev_)) {
+            weightStatus = check(r, "retaining the context");
+            return nullptr;
+          }
+          w->dev = dev_;
+          w->drv = driverPtr_;
+          if (m.weight_bytes())
+            if (CUresult r = drv_.cuMemAlloc_(&w->ptr, m.weight_bytes())) {
+              weightStatus = check(r, "allocating weights");
+              return nullptr;
+            }
+          if (m.weights())
+            for (const pkg::Weight *wt : *m.weights()) {
+              const pkg::Buffer *b = m.buffers()->Get(wt->buffer());
+              if (CUresult r = drv_.cuMemcpyHtoD_(w->ptr + b->offset(), p.section(wt->data()), wt->data()->size())) {
+                weightStatus = check(r, "uploading weights");
+                return nullptr;
+              }
+            }
+          return w;
+        }));
+    if (!weightStore_)
+      return weightStatus ? weightStatus : Status(StatusCode::Internal, "weights unavailable");
+    weights_ = weightStore_->ptr;
     bool hasGemm = false;
     if (m.steps())
       for (const pkg::Step *s : *m.steps())
@@ -186,26 +247,41 @@ public:
     return synchronize();
   }
 
+  Status bindExternal(uint32_t buffer, uint64_t addr) override {
+    external_[buffer] = addr;
+    return Status::ok();
+  }
+
+  Status setStream(void *stream) override {
+    userStream_ = static_cast<CUstream>(stream);
+    return Status::ok();
+  }
+
+  CUstream stream() const { return userStream_ ? userStream_ : stream_; }
+
   CUdeviceptr address(const pkg::BufRef &r) const {
+    auto ext = external_.find(r.buffer());
+    if (ext != external_.end())
+      return ext->second + r.offset();
     const pkg::Buffer *b = pkg_->meta().buffers()->Get(r.buffer());
     return (b->region() == pkg::Region::Arena ? arena_ : weights_) + b->offset() + r.offset();
   }
 
   Status upload(const pkg::BufRef &dst, const void *src, size_t n) override {
-    return check(drv_.cuMemcpyHtoDAsync_(address(dst), src, n, stream_), "host-to-device copy");
+    return check(drv_.cuMemcpyHtoDAsync_(address(dst), src, n, stream()), "host-to-device copy");
   }
   Status download(void *dst, const pkg::BufRef &src, size_t n) override {
-    DLC_RETURN_IF_ERROR(check(drv_.cuMemcpyDtoHAsync_(dst, address(src), n, stream_), "device-to-host copy"));
+    DLC_RETURN_IF_ERROR(check(drv_.cuMemcpyDtoHAsync_(dst, address(src), n, stream()), "device-to-host copy"));
     return synchronize();
   }
   Status copy(const pkg::Copy &c) override {
-    return check(drv_.cuMemcpyDtoDAsync_(address(*c.dst()), address(*c.src()), c.bytes(), stream_),
+    return check(drv_.cuMemcpyDtoDAsync_(address(*c.dst()), address(*c.src()), c.bytes(), stream()),
                  "device copy");
   }
   Status memset(const pkg::Memset &m) override {
-    return check(drv_.cuMemsetD8Async_(address(*m.dst()), m.value(), m.bytes(), stream_), "memset");
+    return check(drv_.cuMemsetD8Async_(address(*m.dst()), m.value(), m.bytes(), stream()), "memset");
   }
-  Status synchronize() override { return check(drv_.cuStreamSynchronize_(stream_), "synchronize"); }
+  Status synchronize() override { return check(drv_.cuStreamSynchronize_(stream()), "synchronize"); }
 
   Status launch(const pkg::Launch &l, const std::string &node) override {
     DLC_RETURN_IF_ERROR(checkLaunchLimits(*pkg_, l));
@@ -231,7 +307,7 @@ public:
                                                         static_cast<int>(l.dynamic_smem())),
                                 "opting in to dynamic shared memory"));
     return check(drv_.cuLaunchKernel_(f, l.grid()->x(), l.grid()->y(), l.grid()->z(), l.block()->x(),
-                                     l.block()->y(), l.block()->z(), l.dynamic_smem(), stream_,
+                                     l.block()->y(), l.block()->z(), l.dynamic_smem(), stream(),
                                      argv.data(), nullptr),
                  "launching kernel for node '" + node + "'");
   }
@@ -306,7 +382,7 @@ public:
                                            reinterpret_cast<const void *>(b), lb, beta,
                                            reinterpret_cast<void *>(c), lc, reinterpret_cast<void *>(c), lc,
                                            &heur.algo, reinterpret_cast<void *>(workspace_), kWorkspace,
-                                           reinterpret_cast<cudaStream_t>(stream_));
+                                           reinterpret_cast<cudaStream_t>(stream()));
     cleanup();
     if (st != CUBLAS_STATUS_SUCCESS)
       return Status(StatusCode::LaunchFailure, "cublasLtMatmul failed for node '" + node + "'");
@@ -351,21 +427,26 @@ private:
   cublasLtHandle_t ltHandle_ = nullptr;
   const pkg::PackageFile *pkg_ = nullptr;
   CUdevice dev_ = 0;
+  int ordinal_ = 0;
   CUcontext ctx_ = nullptr;
   bool ctxReady_ = false;
   CUstream stream_ = nullptr;
   CUmodule module_ = nullptr;
   std::vector<CUfunction> functions_;
   CUdeviceptr arena_ = 0, weights_ = 0, workspace_ = 0;
+  std::shared_ptr<CudaWeights> weightStore_;
+  const Driver *driverPtr_ = nullptr;
+  CUstream userStream_ = nullptr;
+  std::map<uint32_t, uint64_t> external_;
   std::string name_;
   int major_ = 0, minor_ = 0;
 };
 
 } // namespace
 
-Result<std::unique_ptr<Backend>> createCudaBackend() {
+Result<std::unique_ptr<Backend>> createCudaBackend(int device) {
   auto b = std::make_unique<CudaBackend>();
-  if (Status s = b->init())
+  if (Status s = b->init(device))
     return s;
   return std::unique_ptr<Backend>(std::move(b));
 }

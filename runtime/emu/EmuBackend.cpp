@@ -6,16 +6,16 @@
 // barriers or warp collectives run one fiber per CUDA thread (Boost.Context), and
 // a round-robin scheduler releases __syncthreads and warp-level exchanges when
 // every live participant has arrived. Barrier-free kernels run their threads as
-// a plain loop. GEMM steps run on OpenBLAS.
+// a plain loop. GEMM steps run on a CBLAS loaded at run time (HostBlas.h).
 //===----------------------------------------------------------------------===//
 #include "../Backend.h"
+#include "HostBlas.h"
 #include "ThreadPool.h"
 
 #include "dlc/runtime/EmuAbi.h"
 
 #include <boost/context/fiber.hpp>
-#include <boost/context/pooled_fixedsize_stack.hpp>
-#include <cblas.h>
+#include <boost/context/stack_context.hpp>
 #include <dlfcn.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -48,6 +48,51 @@ struct EmuThread {
 
 class BlockRunner;
 thread_local BlockRunner *tlsRunner = nullptr;
+
+/// Fiber stacks: fixed size, a guard page below each, recycled (one pool per
+/// runner, so per worker thread). A StackAllocator in Boost.Context's sense.
+class StackPool {
+public:
+  explicit StackPool(size_t size) : size_(size) {}
+  ~StackPool() {
+    for (void *p : free_)
+      ::munmap(p, size_ + guard());
+  }
+  StackPool(const StackPool &) = delete;
+  StackPool &operator=(const StackPool &) = delete;
+
+  /// What bctx::fiber copies: a reference to the pool.
+  struct Allocator {
+    StackPool *pool;
+    bctx::stack_context allocate() { return pool->allocate(); }
+    void deallocate(bctx::stack_context &sc) noexcept { pool->deallocate(sc); }
+  };
+  Allocator allocator() { return Allocator{this}; }
+
+private:
+  static size_t guard() { return static_cast<size_t>(::sysconf(_SC_PAGESIZE)); }
+  bctx::stack_context allocate() {
+    void *base;
+    if (!free_.empty()) {
+      base = free_.back();
+      free_.pop_back();
+    } else {
+      base = ::mmap(nullptr, size_ + guard(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (base == MAP_FAILED)
+        throw std::bad_alloc();
+      ::mprotect(base, guard(), PROT_NONE); // overflow faults instead of corrupting
+    }
+    bctx::stack_context sc;
+    sc.size = size_;
+    sc.sp = static_cast<char *>(base) + guard() + size_;
+    return sc;
+  }
+  void deallocate(bctx::stack_context &sc) noexcept {
+    free_.push_back(static_cast<char *>(sc.sp) - size_ - guard());
+  }
+  size_t size_;
+  std::vector<void *> free_;
+};
 
 class BlockRunner {
 public:
@@ -82,7 +127,7 @@ public:
     }
     for (unsigned i = 0; i < n; ++i) {
       EmuThread &th = threads_[i];
-      th.fiber = bctx::fiber(std::allocator_arg, stacks_, [&th, thunk, args](bctx::fiber &&c) {
+      th.fiber = bctx::fiber(std::allocator_arg, stacks_.allocator(), [&th, thunk, args](bctx::fiber &&c) {
         th.caller = std::move(c);
         thunk(args);
         th.state = EmuThread::Done;
@@ -202,7 +247,7 @@ private:
       th.fiber = bctx::fiber();
   }
 
-  bctx::pooled_fixedsize_stack stacks_;
+  StackPool stacks_;
   std::vector<EmuThread> threads_;
   EmuThread *current_ = nullptr;
   bool fibers_ = false;
@@ -238,6 +283,10 @@ struct AlignedBuffer {
   }
 };
 
+struct EmuWeights : WeightStore {
+  AlignedBuffer buf;
+};
+
 class EmuBackend : public Backend {
 public:
   explicit EmuBackend(int threads)
@@ -250,11 +299,12 @@ public:
 
   std::string describe() const override {
     return "emu (CUDA kernels compiled for the host CPU, " + std::to_string(pool_.size()) +
-           " threads; timings are not GPU timings)";
+           " threads, GEMM on " + emu::hostBlasName() + "; timings are not GPU timings)";
   }
   DeviceKind kind() const override { return DeviceKind::Emu; }
 
-  Status prepare(const pkg::PackageFile &p) override {
+  Status prepare(const Model &model) override {
+    const pkg::PackageFile &p = model.file();
     pkg_ = &p;
     const pkg::Package &m = p.meta();
     if (m.kernels() && m.kernels()->size()) {
@@ -275,17 +325,28 @@ public:
         kernelThunks_.push_back(it->second);
       }
     }
-    if (!arena_.allocate(m.arena_bytes()) || !weights_.allocate(m.weight_bytes()))
-      return Status(StatusCode::Internal, "out of host memory for the arena/weights");
-    if (m.weights())
-      for (const pkg::Weight *w : *m.weights())
-        std::memcpy(address(pkg::BufRef(w->buffer(), 0)), p.section(w->data()), w->data()->size());
+    if (!arena_.allocate(m.arena_bytes()))
+      return Status(StatusCode::Internal, "out of host memory for the arena");
+    // Weights: one copy per model, shared by its emu sessions.
+    weights_ = std::static_pointer_cast<EmuWeights>(model.weights(DeviceKind::Emu, 0, [&]() -> std::shared_ptr<WeightStore> {
+      auto w = std::make_shared<EmuWeights>();
+      if (!w->buf.allocate(m.weight_bytes()))
+        return nullptr;
+      if (m.weights())
+        for (const pkg::Weight *wt : *m.weights()) {
+          const pkg::Buffer *b = m.buffers()->Get(wt->buffer());
+          std::memcpy(static_cast<uint8_t *>(w->buf.p) + b->offset(), p.section(wt->data()), wt->data()->size());
+        }
+      return w;
+    }));
+    if (!weights_)
+      return Status(StatusCode::Internal, "out of host memory for the weights");
     return Status::ok();
   }
 
   uint8_t *address(const pkg::BufRef &r) const {
     const pkg::Buffer *b = pkg_->meta().buffers()->Get(r.buffer());
-    auto *base = static_cast<uint8_t *>(b->region() == pkg::Region::Arena ? arena_.p : weights_.p);
+    auto *base = static_cast<uint8_t *>(b->region() == pkg::Region::Arena ? arena_.p : weights_->buf.p);
     return base + b->offset() + r.offset();
   }
 
@@ -364,32 +425,28 @@ public:
   }
 
   Status gemm(const pkg::Gemm &g, const std::string &node) override {
-    auto ta = g.trans_a() ? CblasTrans : CblasNoTrans, tb = g.trans_b() ? CblasTrans : CblasNoTrans;
     const uint8_t *A = address(*g.a()), *B = address(*g.b());
     uint8_t *C = address(*g.c());
     size_t es = pkg::dtypeSize(g.dtype());
-    int64_t ar = g.trans_a() ? g.k() : g.m(), br = g.trans_b() ? g.n() : g.k();
     for (int64_t b = 0; b < g.batch(); ++b) {
       const uint8_t *a = A + b * g.stride_a() * es, *bb = B + b * g.stride_b() * es;
       uint8_t *c = C + b * g.stride_c() * es;
       switch (g.dtype()) {
       case pkg::DType::F32:
-        cblas_sgemm(CblasRowMajor, ta, tb, g.m(), g.n(), g.k(), g.alpha(),
-                    reinterpret_cast<const float *>(a), g.lda(), reinterpret_cast<const float *>(bb),
-                    g.ldb(), g.beta(), reinterpret_cast<float *>(c), g.ldc());
+        emu::hostGemm(g.trans_a(), g.trans_b(), g.m(), g.n(), g.k(), g.alpha(), reinterpret_cast<const float *>(a),
+                      g.lda(), reinterpret_cast<const float *>(bb), g.ldb(), g.beta(),
+                      reinterpret_cast<float *>(c), g.ldc());
         break;
       case pkg::DType::F64:
-        cblas_dgemm(CblasRowMajor, ta, tb, g.m(), g.n(), g.k(), g.alpha(),
-                    reinterpret_cast<const double *>(a), g.lda(), reinterpret_cast<const double *>(bb),
-                    g.ldb(), g.beta(), reinterpret_cast<double *>(c), g.ldc());
+        emu::hostGemm(g.trans_a(), g.trans_b(), g.m(), g.n(), g.k(), double(g.alpha()),
+                      reinterpret_cast<const double *>(a), g.lda(), reinterpret_cast<const double *>(bb), g.ldb(),
+                      double(g.beta()), reinterpret_cast<double *>(c), g.ldc());
         break;
       default:
         return Status(StatusCode::InvalidPackage, "GEMM of node '" + node + "' has dtype " +
                                                       pkg::dtypeName(g.dtype()) +
                                                       ", which the emu backend does not run");
       }
-      (void)ar;
-      (void)br;
     }
     return Status::ok();
   }
@@ -439,7 +496,8 @@ private:
   dlc_emu_set_thread_fn setThread_ = nullptr;
   std::map<std::string, void (*)(void **)> thunks_;
   std::vector<void (*)(void **)> kernelThunks_;
-  AlignedBuffer arena_, weights_;
+  AlignedBuffer arena_;
+  std::shared_ptr<EmuWeights> weights_;
 };
 
 } // namespace

@@ -9,6 +9,7 @@
 #include "dlc/package/Package.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,8 @@ struct SessionOptions {
   DeviceKind device = DeviceKind::Auto;
   /// Worker threads of the emu backend (0: one per hardware thread).
   int emuThreads = 0;
+  /// CUDA device ordinal (cuDeviceGet) for the cuda backend.
+  int cudaDevice = 0;
   /// Record per-step wall time (host-side; on emu it is CPU time, not GPU time).
   bool profile = false;
 };
@@ -43,11 +46,33 @@ struct StepTime {
 };
 
 class Backend;
+class WeightStore;
+
+/// A loaded package. Immutable and shareable between threads: sessions created from
+/// one Model on the same backend share its weights (uploaded by the first of them).
+class Model {
+public:
+  explicit Model(std::shared_ptr<const pkg::PackageFile> pkg);
+  ~Model();
+  const pkg::PackageFile &file() const { return *pkg_; }
+  const pkg::Package &meta() const { return pkg_->meta(); }
+  /// The weight store for a backend kind and device ordinal, created by `make` on first use.
+  std::shared_ptr<WeightStore> weights(DeviceKind kind, int device,
+                                       const std::function<std::shared_ptr<WeightStore>()> &make) const;
+
+private:
+  std::shared_ptr<const pkg::PackageFile> pkg_;
+  struct Shared;
+  std::unique_ptr<Shared> shared_;
+};
 
 class Session {
 public:
   /// Picks the backend (cuda if libcuda.so.1 loads and a device exists, else emu,
-  /// unless forced), allocates the arena and uploads the weights.
+  /// unless forced), allocates the arena and uploads the weights (once per model
+  /// and backend).
+  static Result<std::unique_ptr<Session>> create(std::shared_ptr<const Model> model,
+                                                 const SessionOptions &opts = {});
   static Result<std::unique_ptr<Session>> create(std::shared_ptr<const pkg::PackageFile> pkg,
                                                  const SessionOptions &opts = {});
   ~Session();
@@ -59,6 +84,16 @@ public:
 
   /// Copies a host tensor into the named input; checks name, dtype and shape.
   Status setInput(const std::string &name, const HostTensor &t);
+  /// Copies raw bytes (size must match) into the named input.
+  Status setInputBytes(const std::string &name, const void *data, size_t size);
+  /// cuda only: the named input or output lives at a caller-owned device address.
+  Status bindDevice(const std::string &name, bool isOutput, uint64_t devicePtr);
+  /// cuda only: run on the caller's stream (nullptr: the session's own).
+  Status setStream(void *stream);
+  Status getOutputBytes(const std::string &name, void *data, size_t size) const;
+  /// Index of a named input/output, or -1.
+  int inputIndex(const std::string &name) const;
+  int outputIndex(const std::string &name) const;
   /// Runs the schedule (all inputs must have been set at least once).
   Status run();
   Result<HostTensor> getOutput(const std::string &name) const;
@@ -66,6 +101,7 @@ public:
 
 private:
   Session() = default;
+  std::shared_ptr<const Model> model_;
   std::shared_ptr<const pkg::PackageFile> pkg_;
   std::unique_ptr<Backend> backend_;
   SessionOptions opts_;

@@ -1,0 +1,107 @@
+/*===- dlc/runtime.h - The dlc runtime C API --------------------------------===*
+ *
+ * A stable C interface (C89-compatible) to load compiled .dlc packages and run
+ * them. Handles are opaque; every function returns a dlc_status, and
+ * dlc_last_error() gives the message of the calling thread's last failure. No
+ * C++ exception crosses this boundary, and no call crashes on a null handle or a
+ * wrong size: it returns DLC_ERROR_INVALID_ARGUMENT.
+ *
+ * Types: plain C89 (dims are `long`, device pointers `unsigned long`: 64 bits on the
+ * LP64 Linux targets dlc supports).
+ *
+ * Threads: a dlc_model is immutable once loaded and may be shared by any number of
+ * threads. A dlc_session is used by one thread at a time (one session per thread);
+ * sessions created from the same model on the same device share that model's
+ * weights (uploaded once), so concurrent sessions cost only their own arenas.
+ *===------------------------------------------------------------------------===*/
+#ifndef DLC_RUNTIME_H
+#define DLC_RUNTIME_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DLC_RUNTIME_API_VERSION 1
+
+typedef struct dlc_model dlc_model;
+typedef struct dlc_session dlc_session;
+
+typedef enum dlc_status {
+  DLC_OK = 0,
+  DLC_ERROR_INVALID_ARGUMENT = 1, /* wrong name, size, dtype, null handle, missing input */
+  DLC_ERROR_INVALID_PACKAGE = 2,  /* malformed or corrupted .dlc */
+  DLC_ERROR_UNAVAILABLE = 3,      /* the requested device, driver or library is missing */
+  DLC_ERROR_LAUNCH = 4,           /* a kernel or library call failed */
+  DLC_ERROR_INTERNAL = 5,
+  DLC_ERROR_IO = 6
+} dlc_status;
+
+typedef enum dlc_device { DLC_DEVICE_AUTO = 0, DLC_DEVICE_CUDA = 1, DLC_DEVICE_EMU = 2 } dlc_device;
+
+/* Element types, in the order of the package format. */
+typedef enum dlc_dtype {
+  DLC_F32 = 0, DLC_F16 = 1, DLC_BF16 = 2, DLC_F64 = 3, DLC_I64 = 4, DLC_I32 = 5, DLC_I16 = 6,
+  DLC_I8 = 7, DLC_U8 = 8, DLC_U16 = 9, DLC_U32 = 10, DLC_U64 = 11, DLC_BOOL = 12
+} dlc_dtype;
+
+typedef struct dlc_tensor_info {
+  const char *name;
+  dlc_dtype dtype;
+  int rank;
+  const long *shape;      /* rank entries (64-bit on LP64); valid as long as the model lives */
+  size_t bytes;           /* size of the dense data */
+} dlc_tensor_info;
+
+/* Zero-initialize (memset) for the defaults. */
+typedef struct dlc_session_options {
+  dlc_device device; /* DLC_DEVICE_AUTO: cuda if a driver and device exist, else emu */
+  int emu_threads;   /* worker threads of the emu backend; 0 = one per core */
+  int cuda_device;   /* CUDA device ordinal for the cuda backend (default 0) */
+} dlc_session_options;
+
+/* The message of this thread's last failing call ("" if none). */
+const char *dlc_last_error(void);
+const char *dlc_status_string(dlc_status s);
+int dlc_runtime_api_version(void);
+
+dlc_status dlc_model_load_file(const char *path, dlc_model **out);
+dlc_status dlc_model_load_memory(const void *data, size_t size, dlc_model **out); /* copies */
+/* No copy: data must stay valid and unchanged while the model lives (a package
+ * linked into the program, as `dlc compile --emit lib` does). */
+dlc_status dlc_model_load_static(const void *data, size_t size, dlc_model **out);
+void dlc_model_free(dlc_model *model); /* after every session of the model is freed */
+dlc_status dlc_model_num_inputs(const dlc_model *model, int *count);
+dlc_status dlc_model_num_outputs(const dlc_model *model, int *count);
+dlc_status dlc_model_input_info(const dlc_model *model, int index, dlc_tensor_info *info);
+dlc_status dlc_model_output_info(const dlc_model *model, int index, dlc_tensor_info *info);
+
+/* options may be NULL (defaults). */
+dlc_status dlc_session_create(dlc_model *model, const dlc_session_options *options, dlc_session **out);
+void dlc_session_free(dlc_session *session);
+/* "cuda (NVIDIA A100, sm_80)" or "emu (...)"; valid while the session lives. */
+const char *dlc_session_device(const dlc_session *session);
+
+/* Copies host data into an input; size must equal the input's byte size. */
+dlc_status dlc_session_set_input(dlc_session *session, const char *name, const void *data, size_t size);
+/* The same, checking the caller's element type and shape against the input's. */
+dlc_status dlc_session_set_input_tensor(dlc_session *session, const char *name, dlc_dtype dtype,
+                                        const long *shape, int rank, const void *data);
+/* cuda backend only: the input (or output) lives at a device pointer that the caller
+ * owns (zero copy); it must stay valid until the next run completes. */
+dlc_status dlc_session_bind_device_input(dlc_session *session, const char *name, unsigned long device_ptr);
+dlc_status dlc_session_bind_device_output(dlc_session *session, const char *name, unsigned long device_ptr);
+/* cuda backend only: run on the caller's CUstream (cast to a pointer); NULL restores
+ * the session's own stream. */
+dlc_status dlc_session_set_stream(dlc_session *session, void *cu_stream);
+/* Runs the model; every input must have been set or bound. Synchronous. */
+dlc_status dlc_session_run(dlc_session *session);
+/* Copies an output to host memory; size must equal the output's byte size. */
+dlc_status dlc_session_get_output(dlc_session *session, const char *name, void *data, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DLC_RUNTIME_H */

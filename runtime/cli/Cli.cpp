@@ -1,0 +1,387 @@
+//===- Cli.cpp - `run` and `bench` front ends (runtime-only) ---------------===//
+#include "Cli.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cerrno>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+#include <sys/stat.h>
+
+namespace dlc::cli {
+
+namespace {
+
+struct Parsed {
+  std::map<std::string, std::vector<std::string>> opts;
+  std::vector<std::string> positionals;
+  std::string error;
+  bool has(const std::string &k) const { return opts.count(k) != 0; }
+  std::string get(const std::string &k, const std::string &d) const {
+    auto it = opts.find(k);
+    return it == opts.end() || it->second.empty() ? d : it->second.back();
+  }
+};
+
+/// Options with values: listed in `valued`; flags otherwise. Short aliases in `alias`.
+Parsed parse(const std::vector<std::string> &args, const std::vector<std::string> &valued,
+             const std::vector<std::string> &flags, const std::map<std::string, std::string> &alias) {
+  Parsed p;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string a = args[i];
+    if (a.size() < 2 || a[0] != '-') {
+      p.positionals.push_back(a);
+      continue;
+    }
+    auto al = alias.find(a);
+    if (al != alias.end())
+      a = al->second;
+    std::string key = a.substr(a.rfind('-', 1) == 1 ? 2 : 1), value;
+    size_t eq = key.find('=');
+    bool hasValue = eq != std::string::npos;
+    if (hasValue) {
+      value = key.substr(eq + 1);
+      key = key.substr(0, eq);
+    }
+    if (std::find(valued.begin(), valued.end(), key) != valued.end()) {
+      if (!hasValue) {
+        if (i + 1 >= args.size()) {
+          p.error = "option --" + key + " needs a value";
+          return p;
+        }
+        value = args[++i];
+      }
+      p.opts[key].push_back(value);
+    } else if (std::find(flags.begin(), flags.end(), key) != flags.end() && !hasValue) {
+      p.opts[key];
+    } else {
+      p.error = "unknown option '" + args[i] + "'";
+      return p;
+    }
+  }
+  return p;
+}
+
+/// An integer option in [lo, hi], or an error naming the option.
+Status intOption(const Parsed &p, const std::string &key, int64_t def, int64_t lo, int64_t hi, int64_t &out) {
+  std::string v = p.get(key, std::to_string(def));
+  char *end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end || errno || x < lo || x > hi)
+    return Status(StatusCode::InvalidArgument, "--" + key + " must be an integer from " + std::to_string(lo) +
+                                                   " to " + std::to_string(hi) + ", got '" + v + "'");
+  out = x;
+  return Status::ok();
+}
+
+int fail(const CliContext &ctx, const std::string &msg, int rc = 1) {
+  std::fprintf(stderr, "%s: error: %s\n", ctx.program.c_str(), msg.c_str());
+  return rc;
+}
+
+std::string sanitize(const std::string &name) {
+  std::string s;
+  for (char c : name)
+    s += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-') ? c : '_';
+  if (s.empty() || s == "." || s == "..")
+    s = "output";
+  return s;
+}
+
+double halfBits(uint16_t h) {
+  int e = (h >> 10) & 31, m = h & 1023;
+  double v = e == 0 ? std::ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : std::ldexp(m + 1024, e - 25);
+  return (h & 0x8000) ? -v : v;
+}
+
+double element(const rt::HostTensor &t, int64_t i) {
+  const uint8_t *p = t.data.data();
+  auto rd = [&](auto v) {
+    std::memcpy(&v, p + i * sizeof(v), sizeof(v));
+    return static_cast<double>(v);
+  };
+  switch (t.dtype) {
+  case pkg::DType::F32: return rd(float{});
+  case pkg::DType::F64: return rd(double{});
+  case pkg::DType::I64: return rd(int64_t{});
+  case pkg::DType::I32: return rd(int32_t{});
+  case pkg::DType::I16: return rd(int16_t{});
+  case pkg::DType::I8: return rd(int8_t{});
+  case pkg::DType::U8:
+  case pkg::DType::Bool: return rd(uint8_t{});
+  case pkg::DType::U16: return rd(uint16_t{});
+  case pkg::DType::U32: return rd(uint32_t{});
+  case pkg::DType::U64: return rd(uint64_t{});
+  case pkg::DType::F16: {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, 2);
+    return halfBits(h);
+  }
+  case pkg::DType::BF16: {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, 2);
+    uint32_t u = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  }
+  return 0;
+}
+
+void summary(const std::string &name, const rt::HostTensor &t) {
+  std::printf("%s: %s[", name.c_str(), pkg::dtypeName(t.dtype));
+  for (size_t i = 0; i < t.shape.size(); ++i)
+    std::printf("%s%" PRId64, i ? "," : "", t.shape[i]);
+  std::printf("] [");
+  int64_t n = t.numElements(), shown = std::min<int64_t>(n, 8);
+  for (int64_t i = 0; i < shown; ++i)
+    std::printf("%s%.6g", i ? ", " : "", element(t, i));
+  std::printf(n > shown ? ", ...]" : "]");
+  bool fp = t.dtype == pkg::DType::F32 || t.dtype == pkg::DType::F16 || t.dtype == pkg::DType::F64 ||
+            t.dtype == pkg::DType::BF16;
+  if (n > 1 && fp) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; ++i)
+      if (element(t, i) > element(t, best))
+        best = i;
+    std::printf("  argmax=%" PRId64, best);
+  }
+  std::printf("\n");
+}
+
+/// "auto", "emu", "cuda" or "cuda:N" (device ordinal N).
+Status device(const std::string &s, rt::SessionOptions &so) {
+  if (s == "auto" || s == "emu" || s == "cuda") {
+    so.device = s == "auto" ? rt::DeviceKind::Auto : s == "emu" ? rt::DeviceKind::Emu : rt::DeviceKind::Cuda;
+    return Status::ok();
+  }
+  if (s.rfind("cuda:", 0) == 0 && s.size() > 5 && s.size() < 9 &&
+      s.find_first_not_of("0123456789", 5) == std::string::npos) {
+    so.device = rt::DeviceKind::Cuda;
+    so.cudaDevice = std::atoi(s.c_str() + 5);
+    return Status::ok();
+  }
+  return Status(StatusCode::InvalidArgument, "--device must be auto, cuda, cuda:N or emu, got '" + s + "'");
+}
+
+/// Loads the package (embedded, or the first positional) and opens a session.
+struct Opened {
+  std::shared_ptr<const pkg::PackageFile> pkg;
+  std::unique_ptr<rt::Session> session;
+  std::vector<std::string> inputSpecs;
+};
+
+Result<Opened> open(const Parsed &p, const CliContext &ctx) {
+  Opened o;
+  size_t firstInput = 0;
+  if (ctx.package) {
+    o.pkg = ctx.package;
+  } else {
+    if (p.positionals.empty())
+      return Status(StatusCode::InvalidArgument, "expected a package file");
+    auto pf = pkg::PackageFile::load(p.positionals[0]);
+    if (!pf)
+      return pf.takeStatus();
+    o.pkg = *pf;
+    firstInput = 1;
+  }
+  rt::SessionOptions so;
+  DLC_RETURN_IF_ERROR(device(p.get("device", "auto"), so));
+  int64_t threads = 0;
+  DLC_RETURN_IF_ERROR(intOption(p, "threads", 0, 0, 4096, threads));
+  so.emuThreads = static_cast<int>(threads);
+  auto s = rt::Session::create(o.pkg, so);
+  if (!s)
+    return s.takeStatus();
+  o.session = std::move(*s);
+  auto it = p.opts.find("input");
+  if (it != p.opts.end())
+    o.inputSpecs = it->second;
+  o.inputSpecs.insert(o.inputSpecs.end(), p.positionals.begin() + firstInput, p.positionals.end());
+  return o;
+}
+
+/// Sets every input from the specs; with `randomFill`, inputs without a file get random data.
+Status setInputs(Opened &o, const CliContext &ctx, bool randomFill) {
+  const pkg::Package &m = o.pkg->meta();
+  std::vector<bool> given(m.inputs() ? m.inputs()->size() : 0, false);
+  for (const std::string &spec : o.inputSpecs) {
+    std::string name, file;
+    size_t eq = spec.find('=');
+    if (eq == std::string::npos) {
+      if (given.size() != 1)
+        return Status(StatusCode::InvalidArgument, "input '" + spec + "': give NAME=FILE (the model has " +
+                                                       std::to_string(given.size()) + " inputs)");
+      name = m.inputs()->Get(0)->name()->str();
+      file = spec;
+    } else {
+      name = spec.substr(0, eq);
+      file = spec.substr(eq + 1);
+    }
+    auto t = ctx.readInput ? ctx.readInput(file) : rt::readNpy(file);
+    if (!t)
+      return t.takeStatus();
+    if (Status s = o.session->setInput(name, *t))
+      return Status(s.code(), file + ": " + s.message());
+    int idx = o.session->inputIndex(name);
+    if (idx >= 0)
+      given[idx] = true;
+  }
+  if (randomFill)
+    for (size_t i = 0; i < given.size(); ++i) {
+      if (given[i])
+        continue;
+      const pkg::TensorInfo *in = m.inputs()->Get(i);
+      std::vector<int64_t> shape(in->shape()->begin(), in->shape()->end());
+      rt::HostTensor t = rt::HostTensor::zeros(in->dtype(), shape);
+      std::mt19937 rng(static_cast<unsigned>(i));
+      if (in->dtype() == pkg::DType::F32)
+        for (size_t k = 0; k < t.data.size() / 4; ++k) {
+          float v = std::uniform_real_distribution<float>(-1, 1)(rng);
+          std::memcpy(t.data.data() + 4 * k, &v, 4);
+        }
+      DLC_RETURN_IF_ERROR(o.session->setInput(in->name()->str(), t));
+    }
+  return Status::ok();
+}
+
+const std::vector<std::string> kCommonValued = {"input", "device", "threads"};
+
+} // namespace
+
+int runMain(const std::vector<std::string> &args, const CliContext &ctx) {
+  Parsed p = parse(args, {"input", "device", "threads", "output-dir"}, {"quiet", "help"},
+                   {{"-i", "--input"}, {"-q", "--quiet"}, {"-h", "--help"}});
+  if (p.has("help")) {
+    std::printf("usage: %s %s[--input] NAME=FILE(.npy) ... [--output-dir DIR] [--device auto|cuda[:N]|emu]\n"
+                "       [--threads N] [--quiet]\n\nRuns the model and writes one NAME.npy per output.\n",
+                ctx.program.c_str(), ctx.package ? "" : "PACKAGE.dlc ");
+    return 0;
+  }
+  if (!p.error.empty())
+    return fail(ctx, p.error, 2);
+  auto o = open(p, ctx);
+  if (!o)
+    return fail(ctx, o.status().message());
+  bool quiet = p.has("quiet");
+  if (!quiet)
+    std::fprintf(stderr, "%s: running on %s\n", ctx.program.c_str(), o->session->backendDescription().c_str());
+  if (Status s = setInputs(*o, ctx, false))
+    return fail(ctx, s.message());
+  if (Status s = o->session->run())
+    return fail(ctx, s.message());
+  std::string dir = p.get("output-dir", ".");
+  ::mkdir(dir.c_str(), 0777);
+  const pkg::Package &m = o->pkg->meta();
+  if (m.outputs())
+    for (const pkg::TensorInfo *out : *m.outputs()) {
+      auto t = o->session->getOutput(out->name()->str());
+      if (!t)
+        return fail(ctx, t.status().message());
+      std::string path = dir + "/" + sanitize(out->name()->str()) + ".npy";
+      if (Status s = rt::writeNpy(path, *t))
+        return fail(ctx, s.message());
+      if (!quiet)
+        summary(out->name()->str(), *t);
+    }
+  return 0;
+}
+
+int benchMain(const std::vector<std::string> &args, const CliContext &ctx) {
+  Parsed p = parse(args, {"input", "device", "threads", "warmup", "iterations", "batch"}, {"help"},
+                   {{"-i", "--input"}, {"-h", "--help"}});
+  if (p.has("help")) {
+    std::printf("usage: %s %s[--warmup N] [--iterations N] [--batch N] [--device auto|cuda[:N]|emu]\n"
+                "       [--threads N] [--input NAME=FILE ...]\n\n"
+                "Measures latency (min/median/p90/p99/max) and throughput, with host-to-device and\n"
+                "device-to-host copies timed apart from compute. Inputs without a file are random.\n"
+                "--batch: samples per inference for throughput (default: the first input's leading\n"
+                "dimension; a package's batch is fixed when it is compiled).\n",
+                ctx.program.c_str(), ctx.package ? "" : "PACKAGE.dlc ");
+    return 0;
+  }
+  if (!p.error.empty())
+    return fail(ctx, p.error, 2);
+  int64_t warmup = 0, iters = 0, batch = 0;
+  for (Status s : {intOption(p, "warmup", 10, 0, 1000000, warmup), intOption(p, "iterations", 100, 1, 10000000, iters),
+                   intOption(p, "batch", 0, 0, int64_t(1) << 40, batch)})
+    if (s)
+      return fail(ctx, s.message(), 2);
+  auto o = open(p, ctx);
+  if (!o)
+    return fail(ctx, o.status().message());
+  const pkg::Package &m = o->pkg->meta();
+  if (batch == 0)
+    batch = m.inputs() && m.inputs()->size() && m.inputs()->Get(0)->shape() && m.inputs()->Get(0)->shape()->size()
+                ? m.inputs()->Get(0)->shape()->Get(0)
+                : 1;
+  if (Status s = setInputs(*o, ctx, true))
+    return fail(ctx, s.message());
+  // Host copies of the inputs, re-uploaded every iteration to time H2D.
+  std::vector<rt::HostTensor> hostIn, hostOut;
+  if (m.inputs())
+    for (const pkg::TensorInfo *in : *m.inputs()) {
+      std::vector<int64_t> shape(in->shape()->begin(), in->shape()->end());
+      hostIn.push_back(rt::HostTensor::zeros(in->dtype(), shape));
+    }
+  if (m.outputs())
+    for (const pkg::TensorInfo *out : *m.outputs()) {
+      std::vector<int64_t> shape(out->shape()->begin(), out->shape()->end());
+      hostOut.push_back(rt::HostTensor::zeros(out->dtype(), shape));
+    }
+  using clock = std::chrono::steady_clock;
+  auto ms = [](clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  std::vector<double> h2d, compute, d2h, total;
+  for (int64_t i = 0; i < warmup + iters; ++i) {
+    auto t0 = clock::now();
+    if (i >= warmup && !p.opts.count("input")) // given inputs stay as set; random ones re-upload
+      for (size_t k = 0; k < hostIn.size(); ++k)
+        if (Status s = o->session->setInputBytes(m.inputs()->Get(k)->name()->str(), hostIn[k].data.data(),
+                                                 hostIn[k].data.size()))
+          return fail(ctx, s.message());
+    auto t1 = clock::now();
+    if (Status s = o->session->run())
+      return fail(ctx, s.message());
+    auto t2 = clock::now();
+    for (size_t k = 0; k < hostOut.size(); ++k)
+      if (Status s = o->session->getOutputBytes(m.outputs()->Get(k)->name()->str(), hostOut[k].data.data(),
+                                                hostOut[k].data.size()))
+        return fail(ctx, s.message());
+    auto t3 = clock::now();
+    if (i >= warmup) {
+      h2d.push_back(ms(t1 - t0));
+      compute.push_back(ms(t2 - t1));
+      d2h.push_back(ms(t3 - t2));
+      total.push_back(ms(t3 - t0));
+    }
+  }
+  auto stat = [](std::vector<double> v, double q) {
+    std::sort(v.begin(), v.end());
+    size_t idx = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) ;
+    return v[std::min(v.size() - 1, idx == 0 ? 0 : idx - 1)];
+  };
+  auto line = [&](const char *what, const std::vector<double> &v) {
+    std::printf("%-10s min %9.4f  median %9.4f  p90 %9.4f  p99 %9.4f  max %9.4f ms\n", what, stat(v, 0.0),
+                stat(v, 0.5), stat(v, 0.9), stat(v, 0.99), stat(v, 1.0));
+  };
+  std::printf("device: %s\n", o->session->backendDescription().c_str());
+  if (o->session->deviceKind() == rt::DeviceKind::Emu)
+    std::printf("note: emu backend: these are CPU timings of the emulated kernels, not GPU timings\n");
+  std::printf("iterations: %" PRId64 " (after %" PRId64 " warm-up), batch %" PRId64 "\n", iters, warmup, batch);
+  line("h2d", h2d);
+  line("compute", compute);
+  line("d2h", d2h);
+  line("total", total);
+  double med = stat(compute, 0.5);
+  std::printf("throughput: %.2f inferences/s, %.2f samples/s (compute median)\n", 1000.0 / med,
+              1000.0 * static_cast<double>(batch) / med);
+  return 0;
+}
+
+} // namespace dlc::cli

@@ -1,0 +1,30 @@
+//===- Cli.h - `run` and `bench` for dlc and generated executables -*- C++ -*-===//
+//
+// The command-line front ends shared by `dlc run`, `dlc bench` and the executables
+// that `dlc compile --emit exe` produces. LLVM-free: part of the runtime.
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "dlc/runtime/Runtime.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace dlc::cli {
+
+/// Reads an input file into a tensor; the default reads .npy.
+using InputReader = std::function<Result<rt::HostTensor>(const std::string &path)>;
+
+struct CliContext {
+  std::string program;                             // "dlc run", "mymodel"
+  std::shared_ptr<const pkg::PackageFile> package; // null: the first positional names it
+  InputReader readInput;                           // null: .npy only
+};
+
+/// `run`: [PACKAGE] [--input] NAME=FILE ... [--output-dir DIR] [--device D] [--threads N] [-q]
+int runMain(const std::vector<std::string> &args, const CliContext &ctx);
+/// `bench`: [PACKAGE] [--warmup N] [--iterations N] [--batch N] [--device D] [--input ...]
+int benchMain(const std::vector<std::string> &args, const CliContext &ctx);
+
+} // namespace dlc::cli
