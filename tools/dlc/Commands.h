@@ -14,5 +14,6 @@ int runImport(const std::vector<std::string> &args);
 int runCompile(const std::vector<std::string> &args);
 int runRun(const std::vector<std::string> &args);
 int runInspect(const std::vector<std::string> &args);
+int runBench(const std::vector<std::string> &args);
 
 } // namespace dlc::tool

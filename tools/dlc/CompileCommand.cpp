@@ -2,11 +2,13 @@
 #include "Args.h"
 #include "Commands.h"
 
+#include "dlc/codegen/Artifacts.h"
 #include "dlc/codegen/Compiler.h"
 #include "dlc/frontend/OnnxImporter.h"
 #include "dlc/ir/TextIR.h"
 #include "dlc/passes/Pass.h"
 
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -22,6 +24,30 @@ namespace {
 
 double seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// A file installed or built beside the dlc binary: $ENV if set, else the first of
+/// `relative` (to the directory of the running dlc) that exists.
+llvm::Expected<std::string> findCompanion(const char *env, const std::vector<std::string> &relative,
+                                          const char *what) {
+  if (const char *e = std::getenv(env)) {
+    if (llvm::sys::fs::exists(e))
+      return std::string(e);
+    return ir::errorf("{0}='{1}' does not exist", env, e);
+  }
+  static int anchor;
+  std::string exe = llvm::sys::fs::getMainExecutable(nullptr, &anchor);
+  llvm::StringRef dir = llvm::sys::path::parent_path(exe);
+  std::string tried;
+  for (const std::string &rel : relative) {
+    llvm::SmallString<256> p(dir);
+    llvm::sys::path::append(p, rel);
+    llvm::sys::path::remove_dots(p, true);
+    if (llvm::sys::fs::exists(p))
+      return std::string(p);
+    tried += "\n  " + std::string(p);
+  }
+  return ir::errorf("cannot find {0} (set {1}); looked at:{2}", what, env, tried);
 }
 
 std::string megabytes(uint64_t b) {
@@ -84,7 +110,10 @@ int runCompile(const std::vector<std::string> &argv) {
                 {"target", 0, true, false, "LIST",
                  "Targets: sm_80,sm_86,sm_89,sm_90,compute_90,emu (default: all GPU targets + emu)"},
                 {"O", 'O', true, false, "N", "Optimization level 0-3 (default 2)"},
-                {"emit", 0, true, false, "KIND", "package (default) or cuda (the generated source)"},
+                {"emit", 0, true, false, "KIND",
+                 "package (default), exe (standalone executable), lib (shared library + C header)\n"
+                 "or cuda (directory: CUDA sources and host schedule)"},
+                {"name", 0, true, false, "ID", "--emit lib: prefix of the entry points (default: from -o)"},
                 {"no-cache", 0, false, false, "", "Do not use the compilation cache"},
                 {"cache-dir", 0, true, false, "DIR", "Compilation cache (default ~/.cache/dlc)"},
                 {"print-ir-after-all", 0, false, false, "", "Print the IR after every pass"},
@@ -110,8 +139,8 @@ int runCompile(const std::vector<std::string> &argv) {
   const std::string file = args->positionals()[0];
   bool quiet = args->has("quiet");
   std::string emit = args->getOr("emit", "package");
-  if (emit != "package" && emit != "cuda") {
-    reportError(ir::errorf("compile: --emit must be package or cuda, got '{0}'", emit));
+  if (emit != "package" && emit != "cuda" && emit != "exe" && emit != "lib") {
+    reportError(ir::errorf("compile: --emit must be package, exe, lib or cuda, got '{0}'", emit));
     return 2;
   }
   int opt = std::atoi(args->getOr("O", "2").c_str());
@@ -122,8 +151,41 @@ int runCompile(const std::vector<std::string> &argv) {
   std::string out = args->getOr("output", "");
   if (out.empty()) {
     llvm::SmallString<256> p(file);
-    llvm::sys::path::replace_extension(p, emit == "cuda" ? ".cu" : ".dlc");
+    llvm::sys::path::replace_extension(p, "");
+    if (emit == "package")
+      p += ".dlc";
+    else if (emit == "cuda")
+      p += "-cuda";
+    else if (emit == "lib")
+      p = (llvm::sys::path::parent_path(file) + (llvm::sys::path::parent_path(file).empty() ? "" : "/") + "lib" +
+           llvm::sys::path::stem(file) + ".so")
+              .str();
     out = std::string(p);
+  }
+  // Where the header goes and what the entry points are called (--emit lib).
+  std::string libName, headerPath;
+  if (emit == "lib") {
+    llvm::StringRef stem = llvm::sys::path::stem(out);
+    stem.consume_front("lib");
+    libName = args->getOr("name", codegen::cIdentifier(stem.str()));
+    llvm::SmallString<256> h(llvm::sys::path::parent_path(out));
+    llvm::sys::path::append(h, libName + ".h");
+    headerPath = std::string(h);
+  }
+  // Companions of dlc, found before the long work starts.
+  std::string companion;
+  if (emit == "exe" || emit == "lib") {
+    auto c = emit == "exe"
+                 ? findCompanion("DLC_EXE_STUB", {"dlc-exe-stub", "../" DLC_INSTALL_LIBEXECDIR "/dlc/dlc-exe-stub"},
+                                 "the executable stub dlc-exe-stub")
+                 : findCompanion("DLC_RUNTIME_ARCHIVE",
+                                 {"../runtime/libdlcrt.a", "../" DLC_INSTALL_LIBDIR "/libdlcrt.a"},
+                                 "the static runtime libdlcrt.a");
+    if (!c) {
+      reportError(c.takeError());
+      return 1;
+    }
+    companion = *c;
   }
   auto t0 = std::chrono::steady_clock::now();
   auto g = loadAndOptimize(file, *args, opt, quiet);
@@ -138,34 +200,61 @@ int runCompile(const std::vector<std::string> &argv) {
     for (llvm::StringRef p : parts)
       co.targets.push_back(p.trim().str());
   }
-  if (emit == "cuda")
-    co.targets = {};
   co.useCache = !args->has("no-cache");
   co.cacheDir = args->getOr("cache-dir", "");
   co.failureDumpPath = out + ".failed.cu";
   if (!quiet)
     co.progress = [](const std::string &s) { llvm::errs() << "dlc: " << s << "\n"; };
   codegen::CompileReport rep;
-  if (emit == "cuda") {
-    // Generate without compiling: lower only, then write the source.
+  if (emit == "cuda") // the source is checked by compiling PTX for the newest architecture
     co.targets = {"compute_90"};
-  }
   auto bytes = codegen::compileGraph(**g, co, &rep);
   if (!bytes) {
     reportError(bytes.takeError());
     return 1;
   }
-  llvm::StringRef data = emit == "cuda" ? llvm::StringRef(rep.cudaSource)
-                                        : llvm::StringRef(reinterpret_cast<const char *>(bytes->data()), bytes->size());
-  if (auto e = writeFileAtomically(out, data)) {
-    reportError(std::move(e));
+  llvm::StringRef data(reinterpret_cast<const char *>(bytes->data()), bytes->size());
+  llvm::Error written = llvm::Error::success();
+  if (llvm::StringRef parent = llvm::sys::path::parent_path(out); !parent.empty())
+    if (auto ec = llvm::sys::fs::create_directories(parent)) {
+      reportError(ir::errorf("cannot create '{0}': {1}", parent, ec.message()));
+      return 1;
+    }
+  if (emit == "package") {
+    written = writeFileAtomically(out, data);
+  } else if (emit == "exe") {
+    written = codegen::writeExecutable(*bytes, companion, out);
+  } else {
+    auto pf = pkg::PackageFile::fromBytes(bytes->data(), bytes->size(), out);
+    if (!pf) {
+      reportError(ir::makeError("internal error: " + pf.status().message()));
+      return 1;
+    }
+    if (emit == "cuda") {
+      written = codegen::writeCudaDirectory(**pf, out);
+    } else {
+      codegen::LibraryOptions lo;
+      lo.name = libName;
+      lo.libraryPath = out;
+      lo.headerPath = headerPath;
+      lo.runtimeArchive = companion;
+      if (!quiet)
+        llvm::errs() << "dlc: linking " << out << " with " << companion << "\n";
+      written = codegen::writeLibrary(**pf, lo);
+    }
+  }
+  if (written) {
+    reportError(std::move(written));
     return 1;
   }
   if (!quiet) {
     std::string targets;
     for (const std::string &t : rep.targets)
       targets += (targets.empty() ? "" : ",") + t;
-    llvm::errs() << "dlc: wrote " << out << " (" << megabytes(data.size()) << "): " << rep.kernels << " kernels, "
+    uint64_t outBytes = 0;
+    llvm::sys::fs::file_size(out, outBytes);
+    llvm::errs() << "dlc: wrote " << out << (emit == "lib" ? " and " + headerPath : std::string())
+                 << (emit == "cuda" ? std::string(" (directory)") : " (" + megabytes(outBytes) + ")") << ": " << rep.kernels << " kernels, "
                  << rep.launches << " launches, " << rep.libraryCalls << " library calls; arena "
                  << megabytes(rep.arenaBytes) << ", weights " << megabytes(rep.weightBytes) << "; targets "
                  << targets << "; max " << rep.maxRegisters << " registers, " << rep.totalSpills

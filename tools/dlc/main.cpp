@@ -16,6 +16,7 @@ struct Command {
 const Command kCommands[] = {
     {"compile", "Compile a model (.onnx or .ir) into a .dlc package", dlc::tool::runCompile},
     {"run", "Run a .dlc package (GPU if present, else emu)", dlc::tool::runRun},
+    {"bench", "Measure latency and throughput of a package (trtexec-style)", dlc::tool::runBench},
     {"inspect", "Show the kernels, resources and memory plan of a package", dlc::tool::runInspect},
     {"import", "Import an ONNX model and print its IR", dlc::tool::runImport},
     {"opt", "Run graph passes on textual IR", dlc::tool::runOpt},
