@@ -1,5 +1,9 @@
 #include "Lowering.h"
 
+#include "Fused.h"
+
+#include "dlc/ir/FusionRules.h"
+
 #include "llvm/Support/Format.h"
 
 #include <cmath>
@@ -184,6 +188,13 @@ uint32_t Lowering::addKernel(KernelDesc k) {
 void Lowering::addLaunch(LaunchStep l, const std::string &node) { p_.steps.push_back({std::move(l), node}); }
 
 BufferRef Lowering::allocate(const Value *result) {
+  // Values inside the fusion group being lowered live in registers; the group's
+  // output is allocated once, before the anchor's emitter runs.
+  if (group_ && group_->contains(result)) {
+    auto it = valueBuffers_.find(group_->root->result());
+    if (group_->internal(result) || it != valueBuffers_.end())
+      return it != valueBuffers_.end() ? it->second : BufferRef{};
+  }
   BufferDesc b;
   b.region = pkg::Region::Arena;
   b.bytes = result->type().byteSize();
@@ -267,13 +278,63 @@ static std::string emuSection(const Program &p) {
   return cs.str();
 }
 
+llvm::Error Lowering::lowerGroup(FusionGroup &g) {
+  for (const Node *n : g.nodes) {
+    g.produced.insert(n->result());
+    if (!isInlinable(*n)) {
+      if (g.anchor)
+        return makeError("the group has two anchors");
+      g.anchor = n;
+    }
+  }
+  g.root = g.nodes.back();
+  if (!g.anchor)
+    return lowerInlineGroup(*this, g);
+  if (anchorMaterializes(*g.anchor)) {
+    // The anchor (a library GEMM) writes its result; the rest is an epilogue kernel.
+    if (auto e = lowerFnFor(g.anchor->kind())(*this, *g.anchor))
+      return e;
+    FusionGroup rest;
+    for (const Node *n : g.nodes)
+      if (n != g.anchor) {
+        rest.nodes.push_back(n);
+        rest.produced.insert(n->result());
+      }
+    rest.root = g.root;
+    return lowerInlineGroup(*this, rest);
+  }
+  allocate(g.root->result());
+  group_ = &g;
+  llvm::Error e = lowerFnFor(g.anchor->kind())(*this, *g.anchor);
+  group_ = nullptr;
+  return e;
+}
+
+bool Lowering::anchorMaterializes(const Node &anchor) const { return anchor.kind() == OpKind::MatMul; }
+
 llvm::Expected<Program> Lowering::run() {
   p_.modelName = g_.name();
   for (const auto &in : g_.inputs())
     p_.inputs.push_back({in->name(), in->type(), allocate(in.get()).buffer});
-  for (const Node &n : g_.nodes()) {
-    if (auto e = lowerFnFor(n.kind())(*this, n))
-      return errorf("{0}: cannot generate code: {1}", n.describe(), llvm::toString(std::move(e)));
+  std::vector<const Node *> nodes;
+  for (const Node &n : g_.nodes())
+    nodes.push_back(&n);
+  for (size_t i = 0; i < nodes.size();) {
+    const Node &n = *nodes[i];
+    const Attribute *k = n.hasAttr(kKernelAttr) ? n.attr(kKernelAttr) : nullptr;
+    if (!k) {
+      if (auto e = lowerFnFor(n.kind())(*this, n))
+        return errorf("{0}: cannot generate code: {1}", n.describe(), llvm::toString(std::move(e)));
+      ++i;
+      continue;
+    }
+    // A fusion group: the contiguous run of nodes with this kernel id.
+    FusionGroup g;
+    for (; i < nodes.size() && nodes[i]->hasAttr(kKernelAttr) && nodes[i]->attrInt(kKernelAttr) == k->i(); ++i)
+      g.nodes.push_back(nodes[i]);
+    if (auto e = lowerGroup(g))
+      return errorf("{0}: cannot generate code for its fusion group: {1}", g.nodes.back()->describe(),
+                    llvm::toString(std::move(e)));
   }
   for (const GraphOutput &o : g_.outputs())
     p_.outputs.push_back({o.name, o.value->type(), bufferOf(o.value).buffer});

@@ -140,6 +140,7 @@ struct Program {
 };
 
 class Lowering;
+struct FusionGroup;
 
 /// Builds one kernel: parameters, body and launch.
 class KernelBuilder {
@@ -204,8 +205,15 @@ public:
   void addLaunch(LaunchStep l, const std::string &node);
   uint32_t lastKernelIndex() const { return static_cast<uint32_t>(p_.kernels.size() - 1); }
   const ir::Graph &graph() const { return g_; }
+  /// The fusion group whose anchor is being lowered (null for a node alone).
+  const FusionGroup *group() const { return group_; }
 
 private:
+  llvm::Error lowerGroup(FusionGroup &g);
+  /// Anchors whose result a library call writes to memory (GEMM): their epilogue
+  /// is a separate kernel.
+  bool anchorMaterializes(const ir::Node &anchor) const;
+  const FusionGroup *group_ = nullptr;
   const ir::Graph &g_;
   Program p_;
   std::map<const ir::Value *, BufferRef> valueBuffers_;

@@ -227,7 +227,8 @@ private:
       return lexNumber();
     if (isIdentStart(c)) {
       size_t start = pos_;
-      while (isIdentChar(peek()))
+      // Dotted names ("dlc.kernel") are one identifier.
+      while (isIdentChar(peek()) || (peek() == '.' && pos_ + 1 < s_.size() && isIdentStart(s_[pos_ + 1])))
         advance();
       std::string word(s_.substr(start, pos_ - start));
       if (word == "inf" || word == "nan")

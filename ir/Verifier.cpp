@@ -39,6 +39,8 @@ llvm::Error verifyNodeSignature(const Node &n) {
   if (n.numResults() == 0)
     return errorf("{0}: a node must have at least one result", n.describe());
   for (const auto &[name, a] : n.attrs()) {
+    if (llvm::StringRef(name).startswith("dlc.")) // compiler annotations (FusionRules.h)
+      continue;
     const AttrSpec *spec = d.findAttr(name);
     if (!spec)
       return errorf("{0}: unknown attribute '{1}'", n.describe(), name);

@@ -26,7 +26,11 @@ const PassInfo *findPass(std::string_view name) {
 Pipeline defaultPipeline(int optLevel) {
   if (optLevel <= 0)
     return {};
-  return {{{"canonicalize", "constfold", "cse", "dce"}, Convergence::UntilFixedPoint}};
+  // -O1: graph clean-up only (one kernel per op); -O2 and up: also fusion.
+  Pipeline p = {{{"canonicalize", "fold-bn", "constfold", "cse", "dce"}, Convergence::UntilFixedPoint}};
+  if (optLevel >= 2)
+    p.push_back({{"fuse"}, Convergence::Once});
+  return p;
 }
 
 llvm::Expected<Pipeline> parsePipeline(std::string_view spec) {

@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "EmitterUtils.h"
 
+#include "../Fused.h"
+
 namespace dlc::codegen {
 
 using namespace ir;
@@ -25,20 +27,21 @@ struct RowNorm {
 void emitRowNorm(Lowering &l, const Node &n, const RowNorm &r) {
   std::string ct = computeType(r.x->dtype());
   KernelBuilder kb(l, n, "");
-  std::string xp = kb.pointerTo(r.x), sp = kb.pointerTo(r.scale);
+  FusedAccess fa(l, kb, l.group());
+  std::string sp = kb.pointerTo(r.scale);
   std::string bp = r.bias ? kb.pointerTo(r.bias) : "";
-  std::string yp = kb.outputPointer(r.y);
   std::string mp = r.meanOut ? kb.outputPointer(r.meanOut) : "";
   std::string vp = r.invOut ? kb.outputPointer(r.invOut) : "";
   CodeStream &b = kb.body();
   kb.setFlops(8.0 * r.rows * r.len);
   std::string len = ll(r.len);
+  auto x = [&]() { return "(float)" + fa.load(b, r.x, "base + j"); };
   auto write = [&](const std::string &loopHead) {
     CodeStream::Block loop(b, loopHead);
-    std::string v = "(dlc::ld<float>(" + xp + ", base + j) - m) * inv * dlc::ld<float>(" + sp + ", " + r.scaleIdx + ")";
+    std::string v = "(" + x() + " - m) * inv * dlc::ld<float>(" + sp + ", " + r.scaleIdx + ")";
     if (r.bias)
       v += " + dlc::ld<float>(" + bp + ", " + r.biasIdx + ")";
-    b.line("dlc::st(" + yp + ", base + j, " + v + ");");
+    fa.store(b, r.y, "base + j", v);
   };
   auto stats = [&](const std::string &guard) {
     if (r.meanOut)
@@ -50,10 +53,17 @@ void emitRowNorm(Lowering &l, const Node &n, const RowNorm &r) {
     {
       CodeStream::Block loop(b, gridStrideLoop("row", ll(r.rows)));
       b.line("const long long base = row * " + len + ";");
-      b.line("float m = 0; for (long long j = 0; j < " + len + "; ++j) m += dlc::ld<float>(" + xp + ", base + j);");
+      b.line("float m = 0;");
+      {
+        CodeStream::Block l1(b, "for (long long j = 0; j < " + len + "; ++j)");
+        b.line("m += " + x() + ";");
+      }
       b.line("m /= (float)" + len + ";");
-      b.line("float v = 0; for (long long j = 0; j < " + len + "; ++j) { const float d = dlc::ld<float>(" + xp +
-             ", base + j) - m; v += d * d; }");
+      b.line("float v = 0;");
+      {
+        CodeStream::Block l2(b, "for (long long j = 0; j < " + len + "; ++j)");
+        b.line("const float d = " + x() + " - m; v += d * d;");
+      }
       b.line("const float inv = 1.0f / sqrtf(v / (float)" + len + " + " + literal(DType::F32, r.eps) + ");");
       write("for (long long j = 0; j < " + len + "; ++j)");
       stats("");
@@ -69,11 +79,16 @@ void emitRowNorm(Lowering &l, const Node &n, const RowNorm &r) {
   b.line("const long long row = blockIdx.x;");
   b.line("const long long base = row * " + len + ";");
   b.line("float m = 0;");
-  b.line("for (long long j = threadIdx.x; j < " + len + "; j += blockDim.x) m += dlc::ld<float>(" + xp + ", base + j);");
+  {
+    CodeStream::Block l1(b, "for (long long j = threadIdx.x; j < " + len + "; j += blockDim.x)");
+    b.line("m += " + x() + ";");
+  }
   b.line("m = dlc::blockReduce(m, dlc::SumOp(), 0.0f, smem) / (float)" + len + ";");
   b.line("float v = 0;");
-  b.line("for (long long j = threadIdx.x; j < " + len + "; j += blockDim.x) { const float d = dlc::ld<float>(" + xp +
-         ", base + j) - m; v += d * d; }");
+  {
+    CodeStream::Block l2(b, "for (long long j = threadIdx.x; j < " + len + "; j += blockDim.x)");
+    b.line("const float d = " + x() + " - m; v += d * d;");
+  }
   b.line("v = dlc::blockReduce(v, dlc::SumOp(), 0.0f, smem);");
   b.line("const float inv = 1.0f / sqrtf(v / (float)" + len + " + " + literal(DType::F32, r.eps) + ");");
   write("for (long long j = threadIdx.x; j < " + len + "; j += blockDim.x)");

@@ -5,6 +5,8 @@
 //===----------------------------------------------------------------------===//
 #include "Window.h"
 
+#include "../Fused.h"
+
 namespace dlc::codegen {
 
 using namespace ir;
@@ -25,7 +27,7 @@ llvm::Error lowerWindowPool(Lowering &l, const Node &n) {
   std::string ct = computeType(x->dtype());
   std::string acc = isMax ? ct : "double";
   KernelBuilder kb(l, n, "");
-  std::string ip = kb.pointerTo(x), op = kb.outputPointer(y);
+  FusedAccess fa(l, kb, l.group());
   std::string idxp = withIdx ? kb.outputPointer(n.result(1)) : "";
   bool colMajor = isMax && n.attrInt("storage_order") == 1;
   bool includePad = !isMax && n.attrInt("count_include_pad") != 0;
@@ -57,16 +59,16 @@ llvm::Error lowerWindowPool(Lowering &l, const Node &n) {
     }
     b.line("const long long cell = (i0 * " + ll(w.in[1]) + " + i1) * " + ll(w.in[2]) + " + i2;");
     if (isMax) {
-      b.line("const " + acc + " v = dlc::ld<" + acc + ">(" + ip + ", base + cell);");
+      b.line("const " + acc + " v = (" + acc + ")" + fa.load(b, x, "base + cell") + ";");
       b.line("if (bestCell < 0) bestCell = cell;");
       b.line("if (v > best) { best = v; bestCell = cell; }");
     } else {
-      b.line("sum += dlc::ld<double>(" + ip + ", base + cell); ++count;");
+      b.line("sum += (double)" + fa.load(b, x, "base + cell") + "; ++count;");
     }
     b.line("}}}");
     if (isMax) {
       b.line("if (bestCell < 0) bestCell = 0;");
-      b.line("dlc::st(" + op + ", i, best);");
+      fa.store(b, y, "i", "best");
       if (withIdx) {
         std::string flat = "bestCell";
         if (colMajor) {
@@ -96,7 +98,7 @@ llvm::Error lowerWindowPool(Lowering &l, const Node &n) {
         }
         b.line("count = " + padded + ";");
       }
-      b.line("dlc::st(" + op + ", i, count ? sum / (double)count : 0.0);");
+      fa.store(b, y, "i", "(" + ct + ")(count ? sum / (double)count : 0.0)");
     }
   }
   uint64_t grid;
@@ -116,7 +118,7 @@ llvm::Error lowerGlobalPool(Lowering &l, const Node &n) {
     return llvm::Error::success();
   std::string ct = computeType(x->dtype());
   KernelBuilder kb(l, n, "");
-  std::string ip = kb.pointerTo(x), op = kb.outputPointer(y);
+  FusedAccess fa(l, kb, l.group());
   CodeStream &b = kb.body();
   kb.setFlops(static_cast<double>(x->type().numElements()));
   std::string identity = isMax ? "-(" + ct + ")(1.0 / 0.0)" : "(" + ct + ")0";
@@ -126,9 +128,11 @@ llvm::Error lowerGlobalPool(Lowering &l, const Node &n) {
     {
       CodeStream::Block loop(b, gridStrideLoop("o", ll(nc)));
       b.line(ct + " acc = " + identity + ";");
-      b.line("for (long long r = 0; r < " + ll(len) + "; ++r) acc = " + opn + "(acc, dlc::ld<" + ct + ">(" + ip +
-             ", o * " + ll(len) + " + r));");
-      b.line("dlc::st(" + op + ", o, " + fin + ");");
+      {
+        CodeStream::Block loop2(b, "for (long long r = 0; r < " + ll(len) + "; ++r)");
+        b.line("acc = " + opn + "(acc, " + fa.load(b, x, "o * " + ll(len) + " + r") + ");");
+      }
+      fa.store(b, y, "o", fin);
     }
     uint64_t grid;
     uint32_t block;
@@ -140,10 +144,15 @@ llvm::Error lowerGlobalPool(Lowering &l, const Node &n) {
   b.line("__shared__ " + ct + " smem[32];");
   b.line("const long long o = blockIdx.x;");
   b.line(ct + " acc = " + identity + ";");
-  b.line("for (long long r = threadIdx.x; r < " + ll(len) + "; r += blockDim.x) acc = " + opn + "(acc, dlc::ld<" +
-         ct + ">(" + ip + ", o * " + ll(len) + " + r));");
+  {
+    CodeStream::Block loop(b, "for (long long r = threadIdx.x; r < " + ll(len) + "; r += blockDim.x)");
+    b.line("acc = " + opn + "(acc, " + fa.load(b, x, "o * " + ll(len) + " + r") + ");");
+  }
   b.line("acc = dlc::blockReduce(acc, " + opn + ", " + identity + ", smem);");
-  b.line("if (threadIdx.x == 0) dlc::st(" + op + ", o, " + fin + ");");
+  {
+    CodeStream::Block first(b, "if (threadIdx.x == 0)");
+    fa.store(b, y, "o", fin);
+  }
   kb.launch(nc, 256);
   return llvm::Error::success();
 }

@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "EmitterUtils.h"
 
+#include "../Fused.h"
+
 namespace dlc::codegen {
 
 using namespace ir;
@@ -98,7 +100,7 @@ llvm::Error lowerReduction(Lowering &l, const Node &n) {
   }
   bool mean = n.kind() == OpKind::ReduceMean;
   KernelBuilder kb(l, n, "");
-  std::string ip = kb.pointerTo(x), outp = kb.outputPointer(out);
+  FusedAccess fa(l, kb, l.group());
   CodeStream &b = kb.body();
   std::string finish = mean && rv.len ? "acc / (" + ct + ")" + ll(rv.len) : "acc";
   kb.setFlops(static_cast<double>(x->type().numElements()));
@@ -110,9 +112,9 @@ llvm::Error lowerReduction(Lowering &l, const Node &n) {
       {
         CodeStream::Block inner(b, "for (long long r = 0; r < " + ll(rv.len) + "; ++r)");
         std::string off = rv.emitInner(b, "r");
-        b.line("acc = " + op + "(acc, dlc::ld<" + ct + ">(" + ip + ", base + " + off + "));");
+        b.line("acc = " + op + "(acc, " + fa.load(b, x, "base + " + off) + ");");
       }
-      b.line("dlc::st(" + outp + ", o, " + finish + ");");
+      fa.store(b, out, "o", finish);
     }
     uint64_t grid;
     uint32_t block;
@@ -129,10 +131,13 @@ llvm::Error lowerReduction(Lowering &l, const Node &n) {
   {
     CodeStream::Block inner(b, "for (long long r = threadIdx.x; r < " + ll(rv.len) + "; r += blockDim.x)");
     std::string off = rv.emitInner(b, "r");
-    b.line("acc = " + op + "(acc, dlc::ld<" + ct + ">(" + ip + ", base + " + off + "));");
+    b.line("acc = " + op + "(acc, " + fa.load(b, x, "base + " + off) + ");");
   }
   b.line("acc = dlc::blockReduce(acc, " + op + ", " + identity + ", smem);");
-  b.line("if (threadIdx.x == 0) dlc::st(" + outp + ", o, " + finish + ");");
+  {
+    CodeStream::Block first(b, "if (threadIdx.x == 0)");
+    fa.store(b, out, "o", finish);
+  }
   kb.launch(rv.outCount, block);
   return llvm::Error::success();
 }
@@ -164,36 +169,44 @@ llvm::Error lowerSoftmaxLike(Lowering &l, const Node &n) {
     return llvm::Error::success();
   std::string ct = computeType(x->dtype());
   KernelBuilder kb(l, n, "");
-  std::string ip = kb.pointerTo(x), op = kb.outputPointer(out);
+  FusedAccess fa(l, kb, l.group());
   CodeStream &b = kb.body();
   kb.setFlops(5.0 * static_cast<double>(x->type().numElements()));
   std::string at = "(row / " + ll(v.inner) + ") * " + ll(v.len * v.inner) + " + row % " + ll(v.inner);
   std::string idx = "base + j * " + ll(v.inner);
   bool hard = n.kind() == OpKind::Hardmax, log = n.kind() == OpKind::LogSoftmax;
+  auto ld = [&](const std::string &i) { return fa.load(b, x, i); };
+  // Each pass over the row re-evaluates x (and any fused prologue) in its own loop.
+  auto rowLoop = [&](const std::string &head, const std::function<void()> &body) {
+    CodeStream::Block loop(b, head);
+    body();
+  };
   if (hard || v.len <= kShortReduction) {
     // One thread per row; Hardmax keeps the first maximum.
     {
       CodeStream::Block loop(b, gridStrideLoop("row", ll(rows)));
       b.line("const long long base = " + at + ";");
+      std::string len = ll(v.len);
       if (hard) {
         b.line("long long best = 0;");
-        b.line("for (long long j = 1; j < " + ll(v.len) + "; ++j) if (dlc::ld<" + ct + ">(" + ip + ", " +
-               idx + ") > dlc::ld<" + ct + ">(" + ip + ", base + best * " + ll(v.inner) + ")) best = j;");
-        b.line("for (long long j = 0; j < " + ll(v.len) + "; ++j) dlc::st(" + op + ", " + idx +
-               ", (" + ct + ")(j == best ? 1 : 0));");
+        b.line(ct + " bestv = " + ld("base") + ";");
+        rowLoop("for (long long j = 1; j < " + len + "; ++j)", [&] {
+          std::string w = ld(idx);
+          b.line("if (" + w + " > bestv) { bestv = " + w + "; best = j; }");
+        });
+        rowLoop("for (long long j = 0; j < " + len + "; ++j)",
+                [&] { fa.store(b, out, idx, "(" + ct + ")(j == best ? 1 : 0)"); });
       } else {
         b.line(ct + " m = -(" + ct + ")(1.0 / 0.0);");
-        b.line("for (long long j = 0; j < " + ll(v.len) + "; ++j) m = dlc::maxNan(m, dlc::ld<" + ct +
-               ">(" + ip + ", " + idx + "));");
+        rowLoop("for (long long j = 0; j < " + len + "; ++j)", [&] { b.line("m = dlc::maxNan(m, " + ld(idx) + ");"); });
         b.line(ct + " s = 0;");
-        b.line("for (long long j = 0; j < " + ll(v.len) + "; ++j) s += dlc::exp_(dlc::ld<" + ct + ">(" +
-               ip + ", " + idx + ") - m);");
+        rowLoop("for (long long j = 0; j < " + len + "; ++j)", [&] { b.line("s += dlc::exp_(" + ld(idx) + " - m);"); });
         if (log)
           b.line("const " + ct + " ls = dlc::log_(s);");
-        b.line("for (long long j = 0; j < " + ll(v.len) + "; ++j) dlc::st(" + op + ", " + idx + ", " +
-               (log ? "dlc::ld<" + ct + ">(" + ip + ", " + idx + ") - m - ls"
-                    : "dlc::exp_(dlc::ld<" + ct + ">(" + ip + ", " + idx + ") - m) / s") +
-               ");");
+        rowLoop("for (long long j = 0; j < " + len + "; ++j)", [&] {
+          std::string w = ld(idx);
+          fa.store(b, out, idx, log ? w + " - m - ls" : "dlc::exp_(" + w + " - m) / s");
+        });
       }
     }
     uint64_t grid;
@@ -203,24 +216,24 @@ llvm::Error lowerSoftmaxLike(Lowering &l, const Node &n) {
     return llvm::Error::success();
   }
   kb.setNeedsSync();
+  std::string len = ll(v.len);
   b.line("__shared__ " + ct + " smem[32];");
   b.line("const long long row = blockIdx.x;");
   b.line("const long long base = " + at + ";");
   b.line(ct + " m = -(" + ct + ")(1.0 / 0.0);");
-  b.line("for (long long j = threadIdx.x; j < " + ll(v.len) + "; j += blockDim.x) m = dlc::maxNan(m, dlc::ld<" +
-         ct + ">(" + ip + ", " + idx + "));");
+  rowLoop("for (long long j = threadIdx.x; j < " + len + "; j += blockDim.x)",
+          [&] { b.line("m = dlc::maxNan(m, " + ld(idx) + ");"); });
   b.line("m = dlc::blockReduce(m, dlc::MaxOp(), -(" + ct + ")(1.0 / 0.0), smem);");
   b.line(ct + " s = 0;");
-  b.line("for (long long j = threadIdx.x; j < " + ll(v.len) + "; j += blockDim.x) s += dlc::exp_(dlc::ld<" +
-         ct + ">(" + ip + ", " + idx + ") - m);");
+  rowLoop("for (long long j = threadIdx.x; j < " + len + "; j += blockDim.x)",
+          [&] { b.line("s += dlc::exp_(" + ld(idx) + " - m);"); });
   b.line("s = dlc::blockReduce(s, dlc::SumOp(), (" + ct + ")0, smem);");
   if (log)
     b.line("const " + ct + " ls = dlc::log_(s);");
-  b.line("for (long long j = threadIdx.x; j < " + ll(v.len) + "; j += blockDim.x) dlc::st(" + op + ", " +
-         idx + ", " +
-         (log ? "dlc::ld<" + ct + ">(" + ip + ", " + idx + ") - m - ls"
-              : "dlc::exp_(dlc::ld<" + ct + ">(" + ip + ", " + idx + ") - m) / s") +
-         ");");
+  rowLoop("for (long long j = threadIdx.x; j < " + len + "; j += blockDim.x)", [&] {
+    std::string w = ld(idx);
+    fa.store(b, out, idx, log ? w + " - m - ls" : "dlc::exp_(" + w + " - m) / s");
+  });
   kb.launch(rows, blockFor(v.len));
   return llvm::Error::success();
 }

@@ -2,6 +2,8 @@
 // structural effect the pass is for.
 #include "../Testing.h"
 
+#include "dlc/ir/FusionRules.h"
+
 using namespace dlc;
 using namespace dlc::ir;
 
@@ -156,5 +158,39 @@ TEST(DefaultPipeline, CorpusStaysEquivalent) {
     SCOPED_TRACE(f);
     test::expectEquivalentAfter(test::readSourceFile(f), "canonicalize,constfold,cse,dce", 2,
                                    1e-5, 1e-5);
+  }
+}
+
+TEST(FoldBatchNorm, ConvAndNormalizationBecomeOneConv) {
+  auto g = test::expectEquivalentAfter(R"(graph @g(%x: f32[1,3,5,5]) -> ("y": f32[1,4,5,5]) {
+  %w = const f32[4,3,3,3] dense<[0.1, -0.2, 0.3, 0.05, 0.4, -0.1, 0.2, 0.3, -0.3, 0.1, 0.2, -0.4, 0.5, 0.1, -0.2, 0.3, 0.2, 0.1, -0.1, 0.25, 0.35, -0.15, 0.05, 0.45, 0.15, -0.25, 0.3, 0.1, -0.2, 0.3, 0.05, 0.4, -0.1, 0.2, 0.3, -0.3, 0.1, 0.2, -0.4, 0.5, 0.1, -0.2, 0.3, 0.2, 0.1, -0.1, 0.25, 0.35, -0.15, 0.05, 0.45, 0.15, -0.25, 0.3, 0.1, -0.2, 0.3, 0.05, 0.4, -0.1, 0.2, 0.3, -0.3, 0.1, 0.2, -0.4, 0.5, 0.1, -0.2, 0.3, 0.2, 0.1, -0.1, 0.25, 0.35, -0.15, 0.05, 0.45, 0.15, -0.25, 0.3, 0.1, -0.2, 0.3, 0.05, 0.4, -0.1, 0.2, 0.3, -0.3, 0.1, 0.2, -0.4, 0.5, 0.1, -0.2, 0.3, 0.2, 0.1, -0.1, 0.25, 0.35, -0.15, 0.05, 0.45, 0.15, -0.25, 0.3]>
+  %b = const f32[4] dense<[0.1, -0.1, 0.2, 0.0]>
+  %s = const f32[4] dense<[1.5, 0.5, 2.0, 1.0]>
+  %t = const f32[4] dense<[0.1, 0.2, -0.3, 0.0]>
+  %m = const f32[4] dense<[0.05, -0.1, 0.2, 0.3]>
+  %v = const f32[4] dense<[1.0, 0.25, 4.0, 0.5]>
+  %c = Conv(%x, %w, %b) {pads = [1, 1, 1, 1]} : f32[1,4,5,5]
+  %y = BatchNormalization(%c, %s, %t, %m, %v) : f32[1,4,5,5]
+  return %y
+})",
+                                       "fold-bn", 1, 1e-5, 1e-5);
+  ASSERT_TRUE(g);
+  EXPECT_EQ(countOps(*g, OpKind::BatchNormalization), 0u);
+  EXPECT_EQ(countOps(*g, OpKind::Conv), 1u);
+}
+
+// Fusion only annotates: the interpreter ignores "dlc.kernel", and the corpus
+// through the whole -O2 pipeline stays equivalent and verifies.
+TEST(Fusion, AnnotatesWithoutChangingTheComputation) {
+  for (const char *f : kCorpus) {
+    SCOPED_TRACE(f);
+    auto g = test::expectEquivalentAfter(test::readSourceFile(f), "canonicalize,fold-bn,constfold,cse,dce,fuse", 2,
+                                         1e-5, 1e-5);
+    ASSERT_TRUE(g);
+    size_t annotated = 0;
+    for (const Node &n : g->nodes())
+      annotated += n.hasAttr(kKernelAttr);
+    if (std::string(f).find("rnn") == std::string::npos) // the LSTM model is one opaque op
+      EXPECT_GT(annotated, 0u) << "this corpus model has something to fuse";
   }
 }

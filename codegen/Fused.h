@@ -1,0 +1,70 @@
+//===- Fused.h - Kernels over fusion groups ---------------------*- C++ -*-===//
+//
+// A FusionGroup is a run of nodes the fusion pass marked with one "dlc.kernel" id
+// (see include/dlc/ir/FusionRules.h). Its only materialized value is the root's
+// result (the last node); every other value lives in registers.
+//
+// FusedAccess is what emitters use instead of raw loads and stores: load(v, i)
+// emits the statements that compute value v at linear index i (loading it if it
+// comes from outside the group, else inlining its producer: element-wise
+// expressions, broadcasts, transposes, slices, gathers, concatenations, metadata
+// ops), and store(anchorOut, i, x) runs the group's epilogue on the anchor's value
+// x and writes the group's output. Without a group they are plain ld/st.
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "Lowering.h"
+
+#include <map>
+#include <set>
+
+namespace dlc::codegen {
+
+struct FusionGroup {
+  std::vector<const ir::Node *> nodes;
+  const ir::Node *anchor = nullptr;
+  const ir::Node *root = nullptr;
+  std::set<const ir::Value *> produced;
+  bool internal(const ir::Value *v) const { return v != root->result() && produced.count(v); }
+  bool contains(const ir::Value *v) const { return produced.count(v) != 0; }
+};
+
+class FusedAccess {
+public:
+  /// `group` may be null (a node lowered alone).
+  FusedAccess(Lowering &l, KernelBuilder &kb, const FusionGroup *group);
+
+  /// Value v (in its compute type) at linear index `idx` of v's shape.
+  std::string load(CodeStream &b, const ir::Value *v, const std::string &idx);
+  /// Writes the anchor's result `value` at linear index `idx` through the epilogue.
+  void store(CodeStream &b, const ir::Value *anchorOut, const std::string &idx, const std::string &value);
+  /// The value store() writes (the group's root result, or anchorOut alone).
+  const ir::Value *stored(const ir::Value *anchorOut) const;
+  /// Per-lane override for vectorized kernels: external value -> expression.
+  void setExternalOverride(std::map<const ir::Value *, std::string> o) { override_ = std::move(o); }
+  /// The pointer parameter of an external value (added on first use).
+  std::string pointer(const ir::Value *v);
+  /// Flops of the inlined nodes evaluated per stored element (for the cost model).
+  double epilogueFlops() const;
+
+private:
+  using Memo = std::map<std::pair<const ir::Value *, std::string>, std::string>;
+  std::string valueAt(CodeStream &b, const ir::Value *v, const std::string &idx, Memo &memo);
+  std::string fresh(const char *prefix);
+  std::string coords(CodeStream &b, const ir::Shape &s, const std::string &idx);
+
+  Lowering &l_;
+  KernelBuilder &kb_;
+  const FusionGroup *g_;
+  std::map<const ir::Value *, std::string> ptrs_, override_;
+  const ir::Value *bound_ = nullptr;
+  std::string boundIdx_, boundExpr_;
+  int counter_ = 0;
+};
+
+/// Lowers a group with no anchor (or whose anchor already materialized its result,
+/// like a GEMM): one grid-stride kernel over the root's elements; vectorized with
+/// float4 when every node is element-wise over the same f32 index space.
+llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g);
+
+} // namespace dlc::codegen

@@ -1,0 +1,40 @@
+//===- FusionRules.h - Which nodes a fused kernel can contain ---*- C++ -*-===//
+//
+// The fusion pass (passes/Fusion.cpp) groups nodes into kernels and the code
+// generator (codegen/Fused.cpp) emits one kernel per group; both decide what may be
+// fused through these functions, so they cannot disagree.
+//
+// A group has at most one *anchor* (a reduction, normalization, GEMM, convolution
+// or pooling: a node with its own kernel template) and any number of *inlinable*
+// nodes (element-wise, broadcast, metadata and index-mapping nodes, which a kernel
+// evaluates at any index it needs). Inlinable nodes upstream of the anchor form its
+// prologue (evaluated where the anchor loads its input); nodes downstream form its
+// epilogue (applied where the anchor stores its output).
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "dlc/ir/Graph.h"
+
+namespace dlc::ir {
+
+/// Annotations the fusion pass leaves on nodes (the verifier accepts "dlc.*"
+/// attributes on every op).
+inline constexpr const char *kKernelAttr = "dlc.kernel";   // group id (int)
+inline constexpr const char *kPatternAttr = "dlc.pattern"; // on an anchor: "attention"
+
+/// Metadata-only: the result holds the operand's bytes unchanged.
+bool isMetadataOnly(const Node &n);
+/// A fused kernel can compute this node's single result at any index.
+bool isInlinable(const Node &n);
+
+struct AnchorCaps {
+  bool anchor = false;   // has a kernel template that accepts fused neighbours
+  bool prologue = false; // its input loads can be inlined producers
+  bool epilogue = false; // its stores can run element-wise consumers
+};
+AnchorCaps anchorCaps(const Node &n);
+
+/// Ops the code generator can fold into one kernel: at most this many nodes.
+inline constexpr size_t kMaxGroupNodes = 64;
+
+} // namespace dlc::ir
