@@ -190,7 +190,8 @@ TEST(Fusion, AnnotatesWithoutChangingTheComputation) {
     size_t annotated = 0;
     for (const Node &n : g->nodes())
       annotated += n.hasAttr(kKernelAttr);
-    if (std::string(f).find("rnn") == std::string::npos) // the LSTM model is one opaque op
+    if (std::string(f).find("rnn") == std::string::npos) { // the LSTM model is one opaque op
       EXPECT_GT(annotated, 0u) << "this corpus model has something to fuse";
+    }
   }
 }
