@@ -243,6 +243,12 @@ std::string formatSchedule(const pkg::PackageFile &pf) {
         os << llvm::formatv(" A={0} lda={1} B={2} ldb={3} C={4} ldc={5} ", ref(gm->a()), gm->lda(),
                             ref(gm->b()), gm->ldb(), ref(gm->c()), gm->ldc())
            << " alpha=" << g(gm->alpha()) << " beta=" << g(gm->beta());
+        if (gm->c_in())
+          os << " Cin=" << ref(gm->c_in());
+        if (gm->bias())
+          os << " bias=" << ref(gm->bias());
+        if (gm->activation() != pkg::GemmActivation::None)
+          os << " act=" << pkg::EnumNameGemmActivation(gm->activation());
       } else if (const pkg::Copy *c = s->op_as_Copy()) {
         os << "copy " << c->bytes() << " B " << ref(c->src()) << " -> " << ref(c->dst());
       } else if (const pkg::Memset *ms = s->op_as_Memset()) {

@@ -95,8 +95,14 @@ std::vector<uint8_t> writePackage(const Program &p, const std::vector<CompiledMo
       steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Launch, launch.Union(), node));
     } else if (const auto *g = std::get_if<GemmStep>(&s.op)) {
       pkg::BufRef a = ref(g->a), b = ref(g->b), c = ref(g->c);
+      std::optional<pkg::BufRef> bias, cIn;
+      if (g->bias)
+        bias = ref(*g->bias);
+      if (g->cIn)
+        cIn = ref(*g->cIn);
       auto gemm = pkg::CreateGemm(fb, toPkg(g->dtype), g->transA, g->transB, g->m, g->n, g->k, g->batch, &a, &b,
-                                  &c, g->lda, g->ldb, g->ldc, g->strideA, g->strideB, g->strideC, g->alpha, g->beta);
+                                  &c, g->lda, g->ldb, g->ldc, g->strideA, g->strideB, g->strideC, g->alpha, g->beta,
+                                  bias ? &*bias : nullptr, g->activation, cIn ? &*cIn : nullptr);
       steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Gemm, gemm.Union(), node));
     } else if (const auto *c = std::get_if<CopyStep>(&s.op)) {
       pkg::BufRef src = ref(c->src), dst = ref(c->dst);

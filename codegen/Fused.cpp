@@ -40,6 +40,46 @@ std::string FusedAccess::load(CodeStream &b, const Value *v, const std::string &
   return valueAt(b, v, idx, memo);
 }
 
+std::string FusedAccess::loadBound(CodeStream &b, const Value *v, const std::string &idx, const Value *bound,
+                                   const std::string &boundExpr) {
+  bound_ = bound;
+  boundIdx_ = idx;
+  boundExpr_ = boundExpr;
+  Memo memo;
+  std::string r = valueAt(b, v, idx, memo);
+  bound_ = nullptr;
+  return r;
+}
+
+std::string FusedAccess::forwardIndex(CodeStream &b, const Value *from, const std::string &idx) {
+  const Value *cur = from;
+  std::string at = idx;
+  while (cur != g_->root->result()) {
+    const Node *next = nullptr;
+    for (const Use &u : cur->uses())
+      if (g_->contains(u.user->result())) {
+        next = u.user;
+        break;
+      }
+    if (!next)
+      break;
+    if (next->kind() == OpKind::Transpose) {
+      std::vector<int64_t> perm = next->attrInts("perm");
+      if (perm.empty())
+        for (int64_t d = cur->rank() - 1; d >= 0; --d)
+          perm.push_back(d);
+      std::string c = coords(b, cur->shape(), at);
+      Shape outStrides = stridesOf(next->result()->shape());
+      std::string s;
+      for (size_t d = 0; d < perm.size(); ++d)
+        s += (d ? " + " : "") + c + std::to_string(perm[d]) + " * " + ll(outStrides[d]);
+      at = "(" + (s.empty() ? std::string("0") : s) + ")";
+    }
+    cur = next->result();
+  }
+  return at;
+}
+
 void FusedAccess::store(CodeStream &b, const Value *anchorOut, const std::string &idx, const std::string &value) {
   const Value *out = stored(anchorOut);
   std::string outPtr;
@@ -53,15 +93,16 @@ void FusedAccess::store(CodeStream &b, const Value *anchorOut, const std::string
   std::string ct = computeType(anchorOut->dtype());
   std::string bound = fresh("a");
   b.line("const " + ct + " " + bound + " = " + value + ";");
+  std::string at = forwardIndex(b, anchorOut, idx);
   bound_ = anchorOut;
   boundIdx_ = idx;
   boundExpr_ = bound;
   Memo memo;
-  std::string r = valueAt(b, out, idx, memo);
+  std::string r = valueAt(b, out, at, memo);
   bound_ = nullptr;
   auto it = ptrs_.find(out);
   outPtr = it != ptrs_.end() ? it->second : (ptrs_[out] = kb_.outputPointer(out));
-  b.line("dlc::st(" + outPtr + ", " + idx + ", " + r + ");");
+  b.line("dlc::st(" + outPtr + ", " + at + ", " + r + ");");
 }
 
 double FusedAccess::epilogueFlops() const {
@@ -77,11 +118,8 @@ double FusedAccess::epilogueFlops() const {
 std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::string &idx, Memo &memo) {
   if (isScalarConstant(v))
     return scalarLiteral(v);
-  if (v == bound_) {
-    if (idx != boundIdx_)
-      return "/* internal error: epilogue index changed */";
+  if (v == bound_) // every path back from the output maps to the bound element (FusionRules)
     return boundExpr_;
-  }
   auto key = std::make_pair(v, idx);
   if (auto it = memo.find(key); it != memo.end())
     return it->second;

@@ -36,6 +36,10 @@ public:
 
   /// Value v (in its compute type) at linear index `idx` of v's shape.
   std::string load(CodeStream &b, const ir::Value *v, const std::string &idx);
+  /// Value v at `idx` where `bound` (an in-group value v depends on) is `boundExpr`
+  /// at the corresponding index (the attention scores chain).
+  std::string loadBound(CodeStream &b, const ir::Value *v, const std::string &idx, const ir::Value *bound,
+                        const std::string &boundExpr);
   /// Writes the anchor's result `value` at linear index `idx` through the epilogue.
   void store(CodeStream &b, const ir::Value *anchorOut, const std::string &idx, const std::string &value);
   /// The value store() writes (the group's root result, or anchorOut alone).
@@ -52,6 +56,8 @@ private:
   std::string valueAt(CodeStream &b, const ir::Value *v, const std::string &idx, Memo &memo);
   std::string fresh(const char *prefix);
   std::string coords(CodeStream &b, const ir::Shape &s, const std::string &idx);
+  /// The root's linear index for the anchor element at `idx` (epilogue transposes).
+  std::string forwardIndex(CodeStream &b, const ir::Value *from, const std::string &idx);
 
   Lowering &l_;
   KernelBuilder &kb_;
@@ -66,5 +72,7 @@ private:
 /// like a GEMM): one grid-stride kernel over the root's elements; vectorized with
 /// float4 when every node is element-wise over the same f32 index space.
 llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g);
+/// The fused attention kernel (emitters/Attention.cpp); `mm2` is the anchor.
+llvm::Error lowerAttention(Lowering &l, const ir::Node &mm2);
 
 } // namespace dlc::codegen

@@ -279,18 +279,41 @@ static std::string emuSection(const Program &p) {
 }
 
 llvm::Error Lowering::lowerGroup(FusionGroup &g) {
+  const Node *pattern = nullptr;
+  for (const Node *n : g.nodes)
+    if (n->hasAttr(kPatternAttr))
+      pattern = n;
   for (const Node *n : g.nodes) {
     g.produced.insert(n->result());
-    if (!isInlinable(*n)) {
+    if (!isInlinable(*n) && !pattern) {
       if (g.anchor)
         return makeError("the group has two anchors");
       g.anchor = n;
     }
   }
+  if (pattern)
+    g.anchor = pattern;
   g.root = g.nodes.back();
   if (!g.anchor)
     return lowerInlineGroup(*this, g);
+  if (g.anchor->hasAttr(kPatternAttr)) {
+    allocate(g.root->result());
+    group_ = &g;
+    llvm::Error e = lowerAttention(*this, *g.anchor);
+    group_ = nullptr;
+    return e;
+  }
   if (anchorMaterializes(*g.anchor)) {
+    if (auto ep = libraryEpilogue(g)) {
+      // cuBLASLt applies the whole epilogue: one library call, no kernel.
+      allocate(g.root->result());
+      group_ = &g;
+      gemmEpilogue_ = ep;
+      llvm::Error e = lowerFnFor(g.anchor->kind())(*this, *g.anchor);
+      group_ = nullptr;
+      gemmEpilogue_.reset();
+      return e;
+    }
     // The anchor (a library GEMM) writes its result; the rest is an epilogue kernel.
     if (auto e = lowerFnFor(g.anchor->kind())(*this, *g.anchor))
       return e;
@@ -307,6 +330,24 @@ llvm::Error Lowering::lowerGroup(FusionGroup &g) {
   group_ = &g;
   llvm::Error e = lowerFnFor(g.anchor->kind())(*this, *g.anchor);
   group_ = nullptr;
+  return e;
+}
+
+/// The epilogue of a GEMM group when cuBLASLt can apply all of it (FusionRules.h).
+std::optional<GemmEpilogue> Lowering::libraryEpilogue(const FusionGroup &g) const {
+  std::vector<const Node *> rest;
+  for (const Node *n : g.nodes)
+    if (n != g.anchor)
+      rest.push_back(n);
+  auto m = matchGemmEpilogue(*g.anchor, rest, [&](const Value *v) { return g.contains(v); });
+  if (!m)
+    return std::nullopt;
+  GemmEpilogue e;
+  e.bias = m->bias;
+  e.residual = m->residual;
+  e.activation = m->activation == GemmEpilogueMatch::Relu       ? pkg::GemmActivation::Relu
+                 : m->activation == GemmEpilogueMatch::GeluTanh ? pkg::GemmActivation::GeluTanh
+                                                                : pkg::GemmActivation::None;
   return e;
 }
 

@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <variant>
@@ -105,6 +106,15 @@ struct GemmStep {
   BufferRef a, b, c;
   int64_t lda, ldb, ldc, strideA = 0, strideB = 0, strideC = 0;
   float alpha = 1, beta = 0;
+  // Epilogue (cuBLASLt): D = act(alpha * AB + beta * Cin + bias); Cin = c if unset.
+  std::optional<BufferRef> bias, cIn;
+  pkg::GemmActivation activation = pkg::GemmActivation::None;
+};
+
+/// A fused epilogue that the GEMM library call itself applies (see Lowering::lowerGroup).
+struct GemmEpilogue {
+  const ir::Value *bias = nullptr, *residual = nullptr;
+  pkg::GemmActivation activation = pkg::GemmActivation::None;
 };
 struct CopyStep {
   BufferRef src, dst;
@@ -207,13 +217,17 @@ public:
   const ir::Graph &graph() const { return g_; }
   /// The fusion group whose anchor is being lowered (null for a node alone).
   const FusionGroup *group() const { return group_; }
+  /// For a GEMM anchor whose whole epilogue the library applies.
+  const std::optional<GemmEpilogue> &gemmEpilogue() const { return gemmEpilogue_; }
 
 private:
   llvm::Error lowerGroup(FusionGroup &g);
   /// Anchors whose result a library call writes to memory (GEMM): their epilogue
   /// is a separate kernel.
   bool anchorMaterializes(const ir::Node &anchor) const;
+  std::optional<GemmEpilogue> libraryEpilogue(const FusionGroup &g) const;
   const FusionGroup *group_ = nullptr;
+  std::optional<GemmEpilogue> gemmEpilogue_;
   const ir::Graph &g_;
   Program p_;
   std::map<const ir::Value *, BufferRef> valueBuffers_;

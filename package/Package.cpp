@@ -321,6 +321,14 @@ Status PackageFile::verify() {
                                      label + " B"));
         DLC_RETURN_IF_ERROR(checkRef(*g->c(), extent(g->batch(), g->stride_c(), g->m(), g->n(), g->ldc()) * es,
                                      label + " C"));
+        if (g->c_in())
+          DLC_RETURN_IF_ERROR(checkRef(*g->c_in(),
+                                       extent(g->batch(), g->stride_c(), g->m(), g->n(), g->ldc()) * es,
+                                       label + " C input"));
+        if (g->bias())
+          DLC_RETURN_IF_ERROR(checkRef(*g->bias(), g->n() * es, label + " bias"));
+        if (g->activation() > GemmActivation::MAX)
+          return bad(label + " has an unknown activation");
         break;
       }
       case StepKind::Copy: {

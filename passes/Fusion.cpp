@@ -97,16 +97,32 @@ public:
   bool run(Graph &g, PassContext &) override {
     bool changed = false;
     for (Node &n : g.nodes())
-      if (n.hasAttr(kKernelAttr)) {
-        n.removeAttr(kKernelAttr);
-        changed = true;
-      }
+      for (const char *a : {kKernelAttr, kPatternAttr})
+        if (n.hasAttr(a)) {
+          n.removeAttr(a);
+          changed = true;
+        }
     DataflowGraph dg(g);
     dg_ = &dg;
     size_t n = dg.nodes.size();
     std::vector<int> ipdom = postDominators(dg);
     parent_.resize(n);
     std::iota(parent_.begin(), parent_.end(), 0);
+    core_.assign(n, false);
+    // Attention first: its two MatMuls, the scores' element-wise chain and the
+    // Softmax become one group anchored on the second MatMul.
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<Node *> core = attentionCore(*dg.nodes[i]);
+      if (core.empty())
+        continue;
+      dg.nodes[i]->setAttr(kPatternAttr, Attribute(std::string("attention")));
+      for (Node *c : core) {
+        int ci = dg.index.at(c);
+        core_[ci] = true;
+        parent_[find(ci)] = find(static_cast<int>(i));
+      }
+      changed = true;
+    }
     for (size_t i = 0; i < n; ++i) {
       Node *node = dg.nodes[i];
       AnchorCaps caps = anchorCaps(*node);
@@ -118,7 +134,7 @@ public:
       bool ok = true;
       if (inl) {
         for (int s : path)
-          ok &= s == p ? (isInlinable(*dg.nodes[s]) || anchorCaps(*dg.nodes[s]).prologue)
+          ok &= s == p ? (isInlinable(*dg.nodes[s]) || anchorCaps(*dg.nodes[s]).prologue || core_[s])
                        : isInlinable(*dg.nodes[s]);
       } else {
         for (int s : path)
@@ -211,7 +227,7 @@ private:
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (!in[i])
         continue;
-      if (!isInlinable(*nodes[i])) {
+      if (!isInlinable(*nodes[i]) && !core_[i]) {
         if (anchor >= 0 || !anchorCaps(*nodes[i]).anchor)
           return false;
         anchor = static_cast<int>(i);
@@ -250,13 +266,42 @@ private:
         }
     }
     const Value *anchorOut = nodes[anchor]->result();
+    bool reindexed = false, chain = true;
     for (size_t i = 0; i < nodes.size(); ++i) {
-      if (!in[i] || static_cast<int>(i) == anchor)
+      if (!in[i] || static_cast<int>(i) == anchor || core_[i])
         continue;
       if (anc[i] && !caps.prologue)
         return false;
       if (desc[i] && !(caps.epilogue && epilogueNode(*nodes[i], anchorOut, desc)))
         return false;
+      if (desc[i]) {
+        reindexed |= nodes[i]->kind() == OpKind::Transpose;
+        int fromAnchor = 0;
+        for (int p : dg_->producers[i])
+          fromAnchor += desc[p];
+        chain &= fromAnchor == 1;
+      }
+    }
+    // A transposed epilogue maps each anchor element to one output element; that
+    // needs a single path from the anchor to the output.
+    if (reindexed && !chain)
+      return false;
+    // A library GEMM takes only the epilogue cuBLASLt applies itself; anything else
+    // would cost a kernel of its own, so it is better left to the consumers.
+    const Node &a = *nodes[anchor];
+    if (a.kind() == OpKind::MatMul && !a.hasAttr(kPatternAttr)) {
+      std::vector<const Node *> epi;
+      for (size_t i = 0; i < nodes.size(); ++i)
+        if (in[i] && static_cast<int>(i) != anchor) {
+          if (!desc[i])
+            return false;
+          epi.push_back(nodes[i]);
+        }
+      auto inGroup = [&](const Value *v) {
+        auto it = v->definingNode() ? dg_->index.find(v->definingNode()) : dg_->index.end();
+        return it != dg_->index.end() && in[it->second];
+      };
+      return matchGemmEpilogue(a, epi, inGroup).has_value();
     }
     return true;
   }
@@ -269,7 +314,7 @@ private:
     const Value *out = n.result();
     if (out->type().numElements() != anchorOut->type().numElements())
       return false;
-    if (isMetadataOnly(n))
+    if (isMetadataOnly(n) || n.kind() == OpKind::Transpose)
       return true;
     if (!n.def().cudaExpr && n.kind() != OpKind::BatchNormalization)
       return false;
@@ -319,6 +364,7 @@ private:
 
   const DataflowGraph *dg_ = nullptr;
   std::vector<int> parent_;
+  std::vector<bool> core_; // inner nodes of a fused attention
 };
 
 } // namespace

@@ -134,6 +134,15 @@ llvm::Error lowerMatMul(Lowering &l, const Node &n) {
   g.strideC = batch > 1 ? m * nn : 0;
   g.alpha = 1;
   g.beta = 0;
+  if (const auto &ep = l.gemmEpilogue()) {
+    if (ep->bias)
+      g.bias = l.bufferOf(ep->bias);
+    if (ep->residual) {
+      g.cIn = l.bufferOf(ep->residual);
+      g.beta = 1;
+    }
+    g.activation = ep->activation;
+  }
   l.addGemm(g, n);
   return llvm::Error::success();
 }

@@ -349,6 +349,26 @@ public:
       return fail("descriptor creation");
     lt_.cublasLtMatmulDescSetAttribute_(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof(opA));
     lt_.cublasLtMatmulDescSetAttribute_(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB));
+    // Epilogue: bias (one value per column of our row-major D = per row of Lt's
+    // column-major D) and activation, applied by cuBLASLt before the store.
+    if (g.bias() || g.activation() != pkg::GemmActivation::None) {
+      bool relu = g.activation() == pkg::GemmActivation::Relu, gelu = g.activation() == pkg::GemmActivation::GeluTanh;
+      cublasLtEpilogue_t epi = g.bias() ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS
+                                               : gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                                        : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_GELU);
+      if (lt_.cublasLtMatmulDescSetAttribute_(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)))
+        return fail("epilogue setup");
+      if (g.bias()) {
+        void *biasPtr = reinterpret_cast<void *>(address(*g.bias()));
+        int64_t biasStride = 0; // the same bias for every batch
+        if (lt_.cublasLtMatmulDescSetAttribute_(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &biasPtr,
+                                                sizeof(biasPtr)) ||
+            lt_.cublasLtMatmulDescSetAttribute_(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &dt, sizeof(dt)) ||
+            lt_.cublasLtMatmulDescSetAttribute_(desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &biasStride,
+                                                sizeof(biasStride)))
+          return fail("bias setup");
+      }
+    }
     uint64_t m = g.m(), n = g.n(), k = g.k();
     if (lt_.cublasLtMatrixLayoutCreate_(&la, dt, g.trans_b() ? k : n, g.trans_b() ? n : k, g.ldb()) ||
         lt_.cublasLtMatrixLayoutCreate_(&lb, dt, g.trans_a() ? m : k, g.trans_a() ? k : m, g.lda()) ||
@@ -378,9 +398,10 @@ public:
     const void *alpha = dt == CUDA_R_64F ? static_cast<const void *>(&alpha64) : &alpha32;
     const void *beta = dt == CUDA_R_64F ? static_cast<const void *>(&beta64) : &beta32;
     CUdeviceptr a = address(*g.b()), b = address(*g.a()), c = address(*g.c());
+    CUdeviceptr cin = g.c_in() ? address(*g.c_in()) : c; // C may differ from D (residual input)
     cublasStatus_t st = lt_.cublasLtMatmul_(ltHandle_, desc, alpha, reinterpret_cast<const void *>(a), la,
                                            reinterpret_cast<const void *>(b), lb, beta,
-                                           reinterpret_cast<void *>(c), lc, reinterpret_cast<void *>(c), lc,
+                                           reinterpret_cast<const void *>(cin), lc, reinterpret_cast<void *>(c), lc,
                                            &heur.algo, reinterpret_cast<void *>(workspace_), kWorkspace,
                                            reinterpret_cast<cudaStream_t>(stream()));
     cleanup();

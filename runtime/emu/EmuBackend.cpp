@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -424,13 +425,32 @@ public:
     return Status::ok();
   }
 
+  /// The cuBLASLt epilogue: bias per column, then the activation (GELU: tanh form).
+  template <class T> void epilogue(T *c, const pkg::Gemm &g) {
+    const T *bias = g.bias() ? reinterpret_cast<const T *>(address(*g.bias())) : nullptr;
+    for (int64_t r = 0; r < g.m(); ++r)
+      for (int64_t j = 0; j < g.n(); ++j) {
+        T &v = c[r * g.ldc() + j];
+        if (bias)
+          v += bias[j];
+        if (g.activation() == pkg::GemmActivation::Relu)
+          v = v > T(0) ? v : T(0);
+        else if (g.activation() == pkg::GemmActivation::GeluTanh)
+          v = T(0.5) * v * (T(1) + std::tanh(T(0.7978845608028654) * (v + T(0.044715) * v * v * v)));
+      }
+  }
+
   Status gemm(const pkg::Gemm &g, const std::string &node) override {
     const uint8_t *A = address(*g.a()), *B = address(*g.b());
     uint8_t *C = address(*g.c());
     size_t es = pkg::dtypeSize(g.dtype());
+    const uint8_t *Cin = g.c_in() ? address(*g.c_in()) : nullptr;
     for (int64_t b = 0; b < g.batch(); ++b) {
       const uint8_t *a = A + b * g.stride_a() * es, *bb = B + b * g.stride_b() * es;
       uint8_t *c = C + b * g.stride_c() * es;
+      if (Cin && g.beta() != 0 && Cin != C) // D = ... + beta * Cin: start from Cin
+        for (int64_t r = 0; r < g.m(); ++r)
+          std::memmove(c + r * g.ldc() * es, Cin + (b * g.stride_c() + r * g.ldc()) * es, g.n() * es);
       switch (g.dtype()) {
       case pkg::DType::F32:
         emu::hostGemm(g.trans_a(), g.trans_b(), g.m(), g.n(), g.k(), g.alpha(), reinterpret_cast<const float *>(a),
@@ -446,6 +466,12 @@ public:
         return Status(StatusCode::InvalidPackage, "GEMM of node '" + node + "' has dtype " +
                                                       pkg::dtypeName(g.dtype()) +
                                                       ", which the emu backend does not run");
+      }
+      if (g.bias() || g.activation() != pkg::GemmActivation::None) {
+        if (g.dtype() == pkg::DType::F32)
+          epilogue(reinterpret_cast<float *>(c), g);
+        else
+          epilogue(reinterpret_cast<double *>(c), g);
       }
     }
     return Status::ok();

@@ -15,6 +15,9 @@
 
 #include "dlc/ir/Graph.h"
 
+#include <functional>
+#include <optional>
+
 namespace dlc::ir {
 
 /// Annotations the fusion pass leaves on nodes (the verifier accepts "dlc.*"
@@ -33,6 +36,26 @@ struct AnchorCaps {
   bool epilogue = false; // its stores can run element-wise consumers
 };
 AnchorCaps anchorCaps(const Node &n);
+
+/// The attention pattern: MatMul(Softmax(f(MatMul(Q, K'))), V) with f element-wise
+/// (scale, mask). If `mm2` is its second MatMul, returns the nodes from the first
+/// MatMul to the Softmax (in order), else an empty list. The code generator emits
+/// the whole pattern as one kernel (online softmax, no score matrix in memory).
+std::vector<Node *> attentionCore(const Node &mm2);
+/// A GEMM epilogue in the form cuBLASLt applies itself:
+/// D = act(A*B + residual + bias), bias over the last dim, act ReLU or tanh-GELU.
+struct GemmEpilogueMatch {
+  const Value *bias = nullptr, *residual = nullptr;
+  enum Activation { None, Relu, GeluTanh } activation = None;
+};
+/// Matches the nodes after a MatMul (in order, each consuming the previous result)
+/// against that form; `inGroup` tells which values the group computes itself (a
+/// bias or residual must come from memory).
+std::optional<GemmEpilogueMatch> matchGemmEpilogue(const Node &matmul, const std::vector<const Node *> &epilogue,
+                                                   const std::function<bool(const Value *)> &inGroup);
+
+/// Largest head size the fused attention kernel handles.
+inline constexpr int64_t kMaxAttentionHeadSize = 128;
 
 /// Ops the code generator can fold into one kernel: at most this many nodes.
 inline constexpr size_t kMaxGroupNodes = 64;

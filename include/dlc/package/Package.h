@@ -22,7 +22,8 @@
 
 namespace dlc::pkg {
 
-inline constexpr uint32_t kFormatVersion = 1;
+/// 2: GEMM epilogues (bias, activation, separate C input).
+inline constexpr uint32_t kFormatVersion = 2;
 inline constexpr uint64_t kSectionAlign = 256;
 inline constexpr size_t kHeaderSize = 64;
 
