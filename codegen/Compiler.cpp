@@ -91,7 +91,8 @@ std::vector<uint8_t> writePackage(const Program &p, const std::vector<CompiledMo
                                                        : pkg::ArgKind::F32,
                           ref(a.ref), a.i, a.f);
       pkg::Dim3 grid(l->grid[0], l->grid[1], l->grid[2]), block(l->block[0], l->block[1], l->block[2]);
-      auto launch = pkg::CreateLaunch(fb, l->kernel, &grid, &block, l->smem, fb.CreateVectorOfStructs(args));
+      auto launch = pkg::CreateLaunch(fb, l->kernel, &grid, &block, l->smem, fb.CreateVectorOfStructs(args),
+                                      l->bytesRead, l->bytesWritten);
       steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Launch, launch.Union(), node));
     } else if (const auto *g = std::get_if<GemmStep>(&s.op)) {
       pkg::BufRef a = ref(g->a), b = ref(g->b), c = ref(g->c);

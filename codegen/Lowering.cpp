@@ -85,7 +85,8 @@ void elementwiseLaunchShape(uint64_t n, uint64_t &grid, uint32_t &block) {
 KernelBuilder::KernelBuilder(Lowering &l, const Node &n, const std::string &suffix)
     : l_(l), node_(n), name_(l.kernelName(n, suffix)) {}
 
-std::string KernelBuilder::pointer(DType dt, BufferRef ref, bool isConst) {
+std::string KernelBuilder::pointer(DType dt, BufferRef ref, bool isConst, uint64_t bytes) {
+  accesses_.push_back({ref, bytes, !isConst});
   std::string name = "p" + std::to_string(params_.size());
   std::string type = std::string(isConst ? "const " : "") + cudaType(dt) + "*";
   params_.push_back(type + " __restrict__ " + name);
@@ -95,11 +96,11 @@ std::string KernelBuilder::pointer(DType dt, BufferRef ref, bool isConst) {
 }
 
 std::string KernelBuilder::pointerTo(const Value *v) {
-  return pointer(v->dtype(), l_.bufferOf(v), true);
+  return pointer(v->dtype(), l_.bufferOf(v), true, v->type().byteSize());
 }
 
 std::string KernelBuilder::outputPointer(const Value *v) {
-  return pointer(v->dtype(), l_.bufferOf(v), false);
+  return pointer(v->dtype(), l_.bufferOf(v), false, v->type().byteSize());
 }
 
 std::string KernelBuilder::int64Param(int64_t value) {
@@ -155,6 +156,21 @@ void KernelBuilder::define(uint64_t gridX, uint32_t blockX, uint32_t smem, uint3
   ls.block[2] = 1;
   ls.smem = smem;
   ls.args = args_;
+  // Distinct (buffer, offset) views, each counted once: read if any parameter
+  // reads it, written if any writes it.
+  std::map<std::pair<uint32_t, uint64_t>, std::pair<uint64_t, int>> views;
+  for (const Access &a : accesses_) {
+    uint64_t bytes = a.bytes ? a.bytes : l_.bufferBytes(a.ref.buffer) - a.ref.offset;
+    auto &v = views[{a.ref.buffer, a.ref.offset}];
+    v.first = std::max(v.first, bytes);
+    v.second |= a.write ? 2 : 1;
+  }
+  for (const auto &[key, v] : views) {
+    if (v.second & 1)
+      ls.bytesRead += v.first;
+    if (v.second & 2)
+      ls.bytesWritten += v.first;
+  }
   ls.kernel = l_.addKernel(std::move(k));
   last_ = ls;
 }

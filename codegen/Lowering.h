@@ -98,6 +98,7 @@ struct LaunchStep {
   uint32_t grid[3], block[3];
   uint32_t smem;
   std::vector<KernelArg> args;
+  uint64_t bytesRead = 0, bytesWritten = 0; // the cost model
 };
 struct GemmStep {
   ir::DType dtype;
@@ -157,7 +158,8 @@ class KernelBuilder {
 public:
   KernelBuilder(Lowering &l, const ir::Node &n, const std::string &suffix);
   /// Adds a pointer parameter ("p0", ...) bound to a buffer; returns its name.
-  std::string pointer(ir::DType dt, BufferRef ref, bool isConst);
+  /// `bytes`: how much of the buffer the kernel touches (0: from `ref` to its end).
+  std::string pointer(ir::DType dt, BufferRef ref, bool isConst, uint64_t bytes = 0);
   std::string pointerTo(const ir::Value *v); // const operand
   std::string outputPointer(const ir::Value *v);
   /// Adds a 64-bit integer parameter; relaunch() can change its value per launch.
@@ -181,6 +183,12 @@ private:
   std::string name_;
   std::vector<std::string> params_, types_;
   std::vector<KernelArg> args_;
+  struct Access {
+    BufferRef ref;
+    uint64_t bytes;
+    bool write;
+  };
+  std::vector<Access> accesses_; // per pointer parameter, for the cost model
   CodeStream body_;
   bool needsSync_ = false;
   double flops_ = 0;
@@ -201,6 +209,7 @@ public:
   /// Binds a value to an existing buffer (e.g. a constant computed at compile time).
   void bind(const ir::Value *v, BufferRef r);
   BufferRef temp(uint64_t bytes, const std::string &name);
+  uint64_t bufferBytes(uint32_t buffer) const { return p_.buffers[buffer].bytes; }
   BufferRef constantBuffer(const ir::Tensor &t, const std::string &name);
 
   // Steps.

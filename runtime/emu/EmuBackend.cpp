@@ -296,6 +296,8 @@ public:
   ~EmuBackend() override {
     if (lib_)
       dlclose(lib_);
+    if (moduleFd_ >= 0)
+      ::close(moduleFd_);
   }
 
   std::string describe() const override {
@@ -491,9 +493,12 @@ private:
       }
       off += static_cast<size_t>(w);
     }
+    // The descriptor stays open while the module is loaded: the dynamic loader knows
+    // objects by path, and a reused descriptor number would make a second module's
+    // "/proc/self/fd/N" resolve to the first one.
     std::string path = "/proc/self/fd/" + std::to_string(fd);
     lib_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    ::close(fd);
+    moduleFd_ = fd;
     if (!lib_)
       return Status(StatusCode::InvalidPackage, std::string("cannot load the emu module: ") + dlerror());
     auto version = reinterpret_cast<dlc_emu_abi_version_fn>(dlsym(lib_, "dlc_emu_abi_version"));
@@ -518,6 +523,7 @@ private:
   ThreadPool pool_;
   std::vector<BlockRunner> runners_;
   void *lib_ = nullptr;
+  int moduleFd_ = -1;
   dlc_emu_set_api_fn setApi_ = nullptr;
   dlc_emu_set_thread_fn setThread_ = nullptr;
   std::map<std::string, void (*)(void **)> thunks_;

@@ -41,7 +41,8 @@ namespace {
 struct Options {
   std::string dataRoot = "/usr/share/libonnx-testdata/data";
   std::vector<std::string> suites = {"node", "pytorch-converted", "pytorch-operator", "simple"};
-  std::string mode = "interp"; // interp | interp-opt | emu
+  // interp | interp-opt | emu | emu-equiv (-O2 against -O0, both on emu)
+  std::string mode = "interp";
   std::vector<std::string> targets = {"emu"}; // for --mode emu
   std::string cacheDir;
   bool requireNoSpills = false; // emu mode: any kernel that spills registers fails the case
@@ -194,7 +195,9 @@ CaseResult runCase(const Options &o, const std::string &suite, const std::string
       ops.insert(std::string(n.opName()));
     r.opTypes.assign(ops.begin(), ops.end());
   }
-  if (o.mode == "interp-opt" || o.mode == "emu") {
+  bool equiv = o.mode == "emu-equiv";
+  std::unique_ptr<ir::Graph> unoptimized = equiv ? g.clone() : nullptr;
+  if (o.mode == "interp-opt" || o.mode == "emu" || equiv) {
     passes::PassManagerOptions pmo;
     pmo.verifyEach = true;
     passes::PassManager pm(pmo);
@@ -206,29 +209,29 @@ CaseResult runCase(const Options &o, const std::string &suite, const std::string
     }
   }
 
-  std::unique_ptr<rt::Session> session;
-  if (o.mode == "emu") {
+  // Compiles a graph for the emu backend and opens a session; on failure fills r.
+  auto emuSession = [&](const ir::Graph &graph, std::unique_ptr<rt::Session> &out) -> bool {
     codegen::CompileOptions co;
     co.targets = o.targets;
     co.cacheDir = o.cacheDir;
     codegen::CompileReport rep;
-    auto bytes = codegen::compileGraph(g, co, &rep);
+    auto bytes = codegen::compileGraph(graph, co, &rep);
     r.kernels = static_cast<int64_t>(rep.kernels + rep.libraryCalls);
     if (bytes && o.requireNoSpills && rep.totalSpills > 0) {
       r.status = "fail";
       r.detail = "kernels spill " + std::to_string(rep.totalSpills) + " bytes of registers";
-      return r;
+      return false;
     }
     if (!bytes) {
       r.status = "error";
       r.detail = "compile: " + firstLine(llvm::toString(bytes.takeError()));
-      return r;
+      return false;
     }
     auto pf = pkg::PackageFile::fromBytes(bytes->data(), bytes->size(), r.name);
     if (!pf) {
       r.status = "error";
       r.detail = pf.status().message();
-      return r;
+      return false;
     }
     rt::SessionOptions so;
     so.device = rt::DeviceKind::Emu;
@@ -237,10 +240,16 @@ CaseResult runCase(const Options &o, const std::string &suite, const std::string
     if (!s) {
       r.status = "error";
       r.detail = "load: " + firstLine(s.status().message());
-      return r;
+      return false;
     }
-    session = std::move(*s);
-  }
+    out = std::move(*s);
+    return true;
+  };
+  std::unique_ptr<rt::Session> session, reference;
+  if (equiv && !emuSession(*unoptimized, reference))
+    return r;
+  if ((o.mode == "emu" || equiv) && !emuSession(g, session))
+    return r;
 
   for (const std::string &set : sets) {
     std::vector<ir::Tensor> ins, outs;
@@ -273,6 +282,16 @@ CaseResult runCase(const Options &o, const std::string &suite, const std::string
       r.status = "error";
       r.detail = "run: " + firstLine(llvm::toString(res.takeError()));
       return r;
+    }
+    if (equiv) { // the reference is the -O0 package on the same inputs
+      auto ref = runOnSession(*reference, *unoptimized, feed);
+      if (!ref) {
+        r.status = "error";
+        r.detail = "run -O0: " + firstLine(llvm::toString(ref.takeError()));
+        return r;
+      }
+      for (size_t i = 0; i < outs.size() && i < g.outputs().size(); ++i)
+        outs[i] = ref->at(unoptimized->outputs()[i].name);
     }
     if (outs.size() != g.outputs().size()) {
       r.status = "error";
@@ -380,7 +399,7 @@ CaseResult runIsolated(const Options &o, const std::string &suite, const std::st
 }
 
 int usage() {
-  llvm::errs() << "usage: dlc-conformance [--data-root DIR] [--suites a,b] [--mode interp|interp-opt|emu]\n"
+  llvm::errs() << "usage: dlc-conformance [--data-root DIR] [--suites a,b] [--mode interp|interp-opt|emu|emu-equiv]\n"
                   "                       [--targets emu,sm_80,...] [--cache-dir DIR] [--shard I/N]\n"
                   "                       [--require-no-spills]\n"
                   "                       [--filter REGEX] [--report FILE.jsonl] [--expected FILE]\n"
@@ -437,7 +456,7 @@ int main(int argc, char **argv) {
     else
       return usage();
   }
-  if (o.mode != "interp" && o.mode != "interp-opt" && o.mode != "emu")
+  if (o.mode != "interp" && o.mode != "interp-opt" && o.mode != "emu" && o.mode != "emu-equiv")
     return usage();
   if (!exists(o.dataRoot)) {
     llvm::errs() << "dlc-conformance: error: test data not found at " << o.dataRoot

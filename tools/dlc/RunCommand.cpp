@@ -1,6 +1,7 @@
 //===- RunCommand.cpp - `dlc run` and `dlc inspect` ------------------------===//
 #include "Args.h"
 #include "Commands.h"
+#include "CostModel.h"
 
 #include "dlc/frontend/OnnxImporter.h"
 #include "dlc/runtime/Runtime.h"
@@ -89,7 +90,30 @@ int runInspect(const std::vector<std::string> &argv) {
         ++copies;
       }
     }
+  PackageCost cost = costOf(**pf);
+  auto roofline = [&](const auto &item) {
+    llvm::json::Object o;
+    for (const GpuSpec &gpu : gpuSpecs())
+      o[gpu.name] = item.micros(gpu);
+    return o;
+  };
   if (args->has("json")) {
+    // Per kernel: its launches' modeled traffic, FLOPs and roofline time.
+    std::vector<PackageCost> perKernel(nk);
+    std::vector<llvm::json::Value> gemmList;
+    for (const StepCost &sc : cost.steps) {
+      if (sc.kernel >= 0) {
+        perKernel[sc.kernel].steps.push_back(sc);
+        perKernel[sc.kernel].bytesRead += sc.bytesRead;
+        perKernel[sc.kernel].bytesWritten += sc.bytesWritten;
+        perKernel[sc.kernel].flops += sc.flops;
+      } else if (sc.kind == "gemm") {
+        gemmList.push_back(llvm::json::Object{{"node", sc.node},
+                                              {"modeled_dram_bytes", static_cast<int64_t>(sc.bytes())},
+                                              {"flops", sc.flops},
+                                              {"roofline_us", roofline(sc)}});
+      }
+    }
     llvm::json::Array kernels;
     for (size_t i = 0; i < nk; ++i) {
       const pkg::Kernel *k = m.kernels()->Get(i);
@@ -113,7 +137,10 @@ int runInspect(const std::vector<std::string> &argv) {
                                            {"spills", std::move(spills)},
                                            {"launches", launchCount[i]},
                                            {"needs_sync", k->needs_sync()},
-                                           {"flops", k->flops()}});
+                                           {"flops", perKernel[i].flops},
+                                           {"modeled_dram_bytes",
+                                            static_cast<int64_t>(perKernel[i].bytesRead + perKernel[i].bytesWritten)},
+                                           {"roofline_us", roofline(perKernel[i])}});
     }
     llvm::json::Array targets;
     if (m.modules())
@@ -126,8 +153,19 @@ int runInspect(const std::vector<std::string> &argv) {
                             {"arena_bytes", static_cast<int64_t>(m.arena_bytes())},
                             {"weight_bytes", static_cast<int64_t>(m.weight_bytes())},
                             {"package_bytes", static_cast<int64_t>((*pf)->size())},
+                            {"modeled_dram_bytes", static_cast<int64_t>(cost.bytesRead + cost.bytesWritten)},
+                            {"modeled_bytes_read", static_cast<int64_t>(cost.bytesRead)},
+                            {"modeled_bytes_written", static_cast<int64_t>(cost.bytesWritten)},
+                            {"lower_bound_bytes", static_cast<int64_t>(cost.lowerBoundBytes)},
+                            {"flops", cost.flops},
+                            {"roofline_us", roofline(cost)},
+                            {"roofline_model",
+                             "a model, not a measurement: per step max(modeled DRAM bytes / bandwidth, FLOPs / FP32 "
+                             "peak), summed; A100-SXM4-80GB 2039 GB/s 19.5 TFLOP/s, H100-SXM5 3350 GB/s 66.9 TFLOP/s; "
+                             "launch overheads not included"},
                             {"targets", std::move(targets)},
-                            {"kernels", std::move(kernels)}};
+                            {"kernels", std::move(kernels)},
+                            {"gemms", llvm::json::Array(std::move(gemmList))}};
     llvm::outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
     return 0;
   }
@@ -140,6 +178,14 @@ int runInspect(const std::vector<std::string> &argv) {
   llvm::outs() << "\nsteps: " << launches << " kernel launches, " << gemms << " library calls, " << copies
                << " copies/memsets\n";
   llvm::outs() << "memory: arena " << m.arena_bytes() << " bytes, weights " << m.weight_bytes() << " bytes\n";
+  llvm::outs() << llvm::format("model: %.3f MB DRAM traffic (lower bound %.3f MB, %.2fx), %.3f GFLOP; roofline",
+                               cost.bytesRead / 1e6 + cost.bytesWritten / 1e6, cost.lowerBoundBytes / 1e6,
+                               cost.lowerBoundBytes ? double(cost.bytesRead + cost.bytesWritten) / cost.lowerBoundBytes
+                                                    : 0.0,
+                               cost.flops / 1e9);
+  for (const GpuSpec &gpu : gpuSpecs())
+    llvm::outs() << llvm::format(" %s %.1f us", gpu.name, cost.micros(gpu));
+  llvm::outs() << " (a model, not a measurement)\n";
   llvm::outs() << "kernels:\n";
   for (size_t i = 0; i < nk; ++i) {
     const pkg::Kernel *k = m.kernels()->Get(i);

@@ -261,3 +261,32 @@ TEST(CApi, CppWrapperChecksTypesAndThrows) {
   }
   EXPECT_THROW(dlc::Model::load("/nonexistent.dlc"), dlc::Error);
 }
+
+// Two different models in one process, alive at the same time (each emu module is
+// loaded from its own memory file).
+TEST(CApi, TwoModelsInOneProcess) {
+  auto g = dlc::ir::parseGraph(R"(graph @other(%x: f32[2,3]) -> ("y": f32[2,3]) {
+  %y = Neg(%x) : f32[2,3]
+  return %y
+}
+)",
+                               "other.ir");
+  ASSERT_TRUE(bool(g));
+  dlc::codegen::CompileOptions co;
+  co.targets = {"emu"};
+  auto other = dlc::codegen::compileGraph(**g, co);
+  ASSERT_TRUE(bool(other));
+  dlc::Model a = dlc::Model::fromMemory(package().data(), package().size());
+  dlc::Model b = dlc::Model::fromMemory(other->data(), other->size());
+  dlc::Session sa(a, DLC_DEVICE_EMU), sb(b, DLC_DEVICE_EMU);
+  sa.setInput("x", kX);
+  sa.setInput("k", dlc_dtype(DLC_I64), {2}, kK);
+  sb.setInput("x", kX);
+  sa.run();
+  sb.run();
+  EXPECT_EQ(sa.output<float>("y"), reference(kX));
+  std::vector<float> neg(kX.size());
+  for (size_t i = 0; i < kX.size(); ++i)
+    neg[i] = -kX[i];
+  EXPECT_EQ(sb.output<float>("y"), neg);
+}
