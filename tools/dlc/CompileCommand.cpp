@@ -1,6 +1,7 @@
 //===- CompileCommand.cpp - `dlc compile`: model to .dlc package -----------===//
 #include "Args.h"
 #include "Commands.h"
+#include "Dot.h"
 
 #include "dlc/codegen/Artifacts.h"
 #include "dlc/codegen/Compiler.h"
@@ -114,6 +115,7 @@ int runCompile(const std::vector<std::string> &argv) {
                  "package (default), exe (standalone executable), lib (shared library + C header)\n"
                  "or cuda (directory: CUDA sources and host schedule)"},
                 {"name", 0, true, false, "ID", "--emit lib: prefix of the entry points (default: from -o)"},
+                {"dump-dot", 0, true, false, "FILE", "Write the optimized graph as Graphviz, kernels as clusters"},
                 {"no-cache", 0, false, false, "", "Do not use the compilation cache"},
                 {"cache-dir", 0, true, false, "DIR", "Compilation cache (default ~/.cache/dlc)"},
                 {"print-ir-after-all", 0, false, false, "", "Print the IR after every pass"},
@@ -193,6 +195,11 @@ int runCompile(const std::vector<std::string> &argv) {
     reportError(g.takeError());
     return 1;
   }
+  if (auto dot = args->get("dump-dot"))
+    if (auto e = writeFileAtomically(*dot, graphToDot(**g))) {
+      reportError(std::move(e));
+      return 1;
+    }
   codegen::CompileOptions co;
   if (auto t = args->get("target")) {
     llvm::SmallVector<llvm::StringRef, 8> parts;

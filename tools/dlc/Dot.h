@@ -1,0 +1,14 @@
+//===- Dot.h - Graphviz output of a (fused) graph ---------------*- C++ -*-===//
+#pragma once
+
+#include "dlc/ir/Graph.h"
+
+#include <string>
+
+namespace dlc::tool {
+
+/// The graph as a Graphviz digraph; each fused kernel ("dlc.kernel") is a cluster,
+/// nodes alone in their kernel are drawn bold. Constants are left out.
+std::string graphToDot(const ir::Graph &g);
+
+} // namespace dlc::tool
