@@ -7,7 +7,11 @@
 //    so layout and fusion passes only see one reshape and one transpose form;
 //  - Shape of a statically shaped value becomes a constant;
 //  - Gemm becomes MatMul (+ Add) when that is exact (alpha = 1, beta = 1, no transA),
-//    so bias and activations fuse as a plain epilogue of a MatMul.
+//    so bias and activations fuse as a plain epilogue of a MatMul;
+//  - Split becomes one Slice per result (slices fuse into their consumers);
+//  - a LayerNorm spelled out in primitives (opset < 17 exports: ReduceMean, Sub,
+//    Pow, ReduceMean, Add eps, Sqrt, Div) becomes LayerNormalization, and a constant
+//    per-feature Mul/Add after a LayerNormalization folds into its scale and bias.
 //===----------------------------------------------------------------------===//
 #include "dlc/passes/Pass.h"
 
@@ -206,6 +210,110 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
     rw.replaceNode(n, {r});
     return true;
   });
+
+  add("split-to-slices", OpKind::Split, [](Node &n, PatternRewriter &rw) {
+    Value *x = n.operand(0);
+    int64_t rank = x->rank(), axis = n.attrInt("axis");
+    if (axis < 0)
+      axis += rank;
+    std::vector<Value *> slices;
+    int64_t offset = 0;
+    for (unsigned i = 0; i < n.numResults(); ++i) {
+      int64_t len = n.result(i)->shape()[axis];
+      auto s = rw.create(OpKind::Slice, {x},
+                         {{"axes", Attribute(std::vector<int64_t>{axis})},
+                          {"starts", Attribute(std::vector<int64_t>{offset})},
+                          {"ends", Attribute(std::vector<int64_t>{offset + len})}},
+                         &n);
+      if (!s) {
+        llvm::consumeError(s.takeError());
+        for (Value *v : slices)
+          rw.eraseNode(*v->definingNode());
+        return false;
+      }
+      slices.push_back((*s)->result());
+      offset += len;
+    }
+    rw.replaceNode(n, slices);
+    return true;
+  });
+
+  add("layernorm-from-parts", OpKind::Div, [](Node &n, PatternRewriter &rw) {
+    // y = (x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps), means over the last axis.
+    auto defOf = [](const Value *v, OpKind k) -> Node * {
+      Node *d = v ? v->definingNode() : nullptr;
+      return d && d->kind() == k ? d : nullptr;
+    };
+    auto lastAxisMean = [](const Node *m) {
+      if (!m || m->attrInt("keepdims") != 1 || m->attrInts("axes").size() != 1)
+        return false;
+      int64_t a = m->attrInts("axes")[0], r = m->operand(0)->rank();
+      return a == -1 || a == r - 1;
+    };
+    Node *sub = defOf(n.operand(0), OpKind::Sub), *sqrt = defOf(n.operand(1), OpKind::Sqrt);
+    if (!sub || !sqrt)
+      return false;
+    Value *x = sub->operand(0);
+    Node *mean = defOf(sub->operand(1), OpKind::ReduceMean);
+    Node *add = defOf(sqrt->operand(0), OpKind::Add);
+    if (!mean || mean->operand(0) != x || !lastAxisMean(mean) || !add)
+      return false;
+    Node *var = defOf(add->operand(0), OpKind::ReduceMean);
+    Value *eps = add->operand(1);
+    if (!var || !lastAxisMean(var) || !eps->isConstant() || eps->type().numElements() != 1)
+      return false;
+    Node *sq = var->operand(0)->definingNode();
+    bool squares = sq && ((sq->kind() == OpKind::Pow && isSplatConstant(sq->operand(1), 2.0) &&
+                           sq->operand(0) == sub->result()) ||
+                          (sq->kind() == OpKind::Mul && sq->operand(0) == sub->result() &&
+                           sq->operand(1) == sub->result()));
+    DType dt = x->dtype();
+    if (!squares || (dt != DType::F32 && dt != DType::F64) || n.result()->type() != x->type())
+      return false;
+    int64_t d = x->shape().back();
+    Value *one = rw.createConstant("ln.scale", dt == DType::F32
+                                                   ? Tensor::fromVector(TensorType(dt, {d}), std::vector<float>(d, 1.0f))
+                                                   : Tensor::fromVector(TensorType(dt, {d}), std::vector<double>(d, 1.0)));
+    Value *zero = rw.createConstant("ln.bias", dt == DType::F32
+                                                   ? Tensor::fromVector(TensorType(dt, {d}), std::vector<float>(d, 0.0f))
+                                                   : Tensor::fromVector(TensorType(dt, {d}), std::vector<double>(d, 0.0)));
+    return replaceWith(n, rw, OpKind::LayerNormalization, {x, one, zero},
+                       {{"axis", Attribute(int64_t{-1})},
+                        {"epsilon", Attribute(static_cast<float>(eps->data().getDouble(0)))}});
+  });
+
+  // A constant per-feature Mul or Add after a LayerNormalization with constant
+  // scale and bias folds into them.
+  for (OpKind k : {OpKind::Mul, OpKind::Add})
+    add("fold-layernorm-affine", k, [k](Node &n, PatternRewriter &rw) {
+      for (unsigned side = 0; side < 2; ++side) {
+        Value *lnv = n.operand(side), *c = n.operand(1 - side);
+        Node *ln = lnv->definingNode();
+        if (!ln || ln->kind() != OpKind::LayerNormalization || ln->numResults() != 1 || lnv->uses().size() != 1 ||
+            rw.graph().isOutput(lnv) || !c->isConstant() || n.result()->type() != lnv->type())
+          continue;
+        int64_t axis = ln->attrInt("axis"), d = lnv->shape().back();
+        Value *scale = ln->operand(1), *bias = ln->operand(2);
+        if ((axis != -1 && axis != lnv->rank() - 1) || !scale->isConstant() || !bias || !bias->isConstant() ||
+            scale->shape() != Shape{d} || bias->shape() != Shape{d} || c->type().numElements() != d ||
+            c->shape().back() != d || c->dtype() != lnv->dtype() || lnv->dtype() != DType::F32)
+          continue;
+        std::vector<float> s = scale->data().toVector<float>(), b = bias->data().toVector<float>(),
+                           cv = c->data().toVector<float>();
+        for (int64_t i = 0; i < d; ++i) {
+          if (k == OpKind::Mul) {
+            s[i] *= cv[i];
+            b[i] *= cv[i];
+          } else {
+            b[i] += cv[i];
+          }
+        }
+        Value *ns = rw.createConstant("ln.scale", Tensor::fromVector(scale->type(), s));
+        Value *nb = rw.createConstant("ln.bias", Tensor::fromVector(bias->type(), b));
+        return replaceWith(n, rw, OpKind::LayerNormalization, {ln->operand(0), ns, nb}, ln->attrs());
+      }
+      return false;
+    });
   return p;
 }
 

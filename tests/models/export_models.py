@@ -10,6 +10,7 @@ come from PyTorch in eval mode. Run with Debian's /usr/bin/python3
 (python3-torch, python3-torchvision, python3-onnx).
 """
 import argparse
+import math
 import os
 import sys
 import warnings
@@ -34,6 +35,61 @@ class TransformerEncoderModel(nn.Module):
 
     def forward(self, tokens):
         return self.head(self.encoder(self.embed(tokens)))
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d, heads, seq):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.register_buffer("causal", torch.tril(torch.ones(seq, seq)).view(1, 1, seq, seq))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        q = q.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+        k = k.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+        v = v.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d // self.heads))
+        att = att.masked_fill(self.causal[:, :, :t, :t] == 0, float("-inf"))
+        y = torch.softmax(att, dim=-1) @ v
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class GptBlock(nn.Module):
+    def __init__(self, d, heads, seq):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = CausalSelfAttention(d, heads, seq)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GptDecoder(nn.Module):
+    """A GPT-style decoder: token + position embeddings, two pre-norm blocks with
+    causal self-attention and a GELU MLP, a final LayerNorm and an LM head tied to
+    the token embedding."""
+
+    def __init__(self, vocab=100, d=64, heads=4, seq=16, layers=2):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(seq, d)
+        self.blocks = nn.ModuleList([GptBlock(d, heads, seq) for _ in range(layers)])
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.tok.weight  # tied
+
+    def forward(self, tokens):
+        t = tokens.shape[1]
+        x = self.tok(tokens) + self.pos(torch.arange(t))
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.ln(x))
 
 
 class SequenceModel(nn.Module):
@@ -63,6 +119,8 @@ def build(name):
         return torchvision.models.mobilenet_v2(weights=None), (torch.randn(1, 3, 224, 224),)
     if name == "transformer":
         return TransformerEncoderModel(), (torch.randint(0, 100, (2, 16)),)
+    if name == "gpt":
+        return GptDecoder(), (torch.randint(0, 100, (2, 16)),)
     if name in ("lstm", "gru"):
         return SequenceModel(name), (torch.randn(2, 12, 16),)
     raise SystemExit(f"unknown model {name}")
@@ -98,7 +156,7 @@ def export(name, opset, out_root):
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--out", required=True)
-    p.add_argument("--models", default="resnet18,mobilenet_v2,transformer,lstm,gru")
+    p.add_argument("--models", default="resnet18,mobilenet_v2,transformer,gpt,lstm,gru")
     p.add_argument("--opsets", default="13,17")
     a = p.parse_args()
     for m in a.models.split(","):
