@@ -183,8 +183,8 @@ Status PackageFile::verify() {
     return bad("format version " + std::to_string(h.version) + ", this runtime reads version " +
                std::to_string(kFormatVersion));
   if (h.fileSize != size_)
-    return bad("file is " + std::to_string(size_) + " bytes, the header says " +
-               std::to_string(h.fileSize) + " (truncated?)");
+    return bad("file is " + std::to_string(size_) + " bytes, the header says " + std::to_string(h.fileSize) +
+               (size_ < h.fileSize ? " (truncated?)" : " (extra bytes after the package)"));
   if (h.metaOffset != kHeaderSize || h.metaSize > size_ - kHeaderSize ||
       h.sectionsOffset < kHeaderSize + h.metaSize || h.sectionsOffset > size_ ||
       h.sectionsOffset % kSectionAlign)

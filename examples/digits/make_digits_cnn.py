@@ -13,6 +13,8 @@ import torch
 import torch.nn as nn
 from sklearn.datasets import load_digits
 
+from digits_model import DigitsCNN
+
 here = os.path.dirname(os.path.abspath(__file__))
 torch.manual_seed(0)
 np.random.seed(0)
@@ -22,19 +24,6 @@ x = (digits.images / 16.0).astype(np.float32)[:, None, :, :]
 y = digits.target.astype(np.int64)
 order = np.random.permutation(len(x))
 train, test = order[:1500], order[1500:]
-
-
-class DigitsCNN(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU())
-        self.classifier = nn.Linear(16 * 4 * 4, 10)
-
-    def forward(self, image):
-        logits = self.classifier(torch.flatten(self.features(image), 1))
-        return logits, torch.softmax(logits, dim=1)
 
 
 model = DigitsCNN()

@@ -1,0 +1,61 @@
+#!/usr/bin/python3
+"""Writes the fuzzers' seed corpora (tests/fuzz/seeds/<target>/, committed): small
+valid and invalid inputs of each format. Run from the repository root after a build:
+    /usr/bin/python3 tests/fuzz/make_seeds.py build/tools/dlc tests/fuzz/seeds
+"""
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+dlc, out = sys.argv[1], sys.argv[2]
+root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+for t in ("onnx", "package", "npy", "textir"):
+    shutil.rmtree(os.path.join(out, t), ignore_errors=True)
+    os.makedirs(os.path.join(out, t))
+tmp = tempfile.mkdtemp()
+
+# ONNX: the bad-model corpus plus a few small node tests.
+subprocess.run([sys.executable, os.path.join(root, "tests", "lit", "frontend", "make_bad_models.py"), tmp],
+               check=True)
+for f in glob.glob(os.path.join(tmp, "*.onnx")):
+    if os.path.getsize(f) < 64 * 1024:
+        shutil.copy(f, os.path.join(out, "onnx"))
+node = "/usr/share/libonnx-testdata/data/node"
+for case in ("test_relu", "test_conv_with_strides_padding", "test_gemm_default_matrix_bias", "test_lstm_defaults",
+             "test_softmax_axis_1", "test_reshape_reordered_all_dims", "test_slice", "test_layer_normalization_4d_axis1",
+             "test_gather_0", "test_resize_upsample_scales_linear"):
+    f = os.path.join(node, case, "model.onnx")
+    if os.path.exists(f):
+        shutil.copy(f, os.path.join(out, "onnx", case + ".onnx"))
+
+# Textual IR: the unit corpus and small lit inputs.
+for f in glob.glob(os.path.join(root, "tests", "unit", "ir", "corpus", "*.ir")) + \
+        glob.glob(os.path.join(root, "tests", "lit", "*", "Inputs", "*.ir")):
+    if os.path.getsize(f) < 16 * 1024:
+        shutil.copy(f, os.path.join(out, "textir", os.path.basename(f)))
+
+# Packages: small graphs compiled for emu.
+graphs = {
+    "relu": 'graph @g(%x: f32[2,4]) -> ("y": f32[2,4]) {\n  %y = Relu(%x) : f32[2,4]\n  return %y\n}\n',
+    "mlp": open(os.path.join(root, "tests", "lit", "tools", "Inputs", "mlp.ir")).read(),
+}
+for name, text in graphs.items():
+    ir = os.path.join(tmp, name + ".ir")
+    open(ir, "w").write(text)
+    subprocess.run([dlc, "compile", ir, "--target", "emu", "-o", os.path.join(out, "package", name + ".dlc"), "-q"],
+                   check=True)
+
+# .npy: every supported dtype, a scalar, an empty array, format 2.0.
+for dt in ("<f4", "<f8", "<i8", "<i4", "|u1", "|b1", "<f2"):
+    np.save(os.path.join(out, "npy", "a_" + dt.strip("<|") + ".npy"), np.zeros((2, 3), dtype=np.dtype(dt)))
+np.save(os.path.join(out, "npy", "scalar.npy"), np.float32(1.5))
+np.save(os.path.join(out, "npy", "empty.npy"), np.zeros((0, 4), np.float32))
+with open(os.path.join(out, "npy", "v2.npy"), "wb") as f:
+    np.lib.format.write_array(f, np.ones((3,), np.float32), version=(2, 0))
+shutil.rmtree(tmp)
+print("seeds:", {t: len(os.listdir(os.path.join(out, t))) for t in ("onnx", "package", "npy", "textir")})
