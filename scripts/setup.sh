@@ -11,7 +11,13 @@ PACKAGES=(
   libfmt-dev libgtest-dev
   libopenblas-dev libboost-context-dev libflatbuffers-dev flatbuffers-compiler
   python3 python3-numpy python3-onnx python3-torch python3-torchvision
+  clang-14 libclang-rt-14-dev
 )
+# Node.js and npm (ONNX Runtime as a reference, through npm's onnxruntime-node):
+# Debian's packages unless a node and npm are already on PATH.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  PACKAGES+=(nodejs npm)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

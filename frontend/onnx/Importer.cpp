@@ -15,6 +15,12 @@
 
 #include <google/protobuf/io/coded_stream.h>
 
+#include <set>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <unordered_set>
 
 namespace dlc::frontend {
@@ -290,6 +296,53 @@ void collectExternalTensors(const onnx::GraphProto &g, std::vector<const onnx::T
     }
 }
 
+/// The structure the ONNX library's own passes take for granted (its version converter
+/// dereferences the producer of every graph output): every node input and graph
+/// output is defined, in order. Names in a subgraph may come from enclosing scopes.
+/// Returns the first problem, or an empty string.
+std::string structuralProblem(const onnx::GraphProto &g, std::set<std::string> scope) {
+  for (const auto &i : g.input())
+    scope.insert(i.name());
+  for (const auto &t : g.initializer())
+    scope.insert(t.name());
+  for (const auto &t : g.sparse_initializer())
+    scope.insert(t.values().name());
+  std::set<std::string> produced;
+  for (const auto &n : g.node())
+    for (const auto &o : n.output())
+      if (!o.empty())
+        produced.insert(o);
+  for (const auto &n : g.node()) {
+    std::string who = "node " + (n.name().empty() ? std::string() : "'" + n.name() + "' ") + "(" + n.op_type() + ")";
+    for (const auto &in : n.input()) {
+      if (in.empty() || scope.count(in))
+        continue;
+      if (produced.count(in))
+        return who + " uses '" + in + "' before it is produced (the graph has a cycle or is not in topological order)";
+      return who + " uses '" + in + "', which no node, graph input or initializer defines";
+    }
+    for (const auto &a : n.attribute()) {
+      std::vector<const onnx::GraphProto *> subs;
+      if (a.has_g())
+        subs.push_back(&a.g());
+      for (const auto &sg : a.graphs())
+        subs.push_back(&sg);
+      for (const onnx::GraphProto *sg : subs) {
+        std::string p = structuralProblem(*sg, scope);
+        if (!p.empty())
+          return who + ", subgraph '" + a.name() + "': " + p;
+      }
+    }
+    for (const auto &o : n.output())
+      if (!o.empty())
+        scope.insert(o);
+  }
+  for (const auto &o : g.output())
+    if (!scope.count(o.name()))
+      return "graph output '" + o.name() + "' is not produced by any node";
+  return "";
+}
+
 /// onnx::checker::check_model with the model's directory set, so that external data
 /// is looked up next to the model rather than in the current directory.
 void checkModel(const onnx::ModelProto &model, const std::string &modelDir) {
@@ -317,6 +370,150 @@ std::string joinErrors(const std::string &file, const std::vector<std::string> &
   if (errs.size() > 1)
     msg += "\n" + file + ": " + std::to_string(errs.size()) + " nodes could not be imported";
   return msg;
+}
+
+} // namespace
+
+namespace {
+
+/// What the ONNX library's passes did to a model.
+struct OnnxLibraryResult {
+  std::string error;              // the checker's message, if it rejected the model
+  std::vector<std::string> notes; // shape inference or conversion that failed (not fatal)
+  int opset = 0;                  // the default-domain opset after conversion
+};
+
+/// The ONNX library's passes: checker, shape inference (before the version converter
+/// too: its adapters, e.g. opset 7's broadcasting, need shapes), conversion of
+/// opsets below 17, shape inference again.
+void runOnnxLibrary(onnx::ModelProto &model, const std::string &modelDir, const ImportOptions &opts,
+                    int originalOpset, OnnxLibraryResult &r) {
+  auto oneLine = [](std::string what) {
+    while (!what.empty() && (what.back() == '\n' || what.back() == ' '))
+      what.pop_back();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    return what;
+  };
+  if (opts.runChecker) {
+    try {
+      checkModel(model, modelDir);
+    } catch (const std::exception &e) {
+      r.error = oneLine(e.what());
+      return;
+    }
+  }
+  auto inferShapes = [&](const char *when) {
+    try {
+      onnx::ShapeInferenceOptions siOpts(/*check_type=*/false, /*error_mode=*/0,
+                                         /*enable_data_propagation=*/true);
+      onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(), siOpts);
+    } catch (const std::exception &e) {
+      r.notes.push_back(std::string("ONNX shape inference failed ") + when + " (" + oneLine(e.what()) +
+                        "); dlc infers shapes itself");
+    }
+  };
+  if (opts.convertVersion && originalOpset < 17) {
+    inferShapes("before opset conversion");
+    try {
+      model = onnx::version_conversion::ConvertVersion(model, 17);
+      r.opset = 17;
+    } catch (const std::exception &e) {
+      r.notes.push_back("opset " + std::to_string(originalOpset) + " could not be converted to 17 (" +
+                        oneLine(e.what()) + "); importing at the original opset");
+    }
+  }
+  inferShapes("on the model");
+}
+
+/// Runs runOnnxLibrary in a child process and takes the transformed model back
+/// through a pipe. The ONNX library has crashed on malformed models (fuzzing found a
+/// null dereference in its version converter and out-of-range dims in its RNN shape
+/// inference); in a child, a crash becomes an error instead of taking dlc down.
+llvm::Error runOnnxLibrarySandboxed(onnx::ModelProto &model, const std::string &modelDir, const ImportOptions &opts,
+                                    int originalOpset, OnnxLibraryResult &r) {
+  int fds[2];
+  if (::pipe(fds) != 0)
+    return makeError(std::string("pipe failed: ") + std::strerror(errno));
+  std::fflush(nullptr);
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return makeError(std::string("fork failed: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    runOnnxLibrary(model, modelDir, opts, originalOpset, r);
+    std::string out;
+    auto put = [&](const std::string &s) {
+      uint64_t n = s.size();
+      out.append(reinterpret_cast<const char *>(&n), sizeof n);
+      out += s;
+    };
+    put(r.error);
+    put(std::to_string(r.opset));
+    put(std::to_string(r.notes.size()));
+    for (const std::string &n : r.notes)
+      put(n);
+    put(r.error.empty() ? model.SerializeAsString() : std::string());
+    for (size_t off = 0; off < out.size();) {
+      ssize_t w = ::write(fds[1], out.data() + off, out.size() - off);
+      if (w <= 0)
+        ::_exit(3);
+      off += static_cast<size_t>(w);
+    }
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string in;
+  char buf[1 << 16];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      break;
+    }
+    in.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status))
+    return makeError(std::string("the ONNX library crashed (") + strsignal(WTERMSIG(status)) +
+                     ") while checking or converting this model: it is malformed");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return makeError("the ONNX library's checks failed (exit " + std::to_string(WEXITSTATUS(status)) + ")");
+  size_t off = 0;
+  bool ok = true;
+  auto get = [&]() {
+    uint64_t n = 0;
+    if (off + sizeof n > in.size()) {
+      ok = false;
+      return std::string();
+    }
+    std::memcpy(&n, in.data() + off, sizeof n);
+    off += sizeof n;
+    if (n > in.size() - off) {
+      ok = false;
+      return std::string();
+    }
+    std::string s = in.substr(off, n);
+    off += n;
+    return s;
+  };
+  r.error = get();
+  r.opset = std::atoi(get().c_str());
+  size_t notes = static_cast<size_t>(std::atoll(get().c_str()));
+  r.notes.clear();
+  for (size_t i = 0; i < notes && ok; ++i)
+    r.notes.push_back(get());
+  std::string bytes = get();
+  if (!ok)
+    return makeError("internal error: a truncated reply from the ONNX library's process");
+  if (r.error.empty() && !model.ParseFromString(bytes))
+    return makeError("internal error: the ONNX library's process returned an unreadable model");
+  return llvm::Error::success();
 }
 
 } // namespace
@@ -379,51 +576,21 @@ llvm::Expected<ImportResult> importOnnxBytes(llvm::StringRef bytes, const std::s
       if (auto e = ext.check(*t))
         return errorf("{0}: {1}", file, llvm::toString(std::move(e)));
   }
-  if (opts.runChecker) {
-    try {
-      checkModel(model, modelDir);
-    } catch (const std::exception &e) {
-      std::string what = e.what();
-      while (!what.empty() && (what.back() == '\n' || what.back() == ' '))
-        what.pop_back();
-      std::replace(what.begin(), what.end(), '\n', ' ');
-      return errorf("{0}: invalid ONNX model: {1}", file, what);
-    }
-  }
-
-  // Shape inference runs before the version converter too: its adapters (e.g. the
-  // broadcasting rules of opset 7) need the input shapes.
-  auto inferShapes = [&](const char *when) {
-    try {
-      onnx::ShapeInferenceOptions siOpts(/*check_type=*/false, /*error_mode=*/0,
-                                         /*enable_data_propagation=*/true);
-      onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(), siOpts);
-    } catch (const std::exception &e) {
-      std::string what = e.what();
-      std::replace(what.begin(), what.end(), '\n', ' ');
-      result.notes.push_back(std::string("ONNX shape inference failed ") + when + " (" + what +
-                             "); dlc infers shapes itself");
-    }
-  };
-  if (opts.convertVersion && result.originalOpset < 17) {
-    inferShapes("before opset conversion");
-    try {
-      model = onnx::version_conversion::ConvertVersion(model, 17);
-      opsets[""] = 17;
-    } catch (const std::exception &e) {
-      std::string what = e.what();
-      std::replace(what.begin(), what.end(), '\n', ' ');
-      result.notes.push_back("opset " + std::to_string(result.originalOpset) +
-                             " could not be converted to 17 (" + what +
-                             "); importing at the original opset");
-    }
-  }
+  if (std::string p = structuralProblem(model.graph(), {}); !p.empty())
+    return errorf("{0}: {1}", file, p);
+  OnnxLibraryResult lib;
+  lib.opset = opsets[""];
+  if (auto e = runOnnxLibrarySandboxed(model, modelDir, opts, result.originalOpset, lib))
+    return errorf("{0}: {1}", file, llvm::toString(std::move(e)));
+  if (!lib.error.empty())
+    return errorf("{0}: invalid ONNX model: {1}", file, lib.error);
+  result.notes.insert(result.notes.end(), lib.notes.begin(), lib.notes.end());
+  opsets[""] = lib.opset;
   if (opsets[""] < 7)
     return errorf("{0}: opset {1} is not supported (dlc imports opsets 7 to 21) and could not be "
                   "converted: {2}",
                   file, opsets[""], result.notes.empty() ? std::string() : result.notes.back());
   result.opset = opsets[""];
-  inferShapes("on the model");
 
   const onnx::GraphProto &gp = model.graph();
   auto g = std::make_unique<Graph>(gp.name().empty() ? "main" : gp.name());
