@@ -179,8 +179,12 @@ llvm::Error importRnn(NodeImporter &ni) {
   auto attrs = ni.copyAttrs(k);
   if (!attrs)
     return attrs.takeError();
-  if (!attrs->count("hidden_size"))
-    (*attrs)["hidden_size"] = Attribute(ni.input(2)->shape().back());
+  if (!attrs->count("hidden_size")) {
+    const Value *r = ni.input(2);
+    if (!r || r->rank() != 3)
+      return makeError("input R (recurrence weights) must have rank 3");
+    (*attrs)["hidden_size"] = Attribute(r->shape().back());
+  }
   unsigned outs = std::max<unsigned>(1, static_cast<unsigned>(ni.numOutputs()));
   DLC_TRY(r, ni.opMulti(k, allInputs(ni), std::move(*attrs), outs));
   for (unsigned i = 0; i < outs; ++i)
