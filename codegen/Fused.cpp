@@ -294,6 +294,14 @@ std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::strin
   return result;
 }
 
+llvm::Error lowerInlineNode(Lowering &l, const Node &n) {
+  FusionGroup g;
+  g.nodes = {&n};
+  g.produced = {n.result()};
+  g.root = &n;
+  return lowerInlineGroup(l, g);
+}
+
 llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
   const Value *out = g.root->result();
   // Only metadata nodes: no kernel, the result aliases the input.
@@ -311,7 +319,7 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
   l.allocate(out);
   if (total == 0)
     return llvm::Error::success();
-  KernelBuilder kb(l, *g.root, "fused");
+  KernelBuilder kb(l, *g.root, g.nodes.size() > 1 ? "fused" : "");
   FusedAccess fa(l, kb, &g);
   // Vectorized form: every node element-wise over one f32 index space.
   bool vec4 = out->dtype() == DType::F32 && total % 4 == 0;

@@ -72,6 +72,8 @@ private:
 /// like a GEMM): one grid-stride kernel over the root's elements; vectorized with
 /// float4 when every node is element-wise over the same f32 index space.
 llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g);
+/// One inlinable node alone, as a one-node group.
+llvm::Error lowerInlineNode(Lowering &l, const ir::Node &n);
 /// The fused attention kernel (emitters/Attention.cpp); `mm2` is the anchor.
 llvm::Error lowerAttention(Lowering &l, const ir::Node &mm2);
 

@@ -1,17 +1,18 @@
 //===- Elementwise.cpp - Element-wise and broadcasting kernels -------------===//
 //
-// One grid-stride kernel per node: each operand is loaded in its compute type
-// (float for f32/f16/bf16), the op table's expression template is applied, and the
-// result is converted to the output type. Broadcast operands get an index computed
-// from the output coordinates; scalar constants become literals. When every
-// operand is an f32 tensor of the output's shape and the size is a multiple of 4,
-// the loop moves float4s.
+// The expression templates of element-wise ops; the kernels themselves come from
+// Fused.cpp (a node alone is a one-node group): operands load in their compute type
+// (float for f32/f16/bf16), broadcast operands get an index from the output
+// coordinates, scalar constants become literals, and f32 same-shape kernels move
+// float4s.
 //
 // Expression templates (OpDef::cudaExpr): $0..$9 are operand values, $T the compute
 // type of operand 0, ${attr} an attribute as a literal (strings as dlc::attr_X),
 // and "$k?" an optional operand (dlc::None() when absent).
 //===----------------------------------------------------------------------===//
 #include "EmitterUtils.h"
+
+#include "../Fused.h"
 
 namespace dlc::codegen {
 
@@ -89,89 +90,12 @@ std::string expandExpr(const Node &n, const std::vector<std::string> &vals) {
   return expand(withT, n, vals);
 }
 
+// An element-wise node alone is a one-node fusion group (Fused.cpp), which also
+// provides the float4 form.
 llvm::Error lowerElementwise(Lowering &l, const Node &n) {
   if (!n.def().cudaExpr)
     return errorf("no CUDA expression for {0}", n.opName());
-  const Value *out = n.result();
-  int64_t total = out->type().numElements();
-  l.allocate(out);
-  if (total == 0)
-    return llvm::Error::success();
-  KernelBuilder kb(l, n, "");
-  std::string outPtr = kb.outputPointer(out);
-
-  // Vectorized form: all tensor operands f32 with the output's shape, f32 output.
-  bool vec4 = out->dtype() == DType::F32 && total % 4 == 0;
-  for (Value *v : n.operands())
-    if (v && !isScalarConstant(v) && (v->dtype() != DType::F32 || v->shape() != out->shape()))
-      vec4 = false;
-
-  CodeStream &b = kb.body();
-  std::vector<std::string> vals;
-  std::vector<std::string> ptrs(n.numOperands());
-  for (unsigned k = 0; k < n.numOperands(); ++k) {
-    const Value *v = n.operand(k);
-    if (v && !isScalarConstant(v))
-      ptrs[k] = kb.pointerTo(v);
-  }
-  if (vec4) {
-    b.line("const long long n4 = " + literalInt(total / 4) + ";");
-    CodeStream::Block loop(b, "for (long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x; "
-                              "j < n4; j += (long long)gridDim.x * blockDim.x)");
-    for (unsigned k = 0; k < n.numOperands(); ++k)
-      if (!ptrs[k].empty())
-        b.line("const float4 q" + std::to_string(k) + " = reinterpret_cast<const float4 *>(" +
-               ptrs[k] + ")[j];");
-    b.line("float4 r;");
-    for (const char *lane : {"x", "y", "z", "w"}) {
-      vals.clear();
-      for (unsigned k = 0; k < n.numOperands(); ++k) {
-        const Value *v = n.operand(k);
-        if (!v)
-          vals.push_back("");
-        else if (isScalarConstant(v))
-          vals.push_back(scalarLiteral(v));
-        else
-          vals.push_back("q" + std::to_string(k) + "." + lane);
-      }
-      b.line(std::string("r.") + lane + " = dlc::cvt<float>(" + expandExpr(n, vals) + ");");
-    }
-    b.line("reinterpret_cast<float4 *>(" + outPtr + ")[j] = r;");
-  } else {
-    IndexMapper im(out->shape());
-    b.line("const long long n = " + literalInt(total) + ";");
-    CodeStream::Block loop(b, "for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; "
-                              "i < n; i += (long long)gridDim.x * blockDim.x)");
-    bool needCoords = false;
-    for (unsigned k = 0; k < n.numOperands(); ++k)
-      if (!ptrs[k].empty() && n.operand(k)->shape() != out->shape())
-        needCoords = true;
-    if (needCoords)
-      im.emitCoords(b, "i", "c");
-    for (unsigned k = 0; k < n.numOperands(); ++k) {
-      const Value *v = n.operand(k);
-      if (!v) {
-        vals.push_back("");
-        continue;
-      }
-      if (isScalarConstant(v)) {
-        vals.push_back(scalarLiteral(v));
-        continue;
-      }
-      std::string idx = v->shape() == out->shape() ? "i" : im.broadcastIndex(v->shape(), "c");
-      std::string name = "v" + std::to_string(k);
-      b.line("const " + std::string(computeType(v->dtype())) + " " + name + " = dlc::ld<" +
-             computeType(v->dtype()) + ">(" + ptrs[k] + ", " + idx + ");");
-      vals.push_back(name);
-    }
-    b.line("dlc::st(" + outPtr + ", i, " + expandExpr(n, vals) + ");");
-  }
-  kb.setFlops(static_cast<double>(total) * std::max<unsigned>(1, n.numOperands() - 1));
-  uint64_t grid;
-  uint32_t block;
-  elementwiseLaunchShape(vec4 ? total / 4 : total, grid, block);
-  kb.launch(grid, block);
-  return llvm::Error::success();
+  return lowerInlineNode(l, n);
 }
 
 } // namespace dlc::codegen

@@ -1,133 +1,20 @@
 //===- Movement.cpp - Shape and data-movement kernels ----------------------===//
 //
 // Metadata-only ops (Identity, Reshape, Flatten, Squeeze, Unsqueeze) alias their
-// operand's buffer. The others are gathers: each output element copies one input
-// element at an index computed from the output coordinates with compile-time
-// strides.
+// operand's buffer. Transpose, Slice, Expand, Tile, Gather and Concat are one-node
+// fusion groups (the index arithmetic of Fused.cpp); Pad, Split and the shape ops
+// are here: each output element is computed from the output coordinates with
+// compile-time strides.
 //===----------------------------------------------------------------------===//
 #include "EmitterUtils.h"
+
+#include "../Fused.h"
 
 namespace dlc::codegen {
 
 using namespace ir;
 
 namespace {
-
-/// out[i] = in[<srcExpr over coords c0..>]; `pre` lines run after the coordinates.
-void emitGather(Lowering &l, const Node &n, const Value *in, const Value *out,
-                const std::function<std::string(KernelBuilder &, CodeStream &)> &srcExpr) {
-  int64_t total = out->type().numElements();
-  l.allocate(out);
-  if (total == 0)
-    return;
-  KernelBuilder kb(l, n, "");
-  std::string ip = kb.pointerTo(in), op = kb.outputPointer(out);
-  CodeStream &b = kb.body();
-  {
-    CodeStream::Block loop(b, gridStrideLoop("i", ll(total)));
-    IndexMapper(out->shape()).emitCoords(b, "i", "c");
-    std::string src = srcExpr(kb, b);
-    b.line(op + "[i] = " + ip + "[" + src + "];");
-  }
-  uint64_t grid;
-  uint32_t block;
-  elementwiseLaunchShape(total, grid, block);
-  kb.launch(grid, block);
-}
-
-llvm::Error lowerTranspose(Lowering &l, const Node &n) {
-  const Value *x = n.operand(0);
-  std::vector<int64_t> perm = n.attrInts("perm");
-  if (perm.empty())
-    for (int64_t d = x->rank() - 1; d >= 0; --d)
-      perm.push_back(d);
-  Shape inStrides = stridesOf(x->shape());
-  std::vector<int64_t> s(perm.size());
-  for (size_t d = 0; d < perm.size(); ++d)
-    s[d] = inStrides[perm[d]];
-  emitGather(l, n, x, n.result(), [&](KernelBuilder &, CodeStream &) {
-    return IndexMapper(n.result()->shape()).dot(s, "c");
-  });
-  return llvm::Error::success();
-}
-
-llvm::Error lowerSlice(Lowering &l, const Node &n) {
-  const Value *x = n.operand(0);
-  // Recompute the clamped starts/steps exactly as shape inference does.
-  int64_t rank = x->rank();
-  const auto &starts = n.attrInts("starts"), &ends = n.attrInts("ends");
-  std::vector<int64_t> axes = n.attrInts("axes"), steps = n.attrInts("steps");
-  if (axes.empty())
-    for (size_t i = 0; i < starts.size(); ++i)
-      axes.push_back(static_cast<int64_t>(i));
-  if (steps.empty())
-    steps.assign(starts.size(), 1);
-  std::vector<int64_t> start(rank, 0), step(rank, 1);
-  for (size_t k = 0; k < axes.size(); ++k) {
-    int64_t a = axes[k] < 0 ? axes[k] + rank : axes[k], dim = x->shape()[a], st = steps[k];
-    __int128 v = starts[k];
-    if (v < 0)
-      v += dim;
-    v = st > 0 ? std::clamp<__int128>(v, 0, dim) : std::clamp<__int128>(v, 0, dim - 1);
-    start[a] = static_cast<int64_t>(v);
-    step[a] = st;
-    (void)ends;
-  }
-  Shape inStrides = stridesOf(x->shape());
-  emitGather(l, n, x, n.result(), [&](KernelBuilder &, CodeStream &) {
-    std::string s;
-    int64_t base = 0;
-    for (int64_t d = 0; d < rank; ++d) {
-      base += start[d] * inStrides[d];
-      int64_t coef = step[d] * inStrides[d];
-      if (coef)
-        s += " + c" + std::to_string(d) + " * " + ll(coef);
-    }
-    return ll(base) + s;
-  });
-  return llvm::Error::success();
-}
-
-llvm::Error lowerExpandTile(Lowering &l, const Node &n) {
-  const Value *x = n.operand(0);
-  const Shape &os = n.result()->shape();
-  emitGather(l, n, x, n.result(), [&](KernelBuilder &, CodeStream &) {
-    if (n.kind() == OpKind::Expand)
-      return IndexMapper(os).broadcastIndex(x->shape(), "c");
-    Shape st = stridesOf(x->shape());
-    std::string s;
-    for (size_t d = 0; d < os.size(); ++d)
-      s += (d ? " + " : "") + std::string("(c") + std::to_string(d) + " % " + ll(x->shape()[d]) +
-           ") * " + ll(st[d]);
-    return s.empty() ? std::string("0") : s;
-  });
-  return llvm::Error::success();
-}
-
-llvm::Error lowerGather(Lowering &l, const Node &n) {
-  const Value *x = n.operand(0), *idx = n.operand(1);
-  int64_t axis = n.attrInt("axis");
-  if (axis < 0)
-    axis += x->rank();
-  int64_t q = idx->rank(), dim = x->shape()[axis];
-  Shape xs = stridesOf(x->shape()), is = stridesOf(idx->shape());
-  emitGather(l, n, x, n.result(), [&](KernelBuilder &kb, CodeStream &b) {
-    std::string ip = kb.pointerTo(idx);
-    std::string iexpr = "0";
-    for (int64_t d = 0; d < q; ++d)
-      iexpr += " + c" + std::to_string(axis + d) + " * " + ll(is[d]);
-    b.line("long long g = (long long)" + ip + "[" + iexpr + "];");
-    b.line("if (g < 0) g += " + ll(dim) + ";");
-    b.line("if (g < 0 || g >= " + ll(dim) + ") { __trap(); g = 0; }");
-    std::string s = "g * " + ll(xs[axis]);
-    for (int64_t d = 0; d < axis; ++d)
-      s += " + c" + std::to_string(d) + " * " + ll(xs[d]);
-    for (int64_t d = axis + 1; d < x->rank(); ++d)
-      s += " + c" + std::to_string(d + q - 1) + " * " + ll(xs[d]);
-    return s;
-  });
-  return llvm::Error::success();
-}
 
 llvm::Error lowerPad(Lowering &l, const Node &n) {
   const Value *x = n.operand(0);
@@ -180,50 +67,6 @@ llvm::Error lowerPad(Lowering &l, const Node &n) {
 }
 
 /// Concat: each output element reads from the input whose range holds its axis coordinate.
-llvm::Error lowerConcat(Lowering &l, const Node &n) {
-  const Value *out = n.result();
-  int64_t rank = out->rank(), axis = n.attrInt("axis");
-  if (axis < 0)
-    axis += rank;
-  int64_t total = out->type().numElements();
-  l.allocate(out);
-  if (total == 0)
-    return llvm::Error::success();
-  KernelBuilder kb(l, n, "");
-  std::vector<std::string> ptrs;
-  for (Value *v : n.operands())
-    ptrs.push_back(v->type().numElements() ? kb.pointerTo(v) : "");
-  std::string op = kb.outputPointer(out);
-  CodeStream &b = kb.body();
-  {
-    CodeStream::Block loop(b, gridStrideLoop("i", ll(total)));
-    IndexMapper im(out->shape());
-    im.emitCoords(b, "i", "c");
-    int64_t offset = 0;
-    for (unsigned k = 0; k < n.numOperands(); ++k) {
-      const Value *v = n.operand(k);
-      int64_t len = v->shape()[axis];
-      if (len == 0)
-        continue;
-      Shape st = stridesOf(v->shape());
-      std::string idx;
-      for (int64_t d = 0; d < rank; ++d)
-        idx += (d ? " + " : "") + std::string(d == axis ? "(c" + std::to_string(d) + " - " + ll(offset) + ")"
-                                                        : "c" + std::to_string(d)) +
-               " * " + ll(st[d]);
-      b.line(std::string(k ? "else " : "") + "if (c" + std::to_string(axis) + " < " +
-             ll(offset + len) + ") " + op + "[i] = " + ptrs[k] + "[" + idx + "];");
-      offset += len;
-    }
-  }
-  uint64_t grid;
-  uint32_t block;
-  elementwiseLaunchShape(total, grid, block);
-  kb.launch(grid, block);
-  return llvm::Error::success();
-}
-
-/// Split: one kernel over the input writes every output.
 llvm::Error lowerSplit(Lowering &l, const Node &n) {
   const Value *x = n.operand(0);
   int64_t rank = x->rank(), axis = n.attrInt("axis");
@@ -299,13 +142,15 @@ llvm::Error lowerMovement(Lowering &l, const Node &n) {
   case OpKind::Unsqueeze:
     l.alias(n.result(), n.operand(0));
     return llvm::Error::success();
-  case OpKind::Transpose: return lowerTranspose(l, n);
-  case OpKind::Slice: return lowerSlice(l, n);
+  // Index-mapping ops are one-node fusion groups: the same index arithmetic that
+  // inlines them into fused kernels (Fused.cpp).
+  case OpKind::Transpose:
+  case OpKind::Slice:
   case OpKind::Expand:
-  case OpKind::Tile: return lowerExpandTile(l, n);
-  case OpKind::Gather: return lowerGather(l, n);
+  case OpKind::Tile:
+  case OpKind::Gather:
+  case OpKind::Concat: return lowerInlineNode(l, n);
   case OpKind::Pad: return lowerPad(l, n);
-  case OpKind::Concat: return lowerConcat(l, n);
   case OpKind::Split: return lowerSplit(l, n);
   case OpKind::Shape: {
     // Static shapes: the result is known at compile time.

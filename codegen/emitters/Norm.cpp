@@ -163,6 +163,8 @@ llvm::Error lowerChannelNorm(Lowering &l, const Node &n) {
 }
 
 llvm::Error lowerBatchNorm(Lowering &l, const Node &n) {
+  if (n.attrInt("training_mode") == 0) // a per-channel affine map: a one-node fusion group
+    return lowerInlineNode(l, n);
   const Value *x = n.operand(0), *y = n.result(0);
   int64_t N = x->shape()[0], C = x->shape()[1], S = x->type().numElements() / std::max<int64_t>(N * C, 1);
   int64_t total = x->type().numElements();
@@ -180,20 +182,7 @@ llvm::Error lowerBatchNorm(Lowering &l, const Node &n) {
               mp = kb.pointerTo(n.operand(3)), vp = kb.pointerTo(n.operand(4)), yp = kb.outputPointer(y);
   CodeStream &b = kb.body();
   kb.setFlops(4.0 * total);
-  if (!training) {
-    {
-      CodeStream::Block loop(b, gridStrideLoop("i", ll(total)));
-      b.line("const long long c = (i / " + ll(S) + ") % " + ll(C) + ";");
-      b.line("const float inv = 1.0f / sqrtf(dlc::ld<float>(" + vp + ", c) + " + eps + ");");
-      b.line("dlc::st(" + yp + ", i, (dlc::ld<float>(" + xp + ", i) - dlc::ld<float>(" + mp + ", c)) * inv * dlc::ld<float>(" +
-             sp + ", c) + dlc::ld<float>(" + bp + ", c));");
-    }
-    uint64_t grid;
-    uint32_t block;
-    elementwiseLaunchShape(total, grid, block);
-    kb.launch(grid, block);
-    return llvm::Error::success();
-  }
+
   // Training: batch statistics per channel (one block per channel), running stats updated.
   std::string rmp = kb.outputPointer(n.result(1)), rvp = kb.outputPointer(n.result(2));
   std::string mom = literal(DType::F32, n.attrFloat("momentum"));
