@@ -53,7 +53,7 @@ InferResult inferConv(const Node &n) {
   return TypeList{{n.operand(0)->dtype(), out}};
 }
 
-/// Conv over 3 normalized spatial dims; computes in float (double for f64 via CT).
+/// Conv over 3 normalized spatial dims, accumulating in CT (double for floating types).
 template <class CT>
 void convLoops(const std::vector<CT> &x, const std::vector<CT> &w, const std::vector<CT> *b,
                std::vector<CT> &y, int64_t N, int64_t C, const Shape &in, int64_t M,
@@ -105,7 +105,7 @@ llvm::Error refConv(const Node &n, const Inputs &in, Outputs &out) {
   if (!win)
     return win.takeError();
   return dispatch(in[0]->dtype(), [&](auto ct) -> llvm::Error {
-    using CT = std::conditional_t<std::is_same_v<decltype(ct), double>, double, float>;
+    using CT = AccType<decltype(ct)>;
     auto x = in[0]->template toVector<CT>(), w = in[1]->template toVector<CT>();
     std::vector<CT> bias;
     if (in.size() > 2 && in[2])
@@ -174,7 +174,7 @@ llvm::Error refConvTranspose(const Node &n, const Inputs &in, Outputs &out) {
     return win0.takeError();
   Window win = win0->as3D();
   return dispatch(in[0]->dtype(), [&](auto ct) -> llvm::Error {
-    using CT = std::conditional_t<std::is_same_v<decltype(ct), double>, double, float>;
+    using CT = AccType<decltype(ct)>;
     auto x = in[0]->template toVector<CT>(), w = in[1]->template toVector<CT>();
     int64_t N = xs[0], C = xs[1], G = n.attrInt("group"), Cg = C / G, Mg = ws[1], M = Mg * G;
     Shape is = spatial3D(xs, k), os = spatial3D(ys, k), K = win.kernel;

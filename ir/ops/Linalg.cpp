@@ -62,7 +62,7 @@ llvm::Error refMatMul(const Node &, const Inputs &in, Outputs &out) {
   if (!d)
     return d.takeError();
   return dispatch(in[0]->dtype(), [&](auto ct) -> llvm::Error {
-    using CT = std::conditional_t<std::is_same_v<decltype(ct), bool>, int64_t, decltype(ct)>;
+    using CT = AccType<decltype(ct)>;
     auto a = in[0]->template toVector<CT>(), b = in[1]->template toVector<CT>();
     int64_t batches = product(d->batch), m = d->m, k = d->k, nn = d->n;
     BroadcastIndex ia(d->aBatch, d->batch), ib(d->bBatch, d->batch);
@@ -114,7 +114,7 @@ llvm::Error refGemm(const Node &n, const Inputs &in, Outputs &out) {
   bool ta = n.attrInt("transA") != 0, tb = n.attrInt("transB") != 0;
   double alpha = n.attrFloat("alpha"), beta = n.attrFloat("beta");
   return dispatch(in[0]->dtype(), [&](auto ct) -> llvm::Error {
-    using CT = std::conditional_t<std::is_same_v<decltype(ct), bool>, int64_t, decltype(ct)>;
+    using CT = AccType<decltype(ct)>;
     auto a = in[0]->template toVector<CT>(), b = in[1]->template toVector<CT>();
     int64_t m = out[0].shape()[0], nn = out[0].shape()[1];
     int64_t k = ta ? in[0]->shape()[0] : in[0]->shape()[1];

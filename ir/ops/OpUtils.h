@@ -4,6 +4,7 @@
 #include "dlc/ir/Graph.h"
 
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 namespace dlc::ir::ops {
@@ -62,6 +63,14 @@ InferResult inferSameAsOperand0(const Node &n);
 
 /// Calls f(CT{}) with the compute type of operand 0's dtype (see visitComputeType).
 template <class F> llvm::Error dispatch(DType dt, F &&f) { return visitComputeType(dt, f); }
+
+/// The accumulation type of a reference kernel for compute type T: sums of
+/// products are carried in double for floating types (the oracle should be closer
+/// to the exact result than any kernel it checks), bool counts in int64, and the
+/// integer types keep their own (wrapping) arithmetic. Results round once, on store.
+template <class T>
+using AccType = std::conditional_t<std::is_same_v<T, bool>, int64_t,
+                                   std::conditional_t<std::is_floating_point_v<T>, double, T>>;
 
 /// Constant data of operand i, or null if it is absent or not a constant.
 const Tensor *constantOperand(const Node &n, unsigned i);

@@ -77,9 +77,7 @@ template <OpKind K> llvm::Error refReduce(const Node &n, const Inputs &in, Outpu
   int64_t outN = out[0].numElements();
   int64_t count = outN ? in[0]->numElements() / outN : 0;
   return dispatch(in[0]->dtype(), [&](auto ct) -> llvm::Error {
-    using CT = std::conditional_t<std::is_same_v<decltype(ct), bool>, int64_t,
-                                  std::conditional_t<std::is_same_v<decltype(ct), float>, double,
-                                                     decltype(ct)>>;
+    using CT = AccType<decltype(ct)>;
     auto x = in[0]->template toVector<CT>();
     CT init = K == OpKind::ReduceProd   ? CT(1)
               : K == OpKind::ReduceMax ? (std::numeric_limits<CT>::has_infinity
@@ -269,9 +267,7 @@ llvm::Error refCumSum(const Node &n, const Inputs &in, Outputs &out) {
   bool exclusive = n.attrInt("exclusive") != 0, reverse = n.attrInt("reverse") != 0;
   AxisSplit sp(in[0]->shape(), axis);
   return dispatch(in[0]->dtype(), [&](auto ct) -> llvm::Error {
-    using CT = std::conditional_t<std::is_same_v<decltype(ct), float>, double,
-                                  std::conditional_t<std::is_same_v<decltype(ct), bool>, int64_t,
-                                                     decltype(ct)>>;
+    using CT = AccType<decltype(ct)>;
     auto x = in[0]->template toVector<CT>();
     std::vector<CT> y(x.size());
     for (int64_t o = 0; o < sp.outer; ++o)

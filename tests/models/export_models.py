@@ -6,10 +6,14 @@ Layout (the ONNX backend-test layout, so dlc-conformance can run it):
     OUT/<model>_op<opset>/test_data_set_0/input_<i>.pb, output_<i>.pb
 
 Weights are random with fixed seeds; nothing is downloaded. Reference outputs
-come from PyTorch in eval mode. Run with Debian's /usr/bin/python3
+come from PyTorch in eval mode, computed in float64 (a copy of the model and its
+float inputs in double) and rounded to float32: a float32 PyTorch reference carries
+its own accumulation-order error, which differs between CPUs (oneDNN picks kernels
+by ISA), so a tight tolerance would test the machine rather than dlc. Run with Debian's /usr/bin/python3
 (python3-torch, python3-torchvision, python3-onnx).
 """
 import argparse
+import copy
 import math
 import os
 import sys
@@ -136,7 +140,15 @@ def build(name):
         return TransformerEncoderModel(), (torch.randint(0, 100, (2, 16)),)
     if name == "resnet50":
         import torchvision
-        return torchvision.models.resnet50(weights=None), (torch.randn(1, 3, 224, 224),)
+        model = torchvision.models.resnet50(weights=None)
+        # With torchvision's init every bottleneck adds a unit-variance branch and the
+        # logits reach ~1e2, where float32 rounding alone (in PyTorch as in dlc) exceeds
+        # a 1e-4 relative error on the small logits. Trained ResNets have small gammas
+        # on each block's last BN; so does this one, which keeps the logits O(1).
+        for m in model.modules():
+            if isinstance(m, torchvision.models.resnet.Bottleneck):
+                m.bn3.weight.data.uniform_(0.2, 0.5)
+        return model, (torch.randn(1, 3, 224, 224),)
     if name == "squeezenet1_1":
         import torchvision
         return torchvision.models.squeezenet1_1(weights=None), (torch.randn(1, 3, 224, 224),)
@@ -165,7 +177,8 @@ def export(name, opset, out_root):
     data = os.path.join(case, "test_data_set_0")
     os.makedirs(data, exist_ok=True)
     with torch.no_grad():
-        outputs = model(*inputs)
+        exact = copy.deepcopy(model).double()
+        outputs = exact(*[t.double() if t.is_floating_point() else t for t in inputs])
     if isinstance(outputs, torch.Tensor):
         outputs = (outputs,)
     input_names = [f"input_{i}" for i in range(len(inputs))]
