@@ -133,17 +133,31 @@ private:
       return e;
     if (auto e = expect(Tok::Less, "after 'dense'"))
       return e;
-    ir::Tensor t(type);
     int64_t n = type.numElements();
-    if (isIdent("elided")) {
+    if (isIdent("elided"))
       return error("constant data was elided when this IR was printed and cannot be parsed; "
                    "print without eliding constants");
-    } else if (is(Tok::Hex)) {
+    // The data is checked against the type before the tensor is allocated: a huge
+    // shape with little data is an error, not an enormous allocation.
+    if (is(Tok::Hex) && tok().text.size() != 2 * type.byteSize())
+      return errorAt(tok(), "hex data has " + std::to_string(tok().text.size() / 2) +
+                                " bytes, type " + type.str() + " needs " +
+                                std::to_string(type.byteSize()));
+    if (is(Tok::LBracket)) {
+      int64_t given = 0;
+      for (size_t j = pos_ + 1; j < toks_.size() && toks_[j].kind != Tok::RBracket &&
+                                toks_[j].kind != Tok::Eof && given <= n;
+           ++j)
+        given += toks_[j].kind != Tok::Comma;
+      if (given > n)
+        return errorAt(tok(), "too many elements for type " + type.str());
+      if (given < n)
+        return errorAt(tok(), "constant of type " + type.str() + " needs " + std::to_string(n) +
+                                  " elements, got " + std::to_string(given));
+    }
+    ir::Tensor t(type);
+    if (is(Tok::Hex)) {
       const Token &h = consume();
-      if (h.text.size() != 2 * t.byteSize())
-        return errorAt(h, "hex data has " + std::to_string(h.text.size() / 2) +
-                              " bytes, type " + type.str() + " needs " +
-                              std::to_string(t.byteSize()));
       auto *p = static_cast<uint8_t *>(t.mutableRaw());
       auto hv = [](char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; };
       for (size_t i = 0; i < t.byteSize(); ++i)

@@ -4,6 +4,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstring>
+#include <new>
 
 namespace {
 
@@ -52,8 +53,16 @@ int main(int argc, char **argv) {
   }
   std::vector<std::string> args(argv + 2, argv + argc);
   for (const Command &c : kCommands)
-    if (cmd == c.name)
-      return c.run(args);
+    if (cmd == c.name) {
+      // Inputs are validated before anything is allocated from their sizes; a model
+      // that is valid but larger than this machine's memory still ends cleanly.
+      try {
+        return c.run(args);
+      } catch (const std::bad_alloc &) {
+        llvm::errs() << "dlc: error: out of memory while running '" << cmd << "'\n";
+        return 1;
+      }
+    }
   llvm::errs() << "dlc: error: unknown command '" << cmd << "'\n";
   printUsage(llvm::errs());
   return 2;
