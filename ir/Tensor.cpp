@@ -176,7 +176,8 @@ template <class CT> std::vector<CT> Tensor::toVector() const {
   std::vector<CT> out(static_cast<size_t>(n));
   if constexpr (std::is_same_v<CT, float>) {
     if (dtype() == DType::F32) {
-      std::memcpy(out.data(), data_, n * sizeof(float));
+      if (n)
+        std::memcpy(out.data(), data_, n * sizeof(float));
       return out;
     }
   }

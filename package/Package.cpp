@@ -306,24 +306,33 @@ Status PackageFile::verify() {
         if (!es || g->m() < 1 || g->n() < 1 || g->k() < 1 || g->batch() < 1 || !g->a() ||
             !g->b() || !g->c())
           return bad(label + " is an invalid GEMM");
-        // Highest element each operand touches, for bounds checks.
-        auto extent = [](int64_t batch, int64_t stride, int64_t rows, int64_t cols, int64_t ld) {
-          return (batch - 1) * stride + (rows - 1) * ld + cols;
+        // Bytes up to the highest element each operand touches, for bounds checks; the
+        // operands are non-negative here, and an overflow (a damaged package) becomes a
+        // size no buffer has.
+        auto extent = [es](int64_t batch, int64_t stride, int64_t rows, int64_t cols,
+                           int64_t ld) -> uint64_t {
+          uint64_t a, b, r;
+          if (__builtin_mul_overflow(uint64_t(batch - 1), uint64_t(stride), &a) ||
+              __builtin_mul_overflow(uint64_t(rows - 1), uint64_t(ld), &b) ||
+              __builtin_add_overflow(a, b, &r) || __builtin_add_overflow(r, uint64_t(cols), &r) ||
+              __builtin_mul_overflow(r, uint64_t(es), &r))
+            return UINT64_MAX;
+          return r;
         };
         int64_t ar = g->trans_a() ? g->k() : g->m(), ac = g->trans_a() ? g->m() : g->k();
         int64_t br = g->trans_b() ? g->n() : g->k(), bc = g->trans_b() ? g->k() : g->n();
         if (g->lda() < ac || g->ldb() < bc || g->ldc() < g->n() || g->stride_a() < 0 ||
             g->stride_b() < 0 || g->stride_c() < 0)
           return bad(label + " has invalid leading dimensions or strides");
-        DLC_RETURN_IF_ERROR(checkRef(*g->a(), extent(g->batch(), g->stride_a(), ar, ac, g->lda()) * es,
+        DLC_RETURN_IF_ERROR(checkRef(*g->a(), extent(g->batch(), g->stride_a(), ar, ac, g->lda()),
                                      label + " A"));
-        DLC_RETURN_IF_ERROR(checkRef(*g->b(), extent(g->batch(), g->stride_b(), br, bc, g->ldb()) * es,
+        DLC_RETURN_IF_ERROR(checkRef(*g->b(), extent(g->batch(), g->stride_b(), br, bc, g->ldb()),
                                      label + " B"));
-        DLC_RETURN_IF_ERROR(checkRef(*g->c(), extent(g->batch(), g->stride_c(), g->m(), g->n(), g->ldc()) * es,
+        DLC_RETURN_IF_ERROR(checkRef(*g->c(), extent(g->batch(), g->stride_c(), g->m(), g->n(), g->ldc()),
                                      label + " C"));
         if (g->c_in())
           DLC_RETURN_IF_ERROR(checkRef(*g->c_in(),
-                                       extent(g->batch(), g->stride_c(), g->m(), g->n(), g->ldc()) * es,
+                                       extent(g->batch(), g->stride_c(), g->m(), g->n(), g->ldc()),
                                        label + " C input"));
         if (g->bias())
           DLC_RETURN_IF_ERROR(checkRef(*g->bias(), g->n() * es, label + " bias"));

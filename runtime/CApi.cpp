@@ -119,6 +119,7 @@ const char *dlc_status_string(dlc_status s) {
   case DLC_ERROR_LAUNCH: return "launch failure";
   case DLC_ERROR_INTERNAL: return "internal error";
   case DLC_ERROR_IO: return "I/O error";
+  case DLC_STATUS_FORCE_INT32_: break;
   }
   return "unknown status";
 }

@@ -35,15 +35,23 @@ typedef enum dlc_status {
   DLC_ERROR_UNAVAILABLE = 3,      /* the requested device, driver or library is missing */
   DLC_ERROR_LAUNCH = 4,           /* a kernel or library call failed */
   DLC_ERROR_INTERNAL = 5,
-  DLC_ERROR_IO = 6
+  DLC_ERROR_IO = 6,
+  DLC_STATUS_FORCE_INT32_ = -0x7fffffff - 1
 } dlc_status;
 
-typedef enum dlc_device { DLC_DEVICE_AUTO = 0, DLC_DEVICE_CUDA = 1, DLC_DEVICE_EMU = 2 } dlc_device;
+/* The *_FORCE_INT32_ entries (INT_MIN) are not values: they give every enum the whole
+   32-bit int range, so any int a caller passes is a defined value of the type that the
+   runtime checks and rejects, and the enums' size never depends on the compiler. */
+typedef enum dlc_device {
+  DLC_DEVICE_AUTO = 0, DLC_DEVICE_CUDA = 1, DLC_DEVICE_EMU = 2,
+  DLC_DEVICE_FORCE_INT32_ = -0x7fffffff - 1
+} dlc_device;
 
 /* Element types, in the order of the package format. */
 typedef enum dlc_dtype {
   DLC_F32 = 0, DLC_F16 = 1, DLC_BF16 = 2, DLC_F64 = 3, DLC_I64 = 4, DLC_I32 = 5, DLC_I16 = 6,
-  DLC_I8 = 7, DLC_U8 = 8, DLC_U16 = 9, DLC_U32 = 10, DLC_U64 = 11, DLC_BOOL = 12
+  DLC_I8 = 7, DLC_U8 = 8, DLC_U16 = 9, DLC_U32 = 10, DLC_U64 = 11, DLC_BOOL = 12,
+  DLC_DTYPE_FORCE_INT32_ = -0x7fffffff - 1
 } dlc_dtype;
 
 typedef struct dlc_tensor_info {

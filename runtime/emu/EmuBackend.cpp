@@ -24,7 +24,28 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
+
+#if defined(BOOST_USE_UCONTEXT)
+// The sanitizer build (-DDLC_SANITIZE=ON) uses Boost.Context's ucontext fibers, whose
+// switches tell AddressSanitizer about the change of stack (BOOST_USE_ASAN); with the
+// assembly fibers ASan sees unknown stacks and reports false overflows. Debian ships
+// the library built for the assembly fibers only, so the per-thread "running fiber"
+// record that the ucontext fibers declare is defined here: lazily, the thread's own
+// context first.
+namespace boost::context::detail {
+fiber_activation_record *&fiber_activation_record::current() noexcept {
+  thread_local std::unique_ptr<fiber_activation_record> threadContext;
+  thread_local fiber_activation_record *running = nullptr;
+  if (!running) {
+    threadContext.reset(new fiber_activation_record());
+    running = threadContext.get();
+  }
+  return running;
+}
+} // namespace boost::context::detail
+#endif
 
 namespace dlc::rt {
 namespace {
@@ -128,7 +149,11 @@ public:
     }
     for (unsigned i = 0; i < n; ++i) {
       EmuThread &th = threads_[i];
-      th.fiber = bctx::fiber(std::allocator_arg, stacks_.allocator(), [&th, thunk, args](bctx::fiber &&c) {
+      th.fiber = bctx::fiber(std::allocator_arg, stacks_.allocator(), [this, &th, thunk, args](bctx::fiber &&c) {
+        // The ucontext fibers (sanitizer build) enter a never-started fiber to destroy
+        // it; the kernel thread must not run then.
+        if (killing_)
+          return std::move(c);
         th.caller = std::move(c);
         thunk(args);
         th.state = EmuThread::Done;
@@ -244,14 +269,17 @@ private:
 
   void killAll() {
     // Destroying an unfinished fiber unwinds its stack.
+    killing_ = true;
     for (EmuThread &th : threads_)
       th.fiber = bctx::fiber();
+    killing_ = false;
   }
 
   StackPool stacks_;
   std::vector<EmuThread> threads_;
   EmuThread *current_ = nullptr;
   bool fibers_ = false;
+  bool killing_ = false;
   std::optional<std::string> error_;
 };
 
