@@ -42,8 +42,14 @@ std::string FusedAccess::load(CodeStream &b, const Value *v, const std::string &
 
 std::string FusedAccess::loadBound(CodeStream &b, const Value *v, const std::string &idx, const Value *bound,
                                    const std::string &boundExpr) {
+  return valueWithBound(b, v, idx, bound, idx, boundExpr);
+}
+
+std::string FusedAccess::valueWithBound(CodeStream &b, const Value *v, const std::string &idx,
+                                        const Value *bound, const std::string &boundIdx,
+                                        const std::string &boundExpr) {
   bound_ = bound;
-  boundIdx_ = idx;
+  boundIdx_ = boundIdx;
   boundExpr_ = boundExpr;
   Memo memo;
   std::string r = valueAt(b, v, idx, memo);
@@ -82,26 +88,16 @@ std::string FusedAccess::forwardIndex(CodeStream &b, const Value *from, const st
 
 void FusedAccess::store(CodeStream &b, const Value *anchorOut, const std::string &idx, const std::string &value) {
   const Value *out = stored(anchorOut);
-  std::string outPtr;
-  if (out == anchorOut) {
-    auto it = ptrs_.find(out);
-    outPtr = it != ptrs_.end() ? it->second : (ptrs_[out] = kb_.outputPointer(out));
-    b.line("dlc::st(" + outPtr + ", " + idx + ", " + value + ");");
-    return;
+  std::string at = idx, r = value;
+  if (out != anchorOut) {
+    // The epilogue: every node after the anchor keeps its linear index (FusionRules).
+    std::string bound = fresh("a");
+    b.line(std::string("const ") + computeType(anchorOut->dtype()) + " " + bound + " = " + value + ";");
+    at = forwardIndex(b, anchorOut, idx);
+    r = valueWithBound(b, out, at, anchorOut, idx, bound);
   }
-  // The epilogue: every node after the anchor keeps its linear index (FusionRules).
-  std::string ct = computeType(anchorOut->dtype());
-  std::string bound = fresh("a");
-  b.line("const " + ct + " " + bound + " = " + value + ";");
-  std::string at = forwardIndex(b, anchorOut, idx);
-  bound_ = anchorOut;
-  boundIdx_ = idx;
-  boundExpr_ = bound;
-  Memo memo;
-  std::string r = valueAt(b, out, at, memo);
-  bound_ = nullptr;
   auto it = ptrs_.find(out);
-  outPtr = it != ptrs_.end() ? it->second : (ptrs_[out] = kb_.outputPointer(out));
+  std::string outPtr = it != ptrs_.end() ? it->second : (ptrs_[out] = kb_.outputPointer(out));
   b.line("dlc::st(" + outPtr + ", " + at + ", " + r + ");");
 }
 

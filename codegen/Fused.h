@@ -54,6 +54,10 @@ public:
 private:
   using Memo = std::map<std::pair<const ir::Value *, std::string>, std::string>;
   std::string valueAt(CodeStream &b, const ir::Value *v, const std::string &idx, Memo &memo);
+  /// valueAt with `bound` replaced by `boundExpr` where it is read at `boundIdx`.
+  std::string valueWithBound(CodeStream &b, const ir::Value *v, const std::string &idx,
+                             const ir::Value *bound, const std::string &boundIdx,
+                             const std::string &boundExpr);
   std::string fresh(const char *prefix);
   std::string coords(CodeStream &b, const ir::Shape &s, const std::string &idx);
   /// The root's linear index for the anchor element at `idx` (epilogue transposes).

@@ -144,11 +144,16 @@ private:
                                 " bytes, type " + type.str() + " needs " +
                                 std::to_string(type.byteSize()));
     if (is(Tok::LBracket)) {
+      auto element = [](const Token &e) {
+        return e.kind == Tok::Int || e.kind == Tok::Float ||
+               (e.kind == Tok::Ident && (e.text == "true" || e.text == "false"));
+      };
       int64_t given = 0;
-      for (size_t j = pos_ + 1; j < toks_.size() && toks_[j].kind != Tok::RBracket &&
-                                toks_[j].kind != Tok::Eof && given <= n;
-           ++j)
+      size_t j = pos_ + 1; // toks_ ends with Eof, which stops the scan
+      for (; toks_[j].kind == Tok::Comma || element(toks_[j]); ++j)
         given += toks_[j].kind != Tok::Comma;
+      if (toks_[j].kind != Tok::RBracket)
+        return errorAt(toks_[j], "expected a constant element, ',' or ']', found " + describeTok(toks_[j]));
       if (given > n)
         return errorAt(tok(), "too many elements for type " + type.str());
       if (given < n)
@@ -163,7 +168,7 @@ private:
       for (size_t i = 0; i < t.byteSize(); ++i)
         p[i] = static_cast<uint8_t>(hv(h.text[2 * i]) * 16 + hv(h.text[2 * i + 1]));
     } else {
-      const Token &open = tok();
+      // The element count was checked above.
       if (auto e = expect(Tok::LBracket, "or hex data in dense<...>"))
         return e;
       int64_t i = 0;
@@ -172,8 +177,6 @@ private:
         if (i > 0)
           if (auto e = expect(Tok::Comma, "between elements"))
             return e;
-        if (i >= n)
-          return error("too many elements for type " + type.str());
         const Token &e = consume();
         DType dt = type.dtype;
         if (e.kind == Tok::Ident && (e.text == "true" || e.text == "false")) {
@@ -210,9 +213,6 @@ private:
         }
         ++i;
       }
-      if (i != n)
-        return errorAt(open, "constant of type " + type.str() + " needs " + std::to_string(n) +
-                                 " elements, got " + std::to_string(i));
       ++pos_;
     }
     if (auto e = expect(Tok::Greater, "to close dense<...>"))

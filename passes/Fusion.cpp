@@ -242,29 +242,24 @@ private:
     if (anchor < 0)
       return true;
     AnchorCaps caps = anchorCaps(*nodes[anchor]);
-    // Descendants of the anchor inside the group: its epilogue.
-    std::vector<bool> desc(nodes.size(), false), anc(nodes.size(), false);
-    std::vector<int> work = {anchor};
+    // Descendants of the anchor inside the group (its epilogue, the anchor included)
+    // and its ancestors (its prologue).
+    auto reachable = [&](const std::vector<std::vector<int>> &edges) {
+      std::vector<bool> seen(nodes.size(), false);
+      std::vector<int> work = {anchor};
+      while (!work.empty()) {
+        int v = work.back();
+        work.pop_back();
+        for (int u : edges[v])
+          if (in[u] && !seen[u]) {
+            seen[u] = true;
+            work.push_back(u);
+          }
+      }
+      return seen;
+    };
+    std::vector<bool> desc = reachable(dg_->users), anc = reachable(dg_->producers);
     desc[anchor] = true;
-    while (!work.empty()) {
-      int v = work.back();
-      work.pop_back();
-      for (int u : dg_->users[v])
-        if (in[u] && !desc[u]) {
-          desc[u] = true;
-          work.push_back(u);
-        }
-    }
-    work = {anchor};
-    while (!work.empty()) {
-      int v = work.back();
-      work.pop_back();
-      for (int p : dg_->producers[v])
-        if (in[p] && !anc[p]) {
-          anc[p] = true;
-          work.push_back(p);
-        }
-    }
     const Value *anchorOut = nodes[anchor]->result();
     bool reindexed = false, chain = true;
     for (size_t i = 0; i < nodes.size(); ++i) {

@@ -121,16 +121,27 @@ static uint64_t tensorBytes(const pkg::TensorInfo *t) {
   return n * pkg::dtypeSize(t->dtype());
 }
 
+/// The input or output `name` for a host copy of `size` bytes at `data`: it must exist
+/// and the size must be exactly the tensor's.
+static Status hostTransfer(const flatbuffers::Vector<flatbuffers::Offset<pkg::TensorInfo>> *tensors,
+                           int index, const char *what, const std::string &name, const void *data,
+                           size_t size, const pkg::TensorInfo *&t) {
+  if (index < 0)
+    return Status(StatusCode::InvalidArgument, std::string("the model has no ") + what + " named '" + name + "'");
+  t = tensors->Get(index);
+  if (!data && size)
+    return Status(StatusCode::InvalidArgument, std::string(what) + " '" + name + "': data is null");
+  if (size != tensorBytes(t))
+    return Status(StatusCode::InvalidArgument, std::string(what) + " '" + name + "' has " +
+                                                   std::to_string(tensorBytes(t)) + " bytes, the buffer has " +
+                                                   std::to_string(size));
+  return Status::ok();
+}
+
 Status Session::setInputBytes(const std::string &name, const void *data, size_t size) {
   int i = inputIndex(name);
-  if (i < 0)
-    return Status(StatusCode::InvalidArgument, "the model has no input named '" + name + "'");
-  const pkg::TensorInfo *in = pkg_->meta().inputs()->Get(i);
-  if (!data && size)
-    return Status(StatusCode::InvalidArgument, "input '" + name + "': data is null");
-  if (size != tensorBytes(in))
-    return Status(StatusCode::InvalidArgument, "input '" + name + "' needs " + std::to_string(tensorBytes(in)) +
-                                                   " bytes, got " + std::to_string(size));
+  const pkg::TensorInfo *in = nullptr;
+  DLC_RETURN_IF_ERROR(hostTransfer(pkg_->meta().inputs(), i, "input", name, data, size, in));
   DLC_RETURN_IF_ERROR(backend_->upload(pkg::BufRef(in->buffer(), 0), data, size));
   inputSet_[i] = true;
   return Status::ok();
@@ -153,15 +164,8 @@ Status Session::bindDevice(const std::string &name, bool isOutput, uint64_t devi
 Status Session::setStream(void *stream) { return backend_->setStream(stream); }
 
 Status Session::getOutputBytes(const std::string &name, void *data, size_t size) const {
-  int i = outputIndex(name);
-  if (i < 0)
-    return Status(StatusCode::InvalidArgument, "the model has no output named '" + name + "'");
-  const pkg::TensorInfo *o = pkg_->meta().outputs()->Get(i);
-  if (!data && size)
-    return Status(StatusCode::InvalidArgument, "output '" + name + "': data is null");
-  if (size != tensorBytes(o))
-    return Status(StatusCode::InvalidArgument, "output '" + name + "' has " + std::to_string(tensorBytes(o)) +
-                                                   " bytes, the buffer has " + std::to_string(size));
+  const pkg::TensorInfo *o = nullptr;
+  DLC_RETURN_IF_ERROR(hostTransfer(pkg_->meta().outputs(), outputIndex(name), "output", name, data, size, o));
   return backend_->download(data, pkg::BufRef(o->buffer(), 0), size);
 }
 

@@ -66,30 +66,20 @@ llvm::Error lowerAttention(Lowering &l, const Node &mm2) {
   {
     CodeStream::Block kt(b, "for (long long kt = 0; kt < " + SK + "; kt += " + std::to_string(kKeys) + ")");
     // Stage K' (read as [hd, Sk]) and V ([Sk, hdv]) tiles; rows past Sk are zero.
-    {
-      CodeStream::Block e(b, "for (int e = threadIdx.x; e < " + std::to_string(kKeys * hd) + "; e += " +
-                                 std::to_string(32 * kWarps) + ")");
-      b.line("const int j = e / " + std::to_string(hd) + ", d = e % " + std::to_string(hd) + ";");
+    auto stage = [&](const char *tile, int64_t width, const Value *src, const std::string &index) {
+      CodeStream::Block e(b, "for (int e = threadIdx.x; e < " + std::to_string(kKeys * width) +
+                                 "; e += " + std::to_string(32 * kWarps) + ")");
+      b.line("const int j = e / " + std::to_string(width) + ", d = e % " + std::to_string(width) + ";");
       b.line("const long long key = kt + j;");
-      b.line("float kv = 0.0f;");
+      b.line("float staged = 0.0f;");
       {
         CodeStream::Block in(b, "if (key < " + SK + ")");
-        b.line("kv = (float)" + fa.load(b, k, "(bh * " + HD + " + d) * " + SK + " + key") + ";");
+        b.line("staged = (float)" + fa.load(b, src, index) + ";");
       }
-      b.line("Ks[j][d] = kv;");
-    }
-    {
-      CodeStream::Block e(b, "for (int e = threadIdx.x; e < " + std::to_string(kKeys * hdv) + "; e += " +
-                                 std::to_string(32 * kWarps) + ")");
-      b.line("const int j = e / " + std::to_string(hdv) + ", d = e % " + std::to_string(hdv) + ";");
-      b.line("const long long key = kt + j;");
-      b.line("float vv = 0.0f;");
-      {
-        CodeStream::Block in(b, "if (key < " + SK + ")");
-        b.line("vv = (float)" + fa.load(b, v, "(bh * " + SK + " + key) * " + HDV + " + d") + ";");
-      }
-      b.line("Vs[j][d] = vv;");
-    }
+      b.line(std::string(tile) + "[j][d] = staged;");
+    };
+    stage("Ks", hd, k, "(bh * " + HD + " + d) * " + SK + " + key");
+    stage("Vs", hdv, v, "(bh * " + SK + " + key) * " + HDV + " + d");
     b.line("__syncthreads();");
     {
       CodeStream::Block act(b, "if (active)");
