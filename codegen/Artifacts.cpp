@@ -16,6 +16,7 @@
 #include "llvm/Support/Program.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstring>
 #include <map>
 #include <sys/stat.h>
 
@@ -222,17 +223,24 @@ std::string formatSchedule(const pkg::PackageFile &pf) {
         os << "launch " << (k ? k->name()->str() : "?") << "<<<" << dim(l->grid()) << ", " << dim(l->block());
         if (l->dynamic_smem())
           os << ", " << l->dynamic_smem();
+        // The parameter buffer as 8-byte words: device addresses by buffer, the rest as integers.
         os << ">>>(";
-        if (l->args())
-          for (size_t a = 0; a < l->args()->size(); ++a) {
-            const pkg::Arg *arg = l->args()->Get(a);
-            os << (a ? ", " : "");
-            switch (arg->kind()) {
-            case pkg::ArgKind::Pointer: os << ref(&arg->ref()); break;
-            case pkg::ArgKind::I64: os << arg->i(); break;
-            case pkg::ArgKind::F32: os << g(arg->f()) << "f"; break;
-            }
+        size_t n = l->params() ? l->params()->size() : 0;
+        for (size_t off = 0; off < n; off += 8) {
+          os << (off ? ", " : "");
+          const pkg::Reloc *reloc = nullptr;
+          if (l->relocs())
+            for (const pkg::Reloc *r : *l->relocs())
+              if (r->offset() == off)
+                reloc = r;
+          if (reloc) {
+            os << ref(&reloc->ref());
+            continue;
           }
+          int64_t word = 0;
+          std::memcpy(&word, l->params()->data() + off, std::min<size_t>(8, n - off));
+          os << word;
+        }
         os << ")";
       } else if (const pkg::Gemm *gm = s->op_as_Gemm()) {
         os << llvm::formatv("gemm {0} {1}{2} m={3} n={4} k={5}", pkg::dtypeName(gm->dtype()), gm->trans_a() ? "T" : "N",
@@ -253,6 +261,12 @@ std::string formatSchedule(const pkg::PackageFile &pf) {
         os << "copy " << c->bytes() << " B " << ref(c->src()) << " -> " << ref(c->dst());
       } else if (const pkg::Memset *ms = s->op_as_Memset()) {
         os << "memset " << ms->bytes() << " B " << ref(ms->dst()) << " = " << int(ms->value());
+      }
+      if (s->archs() && s->archs()->size()) {
+        os << "  [";
+        for (size_t a = 0; a < s->archs()->size(); ++a)
+          os << (a ? "," : "") << s->archs()->Get(a)->str();
+        os << " only]";
       }
       if (s->node() && s->node()->size())
         os << "    // " << s->node()->str();

@@ -6,17 +6,22 @@
 
 #include "dlc/package/Package.h"
 
+#include "llvm/Support/FormatVariadic.h"
+
 #include <algorithm>
 #include <chrono>
-#include <future>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <set>
+#include <thread>
 
 namespace dlc::codegen {
 
 using namespace ir;
 
 const std::vector<std::string> &defaultGpuTargets() {
-  static const std::vector<std::string> t = {"sm_80", "sm_86", "sm_89", "sm_90", "compute_90"};
+  static const std::vector<std::string> t = {"sm_80", "sm_86", "sm_89", "sm_90", "compute_80"};
   return t;
 }
 
@@ -61,16 +66,18 @@ std::vector<uint8_t> writePackage(const Program &p, const std::vector<CompiledMo
   for (const KernelDesc &k : p.kernels) {
     std::vector<flatbuffers::Offset<pkg::ArchResources>> res;
     for (const CompiledModule &m : modules) {
-      if (m.kind != CompiledModule::Cubin)
+      if (m.kind != CompiledModule::Cubin || m.chunk != k.chunk)
         continue;
-      auto it = m.resources.find(k.name);
+      auto it = m.resources.find(k.symbol);
       if (it == m.resources.end())
         continue;
       const KernelResources &r = it->second;
       res.push_back(pkg::CreateArchResources(fb, fb.CreateString(m.target), r.registers, r.spillStores,
                                              r.spillLoads, r.sharedBytes, r.stackBytes));
     }
-    kernels.push_back(pkg::CreateKernel(fb, fb.CreateString(k.name), k.needsSync, fb.CreateVector(res), k.flops));
+    kernels.push_back(pkg::CreateKernel(fb, fb.CreateString(k.name), fb.CreateString(k.symbol), k.chunk,
+                                        k.needsSync, k.cooperative, fb.CreateVector(res),
+                                        fb.CreateString(k.templateName)));
   }
   std::vector<flatbuffers::Offset<pkg::Module>> mods;
   for (size_t i = 0; i < modules.size(); ++i) {
@@ -78,22 +85,22 @@ std::vector<uint8_t> writePackage(const Program &p, const std::vector<CompiledMo
     pkg::ModuleKind kind = m.kind == CompiledModule::Cubin ? pkg::ModuleKind::Cubin
                            : m.kind == CompiledModule::Ptx ? pkg::ModuleKind::Ptx
                                                            : pkg::ModuleKind::EmuSharedObject;
-    mods.push_back(pkg::CreateModule(fb, fb.CreateString(m.target), kind, &moduleSections[i]));
+    mods.push_back(pkg::CreateModule(fb, fb.CreateString(m.target), kind, &moduleSections[i], m.chunk));
   }
   std::vector<flatbuffers::Offset<pkg::Step>> steps;
   for (const StepDesc &s : p.steps) {
     auto node = fb.CreateString(s.node);
+    flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> archs;
+    if (!s.archs.empty())
+      archs = fb.CreateVectorOfStrings(s.archs);
     if (const auto *l = std::get_if<LaunchStep>(&s.op)) {
-      std::vector<pkg::Arg> args;
-      for (const KernelArg &a : l->args)
-        args.emplace_back(a.kind == KernelArg::Pointer ? pkg::ArgKind::Pointer
-                          : a.kind == KernelArg::I64   ? pkg::ArgKind::I64
-                                                       : pkg::ArgKind::F32,
-                          ref(a.ref), a.i, a.f);
+      std::vector<pkg::Reloc> relocs;
+      for (const auto &[offset, r] : l->params.relocs)
+        relocs.emplace_back(offset, ref(r));
       pkg::Dim3 grid(l->grid[0], l->grid[1], l->grid[2]), block(l->block[0], l->block[1], l->block[2]);
-      auto launch = pkg::CreateLaunch(fb, l->kernel, &grid, &block, l->smem, fb.CreateVectorOfStructs(args),
-                                      l->bytesRead, l->bytesWritten);
-      steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Launch, launch.Union(), node));
+      auto launch = pkg::CreateLaunch(fb, l->kernel, &grid, &block, l->smem, fb.CreateVector(l->params.bytes),
+                                      fb.CreateVectorOfStructs(relocs), l->bytesRead, l->bytesWritten, l->flops);
+      steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Launch, launch.Union(), node, archs));
     } else if (const auto *g = std::get_if<GemmStep>(&s.op)) {
       pkg::BufRef a = ref(g->a), b = ref(g->b), c = ref(g->c);
       std::optional<pkg::BufRef> bias, cIn;
@@ -104,15 +111,15 @@ std::vector<uint8_t> writePackage(const Program &p, const std::vector<CompiledMo
       auto gemm = pkg::CreateGemm(fb, toPkg(g->dtype), g->transA, g->transB, g->m, g->n, g->k, g->batch, &a, &b,
                                   &c, g->lda, g->ldb, g->ldc, g->strideA, g->strideB, g->strideC, g->alpha, g->beta,
                                   bias ? &*bias : nullptr, g->activation, cIn ? &*cIn : nullptr);
-      steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Gemm, gemm.Union(), node));
+      steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Gemm, gemm.Union(), node, archs));
     } else if (const auto *c = std::get_if<CopyStep>(&s.op)) {
       pkg::BufRef src = ref(c->src), dst = ref(c->dst);
       auto copy = pkg::CreateCopy(fb, &src, &dst, c->bytes);
-      steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Copy, copy.Union(), node));
+      steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Copy, copy.Union(), node, archs));
     } else if (const auto *m = std::get_if<MemsetStep>(&s.op)) {
       pkg::BufRef dst = ref(m->dst);
       auto ms = pkg::CreateMemset(fb, &dst, m->bytes, m->value);
-      steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Memset, ms.Union(), node));
+      steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Memset, ms.Union(), node, archs));
     }
   }
   auto root = pkg::CreatePackage(fb, pkg::kFormatVersion, fb.CreateString("dlc 0.1.0"), fb.CreateString(p.modelName),
@@ -121,6 +128,196 @@ std::vector<uint8_t> writePackage(const Program &p, const std::vector<CompiledMo
                                  fb.CreateVector(steps), embedSource ? &src : nullptr);
   return w.finish(root);
 }
+
+/// The compilation of a program's chunks for every target as a set of jobs on a
+/// small thread pool: NVRTC's front end once per chunk (to PTX), then ptxas once per
+/// (chunk, GPU architecture), and the host compiler once per chunk for emu.
+class CompileJobs {
+public:
+  CompileJobs(Program &p, const std::vector<std::string> &targets, const ToolchainOptions &tc,
+              const CompileOptions &opts, CompileReport &rep)
+      : p_(p), tc_(tc), opts_(opts), rep_(rep) {
+    int base = 1000;
+    for (const std::string &t : targets) {
+      if (t == "emu") {
+        emu_ = true;
+        continue;
+      }
+      int v = std::atoi(t.c_str() + t.find('_') + 1);
+      base = std::min(base, v);
+      if (t.rfind("sm_", 0) == 0)
+        sms_.push_back(t);
+      else
+        ptxTargets_.push_back(t);
+    }
+    // One front end per chunk for the lowest architecture; an explicitly requested
+    // newer PTX target needs its own.
+    if (base < 1000)
+      virtualArchs_.push_back("compute_" + std::to_string(base));
+    for (const std::string &t : ptxTargets_)
+      if (std::find(virtualArchs_.begin(), virtualArchs_.end(), t) == virtualArchs_.end())
+        virtualArchs_.push_back(t);
+  }
+
+  llvm::Error run() {
+    size_t chunks = p_.chunkSources.size();
+    ptx_.assign(chunks * virtualArchs_.size(), {});
+    // Interleave the long jobs (front ends, host compiles) so that both start early;
+    // ptxas jobs are queued as their front end finishes.
+    for (size_t c = 0; c < chunks; ++c) {
+      for (size_t v = 0; v < virtualArchs_.size(); ++v)
+        queue_.push_back([this, c, v] { frontEnd(c, v); });
+      if (emu_)
+        queue_.push_back([this, c] { hostCompile(c); });
+    }
+    total_ = chunks * (virtualArchs_.size() + sms_.size() + (emu_ ? 1 : 0));
+    unsigned workers = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 16));
+    std::vector<std::thread> pool;
+    for (unsigned i = 0; i < workers; ++i)
+      pool.emplace_back([this] { work(); });
+    for (std::thread &t : pool)
+      t.join();
+    if (!firstError_.empty())
+      return makeError(firstError_);
+    // Symbols: template instantiations are known to the GPU modules by mangled names.
+    for (KernelDesc &k : p_.kernels)
+      if (!k.nameExpr.empty() && !virtualArchs_.empty()) {
+        const PtxModule &m = ptx_[k.chunk * virtualArchs_.size()];
+        auto it = std::find(m.exprs.begin(), m.exprs.end(), k.nameExpr);
+        if (it != m.exprs.end())
+          k.symbol = m.module.loweredNames[it - m.exprs.begin()];
+      }
+    std::sort(modules_.begin(), modules_.end(), [](const CompiledModule &a, const CompiledModule &b) {
+      return std::tie(a.chunk, a.kind, a.target) < std::tie(b.chunk, b.kind, b.target);
+    });
+    return llvm::Error::success();
+  }
+
+  std::vector<CompiledModule> takeModules() { return std::move(modules_); }
+
+private:
+  struct PtxModule {
+    codegen::PtxModule module;
+    std::vector<std::string> exprs;
+  };
+
+  void work() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return !queue_.empty() || done_ == total_ || !firstError_.empty(); });
+        if (queue_.empty())
+          return;
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      job();
+    }
+  }
+
+  void finish(const std::string &phase, double seconds, bool cached, const std::string &what,
+              llvm::Error e, size_t skipped = 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (e) {
+      if (firstError_.empty())
+        firstError_ = llvm::toString(std::move(e));
+      else
+        llvm::consumeError(std::move(e));
+      queue_.clear();
+    }
+    done_ += 1 + skipped;
+    CompileReport::Phase &ph = rep_.phases[phase];
+    ph.jobs += 1;
+    ph.cached += cached;
+    ph.seconds += seconds;
+    if (opts_.onJob)
+      opts_.onJob(done_, total_, what);
+    cv_.notify_all();
+  }
+
+  void frontEnd(size_t c, size_t v) {
+    PtxModule pm;
+    for (const KernelDesc &k : p_.kernels)
+      if (k.chunk == c && !k.nameExpr.empty())
+        pm.exprs.push_back(k.nameExpr);
+    auto m = compileToPtx(p_.chunkSources[c], virtualArchs_[v], pm.exprs, tc_);
+    std::string what = "nvrtc chunk " + std::to_string(c) + " (" + virtualArchs_[v] + ")";
+    if (!m)
+      return finish("nvrtc", 0, false, what, m.takeError(), v == 0 ? sms_.size() : 0);
+    pm.module = std::move(*m);
+    double secs = pm.module.seconds;
+    bool cached = pm.module.cached;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ptx_[c * virtualArchs_.size() + v] = std::move(pm);
+      const std::string &va = virtualArchs_[v];
+      if (std::find(ptxTargets_.begin(), ptxTargets_.end(), va) != ptxTargets_.end()) {
+        CompiledModule out;
+        out.target = va;
+        out.kind = CompiledModule::Ptx;
+        out.chunk = static_cast<uint32_t>(c);
+        const std::string &text = ptx_[c * virtualArchs_.size() + v].module.ptx;
+        out.image.assign(text.begin(), text.end());
+        modules_.push_back(std::move(out));
+      }
+      // The base front end's PTX feeds ptxas for every architecture.
+      if (v == 0)
+        for (const std::string &sm : sms_)
+          queue_.push_back([this, c, sm] { assemble(c, sm); });
+    }
+    finish("nvrtc", secs, cached, what, llvm::Error::success());
+  }
+
+  void assemble(size_t c, const std::string &sm) {
+    const codegen::PtxModule *ptx;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ptx = &ptx_[c * virtualArchs_.size()].module;
+    }
+    auto m = ptxToCubin(*ptx, sm, tc_);
+    std::string what = "ptxas " + sm + " chunk " + std::to_string(c);
+    if (!m)
+      return finish("ptxas " + sm, 0, false, what, m.takeError());
+    m->chunk = static_cast<uint32_t>(c);
+    double secs = m->seconds;
+    bool cached = m->cached;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      modules_.push_back(std::move(*m));
+    }
+    finish("ptxas " + sm, secs, cached, what, llvm::Error::success());
+  }
+
+  void hostCompile(size_t c) {
+    auto m = compileForEmu(p_.chunkSources[c], tc_);
+    std::string what = "emu chunk " + std::to_string(c);
+    if (!m)
+      return finish("emu", 0, false, what, m.takeError());
+    m->chunk = static_cast<uint32_t>(c);
+    double secs = m->seconds;
+    bool cached = m->cached;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      modules_.push_back(std::move(*m));
+    }
+    finish("emu", secs, cached, what, llvm::Error::success());
+  }
+
+  Program &p_;
+  const ToolchainOptions &tc_;
+  const CompileOptions &opts_;
+  CompileReport &rep_;
+  std::vector<std::string> sms_, ptxTargets_, virtualArchs_;
+  bool emu_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  size_t done_ = 0, total_ = 0;
+  std::string firstError_;
+  std::vector<PtxModule> ptx_;
+  std::vector<CompiledModule> modules_;
+};
 
 } // namespace
 
@@ -168,66 +365,27 @@ llvm::Expected<std::vector<uint8_t>> compileGraph(const Graph &g, const CompileO
   rep.arenaBytes = program->arenaBytes;
   rep.weightBytes = program->weightBytes;
   rep.cudaSource = program->source;
-  progress("codegen: " + std::to_string(rep.kernels) + " kernels, " + std::to_string(rep.libraryCalls) +
-           " library calls, " + std::to_string(rep.steps) + " steps");
+  rep.chunks = program->chunkSources.size();
+  progress("codegen: " + std::to_string(rep.kernels) + " kernels in " + std::to_string(rep.chunks) + " chunks, " +
+           std::to_string(rep.libraryCalls) + " library calls, " + std::to_string(rep.steps) + " steps");
 
-  // Compile all targets in parallel (NVRTC per GPU target, the host compiler for emu).
-  std::vector<std::string> gpu;
-  bool emu = false;
-  for (const std::string &t : targets) {
-    if (t == "emu")
-      emu = true;
-    else
-      gpu.push_back(t);
-  }
   std::vector<CompiledModule> modules;
   if (!program->kernels.empty()) {
     auto t1 = std::chrono::steady_clock::now();
-    std::vector<std::future<llvm::Expected<CompiledModule>>> jobs;
-    for (const std::string &t : gpu)
-      jobs.push_back(std::async(std::launch::async, [&, t] { return compileWithNvrtc(program->source, t, tc); }));
-    std::future<llvm::Expected<CompiledModule>> emuJob;
-    if (emu)
-      emuJob = std::async(std::launch::async, [&] { return compileForEmu(program->source, tc); });
-    std::string firstError;
-    for (size_t i = 0; i < jobs.size(); ++i) {
-      auto m = jobs[i].get();
-      if (!m) {
-        std::string e = llvm::toString(m.takeError());
-        if (firstError.empty())
-          firstError = e;
-        continue;
+    CompileJobs jobs(*program, targets, tc, opts, rep);
+    if (auto e = jobs.run())
+      return e;
+    modules = jobs.takeModules();
+    rep.compileSeconds = since(t1);
+    for (const CompiledModule &m : modules)
+      for (const auto &[name, r] : m.resources) {
+        rep.totalSpills += r.spillStores + r.spillLoads;
+        rep.maxRegisters = std::max(rep.maxRegisters, r.registers);
       }
-      int spills = 0, maxRegs = 0;
-      for (const auto &[name, r] : m->resources) {
-        spills += r.spillStores + r.spillLoads;
-        maxRegs = std::max(maxRegs, r.registers);
-      }
-      rep.totalSpills += spills;
-      rep.maxRegisters = std::max(rep.maxRegisters, maxRegs);
-      progress("nvrtc " + gpu[i] + " [" + std::to_string(i + 1) + "/" + std::to_string(gpu.size()) + "] " +
-               std::to_string(m->image.size()) + " bytes" + (m->cached ? " (cached)" : "") +
-               (m->kind == CompiledModule::Cubin
-                    ? ", max " + std::to_string(maxRegs) + " registers, " + std::to_string(spills) + " spill bytes"
-                    : ""));
-      modules.push_back(std::move(*m));
-    }
-    rep.gpuCompileSeconds = since(t1);
-    if (emu) {
-      auto m = emuJob.get();
-      if (!m) {
-        std::string e = llvm::toString(m.takeError());
-        if (firstError.empty())
-          firstError = e;
-      } else {
-        progress("host compiler emu [" + std::to_string(m->image.size()) + " bytes" +
-                 (m->cached ? ", cached" : "") + "]");
-        modules.push_back(std::move(*m));
-      }
-      rep.emuCompileSeconds = since(t1);
-    }
-    if (!firstError.empty())
-      return makeError(firstError);
+    for (const auto &[phase, ph] : rep.phases)
+      progress(phase + ": " + std::to_string(ph.jobs) + " job" + (ph.jobs == 1 ? "" : "s") +
+               (ph.cached ? " (" + std::to_string(ph.cached) + " cached)" : "") + ", " +
+               llvm::formatv("{0:f2}", ph.seconds).str() + " s");
   }
   progress("package: writing");
   auto bytes = writePackage(*program, modules, opts.embedSource);

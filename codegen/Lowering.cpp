@@ -85,13 +85,27 @@ void elementwiseLaunchShape(uint64_t n, uint64_t &grid, uint32_t &block) {
 KernelBuilder::KernelBuilder(Lowering &l, const Node &n, const std::string &suffix)
     : l_(l), node_(n), name_(l.kernelName(n, suffix)) {}
 
+void ParamBlob::raw(const void *data, size_t n, size_t align) {
+  bytes.resize((bytes.size() + align - 1) / align * align);
+  const auto *p = static_cast<const uint8_t *>(data);
+  bytes.insert(bytes.end(), p, p + n);
+}
+
+void ParamBlob::pointer(BufferRef r) {
+  uint64_t zero = 0;
+  raw(&zero, 8, 8);
+  relocs.push_back({static_cast<uint32_t>(bytes.size() - 8), r});
+}
+
+void ParamBlob::i64(int64_t v) { raw(&v, 8, 8); }
+
 std::string KernelBuilder::pointer(DType dt, BufferRef ref, bool isConst, uint64_t bytes) {
   accesses_.push_back({ref, bytes, !isConst});
   std::string name = "p" + std::to_string(params_.size());
   std::string type = std::string(isConst ? "const " : "") + cudaType(dt) + "*";
   params_.push_back(type + " __restrict__ " + name);
   types_.push_back(type);
-  args_.push_back({KernelArg::Pointer, ref, 0, 0});
+  args_.push_back({KernelArg::Pointer, ref, 0});
   return name;
 }
 
@@ -107,14 +121,18 @@ std::string KernelBuilder::int64Param(int64_t value) {
   std::string name = "p" + std::to_string(params_.size());
   params_.push_back("long long " + name);
   types_.push_back("long long");
-  KernelArg a{KernelArg::I64, {}, value, 0};
+  KernelArg a{KernelArg::I64, {}, value};
   args_.push_back(a);
   return name;
 }
 
 void KernelBuilder::relaunch(const std::function<void(std::vector<KernelArg> &)> &edit) {
   LaunchStep ls = last_;
-  edit(ls.args);
+  std::vector<KernelArg> args = args_;
+  edit(args);
+  ls.params = ParamBlob();
+  for (const KernelArg &a : args)
+    a.kind == KernelArg::Pointer ? ls.params.pointer(a.ref) : ls.params.i64(a.i);
   l_.addLaunch(std::move(ls), node_.name());
 }
 
@@ -141,11 +159,14 @@ void KernelBuilder::define(uint64_t gridX, uint32_t blockX, uint32_t smem, uint3
   src.line("}");
   KernelDesc k;
   k.name = name_;
+  k.symbol = name_;
   k.source = src.str();
-  k.paramTypes = paramTypes;
-  k.paramTypeList = types_;
+  // Every parameter is 8 bytes (a pointer or a long long): consecutive 8-byte slots.
+  std::string call;
+  for (size_t i = 0; i < types_.size(); ++i)
+    call += (i ? ", " : "") + std::string("*(") + types_[i] + " const *)(p + " + std::to_string(8 * i) + ")";
+  k.emuCall = name_ + "(" + call + ");";
   k.needsSync = needsSync_;
-  k.flops = flops_;
   k.node = node_.name();
   LaunchStep ls;
   ls.grid[0] = static_cast<uint32_t>(gridX);
@@ -155,7 +176,9 @@ void KernelBuilder::define(uint64_t gridX, uint32_t blockX, uint32_t smem, uint3
   ls.block[1] = 1;
   ls.block[2] = 1;
   ls.smem = smem;
-  ls.args = args_;
+  ls.flops = flops_;
+  for (const KernelArg &a : args_)
+    a.kind == KernelArg::Pointer ? ls.params.pointer(a.ref) : ls.params.i64(a.i);
   // Distinct (buffer, offset) views, each counted once: read if any parameter
   // reads it, written if any writes it.
   std::map<std::pair<uint32_t, uint64_t>, std::pair<uint64_t, int>> views;
@@ -201,7 +224,7 @@ uint32_t Lowering::addKernel(KernelDesc k) {
   return static_cast<uint32_t>(p_.kernels.size() - 1);
 }
 
-void Lowering::addLaunch(LaunchStep l, const std::string &node) { p_.steps.push_back({std::move(l), node}); }
+void Lowering::addLaunch(LaunchStep l, const std::string &node) { p_.steps.push_back({std::move(l), node, {}}); }
 
 BufferRef Lowering::allocate(const Value *result) {
   // Values inside the fusion group being lowered live in registers; the group's
@@ -259,39 +282,69 @@ BufferRef Lowering::bufferOf(const Value *v) {
   return allocate(v);
 }
 
-void Lowering::addGemm(const GemmStep &g, const Node &n) { p_.steps.push_back({g, n.name()}); }
+void Lowering::addGemm(const GemmStep &g, const Node &n) { p_.steps.push_back({g, n.name(), {}}); }
 void Lowering::addCopy(BufferRef src, BufferRef dst, uint64_t bytes, const Node &n) {
-  p_.steps.push_back({CopyStep{src, dst, bytes}, n.name()});
+  p_.steps.push_back({CopyStep{src, dst, bytes}, n.name(), {}});
 }
 void Lowering::addMemset(BufferRef dst, uint64_t bytes, uint8_t v, const Node &n) {
-  p_.steps.push_back({MemsetStep{dst, bytes, v}, n.name()});
+  p_.steps.push_back({MemsetStep{dst, bytes, v}, n.name(), {}});
 }
 
-static std::string emuSection(const Program &p) {
+/// The emu entry points of the kernels of one chunk (see include/dlc/runtime/EmuAbi.h).
+static std::string emuSection(const std::vector<const KernelDesc *> &kernels) {
   CodeStream cs;
   cs.line("#ifdef DLC_EMU");
-  cs.line("// Entry points of the emu backend (see include/dlc/runtime/EmuAbi.h).");
   cs.line("thread_local dlc_emu_thread *dlc_emu_cur = nullptr;");
   cs.line("const dlc_emu_api *dlc_emu_api_ptr = nullptr;");
-  for (const KernelDesc &k : p.kernels) {
-    std::string call;
-    for (size_t i = 0; i < k.paramTypeList.size(); ++i)
-      call += (i ? ", " : "") + std::string("*(") + k.paramTypeList[i] + " *)a[" +
-              std::to_string(i) + "]";
-    cs.line("static void " + k.name + "__thunk(void **a) { " + k.name + "(" + call + "); }");
-  }
+  for (size_t i = 0; i < kernels.size(); ++i)
+    cs.line("static void dlc_thunk" + std::to_string(i) + "(const void *a) { const char *p = static_cast<const char *>(a); " +
+            kernels[i]->emuCall + " (void)p; }");
   cs.line("static const dlc_emu_kernel dlc_emu_table[] = {");
-  for (const KernelDesc &k : p.kernels)
-    cs.line("  {\"" + k.name + "\", " + k.name + "__thunk},");
+  for (size_t i = 0; i < kernels.size(); ++i)
+    cs.line("  {\"" + kernels[i]->name + "\", dlc_thunk" + std::to_string(i) + "},");
   cs.line("  {nullptr, nullptr}};");
   cs.line("#define DLC_EXPORT extern \"C\" __attribute__((visibility(\"default\")))");
   cs.line("DLC_EXPORT int dlc_emu_abi_version(void) { return DLC_EMU_ABI_VERSION; }");
-  cs.line("DLC_EXPORT const dlc_emu_kernel *dlc_emu_kernels(int *n) { *n = " +
-          std::to_string(p.kernels.size()) + "; return dlc_emu_table; }");
+  cs.line("DLC_EXPORT const dlc_emu_kernel *dlc_emu_kernels(int *n) { *n = " + std::to_string(kernels.size()) +
+          "; return dlc_emu_table; }");
   cs.line("DLC_EXPORT void dlc_emu_set_api(const dlc_emu_api *api) { dlc_emu_api_ptr = api; }");
   cs.line("DLC_EXPORT void dlc_emu_set_thread(dlc_emu_thread *t) { dlc_emu_cur = t; }");
   cs.line("#endif // DLC_EMU");
   return cs.str();
+}
+
+/// A translation unit with the given kernels (and their emu entry points).
+static std::string translationUnit(const Program &p, const std::vector<const KernelDesc *> &kernels) {
+  CodeStream src;
+  src.line("// Generated by dlc for graph '" + p.modelName + "'.");
+  src.line("#include \"dlc_device.cuh\"");
+  src.line();
+  for (const KernelDesc *k : kernels)
+    src.line(k->source);
+  src.line(emuSection(kernels));
+  return src.str();
+}
+
+/// Splits the kernels into chunks, compiled (and cached) separately and in parallel.
+/// A kernel's chunk depends only on its own source, so a change to one layer leaves
+/// the other chunks' cache entries valid.
+static void assignChunks(Program &p) {
+  size_t n = p.kernels.size();
+  uint32_t chunks = static_cast<uint32_t>(std::clamp<size_t>((n + kKernelsPerChunk - 1) / kKernelsPerChunk, 1, kMaxChunks));
+  std::vector<bool> used(chunks, false);
+  for (KernelDesc &k : p.kernels) {
+    uint64_t h = 1469598103934665603ull; // FNV-1a
+    for (unsigned char c : k.source)
+      h = (h ^ c) * 1099511628211ull;
+    k.chunk = static_cast<uint32_t>(h % chunks);
+    used[k.chunk] = true;
+  }
+  // Renumber so that chunks are dense (an empty chunk would be an empty module).
+  std::vector<uint32_t> dense(chunks, 0);
+  for (uint32_t c = 0, next = 0; c < chunks; ++c)
+    dense[c] = used[c] ? next++ : 0;
+  for (KernelDesc &k : p.kernels)
+    k.chunk = dense[k.chunk];
 }
 
 llvm::Error Lowering::lowerGroup(FusionGroup &g) {
@@ -404,14 +457,21 @@ llvm::Expected<Program> Lowering::run() {
     top += (b.bytes + 255) / 256 * 256;
   }
 
-  CodeStream src;
-  src.line("// Generated by dlc for graph '" + p_.modelName + "'.");
-  src.line("#include \"dlc_device.cuh\"");
-  src.line();
+  assignChunks(p_);
+  std::vector<const KernelDesc *> all;
   for (const KernelDesc &k : p_.kernels)
-    src.line(k.source);
-  src.line(emuSection(p_));
-  p_.source = src.str();
+    all.push_back(&k);
+  p_.source = translationUnit(p_, all);
+  uint32_t chunks = 0;
+  for (const KernelDesc &k : p_.kernels)
+    chunks = std::max(chunks, k.chunk + 1);
+  for (uint32_t c = 0; c < chunks; ++c) {
+    std::vector<const KernelDesc *> mine;
+    for (const KernelDesc &k : p_.kernels)
+      if (k.chunk == c)
+        mine.push_back(&k);
+    p_.chunkSources.push_back(translationUnit(p_, mine));
+  }
   return std::move(p_);
 }
 

@@ -76,20 +76,37 @@ struct BufferRef {
   uint64_t offset = 0; // bytes
 };
 
+/// A launch's parameter buffer: bytes in the kernel's parameter ABI layout, and the
+/// 8-byte slots where the runtime writes device addresses.
+struct ParamBlob {
+  std::vector<uint8_t> bytes;
+  std::vector<std::pair<uint32_t, BufferRef>> relocs;
+  /// Appends `n` bytes at an offset aligned to `align`.
+  void raw(const void *data, size_t n, size_t align);
+  void pointer(BufferRef r);
+  void i64(int64_t v);
+};
+
+/// A scalar kernel parameter of a generated kernel (legacy emitters).
 struct KernelArg {
-  enum Kind { Pointer, I64, F32 } kind;
+  enum Kind { Pointer, I64 } kind;
   BufferRef ref;
   int64_t i = 0;
-  float f = 0;
 };
 
 struct KernelDesc {
-  std::string name;
-  std::string source;     // the __global__ function
-  std::string paramTypes; // comma-separated C types, for the emu thunk
-  std::vector<std::string> paramTypeList;
+  std::string name;   // unique, readable (emu modules export kernels by this name)
+  std::string symbol; // the function's name in GPU modules
+  std::string source; // the definition (generated kernels) or explicit instantiation
+  /// The emu entry point: a statement calling the kernel with its parameters read
+  /// from `const char *p` (the launch's parameter buffer).
+  std::string emuCall;
+  std::string templateName;
+  /// For a template instantiation: "&dlc::tmpl<...>", whose mangled name NVRTC gives.
+  std::string nameExpr;
   bool needsSync = false;
-  double flops = 0;
+  bool cooperative = false;
+  uint32_t chunk = 0;
   std::string node;
 };
 
@@ -97,8 +114,9 @@ struct LaunchStep {
   uint32_t kernel;
   uint32_t grid[3], block[3];
   uint32_t smem;
-  std::vector<KernelArg> args;
+  ParamBlob params;
   uint64_t bytesRead = 0, bytesWritten = 0; // the cost model
+  double flops = 0;
 };
 struct GemmStep {
   ir::DType dtype;
@@ -129,6 +147,7 @@ struct MemsetStep {
 struct StepDesc {
   std::variant<LaunchStep, GemmStep, CopyStep, MemsetStep> op;
   std::string node;
+  std::vector<std::string> archs; // empty: every architecture
 };
 
 struct TensorDesc {
@@ -148,6 +167,9 @@ struct Program {
   uint64_t arenaBytes = 0, weightBytes = 0;
   /// The complete CUDA translation unit (all kernels, plus the emu thunks under DLC_EMU).
   std::string source;
+  /// The translation units compiled separately (and cached per chunk): each has its
+  /// kernels' code and emu thunks.
+  std::vector<std::string> chunkSources;
 };
 
 class Lowering;
@@ -183,6 +205,7 @@ private:
   std::string name_;
   std::vector<std::string> params_, types_;
   std::vector<KernelArg> args_;
+  void finishLaunch(LaunchStep &ls) const;
   struct Access {
     BufferRef ref;
     uint64_t bytes;
@@ -249,6 +272,11 @@ using LowerFn = llvm::Error (*)(Lowering &, const ir::Node &);
 #define OP(N, F)
 #include "ir/Ops.def"
 LowerFn lowerFnFor(ir::OpKind k);
+
+/// Kernels are split into chunks of about this many, compiled separately (in
+/// parallel, and cached per chunk), but never more than kMaxChunks.
+inline constexpr size_t kKernelsPerChunk = 12;
+inline constexpr size_t kMaxChunks = 8;
 
 /// Grid-stride launch shape for n independent items.
 void elementwiseLaunchShape(uint64_t n, uint64_t &grid, uint32_t &block);

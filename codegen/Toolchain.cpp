@@ -1,6 +1,6 @@
-//===- Toolchain.cpp - NVRTC, the host compiler and their disk cache -------===//
+//===- Toolchain.cpp - NVRTC, nvJitLink, the host compiler and their cache ===//
 //
-// Every compilation is cached on disk under hash(tool version, options, source);
+// Every compilation is cached on disk under hash(tool version, options, input);
 // a cache entry is written through a temporary file and a rename, so concurrent
 // compilers never see a partial entry.
 //===----------------------------------------------------------------------===//
@@ -17,6 +17,7 @@
 #include "llvm/Support/Program.h"
 #include "llvm/Support/SHA1.h"
 
+#include <nvJitLink.h>
 #include <nvrtc.h>
 
 #include <chrono>
@@ -83,26 +84,32 @@ void writeFileAtomic(const std::string &path, const void *data, size_t n) {
   std::rename(tmp.c_str(), path.c_str());
 }
 
-/// Cache lookup: the image and the log.
-bool cacheGet(const ToolchainOptions &o, const std::string &key, CompiledModule &m) {
+std::string cachePath(const ToolchainOptions &o, const std::string &key) {
+  return cacheRoot(o) + "/" + key.substr(0, 2) + "/" + key;
+}
+
+/// Cache lookup: the files `key`.<ext> for each extension, all or nothing.
+bool cacheGet(const ToolchainOptions &o, const std::string &key, const std::vector<std::string> &exts,
+              std::vector<std::vector<uint8_t>> &parts) {
   if (!o.useCache)
     return false;
-  std::string base = cacheRoot(o) + "/" + key.substr(0, 2) + "/" + key;
-  std::vector<uint8_t> log;
-  if (!readFile(base + ".bin", m.image) || !readFile(base + ".log", log))
-    return false;
-  m.log.assign(log.begin(), log.end());
-  m.cached = true;
+  parts.assign(exts.size(), {});
+  for (size_t i = 0; i < exts.size(); ++i)
+    if (!readFile(cachePath(o, key) + "." + exts[i], parts[i]))
+      return false;
   return true;
 }
 
-void cachePut(const ToolchainOptions &o, const std::string &key, const CompiledModule &m) {
+/// Cache store; the first extension is written last, so a reader that finds it finds all.
+void cachePut(const ToolchainOptions &o, const std::string &key, const std::vector<std::string> &exts,
+              const std::vector<const std::string *> &parts) {
   if (!o.useCache)
     return;
-  std::string base = cacheRoot(o) + "/" + key.substr(0, 2) + "/" + key;
-  writeFileAtomic(base + ".log", m.log.data(), m.log.size());
-  writeFileAtomic(base + ".bin", m.image.data(), m.image.size());
+  for (size_t i = exts.size(); i-- > 0;)
+    writeFileAtomic(cachePath(o, key) + "." + exts[i], parts[i]->data(), parts[i]->size());
 }
+
+std::string str(const std::vector<uint8_t> &v) { return std::string(v.begin(), v.end()); }
 
 void dumpSource(const ToolchainOptions &o, const std::string &source) {
   if (o.failureDumpPath.empty())
@@ -115,6 +122,23 @@ std::string nvrtcVersionString() {
   int major = 0, minor = 0;
   ::nvrtcVersion(&major, &minor);
   return std::to_string(major) + "." + std::to_string(minor);
+}
+
+std::string nvJitLinkVersionString() {
+  unsigned major = 0, minor = 0;
+  ::nvJitLinkVersion(&major, &minor);
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string joinLines(const std::vector<std::string> &v) {
+  std::string s;
+  for (const std::string &x : v)
+    s += x + "\n";
+  return s;
 }
 
 } // namespace
@@ -147,25 +171,31 @@ std::map<std::string, KernelResources> parsePtxasLog(const std::string &log) {
   return r;
 }
 
-llvm::Expected<CompiledModule> compileWithNvrtc(const std::string &source, const std::string &target,
-                                                const ToolchainOptions &opts) {
-  CompiledModule m;
-  m.target = target;
-  bool ptx = target.rfind("compute_", 0) == 0;
-  m.kind = ptx ? CompiledModule::Ptx : CompiledModule::Cubin;
-  std::vector<std::string> options = {"--gpu-architecture=" + target, "-I" + opts.cudaRoot + "/include",
+llvm::Expected<PtxModule> compileToPtx(const std::string &source, const std::string &virtualArch,
+                                       const std::vector<std::string> &nameExpressions,
+                                       const ToolchainOptions &opts) {
+  PtxModule m;
+  m.virtualArch = virtualArch;
+  std::vector<std::string> options = {"--gpu-architecture=" + virtualArch, "-I" + opts.cudaRoot + "/include",
                                       "--std=c++17"};
-  if (!ptx)
-    options.push_back("-Xptxas=-v");
-  std::vector<std::string> keyParts = {"nvrtc", nvrtcVersionString(), source};
+  std::vector<std::string> keyParts = {"nvrtc-ptx", nvrtcVersionString(), source, joinLines(nameExpressions)};
   keyParts.insert(keyParts.end(), options.begin(), options.end());
   for (const EmbeddedFile &h : embeddedHeaders())
     keyParts.push_back(h.contents);
   std::string key = hashKey(keyParts);
   auto t0 = std::chrono::steady_clock::now();
-  if (cacheGet(opts, key, m)) {
-    m.resources = parsePtxasLog(m.log);
-    return m;
+  std::vector<std::vector<uint8_t>> parts;
+  if (cacheGet(opts, key, {"ptx", "log", "names"}, parts)) {
+    m.ptx = str(parts[0]);
+    m.log = str(parts[1]);
+    std::string names = str(parts[2]);
+    for (size_t pos = 0, nl; (nl = names.find('\n', pos)) != std::string::npos; pos = nl + 1)
+      m.loweredNames.push_back(names.substr(pos, nl - pos));
+    if (m.loweredNames.size() == nameExpressions.size()) {
+      m.cached = true;
+      return m;
+    }
+    m.loweredNames.clear();
   }
   std::vector<const char *> headerSrc, headerNames;
   for (const EmbeddedFile &h : embeddedHeaders()) {
@@ -176,6 +206,9 @@ llvm::Expected<CompiledModule> compileWithNvrtc(const std::string &source, const
   if (nvrtcCreateProgram(&prog, source.c_str(), "dlc_kernels.cu", static_cast<int>(headerSrc.size()),
                          headerSrc.data(), headerNames.data()) != NVRTC_SUCCESS)
     return makeError("nvrtcCreateProgram failed");
+  auto destroy = llvm::make_scope_exit([&] { nvrtcDestroyProgram(&prog); });
+  for (const std::string &e : nameExpressions)
+    nvrtcAddNameExpression(prog, e.c_str());
   std::vector<const char *> argv;
   for (const std::string &o : options)
     argv.push_back(o.c_str());
@@ -188,27 +221,95 @@ llvm::Expected<CompiledModule> compileWithNvrtc(const std::string &source, const
   while (!m.log.empty() && m.log.back() == '\0')
     m.log.pop_back();
   if (res != NVRTC_SUCCESS) {
-    nvrtcDestroyProgram(&prog);
     dumpSource(opts, source);
-    return errorf("NVRTC failed for {0} ({1}){2}:\n{3}", target, nvrtcGetErrorString(res),
+    return errorf("NVRTC failed for {0} ({1}){2}:\n{3}", virtualArch, nvrtcGetErrorString(res),
                   opts.failureDumpPath.empty() ? "" : "; source written to " + opts.failureDumpPath, m.log);
   }
-  size_t n = 0;
-  if (ptx) {
-    nvrtcGetPTXSize(prog, &n);
-    m.image.resize(n);
-    nvrtcGetPTX(prog, reinterpret_cast<char *>(m.image.data()));
-    if (m.image.empty() || m.image.back() != 0)
-      m.image.push_back(0); // cuModuleLoadData needs NUL-terminated PTX
-  } else {
-    nvrtcGetCUBINSize(prog, &n);
-    m.image.resize(n);
-    nvrtcGetCUBIN(prog, reinterpret_cast<char *>(m.image.data()));
+  for (const std::string &e : nameExpressions) {
+    const char *lowered = nullptr;
+    if (nvrtcGetLoweredName(prog, e.c_str(), &lowered) != NVRTC_SUCCESS || !lowered)
+      return errorf("internal error: NVRTC has no lowered name for {0}", e);
+    m.loweredNames.push_back(lowered);
   }
-  nvrtcDestroyProgram(&prog);
+  size_t n = 0;
+  nvrtcGetPTXSize(prog, &n);
+  m.ptx.resize(n);
+  nvrtcGetPTX(prog, m.ptx.data());
+  if (m.ptx.empty() || m.ptx.back() != '\0')
+    m.ptx.push_back('\0'); // cuModuleLoadData and nvJitLink take NUL-terminated PTX
+  m.seconds = since(t0);
+  std::string names = joinLines(m.loweredNames);
+  cachePut(opts, key, {"ptx", "log", "names"}, {&m.ptx, &m.log, &names});
+  return m;
+}
+
+llvm::Expected<CompiledModule> ptxToCubin(const PtxModule &ptx, const std::string &arch, const ToolchainOptions &opts) {
+  CompiledModule m;
+  m.target = arch;
+  m.kind = CompiledModule::Cubin;
+  std::vector<std::string> options = {"-arch=" + arch, "-Xptxas=-v"};
+  std::vector<std::string> keyParts = {"nvjitlink", nvJitLinkVersionString(), ptx.ptx};
+  keyParts.insert(keyParts.end(), options.begin(), options.end());
+  std::string key = hashKey(keyParts);
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::vector<uint8_t>> parts;
+  if (cacheGet(opts, key, {"cubin", "log"}, parts)) {
+    m.image = std::move(parts[0]);
+    m.log = str(parts[1]);
+    m.resources = parsePtxasLog(m.log);
+    m.cached = true;
+    return m;
+  }
+  std::vector<const char *> argv;
+  for (const std::string &o : options)
+    argv.push_back(o.c_str());
+  nvJitLinkHandle h = nullptr;
+  if (nvJitLinkCreate(&h, static_cast<uint32_t>(argv.size()), argv.data()) != NVJITLINK_SUCCESS)
+    return errorf("nvJitLinkCreate failed for {0}", arch);
+  auto destroy = llvm::make_scope_exit([&] { nvJitLinkDestroy(&h); });
+  nvJitLinkResult res = nvJitLinkAddData(h, NVJITLINK_INPUT_PTX, ptx.ptx.data(), ptx.ptx.size(), "dlc_kernels.ptx");
+  if (res == NVJITLINK_SUCCESS)
+    res = nvJitLinkComplete(h);
+  size_t infoSize = 0, errSize = 0;
+  nvJitLinkGetInfoLogSize(h, &infoSize);
+  nvJitLinkGetErrorLogSize(h, &errSize);
+  std::string info(infoSize, '\0'), err(errSize, '\0');
+  if (infoSize)
+    nvJitLinkGetInfoLog(h, info.data());
+  if (errSize)
+    nvJitLinkGetErrorLog(h, err.data());
+  m.log = info + err;
+  while (!m.log.empty() && m.log.back() == '\0')
+    m.log.pop_back();
+  if (res != NVJITLINK_SUCCESS)
+    return errorf("ptxas (nvJitLink) failed for {0} (error {1}):\n{2}", arch, static_cast<int>(res), m.log);
+  size_t n = 0;
+  nvJitLinkGetLinkedCubinSize(h, &n);
+  m.image.resize(n);
+  nvJitLinkGetLinkedCubin(h, m.image.data());
   m.resources = parsePtxasLog(m.log);
-  m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  cachePut(opts, key, m);
+  m.seconds = since(t0);
+  std::string image(m.image.begin(), m.image.end());
+  cachePut(opts, key, {"cubin", "log"}, {&image, &m.log});
+  return m;
+}
+
+llvm::Expected<CompiledModule> compileWithNvrtc(const std::string &source, const std::string &target,
+                                                const ToolchainOptions &opts) {
+  bool ptxTarget = target.rfind("compute_", 0) == 0;
+  std::string virt = ptxTarget ? target : "compute_" + target.substr(target.find('_') + 1);
+  auto ptx = compileToPtx(source, virt, {}, opts);
+  if (!ptx)
+    return ptx.takeError();
+  if (!ptxTarget)
+    return ptxToCubin(*ptx, target, opts);
+  CompiledModule m;
+  m.target = target;
+  m.kind = CompiledModule::Ptx;
+  m.image.assign(ptx->ptx.begin(), ptx->ptx.end());
+  m.log = ptx->log;
+  m.cached = ptx->cached;
+  m.seconds = ptx->seconds;
   return m;
 }
 
@@ -251,8 +352,11 @@ llvm::Expected<CompiledModule> compileForEmu(const std::string &source, const To
   keyParts.insert(keyParts.end(), flags.begin(), flags.end());
   for (const EmbeddedFile &h : embeddedHeaders())
     keyParts.push_back(h.contents);
-  // The compiler's identity is part of the key: its version output.
-  {
+  // The compiler's identity is part of the key: its version output (asked once).
+  static std::mutex versionMu;
+  static std::map<std::string, std::string> versions;
+  std::unique_lock<std::mutex> versionLock(versionMu);
+  if (!versions.count(cxx)) {
     llvm::SmallString<128> vfile;
     llvm::sys::fs::createTemporaryFile("dlc-cxx-version", "txt", vfile);
     llvm::Optional<llvm::StringRef> redirects[] = {llvm::None, llvm::StringRef(vfile), llvm::None};
@@ -261,12 +365,19 @@ llvm::Expected<CompiledModule> compileForEmu(const std::string &source, const To
     std::vector<uint8_t> v;
     readFile(std::string(vfile), v);
     llvm::sys::fs::remove(vfile);
-    keyParts.push_back(std::string(v.begin(), v.end()));
+    versions[cxx] = str(v);
   }
+  keyParts.push_back(versions[cxx]);
+  versionLock.unlock();
   std::string key = hashKey(keyParts);
   auto t0 = std::chrono::steady_clock::now();
-  if (cacheGet(opts, key, m))
+  std::vector<std::vector<uint8_t>> parts;
+  if (cacheGet(opts, key, {"bin", "log"}, parts)) {
+    m.image = std::move(parts[0]);
+    m.log = str(parts[1]);
+    m.cached = true;
     return m;
+  }
 
   llvm::SmallString<128> dir;
   if (auto ec = llvm::sys::fs::createUniqueDirectory("dlc-emu", dir))
@@ -299,8 +410,9 @@ llvm::Expected<CompiledModule> compileForEmu(const std::string &source, const To
                   err.empty() ? "" : ", " + err,
                   opts.failureDumpPath.empty() ? "" : "; source written to " + opts.failureDumpPath, m.log);
   }
-  m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  cachePut(opts, key, m);
+  m.seconds = since(t0);
+  std::string image(m.image.begin(), m.image.end());
+  cachePut(opts, key, {"bin", "log"}, {&image, &m.log});
   return m;
 }
 

@@ -269,9 +269,14 @@ Status PackageFile::verify() {
         return bad(label + " is not in the weight region");
     }
   size_t nKernels = p.kernels() ? p.kernels()->size() : 0;
-  for (size_t i = 0; i < nKernels; ++i)
-    if (!p.kernels()->Get(i)->name() || p.kernels()->Get(i)->name()->size() == 0)
-      return bad("kernel " + std::to_string(i) + " has no name");
+  std::set<std::string> kernelNames;
+  for (size_t i = 0; i < nKernels; ++i) {
+    const Kernel *k = p.kernels()->Get(i);
+    if (!k->name() || k->name()->size() == 0 || !kernelNames.insert(k->name()->str()).second)
+      return bad("kernel " + std::to_string(i) + " has a missing or duplicate name");
+    if (!k->symbol() || k->symbol()->size() == 0)
+      return bad("kernel " + std::to_string(i) + " has no symbol");
+  }
   if (p.modules())
     for (size_t i = 0; i < p.modules()->size(); ++i) {
       const Module *m = p.modules()->Get(i);
@@ -294,10 +299,16 @@ Status PackageFile::verify() {
         if (!l->grid() || !l->block() || !l->grid()->x() || !l->grid()->y() || !l->grid()->z() ||
             !l->block()->x() || !l->block()->y() || !l->block()->z())
           return bad(label + " has an empty grid or block");
-        if (l->args())
-          for (const Arg *a : *l->args())
-            if (a->kind() == ArgKind::Pointer)
-              DLC_RETURN_IF_ERROR(checkRef(a->ref(), 0, label + " argument"));
+        size_t paramBytes = l->params() ? l->params()->size() : 0;
+        if (paramBytes > kMaxParamBytes)
+          return bad(label + " has " + std::to_string(paramBytes) + " bytes of parameters (limit " +
+                     std::to_string(kMaxParamBytes) + ")");
+        if (l->relocs())
+          for (const Reloc *r : *l->relocs()) {
+            if (r->offset() % 8 || r->offset() > paramBytes || paramBytes - r->offset() < 8)
+              return bad(label + " has a relocation outside its parameters");
+            DLC_RETURN_IF_ERROR(checkRef(r->ref(), 0, label + " argument"));
+          }
         break;
       }
       case StepKind::Gemm: {
@@ -358,6 +369,10 @@ Status PackageFile::verify() {
       default:
         return bad(label + " has an unknown kind");
       }
+      if (s->archs())
+        for (const flatbuffers::String *a : *s->archs())
+          if (!a || a->size() == 0)
+            return bad(label + " names an empty architecture");
     }
   return Status::ok();
 }

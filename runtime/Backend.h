@@ -9,6 +9,9 @@
 
 #include "dlc/runtime/Runtime.h"
 
+#include <algorithm>
+#include <cstring>
+
 namespace dlc::rt {
 
 /// A backend's copy of a model's weight region (host memory for emu, device memory
@@ -23,6 +26,9 @@ public:
   virtual ~Backend() = default;
   virtual std::string describe() const = 0;
   virtual DeviceKind kind() const = 0;
+  /// The compute capability (major * 10 + minor) whose per-architecture steps run
+  /// here: the GPU's, or the one the emu backend plans for.
+  virtual int computeCapability() const = 0;
   /// Loads modules, allocates the arena, and takes the model's weights (uploading
   /// them if this is the first session of the model on this backend).
   virtual Status prepare(const Model &m) = 0;
@@ -45,7 +51,9 @@ public:
   virtual Status synchronize() = 0;
 };
 
-std::unique_ptr<Backend> createEmuBackend(int threads);
+/// The emu backend: `threads` workers (0: one per hardware thread); `computeCapability`
+/// selects which architecture's steps it runs (0: the newest in the package).
+std::unique_ptr<Backend> createEmuBackend(int threads, int computeCapability);
 /// Fails with StatusCode::Unavailable when libcuda.so.1 or a device is missing.
 Result<std::unique_ptr<Backend>> createCudaBackend(int device);
 
@@ -62,5 +70,29 @@ inline constexpr int kRegistersPerBlock = 65536;
 /// Checks a launch against the limits of every architecture the package was built
 /// for; the message says why a GPU would reject it.
 Status checkLaunchLimits(const pkg::PackageFile &p, const pkg::Launch &l);
+
+/// Copies a launch's parameter buffer into `buf` (8-byte aligned) and writes the
+/// device address of each relocation, as `address(ref)` gives it.
+template <class AddressFn>
+void resolveParams(const pkg::Launch &l, std::vector<uint64_t> &buf, AddressFn address) {
+  size_t n = l.params() ? l.params()->size() : 0;
+  buf.assign((n + 7) / 8, 0);
+  if (n)
+    std::copy(l.params()->begin(), l.params()->end(), reinterpret_cast<uint8_t *>(buf.data()));
+  // Relocations are 8-byte aligned and inside the buffer (the package reader checks).
+  if (l.relocs())
+    for (const pkg::Reloc *r : *l.relocs())
+      if (r->offset() / 8 < buf.size())
+        buf[r->offset() / 8] = static_cast<uint64_t>(address(r->ref()));
+}
+
+/// The compute capabilities (80 for "sm_80") that the package's steps are specialized
+/// for, in increasing order; empty when every step runs everywhere.
+std::vector<int> stepArchs(const pkg::Package &m);
+/// Of `archs`, the one to run on a device of compute capability `cc`: the newest not
+/// newer than cc, else the oldest (0 when archs is empty).
+int chooseStepArch(const std::vector<int> &archs, int cc);
+/// "sm_80" -> 80, "compute_90" -> 90; 0 if the name has no number.
+int archNumber(const std::string &target);
 
 } // namespace dlc::rt

@@ -1,5 +1,6 @@
 #include "Backend.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -84,12 +85,50 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> mo
     }
   }
   if (!s->backend_)
-    s->backend_ = createEmuBackend(opts.emuThreads);
+    s->backend_ = createEmuBackend(opts.emuThreads, opts.emuComputeCapability);
   if (Status st = s->backend_->prepare(*s->model_))
     return st;
   const pkg::Package &m = s->pkg_->meta();
   s->inputSet_.assign(m.inputs() ? m.inputs()->size() : 0, false);
+  // Steps planned for another architecture (tile choices) do not run here.
+  int arch = chooseStepArch(stepArchs(m), s->backend_->computeCapability());
+  if (m.steps())
+    for (const pkg::Step *st : *m.steps()) {
+      bool here = !st->archs() || st->archs()->size() == 0;
+      if (!here)
+        for (const flatbuffers::String *a : *st->archs())
+          here |= archNumber(a->str()) == arch;
+      if (here)
+        s->steps_.push_back(st);
+    }
   return s;
+}
+
+int archNumber(const std::string &target) {
+  size_t us = target.find('_');
+  return us == std::string::npos ? 0 : std::atoi(target.c_str() + us + 1);
+}
+
+std::vector<int> stepArchs(const pkg::Package &m) {
+  std::vector<int> archs;
+  if (m.steps())
+    for (const pkg::Step *st : *m.steps())
+      if (st->archs())
+        for (const flatbuffers::String *a : *st->archs())
+          archs.push_back(archNumber(a->str()));
+  std::sort(archs.begin(), archs.end());
+  archs.erase(std::unique(archs.begin(), archs.end()), archs.end());
+  return archs;
+}
+
+int chooseStepArch(const std::vector<int> &archs, int cc) {
+  if (archs.empty())
+    return 0;
+  int best = archs.front();
+  for (int a : archs)
+    if (a <= cc)
+      best = a;
+  return best;
 }
 
 std::string Session::backendDescription() const { return backend_->describe(); }
@@ -208,9 +247,7 @@ Status Session::run() {
       return Status(StatusCode::InvalidArgument,
                     "input '" + m.inputs()->Get(i)->name()->str() + "' was not set");
   profile_.clear();
-  if (!m.steps())
-    return Status::ok();
-  for (const pkg::Step *s : *m.steps()) {
+  for (const pkg::Step *s : steps_) {
     std::string node = s->node() ? s->node()->str() : "";
     auto t0 = std::chrono::steady_clock::now();
     Status st;

@@ -11,6 +11,7 @@
 #include <cuda.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -29,8 +30,8 @@ struct Driver {
   X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuStreamCreate)   \
   X(cuStreamDestroy) X(cuStreamSynchronize) X(cuModuleLoadData) X(cuModuleUnload)                 \
   X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree)        \
-  X(cuMemcpyHtoD) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8Async)                \
-  X(cuGetErrorName) X(cuGetErrorString)
+  X(cuMemcpyHtoD) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8Async)  \
+  X(cuGetErrorName) X(cuGetErrorString) X(cuLaunchKernelEx) X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
   DLC_CU_LIST(DLC_CU)
 #undef DLC_CU
 
@@ -128,8 +129,8 @@ public:
           drv_.cuMemFree_(arena_);
         if (workspace_)
           drv_.cuMemFree_(workspace_);
-        if (module_)
-          drv_.cuModuleUnload_(module_);
+        for (CUmodule mod : modules_)
+          drv_.cuModuleUnload_(mod);
         if (stream_)
           drv_.cuStreamDestroy_(stream_);
         drv_.cuDevicePrimaryCtxRelease_(dev_);
@@ -174,6 +175,7 @@ public:
     return "cuda (" + name_ + ", sm_" + std::to_string(major_) + std::to_string(minor_) + ")";
   }
   DeviceKind kind() const override { return DeviceKind::Cuda; }
+  int computeCapability() const override { return major_ * 10 + minor_; }
 
   Status prepare(const Model &model) override {
     const pkg::PackageFile &p = model.file();
@@ -181,23 +183,31 @@ public:
     const pkg::Package &m = p.meta();
     DLC_RETURN_IF_ERROR(check(drv_.cuCtxSetCurrent_(ctx_), "cuCtxSetCurrent"));
     if (m.kernels() && m.kernels()->size()) {
-      const pkg::Module *mod = pickModule(m);
-      if (!mod) {
-        std::string have;
-        if (m.modules())
-          for (const pkg::Module *x : *m.modules())
-            have += (have.empty() ? "" : ", ") + x->target()->str();
-        return Status(StatusCode::Unavailable,
-                      p.name() + ": no module for this GPU (sm_" + std::to_string(major_) +
-                          std::to_string(minor_) + "); the package has: " + have +
-                          ". Recompile with --target sm_" + std::to_string(major_) +
-                          std::to_string(minor_));
+      uint32_t chunks = 0;
+      for (const pkg::Kernel *k : *m.kernels())
+        chunks = std::max(chunks, k->chunk() + 1);
+      for (uint32_t c = 0; c < chunks; ++c) {
+        const pkg::Module *mod = pickModule(m, c);
+        if (!mod) {
+          std::string have;
+          if (m.modules())
+            for (const pkg::Module *x : *m.modules())
+              if (x->chunk() == c && have.find(x->target()->str()) == std::string::npos)
+                have += (have.empty() ? "" : ", ") + x->target()->str();
+          return Status(StatusCode::Unavailable,
+                        p.name() + ": no module for this GPU (sm_" + std::to_string(major_) +
+                            std::to_string(minor_) + "); the package has: " + (have.empty() ? "none" : have) +
+                            ". Recompile with a --target that covers this GPU (sm_80, sm_86, sm_89, "
+                            "sm_90, or compute_80 for PTX)");
+        }
+        CUmodule handle = nullptr;
+        DLC_RETURN_IF_ERROR(check(drv_.cuModuleLoadData_(&handle, p.section(mod->data())),
+                                  "loading module " + mod->target()->str()));
+        modules_.push_back(handle);
       }
-      DLC_RETURN_IF_ERROR(check(drv_.cuModuleLoadData_(&module_, p.section(mod->data())),
-                                "loading module " + mod->target()->str()));
       for (const pkg::Kernel *k : *m.kernels()) {
         CUfunction f;
-        DLC_RETURN_IF_ERROR(check(drv_.cuModuleGetFunction_(&f, module_, k->name()->c_str()),
+        DLC_RETURN_IF_ERROR(check(drv_.cuModuleGetFunction_(&f, modules_[k->chunk()], k->symbol()->c_str()),
                                   "kernel " + k->name()->str()));
         functions_.push_back(f);
       }
@@ -286,30 +296,46 @@ public:
   Status launch(const pkg::Launch &l, const std::string &node) override {
     DLC_RETURN_IF_ERROR(checkLaunchLimits(*pkg_, l));
     CUfunction f = functions_[l.kernel()];
-    std::vector<uint64_t> vals(l.args() ? l.args()->size() : 0);
-    std::vector<void *> argv;
-    for (size_t i = 0; i < vals.size(); ++i) {
-      const pkg::Arg *a = l.args()->Get(i);
-      if (a->kind() == pkg::ArgKind::Pointer)
-        vals[i] = address(a->ref());
-      else if (a->kind() == pkg::ArgKind::I64) {
-        int64_t iv = a->i();
-        std::memcpy(&vals[i], &iv, 8);
-      }
-      else {
-        float fv = a->f();
-        std::memcpy(&vals[i], &fv, 4);
-      }
-      argv.push_back(&vals[i]);
-    }
+    const pkg::Kernel *k = pkg_->meta().kernels()->Get(l.kernel());
+    std::vector<uint64_t> params;
+    resolveParams(l, params, [&](const pkg::BufRef &r) { return address(r); });
+    size_t paramBytes = l.params() ? l.params()->size() : 0;
+    void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, params.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &paramBytes,
+                     CU_LAUNCH_PARAM_END};
     if (l.dynamic_smem() > 48 * 1024)
       DLC_RETURN_IF_ERROR(check(drv_.cuFuncSetAttribute_(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                         static_cast<int>(l.dynamic_smem())),
                                 "opting in to dynamic shared memory"));
-    return check(drv_.cuLaunchKernel_(f, l.grid()->x(), l.grid()->y(), l.grid()->z(), l.block()->x(),
-                                     l.block()->y(), l.block()->z(), l.dynamic_smem(), stream(),
-                                     argv.data(), nullptr),
-                 "launching kernel for node '" + node + "'");
+    CUlaunchAttribute coop{};
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = l.grid()->x();
+    cfg.gridDimY = l.grid()->y();
+    cfg.gridDimZ = l.grid()->z();
+    cfg.blockDimX = l.block()->x();
+    cfg.blockDimY = l.block()->y();
+    cfg.blockDimZ = l.block()->z();
+    cfg.sharedMemBytes = l.dynamic_smem();
+    cfg.hStream = stream();
+    if (k->cooperative()) {
+      // A grid barrier needs every block resident: check before the driver refuses.
+      int perSm = 0, sms = 0;
+      uint32_t threads = cfg.blockDimX * cfg.blockDimY * cfg.blockDimZ;
+      DLC_RETURN_IF_ERROR(check(drv_.cuOccupancyMaxActiveBlocksPerMultiprocessor_(&perSm, f, static_cast<int>(threads),
+                                                                                  l.dynamic_smem()),
+                                "occupancy of kernel " + k->name()->str()));
+      drv_.cuDeviceGetAttribute_(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev_);
+      uint64_t blocks = uint64_t(cfg.gridDimX) * cfg.gridDimY * cfg.gridDimZ;
+      if (blocks > uint64_t(perSm) * uint64_t(sms))
+        return Status(StatusCode::LaunchFailure,
+                      "kernel '" + k->name()->str() + "' (node '" + node + "') needs " + std::to_string(blocks) +
+                          " resident blocks for its grid barrier; this GPU holds " + std::to_string(perSm) +
+                          " per multiprocessor x " + std::to_string(sms) + " multiprocessors");
+      coop.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+      coop.value.cooperative = 1;
+      cfg.attrs = &coop;
+      cfg.numAttrs = 1;
+    }
+    return check(drv_.cuLaunchKernelEx_(&cfg, f, nullptr, extra), "launching kernel for node '" + node + "'");
   }
 
   /// Row-major C = op(A) op(B) as column-major C^T = op(B)^T op(A)^T.
@@ -419,19 +445,17 @@ private:
     return Status(StatusCode::LaunchFailure, what + ": " + drv_.error(r));
   }
 
-  /// Exact cubin, else a cubin of the same major version and a lower minor, else PTX
-  /// of an equal or older virtual architecture (JIT-compiled by the driver).
-  const pkg::Module *pickModule(const pkg::Package &m) const {
+  /// For one chunk: the exact cubin, else a cubin of the same major version and a lower
+  /// minor, else PTX of an equal or older virtual architecture (JIT-compiled by the driver).
+  const pkg::Module *pickModule(const pkg::Package &m, uint32_t chunk) const {
     if (!m.modules())
       return nullptr;
     int cc = major_ * 10 + minor_, bestCubin = -1, bestPtx = -1;
     const pkg::Module *cubin = nullptr, *ptx = nullptr;
     for (const pkg::Module *x : *m.modules()) {
-      std::string t = x->target()->str();
-      size_t us = t.find('_');
-      if (us == std::string::npos)
+      if (x->chunk() != chunk)
         continue;
-      int v = std::atoi(t.c_str() + us + 1);
+      int v = archNumber(x->target()->str());
       if (x->kind() == pkg::ModuleKind::Cubin && v / 10 == major_ && v <= cc && v > bestCubin) {
         bestCubin = v;
         cubin = x;
@@ -452,7 +476,7 @@ private:
   CUcontext ctx_ = nullptr;
   bool ctxReady_ = false;
   CUstream stream_ = nullptr;
-  CUmodule module_ = nullptr;
+  std::vector<CUmodule> modules_; // one per chunk
   std::vector<CUfunction> functions_;
   CUdeviceptr arena_ = 0, weights_ = 0, workspace_ = 0;
   std::shared_ptr<CudaWeights> weightStore_;

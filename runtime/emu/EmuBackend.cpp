@@ -57,7 +57,7 @@ namespace bctx = boost::context;
 //===----------------------------------------------------------------------===//
 
 struct EmuThread {
-  enum State { Ready, AtBlockBarrier, AtWarpBarrier, Done, Aborted };
+  enum State { Ready, AtBlockBarrier, AtWarpBarrier, AtGridBarrier, Done, Aborted };
   dlc_emu_thread t{};
   bctx::fiber fiber;
   bctx::fiber caller;
@@ -116,46 +116,62 @@ private:
   std::vector<void *> free_;
 };
 
+/// Runs the threads of one block, or of a whole cooperative grid, on one OS thread.
 class BlockRunner {
 public:
   BlockRunner() : stacks_(128 * 1024) {}
 
-  /// Runs one block. Returns an error message, or nullopt on success.
-  std::optional<std::string> run(void (*thunk)(void **), void **args, dlc_emu_dim3 block,
-                                 dlc_emu_dim3 blockIdx, dlc_emu_dim3 grid, void *smem,
-                                 bool fibers, dlc_emu_set_thread_fn setThread) {
-    unsigned n = block.x * block.y * block.z;
+  struct Launch {
+    void (*thunk)(const void *);
+    const void *params;
+    dlc_emu_dim3 block, grid;
+    bool fibers;
+    dlc_emu_set_thread_fn setThread;
+  };
+
+  /// Runs `blocks` consecutive blocks starting at linear block `first` together (more
+  /// than one only for cooperative launches, whose blocks meet at grid barriers).
+  /// `smem` holds `smemBytes` of dynamic shared memory per block. Returns an error
+  /// message, or nullopt on success.
+  std::optional<std::string> run(const Launch &l, uint64_t first, unsigned blocks, uint8_t *smem,
+                                 size_t smemBytes) {
+    unsigned perBlock = l.block.x * l.block.y * l.block.z, n = perBlock * blocks;
     threads_.resize(n);
+    perBlock_ = perBlock;
+    blocks_ = blocks;
     error_.reset();
-    fibers_ = fibers;
+    fibers_ = l.fibers;
     tlsRunner = this;
     for (unsigned i = 0; i < n; ++i) {
       EmuThread &th = threads_[i];
-      th.t.threadIdx = {i % block.x, (i / block.x) % block.y, i / (block.x * block.y)};
-      th.t.blockIdx = blockIdx;
-      th.t.blockDim = block;
-      th.t.gridDim = grid;
-      th.t.dynamicSmem = smem;
+      unsigned t = i % perBlock;
+      uint64_t b = first + i / perBlock;
+      th.t.threadIdx = {t % l.block.x, (t / l.block.x) % l.block.y, t / (l.block.x * l.block.y)};
+      th.t.blockIdx = {static_cast<unsigned>(b % l.grid.x), static_cast<unsigned>((b / l.grid.x) % l.grid.y),
+                       static_cast<unsigned>(b / (uint64_t(l.grid.x) * l.grid.y))};
+      th.t.blockDim = l.block;
+      th.t.gridDim = l.grid;
+      th.t.dynamicSmem = smem + (i / perBlock) * smemBytes;
       th.t.scheduler = this;
       th.state = EmuThread::Ready;
     }
-    if (!fibers) {
+    if (!l.fibers) {
       for (unsigned i = 0; i < n && !error_; ++i) {
         current_ = &threads_[i];
-        setThread(&threads_[i].t);
-        thunk(args);
+        l.setThread(&threads_[i].t);
+        l.thunk(l.params);
       }
       return error_;
     }
     for (unsigned i = 0; i < n; ++i) {
       EmuThread &th = threads_[i];
-      th.fiber = bctx::fiber(std::allocator_arg, stacks_.allocator(), [this, &th, thunk, args](bctx::fiber &&c) {
+      th.fiber = bctx::fiber(std::allocator_arg, stacks_.allocator(), [this, &th, &l](bctx::fiber &&c) {
         // The ucontext fibers (sanitizer build) enter a never-started fiber to destroy
         // it; the kernel thread must not run then.
         if (killing_)
           return std::move(c);
         th.caller = std::move(c);
-        thunk(args);
+        l.thunk(l.params);
         th.state = EmuThread::Done;
         return std::move(th.caller);
       });
@@ -166,30 +182,32 @@ public:
         if (th.state != EmuThread::Ready)
           continue;
         current_ = &th;
-        setThread(&th.t);
+        l.setThread(&th.t);
         th.fiber = std::move(th.fiber).resume();
         if (th.state == EmuThread::Aborted) {
           killAll();
           return error_;
         }
       }
-      bool allDone = true, allAtBlock = true;
+      bool allDone = true, allAtGrid = true, anyAtGrid = false;
       for (const EmuThread &th : threads_) {
         allDone &= th.state == EmuThread::Done;
-        allAtBlock &= th.state == EmuThread::Done || th.state == EmuThread::AtBlockBarrier;
+        allAtGrid &= th.state == EmuThread::Done || th.state == EmuThread::AtGridBarrier;
+        anyAtGrid |= th.state == EmuThread::AtGridBarrier;
       }
       if (allDone)
         return std::nullopt;
       bool released = false;
-      if (allAtBlock) {
+      if (allAtGrid && anyAtGrid) {
         for (EmuThread &th : threads_)
-          if (th.state == EmuThread::AtBlockBarrier)
+          if (th.state == EmuThread::AtGridBarrier)
             th.state = EmuThread::Ready;
         released = true;
-      } else {
-        for (unsigned w = 0; w * 32 < n; ++w)
-          released |= releaseWarp(w, n);
       }
+      for (unsigned b = 0; b < blocks && !released; ++b)
+        released |= releaseBlock(b);
+      for (unsigned w = 0; w * 32 < n && !released; ++w)
+        released |= releaseWarp(w);
       if (!released) {
         error_ = "deadlock: threads of a block wait at different barriers (divergent "
                  "__syncthreads or warp collective)";
@@ -204,6 +222,11 @@ public:
     if (!fibers_)
       return fail("kernel uses __syncthreads but was compiled as barrier-free");
     block(EmuThread::AtBlockBarrier);
+  }
+  void gridsync() {
+    if (!fibers_)
+      return fail("kernel uses a grid barrier but was compiled as barrier-free");
+    block(EmuThread::AtGridBarrier);
   }
   unsigned long long exchange(unsigned long long v, int src, unsigned mask, bool ballot) {
     if (!fibers_) {
@@ -233,8 +256,31 @@ private:
     me->caller = std::move(me->caller).resume();
   }
 
-  bool releaseWarp(unsigned w, unsigned n) {
-    unsigned lo = w * 32, hi = std::min(n, lo + 32);
+  /// Releases block b's __syncthreads once every live thread of the block waits there.
+  bool releaseBlock(unsigned b) {
+    unsigned lo = b * perBlock_, hi = lo + perBlock_;
+    bool any = false;
+    for (unsigned i = lo; i < hi; ++i) {
+      if (threads_[i].state == EmuThread::AtBlockBarrier)
+        any = true;
+      else if (threads_[i].state != EmuThread::Done)
+        return false;
+    }
+    if (any)
+      for (unsigned i = lo; i < hi; ++i)
+        if (threads_[i].state == EmuThread::AtBlockBarrier)
+          threads_[i].state = EmuThread::Ready;
+    return any;
+  }
+
+  /// Warp w (numbered within the run; warps never span blocks) exchanges once every
+  /// live lane waits at a warp collective.
+  bool releaseWarp(unsigned w) {
+    unsigned warpsPerBlock = (perBlock_ + 31) / 32;
+    unsigned lo = (w / warpsPerBlock) * perBlock_ + (w % warpsPerBlock) * 32;
+    unsigned hi = std::min((w / warpsPerBlock) * perBlock_ + perBlock_, lo + 32);
+    if (w / warpsPerBlock >= blocks_)
+      return false;
     bool any = false;
     for (unsigned i = lo; i < hi; ++i) {
       if (threads_[i].state == EmuThread::AtWarpBarrier)
@@ -278,6 +324,7 @@ private:
   StackPool stacks_;
   std::vector<EmuThread> threads_;
   EmuThread *current_ = nullptr;
+  unsigned perBlock_ = 0, blocks_ = 0;
   bool fibers_ = false;
   bool killing_ = false;
   std::optional<std::string> error_;
@@ -292,8 +339,9 @@ unsigned apiBallot(int pred, unsigned mask) {
   return static_cast<unsigned>(tlsRunner->exchange(pred ? 1 : 0, 0, mask, true));
 }
 void apiTrap(const char *msg) { tlsRunner->fail(std::string("kernel trap: ") + msg); }
+void apiGridsync() { tlsRunner->gridsync(); }
 
-const dlc_emu_api kApi = {apiSyncthreads, apiSyncwarp, apiExchange, apiBallot, apiTrap};
+const dlc_emu_api kApi = {apiSyncthreads, apiSyncwarp, apiExchange, apiBallot, apiTrap, apiGridsync};
 
 //===----------------------------------------------------------------------===//
 // Backend
@@ -316,44 +364,54 @@ struct EmuWeights : WeightStore {
   AlignedBuffer buf;
 };
 
+/// One loaded emu module (a compilation chunk's kernels compiled for the host).
+struct EmuModule {
+  void *lib = nullptr;
+  int fd = -1;
+  dlc_emu_set_thread_fn setThread = nullptr;
+  ~EmuModule() {
+    if (lib)
+      dlclose(lib);
+    if (fd >= 0)
+      ::close(fd);
+  }
+};
+
 class EmuBackend : public Backend {
 public:
-  explicit EmuBackend(int threads)
+  EmuBackend(int threads, int computeCapability)
       : pool_(threads > 0 ? threads : std::max(1u, std::thread::hardware_concurrency())),
-        runners_(pool_.size()) {}
-  ~EmuBackend() override {
-    if (lib_)
-      dlclose(lib_);
-    if (moduleFd_ >= 0)
-      ::close(moduleFd_);
-  }
+        runners_(pool_.size()), cc_(computeCapability) {}
 
   std::string describe() const override {
     return "emu (CUDA kernels compiled for the host CPU, " + std::to_string(pool_.size()) +
            " threads, GEMM on " + emu::hostBlasName() + "; timings are not GPU timings)";
   }
   DeviceKind kind() const override { return DeviceKind::Emu; }
+  // Without a choice, the plan for the newest architecture in the package.
+  int computeCapability() const override { return cc_ > 0 ? cc_ : 1 << 30; }
 
   Status prepare(const Model &model) override {
     const pkg::PackageFile &p = model.file();
     pkg_ = &p;
     const pkg::Package &m = p.meta();
     if (m.kernels() && m.kernels()->size()) {
-      const pkg::Module *mod = nullptr;
+      std::map<std::string, std::pair<void (*)(const void *), dlc_emu_set_thread_fn>> thunks;
       if (m.modules())
         for (const pkg::Module *x : *m.modules())
-          if (x->kind() == pkg::ModuleKind::EmuSharedObject)
-            mod = x;
-      if (!mod)
+          if (x->kind() == pkg::ModuleKind::EmuSharedObject) {
+            modules_.push_back(std::make_unique<EmuModule>());
+            DLC_RETURN_IF_ERROR(loadModule(*modules_.back(), p.section(x->data()), x->data()->size(), thunks));
+          }
+      if (modules_.empty())
         return Status(StatusCode::Unavailable,
                       p.name() + ": the package has no emu module (compile with --target including emu)");
-      DLC_RETURN_IF_ERROR(loadModule(p.section(mod->data()), mod->data()->size()));
       for (const pkg::Kernel *k : *m.kernels()) {
-        auto it = thunks_.find(k->name()->str());
-        if (it == thunks_.end())
+        auto it = thunks.find(k->name()->str());
+        if (it == thunks.end())
           return Status(StatusCode::InvalidPackage,
                         p.name() + ": emu module lacks kernel '" + k->name()->str() + "'");
-        kernelThunks_.push_back(it->second);
+        kernels_.push_back(it->second);
       }
     }
     if (!arena_.allocate(m.arena_bytes()))
@@ -402,53 +460,39 @@ public:
   Status launch(const pkg::Launch &l, const std::string &node) override {
     DLC_RETURN_IF_ERROR(checkLaunchLimits(*pkg_, l));
     const pkg::Kernel *k = pkg_->meta().kernels()->Get(l.kernel());
-    void (*thunk)(void **) = kernelThunks_[l.kernel()];
-    std::vector<uint64_t> vals;
-    std::vector<void *> argv;
-    if (l.args()) {
-      vals.resize(l.args()->size());
-      for (size_t i = 0; i < vals.size(); ++i) {
-        const pkg::Arg *a = l.args()->Get(i);
-        switch (a->kind()) {
-        case pkg::ArgKind::Pointer: vals[i] = reinterpret_cast<uint64_t>(address(a->ref())); break;
-        case pkg::ArgKind::I64: {
-          int64_t iv = a->i();
-          std::memcpy(&vals[i], &iv, 8);
-          break;
-        }
-        case pkg::ArgKind::F32: {
-          float f = a->f();
-          std::memcpy(&vals[i], &f, 4);
-          break;
-        }
-        }
-      }
-      for (uint64_t &v : vals)
-        argv.push_back(&v);
-    }
-    dlc_emu_dim3 grid{l.grid()->x(), l.grid()->y(), l.grid()->z()};
-    dlc_emu_dim3 block{l.block()->x(), l.block()->y(), l.block()->z()};
-    uint64_t blocks = uint64_t(grid.x) * grid.y * grid.z;
-    size_t smemBytes = l.dynamic_smem();
-    std::vector<std::vector<uint8_t>> smem(pool_.size(), std::vector<uint8_t>(smemBytes + 16));
-    std::mutex errMu;
+    std::vector<uint64_t> params;
+    resolveParams(l, params, [&](const pkg::BufRef &r) { return reinterpret_cast<uint64_t>(address(r)); });
+    BlockRunner::Launch bl;
+    bl.thunk = kernels_[l.kernel()].first;
+    bl.setThread = kernels_[l.kernel()].second;
+    bl.params = params.data();
+    bl.grid = {l.grid()->x(), l.grid()->y(), l.grid()->z()};
+    bl.block = {l.block()->x(), l.block()->y(), l.block()->z()};
+    bl.fibers = k->needs_sync() || k->cooperative();
+    uint64_t blocks = uint64_t(bl.grid.x) * bl.grid.y * bl.grid.z;
+    size_t smemBytes = (l.dynamic_smem() + 15) / 16 * 16;
     std::optional<std::string> err;
-    pool_.parallelFor(blocks, [&](int worker, uint64_t b) {
-      {
-        std::lock_guard<std::mutex> g(errMu);
-        if (err)
-          return;
-      }
-      dlc_emu_dim3 idx{static_cast<unsigned>(b % grid.x), static_cast<unsigned>((b / grid.x) % grid.y),
-                       static_cast<unsigned>(b / (uint64_t(grid.x) * grid.y))};
-      auto e = runners_[worker].run(thunk, argv.data(), block, idx, grid, smem[worker].data(),
-                                    k->needs_sync(), setThread_);
-      if (e) {
-        std::lock_guard<std::mutex> g(errMu);
-        if (!err)
-          err = *e;
-      }
-    });
+    if (k->cooperative()) {
+      // Every block resident at once: one runner interleaves all of them.
+      std::vector<uint8_t> smem(smemBytes * blocks + 16);
+      err = runners_[0].run(bl, 0, static_cast<unsigned>(blocks), smem.data(), smemBytes);
+    } else {
+      std::vector<std::vector<uint8_t>> smem(pool_.size(), std::vector<uint8_t>(smemBytes + 16));
+      std::mutex errMu;
+      pool_.parallelFor(blocks, [&](int worker, uint64_t b) {
+        {
+          std::lock_guard<std::mutex> g(errMu);
+          if (err)
+            return;
+        }
+        auto e = runners_[worker].run(bl, b, 1, smem[worker].data(), smemBytes);
+        if (e) {
+          std::lock_guard<std::mutex> g(errMu);
+          if (!err)
+            err = *e;
+        }
+      });
+    }
     if (err)
       return Status(StatusCode::LaunchFailure,
                     "kernel '" + k->name()->str() + "' (node '" + node + "') failed on emu: " + *err);
@@ -508,62 +552,58 @@ public:
   }
 
 private:
-  Status loadModule(const uint8_t *data, size_t n) {
+  Status loadModule(EmuModule &mod, const uint8_t *data, size_t n,
+                    std::map<std::string, std::pair<void (*)(const void *), dlc_emu_set_thread_fn>> &thunks) {
     int fd = memfd_create("dlc-emu-kernels", MFD_CLOEXEC);
     if (fd < 0)
       return Status(StatusCode::Internal, std::string("memfd_create failed: ") + std::strerror(errno));
+    mod.fd = fd;
     size_t off = 0;
     while (off < n) {
       ssize_t w = ::write(fd, data + off, n - off);
-      if (w <= 0) {
-        ::close(fd);
+      if (w <= 0)
         return Status(StatusCode::Internal, "cannot stage the emu module");
-      }
       off += static_cast<size_t>(w);
     }
     // The descriptor stays open while the module is loaded: the dynamic loader knows
     // objects by path, and a reused descriptor number would make a second module's
     // "/proc/self/fd/N" resolve to the first one.
     std::string path = "/proc/self/fd/" + std::to_string(fd);
-    lib_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    moduleFd_ = fd;
-    if (!lib_)
+    mod.lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!mod.lib)
       return Status(StatusCode::InvalidPackage, std::string("cannot load the emu module: ") + dlerror());
-    auto version = reinterpret_cast<dlc_emu_abi_version_fn>(dlsym(lib_, "dlc_emu_abi_version"));
-    auto kernels = reinterpret_cast<dlc_emu_kernels_fn>(dlsym(lib_, "dlc_emu_kernels"));
-    setApi_ = reinterpret_cast<dlc_emu_set_api_fn>(dlsym(lib_, "dlc_emu_set_api"));
-    setThread_ = reinterpret_cast<dlc_emu_set_thread_fn>(dlsym(lib_, "dlc_emu_set_thread"));
-    if (!version || !kernels || !setApi_ || !setThread_)
+    auto version = reinterpret_cast<dlc_emu_abi_version_fn>(dlsym(mod.lib, "dlc_emu_abi_version"));
+    auto kernels = reinterpret_cast<dlc_emu_kernels_fn>(dlsym(mod.lib, "dlc_emu_kernels"));
+    auto setApi = reinterpret_cast<dlc_emu_set_api_fn>(dlsym(mod.lib, "dlc_emu_set_api"));
+    mod.setThread = reinterpret_cast<dlc_emu_set_thread_fn>(dlsym(mod.lib, "dlc_emu_set_thread"));
+    if (!version || !kernels || !setApi || !mod.setThread)
       return Status(StatusCode::InvalidPackage, "the emu module does not export the dlc emu ABI");
     if (version() != DLC_EMU_ABI_VERSION)
       return Status(StatusCode::InvalidPackage, "emu module ABI version " +
                                                     std::to_string(version()) + ", runtime has " +
                                                     std::to_string(DLC_EMU_ABI_VERSION));
-    setApi_(&kApi);
+    setApi(&kApi);
     int count = 0;
     const dlc_emu_kernel *table = kernels(&count);
     for (int i = 0; i < count; ++i)
-      thunks_[table[i].name] = table[i].thunk;
+      thunks[table[i].name] = {table[i].thunk, mod.setThread};
     return Status::ok();
   }
 
   const pkg::PackageFile *pkg_ = nullptr;
   ThreadPool pool_;
   std::vector<BlockRunner> runners_;
-  void *lib_ = nullptr;
-  int moduleFd_ = -1;
-  dlc_emu_set_api_fn setApi_ = nullptr;
-  dlc_emu_set_thread_fn setThread_ = nullptr;
-  std::map<std::string, void (*)(void **)> thunks_;
-  std::vector<void (*)(void **)> kernelThunks_;
+  int cc_ = 0;
+  std::vector<std::unique_ptr<EmuModule>> modules_;
+  std::vector<std::pair<void (*)(const void *), dlc_emu_set_thread_fn>> kernels_;
   AlignedBuffer arena_;
   std::shared_ptr<EmuWeights> weights_;
 };
 
 } // namespace
 
-std::unique_ptr<Backend> createEmuBackend(int threads) {
-  return std::make_unique<EmuBackend>(threads);
+std::unique_ptr<Backend> createEmuBackend(int threads, int computeCapability) {
+  return std::make_unique<EmuBackend>(threads, computeCapability);
 }
 
 } // namespace dlc::rt

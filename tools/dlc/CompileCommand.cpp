@@ -15,6 +15,7 @@
 #include "llvm/Support/Path.h"
 
 #include <chrono>
+#include <unistd.h>
 
 namespace dlc::tool {
 
@@ -109,7 +110,8 @@ int runCompile(const std::vector<std::string> &argv) {
   specs.insert(specs.end(),
                {{"output", 'o', true, false, "FILE", "Output package (default: MODEL with .dlc)"},
                 {"target", 0, true, false, "LIST",
-                 "Targets: sm_80,sm_86,sm_89,sm_90,compute_90,emu (default: all GPU targets + emu)"},
+                 "Targets: sm_80,sm_86,sm_89,sm_90 (cubins), compute_80..compute_90 (PTX), emu\n"
+                 "(default: sm_80,sm_86,sm_89,sm_90,compute_80 and emu)"},
                 {"O", 'O', true, false, "N", "Optimization level 0-3 (default 2)"},
                 {"emit", 0, true, false, "KIND",
                  "package (default), exe (standalone executable), lib (shared library + C header)\n"
@@ -210,8 +212,27 @@ int runCompile(const std::vector<std::string> &argv) {
   co.useCache = !args->has("no-cache");
   co.cacheDir = args->getOr("cache-dir", "");
   co.failureDumpPath = out + ".failed.cu";
+  // On a terminal, one progress bar line for the compilation jobs; elsewhere (logs,
+  // CI) one line per phase.
+  bool tty = !quiet && ::isatty(2);
+  bool barShown = false;
   if (!quiet)
-    co.progress = [](const std::string &s) { llvm::errs() << "dlc: " << s << "\n"; };
+    co.progress = [&](const std::string &s) {
+      if (barShown) {
+        llvm::errs() << "\r\x1b[K";
+        barShown = false;
+      }
+      llvm::errs() << "dlc: " << s << "\n";
+    };
+  if (tty)
+    co.onJob = [&, start = std::chrono::steady_clock::now()](size_t done, size_t total, const std::string &what) {
+      constexpr size_t width = 24;
+      size_t filled = total ? done * width / total : width;
+      llvm::errs() << "\r\x1b[Kdlc: compiling [" << std::string(filled, '#') << std::string(width - filled, '.')
+                   << "] " << done << "/" << total << " " << llvm::format("%.1f s", seconds(start)) << "  " << what;
+      llvm::errs().flush();
+      barShown = true;
+    };
   codegen::CompileReport rep;
   if (emit == "cuda") // the source is checked by compiling PTX for the newest architecture
     co.targets = {"compute_90"};

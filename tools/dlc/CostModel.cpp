@@ -41,8 +41,7 @@ PackageCost costOf(const pkg::PackageFile &pf) {
         sc.kernel = static_cast<int>(l->kernel());
         sc.bytesRead = l->bytes_read();
         sc.bytesWritten = l->bytes_written();
-        if (m.kernels() && l->kernel() < m.kernels()->size())
-          sc.flops = m.kernels()->Get(l->kernel())->flops();
+        sc.flops = l->flops();
       } else if (const pkg::Gemm *g = s->op_as_Gemm()) {
         sc.kind = "gemm";
         uint64_t es = pkg::dtypeSize(g->dtype()), batch = static_cast<uint64_t>(g->batch());

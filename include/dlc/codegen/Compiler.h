@@ -4,6 +4,7 @@
 #include "dlc/ir/Graph.h"
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,17 +23,28 @@ struct CompileOptions {
   bool useCache = true;
   /// Where the .cu goes if a compiler fails (normally next to the output).
   std::string failureDumpPath;
-  /// Progress lines ("nvrtc sm_80 [2/5] ...").
+  /// Progress lines, one per phase ("ptxas sm_80: 2 jobs, 0.41 s").
   std::function<void(const std::string &)> progress;
+  /// Called as each compilation job finishes (for a progress bar): jobs done, jobs in
+  /// all, what finished ("ptxas sm_90 chunk 1").
+  std::function<void(size_t, size_t, const std::string &)> onJob;
   /// Keep the generated CUDA source in the package (for inspection).
   bool embedSource = true;
 };
 
 struct CompileReport {
-  size_t kernels = 0, launches = 0, libraryCalls = 0, steps = 0;
+  size_t kernels = 0, launches = 0, libraryCalls = 0, steps = 0, chunks = 0;
   uint64_t arenaBytes = 0, weightBytes = 0, packageBytes = 0;
   int maxRegisters = 0, totalSpills = 0;
-  double codegenSeconds = 0, gpuCompileSeconds = 0, emuCompileSeconds = 0;
+  /// Wall time of code generation and of compiling every chunk for every target.
+  double codegenSeconds = 0, compileSeconds = 0;
+  /// Per phase ("nvrtc", "ptxas sm_80", "emu"): jobs, cache hits, and the time the
+  /// jobs took (summed: they run in parallel).
+  struct Phase {
+    size_t jobs = 0, cached = 0;
+    double seconds = 0;
+  };
+  std::map<std::string, Phase> phases;
   std::vector<std::string> targets;
   std::string cudaSource;
 };

@@ -23,7 +23,11 @@
 namespace dlc::pkg {
 
 /// 2: GEMM epilogues (bias, activation, separate C input).
-inline constexpr uint32_t kFormatVersion = 2;
+/// 3: launch parameter buffers with relocations, kernels in compilation chunks with
+///    symbols, per-architecture steps, cooperative kernels.
+inline constexpr uint32_t kFormatVersion = 3;
+/// The largest launch parameter buffer (the classic CUDA limit on kernel parameters).
+inline constexpr size_t kMaxParamBytes = 4096;
 inline constexpr uint64_t kSectionAlign = 256;
 inline constexpr size_t kHeaderSize = 64;
 

@@ -12,7 +12,7 @@
 extern "C" {
 #endif
 
-#define DLC_EMU_ABI_VERSION 1
+#define DLC_EMU_ABI_VERSION 2
 
 typedef struct dlc_emu_dim3 {
   unsigned x, y, z;
@@ -37,11 +37,15 @@ typedef struct dlc_emu_api {
   /* Deposits `pred`, waits for the warp, returns the ballot of the lanes in mask. */
   unsigned (*ballot)(int pred, unsigned mask);
   void (*trap)(const char *message);
+  /* A grid-wide barrier (cooperative launches: every block of the grid is resident). */
+  void (*gridsync)(void);
 } dlc_emu_api;
 
 typedef struct dlc_emu_kernel {
   const char *name;
-  void (*thunk)(void **args); /* calls the kernel with *(T*)args[i] as argument i */
+  /* Calls the kernel with its parameters read from `params`, laid out as the CUDA
+   * ABI lays out a kernel's parameters (the launch's parameter buffer). */
+  void (*thunk)(const void *params);
 } dlc_emu_kernel;
 
 /* Exported by a kernel object:

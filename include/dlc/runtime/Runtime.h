@@ -35,6 +35,9 @@ struct SessionOptions {
   int emuThreads = 0;
   /// CUDA device ordinal (cuDeviceGet) for the cuda backend.
   int cudaDevice = 0;
+  /// The emu backend runs the steps planned for this compute capability (80 for
+  /// sm_80; tile choices differ per architecture). 0: the newest in the package.
+  int emuComputeCapability = 0;
   /// Record per-step wall time (host-side; on emu it is CPU time, not GPU time).
   bool profile = false;
 };
@@ -107,6 +110,8 @@ private:
   SessionOptions opts_;
   std::vector<bool> inputSet_;
   std::vector<StepTime> profile_;
+  /// The package's steps that run on this backend (per-architecture steps filtered).
+  std::vector<const pkg::Step *> steps_;
 };
 
 /// .npy files (format 1.0/2.0, little-endian, C order).

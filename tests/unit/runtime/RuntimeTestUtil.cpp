@@ -25,14 +25,15 @@ std::vector<uint8_t> buildTestPackage(const std::string &src,
   std::map<std::string, size_t> arity;
   for (const TestLaunch &l : launches)
     arity[l.kernel] = l.pointerArgs.size();
+  // Each parameter is a pointer: consecutive 8-byte slots of the parameter buffer.
   std::string emu = "#ifdef DLC_EMU\nthread_local dlc_emu_thread *dlc_emu_cur = nullptr;\n"
                     "const dlc_emu_api *dlc_emu_api_ptr = nullptr;\n";
   std::string table;
   for (const auto &[name, n] : arity) {
     std::string call;
     for (size_t i = 0; i < n; ++i)
-      call += (i ? ", " : "") + std::string("*(float **)a[") + std::to_string(i) + "]";
-    emu += "static void " + name + "__thunk(void **a) { " + name + "(" + call + "); }\n";
+      call += (i ? ", " : "") + std::string("*(float *const *)((const char *)a + ") + std::to_string(8 * i) + ")";
+    emu += "static void " + name + "__thunk(const void *a) { " + name + "(" + call + "); }\n";
     table += "{\"" + name + "\", " + name + "__thunk},";
   }
   emu += "static const dlc_emu_kernel tbl[] = {" + table + "{nullptr, nullptr}};\n"
@@ -75,15 +76,18 @@ std::vector<uint8_t> buildTestPackage(const std::string &src,
                                                it->second.sharedBytes, 0));
     }
     kernelIndex[l.kernel] = static_cast<uint32_t>(kernels.size());
-    kernels.push_back(pkg::CreateKernel(fb, fb.CreateString(l.kernel), l.needsSync, fb.CreateVector(res), 0));
+    kernels.push_back(pkg::CreateKernel(fb, fb.CreateString(l.kernel), fb.CreateString(l.kernel), 0, l.needsSync,
+                                        l.cooperative, fb.CreateVector(res)));
   }
   std::vector<flatbuffers::Offset<pkg::Step>> steps;
   for (const TestLaunch &l : launches) {
-    std::vector<pkg::Arg> args;
-    for (uint32_t b : l.pointerArgs)
-      args.emplace_back(pkg::ArgKind::Pointer, pkg::BufRef(b, 0), 0, 0.0f);
+    std::vector<uint8_t> params(8 * l.pointerArgs.size(), 0);
+    std::vector<pkg::Reloc> relocs;
+    for (size_t i = 0; i < l.pointerArgs.size(); ++i)
+      relocs.emplace_back(static_cast<uint32_t>(8 * i), pkg::BufRef(l.pointerArgs[i], 0));
     pkg::Dim3 g(l.grid[0], l.grid[1], l.grid[2]), b(l.block[0], l.block[1], l.block[2]);
-    auto launch = pkg::CreateLaunch(fb, kernelIndex[l.kernel], &g, &b, l.dynamicSmem, fb.CreateVectorOfStructs(args));
+    auto launch = pkg::CreateLaunch(fb, kernelIndex[l.kernel], &g, &b, l.dynamicSmem, fb.CreateVector(params),
+                                    fb.CreateVectorOfStructs(relocs));
     steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Launch, launch.Union(), fb.CreateString("test")));
   }
   std::vector<flatbuffers::Offset<pkg::Module>> mods;

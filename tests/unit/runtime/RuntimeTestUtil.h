@@ -20,6 +20,7 @@ struct TestLaunch {
   uint32_t dynamicSmem = 0;
   std::vector<uint32_t> pointerArgs; // buffer indices
   bool needsSync = true;
+  bool cooperative = false;
 };
 
 /// A package over hand-written CUDA source: buffers (arena, f32) named by the test,
