@@ -351,7 +351,13 @@ llvm::Expected<std::vector<uint8_t>> compileGraph(const Graph &g, const CompileO
 
   auto t0 = std::chrono::steady_clock::now();
   progress("codegen: lowering " + std::to_string(g.numNodes()) + " nodes");
-  Lowering lowering(g);
+  LoweringOptions lo;
+  for (const std::string &t : targets)
+    if (t.rfind("sm_", 0) == 0)
+      lo.archs.push_back(t);
+  lo.persistentRnn = opts.persistentRnn;
+  lo.wideIndices = opts.wideIndices;
+  Lowering lowering(g, lo);
   auto program = lowering.run();
   if (!program)
     return program.takeError();

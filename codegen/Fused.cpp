@@ -4,23 +4,33 @@
 #include "emitters/EmitterUtils.h"
 
 #include "dlc/ir/FusionRules.h"
+#include "dlc/ir/OpHelpers.h"
 
 namespace dlc::codegen {
 
 using namespace ir;
 
-FusedAccess::FusedAccess(Lowering &l, KernelBuilder &kb, const FusionGroup *group)
-    : l_(l), kb_(kb), g_(group) {}
+FusedAccess::FusedAccess(Lowering &l, ParamList &params, const FusionGroup *group)
+    : l_(l), params_(params), g_(group) {}
 
 // Names of fused temporaries start with "f" and end with "_": they cannot clash with
-// an emitter's locals or the kernel parameters (p0, p1, ...).
+// a functor's parameters (P, i, v).
 std::string FusedAccess::fresh(const char *prefix) { return "f" + std::string(prefix) + std::to_string(counter_++) + "_"; }
 
 std::string FusedAccess::pointer(const Value *v) {
   auto it = ptrs_.find(v);
   if (it != ptrs_.end())
     return it->second;
-  std::string p = kb_.pointerTo(v);
+  std::string p = params_.pointer(v->dtype(), l_.bufferOf(v), true, v->type().byteSize());
+  ptrs_[v] = p;
+  return p;
+}
+
+std::string FusedAccess::outputPointer(const Value *v) {
+  auto it = ptrs_.find(v);
+  if (it != ptrs_.end())
+    return it->second;
+  std::string p = params_.pointer(v->dtype(), l_.bufferOf(v), false, v->type().byteSize());
   ptrs_[v] = p;
   return p;
 }
@@ -31,8 +41,34 @@ const Value *FusedAccess::stored(const Value *anchorOut) const {
 
 std::string FusedAccess::coords(CodeStream &b, const Shape &s, const std::string &idx) {
   std::string prefix = fresh("c");
-  IndexMapper(s).emitCoords(b, idx, prefix);
+  if (s.empty())
+    return prefix;
+  b.line("I " + prefix + "q = " + idx + ";");
+  for (size_t d = s.size(); d-- > 1;)
+    b.line("const I " + prefix + std::to_string(d) + " = " +
+           (s[d] == 1 ? std::string("0") : params_.divmod(s[d]) + ".split(" + prefix + "q)") + ";");
+  b.line("const I " + prefix + "0 = " + prefix + "q;");
   return prefix;
+}
+
+std::string FusedAccess::dot(const std::vector<int64_t> &strides, const std::string &prefix) {
+  std::string s;
+  for (size_t d = 0; d < strides.size(); ++d) {
+    if (strides[d] == 0)
+      continue;
+    std::string term = prefix + std::to_string(d) + (strides[d] == 1 ? "" : " * (I)" + num(strides[d]));
+    s += (s.empty() ? "" : " + ") + term;
+  }
+  return s.empty() ? "(I)0" : s;
+}
+
+std::string FusedAccess::broadcastIndex(const Shape &out, const Shape &in, const std::string &prefix) {
+  std::vector<int64_t> strides(out.size(), 0);
+  Shape st = stridesOf(in);
+  size_t off = out.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i)
+    strides[off + i] = in[i] == 1 ? 0 : st[i];
+  return dot(strides, prefix);
 }
 
 std::string FusedAccess::load(CodeStream &b, const Value *v, const std::string &idx) {
@@ -70,16 +106,13 @@ std::string FusedAccess::forwardIndex(CodeStream &b, const Value *from, const st
     if (!next)
       break;
     if (next->kind() == OpKind::Transpose) {
-      std::vector<int64_t> perm = next->attrInts("perm");
-      if (perm.empty())
-        for (int64_t d = cur->rank() - 1; d >= 0; --d)
-          perm.push_back(d);
+      std::vector<int64_t> perm = transposePerm(*next);
       std::string c = coords(b, cur->shape(), at);
       Shape outStrides = stridesOf(next->result()->shape());
-      std::string s;
+      std::vector<int64_t> s(cur->rank(), 0);
       for (size_t d = 0; d < perm.size(); ++d)
-        s += (d ? " + " : "") + c + std::to_string(perm[d]) + " * " + ll(outStrides[d]);
-      at = "(" + (s.empty() ? std::string("0") : s) + ")";
+        s[perm[d]] = outStrides[d];
+      at = "(" + dot(s, c) + ")";
     }
     cur = next->result();
   }
@@ -96,19 +129,7 @@ void FusedAccess::store(CodeStream &b, const Value *anchorOut, const std::string
     at = forwardIndex(b, anchorOut, idx);
     r = valueWithBound(b, out, at, anchorOut, idx, bound);
   }
-  auto it = ptrs_.find(out);
-  std::string outPtr = it != ptrs_.end() ? it->second : (ptrs_[out] = kb_.outputPointer(out));
-  b.line("dlc::st(" + outPtr + ", " + at + ", " + r + ");");
-}
-
-double FusedAccess::epilogueFlops() const {
-  if (!g_)
-    return 0;
-  double f = 0;
-  for (const Node *n : g_->nodes)
-    if (n != g_->anchor && !isMetadataOnly(*n))
-      f += 1;
-  return f;
+  b.line("dlc::st(" + outputPointer(out) + ", " + at + ", " + r + ");");
 }
 
 std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::string &idx, Memo &memo) {
@@ -134,7 +155,7 @@ std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::strin
   auto operandIndex = [&](const std::string &c, const Value *op) {
     if (op->shape() == os)
       return idx;
-    return IndexMapper(os).broadcastIndex(op->shape(), c);
+    return "(" + broadcastIndex(os, op->shape(), c) + ")";
   };
   if (isMetadataOnly(n)) {
     result = valueAt(b, n.operand(0), idx, memo);
@@ -166,21 +187,18 @@ std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::strin
     switch (n.kind()) {
     case OpKind::Transpose: {
       const Value *x = n.operand(0);
-      std::vector<int64_t> perm = n.attrInts("perm");
-      if (perm.empty())
-        for (int64_t d = x->rank() - 1; d >= 0; --d)
-          perm.push_back(d);
+      std::vector<int64_t> perm = transposePerm(n);
       Shape inStrides = stridesOf(x->shape());
       std::vector<int64_t> s(perm.size());
       for (size_t d = 0; d < perm.size(); ++d)
         s[d] = inStrides[perm[d]];
       std::string c = coords(b, os, idx);
-      result = valueAt(b, x, "(" + IndexMapper(os).dot(s, c) + ")", memo);
+      result = valueAt(b, x, "(" + dot(s, c) + ")", memo);
       break;
     }
     case OpKind::Expand: {
       std::string c = coords(b, os, idx);
-      result = valueAt(b, n.operand(0), "(" + IndexMapper(os).broadcastIndex(n.operand(0)->shape(), c) + ")", memo);
+      result = valueAt(b, n.operand(0), "(" + broadcastIndex(os, n.operand(0)->shape(), c) + ")", memo);
       break;
     }
     case OpKind::Tile: {
@@ -188,42 +206,29 @@ std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::strin
       std::string c = coords(b, os, idx);
       Shape st = stridesOf(x->shape());
       std::string s;
-      for (size_t d = 0; d < os.size(); ++d)
-        s += (d ? " + " : "") + std::string("(") + c + std::to_string(d) + " % " + ll(x->shape()[d]) + ") * " +
-             ll(st[d]);
-      result = valueAt(b, x, "(" + (s.empty() ? std::string("0") : s) + ")", memo);
+      for (size_t d = 0; d < os.size(); ++d) {
+        if (x->shape()[d] == 1)
+          continue;
+        std::string cd = os[d] == x->shape()[d] ? c + std::to_string(d)
+                                                : params_.divmod(x->shape()[d]) + ".mod(" + c + std::to_string(d) + ")";
+        s += (s.empty() ? "" : " + ") + cd + (st[d] == 1 ? "" : " * (I)" + num(st[d]));
+      }
+      result = valueAt(b, x, "(" + (s.empty() ? std::string("(I)0") : s) + ")", memo);
       break;
     }
     case OpKind::Slice: {
       const Value *x = n.operand(0);
-      int64_t rank = x->rank();
-      const auto &starts = n.attrInts("starts");
-      std::vector<int64_t> axes = n.attrInts("axes"), steps = n.attrInts("steps");
-      if (axes.empty())
-        for (size_t i = 0; i < starts.size(); ++i)
-          axes.push_back(static_cast<int64_t>(i));
-      if (steps.empty())
-        steps.assign(starts.size(), 1);
-      std::vector<int64_t> start(rank, 0), step(rank, 1);
-      for (size_t k = 0; k < axes.size(); ++k) {
-        int64_t a = axes[k] < 0 ? axes[k] + rank : axes[k], dim = x->shape()[a], sp = steps[k];
-        __int128 s0 = starts[k];
-        if (s0 < 0)
-          s0 += dim;
-        s0 = sp > 0 ? std::clamp<__int128>(s0, 0, dim) : std::clamp<__int128>(s0, 0, dim - 1);
-        start[a] = static_cast<int64_t>(s0);
-        step[a] = sp;
-      }
+      SliceWindow w = llvm::cantFail(sliceWindow(n)); // the verifier checked the window
       Shape inStrides = stridesOf(x->shape());
       std::string c = coords(b, os, idx);
       int64_t base = 0;
-      std::string s;
-      for (int64_t d = 0; d < rank; ++d) {
-        base += start[d] * inStrides[d];
-        if (int64_t coef = step[d] * inStrides[d])
-          s += " + " + c + std::to_string(d) + " * " + ll(coef);
+      std::vector<int64_t> coef(x->rank());
+      for (int64_t d = 0; d < x->rank(); ++d) {
+        base += w.start[d] * inStrides[d];
+        coef[d] = w.step[d] * inStrides[d];
       }
-      result = valueAt(b, x, "(" + ll(base) + s + ")", memo);
+      // Negative steps make negative coefficients: the sum is still non-negative.
+      result = valueAt(b, x, "((I)" + num(base) + " + " + dot(coef, c) + ")", memo);
       break;
     }
     case OpKind::Gather: {
@@ -234,19 +239,19 @@ std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::strin
       int64_t q = ind->rank(), dim = x->shape()[axis];
       Shape xs = stridesOf(x->shape()), is = stridesOf(ind->shape());
       std::string c = coords(b, os, idx);
-      std::string iexpr = "0";
+      std::vector<int64_t> istr(os.size(), 0);
       for (int64_t d = 0; d < q; ++d)
-        iexpr += " + " + c + std::to_string(axis + d) + " * " + ll(is[d]);
-      std::string gi = valueAt(b, ind, "(" + iexpr + ")", memo);
+        istr[axis + d] = is[d];
+      std::string gi = valueAt(b, ind, "(" + dot(istr, c) + ")", memo);
       std::string g = fresh("g");
       b.line("long long " + g + " = (long long)" + gi + ";");
-      b.line("if (" + g + " < 0) " + g + " += " + ll(dim) + ";");
-      std::string src = g + " * " + ll(xs[axis]);
+      b.line("if (" + g + " < 0) " + g + " += " + num(dim) + ";");
+      std::vector<int64_t> xstr(os.size(), 0);
       for (int64_t d = 0; d < axis; ++d)
-        src += " + " + c + std::to_string(d) + " * " + ll(xs[d]);
+        xstr[d] = xs[d];
       for (int64_t d = axis + 1; d < x->rank(); ++d)
-        src += " + " + c + std::to_string(d + q - 1) + " * " + ll(xs[d]);
-      result = valueAt(b, x, "(" + src + ")", memo);
+        xstr[d + q - 1] = xs[d];
+      result = valueAt(b, x, "((I)" + g + " * (I)" + num(xs[axis]) + " + " + dot(xstr, c) + ")", memo);
       break;
     }
     case OpKind::Concat: {
@@ -263,19 +268,21 @@ std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::strin
         if (len == 0)
           continue;
         bool last = ++k == n.numOperands();
-        std::string head = (offset == 0 ? "if (" : "else if (") + c + std::to_string(axis) + " < " +
-                           ll(offset + len) + ")";
+        std::string ca = c + std::to_string(axis);
+        std::string head = (offset == 0 ? "if (" : "else if (") + ca + " < (I)" + num(offset + len) + ")";
         if (last)
           head = offset == 0 ? "if (true)" : "else";
         CodeStream::Block blk(b, head);
         // Index into the operand: the coordinate along `axis` shifted by `offset`.
+        std::string shifted = fresh("s");
+        b.line("const I " + shifted + " = " + ca + " - (I)" + num(offset) + ";");
         Shape st = stridesOf(op->shape());
-        std::string s = "0";
+        std::vector<int64_t> strides(v->rank());
         for (int64_t d = 0; d < v->rank(); ++d)
-          s += " + " + (d == axis ? "(" + c + std::to_string(d) + " - " + ll(offset) + ")" : c + std::to_string(d)) +
-               " * " + ll(st[d]);
+          strides[d] = d == axis ? 0 : st[d];
+        std::string at = "(" + shifted + (st[axis] == 1 ? "" : " * (I)" + num(st[axis])) + " + " + dot(strides, c) + ")";
         Memo inner = memo; // values computed inside a branch are not visible outside
-        std::string val = valueAt(b, op, "(" + s + ")", inner);
+        std::string val = valueAt(b, op, at, inner);
         b.line(result + " = " + val + ";");
         offset += len;
       }
@@ -289,6 +296,66 @@ std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::strin
   memo[key] = result;
   return result;
 }
+
+//===----------------------------------------------------------------------===//
+// Functors
+//===----------------------------------------------------------------------===//
+
+namespace {
+const char *kDevice = "static __device__ __forceinline__ ";
+}
+
+Functor loadFunctor(Lowering &l, const FusionGroup *g, const Value *v) {
+  Functor f;
+  f.valueType = computeType(v->dtype());
+  FusedAccess fa(l, f.params, g);
+  CodeStream b;
+  {
+    CodeStream::Indent in(b);
+    b.line(std::string("template <class I> ") + kDevice + "Value load(const Params &P, I i) {");
+    CodeStream::Indent body(b);
+    b.line("return " + fa.load(b, v, "i") + ";");
+  }
+  f.methods = b.str() + "  }\n";
+  return f;
+}
+
+Functor storeFunctor(Lowering &l, const FusionGroup *g, const Value *anchorOut) {
+  Functor f;
+  f.valueType = computeType(anchorOut->dtype());
+  FusedAccess fa(l, f.params, g);
+  CodeStream b;
+  {
+    CodeStream::Indent in(b);
+    b.line(std::string("template <class I> ") + kDevice + "void store(const Params &P, I i, Value v) {");
+    CodeStream::Indent body(b);
+    fa.store(b, anchorOut, "i", "v");
+  }
+  f.methods = b.str() + "  }\n";
+  return f;
+}
+
+Functor boundFunctor(Lowering &l, const FusionGroup *g, const Value *v, const Value *bound) {
+  Functor f;
+  f.valueType = computeType(v->dtype());
+  FusedAccess fa(l, f.params, g);
+  CodeStream b;
+  {
+    CodeStream::Indent in(b);
+    b.line(std::string("template <class I> ") + kDevice + "Value apply(const Params &P, I i, Value x) {");
+    CodeStream::Indent body(b);
+    b.line("return " + (v == bound ? std::string("x") : fa.loadBound(b, v, "i", bound, "x")) + ";");
+  }
+  f.methods = b.str() + "  }\n";
+  return f;
+}
+
+Functor plainLoad(Lowering &l, const Value *v) { return loadFunctor(l, nullptr, v); }
+Functor plainStore(Lowering &l, const Value *v) { return storeFunctor(l, nullptr, v); }
+
+//===----------------------------------------------------------------------===//
+// Anchor-free groups
+//===----------------------------------------------------------------------===//
 
 llvm::Error lowerInlineNode(Lowering &l, const Node &n) {
   FusionGroup g;
@@ -312,13 +379,14 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
     return llvm::Error::success();
   }
   int64_t total = out->type().numElements();
-  l.allocate(out);
+  BufferRef outRef = l.allocate(out);
   if (total == 0)
     return llvm::Error::success();
-  KernelBuilder kb(l, *g.root, g.nodes.size() > 1 ? "fused" : "");
-  FusedAccess fa(l, kb, &g);
-  // Vectorized form: every node element-wise over one f32 index space.
-  bool vec4 = out->dtype() == DType::F32 && total % 4 == 0;
+  Functor f;
+  FusedAccess fa(l, f.params, &g);
+  // Vectorized form: every node element-wise over one f32 index space, every buffer
+  // 16-byte aligned (arena buffers are 256-byte aligned; views may be offset).
+  bool vec4 = out->dtype() == DType::F32 && total % 4 == 0 && outRef.offset % 16 == 0;
   std::vector<const Value *> externals;
   for (const Node *n : g.nodes) {
     vec4 &= n->result()->type().numElements() == total &&
@@ -326,47 +394,63 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
     for (const Value *v : n->operands()) {
       if (!v || g.contains(v) || isScalarConstant(v))
         continue;
-      vec4 &= v->dtype() == DType::F32 && (isMetadataOnly(*n) || v->shape() == n->result()->shape());
+      vec4 &= v->dtype() == DType::F32 && (isMetadataOnly(*n) || v->shape() == n->result()->shape()) &&
+              l.bufferOf(v).offset % 16 == 0;
       if (std::find(externals.begin(), externals.end(), v) == externals.end())
         externals.push_back(v);
     }
   }
-  CodeStream &b = kb.body();
   double flops = 0;
   for (const Node *n : g.nodes)
     if (!isMetadataOnly(*n))
       flops += static_cast<double>(n->result()->type().numElements());
-  kb.setFlops(flops);
-  uint64_t grid;
-  uint32_t block;
-  std::string outPtr = kb.outputPointer(out);
-  if (vec4) {
-    b.line("const long long n4 = " + ll(total / 4) + ";");
-    CodeStream::Block loop(b, gridStrideLoop("j", "n4"));
-    std::vector<std::string> q;
-    for (size_t k = 0; k < externals.size(); ++k) {
-      q.push_back("q" + std::to_string(k));
-      b.line("const float4 " + q[k] + " = reinterpret_cast<const float4 *>(" + fa.pointer(externals[k]) + ")[j];");
+  CodeStream b;
+  {
+    CodeStream::Indent in(b);
+    b.line(std::string("template <class I> ") + kDevice + "void run(const Params &P, I i) {");
+    CodeStream::Indent body(b);
+    std::string outPtr = fa.outputPointer(out);
+    if (vec4) {
+      std::vector<std::string> q;
+      for (size_t k = 0; k < externals.size(); ++k) {
+        q.push_back("q" + std::to_string(k));
+        b.line("const float4 " + q[k] + " = reinterpret_cast<const float4 *>(" + fa.pointer(externals[k]) + ")[i];");
+      }
+      b.line("float4 r;");
+      const char *lanes[] = {"x", "y", "z", "w"};
+      for (int k = 0; k < 4; ++k) {
+        std::map<const Value *, std::string> o;
+        for (size_t e = 0; e < externals.size(); ++e)
+          o[externals[e]] = q[e] + "." + lanes[k];
+        fa.setExternalOverride(o);
+        CodeStream::Block laneBlock(b, "");
+        b.line(std::string("r.") + lanes[k] + " = " + fa.load(b, out, "(4 * i + " + std::to_string(k) + ")") + ";");
+      }
+      b.line("reinterpret_cast<float4 *>(" + outPtr + ")[i] = r;");
+    } else {
+      b.line("dlc::st(" + outPtr + ", i, " + fa.load(b, out, "i") + ");");
     }
-    b.line("float4 r;");
-    const char *lanes[] = {"x", "y", "z", "w"};
-    for (int k = 0; k < 4; ++k) {
-      std::map<const Value *, std::string> o;
-      for (size_t e = 0; e < externals.size(); ++e)
-        o[externals[e]] = q[e] + "." + lanes[k];
-      fa.setExternalOverride(o);
-      CodeStream::Block laneBlock(b, "");
-      b.line(std::string("r.") + lanes[k] + " = " + fa.load(b, out, "(4 * j + " + std::to_string(k) + ")") + ";");
-    }
-    b.line("reinterpret_cast<float4 *>(" + outPtr + ")[j] = r;");
-    elementwiseLaunchShape(total / 4, grid, block);
-  } else {
-    CodeStream::Block loop(b, gridStrideLoop("i", ll(total)));
-    std::string r = fa.load(b, out, "i");
-    b.line("dlc::st(" + outPtr + ", i, " + r + ");");
-    elementwiseLaunchShape(total, grid, block);
   }
-  kb.launch(grid, block);
+  f.methods = b.str() + "  }\n";
+  f.valueType = computeType(out->dtype());
+  int64_t n = vec4 ? total / 4 : total;
+  std::string fn = l.functorName(f);
+  Instantiation inst;
+  inst.tmpl = "dlc::elementwise";
+  // Every index the functor computes is an element index of a tensor of the group.
+  int64_t maxIndex = total;
+  for (const Node *node : g.nodes)
+    for (const Value *v : node->operands())
+      if (v)
+        maxIndex = std::max(maxIndex, v->type().numElements());
+  inst.targs = {l.indexType(maxIndex), fn};
+  inst.argsType = "dlc::ElemArgs<" + fn + ">";
+  inst.functors = {fn};
+  uint32_t k = l.instantiate(inst);
+  LaunchArgs args;
+  args.blob.i64(n);
+  args.functor(f);
+  l.launch(*g.root, k, args, gridFor(n, 256), 256, 0, flops);
   return llvm::Error::success();
 }
 

@@ -1,6 +1,7 @@
 #include "Lowering.h"
 
 #include "Fused.h"
+#include "Library.h"
 
 #include "dlc/ir/FusionRules.h"
 
@@ -8,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <set>
 
 namespace dlc::codegen {
 
@@ -72,19 +74,6 @@ std::string literal(DType dt, double v) {
   return std::string("(") + buf + ")";
 }
 
-void elementwiseLaunchShape(uint64_t n, uint64_t &grid, uint32_t &block) {
-  block = 256;
-  uint64_t blocks = (n + block - 1) / block;
-  grid = std::max<uint64_t>(1, std::min<uint64_t>(blocks, 65536)); // grid-stride beyond
-}
-
-//===----------------------------------------------------------------------===//
-// KernelBuilder
-//===----------------------------------------------------------------------===//
-
-KernelBuilder::KernelBuilder(Lowering &l, const Node &n, const std::string &suffix)
-    : l_(l), node_(n), name_(l.kernelName(n, suffix)) {}
-
 void ParamBlob::raw(const void *data, size_t n, size_t align) {
   bytes.resize((bytes.size() + align - 1) / align * align);
   const auto *p = static_cast<const uint8_t *>(data);
@@ -99,110 +88,18 @@ void ParamBlob::pointer(BufferRef r) {
 
 void ParamBlob::i64(int64_t v) { raw(&v, 8, 8); }
 
-std::string KernelBuilder::pointer(DType dt, BufferRef ref, bool isConst, uint64_t bytes) {
-  accesses_.push_back({ref, bytes, !isConst});
-  std::string name = "p" + std::to_string(params_.size());
-  std::string type = std::string(isConst ? "const " : "") + cudaType(dt) + "*";
-  params_.push_back(type + " __restrict__ " + name);
-  types_.push_back(type);
-  args_.push_back({KernelArg::Pointer, ref, 0});
-  return name;
-}
-
-std::string KernelBuilder::pointerTo(const Value *v) {
-  return pointer(v->dtype(), l_.bufferOf(v), true, v->type().byteSize());
-}
-
-std::string KernelBuilder::outputPointer(const Value *v) {
-  return pointer(v->dtype(), l_.bufferOf(v), false, v->type().byteSize());
-}
-
-std::string KernelBuilder::int64Param(int64_t value) {
-  std::string name = "p" + std::to_string(params_.size());
-  params_.push_back("long long " + name);
-  types_.push_back("long long");
-  KernelArg a{KernelArg::I64, {}, value};
-  args_.push_back(a);
-  return name;
-}
-
-void KernelBuilder::relaunch(const std::function<void(std::vector<KernelArg> &)> &edit) {
-  LaunchStep ls = last_;
-  std::vector<KernelArg> args = args_;
-  edit(args);
-  ls.params = ParamBlob();
-  for (const KernelArg &a : args)
-    a.kind == KernelArg::Pointer ? ls.params.pointer(a.ref) : ls.params.i64(a.i);
-  l_.addLaunch(std::move(ls), node_.name());
-}
-
-void KernelBuilder::launch(uint64_t gridX, uint32_t blockX, uint32_t smem, uint32_t gridY,
-                           uint32_t gridZ) {
-  define(gridX, blockX, smem, gridY, gridZ);
-  l_.addLaunch(last_, node_.name());
-}
-
-void KernelBuilder::define(uint64_t gridX, uint32_t blockX, uint32_t smem, uint32_t gridY,
-                           uint32_t gridZ) {
-  CodeStream src;
-  std::string params;
-  for (size_t i = 0; i < params_.size(); ++i)
-    params += (i ? ", " : "") + params_[i];
-  std::string paramTypes;
-  for (size_t i = 0; i < types_.size(); ++i)
-    paramTypes += (i ? ", " : "") + types_[i];
-  src.line("// " + std::string(node_.opName()) + (node_.name().empty() ? "" : " '" + node_.name() + "'") +
-           " -> " + node_.result()->type().str());
-  src.line("extern \"C\" __global__ void __launch_bounds__(" + std::to_string(blockX) + ") " + name_ +
-           "(" + params + ") {");
-  src.line(body_.str());
-  src.line("}");
-  KernelDesc k;
-  k.name = name_;
-  k.symbol = name_;
-  k.source = src.str();
-  // Every parameter is 8 bytes (a pointer or a long long): consecutive 8-byte slots.
-  std::string call;
-  for (size_t i = 0; i < types_.size(); ++i)
-    call += (i ? ", " : "") + std::string("*(") + types_[i] + " const *)(p + " + std::to_string(8 * i) + ")";
-  k.emuCall = name_ + "(" + call + ");";
-  k.needsSync = needsSync_;
-  k.node = node_.name();
-  LaunchStep ls;
-  ls.grid[0] = static_cast<uint32_t>(gridX);
-  ls.grid[1] = gridY;
-  ls.grid[2] = gridZ;
-  ls.block[0] = blockX;
-  ls.block[1] = 1;
-  ls.block[2] = 1;
-  ls.smem = smem;
-  ls.flops = flops_;
-  for (const KernelArg &a : args_)
-    a.kind == KernelArg::Pointer ? ls.params.pointer(a.ref) : ls.params.i64(a.i);
-  // Distinct (buffer, offset) views, each counted once: read if any parameter
-  // reads it, written if any writes it.
-  std::map<std::pair<uint32_t, uint64_t>, std::pair<uint64_t, int>> views;
-  for (const Access &a : accesses_) {
-    uint64_t bytes = a.bytes ? a.bytes : l_.bufferBytes(a.ref.buffer) - a.ref.offset;
-    auto &v = views[{a.ref.buffer, a.ref.offset}];
-    v.first = std::max(v.first, bytes);
-    v.second |= a.write ? 2 : 1;
-  }
-  for (const auto &[key, v] : views) {
-    if (v.second & 1)
-      ls.bytesRead += v.first;
-    if (v.second & 2)
-      ls.bytesWritten += v.first;
-  }
-  ls.kernel = l_.addKernel(std::move(k));
-  last_ = ls;
-}
-
 //===----------------------------------------------------------------------===//
 // Lowering
 //===----------------------------------------------------------------------===//
 
-Lowering::Lowering(const Graph &g) : g_(g) {}
+Lowering::Lowering(const Graph &g, LoweringOptions opts) : g_(g), opts_(std::move(opts)) {
+  if (opts_.archs.empty())
+    opts_.archs = {"sm_90"};
+}
+
+const char *Lowering::indexType(int64_t maxIndex) const {
+  return opts_.wideIndices || maxIndex >= kMax32BitIndex ? "long long" : "int";
+}
 
 LowerFn lowerFnFor(OpKind k) {
   static const LowerFn table[] = {
@@ -212,19 +109,66 @@ LowerFn lowerFnFor(OpKind k) {
   return table[static_cast<size_t>(k)];
 }
 
-std::string Lowering::kernelName(const Node &n, const std::string &suffix) {
-  std::string base = "k" + std::to_string(p_.kernels.size()) + "_" + std::string(n.opName());
-  if (!suffix.empty())
-    base += "_" + suffix;
-  return base;
+/// 48 bits of FNV-1a, in hex: content-derived names (stable across unrelated edits).
+static std::string contentHash(const std::string &s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s)
+    h = (h ^ c) * 1099511628211ull;
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%012llx", static_cast<unsigned long long>(h >> 16));
+  return buf;
 }
 
-uint32_t Lowering::addKernel(KernelDesc k) {
+std::string Lowering::functorName(const Functor &f) {
+  std::string body = f.text("$");
+  std::string name = "F_" + contentHash(body);
+  p_.functors.emplace(name, f.text(name));
+  return name;
+}
+
+uint32_t Lowering::instantiate(const Instantiation &inst) {
+  std::string args;
+  for (size_t i = 0; i < inst.targs.size(); ++i)
+    args += (i ? ", " : "") + inst.targs[i];
+  std::string full = inst.tmpl + "<" + args + ">";
+  auto it = instances_.find(full);
+  if (it != instances_.end())
+    return it->second;
+  KernelDesc k;
+  std::string shortName = inst.tmpl.substr(inst.tmpl.rfind(':') + 1);
+  k.key = full;
+  k.name = shortName + "_" + contentHash(full);
+  k.symbol = k.name;
+  k.templateName = inst.tmpl;
+  k.nameExpr = "&" + full;
+  k.source = "template __global__ void " + full + "(" + inst.argsType + ");\n";
+  k.emuCall = full + "(*reinterpret_cast<const " + inst.argsType + " *>(p));";
+  k.functors = inst.functors;
+  k.needsSync = inst.needsSync || inst.cooperative;
+  k.cooperative = inst.cooperative;
   p_.kernels.push_back(std::move(k));
-  return static_cast<uint32_t>(p_.kernels.size() - 1);
+  uint32_t index = static_cast<uint32_t>(p_.kernels.size() - 1);
+  instances_[full] = index;
+  return index;
 }
 
-void Lowering::addLaunch(LaunchStep l, const std::string &node) { p_.steps.push_back({std::move(l), node, {}}); }
+void Lowering::launch(const Node &n, uint32_t kernel, LaunchArgs &args, uint32_t gridX, uint32_t block,
+                      uint32_t smem, double flops, uint32_t gridY, uint32_t gridZ, std::vector<std::string> archs) {
+  args.finishTraffic(*this);
+  LaunchStep ls;
+  ls.kernel = kernel;
+  ls.grid[0] = gridX;
+  ls.grid[1] = gridY;
+  ls.grid[2] = gridZ;
+  ls.block[0] = block;
+  ls.block[1] = ls.block[2] = 1;
+  ls.smem = smem;
+  ls.params = std::move(args.blob);
+  ls.bytesRead = args.bytesRead;
+  ls.bytesWritten = args.bytesWritten;
+  ls.flops = flops;
+  p_.steps.push_back({std::move(ls), n.name(), std::move(archs)});
+}
 
 BufferRef Lowering::allocate(const Value *result) {
   // Values inside the fusion group being lowered live in registers; the group's
@@ -256,6 +200,14 @@ BufferRef Lowering::temp(uint64_t bytes, const std::string &name) {
   b.name = name;
   p_.buffers.push_back(b);
   return {static_cast<uint32_t>(p_.buffers.size() - 1), 0};
+}
+
+BufferRef Lowering::scratch(uint64_t bytes) {
+  if (!scratch_)
+    scratch_ = temp(bytes, "scratch").buffer;
+  BufferDesc &b = p_.buffers[*scratch_];
+  b.bytes = std::max(b.bytes, bytes);
+  return {*scratch_, 0};
 }
 
 BufferRef Lowering::constantBuffer(const Tensor &t, const std::string &name) {
@@ -313,12 +265,18 @@ static std::string emuSection(const std::vector<const KernelDesc *> &kernels) {
   return cs.str();
 }
 
-/// A translation unit with the given kernels (and their emu entry points).
+/// A translation unit with the given kernels (and their emu entry points): the
+/// functors they use, once each, then their definitions or instantiations.
 static std::string translationUnit(const Program &p, const std::vector<const KernelDesc *> &kernels) {
   CodeStream src;
   src.line("// Generated by dlc for graph '" + p.modelName + "'.");
-  src.line("#include \"dlc_device.cuh\"");
+  src.line("#include \"dlc_kernels.cuh\"");
   src.line();
+  std::set<std::string> functors;
+  for (const KernelDesc *k : kernels)
+    functors.insert(k->functors.begin(), k->functors.end());
+  for (const std::string &f : functors)
+    src.line(p.functors.at(f));
   for (const KernelDesc *k : kernels)
     src.line(k->source);
   src.line(emuSection(kernels));
@@ -333,8 +291,8 @@ static void assignChunks(Program &p) {
   uint32_t chunks = static_cast<uint32_t>(std::clamp<size_t>((n + kKernelsPerChunk - 1) / kKernelsPerChunk, 1, kMaxChunks));
   std::vector<bool> used(chunks, false);
   for (KernelDesc &k : p.kernels) {
-    uint64_t h = 1469598103934665603ull; // FNV-1a
-    for (unsigned char c : k.source)
+    uint64_t h = 1469598103934665603ull; // FNV-1a of the instantiation (or source)
+    for (unsigned char c : k.key.empty() ? k.source : k.key)
       h = (h ^ c) * 1099511628211ull;
     k.chunk = static_cast<uint32_t>(h % chunks);
     used[k.chunk] = true;

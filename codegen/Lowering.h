@@ -1,15 +1,17 @@
 //===- Lowering.h - IR nodes to kernels, library calls and buffers --------===//
 //
 // Lowering walks the graph in order. Each node's family emitter (emitters/*.cpp)
-// asks the Lowering for operand and result buffers, writes CUDA kernels through a
-// KernelBuilder, or adds library calls (GEMM), copies and memsets. The result is a
-// Program: kernel sources plus a linear schedule over buffers.
+// asks the Lowering for operand and result buffers, instantiates kernel-library
+// templates with generated functors (Library.h, Fused.h) and launches them, or adds
+// library calls (GEMM), copies and memsets. The result is a Program: kernel
+// instantiations plus a linear schedule over buffers.
 //===----------------------------------------------------------------------===//
 #pragma once
 
 #include "dlc/ir/Graph.h"
 #include "dlc/package/Package.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <optional>
@@ -87,13 +89,6 @@ struct ParamBlob {
   void i64(int64_t v);
 };
 
-/// A scalar kernel parameter of a generated kernel (legacy emitters).
-struct KernelArg {
-  enum Kind { Pointer, I64 } kind;
-  BufferRef ref;
-  int64_t i = 0;
-};
-
 struct KernelDesc {
   std::string name;   // unique, readable (emu modules export kernels by this name)
   std::string symbol; // the function's name in GPU modules
@@ -104,6 +99,10 @@ struct KernelDesc {
   std::string templateName;
   /// For a template instantiation: "&dlc::tmpl<...>", whose mangled name NVRTC gives.
   std::string nameExpr;
+  /// The generated functors it uses (Program::functors).
+  std::vector<std::string> functors;
+  /// Identity of a library instantiation (template and arguments): equal keys, one kernel.
+  std::string key;
   bool needsSync = false;
   bool cooperative = false;
   uint32_t chunk = 0;
@@ -170,57 +169,29 @@ struct Program {
   /// The translation units compiled separately (and cached per chunk): each has its
   /// kernels' code and emu thunks.
   std::vector<std::string> chunkSources;
+  /// Generated functors by name (content-derived, so shared across layers).
+  std::map<std::string, std::string> functors;
 };
 
 class Lowering;
 struct FusionGroup;
+struct Functor;
+struct Instantiation;
+class LaunchArgs;
 
-/// Builds one kernel: parameters, body and launch.
-class KernelBuilder {
-public:
-  KernelBuilder(Lowering &l, const ir::Node &n, const std::string &suffix);
-  /// Adds a pointer parameter ("p0", ...) bound to a buffer; returns its name.
-  /// `bytes`: how much of the buffer the kernel touches (0: from `ref` to its end).
-  std::string pointer(ir::DType dt, BufferRef ref, bool isConst, uint64_t bytes = 0);
-  std::string pointerTo(const ir::Value *v); // const operand
-  std::string outputPointer(const ir::Value *v);
-  /// Adds a 64-bit integer parameter; relaunch() can change its value per launch.
-  std::string int64Param(int64_t value);
-  CodeStream &body() { return body_; }
-  void setNeedsSync() { needsSync_ = true; }
-  void setFlops(double f) { flops_ = f; }
-  /// Finishes the kernel and appends its launch. The block size feeds __launch_bounds__.
-  void launch(uint64_t gridX, uint32_t blockX, uint32_t smem = 0, uint32_t gridY = 1,
-              uint32_t gridZ = 1);
-  /// Finishes the kernel without launching it (launch it with relaunch()).
-  void define(uint64_t gridX, uint32_t blockX, uint32_t smem = 0, uint32_t gridY = 1,
-              uint32_t gridZ = 1);
-  /// Launches the same kernel again with edited arguments (after launch()).
-  void relaunch(const std::function<void(std::vector<KernelArg> &)> &edit);
-  const std::string &name() const { return name_; }
-
-private:
-  Lowering &l_;
-  const ir::Node &node_;
-  std::string name_;
-  std::vector<std::string> params_, types_;
-  std::vector<KernelArg> args_;
-  void finishLaunch(LaunchStep &ls) const;
-  struct Access {
-    BufferRef ref;
-    uint64_t bytes;
-    bool write;
-  };
-  std::vector<Access> accesses_; // per pointer parameter, for the cost model
-  CodeStream body_;
-  bool needsSync_ = false;
-  double flops_ = 0;
-  LaunchStep last_{};
+struct LoweringOptions {
+  /// The GPU architectures kernels are planned for ("sm_80", ...); tile choices may
+  /// differ per architecture. Empty: plan for sm_90.
+  std::vector<std::string> archs;
+  /// Recurrent layers run as one persistent kernel where they fit.
+  bool persistentRnn = true;
+  /// 64-bit indices everywhere (tests: the wide instantiations on small shapes).
+  bool wideIndices = false;
 };
 
 class Lowering {
 public:
-  explicit Lowering(const ir::Graph &g);
+  explicit Lowering(const ir::Graph &g, LoweringOptions opts = {});
   llvm::Expected<Program> run();
 
   // Buffers.
@@ -232,6 +203,9 @@ public:
   /// Binds a value to an existing buffer (e.g. a constant computed at compile time).
   void bind(const ir::Value *v, BufferRef r);
   BufferRef temp(uint64_t bytes, const std::string &name);
+  /// Scratch memory for the duration of one node's steps (split-K partial sums): one
+  /// buffer for the whole schedule, as large as the largest request.
+  BufferRef scratch(uint64_t bytes);
   uint64_t bufferBytes(uint32_t buffer) const { return p_.buffers[buffer].bytes; }
   BufferRef constantBuffer(const ir::Tensor &t, const std::string &name);
 
@@ -240,12 +214,40 @@ public:
   void addCopy(BufferRef src, BufferRef dst, uint64_t bytes, const ir::Node &n);
   void addMemset(BufferRef dst, uint64_t bytes, uint8_t v, const ir::Node &n);
 
-  /// A unique kernel name "k<index>_<Op>[_suffix]".
-  std::string kernelName(const ir::Node &n, const std::string &suffix);
-  /// Adds a kernel; returns its index.
-  uint32_t addKernel(KernelDesc k);
-  void addLaunch(LaunchStep l, const std::string &node);
-  uint32_t lastKernelIndex() const { return static_cast<uint32_t>(p_.kernels.size() - 1); }
+  // The kernel library (Library.h).
+  /// Registers a functor's definition; returns its name (identical functors, one name).
+  std::string functorName(const Functor &f);
+  /// The kernel for an instantiation: one kernel per distinct instantiation.
+  uint32_t instantiate(const Instantiation &inst);
+  /// Appends a launch of a library kernel (`args` in its argument struct's order).
+  void launch(const ir::Node &n, uint32_t kernel, LaunchArgs &args, uint32_t gridX, uint32_t block,
+              uint32_t smem = 0, double flops = 0, uint32_t gridY = 1, uint32_t gridZ = 1,
+              std::vector<std::string> archs = {});
+
+  const std::vector<std::string> &archs() const { return opts_.archs; }
+  const LoweringOptions &options() const { return opts_; }
+  /// The index type of a kernel whose indices stay below maxIndex: "int" when they
+  /// fit in 32 bits (with room for a grid-stride step), else "long long".
+  const char *indexType(int64_t maxIndex) const;
+
+  /// Plans something per target architecture (`plan(arch)`, a comparable value) and
+  /// groups the architectures that get the same plan. With one group, its
+  /// architecture list is empty: its steps run everywhere.
+  template <class Plan, class F> std::vector<std::pair<Plan, std::vector<std::string>>> perArch(F plan) const {
+    std::vector<std::pair<Plan, std::vector<std::string>>> groups;
+    for (const std::string &a : opts_.archs) {
+      Plan p = plan(a);
+      auto it = std::find_if(groups.begin(), groups.end(), [&](const auto &g) { return g.first == p; });
+      if (it == groups.end())
+        groups.push_back({p, {a}});
+      else
+        it->second.push_back(a);
+    }
+    if (groups.size() == 1)
+      groups[0].second.clear();
+    return groups;
+  }
+
   const ir::Graph &graph() const { return g_; }
   /// The fusion group whose anchor is being lowered (null for a node alone).
   const FusionGroup *group() const { return group_; }
@@ -261,9 +263,11 @@ private:
   const FusionGroup *group_ = nullptr;
   std::optional<GemmEpilogue> gemmEpilogue_;
   const ir::Graph &g_;
+  LoweringOptions opts_;
   Program p_;
   std::map<const ir::Value *, BufferRef> valueBuffers_;
-  std::map<std::string, int> nameCounts_;
+  std::map<std::string, uint32_t> instances_; // instantiation key -> kernel
+  std::optional<uint32_t> scratch_;
 };
 
 /// The lowering function of each op family (emitters/<Family>.cpp).
@@ -273,12 +277,14 @@ using LowerFn = llvm::Error (*)(Lowering &, const ir::Node &);
 #include "ir/Ops.def"
 LowerFn lowerFnFor(ir::OpKind k);
 
+/// Kernels use 32-bit indices when every index they compute stays below this
+/// (leaving room for a grid-stride step past the end).
+inline constexpr int64_t kMax32BitIndex = (int64_t{1} << 31) - (int64_t{1} << 26);
+
 /// Kernels are split into chunks of about this many, compiled separately (in
 /// parallel, and cached per chunk), but never more than kMaxChunks.
 inline constexpr size_t kKernelsPerChunk = 12;
 inline constexpr size_t kMaxChunks = 8;
 
-/// Grid-stride launch shape for n independent items.
-void elementwiseLaunchShape(uint64_t n, uint64_t &grid, uint32_t &block);
 
 } // namespace dlc::codegen

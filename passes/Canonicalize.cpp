@@ -13,6 +13,7 @@
 //    Pow, ReduceMean, Add eps, Sqrt, Div) becomes LayerNormalization, and a constant
 //    per-feature Mul/Add after a LayerNormalization folds into its scale and bias.
 //===----------------------------------------------------------------------===//
+#include "dlc/ir/OpHelpers.h"
 #include "dlc/passes/Pass.h"
 
 #include <functional>
@@ -62,14 +63,6 @@ bool isIdentityPerm(const std::vector<int64_t> &p) {
     if (p[i] != static_cast<int64_t>(i))
       return false;
   return true;
-}
-
-std::vector<int64_t> permOf(const Node &n) {
-  std::vector<int64_t> p = n.attrInts("perm");
-  if (p.empty())
-    for (int64_t i = n.operand(0)->rank() - 1; i >= 0; --i)
-      p.push_back(i);
-  return p;
 }
 
 /// Replaces n by a new node of `kind` (same single result type expected).
@@ -149,13 +142,13 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
   });
 
   add("remove-identity-transpose", OpKind::Transpose, [](Node &n, PatternRewriter &rw) {
-    return isIdentityPerm(permOf(n)) && forwardOperand(n, rw);
+    return isIdentityPerm(transposePerm(n)) && forwardOperand(n, rw);
   });
   add("fold-transpose-chain", OpKind::Transpose, [](Node &n, PatternRewriter &rw) {
     Node *inner = n.operand(0)->definingNode();
     if (!inner || inner->kind() != OpKind::Transpose)
       return false;
-    std::vector<int64_t> p1 = permOf(*inner), p2 = permOf(n), composed(p2.size());
+    std::vector<int64_t> p1 = transposePerm(*inner), p2 = transposePerm(n), composed(p2.size());
     for (size_t i = 0; i < p2.size(); ++i)
       composed[i] = p1[p2[i]];
     if (isIdentityPerm(composed)) {

@@ -14,10 +14,14 @@
   T *name = reinterpret_cast<T *>(dlc_dynamic_smem)
 #endif
 
-namespace dlc {
+#include "dlc_params.h"
 
-typedef long long i64;
-typedef unsigned long long u64;
+/// A grid-stride loop over [0, n) with index type I.
+#define DLC_GRID_STRIDE(i, n)                                                                      \
+  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); \
+       i < (n); i += static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x))
+
+namespace dlc {
 
 //===----------------------------------------------------------------------===//
 // Conversions between storage and compute types. Float -> integer saturates and
@@ -88,12 +92,62 @@ template <> struct Cvt<__nv_bfloat16, __half> {
 template <class To, class From> __device__ __forceinline__ To cvt(From v) {
   return Cvt<To, From>::run(v);
 }
+//===----------------------------------------------------------------------===//
+// Type traits of the kernel library.
+//===----------------------------------------------------------------------===//
+
+/// The compute type of a storage type, as the interpreter computes: float for
+/// f32/f16/bf16, double, long long for signed and unsigned long long for unsigned
+/// integers, bool.
+template <class S> struct Compute { typedef float type; };
+template <> struct Compute<double> { typedef double type; };
+template <> struct Compute<signed char> { typedef long long type; };
+template <> struct Compute<short> { typedef long long type; };
+template <> struct Compute<int> { typedef long long type; };
+template <> struct Compute<long long> { typedef long long type; };
+template <> struct Compute<unsigned char> { typedef unsigned long long type; };
+template <> struct Compute<unsigned short> { typedef unsigned long long type; };
+template <> struct Compute<unsigned> { typedef unsigned long long type; };
+template <> struct Compute<unsigned long long> { typedef unsigned long long type; };
+template <> struct Compute<bool> { typedef bool type; };
+
+template <class T> struct IsFloating { static constexpr bool value = false; };
+template <> struct IsFloating<float> { static constexpr bool value = true; };
+template <> struct IsFloating<double> { static constexpr bool value = true; };
+
+/// An accumulator for sums of T: double for floating types when Wide, else T.
+template <class T, bool Wide> struct Accum { typedef T type; };
+template <> struct Accum<float, true> { typedef double type; };
+
+/// Identities of max and min.
+template <class T> struct Limits;
+template <> struct Limits<float> {
+  static __device__ __forceinline__ float lowest() { return -__int_as_float(0x7f800000); }
+  static __device__ __forceinline__ float highest() { return __int_as_float(0x7f800000); }
+};
+template <> struct Limits<double> {
+  static __device__ __forceinline__ double lowest() { return -__longlong_as_double(0x7ff0000000000000LL); }
+  static __device__ __forceinline__ double highest() { return __longlong_as_double(0x7ff0000000000000LL); }
+};
+template <> struct Limits<long long> {
+  static __device__ __forceinline__ long long lowest() { return -9223372036854775807LL - 1; }
+  static __device__ __forceinline__ long long highest() { return 9223372036854775807LL; }
+};
+template <> struct Limits<unsigned long long> {
+  static __device__ __forceinline__ unsigned long long lowest() { return 0ull; }
+  static __device__ __forceinline__ unsigned long long highest() { return 18446744073709551615ull; }
+};
+template <> struct Limits<bool> {
+  static __device__ __forceinline__ bool lowest() { return false; }
+  static __device__ __forceinline__ bool highest() { return true; }
+};
+
 /// Loads element i as compute type C.
-template <class C, class S> __device__ __forceinline__ C ld(const S *p, i64 i) {
+template <class C, class S, class I> __device__ __forceinline__ C ld(const S *p, I i) {
   return cvt<C>(p[i]);
 }
 /// Stores compute value v as element i.
-template <class S, class C> __device__ __forceinline__ void st(S *p, i64 i, C v) {
+template <class S, class C, class I> __device__ __forceinline__ void st(S *p, I i, C v) {
   p[i] = cvt<S>(v);
 }
 

@@ -130,6 +130,37 @@ inline unsigned long long atomicCAS(unsigned long long *a, unsigned long long cm
 }
 inline int atomicExch(int *a, int v) { return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); }
 
+/// The grid barrier of cooperative launches (dlc::gridSync).
+inline void dlc_emu_gridsync() { dlc_emu_api_ptr->gridsync(); }
+
+// Integer and bit intrinsics.
+inline unsigned __umulhi(unsigned a, unsigned b) {
+  return static_cast<unsigned>((static_cast<unsigned long long>(a) * b) >> 32);
+}
+inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
+  return static_cast<unsigned long long>((static_cast<unsigned __int128>(a) * b) >> 64);
+}
+inline float __int_as_float(int i) {
+  float f;
+  std::memcpy(&f, &i, 4);
+  return f;
+}
+inline int __float_as_int(float f) {
+  int i;
+  std::memcpy(&i, &f, 4);
+  return i;
+}
+inline double __longlong_as_double(long long i) {
+  double d;
+  std::memcpy(&d, &i, 8);
+  return d;
+}
+inline long long __double_as_longlong(double d) {
+  long long i;
+  std::memcpy(&i, &d, 8);
+  return i;
+}
+
 // Device math that the host library lacks.
 inline float __expf(float x) { return expf(x); }
 inline float __logf(float x) { return logf(x); }

@@ -7,6 +7,10 @@
 //===----------------------------------------------------------------------===//
 #include "EmitterUtils.h"
 
+#include "../Library.h"
+
+#include <cstddef>
+
 namespace dlc::codegen {
 
 using namespace ir;
@@ -17,50 +21,50 @@ bool gemmType(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64;
 }
 
+/// Numpy-broadcast strides of a tensor of shape `in` viewed as shape `to`.
+std::vector<int64_t> broadcastStrides(const Shape &in, const Shape &to) {
+  std::vector<int64_t> s(to.size(), 0);
+  Shape st = stridesOf(in);
+  size_t off = to.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i)
+    s[off + i] = in[i] == 1 ? 0 : st[i];
+  return s;
+}
+
 /// Copies `v` broadcast to shape `to` into a new temporary.
-BufferRef materializeBroadcast(Lowering &l, const Node &n, const Value *v, const Shape &to,
-                               const std::string &what) {
+llvm::Expected<BufferRef> materializeBroadcast(Lowering &l, const Node &n, const Value *v, const Shape &to,
+                                               const std::string &what) {
   TensorType t(v->dtype(), to);
   BufferRef dst = l.temp(t.byteSize(), v->name() + "." + what);
-  KernelBuilder kb(l, n, "bcast_" + what);
-  std::string ip = kb.pointerTo(v), op = kb.pointer(v->dtype(), dst, false);
-  int64_t total = t.numElements();
-  {
-    CodeStream::Block loop(kb.body(), gridStrideLoop("i", ll(total)));
-    IndexMapper im(to);
-    im.emitCoords(kb.body(), "i", "c");
-    kb.body().line(op + "[i] = " + ip + "[" + im.broadcastIndex(v->shape(), "c") + "];");
-  }
-  uint64_t grid;
-  uint32_t block;
-  elementwiseLaunchShape(total, grid, block);
-  kb.launch(grid, block);
+  if (auto e = emitStridedCopyTo(l, n, v, dst, t.byteSize(), to, broadcastStrides(v->shape(), to)))
+    return e;
   return dst;
 }
 
-/// Naive kernel for integer matrix products: one thread per output element.
+/// Integer matrix products: the matmul_int template, one thread per output element.
 void emitIntMatMul(Lowering &l, const Node &n, int64_t batch, int64_t m, int64_t k, int64_t nn,
                    int64_t strideA, int64_t strideB) {
   const Value *a = n.operand(0), *b = n.operand(1), *out = n.result();
-  KernelBuilder kb(l, n, "int");
-  std::string pa = kb.pointerTo(a), pb = kb.pointerTo(b), po = kb.outputPointer(out);
-  std::string ct = computeType(out->dtype());
   int64_t total = batch * m * nn;
-  {
-    CodeStream::Block loop(kb.body(), gridStrideLoop("i", ll(total)));
-    CodeStream &bd = kb.body();
-    bd.line("const long long j = i % " + ll(nn) + ", r = (i / " + ll(nn) + ") % " + ll(m) +
-            ", bt = i / " + ll(m * nn) + ";");
-    bd.line(ct + " acc = 0;");
-    bd.line("for (long long p = 0; p < " + ll(k) + "; ++p) acc += dlc::ld<" + ct + ">(" + pa +
-            ", bt * " + ll(strideA) + " + r * " + ll(k) + " + p) * dlc::ld<" + ct + ">(" + pb +
-            ", bt * " + ll(strideB) + " + p * " + ll(nn) + " + j);");
-    bd.line("dlc::st(" + po + ", i, acc);");
-  }
-  uint64_t grid;
-  uint32_t block;
-  elementwiseLaunchShape(total, grid, block);
-  kb.launch(grid, block);
+  MiscShape s{};
+  s.total = total;
+  s.n0 = m;
+  s.n1 = k;
+  s.n2 = nn;
+  s.n3 = strideA;
+  s.n4 = strideB;
+  s.d0 = Divmod::make(nn);
+  s.d1 = Divmod::make(m);
+  LaunchArgs args;
+  args.shape(s);
+  args.pointer(offsetof(MiscShape, a), l.bufferOf(a), a->type().byteSize(), false);
+  args.pointer(offsetof(MiscShape, b), l.bufferOf(b), b->type().byteSize(), false);
+  args.pointer(offsetof(MiscShape, y), l.bufferOf(out), out->type().byteSize(), true);
+  int64_t maxIndex = std::max({total, a->type().numElements(), b->type().numElements(), batch * strideA + m * k,
+                               batch * strideB + k * nn});
+  Instantiation inst{"dlc::matmul_int", {l.indexType(maxIndex), cudaType(out->dtype())}, "dlc::MiscShape", {}};
+  uint32_t kernel = l.instantiate(inst);
+  l.launch(n, kernel, args, gridFor(total, 256), 256, 0, 2.0 * total * k);
 }
 
 llvm::Error lowerMatMul(Lowering &l, const Node &n) {
@@ -102,7 +106,10 @@ llvm::Error lowerMatMul(Lowering &l, const Node &n) {
       Shape full = outB;
       full.push_back(as[as.size() - 2]);
       full.push_back(k);
-      ra = materializeBroadcast(l, n, a, full, "a");
+      auto r = materializeBroadcast(l, n, a, full, "a");
+      if (!r)
+        return r.takeError();
+      ra = *r;
     }
     if (bBatch == 1)
       strideB = 0;
@@ -110,7 +117,10 @@ llvm::Error lowerMatMul(Lowering &l, const Node &n) {
       Shape full = outB;
       full.push_back(k);
       full.push_back(nn);
-      rb = materializeBroadcast(l, n, b, full, "b");
+      auto r = materializeBroadcast(l, n, b, full, "b");
+      if (!r)
+        return r.takeError();
+      rb = *r;
     }
   }
   if (!gemmType(out->dtype())) {
@@ -157,18 +167,8 @@ llvm::Error lowerGemm(Lowering &l, const Node &n) {
     return llvm::Error::success();
   float beta = n.attrFloat("beta");
   if (cIn && beta != 0.0f) {
-    KernelBuilder kb(l, n, "init");
-    std::string ip = kb.pointerTo(cIn), op = kb.outputPointer(out);
-    {
-      CodeStream::Block loop(kb.body(), gridStrideLoop("i", ll(m * nn)));
-      IndexMapper im(out->shape());
-      im.emitCoords(kb.body(), "i", "c");
-      kb.body().line(op + "[i] = " + ip + "[" + im.broadcastIndex(cIn->shape(), "c") + "];");
-    }
-    uint64_t grid;
-    uint32_t block;
-    elementwiseLaunchShape(m * nn, grid, block);
-    kb.launch(grid, block);
+    if (auto e = emitStridedCopy(l, n, cIn, 0, out, out->shape(), broadcastStrides(cIn->shape(), out->shape())))
+      return e;
   } else {
     beta = 0;
   }

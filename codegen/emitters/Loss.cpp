@@ -1,6 +1,10 @@
 //===- Loss.cpp - Negative log-likelihood loss -----------------------------===//
 #include "EmitterUtils.h"
 
+#include "../Library.h"
+
+#include <cstddef>
+
 namespace dlc::codegen {
 
 using namespace ir;
@@ -10,50 +14,32 @@ llvm::Error lowerLoss(Lowering &l, const Node &n) {
     return errorf("no CUDA lowering for {0}", n.opName());
   const Value *x = n.operand(0), *t = n.operand(1), *w = n.operand(2), *y = n.result();
   int64_t N = x->shape()[0], C = x->shape()[1], D = t->type().numElements() / std::max<int64_t>(N, 1);
-  int64_t ignore = n.attrInt("ignore_index");
   const std::string &red = n.attrString("reduction");
   l.allocate(y);
   int64_t total = N * D;
-  KernelBuilder kb(l, n, "");
-  std::string xp = kb.pointerTo(x), tp = kb.pointerTo(t), wp = w ? kb.pointerTo(w) : "", yp = kb.outputPointer(y);
-  CodeStream &b = kb.body();
-  auto term = [&]() {
-    b.line("const long long tg = (long long)" + tp + "[e];");
-    b.line("const long long bb = e / " + ll(std::max<int64_t>(D, 1)) + ", dd = e % " + ll(std::max<int64_t>(D, 1)) + ";");
-    b.line("double loss = 0, wt = 0;");
-    b.line("if (tg != " + literalInt(ignore) + ") {");
-    b.line("  if (tg < 0 || tg >= " + ll(C) + ") { __trap(); } else {");
-    b.line("  wt = " + (w ? "dlc::ld<double>(" + wp + ", tg)" : std::string("1.0")) + ";");
-    b.line("  loss = -dlc::ld<double>(" + xp + ", (bb * " + ll(C) + " + tg) * " + ll(D) + " + dd) * wt; }");
-    b.line("}");
-  };
-  if (red == "none") {
-    if (total) {
-      {
-        CodeStream::Block loop(b, gridStrideLoop("e", ll(total)));
-        term();
-        b.line("dlc::st(" + yp + ", e, loss);");
-      }
-      uint64_t grid;
-      uint32_t block;
-      elementwiseLaunchShape(total, grid, block);
-      kb.launch(grid, block);
-    }
+  if (red == "none" && !total)
     return llvm::Error::success();
-  }
-  // sum / mean: one block accumulates loss and weight in double.
-  kb.setNeedsSync();
-  b.line("__shared__ double smem[32];");
-  b.line("double total = 0, weights = 0;");
-  {
-    CodeStream::Block loop(b, "for (long long e = threadIdx.x; e < " + ll(total) + "; e += blockDim.x)");
-    term();
-    b.line("total += loss; weights += wt;");
-  }
-  b.line("total = dlc::blockReduce(total, dlc::SumOp(), 0.0, smem);");
-  b.line("weights = dlc::blockReduce(weights, dlc::SumOp(), 0.0, smem);");
-  b.line("if (threadIdx.x == 0) dlc::st(" + yp + ", 0, " + (red == "sum" ? "total" : "total / weights") + ");");
-  kb.launch(1, 256);
+  MiscShape s{};
+  s.total = total;
+  s.n0 = C;
+  s.n1 = std::max<int64_t>(D, 1);
+  s.n2 = n.attrInt("ignore_index");
+  s.d0 = Divmod::make(std::max<int64_t>(D, 1));
+  LaunchArgs a;
+  a.shape(s);
+  a.pointer(offsetof(MiscShape, a), l.bufferOf(x), x->type().byteSize(), false);
+  a.pointer(offsetof(MiscShape, b), l.bufferOf(t), t->type().byteSize(), false);
+  if (w)
+    a.pointer(offsetof(MiscShape, c), l.bufferOf(w), w->type().byteSize(), false);
+  a.pointer(offsetof(MiscShape, y), l.bufferOf(y), y->type().byteSize(), true);
+  const char *mode = red == "none" ? "0" : red == "sum" ? "1" : "2";
+  Instantiation inst{"dlc::nll_loss",
+                     {mode, l.indexType(x->type().numElements()), cudaType(x->dtype()), cudaType(t->dtype())},
+                     "dlc::MiscShape",
+                     {}};
+  inst.needsSync = red != "none";
+  uint32_t k = l.instantiate(inst);
+  l.launch(n, k, a, red == "none" ? gridFor(total, 256) : 1, 256, 0, 2.0 * total);
   return llvm::Error::success();
 }
 

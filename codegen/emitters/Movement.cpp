@@ -2,13 +2,15 @@
 //
 // Metadata-only ops (Identity, Reshape, Flatten, Squeeze, Unsqueeze) alias their
 // operand's buffer. Transpose, Slice, Expand, Tile, Gather and Concat are one-node
-// fusion groups (the index arithmetic of Fused.cpp); Pad, Split and the shape ops
-// are here: each output element is computed from the output coordinates with
-// compile-time strides.
+// fusion groups (the index arithmetic of Fused.cpp). Pad is the pad template, a
+// Split output a strided copy, ConstantOfShape and Range the fill template; Shape is
+// a constant (static shapes).
 //===----------------------------------------------------------------------===//
 #include "EmitterUtils.h"
 
 #include "../Fused.h"
+
+#include <cstddef>
 
 namespace dlc::codegen {
 
@@ -17,121 +19,132 @@ using namespace ir;
 namespace {
 
 llvm::Error lowerPad(Lowering &l, const Node &n) {
-  const Value *x = n.operand(0);
+  const Value *x = n.operand(0), *y = n.result();
   const auto &p = n.attrInts("pads");
   const std::string &mode = n.attrString("mode");
-  int64_t rank = x->rank(), total = n.result()->type().numElements();
-  l.allocate(n.result());
+  int64_t rank = x->rank(), total = y->type().numElements();
+  l.allocate(y);
   if (total == 0)
     return llvm::Error::success();
-  KernelBuilder kb(l, n, "");
-  std::string ip = x->type().numElements() ? kb.pointerTo(x) : "", op = kb.outputPointer(n.result());
-  std::string fill = "0";
-  if (const Value *cv = n.operand(1))
-    fill = isScalarConstant(cv) ? scalarLiteral(cv) : kb.pointerTo(cv) + "[0]";
-  CodeStream &b = kb.body();
+  if (rank > kMaxRank)
+    return errorf("Pad of rank {0} (code generation handles up to {1} dims)", rank, kMaxRank);
+  PadShape s{};
+  s.total = total;
+  s.rank = rank;
   Shape st = stridesOf(x->shape());
-  {
-    CodeStream::Block loop(b, gridStrideLoop("i", ll(total)));
-    IndexMapper(n.result()->shape()).emitCoords(b, "i", "c");
-    b.line("bool outside = false;");
-    b.line("long long src = 0;");
-    for (int64_t d = 0; d < rank; ++d) {
-      int64_t dim = x->shape()[d];
-      std::string v = "v" + std::to_string(d);
-      b.line("long long " + v + " = c" + std::to_string(d) + " - " + ll(p[d]) + ";");
-      if (mode == "constant") {
-        b.line("outside |= " + v + " < 0 || " + v + " >= " + ll(dim) + ";");
-      } else if (mode == "edge") {
-        b.line(v + " = " + v + " < 0 ? 0 : (" + v + " >= " + ll(dim) + " ? " + ll(dim - 1) + " : " + v + ");");
-      } else if (mode == "wrap") {
-        b.line(v + " = ((" + v + " % " + ll(dim) + ") + " + ll(dim) + ") % " + ll(dim) + ";");
-      } else { // reflect
-        int64_t period = dim == 1 ? 1 : 2 * (dim - 1);
-        b.line(v + " = ((" + v + " % " + ll(period) + ") + " + ll(period) + ") % " + ll(period) + ";");
-        b.line("if (" + v + " >= " + ll(dim) + ") " + v + " = " + ll(period) + " - " + v + ";");
-      }
-      b.line("src += " + v + " * " + ll(st[d]) + ";");
-    }
-    if (ip.empty())
-      b.line(op + "[i] = dlc::cvt<" + std::string(cudaType(x->dtype())) + ">(" + fill + ");");
-    else
-      b.line(op + "[i] = outside ? dlc::cvt<" + std::string(cudaType(x->dtype())) + ">(" + fill +
-             ") : " + ip + "[src];");
+  for (int64_t d = 0; d < rank; ++d) {
+    s.inDim[d] = x->shape()[d];
+    s.inStride[d] = st[d];
+    s.pad[d] = p[d];
+    s.outDim[d] = Divmod::make(y->shape()[d]);
   }
-  uint64_t grid;
-  uint32_t block;
-  elementwiseLaunchShape(total, grid, block);
-  kb.launch(grid, block);
+  const Value *cv = n.operand(1);
+  if (cv && isScalarConstant(cv)) {
+    s.fill = cv->data().getDouble(0);
+    s.fillInt = isInt(cv->dtype()) || cv->dtype() == DType::Bool ? cv->data().getInt(0) : 0;
+  }
+  const char *m = mode == "constant" ? "dlc::kPadConstant"
+                  : mode == "edge"   ? "dlc::kPadEdge"
+                  : mode == "wrap"   ? "dlc::kPadWrap"
+                                     : "dlc::kPadReflect";
+  Instantiation inst{"dlc::pad", {m, l.indexType(std::max(total, x->type().numElements())), cudaType(x->dtype())},
+                     "dlc::PadShape", {}};
+  uint32_t k = l.instantiate(inst);
+  LaunchArgs a;
+  a.shape(s);
+  if (x->type().numElements())
+    a.pointer(offsetof(PadShape, x), l.bufferOf(x), x->type().byteSize(), false);
+  if (cv && !isScalarConstant(cv))
+    a.pointer(offsetof(PadShape, fillPtr), l.bufferOf(cv), cv->type().byteSize(), false);
+  a.pointer(offsetof(PadShape, y), l.bufferOf(y), y->type().byteSize(), true);
+  l.launch(n, k, a, gridFor(total, 256), 256);
   return llvm::Error::success();
 }
 
-/// Concat: each output element reads from the input whose range holds its axis coordinate.
+/// Split: each output is a strided copy of its window of the input.
 llvm::Error lowerSplit(Lowering &l, const Node &n) {
   const Value *x = n.operand(0);
   int64_t rank = x->rank(), axis = n.attrInt("axis");
   if (axis < 0)
     axis += rank;
-  int64_t total = x->type().numElements();
-  for (unsigned r = 0; r < n.numResults(); ++r)
-    l.allocate(n.result(r));
-  if (total == 0)
-    return llvm::Error::success();
-  KernelBuilder kb(l, n, "");
-  std::string ip = kb.pointerTo(x);
-  std::vector<std::string> outs;
-  for (unsigned r = 0; r < n.numResults(); ++r)
-    outs.push_back(n.result(r)->type().numElements() ? kb.outputPointer(n.result(r)) : "");
-  CodeStream &b = kb.body();
-  {
-    CodeStream::Block loop(b, gridStrideLoop("i", ll(total)));
-    IndexMapper(x->shape()).emitCoords(b, "i", "c");
-    int64_t offset = 0;
-    bool first = true;
-    for (unsigned r = 0; r < n.numResults(); ++r) {
-      const Value *v = n.result(r);
-      int64_t len = v->shape()[axis];
-      if (len == 0)
-        continue;
-      Shape st = stridesOf(v->shape());
-      std::string idx;
-      for (int64_t d = 0; d < rank; ++d)
-        idx += (d ? " + " : "") + std::string(d == axis ? "(c" + std::to_string(d) + " - " + ll(offset) + ")"
-                                                        : "c" + std::to_string(d)) +
-               " * " + ll(st[d]);
-      b.line(std::string(first ? "" : "else ") + "if (c" + std::to_string(axis) + " < " +
-             ll(offset + len) + ") " + outs[r] + "[" + idx + "] = " + ip + "[i];");
-      first = false;
-      offset += len;
-    }
+  Shape st = stridesOf(x->shape());
+  int64_t offset = 0;
+  for (unsigned r = 0; r < n.numResults(); ++r) {
+    const Value *v = n.result(r);
+    l.allocate(v);
+    int64_t len = v->shape()[axis], total = v->type().numElements();
+    if (total)
+      if (auto e = emitStridedCopy(l, n, x, offset * st[axis], v, v->shape(), st))
+        return e;
+    offset += len;
   }
-  uint64_t grid;
-  uint32_t block;
-  elementwiseLaunchShape(total, grid, block);
-  kb.launch(grid, block);
   return llvm::Error::success();
 }
 
-/// A kernel that writes value(i) for every output element.
-void emitGenerator(Lowering &l, const Node &n, const std::string &valueExpr) {
+/// A kernel that writes a value (ConstantOfShape) or a ramp (Range) to every element.
+void emitFill(Lowering &l, const Node &n, bool isRange, double f0, double f1, int64_t n0, int64_t n1) {
   const Value *out = n.result();
   int64_t total = out->type().numElements();
   l.allocate(out);
   if (total == 0)
     return;
-  KernelBuilder kb(l, n, "");
-  std::string op = kb.outputPointer(out);
-  {
-    CodeStream::Block loop(kb.body(), gridStrideLoop("i", ll(total)));
-    kb.body().line("dlc::st(" + op + ", i, " + valueExpr + ");");
-  }
-  uint64_t grid;
-  uint32_t block;
-  elementwiseLaunchShape(total, grid, block);
-  kb.launch(grid, block);
+  MiscShape s{};
+  s.total = total;
+  s.f0 = f0;
+  s.f1 = f1;
+  s.n0 = n0;
+  s.n1 = n1;
+  Instantiation inst{"dlc::fill", {isRange ? "true" : "false", l.indexType(total), cudaType(out->dtype())},
+                     "dlc::MiscShape", {}};
+  uint32_t k = l.instantiate(inst);
+  LaunchArgs a;
+  a.shape(s);
+  a.pointer(offsetof(MiscShape, y), l.bufferOf(out), out->type().byteSize(), true);
+  l.launch(n, k, a, gridFor(total, 256), 256);
 }
 
 } // namespace
+
+llvm::Error emitStridedCopy(Lowering &l, const Node &n, const Value *x, int64_t base, const Value *y,
+                            const Shape &dims, const std::vector<int64_t> &strides) {
+  int64_t total = product(dims);
+  auto view = stridedView(dims, strides);
+  if (!view)
+    return view.takeError();
+  CopyShape s{};
+  s.total = total;
+  s.base = base;
+  s.map = *view;
+  Instantiation inst{"dlc::copy_strided", {l.indexType(std::max(total, x->type().numElements())), cudaType(x->dtype())},
+                     "dlc::CopyShape", {}};
+  uint32_t k = l.instantiate(inst);
+  LaunchArgs a;
+  a.shape(s);
+  a.pointer(offsetof(CopyShape, x), l.bufferOf(x), x->type().byteSize(), false);
+  a.pointer(offsetof(CopyShape, y), l.bufferOf(y), y->type().byteSize(), true);
+  l.launch(n, k, a, gridFor(total, 256), 256);
+  return llvm::Error::success();
+}
+
+llvm::Error emitStridedCopyTo(Lowering &l, const Node &n, const Value *x, BufferRef dst, uint64_t dstBytes,
+                              const Shape &dims, const std::vector<int64_t> &strides) {
+  int64_t total = product(dims);
+  auto view = stridedView(dims, strides);
+  if (!view)
+    return view.takeError();
+  CopyShape s{};
+  s.total = total;
+  s.map = *view;
+  Instantiation inst{"dlc::copy_strided", {l.indexType(std::max(total, x->type().numElements())), cudaType(x->dtype())},
+                     "dlc::CopyShape", {}};
+  uint32_t k = l.instantiate(inst);
+  LaunchArgs a;
+  a.shape(s);
+  a.pointer(offsetof(CopyShape, x), l.bufferOf(x), x->type().byteSize(), false);
+  a.pointer(offsetof(CopyShape, y), dst, dstBytes, true);
+  l.launch(n, k, a, gridFor(total, 256), 256);
+  return llvm::Error::success();
+}
 
 llvm::Error lowerMovement(Lowering &l, const Node &n) {
   switch (n.kind()) {
@@ -165,23 +178,18 @@ llvm::Error lowerMovement(Lowering &l, const Node &n) {
   }
   case OpKind::ConstantOfShape: {
     const Tensor &v = n.attrTensor("value");
-    DType dt = v.dtype();
-    std::string lit = isUnsignedInt(dt) ? std::to_string(v.getInt(0)) + "ULL"
-                      : isInt(dt)       ? literalInt(v.getInt(0))
-                                        : literal(dt == DType::F64 ? DType::F64 : DType::F32, v.getDouble(0));
-    emitGenerator(l, n, lit);
+    bool integral = isInt(v.dtype()) || v.dtype() == DType::Bool;
+    emitFill(l, n, false, integral ? 0.0 : v.getDouble(0), 0, integral ? v.getInt(0) : 0, 0);
     return llvm::Error::success();
   }
   case OpKind::Range: {
     const Value *s = n.operand(0), *d = n.operand(2);
     if (!s->isConstant() || !d->isConstant())
       return makeError("Range needs constant start and delta");
-    DType dt = n.result()->dtype();
-    if (isFloat(dt))
-      emitGenerator(l, n, literal(DType::F64, s->data().getDouble(0)) + " + (double)i * " +
-                              literal(DType::F64, d->data().getDouble(0)));
+    if (isFloat(n.result()->dtype()))
+      emitFill(l, n, true, s->data().getDouble(0), d->data().getDouble(0), 0, 0);
     else
-      emitGenerator(l, n, literalInt(s->data().getInt(0)) + " + i * " + literalInt(d->data().getInt(0)));
+      emitFill(l, n, true, 0, 0, s->data().getInt(0), d->data().getInt(0));
     return llvm::Error::success();
   }
   default: return errorf("no CUDA lowering for {0}", n.opName());

@@ -1,13 +1,16 @@
 //===- Norm.cpp - Batch, layer, instance and group normalization, LRN ------===//
 //
-// Inference BatchNormalization is a per-channel affine map (one element-wise
-// kernel). The other normalizations reduce over rows: one block per row (or one
-// thread per short row) computes the mean, then the variance around it (two
-// passes, FP32 accumulation), then writes the normalized, scaled row.
+// Inference BatchNormalization is a per-channel affine map (a one-node fusion
+// group). LayerNormalization, InstanceNormalization and GroupNormalization are the
+// row_norm template: rows of contiguous elements, the scale/bias element of
+// (row, j) given by a strided view of j plus a per-row term. BatchNormalization in
+// training mode and LRN have their own kernels.
 //===----------------------------------------------------------------------===//
 #include "EmitterUtils.h"
 
 #include "../Fused.h"
+
+#include <cstddef>
 
 namespace dlc::codegen {
 
@@ -15,85 +18,40 @@ using namespace ir;
 
 namespace {
 
-/// Emits y = (x - mean) * invstd * scale + bias over rows of `len` elements.
-/// scaleIdx/biasIdx map (row, j) to the parameter index; optional mean/invstd outputs.
 struct RowNorm {
-  int64_t rows, len;
-  double eps;
-  std::string scaleIdx, biasIdx; // expressions in `row` and `j`
+  NormShape s{};
   const Value *x, *scale, *bias, *y, *meanOut = nullptr, *invOut = nullptr;
 };
 
-void emitRowNorm(Lowering &l, const Node &n, const RowNorm &r) {
-  std::string ct = computeType(r.x->dtype());
-  KernelBuilder kb(l, n, "");
-  FusedAccess fa(l, kb, l.group());
-  std::string sp = kb.pointerTo(r.scale);
-  std::string bp = r.bias ? kb.pointerTo(r.bias) : "";
-  std::string mp = r.meanOut ? kb.outputPointer(r.meanOut) : "";
-  std::string vp = r.invOut ? kb.outputPointer(r.invOut) : "";
-  CodeStream &b = kb.body();
-  kb.setFlops(8.0 * r.rows * r.len);
-  std::string len = ll(r.len);
-  auto x = [&]() { return "(float)" + fa.load(b, r.x, "base + j"); };
-  auto write = [&](const std::string &loopHead) {
-    CodeStream::Block loop(b, loopHead);
-    std::string v = "(" + x() + " - m) * inv * dlc::ld<float>(" + sp + ", " + r.scaleIdx + ")";
-    if (r.bias)
-      v += " + dlc::ld<float>(" + bp + ", " + r.biasIdx + ")";
-    fa.store(b, r.y, "base + j", v);
-  };
-  auto stats = [&](const std::string &guard) {
-    if (r.meanOut)
-      b.line(guard + "dlc::st(" + mp + ", row, m);");
-    if (r.invOut)
-      b.line(guard + "dlc::st(" + vp + ", row, inv);");
-  };
-  if (r.len <= 64) {
-    {
-      CodeStream::Block loop(b, gridStrideLoop("row", ll(r.rows)));
-      b.line("const long long base = row * " + len + ";");
-      b.line("float m = 0;");
-      {
-        CodeStream::Block l1(b, "for (long long j = 0; j < " + len + "; ++j)");
-        b.line("m += " + x() + ";");
-      }
-      b.line("m /= (float)" + len + ";");
-      b.line("float v = 0;");
-      {
-        CodeStream::Block l2(b, "for (long long j = 0; j < " + len + "; ++j)");
-        b.line("const float d = " + x() + " - m; v += d * d;");
-      }
-      b.line("const float inv = 1.0f / sqrtf(v / (float)" + len + " + " + literal(DType::F32, r.eps) + ");");
-      write("for (long long j = 0; j < " + len + "; ++j)");
-      stats("");
-    }
-    uint64_t grid;
-    uint32_t block;
-    elementwiseLaunchShape(r.rows, grid, block);
-    kb.launch(grid, block);
-    return;
-  }
-  kb.setNeedsSync();
-  b.line("__shared__ float smem[32];");
-  b.line("const long long row = blockIdx.x;");
-  b.line("const long long base = row * " + len + ";");
-  b.line("float m = 0;");
-  {
-    CodeStream::Block l1(b, "for (long long j = threadIdx.x; j < " + len + "; j += blockDim.x)");
-    b.line("m += " + x() + ";");
-  }
-  b.line("m = dlc::blockReduce(m, dlc::SumOp(), 0.0f, smem) / (float)" + len + ";");
-  b.line("float v = 0;");
-  {
-    CodeStream::Block l2(b, "for (long long j = threadIdx.x; j < " + len + "; j += blockDim.x)");
-    b.line("const float d = " + x() + " - m; v += d * d;");
-  }
-  b.line("v = dlc::blockReduce(v, dlc::SumOp(), 0.0f, smem);");
-  b.line("const float inv = 1.0f / sqrtf(v / (float)" + len + " + " + literal(DType::F32, r.eps) + ");");
-  write("for (long long j = threadIdx.x; j < " + len + "; j += blockDim.x)");
-  stats("if (threadIdx.x == 0) ");
-  kb.launch(r.rows, 256);
+llvm::Error emitRowNorm(Lowering &l, const Node &n, RowNorm &r) {
+  const Value *stat = r.meanOut ? r.meanOut : r.invOut;
+  Functor fx = loadFunctor(l, l.group(), r.x), fo = storeFunctor(l, l.group(), r.y);
+  std::string xn = l.functorName(fx), on = l.functorName(fo);
+  bool isShort = r.s.len <= 64;
+  Instantiation inst{"dlc::row_norm",
+                     {isShort ? "true" : "false", l.indexType(r.x->type().numElements()), cudaType(r.scale->dtype()),
+                      stat ? cudaType(stat->dtype()) : "float", xn, on},
+                     "dlc::NormArgs<" + xn + ", " + on + ">",
+                     {xn, on}};
+  inst.needsSync = !isShort;
+  uint32_t k = l.instantiate(inst);
+  LaunchArgs a;
+  a.shape(r.s);
+  a.pointer(offsetof(NormShape, scale), l.bufferOf(r.scale), r.scale->type().byteSize(), false);
+  if (r.bias)
+    a.pointer(offsetof(NormShape, bias), l.bufferOf(r.bias), r.bias->type().byteSize(), false);
+  if (r.meanOut)
+    a.pointer(offsetof(NormShape, mean), l.bufferOf(r.meanOut), r.meanOut->type().byteSize(), true);
+  if (r.invOut)
+    a.pointer(offsetof(NormShape, invStd), l.bufferOf(r.invOut), r.invOut->type().byteSize(), true);
+  a.functor(fx);
+  a.functor(fo);
+  double flops = 8.0 * static_cast<double>(r.s.rows * r.s.len);
+  if (isShort)
+    l.launch(n, k, a, gridFor(r.s.rows, 256), 256, 0, flops);
+  else
+    l.launch(n, k, a, static_cast<uint32_t>(std::min<int64_t>(r.s.rows, 1 << 20)), 256, 0, flops);
+  return llvm::Error::success();
 }
 
 llvm::Error lowerLayerNorm(Lowering &l, const Node &n) {
@@ -103,9 +61,9 @@ llvm::Error lowerLayerNorm(Lowering &l, const Node &n) {
     axis += rank;
   Shape norm(x->shape().begin() + axis, x->shape().end());
   RowNorm r;
-  r.len = product(norm);
-  r.rows = r.len ? x->type().numElements() / r.len : 0;
-  r.eps = n.attrFloat("epsilon");
+  r.s.len = product(norm);
+  r.s.rows = r.s.len ? x->type().numElements() / r.s.len : 0;
+  r.s.eps = n.attrFloat("epsilon");
   r.x = x;
   r.scale = n.operand(1);
   r.bias = n.operand(2);
@@ -115,31 +73,25 @@ llvm::Error lowerLayerNorm(Lowering &l, const Node &n) {
     l.allocate(r.meanOut = n.result(1));
   if (n.numResults() > 2)
     l.allocate(r.invOut = n.result(2));
-  if (r.rows == 0 || r.len == 0)
+  if (r.s.rows == 0 || r.s.len == 0)
     return llvm::Error::success();
-  // The parameters broadcast over the normalized shape; index them from j.
-  IndexMapper im(norm);
-  auto paramIndex = [&](const Value *p) -> std::string {
-    if (!p)
-      return "0";
-    if (p->shape() == norm)
-      return "j";
-    if (p->type().numElements() == 1)
-      return "0";
-    // General broadcast: decompose j with the normalized shape's strides.
-    std::string s;
-    Shape ns = stridesOf(norm), ps = stridesOf(p->shape());
-    size_t off = norm.size() - p->shape().size();
-    for (size_t d = off; d < norm.size(); ++d)
-      if (p->shape()[d - off] != 1)
-        s += (s.empty() ? "" : " + ") + std::string("((j / ") + ll(ns[d]) + ") % " + ll(norm[d]) + ") * " +
-             ll(ps[d - off]);
-    return s.empty() ? "0" : s;
-  };
-  r.scaleIdx = paramIndex(r.scale);
-  r.biasIdx = paramIndex(r.bias);
-  emitRowNorm(l, n, r);
-  return llvm::Error::success();
+  if (r.bias && r.bias->shape() != r.scale->shape())
+    return makeError("LayerNormalization with differently broadcast scale and bias");
+  // The parameters broadcast over the normalized shape: j decomposed over it, with the
+  // scale's strides (0 where it broadcasts).
+  const Shape &ps = r.scale->shape();
+  Shape pst = stridesOf(ps);
+  std::vector<int64_t> strides(norm.size(), 0);
+  size_t off = norm.size() - std::min(norm.size(), ps.size());
+  for (size_t d = off; d < norm.size(); ++d)
+    if (ps[d - off] != 1)
+      strides[d] = pst[d - off];
+  auto view = stridedView(norm, strides);
+  if (!view)
+    return view.takeError();
+  r.s.param = *view;
+  r.s.rowMod = Divmod::make(1);
+  return emitRowNorm(l, n, r);
 }
 
 llvm::Error lowerChannelNorm(Lowering &l, const Node &n) {
@@ -147,19 +99,21 @@ llvm::Error lowerChannelNorm(Lowering &l, const Node &n) {
   int64_t N = x->shape()[0], C = x->shape()[1], S = x->type().numElements() / std::max<int64_t>(N * C, 1);
   int64_t G = n.kind() == OpKind::GroupNormalization ? n.attrInt("num_groups") : C, cpg = C / G;
   RowNorm r;
-  r.rows = N * G;
-  r.len = cpg * S;
-  r.eps = n.attrFloat("epsilon");
+  r.s.rows = N * G;
+  r.s.len = cpg * S;
+  r.s.eps = n.attrFloat("epsilon");
   r.x = x;
   r.scale = n.operand(1);
   r.bias = n.operand(2);
   r.y = n.result();
   l.allocate(r.y);
-  if (r.rows == 0 || r.len == 0)
+  if (r.s.rows == 0 || r.s.len == 0)
     return llvm::Error::success();
-  r.scaleIdx = r.biasIdx = "(row % " + ll(G) + ") * " + ll(cpg) + " + j / " + ll(S);
-  emitRowNorm(l, n, r);
-  return llvm::Error::success();
+  // Parameter (row % G) * cpg + j / S: channel within the group from j.
+  r.s.rowMod = Divmod::make(G);
+  r.s.rowMul = cpg;
+  r.s.param = llvm::cantFail(stridedView({cpg, S}, {1, 0}));
+  return emitRowNorm(l, n, r);
 }
 
 llvm::Error lowerBatchNorm(Lowering &l, const Node &n) {
@@ -169,41 +123,35 @@ llvm::Error lowerBatchNorm(Lowering &l, const Node &n) {
   int64_t N = x->shape()[0], C = x->shape()[1], S = x->type().numElements() / std::max<int64_t>(N * C, 1);
   int64_t total = x->type().numElements();
   l.allocate(y);
-  bool training = n.attrInt("training_mode") != 0;
-  if (training) {
-    l.allocate(n.result(1));
-    l.allocate(n.result(2));
-  }
+  l.allocate(n.result(1));
+  l.allocate(n.result(2));
   if (total == 0)
     return llvm::Error::success();
-  std::string eps = literal(DType::F32, n.attrFloat("epsilon"));
-  KernelBuilder kb(l, n, "");
-  std::string xp = kb.pointerTo(x), sp = kb.pointerTo(n.operand(1)), bp = kb.pointerTo(n.operand(2)),
-              mp = kb.pointerTo(n.operand(3)), vp = kb.pointerTo(n.operand(4)), yp = kb.outputPointer(y);
-  CodeStream &b = kb.body();
-  kb.setFlops(4.0 * total);
-
-  // Training: batch statistics per channel (one block per channel), running stats updated.
-  std::string rmp = kb.outputPointer(n.result(1)), rvp = kb.outputPointer(n.result(2));
-  std::string mom = literal(DType::F32, n.attrFloat("momentum"));
-  kb.setNeedsSync();
-  int64_t cnt = N * S;
-  b.line("__shared__ float smem[32];");
-  b.line("const long long c = blockIdx.x;");
-  std::string at = "(j / " + ll(S) + ") * " + ll(C * S) + " + c * " + ll(S) + " + j % " + ll(S);
-  b.line("float m = 0;");
-  b.line("for (long long j = threadIdx.x; j < " + ll(cnt) + "; j += blockDim.x) m += dlc::ld<float>(" + xp + ", " + at + ");");
-  b.line("m = dlc::blockReduce(m, dlc::SumOp(), 0.0f, smem) / (float)" + ll(cnt) + ";");
-  b.line("float v = 0;");
-  b.line("for (long long j = threadIdx.x; j < " + ll(cnt) + "; j += blockDim.x) { const float d = dlc::ld<float>(" + xp +
-         ", " + at + ") - m; v += d * d; }");
-  b.line("v = dlc::blockReduce(v, dlc::SumOp(), 0.0f, smem) / (float)" + ll(cnt) + ";");
-  b.line("const float inv = 1.0f / sqrtf(v + " + eps + ");");
-  b.line("for (long long j = threadIdx.x; j < " + ll(cnt) + "; j += blockDim.x) dlc::st(" + yp + ", " + at +
-         ", (dlc::ld<float>(" + xp + ", " + at + ") - m) * inv * dlc::ld<float>(" + sp + ", c) + dlc::ld<float>(" + bp + ", c));");
-  b.line("if (threadIdx.x == 0) { dlc::st(" + rmp + ", c, dlc::ld<float>(" + mp + ", c) * " + mom + " + m * (1.0f - " + mom +
-         ")); dlc::st(" + rvp + ", c, dlc::ld<float>(" + vp + ", c) * " + mom + " + v * (1.0f - " + mom + ")); }");
-  kb.launch(C, 256);
+  ChannelShape s{};
+  s.N = N;
+  s.C = C;
+  s.S = S;
+  s.total = total;
+  s.eps = n.attrFloat("epsilon");
+  s.momentum = n.attrFloat("momentum");
+  s.dS = Divmod::make(S);
+  s.dC = Divmod::make(C);
+  Instantiation inst{"dlc::batchnorm_train", {l.indexType(total), cudaType(x->dtype())}, "dlc::ChannelShape", {}};
+  inst.needsSync = true;
+  uint32_t k = l.instantiate(inst);
+  LaunchArgs a;
+  a.shape(s);
+  auto in = [&](size_t offset, const Value *v) { a.pointer(offset, l.bufferOf(v), v->type().byteSize(), false); };
+  auto out = [&](size_t offset, const Value *v) { a.pointer(offset, l.bufferOf(v), v->type().byteSize(), true); };
+  in(offsetof(ChannelShape, x), x);
+  in(offsetof(ChannelShape, scale), n.operand(1));
+  in(offsetof(ChannelShape, bias), n.operand(2));
+  in(offsetof(ChannelShape, mean), n.operand(3));
+  in(offsetof(ChannelShape, var), n.operand(4));
+  out(offsetof(ChannelShape, y), y);
+  out(offsetof(ChannelShape, runMean), n.result(1));
+  out(offsetof(ChannelShape, runVar), n.result(2));
+  l.launch(n, k, a, static_cast<uint32_t>(std::min<int64_t>(C, 1 << 20)), 256, 0, 4.0 * total);
   return llvm::Error::success();
 }
 
@@ -211,28 +159,29 @@ llvm::Error lowerLRN(Lowering &l, const Node &n) {
   const Value *x = n.operand(0), *y = n.result();
   int64_t N = x->shape()[0], C = x->shape()[1], S = x->type().numElements() / std::max<int64_t>(N * C, 1);
   int64_t total = x->type().numElements(), size = n.attrInt("size");
-  int64_t lo = (size - 1) / 2, hi = (size - 1) - lo;
   l.allocate(y);
   if (total == 0)
     return llvm::Error::success();
-  KernelBuilder kb(l, n, "");
-  std::string xp = kb.pointerTo(x), yp = kb.outputPointer(y);
-  CodeStream &b = kb.body();
-  {
-    CodeStream::Block loop(b, gridStrideLoop("i", ll(total)));
-    b.line("const long long s = i % " + ll(S) + ", c = (i / " + ll(S) + ") % " + ll(C) + ", nb = i / " + ll(C * S) + ";");
-    b.line("double sq = 0;");
-    b.line("for (long long k = (c - " + ll(lo) + " < 0 ? 0 : c - " + ll(lo) + "); k <= (c + " + ll(hi) + " > " +
-           ll(C - 1) + " ? " + ll(C - 1) + " : c + " + ll(hi) + "); ++k) { const double v = dlc::ld<double>(" + xp +
-           ", (nb * " + ll(C) + " + k) * " + ll(S) + " + s); sq += v * v; }");
-    b.line("dlc::st(" + yp + ", i, dlc::ld<double>(" + xp + ", i) / pow(" + literal(DType::F64, n.attrFloat("bias")) +
-           " + " + literal(DType::F64, n.attrFloat("alpha")) + " / " + literal(DType::F64, static_cast<double>(size)) + " * sq, " +
-           literal(DType::F64, n.attrFloat("beta")) + "));");
-  }
-  uint64_t grid;
-  uint32_t block;
-  elementwiseLaunchShape(total, grid, block);
-  kb.launch(grid, block);
+  ChannelShape s{};
+  s.N = N;
+  s.C = C;
+  s.S = S;
+  s.total = total;
+  s.lo = (size - 1) / 2;
+  s.hi = (size - 1) - s.lo;
+  s.alpha = n.attrFloat("alpha");
+  s.beta = n.attrFloat("beta");
+  s.bias0 = n.attrFloat("bias");
+  s.size = static_cast<double>(size);
+  s.dS = Divmod::make(S);
+  s.dC = Divmod::make(C);
+  Instantiation inst{"dlc::lrn", {l.indexType(total), cudaType(x->dtype())}, "dlc::ChannelShape", {}};
+  uint32_t k = l.instantiate(inst);
+  LaunchArgs a;
+  a.shape(s);
+  a.pointer(offsetof(ChannelShape, x), l.bufferOf(x), x->type().byteSize(), false);
+  a.pointer(offsetof(ChannelShape, y), l.bufferOf(y), y->type().byteSize(), true);
+  l.launch(n, k, a, gridFor(total, 256), 256, 0, static_cast<double>(total * size * 2));
   return llvm::Error::success();
 }
 

@@ -1,15 +1,21 @@
 //===- Pool.cpp - Max/average pooling and global pooling ------------------===//
 //
-// One thread per output element walks its window (normalized to 3-D, like the
-// reference). Global pooling is a per-(n, c) reduction over the spatial dims.
+// Window pooling is the pool_window template (one thread per output, the window
+// normalized to 3-D like the reference); global pooling is a reduction over the
+// spatial dims of each (n, c) (the reduce template, contiguous rows).
 //===----------------------------------------------------------------------===//
 #include "Window.h"
 
 #include "../Fused.h"
 
+#include <cstddef>
+
 namespace dlc::codegen {
 
 using namespace ir;
+
+llvm::Error lowerContiguousReduction(Lowering &l, const Node &n, const Value *x, const Value *out, int64_t rows,
+                                     int64_t len, const char *kind);
 
 namespace {
 
@@ -24,137 +30,49 @@ llvm::Error lowerWindowPool(Lowering &l, const Node &n) {
   int64_t total = y->type().numElements();
   if (total == 0)
     return llvm::Error::success();
-  std::string ct = computeType(x->dtype());
-  std::string acc = isMax ? ct : "double";
-  KernelBuilder kb(l, n, "");
-  FusedAccess fa(l, kb, l.group());
-  std::string idxp = withIdx ? kb.outputPointer(n.result(1)) : "";
-  bool colMajor = isMax && n.attrInt("storage_order") == 1;
-  bool includePad = !isMax && n.attrInt("count_include_pad") != 0;
-  CodeStream &b = kb.body();
-  kb.setFlops(static_cast<double>(total * w.kSize()));
-  {
-    CodeStream::Block loop(b, gridStrideLoop("i", ll(total)));
-    b.line("const long long o2 = i % " + ll(w.out[2]) + ", o1 = (i / " + ll(w.out[2]) + ") % " +
-           ll(w.out[1]) + ", o0 = (i / " + ll(w.out[1] * w.out[2]) + ") % " + ll(w.out[0]) +
-           ", nc = i / " + ll(w.outSize()) + ";");
-    b.line("const long long base = nc * " + ll(w.inSize()) + ";");
-    if (isMax) {
-      DType dt = x->dtype();
-      b.line(acc + " best = " +
-             std::string(isFloat(dt) ? "-(" + acc + ")(1.0 / 0.0)"
-                                     : (isSignedInt(dt) ? "(-9223372036854775807LL - 1)" : "0ULL")) +
-             ";");
-      b.line("long long bestCell = -1;");
-    } else {
-      b.line(acc + " sum = 0;");
-      b.line("long long count = 0;");
-    }
-    for (int d = 0; d < 3; ++d) {
-      std::string o = "o" + std::to_string(d), kk = "k" + std::to_string(d), id = "i" + std::to_string(d);
-      b.line("for (long long " + kk + " = 0; " + kk + " < " + ll(w.k[d]) + "; ++" + kk + ") {");
-      b.line("const long long " + id + " = " + o + " * " + ll(w.stride[d]) + " + " + kk + " * " +
-             ll(w.dil[d]) + " - " + ll(w.padB[d]) + ";");
-      b.line("if (" + id + " < 0 || " + id + " >= " + ll(w.in[d]) + ") continue;");
-    }
-    b.line("const long long cell = (i0 * " + ll(w.in[1]) + " + i1) * " + ll(w.in[2]) + " + i2;");
-    if (isMax) {
-      b.line("const " + acc + " v = (" + acc + ")" + fa.load(b, x, "base + cell") + ";");
-      b.line("if (bestCell < 0) bestCell = cell;");
-      b.line("if (v > best) { best = v; bestCell = cell; }");
-    } else {
-      b.line("sum += (double)" + fa.load(b, x, "base + cell") + "; ++count;");
-    }
-    b.line("}}}");
-    if (isMax) {
-      b.line("if (bestCell < 0) bestCell = 0;");
-      fa.store(b, y, "i", "best");
-      if (withIdx) {
-        std::string flat = "bestCell";
-        if (colMajor) {
-          // Spatial index in column-major order over the real spatial dims.
-          int64_t s = x->rank() - 2;
-          b.line("long long cr = bestCell, cm = 0, mult = 1;");
-          b.line("long long cc[3]; cc[2] = cr % " + ll(w.in[2]) + "; cr /= " + ll(w.in[2]) + "; cc[1] = cr % " +
-                 ll(w.in[1]) + "; cc[0] = cr / " + ll(w.in[1]) + ";");
-          b.line("for (int d = " + std::to_string(3 - s) + "; d < 3; ++d) { cm += cc[d] * mult; mult *= (d == 0 ? " +
-                 ll(w.in[0]) + " : d == 1 ? " + ll(w.in[1]) + " : " + ll(w.in[2]) + "); }");
-          flat = "cm";
-        }
-        b.line(idxp + "[i] = base + " + flat + ";");
-      }
-    } else {
-      if (includePad) {
-        // Window cells inside [-padBegin, in + padEnd), as the reference counts them.
-        std::string padded = "1";
-        for (int d = 0; d < 3; ++d) {
-          std::string o = "o" + std::to_string(d);
-          b.line("const long long s" + std::to_string(d) + " = " + o + " * " + ll(w.stride[d]) + " - " +
-                 ll(w.padB[d]) + ";");
-          b.line("const long long e" + std::to_string(d) + " = dlc::stdmin(s" + std::to_string(d) + " + " +
-                 ll((w.k[d] - 1) * w.dil[d] + 1) + ", " + ll(w.in[d] + w.padE[d]) + ");");
-          padded += " * ((e" + std::to_string(d) + " - s" + std::to_string(d) + " + " + ll(w.dil[d] - 1) +
-                    ") / " + ll(w.dil[d]) + ")";
-        }
-        b.line("count = " + padded + ";");
-      }
-      fa.store(b, y, "i", "(" + ct + ")(count ? sum / (double)count : 0.0)");
-    }
+  PoolShape s{};
+  s.total = total;
+  for (int d = 0; d < 3; ++d) {
+    s.in[d] = w.in[d];
+    s.out[d] = w.out[d];
+    s.k[d] = w.k[d];
+    s.stride[d] = w.stride[d];
+    s.dil[d] = w.dil[d];
+    s.pad[d] = w.padB[d];
+    s.padEnd[d] = w.padE[d];
   }
-  uint64_t grid;
-  uint32_t block;
-  elementwiseLaunchShape(total, grid, block);
-  kb.launch(grid, block);
+  s.inSize = w.inSize();
+  s.outSize = w.outSize();
+  s.countIncludePad = !isMax && n.attrInt("count_include_pad") != 0;
+  s.columnMajor = isMax && n.attrInt("storage_order") == 1;
+  s.spatialRank = x->rank() - 2;
+  s.dOut2 = Divmod::make(w.out[2]);
+  s.dOut1 = Divmod::make(w.out[1]);
+  s.dOut0 = Divmod::make(w.out[0]);
+  s.dIn2 = Divmod::make(w.in[2]);
+  s.dIn1 = Divmod::make(w.in[1]);
+  Functor fx = loadFunctor(l, l.group(), x), fo = storeFunctor(l, l.group(), y);
+  std::string xn = l.functorName(fx), on = l.functorName(fo);
+  int64_t maxIndex = std::max(x->type().numElements(), total);
+  Instantiation inst{"dlc::pool_window", {isMax ? "true" : "false", l.indexType(maxIndex), xn, on},
+                     "dlc::PoolArgs<" + xn + ", " + on + ">", {xn, on}};
+  uint32_t k = l.instantiate(inst);
+  LaunchArgs a;
+  a.shape(s);
+  if (withIdx)
+    a.pointer(offsetof(PoolShape, indices), l.bufferOf(n.result(1)), n.result(1)->type().byteSize(), true);
+  a.functor(fx);
+  a.functor(fo);
+  l.launch(n, k, a, gridFor(total, 256), 256, 0, static_cast<double>(total * w.kSize()));
   return llvm::Error::success();
 }
 
 llvm::Error lowerGlobalPool(Lowering &l, const Node &n) {
   const Value *x = n.operand(0), *y = n.result();
-  bool isMax = n.kind() == OpKind::GlobalMaxPool;
   int64_t nc = x->shape()[0] * x->shape()[1];
   int64_t len = nc ? x->type().numElements() / nc : 0;
-  l.allocate(y);
-  if (nc == 0)
-    return llvm::Error::success();
-  std::string ct = computeType(x->dtype());
-  KernelBuilder kb(l, n, "");
-  FusedAccess fa(l, kb, l.group());
-  CodeStream &b = kb.body();
-  kb.setFlops(static_cast<double>(x->type().numElements()));
-  std::string identity = isMax ? "-(" + ct + ")(1.0 / 0.0)" : "(" + ct + ")0";
-  std::string opn = isMax ? "dlc::MaxOp()" : "dlc::SumOp()";
-  std::string fin = isMax ? "acc" : "acc / (" + ct + ")" + ll(len);
-  if (len <= 64) {
-    {
-      CodeStream::Block loop(b, gridStrideLoop("o", ll(nc)));
-      b.line(ct + " acc = " + identity + ";");
-      {
-        CodeStream::Block loop2(b, "for (long long r = 0; r < " + ll(len) + "; ++r)");
-        b.line("acc = " + opn + "(acc, " + fa.load(b, x, "o * " + ll(len) + " + r") + ");");
-      }
-      fa.store(b, y, "o", fin);
-    }
-    uint64_t grid;
-    uint32_t block;
-    elementwiseLaunchShape(nc, grid, block);
-    kb.launch(grid, block);
-    return llvm::Error::success();
-  }
-  kb.setNeedsSync();
-  b.line("__shared__ " + ct + " smem[32];");
-  b.line("const long long o = blockIdx.x;");
-  b.line(ct + " acc = " + identity + ";");
-  {
-    CodeStream::Block loop(b, "for (long long r = threadIdx.x; r < " + ll(len) + "; r += blockDim.x)");
-    b.line("acc = " + opn + "(acc, " + fa.load(b, x, "o * " + ll(len) + " + r") + ");");
-  }
-  b.line("acc = dlc::blockReduce(acc, " + opn + ", " + identity + ", smem);");
-  {
-    CodeStream::Block first(b, "if (threadIdx.x == 0)");
-    fa.store(b, y, "o", fin);
-  }
-  kb.launch(nc, 256);
-  return llvm::Error::success();
+  return lowerContiguousReduction(l, n, x, y, nc, len,
+                                  n.kind() == OpKind::GlobalMaxPool ? "dlc::kReduceMax" : "dlc::kReduceMean");
 }
 
 } // namespace

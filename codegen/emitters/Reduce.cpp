@@ -1,14 +1,15 @@
 //===- Reduce.cpp - Reductions, softmax family, arg/top-k, cumulative sums -===//
 //
-// Long reductions use one block per output element: threads stride over the
-// reduced positions, then a warp-shuffle + shared-memory block reduction (FP32
-// accumulation for f16/bf16). Short ones (<= 64 elements) use one thread per
-// output and no synchronization. Softmax-like ops reduce along one axis, viewed
-// as [outer, len, inner].
+// The templates of dlc_reduce.cuh: Reduce* over any set of axes (a kept view and a
+// reduced view, strided; contiguous rows skip the index arithmetic), short rows (<= 64)
+// with a thread per output and long ones with a block per output; the softmax family
+// over an [outer, len, inner] view; ArgMax/ArgMin, TopK and CumSum without fusion.
 //===----------------------------------------------------------------------===//
 #include "EmitterUtils.h"
 
 #include "../Fused.h"
+
+#include <cstddef>
 
 namespace dlc::codegen {
 
@@ -25,41 +26,6 @@ uint32_t blockFor(int64_t len) {
   return b;
 }
 
-/// Splits x's dims into kept (output) and reduced ones; returns index expressions
-/// for an output linear index `o` and a reduction linear index `r`.
-struct ReduceView {
-  Shape kept, reduced;
-  std::vector<int64_t> keptStride, reducedStride; // strides into x
-  int64_t outCount = 1, len = 1;
-
-  ReduceView(const Shape &x, const std::vector<bool> &red) {
-    Shape st = stridesOf(x);
-    for (size_t d = 0; d < x.size(); ++d) {
-      if (red[d]) {
-        reduced.push_back(x[d]);
-        reducedStride.push_back(st[d]);
-        len *= x[d];
-      } else {
-        kept.push_back(x[d]);
-        keptStride.push_back(st[d]);
-        outCount *= x[d];
-      }
-    }
-  }
-  /// Declares `name` = input offset of output element `o`.
-  void emitBase(CodeStream &b, const std::string &o, const std::string &name) const {
-    IndexMapper im(kept);
-    im.emitCoords(b, o, "k");
-    b.line("const long long " + name + " = " + im.dot(keptStride, "k") + ";");
-  }
-  /// Expression of the offset of reduction position `r` (declares coords first).
-  std::string emitInner(CodeStream &b, const std::string &r) const {
-    IndexMapper im(reduced);
-    im.emitCoords(b, r, "q");
-    return im.dot(reducedStride, "q");
-  }
-};
-
 std::vector<bool> reducedAxes(const Node &n) {
   int64_t rank = n.operand(0)->rank();
   std::vector<bool> red(rank, false);
@@ -74,72 +40,78 @@ std::vector<bool> reducedAxes(const Node &n) {
   return red;
 }
 
+const char *reduceKind(OpKind k) {
+  switch (k) {
+  case OpKind::ReduceSum: return "dlc::kReduceSum";
+  case OpKind::ReduceMean: return "dlc::kReduceMean";
+  case OpKind::ReduceMax: return "dlc::kReduceMax";
+  case OpKind::ReduceMin: return "dlc::kReduceMin";
+  case OpKind::ReduceProd: return "dlc::kReduceProd";
+  default: return nullptr;
+  }
+}
+
+/// Launches the reduce template: x viewed as kept x reduced.
+llvm::Error emitReduce(Lowering &l, const Node &n, const Value *x, const Value *out, const ReduceShape &s,
+                       bool contig, const char *kind) {
+  Functor fx = loadFunctor(l, l.group(), x), fo = storeFunctor(l, l.group(), out);
+  std::string xn = l.functorName(fx), on = l.functorName(fo);
+  bool isShort = s.len <= kShortReduction;
+  int64_t maxIndex = std::max(x->type().numElements(), out->type().numElements());
+  Instantiation inst{"dlc::reduce",
+                     {kind, isShort ? "true" : "false", contig ? "true" : "false", l.indexType(maxIndex), xn, on},
+                     "dlc::ReduceArgs<" + xn + ", " + on + ">",
+                     {xn, on}};
+  inst.needsSync = !isShort;
+  uint32_t k = l.instantiate(inst);
+  LaunchArgs a;
+  a.shape(s);
+  a.functor(fx);
+  a.functor(fo);
+  double flops = static_cast<double>(x->type().numElements());
+  if (isShort)
+    l.launch(n, k, a, gridFor(s.outCount, 256), 256, 0, flops);
+  else
+    l.launch(n, k, a, static_cast<uint32_t>(std::min<int64_t>(s.outCount, 1 << 20)), blockFor(s.len), 0, flops);
+  return llvm::Error::success();
+}
+
 llvm::Error lowerReduction(Lowering &l, const Node &n) {
   const Value *x = n.operand(0), *out = n.result();
-  ReduceView rv(x->shape(), reducedAxes(n));
-  l.allocate(out);
-  if (rv.outCount == 0)
-    return llvm::Error::success();
-  DType dt = x->dtype();
-  std::string ct = computeType(dt);
-  std::string op, identity;
-  switch (n.kind()) {
-  case OpKind::ReduceSum:
-  case OpKind::ReduceMean: op = "dlc::SumOp()"; identity = "(" + ct + ")0"; break;
-  case OpKind::ReduceProd: op = "dlc::ProdOp()"; identity = "(" + ct + ")1"; break;
-  case OpKind::ReduceMax:
-    op = "dlc::MaxOp()";
-    identity = isFloat(dt) ? "-(" + ct + ")(1.0 / 0.0)" : (isSignedInt(dt) ? "(-9223372036854775807LL - 1)" : "0ULL");
-    break;
-  case OpKind::ReduceMin:
-    op = "dlc::MinOp()";
-    identity = isFloat(dt) ? "(" + ct + ")(1.0 / 0.0)"
-                           : (isSignedInt(dt) ? "9223372036854775807LL" : "18446744073709551615ULL");
-    break;
-  default: return errorf("no CUDA lowering for {0}", n.opName());
-  }
-  bool mean = n.kind() == OpKind::ReduceMean;
-  KernelBuilder kb(l, n, "");
-  FusedAccess fa(l, kb, l.group());
-  CodeStream &b = kb.body();
-  std::string finish = mean && rv.len ? "acc / (" + ct + ")" + ll(rv.len) : "acc";
-  kb.setFlops(static_cast<double>(x->type().numElements()));
-  if (rv.len <= kShortReduction) {
-    {
-      CodeStream::Block loop(b, gridStrideLoop("o", ll(rv.outCount)));
-      rv.emitBase(b, "o", "base");
-      b.line(ct + " acc = " + identity + ";");
-      {
-        CodeStream::Block inner(b, "for (long long r = 0; r < " + ll(rv.len) + "; ++r)");
-        std::string off = rv.emitInner(b, "r");
-        b.line("acc = " + op + "(acc, " + fa.load(b, x, "base + " + off) + ");");
-      }
-      fa.store(b, out, "o", finish);
+  const char *kind = reduceKind(n.kind());
+  if (!kind)
+    return errorf("no CUDA lowering for {0}", n.opName());
+  std::vector<bool> red = reducedAxes(n);
+  Shape xs = x->shape(), st = stridesOf(xs);
+  Shape kept, reduced;
+  std::vector<int64_t> keptStride, reducedStride;
+  bool contig = true, seenRed = false;
+  for (size_t d = 0; d < xs.size(); ++d) {
+    if (red[d]) {
+      reduced.push_back(xs[d]);
+      reducedStride.push_back(st[d]);
+      seenRed = true;
+    } else {
+      kept.push_back(xs[d]);
+      keptStride.push_back(st[d]);
+      contig &= !seenRed || xs[d] == 1;
     }
-    uint64_t grid;
-    uint32_t block;
-    elementwiseLaunchShape(rv.outCount, grid, block);
-    kb.launch(grid, block);
+  }
+  l.allocate(out);
+  ReduceShape s{};
+  s.outCount = product(kept);
+  s.len = product(reduced);
+  if (s.outCount == 0)
     return llvm::Error::success();
-  }
-  uint32_t block = blockFor(rv.len);
-  kb.setNeedsSync();
-  b.line("__shared__ " + ct + " smem[32];");
-  b.line("const long long o = blockIdx.x;");
-  rv.emitBase(b, "o", "base");
-  b.line(ct + " acc = " + identity + ";");
-  {
-    CodeStream::Block inner(b, "for (long long r = threadIdx.x; r < " + ll(rv.len) + "; r += blockDim.x)");
-    std::string off = rv.emitInner(b, "r");
-    b.line("acc = " + op + "(acc, " + fa.load(b, x, "base + " + off) + ");");
-  }
-  b.line("acc = dlc::blockReduce(acc, " + op + ", " + identity + ", smem);");
-  {
-    CodeStream::Block first(b, "if (threadIdx.x == 0)");
-    fa.store(b, out, "o", finish);
-  }
-  kb.launch(rv.outCount, block);
-  return llvm::Error::success();
+  auto kv = stridedView(kept, keptStride);
+  if (!kv)
+    return kv.takeError();
+  auto rv = stridedView(reduced, reducedStride);
+  if (!rv)
+    return rv.takeError();
+  s.kept = *kv;
+  s.red = *rv;
+  return emitReduce(l, n, x, out, s, contig, kind);
 }
 
 /// [outer, len, inner] view of a one-axis op.
@@ -151,6 +123,15 @@ struct AxisView {
     len = s[axis];
     for (size_t i = axis + 1; i < s.size(); ++i)
       inner *= s[i];
+  }
+  AxisShape shape() const {
+    AxisShape a{};
+    a.rows = outer * inner;
+    a.len = len;
+    a.inner = inner;
+    a.dInner = Divmod::make(inner);
+    a.dLen = Divmod::make(len);
+    return a;
   }
 };
 
@@ -167,75 +148,40 @@ llvm::Error lowerSoftmaxLike(Lowering &l, const Node &n) {
   int64_t rows = v.outer * v.inner;
   if (rows == 0 || v.len == 0)
     return llvm::Error::success();
-  std::string ct = computeType(x->dtype());
-  KernelBuilder kb(l, n, "");
-  FusedAccess fa(l, kb, l.group());
-  CodeStream &b = kb.body();
-  kb.setFlops(5.0 * static_cast<double>(x->type().numElements()));
-  std::string at = "(row / " + ll(v.inner) + ") * " + ll(v.len * v.inner) + " + row % " + ll(v.inner);
-  std::string idx = "base + j * " + ll(v.inner);
-  bool hard = n.kind() == OpKind::Hardmax, log = n.kind() == OpKind::LogSoftmax;
-  auto ld = [&](const std::string &i) { return fa.load(b, x, i); };
-  // Each pass over the row re-evaluates x (and any fused prologue) in its own loop.
-  auto rowLoop = [&](const std::string &head, const std::function<void()> &body) {
-    CodeStream::Block loop(b, head);
-    body();
-  };
-  if (hard || v.len <= kShortReduction) {
-    // One thread per row; Hardmax keeps the first maximum.
-    {
-      CodeStream::Block loop(b, gridStrideLoop("row", ll(rows)));
-      b.line("const long long base = " + at + ";");
-      std::string len = ll(v.len);
-      if (hard) {
-        b.line("long long best = 0;");
-        b.line(ct + " bestv = " + ld("base") + ";");
-        rowLoop("for (long long j = 1; j < " + len + "; ++j)", [&] {
-          std::string w = ld(idx);
-          b.line("if (" + w + " > bestv) { bestv = " + w + "; best = j; }");
-        });
-        rowLoop("for (long long j = 0; j < " + len + "; ++j)",
-                [&] { fa.store(b, out, idx, "(" + ct + ")(j == best ? 1 : 0)"); });
-      } else {
-        b.line(ct + " m = -(" + ct + ")(1.0 / 0.0);");
-        rowLoop("for (long long j = 0; j < " + len + "; ++j)", [&] { b.line("m = dlc::maxNan(m, " + ld(idx) + ");"); });
-        b.line(ct + " s = 0;");
-        rowLoop("for (long long j = 0; j < " + len + "; ++j)", [&] { b.line("s += dlc::exp_(" + ld(idx) + " - m);"); });
-        if (log)
-          b.line("const " + ct + " ls = dlc::log_(s);");
-        rowLoop("for (long long j = 0; j < " + len + "; ++j)", [&] {
-          std::string w = ld(idx);
-          fa.store(b, out, idx, log ? w + " - m - ls" : "dlc::exp_(" + w + " - m) / s");
-        });
-      }
-    }
-    uint64_t grid;
-    uint32_t block;
-    elementwiseLaunchShape(rows, grid, block);
-    kb.launch(grid, block);
-    return llvm::Error::success();
-  }
-  kb.setNeedsSync();
-  std::string len = ll(v.len);
-  b.line("__shared__ " + ct + " smem[32];");
-  b.line("const long long row = blockIdx.x;");
-  b.line("const long long base = " + at + ";");
-  b.line(ct + " m = -(" + ct + ")(1.0 / 0.0);");
-  rowLoop("for (long long j = threadIdx.x; j < " + len + "; j += blockDim.x)",
-          [&] { b.line("m = dlc::maxNan(m, " + ld(idx) + ");"); });
-  b.line("m = dlc::blockReduce(m, dlc::MaxOp(), -(" + ct + ")(1.0 / 0.0), smem);");
-  b.line(ct + " s = 0;");
-  rowLoop("for (long long j = threadIdx.x; j < " + len + "; j += blockDim.x)",
-          [&] { b.line("s += dlc::exp_(" + ld(idx) + " - m);"); });
-  b.line("s = dlc::blockReduce(s, dlc::SumOp(), (" + ct + ")0, smem);");
-  if (log)
-    b.line("const " + ct + " ls = dlc::log_(s);");
-  rowLoop("for (long long j = threadIdx.x; j < " + len + "; j += blockDim.x)", [&] {
-    std::string w = ld(idx);
-    fa.store(b, out, idx, log ? w + " - m - ls" : "dlc::exp_(" + w + " - m) / s");
-  });
-  kb.launch(rows, blockFor(v.len));
+  const char *kind = n.kind() == OpKind::Hardmax      ? "dlc::kHardmax"
+                     : n.kind() == OpKind::LogSoftmax ? "dlc::kLogSoftmax"
+                                                      : "dlc::kSoftmax";
+  bool isShort = n.kind() == OpKind::Hardmax || v.len <= kShortReduction;
+  Functor fx = loadFunctor(l, l.group(), x), fo = storeFunctor(l, l.group(), out);
+  std::string xn = l.functorName(fx), on = l.functorName(fo);
+  Instantiation inst{"dlc::softmax",
+                     {kind, isShort ? "true" : "false", l.indexType(x->type().numElements()), xn, on},
+                     "dlc::AxisArgs<" + xn + ", " + on + ">",
+                     {xn, on}};
+  inst.needsSync = !isShort;
+  uint32_t k = l.instantiate(inst);
+  LaunchArgs a;
+  a.shape(v.shape());
+  a.functor(fx);
+  a.functor(fo);
+  double flops = 5.0 * static_cast<double>(x->type().numElements());
+  if (isShort)
+    l.launch(n, k, a, gridFor(rows, 256), 256, 0, flops);
+  else
+    l.launch(n, k, a, static_cast<uint32_t>(std::min<int64_t>(rows, 1 << 20)), blockFor(v.len), 0, flops);
   return llvm::Error::success();
+}
+
+/// An AxisIo launch (no fusion): x and the first result, plus TopK's second.
+void launchAxisIo(Lowering &l, const Node &n, const Instantiation &inst, const AxisShape &s, int64_t threads) {
+  uint32_t k = l.instantiate(inst);
+  LaunchArgs a;
+  a.shape(s);
+  if (n.numResults() > 1)
+    a.pointer(offsetof(AxisShape, out2), l.bufferOf(n.result(1)), n.result(1)->type().byteSize(), true);
+  a.slot(l.bufferOf(n.operand(0)), n.operand(0)->type().byteSize(), false);
+  a.slot(l.bufferOf(n.result(0)), n.result(0)->type().byteSize(), true);
+  l.launch(n, k, a, gridFor(threads, 256), 256, 0, static_cast<double>(n.operand(0)->type().numElements()));
 }
 
 /// ArgMax / ArgMin: one thread per output, the reference's scan order and ties.
@@ -247,63 +193,31 @@ llvm::Error lowerArg(Lowering &l, const Node &n) {
   if (rows == 0)
     return llvm::Error::success();
   bool isMax = n.kind() == OpKind::ArgMax, last = n.attrInt("select_last_index") != 0;
-  std::string ct = computeType(x->dtype());
-  KernelBuilder kb(l, n, "");
-  std::string ip = kb.pointerTo(x), op = kb.outputPointer(out);
-  CodeStream &b = kb.body();
-  {
-    CodeStream::Block loop(b, gridStrideLoop("row", ll(rows)));
-    b.line("const long long base = (row / " + ll(v.inner) + ") * " + ll(v.len * v.inner) + " + row % " +
-           ll(v.inner) + ";");
-    b.line("long long best = 0;");
-    b.line(ct + " bv = dlc::ld<" + ct + ">(" + ip + ", base);");
-    std::string cmp = isMax ? ">" : "<";
-    b.line("for (long long j = 1; j < " + ll(v.len) + "; ++j) { const " + ct + " w = dlc::ld<" + ct + ">(" +
-           ip + ", base + j * " + ll(v.inner) + "); if (w " + cmp + " bv" + (last ? " || w == bv" : "") +
-           ") { bv = w; best = j; } }");
-    b.line(op + "[row] = best;");
-  }
-  uint64_t grid;
-  uint32_t block;
-  elementwiseLaunchShape(rows, grid, block);
-  kb.launch(grid, block);
+  Instantiation inst{"dlc::argminmax",
+                     {isMax ? "true" : "false", last ? "true" : "false", l.indexType(x->type().numElements()),
+                      cudaType(x->dtype())},
+                     "dlc::AxisIo",
+                     {}};
+  launchAxisIo(l, n, inst, v.shape(), rows);
   return llvm::Error::success();
 }
 
-/// TopK by rank: element j of a row goes to position rank(j) when rank(j) < k, where
-/// rank counts the elements that precede it (better value, or equal and lower index).
+/// TopK by rank (NaN-safe total order; see dlc_reduce.cuh).
 llvm::Error lowerTopK(Lowering &l, const Node &n) {
   const Value *x = n.operand(0);
   AxisView v(x->shape(), axisOf(n));
-  int64_t k = n.attrInt("k");
-  bool largest = n.attrInt("largest") != 0;
   l.allocate(n.result(0));
   l.allocate(n.result(1));
-  int64_t total = v.outer * v.len * v.inner;
+  int64_t total = v.outer * v.len * v.inner, k = n.attrInt("k");
   if (total == 0 || k == 0)
     return llvm::Error::success();
-  std::string ct = computeType(x->dtype());
-  KernelBuilder kb(l, n, "");
-  std::string ip = kb.pointerTo(x), vo = kb.outputPointer(n.result(0)), io = kb.outputPointer(n.result(1));
-  CodeStream &b = kb.body();
-  std::string better = largest ? ">" : "<";
-  {
-    CodeStream::Block loop(b, gridStrideLoop("e", ll(total)));
-    b.line("const long long o = e / " + ll(v.len * v.inner) + ", j = (e / " + ll(v.inner) + ") % " +
-           ll(v.len) + ", in = e % " + ll(v.inner) + ";");
-    b.line("const long long base = o * " + ll(v.len * v.inner) + " + in;");
-    b.line("const " + ct + " me = dlc::ld<" + ct + ">(" + ip + ", base + j * " + ll(v.inner) + ");");
-    b.line("long long rank = 0;");
-    b.line("for (long long t = 0; t < " + ll(v.len) + "; ++t) { const " + ct + " w = dlc::ld<" + ct + ">(" +
-           ip + ", base + t * " + ll(v.inner) + "); rank += (w " + better + " me) || (w == me && t < j); }");
-    b.line("if (rank < " + ll(k) + ") { const long long dst = o * " + ll(k * v.inner) + " + rank * " +
-           ll(v.inner) + " + in; " + vo + "[dst] = " + ip + "[base + j * " + ll(v.inner) + "]; " + io +
-           "[dst] = j; }");
-  }
-  uint64_t grid;
-  uint32_t block;
-  elementwiseLaunchShape(total, grid, block);
-  kb.launch(grid, block);
+  AxisShape s = v.shape();
+  s.k = k;
+  Instantiation inst{"dlc::topk",
+                     {n.attrInt("largest") != 0 ? "true" : "false", l.indexType(total), cudaType(x->dtype())},
+                     "dlc::AxisIo",
+                     {}};
+  launchAxisIo(l, n, inst, s, total);
   return llvm::Error::success();
 }
 
@@ -314,34 +228,30 @@ llvm::Error lowerCumSum(Lowering &l, const Node &n) {
   int64_t rows = v.outer * v.inner;
   if (rows == 0 || v.len == 0)
     return llvm::Error::success();
-  bool exclusive = n.attrInt("exclusive") != 0, reverse = n.attrInt("reverse") != 0;
-  DType dt = x->dtype();
-  std::string acct = isFloat(dt) ? "double" : computeType(dt);
-  KernelBuilder kb(l, n, "");
-  std::string ip = kb.pointerTo(x), op = kb.outputPointer(out);
-  CodeStream &b = kb.body();
-  {
-    CodeStream::Block loop(b, gridStrideLoop("row", ll(rows)));
-    b.line("const long long base = (row / " + ll(v.inner) + ") * " + ll(v.len * v.inner) + " + row % " +
-           ll(v.inner) + ";");
-    b.line(acct + " acc = 0;");
-    CodeStream::Block inner(b, "for (long long s = 0; s < " + ll(v.len) + "; ++s)");
-    b.line("const long long j = " + std::string(reverse ? ll(v.len - 1) + " - s" : "s") + ";");
-    b.line("const long long at = base + j * " + ll(v.inner) + ";");
-    b.line("const " + acct + " w = dlc::ld<" + acct + ">(" + ip + ", at);");
-    if (exclusive)
-      b.line("dlc::st(" + op + ", at, acc); acc += w;");
-    else
-      b.line("acc += w; dlc::st(" + op + ", at, acc);");
-  }
-  uint64_t grid;
-  uint32_t block;
-  elementwiseLaunchShape(rows, grid, block);
-  kb.launch(grid, block);
+  Instantiation inst{"dlc::cumsum",
+                     {n.attrInt("exclusive") != 0 ? "true" : "false", n.attrInt("reverse") != 0 ? "true" : "false",
+                      l.indexType(x->type().numElements()), cudaType(x->dtype())},
+                     "dlc::AxisIo",
+                     {}};
+  launchAxisIo(l, n, inst, v.shape(), rows);
   return llvm::Error::success();
 }
 
 } // namespace
+
+/// Rows of `len` contiguous elements reduced to one each (global pooling).
+llvm::Error lowerContiguousReduction(Lowering &l, const Node &n, const Value *x, const Value *out, int64_t rows,
+                                     int64_t len, const char *kind) {
+  l.allocate(out);
+  if (rows == 0)
+    return llvm::Error::success();
+  ReduceShape s{};
+  s.outCount = rows;
+  s.len = len;
+  s.kept = llvm::cantFail(stridedView({rows}, {len}));
+  s.red = llvm::cantFail(stridedView({len}, {1}));
+  return emitReduce(l, n, x, out, s, true, kind);
+}
 
 llvm::Error lowerReduce(Lowering &l, const Node &n) {
   switch (n.kind()) {

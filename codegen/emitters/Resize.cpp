@@ -2,12 +2,15 @@
 //
 // The taps (input index and weight per output coordinate and dim) come from
 // ir::resizeTapTable, the same function the reference uses, and are stored as
-// constant tables; the kernel sums the separable product of the taps.
+// constant tables; the resize template sums the separable product of the taps.
 //===----------------------------------------------------------------------===//
 #include "EmitterUtils.h"
 
+#include "../Library.h"
+
 #include "dlc/ir/OpHelpers.h"
 
+#include <cstddef>
 #include <cstring>
 
 namespace dlc::codegen {
@@ -20,69 +23,55 @@ llvm::Error lowerResize(Lowering &l, const Node &n) {
   l.allocate(y);
   if (!total)
     return llvm::Error::success();
+  if (rank > kMaxRank)
+    return errorf("Resize of rank {0} (code generation handles up to {1} dims)", rank, kMaxRank);
   auto table = resizeTapTable(n);
   size_t maxTaps = 1;
   for (const auto &dim : table)
     for (const auto &t : dim)
       maxTaps = std::max(maxTaps, t.size());
-  KernelBuilder kb(l, n, "");
-  std::string xp = kb.pointerTo(x), yp = kb.outputPointer(y);
-  std::vector<std::string> idxTab(rank), wTab(rank), cntTab(rank);
+  ResizeShape s{};
+  s.total = total;
+  s.rank = rank;
+  s.maxTaps = static_cast<int64_t>(maxTaps);
+  s.extrapolation = n.attrFloat("extrapolation_value");
+  Shape st = stridesOf(x->shape());
+  LaunchArgs a;
+  std::vector<std::pair<size_t, BufferRef>> tables;
+  auto i32 = [](const std::vector<int32_t> &v) {
+    Tensor t(TensorType(DType::I32, {static_cast<int64_t>(v.size())}));
+    std::memcpy(t.mutableRaw(), v.data(), v.size() * 4);
+    return t;
+  };
   for (int64_t d = 0; d < rank; ++d) {
     int64_t od = y->shape()[d];
     std::vector<int32_t> idx(od * maxTaps, 0), cnt(od);
     std::vector<float> w(od * maxTaps, 0.f);
     for (int64_t o = 0; o < od; ++o) {
-      cnt[o] = static_cast<int64_t>(table[d][o].size());
+      cnt[o] = static_cast<int32_t>(table[d][o].size());
       for (size_t t = 0; t < table[d][o].size(); ++t) {
-        idx[o * maxTaps + t] = table[d][o][t].index;
+        idx[o * maxTaps + t] = static_cast<int32_t>(table[d][o][t].index);
         w[o * maxTaps + t] = static_cast<float>(table[d][o][t].weight);
       }
     }
     std::string tag = y->name() + ".taps" + std::to_string(d);
-    auto i32 = [](const std::vector<int32_t> &v, int64_t n) {
-      Tensor t(TensorType(DType::I32, {n}));
-      std::memcpy(t.mutableRaw(), v.data(), v.size() * 4);
-      return t;
-    };
-    idxTab[d] = kb.pointer(DType::I32, l.constantBuffer(i32(idx, od * int64_t(maxTaps)), tag + ".index"), true);
-    wTab[d] = kb.pointer(DType::F32, l.constantBuffer(Tensor::fromVector(TensorType(DType::F32, {od * int64_t(maxTaps)}), w), tag + ".weight"), true);
-    cntTab[d] = kb.pointer(DType::I32, l.constantBuffer(i32(cnt, od), tag + ".count"), true);
+    tables.push_back({offsetof(ResizeShape, idx) + 8 * d, l.constantBuffer(i32(idx), tag + ".index")});
+    tables.push_back({offsetof(ResizeShape, w) + 8 * d,
+                      l.constantBuffer(Tensor::fromVector(TensorType(DType::F32, {static_cast<int64_t>(w.size())}), w),
+                                       tag + ".weight")});
+    tables.push_back({offsetof(ResizeShape, cnt) + 8 * d, l.constantBuffer(i32(cnt), tag + ".count")});
+    s.xStride[d] = st[d];
+    s.outDim[d] = Divmod::make(od);
   }
-  Shape st = stridesOf(x->shape());
-  CodeStream &b = kb.body();
-  std::string extrapolation = literal(DType::F32, n.attrFloat("extrapolation_value"));
-  {
-    CodeStream::Block loop(b, gridStrideLoop("i", ll(total)));
-    IndexMapper(y->shape()).emitCoords(b, "i", "c");
-    b.line("bool outside = false;");
-    for (int64_t d = 0; d < rank; ++d)
-      b.line("const int n" + std::to_string(d) + " = " + cntTab[d] + "[c" + std::to_string(d) + "]; outside |= n" +
-             std::to_string(d) + " == 0;");
-    b.line("float acc = 0;");
-    b.line("if (!outside) {");
-    for (int64_t d = 0; d < rank; ++d) {
-      std::string t = "t" + std::to_string(d), c = "c" + std::to_string(d), m = ll(static_cast<int64_t>(maxTaps));
-      b.line("for (int " + t + " = 0; " + t + " < n" + std::to_string(d) + "; ++" + t + ") {");
-      b.line("const long long x" + std::to_string(d) + " = " + idxTab[d] + "[" + c + " * " + m + " + " + t + "];");
-      b.line("const float w" + std::to_string(d) + " = " + wTab[d] + "[" + c + " * " + m + " + " + t + "]" +
-             (d ? " * w" + std::to_string(d - 1) : "") + ";");
-    }
-    std::string off;
-    for (int64_t d = 0; d < rank; ++d)
-      off += (d ? " + " : "") + std::string("x") + std::to_string(d) + " * " + ll(st[d]);
-    b.line("acc += w" + std::to_string(rank - 1) + " * dlc::ld<float>(" + xp + ", " + off + ");");
-    b.line(std::string(rank, '}') + "}");
-    b.line("else acc = " + extrapolation + ";");
-    if (isFloat(y->dtype()))
-      b.line("dlc::st(" + yp + ", i, acc);");
-    else
-      b.line("dlc::st(" + yp + ", i, rintf(acc));");
-  }
-  uint64_t grid;
-  uint32_t block;
-  elementwiseLaunchShape(total, grid, block);
-  kb.launch(grid, block);
+  a.shape(s);
+  for (const auto &[offset, ref] : tables)
+    a.pointer(offset, ref, 0, false);
+  a.pointer(offsetof(ResizeShape, x), l.bufferOf(x), x->type().byteSize(), false);
+  a.pointer(offsetof(ResizeShape, y), l.bufferOf(y), y->type().byteSize(), true);
+  Instantiation inst{"dlc::resize", {l.indexType(std::max(total, x->type().numElements())), cudaType(y->dtype())},
+                     "dlc::ResizeShape", {}};
+  uint32_t k = l.instantiate(inst);
+  l.launch(n, k, a, gridFor(total, 256), 256);
   return llvm::Error::success();
 }
 

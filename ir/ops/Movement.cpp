@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "OpUtils.h"
 
+#include "dlc/ir/OpHelpers.h"
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -131,15 +133,6 @@ InferResult inferUnsqueeze(const Node &n) {
 //===----------------------------------------------------------------------===//
 // Transpose
 //===----------------------------------------------------------------------===//
-
-Shape transposePerm(const Node &n) {
-  Shape p = n.attrInts("perm");
-  if (p.empty()) {
-    p.resize(n.operand(0)->rank());
-    std::iota(p.rbegin(), p.rend(), 0);
-  }
-  return p;
-}
 
 llvm::Error verifyTranspose(const Node &n) {
   Shape p = transposePerm(n);
@@ -298,11 +291,18 @@ llvm::Error refSplit(const Node &n, const Inputs &in, Outputs &out) {
 // Slice
 //===----------------------------------------------------------------------===//
 
-struct SliceDims {
-  Shape start, step, size; // per input dim
-};
+} // namespace
 
-llvm::Expected<SliceDims> sliceDims(const Node &n) {
+Shape transposePerm(const Node &n) {
+  Shape p = n.attrInts("perm");
+  if (p.empty()) {
+    p.resize(n.operand(0)->rank());
+    std::iota(p.rbegin(), p.rend(), 0);
+  }
+  return p;
+}
+
+llvm::Expected<SliceWindow> sliceWindow(const Node &n) {
   const Shape &x = n.operand(0)->shape();
   int64_t rank = static_cast<int64_t>(x.size());
   const auto &starts = n.attrInts("starts"), &ends = n.attrInts("ends");
@@ -320,7 +320,7 @@ llvm::Expected<SliceDims> sliceDims(const Node &n) {
   auto na = normalizeAxes(axes, rank);
   if (!na)
     return na.takeError();
-  SliceDims d{Shape(rank, 0), Shape(rank, 1), x};
+  SliceWindow d{Shape(rank, 0), Shape(rank, 1), x};
   for (size_t k = 0; k < na->size(); ++k) {
     int64_t a = (*na)[k], dim = x[a], st = steps[k];
     if (st == 0)
@@ -349,17 +349,19 @@ llvm::Expected<SliceDims> sliceDims(const Node &n) {
   return d;
 }
 
-llvm::Error verifySlice(const Node &n) { return sliceDims(n).takeError(); }
+namespace {
+
+llvm::Error verifySlice(const Node &n) { return sliceWindow(n).takeError(); }
 
 InferResult inferSlice(const Node &n) {
-  auto d = sliceDims(n);
+  auto d = sliceWindow(n);
   if (!d)
     return d.takeError();
   return TypeList{{n.operand(0)->dtype(), d->size}};
 }
 
 llvm::Error refSlice(const Node &n, const Inputs &in, Outputs &out) {
-  auto d = sliceDims(n);
+  auto d = sliceWindow(n);
   if (!d)
     return d.takeError();
   Shape st = stridesOf(in[0]->shape());

@@ -160,17 +160,26 @@ def deploy_model(dlc, tag, onnx_path, inputs, work, cc):
     cu = os.path.join(d, "cuda")
     run([dlc, "compile", onnx_path, "--emit", "cuda", "-o", cu, "-q"])
     files = sorted(os.listdir(cu))
-    check(files == ["README.txt", "dlc_device.cuh", "kernels.cu", "schedule.txt"], "%s: --emit cuda files %s" % (tag, files))
+    headers = [f for f in files if f.startswith("dlc_")]
+    check(files == sorted(["README.txt", "kernels.cu", "schedule.txt"] + headers) and "dlc_kernels.cuh" in headers
+          and "dlc_emu_prelude.h" not in headers, "%s: --emit cuda files %s" % (tag, files))
     insp = json.loads(run([dlc, "inspect", pkg, "--json"]).stdout)
     sched = open(os.path.join(cu, "schedule.txt")).read()
     kernels = open(os.path.join(cu, "kernels.cu")).read()
     launches = len(re.findall(r"^\s+\d+\s+launch ", sched, re.M))
     gemms = len(re.findall(r"^\s+\d+\s+gemm ", sched, re.M))
-    check(launches == insp["launches"] and gemms == insp["library_calls"],
+    check(launches == insp["package_launch_steps"] and gemms == insp["package_library_calls"],
           "%s: schedule.txt has the package's %d launches and %d GEMMs" % (tag, launches, gemms))
-    defined = set(re.findall(r'^extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(', kernels, re.M))
-    check(defined == {k["name"] for k in insp["kernels"]},
-          "%s: kernels.cu defines all %d kernels" % (tag, len(insp["kernels"])))
+    instantiated = re.findall(r'^template __global__ void ([\w:]+)<', kernels, re.M)
+    check(sorted(instantiated) == sorted(k["template"] for k in insp["kernels"]),
+          "%s: kernels.cu instantiates all %d kernels" % (tag, len(insp["kernels"])))
+    # The directory stands alone: nvcc compiles it as the README says.
+    nvcc = "/usr/local/cuda/bin/nvcc"
+    if os.path.exists(nvcc):
+        r = subprocess.run([nvcc, "-std=c++17", "-arch=sm_80", "-cubin", "-I.", "kernels.cu", "-o", "k.cubin"], cwd=cu,
+                           capture_output=True, text=True)
+        check(r.returncode == 0 and os.path.getsize(os.path.join(cu, "k.cubin")) > 0,
+              "%s: nvcc compiles the --emit cuda directory%s" % (tag, "" if r.returncode == 0 else ": " + r.stderr[-500:]))
     return pkg, d
 
 

@@ -1,27 +1,16 @@
-//===- CostModel.cpp - The roofline model behind `dlc inspect` -------------===//
+//===- CostModel.cpp - The latency model behind `dlc inspect` --------------===//
 #include "CostModel.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace dlc::tool {
 
-const std::vector<GpuSpec> &gpuSpecs() {
-  static const std::vector<GpuSpec> specs = {{"A100", 2039e9, 19.5e12}, {"H100", 3350e9, 66.9e12}};
-  return specs;
-}
+using codegen::GpuModel;
 
-double StepCost::micros(const GpuSpec &gpu) const {
-  return 1e6 * std::max(static_cast<double>(bytes()) / gpu.dramBytesPerSecond, flops / gpu.fp32FlopsPerSecond);
-}
+namespace {
 
-double PackageCost::micros(const GpuSpec &gpu) const {
-  double t = 0;
-  for (const StepCost &s : steps)
-    t += s.micros(gpu);
-  return t;
-}
-
-static uint64_t tensorBytes(const pkg::TensorInfo &t) {
+uint64_t tensorBytes(const pkg::TensorInfo &t) {
   uint64_t n = pkg::dtypeSize(t.dtype());
   if (t.shape())
     for (int64_t d : *t.shape())
@@ -29,28 +18,106 @@ static uint64_t tensorBytes(const pkg::TensorInfo &t) {
   return n;
 }
 
+int archNumber(const std::string &t) {
+  size_t us = t.find('_');
+  return us == std::string::npos ? 0 : std::atoi(t.c_str() + us + 1);
+}
+
+/// The architecture whose steps run on `g`, as the runtime chooses (Session.cpp):
+/// the newest planned architecture not newer than the GPU's, else the oldest.
+int stepArchFor(const pkg::Package &m, const GpuModel &g) {
+  std::vector<int> archs;
+  if (m.steps())
+    for (const pkg::Step *s : *m.steps())
+      if (s->archs())
+        for (const flatbuffers::String *a : *s->archs())
+          archs.push_back(archNumber(a->str()));
+  if (archs.empty())
+    return 0;
+  std::sort(archs.begin(), archs.end());
+  int cc = archNumber(g.arch), best = archs.front();
+  for (int a : archs)
+    if (a <= cc)
+      best = a;
+  return best;
+}
+
+bool runsOn(const pkg::Step &s, int arch) {
+  if (!s.archs() || s.archs()->size() == 0)
+    return true;
+  for (const flatbuffers::String *a : *s.archs())
+    if (archNumber(a->str()) == arch)
+      return true;
+  return false;
+}
+
+/// Registers per thread of a kernel on `g`: ptxas's count for its architecture, else
+/// the largest count the package has, else a guess.
+int registersOf(const pkg::Kernel &k, const GpuModel &g) {
+  int any = 0;
+  if (k.resources())
+    for (const pkg::ArchResources *r : *k.resources()) {
+      if (r->arch() && r->arch()->str() == g.arch)
+        return r->registers();
+      any = std::max(any, r->registers());
+    }
+  return any ? any : 32;
+}
+
+int staticSmemOf(const pkg::Kernel &k, const GpuModel &g) {
+  int any = 0;
+  if (k.resources())
+    for (const pkg::ArchResources *r : *k.resources()) {
+      if (r->arch() && r->arch()->str() == g.arch)
+        return r->static_smem();
+      any = std::max(any, r->static_smem());
+    }
+  return any;
+}
+
+} // namespace
+
 PackageCost costOf(const pkg::PackageFile &pf) {
   const pkg::Package &m = pf.meta();
+  std::vector<const GpuModel *> gpus = codegen::reportedGpus();
+  size_t ng = gpus.size();
   PackageCost c;
+  c.micros.assign(ng, 0);
+  c.roofline.assign(ng, 0);
+  c.flops.assign(ng, 0);
+  c.bytesRead.assign(ng, 0);
+  c.bytesWritten.assign(ng, 0);
+  std::vector<int> arch(ng);
+  for (size_t i = 0; i < ng; ++i)
+    arch[i] = stepArchFor(m, *gpus[i]);
   if (m.steps())
     for (const pkg::Step *s : *m.steps()) {
       StepCost sc;
       sc.node = s->node() ? s->node()->str() : "";
-      if (const pkg::Launch *l = s->op_as_Launch()) {
+      const pkg::Launch *l = s->op_as_Launch();
+      const pkg::Gemm *gm = s->op_as_Gemm();
+      uint64_t gemmM = 0, gemmN = 0, gemmK = 0, batch = 1;
+      if (l) {
         sc.kind = "launch";
         sc.kernel = static_cast<int>(l->kernel());
         sc.bytesRead = l->bytes_read();
         sc.bytesWritten = l->bytes_written();
         sc.flops = l->flops();
-      } else if (const pkg::Gemm *g = s->op_as_Gemm()) {
+        sc.blocks = uint64_t(l->grid()->x()) * l->grid()->y() * l->grid()->z();
+      } else if (gm) {
         sc.kind = "gemm";
-        uint64_t es = pkg::dtypeSize(g->dtype()), batch = static_cast<uint64_t>(g->batch());
-        uint64_t M = g->m(), N = g->n(), K = g->k();
-        sc.bytesRead = (g->stride_a() ? batch : 1) * M * K * es + (g->stride_b() ? batch : 1) * K * N * es +
-                       (g->beta() != 0 ? batch * M * N * es : 0) + (g->bias() ? N * es : 0);
-        sc.bytesWritten = batch * M * N * es;
-        sc.flops = 2.0 * static_cast<double>(batch) * static_cast<double>(M) * static_cast<double>(N) *
-                   static_cast<double>(K);
+        uint64_t es = pkg::dtypeSize(gm->dtype());
+        batch = static_cast<uint64_t>(gm->batch());
+        gemmM = gm->m();
+        gemmN = gm->n();
+        gemmK = gm->k();
+        sc.bytesRead = (gm->stride_a() ? batch : 1) * gemmM * gemmK * es + (gm->stride_b() ? batch : 1) * gemmK * gemmN * es +
+                       (gm->beta() != 0 ? batch * gemmM * gemmN * es : 0) + (gm->bias() ? gemmN * es : 0);
+        sc.bytesWritten = batch * gemmM * gemmN * es;
+        sc.flops = 2.0 * static_cast<double>(batch) * static_cast<double>(gemmM) * static_cast<double>(gemmN) *
+                   static_cast<double>(gemmK);
+        sc.tensor = gm->dtype() == pkg::DType::F16 || gm->dtype() == pkg::DType::BF16;
+        sc.blocks = ((gemmM + 127) / 128) * ((gemmN + 127) / 128) * batch;
       } else if (const pkg::Copy *cp = s->op_as_Copy()) {
         sc.kind = "copy";
         sc.bytesRead = sc.bytesWritten = cp->bytes();
@@ -58,9 +125,38 @@ PackageCost costOf(const pkg::PackageFile &pf) {
         sc.kind = "memset";
         sc.bytesWritten = ms->bytes();
       }
-      c.bytesRead += sc.bytesRead;
-      c.bytesWritten += sc.bytesWritten;
-      c.flops += sc.flops;
+      for (size_t i = 0; i < ng; ++i) {
+        const GpuModel &g = *gpus[i];
+        bool runs = runsOn(*s, arch[i]);
+        double fill = 1;
+        if (l && m.kernels() && l->kernel() < m.kernels()->size()) {
+          const pkg::Kernel &k = *m.kernels()->Get(l->kernel());
+          int threads = static_cast<int>(l->block()->x() * l->block()->y() * l->block()->z());
+          int perSm = codegen::blocksPerSm(g, threads, registersOf(k, g),
+                                           staticSmemOf(k, g) + static_cast<int>(l->dynamic_smem()));
+          fill = codegen::smFill(g, sc.blocks, perSm);
+        } else if (gm) {
+          // cuBLASLt splits K when the output tiles leave SMs idle.
+          uint64_t blocks = sc.blocks;
+          if (blocks < static_cast<uint64_t>(g.sms))
+            blocks *= std::min<uint64_t>((g.sms + blocks - 1) / blocks, std::max<uint64_t>(1, gemmK / 256));
+          fill = codegen::smFill(g, blocks, 1);
+        }
+        double peak = sc.tensor ? g.tensorFlops : g.fp32Flops;
+        double roof = 1e6 * std::max(static_cast<double>(sc.bytes()) / g.dramBytesPerSecond, sc.flops / peak);
+        double t = codegen::modeledMicros(g, sc.flops, static_cast<double>(sc.bytes()), fill, sc.tensor);
+        sc.runs.push_back(runs);
+        sc.fill.push_back(fill);
+        sc.micros.push_back(t);
+        sc.roofline.push_back(roof);
+        if (runs) {
+          c.micros[i] += t;
+          c.roofline[i] += roof;
+          c.flops[i] += sc.flops;
+          c.bytesRead[i] += sc.bytesRead;
+          c.bytesWritten[i] += sc.bytesWritten;
+        }
+      }
       c.steps.push_back(std::move(sc));
     }
   c.lowerBoundBytes = m.weight_bytes();

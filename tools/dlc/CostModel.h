@@ -1,12 +1,21 @@
-//===- CostModel.h - Modeled DRAM traffic, FLOPs and a roofline -*- C++ -*-===//
+//===- CostModel.h - Modeled latency, traffic and FLOPs of a package --*- C++ -*-===//
 //
-// A model, not a measurement: every step reads and writes each distinct tensor it
-// touches once (bytes recorded in the package by the code generator), and takes
-// max(bytes / DRAM bandwidth, flops / FP32 peak) on a GPU. The lower bound is
-// reading the weights and inputs and writing the outputs once.
+// A model, not a measurement. For each GPU that `dlc inspect` reports (A100, H100;
+// codegen/GpuModel.h) it takes the steps that run there (per-architecture steps
+// filtered as the runtime filters them) and models each:
+//  - a kernel launch: SM fill from its blocks, the waves they make and the blocks an
+//    SM holds (registers from ptxas for that architecture, shared memory, threads);
+//    time = max(FLOPs / (FP32 peak x fill), bytes / DRAM bandwidth) + launch overhead;
+//  - a GEMM (cuBLASLt): blocks of 128x128 output tiles, split along K when that fills
+//    more SMs (as cuBLASLt's heuristics do); FP32 on CUDA cores, FP16/BF16 on tensor
+//    cores;
+//  - copies and memsets: bytes / bandwidth + overhead.
+// The old roofline (max(bytes / bandwidth, FLOPs / peak) per step, no fill, no
+// launch cost) is kept beside it: it is the optimistic bound.
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "dlc/codegen/GpuModel.h"
 #include "dlc/package/Package.h"
 
 #include <string>
@@ -14,29 +23,25 @@
 
 namespace dlc::tool {
 
-struct GpuSpec {
-  const char *name;
-  double dramBytesPerSecond; // HBM bandwidth
-  double fp32FlopsPerSecond; // CUDA-core FP32 peak (cuBLASLt runs FP32 GEMMs without TF32 here)
-};
-/// A100-SXM4-80GB: 2039 GB/s, 19.5 TFLOP/s FP32. H100-SXM5-80GB: 3350 GB/s, 66.9 TFLOP/s FP32.
-const std::vector<GpuSpec> &gpuSpecs();
-
 struct StepCost {
-  std::string node, kind; // "launch" (kernel name in `kernel`), "gemm", "copy", "memset"
-  int kernel = -1;
-  uint64_t bytesRead = 0, bytesWritten = 0;
+  std::string node, kind; // "launch", "gemm", "copy", "memset"
+  int kernel = -1;        // launches: the kernel's index
+  uint64_t blocks = 0, bytesRead = 0, bytesWritten = 0;
   double flops = 0;
+  bool tensor = false;
+  /// Per reported GPU (codegen::reportedGpus()): whether the step runs there, its SM
+  /// fill, modeled time and roofline time (microseconds).
+  std::vector<bool> runs;
+  std::vector<double> fill, micros, roofline;
   uint64_t bytes() const { return bytesRead + bytesWritten; }
-  /// Roofline time in microseconds on `gpu`.
-  double micros(const GpuSpec &gpu) const;
 };
 
 struct PackageCost {
   std::vector<StepCost> steps;
-  uint64_t bytesRead = 0, bytesWritten = 0, lowerBoundBytes = 0;
-  double flops = 0;
-  double micros(const GpuSpec &gpu) const;
+  uint64_t lowerBoundBytes = 0;
+  /// Per reported GPU: totals over the steps that run there.
+  std::vector<double> micros, roofline, flops;
+  std::vector<uint64_t> bytesRead, bytesWritten;
 };
 
 PackageCost costOf(const pkg::PackageFile &pf);

@@ -3,6 +3,8 @@
 #include "Commands.h"
 #include "CostModel.h"
 
+#include "dlc/codegen/GpuModel.h"
+
 #include "dlc/frontend/OnnxImporter.h"
 #include "dlc/runtime/Runtime.h"
 #include "runtime/cli/Cli.h"
@@ -11,6 +13,7 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/JSON.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -51,8 +54,9 @@ int runBench(const std::vector<std::string> &argv) { return cli::benchMain(argv,
 
 int runInspect(const std::vector<std::string> &argv) {
   ArgParser parser("inspect", "PACKAGE.dlc [--json]",
-                   "Lists the kernels (launch shape, registers, spills and shared memory per\n"
-                   "architecture), library calls and the memory plan of a package.",
+                   "Lists the kernels (unique instantiations of the kernel library, with their\n"
+                   "launches, registers, spills and shared memory per architecture), library calls\n"
+                   "and the memory plan of a package, with a latency model for A100 and H100.",
                    {{"json", 0, false, false, "", "Machine-readable output"}});
   auto args = parser.parse(argv);
   if (!args) {
@@ -74,50 +78,64 @@ int runInspect(const std::vector<std::string> &argv) {
   }
   const pkg::Package &m = (*pf)->meta();
   size_t nk = m.kernels() ? m.kernels()->size() : 0;
-  std::vector<const pkg::Launch *> firstLaunch(nk, nullptr);
-  std::vector<int> launchCount(nk, 0);
-  size_t launches = 0, gemms = 0, copies = 0;
-  if (m.steps())
-    for (const pkg::Step *s : *m.steps()) {
-      if (const pkg::Launch *l = s->op_as_Launch()) {
-        ++launches;
-        ++launchCount[l->kernel()];
-        if (!firstLaunch[l->kernel()])
-          firstLaunch[l->kernel()] = l;
-      } else if (s->op_type() == pkg::StepKind::Gemm) {
-        ++gemms;
-      } else {
-        ++copies;
+  PackageCost cost = costOf(**pf);
+  std::vector<const codegen::GpuModel *> gpus = codegen::reportedGpus();
+  size_t ng = gpus.size(), h100 = ng - 1;
+  // Per unique kernel, over its launches on each GPU: count, blocks, lowest SM fill,
+  // modeled time.
+  struct KernelStats {
+    std::vector<int> launches;
+    std::vector<double> minFill, micros;
+    std::vector<uint64_t> blocks; // of each launch on H100
+    double flops = 0;
+    uint64_t bytes = 0;
+  };
+  std::vector<KernelStats> ks(nk);
+  for (KernelStats &k : ks) {
+    k.launches.assign(ng, 0);
+    k.minFill.assign(ng, 1.0);
+    k.micros.assign(ng, 0);
+  }
+  size_t packageLaunches = 0, gemms = 0, others = 0;
+  std::vector<size_t> launchesOn(ng, 0), callsOn(ng, 0);
+  for (const StepCost &sc : cost.steps) {
+    packageLaunches += sc.kind == "launch";
+    gemms += sc.kind == "gemm";
+    others += sc.kind == "copy" || sc.kind == "memset";
+    for (size_t i = 0; i < ng; ++i) {
+      if (!sc.runs[i])
+        continue;
+      launchesOn[i] += sc.kind == "launch";
+      callsOn[i] += sc.kind == "gemm";
+      if (sc.kernel < 0)
+        continue;
+      KernelStats &k = ks[sc.kernel];
+      ++k.launches[i];
+      k.minFill[i] = std::min(k.minFill[i], sc.fill[i]);
+      k.micros[i] += sc.micros[i];
+      if (i == h100) {
+        k.blocks.push_back(sc.blocks);
+        k.flops += sc.flops;
+        k.bytes += sc.bytes();
       }
     }
-  PackageCost cost = costOf(**pf);
-  auto roofline = [&](const auto &item) {
+  }
+  auto perGpu = [&](const std::vector<double> &v) {
     llvm::json::Object o;
-    for (const GpuSpec &gpu : gpuSpecs())
-      o[gpu.name] = item.micros(gpu);
+    for (size_t i = 0; i < ng; ++i)
+      o[gpus[i]->name] = v[i];
+    return o;
+  };
+  auto perGpuInt = [&](const std::vector<size_t> &v) {
+    llvm::json::Object o;
+    for (size_t i = 0; i < ng; ++i)
+      o[gpus[i]->name] = static_cast<int64_t>(v[i]);
     return o;
   };
   if (args->has("json")) {
-    // Per kernel: its launches' modeled traffic, FLOPs and roofline time.
-    std::vector<PackageCost> perKernel(nk);
-    std::vector<llvm::json::Value> gemmList;
-    for (const StepCost &sc : cost.steps) {
-      if (sc.kernel >= 0) {
-        perKernel[sc.kernel].steps.push_back(sc);
-        perKernel[sc.kernel].bytesRead += sc.bytesRead;
-        perKernel[sc.kernel].bytesWritten += sc.bytesWritten;
-        perKernel[sc.kernel].flops += sc.flops;
-      } else if (sc.kind == "gemm") {
-        gemmList.push_back(llvm::json::Object{{"node", sc.node},
-                                              {"modeled_dram_bytes", static_cast<int64_t>(sc.bytes())},
-                                              {"flops", sc.flops},
-                                              {"roofline_us", roofline(sc)}});
-      }
-    }
     llvm::json::Array kernels;
     for (size_t i = 0; i < nk; ++i) {
       const pkg::Kernel *k = m.kernels()->Get(i);
-      const pkg::Launch *l = firstLaunch[i];
       llvm::json::Object regs, spills, smem;
       if (k->resources())
         for (const pkg::ArchResources *r : *k->resources()) {
@@ -125,47 +143,77 @@ int runInspect(const std::vector<std::string> &argv) {
           spills[r->arch()->str()] = r->spill_stores() + r->spill_loads();
           smem[r->arch()->str()] = r->static_smem();
         }
-      auto dim = [](const pkg::Dim3 *d) {
-        return d ? llvm::json::Array{d->x(), d->y(), d->z()} : llvm::json::Array{};
-      };
+      llvm::json::Array blocks;
+      for (uint64_t b : ks[i].blocks)
+        blocks.push_back(static_cast<int64_t>(b));
       kernels.push_back(llvm::json::Object{{"name", k->name()->str()},
-                                           {"grid", l ? dim(l->grid()) : llvm::json::Array{}},
-                                           {"block", l ? dim(l->block()) : llvm::json::Array{}},
-                                           {"smem_bytes", l ? l->dynamic_smem() : 0},
+                                           {"template", k->template_name() ? k->template_name()->str() : ""},
+                                           {"symbol", k->symbol() ? k->symbol()->str() : ""},
+                                           {"chunk", static_cast<int64_t>(k->chunk())},
                                            {"static_smem_bytes", std::move(smem)},
                                            {"registers", std::move(regs)},
                                            {"spills", std::move(spills)},
-                                           {"launches", launchCount[i]},
+                                           {"launches", perGpuInt(std::vector<size_t>(ks[i].launches.begin(), ks[i].launches.end()))},
+                                           {"blocks", std::move(blocks)},
+                                           {"sm_fill", perGpu(ks[i].minFill)},
+                                           {"modeled_us", perGpu(ks[i].micros)},
                                            {"needs_sync", k->needs_sync()},
-                                           {"flops", perKernel[i].flops},
-                                           {"modeled_dram_bytes",
-                                            static_cast<int64_t>(perKernel[i].bytesRead + perKernel[i].bytesWritten)},
-                                           {"roofline_us", roofline(perKernel[i])}});
+                                           {"cooperative", k->cooperative()},
+                                           {"flops", ks[i].flops},
+                                           {"modeled_dram_bytes", static_cast<int64_t>(ks[i].bytes)}});
+    }
+    llvm::json::Array steps;
+    for (const StepCost &sc : cost.steps) {
+      llvm::json::Object runs;
+      for (size_t i = 0; i < ng; ++i)
+        runs[gpus[i]->name] = static_cast<bool>(sc.runs[i]);
+      llvm::json::Object o{{"node", sc.node},
+                           {"kind", sc.kind},
+                           {"blocks", static_cast<int64_t>(sc.blocks)},
+                           {"flops", sc.flops},
+                           {"modeled_dram_bytes", static_cast<int64_t>(sc.bytes())},
+                           {"runs_on", std::move(runs)},
+                           {"sm_fill", perGpu(sc.fill)},
+                           {"modeled_us", perGpu(sc.micros)},
+                           {"roofline_us", perGpu(sc.roofline)}};
+      if (sc.kernel >= 0)
+        o["kernel"] = m.kernels()->Get(sc.kernel)->name()->str();
+      steps.push_back(std::move(o));
     }
     llvm::json::Array targets;
     if (m.modules())
       for (const pkg::Module *mod : *m.modules())
-        targets.push_back(mod->target()->str());
+        if (std::find(targets.begin(), targets.end(), llvm::json::Value(mod->target()->str())) == targets.end())
+          targets.push_back(mod->target()->str());
     llvm::json::Object root{{"model", m.model() ? m.model()->str() : ""},
-                            {"launches", static_cast<int64_t>(launches)},
-                            {"library_calls", static_cast<int64_t>(gemms)},
-                            {"other_steps", static_cast<int64_t>(copies)},
+                            {"launches", static_cast<int64_t>(launchesOn[h100])},
+                            {"library_calls", static_cast<int64_t>(callsOn[h100])},
+                            {"launches_by_gpu", perGpuInt(launchesOn)},
+                            {"package_launch_steps", static_cast<int64_t>(packageLaunches)},
+                            {"package_library_calls", static_cast<int64_t>(gemms)},
+                            {"other_steps", static_cast<int64_t>(others)},
+                            {"unique_kernels", static_cast<int64_t>(nk)},
                             {"arena_bytes", static_cast<int64_t>(m.arena_bytes())},
                             {"weight_bytes", static_cast<int64_t>(m.weight_bytes())},
                             {"package_bytes", static_cast<int64_t>((*pf)->size())},
-                            {"modeled_dram_bytes", static_cast<int64_t>(cost.bytesRead + cost.bytesWritten)},
-                            {"modeled_bytes_read", static_cast<int64_t>(cost.bytesRead)},
-                            {"modeled_bytes_written", static_cast<int64_t>(cost.bytesWritten)},
+                            {"modeled_dram_bytes", static_cast<int64_t>(cost.bytesRead[h100] + cost.bytesWritten[h100])},
+                            {"modeled_bytes_read", static_cast<int64_t>(cost.bytesRead[h100])},
+                            {"modeled_bytes_written", static_cast<int64_t>(cost.bytesWritten[h100])},
                             {"lower_bound_bytes", static_cast<int64_t>(cost.lowerBoundBytes)},
-                            {"flops", cost.flops},
-                            {"roofline_us", roofline(cost)},
+                            {"flops", cost.flops[h100]},
+                            {"modeled_latency_us", perGpu(cost.micros)},
+                            {"roofline_us", perGpu(cost.roofline)},
+                            {"latency_model",
+                             "a model, not a measurement: per launch max(FLOPs / (peak x SM fill), bytes / DRAM "
+                             "bandwidth) + 2 us launch overhead; SM fill from blocks, waves and the blocks an SM "
+                             "holds (ptxas registers, shared memory, threads); A100-SXM4 108 SMs 19.5 TFLOP/s FP32 "
+                             "2039 GB/s, H100-SXM5 132 SMs 66.9 TFLOP/s 3350 GB/s; traffic and FLOPs of the H100 plan"},
                             {"roofline_model",
-                             "a model, not a measurement: per step max(modeled DRAM bytes / bandwidth, FLOPs / FP32 "
-                             "peak), summed; A100-SXM4-80GB 2039 GB/s 19.5 TFLOP/s, H100-SXM5 3350 GB/s 66.9 TFLOP/s; "
-                             "launch overheads not included"},
+                             "the optimistic bound: per step max(bytes / bandwidth, FLOPs / peak), no SM fill, no "
+                             "launch overhead"},
                             {"targets", std::move(targets)},
                             {"kernels", std::move(kernels)},
-                            {"gemms", llvm::json::Array(std::move(gemmList))}};
+                            {"steps", std::move(steps)}};
     llvm::outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
     return 0;
   }
@@ -174,32 +222,50 @@ int runInspect(const std::vector<std::string> &argv) {
   llvm::outs() << "targets:";
   if (m.modules())
     for (const pkg::Module *mod : *m.modules())
-      llvm::outs() << " " << mod->target()->str() << "(" << mod->data()->size() << " B)";
-  llvm::outs() << "\nsteps: " << launches << " kernel launches, " << gemms << " library calls, " << copies
-               << " copies/memsets\n";
-  llvm::outs() << "memory: arena " << m.arena_bytes() << " bytes, weights " << m.weight_bytes() << " bytes\n";
-  llvm::outs() << llvm::format("model: %.3f MB DRAM traffic (lower bound %.3f MB, %.2fx), %.3f GFLOP; roofline",
-                               cost.bytesRead / 1e6 + cost.bytesWritten / 1e6, cost.lowerBoundBytes / 1e6,
-                               cost.lowerBoundBytes ? double(cost.bytesRead + cost.bytesWritten) / cost.lowerBoundBytes
+      llvm::outs() << " " << mod->target()->str() << "[" << mod->chunk() << "](" << mod->data()->size() << " B)";
+  llvm::outs() << "\nsteps: " << launchesOn[h100] << " kernel launches of " << nk << " unique kernels, "
+               << callsOn[h100] << " library calls, " << others << " copies/memsets";
+  if (packageLaunches != launchesOn[h100])
+    llvm::outs() << " (on H100; " << launchesOn[0] << " launches on A100: tiles planned per architecture)";
+  llvm::outs() << "\nmemory: arena " << m.arena_bytes() << " bytes, weights " << m.weight_bytes() << " bytes\n";
+  llvm::outs() << llvm::format("traffic: %.3f MB DRAM (lower bound %.3f MB, %.2fx), %.3f GFLOP\n",
+                               (cost.bytesRead[h100] + cost.bytesWritten[h100]) / 1e6, cost.lowerBoundBytes / 1e6,
+                               cost.lowerBoundBytes ? double(cost.bytesRead[h100] + cost.bytesWritten[h100]) /
+                                                          cost.lowerBoundBytes
                                                     : 0.0,
-                               cost.flops / 1e9);
-  for (const GpuSpec &gpu : gpuSpecs())
-    llvm::outs() << llvm::format(" %s %.1f us", gpu.name, cost.micros(gpu));
-  llvm::outs() << " (a model, not a measurement)\n";
-  llvm::outs() << "kernels:\n";
+                               cost.flops[h100] / 1e9);
+  llvm::outs() << "modeled latency (a model, not a measurement):";
+  for (size_t i = 0; i < ng; ++i)
+    llvm::outs() << llvm::format(" %s %.1f us", gpus[i]->name, cost.micros[i]);
+  llvm::outs() << "; roofline bound:";
+  for (size_t i = 0; i < ng; ++i)
+    llvm::outs() << llvm::format(" %s %.1f us", gpus[i]->name, cost.roofline[i]);
+  llvm::outs() << "\nkernels (launches on H100, lowest SM fill on H100, modeled H100 time):\n";
   for (size_t i = 0; i < nk; ++i) {
     const pkg::Kernel *k = m.kernels()->Get(i);
-    const pkg::Launch *l = firstLaunch[i];
-    llvm::outs() << "  " << llvm::left_justify(k->name()->str(), 36);
-    if (l)
-      llvm::outs() << " grid " << l->grid()->x() << " block " << l->block()->x();
-    if (launchCount[i] > 1)
-      llvm::outs() << " x" << launchCount[i];
+    llvm::outs() << "  " << llvm::left_justify(k->name()->str(), 30)
+                 << llvm::format(" x%-3d fill %.2f %8.1f us", ks[i].launches[h100], ks[i].minFill[h100],
+                                 ks[i].micros[h100]);
     if (k->resources())
       for (const pkg::ArchResources *r : *k->resources())
         llvm::outs() << "  " << r->arch()->str() << ":" << r->registers() << "r/" << (r->spill_stores() + r->spill_loads())
                      << "s/" << r->static_smem() << "B";
     llvm::outs() << "\n";
+  }
+  // The layers that cost the most on H100, with their fill.
+  std::vector<const StepCost *> byTime;
+  for (const StepCost &sc : cost.steps)
+    if (sc.runs[h100])
+      byTime.push_back(&sc);
+  std::stable_sort(byTime.begin(), byTime.end(),
+                   [&](const StepCost *a, const StepCost *b) { return a->micros[h100] > b->micros[h100]; });
+  llvm::outs() << "costliest steps on H100:\n";
+  for (size_t i = 0; i < std::min<size_t>(byTime.size(), 10); ++i) {
+    const StepCost &sc = *byTime[i];
+    std::string what = sc.kernel >= 0 ? m.kernels()->Get(sc.kernel)->name()->str() : sc.kind;
+    llvm::outs() << llvm::format("  %8.1f us  fill %.2f  %6llu blocks  %8.3f GFLOP  ", sc.micros[h100], sc.fill[h100],
+                                 static_cast<unsigned long long>(sc.blocks), sc.flops / 1e9)
+                 << llvm::left_justify(what, 30) << " " << sc.node << "\n";
   }
   return 0;
 }

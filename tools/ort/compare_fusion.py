@@ -73,11 +73,11 @@ def main():
             "ort_all": ort_nodes(model, "all", work), "ort_extended": ort_nodes(model, "extended", work),
             "k0": o0["launches"], "g0": o0["library_calls"], "k2": o2["launches"], "g2": o2["library_calls"],
             "mb0": o0["modeled_dram_bytes"] / 1e6, "mb2": o2["modeled_dram_bytes"] / 1e6,
-            "lb": o2["lower_bound_bytes"] / 1e6, "a100": o2["roofline_us"]["A100"], "h100": o2["roofline_us"]["H100"],
+            "lb": o2["lower_bound_bytes"] / 1e6, "a100": o2["modeled_latency_us"]["A100"], "h100": o2["modeled_latency_us"]["H100"],
         })
     print("| model | ONNX nodes | Conv+GEMM | ORT 'all' nodes | ORT 'extended' nodes | dlc -O0 kernels + GEMMs "
           "| dlc -O2 kernels + GEMMs | modeled MB -O0 | modeled MB -O2 | lower bound MB | -O2 / bound "
-          "| roofline A100 / H100 (us, model) |")
+          "| modeled latency A100 / H100 (us, a model) |")
     print("|---" * 12 + "|")
     for r in rows:
         print(f"| {r['model']} | {r['onnx_nodes']} | {r['conv_gemm']} | {r['ort_all']} | {r['ort_extended']} "

@@ -30,6 +30,11 @@ struct CompileOptions {
   std::function<void(size_t, size_t, const std::string &)> onJob;
   /// Keep the generated CUDA source in the package (for inspection).
   bool embedSource = true;
+  /// Recurrent layers as one persistent (cooperative) kernel where they fit; off:
+  /// a GEMM and a cell kernel per time step.
+  bool persistentRnn = true;
+  /// 64-bit indices in every kernel (tests of the wide instantiations).
+  bool wideIndices = false;
 };
 
 struct CompileReport {

@@ -21,4 +21,14 @@ struct ResizeTap {
 /// (tf_crop_and_resize): the output is extrapolation_value.
 std::vector<std::vector<std::vector<ResizeTap>>> resizeTapTable(const Node &n);
 
+/// Transpose's permutation (without a perm attribute: the dims reversed).
+Shape transposePerm(const Node &n);
+
+/// A Slice's window per input dim: first element, step and length, with ONNX's
+/// clamping of starts and ends applied.
+struct SliceWindow {
+  Shape start, step, size;
+};
+llvm::Expected<SliceWindow> sliceWindow(const Node &n);
+
 } // namespace dlc::ir

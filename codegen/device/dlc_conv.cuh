@@ -1,0 +1,254 @@
+// Convolutions (NCHW).
+//
+// conv_igemm: the implicit GEMM out[m, p] = sum_kk W[m, kk] * im2col(x)[kk, p] over
+// M output channels, K = C * kSize and N * P output positions. A block computes a
+// BM x BN tile with Tile::Threads threads, each TM x TN outputs (rows ty + TY * i,
+// columns tx + TX * j); K is staged BK at a time in shared memory, the im2col element
+// computed while staging (the column buffer never reaches memory). With splits > 1,
+// blockIdx.z takes one slice of K and writes partial sums; conv_splitk_reduce adds
+// them in a fixed order (deterministic) and applies the bias and epilogue. Fused
+// prologue (X) and epilogue (Out) are generated functors.
+//
+// conv_direct: one thread per output (grouped and depthwise convolutions).
+// conv_transpose: ConvTranspose as a gather, one thread per output.
+#pragma once
+
+namespace dlc {
+
+/// A tile: BM output channels x BN positions, TM x TN per thread, BK of K per stage.
+template <int BM_, int BN_, int TM_, int TN_> struct ConvTile {
+  static constexpr int BM = BM_, BN = BN_, TM = TM_, TN = TN_, BK = 16;
+  static constexpr int TY = BM / TM, TX = BN / TN, Threads = TX * TY;
+};
+
+template <class X, class Out> struct ConvArgs {
+  ConvShape s;
+  typename X::Params x;
+  typename Out::Params out;
+};
+
+template <class Tile, bool Pointwise, class I, class WT, class X, class Out>
+__global__ void __launch_bounds__(Tile::Threads) conv_igemm(const ConvArgs<X, Out> a) {
+  typedef typename X::Value T;
+  constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
+  constexpr int TX = Tile::TX, TY = Tile::TY, NT = Tile::Threads;
+  static_assert(NT % BN == 0 && (BK * BN) % NT == 0 && (BK * BM) % NT == 0, "tile shape");
+  constexpr int RowsPerPass = NT / BN, BRows = BK / RowsPerPass;
+  __shared__ T As[BK][BM];
+  __shared__ T Bs[BK][BN];
+  const ConvShape &s = a.s;
+  const WT *w = static_cast<const WT *>(s.w);
+  const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
+  const I pBase = static_cast<I>(blockIdx.x) * BN, mBase = static_cast<I>(blockIdx.y) * BM;
+  const I M = static_cast<I>(s.M), K = static_cast<I>(s.K), NP = static_cast<I>(s.NP);
+  const I kBegin = static_cast<I>(blockIdx.z) * static_cast<I>(s.kPerSplit);
+  const I kEnd = K - kBegin < static_cast<I>(s.kPerSplit) ? K : kBegin + static_cast<I>(s.kPerSplit);
+  // This thread stages one column of every B tile: decompose its position once.
+  const int bCol = tid % BN, bRow0 = tid / BN;
+  const I p = pBase + bCol;
+  const bool pIn = p < NP;
+  I xBase = 0, base0 = 0, base1 = 0, base2 = 0, op = 0;
+  if (pIn) {
+    I q = p;
+    op = s.dP.split(q); // q: the image
+    xBase = q * static_cast<I>(s.C) * static_cast<I>(s.inSize);
+    if (!Pointwise) {
+      I r = op;
+      const I o2 = s.dOut2.split(r), o1 = s.dOut1.split(r);
+      base0 = r * static_cast<I>(s.stride[0]) - static_cast<I>(s.pad[0]);
+      base1 = o1 * static_cast<I>(s.stride[1]) - static_cast<I>(s.pad[1]);
+      base2 = o2 * static_cast<I>(s.stride[2]) - static_cast<I>(s.pad[2]);
+    }
+  }
+  T acc[TM][TN];
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j)
+      acc[i][j] = T(0);
+  for (I kBase = kBegin; kBase < kEnd; kBase += BK) {
+    // A: weights [M, K] row-major, transposed into As[k][m]; adjacent threads read adjacent k.
+#pragma unroll
+    for (int e = tid; e < BK * BM; e += NT) {
+      const int r = e / BK, c = e % BK;
+      const I m = mBase + r, kk = kBase + c;
+      As[c][r] = (m < M && kk < kEnd) ? ld<T>(w, m * K + kk) : T(0);
+    }
+    // B: the im2col tile [BK, BN].
+#pragma unroll
+    for (int t = 0; t < BRows; ++t) {
+      const int r = bRow0 + t * RowsPerPass;
+      const I kk = kBase + r;
+      T v = T(0);
+      if (pIn && kk < kEnd) {
+        if (Pointwise) {
+          v = X::load(a.x, xBase + kk * static_cast<I>(s.inSize) + op);
+        } else {
+          I kr = kk;
+          const I ch = s.dKSize.div(kr);
+          kr -= ch * static_cast<I>(s.kSize);
+          const I q2 = s.dK2.split(kr), q1 = s.dK1.split(kr);
+          const I i0 = base0 + kr * static_cast<I>(s.dil[0]), i1 = base1 + q1 * static_cast<I>(s.dil[1]),
+                  i2 = base2 + q2 * static_cast<I>(s.dil[2]);
+          if (i0 >= 0 && i0 < static_cast<I>(s.in[0]) && i1 >= 0 && i1 < static_cast<I>(s.in[1]) && i2 >= 0 &&
+              i2 < static_cast<I>(s.in[2]))
+            v = X::load(a.x, xBase + ch * static_cast<I>(s.inSize) +
+                                 (i0 * static_cast<I>(s.in[1]) + i1) * static_cast<I>(s.in[2]) + i2);
+        }
+      }
+      Bs[r][bCol] = v;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {
+      T av[TM], bv[TN];
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+        av[i] = As[kk][ty + TY * i];
+#pragma unroll
+      for (int j = 0; j < TN; ++j)
+        bv[j] = Bs[kk][tx + TX * j];
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j)
+          acc[i][j] += av[i] * bv[j];
+    }
+    __syncthreads();
+  }
+  T *partial = static_cast<T *>(s.partial);
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+    const I m = mBase + ty + TY * i;
+    if (m >= M)
+      continue;
+    const T bias = (!partial && s.bias) ? ld<T>(static_cast<const WT *>(s.bias), m) : T(0);
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+      const I pp = pBase + tx + TX * j;
+      if (pp >= NP)
+        continue;
+      if (partial) {
+        partial[(static_cast<I>(blockIdx.z) * M + m) * NP + pp] = acc[i][j];
+      } else {
+        I q = pp;
+        const I o = s.dP.split(q);
+        Out::store(a.out, (q * M + m) * static_cast<I>(s.P) + o, acc[i][j] + bias);
+      }
+    }
+  }
+}
+
+/// Split-K: sums the partial products of every split in order, adds the bias and
+/// applies the epilogue. One thread per output.
+template <class I, class WT, class X, class Out>
+__global__ void __launch_bounds__(256) conv_splitk_reduce(const ConvArgs<X, Out> a) {
+  typedef typename X::Value T;
+  const ConvShape &s = a.s;
+  const T *partial = static_cast<const T *>(s.partial);
+  const I total = static_cast<I>(s.M) * static_cast<I>(s.NP), MNP = total;
+  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+  for (I e = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); e < total;
+       e += step) {
+    I m = e;
+    const I pp = s.dNP.split(m);
+    T acc = s.bias ? ld<T>(static_cast<const WT *>(s.bias), m) : T(0);
+    for (I z = 0; z < static_cast<I>(s.splits); ++z)
+      acc += partial[z * MNP + e];
+    I q = pp;
+    const I o = s.dP.split(q);
+    Out::store(a.out, (q * static_cast<I>(s.M) + m) * static_cast<I>(s.P) + o, acc);
+  }
+}
+
+/// Direct convolution, one thread per output: grouped and depthwise convolutions,
+/// and integer types.
+template <class I, class WT, class X, class Out>
+__global__ void __launch_bounds__(256) conv_direct(const ConvArgs<X, Out> a) {
+  typedef typename X::Value T;
+  const ConvShape &s = a.s;
+  const WT *w = static_cast<const WT *>(s.w);
+  const I total = static_cast<I>(s.N) * static_cast<I>(s.M) * static_cast<I>(s.P);
+  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); i < total;
+       i += step) {
+    I r = i;
+    const I o2 = s.dOut2.split(r), o1 = s.dOut1.split(r), o0 = s.dOut0.split(r), m = s.dM.split(r);
+    const I nb = r, g = s.dMg.div(m);
+    T acc = s.bias ? ld<T>(static_cast<const WT *>(s.bias), m) : T(0);
+    for (I c = 0; c < static_cast<I>(s.Cg); ++c) {
+      const I xb = (nb * static_cast<I>(s.C) + g * static_cast<I>(s.Cg) + c) * static_cast<I>(s.inSize);
+      const I wb = (m * static_cast<I>(s.Cg) + c) * static_cast<I>(s.kSize);
+      for (I k0 = 0; k0 < static_cast<I>(s.k[0]); ++k0) {
+        const I i0 = o0 * static_cast<I>(s.stride[0]) + k0 * static_cast<I>(s.dil[0]) - static_cast<I>(s.pad[0]);
+        if (i0 < 0 || i0 >= static_cast<I>(s.in[0]))
+          continue;
+        for (I k1 = 0; k1 < static_cast<I>(s.k[1]); ++k1) {
+          const I i1 = o1 * static_cast<I>(s.stride[1]) + k1 * static_cast<I>(s.dil[1]) - static_cast<I>(s.pad[1]);
+          if (i1 < 0 || i1 >= static_cast<I>(s.in[1]))
+            continue;
+          for (I k2 = 0; k2 < static_cast<I>(s.k[2]); ++k2) {
+            const I i2 = o2 * static_cast<I>(s.stride[2]) + k2 * static_cast<I>(s.dil[2]) - static_cast<I>(s.pad[2]);
+            if (i2 < 0 || i2 >= static_cast<I>(s.in[2]))
+              continue;
+            acc += X::load(a.x, xb + (i0 * static_cast<I>(s.in[1]) + i1) * static_cast<I>(s.in[2]) + i2) *
+                   ld<T>(w, wb + (k0 * static_cast<I>(s.k[1]) + k1) * static_cast<I>(s.k[2]) + k2);
+          }
+        }
+      }
+    }
+    Out::store(a.out, i, acc);
+  }
+}
+
+template <class Out> struct ConvTransposeArgs {
+  ConvTransposeShape s;
+  const void *x;
+  typename Out::Params out;
+};
+
+/// ConvTranspose as a gather: each output sums the inputs whose window covers it.
+template <class I, class XT, class Out>
+__global__ void __launch_bounds__(256) conv_transpose(const ConvTransposeArgs<Out> a) {
+  typedef typename Out::Value T;
+  const ConvTransposeShape &s = a.s;
+  const XT *x = static_cast<const XT *>(a.x);
+  const XT *w = static_cast<const XT *>(s.w);
+  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+       i < static_cast<I>(s.total); i += step) {
+    I r = i;
+    const I y2 = s.dY2.split(r), y1 = s.dY1.split(r), y0 = s.dY0.split(r), m = s.dM.split(r);
+    const I nb = r, g = s.dMg.div(m), mm = m - g * static_cast<I>(s.Mg);
+    const I y[3] = {y0, y1, y2};
+    T acc = s.bias ? ld<T>(static_cast<const XT *>(s.bias), m) : T(0);
+    for (I c = g * static_cast<I>(s.Cg); c < (g + 1) * static_cast<I>(s.Cg); ++c)
+      for (I k0 = 0; k0 < static_cast<I>(s.k[0]); ++k0)
+        for (I k1 = 0; k1 < static_cast<I>(s.k[1]); ++k1)
+          for (I k2 = 0; k2 < static_cast<I>(s.k[2]); ++k2) {
+            const I kk[3] = {k0, k1, k2};
+            I xi[3];
+            bool inside = true;
+#pragma unroll
+            for (int d = 0; d < 3; ++d) {
+              I t = y[d] + static_cast<I>(s.pad[d]) - kk[d] * static_cast<I>(s.dil[d]);
+              if (t < 0) {
+                inside = false;
+                break;
+              }
+              const I rem = s.dStride[d].split(t);
+              inside &= rem == 0 && t < static_cast<I>(s.x[d]);
+              xi[d] = t;
+            }
+            if (!inside)
+              continue;
+            acc += ld<T>(x, (nb * static_cast<I>(s.C) + c) * static_cast<I>(s.xSize) +
+                                (xi[0] * static_cast<I>(s.x[1]) + xi[1]) * static_cast<I>(s.x[2]) + xi[2]) *
+                   ld<T>(w, (c * static_cast<I>(s.Mg) + mm) * static_cast<I>(s.kSize) +
+                                (k0 * static_cast<I>(s.k[1]) + k1) * static_cast<I>(s.k[2]) + k2);
+          }
+    Out::store(a.out, i, acc);
+  }
+}
+
+} // namespace dlc

@@ -1,0 +1,275 @@
+// dlc kernel-library parameters: the structs a launch passes to a library kernel.
+//
+// This header is compiled three ways: by NVRTC and by the host compiler for emu (as
+// part of the kernels), and by the code generator itself, which fills the structs
+// and writes their bytes into the launch's parameter buffer. One definition gives
+// one layout on both sides: every field is 8 bytes (i64, u64, a pointer) or a Divmod
+// (24 bytes, 8-aligned), so the layout has no padding and is the same under the
+// x86-64 and NVPTX64 ABIs. Pointers are written by the runtime (relocations); the
+// code generator leaves them null.
+#pragma once
+
+#if defined(__CUDACC__) || defined(DLC_EMU)
+#define DLC_DEVICE_SIDE 1
+#define DLC_HD __device__ __forceinline__
+#else
+#include <cstdint>
+#endif
+
+namespace dlc {
+
+#ifdef DLC_DEVICE_SIDE
+typedef long long i64;
+typedef unsigned long long u64;
+#else
+// The host's 64-bit types (long on x86-64 Linux): the same size and alignment.
+typedef std::int64_t i64;
+typedef std::uint64_t u64;
+#endif
+
+/// Division by a divisor fixed at launch (d >= 1) with a multiply and a shift
+/// (Granlund and Montgomery, "Division by invariant integers using multiplication",
+/// 1994; Hacker's Delight 10-9): q = (mulhi(x, m) + x) >> s, where s = ceil(log2 d)
+/// and m = floor(2^N (2^s - d) / d) + 1 for N-bit arithmetic. Exact for
+/// 0 <= x < 2^(N-1) (so the sum cannot overflow): 32-bit kernels keep every index
+/// below 2^31, 64-bit kernels below 2^63.
+struct Divmod {
+  i64 d;
+  u64 m64;
+  unsigned m32, s;
+
+#ifdef DLC_DEVICE_SIDE
+  DLC_HD int div(int x) const {
+    return static_cast<int>((__umulhi(static_cast<unsigned>(x), m32) + static_cast<unsigned>(x)) >> s);
+  }
+  DLC_HD i64 div(i64 x) const {
+    return static_cast<i64>((__umul64hi(static_cast<u64>(x), m64) + static_cast<u64>(x)) >> s);
+  }
+  template <class I> DLC_HD I mod(I x) const { return x - div(x) * static_cast<I>(d); }
+  /// x becomes x / d; returns x % d.
+  template <class I> DLC_HD I split(I &x) const {
+    I q = div(x);
+    I r = x - q * static_cast<I>(d);
+    x = q;
+    return r;
+  }
+#else
+  static Divmod make(i64 divisor) {
+    Divmod r{};
+    r.d = divisor < 1 ? 1 : divisor;
+    unsigned s = 0;
+    while (s < 63 && (i64(1) << s) < r.d)
+      ++s;
+    r.s = s;
+    unsigned __int128 one = 1;
+    r.m64 = static_cast<u64>(((one << 64) * ((one << s) - static_cast<u64>(r.d))) / static_cast<u64>(r.d) + 1);
+    // The 32-bit magic exists only for divisors a 32-bit kernel can see.
+    if (r.d < (i64(1) << 31))
+      r.m32 = static_cast<unsigned>((((u64(1) << 32) * ((u64(1) << s) - static_cast<u64>(r.d))) / static_cast<u64>(r.d)) + 1);
+    return r;
+  }
+#endif
+};
+static_assert(sizeof(Divmod) == 24, "Divmod layout");
+
+/// The largest rank a strided view handles.
+constexpr int kMaxRank = 8;
+
+/// An element's offset from its linear index in a shape of up to kMaxRank dims, with
+/// a stride per dim (0 broadcasts): offset(i) = sum_d coord_d(i) * stride[d]. Dims
+/// are right-aligned: dim kMaxRank - 1 is the innermost; unused leading dims have
+/// extent 1.
+struct Strided {
+  i64 rank;
+  Divmod ext[kMaxRank];
+  i64 stride[kMaxRank];
+#ifdef DLC_DEVICE_SIDE
+  template <class I> DLC_HD I offset(I i) const {
+    I off = 0;
+#pragma unroll
+    for (int d = kMaxRank - 1; d >= 0; --d)
+      if (d >= kMaxRank - rank)
+        off += ext[d].split(i) * static_cast<I>(stride[d]);
+    return off;
+  }
+#endif
+};
+
+//===----------------------------------------------------------------------===//
+// Convolution (NCHW, spatial dims normalized to 3 with leading 1s).
+//===----------------------------------------------------------------------===//
+
+struct ConvShape {
+  const void *w;    // [M, C/groups, k0, k1, k2]
+  const void *bias; // [M], or null
+  void *partial;    // split-K: [splits, M, N*P] partial sums, else null
+  i64 N, C, M, Cg, Mg;
+  i64 in[3], out[3], k[3], stride[3], dil[3], pad[3];
+  i64 K;        // Cg * kSize: the GEMM's reduction length
+  i64 P;        // output positions per image
+  i64 NP;       // N * P: the GEMM's columns
+  i64 inSize;   // input positions per channel
+  i64 kSize;    // k0 * k1 * k2
+  i64 kPerSplit; // reduction slice per split (a multiple of the tile's BK)
+  i64 splits;
+  Divmod dKSize, dK2, dK1, dP, dNP, dOut2, dOut1, dOut0, dM, dMg;
+};
+
+/// ConvTranspose as a gather: y[n, m, y] = b[m] + sum x[n, c, (y + pad - k * dil) / stride] * w[c, m % Mg, k].
+struct ConvTransposeShape {
+  const void *w;    // [C, Mg, k0, k1, k2]
+  const void *bias; // [M], or null
+  i64 N, C, M, Cg, Mg, total;
+  i64 y[3], x[3], k[3], stride[3], dil[3], pad[3];
+  i64 ySize, xSize, kSize;
+  Divmod dY2, dY1, dY0, dM, dMg, dStride[3];
+};
+
+//===----------------------------------------------------------------------===//
+// Pooling
+//===----------------------------------------------------------------------===//
+
+struct PoolShape {
+  void *indices; // MaxPool's second output (int64), or null
+  i64 total;     // output elements
+  i64 in[3], out[3], k[3], stride[3], dil[3], pad[3], padEnd[3];
+  i64 inSize, outSize;
+  i64 countIncludePad, columnMajor, spatialRank;
+  Divmod dOut2, dOut1, dOut0, dIn2, dIn1;
+};
+
+//===----------------------------------------------------------------------===//
+// Reductions, softmax, arg/top-k, cumulative sums
+//===----------------------------------------------------------------------===//
+
+/// Reduce*: output element o reads x at kept.offset(o) + red.offset(r), r < len.
+struct ReduceShape {
+  i64 outCount, len;
+  Strided kept, red;
+};
+
+/// A one-axis op over rows: element j of row r is at (r / inner) * len * inner + r % inner + j * inner.
+struct AxisShape {
+  void *out2;     // TopK: the indices output (int64)
+  i64 rows, len, inner, k;
+  Divmod dInner, dLen;
+};
+
+//===----------------------------------------------------------------------===//
+// Normalization
+//===----------------------------------------------------------------------===//
+
+/// Rows of `len` contiguous elements; the scale/bias element of (row, j) is
+/// (row % rowMod) * rowMul + param.offset(j).
+struct NormShape {
+  const void *scale, *bias; // bias may be null
+  void *mean, *invStd;      // optional statistics outputs (one per row)
+  i64 rows, len, rowMul;
+  double eps;
+  Divmod rowMod;
+  Strided param;
+};
+
+/// BatchNormalization in training mode: batch statistics per channel, running
+/// statistics updated; LRN: a window over channels.
+struct ChannelShape {
+  const void *x, *scale, *bias, *mean, *var;
+  void *y, *runMean, *runVar;
+  i64 N, C, S, total, lo, hi;
+  double eps, momentum, alpha, beta, bias0, size;
+  Divmod dS, dC;
+};
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+struct AttentionShape {
+  i64 BH, Sq, Sk, hd, hdv;
+  Divmod dHd, dHdv;
+};
+
+//===----------------------------------------------------------------------===//
+// Recurrent cells (LSTM, GRU): one time step, or all of them (persistent kernel)
+//===----------------------------------------------------------------------===//
+
+struct RnnShape {
+  const void *xw;    // [S*B (in X's order), G*H]: X W^T for every step
+  const void *hr;    // [B, G*H]: h R^T of this step (per-step schedule)
+  const void *bias;  // [2*G*H] of this direction (Wb then Rb), or null
+  const void *peep;  // LSTM peepholes [3*H] of this direction, or null
+  const void *lens;  // sequence_lens [B] (int32), or null
+  const void *R;     // persistent kernel: R of this direction [G*H, H]
+  const void *hCur;  // h of the previous step [B, H]
+  void *hNext;       // h of this step [B, H]
+  void *c;           // LSTM cell state [B, H]
+  void *y;           // Y
+  void *rh;          // GRU without linear_before_reset: r * h (stage 1 -> GEMM -> stage 2)
+  const void *rhR;   // ... and (r * h) Rh^T
+  void *barrier;     // persistent kernel: grid barrier state (2 x u32, zeroed)
+  const void *h0;    // initial_h [dirs, B, H] (or [B, dirs, H]), or null
+  const void *c0;    // initial_c, or null
+  void *yh, *yc;     // Y_h, Y_c (final states), or null
+  i64 S, B, H, G, dirs, dir, reverse, batchFirst, step;
+  i64 units;         // persistent kernel: hidden units per block
+  i64 coupled, linearBeforeReset;
+  double clip; // 0: none
+  double alpha[3], beta[3];
+  Divmod dH;
+};
+
+//===----------------------------------------------------------------------===//
+// Data movement and index ops
+//===----------------------------------------------------------------------===//
+
+/// y[i] = x[map.offset(i) + base] for i < total (transposes, broadcasts, slices, splits).
+struct CopyShape {
+  const void *x;
+  void *y;
+  i64 total, base;
+  Strided map;
+};
+
+/// Pad: output coordinates minus `pads` give the input coordinates (per mode).
+struct PadShape {
+  const void *x, *fillPtr; // fillPtr: a one-element constant-value tensor, or null
+  void *y;
+  i64 total, rank;
+  double fill;
+  i64 fillInt;
+  i64 inDim[kMaxRank], inStride[kMaxRank], pad[kMaxRank];
+  Divmod outDim[kMaxRank];
+};
+
+/// Gather/scatter families: coordinates of the index tensor's (or output's) element
+/// decompose over `dims`; `xStride` strides into the data.
+struct IndexShape {
+  const void *x, *idx, *upd;
+  void *y;
+  i64 total, rank, axis, axisDim, q, slice, perBatch, batchStride, depth;
+  i64 xStride[kMaxRank], xDim[kMaxRank];
+  Divmod dims[kMaxRank], dSlice, dPerBatch;
+};
+
+/// Resize through tap tables (per output dim: count, input index and weight per tap).
+struct ResizeShape {
+  const void *x, *idx[kMaxRank], *w[kMaxRank], *cnt[kMaxRank];
+  void *y;
+  i64 total, rank, maxTaps;
+  double extrapolation;
+  i64 xStride[kMaxRank];
+  Divmod outDim[kMaxRank];
+};
+
+/// Generators and small ops over one output: ConstantOfShape, Range, Trilu,
+/// OneHot, ReverseSequence, MaxUnpool, integer MatMul, NegativeLogLikelihoodLoss.
+struct MiscShape {
+  const void *a, *b, *c;
+  void *y;
+  i64 total, n0, n1, n2, n3, n4, n5;
+  double f0, f1;
+  Divmod d0, d1, d2;
+  Strided map;
+};
+
+} // namespace dlc

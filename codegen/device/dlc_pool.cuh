@@ -1,0 +1,96 @@
+// Max and average pooling over a window (spatial dims normalized to 3), one thread
+// per output, reading through the fused prologue X and storing through Out. Global
+// pooling is a reduction (dlc_reduce.cuh).
+#pragma once
+
+namespace dlc {
+
+template <class X, class Out> struct PoolArgs {
+  PoolShape s;
+  typename X::Params x;
+  typename Out::Params out;
+};
+
+template <bool IsMax, class I, class X, class Out>
+__global__ void __launch_bounds__(256) pool_window(const PoolArgs<X, Out> a) {
+  typedef typename X::Value T;
+  typedef typename Accum<T, !IsMax>::type A; // averages sum in double, as the reference
+  const PoolShape &s = a.s;
+  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+       i < static_cast<I>(s.total); i += step) {
+    I r = i;
+    const I o2 = s.dOut2.split(r), o1 = s.dOut1.split(r), o0 = s.dOut0.split(r);
+    const I base = r * static_cast<I>(s.inSize);
+    const I o[3] = {o0, o1, o2};
+    A acc = IsMax ? Limits<A>::lowest() : A(0);
+    I bestCell = -1, count = 0;
+    for (I k0 = 0; k0 < static_cast<I>(s.k[0]); ++k0) {
+      const I i0 = o0 * static_cast<I>(s.stride[0]) + k0 * static_cast<I>(s.dil[0]) - static_cast<I>(s.pad[0]);
+      if (i0 < 0 || i0 >= static_cast<I>(s.in[0]))
+        continue;
+      for (I k1 = 0; k1 < static_cast<I>(s.k[1]); ++k1) {
+        const I i1 = o1 * static_cast<I>(s.stride[1]) + k1 * static_cast<I>(s.dil[1]) - static_cast<I>(s.pad[1]);
+        if (i1 < 0 || i1 >= static_cast<I>(s.in[1]))
+          continue;
+        for (I k2 = 0; k2 < static_cast<I>(s.k[2]); ++k2) {
+          const I i2 = o2 * static_cast<I>(s.stride[2]) + k2 * static_cast<I>(s.dil[2]) - static_cast<I>(s.pad[2]);
+          if (i2 < 0 || i2 >= static_cast<I>(s.in[2]))
+            continue;
+          const I cell = (i0 * static_cast<I>(s.in[1]) + i1) * static_cast<I>(s.in[2]) + i2;
+          const A v = static_cast<A>(X::load(a.x, base + cell));
+          if (IsMax) {
+            if (bestCell < 0)
+              bestCell = cell;
+            if (v > acc) {
+              acc = v;
+              bestCell = cell;
+            }
+          } else {
+            acc += v;
+            ++count;
+          }
+        }
+      }
+    }
+    if (IsMax) {
+      if (bestCell < 0)
+        bestCell = 0;
+      Out::store(a.out, i, static_cast<T>(acc));
+      if (s.indices) {
+        I flat = bestCell;
+        if (s.columnMajor) {
+          // The spatial index in column-major order over the real spatial dims.
+          I cr = bestCell;
+          I cc[3];
+          cc[2] = s.dIn2.split(cr);
+          cc[1] = s.dIn1.split(cr);
+          cc[0] = cr;
+          I cm = 0, mult = 1;
+          for (int d = 3 - static_cast<int>(s.spatialRank); d < 3; ++d) {
+            cm += cc[d] * mult;
+            mult *= static_cast<I>(s.in[d]);
+          }
+          flat = cm;
+        }
+        static_cast<i64 *>(s.indices)[i] = static_cast<i64>(base + flat);
+      }
+    } else {
+      if (s.countIncludePad) {
+        // Window cells inside [-padBegin, in + padEnd), as the reference counts them.
+        count = 1;
+#pragma unroll
+        for (int d = 0; d < 3; ++d) {
+          const I st = o[d] * static_cast<I>(s.stride[d]) - static_cast<I>(s.pad[d]);
+          I en = st + (static_cast<I>(s.k[d]) - 1) * static_cast<I>(s.dil[d]) + 1;
+          const I lim = static_cast<I>(s.in[d]) + static_cast<I>(s.padEnd[d]);
+          en = en < lim ? en : lim;
+          count *= (en - st + static_cast<I>(s.dil[d]) - 1) / static_cast<I>(s.dil[d]);
+        }
+      }
+      Out::store(a.out, i, static_cast<T>(count ? acc / static_cast<A>(count) : A(0)));
+    }
+  }
+}
+
+} // namespace dlc

@@ -1,0 +1,239 @@
+// Reductions, the softmax family, arg-min/max, top-k and cumulative sums.
+//
+// reduce: output o combines x at kept.offset(o) + red.offset(r) for r < len (Contig:
+// o * len + r). Short rows (<= 64) take one thread per output; long ones a block per
+// output with a warp-shuffle + shared-memory reduction. Accumulation is in the compute
+// type (float for f16/bf16). softmax: rows of an [outer, len, inner] view.
+#pragma once
+
+namespace dlc {
+
+enum ReduceKind { kReduceSum, kReduceMean, kReduceMax, kReduceMin, kReduceProd };
+
+template <int Kind> struct ReduceOp;
+template <> struct ReduceOp<kReduceSum> : SumOp {
+  template <class T> static DLC_HD T identity() { return T(0); }
+};
+template <> struct ReduceOp<kReduceMean> : ReduceOp<kReduceSum> {};
+template <> struct ReduceOp<kReduceProd> : ProdOp {
+  template <class T> static DLC_HD T identity() { return T(1); }
+};
+template <> struct ReduceOp<kReduceMax> : MaxOp {
+  template <class T> static DLC_HD T identity() { return Limits<T>::lowest(); }
+};
+template <> struct ReduceOp<kReduceMin> : MinOp {
+  template <class T> static DLC_HD T identity() { return Limits<T>::highest(); }
+};
+
+template <class X, class Out> struct ReduceArgs {
+  ReduceShape s;
+  typename X::Params x;
+  typename Out::Params out;
+};
+
+template <int Kind, bool Short, bool Contig, class I, class X, class Out>
+__global__ void __launch_bounds__(256) reduce(const ReduceArgs<X, Out> a) {
+  typedef typename X::Value T;
+  typedef ReduceOp<Kind> Op;
+  const ReduceShape &s = a.s;
+  const I len = static_cast<I>(s.len);
+  auto finish = [&](T acc) { return Kind == kReduceMean && len ? acc / static_cast<T>(len) : acc; };
+  if (Short) {
+    const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+    for (I o = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+         o < static_cast<I>(s.outCount); o += step) {
+      const I base = Contig ? o * len : s.kept.offset(o);
+      T acc = Op::template identity<T>();
+      for (I r = 0; r < len; ++r)
+        acc = Op()(acc, X::load(a.x, base + (Contig ? r : s.red.offset(r))));
+      Out::store(a.out, o, finish(acc));
+    }
+    return;
+  }
+  __shared__ T smem[32];
+  for (I o = static_cast<I>(blockIdx.x); o < static_cast<I>(s.outCount); o += static_cast<I>(gridDim.x)) {
+    const I base = Contig ? o * len : s.kept.offset(o);
+    T acc = Op::template identity<T>();
+    for (I r = static_cast<I>(threadIdx.x); r < len; r += static_cast<I>(blockDim.x))
+      acc = Op()(acc, X::load(a.x, base + (Contig ? r : s.red.offset(r))));
+    acc = blockReduce(acc, Op(), Op::template identity<T>(), smem);
+    if (threadIdx.x == 0)
+      Out::store(a.out, o, finish(acc));
+  }
+}
+
+template <class X, class Out> struct AxisArgs {
+  AxisShape s;
+  typename X::Params x;
+  typename Out::Params out;
+};
+
+enum SoftmaxKind { kSoftmax, kLogSoftmax, kHardmax };
+
+/// Softmax, LogSoftmax, Hardmax along the middle axis of [outer, len, inner]: the max,
+/// the sum of exponentials, then the writes; each pass re-reads x through X.
+template <int Kind, bool Short, class I, class X, class Out>
+__global__ void __launch_bounds__(256) softmax(const AxisArgs<X, Out> a) {
+  typedef typename X::Value T;
+  const AxisShape &s = a.s;
+  const I len = static_cast<I>(s.len), inner = static_cast<I>(s.inner);
+  auto rowBase = [&](I row) {
+    const I in = s.dInner.split(row);
+    return row * len * inner + in;
+  };
+  if (Kind == kHardmax || Short) {
+    const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+    for (I row = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+         row < static_cast<I>(s.rows); row += step) {
+      const I base = rowBase(row);
+      if (Kind == kHardmax) { // the first maximum
+        I best = 0;
+        T bestv = X::load(a.x, base);
+        for (I j = 1; j < len; ++j) {
+          const T v = X::load(a.x, base + j * inner);
+          if (v > bestv) {
+            bestv = v;
+            best = j;
+          }
+        }
+        for (I j = 0; j < len; ++j)
+          Out::store(a.out, base + j * inner, static_cast<T>(j == best ? 1 : 0));
+        continue;
+      }
+      T m = Limits<T>::lowest();
+      for (I j = 0; j < len; ++j)
+        m = maxNan(m, X::load(a.x, base + j * inner));
+      T sum = T(0);
+      for (I j = 0; j < len; ++j)
+        sum += exp_(X::load(a.x, base + j * inner) - m);
+      const T ls = log_(sum);
+      for (I j = 0; j < len; ++j) {
+        const T v = X::load(a.x, base + j * inner);
+        Out::store(a.out, base + j * inner, Kind == kLogSoftmax ? v - m - ls : exp_(v - m) / sum);
+      }
+    }
+    return;
+  }
+  __shared__ T smem[32];
+  for (I row = static_cast<I>(blockIdx.x); row < static_cast<I>(s.rows); row += static_cast<I>(gridDim.x)) {
+    const I base = rowBase(row);
+    T m = Limits<T>::lowest();
+    for (I j = static_cast<I>(threadIdx.x); j < len; j += static_cast<I>(blockDim.x))
+      m = maxNan(m, X::load(a.x, base + j * inner));
+    m = blockReduce(m, MaxOp(), Limits<T>::lowest(), smem);
+    T sum = T(0);
+    for (I j = static_cast<I>(threadIdx.x); j < len; j += static_cast<I>(blockDim.x))
+      sum += exp_(X::load(a.x, base + j * inner) - m);
+    sum = blockReduce(sum, SumOp(), T(0), smem);
+    const T ls = log_(sum);
+    for (I j = static_cast<I>(threadIdx.x); j < len; j += static_cast<I>(blockDim.x)) {
+      const T v = X::load(a.x, base + j * inner);
+      Out::store(a.out, base + j * inner, Kind == kLogSoftmax ? v - m - ls : exp_(v - m) / sum);
+    }
+  }
+}
+
+/// Plain pointers for ops that fuse nothing: an input and one or two outputs.
+struct AxisIo {
+  AxisShape s;
+  const void *x;
+  void *y;
+};
+
+/// ArgMax / ArgMin: one thread per row, the reference's scan order and ties.
+template <bool IsMax, bool Last, class I, class XT>
+__global__ void __launch_bounds__(256) argminmax(const AxisIo a) {
+  typedef typename Compute<XT>::type T;
+  const AxisShape &s = a.s;
+  const XT *x = static_cast<const XT *>(a.x);
+  const I len = static_cast<I>(s.len), inner = static_cast<I>(s.inner);
+  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+  for (I row = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+       row < static_cast<I>(s.rows); row += step) {
+    I r = row;
+    const I in = s.dInner.split(r);
+    const I base = r * len * inner + in;
+    I best = 0;
+    T bv = ld<T>(x, base);
+    for (I j = 1; j < len; ++j) {
+      const T v = ld<T>(x, base + j * inner);
+      if (IsMax ? (v > bv || (Last && v == bv)) : (v < bv || (Last && v == bv))) {
+        bv = v;
+        best = j;
+      }
+    }
+    static_cast<i64 *>(a.y)[row] = static_cast<i64>(best);
+  }
+}
+
+/// Total order for top-k: NaN above every number (as PyTorch sorts), so that ranks
+/// are a permutation and every output slot is written.
+template <class T> DLC_HD bool topkBefore(T a, T b, bool largest) {
+  const bool an = isnan_(a), bn = isnan_(b);
+  if (an || bn)
+    return largest ? (an && !bn) : (bn && !an);
+  return largest ? a > b : a < b;
+}
+template <class T> DLC_HD bool topkSame(T a, T b) { return (isnan_(a) && isnan_(b)) || a == b; }
+
+/// TopK by rank: element j of a row goes to position rank(j) when rank(j) < k, where
+/// rank counts the elements before it (better value, or equal and lower index).
+template <bool Largest, class I, class XT>
+__global__ void __launch_bounds__(256) topk(const AxisIo a) {
+  typedef typename Compute<XT>::type T;
+  const AxisShape &s = a.s;
+  const XT *x = static_cast<const XT *>(a.x);
+  XT *values = static_cast<XT *>(a.y);
+  i64 *indices = static_cast<i64 *>(s.out2);
+  const I len = static_cast<I>(s.len), inner = static_cast<I>(s.inner), k = static_cast<I>(s.k);
+  const I total = static_cast<I>(s.rows) * len;
+  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+  for (I e = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); e < total;
+       e += step) {
+    I r = e;
+    const I in = s.dInner.split(r), j = s.dLen.split(r), o = r;
+    const I base = o * len * inner + in;
+    const T me = ld<T>(x, base + j * inner);
+    I rank = 0;
+    for (I t = 0; t < len; ++t) {
+      const T w = ld<T>(x, base + t * inner);
+      rank += topkBefore(w, me, Largest) || (topkSame(w, me) && t < j);
+    }
+    if (rank < k) {
+      const I dst = o * k * inner + rank * inner + in;
+      values[dst] = x[base + j * inner];
+      indices[dst] = static_cast<i64>(j);
+    }
+  }
+}
+
+/// CumSum along the axis, one thread per row (sequential, in double for floats).
+template <bool Exclusive, bool Reverse, class I, class XT>
+__global__ void __launch_bounds__(256) cumsum(const AxisIo a) {
+  typedef typename Accum<typename Compute<XT>::type, true>::type A;
+  const AxisShape &s = a.s;
+  const XT *x = static_cast<const XT *>(a.x);
+  XT *y = static_cast<XT *>(a.y);
+  const I len = static_cast<I>(s.len), inner = static_cast<I>(s.inner);
+  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+  for (I row = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+       row < static_cast<I>(s.rows); row += step) {
+    I r = row;
+    const I in = s.dInner.split(r);
+    const I base = r * len * inner + in;
+    A acc = A(0);
+    for (I t = 0; t < len; ++t) {
+      const I at = base + (Reverse ? len - 1 - t : t) * inner;
+      const A w = ld<A>(x, at);
+      if (Exclusive) {
+        st(y, at, acc);
+        acc += w;
+      } else {
+        acc += w;
+        st(y, at, acc);
+      }
+    }
+  }
+}
+
+} // namespace dlc
