@@ -98,7 +98,7 @@ Lowering::Lowering(const Graph &g, LoweringOptions opts) : g_(g), opts_(std::mov
 }
 
 const char *Lowering::indexType(int64_t maxIndex) const {
-  return opts_.wideIndices || maxIndex >= kMax32BitIndex ? "long long" : "int";
+  return opts_.wideIndices || maxIndex >= kMax32BitIndex ? "dlc::idx64" : "dlc::idx32";
 }
 
 LowerFn lowerFnFor(OpKind k) {

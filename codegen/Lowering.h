@@ -226,8 +226,8 @@ public:
 
   const std::vector<std::string> &archs() const { return opts_.archs; }
   const LoweringOptions &options() const { return opts_; }
-  /// The index type of a kernel whose indices stay below maxIndex: "int" when they
-  /// fit in 32 bits (with room for a grid-stride step), else "long long".
+  /// The index type of a kernel whose indices stay below maxIndex: "dlc::idx32" (int)
+  /// when they fit in 32 bits (with room for a grid-stride step), else "dlc::idx64".
   const char *indexType(int64_t maxIndex) const;
 
   /// Plans something per target architecture (`plan(arch)`, a comparable value) and

@@ -1,5 +1,7 @@
 #include "Backend.h"
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 
 namespace dlc::rt {
@@ -39,8 +41,16 @@ Status checkLaunchLimits(const pkg::PackageFile &p, const pkg::Launch &l) {
   if (k->resources())
     for (const pkg::ArchResources *r : *k->resources())
       archs.push_back(r);
-  if (archs.empty() && l.dynamic_smem() > kMaxStaticSmem)
-    return fail(std::to_string(l.dynamic_smem()) + " bytes of dynamic shared memory exceed 48 KB");
+  // Without ptxas resources (an emu-only package) the limit is the smallest opt-in
+  // limit among the architectures dlc compiles for (kernels opt in above 48 KB).
+  if (archs.empty()) {
+    int smallest = INT32_MAX;
+    for (const char *a : {"sm_80", "sm_86", "sm_89", "sm_90"})
+      smallest = std::min(smallest, archLimits(a)->maxSmemPerBlockOptin);
+    if (l.dynamic_smem() > static_cast<uint32_t>(smallest))
+      return fail(std::to_string(l.dynamic_smem()) + " bytes of dynamic shared memory exceed " +
+                  std::to_string(smallest) + " (the smallest limit among sm_80..sm_90)");
+  }
   for (const pkg::ArchResources *r : archs) {
     std::string arch = r->arch() ? r->arch()->str() : "?";
     const ArchLimits *lim = archLimits(arch);

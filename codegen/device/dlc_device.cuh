@@ -23,6 +23,11 @@
 
 namespace dlc {
 
+/// Index types of the library's kernels (template parameter I): 32-bit where every
+/// index a kernel computes fits, else 64-bit. Named so that instantiations say which.
+typedef int idx32;
+typedef long long idx64;
+
 //===----------------------------------------------------------------------===//
 // Conversions between storage and compute types. Float -> integer saturates and
 // maps NaN to 0, like the reference interpreter; float -> half rounds to nearest.

@@ -22,7 +22,9 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 namespace dlc::frontend {
 
@@ -426,6 +428,52 @@ void runOnnxLibrary(onnx::ModelProto &model, const std::string &modelDir, const 
   inferShapes("on the model");
 }
 
+/// Large weights do not matter to the ONNX library's checker, shape inference or
+/// version converter (they read dtypes, dims and small constant tensors), but copying
+/// them into the sandbox's reply and parsing them back costs seconds on big models.
+/// They are set aside (a 16-byte stub stays, so that each tensor still holds data) and
+/// put back into the transformed model by name.
+class WeightStash {
+public:
+  static constexpr size_t kMinBytes = 4096, kStubBytes = 16;
+  explicit WeightStash(onnx::GraphProto &g) {
+    for (onnx::TensorProto &t : *g.mutable_initializer())
+      if (t.has_raw_data() && t.raw_data().size() > kMinBytes) {
+        Entry &e = bytes_[t.name()];
+        e.dims.assign(t.dims().begin(), t.dims().end());
+        e.dtype = t.data_type();
+        e.data.swap(*t.mutable_raw_data());
+        t.set_raw_data(e.data.substr(0, kStubBytes));
+      }
+  }
+  /// Puts the bytes back; false if a set-aside tensor came back with another type or
+  /// shape (the converter rewrote it), in which case nothing is restored.
+  bool restore(onnx::GraphProto &g) {
+    for (const onnx::TensorProto &t : g.initializer()) {
+      auto it = bytes_.find(t.name());
+      if (it != bytes_.end() && (t.data_type() != it->second.dtype ||
+                                 std::vector<int64_t>(t.dims().begin(), t.dims().end()) != it->second.dims ||
+                                 t.raw_data().size() != kStubBytes))
+        return false;
+    }
+    for (onnx::TensorProto &t : *g.mutable_initializer()) {
+      auto it = bytes_.find(t.name());
+      if (it != bytes_.end())
+        t.mutable_raw_data()->swap(it->second.data);
+    }
+    return true;
+  }
+  bool empty() const { return bytes_.empty(); }
+
+private:
+  struct Entry {
+    std::vector<int64_t> dims;
+    int32_t dtype = 0;
+    std::string data;
+  };
+  std::unordered_map<std::string, Entry> bytes_;
+};
+
 /// Runs runOnnxLibrary in a child process and takes the transformed model back
 /// through a pipe. The ONNX library has crashed on malformed models (fuzzing found a
 /// null dereference in its version converter and out-of-range dims in its RNN shape
@@ -584,8 +632,24 @@ llvm::Expected<ImportResult> importOnnxBytes(llvm::StringRef bytes, const std::s
     return errorf("{0}: {1}", file, p);
   OnnxLibraryResult lib;
   lib.opset = opsets[""];
-  if (auto e = runOnnxLibrarySandboxed(model, modelDir, opts, result.originalOpset, lib))
-    return errorf("{0}: {1}", file, llvm::toString(std::move(e)));
+  {
+    WeightStash stash(*model.mutable_graph());
+    onnx::ModelProto stripped;
+    if (!stash.empty())
+      stripped = model; // small: the weights are set aside
+    if (auto e = runOnnxLibrarySandboxed(model, modelDir, opts, result.originalOpset, lib))
+      return errorf("{0}: {1}", file, llvm::toString(std::move(e)));
+    if (lib.error.empty() && !stash.empty() && !stash.restore(*model.mutable_graph())) {
+      // The converter rewrote a large initializer: run the library on the whole model.
+      if (!stash.restore(*stripped.mutable_graph()))
+        return errorf("{0}: internal error: cannot restore the weights set aside for the ONNX library", file);
+      model = std::move(stripped);
+      lib = OnnxLibraryResult{};
+      lib.opset = opsets[""];
+      if (auto e = runOnnxLibrarySandboxed(model, modelDir, opts, result.originalOpset, lib))
+        return errorf("{0}: {1}", file, llvm::toString(std::move(e)));
+    }
+  }
   if (!lib.error.empty())
     return errorf("{0}: invalid ONNX model: {1}", file, lib.error);
   result.notes.insert(result.notes.end(), lib.notes.begin(), lib.notes.end());

@@ -222,19 +222,24 @@ llvm::Error refRnn(const Node &n, const Inputs &in, Outputs &out) {
             hn[h] = ot * hact(cn[h]);
           }
         } else {
+          // Without linear_before_reset the reset gate multiplies h before Rh:
+          // (r_t (.) h_{t-1}) Rh^T sums R[2H + h][j] * r_t[j] * h_{t-1}[j] over j.
+          std::vector<double> zt(H), rt(H);
           for (int64_t h = 0; h < H; ++h) {
-            double zt = f(clipv(gx[h] + gh[h]));
-            double rt = f(clipv(gx[H + h] + gh[H + h]));
+            zt[h] = f(clipv(gx[h] + gh[h]));
+            rt[h] = f(clipv(gx[H + h] + gh[H + h]));
+          }
+          for (int64_t h = 0; h < H; ++h) {
             double hh;
             if (lbr) {
-              hh = g(clipv(gx[2 * H + h] + rt * gh[2 * H + h]));
+              hh = g(clipv(gx[2 * H + h] + rt[h] * gh[2 * H + h]));
             } else {
               double s = bias.empty() ? 0 : bias[di * 2 * G * H + G * H + 2 * H + h];
               for (int64_t j = 0; j < H; ++j)
-                s += R[(2 * H + h) * H + j] * rt * hs[j];
+                s += R[(2 * H + h) * H + j] * rt[j] * hs[j];
               hh = g(clipv(gx[2 * H + h] + s));
             }
-            hn[h] = (1 - zt) * hh + zt * hs[h];
+            hn[h] = (1 - zt[h]) * hh + zt[h] * hs[h];
           }
         }
         hs = hn;

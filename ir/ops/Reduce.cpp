@@ -1,6 +1,8 @@
 //===- Reduce.cpp - Reductions, softmax and log-softmax --------------------===//
 #include "OpUtils.h"
 
+#include <cmath>
+
 #include <algorithm>
 #include <limits>
 
@@ -247,9 +249,13 @@ llvm::Error refTopK(const Node &n, const Inputs &in, Outputs &out) {
     for (int64_t i = 0; i < sp.inner; ++i) {
       for (int64_t j = 0; j < sp.len; ++j)
         order[j] = j;
-      // Ties keep the lower index first, as ONNX specifies.
+      // Ties keep the lower index first, as ONNX specifies. NaN orders above every
+      // number (as PyTorch sorts), which keeps the order strict and weak.
       std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
         double va = x[sp.at(o, a, i)], vb = x[sp.at(o, b, i)];
+        bool an = std::isnan(va), bn = std::isnan(vb);
+        if (an || bn)
+          return largest ? an && !bn : bn && !an;
         return largest ? va > vb : va < vb;
       });
       for (int64_t j = 0; j < k; ++j) {
