@@ -33,8 +33,8 @@ double since(std::chrono::steady_clock::time_point t0) {
 
 pkg::BufRef ref(const BufferRef &r) { return pkg::BufRef(r.buffer, r.offset); }
 
-std::vector<uint8_t> writePackage(const Program &p, const std::vector<CompiledModule> &modules,
-                                  bool embedSource) {
+/// The package image; its sections point into `p` and `modules`.
+pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModule> &modules, bool embedSource) {
   pkg::PackageWriter w;
   auto &fb = w.builder();
   // Sections first: weights, modules, source.
@@ -126,7 +126,7 @@ std::vector<uint8_t> writePackage(const Program &p, const std::vector<CompiledMo
                                  inputs, outputs, fb.CreateVector(buffers), p.arenaBytes, p.weightBytes,
                                  fb.CreateVector(weights), fb.CreateVector(kernels), fb.CreateVector(mods),
                                  fb.CreateVector(steps), embedSource ? &src : nullptr);
-  return w.finish(root);
+  return w.finishImage(root);
 }
 
 /// The compilation of a program's chunks for every target as a set of jobs on a
@@ -323,6 +323,14 @@ private:
 
 llvm::Expected<std::vector<uint8_t>> compileGraph(const Graph &g, const CompileOptions &opts,
                                                   CompileReport *report) {
+  auto image = compileGraphImage(g, opts, report);
+  if (!image)
+    return image.takeError();
+  return image->bytes();
+}
+
+llvm::Expected<pkg::PackageImage> compileGraphImage(const Graph &g, const CompileOptions &opts,
+                                                   CompileReport *report) {
   CompileReport local;
   CompileReport &rep = report ? *report : local;
   auto progress = [&](const std::string &s) {
@@ -358,9 +366,10 @@ llvm::Expected<std::vector<uint8_t>> compileGraph(const Graph &g, const CompileO
   lo.persistentRnn = opts.persistentRnn;
   lo.wideIndices = opts.wideIndices;
   Lowering lowering(g, lo);
-  auto program = lowering.run();
-  if (!program)
-    return program.takeError();
+  auto lowered = lowering.run();
+  if (!lowered)
+    return lowered.takeError();
+  auto program = std::make_shared<Program>(std::move(*lowered));
   rep.codegenSeconds = since(t0);
   rep.kernels = program->kernels.size();
   rep.steps = program->steps.size();
@@ -375,15 +384,15 @@ llvm::Expected<std::vector<uint8_t>> compileGraph(const Graph &g, const CompileO
   progress("codegen: " + std::to_string(rep.kernels) + " kernels in " + std::to_string(rep.chunks) + " chunks, " +
            std::to_string(rep.libraryCalls) + " library calls, " + std::to_string(rep.steps) + " steps");
 
-  std::vector<CompiledModule> modules;
+  auto modules = std::make_shared<std::vector<CompiledModule>>();
   if (!program->kernels.empty()) {
     auto t1 = std::chrono::steady_clock::now();
     CompileJobs jobs(*program, targets, tc, opts, rep);
     if (auto e = jobs.run())
       return e;
-    modules = jobs.takeModules();
+    *modules = jobs.takeModules();
     rep.compileSeconds = since(t1);
-    for (const CompiledModule &m : modules)
+    for (const CompiledModule &m : *modules)
       for (const auto &[name, r] : m.resources) {
         rep.totalSpills += r.spillStores + r.spillLoads;
         rep.maxRegisters = std::max(rep.maxRegisters, r.registers);
@@ -394,9 +403,11 @@ llvm::Expected<std::vector<uint8_t>> compileGraph(const Graph &g, const CompileO
                llvm::formatv("{0:f2}", ph.seconds).str() + " s");
   }
   progress("package: writing");
-  auto bytes = writePackage(*program, modules, opts.embedSource);
-  rep.packageBytes = bytes.size();
-  return bytes;
+  pkg::PackageImage image = writePackage(*program, *modules, opts.embedSource);
+  image.keepAlive(program);
+  image.keepAlive(modules);
+  rep.packageBytes = image.size();
+  return image;
 }
 
 } // namespace dlc::codegen

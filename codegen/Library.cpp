@@ -52,9 +52,10 @@ std::string Functor::text(const std::string &name) const {
          "};\n" + methods + "};\n";
 }
 
-void LaunchArgs::pointer(size_t offset, BufferRef r, uint64_t bytes, bool write) {
+void LaunchArgs::pointer(size_t offset, BufferRef r, uint64_t bytes, bool write, bool accessed) {
   blob.relocs.push_back({static_cast<uint32_t>(offset), r});
-  accesses_.push_back({r, bytes, write});
+  if (accessed)
+    accesses_.push_back({r, bytes, write});
 }
 
 void LaunchArgs::slot(BufferRef r, uint64_t bytes, bool write) {
@@ -62,10 +63,11 @@ void LaunchArgs::slot(BufferRef r, uint64_t bytes, bool write) {
   accesses_.push_back({r, bytes, write});
 }
 
-void LaunchArgs::functor(const Functor &f) {
+void LaunchArgs::functor(const Functor &f, bool accessed) {
   f.params.append(blob);
-  for (const ParamList::Access &a : f.params.accesses())
-    accesses_.push_back(a);
+  if (accessed)
+    for (const ParamList::Access &a : f.params.accesses())
+      accesses_.push_back(a);
 }
 
 void LaunchArgs::finishTraffic(const Lowering &l) {

@@ -79,10 +79,11 @@ public:
     blob.raw(&s, sizeof(S), 8);
   }
   /// A pointer field at `offset` in the blob (a shape struct's field, or a slot).
-  void pointer(size_t offset, BufferRef r, uint64_t bytes, bool write);
+  /// `accessed = false`: the launch passes it but does not touch it (no traffic).
+  void pointer(size_t offset, BufferRef r, uint64_t bytes, bool write, bool accessed = true);
   /// Appends a pointer slot (an argument struct's `const void *` member).
   void slot(BufferRef r, uint64_t bytes, bool write);
-  void functor(const Functor &f);
+  void functor(const Functor &f, bool accessed = true);
 
   ParamBlob blob;
   uint64_t bytesRead = 0, bytesWritten = 0;

@@ -126,11 +126,17 @@ std::string Lowering::functorName(const Functor &f) {
   return name;
 }
 
-uint32_t Lowering::instantiate(const Instantiation &inst) {
+static std::string instantiationKey(const Instantiation &inst) {
   std::string args;
   for (size_t i = 0; i < inst.targs.size(); ++i)
     args += (i ? ", " : "") + inst.targs[i];
-  std::string full = inst.tmpl + "<" + args + ">";
+  return inst.tmpl + "<" + args + ">";
+}
+
+bool Lowering::instantiated(const Instantiation &inst) const { return instances_.count(instantiationKey(inst)) != 0; }
+
+uint32_t Lowering::instantiate(const Instantiation &inst) {
+  std::string full = instantiationKey(inst);
   auto it = instances_.find(full);
   if (it != instances_.end())
     return it->second;

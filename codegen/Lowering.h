@@ -219,6 +219,8 @@ public:
   std::string functorName(const Functor &f);
   /// The kernel for an instantiation: one kernel per distinct instantiation.
   uint32_t instantiate(const Instantiation &inst);
+  /// Whether an identical instantiation exists already (it would cost no compile time).
+  bool instantiated(const Instantiation &inst) const;
   /// Appends a launch of a library kernel (`args` in its argument struct's order).
   void launch(const ir::Node &n, uint32_t kernel, LaunchArgs &args, uint32_t gridX, uint32_t block,
               uint32_t smem = 0, double flops = 0, uint32_t gridY = 1, uint32_t gridZ = 1,

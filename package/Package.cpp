@@ -64,14 +64,13 @@ const char *dtypeName(DType t) {
 //===----------------------------------------------------------------------===//
 
 Section PackageWriter::addSection(const void *data, size_t n) {
-  uint64_t off = alignUp(sections_.size(), kSectionAlign);
-  sections_.resize(off + n);
-  if (n)
-    std::memcpy(sections_.data() + off, data, n);
+  uint64_t off = alignUp(sectionsSize_, kSectionAlign);
+  pending_.push_back({data, n, off});
+  sectionsSize_ = off + n;
   return Section(off, n);
 }
 
-std::vector<uint8_t> PackageWriter::finish(flatbuffers::Offset<Package> root) {
+PackageImage PackageWriter::finishImage(flatbuffers::Offset<Package> root) {
   fbb_.Finish(root, PackageIdentifier());
   Header h{};
   std::memcpy(h.magic, kMagic, 8);
@@ -79,14 +78,44 @@ std::vector<uint8_t> PackageWriter::finish(flatbuffers::Offset<Package> root) {
   h.metaOffset = kHeaderSize;
   h.metaSize = fbb_.GetSize();
   h.sectionsOffset = alignUp(kHeaderSize + h.metaSize, kSectionAlign);
-  h.fileSize = h.sectionsOffset + alignUp(sections_.size(), kSectionAlign);
-  std::vector<uint8_t> file(h.fileSize, 0);
-  std::memcpy(file.data() + kHeaderSize, fbb_.GetBufferPointer(), h.metaSize);
-  if (!sections_.empty())
-    std::memcpy(file.data() + h.sectionsOffset, sections_.data(), sections_.size());
-  h.bodyCrc = crc32(file.data() + kHeaderSize, h.fileSize - kHeaderSize);
+  h.fileSize = h.sectionsOffset + alignUp(sectionsSize_, kSectionAlign);
+  PackageImage img;
+  img.size_ = h.fileSize;
+  img.head_.assign(h.sectionsOffset, 0);
+  std::memcpy(img.head_.data() + kHeaderSize, fbb_.GetBufferPointer(), h.metaSize);
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    uint64_t end = pending_[i].offset + pending_[i].size;
+    uint64_t next = i + 1 < pending_.size() ? pending_[i + 1].offset : alignUp(sectionsSize_, kSectionAlign);
+    img.pieces_.push_back({static_cast<const uint8_t *>(pending_[i].data), pending_[i].size, next - end});
+  }
+  // The body's checksum, piece by piece.
+  static const uint8_t zeros[kSectionAlign] = {};
+  uint32_t crc = crc32(img.head_.data() + kHeaderSize, img.head_.size() - kHeaderSize);
+  for (const PackageImage::Piece &p : img.pieces_) {
+    crc = crc32(p.data, p.size, crc);
+    crc = crc32(zeros, p.padding, crc);
+  }
+  h.bodyCrc = crc;
   h.headerCrc = crc32(&h, offsetof(Header, headerCrc));
-  std::memcpy(file.data(), &h, kHeaderSize);
+  std::memcpy(img.head_.data(), &h, kHeaderSize);
+  return img;
+}
+
+void PackageImage::forEachPiece(const std::function<void(const uint8_t *, size_t)> &write) const {
+  static const uint8_t zeros[kSectionAlign] = {};
+  write(head_.data(), head_.size());
+  for (const Piece &p : pieces_) {
+    if (p.size)
+      write(p.data, p.size);
+    if (p.padding)
+      write(zeros, p.padding);
+  }
+}
+
+std::vector<uint8_t> PackageImage::bytes() const {
+  std::vector<uint8_t> file;
+  file.reserve(size_);
+  forEachPiece([&](const uint8_t *d, size_t n) { file.insert(file.end(), d, d + n); });
   return file;
 }
 

@@ -1,6 +1,7 @@
 // Fused multi-head attention: MatMul(Softmax(f(MatMul(Q, K'))), V) in one kernel,
-// FlashAttention-style: the score matrix never reaches memory. A block of 4 warps
-// takes 4 query rows of one (batch, head); key/value tiles of 32 rows are staged in
+// FlashAttention-style: the score matrix never reaches memory. A block of Warps
+// warps (1, 2 or 4: fewer when the rows would not fill the GPU) takes one query row
+// per warp of one (batch, head); key/value tiles of 32 rows are staged in
 // (dynamic) shared memory and shared by the warps. Each warp computes a score with a
 // butterfly reduction, applies the fused score chain Sc (scale, mask, ...) and
 // updates an online softmax (running max, running sum, rescaled accumulators). Q, K
@@ -20,16 +21,16 @@ template <class Q, class K, class V, class Sc, class Out> struct AttentionArgs {
   typename Out::Params out;
 };
 
-constexpr int kAttentionWarps = 4, kAttentionKeys = 32;
+constexpr int kAttentionKeys = 32;
 
-template <int QR, int VR, class I, class Q, class K, class V, class Sc, class Out>
-__global__ void __launch_bounds__(32 * kAttentionWarps) attention(const AttentionArgs<Q, K, V, Sc, Out> a) {
+template <int Warps, int QR, int VR, class I, class Q, class K, class V, class Sc, class Out>
+__global__ void __launch_bounds__(32 * Warps) attention(const AttentionArgs<Q, K, V, Sc, Out> a) {
   const AttentionShape &s = a.s;
   const I Sq = static_cast<I>(s.Sq), Sk = static_cast<I>(s.Sk), hd = static_cast<I>(s.hd), hdv = static_cast<I>(s.hdv);
   DLC_DYNAMIC_SMEM(float, smem);
   float *Ks = smem, *Vs = smem + kAttentionKeys * hd; // [32][hd], [32][hdv]
   const int warpId = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const I bh = static_cast<I>(blockIdx.y), qi = static_cast<I>(blockIdx.x) * kAttentionWarps + warpId;
+  const I bh = static_cast<I>(blockIdx.y), qi = static_cast<I>(blockIdx.x) * Warps + warpId;
   const bool active = qi < Sq;
   float qv[QR];
 #pragma unroll
@@ -45,12 +46,12 @@ __global__ void __launch_bounds__(32 * kAttentionWarps) attention(const Attentio
     acc[r] = 0.0f;
   for (I kt = 0; kt < Sk; kt += kAttentionKeys) {
     // Stage K' (read as [hd, Sk]) and V ([Sk, hdv]) tiles; rows past Sk are zero.
-    for (I e = threadIdx.x; e < kAttentionKeys * hd; e += 32 * kAttentionWarps) {
+    for (I e = threadIdx.x; e < kAttentionKeys * hd; e += 32 * Warps) {
       I j = e;
       const I d = s.dHd.split(j), key = kt + j;
       Ks[e] = key < Sk ? static_cast<float>(K::load(a.k, (bh * hd + d) * Sk + key)) : 0.0f;
     }
-    for (I e = threadIdx.x; e < kAttentionKeys * hdv; e += 32 * kAttentionWarps) {
+    for (I e = threadIdx.x; e < kAttentionKeys * hdv; e += 32 * Warps) {
       I j = e;
       const I d = s.dHdv.split(j), key = kt + j;
       Vs[e] = key < Sk ? static_cast<float>(V::load(a.v, (bh * Sk + key) * hdv + d)) : 0.0f;

@@ -9,6 +9,7 @@
 
 #include "../Fused.h"
 
+#include "dlc/codegen/GpuModel.h"
 #include "dlc/ir/FusionRules.h"
 
 namespace dlc::codegen {
@@ -44,9 +45,17 @@ llvm::Error lowerAttention(Lowering &l, const Node &mm2) {
               on = l.functorName(fo);
   int64_t maxIndex = std::max({q->type().numElements(), k->type().numElements(), v->type().numElements(),
                                out->type().numElements(), s.BH * s.Sq * s.Sk});
+  // A warp per query row; 4 rows per block share the staged K/V tiles, unless that
+  // leaves SMs idle on the largest target (then 2 or 1).
+  int64_t sms = 0;
+  for (const std::string &a : l.archs())
+    sms = std::max<int64_t>(sms, gpuModelFor(a).sms);
+  int warps = 4;
+  while (warps > 1 && ((s.Sq + warps - 1) / warps) * s.BH < sms)
+    warps /= 2;
   Instantiation inst{"dlc::attention",
-                     {std::to_string((s.hd + 31) / 32), std::to_string((s.hdv + 31) / 32), l.indexType(maxIndex), qn, kn,
-                      vn, sn, on},
+                     {std::to_string(warps), std::to_string((s.hd + 31) / 32), std::to_string((s.hdv + 31) / 32),
+                      l.indexType(maxIndex), qn, kn, vn, sn, on},
                      "dlc::AttentionArgs<" + qn + ", " + kn + ", " + vn + ", " + sn + ", " + on + ">",
                      {qn, kn, vn, sn, on}};
   inst.needsSync = true;
@@ -55,10 +64,10 @@ llvm::Error lowerAttention(Lowering &l, const Node &mm2) {
   a.shape(s);
   for (const Functor *f : {&fq, &fk, &fv, &fs, &fo})
     a.functor(*f);
-  constexpr int kWarps = 4, kKeys = 32;
+  constexpr int kKeys = 32;
   double flops = 2.0 * static_cast<double>(s.BH * s.Sq * s.Sk) * static_cast<double>(s.hd + s.hdv) +
                  5.0 * static_cast<double>(s.BH * s.Sq * s.Sk);
-  l.launch(mm2, kernel, a, static_cast<uint32_t>((s.Sq + kWarps - 1) / kWarps), 32 * kWarps,
+  l.launch(mm2, kernel, a, static_cast<uint32_t>((s.Sq + warps - 1) / warps), 32 * static_cast<uint32_t>(warps),
            static_cast<uint32_t>(kKeys * (s.hd + s.hdv) * sizeof(float)), flops, static_cast<uint32_t>(s.BH));
   return llvm::Error::success();
 }

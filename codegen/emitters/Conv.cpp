@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <functional>
 
 namespace dlc::codegen {
 
@@ -36,6 +37,7 @@ struct ConvTileConfig {
 constexpr ConvTileConfig kConvTiles[] = {
     {128, 128, 8, 8, 112, 1.0}, {128, 64, 8, 4, 80, 0.9}, {64, 128, 4, 8, 80, 0.9}, {64, 64, 4, 4, 56, 0.8},
     {64, 32, 4, 2, 48, 0.6},    {32, 64, 2, 4, 48, 0.6},  {32, 32, 2, 2, 40, 0.45}, {16, 64, 1, 4, 40, 0.4},
+    {16, 32, 1, 2, 36, 0.3},
 };
 constexpr int kConvBK = 16, kConvThreads = 256;
 constexpr int64_t kSplits[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
@@ -48,11 +50,19 @@ struct ConvPlan {
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/// The tile and split-K factor with the least modeled time on `arch`.
-ConvPlan chooseConvPlan(int64_t M, int64_t NP, int64_t K, const std::string &arch, size_t accBytes) {
+/// A tile whose kernel exists already costs no compile time: it wins unless another
+/// is modeled this much faster (fewer unique kernels, a faster compile).
+constexpr double kReuseAdvantage = 0.9;
+
+/// The tile and split-K factor with the least modeled time on `arch`, among those that
+/// launch at least one block per SM when any does; `known(t)` says whether tile t's
+/// kernel is instantiated already.
+ConvPlan chooseConvPlan(int64_t M, int64_t NP, int64_t K, const std::string &arch, size_t accBytes,
+                        const std::function<bool(int)> &known) {
   const GpuModel &g = gpuModelFor(arch);
   ConvPlan best;
   double bestTime = INFINITY;
+  bool bestFills = false;
   for (int t = 0; t < static_cast<int>(std::size(kConvTiles)); ++t) {
     const ConvTileConfig &c = kConvTiles[t];
     int64_t tiles = ceilDiv(M, c.bm) * ceilDiv(NP, c.bn);
@@ -61,7 +71,7 @@ ConvPlan chooseConvPlan(int64_t M, int64_t NP, int64_t K, const std::string &arc
     for (int64_t s : kSplits) {
       int64_t kPer = ceilDiv(ceilDiv(K, s), kConvBK) * kConvBK;
       int64_t splits = ceilDiv(K, kPer);
-      if (splits != s || (s > 1 && kPer < 4 * kConvBK))
+      if (splits != s || (s > 1 && kPer < 2 * kConvBK))
         continue;
       uint64_t blocks = static_cast<uint64_t>(tiles * splits);
       double fill = smFill(g, blocks, perSm);
@@ -69,8 +79,12 @@ ConvPlan chooseConvPlan(int64_t M, int64_t NP, int64_t K, const std::string &arc
       double time = work / (g.fp32Flops * fill * c.efficiency);
       if (splits > 1) // partial sums written and read back, and the reduction's launch
         time += 2.0 * static_cast<double>(splits * M * NP) * accBytes / g.dramBytesPerSecond + g.launchMicros * 1e-6;
-      if (time < bestTime * 0.999) {
+      if (known(t))
+        time *= kReuseAdvantage;
+      bool fills = blocks >= static_cast<uint64_t>(g.sms);
+      if ((fills && !bestFills) || (fills == bestFills && time < bestTime * 0.999)) {
         bestTime = time;
+        bestFills = fills;
         best = {t, splits, splits > 1 ? kPer : ceilDiv(K, kConvBK) * kConvBK};
       }
     }
@@ -126,16 +140,19 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   Functor fx = loadFunctor(l, l.group(), x), fo = storeFunctor(l, l.group(), y);
   std::string xn = l.functorName(fx), on = l.functorName(fo), wtype = cudaType(wt->dtype());
   std::string argsType = "dlc::ConvArgs<" + xn + ", " + on + ">";
-  auto args = [&](const ConvShape &shape, std::optional<BufferRef> partial, uint64_t partialBytes) {
+  // The arguments of the GEMM kernel and of the split-K reduction are the same struct;
+  // what each launch touches (the cost model's traffic) differs.
+  enum Role { Whole, SplitGemm, SplitReduce };
+  auto args = [&](const ConvShape &shape, std::optional<BufferRef> partial, uint64_t partialBytes, Role role) {
     LaunchArgs a;
     a.shape(shape);
-    a.pointer(offsetof(ConvShape, w), l.bufferOf(wt), wt->type().byteSize(), false);
+    a.pointer(offsetof(ConvShape, w), l.bufferOf(wt), wt->type().byteSize(), false, role != SplitReduce);
     if (b)
-      a.pointer(offsetof(ConvShape, bias), l.bufferOf(b), b->type().byteSize(), false);
+      a.pointer(offsetof(ConvShape, bias), l.bufferOf(b), b->type().byteSize(), false, role != SplitGemm);
     if (partial)
-      a.pointer(offsetof(ConvShape, partial), *partial, partialBytes, true);
-    a.functor(fx);
-    a.functor(fo);
+      a.pointer(offsetof(ConvShape, partial), *partial, partialBytes, role == SplitGemm);
+    a.functor(fx, role != SplitReduce);
+    a.functor(fo, role != SplitGemm);
     return a;
   };
   double flops = 2.0 * static_cast<double>(M) * static_cast<double>(s.NP) * static_cast<double>(s.K);
@@ -143,12 +160,28 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   if (groups != 1 || !floating) {
     Instantiation inst{"dlc::conv_direct", {l.indexType(maxIndex), wtype, xn, on}, argsType, {xn, on}};
     uint32_t k = l.instantiate(inst);
-    LaunchArgs a = args(s, std::nullopt, 0);
+    LaunchArgs a = args(s, std::nullopt, 0, Whole);
     l.launch(n, k, a, gridFor(y->type().numElements(), 256), 256, 0, flops);
     return llvm::Error::success();
   }
   size_t accBytes = dt == DType::F64 ? 8 : 4;
-  auto plans = l.perArch<ConvPlan>([&](const std::string &arch) { return chooseConvPlan(M, s.NP, s.K, arch, accBytes); });
+  bool pointwise = w.kSize() == 1 && s.P == s.inSize;
+  for (int d = 0; d < 3; ++d)
+    pointwise &= w.stride[d] == 1 && w.padB[d] == 0;
+  auto igemm = [&](int t, int64_t splits) {
+    const ConvTileConfig &c = kConvTiles[t];
+    std::string tile = "dlc::ConvTile<" + std::to_string(c.bm) + ", " + std::to_string(c.bn) + ", " +
+                       std::to_string(c.tm) + ", " + std::to_string(c.tn) + ">";
+    Instantiation inst{"dlc::conv_igemm",
+                       {tile, pointwise ? "true" : "false", l.indexType(std::max(maxIndex, splits * M * s.NP)), wtype, xn, on},
+                       argsType,
+                       {xn, on}};
+    inst.needsSync = true;
+    return inst;
+  };
+  auto plans = l.perArch<ConvPlan>([&](const std::string &arch) {
+    return chooseConvPlan(M, s.NP, s.K, arch, accBytes, [&](int t) { return l.instantiated(igemm(t, 1)); });
+  });
   // The split-K workspace (scratch: only live during this node's steps), sized for the
   // largest plan.
   int64_t partialElems = 0;
@@ -158,28 +191,21 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   std::optional<BufferRef> partial;
   if (partialElems)
     partial = l.scratch(static_cast<uint64_t>(partialElems) * accBytes);
-  bool pointwise = w.kSize() == 1 && s.P == s.inSize;
-  for (int d = 0; d < 3; ++d)
-    pointwise &= w.stride[d] == 1 && w.padB[d] == 0;
   for (const auto &[plan, archs] : plans) {
     const ConvTileConfig &c = kConvTiles[plan.tile];
     std::string index = l.indexType(std::max(maxIndex, plan.splits * M * s.NP));
-    std::string tile = "dlc::ConvTile<" + std::to_string(c.bm) + ", " + std::to_string(c.bn) + ", " +
-                       std::to_string(c.tm) + ", " + std::to_string(c.tn) + ">";
-    Instantiation inst{"dlc::conv_igemm", {tile, pointwise ? "true" : "false", index, wtype, xn, on}, argsType, {xn, on}};
-    inst.needsSync = true;
-    uint32_t k = l.instantiate(inst);
+    uint32_t k = l.instantiate(igemm(plan.tile, plan.splits));
     ConvShape ps = s;
     ps.splits = plan.splits;
     ps.kPerSplit = plan.kPerSplit;
     uint64_t partialBytes = static_cast<uint64_t>(plan.splits * M * s.NP) * accBytes;
-    LaunchArgs a = args(ps, plan.splits > 1 ? partial : std::nullopt, partialBytes);
+    LaunchArgs a = args(ps, plan.splits > 1 ? partial : std::nullopt, partialBytes, plan.splits > 1 ? SplitGemm : Whole);
     l.launch(n, k, a, static_cast<uint32_t>(ceilDiv(s.NP, c.bn)), kConvThreads, 0, flops,
              static_cast<uint32_t>(ceilDiv(M, c.bm)), static_cast<uint32_t>(plan.splits), archs);
     if (plan.splits > 1) {
       Instantiation red{"dlc::conv_splitk_reduce", {index, wtype, xn, on}, argsType, {xn, on}};
       uint32_t rk = l.instantiate(red);
-      LaunchArgs ra = args(ps, partial, partialBytes);
+      LaunchArgs ra = args(ps, partial, partialBytes, SplitReduce);
       l.launch(n, rk, ra, gridFor(static_cast<uint64_t>(M * s.NP), 256), 256, 0,
                static_cast<double>(plan.splits * M * s.NP), 1, 1, archs);
     }

@@ -140,11 +140,11 @@ std::string describeOnnxNode(const onnx::NodeProto &n, int64_t opset) {
   return s;
 }
 
-llvm::Error Importer::importInitializers(const onnx::GraphProto &g, Scope &scope) {
-  for (const auto &init : g.initializer()) {
+llvm::Error Importer::importInitializers(onnx::GraphProto &g, Scope &scope) {
+  for (auto &init : *g.mutable_initializer()) {
     if (opts_.bindings.count(init.name()))
       continue;
-    auto t = tensorFromOnnx(init, &ext_);
+    auto t = takeTensorFromOnnx(init, &ext_);
     if (!t)
       return t.takeError();
     scope.bind(init.name(), g_.addConstant(init.name(), std::move(*t)));
@@ -152,6 +152,13 @@ llvm::Error Importer::importInitializers(const onnx::GraphProto &g, Scope &scope
   if (g.sparse_initializer_size())
     return makeError("sparse initializers are not supported");
   return llvm::Error::success();
+}
+
+llvm::Error Importer::importInitializers(const onnx::GraphProto &g, Scope &scope) {
+  onnx::GraphProto copy;
+  *copy.mutable_initializer() = g.initializer();
+  *copy.mutable_sparse_initializer() = g.sparse_initializer();
+  return importInitializers(copy, scope);
 }
 
 void Importer::importNodes(const onnx::GraphProto &g, Scope &scope) {
@@ -684,7 +691,7 @@ llvm::Expected<ImportResult> importOnnxBytes(llvm::StringRef bytes, const std::s
   for (const auto &[name, t] : opts.bindings)
     if (!scope.lookup(name))
       return errorf("{0}: cannot bind '{1}': the model has no input of that name", file, name);
-  if (auto e = imp.importInitializers(gp, scope))
+  if (auto e = imp.importInitializers(*model.mutable_graph(), scope))
     return errorf("{0}: {1}", file, llvm::toString(std::move(e)));
 
   imp.importNodes(gp, scope);

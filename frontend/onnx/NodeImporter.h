@@ -136,6 +136,9 @@ public:
   /// and outputs of failed nodes are poisoned so their users are skipped.
   void importNodes(const onnx::GraphProto &g, Scope &scope);
   /// Binds a subgraph's initializers in `scope`.
+  /// Imports the graph's initializers as constants, taking their bytes out of `g`
+  /// (the model's graph), or copying them (a subgraph).
+  llvm::Error importInitializers(onnx::GraphProto &g, Scope &scope);
   llvm::Error importInitializers(const onnx::GraphProto &g, Scope &scope);
   std::vector<std::string> &errors() { return errors_; }
   std::vector<std::string> &specialized() { return specialized_; }

@@ -39,5 +39,7 @@ private:
 
 /// Converts a TensorProto (inline or external) to an ir::Tensor.
 llvm::Expected<ir::Tensor> tensorFromOnnx(const onnx::TensorProto &t, ExternalDataLoader *ext);
+/// The same, taking the raw bytes out of `t` without a copy (the tensor owns them).
+llvm::Expected<ir::Tensor> takeTensorFromOnnx(onnx::TensorProto &t, ExternalDataLoader *ext);
 
 } // namespace dlc::frontend

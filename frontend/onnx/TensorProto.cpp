@@ -44,6 +44,20 @@ std::string onnxTypeName(int32_t e) {
   return "type " + std::to_string(e);
 }
 
+llvm::Expected<ir::Tensor> takeTensorFromOnnx(onnx::TensorProto &t, ExternalDataLoader *ext) {
+  auto dt = dtypeFromOnnx(t.data_type());
+  if (!dt || t.has_segment() || t.data_location() == onnx::TensorProto::EXTERNAL || t.raw_data().empty())
+    return tensorFromOnnx(t, ext);
+  ir::TensorType type(*dt, ir::Shape(t.dims().begin(), t.dims().end()));
+  auto n = type.checkedNumElements();
+  if (!n || *n > (int64_t{1} << 40) || t.raw_data().size() != static_cast<size_t>(*n) * ir::dtypeSize(*dt))
+    return tensorFromOnnx(t, ext); // reports the problem
+  // Weights are most of a model's bytes: the tensor takes the string's buffer.
+  auto bytes = std::make_shared<std::string>(std::move(*t.mutable_raw_data()));
+  const void *data = bytes->data();
+  return ir::Tensor(type, std::shared_ptr<const void>(bytes, bytes.get()), data);
+}
+
 llvm::Expected<ir::Tensor> tensorFromOnnx(const onnx::TensorProto &t, ExternalDataLoader *ext) {
   auto dt = dtypeFromOnnx(t.data_type());
   if (!dt)

@@ -121,6 +121,10 @@ void ArgParser::printHelp(llvm::raw_ostream &os) const {
 }
 
 llvm::Error writeFileAtomically(const std::string &path, llvm::StringRef data) {
+  return writeFileAtomically(path, [&](llvm::raw_ostream &os) { os << data; });
+}
+
+llvm::Error writeFileAtomically(const std::string &path, const std::function<void(llvm::raw_ostream &)> &write) {
   llvm::SmallString<256> tmp;
   llvm::SmallString<256> model(path);
   model += ".tmp-%%%%%%";
@@ -129,7 +133,7 @@ llvm::Error writeFileAtomically(const std::string &path, llvm::StringRef data) {
     return ir::errorf("cannot write '{0}': {1}", path, ec.message());
   {
     llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
-    os << data;
+    write(os);
     os.flush();
     if (os.has_error()) {
       std::string msg = os.error().message();

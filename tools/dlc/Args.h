@@ -4,6 +4,7 @@
 #include "llvm/Support/Error.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -52,6 +53,8 @@ private:
 /// Writes `data` to `path` through a temporary file in the same directory and a
 /// rename, so a failure never leaves a partial file behind.
 llvm::Error writeFileAtomically(const std::string &path, llvm::StringRef data);
+/// The same with the contents produced by `write`.
+llvm::Error writeFileAtomically(const std::string &path, const std::function<void(llvm::raw_ostream &)> &write);
 
 /// Prints "dlc: error: <message>" (one line per message line) to stderr.
 void reportError(llvm::Error e);

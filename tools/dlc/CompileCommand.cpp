@@ -236,12 +236,11 @@ int runCompile(const std::vector<std::string> &argv) {
   codegen::CompileReport rep;
   if (emit == "cuda") // the source is checked by compiling PTX for the newest architecture
     co.targets = {"compute_90"};
-  auto bytes = codegen::compileGraph(**g, co, &rep);
-  if (!bytes) {
-    reportError(bytes.takeError());
+  auto image = codegen::compileGraphImage(**g, co, &rep);
+  if (!image) {
+    reportError(image.takeError());
     return 1;
   }
-  llvm::StringRef data(reinterpret_cast<const char *>(bytes->data()), bytes->size());
   llvm::Error written = llvm::Error::success();
   if (llvm::StringRef parent = llvm::sys::path::parent_path(out); !parent.empty())
     if (auto ec = llvm::sys::fs::create_directories(parent)) {
@@ -249,11 +248,14 @@ int runCompile(const std::vector<std::string> &argv) {
       return 1;
     }
   if (emit == "package") {
-    written = writeFileAtomically(out, data);
+    written = writeFileAtomically(out, [&](llvm::raw_ostream &os) {
+      image->forEachPiece([&](const uint8_t *d, size_t n) { os.write(reinterpret_cast<const char *>(d), n); });
+    });
   } else if (emit == "exe") {
-    written = codegen::writeExecutable(*bytes, companion, out);
+    written = codegen::writeExecutable(image->bytes(), companion, out);
   } else {
-    auto pf = pkg::PackageFile::fromBytes(bytes->data(), bytes->size(), out);
+    std::vector<uint8_t> bytes = image->bytes();
+    auto pf = pkg::PackageFile::fromBytes(bytes.data(), bytes.size(), out);
     if (!pf) {
       reportError(ir::makeError("internal error: " + pf.status().message()));
       return 1;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "dlc/ir/Graph.h"
+#include "dlc/package/Package.h"
 
 #include <functional>
 #include <map>
@@ -57,5 +58,9 @@ struct CompileReport {
 /// Lowers the graph, compiles it for every target and returns the package bytes.
 llvm::Expected<std::vector<uint8_t>> compileGraph(const ir::Graph &g, const CompileOptions &opts,
                                                   CompileReport *report = nullptr);
+/// The same as an image whose weights are written straight from the graph's
+/// tensors (no copy of the weights into one buffer).
+llvm::Expected<pkg::PackageImage> compileGraphImage(const ir::Graph &g, const CompileOptions &opts,
+                                                   CompileReport *report = nullptr);
 
 } // namespace dlc::codegen

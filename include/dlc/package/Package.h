@@ -16,6 +16,7 @@
 #include "dlc/package/package_generated.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,19 +36,52 @@ uint32_t crc32(const void *data, size_t n, uint32_t seed = 0);
 size_t dtypeSize(DType t);
 const char *dtypeName(DType t);
 
+/// A finished package that is not one buffer: the header and metadata, then each
+/// section where its owner keeps it. Weights (gigabytes, for some models) are written
+/// to the file once and never copied into an image.
+class PackageImage {
+public:
+  uint64_t size() const { return size_; }
+  /// Calls `write` for each consecutive piece of the file.
+  void forEachPiece(const std::function<void(const uint8_t *, size_t)> &write) const;
+  /// The whole file in one buffer.
+  std::vector<uint8_t> bytes() const;
+  /// Keeps what the sections point into alive as long as the image.
+  void keepAlive(std::shared_ptr<const void> p) { keepAlive_.push_back(std::move(p)); }
+
+private:
+  friend class PackageWriter;
+  std::vector<uint8_t> head_; // header, metadata, padding up to the first section
+  struct Piece {
+    const uint8_t *data;
+    size_t size, padding; // zero bytes after it (256-byte alignment)
+  };
+  std::vector<Piece> pieces_;
+  uint64_t size_ = 0;
+  std::vector<std::shared_ptr<const void>> keepAlive_;
+};
+
 /// Builds a package: sections first (their offsets are final), then metadata.
 class PackageWriter {
 public:
-  /// Appends a 256-byte aligned section and returns its location in the file.
+  /// Appends a 256-byte aligned section and returns its location in the file. The
+  /// bytes are not copied: they must stay valid as long as the image.
   Section addSection(const void *data, size_t n);
   flatbuffers::FlatBufferBuilder &builder() { return fbb_; }
+  /// Finishes with the root table.
+  PackageImage finishImage(flatbuffers::Offset<Package> root);
   /// Finishes with the root table and returns the whole file.
-  std::vector<uint8_t> finish(flatbuffers::Offset<Package> root);
+  std::vector<uint8_t> finish(flatbuffers::Offset<Package> root) { return finishImage(root).bytes(); }
 
 private:
   flatbuffers::FlatBufferBuilder fbb_;
-  std::vector<uint8_t> sections_; // section bytes; offsets are relative to their start
-  std::vector<Section *> fixups_;
+  struct Pending {
+    const void *data;
+    size_t size;
+    uint64_t offset; // relative to the start of the sections
+  };
+  std::vector<Pending> pending_;
+  uint64_t sectionsSize_ = 0;
 };
 
 /// A loaded, verified package. Owns (or maps) the file bytes.
