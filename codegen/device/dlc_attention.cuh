@@ -21,7 +21,7 @@ template <class Q, class K, class V, class Sc, class Out> struct AttentionArgs {
   typename Out::Params out;
 };
 
-constexpr int kAttentionKeys = 32;
+inline constexpr int kAttentionKeys = 32;
 
 template <int Warps, int QR, int VR, class I, class Q, class K, class V, class Sc, class Out>
 __global__ void __launch_bounds__(32 * Warps) attention(const AttentionArgs<Q, K, V, Sc, Out> a) {

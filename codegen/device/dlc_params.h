@@ -73,7 +73,7 @@ struct Divmod {
 static_assert(sizeof(Divmod) == 24, "Divmod layout");
 
 /// The largest rank a strided view handles.
-constexpr int kMaxRank = 8;
+inline constexpr int kMaxRank = 8;
 
 /// An element's offset from its linear index in a shape of up to kMaxRank dims, with
 /// a stride per dim (0 broadcasts): offset(i) = sum_d coord_d(i) * stride[d]. Dims
