@@ -352,23 +352,17 @@ llvm::Expected<CompiledModule> compileForEmu(const std::string &source, const To
   keyParts.insert(keyParts.end(), flags.begin(), flags.end());
   for (const EmbeddedFile &h : embeddedHeaders())
     keyParts.push_back(h.contents);
-  // The compiler's identity is part of the key: its version output (asked once).
-  static std::mutex versionMu;
-  static std::map<std::string, std::string> versions;
-  std::unique_lock<std::mutex> versionLock(versionMu);
-  if (!versions.count(cxx)) {
-    llvm::SmallString<128> vfile;
-    llvm::sys::fs::createTemporaryFile("dlc-cxx-version", "txt", vfile);
-    llvm::Optional<llvm::StringRef> redirects[] = {llvm::None, llvm::StringRef(vfile), llvm::None};
-    llvm::StringRef vargs[] = {cxx, "--version"};
-    llvm::sys::ExecuteAndWait(cxx, vargs, llvm::None, redirects);
-    std::vector<uint8_t> v;
-    readFile(std::string(vfile), v);
-    llvm::sys::fs::remove(vfile);
-    versions[cxx] = str(v);
+  // The compiler's identity is part of the key: the file it resolves to, its size and
+  // modification time (as ccache checks compilers; no process to start).
+  {
+    llvm::SmallString<256> real;
+    llvm::sys::fs::file_status st;
+    if (!llvm::sys::fs::real_path(cxx, real) && !llvm::sys::fs::status(real, st))
+      keyParts.push_back(std::string(real) + ":" + std::to_string(st.getSize()) + ":" +
+                         std::to_string(llvm::sys::toTimeT(st.getLastModificationTime())));
+    else
+      keyParts.push_back(cxx);
   }
-  keyParts.push_back(versions[cxx]);
-  versionLock.unlock();
   std::string key = hashKey(keyParts);
   auto t0 = std::chrono::steady_clock::now();
   std::vector<std::vector<uint8_t>> parts;

@@ -85,7 +85,8 @@ def check(dlc, case, work, table):
     insp = json.loads(sh([dlc, "inspect", pkg, "--json"]))
 
     row = {"case": name, "ok": True, "vs_torch": 0.0, "vs_ort": 0.0, "ort_vs_torch": 0.0,
-           "kernels": insp["launches"], "gemms": insp["library_calls"], "arena": insp["arena_bytes"],
+           "kernels": insp["launches"], "unique": insp["unique_kernels"], "gemms": insp["library_calls"],
+           "arena": insp["arena_bytes"],
            "compile_s": compile_s, "detail": ""}
     for i, ref in enumerate(torch_out):
         if np.abs(ref).max() < 1e-2:  # a comparison against ~0 would pass whatever dlc computes
@@ -128,15 +129,15 @@ def main():
               (f" (vs PyTorch {r['vs_torch']:.2e}, vs ONNX Runtime {r['vs_ort']:.2e})" if "vs_torch" in r else "") +
               (" -" + r["detail"] if r["detail"] else ""), flush=True)
     if a.table:
-        print("\n| model | status | max rel. error vs PyTorch | vs ONNX Runtime | kernels + GEMMs | arena | "
-              "compile (all targets, no cache) |")
+        print("\n| model | status | max rel. error vs PyTorch | vs ONNX Runtime | unique kernels / launches + GEMMs "
+              "| arena | compile (all targets, no cache) |")
         print("|---|---|---|---|---|---|---|")
         for r in rows:
             if "kernels" not in r:
                 print(f"| {r['case']} | error | | | | | |")
                 continue
             print(f"| {r['case']} | {'pass' if r['ok'] else 'FAIL'} | {r['vs_torch']:.1e} | {r['vs_ort']:.1e} "
-                  f"| {r['kernels']} + {r['gemms']} | {r['arena'] / 2**20:.2f} MiB | {r['compile_s']:.1f} s |")
+                  f"| {r['unique']} / {r['kernels']} + {r['gemms']} | {r['arena'] / 2**20:.2f} MiB | {r['compile_s']:.1f} s |")
     failed = [r["case"] for r in rows if not r["ok"]]
     if failed or not rows:
         sys.exit(f"{len(failed)} of {len(rows)} models failed: {', '.join(failed)}")
