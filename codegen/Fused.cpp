@@ -302,52 +302,43 @@ std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::strin
 //===----------------------------------------------------------------------===//
 
 namespace {
-const char *kDevice = "static __device__ __forceinline__ ";
-}
+/// How a functor's device methods begin.
+const char *kMethodHead = "template <class I> static __device__ __forceinline__ ";
 
-Functor loadFunctor(Lowering &l, const FusionGroup *g, const Value *v) {
+/// A functor with one device method: `signature` (after the template head and
+/// qualifiers), the body written by `body` through the group's FusedAccess.
+Functor functorWith(Lowering &l, const FusionGroup *g, const Value *typed, const std::string &signature,
+                    const std::function<void(CodeStream &, FusedAccess &)> &body) {
   Functor f;
-  f.valueType = computeType(v->dtype());
+  f.valueType = computeType(typed->dtype());
   FusedAccess fa(l, f.params, g);
   CodeStream b;
   {
     CodeStream::Indent in(b);
-    b.line(std::string("template <class I> ") + kDevice + "Value load(const Params &P, I i) {");
-    CodeStream::Indent body(b);
-    b.line("return " + fa.load(b, v, "i") + ";");
+    b.line(kMethodHead + signature + " {");
+    CodeStream::Indent inBody(b);
+    body(b, fa);
   }
   f.methods = b.str() + "  }\n";
   return f;
+}
+} // namespace
+
+Functor loadFunctor(Lowering &l, const FusionGroup *g, const Value *v) {
+  return functorWith(l, g, v, "Value load(const Params &P, I i)", [&](CodeStream &b, FusedAccess &fa) {
+    b.line("return " + fa.load(b, v, "i") + ";");
+  });
 }
 
 Functor storeFunctor(Lowering &l, const FusionGroup *g, const Value *anchorOut) {
-  Functor f;
-  f.valueType = computeType(anchorOut->dtype());
-  FusedAccess fa(l, f.params, g);
-  CodeStream b;
-  {
-    CodeStream::Indent in(b);
-    b.line(std::string("template <class I> ") + kDevice + "void store(const Params &P, I i, Value v) {");
-    CodeStream::Indent body(b);
-    fa.store(b, anchorOut, "i", "v");
-  }
-  f.methods = b.str() + "  }\n";
-  return f;
+  return functorWith(l, g, anchorOut, "void store(const Params &P, I i, Value v)",
+                     [&](CodeStream &b, FusedAccess &fa) { fa.store(b, anchorOut, "i", "v"); });
 }
 
 Functor boundFunctor(Lowering &l, const FusionGroup *g, const Value *v, const Value *bound) {
-  Functor f;
-  f.valueType = computeType(v->dtype());
-  FusedAccess fa(l, f.params, g);
-  CodeStream b;
-  {
-    CodeStream::Indent in(b);
-    b.line(std::string("template <class I> ") + kDevice + "Value apply(const Params &P, I i, Value x) {");
-    CodeStream::Indent body(b);
+  return functorWith(l, g, v, "Value apply(const Params &P, I i, Value x)", [&](CodeStream &b, FusedAccess &fa) {
     b.line("return " + (v == bound ? std::string("x") : fa.loadBound(b, v, "i", bound, "x")) + ";");
-  }
-  f.methods = b.str() + "  }\n";
-  return f;
+  });
 }
 
 Functor plainLoad(Lowering &l, const Value *v) { return loadFunctor(l, nullptr, v); }
@@ -407,7 +398,7 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
   CodeStream b;
   {
     CodeStream::Indent in(b);
-    b.line(std::string("template <class I> ") + kDevice + "void run(const Params &P, I i) {");
+    b.line(std::string(kMethodHead) + "void run(const Params &P, I i) {");
     CodeStream::Indent body(b);
     std::string outPtr = fa.outputPointer(out);
     if (vec4) {

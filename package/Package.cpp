@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -32,6 +34,42 @@ static_assert(sizeof(Header) == kHeaderSize);
 uint64_t alignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 } // namespace
+
+int archNumber(const std::string &target) {
+  size_t us = target.find('_');
+  return us == std::string::npos ? 0 : std::atoi(target.c_str() + us + 1);
+}
+
+std::vector<int> stepArchs(const Package &m) {
+  std::vector<int> archs;
+  if (m.steps())
+    for (const Step *st : *m.steps())
+      if (st->archs())
+        for (const flatbuffers::String *a : *st->archs())
+          archs.push_back(archNumber(a->str()));
+  std::sort(archs.begin(), archs.end());
+  archs.erase(std::unique(archs.begin(), archs.end()), archs.end());
+  return archs;
+}
+
+int chooseStepArch(const std::vector<int> &archs, int cc) {
+  if (archs.empty())
+    return 0;
+  int best = archs.front();
+  for (int a : archs)
+    if (a <= cc)
+      best = a;
+  return best;
+}
+
+bool stepRunsOn(const Step &s, int arch) {
+  if (!s.archs() || s.archs()->size() == 0)
+    return true;
+  for (const flatbuffers::String *a : *s.archs())
+    if (archNumber(a->str()) == arch)
+      return true;
+  return false;
+}
 
 size_t dtypeSize(DType t) {
   switch (t) {

@@ -86,13 +86,9 @@ void resolveParams(const pkg::Launch &l, std::vector<uint64_t> &buf, AddressFn a
         buf[r->offset() / 8] = static_cast<uint64_t>(address(r->ref()));
 }
 
-/// The compute capabilities (80 for "sm_80") that the package's steps are specialized
-/// for, in increasing order; empty when every step runs everywhere.
-std::vector<int> stepArchs(const pkg::Package &m);
-/// Of `archs`, the one to run on a device of compute capability `cc`: the newest not
-/// newer than cc, else the oldest (0 when archs is empty).
-int chooseStepArch(const std::vector<int> &archs, int cc);
-/// "sm_80" -> 80, "compute_90" -> 90; 0 if the name has no number.
-int archNumber(const std::string &target);
+using pkg::archNumber;
+using pkg::chooseStepArch;
+using pkg::stepArchs;
+using pkg::stepRunsOn;
 
 } // namespace dlc::rt

@@ -93,42 +93,10 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> mo
   // Steps planned for another architecture (tile choices) do not run here.
   int arch = chooseStepArch(stepArchs(m), s->backend_->computeCapability());
   if (m.steps())
-    for (const pkg::Step *st : *m.steps()) {
-      bool here = !st->archs() || st->archs()->size() == 0;
-      if (!here)
-        for (const flatbuffers::String *a : *st->archs())
-          here |= archNumber(a->str()) == arch;
-      if (here)
-        s->steps_.push_back(st);
-    }
-  return s;
-}
-
-int archNumber(const std::string &target) {
-  size_t us = target.find('_');
-  return us == std::string::npos ? 0 : std::atoi(target.c_str() + us + 1);
-}
-
-std::vector<int> stepArchs(const pkg::Package &m) {
-  std::vector<int> archs;
-  if (m.steps())
     for (const pkg::Step *st : *m.steps())
-      if (st->archs())
-        for (const flatbuffers::String *a : *st->archs())
-          archs.push_back(archNumber(a->str()));
-  std::sort(archs.begin(), archs.end());
-  archs.erase(std::unique(archs.begin(), archs.end()), archs.end());
-  return archs;
-}
-
-int chooseStepArch(const std::vector<int> &archs, int cc) {
-  if (archs.empty())
-    return 0;
-  int best = archs.front();
-  for (int a : archs)
-    if (a <= cc)
-      best = a;
-  return best;
+      if (stepRunsOn(*st, arch))
+        s->steps_.push_back(st);
+  return s;
 }
 
 std::string Session::backendDescription() const { return backend_->describe(); }

@@ -179,23 +179,7 @@ __global__ void __launch_bounds__(256) conv_direct(const ConvArgs<X, Out> a) {
     for (I c = 0; c < static_cast<I>(s.Cg); ++c) {
       const I xb = (nb * static_cast<I>(s.C) + g * static_cast<I>(s.Cg) + c) * static_cast<I>(s.inSize);
       const I wb = (m * static_cast<I>(s.Cg) + c) * static_cast<I>(s.kSize);
-      for (I k0 = 0; k0 < static_cast<I>(s.k[0]); ++k0) {
-        const I i0 = o0 * static_cast<I>(s.stride[0]) + k0 * static_cast<I>(s.dil[0]) - static_cast<I>(s.pad[0]);
-        if (i0 < 0 || i0 >= static_cast<I>(s.in[0]))
-          continue;
-        for (I k1 = 0; k1 < static_cast<I>(s.k[1]); ++k1) {
-          const I i1 = o1 * static_cast<I>(s.stride[1]) + k1 * static_cast<I>(s.dil[1]) - static_cast<I>(s.pad[1]);
-          if (i1 < 0 || i1 >= static_cast<I>(s.in[1]))
-            continue;
-          for (I k2 = 0; k2 < static_cast<I>(s.k[2]); ++k2) {
-            const I i2 = o2 * static_cast<I>(s.stride[2]) + k2 * static_cast<I>(s.dil[2]) - static_cast<I>(s.pad[2]);
-            if (i2 < 0 || i2 >= static_cast<I>(s.in[2]))
-              continue;
-            acc += X::load(a.x, xb + (i0 * static_cast<I>(s.in[1]) + i1) * static_cast<I>(s.in[2]) + i2) *
-                   ld<T>(w, wb + (k0 * static_cast<I>(s.k[1]) + k1) * static_cast<I>(s.k[2]) + k2);
-          }
-        }
-      }
+      forEachWindowTap(s, o0, o1, o2, [&](I cell, I tap) { acc += X::load(a.x, xb + cell) * ld<T>(w, wb + tap); });
     }
     Out::store(a.out, i, acc);
   }
@@ -237,13 +221,13 @@ __global__ void __launch_bounds__(256) conv_transpose(const ConvTransposeArgs<Ou
                 break;
               }
               const I rem = s.dStride[d].split(t);
-              inside &= rem == 0 && t < static_cast<I>(s.x[d]);
+              inside &= rem == 0 && t < static_cast<I>(s.out[d]);
               xi[d] = t;
             }
             if (!inside)
               continue;
             acc += ld<T>(x, (nb * static_cast<I>(s.C) + c) * static_cast<I>(s.xSize) +
-                                (xi[0] * static_cast<I>(s.x[1]) + xi[1]) * static_cast<I>(s.x[2]) + xi[2]) *
+                                (xi[0] * static_cast<I>(s.out[1]) + xi[1]) * static_cast<I>(s.out[2]) + xi[2]) *
                    ld<T>(w, (c * static_cast<I>(s.Mg) + mm) * static_cast<I>(s.kSize) +
                                 (k0 * static_cast<I>(s.k[1]) + k1) * static_cast<I>(s.k[2]) + k2);
           }

@@ -147,6 +147,29 @@ template <> struct Limits<bool> {
   static __device__ __forceinline__ bool highest() { return true; }
 };
 
+/// Calls f(cell, tap) for every tap of a 3-D window whose input position lies inside
+/// the input: cell is the input position's offset within its channel, tap the tap's
+/// index in the kernel. S has in/k/stride/dil/pad arrays (ConvShape, PoolShape).
+template <class I, class S, class F> __device__ __forceinline__ void forEachWindowTap(const S &s, I o0, I o1, I o2, F f) {
+  for (I k0 = 0; k0 < static_cast<I>(s.k[0]); ++k0) {
+    const I i0 = o0 * static_cast<I>(s.stride[0]) + k0 * static_cast<I>(s.dil[0]) - static_cast<I>(s.pad[0]);
+    if (i0 < 0 || i0 >= static_cast<I>(s.in[0]))
+      continue;
+    for (I k1 = 0; k1 < static_cast<I>(s.k[1]); ++k1) {
+      const I i1 = o1 * static_cast<I>(s.stride[1]) + k1 * static_cast<I>(s.dil[1]) - static_cast<I>(s.pad[1]);
+      if (i1 < 0 || i1 >= static_cast<I>(s.in[1]))
+        continue;
+      for (I k2 = 0; k2 < static_cast<I>(s.k[2]); ++k2) {
+        const I i2 = o2 * static_cast<I>(s.stride[2]) + k2 * static_cast<I>(s.dil[2]) - static_cast<I>(s.pad[2]);
+        if (i2 < 0 || i2 >= static_cast<I>(s.in[2]))
+          continue;
+        f((i0 * static_cast<I>(s.in[1]) + i1) * static_cast<I>(s.in[2]) + i2,
+          (k0 * static_cast<I>(s.k[1]) + k1) * static_cast<I>(s.k[2]) + k2);
+      }
+    }
+  }
+}
+
 /// Loads element i as compute type C.
 template <class C, class S, class I> __device__ __forceinline__ C ld(const S *p, I i) {
   return cvt<C>(p[i]);

@@ -15,6 +15,14 @@ template <class I> DLC_HD void coordsOf(const Divmod *dims, i64 rank, I i, I *c)
   c[0] = i;
 }
 
+/// The element offset of coordinates c[0..rank) under strides.
+template <class I> DLC_HD I offsetOf(const I *c, const i64 *strides, i64 rank) {
+  I at = 0;
+  for (i64 d = 0; d < rank; ++d)
+    at += c[d] * static_cast<I>(strides[d]);
+  return at;
+}
+
 /// An index value read from memory, wrapped (negative counts from the end) and checked.
 template <class I, class IT> DLC_HD I checkedIndex(const IT *p, I at, i64 dim) {
   i64 v = static_cast<i64>(p[at]);
@@ -77,6 +85,18 @@ template <int Red, class T> DLC_HD T scatterCombine(T cur, T u) {
   return u;
 }
 
+/// The element loop of a scatter: grid-stride in parallel, or (with a reduction) one
+/// thread in index order, which is what the reference computes.
+template <bool Serial, class I> struct ScatterLoop {
+  I first, step, end;
+  DLC_HD explicit ScatterLoop(I total) {
+    const bool mine = !Serial || (blockIdx.x == 0 && threadIdx.x == 0);
+    first = Serial ? 0 : static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+    step = Serial ? 1 : static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+    end = mine ? total : 0;
+  }
+};
+
 template <class I, class DT, class IT> __global__ void __launch_bounds__(256) gather_elements(const IndexShape s) {
   const DT *x = static_cast<const DT *>(s.x);
   const IT *idx = static_cast<const IT *>(s.idx);
@@ -84,9 +104,7 @@ template <class I, class DT, class IT> __global__ void __launch_bounds__(256) ga
     I c[kMaxRank];
     coordsOf(s.dims, s.rank, i, c);
     c[s.axis] = checkedIndex(idx, i, s.axisDim);
-    I src = 0;
-    for (i64 d = 0; d < s.rank; ++d)
-      src += c[d] * static_cast<I>(s.xStride[d]);
+    const I src = offsetOf(c, s.xStride, s.rank);
     static_cast<DT *>(s.y)[i] = x[src];
   }
 }
@@ -99,18 +117,12 @@ template <int Red, class I, class DT, class IT> __global__ void __launch_bounds_
   const IT *idx = static_cast<const IT *>(s.idx);
   const DT *upd = static_cast<const DT *>(s.upd);
   DT *y = static_cast<DT *>(s.y);
-  const bool serial = Red != kScatterNone;
-  const I first = serial ? 0 : static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
-  const I step = serial ? 1 : static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
-  if (serial && (blockIdx.x != 0 || threadIdx.x != 0))
-    return;
-  for (I i = first; i < static_cast<I>(s.total); i += step) {
+  ScatterLoop<Red != kScatterNone, I> loop(static_cast<I>(s.total));
+  for (I i = loop.first; i < loop.end; i += loop.step) {
     I c[kMaxRank];
     coordsOf(s.dims, s.rank, i, c);
     c[s.axis] = checkedIndex(idx, i, s.axisDim);
-    I at = 0;
-    for (i64 d = 0; d < s.rank; ++d)
-      at += c[d] * static_cast<I>(s.xStride[d]);
+    const I at = offsetOf(c, s.xStride, s.rank);
     st(y, at, scatterCombine<Red>(ld<T>(y, at), ld<T>(upd, i)));
   }
 }
@@ -134,12 +146,8 @@ template <int Red, class I, class DT, class IT> __global__ void __launch_bounds_
   const IT *idx = static_cast<const IT *>(s.idx);
   const DT *upd = static_cast<const DT *>(s.upd);
   DT *y = static_cast<DT *>(s.y);
-  const bool serial = Red != kScatterNone;
-  const I first = serial ? 0 : static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
-  const I step = serial ? 1 : static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
-  if (serial && (blockIdx.x != 0 || threadIdx.x != 0))
-    return;
-  for (I i = first; i < static_cast<I>(s.total); i += step) {
+  ScatterLoop<Red != kScatterNone, I> loop(static_cast<I>(s.total));
+  for (I i = loop.first; i < loop.end; i += loop.step) {
     I t = i;
     const I j = s.dSlice.split(t);
     I at = j;
@@ -178,9 +186,7 @@ template <class I, class DT, class IT> __global__ void __launch_bounds__(256) re
     len = len < 0 ? 0 : (len > s.axisDim ? s.axisDim : len);
     const I ct = c[s.axis];
     c[s.axis] = ct < static_cast<I>(len) ? static_cast<I>(len) - 1 - ct : ct;
-    I src = 0;
-    for (i64 d = 0; d < s.rank; ++d)
-      src += c[d] * static_cast<I>(s.xStride[d]);
+    const I src = offsetOf(c, s.xStride, s.rank);
     static_cast<DT *>(s.y)[i] = x[src];
   }
 }

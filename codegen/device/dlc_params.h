@@ -120,7 +120,8 @@ struct ConvTransposeShape {
   const void *w;    // [C, Mg, k0, k1, k2]
   const void *bias; // [M], or null
   i64 N, C, M, Cg, Mg, total;
-  i64 y[3], x[3], k[3], stride[3], dil[3], pad[3];
+  // The gather view's window: "in" is ConvTranspose's output, "out" its input.
+  i64 in[3], out[3], k[3], stride[3], dil[3], pad[3];
   i64 ySize, xSize, kSize;
   Divmod dY2, dY1, dY0, dM, dMg, dStride[3];
 };

@@ -25,34 +25,20 @@ __global__ void __launch_bounds__(256) pool_window(const PoolArgs<X, Out> a) {
     const I o[3] = {o0, o1, o2};
     A acc = IsMax ? Limits<A>::lowest() : A(0);
     I bestCell = -1, count = 0;
-    for (I k0 = 0; k0 < static_cast<I>(s.k[0]); ++k0) {
-      const I i0 = o0 * static_cast<I>(s.stride[0]) + k0 * static_cast<I>(s.dil[0]) - static_cast<I>(s.pad[0]);
-      if (i0 < 0 || i0 >= static_cast<I>(s.in[0]))
-        continue;
-      for (I k1 = 0; k1 < static_cast<I>(s.k[1]); ++k1) {
-        const I i1 = o1 * static_cast<I>(s.stride[1]) + k1 * static_cast<I>(s.dil[1]) - static_cast<I>(s.pad[1]);
-        if (i1 < 0 || i1 >= static_cast<I>(s.in[1]))
-          continue;
-        for (I k2 = 0; k2 < static_cast<I>(s.k[2]); ++k2) {
-          const I i2 = o2 * static_cast<I>(s.stride[2]) + k2 * static_cast<I>(s.dil[2]) - static_cast<I>(s.pad[2]);
-          if (i2 < 0 || i2 >= static_cast<I>(s.in[2]))
-            continue;
-          const I cell = (i0 * static_cast<I>(s.in[1]) + i1) * static_cast<I>(s.in[2]) + i2;
-          const A v = static_cast<A>(X::load(a.x, base + cell));
-          if (IsMax) {
-            if (bestCell < 0)
-              bestCell = cell;
-            if (v > acc) {
-              acc = v;
-              bestCell = cell;
-            }
-          } else {
-            acc += v;
-            ++count;
-          }
+    forEachWindowTap(s, o0, o1, o2, [&](I cell, I) {
+      const A v = static_cast<A>(X::load(a.x, base + cell));
+      if (IsMax) {
+        if (bestCell < 0)
+          bestCell = cell;
+        if (v > acc) {
+          acc = v;
+          bestCell = cell;
         }
+      } else {
+        acc += v;
+        ++count;
       }
-    }
+    });
     if (IsMax) {
       if (bestCell < 0)
         bestCell = 0;

@@ -68,6 +68,20 @@ template <class X, class Out> struct AxisArgs {
   typename Out::Params out;
 };
 
+/// Row addressing of an AxisShape: row r's element j is at base(r) + j * inner.
+template <class I> struct AxisRows {
+  I len, inner;
+  const AxisShape &s;
+  DLC_HD explicit AxisRows(const AxisShape &shape)
+      : len(static_cast<I>(shape.len)), inner(static_cast<I>(shape.inner)), s(shape) {}
+  DLC_HD I rows() const { return static_cast<I>(s.rows); }
+  /// The first element of row r, [outer, len, inner] with r = outer * inner + in.
+  DLC_HD I base(I r) const {
+    const I in = s.dInner.split(r);
+    return r * len * inner + in;
+  }
+};
+
 enum SoftmaxKind { kSoftmax, kLogSoftmax, kHardmax };
 
 /// Softmax, LogSoftmax, Hardmax along the middle axis of [outer, len, inner]: the max,
@@ -75,17 +89,11 @@ enum SoftmaxKind { kSoftmax, kLogSoftmax, kHardmax };
 template <int Kind, bool Short, class I, class X, class Out>
 __global__ void __launch_bounds__(256) softmax(const AxisArgs<X, Out> a) {
   typedef typename X::Value T;
-  const AxisShape &s = a.s;
-  const I len = static_cast<I>(s.len), inner = static_cast<I>(s.inner);
-  auto rowBase = [&](I row) {
-    const I in = s.dInner.split(row);
-    return row * len * inner + in;
-  };
+  const AxisRows<I> ax(a.s);
+  const I len = ax.len, inner = ax.inner;
   if (Kind == kHardmax || Short) {
-    const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
-    for (I row = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
-         row < static_cast<I>(s.rows); row += step) {
-      const I base = rowBase(row);
+    DLC_GRID_STRIDE(row, ax.rows()) {
+      const I base = ax.base(row);
       if (Kind == kHardmax) { // the first maximum
         I best = 0;
         T bestv = X::load(a.x, base);
@@ -115,8 +123,8 @@ __global__ void __launch_bounds__(256) softmax(const AxisArgs<X, Out> a) {
     return;
   }
   __shared__ T smem[32];
-  for (I row = static_cast<I>(blockIdx.x); row < static_cast<I>(s.rows); row += static_cast<I>(gridDim.x)) {
-    const I base = rowBase(row);
+  for (I row = static_cast<I>(blockIdx.x); row < ax.rows(); row += static_cast<I>(gridDim.x)) {
+    const I base = ax.base(row);
     T m = Limits<T>::lowest();
     for (I j = static_cast<I>(threadIdx.x); j < len; j += static_cast<I>(blockDim.x))
       m = maxNan(m, X::load(a.x, base + j * inner));
@@ -144,15 +152,11 @@ struct AxisIo {
 template <bool IsMax, bool Last, class I, class XT>
 __global__ void __launch_bounds__(256) argminmax(const AxisIo a) {
   typedef typename Compute<XT>::type T;
-  const AxisShape &s = a.s;
+  const AxisRows<I> ax(a.s);
   const XT *x = static_cast<const XT *>(a.x);
-  const I len = static_cast<I>(s.len), inner = static_cast<I>(s.inner);
-  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
-  for (I row = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
-       row < static_cast<I>(s.rows); row += step) {
-    I r = row;
-    const I in = s.dInner.split(r);
-    const I base = r * len * inner + in;
+  const I len = ax.len, inner = ax.inner;
+  DLC_GRID_STRIDE(row, ax.rows()) {
+    const I base = ax.base(row);
     I best = 0;
     T bv = ld<T>(x, base);
     for (I j = 1; j < len; ++j) {
@@ -187,9 +191,7 @@ __global__ void __launch_bounds__(256) topk(const AxisIo a) {
   i64 *indices = static_cast<i64 *>(s.out2);
   const I len = static_cast<I>(s.len), inner = static_cast<I>(s.inner), k = static_cast<I>(s.k);
   const I total = static_cast<I>(s.rows) * len;
-  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
-  for (I e = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); e < total;
-       e += step) {
+  DLC_GRID_STRIDE(e, total) {
     I r = e;
     const I in = s.dInner.split(r), j = s.dLen.split(r), o = r;
     const I base = o * len * inner + in;
@@ -211,16 +213,12 @@ __global__ void __launch_bounds__(256) topk(const AxisIo a) {
 template <bool Exclusive, bool Reverse, class I, class XT>
 __global__ void __launch_bounds__(256) cumsum(const AxisIo a) {
   typedef typename Accum<typename Compute<XT>::type, true>::type A;
-  const AxisShape &s = a.s;
+  const AxisRows<I> ax(a.s);
   const XT *x = static_cast<const XT *>(a.x);
   XT *y = static_cast<XT *>(a.y);
-  const I len = static_cast<I>(s.len), inner = static_cast<I>(s.inner);
-  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
-  for (I row = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
-       row < static_cast<I>(s.rows); row += step) {
-    I r = row;
-    const I in = s.dInner.split(r);
-    const I base = r * len * inner + in;
+  const I len = ax.len, inner = ax.inner;
+  DLC_GRID_STRIDE(row, ax.rows()) {
+    const I base = ax.base(row);
     A acc = A(0);
     for (I t = 0; t < len; ++t) {
       const I at = base + (Reverse ? len - 1 - t : t) * inner;

@@ -62,6 +62,27 @@ template <class I> struct RnnIndex {
     return ld<T>(static_cast<const DT *>(s.bias), (recurrent ? static_cast<I>(s.G) : 0) * static_cast<I>(s.H) +
                                                        g * static_cast<I>(s.H) + h);
   }
+  /// Gate g's input half for unit h of batch row b at time t: x W^T (xw) plus Wb.
+  template <class T, class DT> DLC_HD T gateInput(const DT *xw, I b, I t, I g, I h) const {
+    const I H = static_cast<I>(s.H);
+    return ld<T>(xw, xwRow(b, t) * static_cast<I>(s.G) * H + g * H + h) + bias<T, DT>(g, h, false);
+  }
+  /// Gate g's recurrent half from the per-step GEMM's h R^T (hr, [B][G*H]) plus Rb.
+  template <class T, class DT> DLC_HD T gateRecurrent(const DT *hr, I b, I g, I h) const {
+    const I H = static_cast<I>(s.H);
+    return ld<T>(hr, (b * static_cast<I>(s.G) + g) * H + h) + bias<T, DT>(g, h, true);
+  }
+  /// Element i of the [B][H] state in the per-step schedule: its row and unit, the
+  /// time it is at this step, and whether the row's sequence is still running.
+  struct Step {
+    I b, h, t;
+    bool live;
+  };
+  DLC_HD Step step(I i) const {
+    I b = i;
+    const I h = s.dH.split(b), l = len(b), k = static_cast<I>(s.step);
+    return Step{b, h, s.reverse ? l - 1 - k : k, k < l};
+  }
   template <class T> DLC_HD T clip(T v) const {
     if (s.clip <= 0)
       return v;
@@ -119,24 +140,21 @@ DLC_HD T lstmCell(const RnnIndex<I> &ix, I h, const T *g, T &c) {
 template <int A0, int A1, int A2, class I, class DT> __global__ void __launch_bounds__(256) lstm_cell(const RnnShape s) {
   typedef typename Compute<DT>::type T;
   RnnIndex<I> ix{s};
-  const I H = static_cast<I>(s.H), GH = 4 * H, BH = static_cast<I>(s.B) * H;
+  const I BH = static_cast<I>(s.B) * static_cast<I>(s.H);
   const DT *xw = static_cast<const DT *>(s.xw), *hr = static_cast<const DT *>(s.hr);
+  DT *next = static_cast<DT *>(s.hNext);
+  const DT *cur = static_cast<const DT *>(s.hCur);
   DLC_GRID_STRIDE(i, BH) {
-    I b = i;
-    const I h = s.dH.split(b);
-    const I len = ix.len(b), step = static_cast<I>(s.step);
-    DT *next = static_cast<DT *>(s.hNext);
-    const DT *cur = static_cast<const DT *>(s.hCur);
-    if (step >= len) {
+    const typename RnnIndex<I>::Step r = ix.step(i);
+    const I b = r.b, h = r.h, t = r.t;
+    if (!r.live) {
       next[i] = cur[i];
       continue;
     }
-    const I t = s.reverse ? len - 1 - step : step;
     T g[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k)
-      g[k] = ld<T>(xw, ix.xwRow(b, t) * GH + k * H + h) + ix.template bias<T, DT>(k, h, false) +
-             ld<T>(hr, b * GH + k * H + h) + ix.template bias<T, DT>(k, h, true);
+      g[k] = ix.template gateInput<T, DT>(xw, b, t, k, h) + ix.template gateRecurrent<T, DT>(hr, b, k, h);
     T c = ld<T>(static_cast<const DT *>(s.c), i);
     const T hn = lstmCell<A0, A1, A2, T, I, DT>(ix, h, g, c);
     st(static_cast<DT *>(s.c), i, c);
@@ -151,25 +169,23 @@ template <int A0, int A1, int A2, class I, class DT> __global__ void __launch_bo
 template <int A0, int A1, int Stage, class I, class DT> __global__ void __launch_bounds__(256) gru_cell(const RnnShape s) {
   typedef typename Compute<DT>::type T;
   RnnIndex<I> ix{s};
-  const I H = static_cast<I>(s.H), GH = 3 * H, BH = static_cast<I>(s.B) * H;
+  const I BH = static_cast<I>(s.B) * static_cast<I>(s.H);
   const DT *xw = static_cast<const DT *>(s.xw), *hr = static_cast<const DT *>(s.hr);
+  DT *next = static_cast<DT *>(s.hNext);
+  const DT *cur = static_cast<const DT *>(s.hCur);
   DLC_GRID_STRIDE(i, BH) {
-    I b = i;
-    const I h = s.dH.split(b);
-    const I len = ix.len(b), step = static_cast<I>(s.step);
-    DT *next = static_cast<DT *>(s.hNext);
-    const DT *cur = static_cast<const DT *>(s.hCur);
+    const typename RnnIndex<I>::Step r = ix.step(i);
+    const I b = r.b, h = r.h, t = r.t;
     const T hp = ld<T>(cur, i);
-    if (step >= len) {
+    if (!r.live) {
       if (Stage != 2)
         next[i] = cur[i];
       if (Stage == 1)
         st(static_cast<DT *>(s.rh), i, T(0));
       continue;
     }
-    const I t = s.reverse ? len - 1 - step : step;
-    auto gx = [&](int k) { return ld<T>(xw, ix.xwRow(b, t) * GH + k * H + h) + ix.template bias<T, DT>(k, h, false); };
-    auto gh = [&](int k) { return ld<T>(hr, b * GH + k * H + h) + ix.template bias<T, DT>(k, h, true); };
+    auto gx = [&](int k) { return ix.template gateInput<T, DT>(xw, b, t, k, h); };
+    auto gh = [&](int k) { return ix.template gateRecurrent<T, DT>(hr, b, k, h); };
     if (Stage == 2) {
       const T zg = ld<T>(next, i);
       const T rh = ld<T>(static_cast<const DT *>(s.rhR), i) + ix.template bias<T, DT>(2, h, true);
@@ -222,23 +238,45 @@ DLC_HD void gridSync(void *state) {
 #endif
 }
 
-/// Persistent LSTM: every step of one direction in one cooperative launch.
-/// Dynamic shared memory: R rows [4][H][units], then h_{t-1} [B][H].
-template <int A0, int A1, int A2, class I, class DT> __global__ void __launch_bounds__(256) lstm_persistent(const RnnShape s) {
-  typedef typename Compute<DT>::type T;
-  RnnIndex<I> ix{s};
-  DLC_DYNAMIC_SMEM(T, smem);
-  const I H = static_cast<I>(s.H), B = static_cast<I>(s.B), U = static_cast<I>(s.units), GH = 4 * H;
-  T *Rs = smem, *hs = smem + 4 * H * U;
-  const I u0 = static_cast<I>(blockIdx.x) * U;
-  const DT *R = static_cast<const DT *>(s.R), *xw = static_cast<const DT *>(s.xw);
-  for (I e = threadIdx.x; e < 4 * H * U; e += blockDim.x) { // Rs[g][k][u] = R[g * H + u0 + u][k]
+/// Persistent kernels: stages the block's slice of R (G gates, units u0 .. u0+U) in
+/// shared memory as Rs[g][k][u] = R[g * H + u0 + u][k]; rows past H are zero.
+template <class T, class I, class DT>
+__device__ void stageRecurrentWeights(T *Rs, const DT *R, int G, I H, I U, I u0) {
+  for (I e = threadIdx.x; e < G * H * U; e += blockDim.x) {
     I r = e;
     const I u = r % U;
     r /= U;
     const I k = r % H, g = r / H;
     Rs[e] = u0 + u < H ? ld<T>(R, (g * H + u0 + u) * H + k) : T(0);
   }
+}
+
+/// Stages the [B][H] state (h_{t-1} or r * h) in shared memory for every block thread.
+template <class T, class I, class DT> __device__ void stageState(T *hs, const DT *src, I n) {
+  for (I e = threadIdx.x; e < n; e += blockDim.x)
+    hs[e] = ld<T>(src, e);
+  __syncthreads();
+}
+
+/// Gate g's recurrent dot product for unit u of the block and batch row b.
+template <class T, class I> __device__ T recurrentDot(const T *Rs, const T *hs, int g, I H, I U, I u, I b) {
+  T d = T(0);
+  for (I j = 0; j < H; ++j)
+    d += Rs[(g * H + j) * U + u] * hs[b * H + j];
+  return d;
+}
+
+/// Persistent LSTM: every step of one direction in one cooperative launch.
+/// Dynamic shared memory: R rows [4][H][units], then h_{t-1} [B][H].
+template <int A0, int A1, int A2, class I, class DT> __global__ void __launch_bounds__(256) lstm_persistent(const RnnShape s) {
+  typedef typename Compute<DT>::type T;
+  RnnIndex<I> ix{s};
+  DLC_DYNAMIC_SMEM(T, smem);
+  const I H = static_cast<I>(s.H), B = static_cast<I>(s.B), U = static_cast<I>(s.units);
+  T *Rs = smem, *hs = smem + 4 * H * U;
+  const I u0 = static_cast<I>(blockIdx.x) * U;
+  const DT *R = static_cast<const DT *>(s.R), *xw = static_cast<const DT *>(s.xw);
+  stageRecurrentWeights(Rs, R, 4, H, U, u0);
   const I u = static_cast<I>(threadIdx.x) % U, b = static_cast<I>(threadIdx.x) / U, h = u0 + u;
   const bool mine = b < B && h < H;
   const I len = mine ? ix.len(b) : 0;
@@ -246,9 +284,7 @@ template <int A0, int A1, int A2, class I, class DT> __global__ void __launch_bo
   const DT *cur = static_cast<const DT *>(s.hCur);
   DT *next = static_cast<DT *>(s.hNext);
   for (I step = 0; step < static_cast<I>(s.S); ++step) {
-    for (I e = threadIdx.x; e < B * H; e += blockDim.x)
-      hs[e] = ld<T>(cur, e);
-    __syncthreads();
+    stageState(hs, cur, B * H);
     if (mine) {
       if (step >= len) {
         next[b * H + h] = cur[b * H + h];
@@ -257,11 +293,8 @@ template <int A0, int A1, int A2, class I, class DT> __global__ void __launch_bo
         T g[4];
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          T dot = T(0);
-          for (I j = 0; j < H; ++j)
-            dot += Rs[(k * H + j) * U + u] * hs[b * H + j];
-          g[k] = ld<T>(xw, ix.xwRow(b, t) * GH + k * H + h) + ix.template bias<T, DT>(k, h, false) + dot +
-                 ix.template bias<T, DT>(k, h, true);
+          g[k] = ix.template gateInput<T, DT>(xw, b, t, k, h) +
+                 recurrentDot(Rs, hs, k, H, U, u, b) + ix.template bias<T, DT>(k, h, true);
         }
         const T hn = lstmCell<A0, A1, A2, T, I, DT>(ix, h, g, c);
         st(next, b * H + h, hn);
@@ -284,36 +317,23 @@ template <int A0, int A1, class I, class DT> __global__ void __launch_bounds__(2
   typedef typename Compute<DT>::type T;
   RnnIndex<I> ix{s};
   DLC_DYNAMIC_SMEM(T, smem);
-  const I H = static_cast<I>(s.H), B = static_cast<I>(s.B), U = static_cast<I>(s.units), GH = 3 * H;
+  const I H = static_cast<I>(s.H), B = static_cast<I>(s.B), U = static_cast<I>(s.units);
   T *Rs = smem, *hs = smem + 3 * H * U;
   const I u0 = static_cast<I>(blockIdx.x) * U;
   const DT *R = static_cast<const DT *>(s.R), *xw = static_cast<const DT *>(s.xw);
-  for (I e = threadIdx.x; e < 3 * H * U; e += blockDim.x) {
-    I r = e;
-    const I u = r % U;
-    r /= U;
-    const I k = r % H, g = r / H;
-    Rs[e] = u0 + u < H ? ld<T>(R, (g * H + u0 + u) * H + k) : T(0);
-  }
+  stageRecurrentWeights(Rs, R, 3, H, U, u0);
   const I u = static_cast<I>(threadIdx.x) % U, b = static_cast<I>(threadIdx.x) / U, h = u0 + u;
   const bool mine = b < B && h < H;
   const I len = mine ? ix.len(b) : 0;
   const DT *cur = static_cast<const DT *>(s.hCur);
   DT *next = static_cast<DT *>(s.hNext);
   DT *rh = static_cast<DT *>(s.rh);
-  auto dot = [&](int k) {
-    T d = T(0);
-    for (I j = 0; j < H; ++j)
-      d += Rs[(k * H + j) * U + u] * hs[b * H + j];
-    return d;
-  };
+  auto dot = [&](int k) { return recurrentDot(Rs, hs, k, H, U, u, b); };
   for (I step = 0; step < static_cast<I>(s.S); ++step) {
-    for (I e = threadIdx.x; e < B * H; e += blockDim.x)
-      hs[e] = ld<T>(cur, e);
-    __syncthreads();
+    stageState(hs, cur, B * H);
     const bool live = mine && step < len;
     const I t = live ? (s.reverse ? len - 1 - step : step) : 0;
-    auto gx = [&](int k) { return ld<T>(xw, ix.xwRow(b, t) * GH + k * H + h) + ix.template bias<T, DT>(k, h, false); };
+    auto gx = [&](int k) { return ix.template gateInput<T, DT>(xw, b, t, k, h); };
     const T hp = mine ? hs[b * H + h] : T(0);
     T zg = T(0), hn = hp;
     if (live) {
@@ -331,9 +351,7 @@ template <int A0, int A1, class I, class DT> __global__ void __launch_bounds__(2
       if (mine && !live)
         st(rh, b * H + h, T(0));
       gridSync(s.barrier); // every r * h written
-      for (I e = threadIdx.x; e < B * H; e += blockDim.x)
-        hs[e] = ld<T>(rh, e);
-      __syncthreads();
+      stageState(hs, static_cast<const DT *>(rh), B * H);
       if (live) {
         const T hh = rnnAct<A1>(ix.clip(gx(2) + dot(2) + ix.template bias<T, DT>(2, h, true)), s.alpha[1], s.beta[1]);
         hn = (T(1) - zg) * hh + zg * hp;

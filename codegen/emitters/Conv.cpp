@@ -99,14 +99,7 @@ ConvShape convShape(const Window3 &w, int64_t M, int64_t groups) {
   s.M = M;
   s.Cg = w.C / groups;
   s.Mg = M / groups;
-  for (int d = 0; d < 3; ++d) {
-    s.in[d] = w.in[d];
-    s.out[d] = w.out[d];
-    s.k[d] = w.k[d];
-    s.stride[d] = w.stride[d];
-    s.dil[d] = w.dil[d];
-    s.pad[d] = w.padB[d];
-  }
+  setWindow(s, w);
   s.kSize = w.kSize();
   s.K = s.Cg * s.kSize;
   s.P = w.outSize();
@@ -228,15 +221,9 @@ llvm::Error lowerConvTranspose(Lowering &l, const Node &n) {
   s.Mg = wt->shape()[1];
   s.M = s.Mg * groups;
   s.total = total;
-  for (int d = 0; d < 3; ++d) {
-    s.y[d] = w.in[d];
-    s.x[d] = w.out[d];
-    s.k[d] = w.k[d];
-    s.stride[d] = w.stride[d];
-    s.dil[d] = w.dil[d];
-    s.pad[d] = w.padB[d];
+  setWindow(s, w);
+  for (int d = 0; d < 3; ++d)
     s.dStride[d] = Divmod::make(w.stride[d]);
-  }
   s.ySize = w.inSize();
   s.xSize = w.outSize();
   s.kSize = w.kSize();

@@ -16,13 +16,10 @@ std::string scalarLiteral(const ir::Value *v);
 /// The element-wise expression of node n applied to operand value expressions.
 std::string expandExpr(const ir::Node &n, const std::vector<std::string> &vals);
 
-/// y (a fresh result, shape `dims`) = x[base + sum_d coord_d * strides[d]]: the
-/// copy_strided kernel (splits, materialized broadcasts).
-llvm::Error emitStridedCopy(Lowering &l, const ir::Node &n, const ir::Value *x, int64_t base, const ir::Value *y,
-                            const ir::Shape &dims, const std::vector<int64_t> &strides);
-/// The same into a buffer that is not a value (a temporary).
-llvm::Error emitStridedCopyTo(Lowering &l, const ir::Node &n, const ir::Value *x, BufferRef dst, uint64_t dstBytes,
-                              const ir::Shape &dims, const std::vector<int64_t> &strides);
+/// dst (shape `dims`) = x[base + sum_d coord_d * strides[d]]: the copy_strided kernel
+/// (splits, materialized broadcasts).
+llvm::Error emitStridedCopy(Lowering &l, const ir::Node &n, const ir::Value *x, int64_t base, BufferRef dst,
+                            uint64_t dstBytes, const ir::Shape &dims, const std::vector<int64_t> &strides);
 
 
 } // namespace dlc::codegen

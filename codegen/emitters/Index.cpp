@@ -11,6 +11,7 @@
 #include "../Library.h"
 
 #include <cstddef>
+#include <functional>
 
 namespace dlc::codegen {
 
@@ -46,6 +47,41 @@ struct IndexLaunch {
     l.launch(n, k, a, gridFor(threads, 256), 256);
   }
 };
+
+/// Launches an IndexShape template `tmpl<extra..., I, DT, IT>` over `threads` threads:
+/// `data` (x), `idx`, `upd` (if any) and the output.
+void launchIndex(Lowering &l, const Node &n, const char *tmpl, std::vector<std::string> targs, const IndexShape &s,
+                 const Value *data, const Value *idx, const Value *upd, const Value *y, int64_t threads) {
+  IndexLaunch il{l, n, {}};
+  il.a.shape(s);
+  if (data && data->type().numElements() && !upd)
+    il.in(offsetof(IndexShape, x), data);
+  il.in(offsetof(IndexShape, idx), idx);
+  if (upd)
+    il.in(offsetof(IndexShape, upd), upd);
+  il.out(offsetof(IndexShape, y), y);
+  int64_t maxIndex = std::max({s.total, s.axisDim, data->type().numElements(), y->type().numElements()});
+  targs.insert(targs.end(), {l.indexType(maxIndex), cudaType(data->dtype()), cudaType(idx->dtype())});
+  il.run({tmpl, targs, "dlc::IndexShape", {}}, threads);
+}
+
+/// ScatterElements and ScatterND: the data copied to the output, then the scatter
+/// (parallel, or one thread in index order with a reduction).
+llvm::Error lowerScatter(Lowering &l, const Node &n, const char *tmpl,
+                         const std::function<llvm::Expected<IndexShape>(int64_t total)> &shape, int64_t total) {
+  const Value *x = n.operand(0), *idx = n.operand(1), *upd = n.operand(2), *y = n.result();
+  BufferRef yb = l.allocate(y);
+  if (x->type().numElements())
+    l.addCopy(l.bufferOf(x), yb, x->type().byteSize(), n);
+  if (!total)
+    return llvm::Error::success();
+  auto s = shape(total);
+  if (!s)
+    return s.takeError();
+  const char *red = scatterReduction(n.attrString("reduction"));
+  launchIndex(l, n, tmpl, {red}, *s, x, idx, upd, y, std::string(red) == "dlc::kScatterNone" ? total : 1);
+  return llvm::Error::success();
+}
 
 int64_t normAxis(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
 
@@ -84,46 +120,27 @@ llvm::Error lowerGatherElements(Lowering &l, const Node &n) {
   s->axisDim = x->shape()[axis];
   for (int64_t d = 0; d < x->rank(); ++d)
     s->xStride[d] = xs[d];
-  IndexLaunch il{l, n, {}};
-  il.a.shape(*s);
-  il.in(offsetof(IndexShape, x), x);
-  il.in(offsetof(IndexShape, idx), idx);
-  il.out(offsetof(IndexShape, y), y);
-  il.run({"dlc::gather_elements", {l.indexType(std::max(total, x->type().numElements())), cudaType(x->dtype()),
-                                   cudaType(idx->dtype())},
-          "dlc::IndexShape", {}},
-         total);
+  launchIndex(l, n, "dlc::gather_elements", {}, *s, x, idx, nullptr, y, total);
   return llvm::Error::success();
 }
 
 llvm::Error lowerScatterElements(Lowering &l, const Node &n) {
-  const Value *x = n.operand(0), *idx = n.operand(1), *upd = n.operand(2), *y = n.result();
-  int64_t axis = normAxis(n.attrInt("axis"), x->rank());
-  BufferRef yb = l.allocate(y);
-  if (x->type().numElements())
-    l.addCopy(l.bufferOf(x), yb, x->type().byteSize(), n);
-  int64_t total = idx->type().numElements();
-  if (!total)
-    return llvm::Error::success();
-  auto s = indexShape(idx->shape(), total);
-  if (!s)
-    return s.takeError();
-  Shape ys = stridesOf(y->shape());
-  s->axis = axis;
-  s->axisDim = x->shape()[axis];
-  for (int64_t d = 0; d < y->rank(); ++d)
-    s->xStride[d] = ys[d];
-  const char *red = scatterReduction(n.attrString("reduction"));
-  IndexLaunch il{l, n, {}};
-  il.a.shape(*s);
-  il.in(offsetof(IndexShape, idx), idx);
-  il.in(offsetof(IndexShape, upd), upd);
-  il.out(offsetof(IndexShape, y), y);
-  il.run({"dlc::scatter_elements", {red, l.indexType(std::max(total, x->type().numElements())), cudaType(x->dtype()),
-                                    cudaType(idx->dtype())},
-          "dlc::IndexShape", {}},
-         std::string(red) == "dlc::kScatterNone" ? total : 1);
-  return llvm::Error::success();
+  const Value *x = n.operand(0), *idx = n.operand(1);
+  return lowerScatter(
+      l, n, "dlc::scatter_elements",
+      [&](int64_t total) -> llvm::Expected<IndexShape> {
+        auto s = indexShape(idx->shape(), total);
+        if (!s)
+          return s.takeError();
+        int64_t axis = normAxis(n.attrInt("axis"), x->rank());
+        Shape xs = stridesOf(x->shape());
+        s->axis = axis;
+        s->axisDim = x->shape()[axis];
+        for (int64_t d = 0; d < x->rank(); ++d)
+          s->xStride[d] = xs[d];
+        return s;
+      },
+      idx->type().numElements());
 }
 
 /// GatherND / ScatterND geometry: index tuples of q coordinates into data dims
@@ -164,40 +181,14 @@ llvm::Error lowerGatherND(Lowering &l, const Node &n) {
   auto s = ndShape(x, idx, n.attrInt("batch_dims"), total);
   if (!s)
     return s.takeError();
-  IndexLaunch il{l, n, {}};
-  il.a.shape(*s);
-  il.in(offsetof(IndexShape, x), x);
-  il.in(offsetof(IndexShape, idx), idx);
-  il.out(offsetof(IndexShape, y), y);
-  il.run({"dlc::gather_nd", {l.indexType(std::max(total, x->type().numElements())), cudaType(x->dtype()),
-                             cudaType(idx->dtype())},
-          "dlc::IndexShape", {}},
-         total);
+  launchIndex(l, n, "dlc::gather_nd", {}, *s, x, idx, nullptr, y, total);
   return llvm::Error::success();
 }
 
 llvm::Error lowerScatterND(Lowering &l, const Node &n) {
-  const Value *x = n.operand(0), *idx = n.operand(1), *upd = n.operand(2), *y = n.result();
-  BufferRef yb = l.allocate(y);
-  if (x->type().numElements())
-    l.addCopy(l.bufferOf(x), yb, x->type().byteSize(), n);
-  int64_t total = upd->type().numElements();
-  if (!total)
-    return llvm::Error::success();
-  auto s = ndShape(x, idx, 0, total);
-  if (!s)
-    return s.takeError();
-  const char *red = scatterReduction(n.attrString("reduction"));
-  IndexLaunch il{l, n, {}};
-  il.a.shape(*s);
-  il.in(offsetof(IndexShape, idx), idx);
-  il.in(offsetof(IndexShape, upd), upd);
-  il.out(offsetof(IndexShape, y), y);
-  il.run({"dlc::scatter_nd", {red, l.indexType(std::max(total, x->type().numElements())), cudaType(x->dtype()),
-                              cudaType(idx->dtype())},
-          "dlc::IndexShape", {}},
-         std::string(red) == "dlc::kScatterNone" ? total : 1);
-  return llvm::Error::success();
+  const Value *x = n.operand(0), *idx = n.operand(1), *upd = n.operand(2);
+  return lowerScatter(
+      l, n, "dlc::scatter_nd", [&](int64_t total) { return ndShape(x, idx, 0, total); }, upd->type().numElements());
 }
 
 llvm::Error lowerOneHot(Lowering &l, const Node &n) {
@@ -214,13 +205,7 @@ llvm::Error lowerOneHot(Lowering &l, const Node &n) {
   s->depth = n.attrInt("depth");
   for (size_t k = 0; k < ist.size(); ++k)
     s->xStride[k] = ist[k];
-  IndexLaunch il{l, n, {}};
-  il.a.shape(*s);
-  il.in(offsetof(IndexShape, x), vals);
-  il.in(offsetof(IndexShape, idx), idx);
-  il.out(offsetof(IndexShape, y), y);
-  il.run({"dlc::onehot", {l.indexType(total), cudaType(y->dtype()), cudaType(idx->dtype())}, "dlc::IndexShape", {}},
-         total);
+  launchIndex(l, n, "dlc::onehot", {}, *s, vals, idx, nullptr, y, total);
   return llvm::Error::success();
 }
 
@@ -239,14 +224,7 @@ llvm::Error lowerReverseSequence(Lowering &l, const Node &n) {
   s->axisDim = x->shape()[s->axis];
   for (int64_t d = 0; d < x->rank(); ++d)
     s->xStride[d] = st[d];
-  IndexLaunch il{l, n, {}};
-  il.a.shape(*s);
-  il.in(offsetof(IndexShape, x), x);
-  il.in(offsetof(IndexShape, idx), lens);
-  il.out(offsetof(IndexShape, y), y);
-  il.run({"dlc::reverse_sequence", {l.indexType(total), cudaType(x->dtype()), cudaType(lens->dtype())},
-          "dlc::IndexShape", {}},
-         total);
+  launchIndex(l, n, "dlc::reverse_sequence", {}, *s, x, lens, nullptr, y, total);
   return llvm::Error::success();
 }
 
@@ -274,15 +252,7 @@ llvm::Error lowerMaxUnpool(Lowering &l, const Node &n) {
     s->xDim[d] = y->shape()[d];
     s->xStride[d] = ost[d];
   }
-  IndexLaunch il{l, n, {}};
-  il.a.shape(*s);
-  il.in(offsetof(IndexShape, x), x);
-  il.in(offsetof(IndexShape, idx), idx);
-  il.out(offsetof(IndexShape, y), y);
-  il.run({"dlc::max_unpool",
-          {l.indexType(std::max({total, y->type().numElements(), s->axisDim})), cudaType(x->dtype()), cudaType(idx->dtype())},
-          "dlc::IndexShape", {}},
-         total);
+  launchIndex(l, n, "dlc::max_unpool", {}, *s, x, idx, nullptr, y, total);
   return llvm::Error::success();
 }
 

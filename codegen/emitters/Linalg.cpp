@@ -36,7 +36,7 @@ llvm::Expected<BufferRef> materializeBroadcast(Lowering &l, const Node &n, const
                                                const std::string &what) {
   TensorType t(v->dtype(), to);
   BufferRef dst = l.temp(t.byteSize(), v->name() + "." + what);
-  if (auto e = emitStridedCopyTo(l, n, v, dst, t.byteSize(), to, broadcastStrides(v->shape(), to)))
+  if (auto e = emitStridedCopy(l, n, v, 0, dst, t.byteSize(), to, broadcastStrides(v->shape(), to)))
     return e;
   return dst;
 }
@@ -167,7 +167,8 @@ llvm::Error lowerGemm(Lowering &l, const Node &n) {
     return llvm::Error::success();
   float beta = n.attrFloat("beta");
   if (cIn && beta != 0.0f) {
-    if (auto e = emitStridedCopy(l, n, cIn, 0, out, out->shape(), broadcastStrides(cIn->shape(), out->shape())))
+    if (auto e = emitStridedCopy(l, n, cIn, 0, l.bufferOf(out), out->type().byteSize(), out->shape(),
+                                 broadcastStrides(cIn->shape(), out->shape())))
       return e;
   } else {
     beta = 0;

@@ -74,7 +74,7 @@ llvm::Error lowerSplit(Lowering &l, const Node &n) {
     l.allocate(v);
     int64_t len = v->shape()[axis], total = v->type().numElements();
     if (total)
-      if (auto e = emitStridedCopy(l, n, x, offset * st[axis], v, v->shape(), st))
+      if (auto e = emitStridedCopy(l, n, x, offset * st[axis], l.bufferOf(v), v->type().byteSize(), v->shape(), st))
         return e;
     offset += len;
   }
@@ -105,8 +105,8 @@ void emitFill(Lowering &l, const Node &n, bool isRange, double f0, double f1, in
 
 } // namespace
 
-llvm::Error emitStridedCopy(Lowering &l, const Node &n, const Value *x, int64_t base, const Value *y,
-                            const Shape &dims, const std::vector<int64_t> &strides) {
+llvm::Error emitStridedCopy(Lowering &l, const Node &n, const Value *x, int64_t base, BufferRef dst,
+                            uint64_t dstBytes, const Shape &dims, const std::vector<int64_t> &strides) {
   int64_t total = product(dims);
   auto view = stridedView(dims, strides);
   if (!view)
@@ -114,26 +114,6 @@ llvm::Error emitStridedCopy(Lowering &l, const Node &n, const Value *x, int64_t 
   CopyShape s{};
   s.total = total;
   s.base = base;
-  s.map = *view;
-  Instantiation inst{"dlc::copy_strided", {l.indexType(std::max(total, x->type().numElements())), cudaType(x->dtype())},
-                     "dlc::CopyShape", {}};
-  uint32_t k = l.instantiate(inst);
-  LaunchArgs a;
-  a.shape(s);
-  a.pointer(offsetof(CopyShape, x), l.bufferOf(x), x->type().byteSize(), false);
-  a.pointer(offsetof(CopyShape, y), l.bufferOf(y), y->type().byteSize(), true);
-  l.launch(n, k, a, gridFor(total, 256), 256);
-  return llvm::Error::success();
-}
-
-llvm::Error emitStridedCopyTo(Lowering &l, const Node &n, const Value *x, BufferRef dst, uint64_t dstBytes,
-                              const Shape &dims, const std::vector<int64_t> &strides) {
-  int64_t total = product(dims);
-  auto view = stridedView(dims, strides);
-  if (!view)
-    return view.takeError();
-  CopyShape s{};
-  s.total = total;
   s.map = *view;
   Instantiation inst{"dlc::copy_strided", {l.indexType(std::max(total, x->type().numElements())), cudaType(x->dtype())},
                      "dlc::CopyShape", {}};

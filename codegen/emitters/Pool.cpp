@@ -32,15 +32,9 @@ llvm::Error lowerWindowPool(Lowering &l, const Node &n) {
     return llvm::Error::success();
   PoolShape s{};
   s.total = total;
-  for (int d = 0; d < 3; ++d) {
-    s.in[d] = w.in[d];
-    s.out[d] = w.out[d];
-    s.k[d] = w.k[d];
-    s.stride[d] = w.stride[d];
-    s.dil[d] = w.dil[d];
-    s.pad[d] = w.padB[d];
+  setWindow(s, w);
+  for (int d = 0; d < 3; ++d)
     s.padEnd[d] = w.padE[d];
-  }
   s.inSize = w.inSize();
   s.outSize = w.outSize();
   s.countIncludePad = !isMax && n.attrInt("count_include_pad") != 0;

@@ -18,4 +18,16 @@ struct Window3 {
 /// Reads the window of a Conv/ConvTranspose (kernel from W) or pooling node.
 Window3 windowOf(const ir::Node &n, const ir::Shape &x, const ir::Shape &y, const ir::Shape &kernel);
 
+/// Copies a window into a kernel-library shape struct's in/out/k/stride/dil/pad arrays.
+template <class S> void setWindow(S &s, const Window3 &w) {
+  for (int d = 0; d < 3; ++d) {
+    s.in[d] = w.in[d];
+    s.out[d] = w.out[d];
+    s.k[d] = w.k[d];
+    s.stride[d] = w.stride[d];
+    s.dil[d] = w.dil[d];
+    s.pad[d] = w.padB[d];
+  }
+}
+
 } // namespace dlc::codegen

@@ -18,39 +18,6 @@ uint64_t tensorBytes(const pkg::TensorInfo &t) {
   return n;
 }
 
-int archNumber(const std::string &t) {
-  size_t us = t.find('_');
-  return us == std::string::npos ? 0 : std::atoi(t.c_str() + us + 1);
-}
-
-/// The architecture whose steps run on `g`, as the runtime chooses (Session.cpp):
-/// the newest planned architecture not newer than the GPU's, else the oldest.
-int stepArchFor(const pkg::Package &m, const GpuModel &g) {
-  std::vector<int> archs;
-  if (m.steps())
-    for (const pkg::Step *s : *m.steps())
-      if (s->archs())
-        for (const flatbuffers::String *a : *s->archs())
-          archs.push_back(archNumber(a->str()));
-  if (archs.empty())
-    return 0;
-  std::sort(archs.begin(), archs.end());
-  int cc = archNumber(g.arch), best = archs.front();
-  for (int a : archs)
-    if (a <= cc)
-      best = a;
-  return best;
-}
-
-bool runsOn(const pkg::Step &s, int arch) {
-  if (!s.archs() || s.archs()->size() == 0)
-    return true;
-  for (const flatbuffers::String *a : *s.archs())
-    if (archNumber(a->str()) == arch)
-      return true;
-  return false;
-}
-
 /// Registers per thread of a kernel on `g`: ptxas's count for its architecture, else
 /// the largest count the package has, else a guess.
 int registersOf(const pkg::Kernel &k, const GpuModel &g) {
@@ -87,9 +54,10 @@ PackageCost costOf(const pkg::PackageFile &pf) {
   c.flops.assign(ng, 0);
   c.bytesRead.assign(ng, 0);
   c.bytesWritten.assign(ng, 0);
-  std::vector<int> arch(ng);
+  // The steps that run on each GPU, as the runtime chooses them.
+  std::vector<int> arch(ng), planned = pkg::stepArchs(m);
   for (size_t i = 0; i < ng; ++i)
-    arch[i] = stepArchFor(m, *gpus[i]);
+    arch[i] = pkg::chooseStepArch(planned, pkg::archNumber(gpus[i]->arch));
   if (m.steps())
     for (const pkg::Step *s : *m.steps()) {
       StepCost sc;
@@ -127,7 +95,7 @@ PackageCost costOf(const pkg::PackageFile &pf) {
       }
       for (size_t i = 0; i < ng; ++i) {
         const GpuModel &g = *gpus[i];
-        bool runs = runsOn(*s, arch[i]);
+        bool runs = pkg::stepRunsOn(*s, arch[i]);
         double fill = 1;
         if (l && m.kernels() && l->kernel() < m.kernels()->size()) {
           const pkg::Kernel &k = *m.kernels()->Get(l->kernel());

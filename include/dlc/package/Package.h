@@ -36,6 +36,17 @@ uint32_t crc32(const void *data, size_t n, uint32_t seed = 0);
 size_t dtypeSize(DType t);
 const char *dtypeName(DType t);
 
+/// "sm_80" -> 80, "compute_90" -> 90; 0 if the name has no number.
+int archNumber(const std::string &target);
+/// The compute capabilities (80 for "sm_80") that the package's steps are specialized
+/// for, in increasing order; empty when every step runs everywhere.
+std::vector<int> stepArchs(const Package &m);
+/// Of `archs`, the one to run on a device of compute capability `cc`: the newest not
+/// newer than cc, else the oldest (0 when archs is empty).
+int chooseStepArch(const std::vector<int> &archs, int cc);
+/// Whether a step runs when the package's steps for `arch` (chooseStepArch) are chosen.
+bool stepRunsOn(const Step &s, int arch);
+
 /// A finished package that is not one buffer: the header and metadata, then each
 /// section where its owner keeps it. Weights (gigabytes, for some models) are written
 /// to the file once and never copied into an image.

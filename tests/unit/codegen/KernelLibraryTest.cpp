@@ -326,25 +326,26 @@ TEST(KernelLibrary, Normalizations) {
 }
 
 TEST(KernelLibrary, Attention) {
-  // Head size 40 (two chunks of 32 lanes), 37 keys (two key tiles), 2 heads.
-  check({"attention", R"(graph @g(%qkv: f32[2,37,240], %mask: f32[37,37]) -> ("y": f32[2,37,80]) {
-  %q = Slice(%qkv) {axes = [2], ends = [80], starts = [0]} : f32[2,37,80]
-  %k = Slice(%qkv) {axes = [2], ends = [160], starts = [80]} : f32[2,37,80]
-  %v = Slice(%qkv) {axes = [2], ends = [240], starts = [160]} : f32[2,37,80]
-  %qr = Reshape(%q) {shape = [2, 37, 2, 40]} : f32[2,37,2,40]
-  %kr = Reshape(%k) {shape = [2, 37, 2, 40]} : f32[2,37,2,40]
-  %vr = Reshape(%v) {shape = [2, 37, 2, 40]} : f32[2,37,2,40]
-  %qh = Transpose(%qr) {perm = [0, 2, 1, 3]} : f32[2,2,37,40]
-  %kt = Transpose(%kr) {perm = [0, 2, 3, 1]} : f32[2,2,40,37]
-  %vh = Transpose(%vr) {perm = [0, 2, 1, 3]} : f32[2,2,37,40]
-  %scale = const f32[] dense<[0.158]>
-  %qs = Mul(%qh, %scale) : f32[2,2,37,40]
-  %s = MatMul(%qs, %kt) : f32[2,2,37,37]
-  %sm = Add(%s, %mask) : f32[2,2,37,37]
-  %p = Softmax(%sm) {axis = -1} : f32[2,2,37,37]
-  %o = MatMul(%p, %vh) : f32[2,2,37,40]
-  %ot = Transpose(%o) {perm = [0, 2, 1, 3]} : f32[2,37,2,40]
-  %y = Reshape(%ot) {shape = [2, 37, 80]} : f32[2,37,80]
+  // Head size 72 (three chunks of 32 lanes, the last partial), 70 keys (three key
+  // tiles, the last partial), 3 heads, one sequence.
+  check({"attention", R"(graph @g(%qkv: f32[1,70,648], %mask: f32[70,70]) -> ("y": f32[1,70,216]) {
+  %q = Slice(%qkv) {axes = [2], ends = [216], starts = [0]} : f32[1,70,216]
+  %k = Slice(%qkv) {axes = [2], ends = [432], starts = [216]} : f32[1,70,216]
+  %v = Slice(%qkv) {axes = [2], ends = [648], starts = [432]} : f32[1,70,216]
+  %qr = Reshape(%q) {shape = [1, 70, 3, 72]} : f32[1,70,3,72]
+  %kr = Reshape(%k) {shape = [1, 70, 3, 72]} : f32[1,70,3,72]
+  %vr = Reshape(%v) {shape = [1, 70, 3, 72]} : f32[1,70,3,72]
+  %qh = Transpose(%qr) {perm = [0, 2, 1, 3]} : f32[1,3,70,72]
+  %kt = Transpose(%kr) {perm = [0, 2, 3, 1]} : f32[1,3,72,70]
+  %vh = Transpose(%vr) {perm = [0, 2, 1, 3]} : f32[1,3,70,72]
+  %scale = const f32[] dense<[0.118]>
+  %qs = Mul(%qh, %scale) : f32[1,3,70,72]
+  %s = MatMul(%qs, %kt) : f32[1,3,70,70]
+  %sm = Add(%s, %mask) : f32[1,3,70,70]
+  %p = Softmax(%sm) {axis = -1} : f32[1,3,70,70]
+  %o = MatMul(%p, %vh) : f32[1,3,70,72]
+  %ot = Transpose(%o) {perm = [0, 2, 1, 3]} : f32[1,70,3,72]
+  %y = Reshape(%ot) {shape = [1, 70, 216]} : f32[1,70,216]
   return %y
 })",
          {"dlc::attention"},
