@@ -53,35 +53,4 @@ std::optional<DType> parseDType(std::string_view name) {
   return std::nullopt;
 }
 
-uint16_t floatToHalf(float f) {
-  uint32_t x = floatBits(f);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t absx = x & 0x7fffffffu;
-  if (absx >= 0x7f800000u) // inf or NaN
-    return static_cast<uint16_t>(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0u));
-  if (absx >= 0x477ff000u) // rounds to >= 65520: overflow to inf
-    return static_cast<uint16_t>(sign | 0x7c00u);
-  if (absx < 0x38800000u) { // result is subnormal or zero
-    // Scale into the subnormal range with one float add; the FPU rounds to nearest even.
-    float a = bitsFloat(absx) + 0.5f;
-    return static_cast<uint16_t>(sign | (floatBits(a) - 0x3f000000u));
-  }
-  uint32_t mant_odd = (absx >> 13) & 1u;
-  absx += 0xc8000fffu + mant_odd; // rebias exponent (-112 << 23) and round
-  return static_cast<uint16_t>(sign | (absx >> 13));
-}
-
-float halfToFloat(uint16_t h) {
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  if (exp == 0) {
-    float v = std::ldexp(static_cast<float>(mant), -24);
-    return sign ? -v : v;
-  }
-  if (exp == 31)
-    return bitsFloat(sign | 0x7f800000u | (mant << 13));
-  return bitsFloat(sign | ((exp + 112u) << 23) | (mant << 13));
-}
-
 } // namespace dlc::ir

@@ -1,6 +1,8 @@
 //===- DType.h - Element types of the IR ------------------------*- C++ -*-===//
 #pragma once
 
+#include "dlc/package/Half.h"
+
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -47,31 +49,12 @@ inline bool isUnsignedInt(DType t) {
 inline bool isInt(DType t) { return isSignedInt(t) || isUnsignedInt(t); }
 inline bool isNumeric(DType t) { return isFloat(t) || isInt(t); }
 
-//===----------------------------------------------------------------------===//
-// 16-bit floating point conversions (round to nearest even), host side.
-//===----------------------------------------------------------------------===//
-
-inline uint32_t floatBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-inline float bitsFloat(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-uint16_t floatToHalf(float f);
-float halfToFloat(uint16_t h);
-
-inline uint16_t floatToBF16(float f) {
-  uint32_t u = floatBits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) // NaN: keep it quiet and non-zero
-    return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-inline float bf16ToFloat(uint16_t b) { return bitsFloat(static_cast<uint32_t>(b) << 16); }
+// 16-bit floating point conversions (include/dlc/package/Half.h: the runtime uses them too).
+using dlc::bf16ToFloat;
+using dlc::bitsFloat;
+using dlc::floatBits;
+using dlc::floatToBF16;
+using dlc::floatToHalf;
+using dlc::halfToFloat;
 
 } // namespace dlc::ir
