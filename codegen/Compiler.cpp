@@ -87,6 +87,14 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
                                                            : pkg::ModuleKind::EmuSharedObject;
     mods.push_back(pkg::CreateModule(fb, fb.CreateString(m.target), kind, &moduleSections[i], m.chunk));
   }
+  auto launchOf = [&](const LaunchStep &l) {
+    std::vector<pkg::Reloc> relocs;
+    for (const auto &[offset, r] : l.params.relocs)
+      relocs.emplace_back(offset, ref(r));
+    pkg::Dim3 grid(l.grid[0], l.grid[1], l.grid[2]), block(l.block[0], l.block[1], l.block[2]);
+    return pkg::CreateLaunch(fb, l.kernel, &grid, &block, l.smem, fb.CreateVector(l.params.bytes),
+                             fb.CreateVectorOfStructs(relocs), l.bytesRead, l.bytesWritten, l.flops);
+  };
   std::vector<flatbuffers::Offset<pkg::Step>> steps;
   for (const StepDesc &s : p.steps) {
     auto node = fb.CreateString(s.node);
@@ -94,13 +102,7 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
     if (!s.archs.empty())
       archs = fb.CreateVectorOfStrings(s.archs);
     if (const auto *l = std::get_if<LaunchStep>(&s.op)) {
-      std::vector<pkg::Reloc> relocs;
-      for (const auto &[offset, r] : l->params.relocs)
-        relocs.emplace_back(offset, ref(r));
-      pkg::Dim3 grid(l->grid[0], l->grid[1], l->grid[2]), block(l->block[0], l->block[1], l->block[2]);
-      auto launch = pkg::CreateLaunch(fb, l->kernel, &grid, &block, l->smem, fb.CreateVector(l->params.bytes),
-                                      fb.CreateVectorOfStructs(relocs), l->bytesRead, l->bytesWritten, l->flops);
-      steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Launch, launch.Union(), node, archs));
+      steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Launch, launchOf(*l).Union(), node, archs));
     } else if (const auto *g = std::get_if<GemmStep>(&s.op)) {
       pkg::BufRef a = ref(g->a), b = ref(g->b), c = ref(g->c);
       std::optional<pkg::BufRef> bias, cIn;
@@ -108,9 +110,14 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
         bias = ref(*g->bias);
       if (g->cIn)
         cIn = ref(*g->cIn);
+      pkg::BufRef ws = ref(g->workspace);
+      flatbuffers::Offset<pkg::Launch> fallback;
+      if (g->fallback)
+        fallback = launchOf(*g->fallback);
       auto gemm = pkg::CreateGemm(fb, toPkg(g->dtype), g->transA, g->transB, g->m, g->n, g->k, g->batch, &a, &b,
                                   &c, g->lda, g->ldb, g->ldc, g->strideA, g->strideB, g->strideC, g->alpha, g->beta,
-                                  bias ? &*bias : nullptr, g->activation, cIn ? &*cIn : nullptr);
+                                  bias ? &*bias : nullptr, g->activation, cIn ? &*cIn : nullptr,
+                                  g->workspaceBytes ? &ws : nullptr, g->workspaceBytes, fallback);
       steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Gemm, gemm.Union(), node, archs));
     } else if (const auto *c = std::get_if<CopyStep>(&s.op)) {
       pkg::BufRef src = ref(c->src), dst = ref(c->dst);
@@ -122,10 +129,17 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
       steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Memset, ms.Union(), node, archs));
     }
   }
+  std::vector<flatbuffers::Offset<pkg::Check>> checks;
+  for (const CheckDesc &c : p.checks)
+    checks.push_back(pkg::CreateCheck(fb, c.offset, fb.CreateString(c.node), fb.CreateString(c.what)));
+  bool gpuModules = std::any_of(modules.begin(), modules.end(),
+                                [](const CompiledModule &m) { return m.kind != CompiledModule::EmuObject; });
   auto root = pkg::CreatePackage(fb, pkg::kFormatVersion, fb.CreateString("dlc 0.1.0"), fb.CreateString(p.modelName),
                                  inputs, outputs, fb.CreateVector(buffers), p.arenaBytes, p.weightBytes,
                                  fb.CreateVector(weights), fb.CreateVector(kernels), fb.CreateVector(mods),
-                                 fb.CreateVector(steps), embedSource ? &src : nullptr);
+                                 fb.CreateVector(steps), embedSource ? &src : nullptr, p.naiveArenaBytes,
+                                 p.maxLiveBytes, gpuModules ? nvrtcVersionNumber() : 0, fb.CreateVector(checks),
+                                 p.checkBuffer);
   return w.finishImage(root);
 }
 
@@ -378,6 +392,8 @@ llvm::Expected<pkg::PackageImage> compileGraphImage(const Graph &g, const Compil
     rep.libraryCalls += std::holds_alternative<GemmStep>(s.op);
   }
   rep.arenaBytes = program->arenaBytes;
+  rep.naiveArenaBytes = program->naiveArenaBytes;
+  rep.maxLiveBytes = program->maxLiveBytes;
   rep.weightBytes = program->weightBytes;
   rep.cudaSource = program->source;
   rep.chunks = program->chunkSources.size();

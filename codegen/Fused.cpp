@@ -26,6 +26,15 @@ std::string FusedAccess::pointer(const Value *v) {
   return p;
 }
 
+std::string FusedAccess::checkPointer(const Node &n) {
+  auto it = checks_.find(&n);
+  if (it != checks_.end())
+    return it->second;
+  std::string p = params_.pointer(DType::U32, l_.checkWord(n, "index out of range"), false, 4);
+  checks_[&n] = p;
+  return p;
+}
+
 std::string FusedAccess::outputPointer(const Value *v) {
   auto it = ptrs_.find(v);
   if (it != ptrs_.end())
@@ -245,7 +254,10 @@ std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::strin
       std::string gi = valueAt(b, ind, "(" + dot(istr, c) + ")", memo);
       std::string g = fresh("g");
       b.line("long long " + g + " = (long long)" + gi + ";");
-      b.line("if (" + g + " < 0) " + g + " += " + num(dim) + ";");
+      std::string dimField = num(dim);
+      b.line("if (" + g + " < 0) " + g + " += " + dimField + ";");
+      b.line("if (" + g + " < 0 || " + g + " >= " + dimField + ") { dlc::reportDataError(" + checkPointer(n) +
+             ", dlc::kErrIndexRange); " + g + " = 0; }");
       std::vector<int64_t> xstr(os.size(), 0);
       for (int64_t d = 0; d < axis; ++d)
         xstr[d] = xs[d];
@@ -356,6 +368,36 @@ llvm::Error lowerInlineNode(Lowering &l, const Node &n) {
   return lowerInlineGroup(l, g);
 }
 
+/// The buffers of an element-wise group's inputs that it reads only at the index it
+/// writes, element for element (same element size, whole buffers): its output may
+/// take their memory when they die here (MemoryPlan.h).
+static std::vector<uint32_t> inPlaceInputs(Lowering &l, const FusionGroup &g, BufferRef out) {
+  const Value *result = g.root->result();
+  int64_t total = result->type().numElements();
+  size_t es = dtypeSize(result->dtype());
+  if (out.offset != 0)
+    return {};
+  for (const Node *n : g.nodes)
+    if (n->result()->type().numElements() != total || !(isMetadataOnly(*n) || n->def().cudaExpr))
+      return {};
+  std::vector<uint32_t> yes, no;
+  for (const Node *n : g.nodes)
+    for (const Value *v : n->operands()) {
+      if (!v || g.contains(v) || isScalarConstant(v))
+        continue;
+      BufferRef r = l.bufferOf(v);
+      bool identity = r.offset == 0 && dtypeSize(v->dtype()) == es && v->type().numElements() == total &&
+                      (isMetadataOnly(*n) || v->shape() == n->result()->shape());
+      (identity ? yes : no).push_back(r.buffer);
+    }
+  std::vector<uint32_t> buffers;
+  for (uint32_t b : yes)
+    if (std::find(no.begin(), no.end(), b) == no.end() &&
+        std::find(buffers.begin(), buffers.end(), b) == buffers.end())
+      buffers.push_back(b);
+  return buffers;
+}
+
 llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
   const Value *out = g.root->result();
   // Only metadata nodes: no kernel, the result aliases the input.
@@ -376,8 +418,9 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
   Functor f;
   FusedAccess fa(l, f.params, &g);
   // Vectorized form: every node element-wise over one f32 index space, every buffer
-  // 16-byte aligned (arena buffers are 256-byte aligned; views may be offset).
-  bool vec4 = out->dtype() == DType::F32 && total % 4 == 0 && outRef.offset % 16 == 0;
+  // 16-byte aligned (arena buffers are 256-byte aligned; views may be offset), and
+  // none of them the caller's (a bound device pointer is only element-aligned).
+  bool vec4 = out->dtype() == DType::F32 && total % 4 == 0 && outRef.offset % 16 == 0 && !l.isInterface(out);
   std::vector<const Value *> externals;
   for (const Node *n : g.nodes) {
     vec4 &= n->result()->type().numElements() == total &&
@@ -386,7 +429,7 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
       if (!v || g.contains(v) || isScalarConstant(v))
         continue;
       vec4 &= v->dtype() == DType::F32 && (isMetadataOnly(*n) || v->shape() == n->result()->shape()) &&
-              l.bufferOf(v).offset % 16 == 0;
+              l.bufferOf(v).offset % 16 == 0 && !l.isInterface(v);
       if (std::find(externals.begin(), externals.end(), v) == externals.end())
         externals.push_back(v);
     }
@@ -442,6 +485,8 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
   args.blob.i64(n);
   args.functor(f);
   l.launch(*g.root, k, args, gridFor(n, 256), 256, 0, flops);
+  for (uint32_t in : inPlaceInputs(l, g, outRef))
+    l.allowInPlace(in, outRef.buffer);
   return llvm::Error::success();
 }
 

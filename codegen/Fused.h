@@ -53,6 +53,8 @@ public:
   /// The pointer field of an external value (added on first use).
   std::string pointer(const ir::Value *v);
   std::string outputPointer(const ir::Value *v);
+  /// The check word pointer of a node that checks indices (added on first use).
+  std::string checkPointer(const ir::Node &n);
 
 private:
   using Memo = std::map<std::pair<const ir::Value *, std::string>, std::string>;
@@ -77,6 +79,7 @@ private:
   ParamList &params_;
   const FusionGroup *g_;
   std::map<const ir::Value *, std::string> ptrs_, override_;
+  std::map<const ir::Node *, std::string> checks_;
   const ir::Value *bound_ = nullptr;
   std::string boundIdx_, boundExpr_;
   int counter_ = 0;

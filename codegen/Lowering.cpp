@@ -1,4 +1,5 @@
 #include "Lowering.h"
+#include "MemoryPlan.h"
 
 #include "Fused.h"
 #include "Library.h"
@@ -8,6 +9,7 @@
 #include "llvm/Support/Format.h"
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <set>
 
@@ -208,12 +210,21 @@ BufferRef Lowering::temp(uint64_t bytes, const std::string &name) {
   return {static_cast<uint32_t>(p_.buffers.size() - 1), 0};
 }
 
-BufferRef Lowering::scratch(uint64_t bytes) {
-  if (!scratch_)
-    scratch_ = temp(bytes, "scratch").buffer;
-  BufferDesc &b = p_.buffers[*scratch_];
-  b.bytes = std::max(b.bytes, bytes);
-  return {*scratch_, 0};
+BufferRef Lowering::checkWord(const Node &n, const std::string &what) {
+  if (p_.checks.empty())
+    p_.checkBuffer = temp(0, "checks").buffer;
+  uint64_t offset = 4 * p_.checks.size();
+  // Nodes of hand-written IR may be unnamed: the op and its result name it then.
+  std::string node = n.name().empty() ? std::string(n.opName()) + " -> %" + n.result()->name() : n.name();
+  p_.checks.push_back({offset, node, what});
+  p_.buffers[p_.checkBuffer].bytes = offset + 4;
+  return {p_.checkBuffer, offset};
+}
+
+void Lowering::allowInPlace(uint32_t in, uint32_t out) {
+  if (!p_.steps.empty())
+    if (auto *l = std::get_if<LaunchStep>(&p_.steps.back().op))
+      l->inplace.push_back({in, out});
 }
 
 BufferRef Lowering::constantBuffer(const Tensor &t, const std::string &name) {
@@ -240,7 +251,38 @@ BufferRef Lowering::bufferOf(const Value *v) {
   return allocate(v);
 }
 
-void Lowering::addGemm(const GemmStep &g, const Node &n) { p_.steps.push_back({g, n.name(), {}}); }
+void Lowering::addGemm(const GemmStep &g0, const Node &n) {
+  GemmStep g = g0;
+  // cuBLASLt's workspace (split-K partial sums, mostly): four times the output, from
+  // 64 KiB to the 32 MiB NVIDIA recommends for Hopper. The heuristic picks among the
+  // algorithms that fit.
+  uint64_t out = static_cast<uint64_t>(g.m * g.n * g.batch) * dtypeSize(g.dtype);
+  g.workspaceBytes = std::clamp<uint64_t>(4 * out, 64 << 10, 32 << 20);
+  g.workspace = temp(g.workspaceBytes, n.name() + ".workspace");
+  if (g.bias || g.activation != pkg::GemmActivation::None) {
+    // The epilogue as a kernel, for a GPU where no algorithm applies it.
+    GemmEpilogueShape s{};
+    s.total = g.m * g.n * g.batch;
+    s.ldc = g.ldc;
+    s.strideC = g.strideC;
+    s.dCols = Divmod::make(g.n);
+    s.dRows = Divmod::make(g.m);
+    LaunchArgs a;
+    a.shape(s);
+    uint64_t dBytes = static_cast<uint64_t>(s.total) * dtypeSize(g.dtype);
+    a.pointer(offsetof(GemmEpilogueShape, d), g.c, dBytes, true);
+    if (g.bias)
+      a.pointer(offsetof(GemmEpilogueShape, bias), *g.bias, g.n * dtypeSize(g.dtype), false);
+    int act = g.activation == pkg::GemmActivation::Relu ? 1 : g.activation == pkg::GemmActivation::GeluTanh ? 2 : 0;
+    int64_t maxIndex = (g.batch - 1) * g.strideC + g.m * g.ldc;
+    uint32_t k = instantiate({"dlc::gemm_epilogue", {std::to_string(act), indexType(maxIndex), cudaType(g.dtype)},
+                              "dlc::GemmEpilogueShape", {}});
+    launch(n, k, a, gridFor(static_cast<uint64_t>(s.total), 256), 256, 0, 2.0 * static_cast<double>(s.total));
+    g.fallback = std::get<LaunchStep>(p_.steps.back().op);
+    p_.steps.pop_back();
+  }
+  p_.steps.push_back({g, n.name(), {}});
+}
 void Lowering::addCopy(BufferRef src, BufferRef dst, uint64_t bytes, const Node &n) {
   p_.steps.push_back({CopyStep{src, dst, bytes}, n.name(), {}});
 }
@@ -389,6 +431,20 @@ bool Lowering::anchorMaterializes(const Node &anchor) const { return anchor.kind
 llvm::Expected<Program> Lowering::run() {
   p_.modelName = g_.name();
   for (const auto &in : g_.inputs())
+    interface_.insert(in.get());
+  for (const GraphOutput &o : g_.outputs())
+    interface_.insert(o.value);
+  for (bool changed = true; changed;) { // views share their operand's memory
+    changed = false;
+    for (const Node &n : g_.nodes())
+      if (isMetadataOnly(n) && n.numOperands() && n.operand(0) &&
+          interface_.count(n.operand(0)) != interface_.count(n.result())) {
+        interface_.insert(n.operand(0));
+        interface_.insert(n.result());
+        changed = true;
+      }
+  }
+  for (const auto &in : g_.inputs())
     p_.inputs.push_back({in->name(), in->type(), allocate(in.get()).buffer});
   std::vector<const Node *> nodes;
   for (const Node &n : g_.nodes())
@@ -413,13 +469,22 @@ llvm::Expected<Program> Lowering::run() {
   for (const GraphOutput &o : g_.outputs())
     p_.outputs.push_back({o.name, o.value->type(), bufferOf(o.value).buffer});
 
-  // Memory plan: one region each, buffers laid out in order, 256-byte aligned.
-  // (The real planner, with lifetimes and reuse, replaces this.)
-  for (BufferDesc &b : p_.buffers) {
-    uint64_t &top = b.region == pkg::Region::Arena ? p_.arenaBytes : p_.weightBytes;
-    b.offset = top;
-    top += (b.bytes + 255) / 256 * 256;
+  // Weights in order; the arena by lifetimes (MemoryPlan.h).
+  for (BufferDesc &b : p_.buffers)
+    if (b.region == pkg::Region::Weights) {
+      b.offset = p_.weightBytes;
+      p_.weightBytes += (b.bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+    }
+  std::vector<uint32_t> pinned;
+  if (!p_.checks.empty()) {
+    // The check words start each run at zero; the runtime reads them after it.
+    uint64_t bytes = p_.buffers[p_.checkBuffer].bytes;
+    p_.steps.insert(p_.steps.begin(), StepDesc{MemsetStep{{p_.checkBuffer, 0}, bytes, 0}, "", {}});
+    pinned.push_back(p_.checkBuffer);
   }
+  MemoryPlanStats mem = planMemory(p_, pinned);
+  p_.naiveArenaBytes = mem.naiveBytes;
+  p_.maxLiveBytes = mem.maxLiveBytes;
 
   assignChunks(p_);
   std::vector<const KernelDesc *> all;

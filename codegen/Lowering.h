@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <variant>
@@ -116,6 +117,9 @@ struct LaunchStep {
   ParamBlob params;
   uint64_t bytesRead = 0, bytesWritten = 0; // the cost model
   double flops = 0;
+  /// (input, output) buffers the kernel reads and writes element for element at the
+  /// same index: the output may take the input's memory where the input dies here.
+  std::vector<std::pair<uint32_t, uint32_t>> inplace;
 };
 struct GemmStep {
   ir::DType dtype;
@@ -127,6 +131,12 @@ struct GemmStep {
   // Epilogue (cuBLASLt): D = act(alpha * AB + beta * Cin + bias); Cin = c if unset.
   std::optional<BufferRef> bias, cIn;
   pkg::GemmActivation activation = pkg::GemmActivation::None;
+  /// cuBLASLt's workspace: arena memory planned like any temporary.
+  BufferRef workspace;
+  uint64_t workspaceBytes = 0;
+  /// Bias and activation as a kernel over the output, for when no cuBLASLt algorithm
+  /// applies the epilogue (the runtime then calls the GEMM without it).
+  std::optional<LaunchStep> fallback;
 };
 
 /// A fused epilogue that the GEMM library call itself applies (see Lowering::lowerGroup).
@@ -155,6 +165,12 @@ struct TensorDesc {
   uint32_t buffer;
 };
 
+/// A launch's word of the check buffer (pkg::Check).
+struct CheckDesc {
+  uint64_t offset;
+  std::string node, what;
+};
+
 /// Everything codegen produced for one graph.
 struct Program {
   std::string modelName;
@@ -164,6 +180,11 @@ struct Program {
   std::vector<StepDesc> steps;
   std::vector<TensorDesc> inputs, outputs;
   uint64_t arenaBytes = 0, weightBytes = 0;
+  /// The memory plan's figures (MemoryPlan.h).
+  uint64_t naiveArenaBytes = 0, maxLiveBytes = 0;
+  /// Check words (zeroed by the schedule's first step, read by the runtime after it).
+  std::vector<CheckDesc> checks;
+  uint32_t checkBuffer = 0;
   /// The complete CUDA translation unit (all kernels, plus the emu thunks under DLC_EMU).
   std::string source;
   /// The translation units compiled separately (and cached per chunk): each has its
@@ -202,10 +223,13 @@ public:
   void alias(const ir::Value *result, const ir::Value *operand);
   /// Binds a value to an existing buffer (e.g. a constant computed at compile time).
   void bind(const ir::Value *v, BufferRef r);
+  /// A buffer for one node's steps (its lifetime is theirs: the memory plan reuses it).
   BufferRef temp(uint64_t bytes, const std::string &name);
-  /// Scratch memory for the duration of one node's steps (split-K partial sums): one
-  /// buffer for the whole schedule, as large as the largest request.
-  BufferRef scratch(uint64_t bytes);
+  /// Lets the last launch write `out` over `in` (LaunchStep::inplace).
+  void allowInPlace(uint32_t in, uint32_t out);
+  /// A 32-bit check word for a launch of `n` that can meet bad data (`what`: what the
+  /// runtime reports when the launch writes a nonzero code into it).
+  BufferRef checkWord(const ir::Node &n, const std::string &what);
   uint64_t bufferBytes(uint32_t buffer) const { return p_.buffers[buffer].bytes; }
   BufferRef constantBuffer(const ir::Tensor &t, const std::string &name);
 
@@ -251,6 +275,9 @@ public:
   }
 
   const ir::Graph &graph() const { return g_; }
+  /// Graph inputs and outputs and their views: the caller may bind them to its own
+  /// device memory, aligned to the element only (no vector loads there).
+  bool isInterface(const ir::Value *v) const { return interface_.count(v) != 0; }
   /// The fusion group whose anchor is being lowered (null for a node alone).
   const FusionGroup *group() const { return group_; }
   /// For a GEMM anchor whose whole epilogue the library applies.
@@ -268,8 +295,8 @@ private:
   LoweringOptions opts_;
   Program p_;
   std::map<const ir::Value *, BufferRef> valueBuffers_;
+  std::set<const ir::Value *> interface_;
   std::map<std::string, uint32_t> instances_; // instantiation key -> kernel
-  std::optional<uint32_t> scratch_;
 };
 
 /// The lowering function of each op family (emitters/<Family>.cpp).

@@ -346,8 +346,10 @@ llvm::Expected<CompiledModule> compileForEmu(const std::string &source, const To
   if (cxx.empty())
     return makeError("no host C++ compiler found for the emu target (set DLC_HOST_CXX or CXX, or "
                      "leave emu out of --target)");
-  std::vector<std::string> flags = {"-std=c++17", "-O2", "-fPIC", "-shared", "-fwrapv",
-                                    "-fvisibility=hidden", "-w", "-DDLC_EMU=1"};
+  // -fsanitize=alignment without its runtime: misaligned accesses call the handler in
+  // dlc_emu_prelude.h (compiled, then linked apart, so that no libubsan is linked).
+  std::vector<std::string> flags = {"-std=c++17", "-O2", "-fPIC", "-fwrapv", "-fvisibility=hidden", "-w",
+                                    "-DDLC_EMU=1", "-fsanitize=alignment"};
   std::vector<std::string> keyParts = {"emu", cxx, source};
   keyParts.insert(keyParts.end(), flags.begin(), flags.end());
   for (const EmbeddedFile &h : embeddedHeaders())
@@ -377,24 +379,30 @@ llvm::Expected<CompiledModule> compileForEmu(const std::string &source, const To
   if (auto ec = llvm::sys::fs::createUniqueDirectory("dlc-emu", dir))
     return errorf("cannot create a temporary directory: {0}", ec.message());
   auto cleanup = llvm::make_scope_exit([&] { llvm::sys::fs::remove_directories(dir); });
+  // #line names each file without the temporary directory, which must not reach the
+  // module (sanitizer source locations): packages are byte-identical build to build.
   for (const EmbeddedFile &h : embeddedHeaders()) {
     std::ofstream f(std::string(dir) + "/" + h.name);
-    f << h.contents;
+    f << "#line 1 \"" << h.name << "\"\n" << h.contents;
   }
-  std::string src = std::string(dir) + "/kernels.cpp", out = std::string(dir) + "/kernels.so",
-              log = std::string(dir) + "/log.txt";
+  std::string src = std::string(dir) + "/kernels.cpp", obj = std::string(dir) + "/kernels.o",
+              out = std::string(dir) + "/kernels.so", log = std::string(dir) + "/log.txt";
   {
     std::ofstream f(src);
-    f << source;
+    f << "#line 1 \"kernels.cpp\"\n" << source;
   }
   std::vector<std::string> args = {cxx};
   args.insert(args.end(), flags.begin(), flags.end());
   args.insert(args.end(), {"-I" + std::string(dir), "-I" + opts.cudaRoot + "/include", "-include",
-                           std::string(dir) + "/dlc_emu_prelude.h", src, "-o", out});
+                           std::string(dir) + "/dlc_emu_prelude.h", "-c", src, "-o", obj});
   std::vector<llvm::StringRef> argRefs(args.begin(), args.end());
   llvm::Optional<llvm::StringRef> redirects[] = {llvm::None, llvm::StringRef(log), llvm::StringRef(log)};
   std::string err;
   int rc = llvm::sys::ExecuteAndWait(cxx, argRefs, llvm::None, redirects, 0, 0, &err);
+  if (rc == 0) {
+    std::vector<llvm::StringRef> link = {cxx, "-shared", "-fPIC", obj, "-o", out};
+    rc = llvm::sys::ExecuteAndWait(cxx, link, llvm::None, redirects, 0, 0, &err);
+  }
   std::vector<uint8_t> logBytes;
   readFile(log, logBytes);
   m.log.assign(logBytes.begin(), logBytes.end());
@@ -408,6 +416,12 @@ llvm::Expected<CompiledModule> compileForEmu(const std::string &source, const To
   std::string image(m.image.begin(), m.image.end());
   cachePut(opts, key, {"bin", "log"}, {&image, &m.log});
   return m;
+}
+
+uint32_t nvrtcVersionNumber() {
+  int major = 0, minor = 0;
+  ::nvrtcVersion(&major, &minor);
+  return static_cast<uint32_t>(major * 1000 + minor * 10);
 }
 
 } // namespace dlc::codegen

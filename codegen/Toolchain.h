@@ -67,6 +67,9 @@ llvm::Expected<CompiledModule> compileForEmu(const std::string &source, const To
 bool hostCompilerAvailable(const ToolchainOptions &opts);
 std::string hostCompilerPath(const ToolchainOptions &opts);
 
+/// NVRTC's CUDA version as the driver API numbers it (13000 for 13.0).
+uint32_t nvrtcVersionNumber();
+
 /// Parses ptxas -v output into per-kernel resources.
 std::map<std::string, KernelResources> parsePtxasLog(const std::string &log);
 

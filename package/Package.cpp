@@ -353,31 +353,41 @@ Status PackageFile::verify() {
         return bad("module " + std::to_string(i) + " is incomplete");
     }
   DLC_RETURN_IF_ERROR(checkSection(p.cuda_source(), "the CUDA source"));
+  auto checkLaunch = [&](const Launch &l, const std::string &label) -> Status {
+    if (l.kernel() >= nKernels)
+      return bad(label + " launches kernel " + std::to_string(l.kernel()) + " of " + std::to_string(nKernels));
+    if (!l.grid() || !l.block() || !l.grid()->x() || !l.grid()->y() || !l.grid()->z() || !l.block()->x() ||
+        !l.block()->y() || !l.block()->z())
+      return bad(label + " has an empty grid or block");
+    size_t paramBytes = l.params() ? l.params()->size() : 0;
+    if (paramBytes > kMaxParamBytes)
+      return bad(label + " has " + std::to_string(paramBytes) + " bytes of parameters (limit " +
+                 std::to_string(kMaxParamBytes) + ")");
+    if (l.relocs())
+      for (const Reloc *r : *l.relocs()) {
+        if (r->offset() % 8 || r->offset() > paramBytes || paramBytes - r->offset() < 8)
+          return bad(label + " has a relocation outside its parameters");
+        DLC_RETURN_IF_ERROR(checkRef(r->ref(), 0, label + " argument"));
+      }
+    return Status::ok();
+  };
+  if (p.checks() && p.checks()->size()) {
+    if (p.check_buffer() >= nBuffers || buffers->Get(p.check_buffer())->region() != Region::Arena)
+      return bad("the check buffer is not an arena buffer");
+    for (const Check *c : *p.checks()) {
+      if (c->offset() % 4 || !c->node() || !c->what())
+        return bad("a check word is misaligned or unnamed");
+      DLC_RETURN_IF_ERROR(checkRef(BufRef(p.check_buffer(), c->offset()), 4, "a check word"));
+    }
+  }
   if (p.steps())
     for (size_t i = 0; i < p.steps()->size(); ++i) {
       const Step *s = p.steps()->Get(i);
       std::string label = "step " + std::to_string(i);
       switch (s->op_type()) {
-      case StepKind::Launch: {
-        const Launch *l = s->op_as_Launch();
-        if (l->kernel() >= nKernels)
-          return bad(label + " launches kernel " + std::to_string(l->kernel()) + " of " +
-                     std::to_string(nKernels));
-        if (!l->grid() || !l->block() || !l->grid()->x() || !l->grid()->y() || !l->grid()->z() ||
-            !l->block()->x() || !l->block()->y() || !l->block()->z())
-          return bad(label + " has an empty grid or block");
-        size_t paramBytes = l->params() ? l->params()->size() : 0;
-        if (paramBytes > kMaxParamBytes)
-          return bad(label + " has " + std::to_string(paramBytes) + " bytes of parameters (limit " +
-                     std::to_string(kMaxParamBytes) + ")");
-        if (l->relocs())
-          for (const Reloc *r : *l->relocs()) {
-            if (r->offset() % 8 || r->offset() > paramBytes || paramBytes - r->offset() < 8)
-              return bad(label + " has a relocation outside its parameters");
-            DLC_RETURN_IF_ERROR(checkRef(r->ref(), 0, label + " argument"));
-          }
+      case StepKind::Launch:
+        DLC_RETURN_IF_ERROR(checkLaunch(*s->op_as_Launch(), label));
         break;
-      }
       case StepKind::Gemm: {
         const Gemm *g = s->op_as_Gemm();
         size_t es = dtypeSize(g->dtype());
@@ -416,6 +426,11 @@ Status PackageFile::verify() {
           DLC_RETURN_IF_ERROR(checkRef(*g->bias(), g->n() * es, label + " bias"));
         if (g->activation() > GemmActivation::MAX)
           return bad(label + " has an unknown activation");
+        if (g->workspace_bytes())
+          DLC_RETURN_IF_ERROR(checkRef(g->workspace() ? *g->workspace() : BufRef(UINT32_MAX, 0),
+                                       g->workspace_bytes(), label + " workspace"));
+        if (g->fallback())
+          DLC_RETURN_IF_ERROR(checkLaunch(*g->fallback(), label + " epilogue fallback"));
         break;
       }
       case StepKind::Copy: {

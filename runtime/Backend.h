@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 namespace dlc::rt {
 
@@ -45,17 +46,26 @@ public:
   virtual Status upload(const pkg::BufRef &dst, const void *src, size_t n) = 0;
   virtual Status download(void *dst, const pkg::BufRef &src, size_t n) = 0;
   virtual Status launch(const pkg::Launch &l, const std::string &node) = 0;
-  virtual Status gemm(const pkg::Gemm &g, const std::string &node) = 0;
+  /// Runs a GEMM step. `epilogueApplied` comes back false when the backend ran it
+  /// without its bias/activation (no algorithm applies them); the session then runs
+  /// the step's fallback launch.
+  virtual Status gemm(const pkg::Gemm &g, const std::string &node, bool &epilogueApplied) = 0;
   virtual Status copy(const pkg::Copy &c) = 0;
   virtual Status memset(const pkg::Memset &m) = 0;
   virtual Status synchronize() = 0;
+  /// Runs a whole schedule: `issue` issues its steps in order. The default calls it;
+  /// the cuda backend captures it into a CUDA graph once and replays that after.
+  virtual Status execute(const std::function<Status()> &issue) { return issue(); }
+  /// A note for the user (a fallback the backend took), or "".
+  virtual std::string note() const { return ""; }
 };
 
-/// The emu backend: `threads` workers (0: one per hardware thread); `computeCapability`
-/// selects which architecture's steps it runs (0: the newest in the package).
-std::unique_ptr<Backend> createEmuBackend(int threads, int computeCapability);
+/// The emu backend: opts.emuThreads workers (0: one per hardware thread);
+/// opts.emuComputeCapability selects which architecture's steps it runs (0: the
+/// newest in the package).
+std::unique_ptr<Backend> createEmuBackend(const SessionOptions &opts);
 /// Fails with StatusCode::Unavailable when libcuda.so.1 or a device is missing.
-Result<std::unique_ptr<Backend>> createCudaBackend(int device);
+Result<std::unique_ptr<Backend>> createCudaBackend(const SessionOptions &opts);
 
 /// GPU resource limits the emu backend enforces (and the cuda backend relies on).
 struct ArchLimits {

@@ -35,6 +35,7 @@ dlc_status toC(StatusCode c) {
   case StatusCode::Unavailable: return DLC_ERROR_UNAVAILABLE;
   case StatusCode::LaunchFailure: return DLC_ERROR_LAUNCH;
   case StatusCode::IoError: return DLC_ERROR_IO;
+  case StatusCode::DataError: return DLC_ERROR_DATA;
   case StatusCode::Internal: return DLC_ERROR_INTERNAL;
   }
   return DLC_ERROR_INTERNAL;
@@ -119,6 +120,7 @@ const char *dlc_status_string(dlc_status s) {
   case DLC_ERROR_LAUNCH: return "launch failure";
   case DLC_ERROR_INTERNAL: return "internal error";
   case DLC_ERROR_IO: return "I/O error";
+  case DLC_ERROR_DATA: return "invalid input data";
   case DLC_STATUS_FORCE_INT32_: break;
   }
   return "unknown status";
@@ -171,6 +173,8 @@ dlc_status dlc_session_create(dlc_model *model, const dlc_session_options *optio
       so.device = static_cast<rt::DeviceKind>(options->device);
       so.emuThreads = options->emu_threads;
       so.cudaDevice = options->cuda_device;
+      so.check = options->check != 0;
+      so.cudaGraphs = options->no_cuda_graphs == 0;
     }
     auto s = rt::Session::create(model->model, so);
     if (!s)

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <cstdlib>
 #include <cstring>
 
 namespace dlc::rt {
@@ -74,8 +75,11 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> mo
   s->model_ = std::move(model);
   s->pkg_ = std::shared_ptr<const pkg::PackageFile>(s->model_, &s->model_->file());
   s->opts_ = opts;
+  // Test suites turn the emu checks on for every session they make (README).
+  if (const char *e = std::getenv("DLC_EMU_CHECK"); e && *e && std::string(e) != "0")
+    s->opts_.check = true;
   if (opts.device == DeviceKind::Cuda || opts.device == DeviceKind::Auto) {
-    auto cuda = createCudaBackend(opts.cudaDevice);
+    auto cuda = createCudaBackend(s->opts_);
     if (cuda) {
       s->backend_ = std::move(*cuda);
     } else if (opts.device == DeviceKind::Cuda) {
@@ -85,7 +89,7 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> mo
     }
   }
   if (!s->backend_)
-    s->backend_ = createEmuBackend(opts.emuThreads, opts.emuComputeCapability);
+    s->backend_ = createEmuBackend(s->opts_);
   if (Status st = s->backend_->prepare(*s->model_))
     return st;
   const pkg::Package &m = s->pkg_->meta();
@@ -100,6 +104,7 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> mo
 }
 
 std::string Session::backendDescription() const { return backend_->describe(); }
+std::string Session::backendNote() const { return backend_->note(); }
 DeviceKind Session::deviceKind() const { return backend_->kind(); }
 
 int Session::inputIndex(const std::string &name) const {
@@ -162,6 +167,12 @@ Status Session::bindDevice(const std::string &name, bool isOutput, uint64_t devi
   if (!devicePtr)
     return Status(StatusCode::InvalidArgument, "device pointer for '" + name + "' is null");
   const pkg::TensorInfo *t = (isOutput ? pkg_->meta().outputs() : pkg_->meta().inputs())->Get(i);
+  // Kernels read interface tensors element by element (never as float4), so the
+  // element's alignment is all a bound pointer needs.
+  size_t align = pkg::dtypeSize(t->dtype());
+  if (align > 1 && devicePtr % align)
+    return Status(StatusCode::InvalidArgument, "device pointer for '" + name + "' is not aligned to its " +
+                                                   std::to_string(align) + "-byte elements");
   DLC_RETURN_IF_ERROR(backend_->bindExternal(t->buffer(), devicePtr));
   if (!isOutput)
     inputSet_[i] = true;
@@ -215,39 +226,72 @@ Status Session::run() {
       return Status(StatusCode::InvalidArgument,
                     "input '" + m.inputs()->Get(i)->name()->str() + "' was not set");
   profile_.clear();
-  for (const pkg::Step *s : steps_) {
-    std::string node = s->node() ? s->node()->str() : "";
-    auto t0 = std::chrono::steady_clock::now();
-    Status st;
-    const char *kind = "";
-    switch (s->op_type()) {
-    case pkg::StepKind::Launch:
-      kind = "launch";
-      st = backend_->launch(*s->op_as_Launch(), node);
-      break;
-    case pkg::StepKind::Gemm:
-      kind = "gemm";
-      st = backend_->gemm(*s->op_as_Gemm(), node);
-      break;
-    case pkg::StepKind::Copy:
-      kind = "copy";
-      st = backend_->copy(*s->op_as_Copy());
-      break;
-    case pkg::StepKind::Memset:
-      kind = "memset";
-      st = backend_->memset(*s->op_as_Memset());
-      break;
-    default: st = Status(StatusCode::InvalidPackage, "unknown step kind");
+  auto issue = [&]() -> Status {
+    for (const pkg::Step *s : steps_) {
+      std::string node = s->node() ? s->node()->str() : "";
+      auto t0 = std::chrono::steady_clock::now();
+      Status st;
+      const char *kind = "";
+      switch (s->op_type()) {
+      case pkg::StepKind::Launch:
+        kind = "launch";
+        st = backend_->launch(*s->op_as_Launch(), node);
+        break;
+      case pkg::StepKind::Gemm: {
+        kind = "gemm";
+        const pkg::Gemm &g = *s->op_as_Gemm();
+        bool epilogueApplied = true;
+        st = backend_->gemm(g, node, epilogueApplied);
+        if (!st && !epilogueApplied) {
+          if (!g.fallback())
+            return Status(StatusCode::Internal, "GEMM of node '" + node + "' ran without its epilogue, and the "
+                                                                          "package has no fallback kernel for it");
+          st = backend_->launch(*g.fallback(), node);
+        }
+        break;
+      }
+      case pkg::StepKind::Copy:
+        kind = "copy";
+        st = backend_->copy(*s->op_as_Copy());
+        break;
+      case pkg::StepKind::Memset:
+        kind = "memset";
+        st = backend_->memset(*s->op_as_Memset());
+        break;
+      default: st = Status(StatusCode::InvalidPackage, "unknown step kind");
+      }
+      if (st)
+        return st;
+      if (opts_.profile) {
+        DLC_RETURN_IF_ERROR(backend_->synchronize());
+        double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+        profile_.push_back({node, kind, us});
+      }
     }
-    if (st)
-      return st;
-    if (opts_.profile) {
-      DLC_RETURN_IF_ERROR(backend_->synchronize());
-      double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-      profile_.push_back({node, kind, us});
-    }
+    return Status::ok();
+  };
+  DLC_RETURN_IF_ERROR(backend_->execute(issue));
+  DLC_RETURN_IF_ERROR(backend_->synchronize());
+  return checkDataErrors();
+}
+
+/// The check words of the launches that can meet bad data (package.fbs: Check): the
+/// first nonzero one names its node.
+Status Session::checkDataErrors() const {
+  const pkg::Package &m = pkg_->meta();
+  if (!m.checks() || m.checks()->size() == 0)
+    return Status::ok();
+  const pkg::Buffer *b = m.buffers()->Get(m.check_buffer());
+  std::vector<uint32_t> words(b->bytes() / 4);
+  DLC_RETURN_IF_ERROR(backend_->download(words.data(), pkg::BufRef(m.check_buffer(), 0), words.size() * 4));
+  for (const pkg::Check *c : *m.checks()) {
+    uint32_t w = words[c->offset() / 4];
+    if (w)
+      return Status(StatusCode::DataError, "node '" + c->node()->str() + "': " + c->what()->str() +
+                                               " (the input data is invalid for this model; the outputs of "
+                                               "this run are not meaningful)");
   }
-  return backend_->synchronize();
+  return Status::ok();
 }
 
 Result<HostTensor> Session::getOutput(const std::string &name) const {

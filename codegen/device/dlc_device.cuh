@@ -28,6 +28,15 @@ namespace dlc {
 typedef int idx32;
 typedef long long idx64;
 
+/// Data errors. A kernel that meets bad data (an index out of range) ORs a code into
+/// its launch's check word and goes on with a safe value; the runtime reports the
+/// launch's node after the run. (A trap would end the whole CUDA context.)
+enum DataError : unsigned { kErrIndexRange = 1u };
+DLC_HD void reportDataError(unsigned *err, unsigned code) {
+  if (err)
+    atomicOr(err, code);
+}
+
 //===----------------------------------------------------------------------===//
 // Conversions between storage and compute types. Float -> integer saturates and
 // maps NaN to 0, like the reference interpreter; float -> half rounds to nearest.

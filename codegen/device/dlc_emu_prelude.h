@@ -37,10 +37,40 @@ extern const dlc_emu_api *dlc_emu_api_ptr;
 #define gridDim (dlc_emu_cur->gridDim)
 static constexpr int warpSize = 32;
 
-inline void __syncthreads() { dlc_emu_api_ptr->syncthreads(); }
+// Each call site has its own address: the runtime checks that a block's threads meet
+// at the same barrier.
+#define __syncthreads()                                                                            \
+  do {                                                                                             \
+    static const char dlc_emu_barrier_site = 0;                                                    \
+    dlc_emu_api_ptr->syncthreads(&dlc_emu_barrier_site);                                           \
+  } while (0)
 inline void __syncwarp(unsigned mask = 0xffffffffu) { dlc_emu_api_ptr->syncwarp(mask); }
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __trap() { dlc_emu_api_ptr->trap("__trap() called"); }
+
+// The module is built with -fsanitize=alignment and no sanitizer runtime: a load or
+// store through a pointer misaligned for its type (a float4 at an address that is
+// not a multiple of 16) lands here and fails the launch, as it faults on a GPU.
+extern "C" {
+struct dlc_emu_ubsan_type_mismatch {
+  const char *file;
+  unsigned line, column;
+  const void *type;
+  unsigned char logAlignment, kind;
+};
+inline void dlc_emu_misaligned(void *data, void *ptr) {
+  static thread_local char msg[160];
+  auto *d = static_cast<const dlc_emu_ubsan_type_mismatch *>(data);
+  unsigned long long p = reinterpret_cast<unsigned long long>(ptr);
+  if (!p || !d->logAlignment || p % (1ull << d->logAlignment) == 0)
+    return;
+  __builtin_snprintf(msg, sizeof(msg), "misaligned %u-byte-aligned access at address 0x%llx",
+                     1u << d->logAlignment, p);
+  dlc_emu_api_ptr->trap(msg);
+}
+// (The runtime's trap does not return: it leaves the emulated thread.)
+void __ubsan_handle_type_mismatch_v1(void *data, void *ptr) { dlc_emu_misaligned(data, ptr); }
+}
 
 namespace dlc_emu_detail {
 template <class T> unsigned long long pack(T v) {
@@ -111,6 +141,7 @@ inline double atomicAdd(double *a, double v) {
 }
 inline int atomicAdd(int *a, int v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }
 inline unsigned atomicAdd(unsigned *a, unsigned v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }
+inline unsigned atomicOr(unsigned *a, unsigned v) { return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); }
 inline unsigned long long atomicAdd(unsigned long long *a, unsigned long long v) {
   return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);
 }

@@ -23,13 +23,14 @@ template <class I> DLC_HD I offsetOf(const I *c, const i64 *strides, i64 rank) {
   return at;
 }
 
-/// An index value read from memory, wrapped (negative counts from the end) and checked.
-template <class I, class IT> DLC_HD I checkedIndex(const IT *p, I at, i64 dim) {
+/// An index value read from memory, wrapped (negative counts from the end) and checked:
+/// out of range, it reports kErrIndexRange and reads index 0 instead.
+template <class I, class IT> DLC_HD I checkedIndex(const IT *p, I at, i64 dim, unsigned *err) {
   i64 v = static_cast<i64>(p[at]);
   if (v < 0)
     v += dim;
   if (v < 0 || v >= dim) {
-    __trap();
+    reportDataError(err, kErrIndexRange);
     v = 0;
   }
   return static_cast<I>(v);
@@ -103,7 +104,7 @@ template <class I, class DT, class IT> __global__ void __launch_bounds__(256) ga
   DLC_GRID_STRIDE(i, static_cast<I>(s.total)) {
     I c[kMaxRank];
     coordsOf(s.dims, s.rank, i, c);
-    c[s.axis] = checkedIndex(idx, i, s.axisDim);
+    c[s.axis] = checkedIndex(idx, i, s.axisDim, s.err);
     const I src = offsetOf(c, s.xStride, s.rank);
     static_cast<DT *>(s.y)[i] = x[src];
   }
@@ -121,7 +122,7 @@ template <int Red, class I, class DT, class IT> __global__ void __launch_bounds_
   for (I i = loop.first; i < loop.end; i += loop.step) {
     I c[kMaxRank];
     coordsOf(s.dims, s.rank, i, c);
-    c[s.axis] = checkedIndex(idx, i, s.axisDim);
+    c[s.axis] = checkedIndex(idx, i, s.axisDim, s.err);
     const I at = offsetOf(c, s.xStride, s.rank);
     st(y, at, scatterCombine<Red>(ld<T>(y, at), ld<T>(upd, i)));
   }
@@ -136,7 +137,7 @@ template <class I, class DT, class IT> __global__ void __launch_bounds__(256) ga
     const I j = s.dSlice.split(t);
     I base = s.dPerBatch.div(t) * static_cast<I>(s.batchStride);
     for (i64 k = 0; k < s.q; ++k)
-      base += checkedIndex(idx, t * static_cast<I>(s.q) + static_cast<I>(k), s.xDim[k]) * static_cast<I>(s.xStride[k]);
+      base += checkedIndex(idx, t * static_cast<I>(s.q) + static_cast<I>(k), s.xDim[k], s.err) * static_cast<I>(s.xStride[k]);
     static_cast<DT *>(s.y)[i] = x[base + j];
   }
 }
@@ -152,7 +153,7 @@ template <int Red, class I, class DT, class IT> __global__ void __launch_bounds_
     const I j = s.dSlice.split(t);
     I at = j;
     for (i64 k = 0; k < s.q; ++k)
-      at += checkedIndex(idx, t * static_cast<I>(s.q) + static_cast<I>(k), s.xDim[k]) * static_cast<I>(s.xStride[k]);
+      at += checkedIndex(idx, t * static_cast<I>(s.q) + static_cast<I>(k), s.xDim[k], s.err) * static_cast<I>(s.xStride[k]);
     st(y, at, scatterCombine<Red>(ld<T>(y, at), ld<T>(upd, i)));
   }
 }
@@ -199,7 +200,7 @@ template <class I, class DT, class IT> __global__ void __launch_bounds__(256) ma
   DLC_GRID_STRIDE(i, static_cast<I>(s.total)) {
     i64 t = static_cast<i64>(idx[i]);
     if (t < 0 || t >= s.axisDim) {
-      __trap();
+      reportDataError(s.err, kErrIndexRange);
       continue;
     }
     I c[kMaxRank];
@@ -304,7 +305,7 @@ template <int Reduction, class I, class DT, class TT> __global__ void __launch_b
     if (tg == s.n2)
       return 0.0;
     if (tg < 0 || tg >= s.n0) {
-      __trap();
+      reportDataError(s.err, kErrIndexRange);
       return 0.0;
     }
     I bb = e;

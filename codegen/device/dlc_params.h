@@ -247,6 +247,7 @@ struct PadShape {
 struct IndexShape {
   const void *x, *idx, *upd;
   void *y;
+  unsigned *err; // the launch's check word (dlc_device.cuh: reportDataError)
   i64 total, rank, axis, axisDim, q, slice, perBatch, batchStride, depth;
   i64 xStride[kMaxRank], xDim[kMaxRank];
   Divmod dims[kMaxRank], dSlice, dPerBatch;
@@ -264,9 +265,18 @@ struct ResizeShape {
 
 /// Generators and small ops over one output: ConstantOfShape, Range, Trilu,
 /// OneHot, ReverseSequence, MaxUnpool, integer MatMul, NegativeLogLikelihoodLoss.
+/// A GEMM's bias and activation as a kernel (dlc_elementwise.cuh: gemm_epilogue).
+struct GemmEpilogueShape {
+  void *d;
+  const void *bias; // null: none
+  i64 total, ldc, strideC;
+  Divmod dCols, dRows;
+};
+
 struct MiscShape {
   const void *a, *b, *c;
   void *y;
+  unsigned *err; // the launch's check word, where the kernel checks its data
   i64 total, n0, n1, n2, n3, n4, n5;
   double f0, f1;
   Divmod d0, d1, d2;

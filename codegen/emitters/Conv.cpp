@@ -175,15 +175,15 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   auto plans = l.perArch<ConvPlan>([&](const std::string &arch) {
     return chooseConvPlan(M, s.NP, s.K, arch, accBytes, [&](int t) { return l.instantiated(igemm(t, 1)); });
   });
-  // The split-K workspace (scratch: only live during this node's steps), sized for the
-  // largest plan.
+  // The split-K partial sums (a temporary of this node's steps), sized for the largest
+  // plan.
   int64_t partialElems = 0;
   for (const auto &[plan, archs] : plans)
     if (plan.splits > 1)
       partialElems = std::max(partialElems, plan.splits * M * s.NP);
   std::optional<BufferRef> partial;
   if (partialElems)
-    partial = l.scratch(static_cast<uint64_t>(partialElems) * accBytes);
+    partial = l.temp(static_cast<uint64_t>(partialElems) * accBytes, n.result()->name() + ".partial");
   for (const auto &[plan, archs] : plans) {
     const ConvTileConfig &c = kConvTiles[plan.tile];
     std::string index = l.indexType(std::max(maxIndex, plan.splits * M * s.NP));

@@ -3,8 +3,9 @@
 // The index templates of dlc_movement.cuh, one thread per output element. Scatters
 // copy the data first; a scatter without reduction writes in parallel (duplicates
 // are undefined in ONNX), one with a reduction runs in a single thread in index
-// order, which matches the reference exactly. Out-of-range indices trap (the launch
-// fails) instead of reading or writing outside a buffer.
+// order, which matches the reference exactly. An out-of-range index is reported through
+// the launch's check word (the run fails, naming the node); the kernel reads or writes
+// index 0 instead, never outside a buffer.
 //===----------------------------------------------------------------------===//
 #include "EmitterUtils.h"
 
@@ -51,9 +52,12 @@ struct IndexLaunch {
 /// Launches an IndexShape template `tmpl<extra..., I, DT, IT>` over `threads` threads:
 /// `data` (x), `idx`, `upd` (if any) and the output.
 void launchIndex(Lowering &l, const Node &n, const char *tmpl, std::vector<std::string> targs, const IndexShape &s,
-                 const Value *data, const Value *idx, const Value *upd, const Value *y, int64_t threads) {
+                 const Value *data, const Value *idx, const Value *upd, const Value *y, int64_t threads,
+                 bool checksIndices = true) {
   IndexLaunch il{l, n, {}};
   il.a.shape(s);
+  if (checksIndices)
+    il.a.pointer(offsetof(IndexShape, err), l.checkWord(n, "index out of range"), 4, true);
   if (data && data->type().numElements() && !upd)
     il.in(offsetof(IndexShape, x), data);
   il.in(offsetof(IndexShape, idx), idx);
@@ -205,7 +209,7 @@ llvm::Error lowerOneHot(Lowering &l, const Node &n) {
   s->depth = n.attrInt("depth");
   for (size_t k = 0; k < ist.size(); ++k)
     s->xStride[k] = ist[k];
-  launchIndex(l, n, "dlc::onehot", {}, *s, vals, idx, nullptr, y, total);
+  launchIndex(l, n, "dlc::onehot", {}, *s, vals, idx, nullptr, y, total, false);
   return llvm::Error::success();
 }
 
@@ -224,7 +228,7 @@ llvm::Error lowerReverseSequence(Lowering &l, const Node &n) {
   s->axisDim = x->shape()[s->axis];
   for (int64_t d = 0; d < x->rank(); ++d)
     s->xStride[d] = st[d];
-  launchIndex(l, n, "dlc::reverse_sequence", {}, *s, x, lens, nullptr, y, total);
+  launchIndex(l, n, "dlc::reverse_sequence", {}, *s, x, lens, nullptr, y, total, false);
   return llvm::Error::success();
 }
 

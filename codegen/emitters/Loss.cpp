@@ -32,6 +32,7 @@ llvm::Error lowerLoss(Lowering &l, const Node &n) {
   if (w)
     a.pointer(offsetof(MiscShape, c), l.bufferOf(w), w->type().byteSize(), false);
   a.pointer(offsetof(MiscShape, y), l.bufferOf(y), y->type().byteSize(), true);
+  a.pointer(offsetof(MiscShape, err), l.checkWord(n, "target class out of range"), 4, true);
   const char *mode = red == "none" ? "0" : red == "sum" ? "1" : "2";
   Instantiation inst{"dlc::nll_loss",
                      {mode, l.indexType(x->type().numElements()), cudaType(x->dtype()), cudaType(t->dtype())},

@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-#define DLC_RUNTIME_API_VERSION 1
+#define DLC_RUNTIME_API_VERSION 2
 
 typedef struct dlc_model dlc_model;
 typedef struct dlc_session dlc_session;
@@ -36,6 +36,7 @@ typedef enum dlc_status {
   DLC_ERROR_LAUNCH = 4,           /* a kernel or library call failed */
   DLC_ERROR_INTERNAL = 5,
   DLC_ERROR_IO = 6,
+  DLC_ERROR_DATA = 7,             /* the input data is invalid for the model (an index out of range) */
   DLC_STATUS_FORCE_INT32_ = -0x7fffffff - 1
 } dlc_status;
 
@@ -67,6 +68,9 @@ typedef struct dlc_session_options {
   dlc_device device; /* DLC_DEVICE_AUTO: cuda if a driver and device exist, else emu */
   int emu_threads;   /* worker threads of the emu backend; 0 = one per core */
   int cuda_device;   /* CUDA device ordinal for the cuda backend (default 0) */
+  /* Since API version 2 (zero-initialise the struct: 0 is every default). */
+  int check;            /* emu: the checks that cost time (memory starts as NaN bytes, ...) */
+  int no_cuda_graphs;   /* cuda: launch step by step instead of replaying a CUDA graph */
 } dlc_session_options;
 
 /* The message of this thread's last failing call ("" if none). */

@@ -196,6 +196,14 @@ Result<Opened> open(const Parsed &p, const CliContext &ctx) {
   int64_t threads = 0;
   DLC_RETURN_IF_ERROR(intOption(p, "threads", 0, 0, 4096, threads));
   so.emuThreads = static_cast<int>(threads);
+  so.check = p.has("check");
+  std::string order = p.get("thread-order", "forward");
+  if (order != "forward" && order != "reverse" && order != "random")
+    return Status(StatusCode::InvalidArgument, "--thread-order must be forward, reverse or random, got '" + order + "'");
+  so.emuThreadOrder = order == "reverse"  ? rt::SessionOptions::ThreadOrder::Reverse
+                      : order == "random" ? rt::SessionOptions::ThreadOrder::Random
+                                          : rt::SessionOptions::ThreadOrder::Forward;
+  so.cudaGraphs = !p.has("no-cuda-graphs");
   auto s = rt::Session::create(o.pkg, so);
   if (!s)
     return s.takeStatus();
@@ -256,11 +264,18 @@ const std::vector<std::string> kCommonValued = {"input", "device", "threads"};
 } // namespace
 
 int runMain(const std::vector<std::string> &args, const CliContext &ctx) {
-  Parsed p = parse(args, {"input", "device", "threads", "output-dir"}, {"quiet", "help"},
+  Parsed p = parse(args, {"input", "device", "threads", "output-dir", "thread-order"},
+                   {"quiet", "help", "check", "no-cuda-graphs"},
                    {{"-i", "--input"}, {"-q", "--quiet"}, {"-h", "--help"}});
   if (p.has("help")) {
     std::printf("usage: %s %s[--input] NAME=FILE(.npy) ... [--output-dir DIR] [--device auto|cuda[:N]|emu]\n"
-                "       [--threads N] [--quiet]\n\nRuns the model and writes one NAME.npy per output.\n",
+                "       [--threads N] [--check] [--thread-order forward|reverse|random] [--no-cuda-graphs]\n"
+                "       [--quiet]\n\nRuns the model and writes one NAME.npy per output.\n\n"
+                "  --check            emu: the checks compute-sanitizer makes on a GPU that cost time\n"
+                "                     (memory starts as NaN bytes, ...); barriers, warp masks and\n"
+                "                     alignment are always checked\n"
+                "  --thread-order     emu: the order of a block's threads between barriers\n"
+                "  --no-cuda-graphs   cuda: launch step by step instead of replaying a CUDA graph\n",
                 ctx.program.c_str(), ctx.package ? "" : "PACKAGE.dlc ");
     return 0;
   }
@@ -276,6 +291,8 @@ int runMain(const std::vector<std::string> &args, const CliContext &ctx) {
     return fail(ctx, s.message());
   if (Status s = o->session->run())
     return fail(ctx, s.message());
+  if (!quiet && !o->session->backendNote().empty())
+    std::fprintf(stderr, "%s: note: %s\n", ctx.program.c_str(), o->session->backendNote().c_str());
   std::string dir = p.get("output-dir", ".");
   ::mkdir(dir.c_str(), 0777);
   const pkg::Package &m = o->pkg->meta();
@@ -294,11 +311,12 @@ int runMain(const std::vector<std::string> &args, const CliContext &ctx) {
 }
 
 int benchMain(const std::vector<std::string> &args, const CliContext &ctx) {
-  Parsed p = parse(args, {"input", "device", "threads", "warmup", "iterations", "batch"}, {"help"},
+  Parsed p = parse(args, {"input", "device", "threads", "warmup", "iterations", "batch", "thread-order"},
+                   {"help", "check", "no-cuda-graphs"},
                    {{"-i", "--input"}, {"-h", "--help"}});
   if (p.has("help")) {
     std::printf("usage: %s %s[--warmup N] [--iterations N] [--batch N] [--device auto|cuda[:N]|emu]\n"
-                "       [--threads N] [--input NAME=FILE ...]\n\n"
+                "       [--threads N] [--check] [--thread-order O] [--no-cuda-graphs] [--input NAME=FILE ...]\n\n"
                 "Measures latency (min/median/p90/p99/max) and throughput, with host-to-device and\n"
                 "device-to-host copies timed apart from compute. Inputs without a file are random.\n"
                 "--batch: samples per inference for throughput (default: the first input's leading\n"
@@ -373,6 +391,8 @@ int benchMain(const std::vector<std::string> &args, const CliContext &ctx) {
   std::printf("device: %s\n", o->session->backendDescription().c_str());
   if (o->session->deviceKind() == rt::DeviceKind::Emu)
     std::printf("note: emu backend: these are CPU timings of the emulated kernels, not GPU timings\n");
+  if (!o->session->backendNote().empty())
+    std::printf("note: %s\n", o->session->backendNote().c_str());
   std::printf("iterations: %" PRId64 " (after %" PRId64 " warm-up), batch %" PRId64 "\n", iters, warmup, batch);
   line("h2d", h2d);
   line("compute", compute);

@@ -2,91 +2,85 @@
 //
 // Written against the real CUDA headers but linked against nothing: libcuda.so.1
 // and libcublasLt are loaded at run time, so one runtime binary works on machines
-// with and without a GPU and says which library or device is missing. Without a
-// GPU this file is compiled and its tests are skipped (ctest label `gpu`).
+// with and without a GPU and says which library or device is missing. The tables
+// of entry points (Driver.h) can be replaced by fakes, which is how its behaviour
+// is tested without a GPU; the tests that need one carry the ctest label `gpu`.
+//
+// Every entry point makes the device's primary context current for its duration
+// and restores the caller's (CtxGuard), so a session may be created on one thread
+// and run on another, and the caller's own CUDA context is left as it was.
 //===----------------------------------------------------------------------===//
-#include "../Backend.h"
+#include "Driver.h"
 
-#include <cublasLt.h>
-#include <cuda.h>
 #include <dlfcn.h>
 
 #include <algorithm>
 #include <cstring>
 #include <map>
 
-namespace dlc::rt {
-namespace {
+namespace dlc::rt::cuda {
 
 #define DLC_STR2(x) #x
 #define DLC_STR(x) DLC_STR2(x) // expands cuda.h's versioning macros (cuMemAlloc -> cuMemAlloc_v2)
 
-/// Driver API entry points. Each is declared with the prototype from cuda.h.
-struct Driver {
-  void *lib = nullptr;
-#define DLC_CU(fn) decltype(&fn) fn##_ = nullptr;
-#define DLC_CU_LIST(X)                                                                             \
-  X(cuInit) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute)          \
-  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuStreamCreate)   \
-  X(cuStreamDestroy) X(cuStreamSynchronize) X(cuModuleLoadData) X(cuModuleUnload)                 \
-  X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree)        \
-  X(cuMemcpyHtoD) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8Async)  \
-  X(cuGetErrorName) X(cuGetErrorString) X(cuLaunchKernelEx) X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
-  DLC_CU_LIST(DLC_CU)
-#undef DLC_CU
-
-  Status load() {
-    lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-      return Status(StatusCode::Unavailable,
-                    "libcuda.so.1 could not be loaded (no NVIDIA driver on this machine)");
+Status Driver::load() {
+  lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib)
+    return Status(StatusCode::Unavailable, "libcuda.so.1 could not be loaded (no NVIDIA driver on this machine)");
 #define DLC_CU_LOAD(fn)                                                                            \
   fn##_ = reinterpret_cast<decltype(fn##_)>(dlsym(lib, DLC_STR(fn)));                              \
   if (!fn##_)                                                                                      \
-    return Status(StatusCode::Unavailable, std::string("libcuda.so.1 lacks ") + DLC_STR(fn));
-    DLC_CU_LIST(DLC_CU_LOAD)
+    return Status(StatusCode::Unavailable,                                                         \
+                  std::string("libcuda.so.1 lacks ") + DLC_STR(fn) + " (the NVIDIA driver is too old)");
+  DLC_CU_LIST(DLC_CU_LOAD)
 #undef DLC_CU_LOAD
-    return Status::ok();
-  }
+  return Status::ok();
+}
 
-  std::string error(CUresult r) const {
-    const char *name = nullptr, *msg = nullptr;
-    if (cuGetErrorName_)
-      cuGetErrorName_(r, &name);
-    if (cuGetErrorString_)
-      cuGetErrorString_(r, &msg);
-    return std::string(name ? name : "CUDA error") + ": " + (msg ? msg : "?");
-  }
-};
+std::string Driver::error(CUresult r) const {
+  const char *name = nullptr, *msg = nullptr;
+  if (cuGetErrorName_)
+    cuGetErrorName_(r, &name);
+  if (cuGetErrorString_)
+    cuGetErrorString_(r, &msg);
+  return std::string(name ? name : "CUDA error " + std::to_string(static_cast<int>(r))) + ": " + (msg ? msg : "?");
+}
 
-struct CublasLt {
-  void *lib = nullptr;
-#define DLC_LT(fn) decltype(&fn) fn##_ = nullptr;
-#define DLC_LT_LIST(X)                                                                             \
-  X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)   \
-  X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)  \
-  X(cublasLtMatrixLayoutSetAttribute) X(cublasLtMatmulPreferenceCreate)                           \
-  X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute)                      \
-  X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)
-  DLC_LT_LIST(DLC_LT)
-#undef DLC_LT
-
-  Status load() {
-    for (const char *name : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"})
-      if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
-        break;
-    if (!lib)
-      return Status(StatusCode::Unavailable,
-                    "libcublasLt.so.13 could not be loaded (install the CUDA toolkit's cuBLAS or "
-                    "add its lib64 directory to LD_LIBRARY_PATH)");
+Status CublasLt::load() {
+  for (const char *name : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"})
+    if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
+      break;
+  if (!lib)
+    return Status(StatusCode::Unavailable, "libcublasLt.so.13 could not be loaded (install the CUDA toolkit's "
+                                           "cuBLAS or add its lib64 directory to LD_LIBRARY_PATH)");
 #define DLC_LT_LOAD(fn)                                                                            \
   fn##_ = reinterpret_cast<decltype(fn##_)>(dlsym(lib, #fn));                                      \
   if (!fn##_)                                                                                      \
     return Status(StatusCode::Unavailable, std::string("libcublasLt lacks ") + #fn);
-    DLC_LT_LIST(DLC_LT_LOAD)
+  DLC_LT_LIST(DLC_LT_LOAD)
 #undef DLC_LT_LOAD
-    return Status::ok();
+  return Status::ok();
+}
+
+namespace {
+
+/// Makes `ctx` current for a scope and restores whatever the calling thread had.
+class CtxGuard {
+public:
+  CtxGuard(const Driver &d, CUcontext ctx) : d_(d) { pushed_ = ctx && d.cuCtxPushCurrent_(ctx) == CUDA_SUCCESS; }
+  ~CtxGuard() {
+    if (pushed_) {
+      CUcontext popped;
+      d_.cuCtxPopCurrent_(&popped);
+    }
   }
+  CtxGuard(const CtxGuard &) = delete;
+  CtxGuard &operator=(const CtxGuard &) = delete;
+  bool ok() const { return pushed_; }
+
+private:
+  const Driver &d_;
+  bool pushed_ = false;
 };
 
 /// A model's weights on the device, shared by its cuda sessions. It holds its own
@@ -94,59 +88,86 @@ struct CublasLt {
 struct CudaWeights : WeightStore {
   CUdeviceptr ptr = 0;
   CUdevice dev = 0;
+  CUcontext ctx = nullptr;
   const Driver *drv = nullptr;
   ~CudaWeights() override {
-    if (!drv)
+    if (!drv || !ctx)
       return;
-    CUcontext ctx;
-    if (drv->cuDevicePrimaryCtxRetain_(&ctx, dev) == CUDA_SUCCESS) {
-      drv->cuCtxSetCurrent_(ctx);
+    {
+      CtxGuard g(*drv, ctx);
       if (ptr)
         drv->cuMemFree_(ptr);
-      drv->cuDevicePrimaryCtxRelease_(dev); // this call's retain
-      drv->cuDevicePrimaryCtxRelease_(dev); // the store's own
     }
+    drv->cuDevicePrimaryCtxRelease_(dev);
   }
 };
 
-/// One process-wide driver table (the library stays loaded for the process).
-const Driver *sharedDriver(Status &st) {
-  static Driver d;
-  static Status loaded = d.load();
-  st = loaded;
-  return loaded ? nullptr : &d;
+/// The largest power of two (at most 256) that divides an address: cuBLASLt's
+/// MIN_ALIGNMENT preferences.
+uint32_t alignmentOf(uint64_t address) {
+  uint32_t a = 256;
+  while (a > 1 && address % a)
+    a /= 2;
+  return a;
 }
+
+/// A GEMM step's cuBLASLt objects and chosen algorithm, built on its first run.
+struct GemmPlan {
+  const CublasLt *lt = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool epilogue = false; // the algorithm applies bias/activation
+  cudaDataType_t dtype = CUDA_R_32F;
+  GemmPlan() = default;
+  GemmPlan(const GemmPlan &) = delete;
+  GemmPlan &operator=(const GemmPlan &) = delete;
+  ~GemmPlan() {
+    if (!lt)
+      return;
+    if (la)
+      lt->cublasLtMatrixLayoutDestroy_(la);
+    if (lb)
+      lt->cublasLtMatrixLayoutDestroy_(lb);
+    if (lc)
+      lt->cublasLtMatrixLayoutDestroy_(lc);
+    if (desc)
+      lt->cublasLtMatmulDescDestroy_(desc);
+  }
+};
 
 class CudaBackend : public Backend {
 public:
-  ~CudaBackend() override {
-    if (drv_.lib) {
-      if (ctxReady_) {
-        drv_.cuCtxSetCurrent_(ctx_);
-        if (stream_)
-          drv_.cuStreamSynchronize_(stream_);
-        if (arena_)
-          drv_.cuMemFree_(arena_);
-        if (workspace_)
-          drv_.cuMemFree_(workspace_);
-        for (CUmodule mod : modules_)
-          drv_.cuModuleUnload_(mod);
-        if (stream_)
-          drv_.cuStreamDestroy_(stream_);
-        drv_.cuDevicePrimaryCtxRelease_(dev_);
-      }
+  CudaBackend(const Driver &d, const CublasLt *lt, const SessionOptions &o) : drv_(d), opts_(o) {
+    if (lt) {
+      ltTable_ = *lt;
+      ltLoaded_ = true;
     }
-    if (lt_.lib && ltHandle_)
-      lt_.cublasLtDestroy_(ltHandle_);
+  }
+
+  ~CudaBackend() override {
+    if (!ctx_)
+      return;
+    {
+      CtxGuard g(drv_, ctx_);
+      if (stream_)
+        drv_.cuStreamSynchronize_(stream_);
+      dropGraph();
+      plans_.clear();
+      if (ltHandle_)
+        ltTable_.cublasLtDestroy_(ltHandle_);
+      if (arena_)
+        drv_.cuMemFree_(arena_);
+      for (CUmodule mod : modules_)
+        drv_.cuModuleUnload_(mod);
+      if (stream_)
+        drv_.cuStreamDestroy_(stream_);
+    }
+    weightStore_.reset();
+    drv_.cuDevicePrimaryCtxRelease_(dev_);
   }
 
   Status init(int ordinal) {
-    Status st;
-    const Driver *d = sharedDriver(st);
-    if (!d)
-      return st;
-    drv_ = *d;
-    driverPtr_ = d;
     if (CUresult r = drv_.cuInit_(0))
       return Status(StatusCode::Unavailable, "cuInit failed: " + drv_.error(r));
     int count = 0;
@@ -164,45 +185,58 @@ public:
     name_ = name;
     drv_.cuDeviceGetAttribute_(&major_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev_);
     drv_.cuDeviceGetAttribute_(&minor_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev_);
+    drv_.cuDeviceGetAttribute_(&sms_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev_);
+    drv_.cuDriverGetVersion_(&driverVersion_);
     DLC_RETURN_IF_ERROR(check(drv_.cuDevicePrimaryCtxRetain_(&ctx_, dev_), "cuDevicePrimaryCtxRetain"));
-    ctxReady_ = true;
-    DLC_RETURN_IF_ERROR(check(drv_.cuCtxSetCurrent_(ctx_), "cuCtxSetCurrent"));
-    DLC_RETURN_IF_ERROR(check(drv_.cuStreamCreate_(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate"));
-    return Status::ok();
+    CtxGuard g(drv_, ctx_);
+    return check(drv_.cuStreamCreate_(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   }
 
   std::string describe() const override {
-    return "cuda (" + name_ + ", sm_" + std::to_string(major_) + std::to_string(minor_) + ")";
+    return "cuda (" + name_ + ", sm_" + std::to_string(major_) + std::to_string(minor_) + ", driver for CUDA " +
+           versionString(driverVersion_) + (useGraphs() ? ", CUDA graphs" : "") + ")";
   }
   DeviceKind kind() const override { return DeviceKind::Cuda; }
   int computeCapability() const override { return major_ * 10 + minor_; }
+  std::string note() const override { return note_; }
 
   Status prepare(const Model &model) override {
     const pkg::PackageFile &p = model.file();
     pkg_ = &p;
     const pkg::Package &m = p.meta();
-    DLC_RETURN_IF_ERROR(check(drv_.cuCtxSetCurrent_(ctx_), "cuCtxSetCurrent"));
+    CtxGuard g(drv_, ctx_);
+    if (major_ * 10 + minor_ < 80)
+      return Status(StatusCode::Unavailable, "this GPU (" + name_ + ", sm_" + std::to_string(major_) +
+                                                 std::to_string(minor_) +
+                                                 ") is older than dlc supports (sm_80, Ampere, and newer); "
+                                                 "run on --device emu instead");
+    // CUDA's compatibility promise holds within a major version: cubins and PTX from
+    // CUDA 13.x need a driver for CUDA 13 or newer.
+    if (m.cuda_version() && driverVersion_ / 1000 < static_cast<int>(m.cuda_version() / 1000))
+      return Status(StatusCode::Unavailable,
+                    p.name() + ": its GPU code was built with CUDA " + versionString(m.cuda_version()) +
+                        ", and this NVIDIA driver supports CUDA " + versionString(driverVersion_) +
+                        " at most. Update the driver to one for CUDA " + std::to_string(m.cuda_version() / 1000) +
+                        " or newer" + (m.cuda_version() / 1000 == 13 ? " (the R580 series or later)" : "") +
+                        ", or run on --device emu");
     if (m.kernels() && m.kernels()->size()) {
       uint32_t chunks = 0;
       for (const pkg::Kernel *k : *m.kernels())
         chunks = std::max(chunks, k->chunk() + 1);
       for (uint32_t c = 0; c < chunks; ++c) {
         const pkg::Module *mod = pickModule(m, c);
-        if (!mod) {
-          std::string have;
-          if (m.modules())
-            for (const pkg::Module *x : *m.modules())
-              if (x->chunk() == c && have.find(x->target()->str()) == std::string::npos)
-                have += (have.empty() ? "" : ", ") + x->target()->str();
-          return Status(StatusCode::Unavailable,
-                        p.name() + ": no module for this GPU (sm_" + std::to_string(major_) +
-                            std::to_string(minor_) + "); the package has: " + (have.empty() ? "none" : have) +
-                            ". Recompile with a --target that covers this GPU (sm_80, sm_86, sm_89, "
-                            "sm_90, or compute_80 for PTX)");
-        }
+        if (!mod)
+          return noModule(p, c);
         CUmodule handle = nullptr;
-        DLC_RETURN_IF_ERROR(check(drv_.cuModuleLoadData_(&handle, p.section(mod->data())),
-                                  "loading module " + mod->target()->str()));
+        if (CUresult r = drv_.cuModuleLoadData_(&handle, p.section(mod->data()))) {
+          std::string hint;
+          if (r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
+            hint = " (the driver is older than the CUDA " + versionString(m.cuda_version()) +
+                   " that wrote this PTX: update it, or compile with a --target of sm_" + std::to_string(major_) +
+                   std::to_string(minor_) + " to ship a cubin)";
+          return Status(StatusCode::LaunchFailure,
+                        "loading module " + mod->target()->str() + ": " + drv_.error(r) + hint);
+        }
         modules_.push_back(handle);
       }
       for (const pkg::Kernel *k : *m.kernels()) {
@@ -214,18 +248,18 @@ public:
     }
     if (m.arena_bytes())
       DLC_RETURN_IF_ERROR(check(drv_.cuMemAlloc_(&arena_, m.arena_bytes()), "allocating the arena"));
-    // Weights: uploaded once per model, shared by its cuda sessions.
+    // Weights: uploaded once per model, shared by its cuda sessions. The copies are
+    // synchronous, and the context is synchronized before any stream uses them.
     Status weightStatus;
     weightStore_ = std::static_pointer_cast<CudaWeights>(
         model.weights(DeviceKind::Cuda, ordinal_, [&]() -> std::shared_ptr<WeightStore> {
           auto w = std::make_shared<CudaWeights>();
-          CUcontext ctx;
-          if (CUresult r = drv_.cuDevicePrimaryCtxRetain_(&ctx, dev_)) {
+          if (CUresult r = drv_.cuDevicePrimaryCtxRetain_(&w->ctx, dev_)) {
             weightStatus = check(r, "retaining the context");
             return nullptr;
           }
           w->dev = dev_;
-          w->drv = driverPtr_;
+          w->drv = &drv_;
           if (m.weight_bytes())
             if (CUresult r = drv_.cuMemAlloc_(&w->ptr, m.weight_bytes())) {
               weightStatus = check(r, "allocating weights");
@@ -239,6 +273,10 @@ public:
                 return nullptr;
               }
             }
+          if (CUresult r = drv_.cuCtxSynchronize_()) {
+            weightStatus = check(r, "finishing the weight upload");
+            return nullptr;
+          }
           return w;
         }));
     if (!weightStore_)
@@ -249,16 +287,22 @@ public:
       for (const pkg::Step *s : *m.steps())
         hasGemm |= s->op_type() == pkg::StepKind::Gemm;
     if (hasGemm) {
-      DLC_RETURN_IF_ERROR(lt_.load());
-      if (lt_.cublasLtCreate_(&ltHandle_) != CUBLAS_STATUS_SUCCESS)
+      if (!ltLoaded_) {
+        DLC_RETURN_IF_ERROR(ltTable_.load());
+        ltLoaded_ = true;
+      }
+      if (ltTable_.cublasLtCreate_(&ltHandle_) != CUBLAS_STATUS_SUCCESS)
         return Status(StatusCode::Unavailable, "cublasLtCreate failed");
-      DLC_RETURN_IF_ERROR(check(drv_.cuMemAlloc_(&workspace_, kWorkspace), "allocating GEMM workspace"));
     }
-    return synchronize();
+    return check(drv_.cuStreamSynchronize_(stream_), "synchronize");
   }
 
   Status bindExternal(uint32_t buffer, uint64_t addr) override {
     external_[buffer] = addr;
+    // Addresses are baked into a captured graph and into the GEMM plans' alignment.
+    CtxGuard g(drv_, ctx_);
+    dropGraph();
+    plans_.clear();
     return Status::ok();
   }
 
@@ -277,24 +321,67 @@ public:
     return (b->region() == pkg::Region::Arena ? arena_ : weights_) + b->offset() + r.offset();
   }
 
+  /// Synchronous: the caller may reuse `src` (pinned or not) as soon as it returns.
   Status upload(const pkg::BufRef &dst, const void *src, size_t n) override {
-    return check(drv_.cuMemcpyHtoDAsync_(address(dst), src, n, stream()), "host-to-device copy");
+    CtxGuard g(drv_, ctx_);
+    DLC_RETURN_IF_ERROR(check(drv_.cuMemcpyHtoDAsync_(address(dst), src, n, stream()), "host-to-device copy"));
+    return check(drv_.cuStreamSynchronize_(stream()), "host-to-device copy");
   }
   Status download(void *dst, const pkg::BufRef &src, size_t n) override {
+    CtxGuard g(drv_, ctx_);
     DLC_RETURN_IF_ERROR(check(drv_.cuMemcpyDtoHAsync_(dst, address(src), n, stream()), "device-to-host copy"));
-    return synchronize();
+    return check(drv_.cuStreamSynchronize_(stream()), "device-to-host copy");
   }
   Status copy(const pkg::Copy &c) override {
+    CtxGuard g(drv_, ctx_);
     return check(drv_.cuMemcpyDtoDAsync_(address(*c.dst()), address(*c.src()), c.bytes(), stream()),
                  "device copy");
   }
   Status memset(const pkg::Memset &m) override {
+    CtxGuard g(drv_, ctx_);
     return check(drv_.cuMemsetD8Async_(address(*m.dst()), m.value(), m.bytes(), stream()), "memset");
   }
-  Status synchronize() override { return check(drv_.cuStreamSynchronize_(stream()), "synchronize"); }
+  Status synchronize() override {
+    CtxGuard g(drv_, ctx_);
+    return check(drv_.cuStreamSynchronize_(stream()), "synchronize");
+  }
+
+  /// The first run captures the steps into a CUDA graph (nothing executes during
+  /// capture), then every run launches the graph. Where capture or instantiation
+  /// fails, the backend says so once and issues the steps one by one from then on.
+  Status execute(const std::function<Status()> &issue) override {
+    CtxGuard g(drv_, ctx_);
+    if (!useGraphs())
+      return issue();
+    if (!graphExec_) {
+      if (CUresult r = drv_.cuStreamBeginCapture_(stream(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)) {
+        graphFailed("cuStreamBeginCapture: " + drv_.error(r));
+        return issue();
+      }
+      Status st = issue();
+      CUgraph graph = nullptr;
+      CUresult r = drv_.cuStreamEndCapture_(stream(), &graph);
+      if (st) { // a step the backend refused (launch limits, ...): nothing ran
+        if (graph)
+          drv_.cuGraphDestroy_(graph);
+        return st;
+      }
+      if (r == CUDA_SUCCESS)
+        r = drv_.cuGraphInstantiateWithFlags_(&graphExec_, graph, 0);
+      if (graph)
+        drv_.cuGraphDestroy_(graph);
+      if (r != CUDA_SUCCESS) {
+        graphExec_ = nullptr;
+        graphFailed(drv_.error(r));
+        return issue();
+      }
+    }
+    return check(drv_.cuGraphLaunch_(graphExec_, stream()), "launching the CUDA graph");
+  }
 
   Status launch(const pkg::Launch &l, const std::string &node) override {
     DLC_RETURN_IF_ERROR(checkLaunchLimits(*pkg_, l));
+    CtxGuard g(drv_, ctx_);
     CUfunction f = functions_[l.kernel()];
     const pkg::Kernel *k = pkg_->meta().kernels()->Get(l.kernel());
     std::vector<uint64_t> params;
@@ -318,18 +405,17 @@ public:
     cfg.hStream = stream();
     if (k->cooperative()) {
       // A grid barrier needs every block resident: check before the driver refuses.
-      int perSm = 0, sms = 0;
+      int perSm = 0;
       uint32_t threads = cfg.blockDimX * cfg.blockDimY * cfg.blockDimZ;
       DLC_RETURN_IF_ERROR(check(drv_.cuOccupancyMaxActiveBlocksPerMultiprocessor_(&perSm, f, static_cast<int>(threads),
                                                                                   l.dynamic_smem()),
                                 "occupancy of kernel " + k->name()->str()));
-      drv_.cuDeviceGetAttribute_(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev_);
       uint64_t blocks = uint64_t(cfg.gridDimX) * cfg.gridDimY * cfg.gridDimZ;
-      if (blocks > uint64_t(perSm) * uint64_t(sms))
+      if (blocks > uint64_t(perSm) * uint64_t(sms_))
         return Status(StatusCode::LaunchFailure,
                       "kernel '" + k->name()->str() + "' (node '" + node + "') needs " + std::to_string(blocks) +
                           " resident blocks for its grid barrier; this GPU holds " + std::to_string(perSm) +
-                          " per multiprocessor x " + std::to_string(sms) + " multiprocessors");
+                          " per multiprocessor x " + std::to_string(sms_) + " multiprocessors");
       coop.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
       coop.value.cooperative = 1;
       cfg.attrs = &coop;
@@ -338,111 +424,161 @@ public:
     return check(drv_.cuLaunchKernelEx_(&cfg, f, nullptr, extra), "launching kernel for node '" + node + "'");
   }
 
-  /// Row-major C = op(A) op(B) as column-major C^T = op(B)^T op(A)^T.
-  Status gemm(const pkg::Gemm &g, const std::string &node) override {
-    cudaDataType_t dt;
-    cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
-    cudaDataType_t scaleType = CUDA_R_32F;
-    switch (g.dtype()) {
-    case pkg::DType::F32: dt = CUDA_R_32F; break;
-    case pkg::DType::F16: dt = CUDA_R_16F; break;
-    case pkg::DType::BF16: dt = CUDA_R_16BF; break;
-    case pkg::DType::F64:
-      dt = CUDA_R_64F;
-      ct = CUBLAS_COMPUTE_64F;
-      scaleType = CUDA_R_64F;
-      break;
-    default:
-      return Status(StatusCode::InvalidPackage, "GEMM of node '" + node + "' has an unsupported dtype");
+  /// Row-major C = op(A) op(B) as column-major C^T = op(B)^T op(A)^T, with the plan
+  /// built on the step's first run.
+  Status gemm(const pkg::Gemm &g, const std::string &node, bool &epilogueApplied) override {
+    CtxGuard guard(drv_, ctx_);
+    auto it = plans_.find(&g);
+    if (it == plans_.end()) {
+      auto plan = std::make_unique<GemmPlan>();
+      DLC_RETURN_IF_ERROR(buildPlan(g, node, *plan));
+      it = plans_.emplace(&g, std::move(plan)).first;
     }
-    cublasLtMatmulDesc_t desc = nullptr;
-    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-    cublasLtMatmulPreference_t pref = nullptr;
-    auto cleanup = [&] {
-      if (pref) lt_.cublasLtMatmulPreferenceDestroy_(pref);
-      if (la) lt_.cublasLtMatrixLayoutDestroy_(la);
-      if (lb) lt_.cublasLtMatrixLayoutDestroy_(lb);
-      if (lc) lt_.cublasLtMatrixLayoutDestroy_(lc);
-      if (desc) lt_.cublasLtMatmulDescDestroy_(desc);
-    };
-    auto fail = [&](const char *what) {
-      cleanup();
-      return Status(StatusCode::LaunchFailure, std::string("cuBLASLt ") + what + " failed for node '" + node + "'");
-    };
-    cublasOperation_t opA = g.trans_b() ? CUBLAS_OP_T : CUBLAS_OP_N; // Lt's A is our B
-    cublasOperation_t opB = g.trans_a() ? CUBLAS_OP_T : CUBLAS_OP_N;
-    if (lt_.cublasLtMatmulDescCreate_(&desc, ct, scaleType) != CUBLAS_STATUS_SUCCESS)
-      return fail("descriptor creation");
-    lt_.cublasLtMatmulDescSetAttribute_(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof(opA));
-    lt_.cublasLtMatmulDescSetAttribute_(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB));
-    // Epilogue: bias (one value per column of our row-major D = per row of Lt's
-    // column-major D) and activation, applied by cuBLASLt before the store.
-    if (g.bias() || g.activation() != pkg::GemmActivation::None) {
-      bool relu = g.activation() == pkg::GemmActivation::Relu, gelu = g.activation() == pkg::GemmActivation::GeluTanh;
-      cublasLtEpilogue_t epi = g.bias() ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS
-                                               : gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
-                                        : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_GELU);
-      if (lt_.cublasLtMatmulDescSetAttribute_(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)))
-        return fail("epilogue setup");
-      if (g.bias()) {
-        void *biasPtr = reinterpret_cast<void *>(address(*g.bias()));
-        int64_t biasStride = 0; // the same bias for every batch
-        if (lt_.cublasLtMatmulDescSetAttribute_(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &biasPtr,
-                                                sizeof(biasPtr)) ||
-            lt_.cublasLtMatmulDescSetAttribute_(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &dt, sizeof(dt)) ||
-            lt_.cublasLtMatmulDescSetAttribute_(desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &biasStride,
-                                                sizeof(biasStride)))
-          return fail("bias setup");
-      }
-    }
-    uint64_t m = g.m(), n = g.n(), k = g.k();
-    if (lt_.cublasLtMatrixLayoutCreate_(&la, dt, g.trans_b() ? k : n, g.trans_b() ? n : k, g.ldb()) ||
-        lt_.cublasLtMatrixLayoutCreate_(&lb, dt, g.trans_a() ? m : k, g.trans_a() ? k : m, g.lda()) ||
-        lt_.cublasLtMatrixLayoutCreate_(&lc, dt, n, m, g.ldc()))
-      return fail("layout creation");
-    if (g.batch() > 1) {
-      int32_t batch = static_cast<int32_t>(g.batch());
-      int64_t sa = g.stride_b(), sb = g.stride_a(), sc = g.stride_c();
-      for (auto [layout, stride] : {std::pair{la, sa}, std::pair{lb, sb}, std::pair{lc, sc}}) {
-        lt_.cublasLtMatrixLayoutSetAttribute_(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch));
-        lt_.cublasLtMatrixLayoutSetAttribute_(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
-                                             sizeof(stride));
-      }
-    }
-    if (lt_.cublasLtMatmulPreferenceCreate_(&pref) != CUBLAS_STATUS_SUCCESS)
-      return fail("preference creation");
-    uint64_t ws = kWorkspace;
-    lt_.cublasLtMatmulPreferenceSetAttribute_(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-    cublasLtMatmulHeuristicResult_t heur{};
-    int found = 0;
-    if (lt_.cublasLtMatmulAlgoGetHeuristic_(ltHandle_, desc, la, lb, lc, lc, pref, 1, &heur, &found) !=
-            CUBLAS_STATUS_SUCCESS ||
-        found == 0)
-      return fail("algorithm selection");
+    const GemmPlan &p = *it->second;
+    epilogueApplied = p.epilogue || (!g.bias() && g.activation() == pkg::GemmActivation::None);
     float alpha32 = g.alpha(), beta32 = g.beta();
     double alpha64 = g.alpha(), beta64 = g.beta();
-    const void *alpha = dt == CUDA_R_64F ? static_cast<const void *>(&alpha64) : &alpha32;
-    const void *beta = dt == CUDA_R_64F ? static_cast<const void *>(&beta64) : &beta32;
+    const void *alpha = p.dtype == CUDA_R_64F ? static_cast<const void *>(&alpha64) : &alpha32;
+    const void *beta = p.dtype == CUDA_R_64F ? static_cast<const void *>(&beta64) : &beta32;
     CUdeviceptr a = address(*g.b()), b = address(*g.a()), c = address(*g.c());
     CUdeviceptr cin = g.c_in() ? address(*g.c_in()) : c; // C may differ from D (residual input)
-    cublasStatus_t st = lt_.cublasLtMatmul_(ltHandle_, desc, alpha, reinterpret_cast<const void *>(a), la,
-                                           reinterpret_cast<const void *>(b), lb, beta,
-                                           reinterpret_cast<const void *>(cin), lc, reinterpret_cast<void *>(c), lc,
-                                           &heur.algo, reinterpret_cast<void *>(workspace_), kWorkspace,
-                                           reinterpret_cast<cudaStream_t>(stream()));
-    cleanup();
+    void *ws = g.workspace() && g.workspace_bytes() ? reinterpret_cast<void *>(address(*g.workspace())) : nullptr;
+    cublasStatus_t st = ltTable_.cublasLtMatmul_(
+        ltHandle_, p.desc, alpha, reinterpret_cast<const void *>(a), p.la, reinterpret_cast<const void *>(b), p.lb,
+        beta, reinterpret_cast<const void *>(cin), p.lc, reinterpret_cast<void *>(c), p.lc, &p.algo, ws,
+        ws ? g.workspace_bytes() : 0, reinterpret_cast<cudaStream_t>(stream()));
     if (st != CUBLAS_STATUS_SUCCESS)
-      return Status(StatusCode::LaunchFailure, "cublasLtMatmul failed for node '" + node + "'");
+      return Status(StatusCode::LaunchFailure,
+                    "cublasLtMatmul failed for node '" + node + "' (status " + std::to_string(int(st)) + ")");
     return Status::ok();
   }
 
 private:
-  static constexpr size_t kWorkspace = 32 << 20;
+  static std::string versionString(uint32_t v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
+
+  bool useGraphs() const { return opts_.cudaGraphs && !opts_.profile && !graphFailed_; }
+
+  void graphFailed(const std::string &why) {
+    graphFailed_ = true;
+    note_ = "CUDA graph capture failed (" + why + "); the schedule runs step by step";
+  }
+
+  void dropGraph() {
+    if (graphExec_)
+      drv_.cuGraphExecDestroy_(graphExec_);
+    graphExec_ = nullptr;
+  }
 
   Status check(CUresult r, const std::string &what) const {
     if (r == CUDA_SUCCESS)
       return Status::ok();
     return Status(StatusCode::LaunchFailure, what + ": " + drv_.error(r));
+  }
+
+  /// The descriptor, layouts and algorithm of a GEMM step: with the epilogue if any
+  /// algorithm applies it, else without (the session then runs the step's
+  /// fallback kernel). Alignment preferences come from the actual addresses.
+  Status buildPlan(const pkg::Gemm &g, const std::string &node, GemmPlan &p) {
+    p.lt = &ltTable_;
+    cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
+    cudaDataType_t scaleType = CUDA_R_32F;
+    switch (g.dtype()) {
+    case pkg::DType::F32: p.dtype = CUDA_R_32F; break;
+    case pkg::DType::F16: p.dtype = CUDA_R_16F; break;
+    case pkg::DType::BF16: p.dtype = CUDA_R_16BF; break;
+    case pkg::DType::F64:
+      p.dtype = CUDA_R_64F;
+      ct = CUBLAS_COMPUTE_64F;
+      scaleType = CUDA_R_64F;
+      break;
+    default: return Status(StatusCode::InvalidPackage, "GEMM of node '" + node + "' has an unsupported dtype");
+    }
+    auto fail = [&](const char *what) {
+      return Status(StatusCode::LaunchFailure, std::string("cuBLASLt ") + what + " failed for node '" + node + "'");
+    };
+    uint64_t m = g.m(), n = g.n(), k = g.k();
+    if (ltTable_.cublasLtMatrixLayoutCreate_(&p.la, p.dtype, g.trans_b() ? k : n, g.trans_b() ? n : k, g.ldb()) ||
+        ltTable_.cublasLtMatrixLayoutCreate_(&p.lb, p.dtype, g.trans_a() ? m : k, g.trans_a() ? k : m, g.lda()) ||
+        ltTable_.cublasLtMatrixLayoutCreate_(&p.lc, p.dtype, n, m, g.ldc()))
+      return fail("layout creation");
+    if (g.batch() > 1) {
+      int32_t batch = static_cast<int32_t>(g.batch());
+      int64_t sa = g.stride_b(), sb = g.stride_a(), sc = g.stride_c();
+      for (auto [layout, stride] : {std::pair{p.la, sa}, std::pair{p.lb, sb}, std::pair{p.lc, sc}}) {
+        ltTable_.cublasLtMatrixLayoutSetAttribute_(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch));
+        ltTable_.cublasLtMatrixLayoutSetAttribute_(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                   sizeof(stride));
+      }
+    }
+    cublasLtMatmulPreference_t pref = nullptr;
+    if (ltTable_.cublasLtMatmulPreferenceCreate_(&pref) != CUBLAS_STATUS_SUCCESS)
+      return fail("preference creation");
+    uint64_t ws = g.workspace() ? g.workspace_bytes() : 0;
+    ltTable_.cublasLtMatmulPreferenceSetAttribute_(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    uint32_t alignA = alignmentOf(address(*g.b())), alignB = alignmentOf(address(*g.a()));
+    uint32_t alignC = std::min(alignmentOf(address(*g.c())), alignmentOf(address(g.c_in() ? *g.c_in() : *g.c())));
+    ltTable_.cublasLtMatmulPreferenceSetAttribute_(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &alignA,
+                                                   sizeof(alignA));
+    ltTable_.cublasLtMatmulPreferenceSetAttribute_(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alignB,
+                                                   sizeof(alignB));
+    ltTable_.cublasLtMatmulPreferenceSetAttribute_(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alignC,
+                                                   sizeof(alignC));
+    ltTable_.cublasLtMatmulPreferenceSetAttribute_(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &alignC,
+                                                   sizeof(alignC));
+    bool wantEpilogue = g.bias() || g.activation() != pkg::GemmActivation::None;
+    Status st = fail("algorithm selection");
+    for (bool epilogue : {true, false}) {
+      if (!epilogue && !wantEpilogue)
+        break;
+      if (p.desc)
+        ltTable_.cublasLtMatmulDescDestroy_(p.desc);
+      p.desc = nullptr;
+      if (ltTable_.cublasLtMatmulDescCreate_(&p.desc, ct, scaleType) != CUBLAS_STATUS_SUCCESS) {
+        st = fail("descriptor creation");
+        break;
+      }
+      cublasOperation_t opA = g.trans_b() ? CUBLAS_OP_T : CUBLAS_OP_N; // Lt's A is our B
+      cublasOperation_t opB = g.trans_a() ? CUBLAS_OP_T : CUBLAS_OP_N;
+      ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof(opA));
+      ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB));
+      if (epilogue && wantEpilogue && !setEpilogue(g, p)) {
+        st = fail("epilogue setup");
+        continue;
+      }
+      cublasLtMatmulHeuristicResult_t heur{};
+      int found = 0;
+      if (ltTable_.cublasLtMatmulAlgoGetHeuristic_(ltHandle_, p.desc, p.la, p.lb, p.lc, p.lc, pref, 1, &heur,
+                                                   &found) == CUBLAS_STATUS_SUCCESS &&
+          found > 0) {
+        p.algo = heur.algo;
+        p.epilogue = epilogue && wantEpilogue;
+        st = Status::ok();
+        break;
+      }
+    }
+    ltTable_.cublasLtMatmulPreferenceDestroy_(pref);
+    return st;
+  }
+
+  /// Bias (one value per column of our row-major D = per row of Lt's column-major
+  /// D) and activation, applied by cuBLASLt before the store.
+  bool setEpilogue(const pkg::Gemm &g, GemmPlan &p) {
+    bool relu = g.activation() == pkg::GemmActivation::Relu, gelu = g.activation() == pkg::GemmActivation::GeluTanh;
+    cublasLtEpilogue_t epi = g.bias() ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS
+                                             : gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                                      : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_GELU);
+    if (ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)))
+      return false;
+    if (!g.bias())
+      return true;
+    void *biasPtr = reinterpret_cast<void *>(address(*g.bias()));
+    int64_t biasStride = 0; // the same bias for every batch
+    return !ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &biasPtr,
+                                                     sizeof(biasPtr)) &&
+           !ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &p.dtype,
+                                                     sizeof(p.dtype)) &&
+           !ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &biasStride,
+                                                     sizeof(biasStride));
   }
 
   /// For one chunk: the exact cubin, else a cubin of the same major version and a lower
@@ -467,33 +603,84 @@ private:
     return cubin ? cubin : ptx;
   }
 
-  Driver drv_;
-  CublasLt lt_;
+  /// No module runs on this GPU: say which targets would (targets dlc compiles).
+  Status noModule(const pkg::PackageFile &p, uint32_t chunk) const {
+    std::string have;
+    if (p.meta().modules())
+      for (const pkg::Module *x : *p.meta().modules())
+        if (x->chunk() == chunk && have.find(x->target()->str()) == std::string::npos)
+          have += (have.empty() ? "" : ", ") + x->target()->str();
+    int cc = major_ * 10 + minor_;
+    std::string sm = "sm_" + std::to_string(cc);
+    bool cubinTarget = cc == 80 || cc == 86 || cc == 89 || cc == 90;
+    return Status(StatusCode::Unavailable,
+                  p.name() + ": no module for this GPU (" + sm + "); the package has: " +
+                      (have.empty() ? "none" : have) + ". Recompile with --target " +
+                      (cubinTarget ? sm + " (a cubin) or compute_80 (PTX, compiled by the driver)"
+                                   : "compute_80 (PTX, which the driver compiles for " + sm + ")"));
+  }
+
+  const Driver &drv_;
+  CublasLt ltTable_;
+  bool ltLoaded_ = false;
+  SessionOptions opts_;
   cublasLtHandle_t ltHandle_ = nullptr;
   const pkg::PackageFile *pkg_ = nullptr;
   CUdevice dev_ = 0;
   int ordinal_ = 0;
   CUcontext ctx_ = nullptr;
-  bool ctxReady_ = false;
   CUstream stream_ = nullptr;
   std::vector<CUmodule> modules_; // one per chunk
   std::vector<CUfunction> functions_;
-  CUdeviceptr arena_ = 0, weights_ = 0, workspace_ = 0;
+  CUdeviceptr arena_ = 0, weights_ = 0;
   std::shared_ptr<CudaWeights> weightStore_;
-  const Driver *driverPtr_ = nullptr;
   CUstream userStream_ = nullptr;
   std::map<uint32_t, uint64_t> external_;
+  std::map<const pkg::Gemm *, std::unique_ptr<GemmPlan>> plans_;
+  CUgraphExec graphExec_ = nullptr;
+  bool graphFailed_ = false;
+  std::string note_;
   std::string name_;
-  int major_ = 0, minor_ = 0;
+  int major_ = 0, minor_ = 0, sms_ = 0, driverVersion_ = 0;
 };
+
+/// One process-wide driver table (the library stays loaded for the process).
+const Driver *sharedDriver(Status &st) {
+  static Driver d;
+  static Status loaded = d.load();
+  st = loaded;
+  return loaded ? nullptr : &d;
+}
 
 } // namespace
 
-Result<std::unique_ptr<Backend>> createCudaBackend(int device) {
-  auto b = std::make_unique<CudaBackend>();
-  if (Status s = b->init(device))
+const Driver *testDriver = nullptr;
+const CublasLt *testLt = nullptr;
+
+void overrideTablesForTesting(const Driver *drv, const CublasLt *lt) {
+  testDriver = drv;
+  testLt = lt;
+}
+
+Result<std::unique_ptr<Backend>> createBackend(const Driver &drv, const CublasLt *lt, const SessionOptions &opts) {
+  auto b = std::make_unique<CudaBackend>(drv, lt, opts);
+  if (Status s = b->init(opts.cudaDevice))
     return s;
   return std::unique_ptr<Backend>(std::move(b));
+}
+
+} // namespace dlc::rt::cuda
+
+namespace dlc::rt {
+
+Result<std::unique_ptr<Backend>> createCudaBackend(const SessionOptions &opts) {
+  if (cuda::testDriver)
+    return cuda::createBackend(*cuda::testDriver, cuda::testLt, opts);
+  Status st;
+  const cuda::Driver *d = cuda::sharedDriver(st);
+  if (!d)
+    return st;
+  return cuda::createBackend(*d, nullptr, opts);
 }
 
 } // namespace dlc::rt

@@ -12,6 +12,7 @@
 #include "HostBlas.h"
 #include "ThreadPool.h"
 
+#include "dlc/package/Half.h"
 #include "dlc/runtime/EmuAbi.h"
 
 #include <boost/context/fiber.hpp>
@@ -20,12 +21,14 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <csetjmp>
 #include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
+#include <type_traits>
 
 #if defined(BOOST_USE_UCONTEXT)
 // The sanitizer build (-DDLC_SANITIZE=ON) uses Boost.Context's ucontext fibers, whose
@@ -66,6 +69,7 @@ struct EmuThread {
   int src = 0;
   unsigned mask = 0;
   bool ballot = false;
+  const void *site = nullptr; // the __syncthreads it waits at
 };
 
 class BlockRunner;
@@ -120,6 +124,10 @@ private:
 class BlockRunner {
 public:
   BlockRunner() : stacks_(128 * 1024) {}
+  void setOrder(SessionOptions::ThreadOrder o, uint64_t seed) {
+    order_ = o;
+    rng_ = seed | 1;
+  }
 
   struct Launch {
     void (*thunk)(const void *);
@@ -155,11 +163,15 @@ public:
       th.t.scheduler = this;
       th.state = EmuThread::Ready;
     }
+    makeOrder(n);
     if (!l.fibers) {
-      for (unsigned i = 0; i < n && !error_; ++i) {
-        current_ = &threads_[i];
-        l.setThread(&threads_[i].t);
-        l.thunk(l.params);
+      for (unsigned k = 0; k < n && !error_; ++k) {
+        current_ = &threads_[perm_[k]];
+        l.setThread(&current_->t);
+        // A failing thread (a trap, a misaligned access) jumps back here: the code
+        // after the fault must not run (a misaligned vector load would fault the host).
+        if (setjmp(escape_) == 0)
+          l.thunk(l.params);
       }
       return error_;
     }
@@ -177,8 +189,8 @@ public:
       });
     }
     for (;;) {
-      for (unsigned i = 0; i < n; ++i) {
-        EmuThread &th = threads_[i];
+      for (unsigned k = 0; k < n; ++k) {
+        EmuThread &th = threads_[perm_[k]];
         if (th.state != EmuThread::Ready)
           continue;
         current_ = &th;
@@ -206,8 +218,12 @@ public:
       }
       for (unsigned b = 0; b < blocks && !released; ++b)
         released |= releaseBlock(b);
-      for (unsigned w = 0; w * 32 < n && !released; ++w)
+      for (unsigned w = 0; w * 32 < n && !released && !error_; ++w)
         released |= releaseWarp(w);
+      if (error_) {
+        killAll();
+        return error_;
+      }
       if (!released) {
         error_ = "deadlock: threads of a block wait at different barriers (divergent "
                  "__syncthreads or warp collective)";
@@ -218,9 +234,10 @@ public:
   }
 
   // Callbacks from kernels (through dlc_emu_api), acting on the current thread.
-  void syncthreads() {
+  void syncthreads(const void *site) {
     if (!fibers_)
       return fail("kernel uses __syncthreads but was compiled as barrier-free");
+    current_->site = site;
     block(EmuThread::AtBlockBarrier);
   }
   void gridsync() {
@@ -240,16 +257,32 @@ public:
     block(EmuThread::AtWarpBarrier);
     return current_->result;
   }
-  void fail(const std::string &msg) {
+  /// Ends the current emulated thread with an error; does not return.
+  [[noreturn]] void fail(const std::string &msg) {
     if (!error_)
       error_ = msg;
     if (fibers_) {
       current_->state = EmuThread::Aborted;
       current_->caller = std::move(current_->caller).resume();
     }
+    std::longjmp(escape_, 1);
   }
 
 private:
+  /// The order in which threads are run between barriers (perm_[k]: the k-th to run).
+  void makeOrder(unsigned n) {
+    perm_.resize(n);
+    for (unsigned i = 0; i < n; ++i)
+      perm_[i] = order_ == SessionOptions::ThreadOrder::Reverse ? n - 1 - i : i;
+    if (order_ == SessionOptions::ThreadOrder::Random)
+      for (unsigned i = n; i > 1; --i) { // Fisher-Yates on a xorshift stream
+        rng_ ^= rng_ << 13;
+        rng_ ^= rng_ >> 7;
+        rng_ ^= rng_ << 17;
+        std::swap(perm_[i - 1], perm_[rng_ % i]);
+      }
+  }
+
   void block(EmuThread::State s) {
     EmuThread *me = current_;
     me->state = s;
@@ -266,11 +299,23 @@ private:
       else if (threads_[i].state != EmuThread::Done)
         return false;
     }
-    if (any)
-      for (unsigned i = lo; i < hi; ++i)
-        if (threads_[i].state == EmuThread::AtBlockBarrier)
-          threads_[i].state = EmuThread::Ready;
-    return any;
+    if (!any)
+      return false;
+    // Every waiting thread at the same __syncthreads: on a GPU, threads at different
+    // barriers (or some exited, some waiting) is undefined behaviour.
+    const void *site = nullptr;
+    for (unsigned i = lo; i < hi; ++i)
+      if (threads_[i].state == EmuThread::AtBlockBarrier) {
+        if (site && threads_[i].site != site) {
+          error_ = "threads of block " + std::to_string(b) + " wait at different __syncthreads call sites";
+          return false;
+        }
+        site = threads_[i].site;
+      }
+    for (unsigned i = lo; i < hi; ++i)
+      if (threads_[i].state == EmuThread::AtBlockBarrier)
+        threads_[i].state = EmuThread::Ready;
+    return true;
   }
 
   /// Warp w (numbered within the run; warps never span blocks) exchanges once every
@@ -290,6 +335,30 @@ private:
     }
     if (!any)
       return false;
+    // The mask names the lanes that take part: each must be here (an exited lane
+    // never arrives on a GPU: the result is undefined), the lane itself included.
+    for (unsigned i = lo; i < hi; ++i) {
+      const EmuThread &th = threads_[i];
+      if (th.state != EmuThread::AtWarpBarrier)
+        continue;
+      unsigned lane = i - lo;
+      if (!((th.mask >> lane) & 1u)) {
+        error_ = "lane " + std::to_string(lane) + " calls a warp collective with a mask that excludes it";
+        return false;
+      }
+      for (unsigned j = lo; j < hi; ++j)
+        if (((th.mask >> (j - lo)) & 1u) && threads_[j].state != EmuThread::AtWarpBarrier) {
+          error_ = "lane " + std::to_string(lane) + "'s warp collective names lane " + std::to_string(j - lo) +
+                   " in its mask, which has exited";
+          return false;
+        }
+      for (unsigned j = hi - lo; j < 32; ++j)
+        if ((th.mask >> j) & 1u) {
+          error_ = "lane " + std::to_string(lane) + "'s warp collective names lane " + std::to_string(j) +
+                   ", which does not exist (the block has " + std::to_string(hi - lo) + " threads in this warp)";
+          return false;
+        }
+    }
     for (unsigned i = lo; i < hi; ++i) {
       EmuThread &th = threads_[i];
       if (th.state != EmuThread::AtWarpBarrier)
@@ -323,6 +392,10 @@ private:
 
   StackPool stacks_;
   std::vector<EmuThread> threads_;
+  std::vector<unsigned> perm_;
+  std::jmp_buf escape_; // the thread loop of barrier-free kernels (fail() returns there)
+  SessionOptions::ThreadOrder order_ = SessionOptions::ThreadOrder::Forward;
+  uint64_t rng_ = 1;
   EmuThread *current_ = nullptr;
   unsigned perBlock_ = 0, blocks_ = 0;
   bool fibers_ = false;
@@ -330,7 +403,7 @@ private:
   std::optional<std::string> error_;
 };
 
-void apiSyncthreads() { tlsRunner->syncthreads(); }
+void apiSyncthreads(const void *site) { tlsRunner->syncthreads(site); }
 void apiSyncwarp(unsigned mask) { tlsRunner->exchange(0, 0, mask, false); }
 unsigned long long apiExchange(unsigned long long v, int src, unsigned mask) {
   return tlsRunner->exchange(v, src, mask, false);
@@ -351,11 +424,13 @@ struct AlignedBuffer {
   void *p = nullptr;
   size_t n = 0;
   ~AlignedBuffer() { std::free(p); }
-  bool allocate(size_t bytes) {
+  /// `fill`: the byte every allocated byte starts as (0xff under --check: every float
+  /// reads as NaN, every index as -1, as uninitialised GPU memory would mislead).
+  bool allocate(size_t bytes, uint8_t fill = 0) {
     n = bytes;
     p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
     if (p)
-      std::memset(p, 0, (bytes + 255) / 256 * 256 + 256);
+      std::memset(p, fill, (bytes + 255) / 256 * 256 + 256);
     return p != nullptr;
   }
 };
@@ -379,9 +454,12 @@ struct EmuModule {
 
 class EmuBackend : public Backend {
 public:
-  EmuBackend(int threads, int computeCapability)
-      : pool_(threads > 0 ? threads : std::max(1u, std::thread::hardware_concurrency())),
-        runners_(pool_.size()), cc_(computeCapability) {}
+  explicit EmuBackend(const SessionOptions &o)
+      : opts_(o), pool_(o.emuThreads > 0 ? o.emuThreads : std::max(1u, std::thread::hardware_concurrency())),
+        runners_(pool_.size()), cc_(o.emuComputeCapability) {
+    for (size_t i = 0; i < runners_.size(); ++i)
+      runners_[i].setOrder(o.emuThreadOrder, 0x9e3779b97f4a7c15ull * (i + 1));
+  }
 
   std::string describe() const override {
     return "emu (CUDA kernels compiled for the host CPU, " + std::to_string(pool_.size()) +
@@ -414,7 +492,7 @@ public:
         kernels_.push_back(it->second);
       }
     }
-    if (!arena_.allocate(m.arena_bytes()))
+    if (!arena_.allocate(m.arena_bytes(), opts_.check ? 0xff : 0))
       return Status(StatusCode::Internal, "out of host memory for the arena");
     // Weights: one copy per model, shared by its emu sessions.
     weights_ = std::static_pointer_cast<EmuWeights>(model.weights(DeviceKind::Emu, 0, [&]() -> std::shared_ptr<WeightStore> {
@@ -440,24 +518,34 @@ public:
   }
 
   Status upload(const pkg::BufRef &dst, const void *src, size_t n) override {
+    if (sticky_)
+      return sticky_;
     std::memcpy(address(dst), src, n);
     return Status::ok();
   }
   Status download(void *dst, const pkg::BufRef &src, size_t n) override {
+    if (sticky_)
+      return sticky_;
     std::memcpy(dst, address(src), n);
     return Status::ok();
   }
   Status copy(const pkg::Copy &c) override {
+    if (sticky_)
+      return sticky_;
     std::memmove(address(*c.dst()), address(*c.src()), c.bytes());
     return Status::ok();
   }
   Status memset(const pkg::Memset &m) override {
+    if (sticky_)
+      return sticky_;
     std::memset(address(*m.dst()), m.value(), m.bytes());
     return Status::ok();
   }
-  Status synchronize() override { return Status::ok(); }
+  Status synchronize() override { return sticky_; }
 
   Status launch(const pkg::Launch &l, const std::string &node) override {
+    if (sticky_)
+      return sticky_;
     DLC_RETURN_IF_ERROR(checkLaunchLimits(*pkg_, l));
     const pkg::Kernel *k = pkg_->meta().kernels()->Get(l.kernel());
     std::vector<uint64_t> params;
@@ -474,10 +562,10 @@ public:
     std::optional<std::string> err;
     if (k->cooperative()) {
       // Every block resident at once: one runner interleaves all of them.
-      std::vector<uint8_t> smem(smemBytes * blocks + 16);
+      std::vector<uint8_t> smem(smemBytes * blocks + 16, smemFill());
       err = runners_[0].run(bl, 0, static_cast<unsigned>(blocks), smem.data(), smemBytes);
     } else {
-      std::vector<std::vector<uint8_t>> smem(pool_.size(), std::vector<uint8_t>(smemBytes + 16));
+      std::vector<std::vector<uint8_t>> smem(pool_.size(), std::vector<uint8_t>(smemBytes + 16, smemFill()));
       std::mutex errMu;
       pool_.parallelFor(blocks, [&](int worker, uint64_t b) {
         {
@@ -493,15 +581,17 @@ public:
         }
       });
     }
-    if (err)
-      return Status(StatusCode::LaunchFailure,
-                    "kernel '" + k->name()->str() + "' (node '" + node + "') failed on emu: " + *err);
+    if (err) {
+      // A failed kernel ends the CUDA context on a GPU: so does it this session.
+      sticky_ = Status(StatusCode::LaunchFailure, "kernel '" + k->name()->str() + "' (node '" + node +
+                                                      "') failed on emu: " + *err);
+      return sticky_;
+    }
     return Status::ok();
   }
 
   /// The cuBLASLt epilogue: bias per column, then the activation (GELU: tanh form).
-  template <class T> void epilogue(T *c, const pkg::Gemm &g) {
-    const T *bias = g.bias() ? reinterpret_cast<const T *>(address(*g.bias())) : nullptr;
+  template <class T> void epilogue(T *c, const T *bias, const pkg::Gemm &g) {
     for (int64_t r = 0; r < g.m(); ++r)
       for (int64_t j = 0; j < g.n(); ++j) {
         T &v = c[r * g.ldc() + j];
@@ -514,44 +604,93 @@ public:
       }
   }
 
-  Status gemm(const pkg::Gemm &g, const std::string &node) override {
+  Status gemm(const pkg::Gemm &g, const std::string &node, bool &epilogueApplied) override {
+    if (sticky_)
+      return sticky_;
     const uint8_t *A = address(*g.a()), *B = address(*g.b());
     uint8_t *C = address(*g.c());
-    size_t es = pkg::dtypeSize(g.dtype());
     const uint8_t *Cin = g.c_in() ? address(*g.c_in()) : nullptr;
-    for (int64_t b = 0; b < g.batch(); ++b) {
-      const uint8_t *a = A + b * g.stride_a() * es, *bb = B + b * g.stride_b() * es;
-      uint8_t *c = C + b * g.stride_c() * es;
-      if (Cin && g.beta() != 0 && Cin != C) // D = ... + beta * Cin: start from Cin
-        for (int64_t r = 0; r < g.m(); ++r)
-          std::memmove(c + r * g.ldc() * es, Cin + (b * g.stride_c() + r * g.ldc()) * es, g.n() * es);
-      switch (g.dtype()) {
-      case pkg::DType::F32:
-        emu::hostGemm(g.trans_a(), g.trans_b(), g.m(), g.n(), g.k(), g.alpha(), reinterpret_cast<const float *>(a),
-                      g.lda(), reinterpret_cast<const float *>(bb), g.ldb(), g.beta(),
-                      reinterpret_cast<float *>(c), g.ldc());
-        break;
-      case pkg::DType::F64:
-        emu::hostGemm(g.trans_a(), g.trans_b(), g.m(), g.n(), g.k(), double(g.alpha()),
-                      reinterpret_cast<const double *>(a), g.lda(), reinterpret_cast<const double *>(bb), g.ldb(),
-                      double(g.beta()), reinterpret_cast<double *>(c), g.ldc());
-        break;
-      default:
-        return Status(StatusCode::InvalidPackage, "GEMM of node '" + node + "' has dtype " +
-                                                      pkg::dtypeName(g.dtype()) +
-                                                      ", which the emu backend does not run");
-      }
-      if (g.bias() || g.activation() != pkg::GemmActivation::None) {
-        if (g.dtype() == pkg::DType::F32)
-          epilogue(reinterpret_cast<float *>(c), g);
-        else
-          epilogue(reinterpret_cast<double *>(c), g);
-      }
+    bool hasEpilogue = g.bias() || g.activation() != pkg::GemmActivation::None;
+    // As a GPU does when no cuBLASLt algorithm fuses the epilogue: the session then
+    // runs the package's epilogue kernel.
+    epilogueApplied = !(hasEpilogue && opts_.gemmEpilogueKernel);
+    switch (g.dtype()) {
+    case pkg::DType::F32: gemmAs<float>(g, A, B, C, Cin, epilogueApplied, Identity{}); break;
+    case pkg::DType::F64: gemmAs<double>(g, A, B, C, Cin, epilogueApplied, Identity{}); break;
+    // 16-bit types as a GPU computes them (CUBLAS_COMPUTE_32F): float products and
+    // sums, the result rounded once to the storage type.
+    case pkg::DType::F16: gemmAs<float>(g, A, B, C, Cin, epilogueApplied, Half16{halfToFloat, floatToHalf}); break;
+    case pkg::DType::BF16: gemmAs<float>(g, A, B, C, Cin, epilogueApplied, Half16{bf16ToFloat, floatToBF16}); break;
+    default:
+      return Status(StatusCode::InvalidPackage, "GEMM of node '" + node + "' has dtype " +
+                                                    pkg::dtypeName(g.dtype()) +
+                                                    ", which the emu backend does not run");
     }
     return Status::ok();
   }
 
 private:
+  /// Storage = compute type.
+  struct Identity {};
+  /// 16-bit storage, float compute.
+  struct Half16 {
+    float (*toFloat)(uint16_t);
+    uint16_t (*fromFloat)(float);
+  };
+
+  /// A (rows x cols, leading dimension ld) matrix of batch b in compute type T.
+  template <class T, class Conv>
+  static const T *view(const uint8_t *base, int64_t offset, int64_t rows, int64_t cols, int64_t ld, const Conv &conv,
+                       std::vector<T> &scratch) {
+    if constexpr (std::is_same_v<Conv, Identity>) {
+      (void)rows, (void)cols, (void)ld, (void)scratch;
+      return reinterpret_cast<const T *>(base) + offset;
+    } else {
+      const uint16_t *p = reinterpret_cast<const uint16_t *>(base) + offset;
+      scratch.assign(static_cast<size_t>(rows * ld), T(0));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          scratch[r * ld + c] = conv.toFloat(p[r * ld + c]);
+      return scratch.data();
+    }
+  }
+
+  template <class T, class Conv>
+  void gemmAs(const pkg::Gemm &g, const uint8_t *A, const uint8_t *B, uint8_t *C, const uint8_t *Cin,
+              bool withEpilogue, const Conv &conv) {
+    int64_t ar = g.trans_a() ? g.k() : g.m(), ac = g.trans_a() ? g.m() : g.k();
+    int64_t br = g.trans_b() ? g.n() : g.k(), bc = g.trans_b() ? g.k() : g.n();
+    std::vector<T> sa, sb, sc, sbias;
+    const T *bias = g.bias() ? view<T>(address(*g.bias()), 0, 1, g.n(), g.n(), conv, sbias) : nullptr;
+    for (int64_t b = 0; b < g.batch(); ++b) {
+      const T *a = view<T>(A, b * g.stride_a(), ar, ac, g.lda(), conv, sa);
+      const T *bb = view<T>(B, b * g.stride_b(), br, bc, g.ldb(), conv, sb);
+      T *c;
+      if constexpr (std::is_same_v<Conv, Identity>) {
+        c = reinterpret_cast<T *>(C) + b * g.stride_c();
+        if (Cin && g.beta() != 0 && Cin != C) // D = ... + beta * Cin: start from Cin
+          for (int64_t r = 0; r < g.m(); ++r)
+            std::memmove(c + r * g.ldc(), reinterpret_cast<const T *>(Cin) + b * g.stride_c() + r * g.ldc(),
+                         g.n() * sizeof(T));
+      } else {
+        sc.assign(static_cast<size_t>(g.m() * g.ldc()), T(0));
+        if (g.beta() != 0)
+          view<T>(Cin ? Cin : C, b * g.stride_c(), g.m(), g.n(), g.ldc(), conv, sc);
+        c = sc.data();
+      }
+      emu::hostGemm(g.trans_a(), g.trans_b(), g.m(), g.n(), g.k(), T(g.alpha()), a, g.lda(), bb, g.ldb(),
+                    T(g.beta()), c, g.ldc());
+      if (withEpilogue)
+        epilogue(c, bias, g);
+      if constexpr (!std::is_same_v<Conv, Identity>) {
+        uint16_t *d = reinterpret_cast<uint16_t *>(C) + b * g.stride_c();
+        for (int64_t r = 0; r < g.m(); ++r)
+          for (int64_t j = 0; j < g.n(); ++j)
+            d[r * g.ldc() + j] = conv.fromFloat(c[r * g.ldc() + j]);
+      }
+    }
+  }
+
   Status loadModule(EmuModule &mod, const uint8_t *data, size_t n,
                     std::map<std::string, std::pair<void (*)(const void *), dlc_emu_set_thread_fn>> &thunks) {
     int fd = memfd_create("dlc-emu-kernels", MFD_CLOEXEC);
@@ -590,6 +729,10 @@ private:
     return Status::ok();
   }
 
+  uint8_t smemFill() const { return opts_.check ? 0xff : 0; }
+
+  SessionOptions opts_;
+  Status sticky_; // the first kernel failure: every later call fails with it
   const pkg::PackageFile *pkg_ = nullptr;
   ThreadPool pool_;
   std::vector<BlockRunner> runners_;
@@ -602,8 +745,8 @@ private:
 
 } // namespace
 
-std::unique_ptr<Backend> createEmuBackend(int threads, int computeCapability) {
-  return std::make_unique<EmuBackend>(threads, computeCapability);
+std::unique_ptr<Backend> createEmuBackend(const SessionOptions &opts) {
+  return std::make_unique<EmuBackend>(opts);
 }
 
 } // namespace dlc::rt

@@ -286,7 +286,8 @@ int runCompile(const std::vector<std::string> &argv) {
     llvm::errs() << "dlc: wrote " << out << (emit == "lib" ? " and " + headerPath : std::string())
                  << (emit == "cuda" ? std::string(" (directory)") : " (" + megabytes(outBytes) + ")") << ": " << rep.kernels << " kernels, "
                  << rep.launches << " launches, " << rep.libraryCalls << " library calls; arena "
-                 << megabytes(rep.arenaBytes) << ", weights " << megabytes(rep.weightBytes) << "; targets "
+                 << megabytes(rep.arenaBytes) << " (live-set bound " << megabytes(rep.maxLiveBytes) << ")"
+                 << ", weights " << megabytes(rep.weightBytes) << "; targets "
                  << targets << "; max " << rep.maxRegisters << " registers, " << rep.totalSpills
                  << " spill bytes; " << llvm::format("%.2f", seconds(t0)) << " s\n";
   }

@@ -185,7 +185,12 @@ int runInspect(const std::vector<std::string> &argv) {
       for (const pkg::Module *mod : *m.modules())
         if (std::find(targets.begin(), targets.end(), llvm::json::Value(mod->target()->str())) == targets.end())
           targets.push_back(mod->target()->str());
+    llvm::json::Array checks; // launches that flag bad data (package.fbs: Check)
+    if (m.checks())
+      for (const pkg::Check *c : *m.checks())
+        checks.push_back(llvm::json::Object{{"node", c->node()->str()}, {"what", c->what()->str()}});
     llvm::json::Object root{{"model", m.model() ? m.model()->str() : ""},
+                            {"checks", std::move(checks)},
                             {"launches", static_cast<int64_t>(launchesOn[h100])},
                             {"library_calls", static_cast<int64_t>(callsOn[h100])},
                             {"launches_by_gpu", perGpuInt(launchesOn)},
@@ -194,6 +199,8 @@ int runInspect(const std::vector<std::string> &argv) {
                             {"other_steps", static_cast<int64_t>(others)},
                             {"unique_kernels", static_cast<int64_t>(nk)},
                             {"arena_bytes", static_cast<int64_t>(m.arena_bytes())},
+                            {"naive_bytes", static_cast<int64_t>(m.arena_naive_bytes())},
+                            {"max_live_bytes", static_cast<int64_t>(m.arena_max_live_bytes())},
                             {"weight_bytes", static_cast<int64_t>(m.weight_bytes())},
                             {"package_bytes", static_cast<int64_t>((*pf)->size())},
                             {"modeled_dram_bytes", static_cast<int64_t>(cost.bytesRead[h100] + cost.bytesWritten[h100])},
@@ -227,7 +234,16 @@ int runInspect(const std::vector<std::string> &argv) {
                << callsOn[h100] << " library calls, " << others << " copies/memsets";
   if (packageLaunches != launchesOn[h100])
     llvm::outs() << " (on H100; " << launchesOn[0] << " launches on A100: tiles planned per architecture)";
-  llvm::outs() << "\nmemory: arena " << m.arena_bytes() << " bytes, weights " << m.weight_bytes() << " bytes\n";
+  llvm::outs() << "\nmemory: arena " << m.arena_bytes() << " bytes";
+  if (m.arena_max_live_bytes())
+    llvm::outs() << llvm::format(" (%.2fx the live-set bound %llu; %llu without a plan)",
+                                 double(m.arena_bytes()) / double(m.arena_max_live_bytes()),
+                                 (unsigned long long)m.arena_max_live_bytes(),
+                                 (unsigned long long)m.arena_naive_bytes());
+  llvm::outs() << ", weights " << m.weight_bytes() << " bytes\n";
+  if (m.checks() && m.checks()->size())
+    llvm::outs() << "data checks: " << m.checks()->size()
+                 << " launches flag bad indices (the run fails naming the node)\n";
   llvm::outs() << llvm::format("traffic: %.3f MB DRAM (lower bound %.3f MB, %.2fx), %.3f GFLOP\n",
                                (cost.bytesRead[h100] + cost.bytesWritten[h100]) / 1e6, cost.lowerBoundBytes / 1e6,
                                cost.lowerBoundBytes ? double(cost.bytesRead[h100] + cost.bytesWritten[h100]) /

@@ -41,6 +41,8 @@ struct CompileOptions {
 struct CompileReport {
   size_t kernels = 0, launches = 0, libraryCalls = 0, steps = 0, chunks = 0;
   uint64_t arenaBytes = 0, weightBytes = 0, packageBytes = 0;
+  /// The memory plan: every intermediate in its own buffer, and the live-set bound.
+  uint64_t naiveArenaBytes = 0, maxLiveBytes = 0;
   int maxRegisters = 0, totalSpills = 0;
   /// Wall time of code generation and of compiling every chunk for every target.
   double codegenSeconds = 0, compileSeconds = 0;

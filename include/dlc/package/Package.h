@@ -26,7 +26,9 @@ namespace dlc::pkg {
 /// 2: GEMM epilogues (bias, activation, separate C input).
 /// 3: launch parameter buffers with relocations, kernels in compilation chunks with
 ///    symbols, per-architecture steps, cooperative kernels.
-inline constexpr uint32_t kFormatVersion = 3;
+/// 4: a memory plan (arena buffers share memory across lifetimes), GEMM workspaces and
+///    epilogue fallbacks, check words for data errors, the CUDA version of the modules.
+inline constexpr uint32_t kFormatVersion = 4;
 /// The largest launch parameter buffer (the classic CUDA limit on kernel parameters).
 inline constexpr size_t kMaxParamBytes = 4096;
 inline constexpr uint64_t kSectionAlign = 256;

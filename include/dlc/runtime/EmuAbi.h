@@ -12,7 +12,7 @@
 extern "C" {
 #endif
 
-#define DLC_EMU_ABI_VERSION 2
+#define DLC_EMU_ABI_VERSION 3
 
 typedef struct dlc_emu_dim3 {
   unsigned x, y, z;
@@ -30,7 +30,9 @@ typedef struct dlc_emu_thread {
 
 /* Callbacks into the runtime. They act on the calling thread (the current fiber). */
 typedef struct dlc_emu_api {
-  void (*syncthreads)(void);
+  /* `site` identifies the __syncthreads call in the source: the threads of a block
+   * must meet at the same one (a GPU deadlocks or misbehaves otherwise). */
+  void (*syncthreads)(const void *site);
   void (*syncwarp)(unsigned mask);
   /* Deposits `value`, waits for the warp, returns the value deposited by lane src. */
   unsigned long long (*warp_exchange)(unsigned long long value, int src, unsigned mask);

@@ -40,6 +40,19 @@ struct SessionOptions {
   int emuComputeCapability = 0;
   /// Record per-step wall time (host-side; on emu it is CPU time, not GPU time).
   bool profile = false;
+  /// emu: the checks that cost time, as compute-sanitizer makes them on a GPU
+  /// (README: "Emu as a sanitizer").
+  bool check = false;
+  /// emu: the order in which the threads of a block run between barriers. A kernel
+  /// whose results depend on it has a race.
+  enum class ThreadOrder { Forward, Reverse, Random };
+  ThreadOrder emuThreadOrder = ThreadOrder::Forward;
+  /// Run GEMM bias/activation epilogues as the package's fallback kernel, as a GPU
+  /// does when no cuBLASLt algorithm applies them (emu; for tests of that path).
+  bool gemmEpilogueKernel = false;
+  /// cuda: capture the schedule as a CUDA graph on the first run and replay it after
+  /// (off with profiling; falls back to step-by-step launches where capture fails).
+  bool cudaGraphs = true;
 };
 
 struct StepTime {
@@ -101,9 +114,13 @@ public:
   Status run();
   Result<HostTensor> getOutput(const std::string &name) const;
   const std::vector<StepTime> &lastProfile() const { return profile_; }
+  /// What the backend chose to do differently from its default (a CUDA graph that
+  /// could not be captured, ...); empty when nothing.
+  std::string backendNote() const;
 
 private:
   Session() = default;
+  Status checkDataErrors() const;
   std::shared_ptr<const Model> model_;
   std::shared_ptr<const pkg::PackageFile> pkg_;
   std::unique_ptr<Backend> backend_;

@@ -142,3 +142,135 @@ extern "C" __global__ void sneaky(float *out) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("compiled as barrier-free"), std::string::npos) << r.status().message();
 }
+
+//===----------------------------------------------------------------------===//
+// Emu as a sanitizer: what a GPU (or compute-sanitizer) would catch, emu catches,
+// naming the kernel.
+//===----------------------------------------------------------------------===//
+
+TEST(EmuCheck, MisalignedFloat4LoadFaults) {
+  const char *src = R"(
+extern "C" __global__ void misaligned_load(float *x, float *out) {
+  // x + 1 is 4-byte aligned only: a float4 load from it faults on a GPU.
+  const float4 v = reinterpret_cast<const float4 *>(x + 1)[threadIdx.x];
+  out[threadIdx.x] = v.x + v.y + v.z + v.w;
+}
+extern "C" __global__ void aligned_load(float *x, float *out) {
+  const float4 v = reinterpret_cast<const float4 *>(x)[threadIdx.x];
+  out[threadIdx.x] = v.x + v.y + v.z + v.w;
+}
+)";
+  for (bool sync : {true, false}) {
+    auto bad = buildTestPackage(src, {{"x", 64}, {"out", 8}},
+                                {TestLaunch{"misaligned_load", {1, 1, 1}, {8, 1, 1}, 0, {0, 1}, sync}});
+    auto r = runOnEmu(bad, {std::vector<float>(64, 1.0f)}, {"out"});
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("kernel 'misaligned_load'"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("misaligned 16-byte-aligned access"), std::string::npos)
+        << r.status().message();
+  }
+  auto good = buildTestPackage(src, {{"x", 64}, {"out", 8}},
+                               {TestLaunch{"aligned_load", {1, 1, 1}, {8, 1, 1}, 0, {0, 1}, false}});
+  auto r = runOnEmu(good, {std::vector<float>(64, 1.0f)}, {"out"});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ((*r)[0][7], 4.0f);
+}
+
+TEST(EmuCheck, ShuffleWithAnExitedPartnerIsCaught) {
+  const char *src = R"(
+extern "C" __global__ void exited_partner(float *out) {
+  float v = threadIdx.x;
+  if (threadIdx.x >= 16)
+    return; // lanes 16..31 exit, but the mask below still names them
+  v += __shfl_down_sync(0xffffffffu, v, 1);
+  out[threadIdx.x] = v;
+}
+extern "C" __global__ void half_warp(float *out) {
+  float v = threadIdx.x;
+  if (threadIdx.x >= 16)
+    return;
+  v += __shfl_down_sync(0x0000ffffu, v, 1, 16); // the mask names exactly the live lanes
+  out[threadIdx.x] = v;
+}
+)";
+  auto bad = buildTestPackage(src, {{"out", 32}}, {TestLaunch{"exited_partner", {1, 1, 1}, {32, 1, 1}, 0, {0}}});
+  auto r = runOnEmu(bad, {}, {"out"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("kernel 'exited_partner'"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("which has exited"), std::string::npos) << r.status().message();
+  auto good = buildTestPackage(src, {{"out", 32}}, {TestLaunch{"half_warp", {1, 1, 1}, {32, 1, 1}, 0, {0}}});
+  auto g = runOnEmu(good, {}, {"out"});
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ((*g)[0][0], 1.0f);  // 0 + 1
+  EXPECT_EQ((*g)[0][14], 29.0f); // 14 + 15
+  EXPECT_EQ((*g)[0][15], 30.0f); // lane 15 has no lane 16 in a width-16 segment: its own value
+}
+
+TEST(EmuCheck, ThreadsAtDifferentBarriersAreCaught) {
+  const char *src = R"(
+extern "C" __global__ void split_barrier(float *out) {
+  if (threadIdx.x < 16) {
+    out[threadIdx.x] = 1.0f;
+    __syncthreads();
+  } else {
+    __syncthreads();
+    out[threadIdx.x] = 2.0f;
+  }
+}
+)";
+  auto pkg = buildTestPackage(src, {{"out", 32}}, {TestLaunch{"split_barrier", {1, 1, 1}, {32, 1, 1}, 0, {0}}});
+  auto r = runOnEmu(pkg, {}, {"out"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("kernel 'split_barrier'"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("different __syncthreads"), std::string::npos) << r.status().message();
+}
+
+TEST(EmuCheck, ThreadOrderExposesAMissingBarrier) {
+  // Each thread writes its slot and reads its neighbour's without a barrier between:
+  // the result depends on the order in which threads run, as on a GPU.
+  const char *src = R"(
+extern "C" __global__ void racy_neighbour(float *out) {
+  __shared__ float s[32];
+  s[threadIdx.x] = threadIdx.x + 1.0f;
+  out[threadIdx.x] = s[(threadIdx.x + 1) % 32];
+  __syncthreads();
+  s[threadIdx.x] = 0.0f; // the next block starts from zeros in either order
+}
+)";
+  auto pkg = buildTestPackage(src, {{"out", 32}}, {TestLaunch{"racy_neighbour", {1, 1, 1}, {32, 1, 1}, 0, {0}}});
+  rt::SessionOptions forward, reverse;
+  reverse.emuThreadOrder = rt::SessionOptions::ThreadOrder::Reverse;
+  auto f = runOnEmu(pkg, {}, {"out"}, forward);
+  auto r = runOnEmu(pkg, {}, {"out"}, reverse);
+  ASSERT_TRUE(f.ok() && r.ok());
+  EXPECT_EQ((*f)[0][0], 0.0f); // thread 0 ran first: thread 1 had not written yet
+  EXPECT_EQ((*r)[0][0], 2.0f); // thread 1 ran before thread 0
+  EXPECT_NE((*f)[0], (*r)[0]);
+}
+
+TEST(EmuCheck, ATrapIsStickyForTheSession) {
+  const char *src = R"(
+extern "C" __global__ void trap_once(float *out) {
+  if (out[0] == 0.0f) __trap();
+  out[threadIdx.x] = 1.0f;
+}
+)";
+  auto bytes = buildTestPackage(src, {{"out", 32}}, {TestLaunch{"trap_once", {1, 1, 1}, {32, 1, 1}, 0, {0}, false}});
+  auto pf = pkg::PackageFile::fromBytes(bytes.data(), bytes.size(), "sticky.dlc");
+  ASSERT_TRUE(pf.ok());
+  rt::SessionOptions so;
+  so.device = rt::DeviceKind::Emu;
+  auto s = rt::Session::create(*pf, so);
+  ASSERT_TRUE(s.ok());
+  std::vector<float> zeros(32, 0.0f), ones(32, 1.0f);
+  ASSERT_FALSE(bool((*s)->setInputBytes("out", zeros.data(), 128)));
+  Status first = (*s)->run();
+  ASSERT_TRUE(bool(first));
+  EXPECT_NE(first.message().find("kernel 'trap_once'"), std::string::npos) << first.message();
+  // Good data does not revive the context: every later call fails with the first error.
+  Status again = (*s)->setInputBytes("out", ones.data(), 128);
+  ASSERT_TRUE(bool(again));
+  EXPECT_EQ(again.message(), first.message());
+  EXPECT_TRUE(bool((*s)->run()));
+  EXPECT_FALSE((*s)->getOutput("out").ok());
+}

@@ -23,7 +23,7 @@ struct Case {
   size_t gemms;    // library calls at -O2
 };
 
-void check(const Case &c) {
+void check(const Case &c, rt::SessionOptions so = {}, double tol = 1e-5) {
   SCOPED_TRACE(c.name);
   auto parsed = ir::parseGraph(c.ir, c.name);
   ASSERT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
@@ -49,7 +49,6 @@ void check(const Case &c) {
   EXPECT_EQ(launches, c.launches);
   EXPECT_EQ(gemms, c.gemms);
 
-  rt::SessionOptions so;
   so.device = rt::DeviceKind::Emu;
   auto s = rt::Session::create(*pf, so);
   ASSERT_TRUE(s.ok()) << s.status().message();
@@ -67,7 +66,7 @@ void check(const Case &c) {
     ASSERT_TRUE(got.ok()) << got.status().message();
     ir::Tensor t(want.type());
     std::memcpy(t.mutableRaw(), got->data.data(), got->data.size());
-    ir::Comparison cmp = ir::compareTensors(t, want, 1e-5, 1e-5);
+    ir::Comparison cmp = ir::compareTensors(t, want, tol, tol);
     EXPECT_TRUE(cmp.ok) << name << ": " << cmp.message;
   }
 }
@@ -187,4 +186,33 @@ TEST(Fusion, AttentionIsOneKernel) {
   return %y
 })",
          1, 0});
+}
+
+// GEMMs in 16-bit storage on emu, as cuBLASLt runs them (CUBLAS_COMPUTE_32F): float
+// products and sums, one rounding to the storage type.
+TEST(Fusion, HalfAndBFloat16GemmsRunOnEmu) {
+  for (const char *dt : {"f16", "bf16"}) {
+    std::string ir = R"(graph @g(%a: T[2,3,17], %b: T[2,17,9]) -> ("y": T[2,3,9]) {
+  %y = MatMul(%a, %b) : T[2,3,9]
+  return %y
+})";
+    for (size_t at; (at = ir.find('T')) != std::string::npos;)
+      ir.replace(at, 1, dt);
+    check({dt, ir.c_str(), 0, 1}, {}, std::string(dt) == "f16" ? 2e-3 : 2e-2);
+  }
+}
+
+// The GEMM epilogue as the package's fallback kernel (what a GPU runs when no
+// cuBLASLt algorithm applies bias + activation) gives the library's result.
+TEST(Fusion, GemmEpilogueFallbackKernelMatches) {
+  rt::SessionOptions so;
+  so.gemmEpilogueKernel = true;
+  check({"relu", R"(graph @g(%x: f32[5,24], %w: f32[24,13], %b: f32[13]) -> ("y": f32[5,13]) {
+  %h = MatMul(%x, %w) : f32[5,13]
+  %hb = Add(%h, %b) : f32[5,13]
+  %y = Relu(%hb) : f32[5,13]
+  return %y
+})",
+         0, 1},
+        so);
 }

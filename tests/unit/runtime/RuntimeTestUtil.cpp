@@ -106,11 +106,12 @@ std::vector<uint8_t> buildTestPackage(const std::string &src,
 
 Result<std::vector<std::vector<float>>> runOnEmu(const std::vector<uint8_t> &bytes,
                                                  const std::vector<std::vector<float>> &inputs,
-                                                 const std::vector<std::string> &outputs) {
+                                                 const std::vector<std::string> &outputs,
+                                                 const rt::SessionOptions &options) {
   auto pf = pkg::PackageFile::fromBytes(bytes.data(), bytes.size(), "test.dlc");
   if (!pf)
     return pf.takeStatus();
-  rt::SessionOptions so;
+  rt::SessionOptions so = options;
   so.device = rt::DeviceKind::Emu;
   auto s = rt::Session::create(*pf, so);
   if (!s)

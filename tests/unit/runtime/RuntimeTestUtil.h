@@ -35,6 +35,7 @@ std::vector<uint8_t> buildTestPackage(const std::string &cudaSource,
 /// named f32 outputs.
 Result<std::vector<std::vector<float>>> runOnEmu(const std::vector<uint8_t> &pkg,
                                                  const std::vector<std::vector<float>> &inputs,
-                                                 const std::vector<std::string> &outputs);
+                                                 const std::vector<std::string> &outputs,
+                                                 const rt::SessionOptions &options = {});
 
 } // namespace dlc::test

@@ -1,0 +1,64 @@
+//===- Driver.h - The CUDA driver and cuBLASLt entry points the backend uses ===//
+//
+// Tables of function pointers, each declared with the prototype from the real
+// headers and filled by dlopen/dlsym. Tests fill them with fakes instead
+// (tests/unit/runtime/CudaMockTest.cpp) to check the backend's behaviour without a
+// GPU: context handling, the driver-version check, synchronous copies, cached GEMM
+// plans and their fallback, CUDA graph capture.
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "../Backend.h"
+
+#include <cublasLt.h>
+#include <cuda.h>
+
+namespace dlc::rt::cuda {
+
+#define DLC_CU_LIST(X)                                                                             \
+  X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)            \
+  X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)                \
+  X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuCtxSynchronize) X(cuStreamCreate) X(cuStreamDestroy)  \
+  X(cuStreamSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)              \
+  X(cuFuncSetAttribute) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyHtoDAsync)             \
+  X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuGetErrorName) X(cuGetErrorString) \
+  X(cuLaunchKernelEx) X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuStreamBeginCapture)        \
+  X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphDestroy)           \
+  X(cuGraphExecDestroy)
+
+/// Driver API entry points; `fn_` has the prototype of `fn` in cuda.h.
+struct Driver {
+  void *lib = nullptr;
+#define DLC_CU(fn) decltype(&fn) fn##_ = nullptr;
+  DLC_CU_LIST(DLC_CU)
+#undef DLC_CU
+  /// dlopens libcuda.so.1 and resolves every entry point.
+  Status load();
+  /// "CUDA_ERROR_X: message".
+  std::string error(CUresult r) const;
+};
+
+#define DLC_LT_LIST(X)                                                                             \
+  X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)   \
+  X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)  \
+  X(cublasLtMatrixLayoutSetAttribute) X(cublasLtMatmulPreferenceCreate)                           \
+  X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute)                      \
+  X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)
+
+struct CublasLt {
+  void *lib = nullptr;
+#define DLC_LT(fn) decltype(&fn) fn##_ = nullptr;
+  DLC_LT_LIST(DLC_LT)
+#undef DLC_LT
+  Status load();
+};
+
+/// Tests: sessions use these tables instead of the dlopened libraries (null: back
+/// to the real ones). Not thread-safe against sessions being created meanwhile.
+void overrideTablesForTesting(const Driver *drv, const CublasLt *lt);
+
+/// The cuda backend over the given tables (null `lt`: cuBLASLt is loaded when a
+/// package has GEMMs). The tables must outlive the backend.
+Result<std::unique_ptr<Backend>> createBackend(const Driver &drv, const CublasLt *lt, const SessionOptions &opts);
+
+} // namespace dlc::rt::cuda

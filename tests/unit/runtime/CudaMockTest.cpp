@@ -1,0 +1,474 @@
+// The cuda backend against a fake driver and a fake cuBLASLt (runtime/cuda/Driver.h):
+// device memory is host memory, a stream is a queue of copies that runs at
+// synchronization, and kernels are recorded, not run. What a GPU adds (numerics) is
+// covered by the `gpu` tests; these check the backend's own behaviour:
+//  - the primary context is pushed for every call and the caller's restored, so a
+//    session made on one thread runs on another;
+//  - a driver older than the package's CUDA is refused with a clear message, and a
+//    GPU without a module gets a target that dlc can compile;
+//  - set_input is synchronous, and the weights are complete before any kernel runs;
+//  - GEMM plans are built once per step, with the epilogue kernel as the fallback;
+//  - the schedule is captured as a CUDA graph once and replayed, recaptured after a
+//    device pointer is bound, and run step by step (with a note) where capture fails;
+//  - bound device pointers must be aligned to their elements.
+#include "cuda/Driver.h"
+
+#include "dlc/codegen/Compiler.h"
+#include "dlc/ir/TextIR.h"
+#include "dlc/passes/Pass.h"
+#include "dlc/runtime/Runtime.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+using namespace dlc;
+namespace cuda = dlc::rt::cuda;
+
+namespace {
+
+CUcontext const kPrimary = reinterpret_cast<CUcontext>(0x1000);
+CUcontext const kUserCtx = reinterpret_cast<CUcontext>(0x2000);
+
+/// What the fake driver saw.
+struct FakeState {
+  std::mutex mu;
+  int major = 9, minor = 0, driverVersion = 13000;
+  std::vector<std::string> calls;  // in order
+  int callsWithoutContext = 0;     // device work while the primary context was not current
+  struct Copy {
+    void *dst;
+    const void *src;
+    size_t n;
+  };
+  std::vector<Copy> pending;       // asynchronous copies not yet synchronized
+  std::map<CUfunction, std::string> functions;
+  std::vector<std::string> launched; // kernel symbols, in order
+  int captures = 0, graphLaunches = 0;
+  bool capturing = false;
+  CUresult endCaptureResult = CUDA_SUCCESS;
+  int heuristicCalls = 0, matmuls = 0;
+  bool rejectEpilogue = false; // the heuristic finds no algorithm that applies an epilogue
+  std::map<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments;
+  void reset() { *this = FakeState(); }
+  FakeState() = default;
+  FakeState &operator=(const FakeState &o) {
+    major = o.major, minor = o.minor, driverVersion = o.driverVersion;
+    calls.clear(), pending.clear(), functions.clear(), launched.clear(), alignments.clear();
+    callsWithoutContext = captures = graphLaunches = heuristicCalls = matmuls = 0;
+    capturing = rejectEpilogue = false;
+    endCaptureResult = CUDA_SUCCESS;
+    return *this;
+  }
+};
+FakeState S;
+thread_local std::vector<CUcontext> ctxStack;
+
+void log(const char *what, bool needsContext) {
+  std::lock_guard<std::mutex> g(S.mu);
+  S.calls.push_back(what);
+  if (needsContext && (ctxStack.empty() || ctxStack.back() != kPrimary))
+    ++S.callsWithoutContext;
+}
+
+void drain() {
+  for (const FakeState::Copy &c : S.pending)
+    std::memcpy(c.dst, c.src, c.n);
+  S.pending.clear();
+}
+
+cuda::Driver makeDriver() {
+  cuda::Driver d;
+  d.cuInit_ = [](unsigned) { return CUDA_SUCCESS; };
+  d.cuDriverGetVersion_ = [](int *v) {
+    *v = S.driverVersion;
+    return CUDA_SUCCESS;
+  };
+  d.cuDeviceGetCount_ = [](int *n) {
+    *n = 1;
+    return CUDA_SUCCESS;
+  };
+  d.cuDeviceGet_ = [](CUdevice *dev, int) {
+    *dev = 0;
+    return CUDA_SUCCESS;
+  };
+  d.cuDeviceGetName_ = [](char *name, int n, CUdevice) {
+    std::snprintf(name, n, "Fake GPU");
+    return CUDA_SUCCESS;
+  };
+  d.cuDeviceGetAttribute_ = [](int *v, CUdevice_attribute a, CUdevice) {
+    *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR   ? S.major
+         : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? S.minor
+                                                              : 132;
+    return CUDA_SUCCESS;
+  };
+  d.cuDevicePrimaryCtxRetain_ = [](CUcontext *c, CUdevice) {
+    *c = kPrimary;
+    return CUDA_SUCCESS;
+  };
+  d.cuDevicePrimaryCtxRelease_ = [](CUdevice) { return CUDA_SUCCESS; };
+  d.cuCtxPushCurrent_ = [](CUcontext c) {
+    ctxStack.push_back(c);
+    return CUDA_SUCCESS;
+  };
+  d.cuCtxPopCurrent_ = [](CUcontext *c) {
+    if (ctxStack.empty())
+      return CUDA_ERROR_INVALID_CONTEXT;
+    *c = ctxStack.back();
+    ctxStack.pop_back();
+    return CUDA_SUCCESS;
+  };
+  d.cuCtxSynchronize_ = []() {
+    log("cuCtxSynchronize", true);
+    drain();
+    return CUDA_SUCCESS;
+  };
+  d.cuStreamCreate_ = [](CUstream *s, unsigned) {
+    log("cuStreamCreate", true);
+    *s = reinterpret_cast<CUstream>(0x3000);
+    return CUDA_SUCCESS;
+  };
+  d.cuStreamDestroy_ = [](CUstream) { return CUDA_SUCCESS; };
+  d.cuStreamSynchronize_ = [](CUstream) {
+    log("cuStreamSynchronize", true);
+    drain();
+    return CUDA_SUCCESS;
+  };
+  d.cuModuleLoadData_ = [](CUmodule *m, const void *) {
+    log("cuModuleLoadData", true);
+    *m = reinterpret_cast<CUmodule>(0x4000);
+    return CUDA_SUCCESS;
+  };
+  d.cuModuleUnload_ = [](CUmodule) { return CUDA_SUCCESS; };
+  d.cuModuleGetFunction_ = [](CUfunction *f, CUmodule, const char *name) {
+    *f = reinterpret_cast<CUfunction>(0x10000 + 16 * S.functions.size());
+    S.functions[*f] = name;
+    return CUDA_SUCCESS;
+  };
+  d.cuFuncSetAttribute_ = [](CUfunction, CUfunction_attribute, int) { return CUDA_SUCCESS; };
+  d.cuMemAlloc_ = [](CUdeviceptr *p, size_t n) {
+    log("cuMemAlloc", true);
+    *p = reinterpret_cast<CUdeviceptr>(std::aligned_alloc(256, (n + 255) / 256 * 256));
+    std::memset(reinterpret_cast<void *>(*p), 0, n);
+    return CUDA_SUCCESS;
+  };
+  d.cuMemFree_ = [](CUdeviceptr p) {
+    std::free(reinterpret_cast<void *>(p));
+    return CUDA_SUCCESS;
+  };
+  d.cuMemcpyHtoD_ = [](CUdeviceptr dst, const void *src, size_t n) {
+    log("cuMemcpyHtoD", true);
+    std::memcpy(reinterpret_cast<void *>(dst), src, n);
+    return CUDA_SUCCESS;
+  };
+  d.cuMemcpyHtoDAsync_ = [](CUdeviceptr dst, const void *src, size_t n, CUstream) {
+    log("cuMemcpyHtoDAsync", true);
+    S.pending.push_back({reinterpret_cast<void *>(dst), src, n});
+    return CUDA_SUCCESS;
+  };
+  d.cuMemcpyDtoHAsync_ = [](void *dst, CUdeviceptr src, size_t n, CUstream) {
+    log("cuMemcpyDtoHAsync", true);
+    S.pending.push_back({dst, reinterpret_cast<const void *>(src), n});
+    return CUDA_SUCCESS;
+  };
+  d.cuMemcpyDtoDAsync_ = [](CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream) {
+    log("cuMemcpyDtoDAsync", true);
+    if (!S.capturing)
+      S.pending.push_back({reinterpret_cast<void *>(dst), reinterpret_cast<const void *>(src), n});
+    return CUDA_SUCCESS;
+  };
+  d.cuMemsetD8Async_ = [](CUdeviceptr dst, unsigned char v, size_t n, CUstream) {
+    log("cuMemsetD8Async", true);
+    if (!S.capturing)
+      std::memset(reinterpret_cast<void *>(dst), v, n);
+    return CUDA_SUCCESS;
+  };
+  d.cuGetErrorName_ = [](CUresult, const char **s) {
+    *s = "CUDA_ERROR_FAKE";
+    return CUDA_SUCCESS;
+  };
+  d.cuGetErrorString_ = [](CUresult, const char **s) {
+    *s = "fake failure";
+    return CUDA_SUCCESS;
+  };
+  d.cuLaunchKernelEx_ = [](const CUlaunchConfig *, CUfunction f, void **, void **) {
+    log("cuLaunchKernelEx", true);
+    S.launched.push_back(S.functions[f]);
+    return CUDA_SUCCESS;
+  };
+  d.cuOccupancyMaxActiveBlocksPerMultiprocessor_ = [](int *n, CUfunction, int, size_t) {
+    *n = 8;
+    return CUDA_SUCCESS;
+  };
+  d.cuStreamBeginCapture_ = [](CUstream, CUstreamCaptureMode) {
+    log("cuStreamBeginCapture", true);
+    S.capturing = true;
+    ++S.captures;
+    return CUDA_SUCCESS;
+  };
+  d.cuStreamEndCapture_ = [](CUstream, CUgraph *g) {
+    log("cuStreamEndCapture", true);
+    S.capturing = false;
+    *g = S.endCaptureResult == CUDA_SUCCESS ? reinterpret_cast<CUgraph>(0x5000) : nullptr;
+    return S.endCaptureResult;
+  };
+  d.cuGraphInstantiateWithFlags_ = [](CUgraphExec *e, CUgraph, unsigned long long) {
+    *e = reinterpret_cast<CUgraphExec>(0x6000);
+    return CUDA_SUCCESS;
+  };
+  d.cuGraphLaunch_ = [](CUgraphExec, CUstream) {
+    log("cuGraphLaunch", true);
+    ++S.graphLaunches;
+    return CUDA_SUCCESS;
+  };
+  d.cuGraphDestroy_ = [](CUgraph) { return CUDA_SUCCESS; };
+  d.cuGraphExecDestroy_ = [](CUgraphExec) { return CUDA_SUCCESS; };
+  return d;
+}
+
+/// cuBLASLt: descriptors are counters; the epilogue attribute is remembered per
+/// descriptor so that the heuristic can refuse it.
+std::map<cublasLtMatmulDesc_t, bool> descHasEpilogue;
+
+cuda::CublasLt makeLt() {
+  cuda::CublasLt l;
+  l.cublasLtCreate_ = [](cublasLtHandle_t *h) {
+    *h = reinterpret_cast<cublasLtHandle_t>(0x7000);
+    return CUBLAS_STATUS_SUCCESS;
+  };
+  l.cublasLtDestroy_ = [](cublasLtHandle_t) { return CUBLAS_STATUS_SUCCESS; };
+  l.cublasLtMatmulDescCreate_ = [](cublasLtMatmulDesc_t *d, cublasComputeType_t, cudaDataType_t) {
+    static uintptr_t next = 0x8000;
+    *d = reinterpret_cast<cublasLtMatmulDesc_t>(next += 16);
+    descHasEpilogue[*d] = false;
+    return CUBLAS_STATUS_SUCCESS;
+  };
+  l.cublasLtMatmulDescDestroy_ = [](cublasLtMatmulDesc_t) { return CUBLAS_STATUS_SUCCESS; };
+  l.cublasLtMatmulDescSetAttribute_ = [](cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void *v,
+                                         size_t) {
+    if (a == CUBLASLT_MATMUL_DESC_EPILOGUE)
+      descHasEpilogue[d] = *static_cast<const cublasLtEpilogue_t *>(v) != CUBLASLT_EPILOGUE_DEFAULT;
+    return CUBLAS_STATUS_SUCCESS;
+  };
+  l.cublasLtMatrixLayoutCreate_ = [](cublasLtMatrixLayout_t *m, cudaDataType, uint64_t, uint64_t, int64_t) {
+    static uintptr_t next = 0x9000;
+    *m = reinterpret_cast<cublasLtMatrixLayout_t>(next += 16);
+    return CUBLAS_STATUS_SUCCESS;
+  };
+  l.cublasLtMatrixLayoutDestroy_ = [](cublasLtMatrixLayout_t) { return CUBLAS_STATUS_SUCCESS; };
+  l.cublasLtMatrixLayoutSetAttribute_ = [](cublasLtMatrixLayout_t, cublasLtMatrixLayoutAttribute_t, const void *,
+                                           size_t) { return CUBLAS_STATUS_SUCCESS; };
+  l.cublasLtMatmulPreferenceCreate_ = [](cublasLtMatmulPreference_t *p) {
+    *p = reinterpret_cast<cublasLtMatmulPreference_t>(0xa000);
+    return CUBLAS_STATUS_SUCCESS;
+  };
+  l.cublasLtMatmulPreferenceDestroy_ = [](cublasLtMatmulPreference_t) { return CUBLAS_STATUS_SUCCESS; };
+  l.cublasLtMatmulPreferenceSetAttribute_ = [](cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t a,
+                                               const void *v, size_t n) {
+    if (n == sizeof(uint32_t))
+      S.alignments[a] = *static_cast<const uint32_t *>(v);
+    return CUBLAS_STATUS_SUCCESS;
+  };
+  l.cublasLtMatmulAlgoGetHeuristic_ = [](cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t,
+                                         cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                         cublasLtMatmulPreference_t, int, cublasLtMatmulHeuristicResult_t *,
+                                         int *found) {
+    ++S.heuristicCalls;
+    *found = S.rejectEpilogue && descHasEpilogue[d] ? 0 : 1;
+    return CUBLAS_STATUS_SUCCESS;
+  };
+  l.cublasLtMatmul_ = [](cublasLtHandle_t, cublasLtMatmulDesc_t, const void *, const void *, cublasLtMatrixLayout_t,
+                         const void *, cublasLtMatrixLayout_t, const void *, const void *, cublasLtMatrixLayout_t,
+                         void *, cublasLtMatrixLayout_t, const cublasLtMatmulAlgo_t *, void *, size_t,
+                         cudaStream_t) {
+    log("cublasLtMatmul", true);
+    ++S.matmuls;
+    return CUBLAS_STATUS_SUCCESS;
+  };
+  return l;
+}
+
+const cuda::Driver kDriver = makeDriver();
+const cuda::CublasLt kLt = makeLt();
+
+/// MatMul + bias + ReLU (one GEMM with an epilogue), then Softmax (one kernel).
+std::shared_ptr<const pkg::PackageFile> mlpPackage() {
+  static std::shared_ptr<const pkg::PackageFile> pkg = [] {
+    const char *text = R"(graph @mlp(%x: f32[2,4]) -> ("probs": f32[2,3]) {
+  %w = const f32[4,3] dense<[1.0, 0.5, -1.0, 2.0, 0.25, 0.75, -0.5, 1.0, 0.0, 0.125, -2.0, 3.0]>
+  %b = const f32[3] dense<[0.1, -0.2, 0.3]>
+  %h = MatMul(%x, %w) : f32[2,3]
+  %hb = Add(%h, %b) : f32[2,3]
+  %a = Relu(%hb) : f32[2,3]
+  %p = Softmax(%a) {axis = 1} : f32[2,3]
+  return %p
+})";
+    auto g = ir::parseGraph(text, "mlp");
+    EXPECT_TRUE(bool(g));
+    passes::PassManager pm;
+    passes::PassContext ctx;
+    EXPECT_FALSE(bool(pm.run(**g, passes::defaultPipeline(2), ctx)));
+    codegen::CompileOptions co;
+    co.targets = {"sm_90"};
+    auto bytes = codegen::compileGraph(**g, co);
+    EXPECT_TRUE(bool(bytes)) << llvm::toString(bytes.takeError());
+    auto pf = pkg::PackageFile::fromBytes(bytes->data(), bytes->size(), "mlp.dlc");
+    EXPECT_TRUE(pf.ok());
+    return std::shared_ptr<const pkg::PackageFile>(*pf);
+  }();
+  return pkg;
+}
+
+class CudaMock : public ::testing::Test {
+protected:
+  void SetUp() override {
+    S.reset();
+    ctxStack.clear();
+    cuda::overrideTablesForTesting(&kDriver, &kLt);
+  }
+  void TearDown() override { cuda::overrideTablesForTesting(nullptr, nullptr); }
+
+  Result<std::unique_ptr<rt::Session>> session(rt::SessionOptions so = {}) {
+    so.device = rt::DeviceKind::Cuda;
+    return rt::Session::create(mlpPackage(), so);
+  }
+  static Status runWith(rt::Session &s, float first) {
+    std::vector<float> x(8, first);
+    DLC_RETURN_IF_ERROR(s.setInputBytes("x", x.data(), x.size() * 4));
+    return s.run();
+  }
+  static size_t count(const std::string &what) {
+    return static_cast<size_t>(std::count(S.calls.begin(), S.calls.end(), what));
+  }
+};
+
+TEST_F(CudaMock, TheCallersContextIsRestoredAndAnyThreadMayRun) {
+  ctxStack.push_back(kUserCtx); // the application's own context is current
+  auto s = session();
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  ASSERT_EQ(ctxStack, std::vector<CUcontext>{kUserCtx});
+  Status st;
+  std::thread other([&] { // a thread on which no context was ever made current
+    st = runWith(**s, 1.0f);
+    EXPECT_TRUE(ctxStack.empty());
+  });
+  other.join();
+  EXPECT_FALSE(bool(st)) << st.message();
+  EXPECT_EQ(S.callsWithoutContext, 0);
+  EXPECT_EQ(ctxStack, std::vector<CUcontext>{kUserCtx});
+  s->reset();
+  EXPECT_EQ(ctxStack, std::vector<CUcontext>{kUserCtx});
+}
+
+TEST_F(CudaMock, ADriverOlderThanThePackagesCudaIsRefused) {
+  S.driverVersion = 12040;
+  auto s = session();
+  ASSERT_FALSE(s.ok());
+  const std::string &m = s.status().message();
+  EXPECT_NE(m.find("built with CUDA 13.0"), std::string::npos) << m;
+  EXPECT_NE(m.find("supports CUDA 12.4"), std::string::npos) << m;
+  EXPECT_NE(m.find("Update the driver"), std::string::npos) << m;
+  EXPECT_EQ(count("cuModuleLoadData"), 0u); // refused before any opaque load failure
+}
+
+TEST_F(CudaMock, AGpuWithoutAModuleGetsATargetDlcCompiles) {
+  S.major = 12; // sm_120: no cubin; the package has none of its PTX either
+  auto s = session();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("--target compute_80"), std::string::npos) << s.status().message();
+  S.major = 7, S.minor = 5;
+  auto t = session();
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("older than dlc supports"), std::string::npos) << t.status().message();
+}
+
+TEST_F(CudaMock, SetInputIsSynchronousAndWeightsAreCompleteBeforeKernels) {
+  rt::SessionOptions so;
+  so.cudaGraphs = false;
+  auto s = session(so);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  std::vector<float> x(8, 3.0f);
+  ASSERT_FALSE(bool((*s)->setInputBytes("x", x.data(), x.size() * 4)));
+  EXPECT_TRUE(S.pending.empty()); // the copy finished before set_input returned
+  ASSERT_FALSE(bool((*s)->run()));
+  auto lastWeight = std::find(S.calls.rbegin(), S.calls.rend(), "cuMemcpyHtoD");
+  ASSERT_NE(lastWeight, S.calls.rend());
+  auto sync = std::find(lastWeight.base(), S.calls.end(), "cuCtxSynchronize");
+  auto firstWork = std::find_if(S.calls.begin(), S.calls.end(), [](const std::string &c) {
+    return c == "cuLaunchKernelEx" || c == "cublasLtMatmul" || c == "cuMemcpyHtoDAsync";
+  });
+  ASSERT_NE(sync, S.calls.end());
+  EXPECT_LT(sync - S.calls.begin(), firstWork - S.calls.begin());
+}
+
+TEST_F(CudaMock, GemmPlansAreBuiltOnceAndFallBackToTheEpilogueKernel) {
+  S.rejectEpilogue = true; // no algorithm applies bias + ReLU
+  rt::SessionOptions so;
+  so.cudaGraphs = false;
+  auto s = session(so);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  for (int i = 0; i < 3; ++i)
+    ASSERT_FALSE(bool(runWith(**s, 1.0f + i)));
+  EXPECT_EQ(S.matmuls, 3);
+  EXPECT_EQ(S.heuristicCalls, 2); // with the epilogue (refused), then without: once
+  size_t epilogues = std::count_if(S.launched.begin(), S.launched.end(),
+                                   [](const std::string &k) { return k.find("gemm_epilogue") != std::string::npos; });
+  EXPECT_EQ(epilogues, 3u);
+  // The arena is 256-byte aligned and so are its buffers: cuBLASLt may assume it.
+  EXPECT_EQ(S.alignments[CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], 256u);
+  EXPECT_EQ(S.alignments[CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES], 256u);
+
+  S.reset();
+  auto t = session(so); // an algorithm with the epilogue: no extra kernel
+  ASSERT_TRUE(t.ok());
+  ASSERT_FALSE(bool(runWith(**t, 1.0f)));
+  EXPECT_EQ(S.heuristicCalls, 1);
+  for (const std::string &k : S.launched)
+    EXPECT_EQ(k.find("gemm_epilogue"), std::string::npos) << k;
+}
+
+TEST_F(CudaMock, TheScheduleIsCapturedOnceThenReplayed) {
+  auto s = session();
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  for (int i = 0; i < 3; ++i)
+    ASSERT_FALSE(bool(runWith(**s, 1.0f)));
+  EXPECT_EQ(S.captures, 1);
+  EXPECT_EQ(S.graphLaunches, 3);
+  EXPECT_EQ(count("cuLaunchKernelEx"), 1u); // softmax, issued once, during capture
+  EXPECT_EQ(S.matmuls, 1);
+  EXPECT_EQ((*s)->backendNote(), "");
+  // A bound device pointer changes the addresses baked into the graph.
+  std::vector<float> deviceInput(8, 0.0f);
+  ASSERT_FALSE(bool((*s)->bindDevice("x", false, reinterpret_cast<uint64_t>(deviceInput.data()))));
+  ASSERT_FALSE(bool((*s)->run()));
+  EXPECT_EQ(S.captures, 2);
+  EXPECT_EQ(S.graphLaunches, 4);
+}
+
+TEST_F(CudaMock, AFailedCaptureRunsStepByStepWithANote) {
+  S.endCaptureResult = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  auto s = session();
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  ASSERT_FALSE(bool(runWith(**s, 1.0f)));
+  ASSERT_FALSE(bool(runWith(**s, 2.0f)));
+  EXPECT_EQ(S.captures, 1); // not tried again
+  EXPECT_EQ(S.graphLaunches, 0);
+  EXPECT_EQ(S.matmuls, 3);  // once captured (discarded), then once per run
+  EXPECT_NE((*s)->backendNote().find("CUDA graph capture failed"), std::string::npos) << (*s)->backendNote();
+}
+
+TEST_F(CudaMock, BoundPointersMustBeAlignedToTheirElements) {
+  auto s = session();
+  ASSERT_TRUE(s.ok());
+  Status st = (*s)->bindDevice("x", false, 0x10002);
+  ASSERT_TRUE(bool(st));
+  EXPECT_EQ(st.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(st.message().find("not aligned to its 4-byte elements"), std::string::npos) << st.message();
+  EXPECT_FALSE(bool((*s)->bindDevice("probs", true, 0x10004))); // 4-byte aligned is enough
+}
+
+} // namespace
