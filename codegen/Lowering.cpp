@@ -162,6 +162,11 @@ uint32_t Lowering::instantiate(const Instantiation &inst) {
 
 void Lowering::launch(const Node &n, uint32_t kernel, LaunchArgs &args, uint32_t gridX, uint32_t block,
                       uint32_t smem, double flops, uint32_t gridY, uint32_t gridZ, std::vector<std::string> archs) {
+  p_.steps.push_back({makeLaunch(kernel, args, gridX, block, smem, flops, gridY, gridZ), n.name(), std::move(archs)});
+}
+
+LaunchStep Lowering::makeLaunch(uint32_t kernel, LaunchArgs &args, uint32_t gridX, uint32_t block, uint32_t smem,
+                                double flops, uint32_t gridY, uint32_t gridZ) {
   args.finishTraffic(*this);
   LaunchStep ls;
   ls.kernel = kernel;
@@ -175,7 +180,7 @@ void Lowering::launch(const Node &n, uint32_t kernel, LaunchArgs &args, uint32_t
   ls.bytesRead = args.bytesRead;
   ls.bytesWritten = args.bytesWritten;
   ls.flops = flops;
-  p_.steps.push_back({std::move(ls), n.name(), std::move(archs)});
+  return ls;
 }
 
 BufferRef Lowering::allocate(const Value *result) {
@@ -277,9 +282,7 @@ void Lowering::addGemm(const GemmStep &g0, const Node &n) {
     int64_t maxIndex = (g.batch - 1) * g.strideC + g.m * g.ldc;
     uint32_t k = instantiate({"dlc::gemm_epilogue", {std::to_string(act), indexType(maxIndex), cudaType(g.dtype)},
                               "dlc::GemmEpilogueShape", {}});
-    launch(n, k, a, gridFor(static_cast<uint64_t>(s.total), 256), 256, 0, 2.0 * static_cast<double>(s.total));
-    g.fallback = std::get<LaunchStep>(p_.steps.back().op);
-    p_.steps.pop_back();
+    g.fallback = makeLaunch(k, a, gridFor(static_cast<uint64_t>(s.total), 256), 256, 0, 2.0 * static_cast<double>(s.total));
   }
   p_.steps.push_back({g, n.name(), {}});
 }
@@ -473,7 +476,7 @@ llvm::Expected<Program> Lowering::run() {
   for (BufferDesc &b : p_.buffers)
     if (b.region == pkg::Region::Weights) {
       b.offset = p_.weightBytes;
-      p_.weightBytes += (b.bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+      p_.weightBytes += arenaAligned(b.bytes);
     }
   std::vector<uint32_t> pinned;
   if (!p_.checks.empty()) {

@@ -249,6 +249,9 @@ public:
   void launch(const ir::Node &n, uint32_t kernel, LaunchArgs &args, uint32_t gridX, uint32_t block,
               uint32_t smem = 0, double flops = 0, uint32_t gridY = 1, uint32_t gridZ = 1,
               std::vector<std::string> archs = {});
+  /// The launch step `launch` would append, without appending it (a GEMM's fallback).
+  LaunchStep makeLaunch(uint32_t kernel, LaunchArgs &args, uint32_t gridX, uint32_t block, uint32_t smem = 0,
+                        double flops = 0, uint32_t gridY = 1, uint32_t gridZ = 1);
 
   const std::vector<std::string> &archs() const { return opts_.archs; }
   const LoweringOptions &options() const { return opts_; }

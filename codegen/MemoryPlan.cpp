@@ -8,8 +8,6 @@ namespace dlc::codegen {
 
 namespace {
 
-uint64_t aligned(uint64_t n) { return (n + kArenaAlign - 1) / kArenaAlign * kArenaAlign; }
-
 constexpr int64_t kNever = -2;
 
 struct Life {
@@ -44,7 +42,7 @@ MemoryPlanStats planMemory(Program &p, const std::vector<uint32_t> &pinned) {
       life[b].first = -1;
       life[b].last = ns;
     }
-    life[b].bytes = aligned(p.buffers[b].bytes);
+    life[b].bytes = arenaAligned(p.buffers[b].bytes);
   }
 
   MemoryPlanStats st;
@@ -72,8 +70,7 @@ MemoryPlanStats planMemory(Program &p, const std::vector<uint32_t> &pinned) {
           life[r].last != s || life[out].first != s || p.buffers[in].bytes != p.buffers[out].bytes)
         continue;
       rep[out] = r;
-      life[r].last = life[out].last;
-      life[r].bytes = std::max(life[r].bytes, life[out].bytes);
+      life[r].last = life[out].last; // equal sizes: the merged buffer keeps its bytes
       ++st.inplaceMerges;
     }
   }

@@ -119,9 +119,8 @@ void dumpSource(const ToolchainOptions &o, const std::string &source) {
 }
 
 std::string nvrtcVersionString() {
-  int major = 0, minor = 0;
-  ::nvrtcVersion(&major, &minor);
-  return std::to_string(major) + "." + std::to_string(minor);
+  uint32_t v = nvrtcVersionNumber();
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
 }
 
 std::string nvJitLinkVersionString() {

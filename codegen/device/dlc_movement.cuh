@@ -36,6 +36,23 @@ template <class I, class IT> DLC_HD I checkedIndex(const IT *p, I at, i64 dim, u
   return static_cast<I>(v);
 }
 
+/// GatherElements/ScatterElements: the data offset of element i, whose coordinate on
+/// the axis is read from the indices.
+template <class I, class IT> DLC_HD I elementsOffset(const IndexShape &s, const IT *idx, I i) {
+  I c[kMaxRank];
+  coordsOf(s.dims, s.rank, i, c);
+  c[s.axis] = checkedIndex(idx, i, s.axisDim, s.err);
+  return offsetOf(c, s.xStride, s.rank);
+}
+
+/// GatherND/ScatterND: the data offset of index tuple t (q coordinates).
+template <class I, class IT> DLC_HD I tupleOffset(const IndexShape &s, const IT *idx, I t) {
+  I at = 0;
+  for (i64 k = 0; k < s.q; ++k)
+    at += checkedIndex(idx, t * static_cast<I>(s.q) + static_cast<I>(k), s.xDim[k], s.err) * static_cast<I>(s.xStride[k]);
+  return at;
+}
+
 template <class I, class DT> __global__ void __launch_bounds__(256) copy_strided(const CopyShape s) {
   const DT *x = static_cast<const DT *>(s.x);
   DT *y = static_cast<DT *>(s.y);
@@ -102,11 +119,7 @@ template <class I, class DT, class IT> __global__ void __launch_bounds__(256) ga
   const DT *x = static_cast<const DT *>(s.x);
   const IT *idx = static_cast<const IT *>(s.idx);
   DLC_GRID_STRIDE(i, static_cast<I>(s.total)) {
-    I c[kMaxRank];
-    coordsOf(s.dims, s.rank, i, c);
-    c[s.axis] = checkedIndex(idx, i, s.axisDim, s.err);
-    const I src = offsetOf(c, s.xStride, s.rank);
-    static_cast<DT *>(s.y)[i] = x[src];
+    static_cast<DT *>(s.y)[i] = x[elementsOffset(s, idx, i)];
   }
 }
 
@@ -120,10 +133,7 @@ template <int Red, class I, class DT, class IT> __global__ void __launch_bounds_
   DT *y = static_cast<DT *>(s.y);
   ScatterLoop<Red != kScatterNone, I> loop(static_cast<I>(s.total));
   for (I i = loop.first; i < loop.end; i += loop.step) {
-    I c[kMaxRank];
-    coordsOf(s.dims, s.rank, i, c);
-    c[s.axis] = checkedIndex(idx, i, s.axisDim, s.err);
-    const I at = offsetOf(c, s.xStride, s.rank);
+    const I at = elementsOffset(s, idx, i);
     st(y, at, scatterCombine<Red>(ld<T>(y, at), ld<T>(upd, i)));
   }
 }
@@ -135,9 +145,7 @@ template <class I, class DT, class IT> __global__ void __launch_bounds__(256) ga
   DLC_GRID_STRIDE(i, static_cast<I>(s.total)) {
     I t = i;
     const I j = s.dSlice.split(t);
-    I base = s.dPerBatch.div(t) * static_cast<I>(s.batchStride);
-    for (i64 k = 0; k < s.q; ++k)
-      base += checkedIndex(idx, t * static_cast<I>(s.q) + static_cast<I>(k), s.xDim[k], s.err) * static_cast<I>(s.xStride[k]);
+    const I base = s.dPerBatch.div(t) * static_cast<I>(s.batchStride) + tupleOffset(s, idx, t);
     static_cast<DT *>(s.y)[i] = x[base + j];
   }
 }
@@ -151,9 +159,7 @@ template <int Red, class I, class DT, class IT> __global__ void __launch_bounds_
   for (I i = loop.first; i < loop.end; i += loop.step) {
     I t = i;
     const I j = s.dSlice.split(t);
-    I at = j;
-    for (i64 k = 0; k < s.q; ++k)
-      at += checkedIndex(idx, t * static_cast<I>(s.q) + static_cast<I>(k), s.xDim[k], s.err) * static_cast<I>(s.xStride[k]);
+    const I at = j + tupleOffset(s, idx, t);
     st(y, at, scatterCombine<Red>(ld<T>(y, at), ld<T>(upd, i)));
   }
 }

@@ -259,8 +259,6 @@ Status setInputs(Opened &o, const CliContext &ctx, bool randomFill) {
   return Status::ok();
 }
 
-const std::vector<std::string> kCommonValued = {"input", "device", "threads"};
-
 } // namespace
 
 int runMain(const std::vector<std::string> &args, const CliContext &ctx) {
