@@ -246,6 +246,8 @@ Status PackageFile::verify() {
     return bad("wrong magic bytes (not a .dlc file)");
   if (h.headerCrc != crc32(&h, offsetof(Header, headerCrc)))
     return bad("header checksum mismatch");
+  if (h.pad != 0) // (outside both checksums: written as zeros)
+    return bad("nonzero header padding");
   if (h.version != kFormatVersion)
     return bad("format version " + std::to_string(h.version) + ", this runtime reads version " +
                std::to_string(kFormatVersion));
