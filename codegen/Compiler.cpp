@@ -153,8 +153,9 @@ public:
       : p_(p), tc_(tc), opts_(opts), rep_(rep) {
     int base = 1000;
     for (const std::string &t : targets) {
-      if (t == "emu") {
+      if (t == "emu" || t == "emu-check") {
         emu_ = true;
+        tc_.emuCheck |= t == "emu-check";
         continue;
       }
       int v = std::atoi(t.c_str() + t.find('_') + 1);
@@ -319,7 +320,7 @@ private:
   }
 
   Program &p_;
-  const ToolchainOptions &tc_;
+  ToolchainOptions tc_; // (emuCheck set by the emu-check target)
   const CompileOptions &opts_;
   CompileReport &rep_;
   std::vector<std::string> sms_, ptxTargets_, virtualArchs_;
@@ -365,10 +366,15 @@ llvm::Expected<pkg::PackageImage> compileGraphImage(const Graph &g, const Compil
       targets.push_back("emu");
   }
   static const std::set<std::string> known = {"sm_80", "sm_86", "sm_89", "sm_90", "compute_80",
-                                              "compute_86", "compute_89", "compute_90", "emu"};
+                                              "compute_86", "compute_89", "compute_90", "emu", "emu-check"};
   for (const std::string &t : targets)
     if (!known.count(t))
-      return errorf("unknown target '{0}' (known: sm_80, sm_86, sm_89, sm_90, compute_80..compute_90, emu)", t);
+      return errorf("unknown target '{0}' (known: sm_80, sm_86, sm_89, sm_90, compute_80..compute_90, emu, "
+                    "emu-check)",
+                    t);
+  if (std::count(targets.begin(), targets.end(), "emu") && std::count(targets.begin(), targets.end(), "emu-check"))
+    return makeError("targets emu and emu-check exclude each other (emu-check is emu with every memory access "
+                     "instrumented for --check)");
   rep.targets = targets;
 
   auto t0 = std::chrono::steady_clock::now();

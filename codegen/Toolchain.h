@@ -48,6 +48,9 @@ struct ToolchainOptions {
   bool useCache = true;
   /// Where to write the .cu when a compilation fails (next to the output).
   std::string failureDumpPath;
+  /// Emu: instrument every load and store for the runtime's initcheck and racecheck of
+  /// shared memory (target `emu-check`; its kernels run several times slower).
+  bool emuCheck = false;
 };
 
 /// NVRTC front end: the translation unit to PTX for `virtualArch` ("compute_80").
@@ -61,6 +64,14 @@ llvm::Expected<CompiledModule> ptxToCubin(const PtxModule &ptx, const std::strin
 /// Both steps for one GPU target: "sm_80" gives a cubin, "compute_90" PTX.
 llvm::Expected<CompiledModule> compileWithNvrtc(const std::string &source, const std::string &target,
                                                 const ToolchainOptions &opts);
+/// Emu lowering of static shared memory: each `__shared__ T name[dims];` declared in a
+/// function becomes a reference to storage the emu runtime places per block (through
+/// dlc_emu_api.static_shared), so that every access is an instrumented pointer access
+/// (--check) and each block of a cooperative grid has its own copy. Comments, strings,
+/// preprocessor lines and `extern __shared__` are left alone; so are declarations it
+/// does not recognise (several declarators, an initialiser), which stay thread-local
+/// statics. Line numbers are preserved.
+std::string lowerStaticSharedForEmu(const std::string &source);
 /// Compiles the translation unit for the emu backend with the host compiler.
 llvm::Expected<CompiledModule> compileForEmu(const std::string &source, const ToolchainOptions &opts);
 /// Whether a host C++ compiler can be run.

@@ -22,13 +22,20 @@
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
-// Static shared memory is per block: all fibers of a block run on one OS thread.
+// Static shared memory: the emu compile lowers each `__shared__ T name[dims];` in a
+// function to a reference to per-block storage from the runtime (lowerStaticSharedForEmu
+// in codegen/Toolchain.cpp). A declaration it does not recognise falls back to a
+// thread-local static: per OS thread, which runs one block at a time, but neither
+// poisoned nor checked under --check.
 #define __shared__ static thread_local
 #define DLC_DYNAMIC_SMEM(T, name) T *name = static_cast<T *>(dlc_emu_cur->dynamicSmem)
 
 extern "C" {
 extern thread_local dlc_emu_thread *dlc_emu_cur;
 extern const dlc_emu_api *dlc_emu_api_ptr;
+}
+template <class T> inline T *dlc_emu_static_shared(const char *site, unsigned align) {
+  return static_cast<T *>(dlc_emu_api_ptr->static_shared(site, sizeof(T), align));
 }
 
 #define threadIdx (dlc_emu_cur->threadIdx)
@@ -70,6 +77,42 @@ inline void dlc_emu_misaligned(void *data, void *ptr) {
 }
 // (The runtime's trap does not return: it leaves the emulated thread.)
 void __ubsan_handle_type_mismatch_v1(void *data, void *ptr) { dlc_emu_misaligned(data, ptr); }
+
+// The module is also built with -fsanitize=kernel-address and every access as a call
+// (no sanitizer runtime either): each load and store of the kernels lands in one of the
+// callbacks below. Outside --check the range is empty and a callback is a compare;
+// under --check, accesses to shared memory go to the runtime, which finds
+// reads of never-written bytes (initcheck) and conflicting accesses of two threads with
+// no barrier between them (racecheck).
+unsigned long long dlc_emu_checked_base = 0, dlc_emu_checked_bytes = 0;
+__attribute__((visibility("default"))) void dlc_emu_set_checked(unsigned long long base, unsigned long long bytes) {
+  dlc_emu_checked_base = base;
+  dlc_emu_checked_bytes = bytes;
+}
+__attribute__((no_sanitize_address)) inline void dlc_emu_access(unsigned long long p, unsigned long long n, int write) {
+  if (p - dlc_emu_checked_base < dlc_emu_checked_bytes)
+    dlc_emu_api_ptr->access(reinterpret_cast<const void *>(p), n, write);
+}
+#define DLC_EMU_ACCESS_CALLBACKS(N)                                                                \
+  __attribute__((no_sanitize_address)) void __asan_load##N##_noabort(unsigned long long p) {       \
+    dlc_emu_access(p, N, 0);                                                                       \
+  }                                                                                                \
+  __attribute__((no_sanitize_address)) void __asan_store##N##_noabort(unsigned long long p) {      \
+    dlc_emu_access(p, N, 1);                                                                       \
+  }
+DLC_EMU_ACCESS_CALLBACKS(1)
+DLC_EMU_ACCESS_CALLBACKS(2)
+DLC_EMU_ACCESS_CALLBACKS(4)
+DLC_EMU_ACCESS_CALLBACKS(8)
+DLC_EMU_ACCESS_CALLBACKS(16)
+#undef DLC_EMU_ACCESS_CALLBACKS
+__attribute__((no_sanitize_address)) void __asan_loadN_noabort(unsigned long long p, unsigned long long n) {
+  dlc_emu_access(p, n, 0);
+}
+__attribute__((no_sanitize_address)) void __asan_storeN_noabort(unsigned long long p, unsigned long long n) {
+  dlc_emu_access(p, n, 1);
+}
+__attribute__((no_sanitize_address)) void __asan_handle_no_return(void) {}
 }
 
 namespace dlc_emu_detail {

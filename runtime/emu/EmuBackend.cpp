@@ -75,6 +75,41 @@ struct EmuThread {
 class BlockRunner;
 thread_local BlockRunner *tlsRunner = nullptr;
 
+/// Zero-filled memory reserved on demand and committed as it is touched (a shadow
+/// record or a static region that is never used costs nothing).
+class Reserve {
+public:
+  ~Reserve() { release(); }
+  void reserve(size_t bytes) {
+    if (bytes <= bytes_)
+      return;
+    release();
+    void *p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+      throw std::bad_alloc();
+    p_ = static_cast<uint8_t *>(p);
+    bytes_ = bytes;
+  }
+  uint8_t *data() const { return p_; }
+
+private:
+  void release() {
+    if (p_)
+      ::munmap(p_, bytes_);
+    p_ = nullptr;
+    bytes_ = 0;
+  }
+  uint8_t *p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+/// Each runner's shared memory lies in one mapping of the backend (so that the modules'
+/// access callbacks test a single range under --check): per runner, a dynamic area and a
+/// static area of kStaticSmemLimit per block of a run.
+constexpr size_t kStaticSmemLimit = 48 * 1024;
+constexpr size_t kDynamicArea = size_t(64) << 20, kStaticArea = size_t(16) << 20;
+constexpr size_t kSharedSlot = kDynamicArea + kStaticArea;
+
 /// Fiber stacks: fixed size, a guard page below each, recycled (one pool per
 /// runner, so per worker thread). A StackAllocator in Boost.Context's sense.
 class StackPool {
@@ -124,6 +159,11 @@ private:
 class BlockRunner {
 public:
   BlockRunner() : stacks_(128 * 1024) {}
+  /// This runner's slot (kSharedSlot bytes) of the backend's shared memory.
+  void setSharedSlot(uint8_t *slot) {
+    dynamic_ = slot;
+    statics_ = slot + kDynamicArea;
+  }
   void setOrder(SessionOptions::ThreadOrder o, uint64_t seed) {
     order_ = o;
     rng_ = seed | 1;
@@ -135,19 +175,24 @@ public:
     dlc_emu_dim3 block, grid;
     bool fibers;
     dlc_emu_set_thread_fn setThread;
+    /// --check: shared-memory initcheck and racecheck.
+    bool check = false;
   };
 
   /// Runs `blocks` consecutive blocks starting at linear block `first` together (more
   /// than one only for cooperative launches, whose blocks meet at grid barriers).
   /// `smem` holds `smemBytes` of dynamic shared memory per block. Returns an error
   /// message, or nullopt on success.
-  std::optional<std::string> run(const Launch &l, uint64_t first, unsigned blocks, uint8_t *smem,
-                                 size_t smemBytes) {
+  std::optional<std::string> run(const Launch &l, uint64_t first, unsigned blocks, size_t smemBytes) {
+    uint8_t *smem = dynamic_;
     unsigned perBlock = l.block.x * l.block.y * l.block.z, n = perBlock * blocks;
     threads_.resize(n);
     perBlock_ = perBlock;
     blocks_ = blocks;
     error_.reset();
+    if (smemBytes * blocks > kDynamicArea || size_t(blocks) * kStaticSmemLimit > kStaticArea)
+      return "the emu backend has no room for the shared memory of " + std::to_string(blocks) +
+             " co-resident blocks of " + std::to_string(smemBytes) + " bytes";
     fibers_ = l.fibers;
     tlsRunner = this;
     for (unsigned i = 0; i < n; ++i) {
@@ -163,6 +208,7 @@ public:
       th.t.scheduler = this;
       th.state = EmuThread::Ready;
     }
+    beginCheck(l, smem, smemBytes);
     makeOrder(n);
     if (!l.fibers) {
       for (unsigned k = 0; k < n && !error_; ++k) {
@@ -214,11 +260,13 @@ public:
         for (EmuThread &th : threads_)
           if (th.state == EmuThread::AtGridBarrier)
             th.state = EmuThread::Ready;
+        for (uint32_t &e : blockEpoch_)
+          ++e;
         released = true;
       }
       for (unsigned b = 0; b < blocks && !released; ++b)
         released |= releaseBlock(b);
-      for (unsigned w = 0; w * 32 < n && !released && !error_; ++w)
+      for (unsigned w = 0; w < blocks * warpsPerBlock() && !released && !error_; ++w)
         released |= releaseWarp(w);
       if (error_) {
         killAll();
@@ -257,6 +305,24 @@ public:
     block(EmuThread::AtWarpBarrier);
     return current_->result;
   }
+  /// A load or store by the current thread inside a checked range (--check): reports a
+  /// read of bytes no thread of the block has written, and two threads' conflicting
+  /// accesses with no barrier between them, as compute-sanitizer's initcheck and
+  /// racecheck do.
+  void access(uintptr_t p, uint64_t n, bool write) {
+    unsigned me = static_cast<unsigned>(current_ - threads_.data());
+    for (int r = 0; r < 2; ++r) {
+      uint64_t off = p - checkBase_[r];
+      if (off >= checkBytes_[r])
+        continue; // (or another runner's: the module's range covers every runner)
+      uint64_t end = std::min<uint64_t>(checkBytes_[r], off + n);
+      for (uint64_t o = off; o < end; ++o)
+        if (const char *hazard = write ? onWrite(shadowAt(r, o), me) : onRead(shadowAt(r, o), me))
+          fail(describeHazard(hazard, r, off, shadowAt(r, o), n, me, write));
+      return;
+    }
+  }
+
   /// Ends the current emulated thread with an error; does not return.
   [[noreturn]] void fail(const std::string &msg) {
     if (!error_)
@@ -266,6 +332,144 @@ public:
       current_->caller = std::move(current_->caller).resume();
     }
     std::longjmp(escape_, 1);
+  }
+
+private:
+  /// What --check knows of one byte of shared memory in the current run: whether a
+  /// thread has written it, the last writer, and who read it since (the first reader and
+  /// whether there were others, in its warp or beyond). Epochs order accesses: a block
+  /// epoch ends at each __syncthreads (or grid barrier), a warp epoch at each warp
+  /// collective or __syncwarp of the warp.
+  struct ShadowByte {
+    uint32_t gen = 0; // the run this record belongs to; an older one reads as untouched
+    uint32_t writer = 0, writeEpoch = 0, writeWarpEpoch = 0;
+    uint32_t reader = 0, readEpoch = 0, readWarpEpoch = 0;
+    enum : uint8_t { NoReader, OneReader, ReadersInOneWarp, ReadersInSeveralWarps } readers = NoReader;
+    bool written = false;
+  };
+
+  ShadowByte &shadowAt(int region, uint64_t offset) {
+    return reinterpret_cast<ShadowByte *>(shadow_[region].data())[offset];
+  }
+  static_assert(std::is_trivially_copyable_v<ShadowByte>, "shadow records live in zero-filled mappings");
+  unsigned warpsPerBlock() const { return (perBlock_ + 31) / 32; }
+  unsigned warpOf(unsigned i) const { return (i / perBlock_) * warpsPerBlock() + (i % perBlock_) / 32; }
+  /// Whether an access by thread `other` at (block epoch, warp epoch) happens before
+  /// the current access of thread `me`.
+  bool ordered(unsigned other, uint32_t epoch, uint32_t warpEpoch, unsigned me) const {
+    if (other == me || other / perBlock_ != me / perBlock_)
+      return true; // the same thread; or another block (the static shared memory of a cooperative run)
+    if (epoch < blockEpoch_[me / perBlock_])
+      return true;
+    return warpOf(other) == warpOf(me) && warpEpoch < warpEpoch_[warpOf(me)];
+  }
+  ShadowByte &fresh(ShadowByte &b) {
+    if (b.gen != gen_)
+      b = ShadowByte{gen_};
+    return b;
+  }
+  const char *onRead(ShadowByte &raw, unsigned me) {
+    ShadowByte &b = fresh(raw);
+    if (!b.written)
+      return "uninitialised";
+    if (!ordered(b.writer, b.writeEpoch, b.writeWarpEpoch, me))
+      return "read after write";
+    uint32_t epoch = blockEpoch_[me / perBlock_], warpEpoch = warpEpoch_[warpOf(me)];
+    if (b.readers == ShadowByte::NoReader || b.readEpoch < epoch) {
+      b.readers = ShadowByte::OneReader;
+      b.reader = me;
+      b.readEpoch = epoch;
+      b.readWarpEpoch = warpEpoch;
+    } else if (b.reader != me || b.readers != ShadowByte::OneReader) {
+      if (warpOf(b.reader) != warpOf(me))
+        b.readers = ShadowByte::ReadersInSeveralWarps;
+      else if (b.readers != ShadowByte::ReadersInSeveralWarps)
+        b.readers = ShadowByte::ReadersInOneWarp;
+      b.readWarpEpoch = std::max(b.readWarpEpoch, warpEpoch);
+    }
+    return nullptr;
+  }
+  const char *onWrite(ShadowByte &raw, unsigned me) {
+    ShadowByte &b = fresh(raw);
+    if (b.written && !ordered(b.writer, b.writeEpoch, b.writeWarpEpoch, me))
+      return "write after write";
+    uint32_t epoch = blockEpoch_[me / perBlock_], warpEpoch = warpEpoch_[warpOf(me)];
+    if (b.readers != ShadowByte::NoReader && b.readEpoch == epoch) {
+      bool ok = b.readers == ShadowByte::OneReader ? ordered(b.reader, b.readEpoch, b.readWarpEpoch, me)
+                : b.readers == ShadowByte::ReadersInOneWarp
+                    ? warpOf(b.reader) == warpOf(me) && b.readWarpEpoch < warpEpoch
+                    : false;
+      if (!ok)
+        return "write after read";
+    }
+    b.written = true;
+    b.writer = me;
+    b.writeEpoch = epoch;
+    b.writeWarpEpoch = warpEpoch;
+    b.readers = ShadowByte::NoReader;
+    return nullptr;
+  }
+  std::string who(unsigned i) const {
+    const dlc_emu_thread &t = threads_[i].t;
+    auto d3 = [](const dlc_emu_dim3 &d) {
+      return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
+    };
+    return "thread " + d3(t.threadIdx) + " of block " + d3(t.blockIdx);
+  }
+  std::string describeHazard(const std::string &hazard, int region, uint64_t off, const ShadowByte &b, uint64_t n,
+                             unsigned me, bool write) const {
+    uint64_t shown = region == 0 ? (smemBytes_ ? off % smemBytes_ : off) : off % kStaticSmemLimit;
+    std::string where = std::to_string(n) + " bytes at offset " + std::to_string(shown) + " of " +
+                        (region == 0 ? "dynamic" : "static") + " shared memory";
+    if (hazard == "uninitialised")
+      return "uninitialised shared memory read (initcheck): " + who(me) + " reads " + where +
+             ", which no thread of the block has written";
+    unsigned other = hazard == "write after read" ? b.reader : b.writer;
+    std::string others = hazard == "write after read" && b.readers != ShadowByte::OneReader ? " (among others)" : "";
+    return "shared memory race, " + hazard + " (racecheck): " + who(me) + (write ? " writes " : " reads ") + where +
+           ", which " + who(other) + others + (hazard == "write after read" ? " read" : " wrote") +
+           " with no __syncthreads between";
+  }
+
+  /// Starts a run's static shared memory (empty; each block's region is filled as its
+  /// declarations are reached) and, under --check, fills the dynamic shared memory with
+  /// 0xff, as a GPU leaves it with whatever was there, and sets every thread's checked
+  /// ranges (empty without --check).
+  void beginCheck(const Launch &l, uint8_t *smem, size_t smemBytes) {
+    blockEpoch_.assign(blocks_, 1);
+    warpEpoch_.assign(size_t(blocks_) * warpsPerBlock(), 1);
+    smemBytes_ = smemBytes;
+    check_ = l.check;
+    staticSites_.clear();
+    staticUsed_.assign(blocks_, 0);
+    std::memset(smem, l.check ? 0xff : 0, smemBytes * blocks_);
+    if (l.check) {
+      ++gen_;
+      shadow_[0].reserve((smemBytes * blocks_) * sizeof(ShadowByte));
+      shadow_[1].reserve(size_t(blocks_) * kStaticSmemLimit * sizeof(ShadowByte));
+    }
+    checkBase_[0] = reinterpret_cast<uintptr_t>(smem);
+    checkBytes_[0] = l.check ? smemBytes * blocks_ : 0;
+    checkBase_[1] = reinterpret_cast<uintptr_t>(statics_);
+    checkBytes_[1] = l.check ? size_t(blocks_) * kStaticSmemLimit : 0;
+  }
+
+public:
+  /// The current block's storage for the static __shared__ variable declared at `site`.
+  void *staticShared(const void *site, uint64_t bytes, unsigned align) {
+    unsigned block = static_cast<unsigned>(current_ - threads_.data()) / perBlock_;
+    for (const StaticSite &x : staticSites_)
+      if (x.site == site && x.block == block)
+        return statics_ + x.offset;
+    size_t at = (staticUsed_[block] + align - 1) / align * align;
+    if (at + bytes > kStaticSmemLimit)
+      fail("the kernel's static __shared__ variables need more than " + std::to_string(kStaticSmemLimit) +
+           " bytes per block (the CUDA limit for static shared memory)");
+    staticUsed_[block] = at + bytes;
+    size_t offset = size_t(block) * kStaticSmemLimit + at;
+    std::memset(statics_ + offset, check_ ? 0xff : 0, bytes);
+    staticSites_.push_back({site, block, offset});
+    return statics_ + offset;
   }
 
 private:
@@ -315,16 +519,16 @@ private:
     for (unsigned i = lo; i < hi; ++i)
       if (threads_[i].state == EmuThread::AtBlockBarrier)
         threads_[i].state = EmuThread::Ready;
+    ++blockEpoch_[b];
     return true;
   }
 
   /// Warp w (numbered within the run; warps never span blocks) exchanges once every
   /// live lane waits at a warp collective.
   bool releaseWarp(unsigned w) {
-    unsigned warpsPerBlock = (perBlock_ + 31) / 32;
-    unsigned lo = (w / warpsPerBlock) * perBlock_ + (w % warpsPerBlock) * 32;
-    unsigned hi = std::min((w / warpsPerBlock) * perBlock_ + perBlock_, lo + 32);
-    if (w / warpsPerBlock >= blocks_)
+    unsigned lo = (w / warpsPerBlock()) * perBlock_ + (w % warpsPerBlock()) * 32;
+    unsigned hi = std::min((w / warpsPerBlock()) * perBlock_ + perBlock_, lo + 32);
+    if (w / warpsPerBlock() >= blocks_)
       return false;
     bool any = false;
     for (unsigned i = lo; i < hi; ++i) {
@@ -379,6 +583,7 @@ private:
     for (unsigned i = lo; i < hi; ++i)
       if (threads_[i].state == EmuThread::AtWarpBarrier)
         threads_[i].state = EmuThread::Ready;
+    ++warpEpoch_[w];
     return true;
   }
 
@@ -398,6 +603,21 @@ private:
   uint64_t rng_ = 1;
   EmuThread *current_ = nullptr;
   unsigned perBlock_ = 0, blocks_ = 0;
+  // --check
+  std::vector<uint32_t> blockEpoch_, warpEpoch_;
+  struct StaticSite {
+    const void *site;
+    unsigned block;
+    size_t offset;
+  };
+  uint8_t *dynamic_ = nullptr, *statics_ = nullptr; // this runner's areas of the backend's shared memory
+  uint64_t checkBase_[2] = {}, checkBytes_[2] = {};   // --check: the run's dynamic, static shared memory
+  std::vector<StaticSite> staticSites_;
+  std::vector<size_t> staticUsed_;
+  Reserve shadow_[2];               // ShadowByte records: dynamic, static shared memory
+  bool check_ = false;
+  uint32_t gen_ = 0;
+  size_t smemBytes_ = 0;
   bool fibers_ = false;
   bool killing_ = false;
   std::optional<std::string> error_;
@@ -413,8 +633,15 @@ unsigned apiBallot(int pred, unsigned mask) {
 }
 void apiTrap(const char *msg) { tlsRunner->fail(std::string("kernel trap: ") + msg); }
 void apiGridsync() { tlsRunner->gridsync(); }
+void apiAccess(const void *p, unsigned long long n, int write) {
+  tlsRunner->access(reinterpret_cast<uintptr_t>(p), n, write != 0);
+}
+void *apiStaticShared(const void *site, unsigned long long bytes, unsigned align) {
+  return tlsRunner->staticShared(site, bytes, align);
+}
 
-const dlc_emu_api kApi = {apiSyncthreads, apiSyncwarp, apiExchange, apiBallot, apiTrap, apiGridsync};
+const dlc_emu_api kApi = {apiSyncthreads, apiSyncwarp, apiExchange,     apiBallot,
+                          apiTrap,        apiGridsync, apiAccess,       apiStaticShared};
 
 //===----------------------------------------------------------------------===//
 // Backend
@@ -452,13 +679,26 @@ struct EmuModule {
   }
 };
 
+bool endsWith(const std::string &s, const std::string &suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/// A kernel's entry point and the module it lives in.
+struct EmuKernel {
+  void (*thunk)(const void *) = nullptr;
+  const EmuModule *module = nullptr;
+};
+
 class EmuBackend : public Backend {
 public:
   explicit EmuBackend(const SessionOptions &o)
       : opts_(o), pool_(o.emuThreads > 0 ? o.emuThreads : std::max(1u, std::thread::hardware_concurrency())),
         runners_(pool_.size()), cc_(o.emuComputeCapability) {
-    for (size_t i = 0; i < runners_.size(); ++i)
+    shared_.reserve(runners_.size() * kSharedSlot);
+    for (size_t i = 0; i < runners_.size(); ++i) {
       runners_[i].setOrder(o.emuThreadOrder, 0x9e3779b97f4a7c15ull * (i + 1));
+      runners_[i].setSharedSlot(shared_.data() + i * kSharedSlot);
+    }
   }
 
   std::string describe() const override {
@@ -466,6 +706,7 @@ public:
            " threads, GEMM on " + emu::hostBlasName() + "; timings are not GPU timings)";
   }
   DeviceKind kind() const override { return DeviceKind::Emu; }
+  std::string note() const override { return note_; }
   // Without a choice, the plan for the newest architecture in the package.
   int computeCapability() const override { return cc_ > 0 ? cc_ : 1 << 30; }
 
@@ -474,10 +715,13 @@ public:
     pkg_ = &p;
     const pkg::Package &m = p.meta();
     if (m.kernels() && m.kernels()->size()) {
-      std::map<std::string, std::pair<void (*)(const void *), dlc_emu_set_thread_fn>> thunks;
+      std::map<std::string, EmuKernel> thunks;
       if (m.modules())
         for (const pkg::Module *x : *m.modules())
           if (x->kind() == pkg::ModuleKind::EmuSharedObject) {
+            if (opts_.check && !endsWith(x->target() ? x->target()->str() : "", "-check"))
+              note_ = "--check poisons memory, but initcheck and racecheck of shared memory need the "
+                      "package's emu module built with --target emu-check";
             modules_.push_back(std::make_unique<EmuModule>());
             DLC_RETURN_IF_ERROR(loadModule(*modules_.back(), p.section(x->data()), x->data()->size(), thunks));
           }
@@ -551,8 +795,10 @@ public:
     std::vector<uint64_t> params;
     resolveParams(l, params, [&](const pkg::BufRef &r) { return reinterpret_cast<uint64_t>(address(r)); });
     BlockRunner::Launch bl;
-    bl.thunk = kernels_[l.kernel()].first;
-    bl.setThread = kernels_[l.kernel()].second;
+    const EmuKernel &ek = kernels_[l.kernel()];
+    bl.thunk = ek.thunk;
+    bl.setThread = ek.module->setThread;
+    bl.check = opts_.check;
     bl.params = params.data();
     bl.grid = {l.grid()->x(), l.grid()->y(), l.grid()->z()};
     bl.block = {l.block()->x(), l.block()->y(), l.block()->z()};
@@ -562,10 +808,8 @@ public:
     std::optional<std::string> err;
     if (k->cooperative()) {
       // Every block resident at once: one runner interleaves all of them.
-      std::vector<uint8_t> smem(smemBytes * blocks + 16, smemFill());
-      err = runners_[0].run(bl, 0, static_cast<unsigned>(blocks), smem.data(), smemBytes);
+      err = runners_[0].run(bl, 0, static_cast<unsigned>(blocks), smemBytes);
     } else {
-      std::vector<std::vector<uint8_t>> smem(pool_.size(), std::vector<uint8_t>(smemBytes + 16, smemFill()));
       std::mutex errMu;
       pool_.parallelFor(blocks, [&](int worker, uint64_t b) {
         {
@@ -573,7 +817,7 @@ public:
           if (err)
             return;
         }
-        auto e = runners_[worker].run(bl, b, 1, smem[worker].data(), smemBytes);
+        auto e = runners_[worker].run(bl, b, 1, smemBytes);
         if (e) {
           std::lock_guard<std::mutex> g(errMu);
           if (!err)
@@ -692,7 +936,7 @@ private:
   }
 
   Status loadModule(EmuModule &mod, const uint8_t *data, size_t n,
-                    std::map<std::string, std::pair<void (*)(const void *), dlc_emu_set_thread_fn>> &thunks) {
+                    std::map<std::string, EmuKernel> &thunks) {
     int fd = memfd_create("dlc-emu-kernels", MFD_CLOEXEC);
     if (fd < 0)
       return Status(StatusCode::Internal, std::string("memfd_create failed: ") + std::strerror(errno));
@@ -715,30 +959,34 @@ private:
     auto kernels = reinterpret_cast<dlc_emu_kernels_fn>(dlsym(mod.lib, "dlc_emu_kernels"));
     auto setApi = reinterpret_cast<dlc_emu_set_api_fn>(dlsym(mod.lib, "dlc_emu_set_api"));
     mod.setThread = reinterpret_cast<dlc_emu_set_thread_fn>(dlsym(mod.lib, "dlc_emu_set_thread"));
-    if (!version || !kernels || !setApi || !mod.setThread)
+    auto setChecked = reinterpret_cast<dlc_emu_set_checked_fn>(dlsym(mod.lib, "dlc_emu_set_checked"));
+    if (!version || !kernels || !setApi || !mod.setThread || !setChecked)
       return Status(StatusCode::InvalidPackage, "the emu module does not export the dlc emu ABI");
     if (version() != DLC_EMU_ABI_VERSION)
       return Status(StatusCode::InvalidPackage, "emu module ABI version " +
                                                     std::to_string(version()) + ", runtime has " +
                                                     std::to_string(DLC_EMU_ABI_VERSION));
     setApi(&kApi);
+    // Under --check, loads and stores in the runners' shared memory reach the runtime.
+    setChecked(reinterpret_cast<uintptr_t>(shared_.data()), opts_.check ? runners_.size() * kSharedSlot : 0);
     int count = 0;
     const dlc_emu_kernel *table = kernels(&count);
     for (int i = 0; i < count; ++i)
-      thunks[table[i].name] = {table[i].thunk, mod.setThread};
+      thunks[table[i].name] = {table[i].thunk, &mod};
     return Status::ok();
   }
 
-  uint8_t smemFill() const { return opts_.check ? 0xff : 0; }
 
   SessionOptions opts_;
+  std::string note_;
   Status sticky_; // the first kernel failure: every later call fails with it
   const pkg::PackageFile *pkg_ = nullptr;
   ThreadPool pool_;
   std::vector<BlockRunner> runners_;
+  Reserve shared_; // every runner's shared memory (kSharedSlot each)
   int cc_ = 0;
   std::vector<std::unique_ptr<EmuModule>> modules_;
-  std::vector<std::pair<void (*)(const void *), dlc_emu_set_thread_fn>> kernels_;
+  std::vector<EmuKernel> kernels_;
   AlignedBuffer arena_;
   std::shared_ptr<EmuWeights> weights_;
 };

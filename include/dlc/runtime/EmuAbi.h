@@ -12,7 +12,7 @@
 extern "C" {
 #endif
 
-#define DLC_EMU_ABI_VERSION 3
+#define DLC_EMU_ABI_VERSION 4
 
 typedef struct dlc_emu_dim3 {
   unsigned x, y, z;
@@ -41,6 +41,14 @@ typedef struct dlc_emu_api {
   void (*trap)(const char *message);
   /* A grid-wide barrier (cooperative launches: every block of the grid is resident). */
   void (*gridsync)(void);
+  /* A load (write = 0) or store of `bytes` bytes at `address`, inside the checked range
+   * (dlc_emu_set_checked): the runtime tracks initialisation and the last writer and
+   * readers of each byte of shared memory. */
+  void (*access)(const void *address, unsigned long long bytes, int write);
+  /* The current block's storage for the static __shared__ variable declared at `site`
+   * (the code generator lowers such declarations to calls of this): the same address for
+   * every thread of the block, fresh for each block. */
+  void *(*static_shared)(const void *site, unsigned long long bytes, unsigned align);
 } dlc_emu_api;
 
 typedef struct dlc_emu_kernel {
@@ -55,11 +63,17 @@ typedef struct dlc_emu_kernel {
  *   const dlc_emu_kernel *dlc_emu_kernels(int *count);
  *   void dlc_emu_set_api(const dlc_emu_api *api);
  *   void dlc_emu_set_thread(dlc_emu_thread *t);   -- per OS thread, before running t
+ *   void dlc_emu_set_checked(unsigned long long base, unsigned long long bytes);
+ *       -- the address range whose loads and stores go to dlc_emu_api.access (all the
+ *          shared memory the runtime gives the module's blocks; empty without --check).
+ *          The module is built with memory-access instrumentation whose callbacks (in
+ *          dlc_emu_prelude.h, which defines this setter) test the range.
  */
 typedef int (*dlc_emu_abi_version_fn)(void);
 typedef const dlc_emu_kernel *(*dlc_emu_kernels_fn)(int *count);
 typedef void (*dlc_emu_set_api_fn)(const dlc_emu_api *api);
 typedef void (*dlc_emu_set_thread_fn)(dlc_emu_thread *t);
+typedef void (*dlc_emu_set_checked_fn)(unsigned long long base, unsigned long long bytes);
 
 #ifdef __cplusplus
 }

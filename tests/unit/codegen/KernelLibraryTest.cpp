@@ -61,7 +61,7 @@ void run(const KernelCase &c, bool wide) {
   passes::PassContext ctx;
   ASSERT_FALSE(bool(pm.run(*g, passes::defaultPipeline(c.opt), ctx)));
   codegen::CompileOptions co;
-  co.targets = {"emu"};
+  co.targets = {"emu-check"};
   co.wideIndices = wide;
   co.persistentRnn = c.persistentRnn;
   codegen::CompileReport rep;
@@ -480,7 +480,7 @@ TEST(KernelLibrary, MoreThan2To31ElementsTake64BitIndices) {
   auto g = ir::parseGraph(ir, "big");
   ASSERT_TRUE(bool(g)) << llvm::toString(g.takeError());
   codegen::CompileOptions co;
-  co.targets = {"emu"};
+  co.targets = {"emu-check"};
   codegen::CompileReport rep;
   auto bytes = codegen::compileGraph(**g, co, &rep);
   ASSERT_TRUE(bool(bytes)) << llvm::toString(bytes.takeError());

@@ -238,6 +238,8 @@ extern "C" __global__ void racy_neighbour(float *out) {
 }
 )";
   auto pkg = buildTestPackage(src, {{"out", 32}}, {TestLaunch{"racy_neighbour", {1, 1, 1}, {32, 1, 1}, 0, {0}}});
+  // Without --check (which reports the race itself: MissingSyncthreadsIsARace).
+  dlc::test::ScopedEnv noCheck("DLC_EMU_CHECK", "0");
   rt::SessionOptions forward, reverse;
   reverse.emuThreadOrder = rt::SessionOptions::ThreadOrder::Reverse;
   auto f = runOnEmu(pkg, {}, {"out"}, forward);
@@ -273,4 +275,125 @@ extern "C" __global__ void trap_once(float *out) {
   EXPECT_EQ(again.message(), first.message());
   EXPECT_TRUE(bool((*s)->run()));
   EXPECT_FALSE((*s)->getOutput("out").ok());
+}
+
+// Shared-memory initcheck and racecheck (--check): each access to the block's shared
+// memory is tracked per byte, with the barrier epoch of its writer and readers.
+namespace {
+rt::SessionOptions checked() {
+  rt::SessionOptions o;
+  o.check = true;
+  return o;
+}
+} // namespace
+
+TEST(EmuCheck, MissingSyncthreadsIsARace) {
+  const char *src = R"(
+extern "C" __global__ void missing_barrier(float *out) {
+  __shared__ float s[64];
+  s[threadIdx.x] = 0.0f;
+  __syncthreads();
+  s[threadIdx.x] = threadIdx.x + 1.0f;
+  // a __syncthreads belongs here: thread t reads what thread t+1 wrote
+  out[threadIdx.x] = s[(threadIdx.x + 1) % 64];
+}
+extern "C" __global__ void with_barrier(float *out) {
+  __shared__ float s[64];
+  s[threadIdx.x] = threadIdx.x + 1.0f;
+  __syncthreads();
+  out[threadIdx.x] = s[(threadIdx.x + 1) % 64];
+}
+)";
+  // The race shows in either thread order: forward, thread 0 reads before thread 1
+  // writes (caught at the write); reverse, after it (caught at the read).
+  for (auto order : {rt::SessionOptions::ThreadOrder::Forward, rt::SessionOptions::ThreadOrder::Reverse}) {
+    rt::SessionOptions o = checked();
+    o.emuThreadOrder = order;
+    auto bad = buildTestPackage(src, {{"out", 64}}, {TestLaunch{"missing_barrier", {2, 1, 1}, {64, 1, 1}, 0, {0}}});
+    auto r = runOnEmu(bad, {}, {"out"}, o);
+    ASSERT_FALSE(r.ok());
+    const std::string &m = r.status().message();
+    EXPECT_NE(m.find("kernel 'missing_barrier'"), std::string::npos) << m;
+    EXPECT_NE(m.find("shared memory race"), std::string::npos) << m;
+    EXPECT_NE(m.find(order == rt::SessionOptions::ThreadOrder::Forward ? "write after read" : "read after write"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("no __syncthreads between"), std::string::npos) << m;
+  }
+  auto good = buildTestPackage(src, {{"out", 64}}, {TestLaunch{"with_barrier", {2, 1, 1}, {64, 1, 1}, 0, {0}}});
+  auto g = runOnEmu(good, {}, {"out"}, checked());
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ((*g)[0][0], 2.0f);
+  EXPECT_EQ((*g)[0][63], 1.0f);
+}
+
+TEST(EmuCheck, TwoWritersInOneEpochAreARace) {
+  const char *src = R"(
+extern "C" __global__ void two_writers(float *out) {
+  __shared__ float s[1];
+  s[0] = threadIdx.x; // every thread writes the same word
+  __syncthreads();
+  out[threadIdx.x] = s[0];
+}
+)";
+  auto pkg = buildTestPackage(src, {{"out", 32}}, {TestLaunch{"two_writers", {1, 1, 1}, {32, 1, 1}, 0, {0}}});
+  auto r = runOnEmu(pkg, {}, {"out"}, checked());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("write after write"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("kernel 'two_writers'"), std::string::npos) << r.status().message();
+}
+
+TEST(EmuCheck, UninitialisedSharedReadIsCaught) {
+  const char *src = R"(
+extern "C" __global__ void uninit_shared(float *out) {
+  __shared__ float s[64];
+  if (threadIdx.x < 32) s[threadIdx.x] = 1.0f; // half the array
+  __syncthreads();
+  out[threadIdx.x] = s[63 - threadIdx.x];      // thread 0 reads s[63]: never written
+}
+extern "C" __global__ void uninit_dynamic(float *out) {
+  DLC_DYNAMIC_SMEM(float, s);
+  s[threadIdx.x] = 2.0f;
+  __syncthreads();
+  out[threadIdx.x] = s[threadIdx.x + 1];       // the last thread reads one past what was written
+}
+)";
+  auto pkg = buildTestPackage(src, {{"out", 64}}, {TestLaunch{"uninit_shared", {1, 1, 1}, {64, 1, 1}, 0, {0}}});
+  auto r = runOnEmu(pkg, {}, {"out"}, checked());
+  ASSERT_FALSE(r.ok());
+  const std::string &m = r.status().message();
+  EXPECT_NE(m.find("kernel 'uninit_shared'"), std::string::npos) << m;
+  EXPECT_NE(m.find("uninitialised shared memory read"), std::string::npos) << m;
+  EXPECT_NE(m.find("thread (0,0,0) of block (0,0,0) reads 4 bytes"), std::string::npos) << m;
+  EXPECT_NE(m.find("static shared memory"), std::string::npos) << m;
+
+  auto dyn = buildTestPackage(src, {{"out", 64}},
+                              {TestLaunch{"uninit_dynamic", {1, 1, 1}, {32, 1, 1}, 33 * 4, {0}}});
+  auto d = runOnEmu(dyn, {}, {"out"}, checked());
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("thread (31,0,0)"), std::string::npos) << d.status().message();
+  EXPECT_NE(d.status().message().find("at offset 128 of dynamic shared memory"), std::string::npos)
+      << d.status().message();
+}
+
+TEST(EmuCheck, WarpSynchronousExchangeWithSyncwarpIsNotARace) {
+  // Lanes exchange through shared memory, ordered by __syncwarp: legal, not reported.
+  const char *src = R"(
+extern "C" __global__ void warp_exchange(float *out) {
+  __shared__ float s[64];
+  s[threadIdx.x] = threadIdx.x;
+  __syncwarp();
+  float v = s[threadIdx.x ^ 1];
+  __syncwarp();
+  s[threadIdx.x] = v * 2.0f;
+  __syncwarp();
+  out[threadIdx.x] = s[threadIdx.x ^ 1];
+}
+)";
+  auto pkg = buildTestPackage(src, {{"out", 64}}, {TestLaunch{"warp_exchange", {1, 1, 1}, {64, 1, 1}, 0, {0}}});
+  auto r = runOnEmu(pkg, {}, {"out"}, checked());
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ((*r)[0][0], 0.0f);  // lane 0 gets lane 1's doubled copy of lane 0
+  EXPECT_EQ((*r)[0][5], 10.0f);
+  EXPECT_EQ((*r)[0][40], 80.0f);
 }

@@ -36,7 +36,7 @@ void check(const Case &c, rt::SessionOptions so = {}, double tol = 1e-5) {
   passes::PassContext ctx;
   ASSERT_FALSE(bool(pm.run(*g, passes::defaultPipeline(2), ctx)));
   codegen::CompileOptions co;
-  co.targets = {"emu"};
+  co.targets = {"emu-check"};
   auto bytes = codegen::compileGraph(*g, co);
   ASSERT_TRUE(bool(bytes)) << llvm::toString(bytes.takeError());
   auto pf = pkg::PackageFile::fromBytes(bytes->data(), bytes->size(), c.name);

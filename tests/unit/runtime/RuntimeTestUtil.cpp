@@ -12,6 +12,7 @@ std::vector<uint8_t> buildTestPackage(const std::string &src,
                                       const std::vector<TestLaunch> &launches,
                                       const std::vector<std::string> &gpuTargets) {
   codegen::ToolchainOptions tc;
+  tc.emuCheck = true; // hand-written kernels: every access instrumented for --check
   tc.useCache = false;
   std::string full = "#include \"dlc_device.cuh\"\n" + src;
   std::vector<codegen::CompiledModule> modules;

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,5 +39,27 @@ Result<std::vector<std::vector<float>>> runOnEmu(const std::vector<uint8_t> &pkg
                                                  const std::vector<std::vector<float>> &inputs,
                                                  const std::vector<std::string> &outputs,
                                                  const rt::SessionOptions &options = {});
+
+/// Sets an environment variable for a scope (tests run one at a time in a process).
+class ScopedEnv {
+public:
+  ScopedEnv(const char *name, const char *value) : name_(name) {
+    if (const char *old = std::getenv(name))
+      old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      ::setenv(name_.c_str(), old_->c_str(), 1);
+    else
+      ::unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv &) = delete;
+  ScopedEnv &operator=(const ScopedEnv &) = delete;
+
+private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
 
 } // namespace dlc::test

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 
 using namespace dlc::codegen;
@@ -53,4 +54,46 @@ TEST(Toolchain, CachedCompilationsAreReused) {
   EXPECT_TRUE(b->cached);
   EXPECT_EQ(a->image, b->image);
   EXPECT_EQ(b->resources.at("k").registers, a->resources.at("k").registers);
+}
+
+// The emu compile's lowering of static shared memory (see Toolchain.h).
+TEST(Toolchain, StaticSharedDeclarationsAreLoweredForEmu) {
+  const std::string src = R"(// __shared__ float inComment[4];
+#define SMEM __shared__ float inMacro[4];
+__shared__ int atNamespaceScope[8];
+namespace ns { __shared__ int alsoAtNamespaceScope; }
+const char *s = "__shared__ float inString[2];";
+template <class T, int N> __global__ void k(T *out) {
+  __shared__ T tile[N][N + 1];
+  __shared__ __align__(32) float aligned[4];
+  volatile __shared__ int flag;
+  extern __shared__ unsigned char dynamicSmem[];
+  __shared__ float a[2], b[2];
+  if (true) {
+    __shared__ double
+        twoLines[3];
+  }
+}
+)";
+  std::string out = lowerStaticSharedForEmu(src);
+  // Lowered: references to per-block storage, one line each, line count kept.
+  EXPECT_NE(out.find("static const char dlc_emu_site_tile = 0; using dlc_emu_shared_t_tile = T [N][N + 1]; "
+                     "auto &tile = *dlc_emu_static_shared<dlc_emu_shared_t_tile>(&dlc_emu_site_tile, 16);"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("using dlc_emu_shared_t_aligned = float [4]; auto &aligned = "
+                     "*dlc_emu_static_shared<dlc_emu_shared_t_aligned>(&dlc_emu_site_aligned, 32);"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("using dlc_emu_shared_t_flag = volatile int ;"), std::string::npos) << out;
+  EXPECT_EQ(out.find("volatile static const char"), std::string::npos) << out;
+  EXPECT_NE(out.find("auto &twoLines = "), std::string::npos) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), std::count(src.begin(), src.end(), '\n'));
+  // Left alone: comments, macros, strings, namespace scope, dynamic shared memory and
+  // several declarators.
+  for (const char *kept : {"// __shared__ float inComment[4];", "#define SMEM __shared__ float inMacro[4];",
+                           "__shared__ int atNamespaceScope[8];", "__shared__ int alsoAtNamespaceScope;",
+                           "\"__shared__ float inString[2];\"", "extern __shared__ unsigned char dynamicSmem[];",
+                           "__shared__ float a[2], b[2];"})
+    EXPECT_NE(out.find(kept), std::string::npos) << kept << "\n" << out;
 }
