@@ -259,16 +259,92 @@ Status setInputs(Opened &o, const CliContext &ctx, bool randomFill) {
   return Status::ok();
 }
 
+/// Compares an output with its reference (--expect): same shape, and every element
+/// within atol + rtol * |reference| (NaN matches NaN). Prints the errors; an error
+/// status names the worst element when they differ (`mismatch` set), or says why the
+/// reference could not be read.
+Status compareWithReference(const std::string &name, const rt::HostTensor &got, const std::string &refPath,
+                            double rtol, double atol, bool quiet, bool &mismatch) {
+  mismatch = true;
+  auto ref = rt::readNpy(refPath);
+  if (!ref)
+    mismatch = false;
+  if (!ref)
+    return ref.takeStatus();
+  auto dims = [](const std::vector<int64_t> &s) {
+    std::string r = "[";
+    for (size_t i = 0; i < s.size(); ++i)
+      r += (i ? "," : "") + std::to_string(s[i]);
+    return r + "]";
+  };
+  if (got.shape != ref->shape)
+    return Status(StatusCode::InvalidArgument, "output '" + name + "' has shape " + dims(got.shape) + ", " + refPath +
+                                                   " has " + dims(ref->shape));
+  int64_t n = 1, bad = 0, worst = -1;
+  for (int64_t d : got.shape)
+    n *= d;
+  double maxAbs = 0, maxRel = 0, worstExcess = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double a = element(got, i), b = element(*ref, i);
+    if (std::isnan(a) && std::isnan(b))
+      continue;
+    double err = std::fabs(a - b);
+    if (std::isnan(err)) // NaN against a number, or infinities of opposite signs
+      err = INFINITY;
+    else if (a == b)
+      err = 0; // equal infinities
+    maxAbs = std::max(maxAbs, err);
+    maxRel = std::max(maxRel, err / (std::fabs(b) + atol / rtol));
+    double excess = err - (atol + rtol * std::fabs(b));
+    if (excess > 0) {
+      ++bad;
+      if (worst < 0 || excess > worstExcess) {
+        worst = i;
+        worstExcess = excess;
+      }
+    }
+  }
+  if (bad) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%" PRId64 " of %" PRId64 " elements differ beyond rtol %g, atol %g (worst: element %" PRId64
+                  ", got %.9g, expected %.9g)",
+                  bad, n, rtol, atol, worst, element(got, worst), element(*ref, worst));
+    return Status(StatusCode::InvalidArgument, "output '" + name + "' does not match " + refPath + ": " + buf);
+  }
+  if (!quiet)
+    std::printf("  %s matches %s: max abs error %.3g, max rel error %.3g\n", name.c_str(), refPath.c_str(), maxAbs, maxRel);
+  return Status::ok();
+}
+
+/// A non-negative floating-point option.
+Status realOption(const Parsed &p, const std::string &key, double dflt, double &out) {
+  std::string v = p.get(key, "");
+  if (v.empty()) {
+    out = dflt;
+    return Status::ok();
+  }
+  char *end = nullptr;
+  errno = 0;
+  out = std::strtod(v.c_str(), &end);
+  if (errno || end == v.c_str() || *end || !(out >= 0) || std::isinf(out))
+    return Status(StatusCode::InvalidArgument, "--" + key + " must be a non-negative number, got '" + v + "'");
+  return Status::ok();
+}
+
 } // namespace
 
 int runMain(const std::vector<std::string> &args, const CliContext &ctx) {
-  Parsed p = parse(args, {"input", "device", "threads", "output-dir", "thread-order"},
+  Parsed p = parse(args, {"input", "device", "threads", "output-dir", "thread-order", "expect", "rtol", "atol"},
                    {"quiet", "help", "check", "no-cuda-graphs"},
                    {{"-i", "--input"}, {"-q", "--quiet"}, {"-h", "--help"}});
   if (p.has("help")) {
     std::printf("usage: %s %s[--input] NAME=FILE(.npy) ... [--output-dir DIR] [--device auto|cuda[:N]|emu]\n"
                 "       [--threads N] [--check] [--thread-order forward|reverse|random] [--no-cuda-graphs]\n"
-                "       [--quiet]\n\nRuns the model and writes one NAME.npy per output.\n\n"
+                "       [--expect DIR [--rtol R] [--atol A]] [--quiet]\n\n"
+                "Runs the model and writes one NAME.npy per output.\n\n"
+                "  --expect DIR       compare each output with DIR/NAME.npy: exit status 3 when an\n"
+                "                     element is off by more than atol + rtol * |expected| (defaults\n"
+                "                     1e-3 and 1e-4) or a shape differs\n"
                 "  --check            emu: the checks compute-sanitizer makes on a GPU that cost time\n"
                 "                     (memory starts as NaN bytes, ...); barriers, warp masks and\n"
                 "                     alignment are always checked\n"
@@ -279,6 +355,12 @@ int runMain(const std::vector<std::string> &args, const CliContext &ctx) {
   }
   if (!p.error.empty())
     return fail(ctx, p.error, 2);
+  double rtol = 0, atol = 0;
+  for (Status s : {realOption(p, "rtol", 1e-3, rtol), realOption(p, "atol", 1e-4, atol)})
+    if (s)
+      return fail(ctx, s.message(), 2);
+  if (rtol == 0)
+    rtol = 1e-300; // (the relative error divides by atol / rtol)
   auto o = open(p, ctx);
   if (!o)
     return fail(ctx, o.status().message());
@@ -304,6 +386,16 @@ int runMain(const std::vector<std::string> &args, const CliContext &ctx) {
         return fail(ctx, s.message());
       if (!quiet)
         summary(out->name()->str(), *t);
+    }
+  if (p.has("expect") && m.outputs())
+    for (const pkg::TensorInfo *out : *m.outputs()) {
+      auto t = o->session->getOutput(out->name()->str());
+      if (!t)
+        return fail(ctx, t.status().message());
+      std::string ref = p.get("expect", ".") + "/" + sanitize(out->name()->str()) + ".npy";
+      bool mismatch = false;
+      if (Status s = compareWithReference(out->name()->str(), *t, ref, rtol, atol, quiet, mismatch))
+        return fail(ctx, s.message(), mismatch ? 3 : 1);
     }
   return 0;
 }

@@ -1,7 +1,9 @@
 //===- StubMain.cpp - The executable that `dlc compile --emit exe` extends --===//
 //
 // Runs the package appended to this executable: `./mymodel --input x=in.npy
-// --output-dir out/`, `./mymodel --bench`, `./mymodel --info`.
+// --output-dir out/`, `./mymodel --bench`, `./mymodel --info`. With nothing appended it
+// is a runner for package files, needing only libc: `dlc-exe-stub MODEL.dlc ...`
+// (as `dlc run`) or `dlc-exe-stub --bench MODEL.dlc ...` (as `dlc bench`).
 //===----------------------------------------------------------------------===//
 #include "Cli.h"
 #include "ExeFormat.h"
@@ -61,12 +63,16 @@ int main(int argc, char **argv) {
   std::string prog = argc > 0 ? argv[0] : "model";
   if (size_t slash = prog.rfind('/'); slash != std::string::npos)
     prog = prog.substr(slash + 1);
+  std::vector<std::string> args(argv + 1, argv + argc);
   auto pf = embeddedPackage("/proc/self/exe");
-  if (!pf) {
+  bool packageArgument = false;
+  for (const std::string &a : args)
+    if (a.size() > 4 && a.compare(a.size() - 4, 4, ".dlc") == 0 && a[0] != '-')
+      packageArgument = true;
+  if (!pf && !packageArgument) {
     std::fprintf(stderr, "%s: error: %s\n", prog.c_str(), pf.status().message().c_str());
     return 1;
   }
-  std::vector<std::string> args(argv + 1, argv + argc);
   bool bench = false, info = false;
   for (auto it = args.begin(); it != args.end();) {
     if (*it == "--bench" || *it == "--info") {
@@ -76,13 +82,14 @@ int main(int argc, char **argv) {
       ++it;
     }
   }
-  if (info) {
+  if (info && pf) {
     printInfo(prog.c_str(), (*pf)->meta());
     return 0;
   }
   cli::CliContext ctx;
   ctx.program = prog;
-  ctx.package = *pf;
+  if (pf)
+    ctx.package = *pf; // else the runner: the package is the first positional
   if (bench)
     return cli::benchMain(args, ctx);
   for (const std::string &a : args)

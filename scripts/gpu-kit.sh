@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Builds the GPU validation kit: a self-contained folder (at most 60 MB) to copy to a
+# machine with a GPU, which needs nothing there but a CUDA driver.
+#
+#   scripts/gpu-kit.sh OUTDIR        then, on the GPU machine: OUTDIR/run.sh
+#
+#   OUTDIR/models/NAME/NAME   the model suite (opset 17) as `--emit exe` executables
+#                             (sm_80/86/89/90 cubins, PTX and emu-check), with inputs and
+#                             PyTorch float64 references; resnet18 and resnet50 are
+#                             left out (47 and 101 MB of weights)
+#   OUTDIR/cases/FAMILY/      one package per kernel family, awkward extents
+#                             (scripts/gpu_kit_cases.py), and the bad-index inputs
+#   OUTDIR/bin/dlc-run        the runtime as a package runner (the exe stub)
+#   OUTDIR/torch/             PyTorch eager / torch.compile timing of the same models
+#   OUTDIR/run.sh             runs everything, prints one table (scripts/gpu_kit_run.sh)
+#
+# CI runs `OUTDIR/run.sh --device emu` (test gpu_kit), so the kit never rots.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="${1:?usage: scripts/gpu-kit.sh OUTDIR}"
+build="${DLC_BUILD_DIR:-$root/build}"
+py=/usr/bin/python3
+if [ ! -x "$build/tools/dlc" ] || [ ! -x "$build/tools/dlc-exe-stub" ]; then
+  "$root/scripts/build.sh"
+fi
+dlc="$build/tools/dlc"
+models=(digits gpt gru lstm mobilenet_v2 squeezenet1_1 transformer)
+limit=$((60 * 1024 * 1024))
+
+rm -rf "$out"
+mkdir -p "$out/models" "$out/cases" "$out/bin" "$out/torch"
+out="$(cd "$out" && pwd)"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+# The exported model suite: the tests' copy when it is there.
+src="${DLC_KIT_MODELS:-$build/tests/models-gen/models}"
+need=()
+for m in "${models[@]}"; do
+  [ -f "$src/${m}_op17/test_data_set_0/output_0.pb" ] || need+=("$m")
+done
+if ((${#need[@]})); then
+  src="$build/gpu-kit-models"
+  (IFS=,; "$py" "$root/tests/models/export_models.py" --out "$src" --models "${need[*]}" --opsets 17 >/dev/null)
+fi
+
+echo "gpu-kit: models"
+targets=sm_80,sm_86,sm_89,sm_90,compute_80,emu-check
+for m in "${models[@]}"; do
+  case_dir="$src/${m}_op17"
+  d="$out/models/$m"
+  mkdir -p "$d"
+  "$dlc" compile "$case_dir/model.onnx" --target "$targets" --emit exe -o "$d/$m" --quiet
+  # Inputs and references as .npy, named as the runtime names its outputs.
+  "$py" - "$case_dir" "$d" <<'EOF'
+import os, re, sys
+import numpy as np, onnx
+from onnx import numpy_helper
+case, d = sys.argv[1], sys.argv[2]
+m = onnx.load(os.path.join(case, "model.onnx"), load_external_data=False)
+inits = {i.name for i in m.graph.initializer}
+ins = [i.name for i in m.graph.input if i.name not in inits]
+outs = [o.name for o in m.graph.output]
+sanitize = lambda n: re.sub(r"[^A-Za-z0-9_.-]", "_", n)
+def load(kind, i):
+    t = onnx.TensorProto()
+    t.ParseFromString(open(os.path.join(case, "test_data_set_0", f"{kind}_{i}.pb"), "rb").read())
+    return numpy_helper.to_array(t)
+os.makedirs(os.path.join(d, "inputs")); os.makedirs(os.path.join(d, "expected"))
+with open(os.path.join(d, "inputs.txt"), "w") as f:
+    for i, n in enumerate(ins):
+        np.save(os.path.join(d, "inputs", sanitize(n) + ".npy"), load("input", i))
+        f.write(f"{n}=inputs/{sanitize(n)}.npy\n")
+for i, n in enumerate(outs):
+    np.save(os.path.join(d, "expected", sanitize(n) + ".npy"), load("output", i))
+EOF
+  echo "  $m: $(du -sh "$d" | cut -f1)"
+done
+
+echo "gpu-kit: kernel-family cases"
+"$py" "$root/scripts/gpu_kit_cases.py" --out "$tmp/cases"
+for c in "$tmp"/cases/*/; do
+  n="$(basename "$c")"
+  cp -r "$c" "$out/cases/$n"
+  "$dlc" compile "$c/model.onnx" --target "$targets" -o "$out/cases/$n/model.dlc" --quiet
+  rm "$out/cases/$n/model.onnx"
+done
+
+cp "$build/tools/dlc-exe-stub" "$out/bin/dlc-run"
+cp "$root/tests/models/export_models.py" "$root/examples/digits/digits_model.py" "$out/torch/"
+cp "$root/scripts/gpu_kit_torch_bench.py" "$out/torch/torch_bench.py"
+cp "$root/scripts/gpu_kit_run.sh" "$out/run.sh"
+chmod +x "$out/run.sh" "$out/bin/dlc-run"
+
+bytes="$(du -sb "$out" | cut -f1)"
+echo "gpu-kit: $out: $((bytes / 1024 / 1024)) MB ($bytes bytes)"
+if [ "$bytes" -gt "$limit" ]; then
+  echo "gpu-kit: error: the kit is over 60 MB" >&2
+  exit 1
+fi

@@ -1,0 +1,200 @@
+#!/usr/bin/python3
+"""The GPU kit's kernel-family cases: one small ONNX model per kernel family of
+codegen/device/ (and the cuBLASLt GEMM path), with awkward extents (odd, prime, not
+multiples of a tile or of 4), exported by PyTorch at opset 17, with inputs and
+reference outputs computed by PyTorch in float64 and rounded to the output dtype.
+
+Layout, per case:  OUT/<case>/model.onnx
+                   OUT/<case>/inputs/<name>.npy   OUT/<case>/inputs.txt (NAME=inputs/FILE lines)
+                   OUT/<case>/expected/<name>.npy
+
+Also the review's bad-index case: `gather/bad_inputs` holds inputs with an index out of
+range; dlc must fail with a data error that names the node (not a trap, which would
+kill the CUDA context).
+
+usage: /usr/bin/python3 scripts/gpu_kit_cases.py --out DIR
+"""
+import argparse
+import copy
+import os
+import re
+import warnings
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+warnings.filterwarnings("ignore")
+
+
+class Conv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.strided = nn.Conv2d(5, 7, 3, stride=2, padding=1)
+        self.depthwise = nn.Conv2d(5, 5, 3, padding=1, groups=5)
+        self.pointwise = nn.Conv2d(5, 13, 1)
+        self.transposed = nn.ConvTranspose2d(5, 3, 3, stride=2)
+
+    def forward(self, x):
+        return (torch.relu(self.strided(x)), self.pointwise(self.depthwise(x)), self.transposed(x))
+
+
+class Pool(nn.Module):
+    def forward(self, x):
+        return (nn.functional.max_pool2d(x, 3, stride=2, padding=1), nn.functional.avg_pool2d(x, 2),
+                x.mean(dim=(2, 3), keepdim=True))
+
+
+class Reduce(nn.Module):
+    def forward(self, x):
+        return x.mean(dim=1, keepdim=True), x.amax(dim=-1), x.sum(dim=(0, 2))
+
+
+class Norm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(45)
+        self.bn = nn.BatchNorm2d(3)
+        self.gn = nn.GroupNorm(3, 9)
+
+    def forward(self, seq, img, grp):
+        return self.ln(seq), self.bn(img), self.gn(grp)
+
+
+class Attention(nn.Module):
+    """Softmax, and scaled dot-product attention: 3 heads of 24 over 11 tokens."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(72, 216)
+
+    def forward(self, x, logits):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        q, k, v = (z.view(b, t, 3, 24).transpose(1, 2) for z in (q, k, v))
+        att = torch.softmax(q @ k.transpose(-2, -1) / (24 ** 0.5), dim=-1)
+        return (att @ v).transpose(1, 2).reshape(b, t, d), torch.softmax(logits, dim=-1)
+
+
+class Gemm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(65, 17)
+
+    def forward(self, x, a, b):
+        return nn.functional.gelu(self.linear(x), approximate="tanh"), a @ b
+
+
+class Rnn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(7, 19, num_layers=2, batch_first=True)
+        self.gru = nn.GRU(7, 11, bidirectional=True, batch_first=True)
+
+    def forward(self, x):
+        return self.lstm(x)[0], self.gru(x)[0]
+
+
+class Movement(nn.Module):
+    def forward(self, x, y):
+        idx = torch.tensor([4, 0, 2, 2], dtype=torch.long)
+        return (x.permute(0, 2, 3, 1).contiguous(), torch.cat([x, y], dim=1)[:, :, 1::2, ::3],
+                torch.index_select(x, 3, idx), nn.functional.interpolate(x, scale_factor=2, mode="nearest"),
+                nn.functional.pad(x, (1, 2, 0, 1)))
+
+
+class Elementwise(nn.Module):
+    def forward(self, a, b):
+        s = a * b + torch.sigmoid(a - b)
+        return s, torch.tanh(s).clamp(-0.5, 0.7), nn.functional.gelu(a + b), torch.where(a > b, a, b * 0.5)
+
+
+class ArgTopK(nn.Module):
+    def forward(self, x):
+        values, indices = torch.topk(x, 3, dim=-1)
+        return x.argmax(dim=-1), values, indices, torch.cumsum(x, dim=1)
+
+
+class Gather(nn.Module):
+    def forward(self, table, indices):
+        return (table[indices] * 2.0,)
+
+
+def rng_inputs(seed, *shapes):
+    g = np.random.default_rng(seed)
+    return [g.standard_normal(s).astype(np.float32) for s in shapes]
+
+
+CASES = {
+    "conv": (Conv, ["x"], lambda: rng_inputs(1, (1, 5, 13, 11)), ["strided", "depthwise_pointwise", "transposed"]),
+    "pool": (Pool, ["x"], lambda: rng_inputs(2, (2, 3, 17, 15)), ["max", "avg", "global"]),
+    "reduce": (Reduce, ["x"], lambda: rng_inputs(3, (3, 37, 5)), ["mean", "max", "sum"]),
+    "norm": (Norm, ["seq", "img", "grp"], lambda: rng_inputs(4, (2, 7, 45), (2, 3, 5, 9), (2, 9, 3, 7)),
+             ["layer_norm", "batch_norm", "group_norm"]),
+    "attention": (Attention, ["x", "logits"], lambda: rng_inputs(5, (2, 11, 72), (2, 3, 13)), ["attention", "softmax"]),
+    "gemm": (Gemm, ["x", "a", "b"], lambda: rng_inputs(6, (3, 33, 65), (2, 7, 19), (2, 19, 23)), ["linear_gelu", "bmm"]),
+    "rnn": (Rnn, ["x"], lambda: rng_inputs(7, (3, 5, 7)), ["lstm", "gru"]),
+    "movement": (Movement, ["x", "y"], lambda: rng_inputs(8, (2, 3, 5, 7), (2, 2, 5, 7)),
+                 ["permute", "concat_slice", "gather", "resize", "pad"]),
+    "elementwise": (Elementwise, ["a", "b"], lambda: rng_inputs(9, (3, 1, 7), (1, 5, 7)),
+                    ["mul_add_sigmoid", "tanh_clip", "gelu", "where"]),
+    "arg_topk_cumsum": (ArgTopK, ["x"], lambda: rng_inputs(10, (4, 29)), ["argmax", "topk_values", "topk_indices", "cumsum"]),
+    "gather": (Gather, ["table", "indices"],
+               lambda: rng_inputs(11, (10, 6)) + [np.array([3, 0, 9, 3], dtype=np.int64)], ["rows"]),
+}
+
+
+def sanitize(name):
+    """The file name the runtime's CLI gives an output (runtime/cli/Cli.cpp)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def write_case(out, name, module, in_names, inputs, out_names):
+    d = os.path.join(out, name)
+    os.makedirs(os.path.join(d, "inputs"), exist_ok=True)
+    os.makedirs(os.path.join(d, "expected"), exist_ok=True)
+    torch.onnx.export(module, tuple(torch.from_numpy(a) for a in inputs), os.path.join(d, "model.onnx"),
+                      input_names=in_names, output_names=out_names, opset_version=17)
+    ref = copy.deepcopy(module).double()
+    with torch.no_grad():
+        outs = ref(*(torch.from_numpy(a.astype(np.float64) if a.dtype == np.float32 else a) for a in inputs))
+    lines = []
+    for n, a in zip(in_names, inputs):
+        np.save(os.path.join(d, "inputs", sanitize(n) + ".npy"), a)
+        lines.append(f"{n}=inputs/{sanitize(n)}.npy")
+    with open(os.path.join(d, "inputs.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    for n, o in zip(out_names, outs):
+        o = o.numpy()
+        np.save(os.path.join(d, "expected", sanitize(n) + ".npy"), o.astype(np.float32) if o.dtype == np.float64 else o)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    torch.manual_seed(0)
+    for name, (cls, in_names, make_inputs, out_names) in CASES.items():
+        torch.manual_seed(len(name))
+        module = cls().eval()
+        if name == "norm":  # running statistics that are not the identity
+            module.bn.running_mean.uniform_(-0.5, 0.5)
+            module.bn.running_var.uniform_(0.5, 2.0)
+        write_case(args.out, name, module, in_names, make_inputs(), out_names)
+    # The bad-index case: the gather model, with an index past the table's 10 rows.
+    bad = os.path.join(args.out, "gather", "bad_inputs")
+    os.makedirs(bad, exist_ok=True)
+    np.save(os.path.join(bad, "table.npy"), rng_inputs(11, (10, 6))[0])
+    np.save(os.path.join(bad, "indices.npy"), np.array([3, 0, 99, 3], dtype=np.int64))
+    with open(os.path.join(bad, "inputs.txt"), "w") as f:
+        f.write("table=table.npy\nindices=indices.npy\n")
+    # A reference off by 1% in one element: the comparison itself must catch it.
+    wrong = os.path.join(args.out, "gather", "wrong_expected")
+    os.makedirs(wrong, exist_ok=True)
+    rows = np.load(os.path.join(args.out, "gather", "expected", "rows.npy"))
+    rows.flat[5] *= 1.01
+    np.save(os.path.join(wrong, "rows.npy"), rows)
+
+
+if __name__ == "__main__":
+    main()

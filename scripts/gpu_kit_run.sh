@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# The GPU validation kit's runner (copied into the kit as run.sh by scripts/gpu-kit.sh).
+# Needs only a CUDA driver (and bash and coreutils): the models are executables, the
+# kernel-family cases packages run by bin/dlc-run; both carry the runtime.
+#
+#   ./run.sh [--device cuda|emu] [--no-bench] [--no-sanitizer]
+#
+# For every model and case: runs it on the device and compares each output with the
+# PyTorch (float64) reference; on cuda also with emu's outputs, under compute-sanitizer
+# (memcheck) when it is on PATH, and times it with --bench (compute median). Where
+# python3 with a CUDA torch is present, times PyTorch eager and torch.compile on the
+# same models. On emu every run has --check (initcheck, racecheck, alignment, masks).
+# Then the bad-index case must fail with a data error naming the node. Prints one table;
+# exits 1 if any row failed.
+set -uo pipefail
+kit="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+device=cuda bench=1 sanitizer=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+  --device) device="$2"; shift 2 ;;
+  --device=*) device="${1#*=}"; shift ;;
+  --no-bench) bench=0; shift ;;
+  --no-sanitizer) sanitizer=0; shift ;;
+  -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
+  *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+case "$device" in cuda | cuda:* | emu) ;; *) echo "run.sh: --device must be cuda, cuda:N or emu" >&2; exit 2 ;; esac
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+check=()
+[ "$device" = emu ] && check=(--check) bench=0 # (emu timings are not GPU timings)
+have_sanitizer=0
+[ "$device" != emu ] && [ "$sanitizer" = 1 ] && command -v compute-sanitizer >/dev/null 2>&1 && have_sanitizer=1
+torch_times=""
+if [ "$device" != emu ] && [ "$bench" = 1 ] && command -v python3 >/dev/null 2>&1 &&
+  python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  torch_times="$(cd "$kit/torch" && python3 torch_bench.py $(ls "$kit/models") 2>"$work/torch.log")"
+fi
+
+rows=() failed=0
+# run NAME DIR CMD...: one row of the table (DIR holds inputs.txt and expected/).
+run_case() {
+  local name="$1" dir="$2"
+  shift 2
+  local -a cmd=("$@") inputs=()
+  while IFS= read -r line; do [ -n "$line" ] && inputs+=(--input "${line%%=*}=$dir/${line#*=}"); done <"$dir/inputs.txt"
+  local out="$work/$name" status=pass err="-" vsemu="-" san="-" ms="-" eager="-" compiled="-"
+  mkdir -p "$out/dev" "$out/emu"
+  if ! "${cmd[@]}" "${inputs[@]}" --device "$device" "${check[@]}" --expect "$dir/expected" \
+    --output-dir "$out/dev" >"$out/log" 2>&1; then
+    status=FAIL
+    sed 's/^/    /' "$out/log" | tail -3 >&2
+  fi
+  err="$(sed -n 's/.*max rel error \([^ ]*\)$/\1/p' "$out/log" | sort -g | tail -1)"
+  if [ "$device" != emu ]; then
+    if "${cmd[@]}" "${inputs[@]}" --device emu --output-dir "$out/emu" --quiet >"$out/emu.log" 2>&1 &&
+      "${cmd[@]}" "${inputs[@]}" --device "$device" --expect "$out/emu" --output-dir "$out/dev2" >"$out/vs.log" 2>&1; then
+      vsemu="$(sed -n 's/.*max rel error \([^ ]*\)$/\1/p' "$out/vs.log" | sort -g | tail -1)"
+    else
+      vsemu=FAIL status=FAIL
+    fi
+    if [ "$have_sanitizer" = 1 ]; then
+      if compute-sanitizer --tool memcheck --error-exitcode 9 "${cmd[@]}" "${inputs[@]}" --device "$device" \
+        --no-cuda-graphs --quiet --output-dir "$out/san" >"$out/san.log" 2>&1; then
+        san=clean
+      else
+        san=ERRORS status=FAIL
+      fi
+    fi
+  fi
+  if [ "$bench" = 1 ]; then
+    ms="$("${cmd[@]}" --bench "${inputs[@]}" --device "$device" --iterations "$([ "$device" = emu ] && echo 3 || echo 100)" \
+      --warmup "$([ "$device" = emu ] && echo 1 || echo 20)" 2>/dev/null | sed -n 's/^compute .*median *\([0-9.]*\).*/\1/p')"
+    [ -z "$ms" ] && ms="-"
+    if [ -n "$torch_times" ]; then
+      eager="$(printf '%s\n' "$torch_times" | sed -n "s/^$name eager \([^ ]*\) compiled \([^ ]*\)$/\1/p")"
+      compiled="$(printf '%s\n' "$torch_times" | sed -n "s/^$name eager \([^ ]*\) compiled \([^ ]*\)$/\2/p")"
+    fi
+  fi
+  [ "$status" = FAIL ] && failed=1
+  rows+=("$(printf '| %-20s | %-6s | %-9s | %-9s | %-9s | %-8s | %-10s | %-10s | %-10s |' "$name" "$status" "${err:--}" \
+    "${vsemu:--}" "$san" "${ms:--}" "${eager:--}" "${compiled:--}" "${device}")")
+}
+
+for d in "$kit"/models/*/; do
+  n="$(basename "$d")"
+  run_case "$n" "$d" "$d/$n"
+done
+for d in "$kit"/cases/*/; do
+  n="$(basename "$d")"
+  run_case "$n" "$d" "$kit/bin/dlc-run" "$d/model.dlc"
+done
+
+# The review's bad-index case: an index past the table fails the run with a data error
+# that names the node (no trap: on a GPU the context, and every session in it, lives on).
+bad="$kit/cases/gather/bad_inputs"
+args=()
+while IFS= read -r line; do [ -n "$line" ] && args+=(--input "${line%%=*}=$bad/${line#*=}"); done <"$bad/inputs.txt"
+status=FAIL
+if "$kit/bin/dlc-run" "$kit/cases/gather/model.dlc" "${args[@]}" --device "$device" "${check[@]}" \
+  --output-dir "$work/bad" >"$work/bad.log" 2>&1; then
+  echo "    bad-index case: the run succeeded" >&2
+elif grep -q "index out of range" "$work/bad.log" && grep -q "node '" "$work/bad.log"; then
+  status=pass
+else
+  sed 's/^/    /' "$work/bad.log" | tail -3 >&2
+fi
+[ "$status" = FAIL ] && failed=1
+rows+=("$(printf '| %-20s | %-6s | %-9s | %-9s | %-9s | %-8s | %-10s | %-10s | %-10s |' gather_bad_index "$status" - - - - - - "$device")")
+
+# The comparison itself: a reference off by 1% in one element must fail (exit status 3).
+good="$kit/cases/gather"
+args=()
+while IFS= read -r line; do [ -n "$line" ] && args+=(--input "${line%%=*}=$good/${line#*=}"); done <"$good/inputs.txt"
+"$kit/bin/dlc-run" "$good/model.dlc" "${args[@]}" --device "$device" --expect "$good/wrong_expected" \
+  --output-dir "$work/wrong" >"$work/wrong.log" 2>&1
+rc=$?
+status=FAIL
+[ "$rc" = 3 ] && grep -q "does not match" "$work/wrong.log" && status=pass
+[ "$status" = FAIL ] && failed=1
+rows+=("$(printf '| %-20s | %-6s | %-9s | %-9s | %-9s | %-8s | %-10s | %-10s | %-10s |' expect_catches_error "$status" - - - - - - "$device")")
+
+echo
+echo "| case                 | status | max rel   | vs emu    | sanitizer | ms       | torch eager| torch.comp | device     |"
+echo "|----------------------|--------|-----------|-----------|-----------|----------|------------|------------|------------|"
+printf '%s\n' "${rows[@]}"
+if [ "$device" = emu ]; then
+  echo "(emu: CPU timings of emulated kernels, not GPU timings)"
+fi
+exit $failed
