@@ -52,28 +52,7 @@ for m in "${models[@]}"; do
   mkdir -p "$d"
   "$dlc" compile "$case_dir/model.onnx" --target "$targets" --emit exe -o "$d/$m" --quiet
   # Inputs and references as .npy, named as the runtime names its outputs.
-  "$py" - "$case_dir" "$d" <<'EOF'
-import os, re, sys
-import numpy as np, onnx
-from onnx import numpy_helper
-case, d = sys.argv[1], sys.argv[2]
-m = onnx.load(os.path.join(case, "model.onnx"), load_external_data=False)
-inits = {i.name for i in m.graph.initializer}
-ins = [i.name for i in m.graph.input if i.name not in inits]
-outs = [o.name for o in m.graph.output]
-sanitize = lambda n: re.sub(r"[^A-Za-z0-9_.-]", "_", n)
-def load(kind, i):
-    t = onnx.TensorProto()
-    t.ParseFromString(open(os.path.join(case, "test_data_set_0", f"{kind}_{i}.pb"), "rb").read())
-    return numpy_helper.to_array(t)
-os.makedirs(os.path.join(d, "inputs")); os.makedirs(os.path.join(d, "expected"))
-with open(os.path.join(d, "inputs.txt"), "w") as f:
-    for i, n in enumerate(ins):
-        np.save(os.path.join(d, "inputs", sanitize(n) + ".npy"), load("input", i))
-        f.write(f"{n}=inputs/{sanitize(n)}.npy\n")
-for i, n in enumerate(outs):
-    np.save(os.path.join(d, "expected", sanitize(n) + ".npy"), load("output", i))
-EOF
+  "$py" "$root/scripts/gpu_kit_cases.py" --suite-case "$case_dir" --out "$d"
   echo "  $m: $(du -sh "$d" | cut -f1)"
 done
 

@@ -12,7 +12,10 @@ Also the review's bad-index case: `gather/bad_inputs` holds inputs with an index
 range; dlc must fail with a data error that names the node (not a trap, which would
 kill the CUDA context).
 
-usage: /usr/bin/python3 scripts/gpu_kit_cases.py --out DIR
+`--suite-case CASE --out DIR` instead writes the inputs and references of one exported
+model-suite case (tests/models/export_models.py layout) in the same layout.
+
+usage: /usr/bin/python3 scripts/gpu_kit_cases.py --out DIR [--suite-case CASE]
 """
 import argparse
 import copy
@@ -149,30 +152,55 @@ def sanitize(name):
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
-def write_case(out, name, module, in_names, inputs, out_names):
-    d = os.path.join(out, name)
+def write_data(d, in_names, inputs, out_names, outputs):
+    """inputs/, inputs.txt and expected/ of one case (float64 outputs as float32)."""
     os.makedirs(os.path.join(d, "inputs"), exist_ok=True)
     os.makedirs(os.path.join(d, "expected"), exist_ok=True)
+    with open(os.path.join(d, "inputs.txt"), "w") as f:
+        for n, a in zip(in_names, inputs):
+            np.save(os.path.join(d, "inputs", sanitize(n) + ".npy"), a)
+            f.write(f"{n}=inputs/{sanitize(n)}.npy\n")
+    for n, o in zip(out_names, outputs):
+        np.save(os.path.join(d, "expected", sanitize(n) + ".npy"), o.astype(np.float32) if o.dtype == np.float64 else o)
+
+
+def write_case(out, name, module, in_names, inputs, out_names):
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
     torch.onnx.export(module, tuple(torch.from_numpy(a) for a in inputs), os.path.join(d, "model.onnx"),
                       input_names=in_names, output_names=out_names, opset_version=17)
     ref = copy.deepcopy(module).double()
     with torch.no_grad():
         outs = ref(*(torch.from_numpy(a.astype(np.float64) if a.dtype == np.float32 else a) for a in inputs))
-    lines = []
-    for n, a in zip(in_names, inputs):
-        np.save(os.path.join(d, "inputs", sanitize(n) + ".npy"), a)
-        lines.append(f"{n}=inputs/{sanitize(n)}.npy")
-    with open(os.path.join(d, "inputs.txt"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    for n, o in zip(out_names, outs):
-        o = o.numpy()
-        np.save(os.path.join(d, "expected", sanitize(n) + ".npy"), o.astype(np.float32) if o.dtype == np.float64 else o)
+    write_data(d, in_names, inputs, out_names, [o.numpy() for o in outs])
+
+
+def write_suite_case(case, d):
+    """A model-suite case's test_data_set_0 as .npy inputs and references."""
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(os.path.join(case, "model.onnx"), load_external_data=False)
+    inits = {i.name for i in m.graph.initializer}
+    ins = [i.name for i in m.graph.input if i.name not in inits]
+    outs = [o.name for o in m.graph.output]
+
+    def load(kind, i):
+        t = onnx.TensorProto()
+        with open(os.path.join(case, "test_data_set_0", f"{kind}_{i}.pb"), "rb") as f:
+            t.ParseFromString(f.read())
+        return numpy_helper.to_array(t)
+
+    write_data(d, ins, [load("input", i) for i in range(len(ins))], outs, [load("output", i) for i in range(len(outs))])
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
+    p.add_argument("--suite-case")
     args = p.parse_args()
+    if args.suite_case:
+        return write_suite_case(args.suite_case, args.out)
     torch.manual_seed(0)
     for name, (cls, in_names, make_inputs, out_names) in CASES.items():
         torch.manual_seed(len(name))

@@ -39,12 +39,18 @@ if [ "$device" != emu ] && [ "$bench" = 1 ] && command -v python3 >/dev/null 2>&
 fi
 
 rows=() failed=0
+# input_args DIR: --input NAME=DIR/FILE for each NAME=FILE line of DIR/inputs.txt, into args.
+input_args() {
+  args=()
+  while IFS= read -r line; do [ -n "$line" ] && args+=(--input "${line%%=*}=$1/${line#*=}"); done <"$1/inputs.txt"
+}
 # run NAME DIR CMD...: one row of the table (DIR holds inputs.txt and expected/).
 run_case() {
   local name="$1" dir="$2"
   shift 2
-  local -a cmd=("$@") inputs=()
-  while IFS= read -r line; do [ -n "$line" ] && inputs+=(--input "${line%%=*}=$dir/${line#*=}"); done <"$dir/inputs.txt"
+  local -a cmd=("$@") inputs
+  input_args "$dir"
+  inputs=("${args[@]}")
   local out="$work/$name" status=pass err="-" vsemu="-" san="-" ms="-" eager="-" compiled="-"
   mkdir -p "$out/dev" "$out/emu"
   if ! "${cmd[@]}" "${inputs[@]}" --device "$device" "${check[@]}" --expect "$dir/expected" \
@@ -95,8 +101,7 @@ done
 # The review's bad-index case: an index past the table fails the run with a data error
 # that names the node (no trap: on a GPU the context, and every session in it, lives on).
 bad="$kit/cases/gather/bad_inputs"
-args=()
-while IFS= read -r line; do [ -n "$line" ] && args+=(--input "${line%%=*}=$bad/${line#*=}"); done <"$bad/inputs.txt"
+input_args "$bad"
 status=FAIL
 if "$kit/bin/dlc-run" "$kit/cases/gather/model.dlc" "${args[@]}" --device "$device" "${check[@]}" \
   --output-dir "$work/bad" >"$work/bad.log" 2>&1; then
@@ -111,8 +116,7 @@ rows+=("$(printf '| %-20s | %-6s | %-9s | %-9s | %-9s | %-8s | %-10s | %-10s | %
 
 # The comparison itself: a reference off by 1% in one element must fail (exit status 3).
 good="$kit/cases/gather"
-args=()
-while IFS= read -r line; do [ -n "$line" ] && args+=(--input "${line%%=*}=$good/${line#*=}"); done <"$good/inputs.txt"
+input_args "$good"
 "$kit/bin/dlc-run" "$good/model.dlc" "${args[@]}" --device "$device" --expect "$good/wrong_expected" \
   --output-dir "$work/wrong" >"$work/wrong.log" 2>&1
 rc=$?

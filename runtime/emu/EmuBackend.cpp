@@ -208,7 +208,7 @@ public:
       th.t.scheduler = this;
       th.state = EmuThread::Ready;
     }
-    beginCheck(l, smem, smemBytes);
+    beginRun(l, smem, smemBytes);
     makeOrder(n);
     if (!l.fibers) {
       for (unsigned k = 0; k < n && !error_; ++k) {
@@ -317,8 +317,8 @@ public:
         continue; // (or another runner's: the module's range covers every runner)
       uint64_t end = std::min<uint64_t>(checkBytes_[r], off + n);
       for (uint64_t o = off; o < end; ++o)
-        if (const char *hazard = write ? onWrite(shadowAt(r, o), me) : onRead(shadowAt(r, o), me))
-          fail(describeHazard(hazard, r, off, shadowAt(r, o), n, me, write));
+        if (Hazard h = write ? onWrite(shadowAt(r, o), me) : onRead(shadowAt(r, o), me); h != Hazard::None)
+          fail(describeHazard(h, r, off, shadowAt(r, o), n, me, write));
       return;
     }
   }
@@ -368,12 +368,13 @@ private:
       b = ShadowByte{gen_};
     return b;
   }
-  const char *onRead(ShadowByte &raw, unsigned me) {
+  enum class Hazard { None, Uninitialised, ReadAfterWrite, WriteAfterWrite, WriteAfterRead };
+  Hazard onRead(ShadowByte &raw, unsigned me) {
     ShadowByte &b = fresh(raw);
     if (!b.written)
-      return "uninitialised";
+      return Hazard::Uninitialised;
     if (!ordered(b.writer, b.writeEpoch, b.writeWarpEpoch, me))
-      return "read after write";
+      return Hazard::ReadAfterWrite;
     uint32_t epoch = blockEpoch_[me / perBlock_], warpEpoch = warpEpoch_[warpOf(me)];
     if (b.readers == ShadowByte::NoReader || b.readEpoch < epoch) {
       b.readers = ShadowByte::OneReader;
@@ -387,12 +388,12 @@ private:
         b.readers = ShadowByte::ReadersInOneWarp;
       b.readWarpEpoch = std::max(b.readWarpEpoch, warpEpoch);
     }
-    return nullptr;
+    return Hazard::None;
   }
-  const char *onWrite(ShadowByte &raw, unsigned me) {
+  Hazard onWrite(ShadowByte &raw, unsigned me) {
     ShadowByte &b = fresh(raw);
     if (b.written && !ordered(b.writer, b.writeEpoch, b.writeWarpEpoch, me))
-      return "write after write";
+      return Hazard::WriteAfterWrite;
     uint32_t epoch = blockEpoch_[me / perBlock_], warpEpoch = warpEpoch_[warpOf(me)];
     if (b.readers != ShadowByte::NoReader && b.readEpoch == epoch) {
       bool ok = b.readers == ShadowByte::OneReader ? ordered(b.reader, b.readEpoch, b.readWarpEpoch, me)
@@ -400,14 +401,14 @@ private:
                     ? warpOf(b.reader) == warpOf(me) && b.readWarpEpoch < warpEpoch
                     : false;
       if (!ok)
-        return "write after read";
+        return Hazard::WriteAfterRead;
     }
     b.written = true;
     b.writer = me;
     b.writeEpoch = epoch;
     b.writeWarpEpoch = warpEpoch;
     b.readers = ShadowByte::NoReader;
-    return nullptr;
+    return Hazard::None;
   }
   std::string who(unsigned i) const {
     const dlc_emu_thread &t = threads_[i].t;
@@ -416,18 +417,19 @@ private:
     };
     return "thread " + d3(t.threadIdx) + " of block " + d3(t.blockIdx);
   }
-  std::string describeHazard(const std::string &hazard, int region, uint64_t off, const ShadowByte &b, uint64_t n,
+  std::string describeHazard(Hazard hazard, int region, uint64_t off, const ShadowByte &b, uint64_t n,
                              unsigned me, bool write) const {
     uint64_t shown = region == 0 ? (smemBytes_ ? off % smemBytes_ : off) : off % kStaticSmemLimit;
     std::string where = std::to_string(n) + " bytes at offset " + std::to_string(shown) + " of " +
                         (region == 0 ? "dynamic" : "static") + " shared memory";
-    if (hazard == "uninitialised")
+    if (hazard == Hazard::Uninitialised)
       return "uninitialised shared memory read (initcheck): " + who(me) + " reads " + where +
              ", which no thread of the block has written";
-    unsigned other = hazard == "write after read" ? b.reader : b.writer;
-    std::string others = hazard == "write after read" && b.readers != ShadowByte::OneReader ? " (among others)" : "";
-    return "shared memory race, " + hazard + " (racecheck): " + who(me) + (write ? " writes " : " reads ") + where +
-           ", which " + who(other) + others + (hazard == "write after read" ? " read" : " wrote") +
+    bool war = hazard == Hazard::WriteAfterRead;
+    std::string kind = war ? "write after read" : hazard == Hazard::ReadAfterWrite ? "read after write" : "write after write";
+    std::string others = war && b.readers != ShadowByte::OneReader ? " (among others)" : "";
+    return "shared memory race, " + kind + " (racecheck): " + who(me) + (write ? " writes " : " reads ") + where +
+           ", which " + who(war ? b.reader : b.writer) + others + (war ? " read" : " wrote") +
            " with no __syncthreads between";
   }
 
@@ -435,7 +437,7 @@ private:
   /// declarations are reached) and, under --check, fills the dynamic shared memory with
   /// 0xff, as a GPU leaves it with whatever was there, and sets every thread's checked
   /// ranges (empty without --check).
-  void beginCheck(const Launch &l, uint8_t *smem, size_t smemBytes) {
+  void beginRun(const Launch &l, uint8_t *smem, size_t smemBytes) {
     blockEpoch_.assign(blocks_, 1);
     warpEpoch_.assign(size_t(blocks_) * warpsPerBlock(), 1);
     smemBytes_ = smemBytes;
