@@ -77,7 +77,7 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
     }
     kernels.push_back(pkg::CreateKernel(fb, fb.CreateString(k.name), fb.CreateString(k.symbol), k.chunk,
                                         k.needsSync, k.cooperative, fb.CreateVector(res),
-                                        fb.CreateString(k.templateName)));
+                                        fb.CreateString(k.templateName), k.tensorCore));
   }
   std::vector<flatbuffers::Offset<pkg::Module>> mods;
   for (size_t i = 0; i < modules.size(); ++i) {
@@ -117,7 +117,7 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
       auto gemm = pkg::CreateGemm(fb, toPkg(g->dtype), g->transA, g->transB, g->m, g->n, g->k, g->batch, &a, &b,
                                   &c, g->lda, g->ldb, g->ldc, g->strideA, g->strideB, g->strideC, g->alpha, g->beta,
                                   bias ? &*bias : nullptr, g->activation, cIn ? &*cIn : nullptr,
-                                  g->workspaceBytes ? &ws : nullptr, g->workspaceBytes, fallback);
+                                  g->workspaceBytes ? &ws : nullptr, g->workspaceBytes, fallback, g->tf32);
       steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Gemm, gemm.Union(), node, archs));
     } else if (const auto *c = std::get_if<CopyStep>(&s.op)) {
       pkg::BufRef src = ref(c->src), dst = ref(c->dst);
@@ -385,6 +385,7 @@ llvm::Expected<pkg::PackageImage> compileGraphImage(const Graph &g, const Compil
       lo.archs.push_back(t);
   lo.persistentRnn = opts.persistentRnn;
   lo.wideIndices = opts.wideIndices;
+  lo.tf32 = opts.tf32;
   Lowering lowering(g, lo);
   auto lowered = lowering.run();
   if (!lowered)

@@ -9,10 +9,10 @@ namespace dlc::codegen {
 const std::vector<GpuModel> &gpuModels() {
   // Data-sheet peaks (dense) and bandwidths; shared memory per SM as a kernel can use it.
   static const std::vector<GpuModel> models = {
-      {"A100", "sm_80", 108, 2048, 32, 65536, 164 * 1024, 19.5e12, 312e12, 2039e9, 2.0},
-      {"A10", "sm_86", 72, 1536, 16, 65536, 100 * 1024, 31.2e12, 125e12, 600e9, 2.0},
-      {"L4", "sm_89", 58, 1536, 24, 65536, 100 * 1024, 30.3e12, 121e12, 300e9, 2.0},
-      {"H100", "sm_90", 132, 2048, 32, 65536, 228 * 1024, 66.9e12, 989e12, 3350e9, 2.0},
+      {"A100", "sm_80", 108, 2048, 32, 65536, 164 * 1024, 19.5e12, 312e12, 156e12, 2039e9, 2.0},
+      {"A10", "sm_86", 72, 1536, 16, 65536, 100 * 1024, 31.2e12, 125e12, 62.5e12, 600e9, 2.0},
+      {"L4", "sm_89", 58, 1536, 24, 65536, 100 * 1024, 30.3e12, 121e12, 60e12, 300e9, 2.0},
+      {"H100", "sm_90", 132, 2048, 32, 65536, 228 * 1024, 66.9e12, 989e12, 495e12, 3350e9, 2.0},
   };
   return models;
 }
@@ -47,9 +47,9 @@ double smFill(const GpuModel &g, uint64_t blocks, int perSm) {
   return busy / (static_cast<double>(waves) * g.sms);
 }
 
-double modeledMicros(const GpuModel &g, double flops, double bytes, double fill, bool tensor) {
-  double peak = (tensor ? g.tensorFlops : g.fp32Flops) * std::max(fill, 1e-6);
-  return 1e6 * std::max(flops / peak, bytes / g.dramBytesPerSecond) + g.launchMicros;
+double modeledMicros(const GpuModel &g, double flops, double bytes, double fill, double peak) {
+  double p = (peak > 0 ? peak : g.fp32Flops) * std::max(fill, 1e-6);
+  return 1e6 * std::max(flops / p, bytes / g.dramBytesPerSecond) + g.launchMicros;
 }
 
 } // namespace dlc::codegen

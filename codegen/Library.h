@@ -102,6 +102,8 @@ struct Instantiation {
   std::string argsType;           // the kernel's parameter type, "dlc::ConvArgs<F_.., F_..>"
   std::vector<std::string> functors; // names of the functors it uses
   bool needsSync = false, cooperative = false;
+  /// Runs its multiply-adds on tensor cores (WMMA/mma): inspect and the cost model.
+  bool tensorCore = false;
 };
 
 

@@ -154,6 +154,7 @@ uint32_t Lowering::instantiate(const Instantiation &inst) {
   k.functors = inst.functors;
   k.needsSync = inst.needsSync || inst.cooperative;
   k.cooperative = inst.cooperative;
+  k.tensorCore = inst.tensorCore;
   p_.kernels.push_back(std::move(k));
   uint32_t index = static_cast<uint32_t>(p_.kernels.size() - 1);
   instances_[full] = index;
@@ -258,6 +259,7 @@ BufferRef Lowering::bufferOf(const Value *v) {
 
 void Lowering::addGemm(const GemmStep &g0, const Node &n) {
   GemmStep g = g0;
+  g.tf32 = opts_.tf32 && g.dtype == DType::F32;
   // cuBLASLt's workspace (split-K partial sums, mostly): four times the output, from
   // 64 KiB to the 32 MiB NVIDIA recommends for Hopper. The heuristic picks among the
   // algorithms that fit.

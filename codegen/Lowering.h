@@ -106,6 +106,7 @@ struct KernelDesc {
   std::string key;
   bool needsSync = false;
   bool cooperative = false;
+  bool tensorCore = false;
   uint32_t chunk = 0;
   std::string node;
 };
@@ -137,6 +138,8 @@ struct GemmStep {
   /// Bias and activation as a kernel over the output, for when no cuBLASLt algorithm
   /// applies the epilogue (the runtime then calls the GEMM without it).
   std::optional<LaunchStep> fallback;
+  /// FP32 inputs rounded to TF32 on tensor cores (set by Lowering::addGemm).
+  bool tf32 = false;
 };
 
 /// A fused epilogue that the GEMM library call itself applies (see Lowering::lowerGroup).
@@ -208,6 +211,8 @@ struct LoweringOptions {
   bool persistentRnn = true;
   /// 64-bit indices everywhere (tests: the wide instantiations on small shapes).
   bool wideIndices = false;
+  /// FP32 GEMMs on tensor cores in TF32 (cuBLASLt's fast-TF32 compute).
+  bool tf32 = false;
 };
 
 class Lowering {

@@ -46,6 +46,36 @@ std::string_view dtypeName(DType t) {
   return "?";
 }
 
+namespace {
+/// Significand bits of a float type (integers below 2^bits are exact), and for
+/// integers their value bits.
+int precisionBits(DType t) {
+  switch (t) {
+  case DType::F64: return 53;
+  case DType::F32: return 24;
+  case DType::F16: return 11;
+  case DType::BF16: return 8;
+  case DType::Bool: return 1;
+  default: return static_cast<int>(dtypeSize(t) * 8) - (isSignedInt(t) ? 1 : 0);
+  }
+}
+} // namespace
+
+bool castIsExact(DType from, DType to) {
+  if (from == to || from == DType::Bool)
+    return true;
+  if (isFloat(from)) // float -> float widening only (F16 and BF16 do not contain each other)
+    return isFloat(to) && (to == DType::F64 || (to == DType::F32 && from != DType::F64));
+  if (isFloat(to))
+    return precisionBits(from) <= precisionBits(to);
+  if (to == DType::Bool)
+    return false;
+  // int -> int: the range of `from` fits in `to`.
+  if (isUnsignedInt(from))
+    return precisionBits(from) <= precisionBits(to);
+  return isSignedInt(to) && precisionBits(from) <= precisionBits(to);
+}
+
 std::optional<DType> parseDType(std::string_view name) {
   for (DType t : kAllDTypes)
     if (dtypeName(t) == name)

@@ -72,7 +72,7 @@ std::optional<GemmEpilogueMatch> matchGemmEpilogue(const Node &mm, const std::ve
                                                    const std::function<bool(const Value *)> &inGroup) {
   const Value *cur = mm.result();
   DType dt = cur->dtype();
-  if ((dt != DType::F32 && dt != DType::F64) || cur->rank() < 1)
+  if (!floatingPoint(dt) || cur->rank() < 1) // cuBLASLt: bias in D's type, FP32 epilogue math
     return std::nullopt;
   int64_t n = cur->shape().back();
   GemmEpilogueMatch e;
@@ -108,7 +108,9 @@ std::vector<Node *> attentionCore(const Node &mm2) {
   auto singleUse = [](const Value *v) {
     return v->uses().size() == 1 && !v->graph()->isOutput(v) && v->definingNode();
   };
-  if (mm2.kind() != OpKind::MatMul || mm2.result()->dtype() != DType::F32)
+  // Any float storage: the kernel computes in FP32 (its loads convert).
+  const DType dt = mm2.result()->dtype();
+  if (mm2.kind() != OpKind::MatMul || (dt != DType::F32 && dt != DType::F16 && dt != DType::BF16))
     return {};
   const Value *p = mm2.operand(0), *v = mm2.operand(1);
   if (!singleUse(p) || p->definingNode()->kind() != OpKind::Softmax)
@@ -139,7 +141,7 @@ std::vector<Node *> attentionCore(const Node &mm2) {
   const Value *q = mm1->operand(0), *k = mm1->operand(1);
   const Shape &s = cur->shape();
   if (s != p->shape() || q->rank() != rank || k->rank() != rank || v->rank() != rank ||
-      q->dtype() != DType::F32 || k->dtype() != DType::F32 || v->dtype() != DType::F32)
+      q->dtype() != dt || k->dtype() != dt || v->dtype() != dt)
     return {};
   for (int64_t d = 0; d < rank - 2; ++d)
     if (q->shape()[d] != s[d] || k->shape()[d] != s[d] || v->shape()[d] != s[d])

@@ -24,7 +24,9 @@ llvm::Expected<std::vector<Tensor>> evaluateNode(const Node &n,
   return out;
 }
 
-llvm::Expected<TensorMap> interpret(const Graph &g, const TensorMap &inputs) {
+llvm::Expected<TensorMap> interpret(const Graph &g, const TensorMap &inputs) { return interpret(g, inputs, {}); }
+
+llvm::Expected<TensorMap> interpret(const Graph &g, const TensorMap &inputs, const NodeObserver &onNode) {
   std::unordered_map<const Value *, Tensor> env;
   for (const auto &in : g.inputs()) {
     auto it = inputs.find(in->name());
@@ -64,6 +66,8 @@ llvm::Expected<TensorMap> interpret(const Graph &g, const TensorMap &inputs) {
     auto res = evaluateNode(n, ops);
     if (!res)
       return res.takeError();
+    if (onNode)
+      onNode(n, *res);
     for (unsigned i = 0; i < n.numResults(); ++i)
       env[n.result(i)] = std::move((*res)[i]);
     for (Value *v : n.operands())

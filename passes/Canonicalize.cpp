@@ -1,7 +1,7 @@
 //===- Canonicalize.cpp - Canonical forms for later passes -----------------===//
 //
 // Local rewrites driven to a fixed point by the worklist driver:
-//  - no-ops disappear: Identity, same-type Cast, same-shape Reshape/Expand, identity
+//  - no-ops disappear: Identity, same-type Cast, a Cast after an exact Cast, same-shape Reshape/Expand, identity
 //    Transpose, full Slice, zero Pad, single-input Concat, Tile by ones, x+0, x*1, x/1;
 //  - Flatten/Squeeze/Unsqueeze become Reshape, and Reshape/Transpose chains collapse,
 //    so layout and fusion passes only see one reshape and one transpose form;
@@ -88,6 +88,18 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
   });
   add("remove-same-type-cast", OpKind::Cast, [](Node &n, PatternRewriter &rw) {
     return forwardOperand(n, rw);
+  });
+  // Cast(Cast(x, B), C) -> Cast(x, C) when x -> B loses nothing (f16 -> f32 -> f16
+  // disappears; bool -> f32 -> f16 is one cast). The lossy f32 -> f16 -> f32 stays.
+  add("fold-cast-chain", OpKind::Cast, [](Node &n, PatternRewriter &rw) {
+    Node *inner = n.operand(0)->definingNode();
+    if (!inner || inner->kind() != OpKind::Cast || !castIsExact(inner->operand(0)->dtype(), inner->result()->dtype()))
+      return false;
+    if (inner->operand(0)->dtype() == n.result()->dtype()) {
+      rw.replaceNode(n, {inner->operand(0)});
+      return true;
+    }
+    return replaceWith(n, rw, OpKind::Cast, {inner->operand(0)}, n.attrs());
   });
   for (OpKind k : {OpKind::Reshape, OpKind::Expand})
     add("remove-same-shape", k, [](Node &n, PatternRewriter &rw) { return forwardOperand(n, rw); });

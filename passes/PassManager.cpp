@@ -23,11 +23,17 @@ const PassInfo *findPass(std::string_view name) {
   return nullptr;
 }
 
-Pipeline defaultPipeline(int optLevel) {
+Pipeline defaultPipeline(int optLevel, bool mixedPrecision) {
+  Pipeline p;
   if (optLevel <= 0)
-    return {};
+    return mixedPrecision ? Pipeline{{{"precision"}, Convergence::Once}} : p;
   // -O1: graph clean-up only (one kernel per op); -O2 and up: also fusion.
-  Pipeline p = {{{"canonicalize", "fold-bn", "constfold", "cse", "dce"}, Convergence::UntilFixedPoint}};
+  PipelineStage cleanup = {{"canonicalize", "fold-bn", "constfold", "cse", "dce"}, Convergence::UntilFixedPoint};
+  p.push_back(cleanup);
+  if (mixedPrecision) {
+    p.push_back({{"precision"}, Convergence::Once});
+    p.push_back(cleanup);
+  }
   if (optLevel >= 2)
     p.push_back({{"fuse"}, Convergence::Once});
   return p;

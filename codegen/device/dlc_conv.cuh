@@ -9,9 +9,20 @@
 // them in a fixed order (deterministic) and applies the bias and epilogue. Fused
 // prologue (X) and epilogue (Out) are generated functors.
 //
+// conv_igemm_tc: the same implicit GEMM on tensor cores for FP16/BF16 (WMMA 16x16x16,
+// FP32 accumulators): A and the im2col tile B are staged in shared memory in the
+// 16-bit type (padded rows: no bank conflicts, 32-byte aligned fragments), each warp
+// multiplies its WM x WN part, the accumulators go through shared memory, and the
+// bias and epilogue are applied per element as conv_igemm does (or the partial sums
+// are written for conv_splitk_reduce).
+//
 // conv_direct: one thread per output (grouped and depthwise convolutions).
 // conv_transpose: ConvTranspose as a gather, one thread per output.
 #pragma once
+
+#ifndef DLC_EMU
+#include <mma.h>
+#endif
 
 namespace dlc {
 
@@ -27,6 +38,57 @@ template <class X, class Out> struct ConvArgs {
   typename Out::Params out;
 };
 
+/// One column (output position p) of the implicit im2col matrix: where its window
+/// starts, decomposed once; load(kk) is element (kk, p), zero in the padding.
+template <bool Pointwise, class I> struct ConvColumn {
+  bool in;
+  I xBase, base0, base1, base2, op;
+  __device__ __forceinline__ ConvColumn(const ConvShape &s, I p)
+      : in(p < static_cast<I>(s.NP)), xBase(0), base0(0), base1(0), base2(0), op(0) {
+    if (!in)
+      return;
+    I q = p;
+    op = s.dP.split(q); // q: the image
+    xBase = q * static_cast<I>(s.C) * static_cast<I>(s.inSize);
+    if (!Pointwise) {
+      I r = op;
+      const I o2 = s.dOut2.split(r), o1 = s.dOut1.split(r);
+      base0 = r * static_cast<I>(s.stride[0]) - static_cast<I>(s.pad[0]);
+      base1 = o1 * static_cast<I>(s.stride[1]) - static_cast<I>(s.pad[1]);
+      base2 = o2 * static_cast<I>(s.stride[2]) - static_cast<I>(s.pad[2]);
+    }
+  }
+  template <class X>
+  __device__ __forceinline__ typename X::Value load(const typename X::Params &x, const ConvShape &s, I kk) const {
+    typedef typename X::Value T;
+    if (!in)
+      return T(0);
+    if (Pointwise)
+      return X::load(x, xBase + kk * static_cast<I>(s.inSize) + op);
+    I kr = kk;
+    const I ch = s.dKSize.div(kr);
+    kr -= ch * static_cast<I>(s.kSize);
+    const I q2 = s.dK2.split(kr), q1 = s.dK1.split(kr);
+    const I i0 = base0 + kr * static_cast<I>(s.dil[0]), i1 = base1 + q1 * static_cast<I>(s.dil[1]),
+            i2 = base2 + q2 * static_cast<I>(s.dil[2]);
+    if (i0 >= 0 && i0 < static_cast<I>(s.in[0]) && i1 >= 0 && i1 < static_cast<I>(s.in[1]) && i2 >= 0 &&
+        i2 < static_cast<I>(s.in[2]))
+      return X::load(x, xBase + ch * static_cast<I>(s.inSize) +
+                            (i0 * static_cast<I>(s.in[1]) + i1) * static_cast<I>(s.in[2]) + i2);
+    return T(0);
+  }
+};
+
+/// The implicit GEMM's extents, and this block's tile origin and slice of K
+/// (blockIdx.z: the split).
+template <class I> struct ConvBlock {
+  I pBase, mBase, M, K, NP, kBegin, kEnd;
+  __device__ __forceinline__ ConvBlock(const ConvShape &s, int BM, int BN)
+      : pBase(static_cast<I>(blockIdx.x) * BN), mBase(static_cast<I>(blockIdx.y) * BM), M(static_cast<I>(s.M)),
+        K(static_cast<I>(s.K)), NP(static_cast<I>(s.NP)), kBegin(static_cast<I>(blockIdx.z) * static_cast<I>(s.kPerSplit)),
+        kEnd(K - kBegin < static_cast<I>(s.kPerSplit) ? K : kBegin + static_cast<I>(s.kPerSplit)) {}
+};
+
 template <class Tile, bool Pointwise, class I, class WT, class X, class Out>
 __global__ void __launch_bounds__(Tile::Threads) conv_igemm(const ConvArgs<X, Out> a) {
   typedef typename X::Value T;
@@ -39,27 +101,11 @@ __global__ void __launch_bounds__(Tile::Threads) conv_igemm(const ConvArgs<X, Ou
   const ConvShape &s = a.s;
   const WT *w = static_cast<const WT *>(s.w);
   const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
-  const I pBase = static_cast<I>(blockIdx.x) * BN, mBase = static_cast<I>(blockIdx.y) * BM;
-  const I M = static_cast<I>(s.M), K = static_cast<I>(s.K), NP = static_cast<I>(s.NP);
-  const I kBegin = static_cast<I>(blockIdx.z) * static_cast<I>(s.kPerSplit);
-  const I kEnd = K - kBegin < static_cast<I>(s.kPerSplit) ? K : kBegin + static_cast<I>(s.kPerSplit);
+  const ConvBlock<I> blk(s, BM, BN);
+  const I pBase = blk.pBase, mBase = blk.mBase, M = blk.M, K = blk.K, NP = blk.NP, kBegin = blk.kBegin, kEnd = blk.kEnd;
   // This thread stages one column of every B tile: decompose its position once.
   const int bCol = tid % BN, bRow0 = tid / BN;
-  const I p = pBase + bCol;
-  const bool pIn = p < NP;
-  I xBase = 0, base0 = 0, base1 = 0, base2 = 0, op = 0;
-  if (pIn) {
-    I q = p;
-    op = s.dP.split(q); // q: the image
-    xBase = q * static_cast<I>(s.C) * static_cast<I>(s.inSize);
-    if (!Pointwise) {
-      I r = op;
-      const I o2 = s.dOut2.split(r), o1 = s.dOut1.split(r);
-      base0 = r * static_cast<I>(s.stride[0]) - static_cast<I>(s.pad[0]);
-      base1 = o1 * static_cast<I>(s.stride[1]) - static_cast<I>(s.pad[1]);
-      base2 = o2 * static_cast<I>(s.stride[2]) - static_cast<I>(s.pad[2]);
-    }
-  }
+  const ConvColumn<Pointwise, I> col(s, pBase + bCol);
   T acc[TM][TN];
 #pragma unroll
   for (int i = 0; i < TM; ++i)
@@ -79,24 +125,7 @@ __global__ void __launch_bounds__(Tile::Threads) conv_igemm(const ConvArgs<X, Ou
     for (int t = 0; t < BRows; ++t) {
       const int r = bRow0 + t * RowsPerPass;
       const I kk = kBase + r;
-      T v = T(0);
-      if (pIn && kk < kEnd) {
-        if (Pointwise) {
-          v = X::load(a.x, xBase + kk * static_cast<I>(s.inSize) + op);
-        } else {
-          I kr = kk;
-          const I ch = s.dKSize.div(kr);
-          kr -= ch * static_cast<I>(s.kSize);
-          const I q2 = s.dK2.split(kr), q1 = s.dK1.split(kr);
-          const I i0 = base0 + kr * static_cast<I>(s.dil[0]), i1 = base1 + q1 * static_cast<I>(s.dil[1]),
-                  i2 = base2 + q2 * static_cast<I>(s.dil[2]);
-          if (i0 >= 0 && i0 < static_cast<I>(s.in[0]) && i1 >= 0 && i1 < static_cast<I>(s.in[1]) && i2 >= 0 &&
-              i2 < static_cast<I>(s.in[2]))
-            v = X::load(a.x, xBase + ch * static_cast<I>(s.inSize) +
-                                 (i0 * static_cast<I>(s.in[1]) + i1) * static_cast<I>(s.in[2]) + i2);
-        }
-      }
-      Bs[r][bCol] = v;
+      Bs[r][bCol] = kk < kEnd ? col.template load<X>(a.x, s, kk) : T(0);
     }
     __syncthreads();
 #pragma unroll
@@ -135,6 +164,100 @@ __global__ void __launch_bounds__(Tile::Threads) conv_igemm(const ConvArgs<X, Ou
         const I o = s.dP.split(q);
         Out::store(a.out, (q * M + m) * static_cast<I>(s.P) + o, acc[i][j] + bias);
       }
+    }
+  }
+}
+
+/// A tensor-core tile: BM x BN outputs per block, (BM / WM) x (BN / WN) warps, each
+/// WM x WN in 16 x 16 fragments; K staged BK at a time.
+template <int BM_, int BN_, int WM_, int WN_> struct ConvTcTile {
+  static constexpr int BM = BM_, BN = BN_, WM = WM_, WN = WN_, BK = 32;
+  static constexpr int WarpsN = BN / WN, Threads = (BM / WM) * WarpsN * 32, FM = WM / 16, FN = WN / 16;
+};
+
+template <class Tile, bool Pointwise, class I, class MT, class WT, class X, class Out>
+__global__ void __launch_bounds__(Tile::Threads) conv_igemm_tc(const ConvArgs<X, Out> a) {
+  typedef typename X::Value T; // float
+  constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, NT = Tile::Threads, FM = Tile::FM, FN = Tile::FN;
+  // Row pitches: multiples of 16 bytes (WMMA's ldm) that shift banks row to row.
+  constexpr int LDA = BK + 8, LDB = BN + 8, LDC = BN + 4;
+  static_assert(NT % BN == 0 && (BK * BN) % NT == 0 && BM % Tile::WM == 0 && BN % Tile::WN == 0, "tile shape");
+  constexpr int RowsPerPass = NT / BN, BRows = BK / RowsPerPass;
+  // The accumulators reuse the staging buffers once the K loop is done.
+  constexpr int ABytes = BM * LDA * int(sizeof(MT)), BBytes = BK * LDB * int(sizeof(MT)), CBytes = BM * LDC * 4;
+  constexpr int Bytes = ABytes + BBytes > CBytes ? ABytes + BBytes : CBytes;
+  __shared__ __align__(32) unsigned char smem[Bytes];
+  MT *As = reinterpret_cast<MT *>(smem);           // weights, [m][k]
+  MT *Bs = reinterpret_cast<MT *>(smem + ABytes);  // im2col, [k][p]
+  float *Cs = reinterpret_cast<float *>(smem);     // accumulators, [m][p]
+  const ConvShape &s = a.s;
+  const WT *w = static_cast<const WT *>(s.w);
+  const int tid = threadIdx.x, warp = tid / 32, wm = warp / Tile::WarpsN, wn = warp % Tile::WarpsN;
+  const ConvBlock<I> blk(s, BM, BN);
+  const I pBase = blk.pBase, mBase = blk.mBase, M = blk.M, K = blk.K, NP = blk.NP, kBegin = blk.kBegin, kEnd = blk.kEnd;
+  const int bCol = tid % BN, bRow0 = tid / BN;
+  const ConvColumn<Pointwise, I> col(s, pBase + bCol);
+  nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc[FM][FN];
+#pragma unroll
+  for (int i = 0; i < FM; ++i)
+#pragma unroll
+    for (int j = 0; j < FN; ++j)
+      nvcuda::wmma::fill_fragment(acc[i][j], 0.0f);
+  for (I kBase = kBegin; kBase < kEnd; kBase += BK) {
+    // A: adjacent threads read adjacent k of one weight row.
+#pragma unroll
+    for (int e = tid; e < BM * BK; e += NT) {
+      const int r = e / BK, c = e % BK;
+      const I m = mBase + r, kk = kBase + c;
+      As[r * LDA + c] = Cvt<MT, T>::run((m < M && kk < kEnd) ? ld<T>(w, m * K + kk) : T(0));
+    }
+#pragma unroll
+    for (int t = 0; t < BRows; ++t) {
+      const int r = bRow0 + t * RowsPerPass;
+      const I kk = kBase + r;
+      Bs[r * LDB + bCol] = Cvt<MT, T>::run(kk < kEnd ? col.template load<X>(a.x, s, kk) : T(0));
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, MT, nvcuda::wmma::row_major> fa[FM];
+      nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, MT, nvcuda::wmma::row_major> fb[FN];
+#pragma unroll
+      for (int i = 0; i < FM; ++i)
+        nvcuda::wmma::load_matrix_sync(fa[i], As + (wm * Tile::WM + i * 16) * LDA + kk, LDA);
+#pragma unroll
+      for (int j = 0; j < FN; ++j)
+        nvcuda::wmma::load_matrix_sync(fb[j], Bs + kk * LDB + wn * Tile::WN + j * 16, LDB);
+#pragma unroll
+      for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j)
+          nvcuda::wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < FM; ++i)
+#pragma unroll
+    for (int j = 0; j < FN; ++j)
+      nvcuda::wmma::store_matrix_sync(Cs + (wm * Tile::WM + i * 16) * LDC + wn * Tile::WN + j * 16, acc[i][j], LDC,
+                                      nvcuda::wmma::mem_row_major);
+  __syncthreads();
+  T *partial = static_cast<T *>(s.partial);
+  // Adjacent threads store adjacent positions of one output channel.
+  for (int e = tid; e < BM * BN; e += NT) {
+    const int r = e / BN, c = e % BN;
+    const I m = mBase + r, pp = pBase + c;
+    if (m >= M || pp >= NP)
+      continue;
+    const T v = Cs[r * LDC + c];
+    if (partial) {
+      partial[(static_cast<I>(blockIdx.z) * M + m) * NP + pp] = v;
+    } else {
+      I q = pp;
+      const I o = s.dP.split(q);
+      Out::store(a.out, (q * M + m) * static_cast<I>(s.P) + o,
+                 v + (s.bias ? ld<T>(static_cast<const WT *>(s.bias), m) : T(0)));
     }
   }
 }

@@ -255,3 +255,87 @@ inline __half hsqrt(__half a) { return __float2half(sqrtf(__half2float(a))); }
 inline __half __hfma(__half a, __half b, __half c) {
   return __float2half(fmaf(__half2float(a), __half2float(b), __half2float(c)));
 }
+
+// nvcuda::wmma (mma.h) for 16x16x16 tiles, as warp-collective operations with the
+// semantics of the hardware's: A and B fragments (half or bfloat16) hold the whole
+// tile in every lane (each lane reads all of it, as a warp reads it together), the
+// FP32 accumulator is distributed over the lanes (lane l owns row-major elements
+// l, l + 32, ..., l + 224), so mma_sync computes each lane's 8 sums in FP32 from
+// exact products, and store_matrix_sync writes each element once. Loads and stores
+// are .sync operations: the warp meets at them (a warp epoch for the race checker).
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+namespace dlc_emu_detail {
+inline int lane() {
+  return static_cast<int>((threadIdx.x + threadIdx.y * blockDim.x + threadIdx.z * blockDim.x * blockDim.y) % 32);
+}
+template <class T> inline float toFloat(T v) { return static_cast<float>(v); }
+} // namespace dlc_emu_detail
+
+template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment;
+template <int M, int N, int K, class T, class Layout> struct fragment<matrix_a, M, N, K, T, Layout> {
+  static_assert(M == 16 && N == 16 && K == 16, "emu wmma: 16x16x16 tiles only");
+  static constexpr int num_elements = 256;
+  float x[256]; // [row][k], converted once from T
+};
+template <int M, int N, int K, class T, class Layout> struct fragment<matrix_b, M, N, K, T, Layout> {
+  static_assert(M == 16 && N == 16 && K == 16, "emu wmma: 16x16x16 tiles only");
+  static constexpr int num_elements = 256;
+  float x[256]; // [k][col]
+};
+template <int M, int N, int K> struct fragment<accumulator, M, N, K, float, void> {
+  static_assert(M == 16 && N == 16 && K == 16, "emu wmma: 16x16x16 tiles only");
+  static constexpr int num_elements = 8;
+  float x[8]; // this lane's elements: row-major index lane + 32 i
+};
+
+template <class Frag> inline void fill_fragment(Frag &f, float v) {
+  for (int i = 0; i < Frag::num_elements; ++i)
+    f.x[i] = v;
+}
+
+/// A (row_major: element (r, k) at p[r * ldm + k]) or B (row_major: (k, c) at p[k * ldm + c]).
+template <class Use, class T, class Layout>
+inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout> &f, const T *p, unsigned ldm) {
+  __syncwarp();
+  constexpr bool colMajor = std::is_same<Layout, col_major>::value;
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 16; ++c)
+      f.x[r * 16 + c] = dlc_emu_detail::toFloat(colMajor ? p[c * ldm + r] : p[r * ldm + c]);
+  __syncwarp();
+}
+
+template <class TA, class LA, class TB, class LB>
+inline void mma_sync(fragment<accumulator, 16, 16, 16, float, void> &d,
+                     const fragment<matrix_a, 16, 16, 16, TA, LA> &a,
+                     const fragment<matrix_b, 16, 16, 16, TB, LB> &b,
+                     const fragment<accumulator, 16, 16, 16, float, void> &c) {
+  const int l = dlc_emu_detail::lane();
+  for (int i = 0; i < 8; ++i) {
+    const int e = l + 32 * i, r = e / 16, col = e % 16;
+    float s = c.x[i];
+    for (int k = 0; k < 16; ++k) // products of 16-bit values are exact in FP32
+      s = fmaf(a.x[r * 16 + k], b.x[k * 16 + col], s);
+    d.x[i] = s;
+  }
+}
+
+inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float, void> &f, unsigned ldm,
+                              layout_t layout) {
+  __syncwarp();
+  const int l = dlc_emu_detail::lane();
+  for (int i = 0; i < 8; ++i) {
+    const int e = l + 32 * i, r = e / 16, c = e % 16;
+    p[layout == mem_row_major ? r * ldm + c : c * ldm + r] = f.x[i];
+  }
+  __syncwarp();
+}
+} // namespace wmma
+} // namespace nvcuda

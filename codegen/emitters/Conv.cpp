@@ -40,6 +40,28 @@ constexpr ConvTileConfig kConvTiles[] = {
     {16, 32, 1, 2, 36, 0.3},
 };
 constexpr int kConvBK = 16, kConvThreads = 256;
+/// Tensor-core tiles of conv_igemm_tc (ConvTcTile<BM, BN, WM, WN>: tm, tn are the warp
+/// tile WM x WN; 4 warps each), for FP16/BF16.
+constexpr ConvTileConfig kConvTcTiles[] = {
+    {128, 64, 64, 32, 128, 1.0}, {64, 64, 32, 32, 96, 0.85}, {32, 64, 16, 32, 72, 0.6}, {32, 32, 16, 16, 56, 0.45},
+};
+constexpr int kConvTcBK = 32;
+
+/// The tiles of one kernel: CUDA-core (conv_igemm) or tensor-core (conv_igemm_tc).
+struct ConvFamily {
+  const ConvTileConfig *tiles;
+  int count;
+  bool tensor;
+  int bk() const { return tensor ? kConvTcBK : kConvBK; }
+  int threads(const ConvTileConfig &c) const { return tensor ? (c.bm / c.tm) * (c.bn / c.tn) * 32 : kConvThreads; }
+  int smem(const ConvTileConfig &c, size_t accBytes) const {
+    if (!tensor)
+      return 2 * kConvBK * (c.bm + c.bn) * static_cast<int>(accBytes);
+    return std::max(c.bm * (kConvTcBK + 8) * 2 + kConvTcBK * (c.bn + 8) * 2, c.bm * (c.bn + 4) * 4);
+  }
+};
+constexpr ConvFamily kCudaCoreConv{kConvTiles, static_cast<int>(std::size(kConvTiles)), false};
+constexpr ConvFamily kTensorCoreConv{kConvTcTiles, static_cast<int>(std::size(kConvTcTiles)), true};
 constexpr int64_t kSplits[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
 
 struct ConvPlan {
@@ -57,26 +79,26 @@ constexpr double kReuseAdvantage = 0.9;
 /// The tile and split-K factor with the least modeled time on `arch`, among those that
 /// launch at least one block per SM when any does; `known(t)` says whether tile t's
 /// kernel is instantiated already.
-ConvPlan chooseConvPlan(int64_t M, int64_t NP, int64_t K, const std::string &arch, size_t accBytes,
-                        const std::function<bool(int)> &known) {
+ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K, const std::string &arch,
+                        size_t accBytes, const std::function<bool(int)> &known) {
   const GpuModel &g = gpuModelFor(arch);
   ConvPlan best;
   double bestTime = INFINITY;
   bool bestFills = false;
-  for (int t = 0; t < static_cast<int>(std::size(kConvTiles)); ++t) {
-    const ConvTileConfig &c = kConvTiles[t];
+  const int BK = fam.bk();
+  for (int t = 0; t < fam.count; ++t) {
+    const ConvTileConfig &c = fam.tiles[t];
     int64_t tiles = ceilDiv(M, c.bm) * ceilDiv(NP, c.bn);
-    int smem = 2 * kConvBK * (c.bm + c.bn) * static_cast<int>(accBytes);
-    int perSm = blocksPerSm(g, kConvThreads, c.registers, smem);
+    int perSm = blocksPerSm(g, fam.threads(c), c.registers, fam.smem(c, accBytes));
     for (int64_t s : kSplits) {
-      int64_t kPer = ceilDiv(ceilDiv(K, s), kConvBK) * kConvBK;
+      int64_t kPer = ceilDiv(ceilDiv(K, s), BK) * BK;
       int64_t splits = ceilDiv(K, kPer);
-      if (splits != s || (s > 1 && kPer < 2 * kConvBK))
+      if (splits != s || (s > 1 && kPer < 2 * BK))
         continue;
       uint64_t blocks = static_cast<uint64_t>(tiles * splits);
       double fill = smFill(g, blocks, perSm);
       double work = 2.0 * static_cast<double>(tiles) * c.bm * c.bn * static_cast<double>(splits * kPer);
-      double time = work / (g.fp32Flops * fill * c.efficiency);
+      double time = work / ((fam.tensor ? g.tensorFlops : g.fp32Flops) * fill * c.efficiency);
       if (splits > 1) // partial sums written and read back, and the reduction's launch
         time += 2.0 * static_cast<double>(splits * M * NP) * accBytes / g.dramBytesPerSecond + g.launchMicros * 1e-6;
       if (known(t))
@@ -85,7 +107,7 @@ ConvPlan chooseConvPlan(int64_t M, int64_t NP, int64_t K, const std::string &arc
       if ((fills && !bestFills) || (fills == bestFills && time < bestTime * 0.999)) {
         bestTime = time;
         bestFills = fills;
-        best = {t, splits, splits > 1 ? kPer : ceilDiv(K, kConvBK) * kConvBK};
+        best = {t, splits, splits > 1 ? kPer : ceilDiv(K, BK) * BK};
       }
     }
   }
@@ -158,22 +180,29 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     return llvm::Error::success();
   }
   size_t accBytes = dt == DType::F64 ? 8 : 4;
+  // FP16/BF16 operands: tensor cores (WMMA, FP32 accumulators).
+  auto reduced = [](DType t) { return t == DType::F16 || t == DType::BF16; };
+  const bool tensor = reduced(x->dtype()) && reduced(wt->dtype()) && x->dtype() == wt->dtype();
+  const ConvFamily &fam = tensor ? kTensorCoreConv : kCudaCoreConv;
   bool pointwise = w.kSize() == 1 && s.P == s.inSize;
   for (int d = 0; d < 3; ++d)
     pointwise &= w.stride[d] == 1 && w.padB[d] == 0;
   auto igemm = [&](int t, int64_t splits) {
-    const ConvTileConfig &c = kConvTiles[t];
-    std::string tile = "dlc::ConvTile<" + std::to_string(c.bm) + ", " + std::to_string(c.bn) + ", " +
-                       std::to_string(c.tm) + ", " + std::to_string(c.tn) + ">";
-    Instantiation inst{"dlc::conv_igemm",
-                       {tile, pointwise ? "true" : "false", l.indexType(std::max(maxIndex, splits * M * s.NP)), wtype, xn, on},
-                       argsType,
-                       {xn, on}};
+    const ConvTileConfig &c = fam.tiles[t];
+    std::string tile = std::string(tensor ? "dlc::ConvTcTile<" : "dlc::ConvTile<") + std::to_string(c.bm) + ", " +
+                       std::to_string(c.bn) + ", " + std::to_string(c.tm) + ", " + std::to_string(c.tn) + ">";
+    std::vector<std::string> targs = {tile, pointwise ? "true" : "false",
+                                      l.indexType(std::max(maxIndex, splits * M * s.NP))};
+    if (tensor)
+      targs.push_back(cudaType(x->dtype()));
+    targs.insert(targs.end(), {wtype, xn, on});
+    Instantiation inst{tensor ? "dlc::conv_igemm_tc" : "dlc::conv_igemm", targs, argsType, {xn, on}};
     inst.needsSync = true;
+    inst.tensorCore = tensor;
     return inst;
   };
   auto plans = l.perArch<ConvPlan>([&](const std::string &arch) {
-    return chooseConvPlan(M, s.NP, s.K, arch, accBytes, [&](int t) { return l.instantiated(igemm(t, 1)); });
+    return chooseConvPlan(fam, M, s.NP, s.K, arch, accBytes, [&](int t) { return l.instantiated(igemm(t, 1)); });
   });
   // The split-K partial sums (a temporary of this node's steps), sized for the largest
   // plan.
@@ -185,7 +214,7 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   if (partialElems)
     partial = l.temp(static_cast<uint64_t>(partialElems) * accBytes, n.result()->name() + ".partial");
   for (const auto &[plan, archs] : plans) {
-    const ConvTileConfig &c = kConvTiles[plan.tile];
+    const ConvTileConfig &c = fam.tiles[plan.tile];
     std::string index = l.indexType(std::max(maxIndex, plan.splits * M * s.NP));
     uint32_t k = l.instantiate(igemm(plan.tile, plan.splits));
     ConvShape ps = s;
@@ -193,7 +222,7 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     ps.kPerSplit = plan.kPerSplit;
     uint64_t partialBytes = static_cast<uint64_t>(plan.splits * M * s.NP) * accBytes;
     LaunchArgs a = args(ps, plan.splits > 1 ? partial : std::nullopt, partialBytes, plan.splits > 1 ? SplitGemm : Whole);
-    l.launch(n, k, a, static_cast<uint32_t>(ceilDiv(s.NP, c.bn)), kConvThreads, 0, flops,
+    l.launch(n, k, a, static_cast<uint32_t>(ceilDiv(s.NP, c.bn)), static_cast<uint32_t>(fam.threads(c)), 0, flops,
              static_cast<uint32_t>(ceilDiv(M, c.bm)), static_cast<uint32_t>(plan.splits), archs);
     if (plan.splits > 1) {
       Instantiation red{"dlc::conv_splitk_reduce", {index, wtype, xn, on}, argsType, {xn, on}};

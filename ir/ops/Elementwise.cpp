@@ -342,6 +342,16 @@ llvm::Error refWhere(const Node &, const Inputs &in, Outputs &out) {
   });
 }
 
+/// Pow by a small constant integer or 0.5 (x*x, sqrt(x)) is as safe in FP16 as a
+/// Mul; a general power overflows easily and stays FP32.
+Fp16Policy fp16Pow(const Node &n) {
+  const Value *e = n.operand(1);
+  if (!e->isConstant() || e->type().numElements() != 1)
+    return Fp16Policy::Deny;
+  double p = e->data().getDouble(0);
+  return p == 0.5 || p == 1 || p == 2 || p == 3 ? Fp16Policy::Allow : Fp16Policy::Deny;
+}
+
 llvm::Error verifyCast(const Node &n) {
   if (!parseDType(n.attrString("to")))
     return errorf("attribute 'to' is not an element type: \"{0}\"", n.attrString("to"));
@@ -546,7 +556,7 @@ void defineElementwiseOps(OpTable &t) {
       .cudaExpr("dlc::pow_($0, $1)")
       .operands(2)
       .fusion(FusionKind::Broadcast)
-      .fp16(FP::Deny)
+      .fp16(FP::Deny, fp16Pow)
       .layout(LayoutRule::agnostic())
       .verify(verifyPow)
       .infer(inferBroadcast)

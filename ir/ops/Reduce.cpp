@@ -340,7 +340,7 @@ void defineReduceOps(OpTable &t) {
       .operands(1)
       .attr("axis", AttrKind::Int, int64_t{-1})
       .fusion(FusionKind::CommReduce)
-      .fp16(Fp16Policy::Allow)
+      .fp16(Fp16Policy::Follow) // comparisons only
       .layout(LayoutRule::axisAttrs())
       .verify(verifySoftmax)
       .infer(inferSameAsOperand0)
@@ -352,7 +352,7 @@ void defineReduceOps(OpTable &t) {
         .attr("keepdims", AttrKind::Int, int64_t{1})
         .attr("select_last_index", AttrKind::Int, int64_t{0})
         .fusion(FusionKind::CommReduce)
-        .fp16(Fp16Policy::Allow)
+        .fp16(Fp16Policy::Follow) // comparisons only
         .layout(LayoutRule::axisAttrs())
         .verify(verifyAxisOp)
         .infer(inferArg)
@@ -365,7 +365,7 @@ void defineReduceOps(OpTable &t) {
       .attr("largest", AttrKind::Int, int64_t{1})
       .attr("sorted", AttrKind::Int, int64_t{1})
       .fusion(FusionKind::Opaque)
-      .fp16(Fp16Policy::Allow)
+      .fp16(Fp16Policy::Follow) // comparisons only
       .layout(LayoutRule::axisAttrs())
       .verify(verifyTopK)
       .infer(inferTopK)

@@ -483,7 +483,11 @@ private:
     cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
     cudaDataType_t scaleType = CUDA_R_32F;
     switch (g.dtype()) {
-    case pkg::DType::F32: p.dtype = CUDA_R_32F; break;
+    case pkg::DType::F32:
+      p.dtype = CUDA_R_32F;
+      if (g.tf32())
+        ct = CUBLAS_COMPUTE_32F_FAST_TF32;
+      break;
     case pkg::DType::F16: p.dtype = CUDA_R_16F; break;
     case pkg::DType::BF16: p.dtype = CUDA_R_16BF; break;
     case pkg::DType::F64:

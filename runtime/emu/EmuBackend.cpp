@@ -861,7 +861,17 @@ public:
     // runs the package's epilogue kernel.
     epilogueApplied = !(hasEpilogue && opts_.gemmEpilogueKernel);
     switch (g.dtype()) {
-    case pkg::DType::F32: gemmAs<float>(g, A, B, C, Cin, epilogueApplied, Identity{}); break;
+    case pkg::DType::F32:
+      if (g.tf32()) { // as tensor cores do: operands rounded to TF32 (10-bit mantissa), FP32 sums
+        int64_t ar = g.trans_a() ? g.k() : g.m(), br = g.trans_b() ? g.n() : g.k();
+        std::vector<float> ra = tf32Copy(A, (g.batch() - 1) * g.stride_a() + ar * g.lda());
+        std::vector<float> rb = tf32Copy(B, (g.batch() - 1) * g.stride_b() + br * g.ldb());
+        gemmAs<float>(g, reinterpret_cast<const uint8_t *>(ra.data()), reinterpret_cast<const uint8_t *>(rb.data()),
+                      C, Cin, epilogueApplied, Identity{});
+      } else {
+        gemmAs<float>(g, A, B, C, Cin, epilogueApplied, Identity{});
+      }
+      break;
     case pkg::DType::F64: gemmAs<double>(g, A, B, C, Cin, epilogueApplied, Identity{}); break;
     // 16-bit types as a GPU computes them (CUBLAS_COMPUTE_32F): float products and
     // sums, the result rounded once to the storage type.
@@ -876,6 +886,17 @@ public:
   }
 
 private:
+  /// n floats rounded to TF32 (round to nearest, ties away from zero: cvt.rna.tf32.f32).
+  static std::vector<float> tf32Copy(const uint8_t *p, int64_t n) {
+    std::vector<float> v(static_cast<size_t>(std::max<int64_t>(n, 0)));
+    std::memcpy(v.data(), p, v.size() * sizeof(float));
+    for (float &x : v) {
+      uint32_t b = floatBits(x);
+      if ((b & 0x7f800000u) != 0x7f800000u) // finite: round the 13 low mantissa bits away
+        x = bitsFloat((b + 0x1000u) & ~0x1fffu);
+    }
+    return v;
+  }
   /// Storage = compute type.
   struct Identity {};
   /// 16-bit storage, float compute.

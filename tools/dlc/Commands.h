@@ -1,6 +1,8 @@
 //===- Commands.h - dlc subcommands -----------------------------*- C++ -*-===//
 #pragma once
 
+#include "dlc/runtime/Runtime.h"
+
 #include <string>
 #include <vector>
 
@@ -15,5 +17,8 @@ int runCompile(const std::vector<std::string> &args);
 int runRun(const std::vector<std::string> &args);
 int runInspect(const std::vector<std::string> &args);
 int runBench(const std::vector<std::string> &args);
+
+/// Reads a tensor file: .npy, or a serialized ONNX TensorProto (.pb).
+Result<rt::HostTensor> readTensorFile(const std::string &path);
 
 } // namespace dlc::tool

@@ -2,12 +2,15 @@
 #include "Args.h"
 #include "Commands.h"
 #include "Dot.h"
+#include "Precision.h"
 
 #include "dlc/codegen/Artifacts.h"
 #include "dlc/codegen/Compiler.h"
 #include "dlc/frontend/OnnxImporter.h"
 #include "dlc/ir/TextIR.h"
+#include "dlc/passes/Accuracy.h"
 #include "dlc/passes/Pass.h"
+#include "dlc/runtime/Runtime.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
@@ -58,12 +61,45 @@ std::string megabytes(uint64_t b) {
   return buf;
 }
 
+/// --check-accuracy's inputs: --input NAME=FILE where given, else seeded random
+/// values (integers in a small range, so indices stay valid).
+llvm::Expected<ir::TensorMap> accuracyInputs(const ir::Graph &g, const Args &args) {
+  uint64_t seed = std::strtoull(args.getOr("seed", "0").c_str(), nullptr, 10);
+  ir::TensorMap inputs = ir::randomInputs(g, seed);
+  for (const std::string &spec : args.getAll("input")) {
+    size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return ir::errorf("--input expects NAME=FILE, got '{0}'", spec);
+    std::string name = spec.substr(0, eq), path = spec.substr(eq + 1);
+    const ir::Value *v = g.findValue(name);
+    if (!v || !v->isInput())
+      return ir::errorf("--input: the model has no input named '{0}'", name);
+    auto h = readTensorFile(path);
+    if (!h)
+      return ir::errorf("--input {0}: {1}", name, h.status().message());
+    ir::TensorType t(static_cast<ir::DType>(static_cast<uint8_t>(h->dtype)), h->shape);
+    if (t != v->type())
+      return ir::errorf("--input {0}: {1} has type {2}, the input is {3}", name, path, t.str(), v->type().str());
+    ir::Tensor data(t);
+    std::memcpy(data.mutableRaw(), h->data.data(), std::min(h->data.size(), data.byteSize()));
+    inputs[name] = std::move(data);
+  }
+  return inputs;
+}
+
 } // namespace
 
 /// Loads a model (.onnx through the importer, .ir through the parser) and runs the
-/// pass pipeline of the given level. Shared by compile and related commands.
-llvm::Expected<std::unique_ptr<ir::Graph>> loadAndOptimize(const std::string &file, const Args &args,
-                                                           int optLevel, bool quiet) {
+/// pass pipeline of the given level, with the precision pass when --fp16/--bf16 is
+/// given (`beforePrecision` then sees the graph it starts from). Shared by compile
+/// and related commands.
+llvm::Expected<std::unique_ptr<ir::Graph>>
+loadAndOptimize(const std::string &file, const Args &args, int optLevel, bool quiet,
+                const std::function<llvm::Error(const ir::Graph &, const passes::PrecisionOptions &)>
+                    &beforePrecision = {}) {
+  auto precision = precisionFromArgs(args);
+  if (!precision)
+    return precision.takeError();
   auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<ir::Graph> g;
   if (llvm::StringRef(file).endswith(".ir")) {
@@ -95,12 +131,28 @@ llvm::Expected<std::unique_ptr<ir::Graph>> loadAndOptimize(const std::string &fi
   pmo.verifyEach = args.has("verify-each");
   passes::PassManager pm(pmo);
   passes::PassContext ctx;
-  if (auto e = pm.run(*g, passes::defaultPipeline(optLevel), ctx))
-    return e;
+  if (*precision) {
+    ctx.precision = **precision;
+    std::set<std::string, std::less<>> names;
+    for (const ir::Node &n : g->nodes())
+      names.insert(n.name());
+    for (const std::string &n : ctx.precision.fp32Nodes)
+      if (!names.count(n))
+        return ir::errorf("--fp32-nodes: the model has no node named '{0}'", n);
+  }
+  for (const passes::PipelineStage &stage : passes::defaultPipeline(optLevel, bool(*precision))) {
+    if (beforePrecision && stage.passes.front() == "precision")
+      if (auto e = beforePrecision(*g, ctx.precision))
+        return e;
+    if (auto e = pm.run(*g, {stage}, ctx))
+      return e;
+  }
   if (auto e = ir::verifyGraph(*g))
     return ir::errorf("internal error: the optimized graph does not verify: {0}", llvm::toString(std::move(e)));
   if (!quiet)
-    llvm::errs() << "dlc: passes -O" << optLevel << ": " << before << " -> " << g->numNodes() << " nodes, "
+    llvm::errs() << "dlc: passes -O" << optLevel
+                 << (*precision ? std::string(" ") + (ctx.precision.reduced == ir::DType::BF16 ? "bf16" : "fp16") : "")
+                 << ": " << before << " -> " << g->numNodes() << " nodes, "
                  << llvm::format("%.2f", seconds(t1)) << " s\n";
   return g;
 }
@@ -122,7 +174,15 @@ int runCompile(const std::vector<std::string> &argv) {
                 {"cache-dir", 0, true, false, "DIR", "Compilation cache (default ~/.cache/dlc)"},
                 {"print-ir-after-all", 0, false, false, "", "Print the IR after every pass"},
                 {"verify-each", 0, false, false, "", "Verify the IR after every pass"},
+                {"check-accuracy", 0, false, false, "",
+                 "With --fp16/--bf16: run FP32 and reduced precision on the reference interpreter,\n"
+                 "print the error per output and the nodes where it jumps, and suggest --fp32-nodes"},
+                {"input", 0, true, true, "NAME=FILE", "--check-accuracy: an input (.npy or .pb; default: random)"},
+                {"seed", 0, true, false, "N", "--check-accuracy: seed of the random inputs (default 0)"},
+                {"json", 0, false, false, "", "--check-accuracy: print the report as JSON on stdout"},
                 {"quiet", 'q', false, false, "", "No progress output"}});
+  auto prec = precisionOptionSpecs(true);
+  specs.insert(specs.end(), prec.begin(), prec.end());
   ArgParser parser("compile", "MODEL.onnx|MODEL.ir [options]",
                    "Compiles a model: import, optimize, generate CUDA kernels, compile them with NVRTC\n"
                    "for each GPU target (and the host compiler for emu), and write one .dlc package.",
@@ -191,8 +251,35 @@ int runCompile(const std::vector<std::string> &argv) {
     }
     companion = *c;
   }
+  bool checkAccuracy = args->has("check-accuracy");
+  if (checkAccuracy && !args->has("fp16") && !args->has("bf16")) {
+    reportError(ir::makeError("compile: --check-accuracy needs --fp16 or --bf16"));
+    return 2;
+  }
+  if (!checkAccuracy && (args->has("input") || args->has("json") || args->has("seed"))) {
+    reportError(ir::makeError("compile: --input, --seed and --json go with --check-accuracy"));
+    return 2;
+  }
+  auto accuracy = [&](const ir::Graph &base, const passes::PrecisionOptions &po) -> llvm::Error {
+    auto inputs = accuracyInputs(base, *args);
+    if (!inputs)
+      return inputs.takeError();
+    passes::AccuracyOptions ao;
+    ao.precision = po;
+    if (!quiet)
+      llvm::errs() << "dlc: checking accuracy on the reference interpreter\n";
+    auto rep = passes::checkAccuracy(base, *inputs, ao);
+    if (!rep)
+      return rep.takeError();
+    if (args->has("json"))
+      llvm::outs() << llvm::formatv("{0:2}", rep->toJson()) << "\n";
+    else
+      rep->print(llvm::outs(), ao.target);
+    llvm::outs().flush();
+    return llvm::Error::success();
+  };
   auto t0 = std::chrono::steady_clock::now();
-  auto g = loadAndOptimize(file, *args, opt, quiet);
+  auto g = checkAccuracy ? loadAndOptimize(file, *args, opt, quiet, accuracy) : loadAndOptimize(file, *args, opt, quiet);
   if (!g) {
     reportError(g.takeError());
     return 1;
@@ -209,6 +296,7 @@ int runCompile(const std::vector<std::string> &argv) {
     for (llvm::StringRef p : parts)
       co.targets.push_back(p.trim().str());
   }
+  co.tf32 = args->has("tf32");
   co.useCache = !args->has("no-cache");
   co.cacheDir = args->getOr("cache-dir", "");
   co.failureDumpPath = out + ".failed.cu";

@@ -52,6 +52,7 @@ PackageCost costOf(const pkg::PackageFile &pf) {
   c.micros.assign(ng, 0);
   c.roofline.assign(ng, 0);
   c.flops.assign(ng, 0);
+  c.tensorFlops.assign(ng, 0);
   c.bytesRead.assign(ng, 0);
   c.bytesWritten.assign(ng, 0);
   // The steps that run on each GPU, as the runtime chooses them.
@@ -71,6 +72,7 @@ PackageCost costOf(const pkg::PackageFile &pf) {
         sc.bytesRead = l->bytes_read();
         sc.bytesWritten = l->bytes_written();
         sc.flops = l->flops();
+        sc.tensor = m.kernels() && l->kernel() < m.kernels()->size() && m.kernels()->Get(l->kernel())->tensor_core();
         sc.blocks = uint64_t(l->grid()->x()) * l->grid()->y() * l->grid()->z();
       } else if (gm) {
         sc.kind = "gemm";
@@ -84,7 +86,8 @@ PackageCost costOf(const pkg::PackageFile &pf) {
         sc.bytesWritten = batch * gemmM * gemmN * es;
         sc.flops = 2.0 * static_cast<double>(batch) * static_cast<double>(gemmM) * static_cast<double>(gemmN) *
                    static_cast<double>(gemmK);
-        sc.tensor = gm->dtype() == pkg::DType::F16 || gm->dtype() == pkg::DType::BF16;
+        sc.tensor = gm->dtype() == pkg::DType::F16 || gm->dtype() == pkg::DType::BF16 || gm->tf32();
+        sc.tf32 = gm->tf32();
         sc.blocks = ((gemmM + 127) / 128) * ((gemmN + 127) / 128) * batch;
       } else if (const pkg::Copy *cp = s->op_as_Copy()) {
         sc.kind = "copy";
@@ -110,9 +113,9 @@ PackageCost costOf(const pkg::PackageFile &pf) {
             blocks *= std::min<uint64_t>((g.sms + blocks - 1) / blocks, std::max<uint64_t>(1, gemmK / 256));
           fill = codegen::smFill(g, blocks, 1);
         }
-        double peak = sc.tensor ? g.tensorFlops : g.fp32Flops;
+        double peak = sc.tf32 ? g.tf32Flops : sc.tensor ? g.tensorFlops : g.fp32Flops;
         double roof = 1e6 * std::max(static_cast<double>(sc.bytes()) / g.dramBytesPerSecond, sc.flops / peak);
-        double t = codegen::modeledMicros(g, sc.flops, static_cast<double>(sc.bytes()), fill, sc.tensor);
+        double t = codegen::modeledMicros(g, sc.flops, static_cast<double>(sc.bytes()), fill, peak);
         sc.runs.push_back(runs);
         sc.fill.push_back(fill);
         sc.micros.push_back(t);
@@ -121,6 +124,8 @@ PackageCost costOf(const pkg::PackageFile &pf) {
           c.micros[i] += t;
           c.roofline[i] += roof;
           c.flops[i] += sc.flops;
+          if (sc.tensor)
+            c.tensorFlops[i] += sc.flops;
           c.bytesRead[i] += sc.bytesRead;
           c.bytesWritten[i] += sc.bytesWritten;
         }

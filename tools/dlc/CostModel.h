@@ -8,7 +8,8 @@
 //    time = max(FLOPs / (FP32 peak x fill), bytes / DRAM bandwidth) + launch overhead;
 //  - a GEMM (cuBLASLt): blocks of 128x128 output tiles, split along K when that fills
 //    more SMs (as cuBLASLt's heuristics do); FP32 on CUDA cores, FP16/BF16 on tensor
-//    cores;
+//    cores, TF32 (--tf32) at the TF32 tensor-core peak; a kernel that declares
+//    tensor cores (package Kernel.tensor_core) at the FP16 tensor-core peak;
 //  - copies and memsets: bytes / bandwidth + overhead.
 // The old roofline (max(bytes / bandwidth, FLOPs / peak) per step, no fill, no
 // launch cost) is kept beside it: it is the optimistic bound.
@@ -28,7 +29,8 @@ struct StepCost {
   int kernel = -1;        // launches: the kernel's index
   uint64_t blocks = 0, bytesRead = 0, bytesWritten = 0;
   double flops = 0;
-  bool tensor = false;
+  bool tensor = false; // on tensor cores
+  bool tf32 = false;   // ... in TF32
   /// Per reported GPU (codegen::reportedGpus()): whether the step runs there, its SM
   /// fill, modeled time and roofline time (microseconds).
   std::vector<bool> runs;
@@ -41,6 +43,8 @@ struct PackageCost {
   uint64_t lowerBoundBytes = 0;
   /// Per reported GPU: totals over the steps that run there.
   std::vector<double> micros, roofline, flops;
+  /// The FLOPs of steps on tensor cores (tensor-core kernels, FP16/BF16/TF32 GEMMs).
+  std::vector<double> tensorFlops;
   std::vector<uint64_t> bytesRead, bytesWritten;
 };
 

@@ -107,12 +107,14 @@ int runOps(const std::vector<std::string> &argv) {
     std::string layout(ir::layoutRuleName(d.layout.kind));
     if (d.layout.kind == ir::LayoutRule::ChannelAxis)
       layout += "(" + std::to_string(d.layout.channelAxis) + ")";
+    // "*": the op refines its policy per node (Pow by 2 is allowed).
+    std::string fp16 = std::string(ir::fp16PolicyName(d.fp16)) + (d.fp16Refine ? "*" : "");
     if (md)
       os << "| " << d.name << " | " << ir::fusionKindName(d.fusion) << " | "
-         << ir::fp16PolicyName(d.fp16) << " | " << layout << " |\n";
+         << fp16 << " | " << layout << " |\n";
     else
       os << llvm::left_justify(d.name, 20) << llvm::left_justify(ir::fusionKindName(d.fusion), 20)
-         << llvm::left_justify(ir::fp16PolicyName(d.fp16), 8) << layout << "\n";
+         << llvm::left_justify(fp16, 8) << layout << "\n";
   }
   return 0;
 }

@@ -1,6 +1,7 @@
 //===- OptCommand.cpp - `dlc opt`: run passes on textual IR ----------------===//
 #include "Args.h"
 #include "Commands.h"
+#include "Precision.h"
 
 #include "dlc/ir/TextIR.h"
 #include "dlc/passes/Pass.h"
@@ -41,9 +42,7 @@ std::vector<std::pair<unsigned, std::string>> splitInput(llvm::StringRef text) {
 } // namespace
 
 int runOpt(const std::vector<std::string> &argv) {
-  ArgParser parser(
-      "opt", "FILE.ir [options]", optDescription(),
-      {{"passes", 0, true, false, "LIST", "Comma-separated passes to run, e.g. canonicalize,dce"},
+  std::vector<OptSpec> specs = {{"passes", 0, true, false, "LIST", "Comma-separated passes to run, e.g. canonicalize,dce"},
        {"O", 'O', true, false, "N", "Optimization level for the default pipeline (0-3)"},
        {"output", 'o', true, false, "FILE", "Write the result here instead of stdout"},
        {"print-ir-after-all", 0, false, false, "", "Print the IR after every pass (to stderr)"},
@@ -53,7 +52,10 @@ int runOpt(const std::vector<std::string> &argv) {
        {"split-input-file", 0, false, false, "",
         "Treat '// -----' lines as separators between independent graphs"},
        {"elide-constants", 0, true, false, "N",
-        "Print constants with more than N elements as dense<elided>"}});
+        "Print constants with more than N elements as dense<elided>"}};
+  auto prec = precisionOptionSpecs(false);
+  specs.insert(specs.end(), prec.begin(), prec.end());
+  ArgParser parser("opt", "FILE.ir [options]", optDescription(), specs);
   auto args = parser.parse(argv);
   if (!args) {
     reportError(args.takeError());
@@ -69,6 +71,11 @@ int runOpt(const std::vector<std::string> &argv) {
   }
   const std::string file = args->positionals()[0];
 
+  auto precision = precisionFromArgs(*args);
+  if (!precision) {
+    reportError(precision.takeError());
+    return 2;
+  }
   passes::Pipeline pipeline;
   if (auto spec = args->get("passes")) {
     auto p = passes::parsePipeline(*spec);
@@ -79,7 +86,7 @@ int runOpt(const std::vector<std::string> &argv) {
     pipeline = std::move(*p);
   } else {
     int level = std::atoi(args->getOr("O", "1").c_str());
-    pipeline = passes::defaultPipeline(level);
+    pipeline = passes::defaultPipeline(level, bool(*precision));
   }
   passes::PassManagerOptions pmOpts;
   pmOpts.verifyEach = args->has("verify-each");
@@ -119,6 +126,8 @@ int runOpt(const std::vector<std::string> &argv) {
     if (!err) {
       passes::PassManager pm(pmOpts);
       passes::PassContext ctx;
+      if (*precision)
+        ctx.precision = **precision;
       err = pm.run(**g, pipeline, ctx);
     }
     if (err) {

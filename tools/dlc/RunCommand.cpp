@@ -19,12 +19,8 @@
 
 namespace dlc::tool {
 
-namespace {
-
-llvm::Error toError(const Status &s) { return ir::makeError(s.message()); }
-
 /// Reads an input file: .npy, or a serialized ONNX TensorProto (.pb).
-Result<rt::HostTensor> readInputFile(const std::string &path) {
+Result<rt::HostTensor> readTensorFile(const std::string &path) {
   if (!llvm::StringRef(path).endswith(".pb"))
     return rt::readNpy(path);
   auto t = frontend::readTensorProtoFile(path);
@@ -38,10 +34,14 @@ Result<rt::HostTensor> readInputFile(const std::string &path) {
   return h;
 }
 
+namespace {
+
+llvm::Error toError(const Status &s) { return ir::makeError(s.message()); }
+
 cli::CliContext context(const char *program) {
   cli::CliContext ctx;
   ctx.program = program;
-  ctx.readInput = readInputFile;
+  ctx.readInput = readTensorFile;
   return ctx;
 }
 
@@ -159,6 +159,7 @@ int runInspect(const std::vector<std::string> &argv) {
                                            {"modeled_us", perGpu(ks[i].micros)},
                                            {"needs_sync", k->needs_sync()},
                                            {"cooperative", k->cooperative()},
+                                           {"tensor_core", k->tensor_core()},
                                            {"flops", ks[i].flops},
                                            {"modeled_dram_bytes", static_cast<int64_t>(ks[i].bytes)}});
     }
@@ -208,6 +209,8 @@ int runInspect(const std::vector<std::string> &argv) {
                             {"modeled_bytes_written", static_cast<int64_t>(cost.bytesWritten[h100])},
                             {"lower_bound_bytes", static_cast<int64_t>(cost.lowerBoundBytes)},
                             {"flops", cost.flops[h100]},
+                            {"tensor_core_flops", cost.tensorFlops[h100]},
+                            {"tensor_core_flop_fraction", cost.flops[h100] > 0 ? cost.tensorFlops[h100] / cost.flops[h100] : 0.0},
                             {"modeled_latency_us", perGpu(cost.micros)},
                             {"roofline_us", perGpu(cost.roofline)},
                             {"latency_model",
@@ -250,6 +253,9 @@ int runInspect(const std::vector<std::string> &argv) {
                                                           cost.lowerBoundBytes
                                                     : 0.0,
                                cost.flops[h100] / 1e9);
+  if (cost.flops[h100] > 0)
+    llvm::outs() << llvm::format("tensor cores: %.1f%% of the FLOPs (%.3f GFLOP)\n",
+                                 100.0 * cost.tensorFlops[h100] / cost.flops[h100], cost.tensorFlops[h100] / 1e9);
   llvm::outs() << "modeled latency (a model, not a measurement):";
   for (size_t i = 0; i < ng; ++i)
     llvm::outs() << llvm::format(" %s %.1f us", gpus[i]->name, cost.micros[i]);
@@ -261,7 +267,8 @@ int runInspect(const std::vector<std::string> &argv) {
     const pkg::Kernel *k = m.kernels()->Get(i);
     llvm::outs() << "  " << llvm::left_justify(k->name()->str(), 30)
                  << llvm::format(" x%-3d fill %.2f %8.1f us", ks[i].launches[h100], ks[i].minFill[h100],
-                                 ks[i].micros[h100]);
+                                 ks[i].micros[h100])
+                 << (k->tensor_core() ? "  tensor cores" : "");
     if (k->resources())
       for (const pkg::ArchResources *r : *k->resources())
         llvm::outs() << "  " << r->arch()->str() << ":" << r->registers() << "r/" << (r->spill_stores() + r->spill_loads())
@@ -279,6 +286,8 @@ int runInspect(const std::vector<std::string> &argv) {
   for (size_t i = 0; i < std::min<size_t>(byTime.size(), 10); ++i) {
     const StepCost &sc = *byTime[i];
     std::string what = sc.kernel >= 0 ? m.kernels()->Get(sc.kernel)->name()->str() : sc.kind;
+    if (sc.tensor)
+      what += sc.tf32 ? " (tf32)" : " (tc)";
     llvm::outs() << llvm::format("  %8.1f us  fill %.2f  %6llu blocks  %8.3f GFLOP  ", sc.micros[h100], sc.fill[h100],
                                  static_cast<unsigned long long>(sc.blocks), sc.flops / 1e9)
                  << llvm::left_justify(what, 30) << " " << sc.node << "\n";

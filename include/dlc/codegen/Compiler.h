@@ -36,6 +36,8 @@ struct CompileOptions {
   bool persistentRnn = true;
   /// 64-bit indices in every kernel (tests of the wide instantiations).
   bool wideIndices = false;
+  /// FP32 GEMMs on tensor cores in TF32 (--tf32).
+  bool tf32 = false;
 };
 
 struct CompileReport {

@@ -4,10 +4,10 @@
 // `dlc inspect` use the same numbers: SM count, occupancy limits, peaks and DRAM
 // bandwidth of one representative GPU per compiled architecture.
 //
-//   sm_80  A100-SXM4-80GB  108 SMs  19.5 TFLOP/s FP32   312 TFLOP/s FP16 TC  2039 GB/s
-//   sm_86  A10              72 SMs  31.2                125                   600
-//   sm_89  L4               58 SMs  30.3                121                   300
-//   sm_90  H100-SXM5       132 SMs  66.9                989                  3350
+//   sm_80  A100-SXM4-80GB  108 SMs  19.5 TFLOP/s FP32   312 FP16 TC   156 TF32 TC  2039 GB/s
+//   sm_86  A10              72 SMs  31.2                125            62.5          600
+//   sm_89  L4               58 SMs  30.3                121            60            300
+//   sm_90  H100-SXM5       132 SMs  66.9                989           495           3350
 //===----------------------------------------------------------------------===//
 #pragma once
 
@@ -24,6 +24,7 @@ struct GpuModel {
   int maxThreadsPerSm, maxBlocksPerSm, regsPerSm, smemPerSm; // smem: usable bytes per SM
   double fp32Flops;     // CUDA-core peak, FLOP/s
   double tensorFlops;   // FP16/BF16 tensor-core peak (dense), FLOP/s
+  double tf32Flops;     // TF32 tensor-core peak (dense), FLOP/s
   double dramBytesPerSecond;
   double launchMicros;  // per kernel launch or library call (back to back on a stream)
 };
@@ -44,7 +45,8 @@ int blocksPerSm(const GpuModel &g, int threads, int registers, int smemBytes);
 double smFill(const GpuModel &g, uint64_t blocks, int blocksPerSm);
 
 /// Modeled time of one launch: max(flops / (peak x SM fill), bytes / bandwidth)
-/// plus the launch overhead, in microseconds. `tensor`: the work runs on tensor cores.
-double modeledMicros(const GpuModel &g, double flops, double bytes, double fill, bool tensor = false);
+/// plus the launch overhead, in microseconds. `peak`: the arithmetic peak that applies
+/// (fp32Flops, tensorFlops or tf32Flops; 0: fp32Flops).
+double modeledMicros(const GpuModel &g, double flops, double bytes, double fill, double peak = 0);
 
 } // namespace dlc::codegen

@@ -48,6 +48,8 @@ inline bool isUnsignedInt(DType t) {
 }
 inline bool isInt(DType t) { return isSignedInt(t) || isUnsignedInt(t); }
 inline bool isNumeric(DType t) { return isFloat(t) || isInt(t); }
+/// Whether every value of `from` converts to `to` and back unchanged.
+bool castIsExact(DType from, DType to);
 
 // 16-bit floating point conversions (include/dlc/package/Half.h: the runtime uses them too).
 using dlc::bf16ToFloat;

@@ -7,6 +7,7 @@
 
 #include "dlc/ir/Graph.h"
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -18,6 +19,10 @@ using TensorMap = std::map<std::string, Tensor, std::less<>>;
 /// Runs the graph on inputs given by input name; returns outputs by output name.
 /// Input types must match the graph's input types exactly.
 llvm::Expected<TensorMap> interpret(const Graph &g, const TensorMap &inputs);
+/// The same, calling `onNode` with each node and its results as they are computed
+/// (for per-node comparisons such as the accuracy report).
+using NodeObserver = std::function<void(const Node &, const std::vector<Tensor> &)>;
+llvm::Expected<TensorMap> interpret(const Graph &g, const TensorMap &inputs, const NodeObserver &onNode);
 
 /// Runs one node on the given operand tensors (null for absent optional operands).
 llvm::Expected<std::vector<Tensor>> evaluateNode(const Node &n,

@@ -94,6 +94,8 @@ using GradFn = llvm::Error (*)(GradBuilder &, const Node &);
 class KernelEmitter; // defined by codegen
 /// Emits the CUDA code for a node that is not a plain element-wise expression.
 using CudaEmitFn = llvm::Error (*)(KernelEmitter &, const Node &);
+/// Refines an op's FP16 policy for one node (e.g. Pow by a constant 2 is safe).
+using Fp16RefineFn = Fp16Policy (*)(const Node &);
 
 inline constexpr int kVariadic = -1;
 
@@ -107,6 +109,7 @@ struct OpDef {
   std::vector<AttrSpec> attrs;
   FusionKind fusion = FusionKind::Unset;
   Fp16Policy fp16 = Fp16Policy::Unset;
+  Fp16RefineFn fp16Refine = nullptr; // null: `fp16` for every node
   LayoutRule layout;
   VerifyFn verify = nullptr;
   InferFn infer = nullptr;
@@ -140,6 +143,7 @@ public:
   }
   OpBuilder &fusion(FusionKind k) { return d_.fusion = k, *this; }
   OpBuilder &fp16(Fp16Policy p) { return d_.fp16 = p, *this; }
+  OpBuilder &fp16(Fp16Policy p, Fp16RefineFn refine) { return d_.fp16 = p, d_.fp16Refine = refine, *this; }
   OpBuilder &layout(LayoutRule r) { return d_.layout = r, *this; }
   OpBuilder &verify(VerifyFn f) { return d_.verify = f, *this; }
   OpBuilder &infer(InferFn f) { return d_.infer = f, *this; }

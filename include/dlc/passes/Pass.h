@@ -15,10 +15,20 @@
 
 namespace dlc::passes {
 
+/// What the `precision` pass lowers to (dlc compile --fp16/--bf16).
+struct PrecisionOptions {
+  ir::DType reduced = ir::DType::F16; // F16 or BF16
+  /// Graph inputs and outputs in the reduced dtype too (--io-dtype fp16).
+  bool ioReduced = false;
+  /// Op names (as `dlc ops` prints them) and node names forced to stay FP32.
+  std::set<std::string, std::less<>> fp32Ops, fp32Nodes;
+};
+
 /// State shared by the passes of one pipeline run.
 struct PassContext {
   /// Constant folding does not create constants with more elements than this.
   int64_t foldElementLimit = int64_t{1} << 22;
+  PrecisionOptions precision;
   /// Errors a pass could not recover from; the pass manager stops and reports them.
   void fail(llvm::Error e) { errors.push_back(llvm::toString(std::move(e))); }
   std::vector<std::string> errors;
@@ -50,8 +60,10 @@ struct PipelineStage {
 };
 using Pipeline = std::vector<PipelineStage>;
 
-/// The default graph-level pipeline at an optimization level (0 = nothing).
-Pipeline defaultPipeline(int optLevel);
+/// The default graph-level pipeline at an optimization level (0 = nothing). With
+/// mixedPrecision, the `precision` pass (configured by PassContext::precision) runs
+/// after the clean-up stage, followed by another clean-up (cast chains fold).
+Pipeline defaultPipeline(int optLevel, bool mixedPrecision = false);
 /// Parses "a,b,c" into one Once stage; unknown names are an error.
 llvm::Expected<Pipeline> parsePipeline(std::string_view spec);
 

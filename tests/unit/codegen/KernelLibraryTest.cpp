@@ -191,6 +191,80 @@ TEST(KernelLibrary, ImplicitGemmConvolution) {
          1e-4});
 }
 
+// FP16/BF16 convolutions run on tensor cores (conv_igemm_tc: WMMA fragments, which
+// the emu prelude implements as warp collectives): odd channel counts (3, 10: not
+// multiples of 8 or 16), a fused epilogue, 1x1, and split-K. The reference rounds
+// once from exact sums; the kernel sums exact products in FP32, then rounds.
+TEST(KernelLibrary, TensorCoreConvolution) {
+  check({"f16 conv 3x3, 3 -> 10 channels", R"(graph @g(%x: f16[2,3,9,9], %w: f16[10,3,3,3], %b: f16[10]) -> ("y": f16[2,10,5,5]) {
+  %c = Conv(%x, %w, %b) {pads = [1, 1, 1, 1], strides = [2, 2]} : f16[2,10,5,5]
+  %y = Relu(%c) : f16[2,10,5,5]
+  return %y
+})",
+         {"dlc::conv_igemm_tc"},
+         {},
+         2,
+         true,
+         4e-3});
+  check({"bf16 conv, 10 -> 3 channels", R"(graph @g(%x: bf16[1,10,7,7], %w: bf16[3,10,3,3]) -> ("y": bf16[1,3,5,5]) {
+  %y = Conv(%x, %w) : bf16[1,3,5,5]
+  return %y
+})",
+         {"dlc::conv_igemm_tc"},
+         {},
+         2,
+         true,
+         2e-2});
+  check({"f16 pointwise conv", R"(graph @g(%x: f16[1,10,1,11], %w: f16[3,10,1,1]) -> ("y": f16[1,3,1,11]) {
+  %y = Conv(%x, %w) : f16[1,3,1,11]
+  return %y
+})",
+         {"dlc::conv_igemm_tc"},
+         {},
+         2,
+         true,
+         4e-3});
+  check({"f16 split-K", R"(graph @g(%x: f16[1,2048,3,3], %w: f16[6,2048,3,3], %b: f16[6]) -> ("y": f16[1,6,3,3]) {
+  %y = Conv(%x, %w, %b) {pads = [1, 1, 1, 1]} : f16[1,6,3,3]
+  return %y
+})",
+         {"dlc::conv_igemm_tc", "dlc::conv_splitk_reduce"},
+         {},
+         2,
+         true,
+         4e-3});
+}
+
+// What runs on a GPU: the FP16 convolution's PTX multiplies on tensor cores.
+TEST(KernelLibrary, TensorCoreConvolutionPtxUsesMma) {
+  for (const char *dt : {"f16", "bf16"}) {
+    std::string ir = std::string(R"(graph @g(%x: )") + dt + R"([1,10,9,9], %w: )" + dt + R"([10,10,3,3]) -> ("y": )" +
+                     dt + R"([1,10,7,7]) {
+  %y = Conv(%x, %w) : )" + dt + R"([1,10,7,7]
+  return %y
+})";
+    auto g = ir::parseGraph(ir, "tc");
+    ASSERT_TRUE(bool(g)) << llvm::toString(g.takeError());
+    codegen::CompileOptions co;
+    co.targets = {"compute_80"};
+    co.useCache = false;
+    auto bytes = codegen::compileGraph(**g, co);
+    ASSERT_TRUE(bool(bytes)) << llvm::toString(bytes.takeError());
+    auto pf = pkg::PackageFile::fromBytes(bytes->data(), bytes->size(), "tc");
+    ASSERT_TRUE(pf.ok()) << pf.status().message();
+    std::string ptx;
+    for (const pkg::Module *m : *(*pf)->meta().modules())
+      if (m->kind() == pkg::ModuleKind::Ptx)
+        ptx.append(reinterpret_cast<const char *>((*pf)->section(m->data())), m->data()->size());
+    EXPECT_NE(ptx.find("wmma.mma.sync"), std::string::npos) << dt << ": no WMMA in the PTX";
+    EXPECT_NE(ptx.find(std::string(".") + dt), std::string::npos) << dt << ": the MMA is not on " << dt;
+    bool tc = false;
+    for (const pkg::Kernel *k : *(*pf)->meta().kernels())
+      tc |= k->tensor_core();
+    EXPECT_TRUE(tc) << "no kernel declares tensor cores";
+  }
+}
+
 TEST(KernelLibrary, DirectAndTransposedConvolution) {
   check({"depthwise", R"(graph @g(%x: f32[1,6,7,5], %w: f32[6,1,3,3], %b: f32[6]) -> ("y": f32[1,6,7,5]) {
   %y = Conv(%x, %w, %b) {group = 6, pads = [1, 1, 1, 1]} : f32[1,6,7,5]

@@ -195,3 +195,58 @@ TEST(Fusion, AnnotatesWithoutChangingTheComputation) {
     }
   }
 }
+
+// The precision pass (FP16 by default): the corpus computes the same within FP16's
+// precision, every FP32 graph input and output keeps its dtype, and no Cast feeds
+// another Cast (one shared conversion per value, exact pairs folded).
+TEST(MixedPrecision, CorpusMatchesFp32WithinHalfPrecision) {
+  for (const char *f : kCorpus) {
+    SCOPED_TRACE(f);
+    auto before = test::parseIR(test::readSourceFile(f));
+    ASSERT_TRUE(before);
+    auto g = test::expectEquivalentAfter(test::readSourceFile(f), "precision,canonicalize,cse,dce", 2, 3e-2, 3e-2);
+    ASSERT_TRUE(g);
+    for (size_t i = 0; i < g->outputs().size(); ++i)
+      EXPECT_EQ(g->outputs()[i].value->dtype(), before->outputs()[i].value->dtype()) << g->outputs()[i].name;
+    size_t reduced = 0;
+    for (const Node &n : g->nodes()) {
+      reduced += n.numResults() && n.result()->dtype() == DType::F16;
+      if (n.kind() == OpKind::Cast && n.operand(0)->definingNode()) {
+        EXPECT_NE(n.operand(0)->definingNode()->kind(), OpKind::Cast) << "a cast pair remains";
+      }
+      if (n.def().fp16 == Fp16Policy::Deny && !n.def().fp16Refine) {
+        for (unsigned r = 0; r < n.numResults(); ++r)
+          EXPECT_NE(n.result(r)->dtype(), DType::F16) << n.describe() << " is deny-listed";
+      }
+    }
+    if (std::string(f).find("rnn") == std::string::npos) { // the RNN corpus is deny-listed LSTM/GRU
+      EXPECT_GT(reduced, 0u);
+    }
+  }
+}
+
+TEST(MixedPrecision, CastChainsFoldOnlyWhenExact) {
+  EXPECT_TRUE(castIsExact(DType::F16, DType::F32));
+  EXPECT_TRUE(castIsExact(DType::BF16, DType::F32));
+  EXPECT_TRUE(castIsExact(DType::Bool, DType::F16));
+  EXPECT_TRUE(castIsExact(DType::U8, DType::F16));
+  EXPECT_TRUE(castIsExact(DType::I32, DType::F64));
+  EXPECT_FALSE(castIsExact(DType::F32, DType::F16));
+  EXPECT_FALSE(castIsExact(DType::F16, DType::BF16));
+  EXPECT_FALSE(castIsExact(DType::I32, DType::F32));
+  EXPECT_FALSE(castIsExact(DType::I16, DType::F16));
+  EXPECT_FALSE(castIsExact(DType::I8, DType::U16));
+  auto g = test::expectEquivalentAfter(R"(graph @g(%x: f16[3], %b: bool[3]) -> ("y": f16[3], "z": f32[3], "w": f16[3]) {
+  %0 = Cast(%x) {to = "f32"} : f32[3]
+  %1 = Cast(%0) {to = "f16"} : f16[3]
+  %2 = Cast(%0) {to = "bf16"} : bf16[3]
+  %3 = Cast(%2) {to = "f32"} : f32[3]
+  %4 = Cast(%b) {to = "f32"} : f32[3]
+  %5 = Cast(%4) {to = "f16"} : f16[3]
+  return %1, %3, %5
+})",
+                                       "canonicalize,dce");
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->outputs()[0].value->name(), "x") << "f16 -> f32 -> f16 is the identity";
+  EXPECT_EQ(countOps(*g, OpKind::Cast), 3u) << "f16 -> bf16 rounds: that pair stays; bool -> f16 is one cast";
+}
