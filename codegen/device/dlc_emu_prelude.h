@@ -261,8 +261,10 @@ inline __half __hfma(__half a, __half b, __half c) {
 // tile in every lane (each lane reads all of it, as a warp reads it together), the
 // FP32 accumulator is distributed over the lanes (lane l owns row-major elements
 // l, l + 32, ..., l + 224), so mma_sync computes each lane's 8 sums in FP32 from
-// exact products, and store_matrix_sync writes each element once. Loads and stores
-// are .sync operations: the warp meets at them (a warp epoch for the race checker).
+// exact products, and store_matrix_sync writes each element once. No lane reads
+// another lane's registers, so the warp need not meet (a fiber switch per call
+// would make FP16 CNNs several times slower on emu); the race checker still sees
+// every shared-memory access.
 namespace nvcuda {
 namespace wmma {
 struct matrix_a {};
@@ -304,12 +306,10 @@ template <class Frag> inline void fill_fragment(Frag &f, float v) {
 /// A (row_major: element (r, k) at p[r * ldm + k]) or B (row_major: (k, c) at p[k * ldm + c]).
 template <class Use, class T, class Layout>
 inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout> &f, const T *p, unsigned ldm) {
-  __syncwarp();
   constexpr bool colMajor = std::is_same<Layout, col_major>::value;
   for (int r = 0; r < 16; ++r)
     for (int c = 0; c < 16; ++c)
       f.x[r * 16 + c] = dlc_emu_detail::toFloat(colMajor ? p[c * ldm + r] : p[r * ldm + c]);
-  __syncwarp();
 }
 
 template <class TA, class LA, class TB, class LB>
@@ -329,13 +329,11 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float, void> &d,
 
 inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float, void> &f, unsigned ldm,
                               layout_t layout) {
-  __syncwarp();
   const int l = dlc_emu_detail::lane();
   for (int i = 0; i < 8; ++i) {
     const int e = l + 32 * i, r = e / 16, c = e % 16;
     p[layout == mem_row_major ? r * ldm + c : c * ldm + r] = f.x[i];
   }
-  __syncwarp();
 }
 } // namespace wmma
 } // namespace nvcuda
