@@ -886,15 +886,12 @@ public:
   }
 
 private:
-  /// n floats rounded to TF32 (round to nearest, ties away from zero: cvt.rna.tf32.f32).
+  /// n floats rounded to TF32.
   static std::vector<float> tf32Copy(const uint8_t *p, int64_t n) {
     std::vector<float> v(static_cast<size_t>(std::max<int64_t>(n, 0)));
     std::memcpy(v.data(), p, v.size() * sizeof(float));
-    for (float &x : v) {
-      uint32_t b = floatBits(x);
-      if ((b & 0x7f800000u) != 0x7f800000u) // finite: round the 13 low mantissa bits away
-        x = bitsFloat((b + 0x1000u) & ~0x1fffu);
-    }
+    for (float &x : v)
+      x = roundToTf32(x);
     return v;
   }
   /// Storage = compute type.

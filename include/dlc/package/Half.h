@@ -16,10 +16,18 @@ inline uint32_t floatBits(float f) {
   std::memcpy(&u, &f, 4);
   return u;
 }
+/// f rounded to TF32 (10-bit mantissa; to nearest, ties away: cvt.rna.tf32.f32).
+inline float roundToTf32(float f);
+
 inline float bitsFloat(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+}
+
+inline float roundToTf32(float f) {
+  uint32_t b = floatBits(f);
+  return (b & 0x7f800000u) == 0x7f800000u ? f : bitsFloat((b + 0x1000u) & ~0x1fffu);
 }
 
 inline uint16_t floatToBF16(float f) {
