@@ -3,7 +3,8 @@
 // Local rewrites driven to a fixed point by the worklist driver:
 //  - no-ops disappear: Identity, same-type Cast, a Cast after an exact Cast, same-shape Reshape/Expand, identity
 //    Transpose, full Slice, zero Pad, single-input Concat, Tile by ones, x+0, x*1, x/1;
-//  - Flatten/Squeeze/Unsqueeze become Reshape, and Reshape/Transpose chains collapse,
+//  - Flatten/Squeeze/Unsqueeze, and a Transpose that only moves size-1 dims, become
+//    Reshape, and Reshape/Transpose chains collapse,
 //    so layout and fusion passes only see one reshape and one transpose form;
 //  - Shape of a statically shaped value becomes a constant;
 //  - Gemm becomes MatMul (+ Add) when that is exact (alpha = 1, beta = 1, no transA),
@@ -155,6 +156,18 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
 
   add("remove-identity-transpose", OpKind::Transpose, [](Node &n, PatternRewriter &rw) {
     return isIdentityPerm(transposePerm(n)) && forwardOperand(n, rw);
+  });
+  add("unit-transpose-to-reshape", OpKind::Transpose, [](Node &n, PatternRewriter &rw) {
+    // Moving only size-1 dims (NHWC [N, 1, 1, C] to NCHW) keeps the element order.
+    const Shape &in = n.operand(0)->shape();
+    int64_t last = -1;
+    for (int64_t p : transposePerm(n))
+      if (in[p] != 1) {
+        if (p < last)
+          return false;
+        last = p;
+      }
+    return replaceWith(n, rw, OpKind::Reshape, {n.operand(0)}, {{"shape", Attribute(n.result()->shape())}});
   });
   add("fold-transpose-chain", OpKind::Transpose, [](Node &n, PatternRewriter &rw) {
     Node *inner = n.operand(0)->definingNode();

@@ -30,7 +30,8 @@ public:
         extraResults |= bn->result(r)->hasUses() || g.isOutput(bn->result(r));
       Value *y = bn->operand(0);
       Node *conv = y->definingNode();
-      if (extraResults || !conv || conv->kind() != OpKind::Conv || y->uses().size() != 1 || g.isOutput(y))
+      if (extraResults || !conv || conv->kind() != OpKind::Conv || y->uses().size() != 1 || g.isOutput(y) ||
+          conv->attrInt("channels_last") != 0) // BN's channel axis 1 is not the conv's channels
         continue;
       Value *w = conv->operand(1), *b = conv->operand(2);
       bool constants = w->isConstant() && (!b || b->isConstant());

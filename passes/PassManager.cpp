@@ -23,15 +23,24 @@ const PassInfo *findPass(std::string_view name) {
   return nullptr;
 }
 
-Pipeline defaultPipeline(int optLevel, bool mixedPrecision) {
+Pipeline defaultPipeline(int optLevel, bool mixedPrecision, bool layout) {
   Pipeline p;
-  if (optLevel <= 0)
-    return mixedPrecision ? Pipeline{{{"precision"}, Convergence::Once}} : p;
+  if (optLevel <= 0) {
+    if (mixedPrecision)
+      p.push_back({{"precision"}, Convergence::Once});
+    if (layout)
+      p.push_back({{"layout"}, Convergence::Once});
+    return p;
+  }
   // -O1: graph clean-up only (one kernel per op); -O2 and up: also fusion.
   PipelineStage cleanup = {{"canonicalize", "fold-bn", "constfold", "cse", "dce"}, Convergence::UntilFixedPoint};
   p.push_back(cleanup);
   if (mixedPrecision) {
     p.push_back({{"precision"}, Convergence::Once});
+    p.push_back(cleanup);
+  }
+  if (layout) {
+    p.push_back({{"layout"}, Convergence::Once});
     p.push_back(cleanup);
   }
   if (optLevel >= 2)

@@ -106,6 +106,8 @@ def main():
     ap.add_argument("--inputs", type=int, default=32)
     ap.add_argument("--work", default="/tmp/dlc-bench-precision")
     ap.add_argument("--json")
+    ap.add_argument("--nchw", action="store_true",
+                    help="also FP16 with --layout nchw (FP16/BF16 conv nets are NHWC by default)")
     a = ap.parse_args()
     lib = ctypes.CDLL(a.lib)
     lib.dlc_last_error.restype = ctypes.c_char_p
@@ -116,7 +118,10 @@ def main():
         rng = np.random.default_rng(0)
         feeds = [random_feed(model, rng) for _ in range(a.inputs)]
         results, inspect = {}, {}
-        for prec, flags in (("fp32", []), ("fp16", ["--fp16"]), ("bf16", ["--bf16"])):
+        configs = [("fp32", []), ("fp16", ["--fp16"]), ("bf16", ["--bf16"])]
+        if a.nchw:
+            configs.append(("fp16-nchw", ["--fp16", "--layout", "nchw"]))
+        for prec, flags in configs:
             pkg = os.path.join(a.work, f"{name}_{prec}.dlc")
             subprocess.run([a.dlc, "compile", model, "-o", pkg, "-q"] + flags, check=True)
             inspect[prec] = json.loads(subprocess.run([a.dlc, "inspect", pkg, "--json"], check=True,
@@ -124,7 +129,7 @@ def main():
             r = Runner(lib, pkg)
             results[prec] = [r.run(f) for f in feeds]
             r.close()
-        for prec in ("fp32", "fp16", "bf16"):
+        for prec, _ in configs:
             err, agree = 0.0, 0
             for ref, got in zip(results["fp32"], results[prec]):
                 for k in ref:

@@ -1,4 +1,6 @@
-// Convolutions (NCHW).
+// Convolutions, channels-first (NCHW: weights [M, C/g, k...]) or channels-last
+// (CL, NHWC: weights [M, k..., C/g], the im2col row index kk = tap * C + channel, so
+// consecutive rows are consecutive channels in memory).
 //
 // conv_igemm: the implicit GEMM out[m, p] = sum_kk W[m, kk] * im2col(x)[kk, p] over
 // M output channels, K = C * kSize and N * P output positions. A block computes a
@@ -40,7 +42,7 @@ template <class X, class Out> struct ConvArgs {
 
 /// One column (output position p) of the implicit im2col matrix: where its window
 /// starts, decomposed once; load(kk) is element (kk, p), zero in the padding.
-template <bool Pointwise, class I> struct ConvColumn {
+template <bool Pointwise, bool CL, class I> struct ConvColumn {
   bool in;
   I xBase, base0, base1, base2, op;
   __device__ __forceinline__ ConvColumn(const ConvShape &s, I p)
@@ -64,19 +66,43 @@ template <bool Pointwise, class I> struct ConvColumn {
     if (!in)
       return T(0);
     if (Pointwise)
-      return X::load(x, xBase + kk * static_cast<I>(s.inSize) + op);
-    I kr = kk;
-    const I ch = s.dKSize.div(kr);
-    kr -= ch * static_cast<I>(s.kSize);
+      return X::load(x, CL ? xBase + op * static_cast<I>(s.C) + kk : xBase + kk * static_cast<I>(s.inSize) + op);
+    I kr = kk, ch;
+    if (CL) {
+      ch = s.dCg.split(kr); // kr: the tap
+    } else {
+      ch = s.dKSize.div(kr);
+      kr -= ch * static_cast<I>(s.kSize);
+    }
     const I q2 = s.dK2.split(kr), q1 = s.dK1.split(kr);
     const I i0 = base0 + kr * static_cast<I>(s.dil[0]), i1 = base1 + q1 * static_cast<I>(s.dil[1]),
             i2 = base2 + q2 * static_cast<I>(s.dil[2]);
     if (i0 >= 0 && i0 < static_cast<I>(s.in[0]) && i1 >= 0 && i1 < static_cast<I>(s.in[1]) && i2 >= 0 &&
-        i2 < static_cast<I>(s.in[2]))
-      return X::load(x, xBase + ch * static_cast<I>(s.inSize) +
-                            (i0 * static_cast<I>(s.in[1]) + i1) * static_cast<I>(s.in[2]) + i2);
+        i2 < static_cast<I>(s.in[2])) {
+      const I cell = (i0 * static_cast<I>(s.in[1]) + i1) * static_cast<I>(s.in[2]) + i2;
+      return X::load(x, CL ? xBase + cell * static_cast<I>(s.C) + ch : xBase + ch * static_cast<I>(s.inSize) + cell);
+    }
     return T(0);
   }
+};
+
+/// Where output channel m of GEMM column pp (image q, position o) is stored.
+template <bool CL, class I> __device__ __forceinline__ I convOutIndex(const ConvShape &s, I m, I pp) {
+  if (CL)
+    return pp * static_cast<I>(s.M) + m;
+  I q = pp;
+  const I o = s.dP.split(q);
+  return (q * static_cast<I>(s.M) + m) * static_cast<I>(s.P) + o;
+}
+
+/// Which column of the B tile a thread stages, and its first row: channels-first,
+/// adjacent threads take adjacent positions (contiguous in NCHW); channels-last,
+/// adjacent threads take adjacent rows (consecutive channels, contiguous in NHWC).
+template <bool CL, int NT, int BN> struct ConvStaging {
+  static constexpr int RowsPerPass = NT / BN;
+  int col, row0;
+  __device__ __forceinline__ explicit ConvStaging(int tid)
+      : col(CL ? tid / RowsPerPass : tid % BN), row0(CL ? tid % RowsPerPass : tid / BN) {}
 };
 
 /// The implicit GEMM's extents, and this block's tile origin and slice of K
@@ -89,7 +115,7 @@ template <class I> struct ConvBlock {
         kEnd(K - kBegin < static_cast<I>(s.kPerSplit) ? K : kBegin + static_cast<I>(s.kPerSplit)) {}
 };
 
-template <class Tile, bool Pointwise, class I, class WT, class X, class Out>
+template <class Tile, bool Pointwise, bool CL, class I, class WT, class X, class Out>
 __global__ void __launch_bounds__(Tile::Threads) conv_igemm(const ConvArgs<X, Out> a) {
   typedef typename X::Value T;
   constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
@@ -104,8 +130,9 @@ __global__ void __launch_bounds__(Tile::Threads) conv_igemm(const ConvArgs<X, Ou
   const ConvBlock<I> blk(s, BM, BN);
   const I pBase = blk.pBase, mBase = blk.mBase, M = blk.M, K = blk.K, NP = blk.NP, kBegin = blk.kBegin, kEnd = blk.kEnd;
   // This thread stages one column of every B tile: decompose its position once.
-  const int bCol = tid % BN, bRow0 = tid / BN;
-  const ConvColumn<Pointwise, I> col(s, pBase + bCol);
+  const ConvStaging<CL, NT, BN> stg(tid);
+  const int bCol = stg.col, bRow0 = stg.row0;
+  const ConvColumn<Pointwise, CL, I> col(s, pBase + bCol);
   T acc[TM][TN];
 #pragma unroll
   for (int i = 0; i < TM; ++i)
@@ -157,13 +184,10 @@ __global__ void __launch_bounds__(Tile::Threads) conv_igemm(const ConvArgs<X, Ou
       const I pp = pBase + tx + TX * j;
       if (pp >= NP)
         continue;
-      if (partial) {
+      if (partial)
         partial[(static_cast<I>(blockIdx.z) * M + m) * NP + pp] = acc[i][j];
-      } else {
-        I q = pp;
-        const I o = s.dP.split(q);
-        Out::store(a.out, (q * M + m) * static_cast<I>(s.P) + o, acc[i][j] + bias);
-      }
+      else
+        Out::store(a.out, convOutIndex<CL>(s, m, pp), acc[i][j] + bias);
     }
   }
 }
@@ -175,7 +199,7 @@ template <int BM_, int BN_, int WM_, int WN_> struct ConvTcTile {
   static constexpr int WarpsN = BN / WN, Threads = (BM / WM) * WarpsN * 32, FM = WM / 16, FN = WN / 16;
 };
 
-template <class Tile, bool Pointwise, class I, class MT, class WT, class X, class Out>
+template <class Tile, bool Pointwise, bool CL, class I, class MT, class WT, class X, class Out>
 __global__ void __launch_bounds__(Tile::Threads) conv_igemm_tc(const ConvArgs<X, Out> a) {
   typedef typename X::Value T; // float
   constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, NT = Tile::Threads, FM = Tile::FM, FN = Tile::FN;
@@ -195,8 +219,9 @@ __global__ void __launch_bounds__(Tile::Threads) conv_igemm_tc(const ConvArgs<X,
   const int tid = threadIdx.x, warp = tid / 32, wm = warp / Tile::WarpsN, wn = warp % Tile::WarpsN;
   const ConvBlock<I> blk(s, BM, BN);
   const I pBase = blk.pBase, mBase = blk.mBase, M = blk.M, K = blk.K, NP = blk.NP, kBegin = blk.kBegin, kEnd = blk.kEnd;
-  const int bCol = tid % BN, bRow0 = tid / BN;
-  const ConvColumn<Pointwise, I> col(s, pBase + bCol);
+  const ConvStaging<CL, NT, BN> stg(tid);
+  const int bCol = stg.col, bRow0 = stg.row0;
+  const ConvColumn<Pointwise, CL, I> col(s, pBase + bCol);
   nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc[FM][FN];
 #pragma unroll
   for (int i = 0; i < FM; ++i)
@@ -244,27 +269,24 @@ __global__ void __launch_bounds__(Tile::Threads) conv_igemm_tc(const ConvArgs<X,
                                       nvcuda::wmma::mem_row_major);
   __syncthreads();
   T *partial = static_cast<T *>(s.partial);
-  // Adjacent threads store adjacent positions of one output channel.
+  // Adjacent threads store adjacent positions of one output channel (channels-last:
+  // adjacent channels of one position).
   for (int e = tid; e < BM * BN; e += NT) {
-    const int r = e / BN, c = e % BN;
+    const int r = CL && !partial ? e % BM : e / BN, c = CL && !partial ? e / BM : e % BN;
     const I m = mBase + r, pp = pBase + c;
     if (m >= M || pp >= NP)
       continue;
     const T v = Cs[r * LDC + c];
-    if (partial) {
+    if (partial)
       partial[(static_cast<I>(blockIdx.z) * M + m) * NP + pp] = v;
-    } else {
-      I q = pp;
-      const I o = s.dP.split(q);
-      Out::store(a.out, (q * M + m) * static_cast<I>(s.P) + o,
-                 v + (s.bias ? ld<T>(static_cast<const WT *>(s.bias), m) : T(0)));
-    }
+    else
+      Out::store(a.out, convOutIndex<CL>(s, m, pp), v + (s.bias ? ld<T>(static_cast<const WT *>(s.bias), m) : T(0)));
   }
 }
 
 /// Split-K: sums the partial products of every split in order, adds the bias and
 /// applies the epilogue. One thread per output.
-template <class I, class WT, class X, class Out>
+template <bool CL, class I, class WT, class X, class Out>
 __global__ void __launch_bounds__(256) conv_splitk_reduce(const ConvArgs<X, Out> a) {
   typedef typename X::Value T;
   const ConvShape &s = a.s;
@@ -278,15 +300,13 @@ __global__ void __launch_bounds__(256) conv_splitk_reduce(const ConvArgs<X, Out>
     T acc = s.bias ? ld<T>(static_cast<const WT *>(s.bias), m) : T(0);
     for (I z = 0; z < static_cast<I>(s.splits); ++z)
       acc += partial[z * MNP + e];
-    I q = pp;
-    const I o = s.dP.split(q);
-    Out::store(a.out, (q * static_cast<I>(s.M) + m) * static_cast<I>(s.P) + o, acc);
+    Out::store(a.out, convOutIndex<CL>(s, m, pp), acc);
   }
 }
 
 /// Direct convolution, one thread per output: grouped and depthwise convolutions,
 /// and integer types.
-template <class I, class WT, class X, class Out>
+template <bool CL, class I, class WT, class X, class Out>
 __global__ void __launch_bounds__(256) conv_direct(const ConvArgs<X, Out> a) {
   typedef typename X::Value T;
   const ConvShape &s = a.s;
@@ -296,9 +316,25 @@ __global__ void __launch_bounds__(256) conv_direct(const ConvArgs<X, Out> a) {
   for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); i < total;
        i += step) {
     I r = i;
-    const I o2 = s.dOut2.split(r), o1 = s.dOut1.split(r), o0 = s.dOut0.split(r), m = s.dM.split(r);
+    I o2, o1, o0, m;
+    if (CL) {
+      m = s.dM.split(r);
+      o2 = s.dOut2.split(r), o1 = s.dOut1.split(r), o0 = s.dOut0.split(r);
+    } else {
+      o2 = s.dOut2.split(r), o1 = s.dOut1.split(r), o0 = s.dOut0.split(r), m = s.dM.split(r);
+    }
     const I nb = r, g = s.dMg.div(m);
     T acc = s.bias ? ld<T>(static_cast<const WT *>(s.bias), m) : T(0);
+    if (CL) { // x [N, D..., C], w [M, k..., Cg]
+      const I xb = nb * static_cast<I>(s.inSize) * static_cast<I>(s.C) + g * static_cast<I>(s.Cg);
+      const I wb = m * static_cast<I>(s.kSize) * static_cast<I>(s.Cg);
+      forEachWindowTap(s, o0, o1, o2, [&](I cell, I tap) {
+        for (I c = 0; c < static_cast<I>(s.Cg); ++c)
+          acc += X::load(a.x, xb + cell * static_cast<I>(s.C) + c) * ld<T>(w, wb + tap * static_cast<I>(s.Cg) + c);
+      });
+      Out::store(a.out, i, acc);
+      continue;
+    }
     for (I c = 0; c < static_cast<I>(s.Cg); ++c) {
       const I xb = (nb * static_cast<I>(s.C) + g * static_cast<I>(s.Cg) + c) * static_cast<I>(s.inSize);
       const I wb = (m * static_cast<I>(s.Cg) + c) * static_cast<I>(s.kSize);

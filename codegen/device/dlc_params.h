@@ -113,6 +113,7 @@ struct ConvShape {
   i64 kPerSplit; // reduction slice per split (a multiple of the tile's BK)
   i64 splits;
   Divmod dKSize, dK2, dK1, dP, dNP, dOut2, dOut1, dOut0, dM, dMg;
+  Divmod dCg; // channels-last: K is (tap, channel), channel fastest
 };
 
 /// ConvTranspose as a gather: y[n, m, y] = b[m] + sum x[n, c, (y + pad - k * dil) / stride] * w[c, m % Mg, k].
@@ -136,7 +137,8 @@ struct PoolShape {
   i64 in[3], out[3], k[3], stride[3], dil[3], pad[3], padEnd[3];
   i64 inSize, outSize;
   i64 countIncludePad, columnMajor, spatialRank;
-  Divmod dOut2, dOut1, dOut0, dIn2, dIn1;
+  i64 C; // channels (channels-last pooling)
+  Divmod dOut2, dOut1, dOut0, dIn2, dIn1, dC;
 };
 
 //===----------------------------------------------------------------------===//

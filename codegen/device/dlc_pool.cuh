@@ -1,6 +1,7 @@
 // Max and average pooling over a window (spatial dims normalized to 3), one thread
-// per output, reading through the fused prologue X and storing through Out. Global
-// pooling is a reduction (dlc_reduce.cuh).
+// per output, reading through the fused prologue X and storing through Out;
+// channels-first (NCHW) or channels-last (CL: NHWC, no indices). Global pooling is a
+// reduction (dlc_reduce.cuh).
 #pragma once
 
 namespace dlc {
@@ -11,7 +12,7 @@ template <class X, class Out> struct PoolArgs {
   typename Out::Params out;
 };
 
-template <bool IsMax, class I, class X, class Out>
+template <bool IsMax, bool CL, class I, class X, class Out>
 __global__ void __launch_bounds__(256) pool_window(const PoolArgs<X, Out> a) {
   typedef typename X::Value T;
   typedef typename Accum<T, !IsMax>::type A; // averages sum in double, as the reference
@@ -19,14 +20,18 @@ __global__ void __launch_bounds__(256) pool_window(const PoolArgs<X, Out> a) {
   const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
   for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
        i < static_cast<I>(s.total); i += step) {
-    I r = i;
+    I r = i, ch = 0;
+    if (CL)
+      ch = s.dC.split(r);
     const I o2 = s.dOut2.split(r), o1 = s.dOut1.split(r), o0 = s.dOut0.split(r);
-    const I base = r * static_cast<I>(s.inSize);
+    // r: the image (CL) or the image's channel; a cell's element is base + cell * cs.
+    const I cs = CL ? static_cast<I>(s.C) : I(1);
+    const I base = CL ? r * static_cast<I>(s.inSize) * cs + ch : r * static_cast<I>(s.inSize);
     const I o[3] = {o0, o1, o2};
     A acc = IsMax ? Limits<A>::lowest() : A(0);
     I bestCell = -1, count = 0;
     forEachWindowTap(s, o0, o1, o2, [&](I cell, I) {
-      const A v = static_cast<A>(X::load(a.x, base + cell));
+      const A v = static_cast<A>(X::load(a.x, base + cell * cs));
       if (IsMax) {
         if (bestCell < 0)
           bestCell = cell;

@@ -26,6 +26,8 @@ namespace {
 
 Shape spatialKernel(const Value *w) { return Shape(w->shape().begin() + 2, w->shape().end()); }
 
+bool isChannelsLast(const Node &n) { return n.attrInt("channels_last") != 0; }
+
 /// A tile of conv_igemm (ConvTile<BM, BN, TM, TN>, 256 threads); `registers` is an
 /// estimate for the occupancy model (ptxas reports the real count later) and
 /// `efficiency` the fraction of peak a busy SM reaches with it (larger per-thread
@@ -139,13 +141,17 @@ ConvShape convShape(const Window3 &w, int64_t M, int64_t groups) {
   s.dOut0 = Divmod::make(w.out[0]);
   s.dM = Divmod::make(M);
   s.dMg = Divmod::make(s.Mg);
+  s.dCg = Divmod::make(s.Cg);
   return s;
 }
 
 llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   const Value *x = n.operand(0), *wt = n.operand(1), *b = n.operand(2), *y = n.result();
-  Window3 w = windowOf(n, x->shape(), y->shape(), spatialKernel(wt));
-  int64_t M = wt->shape()[0], groups = n.attrInt("group");
+  const bool cl = isChannelsLast(n);
+  const Shape xs = cl ? channelsFirst(x) : x->shape(), ws = cl ? channelsFirst(wt) : wt->shape();
+  Window3 w = windowOf(n, xs, cl ? channelsFirst(y) : y->shape(), Shape(ws.begin() + 2, ws.end()));
+  int64_t M = ws[0], groups = n.attrInt("group");
+  const std::string layout = cl ? "true" : "false";
   l.allocate(y);
   if (y->type().numElements() == 0)
     return llvm::Error::success();
@@ -173,7 +179,7 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   double flops = 2.0 * static_cast<double>(M) * static_cast<double>(s.NP) * static_cast<double>(s.K);
   int64_t maxIndex = std::max({x->type().numElements(), y->type().numElements(), wt->type().numElements(), s.K * s.NP});
   if (groups != 1 || !floating) {
-    Instantiation inst{"dlc::conv_direct", {l.indexType(maxIndex), wtype, xn, on}, argsType, {xn, on}};
+    Instantiation inst{"dlc::conv_direct", {layout, l.indexType(maxIndex), wtype, xn, on}, argsType, {xn, on}};
     uint32_t k = l.instantiate(inst);
     LaunchArgs a = args(s, std::nullopt, 0, Whole);
     l.launch(n, k, a, gridFor(y->type().numElements(), 256), 256, 0, flops);
@@ -191,7 +197,7 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     const ConvTileConfig &c = fam.tiles[t];
     std::string tile = std::string(tensor ? "dlc::ConvTcTile<" : "dlc::ConvTile<") + std::to_string(c.bm) + ", " +
                        std::to_string(c.bn) + ", " + std::to_string(c.tm) + ", " + std::to_string(c.tn) + ">";
-    std::vector<std::string> targs = {tile, pointwise ? "true" : "false",
+    std::vector<std::string> targs = {tile, pointwise ? "true" : "false", layout,
                                       l.indexType(std::max(maxIndex, splits * M * s.NP))};
     if (tensor)
       targs.push_back(cudaType(x->dtype()));
@@ -225,7 +231,7 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     l.launch(n, k, a, static_cast<uint32_t>(ceilDiv(s.NP, c.bn)), static_cast<uint32_t>(fam.threads(c)), 0, flops,
              static_cast<uint32_t>(ceilDiv(M, c.bm)), static_cast<uint32_t>(plan.splits), archs);
     if (plan.splits > 1) {
-      Instantiation red{"dlc::conv_splitk_reduce", {index, wtype, xn, on}, argsType, {xn, on}};
+      Instantiation red{"dlc::conv_splitk_reduce", {layout, index, wtype, xn, on}, argsType, {xn, on}};
       uint32_t rk = l.instantiate(red);
       LaunchArgs ra = args(ps, partial, partialBytes, SplitReduce);
       l.launch(n, rk, ra, gridFor(static_cast<uint64_t>(M * s.NP), 256), 256, 0,

@@ -14,15 +14,16 @@ namespace dlc::codegen {
 
 using namespace ir;
 
-llvm::Error lowerContiguousReduction(Lowering &l, const Node &n, const Value *x, const Value *out, int64_t rows,
-                                     int64_t len, const char *kind);
+llvm::Error lowerGlobalReduction(Lowering &l, const Node &n, const Value *x, const Value *out, int64_t images,
+                                 int64_t channels, int64_t len, bool channelsLast, const char *kind);
 
 namespace {
 
 llvm::Error lowerWindowPool(Lowering &l, const Node &n) {
   const Value *x = n.operand(0), *y = n.result(0);
-  bool isMax = n.kind() == OpKind::MaxPool;
-  Window3 w = windowOf(n, x->shape(), y->shape(), n.attrInts("kernel_shape"));
+  bool isMax = n.kind() == OpKind::MaxPool, cl = n.attrInt("channels_last") != 0;
+  const Shape xs = cl ? channelsFirst(x) : x->shape();
+  Window3 w = windowOf(n, xs, cl ? channelsFirst(y) : y->shape(), n.attrInts("kernel_shape"));
   l.allocate(y);
   bool withIdx = n.numResults() > 1;
   if (withIdx)
@@ -45,10 +46,13 @@ llvm::Error lowerWindowPool(Lowering &l, const Node &n) {
   s.dOut0 = Divmod::make(w.out[0]);
   s.dIn2 = Divmod::make(w.in[2]);
   s.dIn1 = Divmod::make(w.in[1]);
+  s.C = xs[1];
+  s.dC = Divmod::make(xs[1]);
   Functor fx = loadFunctor(l, l.group(), x), fo = storeFunctor(l, l.group(), y);
   std::string xn = l.functorName(fx), on = l.functorName(fo);
   int64_t maxIndex = std::max(x->type().numElements(), total);
-  Instantiation inst{"dlc::pool_window", {isMax ? "true" : "false", l.indexType(maxIndex), xn, on},
+  Instantiation inst{"dlc::pool_window",
+                     {isMax ? "true" : "false", cl ? "true" : "false", l.indexType(maxIndex), xn, on},
                      "dlc::PoolArgs<" + xn + ", " + on + ">", {xn, on}};
   uint32_t k = l.instantiate(inst);
   LaunchArgs a;
@@ -63,10 +67,12 @@ llvm::Error lowerWindowPool(Lowering &l, const Node &n) {
 
 llvm::Error lowerGlobalPool(Lowering &l, const Node &n) {
   const Value *x = n.operand(0), *y = n.result();
-  int64_t nc = x->shape()[0] * x->shape()[1];
+  bool cl = n.attrInt("channels_last") != 0;
+  const Shape xs = cl ? channelsFirst(x) : x->shape();
+  int64_t nc = xs[0] * xs[1];
   int64_t len = nc ? x->type().numElements() / nc : 0;
-  return lowerContiguousReduction(l, n, x, y, nc, len,
-                                  n.kind() == OpKind::GlobalMaxPool ? "dlc::kReduceMax" : "dlc::kReduceMean");
+  return lowerGlobalReduction(l, n, x, y, xs[0], xs[1], len, cl,
+                              n.kind() == OpKind::GlobalMaxPool ? "dlc::kReduceMax" : "dlc::kReduceMean");
 }
 
 } // namespace

@@ -239,18 +239,25 @@ llvm::Error lowerCumSum(Lowering &l, const Node &n) {
 
 } // namespace
 
-/// Rows of `len` contiguous elements reduced to one each (global pooling).
-llvm::Error lowerContiguousReduction(Lowering &l, const Node &n, const Value *x, const Value *out, int64_t rows,
-                                     int64_t len, const char *kind) {
+/// Global pooling: each (image, channel) reduced over its `len` positions, which are
+/// contiguous (channels-first) or `channels` apart (channels-last).
+llvm::Error lowerGlobalReduction(Lowering &l, const Node &n, const Value *x, const Value *out, int64_t images,
+                                 int64_t channels, int64_t len, bool channelsLast, const char *kind) {
   l.allocate(out);
+  int64_t rows = images * channels;
   if (rows == 0)
     return llvm::Error::success();
   ReduceShape s{};
   s.outCount = rows;
   s.len = len;
-  s.kept = llvm::cantFail(stridedView({rows}, {len}));
-  s.red = llvm::cantFail(stridedView({len}, {1}));
-  return emitReduce(l, n, x, out, s, true, kind);
+  if (channelsLast) {
+    s.kept = llvm::cantFail(stridedView({images, channels}, {len * channels, 1}));
+    s.red = llvm::cantFail(stridedView({len}, {channels}));
+  } else {
+    s.kept = llvm::cantFail(stridedView({rows}, {len}));
+    s.red = llvm::cantFail(stridedView({len}, {1}));
+  }
+  return emitReduce(l, n, x, out, s, !channelsLast || channels == 1, kind);
 }
 
 llvm::Error lowerReduce(Lowering &l, const Node &n) {

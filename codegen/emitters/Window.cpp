@@ -1,5 +1,7 @@
 #include "Window.h"
 
+#include "dlc/ir/OpHelpers.h"
+
 namespace dlc::codegen {
 
 using namespace ir;
@@ -26,5 +28,7 @@ Window3 windowOf(const Node &n, const Shape &x, const Shape &y, const Shape &ker
   }
   return w;
 }
+
+Shape channelsFirst(const Value *v) { return permuteShape(v->shape(), channelsFirstPerm(v->rank())); }
 
 } // namespace dlc::codegen

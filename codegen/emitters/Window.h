@@ -18,6 +18,10 @@ struct Window3 {
 /// Reads the window of a Conv/ConvTranspose (kernel from W) or pooling node.
 Window3 windowOf(const ir::Node &n, const ir::Shape &x, const ir::Shape &y, const ir::Shape &kernel);
 
+/// A channels-last value's shape seen channels-first ([N, D..., C] -> [N, C, D...]),
+/// as windowOf reads it.
+ir::Shape channelsFirst(const ir::Value *v);
+
 /// Copies a window into a kernel-library shape struct's in/out/k/stride/dil/pad arrays.
 template <class S> void setWindow(S &s, const Window3 &w) {
   for (int d = 0; d < 3; ++d) {

@@ -1,7 +1,9 @@
 //===- Conv.cpp - Convolution and transposed convolution -------------------===//
 //
 // Canonical IR form: explicit `pads` (no auto_pad) and no kernel_shape (it is
-// W's spatial shape); the ONNX importer resolves both.
+// W's spatial shape); the ONNX importer resolves both. The `layout` pass may set
+// channels_last = 1 on a Conv: X [N, D1..Dk, C], W [M, k1..kk, C/group] and Y
+// [N, D1..Dk, M]; its reference transposes to channels-first and back.
 //===----------------------------------------------------------------------===//
 #include "Window.h"
 
@@ -15,7 +17,7 @@ llvm::Error verifyConvCommon(const Node &n) {
   for (unsigned i = 1; i < n.numOperands(); ++i)
     if (auto e = requireSameType(n, 0, i))
       return e;
-  const Shape &x = n.operand(0)->shape(), &w = n.operand(1)->shape();
+  const Shape x = channelsFirstShape(n, 0), w = channelsFirstShape(n, 1);
   if (x.size() < 3 || x.size() > 5)
     return errorf("input must be [N, C, D1..Dk] with 1 <= k <= 3, got {0}", shapeStr(x));
   if (w.size() != x.size())
@@ -28,7 +30,7 @@ llvm::Error verifyConvCommon(const Node &n) {
 llvm::Error verifyConv(const Node &n) {
   if (auto e = verifyConvCommon(n))
     return e;
-  const Shape &x = n.operand(0)->shape(), &w = n.operand(1)->shape();
+  const Shape x = channelsFirstShape(n, 0), w = channelsFirstShape(n, 1);
   int64_t g = n.attrInt("group");
   if (w[1] * g != x[1] || w[0] % g != 0)
     return errorf("weight {0} with group {1} does not match input channels {2}", shapeStr(w), g,
@@ -39,8 +41,8 @@ llvm::Error verifyConv(const Node &n) {
   return ok();
 }
 
-InferResult inferConv(const Node &n) {
-  const Shape &x = n.operand(0)->shape(), &w = n.operand(1)->shape();
+InferResult inferConvNchw(const Node &n) {
+  const Shape x = channelsFirstShape(n, 0), w = channelsFirstShape(n, 1);
   int64_t k = static_cast<int64_t>(x.size()) - 2;
   auto win = Window::fromNode(n, k, Shape(w.begin() + 2, w.end()));
   if (!win)
@@ -52,6 +54,8 @@ InferResult inferConv(const Node &n) {
   out.insert(out.end(), sp->begin(), sp->end());
   return TypeList{{n.operand(0)->dtype(), out}};
 }
+
+InferResult inferConv(const Node &n) { return channelsLastInfer(n, inferConvNchw); }
 
 /// Conv over 3 normalized spatial dims, accumulating in CT (double for floating types).
 template <class CT>
@@ -98,7 +102,7 @@ void convLoops(const std::vector<CT> &x, const std::vector<CT> &w, const std::ve
     }
 }
 
-llvm::Error refConv(const Node &n, const Inputs &in, Outputs &out) {
+llvm::Error refConvNchw(const Node &n, const Inputs &in, Outputs &out) {
   const Shape &xs = in[0]->shape(), &ws = in[1]->shape();
   int64_t k = static_cast<int64_t>(xs.size()) - 2;
   auto win = Window::fromNode(n, k, Shape(ws.begin() + 2, ws.end()));
@@ -116,6 +120,15 @@ llvm::Error refConv(const Node &n, const Inputs &in, Outputs &out) {
     out[0] = Tensor::fromVector(out[0].type(), y);
     return ok();
   });
+}
+
+llvm::Error refConv(const Node &n, const Inputs &in, Outputs &out) {
+  return channelsLastReference(n, in, out, refConvNchw, {0, 1});
+}
+
+/// NHWC data read as NCHW: a channels-last Conv with OHWI weights.
+std::optional<LayoutRemap> remapConv(const Node &n, const std::vector<int64_t> &perm) {
+  return remapToChannelsLast(n, perm, 1);
 }
 
 //===----------------------------------------------------------------------===//
@@ -232,9 +245,10 @@ void defineConvOps(OpTable &t) {
       .attr("group", AttrKind::Int, int64_t{1})
       .attr("pads", AttrKind::Ints, std::vector<int64_t>{})
       .attr("strides", AttrKind::Ints, std::vector<int64_t>{})
+      .attr("channels_last", AttrKind::Int, int64_t{0})
       .fusion(FusionKind::OutEWiseFusable)
       .fp16(Fp16Policy::Allow)
-      .layout(LayoutRule::channel(1))
+      .layout(LayoutRule::channel(1, remapConv))
       .verify(verifyConv)
       .infer(inferConv)
       .reference(refConv);

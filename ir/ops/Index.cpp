@@ -11,15 +11,6 @@ namespace dlc::ir {
 namespace {
 using namespace ops;
 
-Shape unravel(int64_t i, const Shape &s) {
-  Shape c(s.size());
-  for (int64_t d = static_cast<int64_t>(s.size()) - 1; d >= 0; --d) {
-    c[d] = s[d] ? i % s[d] : 0;
-    i = s[d] ? i / s[d] : 0;
-  }
-  return c;
-}
-
 int64_t ravel(const Shape &c, const Shape &strides) {
   int64_t r = 0;
   for (size_t d = 0; d < c.size(); ++d)

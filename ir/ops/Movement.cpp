@@ -28,16 +28,6 @@ template <class F> void gatherElements(const Tensor &in, Tensor &out, F &&src) {
     std::memcpy(d + i * es, s + src(i) * es, es);
 }
 
-/// Multi-index of linear index i in shape s.
-Shape unravel(int64_t i, const Shape &s) {
-  Shape c(s.size());
-  for (int64_t d = static_cast<int64_t>(s.size()) - 1; d >= 0; --d) {
-    c[d] = s[d] ? i % s[d] : 0;
-    i = s[d] ? i / s[d] : 0;
-  }
-  return c;
-}
-
 llvm::Error verifyAny(const Node &) { return ok(); }
 
 llvm::Error refCopy(const Node &, const Inputs &in, Outputs &out) {
@@ -156,15 +146,7 @@ InferResult inferTranspose(const Node &n) {
 }
 
 llvm::Error refTranspose(const Node &n, const Inputs &in, Outputs &out) {
-  Shape p = transposePerm(n), is = stridesOf(in[0]->shape());
-  const Shape &os = out[0].shape();
-  gatherElements(*in[0], out[0], [&](int64_t i) {
-    Shape c = unravel(i, os);
-    int64_t s = 0;
-    for (size_t d = 0; d < c.size(); ++d)
-      s += c[d] * is[p[d]];
-    return s;
-  });
+  out[0] = permuteTensor(*in[0], transposePerm(n));
   return ok();
 }
 
@@ -673,13 +655,13 @@ void defineMovementOps(OpTable &t) {
       .verify(verifyTranspose)
       .infer(inferTranspose)
       .reference(refTranspose);
-  movement(t, OpKind::Concat, LR::axisAttrs())
+  movement(t, OpKind::Concat, LR::axisAttrs(remapAxis))
       .operands(1, kVariadic)
       .attr("axis", AttrKind::Int)
       .verify(verifyConcat)
       .infer(inferConcat)
       .reference(refConcat);
-  movement(t, OpKind::Split, LR::axisAttrs())
+  movement(t, OpKind::Split, LR::axisAttrs(remapAxis))
       .operands(1)
       .results(1, kVariadic)
       .attr("axis", AttrKind::Int, int64_t{0})

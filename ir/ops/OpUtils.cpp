@@ -1,6 +1,7 @@
 #include "OpUtils.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace dlc::ir::ops {
 
@@ -138,4 +139,192 @@ const Tensor *constantOperand(const Node &n, unsigned i) {
   return v && v->isConstant() ? &v->data() : nullptr;
 }
 
+Shape unravel(int64_t i, const Shape &s) {
+  Shape c(s.size());
+  for (int64_t d = static_cast<int64_t>(s.size()) - 1; d >= 0; --d) {
+    c[d] = s[d] ? i % s[d] : 0;
+    i = s[d] ? i / s[d] : 0;
+  }
+  return c;
+}
+
+Tensor permuteTensor(const Tensor &t, const std::vector<int64_t> &perm) {
+  Tensor out(TensorType(t.dtype(), permuteShape(t.shape(), perm)));
+  Shape is = stridesOf(t.shape());
+  const Shape &os = out.shape();
+  size_t es = dtypeSize(t.dtype());
+  const char *src = static_cast<const char *>(t.raw());
+  char *dst = static_cast<char *>(out.mutableRaw());
+  for (int64_t i = 0, n = out.numElements(); i < n; ++i) {
+    Shape c = unravel(i, os);
+    int64_t s = 0;
+    for (size_t d = 0; d < c.size(); ++d)
+      s += c[d] * is[perm[d]];
+    std::memcpy(dst + i * es, src + s * es, es);
+  }
+  return out;
+}
+
+bool channelsLast(const Node &n) {
+  const Attribute *a = n.attr("channels_last");
+  return a && a->i() != 0;
+}
+
+Shape channelsFirstShape(const Node &n, unsigned i) {
+  const Shape &s = n.operand(i)->shape();
+  if (!channelsLast(n) || s.size() < 2)
+    return s;
+  return permuteShape(s, channelsFirstPerm(static_cast<int64_t>(s.size())));
+}
+
+llvm::Error channelsLastReference(const Node &n, const Inputs &in, Outputs &out, RefFn nchw,
+                                  std::vector<unsigned> permuted) {
+  if (!channelsLast(n))
+    return nchw(n, in, out);
+  std::vector<Tensor> owned;
+  owned.reserve(in.size());
+  Inputs cf = in;
+  for (unsigned i : permuted)
+    if (i < in.size() && in[i]) {
+      owned.push_back(permuteTensor(*in[i], channelsFirstPerm(in[i]->rank())));
+      cf[i] = &owned.back();
+    }
+  Outputs cfOut;
+  for (const Tensor &o : out)
+    cfOut.emplace_back(TensorType(o.dtype(), permuteShape(o.shape(), channelsFirstPerm(o.rank()))));
+  if (auto e = nchw(n, cf, cfOut))
+    return e;
+  for (size_t r = 0; r < out.size(); ++r)
+    out[r] = permuteTensor(cfOut[r], channelsLastPerm(cfOut[r].rank()));
+  return ok();
+}
+
+InferResult channelsLastInfer(const Node &n, InferFn nchw) {
+  auto types = nchw(n);
+  if (!types || !channelsLast(n))
+    return types;
+  for (TensorType &t : *types)
+    t.shape = permuteShape(t.shape, channelsLastPerm(t.rank()));
+  return types;
+}
+
+std::optional<LayoutRemap> remapToChannelsLast(const Node &n, const std::vector<int64_t> &perm, int weights) {
+  int64_t rank = n.operand(0)->rank();
+  if (channelsLast(n) || rank < 3 || perm != channelsFirstPerm(rank))
+    return std::nullopt;
+  LayoutRemap r;
+  r.operands.assign(n.numOperands(), LayoutRemap::Operand::AsIs);
+  r.operandPerms.resize(n.numOperands());
+  r.operands[0] = LayoutRemap::Operand::Actual;
+  if (weights >= 0 && n.operand(weights)) {
+    r.operands[weights] = LayoutRemap::Operand::Permute;
+    r.operandPerms[weights] = channelsLastPerm(n.operand(weights)->rank());
+  }
+  r.attrs["channels_last"] = Attribute(int64_t{1});
+  r.resultPerm = perm;
+  return r;
+}
+
+std::optional<LayoutRemap> remapAxis(const Node &n, const std::vector<int64_t> &perm) {
+  const int64_t rank = static_cast<int64_t>(perm.size());
+  if (n.hasAttr("keepdims") && n.attrInt("keepdims") == 0)
+    return std::nullopt;
+  auto axis = normalizeAxis(n.attrInt("axis"), rank);
+  if (!axis) {
+    llvm::consumeError(axis.takeError());
+    return std::nullopt;
+  }
+  for (Value *v : n.operands())
+    if (v && v->rank() != rank)
+      return std::nullopt;
+  LayoutRemap m;
+  m.operands.assign(n.numOperands(), LayoutRemap::Operand::Actual);
+  m.operandPerms.resize(n.numOperands());
+  m.attrs["axis"] = Attribute(perm[*axis]);
+  m.resultPerm = perm;
+  return m;
+}
+
+std::optional<LayoutRemap> remapReduceAxes(const Node &n, const std::vector<int64_t> &perm) {
+  const int64_t rank = static_cast<int64_t>(perm.size());
+  const auto &axes = n.attrInts("axes");
+  if (axes.empty() || n.operand(0)->rank() != rank) // all axes, or none: the layout does not matter
+    return std::nullopt;
+  auto na = normalizeAxes(axes, rank);
+  if (!na) {
+    llvm::consumeError(na.takeError());
+    return std::nullopt;
+  }
+  std::vector<bool> reduced(rank, false); // actual axes
+  std::vector<int64_t> actualAxes;
+  for (int64_t a : *na) {
+    reduced[perm[a]] = true;
+    actualAxes.push_back(perm[a]);
+  }
+  std::sort(actualAxes.begin(), actualAxes.end());
+  LayoutRemap m;
+  m.operands = {LayoutRemap::Operand::Actual};
+  m.operandPerms.resize(1);
+  m.attrs["axes"] = Attribute(actualAxes);
+  if (n.attrInt("keepdims") != 0) {
+    m.resultPerm = perm;
+    return m;
+  }
+  // Without the reduced dims: logical result dim k is logical dim kept[k], which is
+  // actual dim perm[kept[k]], found among the actual dims that remain.
+  std::vector<int64_t> position(rank, -1);
+  for (int64_t d = 0, p = 0; d < rank; ++d)
+    if (!reduced[d])
+      position[d] = p++;
+  for (int64_t d = 0; d < rank; ++d)
+    if (std::find(na->begin(), na->end(), d) == na->end())
+      m.resultPerm.push_back(position[perm[d]]);
+  return m;
+}
+
 } // namespace dlc::ir::ops
+
+namespace dlc::ir {
+
+Shape permuteShape(const Shape &s, const std::vector<int64_t> &perm) {
+  Shape r(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i)
+    r[i] = s[perm[i]];
+  return r;
+}
+
+std::vector<int64_t> channelsLastPerm(int64_t rank) {
+  std::vector<int64_t> p{0};
+  for (int64_t d = 2; d < rank; ++d)
+    p.push_back(d);
+  p.push_back(1);
+  return p;
+}
+
+std::vector<int64_t> channelsFirstPerm(int64_t rank) { return inversePerm(channelsLastPerm(rank)); }
+
+std::vector<int64_t> inversePerm(const std::vector<int64_t> &perm) {
+  std::vector<int64_t> inv(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i)
+    inv[perm[i]] = static_cast<int64_t>(i);
+  return inv;
+}
+
+std::optional<LayoutRemap> remapElementwise(const Node &n, const std::vector<int64_t> &perm) {
+  const int64_t rank = static_cast<int64_t>(perm.size());
+  for (unsigned r = 0; r < n.numResults(); ++r)
+    if (n.result(r)->rank() != rank)
+      return std::nullopt;
+  if (std::none_of(n.operands().begin(), n.operands().end(), [&](Value *v) { return v && v->rank() == rank; }))
+    return std::nullopt; // no operand in the layout (ConstantOfShape, Range)
+  LayoutRemap m;
+  for (Value *v : n.operands()) {
+    bool unit = v && std::all_of(v->shape().begin(), v->shape().end(), [](int64_t d) { return d == 1; });
+    m.operands.push_back(!v || unit ? LayoutRemap::Operand::AsIs : LayoutRemap::Operand::Actual);
+  }
+  m.operandPerms.resize(n.numOperands());
+  m.resultPerm = perm;
+  return m;
+}
+
+} // namespace dlc::ir

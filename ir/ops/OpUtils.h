@@ -2,6 +2,7 @@
 #pragma once
 
 #include "dlc/ir/Graph.h"
+#include "dlc/ir/OpHelpers.h"
 
 #include <cmath>
 #include <type_traits>
@@ -76,6 +77,38 @@ using AccType = std::conditional_t<std::is_same_v<T, bool>, int64_t,
 const Tensor *constantOperand(const Node &n, unsigned i);
 
 inline llvm::Error ok() { return llvm::Error::success(); }
+
+/// Multi-index of linear index i in shape s.
+Shape unravel(int64_t i, const Shape &s);
+/// The tensor transposed by perm (a copy).
+Tensor permuteTensor(const Tensor &t, const std::vector<int64_t> &perm);
+
+/// Whether a Conv/pooling node computes on channels-last tensors (the `layout`
+/// pass sets channels_last = 1: input [N, D1..Dk, C], a conv's weights
+/// [M, k1..kk, C/group], output [N, D1..Dk, M]).
+bool channelsLast(const Node &n);
+/// The channels-first view of operand i's shape (itself unless channelsLast(n)).
+Shape channelsFirstShape(const Node &n, unsigned i);
+/// A reference kernel on channels-last operands: the `permuted` operands are
+/// transposed to channels-first, `nchw` computes on those, and every result is
+/// transposed back. For ops whose channels-last form only differs in layout.
+llvm::Error channelsLastReference(const Node &n, const Inputs &in, Outputs &out, RefFn nchw,
+                                  std::vector<unsigned> permuted);
+/// Infers channels-last result types from the channels-first inference `nchw`
+/// (which reads operand shapes through channelsFirstShape).
+InferResult channelsLastInfer(const Node &n, InferFn nchw);
+/// The remap hook of an op with a channels-last form: accepts operands laid out by
+/// channelsFirstPerm (NHWC data read as NCHW) when n is channels-first and
+/// accepted(n) holds; operand 0 takes the actual layout, `weights` (if >= 0) is
+/// transposed to channels-last, the rest stay, and channels_last = 1.
+std::optional<LayoutRemap> remapToChannelsLast(const Node &n, const std::vector<int64_t> &perm, int weights);
+
+/// The remap hook of a rank-preserving op with one `axis` attribute (Softmax, Concat,
+/// Split, CumSum, TopK, ArgMax with keepdims): the axis follows the permutation and
+/// every operand takes the actual layout.
+std::optional<LayoutRemap> remapAxis(const Node &n, const std::vector<int64_t> &perm);
+/// The remap hook of a Reduce* op (`axes`, `keepdims`, `noop_with_empty_axes`).
+std::optional<LayoutRemap> remapReduceAxes(const Node &n, const std::vector<int64_t> &perm);
 
 /// Integer ceil division for non-negative numerator, positive divisor.
 inline int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }

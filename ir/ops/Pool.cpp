@@ -21,11 +21,13 @@ llvm::Error verifyPool(const Node &n) {
     return e;
   if (n.kind() == OpKind::MaxPool && n.numResults() == 2 && n.attrInt("storage_order") > 1)
     return makeError("storage_order must be 0 or 1");
+  if (n.numResults() == 2 && channelsLast(n))
+    return makeError("a channels-last MaxPool has no indices result");
   return Window::fromNode(n, n.operand(0)->rank() - 2, {}).takeError();
 }
 
-InferResult inferPool(const Node &n) {
-  const Shape &x = n.operand(0)->shape();
+InferResult inferPoolNchw(const Node &n) {
+  const Shape x = channelsFirstShape(n, 0);
   auto win = Window::fromNode(n, static_cast<int64_t>(x.size()) - 2, {});
   if (!win)
     return win.takeError();
@@ -39,6 +41,8 @@ InferResult inferPool(const Node &n) {
     r.push_back({DType::I64, out});
   return r;
 }
+
+InferResult inferPool(const Node &n) { return channelsLastInfer(n, inferPoolNchw); }
 
 /// Visits each window: f(outIndex, inputChannelBase, list of (spatial index) in window,
 /// number of window cells including padding that lie within [-padBegin, in + padEnd)).
@@ -139,12 +143,14 @@ llvm::Error refAveragePool(const Node &n, const Inputs &in, Outputs &out) {
   return ok();
 }
 
-InferResult inferGlobalPool(const Node &n) {
-  Shape s = n.operand(0)->shape();
+InferResult inferGlobalPoolNchw(const Node &n) {
+  Shape s = channelsFirstShape(n, 0);
   for (size_t i = 2; i < s.size(); ++i)
     s[i] = 1;
   return TypeList{{n.operand(0)->dtype(), s}};
 }
+
+InferResult inferGlobalPool(const Node &n) { return channelsLastInfer(n, inferGlobalPoolNchw); }
 
 template <bool IsMax> llvm::Error refGlobalPool(const Node &, const Inputs &in, Outputs &out) {
   const Shape &xs = in[0]->shape();
@@ -161,6 +167,18 @@ template <bool IsMax> llvm::Error refGlobalPool(const Node &, const Inputs &in, 
   return ok();
 }
 
+/// The channels-last forms only differ in layout: the references transpose.
+template <RefFn Nchw> llvm::Error refPool(const Node &n, const Inputs &in, Outputs &out) {
+  return channelsLastReference(n, in, out, Nchw, {0});
+}
+
+/// NHWC data read as NCHW: pool channels-last (MaxPool without its indices).
+std::optional<LayoutRemap> remapPool(const Node &n, const std::vector<int64_t> &perm) {
+  if (n.numResults() > 1)
+    return std::nullopt;
+  return remapToChannelsLast(n, perm, -1);
+}
+
 } // namespace
 
 void definePoolOps(OpTable &t) {
@@ -175,10 +193,11 @@ void definePoolOps(OpTable &t) {
       .attr("strides", AttrKind::Ints, std::vector<int64_t>{})
       .fusion(FusionKind::OutEWiseFusable)
       .fp16(Fp16Policy::Allow)
-      .layout(LayoutRule::channel(1))
+      .attr("channels_last", AttrKind::Int, int64_t{0})
+      .layout(LayoutRule::channel(1, remapPool))
       .verify(verifyPool)
       .infer(inferPool)
-      .reference(refMaxPool);
+      .reference(refPool<refMaxPool>);
   t.def(OpKind::AveragePool)
       .operands(1)
       .attr("ceil_mode", AttrKind::Int, int64_t{0})
@@ -189,26 +208,29 @@ void definePoolOps(OpTable &t) {
       .attr("strides", AttrKind::Ints, std::vector<int64_t>{})
       .fusion(FusionKind::OutEWiseFusable)
       .fp16(Fp16Policy::Allow)
-      .layout(LayoutRule::channel(1))
+      .attr("channels_last", AttrKind::Int, int64_t{0})
+      .layout(LayoutRule::channel(1, remapPool))
       .verify(verifyPool)
       .infer(inferPool)
-      .reference(refAveragePool);
+      .reference(refPool<refAveragePool>);
   t.def(OpKind::GlobalAveragePool)
       .operands(1)
       .fusion(FusionKind::CommReduce)
       .fp16(Fp16Policy::Allow)
-      .layout(LayoutRule::channel(1))
+      .attr("channels_last", AttrKind::Int, int64_t{0})
+      .layout(LayoutRule::channel(1, remapPool))
       .verify(verifyPoolInput)
       .infer(inferGlobalPool)
-      .reference(refGlobalPool<false>);
+      .reference(refPool<refGlobalPool<false>>);
   t.def(OpKind::GlobalMaxPool)
       .operands(1)
       .fusion(FusionKind::CommReduce)
       .fp16(Fp16Policy::Allow)
-      .layout(LayoutRule::channel(1))
+      .attr("channels_last", AttrKind::Int, int64_t{0})
+      .layout(LayoutRule::channel(1, remapPool))
       .verify(verifyPoolInput)
       .infer(inferGlobalPool)
-      .reference(refGlobalPool<true>);
+      .reference(refPool<refGlobalPool<true>>);
 }
 
 } // namespace dlc::ir

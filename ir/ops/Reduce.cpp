@@ -304,7 +304,7 @@ template <OpKind K> void reduce(OpTable &t, Fp16Policy fp16) {
       .attr("noop_with_empty_axes", AttrKind::Int, int64_t{0})
       .fusion(FusionKind::CommReduce)
       .fp16(fp16)
-      .layout(LayoutRule::axisAttrs())
+      .layout(LayoutRule::axisAttrs(remapReduceAxes))
       .verify(verifyReduce)
       .infer(inferReduce)
       .reference(refReduce<K>);
@@ -323,7 +323,7 @@ void defineReduceOps(OpTable &t) {
       .attr("axis", AttrKind::Int, int64_t{-1})
       .fusion(FusionKind::CommReduce)
       .fp16(Fp16Policy::Allow)
-      .layout(LayoutRule::axisAttrs())
+      .layout(LayoutRule::axisAttrs(remapAxis))
       .verify(verifySoftmax)
       .infer(inferSameAsOperand0)
       .reference(refSoftmax<false>);
@@ -332,7 +332,7 @@ void defineReduceOps(OpTable &t) {
       .attr("axis", AttrKind::Int, int64_t{-1})
       .fusion(FusionKind::CommReduce)
       .fp16(Fp16Policy::Deny)
-      .layout(LayoutRule::axisAttrs())
+      .layout(LayoutRule::axisAttrs(remapAxis))
       .verify(verifySoftmax)
       .infer(inferSameAsOperand0)
       .reference(refSoftmax<true>);
@@ -341,7 +341,7 @@ void defineReduceOps(OpTable &t) {
       .attr("axis", AttrKind::Int, int64_t{-1})
       .fusion(FusionKind::CommReduce)
       .fp16(Fp16Policy::Follow) // comparisons only
-      .layout(LayoutRule::axisAttrs())
+      .layout(LayoutRule::axisAttrs(remapAxis))
       .verify(verifySoftmax)
       .infer(inferSameAsOperand0)
       .reference(refHardmax);
@@ -353,7 +353,7 @@ void defineReduceOps(OpTable &t) {
         .attr("select_last_index", AttrKind::Int, int64_t{0})
         .fusion(FusionKind::CommReduce)
         .fp16(Fp16Policy::Follow) // comparisons only
-        .layout(LayoutRule::axisAttrs())
+        .layout(LayoutRule::axisAttrs(remapAxis))
         .verify(verifyAxisOp)
         .infer(inferArg)
         .reference(k == OpKind::ArgMax ? refArg<true> : refArg<false>);
@@ -366,7 +366,7 @@ void defineReduceOps(OpTable &t) {
       .attr("sorted", AttrKind::Int, int64_t{1})
       .fusion(FusionKind::Opaque)
       .fp16(Fp16Policy::Follow) // comparisons only
-      .layout(LayoutRule::axisAttrs())
+      .layout(LayoutRule::axisAttrs(remapAxis))
       .verify(verifyTopK)
       .infer(inferTopK)
       .reference(refTopK);
@@ -377,7 +377,7 @@ void defineReduceOps(OpTable &t) {
       .attr("reverse", AttrKind::Int, int64_t{0})
       .fusion(FusionKind::Opaque)
       .fp16(Fp16Policy::Deny)
-      .layout(LayoutRule::axisAttrs())
+      .layout(LayoutRule::axisAttrs(remapAxis))
       .verify(verifyAxisOp)
       .infer(inferSameAsOperand0)
       .reference(refCumSum);

@@ -20,7 +20,8 @@ std::unique_ptr<ir::Graph> parseIR(const std::string &text) {
   return std::move(*g);
 }
 
-std::unique_ptr<ir::Graph> runPasses(const ir::Graph &g, const std::string &passes) {
+std::unique_ptr<ir::Graph> runPasses(const ir::Graph &g, const std::string &passes,
+                                     const passes::PassContext &options) {
   auto copy = g.clone();
   auto pipeline = passes::parsePipeline(passes);
   if (!pipeline) {
@@ -30,7 +31,7 @@ std::unique_ptr<ir::Graph> runPasses(const ir::Graph &g, const std::string &pass
   passes::PassManagerOptions opts;
   opts.verifyEach = true;
   passes::PassManager pm(opts);
-  passes::PassContext ctx;
+  passes::PassContext ctx = options;
   if (auto e = pm.run(*copy, *pipeline, ctx)) {
     ADD_FAILURE() << llvm::toString(std::move(e));
     return nullptr;
@@ -40,11 +41,11 @@ std::unique_ptr<ir::Graph> runPasses(const ir::Graph &g, const std::string &pass
 
 std::unique_ptr<ir::Graph> expectEquivalentAfter(const std::string &irText,
                                                  const std::string &passes, int seeds,
-                                                 double rtol, double atol) {
+                                                 double rtol, double atol, const passes::PassContext &ctx) {
   auto before = parseIR(irText);
   if (!before)
     return nullptr;
-  auto after = runPasses(*before, passes);
+  auto after = runPasses(*before, passes, ctx);
   if (!after)
     return nullptr;
   for (int s = 0; s < seeds; ++s) {

@@ -100,6 +100,9 @@ loadAndOptimize(const std::string &file, const Args &args, int optLevel, bool qu
   auto precision = precisionFromArgs(args);
   if (!precision)
     return precision.takeError();
+  auto layout = layoutFromArgs(args);
+  if (!layout)
+    return layout.takeError();
   auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<ir::Graph> g;
   if (llvm::StringRef(file).endswith(".ir")) {
@@ -131,6 +134,7 @@ loadAndOptimize(const std::string &file, const Args &args, int optLevel, bool qu
   pmo.verifyEach = args.has("verify-each");
   passes::PassManager pm(pmo);
   passes::PassContext ctx;
+  ctx.layout = *layout;
   if (*precision) {
     ctx.precision = **precision;
     std::set<std::string, std::less<>> names;
@@ -140,7 +144,7 @@ loadAndOptimize(const std::string &file, const Args &args, int optLevel, bool qu
       if (!names.count(n))
         return ir::errorf("--fp32-nodes: the model has no node named '{0}'", n);
   }
-  for (const passes::PipelineStage &stage : passes::defaultPipeline(optLevel, bool(*precision))) {
+  for (const passes::PipelineStage &stage : passes::defaultPipeline(optLevel, bool(*precision), passes::needsLayoutPass(*layout, bool(*precision)))) {
     if (beforePrecision && stage.passes.front() == "precision")
       if (auto e = beforePrecision(*g, ctx.precision))
         return e;

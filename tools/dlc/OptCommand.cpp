@@ -76,6 +76,11 @@ int runOpt(const std::vector<std::string> &argv) {
     reportError(precision.takeError());
     return 2;
   }
+  auto layout = layoutFromArgs(*args);
+  if (!layout) {
+    reportError(layout.takeError());
+    return 2;
+  }
   passes::Pipeline pipeline;
   if (auto spec = args->get("passes")) {
     auto p = passes::parsePipeline(*spec);
@@ -86,7 +91,7 @@ int runOpt(const std::vector<std::string> &argv) {
     pipeline = std::move(*p);
   } else {
     int level = std::atoi(args->getOr("O", "1").c_str());
-    pipeline = passes::defaultPipeline(level, bool(*precision));
+    pipeline = passes::defaultPipeline(level, bool(*precision), passes::needsLayoutPass(*layout, bool(*precision)));
   }
   passes::PassManagerOptions pmOpts;
   pmOpts.verifyEach = args->has("verify-each");
@@ -128,6 +133,7 @@ int runOpt(const std::vector<std::string> &argv) {
       passes::PassContext ctx;
       if (*precision)
         ctx.precision = **precision;
+      ctx.layout = *layout;
       err = pm.run(**g, pipeline, ctx);
     }
     if (err) {

@@ -12,7 +12,9 @@ std::vector<OptSpec> precisionOptionSpecs(bool withTf32) {
       {"io-dtype", 0, true, false, "fp32|fp16",
        "Dtype of the graph's float inputs and outputs with --fp16/--bf16 (default fp32: as declared)"},
       {"fp32-ops", 0, true, true, "OPS", "Keep these ops in FP32 (comma-separated, e.g. LayerNormalization,Softmax)"},
-      {"fp32-nodes", 0, true, true, "NAMES", "Keep these nodes in FP32 (comma-separated node names)"}};
+      {"fp32-nodes", 0, true, true, "NAMES", "Keep these nodes in FP32 (comma-separated node names)"},
+      {"layout", 0, true, false, "auto|nchw|nhwc",
+       "Tensor layout of convolution regions (default auto: NHWC for conv nets in FP16/BF16)"}};
   if (withTf32)
     s.push_back({"tf32", 0, false, false, "", "FP32 GEMMs and convolutions on tensor cores in TF32"});
   return s;
@@ -55,6 +57,17 @@ llvm::Expected<std::optional<passes::PrecisionOptions>> precisionFromArgs(const 
     if (!ir::opKindFromName(op))
       return ir::errorf("--fp32-ops: unknown op '{0}' (see `dlc ops`)", op);
   return po;
+}
+
+llvm::Expected<passes::LayoutMode> layoutFromArgs(const Args &args) {
+  std::string v = args.getOr("layout", "auto");
+  if (v == "auto")
+    return passes::LayoutMode::Auto;
+  if (v == "nchw")
+    return passes::LayoutMode::NCHW;
+  if (v == "nhwc")
+    return passes::LayoutMode::NHWC;
+  return ir::errorf("--layout must be auto, nchw or nhwc, got '{0}'", v);
 }
 
 } // namespace dlc::tool

@@ -53,6 +53,26 @@ enum class Fp16Policy : uint8_t {
 };
 std::string_view fp16PolicyName(Fp16Policy p);
 
+/// What a node becomes when its data operands arrive in another layout (the
+/// `layout` pass, NCHW -> NHWC). The pass offers a permutation `perm`: each data
+/// operand is the logical tensor read through Transpose(perm) of the actual one.
+struct LayoutRemap {
+  enum class Operand : uint8_t {
+    Actual,  // takes the actual (permuted) layout: the pass strips Transpose(perm), or
+             // permutes a constant (rank-extended first when it broadcasts)
+    AsIs,    // unchanged (a bias, a scalar)
+    Permute, // gets Transpose(operandPerm) in front (a conv's weights to OHWI)
+  };
+  std::vector<Operand> operands;             // one per operand
+  std::vector<std::vector<int64_t>> operandPerms; // for Permute operands
+  AttrMap attrs;                             // attributes to set on the node
+  /// The results are the logical ones read through Transpose(resultPerm).
+  std::vector<int64_t> resultPerm;
+};
+/// Returns the remapped node for operands laid out by `perm`, or nullopt when the
+/// op cannot work in that layout (the transpose then stays in front of it).
+using LayoutRemapFn = std::optional<LayoutRemap> (*)(const Node &n, const std::vector<int64_t> &perm);
+
 /// How an op depends on the memory layout of its operands (for NCHW -> NHWC).
 struct LayoutRule {
   enum Kind : uint8_t {
@@ -64,12 +84,25 @@ struct LayoutRule {
   };
   Kind kind = Unset;
   int channelAxis = -1;
+  /// The remap hook (null: the op is a layout barrier).
+  LayoutRemapFn remap = nullptr;
 
-  static LayoutRule agnostic() { return {Agnostic, -1}; }
-  static LayoutRule channel(int axis) { return {ChannelAxis, axis}; }
-  static LayoutRule axisAttrs() { return {AxisAttrs, -1}; }
-  static LayoutRule fixed() { return {Fixed, -1}; }
+  static LayoutRule agnostic();
+  static LayoutRule channel(int axis, LayoutRemapFn remap = nullptr) { return {ChannelAxis, axis, remap}; }
+  static LayoutRule axisAttrs(LayoutRemapFn remap = nullptr) { return {AxisAttrs, -1, remap}; }
+  static LayoutRule fixed() { return {Fixed, -1, nullptr}; }
 };
+/// The element-wise remap (LayoutRule::agnostic's hook): every operand of the
+/// result's rank, or that broadcasts along a non-unit dim, takes the actual layout.
+std::optional<LayoutRemap> remapElementwise(const Node &n, const std::vector<int64_t> &perm);
+/// Transpose permutations between channels-first (N, C, D1..Dk) and channels-last
+/// (N, D1..Dk, C) for a tensor of `rank`: Transpose(channelsLastPerm) of an NCHW
+/// tensor is its NHWC form, and Transpose(channelsFirstPerm) of that is NCHW again.
+std::vector<int64_t> channelsLastPerm(int64_t rank);
+std::vector<int64_t> channelsFirstPerm(int64_t rank);
+/// The inverse permutation.
+std::vector<int64_t> inversePerm(const std::vector<int64_t> &perm);
+inline LayoutRule LayoutRule::agnostic() { return {Agnostic, -1, &remapElementwise}; }
 std::string_view layoutRuleName(LayoutRule::Kind k);
 
 struct AttrSpec {

@@ -23,6 +23,8 @@ std::vector<std::vector<std::vector<ResizeTap>>> resizeTapTable(const Node &n);
 
 /// Transpose's permutation (without a perm attribute: the dims reversed).
 Shape transposePerm(const Node &n);
+/// out.shape[i] = in.shape[perm[i]] (Transpose's rule).
+Shape permuteShape(const Shape &s, const std::vector<int64_t> &perm);
 
 /// A Slice's window per input dim: first element, step and length, with ONNX's
 /// clamping of starts and ends applied.

@@ -24,11 +24,16 @@ struct PrecisionOptions {
   std::set<std::string, std::less<>> fp32Ops, fp32Nodes;
 };
 
+/// The `layout` pass's choice (dlc compile --layout): auto moves convolution
+/// networks in FP16/BF16 to channels-last; nchw keeps the model's layout.
+enum class LayoutMode { Auto, NCHW, NHWC };
+
 /// State shared by the passes of one pipeline run.
 struct PassContext {
   /// Constant folding does not create constants with more elements than this.
   int64_t foldElementLimit = int64_t{1} << 22;
   PrecisionOptions precision;
+  LayoutMode layout = LayoutMode::Auto;
   /// Errors a pass could not recover from; the pass manager stops and reports them.
   void fail(llvm::Error e) { errors.push_back(llvm::toString(std::move(e))); }
   std::vector<std::string> errors;
@@ -62,8 +67,15 @@ using Pipeline = std::vector<PipelineStage>;
 
 /// The default graph-level pipeline at an optimization level (0 = nothing). With
 /// mixedPrecision, the `precision` pass (configured by PassContext::precision) runs
-/// after the clean-up stage, followed by another clean-up (cast chains fold).
-Pipeline defaultPipeline(int optLevel, bool mixedPrecision = false);
+/// after the clean-up stage, followed by another clean-up (cast chains fold). With
+/// layout, the `layout` pass (PassContext::layout) and a clean-up follow (transpose
+/// chains cancel, permuted weights fold).
+Pipeline defaultPipeline(int optLevel, bool mixedPrecision = false, bool layout = false);
+/// Whether a pipeline needs the layout stage for this mode (auto only acts on
+/// reduced-precision graphs).
+inline bool needsLayoutPass(LayoutMode m, bool mixedPrecision) {
+  return m == LayoutMode::NHWC || (m == LayoutMode::Auto && mixedPrecision);
+}
 /// Parses "a,b,c" into one Once stage; unknown names are an error.
 llvm::Expected<Pipeline> parsePipeline(std::string_view spec);
 

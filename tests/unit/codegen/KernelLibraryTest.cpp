@@ -235,6 +235,56 @@ TEST(KernelLibrary, TensorCoreConvolution) {
          4e-3});
 }
 
+// Channels-last (the layout pass's NHWC: x [N, H, W, C], weights [M, kh, kw, C/g]):
+// the tensor-core and CUDA-core implicit GEMMs with odd channel counts, split-K, the
+// direct kernel for depthwise convolutions, and window and global pooling. The
+// interpreter's reference transposes to NCHW and back.
+TEST(KernelLibrary, ChannelsLastConvolutionAndPooling) {
+  check({"nhwc f16 conv 3x3, 3 -> 10 channels", R"(graph @g(%x: f16[2,9,9,3], %w: f16[10,3,3,3], %b: f16[10]) -> ("y": f16[2,5,5,10]) {
+  %c = Conv(%x, %w, %b) {channels_last = 1, pads = [1, 1, 1, 1], strides = [2, 2]} : f16[2,5,5,10]
+  %y = Relu(%c) : f16[2,5,5,10]
+  return %y
+})",
+         {"dlc::conv_igemm_tc"},
+         {},
+         2,
+         true,
+         4e-3});
+  check({"nhwc bf16 conv, 10 -> 3 channels", R"(graph @g(%x: bf16[1,7,7,10], %w: bf16[3,3,3,10]) -> ("y": bf16[1,5,5,3]) {
+  %y = Conv(%x, %w) {channels_last = 1} : bf16[1,5,5,3]
+  return %y
+})",
+         {"dlc::conv_igemm_tc"},
+         {},
+         2,
+         true,
+         2e-2});
+  check({"nhwc f16 split-K", R"(graph @g(%x: f16[1,3,3,2048], %w: f16[6,3,3,2048], %b: f16[6]) -> ("y": f16[1,3,3,6]) {
+  %y = Conv(%x, %w, %b) {channels_last = 1, pads = [1, 1, 1, 1]} : f16[1,3,3,6]
+  return %y
+})",
+         {"dlc::conv_igemm_tc", "dlc::conv_splitk_reduce"},
+         {},
+         2,
+         true,
+         4e-3});
+  check({"nhwc f32 conv and depthwise conv", R"(graph @g(%x: f32[1,6,7,3], %w: f32[10,3,2,3], %d: f32[10,3,3,1]) -> ("y": f32[1,5,7,10]) {
+  %c = Conv(%x, %w) {channels_last = 1, pads = [1, 0, 0, 1]} : f32[1,5,7,10]
+  %y = Conv(%c, %d) {channels_last = 1, group = 10, pads = [1, 1, 1, 1]} : f32[1,5,7,10]
+  return %y
+})",
+         {"dlc::conv_igemm", "dlc::conv_direct"}});
+  check({"nhwc pooling", R"(graph @g(%x: f32[2,5,6,10]) -> ("m": f32[2,3,3,10], "a": f32[2,3,3,10], "g": f32[2,1,1,10]) {
+  %m = MaxPool(%x) {channels_last = 1, kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]} : f32[2,3,3,10]
+  %a = AveragePool(%x) {channels_last = 1, count_include_pad = 1, kernel_shape = [3, 2], pads = [1, 0, 1, 0], strides = [2, 2]} : f32[2,3,3,10]
+  %g = GlobalAveragePool(%x) {channels_last = 1} : f32[2,1,1,10]
+  return %m, %a, %g
+})",
+         {"dlc::pool_window", "dlc::reduce"},
+         {},
+         1});
+}
+
 // What runs on a GPU: the FP16 convolution's PTX multiplies on tensor cores.
 TEST(KernelLibrary, TensorCoreConvolutionPtxUsesMma) {
   for (const char *dt : {"f16", "bf16"}) {

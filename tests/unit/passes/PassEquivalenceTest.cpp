@@ -250,3 +250,81 @@ TEST(MixedPrecision, CastChainsFoldOnlyWhenExact) {
   EXPECT_EQ(g->outputs()[0].value->name(), "x") << "f16 -> f32 -> f16 is the identity";
   EXPECT_EQ(countOps(*g, OpKind::Cast), 3u) << "f16 -> bf16 rounds: that pair stays; bool -> f16 is one cast";
 }
+
+namespace {
+passes::PassContext layoutContext(passes::LayoutMode m) {
+  passes::PassContext ctx;
+  ctx.layout = m;
+  return ctx;
+}
+bool anyChannelsLast(const Graph &g) {
+  for (const Node &n : g.nodes())
+    if (n.def().findAttr("channels_last") && n.attrInt("channels_last") != 0)
+      return true;
+  return false;
+}
+} // namespace
+
+// The layout pass (--layout nhwc): the corpus computes the same, the CNN's
+// convolution and pooling run channels-last with one transpose at the input and one
+// in front of the Flatten, and the graph's inputs and outputs keep their shapes.
+TEST(Layout, CorpusMatchesChannelsFirst) {
+  for (const char *f : kCorpus) {
+    SCOPED_TRACE(f);
+    auto before = test::parseIR(test::readSourceFile(f));
+    ASSERT_TRUE(before);
+    auto g = test::expectEquivalentAfter(test::readSourceFile(f),
+                                         "canonicalize,fold-bn,constfold,dce,layout,canonicalize,constfold,cse,dce", 2,
+                                         1e-5, 1e-5, layoutContext(passes::LayoutMode::NHWC));
+    ASSERT_TRUE(g);
+    for (size_t i = 0; i < g->outputs().size(); ++i)
+      EXPECT_EQ(g->outputs()[i].value->shape(), before->outputs()[i].value->shape());
+    if (std::string(f).find("cnn") != std::string::npos) {
+      EXPECT_TRUE(anyChannelsLast(*g));
+      EXPECT_EQ(countOps(*g, OpKind::Transpose), 2u) << printGraph(*g);
+      EXPECT_EQ(countOps(*g, OpKind::BatchNormalization), 0u);
+    }
+  }
+}
+
+// Auto leaves FP32 graphs alone and moves FP16 convolution networks; nchw never moves.
+TEST(Layout, AutoActsOnReducedPrecisionConvNets) {
+  const std::string cnn = test::readSourceFile("tests/unit/ir/corpus/cnn.ir");
+  auto fp32 = test::runPasses(*test::parseIR(cnn), "fold-bn,layout", layoutContext(passes::LayoutMode::Auto));
+  ASSERT_TRUE(fp32);
+  EXPECT_FALSE(anyChannelsLast(*fp32));
+  auto fp16 = test::expectEquivalentAfter(cnn, "fold-bn,constfold,dce,precision,layout,canonicalize,constfold,dce", 2,
+                                          3e-2, 3e-2, layoutContext(passes::LayoutMode::Auto));
+  ASSERT_TRUE(fp16);
+  EXPECT_TRUE(anyChannelsLast(*fp16));
+  auto nchw = test::runPasses(*test::parseIR(cnn), "fold-bn,precision,layout", layoutContext(passes::LayoutMode::NCHW));
+  ASSERT_TRUE(nchw);
+  EXPECT_FALSE(anyChannelsLast(*nchw));
+}
+
+// Sinking remaps axis attributes through the permutation: Softmax, Concat, Split,
+// Reduce with and without keepdims (whose result then needs no transpose), and
+// element-wise ops with broadcast constants of lower rank; grouped and depthwise
+// convolutions and average pooling with padding go channels-last too.
+TEST(Layout, AxisRemapsMatchTheInterpreter) {
+  auto g = test::expectEquivalentAfter(R"(graph @g(%x: f32[2,4,5,6]) -> ("a": f32[2,4,5,6], "b": f32[2,5,6], "c": f32[2,4], "d": f32[2,8,5,6], "e": f32[2,4,5,6]) {
+  %w = const f32[4,2,3,1] dense<[1.0, -1.0, 0.5, 2.0, 0.25, -0.5, 1.5, -2.0, 1.0, 0.0, 1.0, -1.0, 0.5, 0.5, -1.0, 2.0, 1.0, 1.0, 0.0, -0.5, 0.25, 1.0, -1.0, 2.0]>
+  %dw = const f32[4,1,2,2] dense<[1.0, 2.0, 3.0, 4.0, -1.0, 0.5, 0.0, 1.0, 2.0, -2.0, 1.0, 1.0, 0.5, 0.25, -1.0, 1.0]>
+  %k = const f32[5,1] dense<[1.0, 2.0, 3.0, 4.0, 5.0]>
+  %c = Conv(%x, %w) {group = 2, pads = [1, 0, 1, 0]} : f32[2,4,5,6]
+  %d = Conv(%c, %dw) {group = 4, pads = [0, 0, 1, 1]} : f32[2,4,5,6]
+  %m = Mul(%d, %k) : f32[2,4,5,6]
+  %a = Softmax(%m) {axis = 1} : f32[2,4,5,6]
+  %b = ReduceSum(%m) {axes = [1], keepdims = 0} : f32[2,5,6]
+  %c2 = ReduceMax(%m) {axes = [-1, 2], keepdims = 0} : f32[2,4]
+  %s0, %s1 = Split(%m) {axis = 1, split = [1, 3]} : f32[2,1,5,6], f32[2,3,5,6]
+  %d2 = Concat(%s1, %m, %s0) {axis = 1} : f32[2,8,5,6]
+  %e = AveragePool(%m) {kernel_shape = [3, 3], pads = [1, 1, 1, 1], count_include_pad = 0} : f32[2,4,5,6]
+  return %a, %b, %c2, %d2, %e
+})",
+                                       "layout,canonicalize,constfold,cse,dce", 3, 1e-5, 1e-5,
+                                       layoutContext(passes::LayoutMode::NHWC));
+  ASSERT_TRUE(g);
+  EXPECT_EQ(countOps(*g, OpKind::Transpose), 4u) << "the input, and one per output but the reductions' "
+                                                 << printGraph(*g);
+}

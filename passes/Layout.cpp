@@ -1,0 +1,250 @@
+//===- Layout.cpp - Channels-last (NHWC) regions ----------------------------===//
+//
+// Moves convolution networks to channels-last, the layout tensor-core convolutions
+// and pooling read contiguously (as TensorRT and cuDNN prefer for FP16):
+//  1. Seed: every op whose remap hook (OpDef::layout.remap) accepts NHWC data read
+//     as NCHW and transposes a weight operand (a Conv) reads its input through the
+//     pair Transpose(to NHWC) -> Transpose(to NCHW).
+//  2. Sink: a node whose operands are Transpose(perm) asks its op's hook what it
+//     becomes on the untransposed operands: the Conv takes channels_last = 1 with
+//     OHWI weights, pooling too, element-wise ops stay as they are (constant
+//     operands are permuted, broadcast ones rank-extended first), Concat, Softmax
+//     and Reduce* remap their axes. Its results are read through Transpose again,
+//     which moves on to the users. An op without a hook (Reshape, Flatten, MatMul)
+//     keeps the transpose in front of it.
+//  3. In NHWC a 1x1 convolution with stride 1 and no padding is a GEMM over the
+//     channels: MatMul by the [C, M] weights (+ Add bias), for cuBLASLt.
+// Graph inputs and outputs keep their layout: the transposes left at the boundary
+// (and in front of layout barriers) are the only ones executed; the clean-up after
+// this pass cancels Transpose pairs and folds the permuted weights.
+//
+// Auto mode acts on graphs with a 2-D FP16/BF16 convolution; nhwc on any graph
+// with a convolution; nchw does nothing.
+//===----------------------------------------------------------------------===//
+#include "dlc/ir/OpHelpers.h"
+#include "dlc/passes/Pass.h"
+
+namespace dlc::passes {
+namespace {
+
+using namespace ir;
+
+/// The Transpose producing v, if any.
+const Node *transposeOf(const Value *v) {
+  const Node *d = v ? v->definingNode() : nullptr;
+  return d && d->kind() == OpKind::Transpose ? d : nullptr;
+}
+
+bool isIdentity(const std::vector<int64_t> &perm) {
+  for (size_t i = 0; i < perm.size(); ++i)
+    if (perm[i] != static_cast<int64_t>(i))
+      return false;
+  return true;
+}
+
+Attribute permAttr(const std::vector<int64_t> &p) { return Attribute(std::vector<int64_t>(p)); }
+
+/// Moves Transpose(perm) below a node whose op's remap hook accepts it.
+class SinkTranspose : public RewritePattern {
+public:
+  std::string_view name() const override { return "sink-transpose"; }
+  std::optional<OpKind> root() const override { return std::nullopt; }
+
+  bool matchAndRewrite(Node &n, PatternRewriter &rw) const override {
+    LayoutRemapFn remap = n.def().layout.remap;
+    if (!remap || n.kind() == OpKind::Transpose)
+      return false;
+    std::vector<int64_t> perm;
+    for (Value *v : n.operands())
+      if (const Node *t = transposeOf(v)) {
+        perm = transposePerm(*t);
+        break;
+      }
+    if (perm.empty() || isIdentity(perm))
+      return false;
+    std::optional<LayoutRemap> m = remap(n, perm);
+    if (!m || m->operands.size() != n.numOperands())
+      return false;
+    const int64_t rank = static_cast<int64_t>(perm.size());
+    // Match: every operand that must change layout is Transpose(perm) or a constant.
+    bool stripped = false;
+    for (unsigned i = 0; i < n.numOperands(); ++i) {
+      Value *v = n.operand(i);
+      if (!v || m->operands[i] != LayoutRemap::Operand::Actual)
+        continue;
+      const Node *t = transposeOf(v);
+      if (t && transposePerm(*t) == perm)
+        stripped = true;
+      else if (!v->isConstant() || v->rank() > rank)
+        return false;
+    }
+    if (!stripped)
+      return false;
+    // Rewrite.
+    std::vector<Value *> ops(n.numOperands(), nullptr);
+    for (unsigned i = 0; i < n.numOperands(); ++i) {
+      Value *v = n.operand(i);
+      if (!v)
+        continue;
+      ops[i] = v;
+      if (m->operands[i] == LayoutRemap::Operand::Permute) {
+        ops[i] = create(rw, OpKind::Transpose, {v}, {{"perm", permAttr(m->operandPerms[i])}}, n);
+      } else if (m->operands[i] == LayoutRemap::Operand::Actual) {
+        if (const Node *t = transposeOf(v); t && transposePerm(*t) == perm) {
+          ops[i] = t->operand(0);
+          continue;
+        }
+        // A constant: rank-extended (numpy broadcasting aligns trailing dims), then
+        // permuted; constant folding evaluates both.
+        if (v->rank() < rank) {
+          Shape s(static_cast<size_t>(rank - v->rank()), 1);
+          s.insert(s.end(), v->shape().begin(), v->shape().end());
+          v = create(rw, OpKind::Reshape, {v}, {{"shape", Attribute(s)}}, n);
+        }
+        ops[i] = create(rw, OpKind::Transpose, {v}, {{"perm", permAttr(inversePerm(perm))}}, n);
+      }
+      if (!ops[i])
+        return false; // not reached: the created nodes verify by construction
+    }
+    AttrMap attrs = n.attrs();
+    for (const auto &[k, a] : m->attrs)
+      attrs[k] = a;
+    auto moved = rw.create(n.kind(), ops, attrs, &n, n.numResults());
+    if (!moved) {
+      llvm::consumeError(moved.takeError());
+      return false;
+    }
+    std::vector<Value *> results;
+    for (unsigned r = 0; r < n.numResults(); ++r) {
+      Value *v = (*moved)->result(r);
+      if (!m->resultPerm.empty() && !isIdentity(m->resultPerm))
+        v = create(rw, OpKind::Transpose, {v}, {{"perm", permAttr(m->resultPerm)}}, n);
+      results.push_back(v);
+    }
+    rw.replaceNode(n, results);
+    return true;
+  }
+
+private:
+  static Value *create(PatternRewriter &rw, OpKind k, std::vector<Value *> ops, AttrMap attrs, Node &before) {
+    auto c = rw.create(k, std::move(ops), std::move(attrs), &before);
+    if (!c) {
+      llvm::consumeError(c.takeError());
+      return nullptr;
+    }
+    return (*c)->result();
+  }
+};
+
+/// In NHWC, a 1x1 convolution (stride 1, no padding, one group) is [N*H*W, C] x
+/// [C, M]: a MatMul by the reshaped, transposed weights (folded at compile time).
+class PointwiseConvToMatMul : public RewritePattern {
+public:
+  std::string_view name() const override { return "pointwise-conv-to-matmul"; }
+  std::optional<OpKind> root() const override { return OpKind::Conv; }
+
+  bool matchAndRewrite(Node &n, PatternRewriter &rw) const override {
+    if (!n.hasAttr("channels_last") || n.attrInt("channels_last") == 0 || n.attrInt("group") != 1)
+      return false;
+    Value *x = n.operand(0), *w = n.operand(1), *b = n.operand(2);
+    const Shape &ws = w->shape();
+    for (size_t d = 1; d + 1 < ws.size(); ++d)
+      if (ws[d] != 1)
+        return false;
+    for (const char *a : {"strides", "pads"})
+      if (const Attribute *at = n.attr(a))
+        for (int64_t v : at->ints())
+          if (v != (std::string_view(a) == "strides" ? 1 : 0))
+            return false;
+    if (n.result()->shape().size() != x->shape().size())
+      return false;
+    auto wm = rw.create(OpKind::Reshape, {w}, {{"shape", Attribute(Shape{ws[0], ws.back()})}}, &n);
+    if (!wm)
+      return llvm::consumeError(wm.takeError()), false;
+    auto wt = rw.create(OpKind::Transpose, {(*wm)->result()}, {{"perm", permAttr({1, 0})}}, &n);
+    if (!wt)
+      return llvm::consumeError(wt.takeError()), false;
+    auto mm = rw.create(OpKind::MatMul, {x, (*wt)->result()}, {}, &n);
+    if (!mm)
+      return llvm::consumeError(mm.takeError()), false;
+    Value *y = (*mm)->result();
+    if (b) {
+      auto add = rw.create(OpKind::Add, {y, b}, {}, &n);
+      if (!add)
+        return llvm::consumeError(add.takeError()), false;
+      y = (*add)->result();
+    }
+    rw.replaceNode(n, {y});
+    return true;
+  }
+};
+
+class Layout : public Pass {
+public:
+  std::string_view name() const override { return "layout"; }
+
+  bool run(Graph &g, PassContext &ctx) override {
+    if (!wantsChannelsLast(g, ctx.layout))
+      return false;
+    bool changed = false;
+    for (Node *n : g.nodeList())
+      changed |= seed(g, *n);
+    std::vector<std::unique_ptr<RewritePattern>> pats;
+    pats.push_back(std::make_unique<SinkTranspose>());
+    pats.push_back(std::make_unique<PointwiseConvToMatMul>());
+    changed |= applyPatternsGreedily(g, pats, ctx);
+    if (changed)
+      g.topologicalSort();
+    return changed;
+  }
+
+private:
+  /// Ops seeded into channels-last: those whose channels-last form also permutes a
+  /// weight operand (Conv); pooling and the rest follow by sinking.
+  static std::optional<std::vector<int64_t>> seedPerm(const Node &n) {
+    const LayoutRule &lr = n.def().layout;
+    Value *x = n.operand(0);
+    if (lr.kind != LayoutRule::ChannelAxis || !lr.remap || !x || x->rank() < 3 || !isFloat(x->dtype()))
+      return std::nullopt;
+    std::vector<int64_t> perm = channelsFirstPerm(x->rank());
+    std::optional<LayoutRemap> m = lr.remap(n, perm);
+    if (!m)
+      return std::nullopt;
+    for (LayoutRemap::Operand o : m->operands)
+      if (o == LayoutRemap::Operand::Permute)
+        return perm;
+    return std::nullopt;
+  }
+
+  static bool wantsChannelsLast(const Graph &g, LayoutMode mode) {
+    if (mode == LayoutMode::NCHW)
+      return false;
+    for (const Node &n : g.nodes())
+      if (auto perm = seedPerm(n)) {
+        DType t = n.operand(0)->dtype();
+        if (mode == LayoutMode::NHWC || (perm->size() == 4 && (t == DType::F16 || t == DType::BF16)))
+          return true;
+      }
+    return false;
+  }
+
+  /// x -> Transpose(to NHWC) -> Transpose(to NCHW) -> n: the second one sinks into n.
+  static bool seed(Graph &g, Node &n) {
+    auto perm = seedPerm(n);
+    Value *x = n.operand(0);
+    if (!perm || (transposeOf(x) && transposePerm(*transposeOf(x)) == *perm))
+      return false;
+    std::vector<int64_t> toLast = inversePerm(*perm);
+    Node *t1 = g.createNode(OpKind::Transpose, {x}, {TensorType(x->dtype(), permuteShape(x->shape(), toLast))},
+                            {{"perm", permAttr(toLast)}}, n.name(), &n);
+    Node *t2 = g.createNode(OpKind::Transpose, {t1->result()}, {x->type()}, {{"perm", permAttr(*perm)}}, n.name(), &n);
+    n.setOperand(0, t2->result());
+    return true;
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createLayout() { return std::make_unique<Layout>(); }
+
+} // namespace dlc::passes
