@@ -398,6 +398,39 @@ static std::vector<uint32_t> inPlaceInputs(Lowering &l, const FusionGroup &g, Bu
   return buffers;
 }
 
+namespace {
+/// The vector type an element-wise kernel of one float dtype moves per thread.
+struct VectorForm {
+  int width = 1;           // lanes
+  const char *type = "";   // CUDA vector type
+  int elementBytes = 4;
+  const char *packFn = nullptr; // builds the vector from float lanes (null: brace-init)
+  int bytes() const { return width * elementBytes; }
+  /// Lane k of vector q, as float.
+  std::string lane(const std::string &q, int k) const {
+    if (width == 4)
+      return q + "." + "xyzw"[k];
+    return std::string(k == 0 ? "__low2float(" : "__high2float(") + q + ")";
+  }
+  /// The vector of lanes r0, r1, ...
+  std::string pack() const {
+    std::string s = packFn ? std::string(packFn) + "(" : std::string(type) + "{";
+    for (int k = 0; k < width; ++k)
+      s += (k ? ", r" : "r") + std::to_string(k);
+    return s + (packFn ? ")" : "}");
+  }
+};
+
+VectorForm vectorFormFor(DType t) {
+  switch (t) {
+  case DType::F32: return {4, "float4", 4, nullptr};
+  case DType::F16: return {2, "__half2", 2, "__floats2half2_rn"};
+  case DType::BF16: return {2, "__nv_bfloat162", 2, "__floats2bfloat162_rn"};
+  default: return {};
+  }
+}
+} // namespace
+
 llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
   const Value *out = g.root->result();
   // Only metadata nodes: no kernel, the result aliases the input.
@@ -417,19 +450,22 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
     return llvm::Error::success();
   Functor f;
   FusedAccess fa(l, f.params, &g);
-  // Vectorized form: every node element-wise over one f32 index space, every buffer
-  // 16-byte aligned (arena buffers are 256-byte aligned; views may be offset), and
-  // none of them the caller's (a bound device pointer is only element-aligned).
-  bool vec4 = out->dtype() == DType::F32 && total % 4 == 0 && outRef.offset % 16 == 0 && !l.isInterface(out);
+  // Vectorized form: every node element-wise over one index space of one float type,
+  // every buffer aligned to the vector (arena buffers are 256-byte aligned; views may
+  // be offset), and none of them the caller's (a bound device pointer is only
+  // element-aligned). f32 moves float4s; f16 and bf16 move __half2 / __nv_bfloat162
+  // pairs (converted to float per lane, packed back with round-to-nearest).
+  const VectorForm vf = vectorFormFor(out->dtype());
+  bool vec = vf.width > 1 && total % vf.width == 0 && outRef.offset % vf.bytes() == 0 && !l.isInterface(out);
   std::vector<const Value *> externals;
   for (const Node *n : g.nodes) {
-    vec4 &= n->result()->type().numElements() == total &&
-            (isMetadataOnly(*n) || (n->def().cudaExpr && n->result()->dtype() == DType::F32));
+    vec &= n->result()->type().numElements() == total &&
+           (isMetadataOnly(*n) || (n->def().cudaExpr && n->result()->dtype() == out->dtype()));
     for (const Value *v : n->operands()) {
       if (!v || g.contains(v) || isScalarConstant(v))
         continue;
-      vec4 &= v->dtype() == DType::F32 && (isMetadataOnly(*n) || v->shape() == n->result()->shape()) &&
-              l.bufferOf(v).offset % 16 == 0 && !l.isInterface(v);
+      vec &= v->dtype() == out->dtype() && (isMetadataOnly(*n) || v->shape() == n->result()->shape()) &&
+             l.bufferOf(v).offset % vf.bytes() == 0 && !l.isInterface(v);
       if (std::find(externals.begin(), externals.end(), v) == externals.end())
         externals.push_back(v);
     }
@@ -444,30 +480,31 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
     b.line(std::string(kMethodHead) + "void run(const Params &P, I i) {");
     CodeStream::Indent body(b);
     std::string outPtr = fa.outputPointer(out);
-    if (vec4) {
+    if (vec) {
       std::vector<std::string> q;
       for (size_t k = 0; k < externals.size(); ++k) {
         q.push_back("q" + std::to_string(k));
-        b.line("const float4 " + q[k] + " = reinterpret_cast<const float4 *>(" + fa.pointer(externals[k]) + ")[i];");
+        b.line(std::string("const ") + vf.type + " " + q[k] + " = reinterpret_cast<const " + vf.type + " *>(" +
+               fa.pointer(externals[k]) + ")[i];");
       }
-      b.line("float4 r;");
-      const char *lanes[] = {"x", "y", "z", "w"};
-      for (int k = 0; k < 4; ++k) {
+      for (int k = 0; k < vf.width; ++k) {
         std::map<const Value *, std::string> o;
         for (size_t e = 0; e < externals.size(); ++e)
-          o[externals[e]] = q[e] + "." + lanes[k];
+          o[externals[e]] = vf.lane(q[e], k);
         fa.setExternalOverride(o);
+        b.line("float r" + std::to_string(k) + ";");
         CodeStream::Block laneBlock(b, "");
-        b.line(std::string("r.") + lanes[k] + " = " + fa.load(b, out, "(4 * i + " + std::to_string(k) + ")") + ";");
+        b.line("r" + std::to_string(k) + " = " +
+               fa.load(b, out, "(" + std::to_string(vf.width) + " * i + " + std::to_string(k) + ")") + ";");
       }
-      b.line("reinterpret_cast<float4 *>(" + outPtr + ")[i] = r;");
+      b.line(std::string("reinterpret_cast<") + vf.type + " *>(" + outPtr + ")[i] = " + vf.pack() + ";");
     } else {
       b.line("dlc::st(" + outPtr + ", i, " + fa.load(b, out, "i") + ");");
     }
   }
   f.methods = b.str() + "  }\n";
   f.valueType = computeType(out->dtype());
-  int64_t n = vec4 ? total / 4 : total;
+  int64_t n = vec ? total / vf.width : total;
   std::string fn = l.functorName(f);
   Instantiation inst;
   inst.tmpl = "dlc::elementwise";

@@ -21,6 +21,7 @@
 // Auto mode acts on graphs with a 2-D FP16/BF16 convolution; nhwc on any graph
 // with a convolution; nchw does nothing.
 //===----------------------------------------------------------------------===//
+#include "dlc/ir/FusionRules.h"
 #include "dlc/ir/OpHelpers.h"
 #include "dlc/passes/Pass.h"
 
@@ -137,7 +138,11 @@ private:
 };
 
 /// In NHWC, a 1x1 convolution (stride 1, no padding, one group) is [N*H*W, C] x
-/// [C, M]: a MatMul by the reshaped, transposed weights (folded at compile time).
+/// [C, M]: a MatMul by the reshaped, transposed weights (folded at compile time), for
+/// cuBLASLt, when cuBLASLt can also apply what follows it (bias, residual add, ReLU or
+/// GELU: FusionRules' matchGemmEpilogue). With another element-wise consumer (ReLU6's
+/// Clip) the Conv stays: the kernel library's pointwise implicit GEMM fuses any
+/// element-wise epilogue, where cuBLASLt would need a kernel of its own after it.
 class PointwiseConvToMatMul : public RewritePattern {
 public:
   std::string_view name() const override { return "pointwise-conv-to-matmul"; }
@@ -156,7 +161,7 @@ public:
         for (int64_t v : at->ints())
           if (v != (std::string_view(a) == "strides" ? 1 : 0))
             return false;
-    if (n.result()->shape().size() != x->shape().size())
+    if (n.result()->shape().size() != x->shape().size() || !epilogueFitsGemm(n))
       return false;
     auto wm = rw.create(OpKind::Reshape, {w}, {{"shape", Attribute(Shape{ws[0], ws.back()})}}, &n);
     if (!wm)
@@ -177,6 +182,22 @@ public:
     rw.replaceNode(n, {y});
     return true;
   }
+
+private:
+  /// The chain of single-use element-wise consumers fusion would put after the conv
+  /// is one cuBLASLt applies itself.
+  static bool epilogueFitsGemm(const Node &conv) {
+    std::vector<const Node *> chain;
+    const Value *cur = conv.result();
+    while (cur->uses().size() == 1 && !conv.graph()->isOutput(cur)) {
+      const Node *u = cur->uses().front().user;
+      if (!isInlinable(*u) || !u->def().cudaExpr || u->numResults() != 1 || u->result()->shape() != cur->shape())
+        break;
+      chain.push_back(u);
+      cur = u->result();
+    }
+    return chain.empty() || matchGemmEpilogue(conv, chain, [&](const Value *v) { return v == conv.result(); });
+  }
 };
 
 class Layout : public Pass {
@@ -189,10 +210,13 @@ public:
     bool changed = false;
     for (Node *n : g.nodeList())
       changed |= seed(g, *n);
-    std::vector<std::unique_ptr<RewritePattern>> pats;
-    pats.push_back(std::make_unique<SinkTranspose>());
-    pats.push_back(std::make_unique<PointwiseConvToMatMul>());
-    changed |= applyPatternsGreedily(g, pats, ctx);
+    // Sink first, so that the GEMM rewrite sees each conv's final consumers.
+    std::vector<std::unique_ptr<RewritePattern>> sink, gemm;
+    sink.push_back(std::make_unique<SinkTranspose>());
+    gemm.push_back(std::make_unique<PointwiseConvToMatMul>());
+    changed |= applyPatternsGreedily(g, sink, ctx);
+    findPass("dce")->create()->run(g, ctx); // the transposes sinking left behind
+    changed |= applyPatternsGreedily(g, gemm, ctx);
     if (changed)
       g.topologicalSort();
     return changed;

@@ -315,6 +315,48 @@ TEST(KernelLibrary, TensorCoreConvolutionPtxUsesMma) {
   }
 }
 
+// FP16/BF16 element-wise groups between two kernels (here two GEMMs; arena buffers,
+// 4-byte aligned) move __half2 / __nv_bfloat162 pairs. An odd element count falls
+// back to one element per thread.
+TEST(KernelLibrary, ElementwiseHalf2) {
+  for (const char *dt : {"f16", "bf16"}) {
+    std::string t = dt, shape = t + "[4,6]";
+    std::string ir = "graph @g(%x: " + shape + ", %w: " + t + "[6,6]) -> (\"y\": " + shape + ") {\n"
+                     "  %m = MatMul(%x, %w) : " + shape + "\n"
+                     "  %a = Tanh(%m) : " + shape + "\n"
+                     "  %b = Mul(%a, %m) : " + shape + "\n"
+                     "  %y = MatMul(%b, %w) : " + shape + "\n"
+                     "  return %y\n}";
+    check({dt, ir.c_str(), {"dlc::elementwise"}, {}, 2, true, t == "f16" ? 4e-3 : 2e-2});
+    auto g = ir::parseGraph(ir, "h2");
+    ASSERT_TRUE(bool(g)) << llvm::toString(g.takeError());
+    passes::PassManager pm;
+    passes::PassContext ctx;
+    ASSERT_FALSE(bool(pm.run(**g, passes::defaultPipeline(2), ctx)));
+    codegen::CompileOptions co;
+    co.targets = {"compute_80"};
+    co.useCache = false;
+    codegen::CompileReport rep;
+    auto bytes = codegen::compileGraph(**g, co, &rep);
+    ASSERT_TRUE(bool(bytes)) << llvm::toString(bytes.takeError());
+    const std::string vecType = t == "f16" ? "__half2" : "__nv_bfloat162";
+    EXPECT_NE(rep.cudaSource.find("reinterpret_cast<const " + vecType + " *>"), std::string::npos)
+        << dt << ": the element-wise group is not vectorized\n"
+        << rep.cudaSource;
+  }
+  check({"odd f16", R"(graph @g(%x: f16[3,5], %w: f16[5,5]) -> ("y": f16[3,5]) {
+  %m = MatMul(%x, %w) : f16[3,5]
+  %a = Tanh(%m) : f16[3,5]
+  %y = MatMul(%a, %w) : f16[3,5]
+  return %y
+})",
+         {"dlc::elementwise"},
+         {},
+         2,
+         true,
+         4e-3});
+}
+
 TEST(KernelLibrary, DirectAndTransposedConvolution) {
   check({"depthwise", R"(graph @g(%x: f32[1,6,7,5], %w: f32[6,1,3,3], %b: f32[6]) -> ("y": f32[1,6,7,5]) {
   %y = Conv(%x, %w, %b) {group = 6, pads = [1, 1, 1, 1]} : f32[1,6,7,5]
