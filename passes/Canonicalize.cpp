@@ -59,13 +59,6 @@ bool isSplatConstant(const Value *v, double x) {
   return true;
 }
 
-bool isIdentityPerm(const std::vector<int64_t> &p) {
-  for (size_t i = 0; i < p.size(); ++i)
-    if (p[i] != static_cast<int64_t>(i))
-      return false;
-  return true;
-}
-
 /// Replaces n by a new node of `kind` (same single result type expected).
 bool replaceWith(Node &n, PatternRewriter &rw, OpKind kind, std::vector<Value *> operands,
                  AttrMap attrs) {

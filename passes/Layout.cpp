@@ -25,6 +25,8 @@
 #include "dlc/ir/OpHelpers.h"
 #include "dlc/passes/Pass.h"
 
+#include <algorithm>
+
 namespace dlc::passes {
 namespace {
 
@@ -36,11 +38,10 @@ const Node *transposeOf(const Value *v) {
   return d && d->kind() == OpKind::Transpose ? d : nullptr;
 }
 
-bool isIdentity(const std::vector<int64_t> &perm) {
-  for (size_t i = 0; i < perm.size(); ++i)
-    if (perm[i] != static_cast<int64_t>(i))
-      return false;
-  return true;
+/// Whether v is Transpose(perm) of another value.
+bool isTransposeBy(const Value *v, const std::vector<int64_t> &perm) {
+  const Node *t = transposeOf(v);
+  return t && transposePerm(*t) == perm;
 }
 
 Attribute permAttr(const std::vector<int64_t> &p) { return Attribute(std::vector<int64_t>(p)); }
@@ -61,7 +62,7 @@ public:
         perm = transposePerm(*t);
         break;
       }
-    if (perm.empty() || isIdentity(perm))
+    if (perm.empty() || isIdentityPerm(perm))
       return false;
     std::optional<LayoutRemap> m = remap(n, perm);
     if (!m || m->operands.size() != n.numOperands())
@@ -73,8 +74,7 @@ public:
       Value *v = n.operand(i);
       if (!v || m->operands[i] != LayoutRemap::Operand::Actual)
         continue;
-      const Node *t = transposeOf(v);
-      if (t && transposePerm(*t) == perm)
+      if (isTransposeBy(v, perm))
         stripped = true;
       else if (!v->isConstant() || v->rank() > rank)
         return false;
@@ -91,8 +91,8 @@ public:
       if (m->operands[i] == LayoutRemap::Operand::Permute) {
         ops[i] = create(rw, OpKind::Transpose, {v}, {{"perm", permAttr(m->operandPerms[i])}}, n);
       } else if (m->operands[i] == LayoutRemap::Operand::Actual) {
-        if (const Node *t = transposeOf(v); t && transposePerm(*t) == perm) {
-          ops[i] = t->operand(0);
+        if (isTransposeBy(v, perm)) {
+          ops[i] = v->definingNode()->operand(0);
           continue;
         }
         // A constant: rank-extended (numpy broadcasting aligns trailing dims), then
@@ -118,7 +118,7 @@ public:
     std::vector<Value *> results;
     for (unsigned r = 0; r < n.numResults(); ++r) {
       Value *v = (*moved)->result(r);
-      if (!m->resultPerm.empty() && !isIdentity(m->resultPerm))
+      if (!m->resultPerm.empty() && !isIdentityPerm(m->resultPerm))
         v = create(rw, OpKind::Transpose, {v}, {{"perm", permAttr(m->resultPerm)}}, n);
       results.push_back(v);
     }
@@ -149,19 +149,15 @@ public:
   std::optional<OpKind> root() const override { return OpKind::Conv; }
 
   bool matchAndRewrite(Node &n, PatternRewriter &rw) const override {
-    if (!n.hasAttr("channels_last") || n.attrInt("channels_last") == 0 || n.attrInt("group") != 1)
+    auto all = [](const std::vector<int64_t> &v, int64_t x) {
+      return std::all_of(v.begin(), v.end(), [x](int64_t e) { return e == x; });
+    };
+    if (n.attrInt("channels_last") == 0 || n.attrInt("group") != 1 || !all(n.attrInts("strides"), 1) ||
+        !all(n.attrInts("pads"), 0))
       return false;
     Value *x = n.operand(0), *w = n.operand(1), *b = n.operand(2);
-    const Shape &ws = w->shape();
-    for (size_t d = 1; d + 1 < ws.size(); ++d)
-      if (ws[d] != 1)
-        return false;
-    for (const char *a : {"strides", "pads"})
-      if (const Attribute *at = n.attr(a))
-        for (int64_t v : at->ints())
-          if (v != (std::string_view(a) == "strides" ? 1 : 0))
-            return false;
-    if (n.result()->shape().size() != x->shape().size() || !epilogueFitsGemm(n))
+    const Shape &ws = w->shape(); // [M, 1..., C]
+    if (!all(Shape(ws.begin() + 1, ws.end() - 1), 1) || !epilogueFitsGemm(n))
       return false;
     auto wm = rw.create(OpKind::Reshape, {w}, {{"shape", Attribute(Shape{ws[0], ws.back()})}}, &n);
     if (!wm)
@@ -256,7 +252,7 @@ private:
   static bool seed(Graph &g, Node &n) {
     auto perm = seedPerm(n);
     Value *x = n.operand(0);
-    if (!perm || (transposeOf(x) && transposePerm(*transposeOf(x)) == *perm))
+    if (!perm || isTransposeBy(x, *perm))
       return false;
     std::vector<int64_t> toLast = inversePerm(*perm);
     Node *t1 = g.createNode(OpKind::Transpose, {x}, {TensorType(x->dtype(), permuteShape(x->shape(), toLast))},

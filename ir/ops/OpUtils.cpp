@@ -293,6 +293,13 @@ Shape permuteShape(const Shape &s, const std::vector<int64_t> &perm) {
   return r;
 }
 
+bool isIdentityPerm(const std::vector<int64_t> &perm) {
+  for (size_t i = 0; i < perm.size(); ++i)
+    if (perm[i] != static_cast<int64_t>(i))
+      return false;
+  return true;
+}
+
 std::vector<int64_t> channelsLastPerm(int64_t rank) {
   std::vector<int64_t> p{0};
   for (int64_t d = 2; d < rank; ++d)

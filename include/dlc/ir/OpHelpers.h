@@ -25,6 +25,8 @@ std::vector<std::vector<std::vector<ResizeTap>>> resizeTapTable(const Node &n);
 Shape transposePerm(const Node &n);
 /// out.shape[i] = in.shape[perm[i]] (Transpose's rule).
 Shape permuteShape(const Shape &s, const std::vector<int64_t> &perm);
+/// Whether perm is 0, 1, 2, ...
+bool isIdentityPerm(const std::vector<int64_t> &perm);
 
 /// A Slice's window per input dim: first element, step and length, with ONNX's
 /// clamping of starts and ends applied.
