@@ -248,7 +248,7 @@ BufferRef Lowering::bufferOf(const Value *v) {
   auto it = valueBuffers_.find(v);
   if (it != valueBuffers_.end())
     return it->second;
-  if (v->isConstant()) {
+  if (v->hasData()) {
     BufferRef r = constantBuffer(v->data(), v->name());
     valueBuffers_[v] = r;
     return r;

@@ -91,6 +91,23 @@ Value *Graph::addConstant(std::string name, Tensor data) {
   return registerValue(std::move(v), &constants_);
 }
 
+Value *Graph::addParameter(std::string name, Tensor data) {
+  if (name.empty() || names_.count(name))
+    name = uniqueName(name);
+  auto v = std::unique_ptr<Value>(new Value(this, Value::Kind::Parameter, std::move(name), data.type()));
+  v->data_ = std::move(data);
+  return registerValue(std::move(v), &parameters_);
+}
+
+void Graph::makeParameter(Value *constant) {
+  assert(constant->isConstant() && constant->graph() == this);
+  auto it = std::find_if(constants_.begin(), constants_.end(),
+                         [&](const std::unique_ptr<Value> &c) { return c.get() == constant; });
+  constant->kind_ = Value::Kind::Parameter;
+  parameters_.push_back(std::move(*it));
+  constants_.erase(it);
+}
+
 bool Graph::isOutput(const Value *v) const {
   return std::any_of(outputs_.begin(), outputs_.end(),
                      [&](const GraphOutput &o) { return o.value == v; });
@@ -284,6 +301,8 @@ std::unique_ptr<Graph> Graph::clone() const {
     map[in.get()] = g->addInput(in->name(), in->type());
   for (auto &c : constants_)
     map[c.get()] = g->addConstant(c->name(), c->data());
+  for (auto &p : parameters_)
+    map[p.get()] = g->addParameter(p->name(), p->data());
   g->nextId_ = nextId_;
   for (auto &n : nodes_) {
     std::vector<Value *> ops;

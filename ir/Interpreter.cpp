@@ -37,11 +37,19 @@ llvm::Expected<TensorMap> interpret(const Graph &g, const TensorMap &inputs, con
                     it->second.type().str(), in->type().str());
     env[in.get()] = it->second;
   }
-  for (const auto &[name, t] : inputs)
-    if (!g.findValue(name) || !g.findValue(name)->isInput())
-      return errorf("'{0}' is not an input of the graph", name);
   for (const auto &c : g.constants())
     env[c.get()] = c->data();
+  // A parameter takes its initial value unless `inputs` gives it another.
+  for (const auto &p : g.parameters()) {
+    auto it = inputs.find(p->name());
+    if (it != inputs.end() && it->second.type() != p->type())
+      return errorf("parameter '{0}' is given type {1}, expected {2}", p->name(), it->second.type().str(),
+                    p->type().str());
+    env[p.get()] = it != inputs.end() ? it->second : p->data();
+  }
+  for (const auto &[name, t] : inputs)
+    if (!g.findValue(name) || !(g.findValue(name)->isInput() || g.findValue(name)->isParameter()))
+      return errorf("'{0}' is not an input of the graph", name);
 
   // Free intermediate tensors after their last use to bound memory on big models.
   std::unordered_map<const Value *, size_t> remaining;
@@ -71,7 +79,7 @@ llvm::Expected<TensorMap> interpret(const Graph &g, const TensorMap &inputs, con
     for (unsigned i = 0; i < n.numResults(); ++i)
       env[n.result(i)] = std::move((*res)[i]);
     for (Value *v : n.operands())
-      if (v && --remaining[v] == 0 && !g.isOutput(v) && !v->isInput() && !v->isConstant())
+      if (v && --remaining[v] == 0 && !g.isOutput(v) && !v->isInput() && !v->hasData())
         env.erase(v);
   }
   TensorMap out;

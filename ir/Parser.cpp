@@ -354,22 +354,26 @@ private:
     if (auto e = expect(Tok::Equal, "after result names"))
       return e;
 
-    if (isIdent("const")) {
+    if (isIdent("const") || isIdent("param")) {
+      bool param = tok().text == "param";
       ++pos_;
       if (names.size() != 1)
-        return errorAt(first, "a constant defines exactly one value");
+        return errorAt(first, param ? "a parameter defines exactly one value" : "a constant defines exactly one value");
       auto type = parseType();
       if (!type)
         return type.takeError();
       auto data = parseDense(*type);
       if (!data)
         return data.takeError();
-      g_->addConstant(names[0]->text, std::move(*data));
+      if (param)
+        g_->addParameter(names[0]->text, std::move(*data));
+      else
+        g_->addConstant(names[0]->text, std::move(*data));
       return llvm::Error::success();
     }
 
     if (!is(Tok::Ident))
-      return error("expected an op name or 'const', found " + describeTok(tok()));
+      return error("expected an op name, 'const' or 'param', found " + describeTok(tok()));
     const Token &opTok = consume();
     auto kind = opKindFromName(opTok.text);
     if (!kind)

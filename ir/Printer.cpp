@@ -168,13 +168,14 @@ void printGraph(const Graph &g, llvm::raw_ostream &os, const PrintOptions &opts)
     os << ": " << (g.outputs()[i].value ? g.outputs()[i].value->type().str() : "?");
   }
   os << ") {\n";
-  for (const auto &c : g.constants()) {
-    os << "  ";
-    printName(os, '%', c->name());
-    os << " = const ";
-    printTensorLiteral(c->data(), os, opts);
-    os << '\n';
-  }
+  for (const auto *list : {&g.parameters(), &g.constants()})
+    for (const auto &c : *list) {
+      os << "  ";
+      printName(os, '%', c->name());
+      os << (c->isParameter() ? " = param " : " = const ");
+      printTensorLiteral(c->data(), os, opts);
+      os << '\n';
+    }
   for (const Node &n : g.nodes()) {
     os << "  ";
     printNode(n, os, opts);

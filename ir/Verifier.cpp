@@ -96,14 +96,19 @@ llvm::Error verifyGraph(const Graph &g, std::string_view fileName) {
       return e;
     defined.insert(in.get());
   }
-  for (auto &c : g.constants()) {
-    if (c->data().type() != c->type())
-      return errorf("constant '{0}' has data of type {1} but value type {2}", c->name(),
-                    c->data().type().str(), c->type().str());
-    if (auto e = checkType(c->type(), "constant '" + c->name() + "'"))
-      return e;
-    defined.insert(c.get());
-  }
+  for (const auto *list : {&g.constants(), &g.parameters()})
+    for (auto &c : *list) {
+      const char *what = c->isParameter() ? "parameter" : "constant";
+      if (c->data().type() != c->type())
+        return errorf("{0} '{1}' has data of type {2} but value type {3}", what, c->name(),
+                      c->data().type().str(), c->type().str());
+      if (auto e = checkType(c->type(), std::string(what) + " '" + c->name() + "'"))
+        return e;
+      if (c->isParameter() && !isFloat(c->dtype()))
+        return errorf("parameter '{0}' has type {1}; trainable parameters are floating-point", c->name(),
+                      c->type().str());
+      defined.insert(c.get());
+    }
   std::unordered_set<const Node *> nodes;
   for (const Node &n : g.nodes())
     nodes.insert(&n);

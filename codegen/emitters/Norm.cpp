@@ -123,8 +123,8 @@ llvm::Error lowerBatchNorm(Lowering &l, const Node &n) {
   int64_t N = x->shape()[0], C = x->shape()[1], S = x->type().numElements() / std::max<int64_t>(N * C, 1);
   int64_t total = x->type().numElements();
   l.allocate(y);
-  l.allocate(n.result(1));
-  l.allocate(n.result(2));
+  for (unsigned i = 1; i < n.numResults(); ++i)
+    l.allocate(n.result(i));
   if (total == 0)
     return llvm::Error::success();
   ChannelShape s{};
@@ -149,8 +149,11 @@ llvm::Error lowerBatchNorm(Lowering &l, const Node &n) {
   in(offsetof(ChannelShape, mean), n.operand(3));
   in(offsetof(ChannelShape, var), n.operand(4));
   out(offsetof(ChannelShape, y), y);
-  out(offsetof(ChannelShape, runMean), n.result(1));
-  out(offsetof(ChannelShape, runVar), n.result(2));
+  // The running statistics are optional results; the kernel writes them anyway.
+  uint64_t statBytes = static_cast<uint64_t>(C) * dtypeSize(x->dtype());
+  for (auto [offset, i] : {std::pair{offsetof(ChannelShape, runMean), 1u}, {offsetof(ChannelShape, runVar), 2u}})
+    a.pointer(offset, i < n.numResults() ? l.bufferOf(n.result(i)) : l.temp(statBytes, n.name() + ".running_stat"),
+              statBytes, true);
   l.launch(n, k, a, static_cast<uint32_t>(std::min<int64_t>(C, 1 << 20)), 256, 0, 4.0 * total);
   return llvm::Error::success();
 }

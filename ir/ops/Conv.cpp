@@ -236,6 +236,79 @@ llvm::Error refConvTranspose(const Node &n, const Inputs &in, Outputs &out) {
   });
 }
 
+
+//===----------------------------------------------------------------------===//
+// Gradient rule
+//===----------------------------------------------------------------------===//
+
+/// Conv's gradient, for any group count and spatial rank:
+/// - dX is the transposed convolution of dY with the same weights (output_padding
+///   recovers the input size that the stride rounded away);
+/// - dW correlates X with dY over the batch: a grouped convolution whose "batch" is
+///   the input channel of a group and whose channels are (group, sample); the
+///   strides and dilations swap roles. The result can be longer than the kernel
+///   (inputs that no output reached) and is sliced;
+/// - dB sums dY over the batch and spatial dims.
+llvm::Error gradConv(GradBuilder &b, const Node &n) {
+  if (channelsLast(n))
+    return makeError("channels-last convolutions are not differentiable (autodiff runs before the layout pass)");
+  Value *x = n.operand(0), *w = n.operand(1), *g = b.grad();
+  const Shape &xs = x->shape(), &ws = w->shape(), &ys = n.result()->shape();
+  int64_t S = x->rank() - 2, G = n.attrInt("group"), N = xs[0], C = xs[1], M = ws[0], Cg = C / G, Mg = M / G;
+  auto win = Window::fromNode(n, S, Shape(ws.begin() + 2, ws.end()));
+  if (!win)
+    return win.takeError();
+  auto ints = [](const Shape &s) { return std::vector<int64_t>(s.begin(), s.end()); };
+  std::vector<int64_t> pads = ints(win->padBegin);
+  pads.insert(pads.end(), win->padEnd.begin(), win->padEnd.end());
+  if (b.wants(0)) {
+    std::vector<int64_t> outPad(S);
+    for (int64_t i = 0; i < S; ++i)
+      outPad[i] = xs[2 + i] - ((ys[2 + i] - 1) * win->strides[i] - win->padBegin[i] - win->padEnd[i] +
+                               win->dilations[i] * (ws[2 + i] - 1) + 1);
+    b.accumulate(0, b.op(OpKind::ConvTranspose, {g, w},
+                         {{"group", G}, {"strides", ints(win->strides)}, {"dilations", ints(win->dilations)},
+                          {"pads", pads}, {"output_padding", outPad}}));
+  }
+  if (b.wants(1)) {
+    auto spatialPerm = [&](std::vector<int64_t> head) {
+      for (int64_t i = 0; i < S; ++i)
+        head.push_back(3 + i);
+      return head;
+    };
+    Shape xg{N, G, Cg}, gg{N, G, Mg};
+    xg.insert(xg.end(), xs.begin() + 2, xs.end());
+    gg.insert(gg.end(), ys.begin() + 2, ys.end());
+    Shape xin{Cg, G * N}, gin{M, N};
+    xin.insert(xin.end(), xs.begin() + 2, xs.end());
+    gin.insert(gin.end(), ys.begin() + 2, ys.end());
+    Value *xr = b.reshape(b.transpose(b.reshape(x, xg), spatialPerm({2, 1, 0})), xin);
+    Value *gr = b.reshape(b.transpose(b.reshape(g, gg), spatialPerm({1, 2, 0})), gin);
+    Value *dw = b.op(OpKind::Conv, {xr, gr},
+                     {{"group", G}, {"strides", ints(win->dilations)}, {"dilations", ints(win->strides)}, {"pads", pads}});
+    if (dw) { // [Cg, M, k'...] -> [M, Cg, k...]
+      std::vector<int64_t> axes, starts, ends;
+      for (int64_t i = 0; i < S; ++i)
+        if (dw->shape()[2 + i] != ws[2 + i])
+          axes.push_back(2 + i), starts.push_back(0), ends.push_back(ws[2 + i]);
+      if (!axes.empty())
+        dw = b.op(OpKind::Slice, {dw}, {{"axes", axes}, {"starts", starts}, {"ends", ends}});
+      std::vector<int64_t> perm{1, 0};
+      for (int64_t i = 0; i < S; ++i)
+        perm.push_back(2 + i);
+      dw = b.transpose(dw, perm);
+    }
+    b.accumulate(1, dw);
+  }
+  if (b.wants(2)) {
+    std::vector<int64_t> axes{0};
+    for (int64_t i = 0; i < S; ++i)
+      axes.push_back(2 + i);
+    b.accumulate(2, b.reduceSum(g, axes, false));
+  }
+  return ok();
+}
+
 } // namespace
 
 void defineConvOps(OpTable &t) {
@@ -265,6 +338,7 @@ void defineConvOps(OpTable &t) {
       .verify(verifyConvTranspose)
       .infer(inferConvTranspose)
       .reference(refConvTranspose);
+  t[OpKind::Conv].gradient = gradConv;
 }
 
 } // namespace dlc::ir

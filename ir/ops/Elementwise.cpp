@@ -6,6 +6,8 @@
 //===----------------------------------------------------------------------===//
 #include "OpUtils.h"
 
+#include "dlc/ir/GradBuilder.h"
+
 #include <algorithm>
 #include <limits>
 #include <type_traits>
@@ -512,6 +514,165 @@ OpBuilder unary(OpTable &t, unsigned types, Fp16Policy fp16, const char *expr) {
       .reference(refUnary<K>);
 }
 
+//===----------------------------------------------------------------------===//
+// Gradient rules (vector-Jacobian products; see dlc/ir/GradBuilder.h)
+//===----------------------------------------------------------------------===//
+
+Value *one(GradBuilder &b, const Value *like) { return b.scalar(1, like->dtype()); }
+Value *zero(GradBuilder &b, const Value *like) { return b.scalar(0, like->dtype()); }
+Value *x0(const Node &n) { return n.operand(0); }
+Value *y0(const Node &n) { return n.result(0); }
+
+llvm::Error gradAdd(GradBuilder &b, const Node &n) {
+  for (unsigned i = 0; i < n.numOperands(); ++i)
+    b.accumulate(i, b.grad());
+  return ok();
+}
+llvm::Error gradSub(GradBuilder &b, const Node &) {
+  b.accumulate(0, b.grad());
+  if (b.wants(1))
+    b.accumulate(1, b.neg(b.grad()));
+  return ok();
+}
+llvm::Error gradMul(GradBuilder &b, const Node &n) {
+  if (b.wants(0))
+    b.accumulate(0, b.mul(b.grad(), n.operand(1)));
+  if (b.wants(1))
+    b.accumulate(1, b.mul(b.grad(), n.operand(0)));
+  return ok();
+}
+llvm::Error gradDiv(GradBuilder &b, const Node &n) {
+  if (b.wants(0))
+    b.accumulate(0, b.div(b.grad(), n.operand(1)));
+  if (b.wants(1)) // d(a/b)/db = -(a/b)/b
+    b.accumulate(1, b.neg(b.div(b.mul(b.grad(), y0(n)), n.operand(1))));
+  return ok();
+}
+llvm::Error gradPow(GradBuilder &b, const Node &n) {
+  Value *a = n.operand(0), *e = n.operand(1);
+  if (b.wants(0)) // e * a^(e-1)
+    b.accumulate(0, b.mul(b.grad(), b.mul(e, b.op(OpKind::Pow, {a, b.sub(e, one(b, e))}))));
+  if (b.wants(1)) // a^e * ln a
+    b.accumulate(1, b.mul(b.grad(), b.mul(y0(n), b.op(OpKind::Log, {a}))));
+  return ok();
+}
+/// Max/Min of two operands: the gradient goes to the operand that was selected
+/// (the first one on ties).
+template <OpKind Cmp> llvm::Error gradSelectBinary(GradBuilder &b, const Node &n) {
+  if (n.numOperands() != 2)
+    return makeError("only the two-operand form is differentiable");
+  Value *pick0 = b.op(Cmp, {n.operand(0), n.operand(1)});
+  b.accumulate(0, b.select(pick0, b.grad(), zero(b, b.grad())));
+  b.accumulate(1, b.select(pick0, zero(b, b.grad()), b.grad()));
+  return ok();
+}
+llvm::Error gradNeg(GradBuilder &b, const Node &) { return b.accumulate(0, b.neg(b.grad())), ok(); }
+llvm::Error gradExp(GradBuilder &b, const Node &n) { return b.accumulate(0, b.mul(b.grad(), y0(n))), ok(); }
+llvm::Error gradLog(GradBuilder &b, const Node &n) { return b.accumulate(0, b.div(b.grad(), x0(n))), ok(); }
+llvm::Error gradSqrt(GradBuilder &b, const Node &n) {
+  return b.accumulate(0, b.div(b.scale(b.grad(), 0.5), y0(n))), ok();
+}
+llvm::Error gradReciprocal(GradBuilder &b, const Node &n) {
+  return b.accumulate(0, b.neg(b.mul(b.grad(), b.mul(y0(n), y0(n))))), ok();
+}
+llvm::Error gradTanh(GradBuilder &b, const Node &n) {
+  return b.accumulate(0, b.mul(b.grad(), b.sub(one(b, y0(n)), b.mul(y0(n), y0(n))))), ok();
+}
+llvm::Error gradSigmoid(GradBuilder &b, const Node &n) {
+  return b.accumulate(0, b.mul(b.grad(), b.mul(y0(n), b.sub(one(b, y0(n)), y0(n))))), ok();
+}
+llvm::Error gradRelu(GradBuilder &b, const Node &n) {
+  Value *g = b.grad();
+  return b.accumulate(0, b.select(b.op(OpKind::Greater, {x0(n), zero(b, g)}), g, zero(b, g))), ok();
+}
+llvm::Error gradLeakyRelu(GradBuilder &b, const Node &n) {
+  Value *g = b.grad();
+  Value *pos = b.op(OpKind::Greater, {x0(n), zero(b, g)});
+  return b.accumulate(0, b.select(pos, g, b.scale(g, n.attrFloat("alpha")))), ok();
+}
+llvm::Error gradElu(GradBuilder &b, const Node &n) {
+  // x > 0: 1; else alpha * e^x = y + alpha
+  Value *g = b.grad();
+  Value *pos = b.op(OpKind::Greater, {x0(n), zero(b, g)});
+  Value *neg = b.mul(g, b.add(y0(n), b.scalar(n.attrFloat("alpha"), g->dtype())));
+  return b.accumulate(0, b.select(pos, g, neg)), ok();
+}
+llvm::Error gradPRelu(GradBuilder &b, const Node &n) {
+  Value *g = b.grad(), *x = x0(n);
+  Value *pos = b.op(OpKind::Greater, {x, zero(b, g)});
+  if (b.wants(0))
+    b.accumulate(0, b.select(pos, g, b.mul(g, n.operand(1))));
+  if (b.wants(1))
+    b.accumulate(1, b.select(pos, zero(b, g), b.mul(g, x)));
+  return ok();
+}
+llvm::Error gradAbs(GradBuilder &b, const Node &n) {
+  return b.accumulate(0, b.mul(b.grad(), b.op(OpKind::Sign, {x0(n)}))), ok();
+}
+llvm::Error gradErf(GradBuilder &b, const Node &n) {
+  // 2/sqrt(pi) * e^(-x^2)
+  Value *x = x0(n);
+  Value *d = b.scale(b.op(OpKind::Exp, {b.neg(b.mul(x, x))}), 2.0 / std::sqrt(M_PI));
+  return b.accumulate(0, b.mul(b.grad(), d)), ok();
+}
+llvm::Error gradGelu(GradBuilder &b, const Node &n) {
+  Value *x = x0(n), *d;
+  auto c = [&](double v) { return b.scalar(v, x->dtype()); };
+  if (n.attrString("approximate") == "tanh") {
+    // u = k(x + 0.044715 x^3), t = tanh u: 0.5(1 + t) + 0.5 x (1 - t^2) k (1 + 3*0.044715 x^2)
+    const double k = std::sqrt(2.0 / M_PI), a = 0.044715;
+    Value *x2 = b.mul(x, x);
+    Value *t = b.op(OpKind::Tanh, {b.scale(b.add(x, b.scale(b.mul(x2, x), a)), k)});
+    Value *left = b.scale(b.add(c(1), t), 0.5);
+    Value *dt = b.mul(b.sub(c(1), b.mul(t, t)), b.scale(b.add(c(1), b.scale(x2, 3 * a)), k));
+    d = b.add(left, b.scale(b.mul(x, dt), 0.5));
+  } else {
+    // Phi(x) + x phi(x)
+    Value *cdf = b.scale(b.add(c(1), b.op(OpKind::Erf, {b.scale(x, M_SQRT1_2)})), 0.5);
+    Value *pdf = b.scale(b.op(OpKind::Exp, {b.scale(b.mul(x, x), -0.5)}), 1.0 / std::sqrt(2 * M_PI));
+    d = b.add(cdf, b.mul(x, pdf));
+  }
+  return b.accumulate(0, b.mul(b.grad(), d)), ok();
+}
+llvm::Error gradSoftplus(GradBuilder &b, const Node &n) {
+  return b.accumulate(0, b.mul(b.grad(), b.op(OpKind::Sigmoid, {x0(n)}))), ok();
+}
+llvm::Error gradHardSigmoid(GradBuilder &b, const Node &n) {
+  Value *g = b.grad(), *x = x0(n);
+  float alpha = n.attrFloat("alpha"), beta = n.attrFloat("beta");
+  // alpha inside the linear segment 0 < alpha x + beta < 1
+  Value *lin = b.add(b.scale(x, alpha), b.scalar(beta, x->dtype()));
+  Value *in = b.op(OpKind::And, {b.op(OpKind::Greater, {lin, zero(b, x)}), b.op(OpKind::Less, {lin, one(b, x)})});
+  return b.accumulate(0, b.select(in, b.scale(g, alpha), zero(b, g))), ok();
+}
+llvm::Error gradHardSwish(GradBuilder &b, const Node &n) {
+  // x < -3: 0; x > 3: 1; else (2x + 3) / 6
+  Value *g = b.grad(), *x = x0(n);
+  auto c = [&](double v) { return b.scalar(v, x->dtype()); };
+  Value *mid = b.mul(g, b.add(b.scale(x, 1.0 / 3), c(0.5)));
+  Value *hi = b.select(b.op(OpKind::Greater, {x, c(3)}), g, mid);
+  return b.accumulate(0, b.select(b.op(OpKind::Less, {x, c(-3)}), zero(b, g), hi)), ok();
+}
+llvm::Error gradClip(GradBuilder &b, const Node &n) {
+  // The gradient passes where the input lies inside [min, max].
+  Value *g = b.grad(), *x = x0(n), *in = nullptr;
+  if (n.operand(1))
+    in = b.op(OpKind::GreaterOrEqual, {x, n.operand(1)});
+  if (n.operand(2)) {
+    Value *le = b.op(OpKind::LessOrEqual, {x, n.operand(2)});
+    in = in ? b.op(OpKind::And, {in, le}) : le;
+  }
+  return b.accumulate(0, in ? b.select(in, g, zero(b, g)) : g), ok();
+}
+llvm::Error gradWhere(GradBuilder &b, const Node &n) {
+  Value *g = b.grad();
+  if (b.wants(1))
+    b.accumulate(1, b.select(n.operand(0), g, zero(b, g)));
+  if (b.wants(2))
+    b.accumulate(2, b.select(n.operand(0), zero(b, g), g));
+  return ok();
+}
+
 } // namespace
 
 void defineElementwiseOps(OpTable &t) {
@@ -641,6 +802,37 @@ void defineElementwiseOps(OpTable &t) {
       .verify(verifyCast)
       .infer(inferCast)
       .reference(refCast);
+
+  for (auto [k, f] : std::initializer_list<std::pair<OpKind, GradFn>>{
+           {OpKind::Add, gradAdd},
+           {OpKind::Sub, gradSub},
+           {OpKind::Mul, gradMul},
+           {OpKind::Div, gradDiv},
+           {OpKind::Pow, gradPow},
+           {OpKind::Max, gradSelectBinary<OpKind::GreaterOrEqual>},
+           {OpKind::Min, gradSelectBinary<OpKind::LessOrEqual>},
+           {OpKind::Neg, gradNeg},
+           {OpKind::Exp, gradExp},
+           {OpKind::Log, gradLog},
+           {OpKind::Sqrt, gradSqrt},
+           {OpKind::Reciprocal, gradReciprocal},
+           {OpKind::Tanh, gradTanh},
+           {OpKind::Sigmoid, gradSigmoid},
+           {OpKind::Relu, gradRelu},
+           {OpKind::LeakyRelu, gradLeakyRelu},
+           {OpKind::Elu, gradElu},
+           {OpKind::PRelu, gradPRelu},
+           {OpKind::Abs, gradAbs},
+           {OpKind::Erf, gradErf},
+           {OpKind::Gelu, gradGelu},
+           {OpKind::Softplus, gradSoftplus},
+           {OpKind::HardSigmoid, gradHardSigmoid},
+           {OpKind::HardSwish, gradHardSwish},
+           {OpKind::Clip, gradClip},
+           {OpKind::Where, gradWhere},
+           {OpKind::Cast, gradPassThrough},
+       })
+    t[k].gradient = f;
 }
 
 } // namespace dlc::ir

@@ -1,6 +1,8 @@
 //===- Linalg.cpp - MatMul and Gemm ----------------------------------------===//
 #include "OpUtils.h"
 
+#include <numeric>
+
 namespace dlc::ir {
 namespace {
 using namespace ops;
@@ -137,6 +139,57 @@ llvm::Error refGemm(const Node &n, const Inputs &in, Outputs &out) {
   });
 }
 
+
+/// MatMul's gradient: dA = dY B^T and dB = A^T dY over the (broadcast) batch dims,
+/// with 1-D operands seen as a row (A) or a column (B) vector.
+llvm::Error gradMatMul(GradBuilder &b, const Node &n) {
+  Value *a = n.operand(0), *w = n.operand(1);
+  Shape as = a->shape(), bs = w->shape();
+  if (as.size() == 1)
+    as.insert(as.begin(), 1);
+  if (bs.size() == 1)
+    bs.push_back(1);
+  Value *a2 = b.reshape(a, as), *b2 = b.reshape(w, bs);
+  // dY with the unit dims of vector operands put back: [..., M, N]
+  Shape gs(n.result()->shape());
+  if (a->rank() == 1)
+    gs.insert(gs.end() - (w->rank() == 1 ? 0 : 1), 1);
+  if (w->rank() == 1)
+    gs.push_back(1);
+  Value *g = b.reshape(b.grad(), gs);
+  auto swapLast = [&](Value *v) {
+    std::vector<int64_t> perm(v->rank());
+    std::iota(perm.begin(), perm.end(), 0);
+    std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+    return b.transpose(v, perm);
+  };
+  if (b.wants(0))
+    b.accumulate(0, b.reshape(b.sumTo(b.op(OpKind::MatMul, {g, swapLast(b2)}), as), a->shape()));
+  if (b.wants(1))
+    b.accumulate(1, b.reshape(b.sumTo(b.op(OpKind::MatMul, {swapLast(a2), g}), bs), w->shape()));
+  return ok();
+}
+
+/// Gemm: Y = alpha A' B' + beta C with A' = A or A^T and B' = B or B^T.
+llvm::Error gradGemm(GradBuilder &b, const Node &n) {
+  Value *a = n.operand(0), *w = n.operand(1), *g = b.grad();
+  bool ta = n.attrInt("transA") != 0, tb = n.attrInt("transB") != 0;
+  double alpha = n.attrFloat("alpha");
+  auto T = [&](Value *v) { return b.transpose(v, {1, 0}); };
+  Value *a2 = ta ? T(a) : a, *b2 = tb ? T(w) : w;
+  if (b.wants(0)) { // dA' = alpha g B'^T
+    Value *d = b.scale(b.op(OpKind::MatMul, {g, T(b2)}), alpha);
+    b.accumulate(0, ta ? T(d) : d);
+  }
+  if (b.wants(1)) { // dB' = alpha A'^T g
+    Value *d = b.scale(b.op(OpKind::MatMul, {T(a2), g}), alpha);
+    b.accumulate(1, tb ? T(d) : d);
+  }
+  if (b.wants(2))
+    b.accumulate(2, b.scale(g, n.attrFloat("beta")));
+  return ok();
+}
+
 } // namespace
 
 void defineLinalgOps(OpTable &t) {
@@ -160,6 +213,8 @@ void defineLinalgOps(OpTable &t) {
       .verify(verifyGemm)
       .infer(inferGemm)
       .reference(refGemm);
+  t[OpKind::MatMul].gradient = gradMatMul;
+  t[OpKind::Gemm].gradient = gradGemm;
 }
 
 } // namespace dlc::ir

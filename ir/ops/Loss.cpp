@@ -8,6 +8,7 @@
 #include "OpUtils.h"
 
 #include <climits>
+#include <numeric>
 
 namespace dlc::ir {
 namespace {
@@ -76,6 +77,44 @@ llvm::Error refNLL(const Node &n, const Inputs &in, Outputs &out) {
   return ok();
 }
 
+
+/// d loss / d input[n, c, d] = -[c == target[n, d]] * w[c] * (g, or g / total
+/// weight for "mean", or g[n, d] for "none"). Ignored targets get no gradient:
+/// they are mapped to the out-of-range class C, for which OneHot is all zeros.
+llvm::Error gradNLL(GradBuilder &b, const Node &n) {
+  if (b.wants(2))
+    return makeError("the class weights are not differentiable");
+  Value *x = n.operand(0), *t = n.operand(1);
+  int64_t C = x->shape()[1];
+  DType dt = x->dtype();
+  if (t->dtype() != DType::I64)
+    t = b.op(OpKind::Cast, {t}, {{"to", std::string(dtypeName(DType::I64))}});
+  int64_t ignore = n.attrInt("ignore_index");
+  if (ignore != INT64_MIN)
+    t = b.select(b.op(OpKind::Equal, {t, b.scalar(static_cast<double>(ignore), DType::I64)}),
+                 b.scalar(static_cast<double>(C), DType::I64), t);
+  Value *onOff = b.graph().addConstant("", Tensor::fromVector(TensorType{dt, {2}}, std::vector<double>{0, 1}));
+  Value *mask = b.op(OpKind::OneHot, {t, onOff}, {{"axis", int64_t{1}}, {"depth", C}}); // [N, C, d...]
+  if (Value *w = n.operand(2)) {
+    Shape ws(x->rank(), 1);
+    ws[1] = C;
+    mask = b.mul(mask, b.reshape(w, ws));
+  }
+  const std::string &r = n.attrString("reduction");
+  Value *g = b.grad();
+  if (r == "none") {
+    Shape gs = g->shape();
+    gs.insert(gs.begin() + 1, 1);
+    g = b.reshape(g, gs);
+  } else if (r == "mean") {
+    std::vector<int64_t> all(x->rank());
+    std::iota(all.begin(), all.end(), 0);
+    g = b.div(g, b.reshape(b.reduceSum(mask, all, false), {}));
+  }
+  b.accumulate(0, b.neg(b.mul(mask, g)));
+  return ok();
+}
+
 } // namespace
 
 void defineLossOps(OpTable &t) {
@@ -89,6 +128,7 @@ void defineLossOps(OpTable &t) {
       .verify(verifyNLL)
       .infer(inferNLL)
       .reference(refNLL);
+  t[OpKind::NegativeLogLikelihoodLoss].gradient = gradNLL;
 }
 
 } // namespace dlc::ir

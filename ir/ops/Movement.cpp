@@ -619,6 +619,95 @@ OpBuilder movement(OpTable &t, OpKind k, LayoutRule layout) {
       .verify(verifyAny);
 }
 
+
+//===----------------------------------------------------------------------===//
+// Gradient rules
+//===----------------------------------------------------------------------===//
+
+llvm::Error gradTranspose(GradBuilder &b, const Node &n) {
+  b.accumulate(0, b.transpose(b.grad(), inversePerm(transposePerm(n))));
+  return ok();
+}
+
+/// Concat: each operand gets its slice of the gradient.
+llvm::Error gradConcat(GradBuilder &b, const Node &n) {
+  int64_t axis = *normalizeAxis(n.attrInt("axis"), n.result()->rank()), at = 0;
+  for (unsigned i = 0; i < n.numOperands(); ++i) {
+    int64_t len = n.operand(i)->shape()[axis];
+    if (b.wants(i))
+      b.accumulate(i, b.op(OpKind::Slice, {b.grad()},
+                           {{"axes", std::vector<int64_t>{axis}},
+                            {"starts", std::vector<int64_t>{at}},
+                            {"ends", std::vector<int64_t>{at + len}}}));
+    at += len;
+  }
+  return ok();
+}
+
+/// Split: the results' gradients concatenated (zeros for a result the loss ignores).
+llvm::Error gradSplit(GradBuilder &b, const Node &n) {
+  std::vector<Value *> parts;
+  for (unsigned i = 0; i < n.numResults(); ++i)
+    parts.push_back(b.grad(i) ? b.grad(i) : b.zerosLike(n.result(i)));
+  b.accumulate(0, b.op(OpKind::Concat, parts, {{"axis", n.attrInt("axis")}}));
+  return ok();
+}
+
+/// Slice with unit steps: the gradient padded back with zeros.
+llvm::Error gradSlice(GradBuilder &b, const Node &n) {
+  auto d = sliceWindow(n);
+  if (!d)
+    return d.takeError();
+  const Shape &x = n.operand(0)->shape();
+  int64_t r = static_cast<int64_t>(x.size());
+  std::vector<int64_t> pads(2 * r);
+  for (int64_t k = 0; k < r; ++k) {
+    if (d->step[k] != 1)
+      return makeError("only slices with unit steps are differentiable");
+    pads[k] = d->start[k];
+    pads[k + r] = x[k] - d->start[k] - d->size[k];
+  }
+  b.accumulate(0, b.op(OpKind::Pad, {b.grad()}, {{"pads", pads}}));
+  return ok();
+}
+
+/// Constant Pad: the gradient sliced back (negative pads crop, which Slice undoes
+/// by padding; only non-negative pads are supported).
+llvm::Error gradPad(GradBuilder &b, const Node &n) {
+  if (n.attrString("mode") != "constant")
+    return errorf("only constant padding is differentiable, not \"{0}\"", n.attrString("mode"));
+  const auto &pads = n.attrInts("pads");
+  const Shape &x = n.operand(0)->shape();
+  int64_t r = static_cast<int64_t>(x.size());
+  std::vector<int64_t> axes, starts, ends;
+  for (int64_t k = 0; k < r; ++k) {
+    if (pads[k] < 0 || pads[k + r] < 0)
+      return makeError("only non-negative pads are differentiable");
+    axes.push_back(k), starts.push_back(pads[k]), ends.push_back(pads[k] + x[k]);
+  }
+  b.accumulate(0, b.op(OpKind::Slice, {b.grad()}, {{"axes", axes}, {"starts", starts}, {"ends", ends}}));
+  return ok();
+}
+
+llvm::Error gradExpand(GradBuilder &b, const Node &) {
+  b.accumulate(0, b.grad()); // the builder sums the broadcast dims
+  return ok();
+}
+
+/// Gather along axis 0 (embeddings): the gradient rows scatter-added to the
+/// gathered rows.
+llvm::Error gradGather(GradBuilder &b, const Node &n) {
+  if (*normalizeAxis(n.attrInt("axis"), n.operand(0)->rank()) != 0)
+    return makeError("only Gather along axis 0 is differentiable");
+  Value *idx = n.operand(1);
+  Shape is = idx->shape();
+  is.push_back(1);
+  Value *idx64 = idx->dtype() == DType::I64 ? idx : b.op(OpKind::Cast, {idx}, {{"to", std::string(dtypeName(DType::I64))}});
+  b.accumulate(0, b.op(OpKind::ScatterND, {b.zerosLike(n.operand(0)), b.reshape(idx64, is), b.grad()},
+                       {{"reduction", std::string("add")}}));
+  return ok();
+}
+
 } // namespace
 
 void defineMovementOps(OpTable &t) {
@@ -720,6 +809,17 @@ void defineMovementOps(OpTable &t) {
       .verify(verifyRange)
       .infer(inferRange)
       .reference(refRange);
+  for (OpKind k : {OpKind::Identity})
+    t[k].gradient = gradPassThrough;
+  for (OpKind k : {OpKind::Reshape, OpKind::Flatten, OpKind::Squeeze, OpKind::Unsqueeze})
+    t[k].gradient = gradReshapeBack;
+  t[OpKind::Transpose].gradient = gradTranspose;
+  t[OpKind::Concat].gradient = gradConcat;
+  t[OpKind::Split].gradient = gradSplit;
+  t[OpKind::Slice].gradient = gradSlice;
+  t[OpKind::Pad].gradient = gradPad;
+  t[OpKind::Expand].gradient = gradExpand;
+  t[OpKind::Gather].gradient = gradGather;
 }
 
 } // namespace dlc::ir

@@ -252,6 +252,75 @@ llvm::Error refLRN(const Node &n, const Inputs &in, Outputs &out) {
   return ok();
 }
 
+
+//===----------------------------------------------------------------------===//
+// Gradient rules
+//===----------------------------------------------------------------------===//
+
+/// Normalization over `axes` with statistics of the batch (BatchNorm in training
+/// mode, LayerNorm): with xhat = (x - mean) * rstd and gs = dY * scale,
+/// dX = rstd * (gs - mean(gs) - xhat * mean(gs * xhat)). The statistics are
+/// computed again from X. Returns dX and xhat.
+std::pair<Value *, Value *> normalizeBackward(GradBuilder &b, Value *x, Value *g, Value *scale,
+                                              const std::vector<int64_t> &axes, double eps) {
+  AttrMap mean{{"axes", axes}, {"keepdims", int64_t{1}}};
+  Value *mu = b.op(OpKind::ReduceMean, {x}, mean);
+  Value *xc = b.sub(x, mu);
+  Value *var = b.op(OpKind::ReduceMean, {b.mul(xc, xc)}, mean);
+  Value *rstd = b.op(OpKind::Reciprocal, {b.op(OpKind::Sqrt, {b.add(var, b.scalar(eps, x->dtype()))})});
+  Value *xhat = b.mul(xc, rstd);
+  Value *gs = b.mul(g, scale);
+  Value *inner = b.sub(b.sub(gs, b.op(OpKind::ReduceMean, {gs}, mean)),
+                       b.mul(xhat, b.op(OpKind::ReduceMean, {b.mul(gs, xhat)}, mean)));
+  return {b.mul(rstd, inner), xhat};
+}
+
+/// BatchNormalization: training mode differentiates through the batch statistics;
+/// inference mode treats the running statistics as constants. The running
+/// statistics (operands 3, 4) get no gradient.
+llvm::Error gradBatchNorm(GradBuilder &b, const Node &n) {
+  if (b.wants(3) || b.wants(4))
+    return makeError("the running mean and variance are not differentiable");
+  Value *x = n.operand(0), *g = b.grad();
+  int64_t r = x->rank();
+  Shape cs(r, 1);
+  cs[1] = x->shape()[1];
+  std::vector<int64_t> axes{0};
+  for (int64_t i = 2; i < r; ++i)
+    axes.push_back(i);
+  Value *scale = b.reshape(n.operand(1), cs);
+  double eps = n.attrFloat("epsilon");
+  Value *dx, *xhat;
+  if (n.attrInt("training_mode")) {
+    std::tie(dx, xhat) = normalizeBackward(b, x, g, scale, axes, eps);
+  } else {
+    Value *rstd = b.op(OpKind::Reciprocal, {b.op(OpKind::Sqrt, {b.add(b.reshape(n.operand(4), cs),
+                                                                        b.scalar(eps, x->dtype()))})});
+    xhat = b.mul(b.sub(x, b.reshape(n.operand(3), cs)), rstd);
+    dx = b.mul(g, b.mul(scale, rstd));
+  }
+  b.accumulate(0, dx);
+  if (b.wants(1))
+    b.accumulate(1, b.reduceSum(b.mul(g, xhat), axes, false));
+  if (b.wants(2))
+    b.accumulate(2, b.reduceSum(g, axes, false));
+  return ok();
+}
+
+llvm::Error gradLayerNorm(GradBuilder &b, const Node &n) {
+  Value *x = n.operand(0), *g = b.grad();
+  int64_t r = x->rank(), axis = *normalizeAxis(n.attrInt("axis"), r);
+  std::vector<int64_t> axes;
+  for (int64_t i = axis; i < r; ++i)
+    axes.push_back(i);
+  auto [dx, xhat] = normalizeBackward(b, x, g, n.operand(1), axes, n.attrFloat("epsilon"));
+  b.accumulate(0, dx);
+  b.accumulate(1, b.mul(g, xhat)); // summed to the scale's shape by the builder
+  if (n.operand(2))
+    b.accumulate(2, g);
+  return ok();
+}
+
 } // namespace
 
 void defineNormOps(OpTable &t) {
@@ -261,6 +330,7 @@ void defineNormOps(OpTable &t) {
       .attr("epsilon", AttrKind::Float, 1e-5f)
       .attr("momentum", AttrKind::Float, 0.9f)
       .attr("training_mode", AttrKind::Int, int64_t{0})
+      .stateOperands({3, 4})
       .fusion(FusionKind::Broadcast)
       .fp16(Fp16Policy::Allow)
       .layout(LayoutRule::channel(1))
@@ -310,6 +380,8 @@ void defineNormOps(OpTable &t) {
       .verify(verifyLRN)
       .infer(inferSameAsOperand0)
       .reference(refLRN);
+  t[OpKind::BatchNormalization].gradient = gradBatchNorm;
+  t[OpKind::LayerNormalization].gradient = gradLayerNorm;
 }
 
 } // namespace dlc::ir

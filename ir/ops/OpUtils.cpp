@@ -282,6 +282,16 @@ std::optional<LayoutRemap> remapReduceAxes(const Node &n, const std::vector<int6
   return m;
 }
 
+llvm::Error gradPassThrough(GradBuilder &b, const Node &) {
+  b.accumulate(0, b.grad());
+  return ok();
+}
+
+llvm::Error gradReshapeBack(GradBuilder &b, const Node &n) {
+  b.accumulate(0, b.reshape(b.grad(), n.operand(0)->shape()));
+  return ok();
+}
+
 } // namespace dlc::ir::ops
 
 namespace dlc::ir {

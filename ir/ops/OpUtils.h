@@ -2,6 +2,7 @@
 #pragma once
 
 #include "dlc/ir/Graph.h"
+#include "dlc/ir/GradBuilder.h"
 #include "dlc/ir/OpHelpers.h"
 
 #include <cmath>
@@ -109,6 +110,13 @@ std::optional<LayoutRemap> remapToChannelsLast(const Node &n, const std::vector<
 std::optional<LayoutRemap> remapAxis(const Node &n, const std::vector<int64_t> &perm);
 /// The remap hook of a Reduce* op (`axes`, `keepdims`, `noop_with_empty_axes`).
 std::optional<LayoutRemap> remapReduceAxes(const Node &n, const std::vector<int64_t> &perm);
+
+/// Gradient rule of an op whose result is its operand 0 (Identity, Cast: the
+/// builder casts back to the operand's dtype).
+llvm::Error gradPassThrough(GradBuilder &b, const Node &n);
+/// Gradient rule of an op that only reshapes operand 0 (Reshape, Flatten, Squeeze,
+/// Unsqueeze): the gradient reshaped back.
+llvm::Error gradReshapeBack(GradBuilder &b, const Node &n);
 
 /// Integer ceil division for non-negative numerator, positive divisor.
 inline int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }

@@ -179,6 +179,83 @@ std::optional<LayoutRemap> remapPool(const Node &n, const std::vector<int64_t> &
   return remapToChannelsLast(n, perm, -1);
 }
 
+
+//===----------------------------------------------------------------------===//
+// Gradient rules
+//===----------------------------------------------------------------------===//
+
+llvm::Error requireChannelsFirst(const Node &n) {
+  if (channelsLast(n))
+    return makeError("channels-last pooling is not differentiable (autodiff runs before the layout pass)");
+  return ok();
+}
+
+/// MaxPool: the pooling run again for the flat indices of the maxima, and the
+/// gradient scatter-added there (windows may overlap).
+llvm::Error gradMaxPool(GradBuilder &b, const Node &n) {
+  if (auto e = requireChannelsFirst(n))
+    return e;
+  if (n.attrInt("storage_order") != 0)
+    return makeError("only storage_order = 0 is differentiable");
+  Value *x = n.operand(0);
+  Value *idx = n.numResults() > 1 ? n.result(1) : b.ops(OpKind::MaxPool, {x}, n.attrs(), 2)[1];
+  int64_t total = x->type().numElements(), count = n.result()->type().numElements();
+  Value *flat = b.op(OpKind::ScatterElements,
+                     {b.zerosLike(b.reshape(x, {total})), b.reshape(idx, {count}), b.reshape(b.grad(), {count})},
+                     {{"axis", int64_t{0}}, {"reduction", std::string("add")}});
+  b.accumulate(0, b.reshape(flat, x->shape()));
+  return ok();
+}
+
+/// AveragePool: each output's gradient divided by its window's element count,
+/// spread back by a depthwise transposed convolution with unit weights.
+llvm::Error gradAveragePool(GradBuilder &b, const Node &n) {
+  if (auto e = requireChannelsFirst(n))
+    return e;
+  Value *x = n.operand(0), *g = b.grad();
+  const Shape &xs = x->shape(), &ys = n.result()->shape();
+  int64_t S = x->rank() - 2, C = xs[1];
+  auto win = Window::fromNode(n, S, {});
+  if (!win)
+    return win.takeError();
+  auto ints = [](const Shape &s) { return std::vector<int64_t>(s.begin(), s.end()); };
+  std::vector<int64_t> pads = ints(win->padBegin), outPad(S);
+  pads.insert(pads.end(), win->padEnd.begin(), win->padEnd.end());
+  int64_t K = product(win->kernel);
+  for (int64_t i = 0; i < S; ++i) {
+    outPad[i] = xs[2 + i] - ((ys[2 + i] - 1) * win->strides[i] - win->padBegin[i] - win->padEnd[i] +
+                             win->dilations[i] * (win->kernel[i] - 1) + 1);
+    if (outPad[i] < 0)
+      return makeError("a window that extends past the padding (ceil_mode) is not differentiable");
+  }
+  bool padded = llvm::any_of(pads, [](int64_t p) { return p != 0; });
+  if (n.attrInt("count_include_pad") || !padded) {
+    g = b.scale(g, 1.0 / static_cast<double>(K));
+  } else { // per-output counts of real elements: K * the pad-inclusive average of ones
+    AttrMap a = n.attrs();
+    a["count_include_pad"] = int64_t{1};
+    Value *ones = b.op(OpKind::Expand, {b.scalar(1, x->dtype())}, {{"shape", std::vector<int64_t>(xs)}});
+    g = b.div(g, b.scale(b.op(OpKind::AveragePool, {ones}, a), static_cast<double>(K)));
+  }
+  Shape ws{C, 1};
+  ws.insert(ws.end(), win->kernel.begin(), win->kernel.end());
+  Value *unit = b.op(OpKind::Expand, {b.scalar(1, x->dtype())}, {{"shape", std::vector<int64_t>(ws)}});
+  b.accumulate(0, b.op(OpKind::ConvTranspose, {g, unit},
+                       {{"group", C}, {"strides", ints(win->strides)}, {"dilations", ints(win->dilations)},
+                        {"pads", pads}, {"output_padding", outPad}}));
+  return ok();
+}
+
+llvm::Error gradGlobalAveragePool(GradBuilder &b, const Node &n) {
+  if (auto e = requireChannelsFirst(n))
+    return e;
+  const Shape &xs = n.operand(0)->shape();
+  int64_t area = product(Shape(xs.begin() + 2, xs.end()));
+  b.accumulate(0, b.op(OpKind::Expand, {b.scale(b.grad(), 1.0 / static_cast<double>(std::max<int64_t>(area, 1)))},
+                       {{"shape", std::vector<int64_t>(xs)}}));
+  return ok();
+}
+
 } // namespace
 
 void definePoolOps(OpTable &t) {
@@ -231,6 +308,9 @@ void definePoolOps(OpTable &t) {
       .verify(verifyPoolInput)
       .infer(inferGlobalPool)
       .reference(refPool<refGlobalPool<true>>);
+  t[OpKind::MaxPool].gradient = gradMaxPool;
+  t[OpKind::AveragePool].gradient = gradAveragePool;
+  t[OpKind::GlobalAveragePool].gradient = gradGlobalAveragePool;
 }
 
 } // namespace dlc::ir

@@ -310,6 +310,42 @@ template <OpKind K> void reduce(OpTable &t, Fp16Policy fp16) {
       .reference(refReduce<K>);
 }
 
+
+//===----------------------------------------------------------------------===//
+// Gradient rules
+//===----------------------------------------------------------------------===//
+
+/// The gradient of a reduction broadcast back over the reduced axes (scaled by
+/// 1/count for ReduceMean).
+template <bool Mean> llvm::Error gradReduceSumMean(GradBuilder &b, const Node &n) {
+  const Shape &x = n.operand(0)->shape();
+  auto red = reducedAxes(n, static_cast<int64_t>(x.size()));
+  if (!red)
+    return red.takeError();
+  Shape kept = x;
+  int64_t count = 1;
+  for (size_t k = 0; k < x.size(); ++k)
+    if ((*red)[k])
+      kept[k] = 1, count *= x[k];
+  Value *g = b.reshape(b.grad(), kept);
+  if (Mean)
+    g = b.scale(g, 1.0 / static_cast<double>(std::max<int64_t>(count, 1)));
+  b.accumulate(0, b.op(OpKind::Expand, {g}, {{"shape", std::vector<int64_t>(x)}}));
+  return ok();
+}
+
+/// Softmax: dx = y (g - sum(g y)); LogSoftmax: dx = g - softmax(x) sum(g), both
+/// along the axis.
+template <bool Log> llvm::Error gradSoftmax(GradBuilder &b, const Node &n) {
+  int64_t axis = *normalizeAxis(n.attrInt("axis"), n.operand(0)->rank());
+  Value *g = b.grad(), *y = n.result();
+  if (Log)
+    b.accumulate(0, b.sub(g, b.mul(b.op(OpKind::Exp, {y}), b.reduceSum(g, {axis}, true))));
+  else
+    b.accumulate(0, b.mul(y, b.sub(g, b.reduceSum(b.mul(g, y), {axis}, true))));
+  return ok();
+}
+
 } // namespace
 
 void defineReduceOps(OpTable &t) {
@@ -381,6 +417,10 @@ void defineReduceOps(OpTable &t) {
       .verify(verifyAxisOp)
       .infer(inferSameAsOperand0)
       .reference(refCumSum);
+  t[OpKind::ReduceSum].gradient = gradReduceSumMean<false>;
+  t[OpKind::ReduceMean].gradient = gradReduceSumMean<true>;
+  t[OpKind::Softmax].gradient = gradSoftmax<false>;
+  t[OpKind::LogSoftmax].gradient = gradSoftmax<true>;
 }
 
 } // namespace dlc::ir

@@ -84,15 +84,6 @@ int fail(const CliContext &ctx, const std::string &msg, int rc = 1) {
   return rc;
 }
 
-std::string sanitize(const std::string &name) {
-  std::string s;
-  for (char c : name)
-    s += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-') ? c : '_';
-  if (s.empty() || s == "." || s == "..")
-    s = "output";
-  return s;
-}
-
 double halfBits(uint16_t h) {
   int e = (h >> 10) & 31, m = h & 1023;
   double v = e == 0 ? std::ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : std::ldexp(m + 1024, e - 25);
@@ -381,7 +372,7 @@ int runMain(const std::vector<std::string> &args, const CliContext &ctx) {
       auto t = o->session->getOutput(out->name()->str());
       if (!t)
         return fail(ctx, t.status().message());
-      std::string path = dir + "/" + sanitize(out->name()->str()) + ".npy";
+      std::string path = dir + "/" + outputFileName(out->name()->str());
       if (Status s = rt::writeNpy(path, *t))
         return fail(ctx, s.message());
       if (!quiet)
@@ -392,7 +383,7 @@ int runMain(const std::vector<std::string> &args, const CliContext &ctx) {
       auto t = o->session->getOutput(out->name()->str());
       if (!t)
         return fail(ctx, t.status().message());
-      std::string ref = p.get("expect", ".") + "/" + sanitize(out->name()->str()) + ".npy";
+      std::string ref = p.get("expect", ".") + "/" + outputFileName(out->name()->str());
       bool mismatch = false;
       if (Status s = compareWithReference(out->name()->str(), *t, ref, rtol, atol, quiet, mismatch))
         return fail(ctx, s.message(), mismatch ? 3 : 1);
@@ -492,6 +483,15 @@ int benchMain(const std::vector<std::string> &args, const CliContext &ctx) {
   std::printf("throughput: %.2f inferences/s, %.2f samples/s (compute median)\n", 1000.0 / med,
               1000.0 * static_cast<double>(batch) / med);
   return 0;
+}
+
+std::string outputFileName(const std::string &name) {
+  std::string s;
+  for (char c : name)
+    s += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-') ? c : '_';
+  if (s.empty() || s == "." || s == "..")
+    s = "output";
+  return s + ".npy";
 }
 
 } // namespace dlc::cli

@@ -27,4 +27,8 @@ int runMain(const std::vector<std::string> &args, const CliContext &ctx);
 /// `bench`: [PACKAGE] [--warmup N] [--iterations N] [--batch N] [--device D] [--input ...]
 int benchMain(const std::vector<std::string> &args, const CliContext &ctx);
 
+/// The file an output is written to by `--output-dir`: NAME.npy with the name
+/// sanitized to [A-Za-z0-9_.-].
+std::string outputFileName(const std::string &name);
+
 } // namespace dlc::cli

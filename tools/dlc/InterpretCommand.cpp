@@ -5,6 +5,10 @@
 #include "dlc/frontend/OnnxImporter.h"
 #include "dlc/ir/Interpreter.h"
 #include "dlc/ir/TextIR.h"
+#include "dlc/runtime/Runtime.h"
+#include "runtime/cli/Cli.h"
+
+#include "llvm/Support/FileSystem.h"
 
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatAdapters.h"
@@ -36,7 +40,8 @@ int runInterpret(const std::vector<std::string> &argv) {
   ArgParser parser("interpret", "FILE.ir [options]",
                    "Runs textual IR on the reference interpreter with seeded random inputs and\n"
                    "prints each output (type, first values, argmax).",
-                   {{"seed", 0, true, false, "N", "Seed of the random inputs (default 0)"}});
+                   {{"seed", 0, true, false, "N", "Seed of the random inputs (default 0)"},
+                    {"output-dir", 0, true, false, "DIR", "Also write each output to DIR/NAME.npy"}});
   auto args = parser.parse(argv);
   if (!args) {
     reportError(args.takeError());
@@ -73,6 +78,26 @@ int runInterpret(const std::vector<std::string> &argv) {
   }
   for (const ir::GraphOutput &o : (*g)->outputs())
     printSummary(llvm::outs(), "output " + o.name, out->at(o.name));
+  if (args->has("output-dir")) {
+    std::string dir = args->getOr("output-dir", ".");
+    if (auto ec = llvm::sys::fs::create_directories(dir)) {
+      reportError(ir::errorf("cannot create '{0}': {1}", dir, ec.message()));
+      return 1;
+    }
+    for (const ir::GraphOutput &o : (*g)->outputs()) {
+      const ir::Tensor &t = out->at(o.name);
+      rt::HostTensor h;
+      h.dtype = static_cast<pkg::DType>(static_cast<uint8_t>(t.dtype()));
+      h.shape = t.shape();
+      const uint8_t *p = static_cast<const uint8_t *>(t.raw());
+      h.data.assign(p, p + t.byteSize());
+      std::string path = dir + "/" + cli::outputFileName(o.name);
+      if (Status st = rt::writeNpy(path, h)) {
+        reportError(ir::makeError(st.message()));
+        return 1;
+      }
+    }
+  }
   return 0;
 }
 

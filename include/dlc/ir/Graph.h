@@ -1,8 +1,9 @@
 //===- Graph.h - Values, nodes and graphs -----------------------*- C++ -*-===//
 //
 // A Graph is an ordered list of Nodes in SSA form. Values are produced by graph
-// inputs, constants (initializers with data) or node results; every Value keeps
-// its use list. The node order is a topological order (checked by the verifier).
+// inputs, constants (initializers with data), trainable parameters (initial data
+// that training updates, so never folded) or node results; every Value keeps its
+// use list. The node order is a topological order (checked by the verifier).
 //===----------------------------------------------------------------------===//
 #pragma once
 
@@ -31,11 +32,16 @@ struct Use {
 
 class Value {
 public:
-  enum class Kind : uint8_t { Input, Constant, Result };
+  enum class Kind : uint8_t { Input, Constant, Parameter, Result };
 
   Kind kind() const { return kind_; }
   bool isInput() const { return kind_ == Kind::Input; }
   bool isConstant() const { return kind_ == Kind::Constant; }
+  /// A trainable parameter: it has data (its initial value) like a constant, but
+  /// training changes it, so no pass may fold through it.
+  bool isParameter() const { return kind_ == Kind::Parameter; }
+  /// Constants and parameters carry data.
+  bool hasData() const { return isConstant() || isParameter(); }
   const std::string &name() const { return name_; }
   const TensorType &type() const { return type_; }
   void setType(TensorType t) { type_ = std::move(t); }
@@ -46,7 +52,7 @@ public:
   /// The node producing this value (null for inputs and constants).
   Node *definingNode() const { return def_; }
   unsigned resultIndex() const { return resultIndex_; }
-  /// Constant data; only valid for constants.
+  /// Constant data (a parameter's initial value); only valid when hasData().
   const Tensor &data() const { return data_; }
 
   const std::vector<Use> &uses() const { return uses_; }
@@ -154,11 +160,15 @@ public:
 
   Value *addInput(std::string name, TensorType type);
   Value *addConstant(std::string name, Tensor data);
+  Value *addParameter(std::string name, Tensor data);
+  /// Turns a constant into a trainable parameter (same name, data and uses).
+  void makeParameter(Value *constant);
   void addOutput(std::string name, Value *v) { outputs_.push_back({std::move(name), v}); }
   void setOutputValue(size_t i, Value *v) { outputs_[i].value = v; }
 
   const std::vector<std::unique_ptr<Value>> &inputs() const { return inputs_; }
   const std::vector<std::unique_ptr<Value>> &constants() const { return constants_; }
+  const std::vector<std::unique_ptr<Value>> &parameters() const { return parameters_; }
   const std::vector<GraphOutput> &outputs() const { return outputs_; }
   bool isOutput(const Value *v) const;
 
@@ -221,6 +231,7 @@ private:
   std::string name_;
   std::vector<std::unique_ptr<Value>> inputs_;
   std::vector<std::unique_ptr<Value>> constants_;
+  std::vector<std::unique_ptr<Value>> parameters_;
   NodeList nodes_;
   std::vector<GraphOutput> outputs_;
   std::unordered_map<std::string, Value *> names_;

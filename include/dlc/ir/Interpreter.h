@@ -17,7 +17,8 @@ namespace dlc::ir {
 using TensorMap = std::map<std::string, Tensor, std::less<>>;
 
 /// Runs the graph on inputs given by input name; returns outputs by output name.
-/// Input types must match the graph's input types exactly.
+/// Input types must match the graph's input types exactly. Parameters take their
+/// initial value unless `inputs` also names them.
 llvm::Expected<TensorMap> interpret(const Graph &g, const TensorMap &inputs);
 /// The same, calling `onNode` with each node and its results as they are computed
 /// (for per-node comparisons such as the accuracy report).

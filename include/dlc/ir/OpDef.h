@@ -121,8 +121,9 @@ using InferFn = llvm::Expected<std::vector<TensorType>> (*)(const Node &);
 using RefFn = llvm::Error (*)(const Node &, const std::vector<const Tensor *> &in,
                               std::vector<Tensor> &out);
 
-class GradBuilder; // defined by the autodiff work
-/// Gradient rule: emits the vector-Jacobian product of the node into the builder.
+class GradBuilder; // dlc/ir/GradBuilder.h
+/// Gradient rule: builds the vector-Jacobian product of the node with the builder
+/// (dlc/ir/GradBuilder.h); an error says the node's attributes are not supported.
 using GradFn = llvm::Error (*)(GradBuilder &, const Node &);
 class KernelEmitter; // defined by codegen
 /// Emits the CUDA code for a node that is not a plain element-wise expression.
@@ -147,8 +148,12 @@ struct OpDef {
   VerifyFn verify = nullptr;
   InferFn infer = nullptr;
   RefFn reference = nullptr;
-  // Slots filled by later work; may be null until then.
+  /// Null: the op is not differentiable (autodiff reports it when a parameter's
+  /// gradient would have to flow through it).
   GradFn gradient = nullptr;
+  /// Float operands that are state, not weights: a constant used only there does
+  /// not become a trainable parameter (BatchNormalization's running statistics).
+  std::vector<unsigned> stateOperands;
   /// Element-wise CUDA expression template over operands $0, $1, ... and
   /// attributes ${name}, e.g. "tanhf($0)".
   const char *cudaExpr = nullptr;
@@ -182,6 +187,8 @@ public:
   OpBuilder &infer(InferFn f) { return d_.infer = f, *this; }
   OpBuilder &reference(RefFn f) { return d_.reference = f, *this; }
   OpBuilder &cudaExpr(const char *e) { return d_.cudaExpr = e, *this; }
+  OpBuilder &gradient(GradFn f) { return d_.gradient = f, *this; }
+  OpBuilder &stateOperands(std::vector<unsigned> ops) { return d_.stateOperands = std::move(ops), *this; }
   OpBuilder &decomposed() { return d_.decomposedBeforeCodegen = true, *this; }
 
 private:

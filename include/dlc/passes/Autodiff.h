@@ -1,0 +1,38 @@
+//===- Autodiff.h - Reverse-mode differentiation ----------------*- C++ -*-===//
+//
+// Appends the backward graph of a scalar loss to a graph: one pass over the
+// forward nodes in reverse order, each node's vector-Jacobian product built by its
+// op's gradient rule (OpDef::gradient, in the op's family file), gradients of a
+// value used several times summed. Only nodes on a path from a trainable parameter
+// to the loss are differentiated.
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "dlc/ir/Graph.h"
+
+#include <functional>
+
+namespace dlc::passes {
+
+struct Gradient {
+  ir::Value *parameter;
+  ir::Value *grad; // same type as the parameter
+};
+
+/// Builds d loss / d p for every trainable parameter p of the graph, in
+/// g.parameters() order. The loss must be a floating-point value with one
+/// element. A parameter the loss does not depend on gets a zero gradient.
+llvm::Expected<std::vector<Gradient>> buildGradients(ir::Graph &g, ir::Value *loss);
+
+/// Turns the trainable constants into parameters: floating-point tensors (not
+/// scalars, which are hyper-constants such as epsilons and scale factors) whose
+/// values are finite (not attention masks), with at least one use as a weight
+/// rather than as an op's state operand (BatchNormalization's running statistics),
+/// and whose name `frozen` does not accept. Returns how many became parameters.
+size_t promoteTrainableConstants(ir::Graph &g,
+                                 const std::function<bool(const std::string &)> &frozen = {});
+
+/// The output name of a parameter's gradient in the `autodiff` pass: "grad.NAME".
+std::string gradientOutputName(const ir::Value &parameter);
+
+} // namespace dlc::passes

@@ -1,0 +1,138 @@
+//===- Autodiff.cpp - Reverse-mode differentiation -------------------------===//
+//
+// The pass differentiates the graph's first output (the loss) with respect to
+// every trainable parameter and appends the gradients as outputs "grad.NAME". The
+// training compile (`dlc compile --train`) calls buildGradients directly and feeds
+// the gradients to the optimizer instead.
+//===----------------------------------------------------------------------===//
+#include "dlc/passes/Autodiff.h"
+
+#include "dlc/ir/GradBuilder.h"
+#include "dlc/passes/Pass.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace dlc::passes {
+
+using namespace ir;
+
+std::string gradientOutputName(const Value &parameter) {
+  return "grad." + parameter.name();
+}
+
+size_t promoteTrainableConstants(Graph &g, const std::function<bool(const std::string &)> &frozen) {
+  std::vector<Value *> chosen;
+  for (const auto &c : g.constants()) {
+    if (!isFloat(c->dtype()) || c->rank() == 0 || (frozen && frozen(c->name())))
+      continue;
+    auto v = c->data().toVector<double>();
+    if (!std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); }))
+      continue; // a mask (-inf), not a weight
+    bool weight = llvm::any_of(c->uses(), [](const Use &u) {
+      return !llvm::is_contained(u.user->def().stateOperands, u.operandIndex);
+    });
+    if (weight)
+      chosen.push_back(c.get());
+  }
+  for (Value *c : chosen)
+    g.makeParameter(c);
+  return chosen.size();
+}
+
+llvm::Expected<std::vector<Gradient>> buildGradients(Graph &g, Value *loss) {
+  if (!isFloat(loss->dtype()) || loss->type().numElements() != 1)
+    return errorf("the loss '{0}' must be a floating-point scalar, got {1}", loss->name(),
+                  loss->type().str());
+  if (g.parameters().empty())
+    return makeError("the model has no trainable parameters");
+
+  // Values that depend on a parameter, and nodes whose results reach the loss.
+  std::unordered_set<const Value *> varying;
+  for (const auto &p : g.parameters())
+    varying.insert(p.get());
+  std::vector<Node *> forward = g.nodeList();
+  for (Node *n : forward)
+    if (llvm::any_of(n->operands(), [&](Value *v) { return v && varying.count(v); }))
+      for (unsigned i = 0; i < n->numResults(); ++i)
+        varying.insert(n->result(i));
+
+  std::unordered_map<const Value *, Value *> grads;
+  GradBuilder b(g);
+  grads[loss] = b.op(OpKind::Expand, {b.scalar(1, loss->dtype())},
+                     {{"shape", std::vector<int64_t>(loss->shape())}});
+  for (auto it = forward.rbegin(); it != forward.rend(); ++it) {
+    Node *n = *it;
+    std::vector<Value *> resultGrads;
+    bool any = false;
+    for (unsigned i = 0; i < n->numResults(); ++i) {
+      auto gi = grads.find(n->result(i));
+      resultGrads.push_back(gi == grads.end() ? nullptr : gi->second);
+      any |= resultGrads.back() != nullptr;
+    }
+    std::vector<bool> wanted;
+    bool anyWanted = false;
+    for (Value *v : n->operands()) {
+      wanted.push_back(v && isFloat(v->dtype()) && varying.count(v));
+      anyWanted |= wanted.back();
+    }
+    if (!any || !anyWanted)
+      continue;
+    if (!n->def().gradient)
+      return errorf("{0}: op {1} has no gradient rule, and the loss depends on a trainable "
+                    "parameter through it",
+                    n->describe(), n->opName());
+    b.begin(*n, std::move(resultGrads), std::move(wanted));
+    if (auto e = n->def().gradient(b, *n))
+      return errorf("{0}: {1}", n->describe(), llvm::toString(std::move(e)));
+    if (auto e = b.takeError())
+      return e;
+    for (auto [i, gi] : b.operandGrads()) {
+      Value *&acc = grads[n->operand(i)];
+      acc = acc ? b.add(acc, gi) : gi;
+    }
+    if (auto e = b.takeError())
+      return e;
+  }
+
+  std::vector<Gradient> out;
+  for (const auto &p : g.parameters()) {
+    auto gi = grads.find(p.get());
+    Value *gv = gi != grads.end() ? gi->second : b.zerosLike(p.get());
+    if (auto e = b.takeError())
+      return e;
+    out.push_back({p.get(), gv});
+  }
+  return out;
+}
+
+namespace {
+
+class Autodiff : public Pass {
+public:
+  std::string_view name() const override { return "autodiff"; }
+  bool run(Graph &g, PassContext &ctx) override {
+    if (g.outputs().empty()) {
+      ctx.fail(makeError("autodiff: the graph has no output to use as the loss"));
+      return false;
+    }
+    auto grads = buildGradients(g, g.outputs()[0].value);
+    if (!grads) {
+      ctx.fail(grads.takeError());
+      return false;
+    }
+    for (const Gradient &gr : *grads)
+      g.addOutput(gradientOutputName(*gr.parameter), gr.grad);
+    return true;
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createAutodiff() {
+  return std::make_unique<Autodiff>();
+}
+
+} // namespace dlc::passes
