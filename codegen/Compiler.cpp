@@ -34,7 +34,8 @@ double since(std::chrono::steady_clock::time_point t0) {
 pkg::BufRef ref(const BufferRef &r) { return pkg::BufRef(r.buffer, r.offset); }
 
 /// The package image; its sections point into `p` and `modules`.
-pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModule> &modules, bool embedSource) {
+pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModule> &modules, bool embedSource,
+                               const std::string &sourceModel) {
   pkg::PackageWriter w;
   auto &fb = w.builder();
   // Sections first: weights, modules, source.
@@ -45,6 +46,10 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
   for (const CompiledModule &m : modules)
     moduleSections.push_back(w.addSection(m.image.data(), m.image.size()));
   pkg::Section src = embedSource ? w.addSection(p.source.data(), p.source.size()) : pkg::Section(0, 0);
+  pkg::Section model = w.addSection(sourceModel.data(), sourceModel.size());
+  std::vector<pkg::Section> variableSections;
+  for (const VariableDesc &v : p.variables)
+    variableSections.push_back(w.addSection(v.initial.raw(), v.initial.byteSize()));
 
   std::vector<flatbuffers::Offset<pkg::Buffer>> buffers;
   for (const BufferDesc &b : p.buffers)
@@ -129,6 +134,13 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
       steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Memset, ms.Union(), node, archs));
     }
   }
+  std::vector<flatbuffers::Offset<pkg::Variable>> variables;
+  for (size_t i = 0; i < p.variables.size(); ++i) {
+    const VariableDesc &v = p.variables[i];
+    variables.push_back(pkg::CreateVariable(fb, fb.CreateString(v.name), toPkg(v.initial.dtype()),
+                                            fb.CreateVector(v.initial.shape()), v.buffer, &variableSections[i],
+                                            v.trainable));
+  }
   std::vector<flatbuffers::Offset<pkg::Check>> checks;
   for (const CheckDesc &c : p.checks)
     checks.push_back(pkg::CreateCheck(fb, c.offset, fb.CreateString(c.node), fb.CreateString(c.what)));
@@ -139,7 +151,8 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
                                  fb.CreateVector(weights), fb.CreateVector(kernels), fb.CreateVector(mods),
                                  fb.CreateVector(steps), embedSource ? &src : nullptr, p.naiveArenaBytes,
                                  p.maxLiveBytes, gpuModules ? nvrtcVersionNumber() : 0, fb.CreateVector(checks),
-                                 p.checkBuffer);
+                                 p.checkBuffer, fb.CreateVector(variables), p.commitSteps,
+                                 sourceModel.empty() ? nullptr : &model);
   return w.finishImage(root);
 }
 
@@ -426,7 +439,7 @@ llvm::Expected<pkg::PackageImage> compileGraphImage(const Graph &g, const Compil
                llvm::formatv("{0:f2}", ph.seconds).str() + " s");
   }
   progress("package: writing");
-  pkg::PackageImage image = writePackage(*program, *modules, opts.embedSource);
+  pkg::PackageImage image = writePackage(*program, *modules, opts.embedSource, opts.sourceModel);
   image.keepAlive(program);
   image.keepAlive(modules);
   rep.packageBytes = image.size();

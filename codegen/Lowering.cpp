@@ -248,7 +248,7 @@ BufferRef Lowering::bufferOf(const Value *v) {
   auto it = valueBuffers_.find(v);
   if (it != valueBuffers_.end())
     return it->second;
-  if (v->hasData()) {
+  if (v->isConstant()) {
     BufferRef r = constantBuffer(v->data(), v->name());
     valueBuffers_[v] = r;
     return r;
@@ -433,12 +433,40 @@ std::optional<GemmEpilogue> Lowering::libraryEpilogue(const FusionGroup &g) cons
 
 bool Lowering::anchorMaterializes(const Node &anchor) const { return anchor.kind() == OpKind::MatMul; }
 
+void Lowering::addUpdateCopies() {
+  // The step ends by writing each update's value into its variable; every read
+  // in the step saw the old value. A value that is itself another variable (or a
+  // view of one) is saved first, so that no copy reads a variable already written.
+  std::set<uint32_t> variableBuffers;
+  for (const VariableDesc &v : p_.variables)
+    variableBuffers.insert(v.buffer);
+  std::vector<std::pair<BufferRef, BufferRef>> copies; // (from, to)
+  for (const GraphOutput &o : g_.outputs()) {
+    if (!o.isUpdate())
+      continue;
+    BufferRef from = bufferOf(o.value), to = bufferOf(o.variable);
+    if (from.buffer == to.buffer && from.offset == to.offset)
+      continue;
+    uint64_t bytes = o.variable->type().byteSize();
+    if (variableBuffers.count(from.buffer)) { // part of the step proper, not of the commit
+      BufferRef saved = temp(bytes, o.variable->name() + ".next");
+      p_.steps.push_back({CopyStep{from, saved, bytes}, "update " + o.variable->name(), {}});
+      from = saved;
+    }
+    copies.push_back({from, to});
+  }
+  for (const auto &[from, to] : copies)
+    p_.steps.push_back({CopyStep{from, to, p_.buffers[to.buffer].bytes}, "update " + p_.buffers[to.buffer].name, {}});
+  p_.commitSteps = static_cast<uint32_t>(copies.size());
+}
+
 llvm::Expected<Program> Lowering::run() {
   p_.modelName = g_.name();
   for (const auto &in : g_.inputs())
     interface_.insert(in.get());
   for (const GraphOutput &o : g_.outputs())
-    interface_.insert(o.value);
+    if (!o.isUpdate())
+      interface_.insert(o.value);
   for (bool changed = true; changed;) { // views share their operand's memory
     changed = false;
     for (const Node &n : g_.nodes())
@@ -451,6 +479,9 @@ llvm::Expected<Program> Lowering::run() {
   }
   for (const auto &in : g_.inputs())
     p_.inputs.push_back({in->name(), in->type(), allocate(in.get()).buffer});
+  // Variables: session state in the arena, never shared with another buffer.
+  for (const auto &v : g_.parameters())
+    p_.variables.push_back({v->name(), v->data(), allocate(v.get()).buffer, v->isTrainable()});
   std::vector<const Node *> nodes;
   for (const Node &n : g_.nodes())
     nodes.push_back(&n);
@@ -472,7 +503,9 @@ llvm::Expected<Program> Lowering::run() {
                     llvm::toString(std::move(e)));
   }
   for (const GraphOutput &o : g_.outputs())
-    p_.outputs.push_back({o.name, o.value->type(), bufferOf(o.value).buffer});
+    if (!o.isUpdate())
+      p_.outputs.push_back({o.name, o.value->type(), bufferOf(o.value).buffer});
+  addUpdateCopies();
 
   // Weights in order; the arena by lifetimes (MemoryPlan.h).
   for (BufferDesc &b : p_.buffers)
@@ -481,6 +514,8 @@ llvm::Expected<Program> Lowering::run() {
       p_.weightBytes += arenaAligned(b.bytes);
     }
   std::vector<uint32_t> pinned;
+  for (const VariableDesc &v : p_.variables)
+    pinned.push_back(v.buffer);
   if (!p_.checks.empty()) {
     // The check words start each run at zero; the runtime reads them after it.
     uint64_t bytes = p_.buffers[p_.checkBuffer].bytes;

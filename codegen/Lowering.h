@@ -168,6 +168,15 @@ struct TensorDesc {
   uint32_t buffer;
 };
 
+/// A variable (ir::Value::isParameter): a pinned arena buffer that the session
+/// initializes from `initial` and that the schedule's update copies write.
+struct VariableDesc {
+  std::string name;
+  ir::Tensor initial;
+  uint32_t buffer;
+  bool trainable;
+};
+
 /// A launch's word of the check buffer (pkg::Check).
 struct CheckDesc {
   uint64_t offset;
@@ -182,6 +191,9 @@ struct Program {
   std::vector<KernelDesc> kernels;
   std::vector<StepDesc> steps;
   std::vector<TensorDesc> inputs, outputs;
+  std::vector<VariableDesc> variables;
+  /// The trailing steps that commit the graph's updates.
+  uint32_t commitSteps = 0;
   uint64_t arenaBytes = 0, weightBytes = 0;
   /// The memory plan's figures (MemoryPlan.h).
   uint64_t naiveArenaBytes = 0, maxLiveBytes = 0;
@@ -226,6 +238,8 @@ public:
   BufferRef allocate(const ir::Value *result);
   /// Makes `result` share `operand`'s memory (metadata-only ops such as Reshape).
   void alias(const ir::Value *result, const ir::Value *operand);
+  /// The copies that commit the graph's updates at the end of the schedule.
+  void addUpdateCopies();
   /// Binds a value to an existing buffer (e.g. a constant computed at compile time).
   void bind(const ir::Value *v, BufferRef r);
   /// A buffer for one node's steps (its lifetime is theirs: the memory plan reuses it).

@@ -91,21 +91,33 @@ Value *Graph::addConstant(std::string name, Tensor data) {
   return registerValue(std::move(v), &constants_);
 }
 
-Value *Graph::addParameter(std::string name, Tensor data) {
+Value *Graph::addParameter(std::string name, Tensor data, bool trainable) {
   if (name.empty() || names_.count(name))
     name = uniqueName(name);
   auto v = std::unique_ptr<Value>(new Value(this, Value::Kind::Parameter, std::move(name), data.type()));
   v->data_ = std::move(data);
+  v->trainable_ = trainable;
   return registerValue(std::move(v), &parameters_);
 }
 
-void Graph::makeParameter(Value *constant) {
+void Graph::makeParameter(Value *constant, bool trainable) {
   assert(constant->isConstant() && constant->graph() == this);
   auto it = std::find_if(constants_.begin(), constants_.end(),
                          [&](const std::unique_ptr<Value> &c) { return c.get() == constant; });
   constant->kind_ = Value::Kind::Parameter;
+  constant->trainable_ = trainable;
   parameters_.push_back(std::move(*it));
   constants_.erase(it);
+}
+
+void Graph::makeConstant(Value *parameter) {
+  assert(parameter->isParameter() && parameter->graph() == this);
+  auto it = std::find_if(parameters_.begin(), parameters_.end(),
+                         [&](const std::unique_ptr<Value> &p) { return p.get() == parameter; });
+  parameter->kind_ = Value::Kind::Constant;
+  parameter->trainable_ = false;
+  constants_.push_back(std::move(*it));
+  parameters_.erase(it);
 }
 
 bool Graph::isOutput(const Value *v) const {
@@ -302,7 +314,7 @@ std::unique_ptr<Graph> Graph::clone() const {
   for (auto &c : constants_)
     map[c.get()] = g->addConstant(c->name(), c->data());
   for (auto &p : parameters_)
-    map[p.get()] = g->addParameter(p->name(), p->data());
+    map[p.get()] = g->addParameter(p->name(), p->data(), p->isTrainable());
   g->nextId_ = nextId_;
   for (auto &n : nodes_) {
     std::vector<Value *> ops;
@@ -320,7 +332,10 @@ std::unique_ptr<Graph> Graph::clone() const {
       map[n->result(i)] = c->result(i);
   }
   for (auto &o : outputs_)
-    g->addOutput(o.name, mapped(o.value));
+    if (o.isUpdate())
+      g->addUpdate(map.at(o.variable), mapped(o.value));
+    else
+      g->addOutput(o.name, mapped(o.value));
   return g;
 }
 

@@ -354,8 +354,8 @@ private:
     if (auto e = expect(Tok::Equal, "after result names"))
       return e;
 
-    if (isIdent("const") || isIdent("param")) {
-      bool param = tok().text == "param";
+    if (isIdent("const") || isIdent("param") || isIdent("state")) {
+      bool param = tok().text != "const", trainable = tok().text == "param";
       ++pos_;
       if (names.size() != 1)
         return errorAt(first, param ? "a parameter defines exactly one value" : "a constant defines exactly one value");
@@ -366,14 +366,14 @@ private:
       if (!data)
         return data.takeError();
       if (param)
-        g_->addParameter(names[0]->text, std::move(*data));
+        g_->addParameter(names[0]->text, std::move(*data), trainable);
       else
         g_->addConstant(names[0]->text, std::move(*data));
       return llvm::Error::success();
     }
 
     if (!is(Tok::Ident))
-      return error("expected an op name, 'const' or 'param', found " + describeTok(tok()));
+      return error("expected an op name, 'const', 'param' or 'state', found " + describeTok(tok()));
     const Token &opTok = consume();
     auto kind = opKindFromName(opTok.text);
     if (!kind)
@@ -514,6 +514,26 @@ private:
     while (!isIdent("return")) {
       if (is(Tok::Eof) || is(Tok::RBrace) || is(Tok::Error))
         return error("expected 'return' before the end of the graph, found " + describeTok(tok()));
+      if (isIdent("update")) { // update %variable = %value
+        ++pos_;
+        if (!is(Tok::ValueName))
+          return error("expected the variable after 'update', found " + describeTok(tok()));
+        const Token &varTok = consume();
+        auto var = lookup(varTok);
+        if (!var)
+          return var.takeError();
+        if (auto e = expect(Tok::Equal, "after the updated variable"))
+          return e;
+        if (!is(Tok::ValueName))
+          return error("expected the new value of '%" + varTok.text + "', found " + describeTok(tok()));
+        auto val = lookup(consume());
+        if (!val)
+          return val.takeError();
+        if (!(*var)->isParameter())
+          return errorAt(varTok, "'%" + varTok.text + "' is not a param or state variable and cannot be updated");
+        g_->addUpdate(*var, *val);
+        continue;
+      }
       if (auto e = parseStatement())
         return e;
     }

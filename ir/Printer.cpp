@@ -161,18 +161,21 @@ void printGraph(const Graph &g, llvm::raw_ostream &os, const PrintOptions &opts)
     os << ": " << g.inputs()[i]->type().str();
   }
   os << ") -> (";
-  for (size_t i = 0; i < g.outputs().size(); ++i) {
-    if (i)
-      os << ", ";
-    printString(os, g.outputs()[i].name);
-    os << ": " << (g.outputs()[i].value ? g.outputs()[i].value->type().str() : "?");
+  bool first = true;
+  for (const GraphOutput &o : g.outputs()) {
+    if (o.isUpdate())
+      continue;
+    os << (first ? "" : ", ");
+    first = false;
+    printString(os, o.name);
+    os << ": " << (o.value ? o.value->type().str() : "?");
   }
   os << ") {\n";
   for (const auto *list : {&g.parameters(), &g.constants()})
     for (const auto &c : *list) {
       os << "  ";
       printName(os, '%', c->name());
-      os << (c->isParameter() ? " = param " : " = const ");
+      os << (c->isTrainable() ? " = param " : c->isParameter() ? " = state " : " = const ");
       printTensorLiteral(c->data(), os, opts);
       os << '\n';
     }
@@ -181,11 +184,23 @@ void printGraph(const Graph &g, llvm::raw_ostream &os, const PrintOptions &opts)
     printNode(n, os, opts);
     os << '\n';
   }
+  for (const GraphOutput &o : g.outputs())
+    if (o.isUpdate() && o.value) {
+      os << "  update ";
+      printName(os, '%', o.variable->name());
+      os << " = ";
+      printName(os, '%', o.value->name());
+      os << '\n';
+    }
   os << "  return";
-  for (size_t i = 0; i < g.outputs().size(); ++i) {
-    os << (i ? ", " : " ");
-    if (g.outputs()[i].value)
-      printName(os, '%', g.outputs()[i].value->name());
+  first = true;
+  for (const GraphOutput &o : g.outputs()) {
+    if (o.isUpdate())
+      continue;
+    os << (first ? " " : ", ");
+    first = false;
+    if (o.value)
+      printName(os, '%', o.value->name());
   }
   os << "\n}\n";
 }

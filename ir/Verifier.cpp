@@ -146,11 +146,21 @@ llvm::Error verifyGraph(const Graph &g, std::string_view fileName) {
   if (g.outputs().empty())
     return makeError("graph '" + g.name() + "' has no outputs");
   std::unordered_set<std::string> outNames;
+  if (std::all_of(g.outputs().begin(), g.outputs().end(), [](const GraphOutput &o) { return o.isUpdate(); }))
+    return makeError("graph '" + g.name() + "' has no outputs (only updates)");
   for (const GraphOutput &o : g.outputs()) {
     if (!o.value || !defined.count(o.value))
       return errorf("graph output '{0}' is not defined in the graph", o.name);
+    if (o.isUpdate()) {
+      if (!o.variable->isParameter() || o.variable->graph() != &g)
+        return errorf("update of '{0}', which is not a variable of the graph", o.variable->name());
+      if (o.value->type() != o.variable->type())
+        return errorf("update of '{0}' ({1}) with a value of type {2}", o.variable->name(),
+                      o.variable->type().str(), o.value->type().str());
+    }
     if (!outNames.insert(o.name).second)
-      return errorf("graph output name '{0}' is used twice", o.name);
+      return errorf(o.isUpdate() ? "variable '{0}' is updated twice" : "graph output name '{0}' is used twice",
+                    o.name);
   }
   return llvm::Error::success();
 }

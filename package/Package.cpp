@@ -300,32 +300,46 @@ Status PackageFile::verify() {
       return bad(what + " reaches past the end of buffer " + std::to_string(r.buffer()));
     return Status::ok();
   };
+  // A TensorInfo or a Variable: dtype, shape and a buffer that holds the tensor.
+  auto checkTensor = [&](const auto *t, const std::string &label, std::set<std::string> &names) -> Status {
+    if (!t->name() || t->name()->size() == 0 || !names.insert(t->name()->str()).second)
+      return bad(label + " has a missing or duplicate name");
+    if (static_cast<size_t>(t->dtype()) > static_cast<size_t>(DType::MAX))
+      return bad(label + " has an unknown dtype");
+    uint64_t n = 1;
+    if (t->shape())
+      for (int64_t d : *t->shape()) {
+        if (d < 0 || (d && n > (uint64_t{1} << 48) / static_cast<uint64_t>(d)))
+          return bad(label + " has an invalid shape");
+        n *= static_cast<uint64_t>(d);
+      }
+    return checkRef(BufRef(t->buffer(), 0), n * dtypeSize(t->dtype()), label);
+  };
   auto checkTensors = [&](const flatbuffers::Vector<flatbuffers::Offset<TensorInfo>> *ts,
                           const char *what) -> Status {
-    if (!ts)
-      return Status::ok();
     std::set<std::string> names;
-    for (size_t i = 0; i < ts->size(); ++i) {
-      const TensorInfo *t = ts->Get(i);
-      std::string label = std::string(what) + " " + std::to_string(i);
-      if (!t->name() || t->name()->size() == 0 || !names.insert(t->name()->str()).second)
-        return bad(label + " has a missing or duplicate name");
-      if (static_cast<size_t>(t->dtype()) > static_cast<size_t>(DType::MAX))
-        return bad(label + " has an unknown dtype");
-      uint64_t n = 1;
-      if (t->shape())
-        for (int64_t d : *t->shape()) {
-          if (d < 0 || (d && n > (uint64_t{1} << 48) / static_cast<uint64_t>(d)))
-            return bad(label + " has an invalid shape");
-          n *= static_cast<uint64_t>(d);
-        }
-      if (Status s = checkRef(BufRef(t->buffer(), 0), n * dtypeSize(t->dtype()), label))
-        return s;
-    }
+    for (size_t i = 0; ts && i < ts->size(); ++i)
+      DLC_RETURN_IF_ERROR(checkTensor(ts->Get(i), std::string(what) + " " + std::to_string(i), names));
     return Status::ok();
   };
   DLC_RETURN_IF_ERROR(checkTensors(p.inputs(), "input"));
   DLC_RETURN_IF_ERROR(checkTensors(p.outputs(), "output"));
+  if (p.commit_steps() > (p.steps() ? p.steps()->size() : 0))
+    return bad("more commit steps than steps");
+  DLC_RETURN_IF_ERROR(checkSection(p.source_model(), "the source model"));
+  if (p.variables()) {
+    std::set<std::string> names;
+    for (size_t i = 0; i < p.variables()->size(); ++i) {
+      const Variable *v = p.variables()->Get(i);
+      std::string label = "variable " + std::to_string(i);
+      DLC_RETURN_IF_ERROR(checkTensor(v, label, names));
+      DLC_RETURN_IF_ERROR(checkSection(v->data(), label));
+      if (!v->data() || v->data()->size() != buffers->Get(v->buffer())->bytes())
+        return bad(label + " has no initial value of its size");
+      if (buffers->Get(v->buffer())->region() != Region::Arena)
+        return bad(label + " is not in the arena");
+    }
+  }
   if (p.weights())
     for (size_t i = 0; i < p.weights()->size(); ++i) {
       const Weight *w = p.weights()->Get(i);

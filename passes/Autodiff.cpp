@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -24,35 +25,49 @@ std::string gradientOutputName(const Value &parameter) {
 }
 
 size_t promoteTrainableConstants(Graph &g, const std::function<bool(const std::string &)> &frozen) {
-  std::vector<Value *> chosen;
-  for (const auto &c : g.constants()) {
-    if (!isFloat(c->dtype()) || c->rank() == 0 || (frozen && frozen(c->name())))
-      continue;
-    auto v = c->data().toVector<double>();
-    if (!std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); }))
-      continue; // a mask (-inf), not a weight
-    bool weight = llvm::any_of(c->uses(), [](const Use &u) {
-      return !llvm::is_contained(u.user->def().stateOperands, u.operandIndex);
-    });
-    if (weight)
-      chosen.push_back(c.get());
+  // Variables with updates are state (running statistics); the rest are candidates.
+  std::set<const Value *> state;
+  for (const GraphOutput &o : g.outputs())
+    if (o.isUpdate())
+      state.insert(o.variable);
+  std::vector<Value *> candidates;
+  for (const auto *list : {&g.constants(), &g.parameters()})
+    for (const auto &c : *list)
+      if (!state.count(c.get()))
+        candidates.push_back(c.get());
+  size_t trained = 0;
+  for (Value *c : candidates) {
+    bool weight = isFloat(c->dtype()) && c->rank() > 0 && !(frozen && frozen(c->name())) &&
+                  llvm::any_of(c->uses(), [](const Use &u) {
+                    return !llvm::is_contained(u.user->def().stateOperands, u.operandIndex);
+                  });
+    if (weight) {
+      auto v = c->data().toVector<double>();
+      weight = std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); }); // not a -inf mask
+    }
+    if (weight && c->isConstant())
+      g.makeParameter(c);
+    else if (weight)
+      g.setTrainable(c, true);
+    else if (c->isParameter())
+      g.makeConstant(c);
+    trained += weight;
   }
-  for (Value *c : chosen)
-    g.makeParameter(c);
-  return chosen.size();
+  return trained;
 }
 
 llvm::Expected<std::vector<Gradient>> buildGradients(Graph &g, Value *loss) {
   if (!isFloat(loss->dtype()) || loss->type().numElements() != 1)
     return errorf("the loss '{0}' must be a floating-point scalar, got {1}", loss->name(),
                   loss->type().str());
-  if (g.parameters().empty())
+  if (llvm::none_of(g.parameters(), [](const auto &p) { return p->isTrainable(); }))
     return makeError("the model has no trainable parameters");
 
   // Values that depend on a parameter, and nodes whose results reach the loss.
   std::unordered_set<const Value *> varying;
   for (const auto &p : g.parameters())
-    varying.insert(p.get());
+    if (p->isTrainable())
+      varying.insert(p.get());
   std::vector<Node *> forward = g.nodeList();
   for (Node *n : forward)
     if (llvm::any_of(n->operands(), [&](Value *v) { return v && varying.count(v); }))
@@ -99,6 +114,8 @@ llvm::Expected<std::vector<Gradient>> buildGradients(Graph &g, Value *loss) {
 
   std::vector<Gradient> out;
   for (const auto &p : g.parameters()) {
+    if (!p->isTrainable())
+      continue;
     auto gi = grads.find(p.get());
     Value *gv = gi != grads.end() ? gi->second : b.zerosLike(p.get());
     if (auto e = b.takeError())
@@ -114,11 +131,12 @@ class Autodiff : public Pass {
 public:
   std::string_view name() const override { return "autodiff"; }
   bool run(Graph &g, PassContext &ctx) override {
-    if (g.outputs().empty()) {
+    auto loss = llvm::find_if(g.outputs(), [](const GraphOutput &o) { return !o.isUpdate(); });
+    if (loss == g.outputs().end()) {
       ctx.fail(makeError("autodiff: the graph has no output to use as the loss"));
       return false;
     }
-    auto grads = buildGradients(g, g.outputs()[0].value);
+    auto grads = buildGradients(g, loss->value);
     if (!grads) {
       ctx.fail(grads.takeError());
       return false;

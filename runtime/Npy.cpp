@@ -140,7 +140,7 @@ Result<HostTensor> readNpy(const std::string &path) {
   return parseNpy(bytes.data(), bytes.size(), path);
 }
 
-Status writeNpy(const std::string &path, const HostTensor &t) {
+std::string encodeNpy(const HostTensor &t) {
   const char *descr = nullptr;
   for (const DescrMap &d : kDescrs)
     if (d.dt == t.dtype)
@@ -154,17 +154,23 @@ Status writeNpy(const std::string &path, const HostTensor &t) {
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header += '\n';
+  std::string out("\x93NUMPY\x01\x00", 8);
+  uint16_t hl = static_cast<uint16_t>(header.size());
+  out += static_cast<char>(hl & 0xFF);
+  out += static_cast<char>(hl >> 8);
+  out += header;
+  out.append(reinterpret_cast<const char *>(t.data.data()), t.data.size());
+  return out;
+}
+
+Status writeNpy(const std::string &path, const HostTensor &t) {
+  std::string bytes = encodeNpy(t);
   std::string tmp = path + ".tmp";
   {
     std::ofstream f(tmp, std::ios::binary);
     if (!f)
       return Status(StatusCode::IoError, "cannot write '" + path + "'");
-    f.write("\x93NUMPY\x01\x00", 8);
-    uint16_t hl = static_cast<uint16_t>(header.size());
-    char hlBytes[2] = {static_cast<char>(hl & 0xFF), static_cast<char>(hl >> 8)};
-    f.write(hlBytes, 2);
-    f << header;
-    f.write(reinterpret_cast<const char *>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     if (!f)
       return Status(StatusCode::IoError, "cannot write '" + path + "'");
   }

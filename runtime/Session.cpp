@@ -59,7 +59,7 @@ static std::string shapeString(const std::vector<int64_t> &s) {
   return r + "]";
 }
 
-static std::vector<int64_t> shapeOf(const pkg::TensorInfo *t) {
+template <class T> static std::vector<int64_t> shapeOf(const T *t) {
   return t->shape() ? std::vector<int64_t>(t->shape()->begin(), t->shape()->end())
                     : std::vector<int64_t>{};
 }
@@ -92,6 +92,8 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> mo
     s->backend_ = createEmuBackend(s->opts_);
   if (Status st = s->backend_->prepare(*s->model_))
     return st;
+  if (Status st = s->resetVariables())
+    return st;
   const pkg::Package &m = s->pkg_->meta();
   s->inputSet_.assign(m.inputs() ? m.inputs()->size() : 0, false);
   // Steps planned for another architecture (tile choices) do not run here.
@@ -101,6 +103,61 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> mo
       if (stepRunsOn(*st, arch))
         s->steps_.push_back(st);
   return s;
+}
+
+namespace {
+
+const pkg::Variable *findVariable(const pkg::Package &m, const std::string &name) {
+  if (m.variables())
+    for (const pkg::Variable *v : *m.variables())
+      if (v->name()->str() == name)
+        return v;
+  return nullptr;
+}
+
+
+} // namespace
+
+std::vector<std::string> Session::variableNames() const {
+  std::vector<std::string> names;
+  if (const auto *vs = pkg_->meta().variables())
+    for (const pkg::Variable *v : *vs)
+      names.push_back(v->name()->str());
+  return names;
+}
+
+bool Session::variableTrainable(const std::string &name) const {
+  const pkg::Variable *v = findVariable(pkg_->meta(), name);
+  return v && v->trainable();
+}
+
+Result<HostTensor> Session::getVariable(const std::string &name) const {
+  const pkg::Variable *v = findVariable(pkg_->meta(), name);
+  if (!v)
+    return Status(StatusCode::InvalidArgument, "the package has no variable '" + name + "'");
+  HostTensor t = HostTensor::zeros(v->dtype(), shapeOf(v));
+  if (Status st = backend_->download(t.data.data(), pkg::BufRef(v->buffer(), 0), t.byteSize()))
+    return st;
+  return t;
+}
+
+Status Session::setVariable(const std::string &name, const HostTensor &t) {
+  const pkg::Variable *v = findVariable(pkg_->meta(), name);
+  if (!v)
+    return Status(StatusCode::InvalidArgument, "the package has no variable '" + name + "'");
+  if (t.dtype != v->dtype() || t.shape != shapeOf(v) || t.data.size() != t.byteSize())
+    return Status(StatusCode::InvalidArgument, "variable '" + name + "' is " + pkg::dtypeName(v->dtype()) +
+                                                   shapeString(shapeOf(v)) + ", got " + pkg::dtypeName(t.dtype) +
+                                                   shapeString(t.shape));
+  return backend_->upload(pkg::BufRef(v->buffer(), 0), t.data.data(), t.byteSize());
+}
+
+Status Session::resetVariables() {
+  if (const auto *vs = pkg_->meta().variables())
+    for (const pkg::Variable *v : *vs)
+      if (Status st = backend_->upload(pkg::BufRef(v->buffer(), 0), pkg_->section(v->data()), v->data()->size()))
+        return st;
+  return Status::ok();
 }
 
 std::string Session::backendDescription() const { return backend_->describe(); }
@@ -219,15 +276,21 @@ Status Session::setInput(const std::string &name, const HostTensor &t) {
                 "the model has no input named '" + name + "' (inputs: " + known + ")");
 }
 
-Status Session::run() {
+Status Session::run() { return runSteps(false); }
+
+Status Session::evaluate() { return runSteps(true); }
+
+Status Session::runSteps(bool withoutCommit) {
   const pkg::Package &m = pkg_->meta();
   for (size_t i = 0; i < inputSet_.size(); ++i)
     if (!inputSet_[i])
       return Status(StatusCode::InvalidArgument,
                     "input '" + m.inputs()->Get(i)->name()->str() + "' was not set");
   profile_.clear();
+  size_t count = steps_.size() - (withoutCommit ? pkg_->meta().commit_steps() : 0);
   auto issue = [&]() -> Status {
-    for (const pkg::Step *s : steps_) {
+    for (size_t k = 0; k < count; ++k) {
+      const pkg::Step *s = steps_[k];
       std::string node = s->node() ? s->node()->str() : "";
       auto t0 = std::chrono::steady_clock::now();
       Status st;
@@ -270,7 +333,9 @@ Status Session::run() {
     }
     return Status::ok();
   };
-  DLC_RETURN_IF_ERROR(backend_->execute(issue));
+  // The backend may capture the whole schedule once (a CUDA graph) and replay it:
+  // a shorter schedule is issued step by step.
+  DLC_RETURN_IF_ERROR(withoutCommit && pkg_->meta().commit_steps() ? issue() : backend_->execute(issue));
   DLC_RETURN_IF_ERROR(backend_->synchronize());
   return checkDataErrors();
 }

@@ -9,7 +9,7 @@ PACKAGES=(
   llvm-14-dev llvm-14-tools
   libonnx-dev libonnx-testdata libprotobuf-dev protobuf-compiler
   libfmt-dev libgtest-dev
-  libopenblas-dev libboost-context-dev libflatbuffers-dev flatbuffers-compiler
+  libopenblas-dev libboost-context-dev libflatbuffers-dev flatbuffers-compiler zlib1g-dev
   python3 python3-numpy python3-onnx python3-torch python3-torchvision
   clang-14 libclang-rt-14-dev
 )

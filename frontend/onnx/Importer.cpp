@@ -147,7 +147,9 @@ llvm::Error Importer::importInitializers(onnx::GraphProto &g, Scope &scope) {
     auto t = takeTensorFromOnnx(init, &ext_);
     if (!t)
       return t.takeError();
-    scope.bind(init.name(), g_.addConstant(init.name(), std::move(*t)));
+    bool variable = opts_.initializersAsVariables && isFloat(t->dtype());
+    scope.bind(init.name(), variable ? g_.addParameter(init.name(), std::move(*t), false)
+                                     : g_.addConstant(init.name(), std::move(*t)));
   }
   if (g.sparse_initializer_size())
     return makeError("sparse initializers are not supported");

@@ -17,6 +17,8 @@ int runCompile(const std::vector<std::string> &args);
 int runRun(const std::vector<std::string> &args);
 int runInspect(const std::vector<std::string> &args);
 int runBench(const std::vector<std::string> &args);
+int runTrain(const std::vector<std::string> &args);
+int runExport(const std::vector<std::string> &args);
 
 /// Reads a tensor file: .npy, or a serialized ONNX TensorProto (.pb).
 Result<rt::HostTensor> readTensorFile(const std::string &path);

@@ -1,5 +1,6 @@
 //===- CompileCommand.cpp - `dlc compile`: model to .dlc package -----------===//
 #include "Args.h"
+#include "Train.h"
 #include "Commands.h"
 #include "Dot.h"
 #include "Precision.h"
@@ -127,6 +128,25 @@ loadAndOptimize(const std::string &file, const Args &args, int optLevel, bool qu
                    << (r->opset != r->originalOpset ? " -> " + std::to_string(r->opset) : std::string()) << "): "
                    << g->numNodes() << " nodes, " << llvm::format("%.2f", seconds(t0)) << " s\n";
   }
+  auto training = trainingFromArgs(args);
+  if (!training)
+    return training.takeError();
+  if (*training) {
+    if (*precision)
+      return ir::makeError("--train with --fp16/--bf16 (mixed-precision training) is not supported yet; train in FP32");
+    auto sum = passes::buildTrainingStep(*g, **training);
+    if (!sum)
+      return sum.takeError();
+    if (auto e = ir::verifyGraph(*g))
+      return ir::errorf("internal error: the training graph does not verify: {0}", llvm::toString(std::move(e)));
+    if (!quiet)
+      llvm::errs() << "dlc: train: " << sum->parameters << " parameters (" << sum->parameterElements
+                   << " values" << (sum->frozen ? ", " + std::to_string(sum->frozen) + " frozen" : "") << "), loss "
+                   << passes::lossKindName((*training)->loss) << ", optimizer "
+                   << passes::optimizerKindName((*training)->optimizer) << ", " << sum->stateVariables
+                   << " state variables" << (sum->batchNorms ? ", " + std::to_string(sum->batchNorms) + " BatchNorms in training mode" : "")
+                   << "; " << g->numNodes() << " nodes\n";
+  }
   auto t1 = std::chrono::steady_clock::now();
   size_t before = g->numNodes();
   passes::PassManagerOptions pmo;
@@ -187,6 +207,8 @@ int runCompile(const std::vector<std::string> &argv) {
                 {"quiet", 'q', false, false, "", "No progress output"}});
   auto prec = precisionOptionSpecs(true);
   specs.insert(specs.end(), prec.begin(), prec.end());
+  auto train = trainingOptionSpecs();
+  specs.insert(specs.end(), train.begin(), train.end());
   ArgParser parser("compile", "MODEL.onnx|MODEL.ir [options]",
                    "Compiles a model: import, optimize, generate CUDA kernels, compile them with NVRTC\n"
                    "for each GPU target (and the host compiler for emu), and write one .dlc package.",
@@ -301,6 +323,14 @@ int runCompile(const std::vector<std::string> &argv) {
       co.targets.push_back(p.trim().str());
   }
   co.tf32 = args->has("tf32");
+  if (args->has("train") && !llvm::StringRef(file).endswith(".ir")) { // kept for `dlc export`
+    auto bytes = llvm::MemoryBuffer::getFile(file);
+    if (!bytes) {
+      reportError(ir::errorf("cannot read '{0}': {1}", file, bytes.getError().message()));
+      return 1;
+    }
+    co.sourceModel = (*bytes)->getBuffer().str();
+  }
   co.useCache = !args->has("no-cache");
   co.cacheDir = args->getOr("cache-dir", "");
   co.failureDumpPath = out + ".failed.cu";

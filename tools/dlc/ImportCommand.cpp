@@ -34,6 +34,7 @@ llvm::Expected<frontend::ImportResult> importWithOptions(const std::string &file
     opts.inputShapes[p->first] = p->second;
   }
   opts.runChecker = !args.has("no-check");
+  opts.initializersAsVariables = args.has("train");
   auto r = frontend::importOnnxFile(file, opts);
   if (r)
     for (const std::string &note : r->notes)

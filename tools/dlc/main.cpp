@@ -18,6 +18,8 @@ const Command kCommands[] = {
     {"compile", "Compile a model (.onnx or .ir) into a .dlc package", dlc::tool::runCompile},
     {"run", "Run a .dlc package (GPU if present, else emu)", dlc::tool::runRun},
     {"bench", "Measure latency and throughput of a package (trtexec-style)", dlc::tool::runBench},
+    {"train", "Train a package compiled with --train on .npz data", dlc::tool::runTrain},
+    {"export", "Write the trained model (ONNX) from a training package and a checkpoint", dlc::tool::runExport},
     {"inspect", "Show the kernels, resources and memory plan of a package", dlc::tool::runInspect},
     {"import", "Import an ONNX model and print its IR", dlc::tool::runImport},
     {"opt", "Run graph passes on textual IR", dlc::tool::runOpt},

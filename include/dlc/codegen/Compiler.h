@@ -38,6 +38,8 @@ struct CompileOptions {
   bool wideIndices = false;
   /// FP32 GEMMs on tensor cores in TF32 (--tf32).
   bool tf32 = false;
+  /// Training packages: the model file's bytes, kept for `dlc export`.
+  std::string sourceModel;
 };
 
 struct CompileReport {

@@ -34,6 +34,10 @@ struct ImportOptions {
   /// Nodes whose operands are all constants are evaluated while importing when
   /// their results have at most this many elements (shape computations).
   int64_t eagerFoldLimit = int64_t{1} << 16;
+  /// Floating-point initializers become (not yet trainable) variables, so that no
+  /// node is folded into a new constant through them and they keep their names:
+  /// `dlc compile --train` then decides which are trained (passes/Training.h).
+  bool initializersAsVariables = false;
 };
 
 struct ImportResult {
@@ -52,6 +56,12 @@ llvm::Expected<ImportResult> importOnnxFile(const std::string &path, const Impor
 llvm::Expected<ImportResult> importOnnxBytes(llvm::StringRef bytes, const std::string &displayName,
                                              const std::string &modelDir,
                                              const ImportOptions &opts = {});
+
+/// The serialized model with the initializers named in `values` replaced (same
+/// name, type and dims, data inline). Names that were replaced go to `replaced`.
+llvm::Expected<std::string> replaceInitializers(llvm::StringRef modelBytes,
+                                                const std::map<std::string, ir::Tensor> &values,
+                                                std::vector<std::string> *replaced = nullptr);
 
 /// Reads a serialized TensorProto (the .pb files of the ONNX test data).
 /// Returns the tensor and its name.

@@ -37,9 +37,12 @@ public:
   Kind kind() const { return kind_; }
   bool isInput() const { return kind_ == Kind::Input; }
   bool isConstant() const { return kind_ == Kind::Constant; }
-  /// A trainable parameter: it has data (its initial value) like a constant, but
-  /// training changes it, so no pass may fold through it.
+  /// A variable: it has data (its initial value) like a constant, but a training
+  /// step changes it (through the graph's updates), so no pass may fold through it.
+  /// Trainable parameters (weights) get gradients; the others are state
+  /// (optimizer moments, running statistics, the step count).
   bool isParameter() const { return kind_ == Kind::Parameter; }
+  bool isTrainable() const { return isParameter() && trainable_; }
   /// Constants and parameters carry data.
   bool hasData() const { return isConstant() || isParameter(); }
   const std::string &name() const { return name_; }
@@ -68,6 +71,7 @@ private:
 
   Graph *graph_;
   Kind kind_;
+  bool trainable_ = false;
   std::string name_;
   TensorType type_;
   Node *def_ = nullptr;
@@ -142,9 +146,14 @@ private:
   std::list<std::unique_ptr<Node>>::iterator self_;
 };
 
+/// A result of the graph. An update (`variable` set) is not returned: its value
+/// becomes the variable's value when the step ends (every read in the step sees
+/// the old value). Its name is the variable's.
 struct GraphOutput {
   std::string name;
   Value *value;
+  Value *variable = nullptr;
+  bool isUpdate() const { return variable != nullptr; }
 };
 
 class Graph {
@@ -160,16 +169,25 @@ public:
 
   Value *addInput(std::string name, TensorType type);
   Value *addConstant(std::string name, Tensor data);
-  Value *addParameter(std::string name, Tensor data);
-  /// Turns a constant into a trainable parameter (same name, data and uses).
-  void makeParameter(Value *constant);
+  /// A variable (trainable, or state when `trainable` is false).
+  Value *addParameter(std::string name, Tensor data, bool trainable = true);
+  /// Turns a constant into a variable (same name, data and uses).
+  void makeParameter(Value *constant, bool trainable = true);
+  /// Turns a variable back into a constant (an initializer that is not trained).
+  void makeConstant(Value *parameter);
+  void setTrainable(Value *parameter, bool trainable) { parameter->trainable_ = trainable; }
+  /// Adds an update: `variable` takes `value` at the end of each step.
+  void addUpdate(Value *variable, Value *value) { outputs_.push_back({variable->name(), value, variable}); }
   void addOutput(std::string name, Value *v) { outputs_.push_back({std::move(name), v}); }
   void setOutputValue(size_t i, Value *v) { outputs_[i].value = v; }
+  void setOutputs(std::vector<GraphOutput> outputs) { outputs_ = std::move(outputs); }
 
   const std::vector<std::unique_ptr<Value>> &inputs() const { return inputs_; }
   const std::vector<std::unique_ptr<Value>> &constants() const { return constants_; }
   const std::vector<std::unique_ptr<Value>> &parameters() const { return parameters_; }
+  /// The results and then-or-interleaved updates (GraphOutput::isUpdate).
   const std::vector<GraphOutput> &outputs() const { return outputs_; }
+  /// Whether v is returned or is an update's value (either keeps it alive).
   bool isOutput(const Value *v) const;
 
   /// Iterates nodes in order; iterators stay valid while other nodes are erased.

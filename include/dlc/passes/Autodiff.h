@@ -20,15 +20,17 @@ struct Gradient {
 };
 
 /// Builds d loss / d p for every trainable parameter p of the graph, in
-/// g.parameters() order. The loss must be a floating-point value with one
+/// g.parameters() order (state variables get none). The loss must be a floating-point value with one
 /// element. A parameter the loss does not depend on gets a zero gradient.
 llvm::Expected<std::vector<Gradient>> buildGradients(ir::Graph &g, ir::Value *loss);
 
-/// Turns the trainable constants into parameters: floating-point tensors (not
-/// scalars, which are hyper-constants such as epsilons and scale factors) whose
-/// values are finite (not attention masks), with at least one use as a weight
-/// rather than as an op's state operand (BatchNormalization's running statistics),
-/// and whose name `frozen` does not accept. Returns how many became parameters.
+/// Decides what trains. Trainable parameters: the constants and variables without
+/// updates (imported initializers, ImportOptions::initializersAsVariables) that are
+/// floating-point tensors (not scalars, which are hyper-constants such as epsilons
+/// and scale factors) with finite values (not attention masks), with at least one
+/// use as a weight rather than as an op's state operand (BatchNormalization's
+/// running statistics), and whose name `frozen` does not accept. Variables that do
+/// not qualify become constants again. Returns how many are trainable.
 size_t promoteTrainableConstants(ir::Graph &g,
                                  const std::function<bool(const std::string &)> &frozen = {});
 

@@ -112,7 +112,23 @@ public:
   int outputIndex(const std::string &name) const;
   /// Runs the schedule (all inputs must have been set at least once).
   Status run();
+  /// Runs the schedule without the steps that commit its updates: a training step
+  /// that computes its outputs (loss, predictions) and changes no variable.
+  Status evaluate();
   Result<HostTensor> getOutput(const std::string &name) const;
+
+  // Variables (training packages): the parameters, optimizer state and running
+  // statistics a step updates. Each session has its own, initialized from the
+  // package when it is created.
+  /// Names in package order.
+  std::vector<std::string> variableNames() const;
+  /// Whether a variable is a trainable parameter (else optimizer or model state).
+  bool variableTrainable(const std::string &name) const;
+  Result<HostTensor> getVariable(const std::string &name) const;
+  /// Checks name, dtype and shape.
+  Status setVariable(const std::string &name, const HostTensor &t);
+  /// Every variable back to its initial value from the package.
+  Status resetVariables();
   const std::vector<StepTime> &lastProfile() const { return profile_; }
   /// What the backend chose to do differently from its default (a CUDA graph that
   /// could not be captured, ...); empty when nothing.
@@ -121,6 +137,7 @@ public:
 private:
   Session() = default;
   Status checkDataErrors() const;
+  Status runSteps(bool withoutCommit);
   std::shared_ptr<const Model> model_;
   std::shared_ptr<const pkg::PackageFile> pkg_;
   std::unique_ptr<Backend> backend_;
@@ -134,6 +151,8 @@ private:
 /// .npy files (format 1.0/2.0, little-endian, C order).
 Result<HostTensor> readNpy(const std::string &path);
 Status writeNpy(const std::string &path, const HostTensor &t);
+/// The bytes of an .npy file (format 1.0) holding `t`.
+std::string encodeNpy(const HostTensor &t);
 /// Parses .npy bytes (for tests and fuzzing).
 Result<HostTensor> parseNpy(const uint8_t *data, size_t n, const std::string &name);
 

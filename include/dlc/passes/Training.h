@@ -1,0 +1,54 @@
+//===- Training.h - The training step as a graph ----------------*- C++ -*-===//
+//
+// `dlc compile --train` turns an inference graph into one training step:
+//   1. the trainable constants become parameters (promoteTrainableConstants);
+//   2. BatchNormalization switches to batch statistics, and its running
+//      statistics become state variables updated each step;
+//   3. the loss is appended (cross-entropy on class indices, mean squared error,
+//      or the model's own scalar output);
+//   4. autodiff appends the backward graph;
+//   5. the optimizer's update of every parameter and of its state (momentum,
+//      Adam's moments, the step count) is appended as graph updates.
+// The result is an ordinary graph: every later pass, the kernels and the memory
+// planner treat the backward and the optimizer like any other nodes.
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "dlc/ir/Graph.h"
+
+#include <optional>
+#include <regex>
+
+namespace dlc::passes {
+
+enum class LossKind { CrossEntropy, MSE, None };
+enum class OptimizerKind { SGD, Momentum, Adam, AdamW };
+
+struct TrainingOptions {
+  LossKind loss = LossKind::CrossEntropy;
+  /// The name of the label input the loss adds.
+  std::string label = "label";
+  OptimizerKind optimizer = OptimizerKind::SGD;
+  double lr = 0.01, momentum = 0.9, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0;
+  /// Constants whose name matches stay constants (--freeze REGEX).
+  std::optional<std::string> freeze;
+};
+
+/// What buildTrainingStep did, for the compile log.
+struct TrainingSummary {
+  size_t parameters = 0, parameterElements = 0, frozen = 0, stateVariables = 0, batchNorms = 0;
+  std::string loss; // the loss output's name
+};
+
+/// Rewrites `g` (an inference graph whose first output is the model's prediction)
+/// into a training step. Errors name what the user gave: a label name taken by an
+/// input, --freeze matching nothing, a model with nothing to train, a --loss none
+/// output that is not a scalar.
+llvm::Expected<TrainingSummary> buildTrainingStep(ir::Graph &g, const TrainingOptions &opts);
+
+llvm::Expected<LossKind> parseLossKind(std::string_view s);
+llvm::Expected<OptimizerKind> parseOptimizerKind(std::string_view s);
+std::string_view lossKindName(LossKind k);
+std::string_view optimizerKindName(OptimizerKind k);
+
+} // namespace dlc::passes

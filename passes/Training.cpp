@@ -1,0 +1,260 @@
+//===- Training.cpp - The training step as a graph -------------------------===//
+#include "dlc/passes/Training.h"
+
+#include "dlc/ir/GradBuilder.h"
+#include "dlc/passes/Autodiff.h"
+
+namespace dlc::passes {
+
+using namespace ir;
+
+llvm::Expected<LossKind> parseLossKind(std::string_view s) {
+  if (s == "cross-entropy")
+    return LossKind::CrossEntropy;
+  if (s == "mse")
+    return LossKind::MSE;
+  if (s == "none")
+    return LossKind::None;
+  return errorf("unknown --loss '{0}' (expected cross-entropy, mse or none)", s);
+}
+
+llvm::Expected<OptimizerKind> parseOptimizerKind(std::string_view s) {
+  if (s == "sgd")
+    return OptimizerKind::SGD;
+  if (s == "momentum")
+    return OptimizerKind::Momentum;
+  if (s == "adam")
+    return OptimizerKind::Adam;
+  if (s == "adamw")
+    return OptimizerKind::AdamW;
+  return errorf("unknown --optimizer '{0}' (expected sgd, momentum, adam or adamw)", s);
+}
+
+std::string_view lossKindName(LossKind k) {
+  switch (k) {
+  case LossKind::CrossEntropy:
+    return "cross-entropy";
+  case LossKind::MSE:
+    return "mse";
+  case LossKind::None:
+    return "none";
+  }
+  return "?";
+}
+
+std::string_view optimizerKindName(OptimizerKind k) {
+  switch (k) {
+  case OptimizerKind::SGD:
+    return "sgd";
+  case OptimizerKind::Momentum:
+    return "momentum";
+  case OptimizerKind::Adam:
+    return "adam";
+  case OptimizerKind::AdamW:
+    return "adamw";
+  }
+  return "?";
+}
+
+namespace {
+
+/// BatchNormalization trains with batch statistics, and its running statistics
+/// become state variables updated by the node's second and third results (ONNX's
+/// momentum formula). An inference-form node (PyTorch's eval-mode export) gets the
+/// training form; a training-form node (a TrainingMode.TRAINING export, whose
+/// running-statistics results lead nowhere) keeps its own.
+llvm::Expected<size_t> batchNormsToTraining(Graph &g) {
+  size_t count = 0;
+  for (Node *n : g.nodeList()) {
+    if (n->kind() != OpKind::BatchNormalization)
+      continue;
+    Value *mean = n->operand(3), *var = n->operand(4);
+    for (Value *s : {mean, var}) {
+      if (s->isConstant())
+        g.makeParameter(s, false);
+      else if (s->isParameter())
+        g.setTrainable(s, false);
+      else
+        return errorf("{0}: the running statistics must be initializers to be trained",
+                      n->describe());
+    }
+    Node *t = n;
+    if (n->numResults() < 3) {
+      AttrMap attrs = n->attrs();
+      attrs["training_mode"] = int64_t{1};
+      std::vector<Value *> ops(n->operands().begin(), n->operands().end());
+      auto made = g.createInferred(OpKind::BatchNormalization, ops, attrs, 3, n->name(), n);
+      if (!made)
+        return made.takeError();
+      t = *made;
+      g.replaceAllUsesWith(n->result(0), t->result(0));
+      g.eraseNode(n);
+    }
+    g.addUpdate(mean, t->result(1));
+    g.addUpdate(var, t->result(2));
+    ++count;
+  }
+  return count;
+}
+
+/// Appends the loss of the prediction `y`; returns it.
+llvm::Expected<Value *> appendLoss(Graph &g, GradBuilder &b, Value *y,
+                                   const TrainingOptions &opts) {
+  if (!isFloat(y->dtype()))
+    return errorf("the model's output '{0}' is {1}; training needs a floating-point output",
+                  y->name(), y->type().str());
+  if (opts.loss == LossKind::None) {
+    if (y->type().numElements() != 1)
+      return errorf(
+          "--loss none needs the model's first output to be the scalar loss, but '{0}' is {1}",
+          y->name(), y->type().str());
+    return y;
+  }
+  if (g.findValue(opts.label))
+    return errorf("the label name '{0}' is already taken by a value of the model (choose another "
+                  "with --label)",
+                  opts.label);
+  Value *loss;
+  if (opts.loss == LossKind::CrossEntropy) {
+    if (y->rank() < 2)
+      return errorf(
+          "--loss cross-entropy needs class scores [N, C, ...], but the output '{0}' is {1}",
+          y->name(), y->type().str());
+    Shape ls{y->shape()[0]};
+    ls.insert(ls.end(), y->shape().begin() + 2, y->shape().end());
+    Value *label = g.addInput(opts.label, TensorType{DType::I64, ls});
+    Value *logp = b.op(OpKind::LogSoftmax, {y}, {{"axis", int64_t{1}}});
+    loss = b.op(OpKind::NegativeLogLikelihoodLoss, {logp, label},
+                {{"reduction", std::string("mean")}});
+  } else {
+    Value *label = g.addInput(opts.label, y->type());
+    Value *d = b.sub(y, label);
+    loss = b.op(OpKind::ReduceMean, {b.mul(d, d)}, {{"keepdims", int64_t{0}}});
+  }
+  if (auto e = b.takeError())
+    return e;
+  g.renameValue(loss, g.uniqueName("loss"));
+  return loss;
+}
+
+Value *zerosState(Graph &g, Value *like, const std::string &what) {
+  return g.addParameter(like->name() + "." + what, Tensor(like->type()), false);
+}
+
+} // namespace
+
+llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOptions &opts) {
+  TrainingSummary sum;
+  auto firstOutput = llvm::find_if(g.outputs(), [](const GraphOutput &o) { return !o.isUpdate(); });
+  if (firstOutput == g.outputs().end())
+    return makeError("the model has no output to train");
+  Value *y = firstOutput->value;
+
+  auto bns = batchNormsToTraining(g);
+  if (!bns)
+    return bns.takeError();
+  sum.batchNorms = *bns;
+
+  std::optional<std::regex> freeze;
+  if (opts.freeze) {
+    try {
+      freeze.emplace(*opts.freeze, std::regex::ECMAScript);
+    } catch (const std::regex_error &e) {
+      return errorf("--freeze '{0}' is not a valid regular expression: {1}", *opts.freeze,
+                    e.what());
+    }
+  }
+  size_t frozen = 0;
+  size_t promoted = promoteTrainableConstants(g, [&](const std::string &name) {
+    bool f = freeze && std::regex_search(name, *freeze);
+    frozen += f;
+    return f;
+  });
+  if (freeze && frozen == 0)
+    return errorf("--freeze '{0}' matches no trainable initializer of the model", *opts.freeze);
+  if (promoted == 0)
+    return makeError(
+        frozen ? "--freeze leaves the model with no trainable parameters"
+               : "the model has no trainable parameters (no floating-point initializers)");
+  sum.frozen = frozen;
+
+  GradBuilder b(g);
+  auto loss = appendLoss(g, b, y, opts);
+  if (!loss)
+    return loss.takeError();
+  sum.loss = (*loss)->name();
+  // The loss first, then the model's outputs, then the updates.
+  std::vector<GraphOutput> outs{{sum.loss, *loss}};
+  for (const GraphOutput &o : g.outputs())
+    if (o.value != *loss || o.isUpdate())
+      outs.push_back(o);
+  g.setOutputs(std::move(outs));
+
+  auto grads = buildGradients(g, *loss);
+  if (!grads)
+    return grads.takeError();
+
+  // The optimizer, one element-wise chain per parameter (the fusion pass makes
+  // each a single kernel). Hyper-parameters are compile-time constants.
+  Value *bc1 = nullptr, *bc2 = nullptr;
+  bool adam = opts.optimizer == OptimizerKind::Adam || opts.optimizer == OptimizerKind::AdamW;
+  if (adam) {
+    Value *t = g.addParameter("optimizer.step", Tensor(TensorType{DType::F32, {}}), false);
+    Value *t1 = b.add(t, b.scalar(1, DType::F32));
+    g.addUpdate(t, t1);
+    // The bias corrections 1 - beta^t.
+    bc1 = b.sub(b.scalar(1, DType::F32), b.op(OpKind::Pow, {b.scalar(opts.beta1, DType::F32), t1}));
+    bc2 = b.sub(b.scalar(1, DType::F32), b.op(OpKind::Pow, {b.scalar(opts.beta2, DType::F32), t1}));
+    ++sum.stateVariables;
+  }
+  for (const Gradient &gr : *grads) {
+    Value *p = gr.parameter, *d = gr.grad;
+    DType dt = p->dtype();
+    auto c = [&](double v) { return b.scalar(v, dt); };
+    auto asDtype = [&](Value *v) {
+      return dt == DType::F32 ? v : b.op(OpKind::Cast, {v}, {{"to", std::string(dtypeName(dt))}});
+    };
+    ++sum.parameters;
+    sum.parameterElements += static_cast<size_t>(p->type().numElements());
+    if (opts.weightDecay != 0 && opts.optimizer != OptimizerKind::AdamW)
+      d = b.add(d, b.scale(p, opts.weightDecay)); // L2 in the gradient (torch's weight_decay)
+    Value *next = nullptr;
+    switch (opts.optimizer) {
+    case OptimizerKind::SGD:
+      next = b.sub(p, b.scale(d, opts.lr));
+      break;
+    case OptimizerKind::Momentum: {
+      Value *v = zerosState(g, p, "momentum");
+      Value *v1 = b.add(b.scale(v, opts.momentum), d);
+      g.addUpdate(v, v1);
+      ++sum.stateVariables;
+      next = b.sub(p, b.scale(v1, opts.lr));
+      break;
+    }
+    case OptimizerKind::Adam:
+    case OptimizerKind::AdamW: {
+      Value *m = zerosState(g, p, "adam_m"), *v = zerosState(g, p, "adam_v");
+      Value *m1 = b.add(b.scale(m, opts.beta1), b.scale(d, 1 - opts.beta1));
+      Value *v1 = b.add(b.scale(v, opts.beta2), b.scale(b.mul(d, d), 1 - opts.beta2));
+      g.addUpdate(m, m1);
+      g.addUpdate(v, v1);
+      sum.stateVariables += 2;
+      // p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+      Value *base = opts.optimizer == OptimizerKind::AdamW && opts.weightDecay != 0
+                        ? b.scale(p, 1 - opts.lr * opts.weightDecay)
+                        : p;
+      Value *denom =
+          b.add(b.div(b.op(OpKind::Sqrt, {v1}), asDtype(b.op(OpKind::Sqrt, {bc2}))), c(opts.eps));
+      Value *stepSize = asDtype(b.div(b.scalar(opts.lr, DType::F32), bc1));
+      next = b.sub(base, b.mul(stepSize, b.div(m1, denom)));
+      break;
+    }
+    }
+    if (auto e = b.takeError())
+      return e;
+    g.addUpdate(p, next);
+  }
+  return sum;
+}
+
+} // namespace dlc::passes

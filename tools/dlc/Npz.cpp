@@ -1,0 +1,170 @@
+//===- Npz.cpp - NumPy .npz archives ---------------------------------------===//
+//
+// The zip subset numpy writes: local file headers, the central directory and its
+// end record (zip64 extra fields for members over 4 GiB are not supported and are
+// reported as such). Members are located through the central directory, as zip
+// readers do, and every offset and size is checked against the file.
+//===----------------------------------------------------------------------===//
+#include "Npz.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <zlib.h>
+
+namespace dlc::tool {
+
+namespace {
+
+uint32_t le32(const uint8_t *p) {
+  return p[0] | p[1] << 8 | p[2] << 16 | static_cast<uint32_t>(p[3]) << 24;
+}
+uint16_t le16(const uint8_t *p) {
+  return static_cast<uint16_t>(p[0] | p[1] << 8);
+}
+void put16(std::string &s, uint32_t v) {
+  s += static_cast<char>(v & 0xFF), s += static_cast<char>((v >> 8) & 0xFF);
+}
+void put32(std::string &s, uint32_t v) {
+  put16(s, v & 0xFFFF), put16(s, v >> 16);
+}
+
+} // namespace
+
+Result<NpzArrays> readNpz(const std::string &path) {
+  auto bad = [&](const std::string &why) {
+    return Status(StatusCode::InvalidArgument, "'" + path + "': " + why);
+  };
+  std::ifstream f(path, std::ios::binary);
+  if (!f)
+    return Status(StatusCode::IoError, "cannot read '" + path + "'");
+  std::vector<uint8_t> d((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  size_t n = d.size();
+  // The end of central directory record: 22 bytes plus a comment of up to 64 KiB.
+  size_t eocd = std::string::npos;
+  for (size_t i = n >= 22 ? n - 22 : 0, stop = n >= 22 + 65535 ? n - 22 - 65535 : 0; n >= 22; --i) {
+    if (le32(&d[i]) == 0x06054b50) {
+      eocd = i;
+      break;
+    }
+    if (i == stop)
+      break;
+  }
+  if (eocd == std::string::npos)
+    return bad("not an .npz file (no zip end-of-directory record)");
+  uint32_t count = le16(&d[eocd + 10]), dirSize = le32(&d[eocd + 12]),
+           dirOffset = le32(&d[eocd + 16]);
+  if (dirOffset == 0xFFFFFFFF || count == 0xFFFF)
+    return bad("zip64 archives are not supported");
+  if (dirOffset > eocd || dirSize > eocd - dirOffset)
+    return bad("the zip directory lies outside the file");
+  NpzArrays out;
+  size_t at = dirOffset;
+  for (uint32_t k = 0; k < count; ++k) {
+    if (at + 46 > eocd || le32(&d[at]) != 0x02014b50)
+      return bad("malformed zip directory entry " + std::to_string(k));
+    uint16_t method = le16(&d[at + 10]), nameLen = le16(&d[at + 28]), extraLen = le16(&d[at + 30]),
+             commentLen = le16(&d[at + 32]);
+    uint32_t crc = le32(&d[at + 16]), csize = le32(&d[at + 20]), usize = le32(&d[at + 24]),
+             local = le32(&d[at + 42]);
+    if (at + 46 + nameLen > eocd)
+      return bad("malformed zip directory entry " + std::to_string(k));
+    std::string name(reinterpret_cast<const char *>(&d[at + 46]), nameLen);
+    at += 46 + nameLen + extraLen + commentLen;
+    if (csize == 0xFFFFFFFF || usize == 0xFFFFFFFF || local == 0xFFFFFFFF)
+      return bad("member '" + name + "' needs zip64, which is not supported");
+    if (local + 30 > n || le32(&d[local]) != 0x04034b50)
+      return bad("member '" + name + "' has no valid local header");
+    size_t data = local + 30 + le16(&d[local + 26]) + le16(&d[local + 28]);
+    if (data > n || csize > n - data)
+      return bad("member '" + name + "' reaches past the end of the file");
+    std::vector<uint8_t> bytes;
+    if (method == 0) {
+      if (csize != usize)
+        return bad("member '" + name + "' has inconsistent sizes");
+      bytes.assign(d.begin() + data, d.begin() + data + csize);
+    } else if (method == 8) {
+      bytes.resize(usize);
+      z_stream z{};
+      if (inflateInit2(&z, -MAX_WBITS) != Z_OK)
+        return bad("cannot start inflating member '" + name + "'");
+      z.next_in = &d[data];
+      z.avail_in = csize;
+      z.next_out = bytes.data();
+      z.avail_out = usize;
+      int r = inflate(&z, Z_FINISH);
+      bool done = r == Z_STREAM_END && z.total_out == usize;
+      inflateEnd(&z);
+      if (!done)
+        return bad("member '" + name + "' does not inflate to its recorded size");
+    } else {
+      return bad("member '" + name + "' uses zip compression method " + std::to_string(method) +
+                 " (only stored and deflate are supported)");
+    }
+    if (crc32(0, bytes.data(), static_cast<uInt>(bytes.size())) != crc)
+      return bad("member '" + name + "' fails its CRC check");
+    if (name.size() < 5 || name.compare(name.size() - 4, 4, ".npy") != 0)
+      return bad("member '" + name + "' is not an .npy array");
+    std::string key = name.substr(0, name.size() - 4);
+    auto t = rt::parseNpy(bytes.data(), bytes.size(), path + ":" + name);
+    if (!t)
+      return t.takeStatus();
+    if (!out.emplace(key, std::move(*t)).second)
+      return bad("array '" + key + "' appears twice");
+  }
+  return out;
+}
+
+Status writeNpz(const std::string &path, const NpzArrays &arrays) {
+  std::string file, dir;
+  uint32_t count = 0;
+  for (const auto &[name, t] : arrays) {
+    std::string member = name + ".npy", bytes = rt::encodeNpy(t);
+    if (bytes.size() >= 0xFFFFFFFFull)
+      return Status(StatusCode::InvalidArgument,
+                    "array '" + name + "' is too large for an .npz without zip64");
+    uint32_t crc =
+        crc32(0, reinterpret_cast<const Bytef *>(bytes.data()), static_cast<uInt>(bytes.size()));
+    uint32_t offset = static_cast<uint32_t>(file.size()),
+             size = static_cast<uint32_t>(bytes.size());
+    auto common = [&](std::string &s) { // version needed .. name length (shared by both headers)
+      put16(s, 20), put16(s, 0), put16(s, 0), put16(s, 0),
+          put16(s, 0x21); // no flags, stored, 1980-01-01
+      put32(s, crc), put32(s, size), put32(s, size), put16(s, static_cast<uint32_t>(member.size()));
+    };
+    put32(file, 0x04034b50);
+    common(file);
+    put16(file, 0);
+    file += member;
+    file += bytes;
+    put32(dir, 0x02014b50);
+    put16(dir, 20);
+    common(dir);
+    put16(dir, 0), put16(dir, 0), put16(dir, 0), put16(dir, 0), put32(dir, 0), put32(dir, offset);
+    dir += member;
+    ++count;
+  }
+  uint32_t dirOffset = static_cast<uint32_t>(file.size());
+  file += dir;
+  put32(file, 0x06054b50);
+  put16(file, 0), put16(file, 0), put16(file, count), put16(file, count);
+  put32(file, static_cast<uint32_t>(dir.size())), put32(file, dirOffset), put16(file, 0);
+
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f.write(file.data(), static_cast<std::streamsize>(file.size()));
+    if (!f) {
+      std::remove(tmp.c_str());
+      return Status(StatusCode::IoError, "cannot write '" + path + "'");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return Status(StatusCode::IoError, "cannot write '" + path + "'");
+  }
+  return Status::ok();
+}
+
+} // namespace dlc::tool

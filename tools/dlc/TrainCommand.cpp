@@ -1,0 +1,528 @@
+//===- TrainCommand.cpp - `dlc train`, `dlc export`, --train options -------===//
+//
+// `dlc train` runs a training package's step over the batches of an .npz file:
+// shuffled per epoch from --seed (or in order with --no-shuffle), a progress bar
+// with the loss and samples/s, one JSON line per step with --log, the variables
+// saved to a checkpoint (.npz, written atomically) after every epoch, and an
+// evaluation pass over --eval-data that runs the step without committing it.
+// `dlc export` writes the model the package was compiled from with the values of a
+// checkpoint.
+//===----------------------------------------------------------------------===//
+#include "Commands.h"
+#include "Npz.h"
+#include "Train.h"
+#include "dlc/frontend/OnnxImporter.h"
+#include "dlc/ir/Graph.h"
+
+#include "llvm/Support/Format.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <unistd.h>
+
+namespace dlc::tool {
+
+std::vector<OptSpec> trainingOptionSpecs() {
+  return {
+      {"train", 0, false, false, "",
+       "Compile the training step (forward, backward, optimizer update)"},
+      {"loss", 0, true, false, "KIND",
+       "--train: cross-entropy (class indices, default), mse, or none (the model outputs its "
+       "loss)"},
+      {"label", 0, true, false, "NAME", "--train: the label input the loss adds (default 'label')"},
+      {"optimizer", 0, true, false, "KIND", "--train: sgd (default), momentum, adam or adamw"},
+      {"lr", 0, true, false, "F", "--train: learning rate (default 0.01)"},
+      {"momentum", 0, true, false, "F", "--train: momentum (default 0.9)"},
+      {"beta1", 0, true, false, "F", "--train: Adam's beta1 (default 0.9)"},
+      {"beta2", 0, true, false, "F", "--train: Adam's beta2 (default 0.999)"},
+      {"eps", 0, true, false, "F", "--train: Adam's epsilon (default 1e-8)"},
+      {"weight-decay", 0, true, false, "F",
+       "--train: L2 weight decay (decoupled for adamw; default 0)"},
+      {"freeze", 0, true, false, "REGEX",
+       "--train: initializers whose name matches stay constant"}};
+}
+
+llvm::Expected<std::optional<passes::TrainingOptions>> trainingFromArgs(const Args &args) {
+  static const char *kTrainOnly[] = {"loss",  "label", "optimizer", "lr",           "momentum",
+                                     "beta1", "beta2", "eps",       "weight-decay", "freeze"};
+  if (!args.has("train")) {
+    for (const char *o : kTrainOnly)
+      if (args.has(o))
+        return ir::errorf("--{0} goes with --train", o);
+    return std::nullopt;
+  }
+  passes::TrainingOptions t;
+  if (auto l = args.get("loss")) {
+    auto k = passes::parseLossKind(*l);
+    if (!k)
+      return k.takeError();
+    t.loss = *k;
+  }
+  if (auto o = args.get("optimizer")) {
+    auto k = passes::parseOptimizerKind(*o);
+    if (!k)
+      return k.takeError();
+    t.optimizer = *k;
+  }
+  t.label = args.getOr("label", t.label);
+  if (t.label.empty())
+    return ir::makeError("--label must not be empty");
+  struct Num {
+    const char *name;
+    double *to;
+    double lo, hi;
+  };
+  for (Num n : {Num{"lr", &t.lr, 0, 1e9}, Num{"momentum", &t.momentum, 0, 1},
+                Num{"beta1", &t.beta1, 0, 1}, Num{"beta2", &t.beta2, 0, 1},
+                Num{"eps", &t.eps, 0, 1}, Num{"weight-decay", &t.weightDecay, 0, 1e9}}) {
+    auto v = args.get(n.name);
+    if (!v)
+      continue;
+    char *end = nullptr;
+    double d = std::strtod(v->c_str(), &end);
+    if (v->empty() || *end || !std::isfinite(d) || d < n.lo || d > n.hi || (n.hi == 1 && d == 1))
+      return ir::errorf("--{0} must be a number in [{1}, {2}), got '{3}'", n.name, n.lo, n.hi, *v);
+    *n.to = d;
+  }
+  if (auto f = args.get("freeze"))
+    t.freeze = *f;
+  return t;
+}
+
+namespace {
+
+bool isTerminal() {
+  return ::isatty(2);
+}
+
+double seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// A float as JSON (null when not finite), with every digit a float has.
+std::string jsonNumber(float v) {
+  if (!std::isfinite(v))
+    return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
+  return buf;
+}
+
+int fail(const std::string &msg) {
+  llvm::errs() << "dlc: error: " << msg << "\n";
+  return 1;
+}
+
+/// The rows [first, first + count) of `order` gathered from an array's leading dim.
+rt::HostTensor gatherRows(const rt::HostTensor &a, const std::vector<int64_t> &order, size_t first,
+                          size_t count) {
+  rt::HostTensor t;
+  t.dtype = a.dtype;
+  t.shape = a.shape;
+  t.shape[0] = static_cast<int64_t>(count);
+  size_t row = a.byteSize() / static_cast<size_t>(a.shape[0]);
+  t.data.resize(row * count);
+  for (size_t i = 0; i < count; ++i)
+    std::memcpy(t.data.data() + i * row,
+                a.data.data() + static_cast<size_t>(order[first + i]) * row, row);
+  return t;
+}
+
+std::vector<int64_t> shapeOf(const pkg::TensorInfo *t) {
+  return t->shape() ? std::vector<int64_t>(t->shape()->begin(), t->shape()->end())
+                    : std::vector<int64_t>{};
+}
+
+std::string shapeStr(const std::vector<int64_t> &s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i)
+    r += (i ? "," : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+/// A data set checked against the package's inputs: every input present, with the
+/// input's dtype and per-sample shape, and the same number of samples.
+struct DataSet {
+  NpzArrays arrays;
+  size_t samples = 0;
+};
+
+Result<DataSet> loadData(const std::string &path, const pkg::Package &m) {
+  auto arrays = readNpz(path);
+  if (!arrays)
+    return arrays.takeStatus();
+  DataSet d;
+  d.arrays = std::move(*arrays);
+  std::string have;
+  for (const auto &[name, a] : d.arrays)
+    have += (have.empty() ? "" : ", ") + name;
+  bool first = true;
+  for (const pkg::TensorInfo *in : *m.inputs()) {
+    std::string name = in->name()->str();
+    auto it = d.arrays.find(name);
+    if (it == d.arrays.end())
+      return Status(StatusCode::InvalidArgument, "'" + path + "' has no array '" + name +
+                                                     "' for the model's input (arrays: " + have +
+                                                     ")");
+    const rt::HostTensor &a = it->second;
+    std::vector<int64_t> want = shapeOf(in);
+    if (a.dtype != in->dtype())
+      return Status(StatusCode::InvalidArgument, "'" + path + "': array '" + name + "' is " +
+                                                     pkg::dtypeName(a.dtype) + ", the input is " +
+                                                     pkg::dtypeName(in->dtype()));
+    if (want.empty() || a.shape.size() != want.size() ||
+        !std::equal(want.begin() + 1, want.end(), a.shape.begin() + 1))
+      return Status(StatusCode::InvalidArgument, "'" + path + "': array '" + name + "' has shape " +
+                                                     shapeStr(a.shape) + "; the input is " +
+                                                     shapeStr(want) +
+                                                     " (samples along the first dimension)");
+    size_t n = static_cast<size_t>(a.shape[0]);
+    if (!first && n != d.samples)
+      return Status(StatusCode::InvalidArgument,
+                    "'" + path + "': the arrays hold different numbers of samples (" +
+                        std::to_string(d.samples) + " and " + std::to_string(n) + " in '" + name +
+                        "')");
+    d.samples = n;
+    first = false;
+  }
+  return d;
+}
+
+/// Argmax along dim 1 of [N, C, ...] scores against class indices [N, ...].
+size_t countCorrect(const rt::HostTensor &scores, const rt::HostTensor &labels) {
+  if (scores.dtype != pkg::DType::F32 || labels.dtype != pkg::DType::I64 || scores.shape.size() < 2)
+    return 0;
+  int64_t N = scores.shape[0], C = scores.shape[1],
+          inner = scores.numElements() / std::max<int64_t>(N * C, 1);
+  if (labels.numElements() != N * inner)
+    return 0;
+  const float *s = reinterpret_cast<const float *>(scores.data.data());
+  const int64_t *l = reinterpret_cast<const int64_t *>(labels.data.data());
+  size_t ok = 0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = 0; i < inner; ++i) {
+      int64_t best = 0;
+      for (int64_t c = 1; c < C; ++c)
+        if (s[(n * C + c) * inner + i] > s[(n * C + best) * inner + i])
+          best = c;
+      ok += best == l[n * inner + i];
+    }
+  return ok;
+}
+
+} // namespace
+
+int runTrain(const std::vector<std::string> &argv) {
+  ArgParser parser(
+      "train", "PACKAGE.dlc --data TRAIN.npz --epochs N [options]",
+      "Trains a package compiled with `dlc compile --train`: runs its training step over the\n"
+      "batches of an .npz file (arrays named after the package's inputs, samples along the\n"
+      "first dimension), with a progress bar, per-epoch evaluation and checkpoints.",
+      {{"data", 0, true, false, "FILE.npz", "Training data"},
+       {"eval-data", 0, true, false, "FILE.npz",
+        "Evaluated after every epoch (loss, and accuracy for classes)"},
+       {"epochs", 0, true, false, "N", "Passes over the data (default 1)"},
+       {"batch", 0, true, false, "B",
+        "Batch size; must be the compiled one (the inputs' first dimension)"},
+       {"seed", 0, true, false, "S", "Seed of the per-epoch shuffle (default 0)"},
+       {"no-shuffle", 0, false, false, "", "Batches in data order"},
+       {"checkpoint", 0, true, false, "FILE.npz", "Save every variable here after each epoch"},
+       {"resume", 0, true, false, "FILE.npz", "Start from a checkpoint"},
+       {"log", 0, true, false, "FILE.jsonl", "One JSON line per step: epoch, step, loss"},
+       {"device", 0, true, false, "D", "auto (default), cuda or emu"},
+       {"threads", 0, true, false, "N", "emu: worker threads (default: all cores)"},
+       {"quiet", 'q', false, false, "", "Only errors and the final summary"}});
+  auto args = parser.parse(argv);
+  if (!args) {
+    reportError(args.takeError());
+    return 2;
+  }
+  if (args->has("help")) {
+    parser.printHelp(llvm::outs());
+    return 0;
+  }
+  if (args->positionals().size() != 1) {
+    reportError(ir::makeError("train: expected exactly one package"));
+    return 2;
+  }
+  if (!args->has("data")) {
+    reportError(ir::makeError("train: --data TRAIN.npz is required"));
+    return 2;
+  }
+  auto num = [&](const char *name, long dflt, long lo) -> std::optional<long> {
+    std::string v = args->getOr(name, std::to_string(dflt));
+    char *end = nullptr;
+    long x = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end || x < lo)
+      return std::nullopt;
+    return x;
+  };
+  auto epochs = num("epochs", 1, 1), seed = num("seed", 0, 0), threads = num("threads", 0, 0);
+  if (!epochs || !seed || !threads) {
+    reportError(ir::makeError("train: --epochs must be >= 1, --seed and --threads >= 0"));
+    return 2;
+  }
+  bool quiet = args->has("quiet");
+  const std::string pkgPath = args->positionals()[0];
+
+  auto file = pkg::PackageFile::load(pkgPath);
+  if (!file)
+    return fail(file.status().message());
+  const pkg::Package &m = (*file)->meta();
+  if (!m.variables() || m.variables()->size() == 0 || m.commit_steps() == 0)
+    return fail("'" + pkgPath +
+                "' is not a training package (compile it with `dlc compile --train`)");
+  if (!m.inputs() || m.inputs()->size() == 0 || !m.outputs() || m.outputs()->size() == 0)
+    return fail("'" + pkgPath + "' has no inputs or outputs");
+  size_t batch = static_cast<size_t>(shapeOf(m.inputs()->Get(0))[0]);
+  if (auto b = args->get("batch"); b && *b != std::to_string(batch))
+    return fail("--batch " + *b + " does not match the batch the package was compiled for (" +
+                std::to_string(batch) + "); recompile with --input-shape to change it");
+
+  auto train = loadData(args->getOr("data", ""), m);
+  if (!train)
+    return fail(train.status().message());
+  std::optional<DataSet> eval;
+  if (auto e = args->get("eval-data")) {
+    auto d = loadData(*e, m);
+    if (!d)
+      return fail(d.status().message());
+    eval = std::move(*d);
+  }
+  if (train->samples < batch)
+    return fail("the training data holds " + std::to_string(train->samples) +
+                " samples, fewer than one batch of " + std::to_string(batch));
+
+  rt::SessionOptions so;
+  std::string dev = args->getOr("device", "auto");
+  if (dev == "cuda")
+    so.device = rt::DeviceKind::Cuda;
+  else if (dev == "emu")
+    so.device = rt::DeviceKind::Emu;
+  else if (dev != "auto")
+    return fail("--device must be auto, cuda or emu, got '" + dev + "'");
+  so.emuThreads = static_cast<int>(*threads);
+  auto session = rt::Session::create(*file, so);
+  if (!session)
+    return fail(session.status().message());
+  rt::Session &s = **session;
+
+  if (auto r = args->get("resume")) {
+    auto ck = readNpz(*r);
+    if (!ck)
+      return fail(ck.status().message());
+    for (const std::string &name : s.variableNames()) {
+      auto it = ck->find(name);
+      if (it == ck->end())
+        return fail("checkpoint '" + *r + "' has no value for the variable '" + name + "'");
+      if (Status st = s.setVariable(name, it->second))
+        return fail("checkpoint '" + *r + "': " + st.message());
+    }
+  }
+
+  std::unique_ptr<std::ofstream> log;
+  if (auto l = args->get("log")) {
+    log = std::make_unique<std::ofstream>(*l);
+    if (!*log)
+      return fail("cannot write the log '" + *l + "'");
+  }
+  std::string lossName = m.outputs()->Get(0)->name()->str();
+  // Classification accuracy when the package's second output is the class scores
+  // and an input holds the class indices.
+  std::string scoresName = m.outputs()->size() > 1 ? m.outputs()->Get(1)->name()->str() : "";
+  std::string labelName;
+  for (const pkg::TensorInfo *in : *m.inputs())
+    if (in->dtype() == pkg::DType::I64)
+      labelName = in->name()->str();
+
+  auto runBatches = [&](DataSet &d, const std::vector<int64_t> &order, bool training, size_t epoch,
+                        double &lossSum, size_t &correct, size_t &counted) -> Status {
+    size_t steps = d.samples / batch;
+    auto t0 = std::chrono::steady_clock::now();
+    for (size_t k = 0; k < steps; ++k) {
+      for (const pkg::TensorInfo *in : *m.inputs()) {
+        std::string name = in->name()->str();
+        DLC_RETURN_IF_ERROR(
+            s.setInput(name, gatherRows(d.arrays.at(name), order, k * batch, batch)));
+      }
+      DLC_RETURN_IF_ERROR(training ? s.run() : s.evaluate());
+      auto loss = s.getOutput(lossName);
+      if (!loss)
+        return loss.takeStatus();
+      float l = 0;
+      std::memcpy(&l, loss->data.data(), sizeof(float));
+      lossSum += l;
+      if (!scoresName.empty() && !labelName.empty()) {
+        auto scores = s.getOutput(scoresName);
+        if (scores) {
+          correct +=
+              countCorrect(*scores, gatherRows(d.arrays.at(labelName), order, k * batch, batch));
+          counted += batch;
+        }
+      }
+      if (training && log)
+        *log << llvm::formatv("{{\"epoch\": {0}, \"step\": {1}, \"loss\": {2}}", epoch + 1, k + 1,
+                              jsonNumber(l))
+                    .str()
+             << "\n";
+      if (training && !std::isfinite(l))
+        return Status(StatusCode::InvalidArgument,
+                      "the loss became " + std::string(std::isnan(l) ? "NaN" : "infinite") +
+                          " at epoch " + std::to_string(epoch + 1) + ", step " +
+                          std::to_string(k + 1) + " (lower --lr?)");
+      if (training && !quiet && isTerminal()) {
+        constexpr size_t width = 24;
+        size_t filled = (k + 1) * width / steps;
+        double secs = seconds(t0);
+        llvm::errs() << "\r\x1b[Kepoch " << epoch + 1 << "/" << *epochs << " ["
+                     << std::string(filled, '#') << std::string(width - filled, '.') << "] "
+                     << k + 1 << "/" << steps << " loss "
+                     << llvm::format("%.4f", lossSum / static_cast<double>(k + 1)) << "  "
+                     << llvm::format("%.0f",
+                                     secs > 0 ? static_cast<double>((k + 1) * batch) / secs : 0.0)
+                     << " samples/s";
+      }
+    }
+    return Status::ok();
+  };
+
+  size_t stepsPerEpoch = train->samples / batch;
+  if (!quiet && train->samples % batch)
+    llvm::errs() << "dlc: note: the last " << train->samples % batch
+                 << " samples of each epoch do not fill a batch and are skipped\n";
+  if (!quiet)
+    llvm::errs() << "dlc: training on " << s.backendDescription() << ": " << train->samples
+                 << " samples, batch " << batch << ", " << stepsPerEpoch << " steps per epoch\n";
+  std::mt19937_64 rng(static_cast<uint64_t>(*seed));
+  auto start = std::chrono::steady_clock::now();
+  double lastEvalLoss = NAN, lastEvalAcc = NAN;
+  for (size_t e = 0; e < static_cast<size_t>(*epochs); ++e) {
+    std::vector<int64_t> order(train->samples);
+    std::iota(order.begin(), order.end(), 0);
+    if (!args->has("no-shuffle"))
+      std::shuffle(order.begin(), order.end(), rng);
+    double lossSum = 0;
+    size_t correct = 0, counted = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    if (Status st = runBatches(*train, order, true, e, lossSum, correct, counted))
+      return fail(st.message());
+    double secs = seconds(t0);
+    std::string line = llvm::formatv("epoch {0}/{1}: loss {2:f4}", e + 1, *epochs,
+                                     lossSum / static_cast<double>(stepsPerEpoch))
+                           .str();
+    if (counted)
+      line +=
+          llvm::formatv(", train accuracy {0:f2}%", 100.0 * static_cast<double>(correct) / counted)
+              .str();
+    if (eval) {
+      std::vector<int64_t> all(eval->samples);
+      std::iota(all.begin(), all.end(), 0);
+      double el = 0;
+      size_t ec = 0, en = 0;
+      if (Status st = runBatches(*eval, all, false, e, el, ec, en))
+        return fail(st.message());
+      size_t evalSteps = eval->samples / batch;
+      lastEvalLoss = evalSteps ? el / static_cast<double>(evalSteps) : NAN;
+      line += llvm::formatv(", eval loss {0:f4}", lastEvalLoss).str();
+      if (en) {
+        lastEvalAcc = 100.0 * static_cast<double>(ec) / static_cast<double>(en);
+        line += llvm::formatv(", eval accuracy {0:f2}% ({1}/{2})", lastEvalAcc, ec, en).str();
+      }
+    }
+    line += llvm::formatv(", {0:f1} s, {1:f0} samples/s", secs,
+                          secs > 0 ? static_cast<double>(stepsPerEpoch * batch) / secs : 0.0)
+                .str();
+    if (!quiet && isTerminal())
+      llvm::errs() << "\r\x1b[K";
+    if (!quiet || e + 1 == static_cast<size_t>(*epochs))
+      llvm::outs() << line << "\n";
+    llvm::outs().flush();
+    if (auto ck = args->get("checkpoint")) {
+      NpzArrays vars;
+      for (const std::string &name : s.variableNames()) {
+        auto v = s.getVariable(name);
+        if (!v)
+          return fail(v.status().message());
+        vars[name] = std::move(*v);
+      }
+      if (Status st = writeNpz(*ck, vars))
+        return fail(st.message());
+    }
+  }
+  if (!quiet)
+    llvm::errs() << "dlc: trained " << *epochs << " epochs in "
+                 << llvm::format("%.1f", seconds(start)) << " s\n";
+  (void)lastEvalLoss;
+  (void)lastEvalAcc;
+  return 0;
+}
+
+int runExport(const std::vector<std::string> &argv) {
+  ArgParser parser(
+      "export", "PACKAGE.dlc --checkpoint CKPT.npz -o MODEL.onnx",
+      "Writes the ONNX model a training package was compiled from, with the values of\n"
+      "a checkpoint (trained parameters and BatchNorm running statistics).",
+      {{"checkpoint", 0, true, false, "FILE.npz", "A checkpoint of `dlc train`"},
+       {"output", 'o', true, false, "FILE.onnx", "The model to write"}});
+  auto args = parser.parse(argv);
+  if (!args) {
+    reportError(args.takeError());
+    return 2;
+  }
+  if (args->has("help")) {
+    parser.printHelp(llvm::outs());
+    return 0;
+  }
+  if (args->positionals().size() != 1 || !args->has("checkpoint") || !args->has("output")) {
+    reportError(ir::makeError("export: expected PACKAGE.dlc --checkpoint CKPT.npz -o MODEL.onnx"));
+    return 2;
+  }
+  const std::string pkgPath = args->positionals()[0];
+  auto file = pkg::PackageFile::load(pkgPath);
+  if (!file)
+    return fail(file.status().message());
+  const pkg::Package &m = (*file)->meta();
+  if (!m.source_model() || m.source_model()->size() == 0)
+    return fail("'" + pkgPath +
+                "' holds no source model (only training packages compiled from ONNX do)");
+  auto ck = readNpz(args->getOr("checkpoint", ""));
+  if (!ck)
+    return fail(ck.status().message());
+  std::map<std::string, ir::Tensor> values;
+  for (const pkg::Variable *v : *m.variables()) {
+    std::string name = v->name()->str();
+    auto it = ck->find(name);
+    if (it == ck->end())
+      return fail("checkpoint '" + args->getOr("checkpoint", "") +
+                  "' has no value for the variable '" + name + "'");
+    const rt::HostTensor &h = it->second;
+    ir::TensorType type{static_cast<ir::DType>(static_cast<uint8_t>(h.dtype)), ir::Shape(h.shape)};
+    ir::Tensor t(type);
+    if (h.data.size() != t.byteSize())
+      return fail("checkpoint value of '" + name + "' has the wrong size");
+    std::memcpy(t.mutableRaw(), h.data.data(), h.data.size());
+    values.emplace(name, std::move(t));
+  }
+  const auto *src = m.source_model();
+  std::vector<std::string> replaced;
+  auto bytes = frontend::replaceInitializers(
+      llvm::StringRef(reinterpret_cast<const char *>((*file)->section(src)), src->size()), values,
+      &replaced);
+  if (!bytes)
+    return fail(llvm::toString(bytes.takeError()));
+  std::string out = args->getOr("output", "");
+  if (auto e = writeFileAtomically(out, *bytes)) {
+    reportError(std::move(e));
+    return 1;
+  }
+  llvm::errs() << "dlc: wrote " << out << " with " << replaced.size()
+               << " initializers from the checkpoint\n";
+  return 0;
+}
+
+} // namespace dlc::tool
