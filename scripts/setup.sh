@@ -10,7 +10,7 @@ PACKAGES=(
   libonnx-dev libonnx-testdata libprotobuf-dev protobuf-compiler
   libfmt-dev libgtest-dev
   libopenblas-dev libboost-context-dev libflatbuffers-dev flatbuffers-compiler zlib1g-dev
-  python3 python3-numpy python3-onnx python3-torch python3-torchvision
+  python3 python3-numpy python3-onnx python3-torch python3-torchvision python3-sklearn
   clang-14 libclang-rt-14-dev
 )
 # Node.js and npm (ONNX Runtime as a reference, through npm's onnxruntime-node):

@@ -3,11 +3,17 @@
 // `dlc export`: the model a training package was compiled from, with the trained
 // values of its initializers. Everything else (graph, opsets, metadata) is kept.
 // A replaced initializer keeps its name, type and dims and stores its data inline
-// (raw_data), also when the original lived in an external file.
+// (raw_data), also when the original lived in an external file. BatchNormalization
+// exported in training form (PyTorch's TrainingMode.TRAINING: batch statistics,
+// running-statistics outputs that lead nowhere) is written in inference form, so
+// that the model infers with the trained running statistics.
 //===----------------------------------------------------------------------===//
 #include "OnnxUtil.h"
 #include "dlc/frontend/OnnxImporter.h"
 #include "dlc/ir/Graph.h"
+
+#include <algorithm>
+#include <set>
 
 namespace dlc::frontend {
 
@@ -36,6 +42,24 @@ llvm::Expected<std::string> replaceInitializers(llvm::StringRef modelBytes,
     t = std::move(fresh);
     if (replaced)
       replaced->push_back(t.name());
+  }
+  onnx::GraphProto &g = *model.mutable_graph();
+  std::set<std::string> consumed;
+  for (const onnx::NodeProto &n : g.node())
+    consumed.insert(n.input().begin(), n.input().end());
+  for (const onnx::ValueInfoProto &o : g.output())
+    consumed.insert(o.name());
+  for (onnx::NodeProto &n : *g.mutable_node()) {
+    if (n.op_type() != "BatchNormalization" || !(n.domain().empty() || n.domain() == "ai.onnx"))
+      continue;
+    bool unused =
+        std::none_of(n.output().begin() + std::min(n.output_size(), 1), n.output().end(),
+                     [&](const std::string &o) { return !o.empty() && consumed.count(o); });
+    for (onnx::AttributeProto &a : *n.mutable_attribute())
+      if (a.name() == "training_mode" && a.i() != 0 && unused) {
+        a.set_i(0);
+        n.mutable_output()->DeleteSubrange(1, n.output_size() - 1);
+      }
   }
   std::string out;
   if (!model.SerializeToString(&out))

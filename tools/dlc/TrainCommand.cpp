@@ -75,18 +75,19 @@ llvm::Expected<std::optional<passes::TrainingOptions>> trainingFromArgs(const Ar
   struct Num {
     const char *name;
     double *to;
-    double lo, hi;
+    bool belowOne; // in [0, 1), else any number >= 0
   };
-  for (Num n : {Num{"lr", &t.lr, 0, 1e9}, Num{"momentum", &t.momentum, 0, 1},
-                Num{"beta1", &t.beta1, 0, 1}, Num{"beta2", &t.beta2, 0, 1},
-                Num{"eps", &t.eps, 0, 1}, Num{"weight-decay", &t.weightDecay, 0, 1e9}}) {
+  for (Num n : {Num{"lr", &t.lr, false}, Num{"momentum", &t.momentum, true},
+                Num{"beta1", &t.beta1, true}, Num{"beta2", &t.beta2, true},
+                Num{"eps", &t.eps, true}, Num{"weight-decay", &t.weightDecay, false}}) {
     auto v = args.get(n.name);
     if (!v)
       continue;
     char *end = nullptr;
     double d = std::strtod(v->c_str(), &end);
-    if (v->empty() || *end || !std::isfinite(d) || d < n.lo || d > n.hi || (n.hi == 1 && d == 1))
-      return ir::errorf("--{0} must be a number in [{1}, {2}), got '{3}'", n.name, n.lo, n.hi, *v);
+    if (v->empty() || *end || !std::isfinite(d) || d < 0 || (n.belowOne && d >= 1))
+      return ir::errorf("--{0} must be a number {1}, got '{2}'", n.name,
+                        n.belowOne ? "in [0, 1)" : ">= 0", *v);
     *n.to = d;
   }
   if (auto f = args.get("freeze"))
@@ -193,8 +194,9 @@ Result<DataSet> loadData(const std::string &path, const pkg::Package &m) {
   return d;
 }
 
-/// Argmax along dim 1 of [N, C, ...] scores against class indices [N, ...].
-size_t countCorrect(const rt::HostTensor &scores, const rt::HostTensor &labels) {
+/// Argmax along dim 1 of [N, C, ...] scores against class indices [N, ...], over
+/// the first `rows` samples.
+size_t countCorrect(const rt::HostTensor &scores, const rt::HostTensor &labels, int64_t rows) {
   if (scores.dtype != pkg::DType::F32 || labels.dtype != pkg::DType::I64 || scores.shape.size() < 2)
     return 0;
   int64_t N = scores.shape[0], C = scores.shape[1],
@@ -204,7 +206,7 @@ size_t countCorrect(const rt::HostTensor &scores, const rt::HostTensor &labels) 
   const float *s = reinterpret_cast<const float *>(scores.data.data());
   const int64_t *l = reinterpret_cast<const int64_t *>(labels.data.data());
   size_t ok = 0;
-  for (int64_t n = 0; n < N; ++n)
+  for (int64_t n = 0; n < std::min(N, rows); ++n)
     for (int64_t i = 0; i < inner; ++i) {
       int64_t best = 0;
       for (int64_t c = 1; c < C; ++c)
@@ -342,13 +344,19 @@ int runTrain(const std::vector<std::string> &argv) {
 
   auto runBatches = [&](DataSet &d, const std::vector<int64_t> &order, bool training, size_t epoch,
                         double &lossSum, size_t &correct, size_t &counted) -> Status {
-    size_t steps = d.samples / batch;
+    // Training skips a last partial batch; evaluation fills it up with the first
+    // samples again and counts only the real ones.
+    size_t steps = training ? d.samples / batch : (d.samples + batch - 1) / batch;
+    std::vector<int64_t> padded = order;
+    for (size_t i = 0; padded.size() < steps * batch; ++i)
+      padded.push_back(order[i % order.size()]);
     auto t0 = std::chrono::steady_clock::now();
     for (size_t k = 0; k < steps; ++k) {
+      size_t real = std::min(batch, d.samples - k * batch);
       for (const pkg::TensorInfo *in : *m.inputs()) {
         std::string name = in->name()->str();
         DLC_RETURN_IF_ERROR(
-            s.setInput(name, gatherRows(d.arrays.at(name), order, k * batch, batch)));
+            s.setInput(name, gatherRows(d.arrays.at(name), padded, k * batch, batch)));
       }
       DLC_RETURN_IF_ERROR(training ? s.run() : s.evaluate());
       auto loss = s.getOutput(lossName);
@@ -361,8 +369,9 @@ int runTrain(const std::vector<std::string> &argv) {
         auto scores = s.getOutput(scoresName);
         if (scores) {
           correct +=
-              countCorrect(*scores, gatherRows(d.arrays.at(labelName), order, k * batch, batch));
-          counted += batch;
+              countCorrect(*scores, gatherRows(d.arrays.at(labelName), padded, k * batch, batch),
+                           static_cast<int64_t>(real));
+          counted += real;
         }
       }
       if (training && log)
@@ -426,7 +435,7 @@ int runTrain(const std::vector<std::string> &argv) {
       size_t ec = 0, en = 0;
       if (Status st = runBatches(*eval, all, false, e, el, ec, en))
         return fail(st.message());
-      size_t evalSteps = eval->samples / batch;
+      size_t evalSteps = (eval->samples + batch - 1) / batch;
       lastEvalLoss = evalSteps ? el / static_cast<double>(evalSteps) : NAN;
       line += llvm::formatv(", eval loss {0:f4}", lastEvalLoss).str();
       if (en) {

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Bad input to training: each case must end with a non-zero exit (not a signal),
+exactly one "dlc: error:" line naming the problem, and nothing written where the
+command would have written (the package, the checkpoint)."""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import onnx
+import torch
+from onnx import TensorProto, helper
+
+warnings.filterwarnings("ignore")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dlc", required=True)
+    ap.add_argument("--work", required=True)
+    a = ap.parse_args()
+    w = os.path.abspath(a.work)
+    shutil.rmtree(w, ignore_errors=True)
+    os.makedirs(w)
+    j = lambda *p: os.path.join(w, *p)  # noqa: E731
+
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    torch.onnx.export(mlp, torch.zeros(2, 4), j("mlp.onnx"), input_names=["x"], output_names=["y"], opset_version=17)
+    relu = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])]), opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(relu, j("no_params.onnx"))
+    subprocess.run([a.dlc, "compile", j("mlp.onnx"), "--train", "--target", "emu", "-o", j("mlp.dlc"), "-q"],
+                   check=True)
+    subprocess.run([a.dlc, "compile", j("no_params.onnx"), "--target", "emu", "-o", j("relu.dlc"), "-q"], check=True)
+    np.savez(j("good.npz"), x=np.ones((4, 4), np.float32), label=np.array([0, 1, 2, 0], np.int64))
+    np.savez(j("float_label.npz"), x=np.ones((4, 4), np.float32), label=np.zeros(4, np.float32))
+    np.savez(j("label_shape.npz"), x=np.ones((4, 4), np.float32), label=np.zeros((4, 2), np.int64))
+    np.savez(j("no_x.npz"), label=np.zeros(4, np.int64))
+    np.savez(j("counts.npz"), x=np.ones((4, 4), np.float32), label=np.zeros(3, np.int64))
+    np.savez(j("bad_ckpt.npz"), **{"0.weight": np.zeros((8, 4), np.float32)})
+    np.savez(j("wrong_ckpt.npz"), **{k: np.zeros((1,), np.float32) for k in ["0.weight", "0.bias", "2.weight", "2.bias"]})
+    open(j("truncated.npz"), "wb").write(open(j("good.npz"), "rb").read()[:100])
+    np.savez(j("out_of_range.npz"), x=np.ones((2, 4), np.float32), label=np.array([0, 7], np.int64))
+
+    out = j("out")
+    compile_ = lambda m, *f: [a.dlc, "compile", j(m), "--train", "--target", "emu", "-o", os.path.join(out, "p.dlc"), *f]  # noqa: E731
+    train = lambda d, *f: [a.dlc, "train", j("mlp.dlc"), "--data", j(d), "--device", "emu",  # noqa: E731
+                           "--checkpoint", os.path.join(out, "ck.npz"), *f]
+    cases = [
+        ("--freeze matching nothing", compile_("mlp.onnx", "--freeze", "^nothing"), "matches no trainable"),
+        ("a model with no trainable parameters", compile_("no_params.onnx"), "no trainable parameters"),
+        ("non-scalar --loss none", compile_("mlp.onnx", "--loss", "none"), "scalar loss"),
+        ("unknown optimizer", compile_("mlp.onnx", "--optimizer", "rmsprop"), "rmsprop"),
+        ("learning rate out of range", compile_("mlp.onnx", "--lr", "-1"), "--lr"),
+        ("label name taken", compile_("mlp.onnx", "--label", "x"), "already taken"),
+        ("training option without --train", [a.dlc, "compile", j("mlp.onnx"), "--lr", "0.1", "--target", "emu",
+                                             "-o", os.path.join(out, "p.dlc")], "goes with --train"),
+        ("mixed-precision training", compile_("mlp.onnx", "--fp16"), "not supported yet"),
+        ("a label of the wrong dtype", train("float_label.npz"), "'label' is f32"),
+        ("a label of the wrong shape", train("label_shape.npz"), "'label' has shape [4,2]"),
+        ("an .npz missing an input", train("no_x.npz"), "no array 'x'"),
+        ("arrays of different lengths", train("counts.npz"), "different numbers of samples"),
+        ("a truncated .npz", train("truncated.npz"), "truncated.npz"),
+        ("a batch that is not the compiled one", train("good.npz", "--batch", "3"), "does not match"),
+        ("a checkpoint missing a variable", train("good.npz", "--resume", j("bad_ckpt.npz")), "no value for"),
+        ("a checkpoint of the wrong shape", train("good.npz", "--resume", j("wrong_ckpt.npz")), "is f32[8,4]"),
+        ("a class index out of range", train("out_of_range.npz"), "out of range"),
+        ("not a training package", [a.dlc, "train", j("relu.dlc"), "--data", j("good.npz")],
+         "not a training package"),
+    ]
+    failures = 0
+    for what, cmd, expect in cases:
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        lines = [l for l in p.stderr.splitlines() if l.startswith("dlc: error:")]
+        others = [l for l in p.stderr.splitlines() if l.strip() and not l.startswith("dlc: ")]
+        problems = []
+        if p.returncode <= 0 or p.returncode >= 128:
+            problems.append(f"exit code {p.returncode}")
+        if len(lines) != 1:
+            problems.append(f"{len(lines)} error lines: {p.stderr.strip()[:300]}")
+        elif expect not in lines[0]:
+            problems.append(f"message lacks '{expect}': {lines[0]}")
+        if others:
+            problems.append(f"other output on stderr: {others[:2]}")
+        if os.listdir(out):
+            problems.append(f"left behind: {os.listdir(out)}")
+        print(f"{'ok  ' if not problems else 'FAIL'} {what:40} {lines[0] if lines else ''}"[:200])
+        for pr in problems:
+            print("       " + pr)
+        failures += bool(problems)
+    print(f"{len(cases) - failures}/{len(cases)} bad training inputs gave one clean error")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
