@@ -67,16 +67,8 @@ template <class F> dlc_status guarded(F &&body) {
   }
 }
 
-dlc_status tensorInfo(const dlc_model *m, int index, bool output, dlc_tensor_info *info) {
-  if (!m || !info)
-    return fail(DLC_ERROR_INVALID_ARGUMENT, "null model or info pointer");
-  const auto *list = output ? m->model->meta().outputs() : m->model->meta().inputs();
-  int n = list ? static_cast<int>(list->size()) : 0;
-  if (index < 0 || index >= n)
-    return fail(DLC_ERROR_INVALID_ARGUMENT, std::string(output ? "output" : "input") + " index " +
-                                                std::to_string(index) + " is out of range (" +
-                                                std::to_string(n) + ")");
-  const pkg::TensorInfo *t = list->Get(index);
+/// Name, dtype, shape and size of a TensorInfo or a Variable.
+template <class T> void describe(const T *t, dlc_tensor_info *info) {
   info->name = t->name()->c_str();
   info->dtype = static_cast<dlc_dtype>(t->dtype());
   info->rank = t->shape() ? static_cast<int>(t->shape()->size()) : 0;
@@ -86,6 +78,18 @@ dlc_status tensorInfo(const dlc_model *m, int index, bool output, dlc_tensor_inf
     for (int64_t d : *t->shape())
       bytes *= static_cast<size_t>(d);
   info->bytes = bytes;
+}
+
+dlc_status tensorInfo(const dlc_model *m, int index, bool output, dlc_tensor_info *info) {
+  if (!m || !info)
+    return fail(DLC_ERROR_INVALID_ARGUMENT, "null model or info pointer");
+  const auto *list = output ? m->model->meta().outputs() : m->model->meta().inputs();
+  int n = list ? static_cast<int>(list->size()) : 0;
+  if (index < 0 || index >= n)
+    return fail(DLC_ERROR_INVALID_ARGUMENT, std::string(output ? "output" : "input") + " index " +
+                                                std::to_string(index) + " is out of range (" +
+                                                std::to_string(n) + ")");
+  describe(list->Get(index), info);
   lastError.clear();
   return DLC_OK;
 }
@@ -276,6 +280,92 @@ dlc_status dlc_session_get_output(dlc_session *s, const char *name, void *data, 
     if (!s || !name)
       return fail(DLC_ERROR_INVALID_ARGUMENT, "null session or name");
     return report(s->session->getOutputBytes(name, data, size));
+  });
+}
+
+dlc_status dlc_model_num_variables(const dlc_model *m, int *count) {
+  if (!m || !count)
+    return fail(DLC_ERROR_INVALID_ARGUMENT, "null model or count pointer");
+  *count = m->model->meta().variables() ? static_cast<int>(m->model->meta().variables()->size()) : 0;
+  return DLC_OK;
+}
+
+dlc_status dlc_model_variable_info(const dlc_model *m, int index, dlc_tensor_info *info, int *trainable) {
+  if (!m || !info)
+    return fail(DLC_ERROR_INVALID_ARGUMENT, "null model or info pointer");
+  const auto *list = m->model->meta().variables();
+  int n = list ? static_cast<int>(list->size()) : 0;
+  if (index < 0 || index >= n)
+    return fail(DLC_ERROR_INVALID_ARGUMENT,
+                "variable index " + std::to_string(index) + " is out of range (" + std::to_string(n) + ")");
+  describe(list->Get(index), info);
+  if (trainable)
+    *trainable = list->Get(index)->trainable() ? 1 : 0;
+  lastError.clear();
+  return DLC_OK;
+}
+
+dlc_status dlc_session_evaluate(dlc_session *s) {
+  return guarded([&] {
+    if (!s)
+      return fail(DLC_ERROR_INVALID_ARGUMENT, "null session");
+    return report(s->session->evaluate());
+  });
+}
+
+dlc_status dlc_session_get_variable(dlc_session *s, const char *name, void *data, size_t size) {
+  return guarded([&] {
+    if (!s || !name || (!data && size))
+      return fail(DLC_ERROR_INVALID_ARGUMENT, "null session, name or data");
+    auto v = s->session->getVariable(name);
+    if (!v)
+      return report(v.status());
+    if (size != v->data.size())
+      return fail(DLC_ERROR_INVALID_ARGUMENT, "variable '" + std::string(name) + "' holds " +
+                                                  std::to_string(v->data.size()) + " bytes, not " +
+                                                  std::to_string(size));
+    std::memcpy(data, v->data.data(), size);
+    return report(Status::ok());
+  });
+}
+
+dlc_status dlc_session_set_variable(dlc_session *s, const char *name, const void *data, size_t size) {
+  return guarded([&] {
+    if (!s || !name || (!data && size))
+      return fail(DLC_ERROR_INVALID_ARGUMENT, "null session, name or data");
+    auto cur = s->session->getVariable(name); // its dtype and shape
+    if (!cur)
+      return report(cur.status());
+    if (size != cur->data.size())
+      return fail(DLC_ERROR_INVALID_ARGUMENT, "variable '" + std::string(name) + "' holds " +
+                                                  std::to_string(cur->data.size()) + " bytes, not " +
+                                                  std::to_string(size));
+    std::memcpy(cur->data.data(), data, size);
+    return report(s->session->setVariable(name, *cur));
+  });
+}
+
+dlc_status dlc_session_reset_variables(dlc_session *s) {
+  return guarded([&] {
+    if (!s)
+      return fail(DLC_ERROR_INVALID_ARGUMENT, "null session");
+    return report(s->session->resetVariables());
+  });
+}
+
+dlc_status dlc_session_save_checkpoint(dlc_session *s, const char *path) {
+  return guarded([&] {
+    if (!s || !path)
+      return fail(DLC_ERROR_INVALID_ARGUMENT, "null session or path");
+    return report(s->session->saveCheckpoint(path));
+  });
+}
+
+dlc_status dlc_session_load_checkpoint(dlc_session *s, const char *path) {
+  return guarded([&] {
+    if (!s || !path)
+      return fail(DLC_ERROR_INVALID_ARGUMENT, "null session or path");
+    return report(s->session->loadCheckpoint(path));
   });
 }
 

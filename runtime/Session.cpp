@@ -160,6 +160,39 @@ Status Session::resetVariables() {
   return Status::ok();
 }
 
+Status Session::saveCheckpoint(const std::string &path) const {
+  NpzArrays vars;
+  for (const std::string &name : variableNames()) {
+    auto v = getVariable(name);
+    if (!v)
+      return v.takeStatus();
+    vars[name] = std::move(*v);
+  }
+  return writeNpz(path, vars);
+}
+
+Status Session::loadCheckpoint(const std::string &path) {
+  auto ck = readNpz(path);
+  if (!ck)
+    return ck.takeStatus();
+  // Check everything before changing anything.
+  for (const std::string &name : variableNames()) {
+    auto it = ck->find(name);
+    if (it == ck->end())
+      return Status(StatusCode::InvalidArgument,
+                    "checkpoint '" + path + "' has no value for the variable '" + name + "'");
+    const pkg::Variable *v = findVariable(pkg_->meta(), name);
+    const HostTensor &t = it->second;
+    if (t.dtype != v->dtype() || t.shape != shapeOf(v))
+      return Status(StatusCode::InvalidArgument, "checkpoint '" + path + "': variable '" + name + "' is " +
+                                                     pkg::dtypeName(v->dtype()) + shapeString(shapeOf(v)) +
+                                                     ", got " + pkg::dtypeName(t.dtype) + shapeString(t.shape));
+  }
+  for (const std::string &name : variableNames())
+    DLC_RETURN_IF_ERROR(setVariable(name, ck->at(name)));
+  return Status::ok();
+}
+
 std::string Session::backendDescription() const { return backend_->describe(); }
 std::string Session::backendNote() const { return backend_->note(); }
 DeviceKind Session::deviceKind() const { return backend_->kind(); }

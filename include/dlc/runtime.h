@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-#define DLC_RUNTIME_API_VERSION 2
+#define DLC_RUNTIME_API_VERSION 3
 
 typedef struct dlc_model dlc_model;
 typedef struct dlc_session dlc_session;
@@ -111,6 +111,24 @@ dlc_status dlc_session_set_stream(dlc_session *session, void *cu_stream);
 dlc_status dlc_session_run(dlc_session *session);
 /* Copies an output to host memory; size must equal the output's byte size. */
 dlc_status dlc_session_get_output(dlc_session *session, const char *name, void *data, size_t size);
+
+/* Training (API version 3). A package compiled with `dlc compile --train` runs one
+   training step per dlc_session_run: its inputs are the model's and the label, its
+   first output the loss, then the model's outputs. Its variables (the trainable
+   parameters, optimizer state and running statistics) belong to each session and
+   start at the package's values. */
+dlc_status dlc_model_num_variables(const dlc_model *model, int *count);
+/* trainable: 1 for a trainable parameter, 0 for optimizer or model state. */
+dlc_status dlc_model_variable_info(const dlc_model *model, int index, dlc_tensor_info *info, int *trainable);
+/* The step without its updates: the loss and predictions, no variable changes. */
+dlc_status dlc_session_evaluate(dlc_session *session);
+/* size must equal the variable's byte size; dtype and shape are the variable's. */
+dlc_status dlc_session_get_variable(dlc_session *session, const char *name, void *data, size_t size);
+dlc_status dlc_session_set_variable(dlc_session *session, const char *name, const void *data, size_t size);
+dlc_status dlc_session_reset_variables(dlc_session *session);
+/* Every variable to an .npz file (written atomically), and back (all or nothing). */
+dlc_status dlc_session_save_checkpoint(dlc_session *session, const char *path);
+dlc_status dlc_session_load_checkpoint(dlc_session *session, const char *path);
 
 #ifdef __cplusplus
 }

@@ -74,6 +74,18 @@ public:
   }
   std::vector<TensorInfo> inputs() const { return infos(false); }
   std::vector<TensorInfo> outputs() const { return infos(true); }
+  /// Training packages: the variables (parameters, optimizer and model state).
+  std::vector<TensorInfo> variables() const {
+    int n = 0;
+    check(dlc_model_num_variables(m_.get(), &n));
+    std::vector<TensorInfo> r;
+    for (int i = 0; i < n; ++i) {
+      dlc_tensor_info ti;
+      check(dlc_model_variable_info(m_.get(), i, &ti, nullptr));
+      r.push_back({ti.name, ti.dtype, std::vector<long>(ti.shape, ti.shape + ti.rank), ti.bytes});
+    }
+    return r;
+  }
   dlc_model *get() const { return m_.get(); }
 
 private:
@@ -138,6 +150,34 @@ public:
   }
   void setStream(void *cuStream) { check(dlc_session_set_stream(s_.get(), cuStream)); }
   void run() { check(dlc_session_run(s_.get())); }
+
+  // Training packages (dlc compile --train).
+  /// One training step: set the inputs and the label, then step() returns the loss.
+  float step() {
+    run();
+    return output<float>(model_.outputs().at(0).name).at(0);
+  }
+  /// The loss (and outputs) of the current parameters, without a step.
+  float evaluate() {
+    check(dlc_session_evaluate(s_.get()));
+    return output<float>(model_.outputs().at(0).name).at(0);
+  }
+  template <class T> std::vector<T> variable(const std::string &name) {
+    const TensorInfo t = find(model_.variables(), name, "variable");
+    if (t.dtype != DTypeOf<T>::value)
+      throw Error(DLC_ERROR_INVALID_ARGUMENT, "variable '" + name + "': the element type does not match");
+    std::vector<T> v(t.bytes / sizeof(T));
+    check(dlc_session_get_variable(s_.get(), name.c_str(), v.data(), t.bytes));
+    return v;
+  }
+  template <class T> void setVariable(const std::string &name, const std::vector<T> &v) {
+    const TensorInfo t = find(model_.variables(), name, "variable");
+    if (t.dtype != DTypeOf<T>::value)
+      throw Error(DLC_ERROR_INVALID_ARGUMENT, "variable '" + name + "': the element type does not match");
+    check(dlc_session_set_variable(s_.get(), name.c_str(), v.data(), v.size() * sizeof(T)));
+  }
+  void saveCheckpoint(const std::string &path) { check(dlc_session_save_checkpoint(s_.get(), path.c_str())); }
+  void loadCheckpoint(const std::string &path) { check(dlc_session_load_checkpoint(s_.get(), path.c_str())); }
   void getOutput(const std::string &name, void *data, size_t bytes) {
     check(dlc_session_get_output(s_.get(), name.c_str(), data, bytes));
   }

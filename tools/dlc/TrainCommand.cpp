@@ -9,7 +9,6 @@
 // checkpoint.
 //===----------------------------------------------------------------------===//
 #include "Commands.h"
-#include "Npz.h"
 #include "Train.h"
 #include "dlc/frontend/OnnxImporter.h"
 #include "dlc/ir/Graph.h"
@@ -24,6 +23,7 @@
 #include <numeric>
 #include <random>
 #include <unistd.h>
+#include <zlib.h>
 
 namespace dlc::tool {
 
@@ -149,12 +149,27 @@ std::string shapeStr(const std::vector<int64_t> &s) {
 /// A data set checked against the package's inputs: every input present, with the
 /// input's dtype and per-sample shape, and the same number of samples.
 struct DataSet {
-  NpzArrays arrays;
+  rt::NpzArrays arrays;
   size_t samples = 0;
 };
 
+/// Raw deflate (zip method 8) with zlib, for numpy.savez_compressed data.
+bool zlibInflate(const uint8_t *in, size_t n, uint8_t *out, size_t outSize) {
+  z_stream z{};
+  if (inflateInit2(&z, -MAX_WBITS) != Z_OK)
+    return false;
+  z.next_in = const_cast<uint8_t *>(in);
+  z.avail_in = static_cast<uInt>(n);
+  z.next_out = out;
+  z.avail_out = static_cast<uInt>(outSize);
+  int r = inflate(&z, Z_FINISH);
+  bool done = r == Z_STREAM_END && z.total_out == outSize;
+  inflateEnd(&z);
+  return done;
+}
+
 Result<DataSet> loadData(const std::string &path, const pkg::Package &m) {
-  auto arrays = readNpz(path);
+  auto arrays = rt::readNpz(path, zlibInflate);
   if (!arrays)
     return arrays.takeStatus();
   DataSet d;
@@ -314,18 +329,9 @@ int runTrain(const std::vector<std::string> &argv) {
     return fail(session.status().message());
   rt::Session &s = **session;
 
-  if (auto r = args->get("resume")) {
-    auto ck = readNpz(*r);
-    if (!ck)
-      return fail(ck.status().message());
-    for (const std::string &name : s.variableNames()) {
-      auto it = ck->find(name);
-      if (it == ck->end())
-        return fail("checkpoint '" + *r + "' has no value for the variable '" + name + "'");
-      if (Status st = s.setVariable(name, it->second))
-        return fail("checkpoint '" + *r + "': " + st.message());
-    }
-  }
+  if (auto r = args->get("resume"))
+    if (Status st = s.loadCheckpoint(*r))
+      return fail(st.message());
 
   std::unique_ptr<std::ofstream> log;
   if (auto l = args->get("log")) {
@@ -409,7 +415,6 @@ int runTrain(const std::vector<std::string> &argv) {
                  << " samples, batch " << batch << ", " << stepsPerEpoch << " steps per epoch\n";
   std::mt19937_64 rng(static_cast<uint64_t>(*seed));
   auto start = std::chrono::steady_clock::now();
-  double lastEvalLoss = NAN, lastEvalAcc = NAN;
   for (size_t e = 0; e < static_cast<size_t>(*epochs); ++e) {
     std::vector<int64_t> order(train->samples);
     std::iota(order.begin(), order.end(), 0);
@@ -436,12 +441,13 @@ int runTrain(const std::vector<std::string> &argv) {
       if (Status st = runBatches(*eval, all, false, e, el, ec, en))
         return fail(st.message());
       size_t evalSteps = (eval->samples + batch - 1) / batch;
-      lastEvalLoss = evalSteps ? el / static_cast<double>(evalSteps) : NAN;
-      line += llvm::formatv(", eval loss {0:f4}", lastEvalLoss).str();
-      if (en) {
-        lastEvalAcc = 100.0 * static_cast<double>(ec) / static_cast<double>(en);
-        line += llvm::formatv(", eval accuracy {0:f2}% ({1}/{2})", lastEvalAcc, ec, en).str();
-      }
+      line +=
+          llvm::formatv(", eval loss {0:f4}", evalSteps ? el / static_cast<double>(evalSteps) : NAN)
+              .str();
+      if (en)
+        line += llvm::formatv(", eval accuracy {0:f2}% ({1}/{2})",
+                              100.0 * static_cast<double>(ec) / static_cast<double>(en), ec, en)
+                    .str();
     }
     line += llvm::formatv(", {0:f1} s, {1:f0} samples/s", secs,
                           secs > 0 ? static_cast<double>(stepsPerEpoch * batch) / secs : 0.0)
@@ -451,23 +457,13 @@ int runTrain(const std::vector<std::string> &argv) {
     if (!quiet || e + 1 == static_cast<size_t>(*epochs))
       llvm::outs() << line << "\n";
     llvm::outs().flush();
-    if (auto ck = args->get("checkpoint")) {
-      NpzArrays vars;
-      for (const std::string &name : s.variableNames()) {
-        auto v = s.getVariable(name);
-        if (!v)
-          return fail(v.status().message());
-        vars[name] = std::move(*v);
-      }
-      if (Status st = writeNpz(*ck, vars))
+    if (auto ck = args->get("checkpoint"))
+      if (Status st = s.saveCheckpoint(*ck))
         return fail(st.message());
-    }
   }
   if (!quiet)
     llvm::errs() << "dlc: trained " << *epochs << " epochs in "
                  << llvm::format("%.1f", seconds(start)) << " s\n";
-  (void)lastEvalLoss;
-  (void)lastEvalAcc;
   return 0;
 }
 
@@ -499,7 +495,7 @@ int runExport(const std::vector<std::string> &argv) {
   if (!m.source_model() || m.source_model()->size() == 0)
     return fail("'" + pkgPath +
                 "' holds no source model (only training packages compiled from ONNX do)");
-  auto ck = readNpz(args->getOr("checkpoint", ""));
+  auto ck = rt::readNpz(args->getOr("checkpoint", ""));
   if (!ck)
     return fail(ck.status().message());
   std::map<std::string, ir::Tensor> values;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -129,6 +130,10 @@ public:
   Status setVariable(const std::string &name, const HostTensor &t);
   /// Every variable back to its initial value from the package.
   Status resetVariables();
+  /// Every variable to an .npz file (written atomically), and back: a checkpoint
+  /// must hold a value of the right dtype and shape for every variable.
+  Status saveCheckpoint(const std::string &path) const;
+  Status loadCheckpoint(const std::string &path);
   const std::vector<StepTime> &lastProfile() const { return profile_; }
   /// What the backend chose to do differently from its default (a CUDA graph that
   /// could not be captured, ...); empty when nothing.
@@ -153,6 +158,16 @@ Result<HostTensor> readNpy(const std::string &path);
 Status writeNpy(const std::string &path, const HostTensor &t);
 /// The bytes of an .npy file (format 1.0) holding `t`.
 std::string encodeNpy(const HostTensor &t);
+
+/// .npz archives (training data, checkpoints): arrays by name. Reading takes stored
+/// members, and deflated ones (numpy.savez_compressed) when given an inflater
+/// (raw deflate of `in` into exactly `outSize` bytes; the runtime links no
+/// compression library). Writing stores members uncompressed, as numpy.savez does,
+/// atomically (no partial file on failure).
+using NpzArrays = std::map<std::string, HostTensor>;
+using Inflater = std::function<bool(const uint8_t *in, size_t n, uint8_t *out, size_t outSize)>;
+Result<NpzArrays> readNpz(const std::string &path, const Inflater &inflate = {});
+Status writeNpz(const std::string &path, const NpzArrays &arrays);
 /// Parses .npy bytes (for tests and fuzzing).
 Result<HostTensor> parseNpy(const uint8_t *data, size_t n, const std::string &name);
 

@@ -3,17 +3,17 @@
 // The zip subset numpy writes: local file headers, the central directory and its
 // end record (zip64 extra fields for members over 4 GiB are not supported and are
 // reported as such). Members are located through the central directory, as zip
-// readers do, and every offset and size is checked against the file.
+// readers do, and every offset and size is checked against the file. The runtime
+// depends on no compression library: deflated members need the caller's inflater.
 //===----------------------------------------------------------------------===//
-#include "Npz.h"
+#include "dlc/runtime/Runtime.h"
 
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <zlib.h>
 
-namespace dlc::tool {
+namespace dlc::rt {
 
 namespace {
 
@@ -32,7 +32,7 @@ void put32(std::string &s, uint32_t v) {
 
 } // namespace
 
-Result<NpzArrays> readNpz(const std::string &path) {
+Result<NpzArrays> readNpz(const std::string &path, const Inflater &inflate) {
   auto bad = [&](const std::string &why) {
     return Status(StatusCode::InvalidArgument, "'" + path + "': " + why);
   };
@@ -85,29 +85,21 @@ Result<NpzArrays> readNpz(const std::string &path) {
         return bad("member '" + name + "' has inconsistent sizes");
       bytes.assign(d.begin() + data, d.begin() + data + csize);
     } else if (method == 8) {
+      if (!inflate)
+        return bad("member '" + name + "' is compressed (numpy.savez_compressed); use numpy.savez");
       bytes.resize(usize);
-      z_stream z{};
-      if (inflateInit2(&z, -MAX_WBITS) != Z_OK)
-        return bad("cannot start inflating member '" + name + "'");
-      z.next_in = &d[data];
-      z.avail_in = csize;
-      z.next_out = bytes.data();
-      z.avail_out = usize;
-      int r = inflate(&z, Z_FINISH);
-      bool done = r == Z_STREAM_END && z.total_out == usize;
-      inflateEnd(&z);
-      if (!done)
+      if (!inflate(&d[data], csize, bytes.data(), usize))
         return bad("member '" + name + "' does not inflate to its recorded size");
     } else {
       return bad("member '" + name + "' uses zip compression method " + std::to_string(method) +
                  " (only stored and deflate are supported)");
     }
-    if (crc32(0, bytes.data(), static_cast<uInt>(bytes.size())) != crc)
+    if (pkg::crc32(bytes.data(), bytes.size()) != crc)
       return bad("member '" + name + "' fails its CRC check");
     if (name.size() < 5 || name.compare(name.size() - 4, 4, ".npy") != 0)
       return bad("member '" + name + "' is not an .npy array");
     std::string key = name.substr(0, name.size() - 4);
-    auto t = rt::parseNpy(bytes.data(), bytes.size(), path + ":" + name);
+    auto t = parseNpy(bytes.data(), bytes.size(), path + ":" + name);
     if (!t)
       return t.takeStatus();
     if (!out.emplace(key, std::move(*t)).second)
@@ -120,12 +112,11 @@ Status writeNpz(const std::string &path, const NpzArrays &arrays) {
   std::string file, dir;
   uint32_t count = 0;
   for (const auto &[name, t] : arrays) {
-    std::string member = name + ".npy", bytes = rt::encodeNpy(t);
+    std::string member = name + ".npy", bytes = encodeNpy(t);
     if (bytes.size() >= 0xFFFFFFFFull)
       return Status(StatusCode::InvalidArgument,
                     "array '" + name + "' is too large for an .npz without zip64");
-    uint32_t crc =
-        crc32(0, reinterpret_cast<const Bytef *>(bytes.data()), static_cast<uInt>(bytes.size()));
+    uint32_t crc = pkg::crc32(bytes.data(), bytes.size());
     uint32_t offset = static_cast<uint32_t>(file.size()),
              size = static_cast<uint32_t>(bytes.size());
     auto common = [&](std::string &s) { // version needed .. name length (shared by both headers)
@@ -167,4 +158,4 @@ Status writeNpz(const std::string &path, const NpzArrays &arrays) {
   return Status::ok();
 }
 
-} // namespace dlc::tool
+} // namespace dlc::rt
