@@ -43,7 +43,8 @@ size_t promoteTrainableConstants(Graph &g, const std::function<bool(const std::s
                   });
     if (weight) {
       auto v = c->data().toVector<double>();
-      weight = std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); }); // not a -inf mask
+      weight = std::all_of(v.begin(), v.end(),
+                           [](double x) { return std::isfinite(x); }); // not a -inf mask
     }
     if (weight && c->isConstant())
       g.makeParameter(c);
@@ -63,19 +64,46 @@ llvm::Expected<std::vector<Gradient>> buildGradients(Graph &g, Value *loss) {
   if (llvm::none_of(g.parameters(), [](const auto &p) { return p->isTrainable(); }))
     return makeError("the model has no trainable parameters");
 
-  // Values that depend on a parameter, and nodes whose results reach the loss.
+  // Values that depend on a trainable parameter.
   std::unordered_set<const Value *> varying;
-  for (const auto &p : g.parameters())
-    if (p->isTrainable())
-      varying.insert(p.get());
+  auto findVarying = [&] {
+    varying.clear();
+    for (const auto &p : g.parameters())
+      if (p->isTrainable())
+        varying.insert(p.get());
+    for (const Node &n : g.nodes())
+      if (llvm::any_of(n.operands(), [&](Value *v) { return v && varying.count(v); }))
+        for (unsigned i = 0; i < n.numResults(); ++i)
+          varying.insert(n.result(i));
+  };
+  findVarying();
+
+  // Ops without a rule of their own that a gradient must cross are decomposed first.
+  GradBuilder b(g);
+  bool decomposed = false;
+  for (Node *n : g.nodeList()) {
+    if (n->def().gradient || !n->def().decompose || llvm::none_of(n->operands(), [&](Value *v) {
+          return v && isFloat(v->dtype()) && varying.count(v);
+        }))
+      continue;
+    b.begin(*n, {}, {});
+    auto parts = n->def().decompose(b, *n);
+    if (!parts)
+      return errorf("{0}: cannot differentiate: {1}", n->describe(),
+                    llvm::toString(parts.takeError()));
+    for (unsigned i = 0; i < n->numResults(); ++i)
+      g.replaceAllUsesWith(n->result(i), (*parts)[i]);
+    g.eraseNode(n);
+    decomposed = true;
+  }
+  if (decomposed) {
+    if (!g.topologicalSort())
+      return makeError("internal error: a decomposition made a cycle");
+    findVarying();
+  }
   std::vector<Node *> forward = g.nodeList();
-  for (Node *n : forward)
-    if (llvm::any_of(n->operands(), [&](Value *v) { return v && varying.count(v); }))
-      for (unsigned i = 0; i < n->numResults(); ++i)
-        varying.insert(n->result(i));
 
   std::unordered_map<const Value *, Value *> grads;
-  GradBuilder b(g);
   grads[loss] = b.op(OpKind::Expand, {b.scalar(1, loss->dtype())},
                      {{"shape", std::vector<int64_t>(loss->shape())}});
   for (auto it = forward.rbegin(); it != forward.rend(); ++it) {

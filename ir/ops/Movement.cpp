@@ -694,17 +694,34 @@ llvm::Error gradExpand(GradBuilder &b, const Node &) {
   return ok();
 }
 
-/// Gather along axis 0 (embeddings): the gradient rows scatter-added to the
-/// gathered rows.
+/// Gather: the gradient slices scatter-added to the gathered positions (an index
+/// may repeat: embeddings). Along another axis than 0, that axis is moved to the
+/// front first; negative indices count from the end.
 llvm::Error gradGather(GradBuilder &b, const Node &n) {
-  if (*normalizeAxis(n.attrInt("axis"), n.operand(0)->rank()) != 0)
-    return makeError("only Gather along axis 0 is differentiable");
-  Value *idx = n.operand(1);
+  Value *data = n.operand(0), *idx = n.operand(1), *g = b.grad();
+  int64_t r = data->rank(), axis = *normalizeAxis(n.attrInt("axis"), r), q = idx->rank();
+  const Shape &ds = data->shape();
+  if (idx->dtype() != DType::I64)
+    idx = b.op(OpKind::Cast, {idx}, {{"to", std::string(dtypeName(DType::I64))}});
+  idx = b.select(b.op(OpKind::Less, {idx, b.scalar(0, DType::I64)}), b.add(idx, b.scalar(ds[axis], DType::I64)), idx);
   Shape is = idx->shape();
   is.push_back(1);
-  Value *idx64 = idx->dtype() == DType::I64 ? idx : b.op(OpKind::Cast, {idx}, {{"to", std::string(dtypeName(DType::I64))}});
-  b.accumulate(0, b.op(OpKind::ScatterND, {b.zerosLike(n.operand(0)), b.reshape(idx64, is), b.grad()},
-                       {{"reduction", std::string("add")}}));
+  // Data with `axis` first: perm = [axis, 0..axis-1, axis+1..]; the gradient's index
+  // dims (axis..axis+q-1) go first the same way.
+  std::vector<int64_t> perm{axis}, gperm;
+  for (int64_t i = 0; i < r; ++i)
+    if (i != axis)
+      perm.push_back(i);
+  for (int64_t i = 0; i < q; ++i)
+    gperm.push_back(axis + i);
+  for (int64_t i = 0; i < g->rank(); ++i)
+    if (i < axis || i >= axis + q)
+      gperm.push_back(i);
+  Shape front = permuteShape(ds, perm);
+  Value *zeros = b.op(OpKind::Expand, {b.scalar(0, data->dtype())}, {{"shape", std::vector<int64_t>(front)}});
+  Value *scattered = b.op(OpKind::ScatterND, {zeros, b.reshape(idx, is), axis ? b.transpose(g, gperm) : g},
+                          {{"reduction", std::string("add")}});
+  b.accumulate(0, axis ? b.transpose(scattered, inversePerm(perm)) : scattered);
   return ok();
 }
 

@@ -17,7 +17,9 @@ struct RnnDims {
   bool batchFirst;
 };
 
-int gatesOf(OpKind k) { return k == OpKind::LSTM ? 4 : 3; }
+int gatesOf(OpKind k) {
+  return k == OpKind::LSTM ? 4 : 3;
+}
 
 llvm::Expected<RnnDims> rnnDims(const Node &n) {
   const Shape &x = n.operand(0)->shape();
@@ -105,17 +107,28 @@ struct Act {
   std::string name;
   double alpha, beta;
   double operator()(double x) const {
-    if (name == "Sigmoid") return 1 / (1 + std::exp(-x));
-    if (name == "Tanh") return std::tanh(x);
-    if (name == "Relu") return std::max(0.0, x);
-    if (name == "HardSigmoid") return std::clamp(alpha * x + beta, 0.0, 1.0);
-    if (name == "LeakyRelu") return x < 0 ? alpha * x : x;
-    if (name == "ThresholdedRelu") return x > alpha ? x : 0.0;
-    if (name == "ScaledTanh") return alpha * std::tanh(beta * x);
-    if (name == "Affine") return alpha * x + beta;
-    if (name == "Elu") return x < 0 ? alpha * (std::exp(x) - 1) : x;
-    if (name == "Softsign") return x / (1 + std::fabs(x));
-    if (name == "Softplus") return std::log1p(std::exp(x));
+    if (name == "Sigmoid")
+      return 1 / (1 + std::exp(-x));
+    if (name == "Tanh")
+      return std::tanh(x);
+    if (name == "Relu")
+      return std::max(0.0, x);
+    if (name == "HardSigmoid")
+      return std::clamp(alpha * x + beta, 0.0, 1.0);
+    if (name == "LeakyRelu")
+      return x < 0 ? alpha * x : x;
+    if (name == "ThresholdedRelu")
+      return x > alpha ? x : 0.0;
+    if (name == "ScaledTanh")
+      return alpha * std::tanh(beta * x);
+    if (name == "Affine")
+      return alpha * x + beta;
+    if (name == "Elu")
+      return x < 0 ? alpha * (std::exp(x) - 1) : x;
+    if (name == "Softsign")
+      return x / (1 + std::fabs(x));
+    if (name == "Softplus")
+      return std::log1p(std::exp(x));
     return x;
   }
 };
@@ -132,10 +145,11 @@ llvm::Expected<std::vector<Act>> activations(const Node &n, int64_t dirs) {
   const auto &al = n.attrFloats("activation_alpha"), &be = n.attrFloats("activation_beta");
   std::vector<Act> r;
   for (size_t i = 0; i < names.size(); ++i) {
-    static const char *known[] = {"Sigmoid",     "Tanh",   "Relu", "HardSigmoid",
-                                  "LeakyRelu",   "ThresholdedRelu", "ScaledTanh",
-                                  "Affine",      "Elu",    "Softsign", "Softplus"};
-    if (std::none_of(std::begin(known), std::end(known), [&](const char *k) { return names[i] == k; }))
+    static const char *known[] = {
+        "Sigmoid",    "Tanh",   "Relu", "HardSigmoid", "LeakyRelu", "ThresholdedRelu",
+        "ScaledTanh", "Affine", "Elu",  "Softsign",    "Softplus"};
+    if (std::none_of(std::begin(known), std::end(known),
+                     [&](const char *k) { return names[i] == k; }))
       return errorf("unsupported activation \"{0}\"", names[i]);
     double dflA = names[i] == "HardSigmoid" ? 0.2 : names[i] == "LeakyRelu" ? 0.01 : 1.0;
     double dflB = names[i] == "HardSigmoid" ? 0.5 : 0.0;
@@ -158,8 +172,8 @@ llvm::Error refRnn(const Node &n, const Inputs &in, Outputs &out) {
     return i < in.size() && in[i] ? in[i]->toVector<double>() : std::vector<double>();
   };
   auto x = get(0), w = get(1), r = get(2), bias = get(3), h0 = get(5);
-  std::vector<double> c0 = lstm ? get(6) : std::vector<double>(), peep = lstm ? get(7)
-                                                                              : std::vector<double>();
+  std::vector<double> c0 = lstm ? get(6) : std::vector<double>(),
+                      peep = lstm ? get(7) : std::vector<double>();
   std::vector<int64_t> lens(B, S);
   if (in.size() > 4 && in[4])
     for (int64_t b = 0; b < B; ++b)
@@ -214,8 +228,9 @@ llvm::Error refRnn(const Node &n, const Inputs &in, Outputs &out) {
           const double *P = peep.empty() ? nullptr : peep.data() + di * 3 * H;
           for (int64_t h = 0; h < H; ++h) {
             double it = f(clipv(gx[h] + gh[h] + (P ? P[h] * cs[h] : 0)));
-            double ft = coupled ? 1 - it
-                                : f(clipv(gx[2 * H + h] + gh[2 * H + h] + (P ? P[2 * H + h] * cs[h] : 0)));
+            double ft =
+                coupled ? 1 - it
+                        : f(clipv(gx[2 * H + h] + gh[2 * H + h] + (P ? P[2 * H + h] * cs[h] : 0)));
             double ct = g(clipv(gx[3 * H + h] + gh[3 * H + h]));
             cn[h] = ft * cs[h] + it * ct;
             double ot = f(clipv(gx[H + h] + gh[H + h] + (P ? P[H + h] * cn[h] : 0)));
@@ -262,6 +277,121 @@ llvm::Error refRnn(const Node &n, const Inputs &in, Outputs &out) {
   return ok();
 }
 
+//===----------------------------------------------------------------------===//
+// Decomposition for training: the recurrence unrolled over the (static) sequence
+// into MatMul, Sigmoid, Tanh and element-wise ops, which autodiff differentiates.
+//===----------------------------------------------------------------------===//
+
+llvm::Expected<std::vector<Value *>> decomposeRnn(GradBuilder &b, const Node &n) {
+  auto dd = rnnDims(n);
+  if (!dd)
+    return dd.takeError();
+  const RnnDims d = *dd;
+  bool lstm = n.kind() == OpKind::LSTM;
+  int64_t G = gatesOf(n.kind()), H = d.hidden, B = d.batch, S = d.seq;
+  auto acts = activations(n, d.dirs);
+  if (!acts)
+    return acts.takeError();
+  for (size_t i = 0; i < acts->size(); ++i)
+    if ((*acts)[i].name != ((lstm ? i % 3 : i % 2) == 0 ? "Sigmoid" : "Tanh"))
+      return makeError("only the default activations (Sigmoid, Tanh) are differentiable");
+  if (n.attrFloat("clip") > 0 || n.operand(4) ||
+      (lstm && (n.operand(7) || n.attrInt("input_forget"))))
+    return makeError("clip, sequence_lens, peepholes and input_forget are not differentiable");
+  bool lbr = !lstm && n.attrInt("linear_before_reset") != 0;
+  const std::string &dir = n.attrString("direction");
+  DType dt = n.operand(0)->dtype();
+
+  auto slice = [&](Value *v, int64_t axis, int64_t from, int64_t to) {
+    return b.op(OpKind::Slice, {v},
+                {{"axes", std::vector<int64_t>{axis}},
+                 {"starts", std::vector<int64_t>{from}},
+                 {"ends", std::vector<int64_t>{to}}});
+  };
+  auto gate = [&](Value *v, int64_t k) { return slice(v, 1, k * H, (k + 1) * H); };
+  auto concat = [&](std::vector<Value *> vs, int64_t axis) {
+    return vs.size() == 1 ? vs[0] : b.op(OpKind::Concat, vs, {{"axis", axis}});
+  };
+  auto unsq = [&](Value *v) {
+    return b.op(OpKind::Unsqueeze, {v}, {{"axes", std::vector<int64_t>{0}}});
+  };
+  auto sigmoid = [&](Value *v) { return b.op(OpKind::Sigmoid, {v}); };
+  auto tanh = [&](Value *v) { return b.op(OpKind::Tanh, {v}); };
+
+  Value *x = n.operand(0); // [S, B, I]
+  if (d.batchFirst)
+    x = b.transpose(x, {1, 0, 2});
+  auto state0 = [&](unsigned operand, int64_t di) -> Value * { // [B, H]
+    Value *v = n.operand(operand);
+    if (!v)
+      return b.op(OpKind::Expand, {b.scalar(0, dt)}, {{"shape", std::vector<int64_t>{B, H}}});
+    if (d.batchFirst) // [B, dirs, H]
+      return b.reshape(slice(v, 1, di, di + 1), {B, H});
+    return b.reshape(slice(v, 0, di, di + 1), {B, H});
+  };
+  std::vector<Value *> ys, hs, cs;
+  for (int64_t di = 0; di < d.dirs; ++di) {
+    bool reverse = dir == "reverse" || (dir == "bidirectional" && di == 1);
+    Value *wT =
+        b.transpose(b.reshape(slice(n.operand(1), 0, di, di + 1), {G * H, d.input}), {1, 0});
+    Value *rT = b.transpose(b.reshape(slice(n.operand(2), 0, di, di + 1), {G * H, H}), {1, 0});
+    Value *xw = b.op(OpKind::MatMul, {x, wT}); // [S, B, G*H]
+    Value *rb = nullptr;
+    if (Value *bias = n.operand(3)) {
+      Value *bd = b.reshape(slice(bias, 0, di, di + 1), {2 * G * H});
+      xw = b.add(xw, slice(bd, 0, 0, G * H));
+      rb = slice(bd, 0, G * H, 2 * G * H);
+    }
+    Value *h = state0(5, di), *c = lstm ? state0(6, di) : nullptr;
+    std::vector<Value *> out(S);
+    for (int64_t step = 0; step < S; ++step) {
+      int64_t t = reverse ? S - 1 - step : step;
+      Value *gx = b.reshape(slice(xw, 0, t, t + 1), {B, G * H});
+      Value *gh = b.op(OpKind::MatMul, {h, rT});
+      if (rb)
+        gh = b.add(gh, rb);
+      if (lstm) { // gates i, o, f, c
+        Value *pre = b.add(gx, gh);
+        Value *i = sigmoid(gate(pre, 0)), *o = sigmoid(gate(pre, 1)), *f = sigmoid(gate(pre, 2));
+        c = b.add(b.mul(f, c), b.mul(i, tanh(gate(pre, 3))));
+        h = b.mul(o, tanh(c));
+      } else { // gates z, r, h
+        Value *z = sigmoid(b.add(gate(gx, 0), gate(gh, 0)));
+        Value *r = sigmoid(b.add(gate(gx, 1), gate(gh, 1)));
+        Value *hh;
+        if (lbr) {
+          hh = tanh(b.add(gate(gx, 2), b.mul(r, gate(gh, 2))));
+        } else { // (r . h) Rh^T + Rbh
+          Value *rh = b.op(OpKind::MatMul, {b.mul(r, h), slice(rT, 1, 2 * H, 3 * H)});
+          if (rb)
+            rh = b.add(rh, slice(rb, 0, 2 * H, 3 * H));
+          hh = tanh(b.add(gate(gx, 2), rh));
+        }
+        h = b.add(b.mul(b.sub(b.scalar(1, dt), z), hh), b.mul(z, h));
+      }
+      out[t] = unsq(h); // [1, B, H]
+    }
+    ys.push_back(b.op(OpKind::Unsqueeze, {concat(out, 0)},
+                      {{"axes", std::vector<int64_t>{1}}})); // [S,1,B,H]
+    hs.push_back(unsq(h));
+    if (lstm)
+      cs.push_back(unsq(c));
+  }
+  Value *y = concat(ys, 1), *yh = concat(hs, 0),
+        *yc = lstm ? concat(cs, 0) : nullptr; // [S,dirs,B,H], [dirs,B,H]
+  if (d.batchFirst) {
+    y = b.transpose(y, {2, 0, 1, 3});
+    yh = b.transpose(yh, {1, 0, 2});
+    if (yc)
+      yc = b.transpose(yc, {1, 0, 2});
+  }
+  if (auto e = b.takeError())
+    return e;
+  std::vector<Value *> results{y, yh, yc};
+  results.resize(n.numResults());
+  return results;
+}
+
 OpBuilder rnn(OpTable &t, OpKind k) {
   return t.def(k)
       .attr("activation_alpha", AttrKind::Floats, std::vector<float>{})
@@ -276,7 +406,8 @@ OpBuilder rnn(OpTable &t, OpKind k) {
       .layout(LayoutRule::fixed())
       .verify(verifyRnn)
       .infer(inferRnn)
-      .reference(refRnn);
+      .reference(refRnn)
+      .decompose(decomposeRnn);
 }
 
 } // namespace
@@ -285,8 +416,10 @@ void defineRecurrentOps(OpTable &t) {
   // Operands: X, W, R, B?, sequence_lens?, initial_h?, initial_c?, P?
   rnn(t, OpKind::LSTM).operands(3, 8).results(1, 3).attr("input_forget", AttrKind::Int, int64_t{0});
   // Operands: X, W, R, B?, sequence_lens?, initial_h?
-  rnn(t, OpKind::GRU).operands(3, 6).results(1, 2).attr("linear_before_reset", AttrKind::Int,
-                                                        int64_t{0});
+  rnn(t, OpKind::GRU)
+      .operands(3, 6)
+      .results(1, 2)
+      .attr("linear_before_reset", AttrKind::Int, int64_t{0});
 }
 
 } // namespace dlc::ir

@@ -159,6 +159,8 @@ def cases(b):
     case("Expand", b.op("Expand", [b.param([3, 1])], lambda x: x.expand(2, 3, 4), shape=[2, 3, 4]))
     idx = b.const(np.array([[1, 0, 3], [3, 3, 2]], dtype=np.int64))
     case("Gather", b.op("Gather", [b.param([4, 5]), idx], lambda w, i: w[i], axis=0))
+    idx1 = b.const(np.array([-1, 0, -1], dtype=np.int64))
+    case("Gather-axis1-negative", b.op("Gather", [b.param([2, 4, 3]), idx1], lambda w, i: w[:, i % 4], axis=1))
 
     # Reductions and softmax.
     case("ReduceSum", b.op("ReduceSum", [b.param([2, 3, 4])], lambda x: x.sum((0, 2), keepdim=True), axes=[0, 2]))

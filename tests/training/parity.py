@@ -3,7 +3,7 @@
 torch.optim on the same model, data and hyper-parameters.
 
 For each model (an MLP, a ResNet-style CNN with BatchNorm, a Transformer encoder
-layer) and each optimizer (sgd, momentum, adam, adamw), the model is exported to
+layer, an LSTM followed by a bidirectional GRU) and each optimizer (sgd, momentum, adam, adamw), the model is exported to
 ONNX, compiled for emu, trained for exactly one step on one batch, and the loss
 and every parameter after the step are compared with a PyTorch step (relative
 error, normalized by the largest magnitude of the reference). The BatchNorm
@@ -74,6 +74,21 @@ class Encoder(nn.Module):
         return self.head(self.layer(self.emb(x)).mean(1))
 
 
+class Recurrent(nn.Module):
+    """An LSTM, then a bidirectional GRU, then a classifier on the last step."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(5, 6, batch_first=True)
+        self.gru = nn.GRU(6, 4, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        y, _ = self.gru(y)
+        return self.head(y[:, -1])
+
+
 def models():
     torch.manual_seed(0)
     mlp = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
@@ -82,10 +97,14 @@ def models():
     yield "resnet", ResNetish(), torch.randn(4, 1, 12, 12), torch.tensor([4, 0, 2, 1])
     torch.manual_seed(2)
     yield "encoder", Encoder(), torch.randn(2, 5, 6), torch.tensor([2, 0])
+    torch.manual_seed(3)
+    yield "recurrent", Recurrent(), torch.randn(3, 4, 5), torch.tensor([1, 2, 0])
 
 
 def rel(a, b):
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a.shape == b.shape and a.size == 0:
+        return 0.0
     return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-6)) if a.shape == b.shape else float("inf")
 
 

@@ -17,6 +17,7 @@
 namespace dlc::ir {
 
 class Node;
+class Value;
 
 enum class OpKind : uint16_t {
 #define OP(NAME, FAMILY) NAME,
@@ -125,6 +126,10 @@ class GradBuilder; // dlc/ir/GradBuilder.h
 /// Gradient rule: builds the vector-Jacobian product of the node with the builder
 /// (dlc/ir/GradBuilder.h); an error says the node's attributes are not supported.
 using GradFn = llvm::Error (*)(GradBuilder &, const Node &);
+/// Rewrites a node as simpler ops (built with the builder, appended to the graph)
+/// and returns the values that replace its results. Autodiff decomposes an op that
+/// has no gradient rule of its own; an error says which form is not supported.
+using DecomposeFn = llvm::Expected<std::vector<Value *>> (*)(GradBuilder &, const Node &);
 class KernelEmitter; // defined by codegen
 /// Emits the CUDA code for a node that is not a plain element-wise expression.
 using CudaEmitFn = llvm::Error (*)(KernelEmitter &, const Node &);
@@ -151,6 +156,8 @@ struct OpDef {
   /// Null: the op is not differentiable (autodiff reports it when a parameter's
   /// gradient would have to flow through it).
   GradFn gradient = nullptr;
+  /// Null: the op is differentiated through its own rule or not at all.
+  DecomposeFn decompose = nullptr;
   /// Float operands that are state, not weights: a constant used only there does
   /// not become a trainable parameter (BatchNormalization's running statistics).
   std::vector<unsigned> stateOperands;
@@ -188,6 +195,7 @@ public:
   OpBuilder &reference(RefFn f) { return d_.reference = f, *this; }
   OpBuilder &cudaExpr(const char *e) { return d_.cudaExpr = e, *this; }
   OpBuilder &gradient(GradFn f) { return d_.gradient = f, *this; }
+  OpBuilder &decompose(DecomposeFn f) { return d_.decompose = f, *this; }
   OpBuilder &stateOperands(std::vector<unsigned> ops) { return d_.stateOperands = std::move(ops), *this; }
   OpBuilder &decomposed() { return d_.decomposedBeforeCodegen = true, *this; }
 
