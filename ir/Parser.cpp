@@ -138,7 +138,9 @@ private:
       return error("constant data was elided when this IR was printed and cannot be parsed; "
                    "print without eliding constants");
     // The data is checked against the type before the tensor is allocated: a huge
-    // shape with little data is an error, not an enormous allocation.
+    // shape with little (or no) data is an error, not an enormous allocation.
+    if (!is(Tok::Hex) && !is(Tok::LBracket))
+      return error("expected '[' or hex data in dense<...>, found " + describeTok(tok()));
     if (is(Tok::Hex) && tok().text.size() != 2 * type.byteSize())
       return errorAt(tok(), "hex data has " + std::to_string(tok().text.size() / 2) +
                                 " bytes, type " + type.str() + " needs " +
