@@ -103,7 +103,8 @@ int runInterpret(const std::vector<std::string> &argv) {
 
 int runOps(const std::vector<std::string> &argv) {
   ArgParser parser("ops", "[--markdown] [--onnx]",
-                   "Lists the IR ops with their fusion kind, FP16 policy and layout rule, or\n"
+                   "Lists the IR ops with their fusion kind, FP16 policy, layout rule and how\n"
+                   "autodiff differentiates them (rule, decomposed, or -), or\n"
                    "(--onnx) the ONNX op types the importer handles.",
                    {{"markdown", 0, false, false, "", "Print a Markdown table (as in the README)"},
                     {"onnx", 0, false, false, "", "List the supported ONNX op types"}});
@@ -126,7 +127,7 @@ int runOps(const std::vector<std::string> &argv) {
   bool md = args->has("markdown");
   llvm::raw_ostream &os = llvm::outs();
   if (md)
-    os << "| op | fusion | fp16 | layout |\n|---|---|---|---|\n";
+    os << "| op | fusion | fp16 | layout | gradient |\n|---|---|---|---|---|\n";
   for (size_t i = 0; i < ir::kNumOps; ++i) {
     const ir::OpDef &d = ir::opDef(static_cast<ir::OpKind>(i));
     std::string layout(ir::layoutRuleName(d.layout.kind));
@@ -134,12 +135,13 @@ int runOps(const std::vector<std::string> &argv) {
       layout += "(" + std::to_string(d.layout.channelAxis) + ")";
     // "*": the op refines its policy per node (Pow by 2 is allowed).
     std::string fp16 = std::string(ir::fp16PolicyName(d.fp16)) + (d.fp16Refine ? "*" : "");
+    const char *grad = d.gradient ? "rule" : d.decompose ? "decomposed" : "-";
     if (md)
-      os << "| " << d.name << " | " << ir::fusionKindName(d.fusion) << " | "
-         << fp16 << " | " << layout << " |\n";
+      os << "| " << d.name << " | " << ir::fusionKindName(d.fusion) << " | " << fp16 << " | " << layout << " | "
+         << grad << " |\n";
     else
       os << llvm::left_justify(d.name, 20) << llvm::left_justify(ir::fusionKindName(d.fusion), 20)
-         << llvm::left_justify(fp16, 8) << layout << "\n";
+         << llvm::left_justify(fp16, 8) << llvm::left_justify(layout, 20) << grad << "\n";
   }
   return 0;
 }

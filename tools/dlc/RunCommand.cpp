@@ -2,9 +2,7 @@
 #include "Args.h"
 #include "Commands.h"
 #include "CostModel.h"
-
 #include "dlc/codegen/GpuModel.h"
-
 #include "dlc/frontend/OnnxImporter.h"
 #include "dlc/runtime/Runtime.h"
 #include "runtime/cli/Cli.h"
@@ -36,7 +34,9 @@ Result<rt::HostTensor> readTensorFile(const std::string &path) {
 
 namespace {
 
-llvm::Error toError(const Status &s) { return ir::makeError(s.message()); }
+llvm::Error toError(const Status &s) {
+  return ir::makeError(s.message());
+}
 
 cli::CliContext context(const char *program) {
   cli::CliContext ctx;
@@ -49,15 +49,20 @@ cli::CliContext context(const char *program) {
 
 // `dlc run` and `dlc bench` are the runtime's own front ends (shared with the
 // executables of `dlc compile --emit exe`), plus .pb inputs.
-int runRun(const std::vector<std::string> &argv) { return cli::runMain(argv, context("dlc")); }
-int runBench(const std::vector<std::string> &argv) { return cli::benchMain(argv, context("dlc")); }
+int runRun(const std::vector<std::string> &argv) {
+  return cli::runMain(argv, context("dlc"));
+}
+int runBench(const std::vector<std::string> &argv) {
+  return cli::benchMain(argv, context("dlc"));
+}
 
 int runInspect(const std::vector<std::string> &argv) {
-  ArgParser parser("inspect", "PACKAGE.dlc [--json]",
-                   "Lists the kernels (unique instantiations of the kernel library, with their\n"
-                   "launches, registers, spills and shared memory per architecture), library calls\n"
-                   "and the memory plan of a package, with a latency model for A100 and H100.",
-                   {{"json", 0, false, false, "", "Machine-readable output"}});
+  ArgParser parser(
+      "inspect", "PACKAGE.dlc [--json]",
+      "Lists the kernels (unique instantiations of the kernel library, with their\n"
+      "launches, registers, spills and shared memory per architecture), library calls\n"
+      "and the memory plan of a package, with a latency model for A100 and H100.",
+      {{"json", 0, false, false, "", "Machine-readable output"}});
   auto args = parser.parse(argv);
   if (!args) {
     reportError(args.takeError());
@@ -146,22 +151,24 @@ int runInspect(const std::vector<std::string> &argv) {
       llvm::json::Array blocks;
       for (uint64_t b : ks[i].blocks)
         blocks.push_back(static_cast<int64_t>(b));
-      kernels.push_back(llvm::json::Object{{"name", k->name()->str()},
-                                           {"template", k->template_name() ? k->template_name()->str() : ""},
-                                           {"symbol", k->symbol() ? k->symbol()->str() : ""},
-                                           {"chunk", static_cast<int64_t>(k->chunk())},
-                                           {"static_smem_bytes", std::move(smem)},
-                                           {"registers", std::move(regs)},
-                                           {"spills", std::move(spills)},
-                                           {"launches", perGpuInt(std::vector<size_t>(ks[i].launches.begin(), ks[i].launches.end()))},
-                                           {"blocks", std::move(blocks)},
-                                           {"sm_fill", perGpu(ks[i].minFill)},
-                                           {"modeled_us", perGpu(ks[i].micros)},
-                                           {"needs_sync", k->needs_sync()},
-                                           {"cooperative", k->cooperative()},
-                                           {"tensor_core", k->tensor_core()},
-                                           {"flops", ks[i].flops},
-                                           {"modeled_dram_bytes", static_cast<int64_t>(ks[i].bytes)}});
+      kernels.push_back(llvm::json::Object{
+          {"name", k->name()->str()},
+          {"template", k->template_name() ? k->template_name()->str() : ""},
+          {"symbol", k->symbol() ? k->symbol()->str() : ""},
+          {"chunk", static_cast<int64_t>(k->chunk())},
+          {"static_smem_bytes", std::move(smem)},
+          {"registers", std::move(regs)},
+          {"spills", std::move(spills)},
+          {"launches",
+           perGpuInt(std::vector<size_t>(ks[i].launches.begin(), ks[i].launches.end()))},
+          {"blocks", std::move(blocks)},
+          {"sm_fill", perGpu(ks[i].minFill)},
+          {"modeled_us", perGpu(ks[i].micros)},
+          {"needs_sync", k->needs_sync()},
+          {"cooperative", k->cooperative()},
+          {"tensor_core", k->tensor_core()},
+          {"flops", ks[i].flops},
+          {"modeled_dram_bytes", static_cast<int64_t>(ks[i].bytes)}});
     }
     llvm::json::Array steps;
     for (const StepCost &sc : cost.steps) {
@@ -184,46 +191,68 @@ int runInspect(const std::vector<std::string> &argv) {
     llvm::json::Array targets;
     if (m.modules())
       for (const pkg::Module *mod : *m.modules())
-        if (std::find(targets.begin(), targets.end(), llvm::json::Value(mod->target()->str())) == targets.end())
+        if (std::find(targets.begin(), targets.end(), llvm::json::Value(mod->target()->str())) ==
+            targets.end())
           targets.push_back(mod->target()->str());
     llvm::json::Array checks; // launches that flag bad data (package.fbs: Check)
     if (m.checks())
       for (const pkg::Check *c : *m.checks())
-        checks.push_back(llvm::json::Object{{"node", c->node()->str()}, {"what", c->what()->str()}});
-    llvm::json::Object root{{"model", m.model() ? m.model()->str() : ""},
-                            {"checks", std::move(checks)},
-                            {"launches", static_cast<int64_t>(launchesOn[h100])},
-                            {"library_calls", static_cast<int64_t>(callsOn[h100])},
-                            {"launches_by_gpu", perGpuInt(launchesOn)},
-                            {"package_launch_steps", static_cast<int64_t>(packageLaunches)},
-                            {"package_library_calls", static_cast<int64_t>(gemms)},
-                            {"other_steps", static_cast<int64_t>(others)},
-                            {"unique_kernels", static_cast<int64_t>(nk)},
-                            {"arena_bytes", static_cast<int64_t>(m.arena_bytes())},
-                            {"naive_bytes", static_cast<int64_t>(m.arena_naive_bytes())},
-                            {"max_live_bytes", static_cast<int64_t>(m.arena_max_live_bytes())},
-                            {"weight_bytes", static_cast<int64_t>(m.weight_bytes())},
-                            {"package_bytes", static_cast<int64_t>((*pf)->size())},
-                            {"modeled_dram_bytes", static_cast<int64_t>(cost.bytesRead[h100] + cost.bytesWritten[h100])},
-                            {"modeled_bytes_read", static_cast<int64_t>(cost.bytesRead[h100])},
-                            {"modeled_bytes_written", static_cast<int64_t>(cost.bytesWritten[h100])},
-                            {"lower_bound_bytes", static_cast<int64_t>(cost.lowerBoundBytes)},
-                            {"flops", cost.flops[h100]},
-                            {"tensor_core_flops", cost.tensorFlops[h100]},
-                            {"tensor_core_flop_fraction", cost.flops[h100] > 0 ? cost.tensorFlops[h100] / cost.flops[h100] : 0.0},
-                            {"modeled_latency_us", perGpu(cost.micros)},
-                            {"roofline_us", perGpu(cost.roofline)},
-                            {"latency_model",
-                             "a model, not a measurement: per launch max(FLOPs / (peak x SM fill), bytes / DRAM "
-                             "bandwidth) + 2 us launch overhead; SM fill from blocks, waves and the blocks an SM "
-                             "holds (ptxas registers, shared memory, threads); A100-SXM4 108 SMs 19.5 TFLOP/s FP32 "
-                             "2039 GB/s, H100-SXM5 132 SMs 66.9 TFLOP/s 3350 GB/s; traffic and FLOPs of the H100 plan"},
-                            {"roofline_model",
-                             "the optimistic bound: per step max(bytes / bandwidth, FLOPs / peak), no SM fill, no "
-                             "launch overhead"},
-                            {"targets", std::move(targets)},
-                            {"kernels", std::move(kernels)},
-                            {"steps", std::move(steps)}};
+        checks.push_back(
+            llvm::json::Object{{"node", c->node()->str()}, {"what", c->what()->str()}});
+    llvm::json::Object training;
+    if (m.variables() && m.variables()->size()) {
+      int64_t trainable = 0, params = 0, stateBytes = 0;
+      for (const pkg::Variable *v : *m.variables()) {
+        int64_t bytes = static_cast<int64_t>(v->data()->size());
+        stateBytes += bytes;
+        if (v->trainable())
+          ++trainable, params += bytes / static_cast<int64_t>(pkg::dtypeSize(v->dtype()));
+      }
+      training = llvm::json::Object{{"variables", static_cast<int64_t>(m.variables()->size())},
+                                    {"trainable_parameters", trainable},
+                                    {"parameter_values", params},
+                                    {"variable_bytes", stateBytes},
+                                    {"commit_steps", static_cast<int64_t>(m.commit_steps())}};
+    }
+    llvm::json::Object root{
+        {"model", m.model() ? m.model()->str() : ""},
+        {"training", m.variables() && m.variables()->size() ? llvm::json::Value(std::move(training))
+                                                            : llvm::json::Value(nullptr)},
+        {"checks", std::move(checks)},
+        {"launches", static_cast<int64_t>(launchesOn[h100])},
+        {"library_calls", static_cast<int64_t>(callsOn[h100])},
+        {"launches_by_gpu", perGpuInt(launchesOn)},
+        {"package_launch_steps", static_cast<int64_t>(packageLaunches)},
+        {"package_library_calls", static_cast<int64_t>(gemms)},
+        {"other_steps", static_cast<int64_t>(others)},
+        {"unique_kernels", static_cast<int64_t>(nk)},
+        {"arena_bytes", static_cast<int64_t>(m.arena_bytes())},
+        {"naive_bytes", static_cast<int64_t>(m.arena_naive_bytes())},
+        {"max_live_bytes", static_cast<int64_t>(m.arena_max_live_bytes())},
+        {"weight_bytes", static_cast<int64_t>(m.weight_bytes())},
+        {"package_bytes", static_cast<int64_t>((*pf)->size())},
+        {"modeled_dram_bytes",
+         static_cast<int64_t>(cost.bytesRead[h100] + cost.bytesWritten[h100])},
+        {"modeled_bytes_read", static_cast<int64_t>(cost.bytesRead[h100])},
+        {"modeled_bytes_written", static_cast<int64_t>(cost.bytesWritten[h100])},
+        {"lower_bound_bytes", static_cast<int64_t>(cost.lowerBoundBytes)},
+        {"flops", cost.flops[h100]},
+        {"tensor_core_flops", cost.tensorFlops[h100]},
+        {"tensor_core_flop_fraction",
+         cost.flops[h100] > 0 ? cost.tensorFlops[h100] / cost.flops[h100] : 0.0},
+        {"modeled_latency_us", perGpu(cost.micros)},
+        {"roofline_us", perGpu(cost.roofline)},
+        {"latency_model",
+         "a model, not a measurement: per launch max(FLOPs / (peak x SM fill), bytes / DRAM "
+         "bandwidth) + 2 us launch overhead; SM fill from blocks, waves and the blocks an SM "
+         "holds (ptxas registers, shared memory, threads); A100-SXM4 108 SMs 19.5 TFLOP/s FP32 "
+         "2039 GB/s, H100-SXM5 132 SMs 66.9 TFLOP/s 3350 GB/s; traffic and FLOPs of the H100 plan"},
+        {"roofline_model",
+         "the optimistic bound: per step max(bytes / bandwidth, FLOPs / peak), no SM fill, no "
+         "launch overhead"},
+        {"targets", std::move(targets)},
+        {"kernels", std::move(kernels)},
+        {"steps", std::move(steps)}};
     llvm::outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
     return 0;
   }
@@ -232,11 +261,14 @@ int runInspect(const std::vector<std::string> &argv) {
   llvm::outs() << "targets:";
   if (m.modules())
     for (const pkg::Module *mod : *m.modules())
-      llvm::outs() << " " << mod->target()->str() << "[" << mod->chunk() << "](" << mod->data()->size() << " B)";
-  llvm::outs() << "\nsteps: " << launchesOn[h100] << " kernel launches of " << nk << " unique kernels, "
-               << callsOn[h100] << " library calls, " << others << " copies/memsets";
+      llvm::outs() << " " << mod->target()->str() << "[" << mod->chunk() << "]("
+                   << mod->data()->size() << " B)";
+  llvm::outs() << "\nsteps: " << launchesOn[h100] << " kernel launches of " << nk
+               << " unique kernels, " << callsOn[h100] << " library calls, " << others
+               << " copies/memsets";
   if (packageLaunches != launchesOn[h100])
-    llvm::outs() << " (on H100; " << launchesOn[0] << " launches on A100: tiles planned per architecture)";
+    llvm::outs() << " (on H100; " << launchesOn[0]
+                 << " launches on A100: tiles planned per architecture)";
   llvm::outs() << "\nmemory: arena " << m.arena_bytes() << " bytes";
   if (m.arena_max_live_bytes())
     llvm::outs() << llvm::format(" (%.2fx the live-set bound %llu; %llu without a plan)",
@@ -244,18 +276,31 @@ int runInspect(const std::vector<std::string> &argv) {
                                  (unsigned long long)m.arena_max_live_bytes(),
                                  (unsigned long long)m.arena_naive_bytes());
   llvm::outs() << ", weights " << m.weight_bytes() << " bytes\n";
+  if (m.variables() && m.variables()->size()) {
+    size_t trainable = 0, bytes = 0;
+    for (const pkg::Variable *v : *m.variables()) {
+      trainable += v->trainable();
+      bytes += v->data()->size();
+    }
+    llvm::outs() << "training step: " << m.variables()->size() << " variables (" << trainable
+                 << " trainable parameters, the rest optimizer and model state; " << bytes
+                 << " bytes in the arena), committed by the last " << m.commit_steps()
+                 << " copies\n";
+  }
   if (m.checks() && m.checks()->size())
     llvm::outs() << "data checks: " << m.checks()->size()
                  << " launches flag bad indices (the run fails naming the node)\n";
-  llvm::outs() << llvm::format("traffic: %.3f MB DRAM (lower bound %.3f MB, %.2fx), %.3f GFLOP\n",
-                               (cost.bytesRead[h100] + cost.bytesWritten[h100]) / 1e6, cost.lowerBoundBytes / 1e6,
-                               cost.lowerBoundBytes ? double(cost.bytesRead[h100] + cost.bytesWritten[h100]) /
-                                                          cost.lowerBoundBytes
-                                                    : 0.0,
-                               cost.flops[h100] / 1e9);
+  llvm::outs() << llvm::format(
+      "traffic: %.3f MB DRAM (lower bound %.3f MB, %.2fx), %.3f GFLOP\n",
+      (cost.bytesRead[h100] + cost.bytesWritten[h100]) / 1e6, cost.lowerBoundBytes / 1e6,
+      cost.lowerBoundBytes
+          ? double(cost.bytesRead[h100] + cost.bytesWritten[h100]) / cost.lowerBoundBytes
+          : 0.0,
+      cost.flops[h100] / 1e9);
   if (cost.flops[h100] > 0)
     llvm::outs() << llvm::format("tensor cores: %.1f%% of the FLOPs (%.3f GFLOP)\n",
-                                 100.0 * cost.tensorFlops[h100] / cost.flops[h100], cost.tensorFlops[h100] / 1e9);
+                                 100.0 * cost.tensorFlops[h100] / cost.flops[h100],
+                                 cost.tensorFlops[h100] / 1e9);
   llvm::outs() << "modeled latency (a model, not a measurement):";
   for (size_t i = 0; i < ng; ++i)
     llvm::outs() << llvm::format(" %s %.1f us", gpus[i]->name, cost.micros[i]);
@@ -266,13 +311,13 @@ int runInspect(const std::vector<std::string> &argv) {
   for (size_t i = 0; i < nk; ++i) {
     const pkg::Kernel *k = m.kernels()->Get(i);
     llvm::outs() << "  " << llvm::left_justify(k->name()->str(), 30)
-                 << llvm::format(" x%-3d fill %.2f %8.1f us", ks[i].launches[h100], ks[i].minFill[h100],
-                                 ks[i].micros[h100])
+                 << llvm::format(" x%-3d fill %.2f %8.1f us", ks[i].launches[h100],
+                                 ks[i].minFill[h100], ks[i].micros[h100])
                  << (k->tensor_core() ? "  tensor cores" : "");
     if (k->resources())
       for (const pkg::ArchResources *r : *k->resources())
-        llvm::outs() << "  " << r->arch()->str() << ":" << r->registers() << "r/" << (r->spill_stores() + r->spill_loads())
-                     << "s/" << r->static_smem() << "B";
+        llvm::outs() << "  " << r->arch()->str() << ":" << r->registers() << "r/"
+                     << (r->spill_stores() + r->spill_loads()) << "s/" << r->static_smem() << "B";
     llvm::outs() << "\n";
   }
   // The layers that cost the most on H100, with their fill.
@@ -280,15 +325,17 @@ int runInspect(const std::vector<std::string> &argv) {
   for (const StepCost &sc : cost.steps)
     if (sc.runs[h100])
       byTime.push_back(&sc);
-  std::stable_sort(byTime.begin(), byTime.end(),
-                   [&](const StepCost *a, const StepCost *b) { return a->micros[h100] > b->micros[h100]; });
+  std::stable_sort(byTime.begin(), byTime.end(), [&](const StepCost *a, const StepCost *b) {
+    return a->micros[h100] > b->micros[h100];
+  });
   llvm::outs() << "costliest steps on H100:\n";
   for (size_t i = 0; i < std::min<size_t>(byTime.size(), 10); ++i) {
     const StepCost &sc = *byTime[i];
     std::string what = sc.kernel >= 0 ? m.kernels()->Get(sc.kernel)->name()->str() : sc.kind;
     if (sc.tensor)
       what += sc.tf32 ? " (tf32)" : " (tc)";
-    llvm::outs() << llvm::format("  %8.1f us  fill %.2f  %6llu blocks  %8.3f GFLOP  ", sc.micros[h100], sc.fill[h100],
+    llvm::outs() << llvm::format("  %8.1f us  fill %.2f  %6llu blocks  %8.3f GFLOP  ",
+                                 sc.micros[h100], sc.fill[h100],
                                  static_cast<unsigned long long>(sc.blocks), sc.flops / 1e9)
                  << llvm::left_justify(what, 30) << " " << sc.node << "\n";
   }
