@@ -187,7 +187,7 @@ std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::strin
     for (const Value *op : n.operands())
       vals.push_back(op ? valueAt(b, op, operandIndex(c, op), memo) : "");
     std::string st = cudaType(v->dtype());
-    std::string e = expandExpr(n, vals);
+    std::string e = expandExpr(n, vals, idx);
     result = fresh("t");
     b.line("const " + ct + " " + result + " = " + (st == ct ? "dlc::cvt<" + ct + ">(" + e + ")"
                                                            : "dlc::cvt<" + ct + ">(dlc::cvt<" + st + ">(" + e + "))") +

@@ -104,7 +104,7 @@ llvm::Error verifyGraph(const Graph &g, std::string_view fileName) {
                       c->data().type().str(), c->type().str());
       if (auto e = checkType(c->type(), std::string(what) + " '" + c->name() + "'"))
         return e;
-      if (c->isParameter() && !isFloat(c->dtype()))
+      if (c->isTrainable() && !isFloat(c->dtype()))
         return errorf("parameter '{0}' has type {1}; trainable parameters are floating-point", c->name(),
                       c->type().str());
       defined.insert(c.get());

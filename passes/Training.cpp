@@ -154,6 +154,12 @@ llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOption
   if (!bns)
     return bns.takeError();
   sum.batchNorms = *bns;
+  GradBuilder b(g);
+  // Dropout's RNG stream advances once per step.
+  if (Value *step = g.findValue(kDropoutStepName); step && step->isParameter()) {
+    g.addUpdate(step, b.add(step, b.scalar(1, DType::I64)));
+    ++sum.stateVariables;
+  }
 
   std::optional<std::regex> freeze;
   if (opts.freeze) {
@@ -178,7 +184,6 @@ llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOption
                : "the model has no trainable parameters (no floating-point initializers)");
   sum.frozen = frozen;
 
-  GradBuilder b(g);
   auto loss = appendLoss(g, b, y, opts);
   if (!loss)
     return loss.takeError();

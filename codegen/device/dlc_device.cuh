@@ -14,6 +14,7 @@
   T *name = reinterpret_cast<T *>(dlc_dynamic_smem)
 #endif
 
+#include "Philox.h"
 #include "dlc_params.h"
 
 /// A grid-stride loop over [0, n) with index type I.
@@ -279,6 +280,14 @@ template <class T> __device__ __forceinline__ T clip_(T x, T lo, None) { return 
 template <class T> __device__ __forceinline__ T clip_(T x, None, T hi) { return x > hi ? hi : x; }
 template <class T> __device__ __forceinline__ T clip_(T x, T lo, T hi) {
   return x < lo ? lo : (x > hi ? hi : x);
+}
+/// Training-mode Dropout (ir/ops/Elementwise.cpp has the reference): x / (1 - ratio)
+/// where Philox's uniform number for (seed, step, element) is at least ratio, else 0.
+template <class T, class I>
+__device__ __forceinline__ T dropout_(T x, long long step, long long seed, float ratio, I index) {
+  float u = philox::uniform(static_cast<unsigned long long>(seed), static_cast<unsigned long long>(step),
+                            static_cast<unsigned long long>(index));
+  return u >= ratio ? x * T(1.0f / (1.0f - ratio)) : T(0);
 }
 template <class T> __device__ __forceinline__ T gelu_(T x, int approx) {
   if (approx == attr_tanh) {

@@ -34,7 +34,8 @@ std::string attrLiteral(const Node &n, const std::string &name) {
 
 /// Expands an expression template for node n with operand value names `vals`
 /// (empty string = absent operand).
-std::string expand(const std::string &tmpl, const Node &n, const std::vector<std::string> &vals) {
+std::string expand(const std::string &tmpl, const Node &n, const std::vector<std::string> &vals,
+                   const std::string &index) {
   std::string out;
   for (size_t i = 0; i < tmpl.size(); ++i) {
     char c = tmpl[i];
@@ -47,6 +48,11 @@ std::string expand(const std::string &tmpl, const Node &n, const std::vector<std
       size_t close = tmpl.find('}', i);
       out += attrLiteral(n, tmpl.substr(i + 2, close - i - 2));
       i = close;
+      continue;
+    }
+    if (d == 'i') { // the element's index in the node's result
+      out += "(" + index + ")";
+      ++i;
       continue;
     }
     if (d >= '0' && d <= '9') {
@@ -64,7 +70,7 @@ std::string expand(const std::string &tmpl, const Node &n, const std::vector<std
 
 } // namespace
 
-std::string expandExpr(const Node &n, const std::vector<std::string> &vals) {
+std::string expandExpr(const Node &n, const std::vector<std::string> &vals, const std::string &index) {
   const char *tmpl = n.def().cudaExpr;
   std::string t = computeType(n.operand(0)->dtype());
   std::string s = tmpl;
@@ -82,12 +88,12 @@ std::string expandExpr(const Node &n, const std::vector<std::string> &vals) {
   if (n.numOperands() > 2 && n.def().maxOperands == kVariadic) {
     std::string acc = vals[0];
     for (size_t k = 1; k < vals.size(); ++k)
-      acc = expand(withT, n, {acc, vals[k]});
+      acc = expand(withT, n, {acc, vals[k]}, index);
     return acc;
   }
   if (n.numOperands() == 1 && n.def().maxOperands == kVariadic)
     return vals[0];
-  return expand(withT, n, vals);
+  return expand(withT, n, vals, index);
 }
 
 // An element-wise node alone is a one-node fusion group (Fused.cpp), which also

@@ -14,7 +14,7 @@ bool isScalarConstant(const ir::Value *v);
 std::string scalarLiteral(const ir::Value *v);
 
 /// The element-wise expression of node n applied to operand value expressions.
-std::string expandExpr(const ir::Node &n, const std::vector<std::string> &vals);
+std::string expandExpr(const ir::Node &n, const std::vector<std::string> &vals, const std::string &index);
 
 /// dst (shape `dims`) = x[base + sum_d coord_d * strides[d]]: the copy_strided kernel
 /// (splits, materialized broadcasts).

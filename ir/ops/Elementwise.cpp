@@ -6,6 +6,8 @@
 //===----------------------------------------------------------------------===//
 #include "OpUtils.h"
 
+#include "dlc/ir/Philox.h"
+
 #include "dlc/ir/GradBuilder.h"
 
 #include <algorithm>
@@ -469,6 +471,39 @@ llvm::Error refBitShift(const Node &n, const Inputs &in, Outputs &out) {
   return ok();
 }
 
+//===----------------------------------------------------------------------===//
+// Dropout(X, step) {ratio, seed}: training mode. Element i is kept (and scaled by
+// 1 / (1 - ratio)) when Philox's uniform number for (seed, step, i) is at least
+// ratio. A pure function of its operands and attributes (the counter-based RNG
+// needs no state), so every pass may treat it like any other op; the training step
+// advances `step` (kDropoutStepName) once per step.
+//===----------------------------------------------------------------------===//
+
+llvm::Error verifyDropout(const Node &n) {
+  if (auto e = requireType(n, 0, kFloat))
+    return e;
+  if (auto e = requireType(n, 1, kInt))
+    return e;
+  if (n.operand(1)->type().numElements() != 1)
+    return makeError("the step must have one element");
+  float r = n.attrFloat("ratio");
+  if (!(r >= 0 && r < 1))
+    return errorf("ratio must be in [0, 1), got {0}", r);
+  return ok();
+}
+
+llvm::Error refDropout(const Node &n, const Inputs &in, Outputs &out) {
+  float ratio = n.attrFloat("ratio"), scale = 1.0f / (1.0f - ratio);
+  auto seed = static_cast<unsigned long long>(n.attrInt("seed"));
+  auto step = static_cast<unsigned long long>(in[1]->getInt(0));
+  auto x = in[0]->toVector<float>();
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    y[i] = philox::uniform(seed, step, i) >= ratio ? x[i] * scale : 0.0f;
+  out[0] = Tensor::fromVector(out[0].type(), y);
+  return ok();
+}
+
 llvm::Error verifyPRelu(const Node &n) {
   if (auto e = verifySameTyped<kSigned>(n))
     return e;
@@ -664,6 +699,12 @@ llvm::Error gradClip(GradBuilder &b, const Node &n) {
   }
   return b.accumulate(0, in ? b.select(in, g, zero(b, g)) : g), ok();
 }
+/// The same mask and scale applied to the gradient: the same op on dY.
+llvm::Error gradDropout(GradBuilder &b, const Node &n) {
+  b.accumulate(0, b.op(OpKind::Dropout, {b.grad(), n.operand(1)}, n.attrs()));
+  return ok();
+}
+
 llvm::Error gradWhere(GradBuilder &b, const Node &n) {
   Value *g = b.grad();
   if (b.wants(1))
@@ -792,6 +833,18 @@ void defineElementwiseOps(OpTable &t) {
       .verify(verifyWhere)
       .infer(inferWhere)
       .reference(refWhere);
+  t.def(OpKind::Dropout)
+      .cudaExpr("dlc::dropout_($0, $1, ${seed}, ${ratio}, $i)")
+      .operands(2)
+      .attr("ratio", AttrKind::Float, 0.5f)
+      .attr("seed", AttrKind::Int, int64_t{0})
+      .fusion(FusionKind::ElemWise)
+      .fp16(FP::Allow)
+      .layout(LayoutRule::fixed()) // the mask follows the element order
+      .verify(verifyDropout)
+      .infer(inferSameAsOperand0)
+      .reference(refDropout)
+      .gradient(gradDropout);
   t.def(OpKind::Cast)
       .cudaExpr("$0")
       .operands(1)

@@ -1,5 +1,6 @@
 //===- ElementwiseHandlers.cpp - ONNX element-wise ops ---------------------===//
 #include "Common.h"
+#include "dlc/ir/GradBuilder.h"
 
 namespace dlc::frontend {
 namespace {
@@ -36,7 +37,9 @@ llvm::Error importCast(NodeImporter &ni) {
   return castTo(ni, *dt);
 }
 
-llvm::Error importCastLike(NodeImporter &ni) { return castTo(ni, ni.input(1)->dtype()); }
+llvm::Error importCastLike(NodeImporter &ni) {
+  return castTo(ni, ni.input(1)->dtype());
+}
 
 llvm::Error importIdentity(NodeImporter &ni) {
   ni.setOutput(0, ni.input(0));
@@ -48,15 +51,46 @@ llvm::Error importDropout(NodeImporter &ni) {
     return ni.error("training_mode must be a compile-time constant");
   if (const Tensor *tm = ni.constInput(2))
     if (tm->getInt(0) != 0) {
-      if (const Tensor *ratio = ni.constInput(1); !ratio || ratio->getDouble(0) != 0)
-        return ni.unsupported("Dropout in training mode (random masks)");
+      const Tensor *ratio = ni.hasInput(1) ? ni.constInput(1) : nullptr;
+      if (ni.hasInput(1) && !ratio)
+        return ni.error("ratio must be a compile-time constant");
+      double r = ratio ? ratio->getDouble(0) : 0.5;
+      if (r != 0) {
+        // Random masks only make sense in a training step (dlc compile --train).
+        if (!ni.importer().options().initializersAsVariables)
+          return ni.unsupported(
+              "Dropout in training mode (random masks) outside `dlc compile --train`");
+        ir::Graph &g = ni.graph();
+        Value *step = g.findValue(ir::kDropoutStepName);
+        if (!step)
+          step = g.addParameter(ir::kDropoutStepName, Tensor(TensorType(DType::I64, {})), false);
+        // Each Dropout draws its own stream: the seed is its position among them.
+        int64_t seed = 0;
+        for (const ir::Node &n : g.nodes())
+          seed += n.kind() == OpKind::Dropout;
+        AttrMap attrs{{"ratio", static_cast<float>(r)}, {"seed", seed + 1}};
+        DLC_TRY(y, ni.op(OpKind::Dropout, {ni.input(0), step}, attrs));
+        ni.setOutput(0, y);
+        if (ni.wantsOutput(1)) { // the mask: the same draw on ones, nonzero where kept
+          Value *x = ni.input(0);
+          Tensor one(TensorType(x->dtype(), {}));
+          storeElement<float>(x->dtype(), one.mutableRaw(), 0, 1.0f);
+          DLC_TRY(ones, ni.op(OpKind::Expand, {g.addConstant("", one)},
+                              {{"shape", Attribute(std::vector<int64_t>(x->shape()))}}));
+          DLC_TRY(kept, ni.op(OpKind::Dropout, {ones, step}, attrs));
+          Tensor zero(TensorType(x->dtype(), {}));
+          DLC_TRY(mask, ni.op(OpKind::Greater, {kept, g.addConstant("", zero)}));
+          ni.setOutput(1, mask);
+        }
+        return llvm::Error::success();
+      }
     }
   ni.setOutput(0, ni.input(0));
   if (ni.wantsOutput(1)) { // the mask of an inference-mode dropout keeps everything
     Tensor one(TensorType(DType::Bool, {1}));
     storeElement<bool>(DType::Bool, one.mutableRaw(), 0, true);
     DLC_TRY(mask, ni.op(OpKind::ConstantOfShape, {},
-                         {{"shape", Attribute(ni.input(0)->shape())}, {"value", Attribute(one)}}));
+                        {{"shape", Attribute(ni.input(0)->shape())}, {"value", Attribute(one)}}));
     ni.setOutput(1, mask);
   }
   return llvm::Error::success();

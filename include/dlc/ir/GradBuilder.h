@@ -19,6 +19,11 @@
 
 namespace dlc::ir {
 
+/// The state variable (i64 scalar) that numbers training steps for Dropout's RNG;
+/// the importer creates it with the first training-mode Dropout, and the training
+/// step advances it.
+inline constexpr const char *kDropoutStepName = "dlc.dropout_step";
+
 class GradBuilder {
 public:
   explicit GradBuilder(Graph &g) : g_(g) {}
