@@ -460,14 +460,16 @@ llvm::Error writeCudaDirectory(const pkg::PackageFile &pf, const std::string &di
       "'.\n\n"
       "  kernels.cu      every kernel of the model: the generated functors and the explicit\n"
       "                  instantiations of the kernel library's templates (one translation unit)\n"
-      "  dlc_*.cuh, dlc_params.h  the kernel library the instantiations include\n"
+      "  dlc_*.cuh, dlc_params.h, Philox.h  the kernel library the instantiations include\n"
       "  schedule.txt    the host schedule: buffers, and each kernel launch, GEMM (cuBLASLt) and copy\n\n"
       "Compile as dlc does (NVRTC), or with nvcc, e.g.:\n"
       "  nvcc -std=c++17 -arch=sm_80 -cubin -I. kernels.cu -o kernels.sm_80.cubin\n";
   std::vector<std::pair<std::string, std::string>> files = {
       {"kernels.cu", source.str()}, {"schedule.txt", formatSchedule(pf)}, {"README.txt", readme}};
+  // Every embedded header but the emu prelude and the runtime's own ABI headers.
   for (const EmbeddedFile &h : embeddedHeaders())
-    if (llvm::StringRef(h.name).startswith("dlc_") && llvm::StringRef(h.name) != "dlc_emu_prelude.h")
+    if (llvm::StringRef(h.name) != "dlc_emu_prelude.h" && llvm::StringRef(h.name) != "EmuAbi.h" &&
+        llvm::StringRef(h.name) != "runtime.h")
       files.push_back({h.name, h.contents});
   for (const auto &[file, text] : files)
     if (auto e = writeText(dir + "/" + file, text))

@@ -160,9 +160,9 @@ def deploy_model(dlc, tag, onnx_path, inputs, work, cc):
     cu = os.path.join(d, "cuda")
     run([dlc, "compile", onnx_path, "--emit", "cuda", "-o", cu, "-q"])
     files = sorted(os.listdir(cu))
-    headers = [f for f in files if f.startswith("dlc_")]
+    headers = [f for f in files if f.startswith("dlc_") or f == "Philox.h"]
     check(files == sorted(["README.txt", "kernels.cu", "schedule.txt"] + headers) and "dlc_kernels.cuh" in headers
-          and "dlc_emu_prelude.h" not in headers, "%s: --emit cuda files %s" % (tag, files))
+          and "Philox.h" in headers and "dlc_emu_prelude.h" not in headers, "%s: --emit cuda files %s" % (tag, files))
     insp = json.loads(run([dlc, "inspect", pkg, "--json"]).stdout)
     sched = open(os.path.join(cu, "schedule.txt")).read()
     kernels = open(os.path.join(cu, "kernels.cu")).read()
