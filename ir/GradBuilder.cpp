@@ -86,11 +86,6 @@ Value *GradBuilder::scalar(double v, DType dt) {
   return g_.addConstant("", Tensor::fromVector(TensorType{dt, {}}, std::vector<double>{v}));
 }
 
-Value *GradBuilder::ints(const std::vector<int64_t> &v) {
-  return g_.addConstant(
-      "", Tensor::fromVector(TensorType{DType::I64, {static_cast<int64_t>(v.size())}}, v));
-}
-
 Value *GradBuilder::scale(Value *a, double s) {
   return a ? mul(a, scalar(s, a->dtype())) : nullptr;
 }
@@ -127,10 +122,8 @@ Value *GradBuilder::sumTo(Value *g, const Shape &to) {
   return reshape(reduceSum(g, axes, true), to);
 }
 
-Value *GradBuilder::zerosLike(Value *x) {
-  if (!x)
-    return nullptr;
-  return op(OpKind::Expand, {scalar(0, x->dtype())}, {{"shape", std::vector<int64_t>(x->shape())}});
+Value *GradBuilder::full(double v, DType dt, const Shape &shape) {
+  return op(OpKind::Expand, {scalar(v, dt)}, {{"shape", std::vector<int64_t>(shape)}});
 }
 
 } // namespace dlc::ir

@@ -104,8 +104,7 @@ llvm::Expected<std::vector<Gradient>> buildGradients(Graph &g, Value *loss) {
   std::vector<Node *> forward = g.nodeList();
 
   std::unordered_map<const Value *, Value *> grads;
-  grads[loss] = b.op(OpKind::Expand, {b.scalar(1, loss->dtype())},
-                     {{"shape", std::vector<int64_t>(loss->shape())}});
+  grads[loss] = b.full(1, loss->dtype(), loss->shape());
   for (auto it = forward.rbegin(); it != forward.rend(); ++it) {
     Node *n = *it;
     std::vector<Value *> resultGrads;

@@ -333,15 +333,7 @@ dlc_status dlc_session_set_variable(dlc_session *s, const char *name, const void
   return guarded([&] {
     if (!s || !name || (!data && size))
       return fail(DLC_ERROR_INVALID_ARGUMENT, "null session, name or data");
-    auto cur = s->session->getVariable(name); // its dtype and shape
-    if (!cur)
-      return report(cur.status());
-    if (size != cur->data.size())
-      return fail(DLC_ERROR_INVALID_ARGUMENT, "variable '" + std::string(name) + "' holds " +
-                                                  std::to_string(cur->data.size()) + " bytes, not " +
-                                                  std::to_string(size));
-    std::memcpy(cur->data.data(), data, size);
-    return report(s->session->setVariable(name, *cur));
+    return report(s->session->setVariableBytes(name, data, size));
   });
 }
 

@@ -141,15 +141,38 @@ Result<HostTensor> Session::getVariable(const std::string &name) const {
   return t;
 }
 
-Status Session::setVariable(const std::string &name, const HostTensor &t) {
-  const pkg::Variable *v = findVariable(pkg_->meta(), name);
+namespace {
+
+/// The variable `name` when `t` has its dtype and shape; else an error.
+Result<const pkg::Variable *> matchVariable(const pkg::Package &m, const std::string &name, const HostTensor &t) {
+  const pkg::Variable *v = findVariable(m, name);
   if (!v)
     return Status(StatusCode::InvalidArgument, "the package has no variable '" + name + "'");
   if (t.dtype != v->dtype() || t.shape != shapeOf(v) || t.data.size() != t.byteSize())
     return Status(StatusCode::InvalidArgument, "variable '" + name + "' is " + pkg::dtypeName(v->dtype()) +
                                                    shapeString(shapeOf(v)) + ", got " + pkg::dtypeName(t.dtype) +
                                                    shapeString(t.shape));
-  return backend_->upload(pkg::BufRef(v->buffer(), 0), t.data.data(), t.byteSize());
+  return v;
+}
+
+} // namespace
+
+Status Session::setVariable(const std::string &name, const HostTensor &t) {
+  auto v = matchVariable(pkg_->meta(), name, t);
+  if (!v)
+    return v.takeStatus();
+  return backend_->upload(pkg::BufRef((*v)->buffer(), 0), t.data.data(), t.byteSize());
+}
+
+Status Session::setVariableBytes(const std::string &name, const void *data, size_t size) {
+  const pkg::Variable *v = findVariable(pkg_->meta(), name);
+  if (!v)
+    return Status(StatusCode::InvalidArgument, "the package has no variable '" + name + "'");
+  if (size != v->data()->size())
+    return Status(StatusCode::InvalidArgument, "variable '" + name + "' holds " +
+                                                   std::to_string(v->data()->size()) + " bytes, not " +
+                                                   std::to_string(size));
+  return backend_->upload(pkg::BufRef(v->buffer(), 0), data, size);
 }
 
 Status Session::resetVariables() {
@@ -181,12 +204,8 @@ Status Session::loadCheckpoint(const std::string &path) {
     if (it == ck->end())
       return Status(StatusCode::InvalidArgument,
                     "checkpoint '" + path + "' has no value for the variable '" + name + "'");
-    const pkg::Variable *v = findVariable(pkg_->meta(), name);
-    const HostTensor &t = it->second;
-    if (t.dtype != v->dtype() || t.shape != shapeOf(v))
-      return Status(StatusCode::InvalidArgument, "checkpoint '" + path + "': variable '" + name + "' is " +
-                                                     pkg::dtypeName(v->dtype()) + shapeString(shapeOf(v)) +
-                                                     ", got " + pkg::dtypeName(t.dtype) + shapeString(t.shape));
+    if (auto v = matchVariable(pkg_->meta(), name, it->second); !v)
+      return Status(StatusCode::InvalidArgument, "checkpoint '" + path + "': " + v.status().message());
   }
   for (const std::string &name : variableNames())
     DLC_RETURN_IF_ERROR(setVariable(name, ck->at(name)));

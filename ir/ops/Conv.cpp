@@ -258,17 +258,13 @@ llvm::Error gradConv(GradBuilder &b, const Node &n) {
   auto win = Window::fromNode(n, S, Shape(ws.begin() + 2, ws.end()));
   if (!win)
     return win.takeError();
-  auto ints = [](const Shape &s) { return std::vector<int64_t>(s.begin(), s.end()); };
-  std::vector<int64_t> pads = ints(win->padBegin);
-  pads.insert(pads.end(), win->padEnd.begin(), win->padEnd.end());
+  auto tr = win->transposedAttrs(Shape(xs.begin() + 2, xs.end()), Shape(ys.begin() + 2, ys.end()));
+  if (!tr)
+    return tr.takeError();
   if (b.wants(0)) {
-    std::vector<int64_t> outPad(S);
-    for (int64_t i = 0; i < S; ++i)
-      outPad[i] = xs[2 + i] - ((ys[2 + i] - 1) * win->strides[i] - win->padBegin[i] - win->padEnd[i] +
-                               win->dilations[i] * (ws[2 + i] - 1) + 1);
-    b.accumulate(0, b.op(OpKind::ConvTranspose, {g, w},
-                         {{"group", G}, {"strides", ints(win->strides)}, {"dilations", ints(win->dilations)},
-                          {"pads", pads}, {"output_padding", outPad}}));
+    AttrMap a = *tr;
+    a["group"] = G;
+    b.accumulate(0, b.op(OpKind::ConvTranspose, {g, w}, a));
   }
   if (b.wants(1)) {
     auto spatialPerm = [&](std::vector<int64_t> head) {
@@ -285,7 +281,7 @@ llvm::Error gradConv(GradBuilder &b, const Node &n) {
     Value *xr = b.reshape(b.transpose(b.reshape(x, xg), spatialPerm({2, 1, 0})), xin);
     Value *gr = b.reshape(b.transpose(b.reshape(g, gg), spatialPerm({1, 2, 0})), gin);
     Value *dw = b.op(OpKind::Conv, {xr, gr},
-                     {{"group", G}, {"strides", ints(win->dilations)}, {"dilations", ints(win->strides)}, {"pads", pads}});
+                     {{"group", G}, {"strides", win->dilations}, {"dilations", win->strides}, {"pads", tr->at("pads")}});
     if (dw) { // [Cg, M, k'...] -> [M, Cg, k...]
       std::vector<int64_t> axes, starts, ends;
       for (int64_t i = 0; i < S; ++i)

@@ -718,7 +718,7 @@ llvm::Error gradGather(GradBuilder &b, const Node &n) {
     if (i < axis || i >= axis + q)
       gperm.push_back(i);
   Shape front = permuteShape(ds, perm);
-  Value *zeros = b.op(OpKind::Expand, {b.scalar(0, data->dtype())}, {{"shape", std::vector<int64_t>(front)}});
+  Value *zeros = b.full(0, data->dtype(), front);
   Value *scattered = b.op(OpKind::ScatterND, {zeros, b.reshape(idx, is), axis ? b.transpose(g, gperm) : g},
                           {{"reduction", std::string("add")}});
   b.accumulate(0, axis ? b.transpose(scattered, inversePerm(perm)) : scattered);

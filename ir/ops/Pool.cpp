@@ -218,31 +218,25 @@ llvm::Error gradAveragePool(GradBuilder &b, const Node &n) {
   auto win = Window::fromNode(n, S, {});
   if (!win)
     return win.takeError();
-  auto ints = [](const Shape &s) { return std::vector<int64_t>(s.begin(), s.end()); };
-  std::vector<int64_t> pads = ints(win->padBegin), outPad(S);
-  pads.insert(pads.end(), win->padEnd.begin(), win->padEnd.end());
+  auto tr = win->transposedAttrs(Shape(xs.begin() + 2, xs.end()), Shape(ys.begin() + 2, ys.end()));
+  if (!tr)
+    return tr.takeError();
   int64_t K = product(win->kernel);
-  for (int64_t i = 0; i < S; ++i) {
-    outPad[i] = xs[2 + i] - ((ys[2 + i] - 1) * win->strides[i] - win->padBegin[i] - win->padEnd[i] +
-                             win->dilations[i] * (win->kernel[i] - 1) + 1);
-    if (outPad[i] < 0)
-      return makeError("a window that extends past the padding (ceil_mode) is not differentiable");
-  }
-  bool padded = llvm::any_of(pads, [](int64_t p) { return p != 0; });
+  bool padded = llvm::any_of(tr->at("pads").ints(), [](int64_t p) { return p != 0; });
   if (n.attrInt("count_include_pad") || !padded) {
     g = b.scale(g, 1.0 / static_cast<double>(K));
   } else { // per-output counts of real elements: K * the pad-inclusive average of ones
     AttrMap a = n.attrs();
     a["count_include_pad"] = int64_t{1};
-    Value *ones = b.op(OpKind::Expand, {b.scalar(1, x->dtype())}, {{"shape", std::vector<int64_t>(xs)}});
+    Value *ones = b.full(1, x->dtype(), xs);
     g = b.div(g, b.scale(b.op(OpKind::AveragePool, {ones}, a), static_cast<double>(K)));
   }
   Shape ws{C, 1};
   ws.insert(ws.end(), win->kernel.begin(), win->kernel.end());
-  Value *unit = b.op(OpKind::Expand, {b.scalar(1, x->dtype())}, {{"shape", std::vector<int64_t>(ws)}});
-  b.accumulate(0, b.op(OpKind::ConvTranspose, {g, unit},
-                       {{"group", C}, {"strides", ints(win->strides)}, {"dilations", ints(win->dilations)},
-                        {"pads", pads}, {"output_padding", outPad}}));
+  Value *unit = b.full(1, x->dtype(), ws);
+  AttrMap a = *tr;
+  a["group"] = C;
+  b.accumulate(0, b.op(OpKind::ConvTranspose, {g, unit}, a));
   return ok();
 }
 

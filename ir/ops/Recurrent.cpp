@@ -324,7 +324,7 @@ llvm::Expected<std::vector<Value *>> decomposeRnn(GradBuilder &b, const Node &n)
   auto state0 = [&](unsigned operand, int64_t di) -> Value * { // [B, H]
     Value *v = n.operand(operand);
     if (!v)
-      return b.op(OpKind::Expand, {b.scalar(0, dt)}, {{"shape", std::vector<int64_t>{B, H}}});
+      return b.full(0, dt, {B, H});
     if (d.batchFirst) // [B, dirs, H]
       return b.reshape(slice(v, 1, di, di + 1), {B, H});
     return b.reshape(slice(v, 0, di, di + 1), {B, H});

@@ -88,4 +88,16 @@ Shape spatial3D(const Shape &s, int64_t k) {
   return r;
 }
 
+llvm::Expected<AttrMap> Window::transposedAttrs(const Shape &inSpatial, const Shape &outSpatial) const {
+  Shape pads = padBegin, outPad(spatial);
+  pads.insert(pads.end(), padEnd.begin(), padEnd.end());
+  for (int64_t i = 0; i < spatial; ++i) {
+    outPad[i] = inSpatial[i] - ((outSpatial[i] - 1) * strides[i] - padBegin[i] - padEnd[i] +
+                                dilations[i] * (kernel[i] - 1) + 1);
+    if (outPad[i] < 0)
+      return makeError("a window that extends past the padding (ceil_mode) is not differentiable");
+  }
+  return AttrMap{{"strides", strides}, {"dilations", dilations}, {"pads", pads}, {"output_padding", outPad}};
+}
+
 } // namespace dlc::ir::ops

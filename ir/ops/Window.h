@@ -23,6 +23,13 @@ struct Window {
 
   /// The same window padded to 3 spatial dims.
   Window as3D() const;
+
+  /// The attributes of the ConvTranspose that maps outputs of `outSpatial` back to
+  /// inputs of `inSpatial` through this window (the gradient of a convolution or an
+  /// average pool): strides, dilations, pads and the output_padding that recovers
+  /// the input size the stride rounded away. An error when no ConvTranspose can (a
+  /// ceil-mode window reaching past the padding).
+  llvm::Expected<AttrMap> transposedAttrs(const Shape &inSpatial, const Shape &outSpatial) const;
 };
 
 /// Returns the last `k` dims of s, left-padded with 1 to 3 dims.

@@ -137,6 +137,17 @@ int runInspect(const std::vector<std::string> &argv) {
       o[gpus[i]->name] = static_cast<int64_t>(v[i]);
     return o;
   };
+  // A training package's variables (dlc compile --train).
+  struct {
+    size_t count = 0, trainable = 0, parameterValues = 0, bytes = 0;
+  } vars;
+  if (m.variables())
+    for (const pkg::Variable *v : *m.variables()) {
+      ++vars.count;
+      vars.bytes += v->data()->size();
+      if (v->trainable())
+        ++vars.trainable, vars.parameterValues += v->data()->size() / pkg::dtypeSize(v->dtype());
+    }
   if (args->has("json")) {
     llvm::json::Array kernels;
     for (size_t i = 0; i < nk; ++i) {
@@ -199,21 +210,11 @@ int runInspect(const std::vector<std::string> &argv) {
       for (const pkg::Check *c : *m.checks())
         checks.push_back(
             llvm::json::Object{{"node", c->node()->str()}, {"what", c->what()->str()}});
-    llvm::json::Object training;
-    if (m.variables() && m.variables()->size()) {
-      int64_t trainable = 0, params = 0, stateBytes = 0;
-      for (const pkg::Variable *v : *m.variables()) {
-        int64_t bytes = static_cast<int64_t>(v->data()->size());
-        stateBytes += bytes;
-        if (v->trainable())
-          ++trainable, params += bytes / static_cast<int64_t>(pkg::dtypeSize(v->dtype()));
-      }
-      training = llvm::json::Object{{"variables", static_cast<int64_t>(m.variables()->size())},
-                                    {"trainable_parameters", trainable},
-                                    {"parameter_values", params},
-                                    {"variable_bytes", stateBytes},
-                                    {"commit_steps", static_cast<int64_t>(m.commit_steps())}};
-    }
+    llvm::json::Object training{{"variables", static_cast<int64_t>(vars.count)},
+                                {"trainable_parameters", static_cast<int64_t>(vars.trainable)},
+                                {"parameter_values", static_cast<int64_t>(vars.parameterValues)},
+                                {"variable_bytes", static_cast<int64_t>(vars.bytes)},
+                                {"commit_steps", static_cast<int64_t>(m.commit_steps())}};
     llvm::json::Object root{
         {"model", m.model() ? m.model()->str() : ""},
         {"training", m.variables() && m.variables()->size() ? llvm::json::Value(std::move(training))
@@ -276,17 +277,10 @@ int runInspect(const std::vector<std::string> &argv) {
                                  (unsigned long long)m.arena_max_live_bytes(),
                                  (unsigned long long)m.arena_naive_bytes());
   llvm::outs() << ", weights " << m.weight_bytes() << " bytes\n";
-  if (m.variables() && m.variables()->size()) {
-    size_t trainable = 0, bytes = 0;
-    for (const pkg::Variable *v : *m.variables()) {
-      trainable += v->trainable();
-      bytes += v->data()->size();
-    }
-    llvm::outs() << "training step: " << m.variables()->size() << " variables (" << trainable
-                 << " trainable parameters, the rest optimizer and model state; " << bytes
-                 << " bytes in the arena), committed by the last " << m.commit_steps()
-                 << " copies\n";
-  }
+  if (vars.count)
+    llvm::outs() << "training step: " << vars.count << " variables (" << vars.trainable
+                 << " trainable parameters, the rest optimizer and model state; " << vars.bytes
+                 << " bytes in the arena), committed by the last " << m.commit_steps() << " copies\n";
   if (m.checks() && m.checks()->size())
     llvm::outs() << "data checks: " << m.checks()->size()
                  << " launches flag bad indices (the run fails naming the node)\n";

@@ -115,7 +115,7 @@ std::string jsonNumber(float v) {
 }
 
 int fail(const std::string &msg) {
-  llvm::errs() << "dlc: error: " << msg << "\n";
+  reportError(ir::makeError(msg));
   return 1;
 }
 
@@ -137,13 +137,6 @@ rt::HostTensor gatherRows(const rt::HostTensor &a, const std::vector<int64_t> &o
 std::vector<int64_t> shapeOf(const pkg::TensorInfo *t) {
   return t->shape() ? std::vector<int64_t>(t->shape()->begin(), t->shape()->end())
                     : std::vector<int64_t>{};
-}
-
-std::string shapeStr(const std::vector<int64_t> &s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    r += (i ? "," : "") + std::to_string(s[i]);
-  return r + "]";
 }
 
 /// A data set checked against the package's inputs: every input present, with the
@@ -194,8 +187,8 @@ Result<DataSet> loadData(const std::string &path, const pkg::Package &m) {
     if (want.empty() || a.shape.size() != want.size() ||
         !std::equal(want.begin() + 1, want.end(), a.shape.begin() + 1))
       return Status(StatusCode::InvalidArgument, "'" + path + "': array '" + name + "' has shape " +
-                                                     shapeStr(a.shape) + "; the input is " +
-                                                     shapeStr(want) +
+                                                     ir::shapeStr(a.shape) + "; the input is " +
+                                                     ir::shapeStr(want) +
                                                      " (samples along the first dimension)");
     size_t n = static_cast<size_t>(a.shape[0]);
     if (!first && n != d.samples)

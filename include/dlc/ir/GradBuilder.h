@@ -52,8 +52,6 @@ public:
                            unsigned numResults);
   /// A rank-0 constant of dtype `dt`.
   Value *scalar(double v, DType dt);
-  /// A 1-D int64 constant.
-  Value *ints(const std::vector<int64_t> &v);
   Value *add(Value *a, Value *b) { return op(OpKind::Add, {a, b}); }
   Value *sub(Value *a, Value *b) { return op(OpKind::Sub, {a, b}); }
   Value *mul(Value *a, Value *b) { return op(OpKind::Mul, {a, b}); }
@@ -69,7 +67,9 @@ public:
   Value *reduceSum(Value *x, const std::vector<int64_t> &axes, bool keepDims);
   /// Where(cond, a, b).
   Value *select(Value *cond, Value *a, Value *b) { return op(OpKind::Where, {cond, a, b}); }
-  Value *zerosLike(Value *x);
+  /// A tensor of `shape` filled with v (a scalar constant expanded).
+  Value *full(double v, DType dt, const Shape &shape);
+  Value *zerosLike(Value *x) { return x ? full(0, x->dtype(), x->shape()) : nullptr; }
 
   /// The node being differentiated.
   const Node &node() const { return *node_; }

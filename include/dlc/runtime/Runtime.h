@@ -128,6 +128,8 @@ public:
   Result<HostTensor> getVariable(const std::string &name) const;
   /// Checks name, dtype and shape.
   Status setVariable(const std::string &name, const HostTensor &t);
+  /// Raw bytes (size must match) in the variable's dtype and shape.
+  Status setVariableBytes(const std::string &name, const void *data, size_t size);
   /// Every variable back to its initial value from the package.
   Status resetVariables();
   /// Every variable to an .npz file (written atomically), and back: a checkpoint
