@@ -54,7 +54,8 @@ AnchorCaps anchorCaps(const Node &n) {
   case OpKind::ReduceProd:
   case OpKind::Softmax:
   case OpKind::LogSoftmax: return {true, true, true};
-  case OpKind::LayerNormalization: return {onlyFirstResultUsed(n), onlyFirstResultUsed(n), onlyFirstResultUsed(n)};
+  case OpKind::LayerNormalization:
+    return {onlyFirstResultUsed(n), onlyFirstResultUsed(n), onlyFirstResultUsed(n), 1u};
   case OpKind::MatMul:
     if (n.hasAttr(kPatternAttr)) // fused attention: loads and stores are both fusable
       return {true, true, true};

@@ -260,6 +260,12 @@ private:
     };
     std::vector<bool> desc = reachable(dg_->users), anc = reachable(dg_->producers);
     desc[anchor] = true;
+    // A producer in the group feeds the anchor through an operand that takes a prologue.
+    for (unsigned k = 0; k < nodes[anchor]->numOperands(); ++k)
+      if (const Value *v = nodes[anchor]->operand(k); v && v->definingNode())
+        if (auto it = dg_->index.find(v->definingNode());
+            it != dg_->index.end() && in[it->second] && (k >= 32 || !(caps.prologueOperands >> k & 1u)))
+          return false;
     const Value *anchorOut = nodes[anchor]->result();
     bool reindexed = false, chain = true;
     for (size_t i = 0; i < nodes.size(); ++i) {

@@ -34,6 +34,9 @@ struct AnchorCaps {
   bool anchor = false;   // has a kernel template that accepts fused neighbours
   bool prologue = false; // its input loads can be inlined producers
   bool epilogue = false; // its stores can run element-wise consumers
+  /// The operands whose loads take a prologue (bit k: operand k); the others must
+  /// come from memory (LayerNormalization reads its scale and bias directly).
+  uint32_t prologueOperands = ~0u;
 };
 AnchorCaps anchorCaps(const Node &n);
 
