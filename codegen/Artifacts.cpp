@@ -212,11 +212,15 @@ std::string formatSchedule(const pkg::PackageFile &pf) {
   auto dim = [](const pkg::Dim3 *d) {
     return d ? llvm::formatv("({0},{1},{2})", d->x(), d->y(), d->z()).str() : std::string("()");
   };
-  os << "\nsteps:\n";
+  bool evaluation = m.eval_outputs() && m.eval_outputs()->size();
+  os << "\nsteps:" << (evaluation ? " (a training package: [eval] steps run only to evaluate, [both] in both)" : "")
+     << "\n";
   size_t i = 0;
   if (m.steps())
     for (const pkg::Step *s : *m.steps()) {
       os << llvm::formatv("  {0,4}  ", i++);
+      if (evaluation && s->schedules() != 1)
+        os << (s->schedules() == 2 ? "[eval] " : "[both] ");
       if (const pkg::Launch *l = s->op_as_Launch()) {
         const pkg::Kernel *k =
             m.kernels() && l->kernel() < m.kernels()->size() ? m.kernels()->Get(l->kernel()) : nullptr;

@@ -62,6 +62,9 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
     return fb.CreateVector(v);
   };
   auto inputs = tensors(p.inputs), outputs = tensors(p.outputs);
+  decltype(outputs) evalOutputs;
+  if (!p.evalOutputs.empty())
+    evalOutputs = tensors(p.evalOutputs);
   std::vector<flatbuffers::Offset<pkg::Weight>> weights;
   for (size_t i = 0; i < p.buffers.size(); ++i)
     if (p.buffers[i].weightIndex >= 0)
@@ -107,7 +110,7 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
     if (!s.archs.empty())
       archs = fb.CreateVectorOfStrings(s.archs);
     if (const auto *l = std::get_if<LaunchStep>(&s.op)) {
-      steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Launch, launchOf(*l).Union(), node, archs));
+      steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Launch, launchOf(*l).Union(), node, archs, s.schedules));
     } else if (const auto *g = std::get_if<GemmStep>(&s.op)) {
       pkg::BufRef a = ref(g->a), b = ref(g->b), c = ref(g->c);
       std::optional<pkg::BufRef> bias, cIn;
@@ -123,15 +126,15 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
                                   &c, g->lda, g->ldb, g->ldc, g->strideA, g->strideB, g->strideC, g->alpha, g->beta,
                                   bias ? &*bias : nullptr, g->activation, cIn ? &*cIn : nullptr,
                                   g->workspaceBytes ? &ws : nullptr, g->workspaceBytes, fallback, g->tf32);
-      steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Gemm, gemm.Union(), node, archs));
+      steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Gemm, gemm.Union(), node, archs, s.schedules));
     } else if (const auto *c = std::get_if<CopyStep>(&s.op)) {
       pkg::BufRef src = ref(c->src), dst = ref(c->dst);
       auto copy = pkg::CreateCopy(fb, &src, &dst, c->bytes);
-      steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Copy, copy.Union(), node, archs));
+      steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Copy, copy.Union(), node, archs, s.schedules));
     } else if (const auto *m = std::get_if<MemsetStep>(&s.op)) {
       pkg::BufRef dst = ref(m->dst);
       auto ms = pkg::CreateMemset(fb, &dst, m->bytes, m->value);
-      steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Memset, ms.Union(), node, archs));
+      steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Memset, ms.Union(), node, archs, s.schedules));
     }
   }
   std::vector<flatbuffers::Offset<pkg::Variable>> variables;
@@ -152,7 +155,8 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
                                  fb.CreateVector(steps), embedSource ? &src : nullptr, p.naiveArenaBytes,
                                  p.maxLiveBytes, gpuModules ? nvrtcVersionNumber() : 0, fb.CreateVector(checks),
                                  p.checkBuffer, fb.CreateVector(variables), p.commitSteps,
-                                 sourceModel.empty() ? nullptr : &model);
+                                 sourceModel.empty() ? nullptr : &model,
+                                 evalOutputs);
   return w.finishImage(root);
 }
 

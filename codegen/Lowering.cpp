@@ -433,6 +433,27 @@ std::optional<GemmEpilogue> Lowering::libraryEpilogue(const FusionGroup &g) cons
 
 bool Lowering::anchorMaterializes(const Node &anchor) const { return anchor.kind() == OpKind::MatMul; }
 
+std::vector<uint8_t> Lowering::scheduleMasks(const std::vector<const Node *> &nodes) const {
+  // Backwards from the outputs: a node is in the schedules of the outputs it reaches.
+  std::unordered_map<const Value *, uint8_t> needed;
+  llvm::StringRef evalPrefix(kEvalOutputPrefix);
+  for (const GraphOutput &o : g_.outputs())
+    needed[o.value] |= !o.isUpdate() && llvm::StringRef(o.name).startswith(evalPrefix) ? kEvalSchedule : kMainSchedule;
+  std::vector<uint8_t> masks(nodes.size(), 0);
+  for (size_t i = nodes.size(); i-- > 0;) {
+    const Node &n = *nodes[i];
+    for (unsigned r = 0; r < n.numResults(); ++r)
+      if (auto it = needed.find(n.result(r)); it != needed.end())
+        masks[i] |= it->second;
+    if (!masks[i]) // reaches no output (DCE leaves none at -O1 and up)
+      masks[i] = kMainSchedule;
+    for (const Value *v : n.operands())
+      if (v)
+        needed[v] |= masks[i];
+  }
+  return masks;
+}
+
 void Lowering::addUpdateCopies() {
   // The step ends by writing each update's value into its variable; every read
   // in the step saw the old value. A value that is itself another variable (or a
@@ -485,26 +506,40 @@ llvm::Expected<Program> Lowering::run() {
   std::vector<const Node *> nodes;
   for (const Node &n : g_.nodes())
     nodes.push_back(&n);
+  auto schedules = scheduleMasks(nodes);
   for (size_t i = 0; i < nodes.size();) {
     const Node &n = *nodes[i];
     const Attribute *k = n.hasAttr(kKernelAttr) ? n.attr(kKernelAttr) : nullptr;
+    size_t firstStep = p_.steps.size();
+    uint8_t mask = 0;
     if (!k) {
       if (auto e = lowerFnFor(n.kind())(*this, n))
         return errorf("{0}: cannot generate code: {1}", n.describe(), llvm::toString(std::move(e)));
+      mask = schedules[i];
       ++i;
-      continue;
+    } else {
+      // A fusion group: the contiguous run of nodes with this kernel id.
+      FusionGroup g;
+      for (; i < nodes.size() && nodes[i]->hasAttr(kKernelAttr) && nodes[i]->attrInt(kKernelAttr) == k->i(); ++i) {
+        g.nodes.push_back(nodes[i]);
+        mask |= schedules[i];
+      }
+      if (auto e = lowerGroup(g))
+        return errorf("{0}: cannot generate code for its fusion group: {1}", g.nodes.back()->describe(),
+                      llvm::toString(std::move(e)));
     }
-    // A fusion group: the contiguous run of nodes with this kernel id.
-    FusionGroup g;
-    for (; i < nodes.size() && nodes[i]->hasAttr(kKernelAttr) && nodes[i]->attrInt(kKernelAttr) == k->i(); ++i)
-      g.nodes.push_back(nodes[i]);
-    if (auto e = lowerGroup(g))
-      return errorf("{0}: cannot generate code for its fusion group: {1}", g.nodes.back()->describe(),
-                    llvm::toString(std::move(e)));
+    for (size_t s = firstStep; s < p_.steps.size(); ++s)
+      p_.steps[s].schedules = mask;
   }
+  llvm::StringRef evalPrefix(kEvalOutputPrefix);
   for (const GraphOutput &o : g_.outputs())
-    if (!o.isUpdate())
-      p_.outputs.push_back({o.name, o.value->type(), bufferOf(o.value).buffer});
+    if (!o.isUpdate()) {
+      llvm::StringRef name(o.name);
+      auto &list = name.startswith(evalPrefix) ? p_.evalOutputs : p_.outputs;
+      if (name.startswith(evalPrefix))
+        name = name.drop_front(evalPrefix.size());
+      list.push_back({name.str(), o.value->type(), bufferOf(o.value).buffer});
+    }
   addUpdateCopies();
 
   // Weights in order; the arena by lifetimes (MemoryPlan.h).
@@ -519,7 +554,8 @@ llvm::Expected<Program> Lowering::run() {
   if (!p_.checks.empty()) {
     // The check words start each run at zero; the runtime reads them after it.
     uint64_t bytes = p_.buffers[p_.checkBuffer].bytes;
-    p_.steps.insert(p_.steps.begin(), StepDesc{MemsetStep{{p_.checkBuffer, 0}, bytes, 0}, "", {}});
+    p_.steps.insert(p_.steps.begin(), StepDesc{MemsetStep{{p_.checkBuffer, 0}, bytes, 0}, "", {},
+                                               uint8_t(kMainSchedule | kEvalSchedule)});
     pinned.push_back(p_.checkBuffer);
   }
   MemoryPlanStats mem = planMemory(p_, pinned);

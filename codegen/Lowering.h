@@ -156,10 +156,14 @@ struct MemsetStep {
   uint64_t bytes;
   uint8_t value;
 };
+/// The schedules a step belongs to (pkg::Step::schedules).
+enum ScheduleBits : uint8_t { kMainSchedule = 1, kEvalSchedule = 2 };
+
 struct StepDesc {
   std::variant<LaunchStep, GemmStep, CopyStep, MemsetStep> op;
   std::string node;
   std::vector<std::string> archs; // empty: every architecture
+  uint8_t schedules = kMainSchedule;
 };
 
 struct TensorDesc {
@@ -191,6 +195,9 @@ struct Program {
   std::vector<KernelDesc> kernels;
   std::vector<StepDesc> steps;
   std::vector<TensorDesc> inputs, outputs;
+  /// A training package's evaluation schedule: its outputs (the model in inference
+  /// mode, named without ir::kEvalOutputPrefix); its steps have kEvalSchedule.
+  std::vector<TensorDesc> evalOutputs;
   std::vector<VariableDesc> variables;
   /// The trailing steps that commit the graph's updates.
   uint32_t commitSteps = 0;
@@ -240,6 +247,8 @@ public:
   void alias(const ir::Value *result, const ir::Value *operand);
   /// The copies that commit the graph's updates at the end of the schedule.
   void addUpdateCopies();
+  /// Per node (in `nodes` order), the schedules whose outputs it reaches.
+  std::vector<uint8_t> scheduleMasks(const std::vector<const ir::Node *> &nodes) const;
   /// Binds a value to an existing buffer (e.g. a constant computed at compile time).
   void bind(const ir::Value *v, BufferRef r);
   /// A buffer for one node's steps (its lifetime is theirs: the memory plan reuses it).

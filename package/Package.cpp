@@ -324,6 +324,11 @@ Status PackageFile::verify() {
   };
   DLC_RETURN_IF_ERROR(checkTensors(p.inputs(), "input"));
   DLC_RETURN_IF_ERROR(checkTensors(p.outputs(), "output"));
+  DLC_RETURN_IF_ERROR(checkTensors(p.eval_outputs(), "evaluation output"));
+  if (p.steps())
+    for (const Step *st : *p.steps())
+      if (st->schedules() > 3)
+        return bad("a step belongs to an unknown schedule");
   if (p.commit_steps() > (p.steps() ? p.steps()->size() : 0))
     return bad("more commit steps than steps");
   DLC_RETURN_IF_ERROR(checkSection(p.source_model(), "the source model"));

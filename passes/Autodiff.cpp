@@ -57,28 +57,25 @@ size_t promoteTrainableConstants(Graph &g, const std::function<bool(const std::s
   return trained;
 }
 
-llvm::Expected<std::vector<Gradient>> buildGradients(Graph &g, Value *loss) {
-  if (!isFloat(loss->dtype()) || loss->type().numElements() != 1)
-    return errorf("the loss '{0}' must be a floating-point scalar, got {1}", loss->name(),
-                  loss->type().str());
-  if (llvm::none_of(g.parameters(), [](const auto &p) { return p->isTrainable(); }))
-    return makeError("the model has no trainable parameters");
+namespace {
 
-  // Values that depend on a trainable parameter.
+/// The values that depend on a trainable parameter.
+std::unordered_set<const Value *> findVarying(const Graph &g) {
   std::unordered_set<const Value *> varying;
-  auto findVarying = [&] {
-    varying.clear();
-    for (const auto &p : g.parameters())
-      if (p->isTrainable())
-        varying.insert(p.get());
-    for (const Node &n : g.nodes())
-      if (llvm::any_of(n.operands(), [&](Value *v) { return v && varying.count(v); }))
-        for (unsigned i = 0; i < n.numResults(); ++i)
-          varying.insert(n.result(i));
-  };
-  findVarying();
+  for (const auto &p : g.parameters())
+    if (p->isTrainable())
+      varying.insert(p.get());
+  for (const Node &n : g.nodes())
+    if (llvm::any_of(n.operands(), [&](Value *v) { return v && varying.count(v); }))
+      for (unsigned i = 0; i < n.numResults(); ++i)
+        varying.insert(n.result(i));
+  return varying;
+}
 
-  // Ops without a rule of their own that a gradient must cross are decomposed first.
+} // namespace
+
+llvm::Error decomposeForGradients(Graph &g) {
+  auto varying = findVarying(g);
   GradBuilder b(g);
   bool decomposed = false;
   for (Node *n : g.nodeList()) {
@@ -96,15 +93,36 @@ llvm::Expected<std::vector<Gradient>> buildGradients(Graph &g, Value *loss) {
     g.eraseNode(n);
     decomposed = true;
   }
-  if (decomposed) {
-    if (!g.topologicalSort())
-      return makeError("internal error: a decomposition made a cycle");
-    findVarying();
-  }
+  if (decomposed && !g.topologicalSort())
+    return makeError("internal error: a decomposition made a cycle");
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::vector<Gradient>> buildGradients(Graph &g, Value *loss, Value *seed) {
+  if (!isFloat(loss->dtype()) || loss->type().numElements() != 1)
+    return errorf("the loss '{0}' must be a floating-point scalar, got {1}", loss->name(),
+                  loss->type().str());
+  if (llvm::none_of(g.parameters(), [](const auto &p) { return p->isTrainable(); }))
+    return makeError("the model has no trainable parameters");
+  // Ops without a rule of their own that a gradient must cross are decomposed first.
+  if (auto e = decomposeForGradients(g))
+    return e;
+  auto varying = findVarying(g);
+  GradBuilder b(g);
   std::vector<Node *> forward = g.nodeList();
 
   std::unordered_map<const Value *, Value *> grads;
-  grads[loss] = b.full(1, loss->dtype(), loss->shape());
+  if (seed) {
+    if (!isFloat(seed->dtype()) || seed->type().numElements() != 1)
+      return errorf("the gradient seed '{0}' must be a floating-point scalar, got {1}",
+                    seed->name(), seed->type().str());
+    Value *s = seed->dtype() == loss->dtype()
+                   ? seed
+                   : b.op(OpKind::Cast, {seed}, {{"to", std::string(dtypeName(loss->dtype()))}});
+    grads[loss] = s->shape() == loss->shape() ? s : b.reshape(s, loss->shape());
+  } else {
+    grads[loss] = b.full(1, loss->dtype(), loss->shape());
+  }
   for (auto it = forward.rbegin(); it != forward.rend(); ++it) {
     Node *n = *it;
     std::vector<Value *> resultGrads;

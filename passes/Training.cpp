@@ -4,6 +4,8 @@
 #include "dlc/ir/GradBuilder.h"
 #include "dlc/passes/Autodiff.h"
 
+#include <unordered_map>
+
 namespace dlc::passes {
 
 using namespace ir;
@@ -97,9 +99,10 @@ llvm::Expected<size_t> batchNormsToTraining(Graph &g) {
   return count;
 }
 
-/// Appends the loss of the prediction `y`; returns it.
-llvm::Expected<Value *> appendLoss(Graph &g, GradBuilder &b, Value *y,
-                                   const TrainingOptions &opts) {
+/// Appends the loss of the prediction `y`; returns it. The label input is created
+/// by the first call (the training loss) and reused by the next (the evaluation's).
+llvm::Expected<Value *> appendLoss(Graph &g, GradBuilder &b, Value *y, const TrainingOptions &opts,
+                                   Value *&label) {
   if (!isFloat(y->dtype()))
     return errorf("the model's output '{0}' is {1}; training needs a floating-point output",
                   y->name(), y->type().str());
@@ -110,7 +113,7 @@ llvm::Expected<Value *> appendLoss(Graph &g, GradBuilder &b, Value *y,
           y->name(), y->type().str());
     return y;
   }
-  if (g.findValue(opts.label))
+  if (!label && g.findValue(opts.label))
     return errorf("the label name '{0}' is already taken by a value of the model (choose another "
                   "with --label)",
                   opts.label);
@@ -122,23 +125,121 @@ llvm::Expected<Value *> appendLoss(Graph &g, GradBuilder &b, Value *y,
           y->name(), y->type().str());
     Shape ls{y->shape()[0]};
     ls.insert(ls.end(), y->shape().begin() + 2, y->shape().end());
-    Value *label = g.addInput(opts.label, TensorType{DType::I64, ls});
+    if (!label)
+      label = g.addInput(opts.label, TensorType{DType::I64, ls});
     Value *logp = b.op(OpKind::LogSoftmax, {y}, {{"axis", int64_t{1}}});
     loss = b.op(OpKind::NegativeLogLikelihoodLoss, {logp, label},
                 {{"reduction", std::string("mean")}});
   } else {
-    Value *label = g.addInput(opts.label, y->type());
+    if (!label)
+      label = g.addInput(opts.label, y->type());
     Value *d = b.sub(y, label);
     loss = b.op(OpKind::ReduceMean, {b.mul(d, d)}, {{"keepdims", int64_t{0}}});
   }
   if (auto e = b.takeError())
     return e;
-  g.renameValue(loss, g.uniqueName("loss"));
   return loss;
+}
+
+/// The model in inference mode beside the training step, sharing its inputs and
+/// variables: a copy of every forward node, with BatchNormalization back in
+/// inference form (reading the running statistics) and Dropout the identity.
+/// Returns the copies of `outputs`, or nothing when a node cannot be put in
+/// inference form (a Dropout mask in use): the package then has no evaluation
+/// schedule, and evaluation runs the training step without its updates.
+std::optional<std::vector<Value *>> cloneForEvaluation(Graph &g, const std::vector<Value *> &outputs) {
+  std::unordered_map<const Value *, Value *> map;
+  auto mapped = [&](Value *v) -> Value * {
+    if (!v)
+      return nullptr;
+    auto it = map.find(v);
+    return it == map.end() ? v : it->second;
+  };
+  for (Node *n : g.nodeList()) {
+    std::vector<Value *> ops;
+    for (Value *v : n->operands())
+      ops.push_back(mapped(v));
+    if (n->kind() == OpKind::Dropout) {
+      for (unsigned r = 1; r < n->numResults(); ++r)
+        if (!n->result(r)->uses().empty() || g.isOutput(n->result(r)))
+          return std::nullopt;
+      map[n->result(0)] = ops[0];
+      continue;
+    }
+    AttrMap attrs = n->attrs();
+    unsigned results = n->numResults();
+    if (n->kind() == OpKind::BatchNormalization && n->attrInt("training_mode") != 0) {
+      attrs["training_mode"] = int64_t{0};
+      results = 1;
+    }
+    std::vector<TensorType> types;
+    std::vector<std::string> names;
+    for (unsigned r = 0; r < results; ++r) {
+      types.push_back(n->result(r)->type());
+      names.push_back(g.uniqueName(n->result(r)->name() + ".eval"));
+    }
+    Node *c = g.createNode(n->kind(), ops, types, attrs, n->name() + ".eval", nullptr, names);
+    for (unsigned r = 0; r < results; ++r)
+      map[n->result(r)] = c->result(r);
+  }
+  std::vector<Value *> out;
+  for (Value *v : outputs)
+    out.push_back(mapped(v));
+  return out;
 }
 
 Value *zerosState(Graph &g, Value *like, const std::string &what) {
   return g.addParameter(like->name() + "." + what, Tensor(like->type()), false);
+}
+
+Value *scalarState(Graph &g, const std::string &name, float init) {
+  Tensor t(TensorType{DType::F32, {}});
+  t.mutableData<float>()[0] = init;
+  return g.addParameter(name, std::move(t), false);
+}
+
+/// Runs the precision pass on the forward graph and the loss (see Training.h).
+llvm::Error lowerForward(Graph &g, const PrecisionOptions &po) {
+  if (auto e = decomposeForGradients(g))
+    return e;
+  const PassInfo *info = findPass("precision");
+  if (!info)
+    return makeError("internal error: no precision pass");
+  PassContext ctx;
+  ctx.precision = po;
+  info->create()->run(g, ctx);
+  if (!ctx.errors.empty())
+    return errorf("mixed-precision training: {0}", ctx.errors.front());
+  return llvm::Error::success();
+}
+
+/// Dynamic loss scaling's bookkeeping: unscales the gradients in place, and returns
+/// the flag "some gradient is Inf or NaN" (a bool scalar); appends the updates of
+/// the scale and of the clean-step count.
+Value *unscaleAndCheck(Graph &g, GradBuilder &b, std::vector<Gradient> &grads, Value *scale,
+                       Value *goodSteps, const TrainingOptions &opts) {
+  Value *inv = b.div(b.scalar(1, DType::F32), scale);
+  Value *bad = nullptr;
+  for (Gradient &gr : grads) {
+    Value *d = gr.grad;
+    Value *inv1 = d->dtype() == DType::F32 ? inv : b.op(OpKind::Cast, {inv}, {{"to", std::string(dtypeName(d->dtype()))}});
+    gr.grad = b.mul(d, inv1);
+    // max over the tensor of (isnan | isinf), as 0/1.
+    Value *flags = b.op(OpKind::Or, {b.op(OpKind::IsNaN, {gr.grad}), b.op(OpKind::IsInf, {gr.grad})});
+    Value *any = b.op(OpKind::ReduceMax, {b.op(OpKind::Cast, {flags}, {{"to", std::string("f32")}})},
+                      {{"keepdims", int64_t{0}}});
+    bad = bad ? b.op(OpKind::Max, {bad, any}) : any;
+  }
+  Value *found = b.op(OpKind::Greater, {bad, b.scalar(0, DType::F32)});
+  // clean: good + 1, doubling the scale (and restarting the count) at the interval.
+  Value *good1 = b.add(goodSteps, b.scalar(1, DType::F32));
+  Value *grow = b.op(OpKind::GreaterOrEqual,
+                     {good1, b.scalar(static_cast<double>(opts.lossScaleGrowthInterval), DType::F32)});
+  Value *cleanScale = b.select(grow, b.scale(scale, opts.lossScaleGrowth), scale);
+  Value *cleanGood = b.select(grow, b.scalar(0, DType::F32), good1);
+  g.addUpdate(scale, b.select(found, b.scale(scale, opts.lossScaleBackoff), cleanScale));
+  g.addUpdate(goodSteps, b.select(found, b.scalar(0, DType::F32), cleanGood));
+  return found;
 }
 
 } // namespace
@@ -184,20 +285,62 @@ llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOption
                : "the model has no trainable parameters (no floating-point initializers)");
   sum.frozen = frozen;
 
-  auto loss = appendLoss(g, b, y, opts);
+  std::vector<GraphOutput> modelOutputs;
+  std::vector<Value *> modelValues;
+  for (const GraphOutput &o : g.outputs())
+    if (!o.isUpdate()) {
+      modelOutputs.push_back(o);
+      modelValues.push_back(o.value);
+    }
+  auto evalValues = cloneForEvaluation(g, modelValues);
+
+  Value *label = nullptr;
+  auto loss = appendLoss(g, b, y, opts, label);
   if (!loss)
     return loss.takeError();
+  if (*loss != y)
+    g.renameValue(*loss, g.uniqueName("loss"));
   sum.loss = (*loss)->name();
-  // The loss first, then the model's outputs, then the updates.
+  // The loss first, then the model's outputs, the evaluation's, then the updates.
   std::vector<GraphOutput> outs{{sum.loss, *loss}};
+  for (const GraphOutput &o : modelOutputs)
+    if (o.value != *loss)
+      outs.push_back(o);
+  if (evalValues) {
+    auto evalLoss = appendLoss(g, b, evalValues->front(), opts, label);
+    if (!evalLoss)
+      return evalLoss.takeError();
+    outs.push_back({kEvalOutputPrefix + sum.loss, *evalLoss});
+    for (size_t i = 0; i < modelOutputs.size(); ++i)
+      if (modelOutputs[i].value != *loss)
+        outs.push_back({kEvalOutputPrefix + modelOutputs[i].name, (*evalValues)[i]});
+    sum.evaluation = true;
+  }
   for (const GraphOutput &o : g.outputs())
-    if (o.value != *loss || o.isUpdate())
+    if (o.isUpdate())
       outs.push_back(o);
   g.setOutputs(std::move(outs));
 
-  auto grads = buildGradients(g, *loss);
+  Value *lossValue = *loss, *scale = nullptr, *goodSteps = nullptr;
+  if (opts.precision) {
+    if (auto e = lowerForward(g, *opts.precision))
+      return e;
+    lossValue = g.outputs().front().value; // the FP32 loss (a cast when lowered)
+    if (opts.precision->reduced == DType::F16) {
+      scale = scalarState(g, kLossScaleName, static_cast<float>(opts.initLossScale));
+      goodSteps = scalarState(g, kGoodStepsName, 0);
+      sum.stateVariables += 2;
+      sum.lossScaling = true;
+    }
+  }
+  auto grads = buildGradients(g, lossValue, scale);
   if (!grads)
     return grads.takeError();
+  // A step whose gradients overflowed keeps every parameter and optimizer state.
+  Value *skip = scale ? unscaleAndCheck(g, b, *grads, scale, goodSteps, opts) : nullptr;
+  auto update = [&](Value *var, Value *next) {
+    g.addUpdate(var, skip ? b.select(skip, var, next) : next);
+  };
 
   // The optimizer, one element-wise chain per parameter (the fusion pass makes
   // each a single kernel). Hyper-parameters are compile-time constants.
@@ -206,7 +349,7 @@ llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOption
   if (adam) {
     Value *t = g.addParameter("optimizer.step", Tensor(TensorType{DType::F32, {}}), false);
     Value *t1 = b.add(t, b.scalar(1, DType::F32));
-    g.addUpdate(t, t1);
+    update(t, t1);
     // The bias corrections 1 - beta^t.
     bc1 = b.sub(b.scalar(1, DType::F32), b.op(OpKind::Pow, {b.scalar(opts.beta1, DType::F32), t1}));
     bc2 = b.sub(b.scalar(1, DType::F32), b.op(OpKind::Pow, {b.scalar(opts.beta2, DType::F32), t1}));
@@ -231,7 +374,7 @@ llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOption
     case OptimizerKind::Momentum: {
       Value *v = zerosState(g, p, "momentum");
       Value *v1 = b.add(b.scale(v, opts.momentum), d);
-      g.addUpdate(v, v1);
+      update(v, v1);
       ++sum.stateVariables;
       next = b.sub(p, b.scale(v1, opts.lr));
       break;
@@ -241,8 +384,8 @@ llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOption
       Value *m = zerosState(g, p, "adam_m"), *v = zerosState(g, p, "adam_v");
       Value *m1 = b.add(b.scale(m, opts.beta1), b.scale(d, 1 - opts.beta1));
       Value *v1 = b.add(b.scale(v, opts.beta2), b.scale(b.mul(d, d), 1 - opts.beta2));
-      g.addUpdate(m, m1);
-      g.addUpdate(v, v1);
+      update(m, m1);
+      update(v, v1);
       sum.stateVariables += 2;
       // p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
       Value *base = opts.optimizer == OptimizerKind::AdamW && opts.weightDecay != 0
@@ -257,7 +400,7 @@ llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOption
     }
     if (auto e = b.takeError())
       return e;
-    g.addUpdate(p, next);
+    update(p, next);
   }
   return sum;
 }

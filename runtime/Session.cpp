@@ -100,8 +100,12 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> mo
   int arch = chooseStepArch(stepArchs(m), s->backend_->computeCapability());
   if (m.steps())
     for (const pkg::Step *st : *m.steps())
-      if (stepRunsOn(*st, arch))
-        s->steps_.push_back(st);
+      if (stepRunsOn(*st, arch)) {
+        if (st->schedules() & 1)
+          s->steps_.push_back(st);
+        if (st->schedules() & 2)
+          s->evalSteps_.push_back(st);
+      }
   return s;
 }
 
@@ -225,11 +229,20 @@ int Session::inputIndex(const std::string &name) const {
   return -1;
 }
 
-int Session::outputIndex(const std::string &name) const {
+bool Session::hasEvalSchedule() const {
   const pkg::Package &m = pkg_->meta();
-  if (m.outputs())
-    for (size_t i = 0; i < m.outputs()->size(); ++i)
-      if (m.outputs()->Get(i)->name()->str() == name)
+  return m.eval_outputs() && m.eval_outputs()->size() > 0;
+}
+
+const flatbuffers::Vector<flatbuffers::Offset<pkg::TensorInfo>> *Session::outputList() const {
+  return evalMode_ ? pkg_->meta().eval_outputs() : pkg_->meta().outputs();
+}
+
+int Session::outputIndex(const std::string &name) const {
+  const auto *outs = outputList();
+  if (outs)
+    for (size_t i = 0; i < outs->size(); ++i)
+      if (outs->Get(i)->name()->str() == name)
         return static_cast<int>(i);
   return -1;
 }
@@ -292,7 +305,7 @@ Status Session::setStream(void *stream) { return backend_->setStream(stream); }
 
 Status Session::getOutputBytes(const std::string &name, void *data, size_t size) const {
   const pkg::TensorInfo *o = nullptr;
-  DLC_RETURN_IF_ERROR(hostTransfer(pkg_->meta().outputs(), outputIndex(name), "output", name, data, size, o));
+  DLC_RETURN_IF_ERROR(hostTransfer(outputList(), outputIndex(name), "output", name, data, size, o));
   return backend_->download(data, pkg::BufRef(o->buffer(), 0), size);
 }
 
@@ -332,17 +345,22 @@ Status Session::run() { return runSteps(false); }
 
 Status Session::evaluate() { return runSteps(true); }
 
-Status Session::runSteps(bool withoutCommit) {
+Status Session::runSteps(bool evaluation) {
   const pkg::Package &m = pkg_->meta();
   for (size_t i = 0; i < inputSet_.size(); ++i)
     if (!inputSet_[i])
       return Status(StatusCode::InvalidArgument,
                     "input '" + m.inputs()->Get(i)->name()->str() + "' was not set");
   profile_.clear();
-  size_t count = steps_.size() - (withoutCommit ? pkg_->meta().commit_steps() : 0);
+  // Evaluation runs the package's evaluation schedule, or without one the training
+  // step less its commit (the commit copies are the main schedule's last steps).
+  evalMode_ = evaluation && hasEvalSchedule();
+  const std::vector<const pkg::Step *> &steps = evalMode_ ? evalSteps_ : steps_;
+  size_t count = steps.size() - (evaluation && !evalMode_ ? m.commit_steps() : 0);
+  bool whole = !evaluation || (!evalMode_ && m.commit_steps() == 0);
   auto issue = [&]() -> Status {
     for (size_t k = 0; k < count; ++k) {
-      const pkg::Step *s = steps_[k];
+      const pkg::Step *s = steps[k];
       std::string node = s->node() ? s->node()->str() : "";
       auto t0 = std::chrono::steady_clock::now();
       Status st;
@@ -387,7 +405,7 @@ Status Session::runSteps(bool withoutCommit) {
   };
   // The backend may capture the whole schedule once (a CUDA graph) and replay it:
   // a shorter schedule is issued step by step.
-  DLC_RETURN_IF_ERROR(withoutCommit && pkg_->meta().commit_steps() ? issue() : backend_->execute(issue));
+  DLC_RETURN_IF_ERROR(whole ? backend_->execute(issue) : issue());
   DLC_RETURN_IF_ERROR(backend_->synchronize());
   return checkDataErrors();
 }
@@ -412,9 +430,8 @@ Status Session::checkDataErrors() const {
 }
 
 Result<HostTensor> Session::getOutput(const std::string &name) const {
-  const pkg::Package &m = pkg_->meta();
-  if (m.outputs())
-    for (const pkg::TensorInfo *o : *m.outputs()) {
+  if (const auto *outs = outputList())
+    for (const pkg::TensorInfo *o : *outs) {
       if (o->name()->str() != name)
         continue;
       HostTensor t = HostTensor::zeros(o->dtype(), shapeOf(o));

@@ -11,38 +11,24 @@ held-out digits, and the same batches run in ONNX Runtime (onnxruntime-node):
 dlc's test accuracy must reach --min-accuracy and both must predict the same
 classes. Prints the step time on emu from the training log.
 """
-import argparse
-import json
 import os
-import shutil
-import subprocess
+import re
 import sys
 import time
 
 import numpy as np
 import onnx
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+from common import ROOT, parse_args, sh
+
 ORT = os.path.join(ROOT, "tools", "ort")
 
 
-def sh(cmd, **kw):
-    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
-    if p.returncode:
-        sys.exit(f"FAILED: {' '.join(cmd)}\n{p.stdout}{p.stderr}")
-    return p
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dlc", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--epochs", type=int, default=8)
-    ap.add_argument("--min-accuracy", type=float, default=0.97)
-    a = ap.parse_args()
-    w = os.path.abspath(a.work)
-    shutil.rmtree(w, ignore_errors=True)
-    os.makedirs(w)
+    def add(ap):
+        ap.add_argument("--epochs", type=int, default=8)
+        ap.add_argument("--min-accuracy", type=float, default=0.97)
+    a, w = parse_args(add)
     py = sys.executable
     sh([py, os.path.join(ROOT, "examples", "train-digits", "prepare.py"), "--out", w])
     pkg, ck, trained = os.path.join(w, "train.dlc"), os.path.join(w, "ck.npz"), os.path.join(w, "trained.onnx")
@@ -88,7 +74,12 @@ def main():
     print(f"digits: {steps} steps in {train_s:.1f} s on emu ({1000 * train_s / max(steps, 1):.0f} ms per step "
           f"with evaluation), exported model: dlc test accuracy {acc:.4f} ({int((dlc_pred == labels).sum())}/"
           f"{len(labels)}), ONNX Runtime agrees on {agree}/{len(labels)}")
-    ok = acc >= a.min_accuracy and agree == len(labels)
+    # dlc train evaluated on the package's inference-mode schedule (running
+    # statistics), which must see what the exported model sees.
+    m = re.search(r"eval accuracy [0-9.]+% \((\d+)/(\d+)\)", p.stdout.strip().splitlines()[-1])
+    evaluated = int(m.group(1)) if m else -1
+    print(f"digits: dlc train's last evaluation: {evaluated}/{len(labels)} correct")
+    ok = acc >= a.min_accuracy and agree == len(labels) and evaluated == int((dlc_pred == labels).sum())
     return 0 if ok else 1
 
 

@@ -4,16 +4,15 @@ kernels on emu draw the same mask; about `ratio` of the elements are dropped and
 rest scaled by 1 / (1 - ratio); the gradient applies the same mask; another step
 draws another mask. Then a PyTorch MLP with nn.Dropout, exported in training mode,
 trains with `dlc compile --train` + `dlc train` (its step counter advances)."""
-import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
 import warnings
 
 import numpy as np
 import torch
+
+from common import parse_args, sh
 
 warnings.filterwarnings("ignore")
 
@@ -29,21 +28,8 @@ IR = """graph @drop() -> ("loss": f32[]) {{
 """
 
 
-def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode:
-        sys.exit(f"FAILED: {' '.join(cmd)}\n{p.stdout}{p.stderr}")
-    return p
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dlc", required=True)
-    ap.add_argument("--work", required=True)
-    a = ap.parse_args()
-    w = os.path.abspath(a.work)
-    shutil.rmtree(w, ignore_errors=True)
-    os.makedirs(w)
+    a, w = parse_args()
     rng = np.random.default_rng(0)
     x = rng.uniform(0.5, 1.5, (64, 32)).astype(np.float32)
     r = rng.uniform(-1, 1, (64, 32)).astype(np.float32)
@@ -52,16 +38,16 @@ def main():
     for step in (3, 4):
         src, grad = os.path.join(w, f"drop{step}.ir"), os.path.join(w, f"grad{step}.ir")
         open(src, "w").write(IR.format(x=x.tobytes().hex().upper(), r=r.tobytes().hex().upper(), step=step))
-        run([a.dlc, "opt", src, "--passes", "autodiff", "--verify-each", "-o", grad])
+        sh([a.dlc, "opt", src, "--passes", "autodiff", "--verify-each", "-o", grad])
         outs = {}
         for backend in ("interp", "emu"):
             d = os.path.join(w, f"out-{backend}-{step}")
             if backend == "interp":
-                run([a.dlc, "interpret", grad, "--output-dir", d])
+                sh([a.dlc, "interpret", grad, "--output-dir", d])
             else:
                 pkg = os.path.join(w, f"grad{step}.dlc")
-                run([a.dlc, "compile", grad, "--target", "emu", "-o", pkg, "-q"])
-                run([a.dlc, "run", pkg, "--device", "emu", "--output-dir", d, "-q"])
+                sh([a.dlc, "compile", grad, "--target", "emu", "-o", pkg, "-q"])
+                sh([a.dlc, "run", pkg, "--device", "emu", "--output-dir", d, "-q"])
             outs[backend] = np.load(os.path.join(d, "grad.x.npy"))
         g = outs["interp"]
         if not np.array_equal(g, outs["emu"]):
@@ -87,11 +73,11 @@ def main():
     ys = (xs[:, 0] + xs[:, 1] > 0).astype(np.int64)
     np.savez(os.path.join(w, "data.npz"), x=xs, label=ys)
     pkg = os.path.join(w, "mlp.dlc")
-    run([a.dlc, "compile", os.path.join(w, "mlp.onnx"), "--train", "--optimizer", "adam", "--lr", "0.01",
+    sh([a.dlc, "compile", os.path.join(w, "mlp.onnx"), "--train", "--optimizer", "adam", "--lr", "0.01",
          "--target", "emu", "-o", pkg, "-q"])
     log = os.path.join(w, "log.jsonl")
     ck = os.path.join(w, "ck.npz")
-    run([a.dlc, "train", pkg, "--data", os.path.join(w, "data.npz"), "--epochs", "5", "--log", log,
+    sh([a.dlc, "train", pkg, "--data", os.path.join(w, "data.npz"), "--epochs", "5", "--log", log,
          "--checkpoint", ck, "--device", "emu", "-q"])
     losses = [json.loads(l)["loss"] for l in open(log)]
     first, last = np.mean(losses[:16]), np.mean(losses[-16:])

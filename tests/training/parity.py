@@ -114,6 +114,9 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--rtol", type=float, default=1e-3)
     ap.add_argument("--only", default="", help="comma-separated model names")
+    ap.add_argument("--optimizers", default="", help="comma-separated optimizer names (default: all)")
+    ap.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32",
+                    help="mixed-precision training (FP32 master weights) against torch's FP32 step")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
 
@@ -139,10 +142,15 @@ def main():
         np.savez(data, x=x.numpy(), label=label.numpy().astype(np.int64))
         init = {k: v.detach().clone() for k, v in model.state_dict().items()}
         for opt_name, (flags, make) in OPTIMIZERS.items():
-            tag = f"{name}/{opt_name}"
-            pkg = os.path.join(args.work, f"{name}-{opt_name}.dlc")
-            ck = os.path.join(args.work, f"{name}-{opt_name}.npz")
-            log = os.path.join(args.work, f"{name}-{opt_name}.jsonl")
+            if args.optimizers and opt_name not in args.optimizers.split(","):
+                continue
+            tag = f"{name}/{opt_name}" + ("" if args.precision == "fp32" else f"/{args.precision}")
+            if args.precision != "fp32":
+                flags = flags + [f"--{args.precision}"]
+            stem = f"{name}-{opt_name}-{args.precision}"
+            pkg = os.path.join(args.work, f"{stem}.dlc")
+            ck = os.path.join(args.work, f"{stem}.npz")
+            log = os.path.join(args.work, f"{stem}.jsonl")
             run([args.dlc, "compile", onnx_path, "--train", "--optimizer", opt_name, *flags, "--target", "emu",
                  "-o", pkg, "-q"])
             run([args.dlc, "train", pkg, "--data", data, "--epochs", "1", "--no-shuffle", "--checkpoint", ck,

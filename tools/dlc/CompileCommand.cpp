@@ -132,8 +132,9 @@ loadAndOptimize(const std::string &file, const Args &args, int optLevel, bool qu
   if (!training)
     return training.takeError();
   if (*training) {
-    if (*precision)
-      return ir::makeError("--train with --fp16/--bf16 (mixed-precision training) is not supported yet; train in FP32");
+    // Mixed-precision training lowers the forward graph itself (Training.h); the
+    // pipeline below then leaves precision alone.
+    (*training)->precision = *precision;
     auto sum = passes::buildTrainingStep(*g, **training);
     if (!sum)
       return sum.takeError();
@@ -145,6 +146,7 @@ loadAndOptimize(const std::string &file, const Args &args, int optLevel, bool qu
                    << passes::lossKindName((*training)->loss) << ", optimizer "
                    << passes::optimizerKindName((*training)->optimizer) << ", " << sum->stateVariables
                    << " state variables" << (sum->batchNorms ? ", " + std::to_string(sum->batchNorms) + " BatchNorms in training mode" : "")
+                   << (sum->lossScaling ? ", dynamic loss scaling" : "")
                    << "; " << g->numNodes() << " nodes\n";
   }
   auto t1 = std::chrono::steady_clock::now();
@@ -164,7 +166,8 @@ loadAndOptimize(const std::string &file, const Args &args, int optLevel, bool qu
       if (!names.count(n))
         return ir::errorf("--fp32-nodes: the model has no node named '{0}'", n);
   }
-  for (const passes::PipelineStage &stage : passes::defaultPipeline(optLevel, bool(*precision), passes::needsLayoutPass(*layout, bool(*precision)))) {
+  bool lowerPrecision = *precision && !*training;
+  for (const passes::PipelineStage &stage : passes::defaultPipeline(optLevel, lowerPrecision, passes::needsLayoutPass(*layout, lowerPrecision))) {
     if (beforePrecision && stage.passes.front() == "precision")
       if (auto e = beforePrecision(*g, ctx.precision))
         return e;

@@ -61,6 +61,8 @@ PackageCost costOf(const pkg::PackageFile &pf) {
     arch[i] = pkg::chooseStepArch(planned, pkg::archNumber(gpus[i]->arch));
   if (m.steps())
     for (const pkg::Step *s : *m.steps()) {
+      if (!(s->schedules() & 1)) // a training package's evaluation: not part of a step
+        continue;
       StepCost sc;
       sc.node = s->node() ? s->node()->str() : "";
       const pkg::Launch *l = s->op_as_Launch();

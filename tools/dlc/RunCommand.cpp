@@ -148,6 +148,13 @@ int runInspect(const std::vector<std::string> &argv) {
       if (v->trainable())
         ++vars.trainable, vars.parameterValues += v->data()->size() / pkg::dtypeSize(v->dtype());
     }
+  // Its evaluation schedule (pkg::Step::schedules bit 1), and the steps both run.
+  size_t evalSteps = 0, sharedSteps = 0;
+  if (m.steps() && m.eval_outputs() && m.eval_outputs()->size())
+    for (const pkg::Step *st : *m.steps()) {
+      evalSteps += (st->schedules() & 2) != 0;
+      sharedSteps += st->schedules() == 3;
+    }
   if (args->has("json")) {
     llvm::json::Array kernels;
     for (size_t i = 0; i < nk; ++i) {
@@ -214,7 +221,9 @@ int runInspect(const std::vector<std::string> &argv) {
                                 {"trainable_parameters", static_cast<int64_t>(vars.trainable)},
                                 {"parameter_values", static_cast<int64_t>(vars.parameterValues)},
                                 {"variable_bytes", static_cast<int64_t>(vars.bytes)},
-                                {"commit_steps", static_cast<int64_t>(m.commit_steps())}};
+                                {"commit_steps", static_cast<int64_t>(m.commit_steps())},
+                                {"evaluation_steps", static_cast<int64_t>(evalSteps)},
+                                {"shared_steps", static_cast<int64_t>(sharedSteps)}};
     llvm::json::Object root{
         {"model", m.model() ? m.model()->str() : ""},
         {"training", m.variables() && m.variables()->size() ? llvm::json::Value(std::move(training))
@@ -281,6 +290,10 @@ int runInspect(const std::vector<std::string> &argv) {
     llvm::outs() << "training step: " << vars.count << " variables (" << vars.trainable
                  << " trainable parameters, the rest optimizer and model state; " << vars.bytes
                  << " bytes in the arena), committed by the last " << m.commit_steps() << " copies\n";
+  if (evalSteps)
+    llvm::outs() << "evaluation: " << evalSteps << " steps (" << sharedSteps
+                 << " shared with the training step): the model in inference mode, "
+                 << m.eval_outputs()->size() << " outputs\n";
   if (m.checks() && m.checks()->size())
     llvm::outs() << "data checks: " << m.checks()->size()
                  << " launches flag bad indices (the run fails naming the node)\n";

@@ -44,12 +44,16 @@ std::vector<OptSpec> trainingOptionSpecs() {
       {"weight-decay", 0, true, false, "F",
        "--train: L2 weight decay (decoupled for adamw; default 0)"},
       {"freeze", 0, true, false, "REGEX",
-       "--train: initializers whose name matches stay constant"}};
+       "--train: initializers whose name matches stay constant"},
+      {"loss-scale", 0, true, false, "F",
+       "--train --fp16: the initial dynamic loss scale (default 65536; halved on each\n"
+       "overflowed, skipped step, doubled after 2000 clean ones)"}};
 }
 
 llvm::Expected<std::optional<passes::TrainingOptions>> trainingFromArgs(const Args &args) {
   static const char *kTrainOnly[] = {"loss",  "label", "optimizer", "lr",           "momentum",
-                                     "beta1", "beta2", "eps",       "weight-decay", "freeze"};
+                                     "beta1", "beta2", "eps",       "weight-decay", "freeze",
+                                     "loss-scale"};
   if (!args.has("train")) {
     for (const char *o : kTrainOnly)
       if (args.has(o))
@@ -92,6 +96,15 @@ llvm::Expected<std::optional<passes::TrainingOptions>> trainingFromArgs(const Ar
   }
   if (auto f = args.get("freeze"))
     t.freeze = *f;
+  if (auto v = args.get("loss-scale")) {
+    if (!args.has("fp16"))
+      return ir::makeError("--loss-scale goes with --fp16 (BF16 and FP32 training need no loss scaling)");
+    char *end = nullptr;
+    double d = std::strtod(v->c_str(), &end);
+    if (v->empty() || *end || !std::isfinite(d) || d < 1 || d > 3.0e38)
+      return ir::errorf("--loss-scale must be a number in [1, 3e38], got '{0}'", *v);
+    t.initLossScale = d;
+  }
   return t;
 }
 
@@ -333,6 +346,26 @@ int runTrain(const std::vector<std::string> &argv) {
       return fail("cannot write the log '" + *l + "'");
   }
   std::string lossName = m.outputs()->Get(0)->name()->str();
+  // FP16 training: the dynamic loss scale, read after every step; a step that
+  // lowered it found an Inf/NaN gradient and was skipped.
+  auto names = s.variableNames();
+  bool scaled = llvm::is_contained(names, passes::kLossScaleName);
+  auto lossScale = [&]() -> Result<float> {
+    auto v = s.getVariable(passes::kLossScaleName);
+    if (!v)
+      return v.takeStatus();
+    float f = 0;
+    std::memcpy(&f, v->data.data(), sizeof f);
+    return f;
+  };
+  float scale = 0;
+  size_t skippedSteps = 0;
+  if (scaled) {
+    auto f = lossScale();
+    if (!f)
+      return fail(f.status().message());
+    scale = *f;
+  }
   // Classification accuracy when the package's second output is the class scores
   // and an input holds the class indices.
   std::string scoresName = m.outputs()->size() > 1 ? m.outputs()->Get(1)->name()->str() : "";
@@ -373,11 +406,25 @@ int runTrain(const std::vector<std::string> &argv) {
           counted += real;
         }
       }
-      if (training && log)
-        *log << llvm::formatv("{{\"epoch\": {0}, \"step\": {1}, \"loss\": {2}}", epoch + 1, k + 1,
+      bool skipped = false;
+      float usedScale = scale;
+      if (training && scaled) {
+        auto f = lossScale();
+        if (!f)
+          return f.takeStatus();
+        skipped = *f < scale;
+        skippedSteps += skipped;
+        scale = *f;
+      }
+      if (training && log) {
+        *log << llvm::formatv("{{\"epoch\": {0}, \"step\": {1}, \"loss\": {2}", epoch + 1, k + 1,
                               jsonNumber(l))
-                    .str()
-             << "\n";
+                    .str();
+        if (scaled)
+          *log << ", \"loss_scale\": " << jsonNumber(usedScale)
+               << ", \"skipped\": " << (skipped ? "true" : "false");
+        *log << "}\n";
+      }
       if (training && !std::isfinite(l))
         return Status(StatusCode::InvalidArgument,
                       "the loss became " + std::string(std::isnan(l) ? "NaN" : "infinite") +
@@ -416,6 +463,7 @@ int runTrain(const std::vector<std::string> &argv) {
     double lossSum = 0;
     size_t correct = 0, counted = 0;
     auto t0 = std::chrono::steady_clock::now();
+    size_t skippedBefore = skippedSteps;
     if (Status st = runBatches(*train, order, true, e, lossSum, correct, counted))
       return fail(st.message());
     double secs = seconds(t0);
@@ -426,6 +474,8 @@ int runTrain(const std::vector<std::string> &argv) {
       line +=
           llvm::formatv(", train accuracy {0:f2}%", 100.0 * static_cast<double>(correct) / counted)
               .str();
+    if (scaled)
+      line += llvm::formatv(", loss scale {0} ({1} skipped)", scale, skippedSteps - skippedBefore).str();
     if (eval) {
       std::vector<int64_t> all(eval->samples);
       std::iota(all.begin(), all.end(), 0);

@@ -149,6 +149,11 @@ private:
 /// A result of the graph. An update (`variable` set) is not returned: its value
 /// becomes the variable's value when the step ends (every read in the step sees
 /// the old value). Its name is the variable's.
+/// Outputs named kEvalOutputPrefix + NAME belong to a training package's evaluation
+/// schedule (the model in inference mode, passes/Training.h): the code generator
+/// runs them apart from the training step and exposes them as NAME.
+inline constexpr const char *kEvalOutputPrefix = "dlc.eval.";
+
 struct GraphOutput {
   std::string name;
   Value *value;

@@ -28,7 +28,7 @@ namespace dlc::pkg {
 ///    symbols, per-architecture steps, cooperative kernels.
 /// 4: a memory plan (arena buffers share memory across lifetimes), GEMM workspaces and
 ///    epilogue fallbacks, check words for data errors, the CUDA version of the modules.
-inline constexpr uint32_t kFormatVersion = 5;
+inline constexpr uint32_t kFormatVersion = 6;
 /// The largest launch parameter buffer (the classic CUDA limit on kernel parameters).
 inline constexpr size_t kMaxParamBytes = 4096;
 inline constexpr uint64_t kSectionAlign = 256;

@@ -21,8 +21,17 @@ struct Gradient {
 
 /// Builds d loss / d p for every trainable parameter p of the graph, in
 /// g.parameters() order (state variables get none). The loss must be a floating-point value with one
-/// element. A parameter the loss does not depend on gets a zero gradient.
-llvm::Expected<std::vector<Gradient>> buildGradients(ir::Graph &g, ir::Value *loss);
+/// element. A parameter the loss does not depend on gets a zero gradient. `seed`,
+/// a one-element value, is d loss / d loss (1 when null; the loss scale in
+/// mixed-precision training, so every gradient comes out multiplied by it).
+llvm::Expected<std::vector<Gradient>> buildGradients(ir::Graph &g, ir::Value *loss,
+                                                     ir::Value *seed = nullptr);
+
+/// Replaces the ops that a gradient must cross and that have no rule of their own
+/// (OpDef::decompose: LSTM, GRU) by their decomposition. buildGradients does it
+/// first; a caller that rewrites the forward graph before (the precision pass of
+/// mixed-precision training) calls it earlier so the rewrite sees the primitives.
+llvm::Error decomposeForGradients(ir::Graph &g);
 
 /// Decides what trains. Trainable parameters: the constants and variables without
 /// updates (imported initializers, ImportOptions::initializersAsVariables) that are

@@ -9,12 +9,24 @@
 //   4. autodiff appends the backward graph;
 //   5. the optimizer's update of every parameter and of its state (momentum,
 //      Adam's moments, the step count) is appended as graph updates.
+// Mixed precision (TrainingOptions::precision): the precision pass lowers the
+// forward graph and the loss before autodiff, so the parameters stay FP32 master
+// weights read through casts, the backward follows the forward's precision (the
+// gradient of a cast is the cast back), and the optimizer runs in FP32. FP16 adds
+// dynamic loss scaling: the loss gradient is seeded with the state variable
+// `amp.loss_scale`; the FP32 gradients are unscaled and checked for Inf/NaN; a step
+// with one keeps every parameter and optimizer state (a skipped step) and halves
+// the scale, and `amp.growth_interval` clean steps in a row double it.
+// Beside the step, the same model in inference mode (BatchNormalization on its
+// running statistics, Dropout off) with its loss, sharing the inputs and variables,
+// as outputs named kEvalOutputPrefix + NAME: the package's evaluation schedule.
 // The result is an ordinary graph: every later pass, the kernels and the memory
 // planner treat the backward and the optimizer like any other nodes.
 //===----------------------------------------------------------------------===//
 #pragma once
 
 #include "dlc/ir/Graph.h"
+#include "dlc/passes/Pass.h"
 
 #include <optional>
 #include <regex>
@@ -32,11 +44,24 @@ struct TrainingOptions {
   double lr = 0.01, momentum = 0.9, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0;
   /// Constants whose name matches stay constants (--freeze REGEX).
   std::optional<std::string> freeze;
+  /// Mixed-precision training (--fp16/--bf16); FP32 when absent.
+  std::optional<PrecisionOptions> precision;
+  /// FP16's dynamic loss scaling (PyTorch GradScaler's defaults).
+  double initLossScale = 65536, lossScaleGrowth = 2, lossScaleBackoff = 0.5;
+  int64_t lossScaleGrowthInterval = 2000;
 };
+
+/// The state variables of FP16 loss scaling: the current scale, and the clean steps
+/// since the last change. `dlc train --log` reads the scale; a step that lowered it
+/// was skipped.
+inline constexpr const char *kLossScaleName = "amp.loss_scale";
+inline constexpr const char *kGoodStepsName = "amp.good_steps";
 
 /// What buildTrainingStep did, for the compile log.
 struct TrainingSummary {
   size_t parameters = 0, parameterElements = 0, frozen = 0, stateVariables = 0, batchNorms = 0;
+  bool lossScaling = false;
+  bool evaluation = false; // the model in inference mode is there too (kEvalOutputPrefix)
   std::string loss; // the loss output's name
 };
 

@@ -113,8 +113,11 @@ public:
   int outputIndex(const std::string &name) const;
   /// Runs the schedule (all inputs must have been set at least once).
   Status run();
-  /// Runs the schedule without the steps that commit its updates: a training step
-  /// that computes its outputs (loss, predictions) and changes no variable.
+  /// Training packages: runs the evaluation schedule, the model in inference mode
+  /// (BatchNormalization on its running statistics, Dropout off) and its loss on
+  /// the current variables; changes no variable. getOutput then returns its outputs
+  /// (same names as the step's). A package without one (format 5 and older never
+  /// had one) runs the training step without the steps that commit its updates.
   Status evaluate();
   Result<HostTensor> getOutput(const std::string &name) const;
 
@@ -144,7 +147,11 @@ public:
 private:
   Session() = default;
   Status checkDataErrors() const;
-  Status runSteps(bool withoutCommit);
+  Status runSteps(bool evaluation);
+  bool hasEvalSchedule() const;
+  /// The outputs of the last run: the evaluation's after evaluate() on a package
+  /// with an evaluation schedule, else the package's.
+  const flatbuffers::Vector<flatbuffers::Offset<pkg::TensorInfo>> *outputList() const;
   std::shared_ptr<const Model> model_;
   std::shared_ptr<const pkg::PackageFile> pkg_;
   std::unique_ptr<Backend> backend_;
@@ -153,6 +160,9 @@ private:
   std::vector<StepTime> profile_;
   /// The package's steps that run on this backend (per-architecture steps filtered).
   std::vector<const pkg::Step *> steps_;
+  /// The evaluation schedule's steps (training packages; pkg::Step::schedules).
+  std::vector<const pkg::Step *> evalSteps_;
+  bool evalMode_ = false;
 };
 
 /// .npy files (format 1.0/2.0, little-endian, C order).

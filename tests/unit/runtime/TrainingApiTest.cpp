@@ -39,6 +39,21 @@ const std::vector<uint8_t> &package() {
   return bytes;
 }
 
+// The same step with an evaluation schedule (ir::kEvalOutputPrefix) that computes
+// something else from the same variable: the largest x * w instead of the sum.
+const char *kStepWithEval = R"(graph @sgd_eval(%x: f32[3]) -> ("loss": f32[], "dlc.eval.loss": f32[]) {
+  %w = param f32[3] dense<[1.0, 2.0, 3.0]>
+  %lr = const f32[] dense<[0.5]>
+  %p = Mul(%x, %w) : f32[3]
+  %loss = ReduceSum(%p) {keepdims = 0} : f32[]
+  %e = ReduceMax(%p) {keepdims = 0} : f32[]
+  %g = Mul(%x, %lr) : f32[3]
+  %w1 = Sub(%w, %g) : f32[3]
+  update %w = %w1
+  return %loss, %e
+}
+)";
+
 std::string tempPath(const char *name) {
   return (testing::TempDir() + "/dlc_training_" + std::to_string(::getpid()) + "_" + name);
 }
@@ -109,6 +124,23 @@ TEST(TrainingApi, StepsUpdateVariablesEvaluateDoesNot) {
   std::remove(ck.c_str());
   dlc_session_free(s);
   dlc_model_free(model);
+}
+
+TEST(TrainingApi, EvaluateRunsTheEvaluationSchedule) {
+  auto g = dlc::ir::parseGraph(kStepWithEval, "sgd_eval.ir");
+  ASSERT_TRUE(bool(g)) << llvm::toString(g.takeError());
+  dlc::codegen::CompileOptions co;
+  co.targets = {"emu"};
+  auto bytes = dlc::codegen::compileGraph(**g, co);
+  ASSERT_TRUE(bool(bytes)) << llvm::toString(bytes.takeError());
+  dlc::Model m = dlc::Model::fromMemory(bytes->data(), bytes->size());
+  dlc::Session s(m, DLC_DEVICE_EMU);
+  s.setInput<float>("x", {1, -1, 2});
+  EXPECT_FLOAT_EQ(s.step(), 5.0f);      // sum of [1, -2, 6]; w = [0.5, 2.5, 2]
+  EXPECT_FLOAT_EQ(s.evaluate(), 4.0f);  // max of [0.5, -2.5, 4], w unchanged
+  EXPECT_FLOAT_EQ(s.evaluate(), 4.0f);
+  EXPECT_FLOAT_EQ(s.step(), 2.0f);      // the step's loss again: 0.5 - 2.5 + 4
+  EXPECT_EQ(s.variable<float>("w"), (std::vector<float>{0.0f, 3.0f, 1.0f}));
 }
 
 TEST(TrainingApi, CppWrapperStepsAndCheckpoints) {
