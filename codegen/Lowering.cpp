@@ -436,9 +436,8 @@ bool Lowering::anchorMaterializes(const Node &anchor) const { return anchor.kind
 std::vector<uint8_t> Lowering::scheduleMasks(const std::vector<const Node *> &nodes) const {
   // Backwards from the outputs: a node is in the schedules of the outputs it reaches.
   std::unordered_map<const Value *, uint8_t> needed;
-  llvm::StringRef evalPrefix(kEvalOutputPrefix);
   for (const GraphOutput &o : g_.outputs())
-    needed[o.value] |= !o.isUpdate() && llvm::StringRef(o.name).startswith(evalPrefix) ? kEvalSchedule : kMainSchedule;
+    needed[o.value] |= o.isEvaluation() ? kEvalSchedule : kMainSchedule;
   std::vector<uint8_t> masks(nodes.size(), 0);
   for (size_t i = nodes.size(); i-- > 0;) {
     const Node &n = *nodes[i];
@@ -531,15 +530,11 @@ llvm::Expected<Program> Lowering::run() {
     for (size_t s = firstStep; s < p_.steps.size(); ++s)
       p_.steps[s].schedules = mask;
   }
-  llvm::StringRef evalPrefix(kEvalOutputPrefix);
   for (const GraphOutput &o : g_.outputs())
-    if (!o.isUpdate()) {
-      llvm::StringRef name(o.name);
-      auto &list = name.startswith(evalPrefix) ? p_.evalOutputs : p_.outputs;
-      if (name.startswith(evalPrefix))
-        name = name.drop_front(evalPrefix.size());
-      list.push_back({name.str(), o.value->type(), bufferOf(o.value).buffer});
-    }
+    if (o.isEvaluation())
+      p_.evalOutputs.push_back({o.name.substr(kEvalOutputPrefix.size()), o.value->type(), bufferOf(o.value).buffer});
+    else if (!o.isUpdate())
+      p_.outputs.push_back({o.name, o.value->type(), bufferOf(o.value).buffer});
   addUpdateCopies();
 
   // Weights in order; the arena by lifetimes (MemoryPlan.h).

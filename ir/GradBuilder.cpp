@@ -29,8 +29,7 @@ void GradBuilder::accumulate(unsigned operand, Value *g) {
   if (!g)
     return fail(errorf("operand {0}'s gradient could not be built", operand));
   Value *x = node_->operand(operand);
-  if (g->dtype() != x->dtype())
-    g = op(OpKind::Cast, {g}, {{"to", std::string(dtypeName(x->dtype()))}});
+  g = cast(g, x->dtype());
   if (g && g->shape() != x->shape())
     g = sumTo(g, x->shape());
   if (!g)
@@ -84,6 +83,12 @@ Value *GradBuilder::op(OpKind k, std::vector<Value *> operands, AttrMap attrs) {
 
 Value *GradBuilder::scalar(double v, DType dt) {
   return g_.addConstant("", Tensor::fromVector(TensorType{dt, {}}, std::vector<double>{v}));
+}
+
+Value *GradBuilder::cast(Value *x, DType to) {
+  if (!x || x->dtype() == to)
+    return x;
+  return op(OpKind::Cast, {x}, {{"to", std::string(dtypeName(to))}});
 }
 
 Value *GradBuilder::scale(Value *a, double s) {

@@ -116,9 +116,7 @@ llvm::Expected<std::vector<Gradient>> buildGradients(Graph &g, Value *loss, Valu
     if (!isFloat(seed->dtype()) || seed->type().numElements() != 1)
       return errorf("the gradient seed '{0}' must be a floating-point scalar, got {1}",
                     seed->name(), seed->type().str());
-    Value *s = seed->dtype() == loss->dtype()
-                   ? seed
-                   : b.op(OpKind::Cast, {seed}, {{"to", std::string(dtypeName(loss->dtype()))}});
+    Value *s = b.cast(seed, loss->dtype());
     grads[loss] = s->shape() == loss->shape() ? s : b.reshape(s, loss->shape());
   } else {
     grads[loss] = b.full(1, loss->dtype(), loss->shape());

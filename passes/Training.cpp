@@ -5,6 +5,7 @@
 #include "dlc/passes/Autodiff.h"
 
 #include <unordered_map>
+#include <unordered_set>
 
 namespace dlc::passes {
 
@@ -142,26 +143,38 @@ llvm::Expected<Value *> appendLoss(Graph &g, GradBuilder &b, Value *y, const Tra
 }
 
 /// The model in inference mode beside the training step, sharing its inputs and
-/// variables: a copy of every forward node, with BatchNormalization back in
-/// inference form (reading the running statistics) and Dropout the identity.
-/// Returns the copies of `outputs`, or nothing when a node cannot be put in
-/// inference form (a Dropout mask in use): the package then has no evaluation
-/// schedule, and evaluation runs the training step without its updates.
-std::optional<std::vector<Value *>> cloneForEvaluation(Graph &g, const std::vector<Value *> &outputs) {
+/// variables: a copy of every node the model's outputs depend on, with
+/// BatchNormalization back in inference form (reading the running statistics) and
+/// Dropout the identity. Returns the copies of `outputs`, or nothing when a node
+/// cannot be put in inference form (a Dropout mask in use): the package then has no
+/// evaluation schedule, and evaluation runs the training step without its updates.
+std::optional<std::vector<Value *>> cloneForEvaluation(Graph &g, const std::vector<GraphOutput> &outputs) {
+  std::unordered_set<const Value *> needed;
+  for (const GraphOutput &o : outputs)
+    needed.insert(o.value);
+  std::vector<Node *> nodes = g.nodeList(), forward;
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    bool used = false;
+    for (unsigned r = 0; r < (*it)->numResults(); ++r)
+      used |= needed.count((*it)->result(r)) != 0;
+    if (used) {
+      forward.push_back(*it);
+      needed.insert((*it)->operands().begin(), (*it)->operands().end());
+    }
+  }
   std::unordered_map<const Value *, Value *> map;
   auto mapped = [&](Value *v) -> Value * {
-    if (!v)
-      return nullptr;
     auto it = map.find(v);
     return it == map.end() ? v : it->second;
   };
-  for (Node *n : g.nodeList()) {
+  for (auto it = forward.rbegin(); it != forward.rend(); ++it) {
+    Node *n = *it;
     std::vector<Value *> ops;
     for (Value *v : n->operands())
-      ops.push_back(mapped(v));
+      ops.push_back(v ? mapped(v) : nullptr);
     if (n->kind() == OpKind::Dropout) {
       for (unsigned r = 1; r < n->numResults(); ++r)
-        if (!n->result(r)->uses().empty() || g.isOutput(n->result(r)))
+        if (needed.count(n->result(r)))
           return std::nullopt;
       map[n->result(0)] = ops[0];
       continue;
@@ -183,8 +196,8 @@ std::optional<std::vector<Value *>> cloneForEvaluation(Graph &g, const std::vect
       map[n->result(r)] = c->result(r);
   }
   std::vector<Value *> out;
-  for (Value *v : outputs)
-    out.push_back(mapped(v));
+  for (const GraphOutput &o : outputs)
+    out.push_back(mapped(o.value));
   return out;
 }
 
@@ -221,13 +234,10 @@ Value *unscaleAndCheck(Graph &g, GradBuilder &b, std::vector<Gradient> &grads, V
   Value *inv = b.div(b.scalar(1, DType::F32), scale);
   Value *bad = nullptr;
   for (Gradient &gr : grads) {
-    Value *d = gr.grad;
-    Value *inv1 = d->dtype() == DType::F32 ? inv : b.op(OpKind::Cast, {inv}, {{"to", std::string(dtypeName(d->dtype()))}});
-    gr.grad = b.mul(d, inv1);
+    gr.grad = b.mul(gr.grad, b.cast(inv, gr.grad->dtype()));
     // max over the tensor of (isnan | isinf), as 0/1.
     Value *flags = b.op(OpKind::Or, {b.op(OpKind::IsNaN, {gr.grad}), b.op(OpKind::IsInf, {gr.grad})});
-    Value *any = b.op(OpKind::ReduceMax, {b.op(OpKind::Cast, {flags}, {{"to", std::string("f32")}})},
-                      {{"keepdims", int64_t{0}}});
+    Value *any = b.op(OpKind::ReduceMax, {b.cast(flags, DType::F32)}, {{"keepdims", int64_t{0}}});
     bad = bad ? b.op(OpKind::Max, {bad, any}) : any;
   }
   Value *found = b.op(OpKind::Greater, {bad, b.scalar(0, DType::F32)});
@@ -286,13 +296,10 @@ llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOption
   sum.frozen = frozen;
 
   std::vector<GraphOutput> modelOutputs;
-  std::vector<Value *> modelValues;
   for (const GraphOutput &o : g.outputs())
-    if (!o.isUpdate()) {
+    if (!o.isUpdate())
       modelOutputs.push_back(o);
-      modelValues.push_back(o.value);
-    }
-  auto evalValues = cloneForEvaluation(g, modelValues);
+  auto evalValues = cloneForEvaluation(g, modelOutputs);
 
   Value *label = nullptr;
   auto loss = appendLoss(g, b, y, opts, label);
@@ -310,10 +317,10 @@ llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOption
     auto evalLoss = appendLoss(g, b, evalValues->front(), opts, label);
     if (!evalLoss)
       return evalLoss.takeError();
-    outs.push_back({kEvalOutputPrefix + sum.loss, *evalLoss});
+    outs.push_back({std::string(kEvalOutputPrefix) + sum.loss, *evalLoss});
     for (size_t i = 0; i < modelOutputs.size(); ++i)
       if (modelOutputs[i].value != *loss)
-        outs.push_back({kEvalOutputPrefix + modelOutputs[i].name, (*evalValues)[i]});
+        outs.push_back({std::string(kEvalOutputPrefix) + modelOutputs[i].name, (*evalValues)[i]});
     sum.evaluation = true;
   }
   for (const GraphOutput &o : g.outputs())
@@ -345,9 +352,8 @@ llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOption
   // The optimizer, one element-wise chain per parameter (the fusion pass makes
   // each a single kernel). Hyper-parameters are compile-time constants.
   Value *bc1 = nullptr, *bc2 = nullptr;
-  bool adam = opts.optimizer == OptimizerKind::Adam || opts.optimizer == OptimizerKind::AdamW;
-  if (adam) {
-    Value *t = g.addParameter("optimizer.step", Tensor(TensorType{DType::F32, {}}), false);
+  if (opts.optimizer == OptimizerKind::Adam || opts.optimizer == OptimizerKind::AdamW) {
+    Value *t = scalarState(g, "optimizer.step", 0);
     Value *t1 = b.add(t, b.scalar(1, DType::F32));
     update(t, t1);
     // The bias corrections 1 - beta^t.
@@ -358,10 +364,6 @@ llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOption
   for (const Gradient &gr : *grads) {
     Value *p = gr.parameter, *d = gr.grad;
     DType dt = p->dtype();
-    auto c = [&](double v) { return b.scalar(v, dt); };
-    auto asDtype = [&](Value *v) {
-      return dt == DType::F32 ? v : b.op(OpKind::Cast, {v}, {{"to", std::string(dtypeName(dt))}});
-    };
     ++sum.parameters;
     sum.parameterElements += static_cast<size_t>(p->type().numElements());
     if (opts.weightDecay != 0 && opts.optimizer != OptimizerKind::AdamW)
@@ -392,8 +394,8 @@ llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOption
                         ? b.scale(p, 1 - opts.lr * opts.weightDecay)
                         : p;
       Value *denom =
-          b.add(b.div(b.op(OpKind::Sqrt, {v1}), asDtype(b.op(OpKind::Sqrt, {bc2}))), c(opts.eps));
-      Value *stepSize = asDtype(b.div(b.scalar(opts.lr, DType::F32), bc1));
+          b.add(b.div(b.op(OpKind::Sqrt, {v1}), b.cast(b.op(OpKind::Sqrt, {bc2}), dt)), b.scalar(opts.eps, dt));
+      Value *stepSize = b.cast(b.div(b.scalar(opts.lr, DType::F32), bc1), dt);
       next = b.sub(base, b.mul(stepSize, b.div(m1, denom)));
       break;
     }

@@ -357,7 +357,7 @@ Status Session::runSteps(bool evaluation) {
   evalMode_ = evaluation && hasEvalSchedule();
   const std::vector<const pkg::Step *> &steps = evalMode_ ? evalSteps_ : steps_;
   size_t count = steps.size() - (evaluation && !evalMode_ ? m.commit_steps() : 0);
-  bool whole = !evaluation || (!evalMode_ && m.commit_steps() == 0);
+  bool whole = !evalMode_ && count == steps_.size();
   auto issue = [&]() -> Status {
     for (size_t k = 0; k < count; ++k) {
       const pkg::Step *s = steps[k];
@@ -403,8 +403,8 @@ Status Session::runSteps(bool evaluation) {
     }
     return Status::ok();
   };
-  // The backend may capture the whole schedule once (a CUDA graph) and replay it:
-  // a shorter schedule is issued step by step.
+  // The backend may capture the main schedule once (a CUDA graph) and replay it;
+  // the evaluation, or the step without its commit, is issued step by step.
   DLC_RETURN_IF_ERROR(whole ? backend_->execute(issue) : issue());
   DLC_RETURN_IF_ERROR(backend_->synchronize());
   return checkDataErrors();

@@ -87,8 +87,7 @@ llvm::Error gradNLL(GradBuilder &b, const Node &n) {
   Value *x = n.operand(0), *t = n.operand(1);
   int64_t C = x->shape()[1];
   DType dt = x->dtype();
-  if (t->dtype() != DType::I64)
-    t = b.op(OpKind::Cast, {t}, {{"to", std::string(dtypeName(DType::I64))}});
+  t = b.cast(t, DType::I64);
   int64_t ignore = n.attrInt("ignore_index");
   if (ignore != INT64_MIN)
     t = b.select(b.op(OpKind::Equal, {t, b.scalar(static_cast<double>(ignore), DType::I64)}),

@@ -701,8 +701,7 @@ llvm::Error gradGather(GradBuilder &b, const Node &n) {
   Value *data = n.operand(0), *idx = n.operand(1), *g = b.grad();
   int64_t r = data->rank(), axis = *normalizeAxis(n.attrInt("axis"), r), q = idx->rank();
   const Shape &ds = data->shape();
-  if (idx->dtype() != DType::I64)
-    idx = b.op(OpKind::Cast, {idx}, {{"to", std::string(dtypeName(DType::I64))}});
+  idx = b.cast(idx, DType::I64);
   idx = b.select(b.op(OpKind::Less, {idx, b.scalar(0, DType::I64)}), b.add(idx, b.scalar(ds[axis], DType::I64)), idx);
   Shape is = idx->shape();
   is.push_back(1);

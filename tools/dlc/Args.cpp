@@ -102,6 +102,26 @@ llvm::Expected<Args> ArgParser::parse(const std::vector<std::string> &argv) cons
   return a;
 }
 
+std::optional<Args> ArgParser::parseCommand(const std::vector<std::string> &argv, int &exitCode,
+                                            const std::string &onePositional) const {
+  auto args = parse(argv);
+  exitCode = 2;
+  if (!args) {
+    reportError(args.takeError());
+    return std::nullopt;
+  }
+  if (args->has("help")) {
+    printHelp(llvm::outs());
+    exitCode = 0;
+    return std::nullopt;
+  }
+  if (!onePositional.empty() && args->positionals().size() != 1) {
+    reportError(ir::errorf("{0}: expected exactly one {1}", command_, onePositional));
+    return std::nullopt;
+  }
+  return std::move(*args);
+}
+
 void ArgParser::printHelp(llvm::raw_ostream &os) const {
   os << "usage: dlc " << command_ << " " << usage_ << "\n\n" << description_ << "\n\noptions:\n";
   for (const OptSpec &o : opts_) {

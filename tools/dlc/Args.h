@@ -41,6 +41,12 @@ public:
             std::vector<OptSpec> opts);
   /// Parses argv (without the program and command names). "--" ends options.
   llvm::Expected<Args> parse(const std::vector<std::string> &argv) const;
+  /// A command's arguments: a parse error is reported (exitCode 2), --help printed
+  /// (exitCode 0), and with `onePositional` (what it names: "model file") anything
+  /// but exactly one positional argument is an error (exitCode 2). Returns nothing
+  /// in those cases, and the command returns exitCode.
+  std::optional<Args> parseCommand(const std::vector<std::string> &argv, int &exitCode,
+                                   const std::string &onePositional = "") const;
   void printHelp(llvm::raw_ostream &os) const;
 
 private:

@@ -216,19 +216,10 @@ int runCompile(const std::vector<std::string> &argv) {
                    "Compiles a model: import, optimize, generate CUDA kernels, compile them with NVRTC\n"
                    "for each GPU target (and the host compiler for emu), and write one .dlc package.",
                    specs);
-  auto args = parser.parse(argv);
-  if (!args) {
-    reportError(args.takeError());
-    return 2;
-  }
-  if (args->has("help")) {
-    parser.printHelp(llvm::outs());
-    return 0;
-  }
-  if (args->positionals().size() != 1) {
-    reportError(ir::makeError("compile: expected exactly one model file"));
-    return 2;
-  }
+  int exitCode = 0;
+  auto args = parser.parseCommand(argv, exitCode, "model file");
+  if (!args)
+    return exitCode;
   const std::string file = args->positionals()[0];
   bool quiet = args->has("quiet");
   std::string emit = args->getOr("emit", "package");

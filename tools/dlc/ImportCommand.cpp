@@ -58,19 +58,10 @@ int runImport(const std::vector<std::string> &argv) {
                    "Imports an ONNX model (checker, opset conversion, shape inference) and prints\n"
                    "the IR. Lists every unsupported node at once.",
                    specs);
-  auto args = parser.parse(argv);
-  if (!args) {
-    reportError(args.takeError());
-    return 2;
-  }
-  if (args->has("help")) {
-    parser.printHelp(llvm::outs());
-    return 0;
-  }
-  if (args->positionals().size() != 1) {
-    reportError(ir::makeError("import: expected exactly one model file"));
-    return 2;
-  }
+  int exitCode = 0;
+  auto args = parser.parseCommand(argv, exitCode, "model file");
+  if (!args)
+    return exitCode;
   const std::string &file = args->positionals()[0];
   auto r = importWithOptions(file, *args);
   if (!r) {

@@ -42,19 +42,10 @@ int runInterpret(const std::vector<std::string> &argv) {
                    "prints each output (type, first values, argmax).",
                    {{"seed", 0, true, false, "N", "Seed of the random inputs (default 0)"},
                     {"output-dir", 0, true, false, "DIR", "Also write each output to DIR/NAME.npy"}});
-  auto args = parser.parse(argv);
-  if (!args) {
-    reportError(args.takeError());
-    return 2;
-  }
-  if (args->has("help")) {
-    parser.printHelp(llvm::outs());
-    return 0;
-  }
-  if (args->positionals().size() != 1) {
-    reportError(ir::makeError("interpret: expected exactly one input file"));
-    return 2;
-  }
+  int exitCode = 0;
+  auto args = parser.parseCommand(argv, exitCode, "input file");
+  if (!args)
+    return exitCode;
   const std::string &file = args->positionals()[0];
   auto buf = llvm::MemoryBuffer::getFileOrSTDIN(file);
   if (!buf) {
@@ -108,15 +99,10 @@ int runOps(const std::vector<std::string> &argv) {
                    "(--onnx) the ONNX op types the importer handles.",
                    {{"markdown", 0, false, false, "", "Print a Markdown table (as in the README)"},
                     {"onnx", 0, false, false, "", "List the supported ONNX op types"}});
-  auto args = parser.parse(argv);
-  if (!args) {
-    reportError(args.takeError());
-    return 2;
-  }
-  if (args->has("help")) {
-    parser.printHelp(llvm::outs());
-    return 0;
-  }
+  int exitCode = 0;
+  auto args = parser.parseCommand(argv, exitCode);
+  if (!args)
+    return exitCode;
   if (args->has("onnx")) {
     auto ops = frontend::supportedOnnxOps();
     for (size_t i = 0; i < ops.size(); ++i)

@@ -56,19 +56,10 @@ int runOpt(const std::vector<std::string> &argv) {
   auto prec = precisionOptionSpecs(false);
   specs.insert(specs.end(), prec.begin(), prec.end());
   ArgParser parser("opt", "FILE.ir [options]", optDescription(), specs);
-  auto args = parser.parse(argv);
-  if (!args) {
-    reportError(args.takeError());
-    return 2;
-  }
-  if (args->has("help")) {
-    parser.printHelp(llvm::outs());
-    return 0;
-  }
-  if (args->positionals().size() != 1) {
-    reportError(ir::makeError("opt: expected exactly one input file (use '-' for stdin)"));
-    return 2;
-  }
+  int exitCode = 0;
+  auto args = parser.parseCommand(argv, exitCode, "input file (use '-' for stdin)");
+  if (!args)
+    return exitCode;
   const std::string file = args->positionals()[0];
 
   auto precision = precisionFromArgs(*args);

@@ -63,19 +63,10 @@ int runInspect(const std::vector<std::string> &argv) {
       "launches, registers, spills and shared memory per architecture), library calls\n"
       "and the memory plan of a package, with a latency model for A100 and H100.",
       {{"json", 0, false, false, "", "Machine-readable output"}});
-  auto args = parser.parse(argv);
-  if (!args) {
-    reportError(args.takeError());
-    return 2;
-  }
-  if (args->has("help")) {
-    parser.printHelp(llvm::outs());
-    return 0;
-  }
-  if (args->positionals().size() != 1) {
-    reportError(ir::makeError("inspect: expected exactly one package file"));
-    return 2;
-  }
+  int exitCode = 0;
+  auto args = parser.parseCommand(argv, exitCode, "package file");
+  if (!args)
+    return exitCode;
   auto pf = pkg::PackageFile::load(args->positionals()[0]);
   if (!pf) {
     reportError(toError(pf.status()));

@@ -127,6 +127,14 @@ std::string jsonNumber(float v) {
   return buf;
 }
 
+/// The first element of an F32 tensor (a loss, the loss scale).
+float firstFloat(const rt::HostTensor &t) {
+  float f = 0;
+  if (t.data.size() >= sizeof f)
+    std::memcpy(&f, t.data.data(), sizeof f);
+  return f;
+}
+
 int fail(const std::string &msg) {
   reportError(ir::makeError(msg));
   return 1;
@@ -260,19 +268,10 @@ int runTrain(const std::vector<std::string> &argv) {
        {"device", 0, true, false, "D", "auto (default), cuda or emu"},
        {"threads", 0, true, false, "N", "emu: worker threads (default: all cores)"},
        {"quiet", 'q', false, false, "", "Only errors and the final summary"}});
-  auto args = parser.parse(argv);
-  if (!args) {
-    reportError(args.takeError());
-    return 2;
-  }
-  if (args->has("help")) {
-    parser.printHelp(llvm::outs());
-    return 0;
-  }
-  if (args->positionals().size() != 1) {
-    reportError(ir::makeError("train: expected exactly one package"));
-    return 2;
-  }
+  int exitCode = 0;
+  auto args = parser.parseCommand(argv, exitCode, "package");
+  if (!args)
+    return exitCode;
   if (!args->has("data")) {
     reportError(ir::makeError("train: --data TRAIN.npz is required"));
     return 2;
@@ -348,15 +347,12 @@ int runTrain(const std::vector<std::string> &argv) {
   std::string lossName = m.outputs()->Get(0)->name()->str();
   // FP16 training: the dynamic loss scale, read after every step; a step that
   // lowered it found an Inf/NaN gradient and was skipped.
-  auto names = s.variableNames();
-  bool scaled = llvm::is_contained(names, passes::kLossScaleName);
+  bool scaled = llvm::is_contained(s.variableNames(), passes::kLossScaleName);
   auto lossScale = [&]() -> Result<float> {
     auto v = s.getVariable(passes::kLossScaleName);
     if (!v)
       return v.takeStatus();
-    float f = 0;
-    std::memcpy(&f, v->data.data(), sizeof f);
-    return f;
+    return firstFloat(*v);
   };
   float scale = 0;
   size_t skippedSteps = 0;
@@ -385,24 +381,24 @@ int runTrain(const std::vector<std::string> &argv) {
     auto t0 = std::chrono::steady_clock::now();
     for (size_t k = 0; k < steps; ++k) {
       size_t real = std::min(batch, d.samples - k * batch);
+      rt::HostTensor labels;
       for (const pkg::TensorInfo *in : *m.inputs()) {
         std::string name = in->name()->str();
-        DLC_RETURN_IF_ERROR(
-            s.setInput(name, gatherRows(d.arrays.at(name), padded, k * batch, batch)));
+        rt::HostTensor rows = gatherRows(d.arrays.at(name), padded, k * batch, batch);
+        DLC_RETURN_IF_ERROR(s.setInput(name, rows));
+        if (name == labelName)
+          labels = std::move(rows);
       }
       DLC_RETURN_IF_ERROR(training ? s.run() : s.evaluate());
       auto loss = s.getOutput(lossName);
       if (!loss)
         return loss.takeStatus();
-      float l = 0;
-      std::memcpy(&l, loss->data.data(), sizeof(float));
+      float l = firstFloat(*loss);
       lossSum += l;
       if (!scoresName.empty() && !labelName.empty()) {
         auto scores = s.getOutput(scoresName);
         if (scores) {
-          correct +=
-              countCorrect(*scores, gatherRows(d.arrays.at(labelName), padded, k * batch, batch),
-                           static_cast<int64_t>(real));
+          correct += countCorrect(*scores, labels, static_cast<int64_t>(real));
           counted += real;
         }
       }
@@ -517,15 +513,10 @@ int runExport(const std::vector<std::string> &argv) {
       "a checkpoint (trained parameters and BatchNorm running statistics).",
       {{"checkpoint", 0, true, false, "FILE.npz", "A checkpoint of `dlc train`"},
        {"output", 'o', true, false, "FILE.onnx", "The model to write"}});
-  auto args = parser.parse(argv);
-  if (!args) {
-    reportError(args.takeError());
-    return 2;
-  }
-  if (args->has("help")) {
-    parser.printHelp(llvm::outs());
-    return 0;
-  }
+  int exitCode = 0;
+  auto args = parser.parseCommand(argv, exitCode);
+  if (!args)
+    return exitCode;
   if (args->positionals().size() != 1 || !args->has("checkpoint") || !args->has("output")) {
     reportError(ir::makeError("export: expected PACKAGE.dlc --checkpoint CKPT.npz -o MODEL.onnx"));
     return 2;

@@ -67,6 +67,8 @@ public:
   Value *reduceSum(Value *x, const std::vector<int64_t> &axes, bool keepDims);
   /// Where(cond, a, b).
   Value *select(Value *cond, Value *a, Value *b) { return op(OpKind::Where, {cond, a, b}); }
+  /// x converted to `to` (x itself when it already has that dtype).
+  Value *cast(Value *x, DType to);
   /// A tensor of `shape` filled with v (a scalar constant expanded).
   Value *full(double v, DType dt, const Shape &shape);
   Value *zerosLike(Value *x) { return x ? full(0, x->dtype(), x->shape()) : nullptr; }

@@ -152,13 +152,14 @@ private:
 /// Outputs named kEvalOutputPrefix + NAME belong to a training package's evaluation
 /// schedule (the model in inference mode, passes/Training.h): the code generator
 /// runs them apart from the training step and exposes them as NAME.
-inline constexpr const char *kEvalOutputPrefix = "dlc.eval.";
+inline constexpr std::string_view kEvalOutputPrefix = "dlc.eval.";
 
 struct GraphOutput {
   std::string name;
   Value *value;
   Value *variable = nullptr;
   bool isUpdate() const { return variable != nullptr; }
+  bool isEvaluation() const { return !variable && std::string_view(name).substr(0, kEvalOutputPrefix.size()) == kEvalOutputPrefix; }
 };
 
 class Graph {

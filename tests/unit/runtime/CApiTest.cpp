@@ -2,8 +2,8 @@
 // sessions sharing one model, and misuse (null handles, wrong names, sizes, dtypes,
 // shapes, run before inputs are set, cuda-only calls on emu), which must return an
 // error with a message and never crash.
-#include "dlc/codegen/Compiler.h"
-#include "dlc/ir/TextIR.h"
+#include "RuntimeTestUtil.h"
+
 #include "dlc/runtime.h"
 #include "dlc/runtime.hpp"
 
@@ -36,15 +36,7 @@ std::vector<float> reference(const std::vector<float> &x) {
 }
 
 const std::vector<uint8_t> &package() {
-  static const std::vector<uint8_t> bytes = [] {
-    auto g = dlc::ir::parseGraph(kModel, "capi.ir");
-    EXPECT_TRUE(bool(g)) << (g ? "" : llvm::toString(g.takeError()));
-    dlc::codegen::CompileOptions co;
-    co.targets = {"emu"};
-    auto p = dlc::codegen::compileGraph(**g, co);
-    EXPECT_TRUE(bool(p)) << (p ? "" : llvm::toString(p.takeError()));
-    return p ? *p : std::vector<uint8_t>{};
-  }();
+  static const std::vector<uint8_t> bytes = dlc::test::compileIRForEmu(kModel, "capi.ir");
   return bytes;
 }
 
@@ -265,19 +257,15 @@ TEST(CApi, CppWrapperChecksTypesAndThrows) {
 // Two different models in one process, alive at the same time (each emu module is
 // loaded from its own memory file).
 TEST(CApi, TwoModelsInOneProcess) {
-  auto g = dlc::ir::parseGraph(R"(graph @other(%x: f32[2,3]) -> ("y": f32[2,3]) {
+  std::vector<uint8_t> other = dlc::test::compileIRForEmu(R"(graph @other(%x: f32[2,3]) -> ("y": f32[2,3]) {
   %y = Neg(%x) : f32[2,3]
   return %y
 }
 )",
-                               "other.ir");
-  ASSERT_TRUE(bool(g));
-  dlc::codegen::CompileOptions co;
-  co.targets = {"emu"};
-  auto other = dlc::codegen::compileGraph(**g, co);
-  ASSERT_TRUE(bool(other));
+                                                          "other.ir");
+  ASSERT_FALSE(other.empty());
   dlc::Model a = dlc::Model::fromMemory(package().data(), package().size());
-  dlc::Model b = dlc::Model::fromMemory(other->data(), other->size());
+  dlc::Model b = dlc::Model::fromMemory(other.data(), other.size());
   dlc::Session sa(a, DLC_DEVICE_EMU), sb(b, DLC_DEVICE_EMU);
   sa.setInput("x", kX);
   sa.setInput("k", dlc_dtype(DLC_I64), {2}, kK);

@@ -1,5 +1,8 @@
 #include "RuntimeTestUtil.h"
 
+#include "dlc/codegen/Compiler.h"
+#include "dlc/ir/TextIR.h"
+
 #include "llvm/Support/Error.h"
 
 #include <cstring>
@@ -139,6 +142,18 @@ Result<std::vector<std::vector<float>>> runOnEmu(const std::vector<uint8_t> &byt
     out.push_back(std::move(v));
   }
   return out;
+}
+
+std::vector<uint8_t> compileIRForEmu(const char *text, const char *name) {
+  auto g = ir::parseGraph(text, name);
+  EXPECT_TRUE(bool(g)) << (g ? "" : llvm::toString(g.takeError()));
+  if (!g)
+    return {};
+  codegen::CompileOptions co;
+  co.targets = {"emu"};
+  auto p = codegen::compileGraph(**g, co);
+  EXPECT_TRUE(bool(p)) << (p ? "" : llvm::toString(p.takeError()));
+  return p ? std::move(*p) : std::vector<uint8_t>{};
 }
 
 } // namespace dlc::test

@@ -2,8 +2,8 @@
 // step (plain SGD on loss = sum(x * w), so dloss/dw = x): steps change the
 // variables, evaluate does not, variables can be read and written, and checkpoints
 // restore them all or nothing. Expected values are worked out by hand.
-#include "dlc/codegen/Compiler.h"
-#include "dlc/ir/TextIR.h"
+#include "RuntimeTestUtil.h"
+
 #include "dlc/runtime.h"
 #include "dlc/runtime.hpp"
 
@@ -27,15 +27,7 @@ const char *kStep = R"(graph @sgd(%x: f32[3]) -> ("loss": f32[]) {
 )";
 
 const std::vector<uint8_t> &package() {
-  static const std::vector<uint8_t> bytes = [] {
-    auto g = dlc::ir::parseGraph(kStep, "sgd.ir");
-    EXPECT_TRUE(bool(g)) << (g ? "" : llvm::toString(g.takeError()));
-    dlc::codegen::CompileOptions co;
-    co.targets = {"emu"};
-    auto p = dlc::codegen::compileGraph(**g, co);
-    EXPECT_TRUE(bool(p)) << (p ? "" : llvm::toString(p.takeError()));
-    return p ? *p : std::vector<uint8_t>{};
-  }();
+  static const std::vector<uint8_t> bytes = dlc::test::compileIRForEmu(kStep, "sgd.ir");
   return bytes;
 }
 
@@ -127,13 +119,9 @@ TEST(TrainingApi, StepsUpdateVariablesEvaluateDoesNot) {
 }
 
 TEST(TrainingApi, EvaluateRunsTheEvaluationSchedule) {
-  auto g = dlc::ir::parseGraph(kStepWithEval, "sgd_eval.ir");
-  ASSERT_TRUE(bool(g)) << llvm::toString(g.takeError());
-  dlc::codegen::CompileOptions co;
-  co.targets = {"emu"};
-  auto bytes = dlc::codegen::compileGraph(**g, co);
-  ASSERT_TRUE(bool(bytes)) << llvm::toString(bytes.takeError());
-  dlc::Model m = dlc::Model::fromMemory(bytes->data(), bytes->size());
+  std::vector<uint8_t> bytes = dlc::test::compileIRForEmu(kStepWithEval, "sgd_eval.ir");
+  ASSERT_FALSE(bytes.empty());
+  dlc::Model m = dlc::Model::fromMemory(bytes.data(), bytes.size());
   dlc::Session s(m, DLC_DEVICE_EMU);
   s.setInput<float>("x", {1, -1, 2});
   EXPECT_FLOAT_EQ(s.step(), 5.0f);      // sum of [1, -2, 6]; w = [0.5, 2.5, 2]
