@@ -44,6 +44,14 @@ std::string FusedAccess::outputPointer(const Value *v) {
   return p;
 }
 
+std::string FusedAccess::inOutPointer(const Value *v) {
+  if (auto it = ptrs_.find(v); it != ptrs_.end())
+    return it->second;
+  std::string p = outputPointer(v);
+  params_.alsoRead();
+  return p;
+}
+
 const Value *FusedAccess::stored(const Value *anchorOut) const {
   return g_ && g_->contains(anchorOut) ? g_->root->result() : anchorOut;
 }
@@ -83,6 +91,15 @@ std::string FusedAccess::broadcastIndex(const Shape &out, const Shape &in, const
 std::string FusedAccess::load(CodeStream &b, const Value *v, const std::string &idx) {
   Memo memo;
   return valueAt(b, v, idx, memo);
+}
+
+std::vector<std::string> FusedAccess::loadAll(CodeStream &b, const std::vector<const Value *> &vs,
+                                              const std::string &idx) {
+  Memo memo;
+  std::vector<std::string> r;
+  for (const Value *v : vs)
+    r.push_back(valueAt(b, v, idx, memo));
+  return r;
 }
 
 std::string FusedAccess::loadBound(CodeStream &b, const Value *v, const std::string &idx, const Value *bound,
@@ -164,6 +181,8 @@ std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::strin
   auto operandIndex = [&](const std::string &c, const Value *op) {
     if (op->shape() == os)
       return idx;
+    if (op->type().numElements() == 1)
+      return std::string("(I)0");
     return "(" + broadcastIndex(os, op->shape(), c) + ")";
   };
   if (isMetadataOnly(n)) {
@@ -181,7 +200,7 @@ std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::strin
   } else if (n.def().cudaExpr) {
     bool broadcast = false;
     for (const Value *op : n.operands())
-      broadcast |= op && !isScalarConstant(op) && op->shape() != os;
+      broadcast |= op && !isScalarConstant(op) && op->shape() != os && op->type().numElements() != 1;
     std::string c = broadcast ? coords(b, os, idx) : "";
     std::vector<std::string> vals;
     for (const Value *op : n.operands())
@@ -525,6 +544,103 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
   for (uint32_t in : inPlaceInputs(l, g, outRef))
     l.allowInPlace(in, outRef.buffer);
   return llvm::Error::success();
+}
+
+llvm::Expected<size_t> lowerUpdateLanes(Lowering &l, const std::vector<std::vector<const Node *>> &lanes) {
+  struct LaneCode {
+    Functor f;
+    int64_t n = 0;
+    double flops = 0;
+    size_t paramBytes = 0;
+    size_t variables = 0;
+  };
+  // Each lane's functor: every update value at element i from the lane's operands,
+  // then the stores into the variables (all loads come first, so an element is read
+  // before it is written). Lanes whose code is the same share a functor.
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<LaneCode>> byFunctor;
+  for (const std::vector<const Node *> &nodes : lanes) {
+    FusionGroup g;
+    g.nodes = nodes;
+    for (const Node *n : nodes)
+      g.produced.insert(n->result());
+    g.root = nodes.back();
+    std::vector<const Value *> values, variables;
+    for (const GraphOutput &o : l.graph().outputs())
+      if (o.isUpdate() && g.contains(o.value)) {
+        values.push_back(o.value);
+        variables.push_back(o.variable);
+      }
+    if (values.empty())
+      return errorf("update lane ending at {0} updates no variable", nodes.back()->describe());
+    LaneCode lc;
+    lc.n = values.front()->type().numElements();
+    if (lc.n == 0)
+      continue;
+    FusedAccess fa(l, lc.f.params, &g);
+    std::vector<std::string> ptrs;
+    for (const Value *v : variables)
+      ptrs.push_back(fa.inOutPointer(v));
+    CodeStream b;
+    {
+      CodeStream::Indent in(b);
+      b.line(std::string(kMethodHead) + "void run(const Params &P, I i) {");
+      CodeStream::Indent body(b);
+      std::vector<std::string> x = fa.loadAll(b, values, "i");
+      for (size_t k = 0; k < variables.size(); ++k)
+        b.line("dlc::st(" + ptrs[k] + ", i, " + x[k] + ");");
+    }
+    lc.f.methods = b.str() + "  }\n";
+    lc.f.valueType = computeType(values.front()->dtype());
+    lc.flops = static_cast<double>(lc.n) * static_cast<double>(nodes.size());
+    ParamBlob blob;
+    lc.f.params.append(blob);
+    lc.paramBytes = blob.bytes.size();
+    lc.variables = variables.size();
+    std::string name = l.functorName(lc.f);
+    if (!byFunctor.count(name))
+      order.push_back(name);
+    byFunctor[name].push_back(std::move(lc));
+  }
+  size_t launches = 0;
+  for (const std::string &fn : order) {
+    std::vector<LaneCode> &ls = byFunctor[fn];
+    // As many lanes per launch as its parameters hold: block starts, sizes, Params.
+    size_t perLaunch = (pkg::kMaxParamBytes - 8) / (16 + ls.front().paramBytes);
+    if (perLaunch == 0)
+      return errorf("an update lane needs {0} bytes of launch parameters (at most {1})", ls.front().paramBytes + 24,
+                    pkg::kMaxParamBytes);
+    for (size_t first = 0; first < ls.size(); first += perLaunch) {
+      size_t count = std::min(perLaunch, ls.size() - first);
+      std::vector<int64_t> starts{0}, sizes;
+      int64_t maxIndex = 0;
+      double flops = 0;
+      size_t variables = 0;
+      for (size_t k = first; k < first + count; ++k) {
+        sizes.push_back(ls[k].n);
+        starts.push_back(starts.back() + (ls[k].n + kMultiTensorChunk - 1) / kMultiTensorChunk);
+        maxIndex = std::max(maxIndex, ls[k].n + kMultiTensorChunk);
+        flops += ls[k].flops;
+        variables += ls[k].variables;
+      }
+      Instantiation inst;
+      inst.tmpl = "dlc::multi_tensor";
+      inst.targs = {l.indexType(maxIndex), fn, std::to_string(count)};
+      inst.argsType = "dlc::MultiTensorArgs<" + fn + ", " + std::to_string(count) + ">";
+      inst.functors = {fn};
+      uint32_t kernel = l.instantiate(inst);
+      LaunchArgs args;
+      args.blob.raw(starts.data(), 8 * starts.size(), 8);
+      args.blob.raw(sizes.data(), 8 * sizes.size(), 8);
+      for (size_t k = first; k < first + count; ++k)
+        args.functor(ls[k].f);
+      l.launch("multi-tensor update: " + std::to_string(variables) + " variables in " + std::to_string(count) +
+                   " lanes",
+               kernel, args, static_cast<uint32_t>(starts.back()), 256, flops);
+      ++launches;
+    }
+  }
+  return launches;
 }
 
 } // namespace dlc::codegen

@@ -48,11 +48,16 @@ public:
   void store(CodeStream &b, const ir::Value *anchorOut, const std::string &idx, const std::string &value);
   /// The value store() writes (the group's root result, or anchorOut alone).
   const ir::Value *stored(const ir::Value *anchorOut) const;
+  /// Several values at one index, computed together (shared subexpressions once).
+  std::vector<std::string> loadAll(CodeStream &b, const std::vector<const ir::Value *> &vs, const std::string &idx);
   /// Per-lane override for vectorized kernels: external value -> expression.
   void setExternalOverride(std::map<const ir::Value *, std::string> o) { override_ = std::move(o); }
   /// The pointer field of an external value (added on first use).
   std::string pointer(const ir::Value *v);
   std::string outputPointer(const ir::Value *v);
+  /// The pointer of a value updated in place: read, then written at the same index.
+  /// Call it before any load of `v`, so that loads use this (non-const) field too.
+  std::string inOutPointer(const ir::Value *v);
   /// The check word pointer of a node that checks indices (added on first use).
   std::string checkPointer(const ir::Node &n);
 
@@ -105,6 +110,11 @@ Functor plainStore(Lowering &l, const ir::Value *v);
 llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g);
 /// One inlinable node alone, as a one-node group.
 llvm::Error lowerInlineNode(Lowering &l, const ir::Node &n);
+/// The graph's update lanes (ir::updateLanes, marked by the fusion pass) as
+/// multi-tensor kernels: lanes with the same generated code share launches (as many
+/// as fit a launch's parameters), each block working on a chunk of one lane's
+/// elements, and write their variables in place. Returns the number of launches.
+llvm::Expected<size_t> lowerUpdateLanes(Lowering &l, const std::vector<std::vector<const ir::Node *>> &lanes);
 /// The fused attention kernel (emitters/Attention.cpp); `mm2` is the anchor.
 llvm::Error lowerAttention(Lowering &l, const ir::Node &mm2);
 

@@ -31,6 +31,8 @@ public:
   /// A pointer to `dt` elements of buffer `r`; `bytes` is what the kernel touches
   /// (0: from the offset to the buffer's end), for the cost model. Returns "P.aN".
   std::string pointer(ir::DType dt, BufferRef r, bool isConst, uint64_t bytes);
+  /// Marks the last pointer as read as well as written (the cost model's traffic).
+  void alsoRead() { accesses_.push_back({accesses_.back().ref, accesses_.back().bytes, false}); }
   /// An integer (extent, stride, offset). Returns "P.aN".
   std::string i64(int64_t v);
   /// A fast divisor (dlc::Divmod). Returns "P.aN".

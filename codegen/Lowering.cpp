@@ -166,6 +166,11 @@ void Lowering::launch(const Node &n, uint32_t kernel, LaunchArgs &args, uint32_t
   p_.steps.push_back({makeLaunch(kernel, args, gridX, block, smem, flops, gridY, gridZ), n.name(), std::move(archs)});
 }
 
+void Lowering::launch(const std::string &stepName, uint32_t kernel, LaunchArgs &args, uint32_t gridX, uint32_t block,
+                      double flops) {
+  p_.steps.push_back({makeLaunch(kernel, args, gridX, block, 0, flops), stepName, {}});
+}
+
 LaunchStep Lowering::makeLaunch(uint32_t kernel, LaunchArgs &args, uint32_t gridX, uint32_t block, uint32_t smem,
                                 double flops, uint32_t gridY, uint32_t gridZ) {
   args.finishTraffic(*this);
@@ -453,16 +458,20 @@ std::vector<uint8_t> Lowering::scheduleMasks(const std::vector<const Node *> &no
   return masks;
 }
 
-void Lowering::addUpdateCopies() {
+llvm::Error Lowering::addUpdateSteps() {
   // The step ends by writing each update's value into its variable; every read
   // in the step saw the old value. A value that is itself another variable (or a
   // view of one) is saved first, so that no copy reads a variable already written.
+  // The update lanes run after those saves and before the copies: each reads and
+  // writes only its own variables' elements (ir::updateLanes).
   std::set<uint32_t> variableBuffers;
   for (const VariableDesc &v : p_.variables)
     variableBuffers.insert(v.buffer);
   std::vector<std::pair<BufferRef, BufferRef>> copies; // (from, to)
   for (const GraphOutput &o : g_.outputs()) {
     if (!o.isUpdate())
+      continue;
+    if (const Node *d = o.value->definingNode(); d && d->hasAttr(kLaneAttr))
       continue;
     BufferRef from = bufferOf(o.value), to = bufferOf(o.variable);
     if (from.buffer == to.buffer && from.offset == to.offset)
@@ -475,9 +484,16 @@ void Lowering::addUpdateCopies() {
     }
     copies.push_back({from, to});
   }
+  std::vector<std::vector<const Node *>> lanes;
+  for (auto &[id, nodes] : lanes_)
+    lanes.push_back(nodes);
+  auto launches = lowerUpdateLanes(*this, lanes);
+  if (!launches)
+    return launches.takeError();
   for (const auto &[from, to] : copies)
     p_.steps.push_back({CopyStep{from, to, p_.buffers[to.buffer].bytes}, "update " + p_.buffers[to.buffer].name, {}});
-  p_.commitSteps = static_cast<uint32_t>(copies.size());
+  p_.commitSteps = static_cast<uint32_t>(copies.size() + *launches);
+  return llvm::Error::success();
 }
 
 llvm::Expected<Program> Lowering::run() {
@@ -508,6 +524,11 @@ llvm::Expected<Program> Lowering::run() {
   auto schedules = scheduleMasks(nodes);
   for (size_t i = 0; i < nodes.size();) {
     const Node &n = *nodes[i];
+    if (n.hasAttr(kLaneAttr)) { // lowered with the updates, at the end
+      lanes_[n.attrInt(kLaneAttr)].push_back(&n);
+      ++i;
+      continue;
+    }
     const Attribute *k = n.hasAttr(kKernelAttr) ? n.attr(kKernelAttr) : nullptr;
     size_t firstStep = p_.steps.size();
     uint8_t mask = 0;
@@ -535,7 +556,8 @@ llvm::Expected<Program> Lowering::run() {
       p_.evalOutputs.push_back({o.name.substr(kEvalOutputPrefix.size()), o.value->type(), bufferOf(o.value).buffer});
     else if (!o.isUpdate())
       p_.outputs.push_back({o.name, o.value->type(), bufferOf(o.value).buffer});
-  addUpdateCopies();
+  if (auto e = addUpdateSteps())
+    return e;
 
   // Weights in order; the arena by lifetimes (MemoryPlan.h).
   for (BufferDesc &b : p_.buffers)

@@ -245,8 +245,9 @@ public:
   BufferRef allocate(const ir::Value *result);
   /// Makes `result` share `operand`'s memory (metadata-only ops such as Reshape).
   void alias(const ir::Value *result, const ir::Value *operand);
-  /// The copies that commit the graph's updates at the end of the schedule.
-  void addUpdateCopies();
+  /// The steps that commit the graph's updates at the end of the schedule: the
+  /// update lanes' multi-tensor kernels, then a copy per other update.
+  llvm::Error addUpdateSteps();
   /// Per node (in `nodes` order), the schedules whose outputs it reaches.
   std::vector<uint8_t> scheduleMasks(const std::vector<const ir::Node *> &nodes) const;
   /// Binds a value to an existing buffer (e.g. a constant computed at compile time).
@@ -283,6 +284,9 @@ public:
 
   const std::vector<std::string> &archs() const { return opts_.archs; }
   const LoweringOptions &options() const { return opts_; }
+  /// A launch step named `stepName` (one that lowers no single node).
+  void launch(const std::string &stepName, uint32_t kernel, LaunchArgs &args, uint32_t gridX, uint32_t block,
+              double flops);
   /// The index type of a kernel whose indices stay below maxIndex: "dlc::idx32" (int)
   /// when they fit in 32 bits (with room for a grid-stride step), else "dlc::idx64".
   const char *indexType(int64_t maxIndex) const;
@@ -328,6 +332,7 @@ private:
   std::map<const ir::Value *, BufferRef> valueBuffers_;
   std::set<const ir::Value *> interface_;
   std::map<std::string, uint32_t> instances_; // instantiation key -> kernel
+  std::map<int64_t, std::vector<const ir::Node *>> lanes_; // update lane id -> nodes (ir::kLaneAttr)
 };
 
 /// The lowering function of each op family (emitters/<Family>.cpp).

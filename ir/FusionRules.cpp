@@ -1,6 +1,9 @@
 //===- FusionRules.cpp - Inlinable nodes and anchors ------------------------===//
 #include "dlc/ir/FusionRules.h"
 
+#include <map>
+#include <set>
+
 namespace dlc::ir {
 
 namespace {
@@ -154,6 +157,96 @@ std::vector<Node *> attentionCore(const Node &mm2) {
   core.insert(core.end(), chain.rbegin(), chain.rend());
   core.push_back(softmax);
   return core;
+}
+
+std::vector<UpdateLane> updateLanes(const Graph &g) {
+  auto elementwise = [](const Node &n) {
+    return n.numResults() == 1 && n.def().cudaExpr && !isMetadataOnly(n) && isInlinable(n);
+  };
+  // Candidates: element-wise nodes reached back from each update's value through
+  // values of the same shape (single elements stay outside: they are shared).
+  std::set<const Node *> in;
+  std::vector<const Node *> work;
+  auto reach = [&](const Value *v, const Shape &shape) {
+    const Node *d = v ? v->definingNode() : nullptr;
+    if (d && elementwise(*d) && v->shape() == shape && in.insert(d).second)
+      work.push_back(d);
+  };
+  for (const GraphOutput &o : g.outputs())
+    if (o.isUpdate())
+      reach(o.value, o.variable->shape());
+  while (!work.empty()) {
+    const Node *n = work.back();
+    work.pop_back();
+    for (const Value *op : n->operands())
+      reach(op, n->result()->shape());
+  }
+  // Keep a node only while every use is a node of the same shape kept, or an update.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (auto it = in.begin(); it != in.end();) {
+      const Value *r = (*it)->result();
+      bool keep = true;
+      for (const Use &u : r->uses())
+        keep &= in.count(u.user) && u.user->result()->shape() == r->shape();
+      for (const GraphOutput &o : g.outputs())
+        keep &= o.value != r || o.isUpdate();
+      if (keep) {
+        ++it;
+      } else {
+        it = in.erase(it);
+        changed = true;
+      }
+    }
+  }
+  // Lanes: the connected parts, in graph order.
+  std::map<const Node *, const Node *> parent;
+  std::function<const Node *(const Node *)> find = [&](const Node *n) {
+    auto it = parent.find(n);
+    return it == parent.end() || it->second == n ? n : (it->second = find(it->second));
+  };
+  for (const Node *n : in)
+    for (const Value *op : n->operands())
+      if (op && op->definingNode() && in.count(op->definingNode()))
+        parent[find(n)] = find(op->definingNode());
+  std::map<const Node *, size_t> laneOf;
+  std::vector<UpdateLane> lanes;
+  for (Node &n : g.nodes())
+    if (in.count(&n)) {
+      auto [it, fresh] = laneOf.emplace(find(&n), lanes.size());
+      if (fresh)
+        lanes.emplace_back();
+      lanes[it->second].nodes.push_back(&n);
+    }
+  std::map<const Value *, size_t> writer; // variable -> the lane that writes it
+  for (const GraphOutput &o : g.outputs())
+    if (o.isUpdate() && o.value->definingNode() && in.count(o.value->definingNode())) {
+      size_t k = laneOf.at(find(o.value->definingNode()));
+      lanes[k].updates.push_back(&o);
+      writer[o.variable] = k;
+    }
+  // In place, a lane must be the only one touching the variables it writes, and read
+  // them at its own index (not through a view).
+  std::vector<bool> drop(lanes.size(), false);
+  for (size_t k = 0; k < lanes.size(); ++k) {
+    drop[k] = drop[k] || lanes[k].updates.empty();
+    for (const Node *n : lanes[k].nodes)
+      for (const Value *op : n->operands()) {
+        if (!op || (op->definingNode() && in.count(op->definingNode())))
+          continue;
+        const Value *base = op;
+        while (base->definingNode() && isMetadataOnly(*base->definingNode()))
+          base = base->definingNode()->operand(0);
+        auto w = writer.find(base);
+        if (w != writer.end() && (w->second != k || op != base))
+          drop[w->second] = true;
+      }
+  }
+  std::vector<UpdateLane> kept;
+  for (size_t k = 0; k < lanes.size(); ++k)
+    if (!drop[k])
+      kept.push_back(std::move(lanes[k]));
+  return kept;
 }
 
 } // namespace dlc::ir

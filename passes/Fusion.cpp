@@ -97,7 +97,7 @@ public:
   bool run(Graph &g, PassContext &) override {
     bool changed = false;
     for (Node &n : g.nodes())
-      for (const char *a : {kKernelAttr, kPatternAttr})
+      for (const char *a : {kKernelAttr, kPatternAttr, kLaneAttr})
         if (n.hasAttr(a)) {
           n.removeAttr(a);
           changed = true;
@@ -109,6 +109,18 @@ public:
     parent_.resize(n);
     std::iota(parent_.begin(), parent_.end(), 0);
     core_.assign(n, false);
+    // Variable updates first: each lane is lowered as part of a multi-tensor kernel,
+    // so its nodes join no other group.
+    std::vector<bool> lane(n, false);
+    int64_t laneId = 0;
+    for (const UpdateLane &l : updateLanes(g)) {
+      for (Node *m : l.nodes) {
+        m->setAttr(kLaneAttr, Attribute(laneId));
+        lane[dg.index.at(m)] = true;
+      }
+      ++laneId;
+      changed = true;
+    }
     // Attention first: its two MatMuls, the scores' element-wise chain and the
     // Softmax become one group anchored on the second MatMul.
     for (size_t i = 0; i < n; ++i) {
@@ -127,11 +139,11 @@ public:
       Node *node = dg.nodes[i];
       AnchorCaps caps = anchorCaps(*node);
       bool inl = isInlinable(*node);
-      if ((!inl && !(caps.anchor && caps.epilogue)) || ipdom[i] == kSink)
+      if ((!inl && !(caps.anchor && caps.epilogue)) || ipdom[i] == kSink || lane[i])
         continue;
       int p = ipdom[i];
       std::vector<int> path = pathTo(static_cast<int>(i), p);
-      bool ok = true;
+      bool ok = std::none_of(path.begin(), path.end(), [&](int s) { return lane[s]; });
       if (inl) {
         for (int s : path)
           ok &= s == p ? (isInlinable(*dg.nodes[s]) || anchorCaps(*dg.nodes[s]).prologue || core_[s])

@@ -74,6 +74,8 @@ static_assert(sizeof(Divmod) == 24, "Divmod layout");
 
 /// The largest rank a strided view handles.
 inline constexpr int kMaxRank = 8;
+/// Elements one block of a multi-tensor kernel covers (dlc_elementwise.cuh).
+inline constexpr int kMultiTensorChunk = 1024;
 
 /// An element's offset from its linear index in a shape of up to kMaxRank dims, with
 /// a stride per dim (0 broadcasts): offset(i) = sum_d coord_d(i) * stride[d]. Dims

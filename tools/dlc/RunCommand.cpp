@@ -280,7 +280,8 @@ int runInspect(const std::vector<std::string> &argv) {
   if (vars.count)
     llvm::outs() << "training step: " << vars.count << " variables (" << vars.trainable
                  << " trainable parameters, the rest optimizer and model state; " << vars.bytes
-                 << " bytes in the arena), committed by the last " << m.commit_steps() << " copies\n";
+                 << " bytes in the arena), committed by the last " << m.commit_steps()
+                 << " steps (multi-tensor update kernels, then copies)\n";
   if (evalSteps)
     llvm::outs() << "evaluation: " << evalSteps << " steps (" << sharedSteps
                  << " shared with the training step): the model in inference mode, "

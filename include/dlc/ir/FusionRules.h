@@ -24,6 +24,7 @@ namespace dlc::ir {
 /// attributes on every op).
 inline constexpr const char *kKernelAttr = "dlc.kernel";   // group id (int)
 inline constexpr const char *kPatternAttr = "dlc.pattern"; // on an anchor: "attention"
+inline constexpr const char *kLaneAttr = "dlc.lane";       // update lane id (int), see updateLanes
 
 /// Metadata-only: the result holds the operand's bytes unchanged.
 bool isMetadataOnly(const Node &n);
@@ -56,6 +57,20 @@ struct GemmEpilogueMatch {
 /// bias or residual must come from memory).
 std::optional<GemmEpilogueMatch> matchGemmEpilogue(const Node &matmul, const std::vector<const Node *> &epilogue,
                                                    const std::function<bool(const Value *)> &inGroup);
+
+/// A variable update computed element by element over the variable's shape (an
+/// optimizer step, a running statistic): element-wise nodes whose results feed only
+/// the lane itself and the graph's updates. The code generator computes all lanes
+/// of one structure in a single multi-tensor launch at the end of the step that
+/// writes the variables in place, instead of a kernel and a commit copy per update.
+struct UpdateLane {
+  std::vector<Node *> nodes; // graph order; every result has the lane's shape
+  std::vector<const GraphOutput *> updates;
+};
+/// The lanes of `g`, excluding any that would be unsafe in place: a lane writing a
+/// variable that another lane reads, or reading its own variable through a view.
+/// Lane operands from outside are values of the lane's shape or single elements.
+std::vector<UpdateLane> updateLanes(const Graph &g);
 
 /// Largest head size the fused attention kernel handles.
 inline constexpr int64_t kMaxAttentionHeadSize = 128;

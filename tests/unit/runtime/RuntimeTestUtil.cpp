@@ -2,6 +2,7 @@
 
 #include "dlc/codegen/Compiler.h"
 #include "dlc/ir/TextIR.h"
+#include "dlc/passes/Pass.h"
 
 #include "llvm/Support/Error.h"
 
@@ -144,11 +145,23 @@ Result<std::vector<std::vector<float>>> runOnEmu(const std::vector<uint8_t> &byt
   return out;
 }
 
-std::vector<uint8_t> compileIRForEmu(const char *text, const char *name) {
+std::vector<uint8_t> compileIRForEmu(const char *text, const char *name, const char *passes) {
   auto g = ir::parseGraph(text, name);
   EXPECT_TRUE(bool(g)) << (g ? "" : llvm::toString(g.takeError()));
   if (!g)
     return {};
+  if (passes) {
+    auto pipeline = passes::parsePipeline(passes);
+    EXPECT_TRUE(bool(pipeline)) << (pipeline ? "" : llvm::toString(pipeline.takeError()));
+    if (!pipeline)
+      return {};
+    passes::PassManager pm;
+    passes::PassContext ctx;
+    if (llvm::Error e = pm.run(**g, *pipeline, ctx)) {
+      ADD_FAILURE() << llvm::toString(std::move(e));
+      return {};
+    }
+  }
   codegen::CompileOptions co;
   co.targets = {"emu"};
   auto p = codegen::compileGraph(**g, co);

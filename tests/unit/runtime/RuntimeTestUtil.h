@@ -33,9 +33,10 @@ std::vector<uint8_t> buildTestPackage(const std::string &cudaSource,
                                       const std::vector<TestLaunch> &launches,
                                       const std::vector<std::string> &gpuTargets = {});
 
-/// A package of textual IR compiled for emu only (empty, with a test failure, when
-/// it does not parse or compile).
-std::vector<uint8_t> compileIRForEmu(const char *text, const char *name);
+/// A package of textual IR compiled for emu only, after the graph passes `passes`
+/// ("fuse", ...; none when null); empty, with a test failure, when it does not parse
+/// or compile.
+std::vector<uint8_t> compileIRForEmu(const char *text, const char *name, const char *passes = nullptr);
 
 /// Runs a package on emu with the given f32 inputs; returns the session error or the
 /// named f32 outputs.

@@ -7,6 +7,7 @@
 #include "dlc/runtime.h"
 #include "dlc/runtime.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <gtest/gtest.h>
@@ -143,4 +144,76 @@ TEST(TrainingApi, CppWrapperStepsAndCheckpoints) {
   s.setVariable<float>("w", {1, 1, 1});
   EXPECT_FLOAT_EQ(s.evaluate(), 2.0f);
   EXPECT_THROW(s.variable<int64_t>("w"), dlc::Error);
+}
+
+// Update lanes (ir::updateLanes) run as multi-tensor kernels that write the variables
+// in place: 130 momentum-SGD lanes of many sizes (some spanning several blocks of a
+// lane's chunk), one shared structure, so the package has one functor and as many
+// launches as the lanes' parameters need (two), and no commit copies. Expected values
+// are the update rule evaluated here in float.
+TEST(TrainingApi, MultiTensorUpdatesWriteEveryLaneInPlace) {
+  constexpr int kLanes = 130;
+  std::vector<int> sizes;
+  std::vector<std::vector<float>> w0;
+  std::string ir = "graph @many(%s: f32[]) -> (\"loss\": f32[]) {\n"
+                   "  %half = const f32[] dense<[0.5]>\n  %mom = const f32[] dense<[0.9]>\n";
+  for (int k = 0; k < kLanes; ++k) {
+    int n = k % 7 == 0 ? 2500 + k : 1 + (k * 13) % 200;
+    sizes.push_back(n);
+    std::string w, v;
+    w0.emplace_back();
+    for (int i = 0; i < n; ++i) {
+      w0.back().push_back(static_cast<float>(k) + 0.001f * static_cast<float>(i));
+      w += (i ? ", " : "") + std::to_string(w0.back().back());
+      v += i ? ", 0.0" : "0.0";
+    }
+    std::string K = std::to_string(k), T = "f32[" + std::to_string(n) + "]";
+    ir += "  %w" + K + " = param " + T + " dense<[" + w + "]>\n  %v" + K + " = state " + T + " dense<[" + v + "]>\n";
+    ir += "  %vs" + K + " = Mul(%v" + K + ", %mom) : " + T + "\n  %g" + K + " = Mul(%w" + K + ", %s) : " + T + "\n";
+    ir += "  %nv" + K + " = Add(%vs" + K + ", %g" + K + ") : " + T + "\n  %d" + K + " = Mul(%nv" + K + ", %half) : " + T +
+          "\n  %nw" + K + " = Sub(%w" + K + ", %d" + K + ") : " + T + "\n";
+  }
+  ir += "  %loss = Mul(%s, %half) : f32[]\n";
+  for (int k = 0; k < kLanes; ++k)
+    ir += "  update %w" + std::to_string(k) + " = %nw" + std::to_string(k) + "\n  update %v" + std::to_string(k) +
+          " = %nv" + std::to_string(k) + "\n";
+  ir += "  return %loss\n}\n";
+  std::vector<uint8_t> bytes = dlc::test::compileIRForEmu(ir.c_str(), "many.ir", "fuse");
+  ASSERT_FALSE(bytes.empty());
+
+  auto pf = dlc::pkg::PackageFile::fromBytes(bytes.data(), bytes.size(), "many.dlc");
+  ASSERT_TRUE(pf.ok()) << pf.status().message();
+  const dlc::pkg::Package &meta = (*pf)->meta();
+  int multi = 0, copies = 0;
+  for (const dlc::pkg::Step *st : *meta.steps()) {
+    if (st->op_type() == dlc::pkg::StepKind::Launch)
+      multi += meta.kernels()->Get(st->op_as_Launch()->kernel())->template_name()->str() == "dlc::multi_tensor";
+    copies += st->op_type() == dlc::pkg::StepKind::Copy;
+  }
+  EXPECT_EQ(multi, 2);
+  EXPECT_EQ(copies, 0);
+  EXPECT_EQ(meta.commit_steps(), 2u);
+
+  dlc::Model m = dlc::Model::fromMemory(bytes.data(), bytes.size());
+  dlc::Session s(m, DLC_DEVICE_EMU);
+  std::vector<std::vector<float>> w = w0, v;
+  for (int n : sizes)
+    v.emplace_back(n, 0.0f);
+  for (float sv : {1.0f, 2.0f}) {
+    s.setInput<float>("s", {sv});
+    EXPECT_FLOAT_EQ(s.step(), 0.5f * sv);
+    for (int k = 0; k < kLanes; ++k)
+      for (int i = 0; i < sizes[k]; ++i) {
+        v[k][i] = v[k][i] * 0.9f + w[k][i] * sv;
+        w[k][i] = w[k][i] - v[k][i] * 0.5f;
+      }
+  }
+  for (int k = 0; k < kLanes; ++k) {
+    std::vector<float> gw = s.variable<float>("w" + std::to_string(k)), gv = s.variable<float>("v" + std::to_string(k));
+    ASSERT_EQ(gw.size(), w[k].size());
+    for (int i = 0; i < sizes[k]; ++i) {
+      ASSERT_NEAR(gw[i], w[k][i], 1e-5f * (1 + std::fabs(w[k][i]))) << "w" << k << "[" << i << "]";
+      ASSERT_NEAR(gv[i], v[k][i], 1e-5f * (1 + std::fabs(v[k][i]))) << "v" << k << "[" << i << "]";
+    }
+  }
 }
