@@ -147,6 +147,18 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
   std::vector<flatbuffers::Offset<pkg::Check>> checks;
   for (const CheckDesc &c : p.checks)
     checks.push_back(pkg::CreateCheck(fb, c.offset, fb.CreateString(c.node), fb.CreateString(c.what)));
+  std::vector<flatbuffers::Offset<pkg::BoundInput>> bound;
+  for (const ir::Graph::BoundInput &b : p.boundInputs) {
+    std::string values;
+    int64_t n = b.value.numElements(), shown = std::min<int64_t>(n, 8);
+    for (int64_t i = 0; i < shown; ++i)
+      values += (i ? ", " : "") + (ir::isFloat(b.value.dtype()) ? llvm::formatv("{0:g}", b.value.getDouble(i)).str()
+                                                                 : std::to_string(b.value.getInt(i)));
+    if (shown < n)
+      values += ", ... (" + std::to_string(n) + " values)";
+    bound.push_back(pkg::CreateBoundInput(fb, fb.CreateString(b.name), toPkg(b.value.dtype()),
+                                          fb.CreateVector(b.value.shape()), fb.CreateString(values)));
+  }
   bool gpuModules = std::any_of(modules.begin(), modules.end(),
                                 [](const CompiledModule &m) { return m.kind != CompiledModule::EmuObject; });
   auto root = pkg::CreatePackage(fb, pkg::kFormatVersion, fb.CreateString("dlc 0.1.0"), fb.CreateString(p.modelName),
@@ -155,8 +167,8 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
                                  fb.CreateVector(steps), embedSource ? &src : nullptr, p.naiveArenaBytes,
                                  p.maxLiveBytes, gpuModules ? nvrtcVersionNumber() : 0, fb.CreateVector(checks),
                                  p.checkBuffer, fb.CreateVector(variables), p.commitSteps,
-                                 sourceModel.empty() ? nullptr : &model,
-                                 evalOutputs);
+                                 sourceModel.empty() ? nullptr : &model, evalOutputs,
+                                 bound.empty() ? 0 : fb.CreateVector(bound));
   return w.finishImage(root);
 }
 

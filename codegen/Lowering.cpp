@@ -498,6 +498,7 @@ llvm::Error Lowering::addUpdateSteps() {
 
 llvm::Expected<Program> Lowering::run() {
   p_.modelName = g_.name();
+  p_.boundInputs = g_.boundInputs();
   for (const auto &in : g_.inputs())
     interface_.insert(in.get());
   for (const GraphOutput &o : g_.outputs())

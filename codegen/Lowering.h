@@ -199,6 +199,8 @@ struct Program {
   /// mode, named without ir::kEvalOutputPrefix); its steps have kEvalSchedule.
   std::vector<TensorDesc> evalOutputs;
   std::vector<VariableDesc> variables;
+  /// Inputs bound to constants at compile time (ir::Graph::boundInputs).
+  std::vector<ir::Graph::BoundInput> boundInputs;
   /// The trailing steps that commit the graph's updates.
   uint32_t commitSteps = 0;
   uint64_t arenaBytes = 0, weightBytes = 0;

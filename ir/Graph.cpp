@@ -316,6 +316,7 @@ std::unique_ptr<Graph> Graph::clone() const {
   for (auto &p : parameters_)
     map[p.get()] = g->addParameter(p->name(), p->data(), p->isTrainable());
   g->nextId_ = nextId_;
+  g->bound_ = bound_;
   for (auto &n : nodes_) {
     std::vector<Value *> ops;
     for (Value *v : n->operands())

@@ -62,6 +62,27 @@ int chooseStepArch(const std::vector<int> &archs, int cc) {
   return best;
 }
 
+std::string describeBoundInput(const BoundInput &b) {
+  std::string shape;
+  for (size_t i = 0; b.shape() && i < b.shape()->size(); ++i)
+    shape += (i ? "," : "") + std::to_string(b.shape()->Get(i));
+  return std::string(dtypeName(b.dtype())) + "[" + shape + "] " + b.values()->str();
+}
+
+std::string unknownInputMessage(const Package &m, const std::string &name) {
+  if (m.bound_inputs())
+    for (const BoundInput *b : *m.bound_inputs())
+      if (b->name()->str() == name)
+        return "input '" + name + "' was bound to a constant when the package was compiled (--bind " + name +
+               ": " + describeBoundInput(*b) +
+               "); it is not an input of this package (recompile without --bind to set it at run time)";
+  std::string known;
+  if (m.inputs())
+    for (const TensorInfo *in : *m.inputs())
+      known += (known.empty() ? "" : ", ") + in->name()->str();
+  return "the model has no input named '" + name + "' (inputs: " + (known.empty() ? "none" : known) + ")";
+}
+
 bool stepRunsOn(const Step &s, int arch) {
   if (!s.archs() || s.archs()->size() == 0)
     return true;
@@ -325,6 +346,13 @@ Status PackageFile::verify() {
   DLC_RETURN_IF_ERROR(checkTensors(p.inputs(), "input"));
   DLC_RETURN_IF_ERROR(checkTensors(p.outputs(), "output"));
   DLC_RETURN_IF_ERROR(checkTensors(p.eval_outputs(), "evaluation output"));
+  if (p.bound_inputs())
+    for (size_t i = 0; i < p.bound_inputs()->size(); ++i) {
+      const BoundInput *b = p.bound_inputs()->Get(i);
+      if (!b->name() || b->name()->size() == 0 || !b->values() ||
+          static_cast<size_t>(b->dtype()) > static_cast<size_t>(DType::MAX))
+        return bad("bound input " + std::to_string(i) + " has no name, no values or an unknown dtype");
+    }
   if (p.steps())
     for (const Step *st : *p.steps())
       if (st->schedules() > 3)

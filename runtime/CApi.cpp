@@ -213,7 +213,7 @@ dlc_status dlc_session_set_input_tensor(dlc_session *s, const char *name, dlc_dt
       return fail(DLC_ERROR_INVALID_ARGUMENT, "input '" + std::string(name) + "': null shape or negative rank");
     int i = s->session->inputIndex(name);
     if (i < 0)
-      return fail(DLC_ERROR_INVALID_ARGUMENT, "the model has no input named '" + std::string(name) + "'");
+      return fail(DLC_ERROR_INVALID_ARGUMENT, pkg::unknownInputMessage(s->session->package(), name));
     const pkg::TensorInfo *in = s->session->package().inputs()->Get(i);
     if (static_cast<int>(in->dtype()) != static_cast<int>(dtype))
       return fail(DLC_ERROR_INVALID_ARGUMENT,

@@ -274,6 +274,8 @@ static Status hostTransfer(const flatbuffers::Vector<flatbuffers::Offset<pkg::Te
 
 Status Session::setInputBytes(const std::string &name, const void *data, size_t size) {
   int i = inputIndex(name);
+  if (i < 0)
+    return Status(StatusCode::InvalidArgument, pkg::unknownInputMessage(pkg_->meta(), name));
   const pkg::TensorInfo *in = nullptr;
   DLC_RETURN_IF_ERROR(hostTransfer(pkg_->meta().inputs(), i, "input", name, data, size, in));
   DLC_RETURN_IF_ERROR(backend_->upload(pkg::BufRef(in->buffer(), 0), data, size));
@@ -284,8 +286,8 @@ Status Session::setInputBytes(const std::string &name, const void *data, size_t 
 Status Session::bindDevice(const std::string &name, bool isOutput, uint64_t devicePtr) {
   int i = isOutput ? outputIndex(name) : inputIndex(name);
   if (i < 0)
-    return Status(StatusCode::InvalidArgument,
-                  std::string("the model has no ") + (isOutput ? "output" : "input") + " named '" + name + "'");
+    return Status(StatusCode::InvalidArgument, isOutput ? "the model has no output named '" + name + "'"
+                                                        : pkg::unknownInputMessage(pkg_->meta(), name));
   if (!devicePtr)
     return Status(StatusCode::InvalidArgument, "device pointer for '" + name + "' is null");
   const pkg::TensorInfo *t = (isOutput ? pkg_->meta().outputs() : pkg_->meta().inputs())->Get(i);
@@ -333,12 +335,7 @@ Status Session::setInput(const std::string &name, const HostTensor &t) {
       inputSet_[i] = true;
       return Status::ok();
     }
-  std::string known;
-  if (m.inputs())
-    for (const pkg::TensorInfo *in : *m.inputs())
-      known += (known.empty() ? "" : ", ") + in->name()->str();
-  return Status(StatusCode::InvalidArgument,
-                "the model has no input named '" + name + "' (inputs: " + known + ")");
+  return Status(StatusCode::InvalidArgument, pkg::unknownInputMessage(m, name));
 }
 
 Status Session::run() { return runSteps(false); }

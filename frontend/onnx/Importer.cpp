@@ -142,7 +142,7 @@ std::string describeOnnxNode(const onnx::NodeProto &n, int64_t opset) {
 
 llvm::Error Importer::importInitializers(onnx::GraphProto &g, Scope &scope) {
   for (auto &init : *g.mutable_initializer()) {
-    if (opts_.bindings.count(init.name()))
+    if (opts_.bindings.count(init.name()) || opts_.bindingText.count(init.name()))
       continue;
     auto t = takeTensorFromOnnx(init, &ext_);
     if (!t)
@@ -261,6 +261,77 @@ llvm::Expected<TensorType> valueType(const onnx::ValueInfoProto &vi, const Impor
   if (!t.checkedNumElements() || *t.checkedNumElements() > (int64_t{1} << 40))
     return errorf("input '{0}' has too many elements: {1}", name, t.str());
   return t;
+}
+
+/// The constant an input is bound to (ImportOptions::bindings / bindingText),
+/// checked against the input's declaration.
+llvm::Expected<Tensor> boundValue(const onnx::ValueInfoProto &vi, const ImportOptions &opts) {
+  const std::string &name = vi.name();
+  if (!vi.type().has_tensor_type())
+    return errorf("cannot bind '{0}': it is not a tensor input", name);
+  const auto &tt = vi.type().tensor_type();
+  auto dt = dtypeFromOnnx(tt.elem_type());
+  if (!dt)
+    return errorf("cannot bind '{0}': unsupported element type {1}", name, onnxTypeName(tt.elem_type()));
+  std::vector<int64_t> declared; // -1: symbolic
+  bool ranked = tt.has_shape();
+  for (const auto &d : tt.shape().dim())
+    declared.push_back(d.has_dim_value() ? d.dim_value() : -1);
+  std::string decl = std::string(dtypeName(*dt)) + "[";
+  for (size_t i = 0; i < declared.size(); ++i)
+    decl += (i ? "," : "") + (declared[i] < 0 ? std::string("?") : std::to_string(declared[i]));
+  decl += ranked ? "]" : "...]";
+  if (auto it = opts.bindings.find(name); it != opts.bindings.end()) {
+    const Tensor &t = it->second;
+    bool fits = t.dtype() == *dt && (!ranked || t.rank() == static_cast<int64_t>(declared.size()));
+    for (size_t i = 0; fits && ranked && i < declared.size(); ++i)
+      fits = declared[i] < 0 || declared[i] == t.shape()[i];
+    if (!fits)
+      return errorf("cannot bind '{0}': the value is {1}, the input is declared {2}", name, t.type().str(), decl);
+    return t;
+  }
+  // Text: comma-separated values of the declared dtype.
+  const std::string &text = opts.bindingText.at(name);
+  std::vector<std::string> items;
+  for (llvm::StringRef rest = llvm::StringRef(text).trim(); !rest.empty();) {
+    auto [item, tail] = rest.split(',');
+    items.push_back(item.trim().str());
+    rest = tail.trim();
+  }
+  if (items.empty())
+    return errorf("cannot bind '{0}': no values given", name);
+  int64_t n = static_cast<int64_t>(items.size());
+  Shape shape;
+  bool staticDecl = ranked && std::none_of(declared.begin(), declared.end(), [](int64_t d) { return d < 0; });
+  if (staticDecl) {
+    shape = declared;
+    if (TensorType(*dt, shape).numElements() != n)
+      return errorf("cannot bind '{0}': {1} values given, the input is declared {2}", name, n, decl);
+  } else if (ranked && declared.size() == 1) {
+    shape = {n};
+  } else if (ranked && declared.empty()) {
+    if (n != 1)
+      return errorf("cannot bind '{0}': {1} values given for a scalar input", name, n);
+  } else {
+    return errorf("cannot bind '{0}' to {1} values: the input is declared {2}; give a .npy file with its shape",
+                  name, n, decl);
+  }
+  std::vector<double> values;
+  for (const std::string &item : items) {
+    llvm::StringRef v(item);
+    if (*dt == DType::Bool && (v == "true" || v == "false")) {
+      values.push_back(v == "true");
+      continue;
+    }
+    bool integral = *dt != DType::F32 && *dt != DType::F64 && *dt != DType::F16 && *dt != DType::BF16;
+    int64_t iv;
+    char *end = nullptr;
+    double d = std::strtod(item.c_str(), &end);
+    if (integral ? v.getAsInteger(10, iv) : (end == item.c_str() || *end != '\0'))
+      return errorf("cannot bind '{0}': '{1}' is not a {2} value", name, item, dtypeName(*dt));
+    values.push_back(integral ? static_cast<double>(iv) : d);
+  }
+  return Tensor::fromVector<double>(TensorType(*dt, shape), values);
 }
 
 /// Checks a declared ONNX output type against the imported value's type (static dims only).
@@ -677,12 +748,16 @@ llvm::Expected<ImportResult> importOnnxBytes(llvm::StringRef bytes, const std::s
   std::unordered_set<std::string> initNames;
   for (const auto &i : gp.initializer())
     initNames.insert(i.name());
+  auto isBound = [&](const std::string &name) { return opts.bindings.count(name) || opts.bindingText.count(name); };
   for (const auto &in : gp.input()) {
-    if (initNames.count(in.name()) && !opts.bindings.count(in.name()))
+    if (initNames.count(in.name()) && !isBound(in.name()))
       continue; // an initializer listed as input (IR version < 4) is a constant
-    auto bound = opts.bindings.find(in.name());
-    if (bound != opts.bindings.end()) {
-      scope.bind(in.name(), g->addConstant(in.name(), bound->second));
+    if (isBound(in.name())) {
+      auto value = boundValue(in, opts);
+      if (!value)
+        return errorf("{0}: {1}", file, llvm::toString(value.takeError()));
+      scope.bind(in.name(), g->addConstant(in.name(), *value));
+      g->addBoundInput(in.name(), *value);
       continue;
     }
     auto t = valueType(in, opts, result.notes);
@@ -690,7 +765,12 @@ llvm::Expected<ImportResult> importOnnxBytes(llvm::StringRef bytes, const std::s
       return errorf("{0}: {1}", file, llvm::toString(t.takeError()));
     scope.bind(in.name(), g->addInput(in.name(), *t));
   }
+  std::vector<std::string> boundNames;
   for (const auto &[name, t] : opts.bindings)
+    boundNames.push_back(name);
+  for (const auto &[name, t] : opts.bindingText)
+    boundNames.push_back(name);
+  for (const std::string &name : boundNames)
     if (!scope.lookup(name))
       return errorf("{0}: cannot bind '{1}': the model has no input of that name", file, name);
   if (auto e = imp.importInitializers(*model.mutable_graph(), scope))

@@ -57,12 +57,20 @@ const Tensor *NodeImporter::constInput(size_t i) {
   return v->isConstant() ? &v->data() : nullptr;
 }
 
+std::string NodeImporter::bindHint(size_t i) const {
+  const Value *v = input(i);
+  if (!v || !v->isInput())
+    return "";
+  return " (it is the graph input '" + v->name() + "': bind it to a value at compile time with --bind " +
+         v->name() + "=VALUES or --bind " + v->name() + "=FILE.npy)";
+}
+
 llvm::Expected<std::vector<int64_t>> NodeImporter::constInts(size_t i, const char *what) {
   const Tensor *t = constInput(i);
   if (!t)
     return errorf("{0} (input {1}, '{2}') must be a compile-time constant: dlc compiles static "
-                  "shapes, and this value cannot be computed from the model's constants",
-                  what, i, node_.input(i));
+                  "shapes, and this value cannot be computed from the model's constants{3}",
+                  what, i, node_.input(i), bindHint(i));
   if (!isInt(t->dtype()))
     return errorf("{0} (input {1}) must be an integer tensor, got {2}", what, i, t->type().str());
   return t->toVector<int64_t>();
@@ -71,7 +79,7 @@ llvm::Expected<std::vector<int64_t>> NodeImporter::constInts(size_t i, const cha
 llvm::Expected<std::vector<float>> NodeImporter::constFloats(size_t i, const char *what) {
   const Tensor *t = constInput(i);
   if (!t)
-    return errorf("{0} (input {1}) must be a compile-time constant", what, i);
+    return errorf("{0} (input {1}) must be a compile-time constant{2}", what, i, bindHint(i));
   return t->toVector<float>();
 }
 

@@ -49,6 +49,9 @@ public:
   /// Data of input i when it is a compile-time constant, else null. A graph input
   /// listed in ImportOptions::specializable becomes a constant here.
   const ir::Tensor *constInput(size_t i);
+  /// For an error about input i not being constant: when it is a graph input, how to
+  /// bind it at compile time (" (it is the graph input ...: --bind ...)"), else "".
+  std::string bindHint(size_t i) const;
   /// Input i as integers; it must be a constant ("what" names it in the error).
   llvm::Expected<std::vector<int64_t>> constInts(size_t i, const char *what);
   llvm::Expected<std::vector<float>> constFloats(size_t i, const char *what);

@@ -226,6 +226,10 @@ Status setInputs(Opened &o, const CliContext &ctx, bool randomFill) {
     auto t = ctx.readInput ? ctx.readInput(file) : rt::readNpy(file);
     if (!t)
       return t.takeStatus();
+    // NumPy has no bfloat16: a bf16 input may come as uint16 bit patterns.
+    int want = o.session->inputIndex(name);
+    if (want >= 0 && t->dtype == pkg::DType::U16 && m.inputs()->Get(want)->dtype() == pkg::DType::BF16)
+      t->dtype = pkg::DType::BF16;
     if (Status s = o.session->setInput(name, *t))
       return Status(s.code(), file + ": " + s.message());
     int idx = o.session->inputIndex(name);

@@ -107,6 +107,8 @@ loadAndOptimize(const std::string &file, const Args &args, int optLevel, bool qu
   auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<ir::Graph> g;
   if (llvm::StringRef(file).endswith(".ir")) {
+    if (args.has("bind"))
+      return ir::errorf("--bind applies to ONNX models; in textual IR, write the input as a const");
     auto buf = llvm::MemoryBuffer::getFileOrSTDIN(file);
     if (!buf)
       return ir::errorf("cannot read '{0}': {1}", file, buf.getError().message());

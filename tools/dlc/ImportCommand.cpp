@@ -6,6 +6,8 @@
 #include "dlc/ir/TextIR.h"
 #include "dlc/passes/Pass.h"
 
+#include <cstring>
+
 namespace dlc::tool {
 
 llvm::Expected<std::pair<std::string, ir::Shape>> parseInputShape(const std::string &spec) {
@@ -33,6 +35,27 @@ llvm::Expected<frontend::ImportResult> importWithOptions(const std::string &file
       return p.takeError();
     opts.inputShapes[p->first] = p->second;
   }
+  for (const std::string &spec : args.getAll("bind")) {
+    size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+      return ir::errorf("--bind expects NAME=VALUES or NAME=FILE.npy, got '{0}'", spec);
+    std::string name = spec.substr(0, eq), value = spec.substr(eq + 1);
+    if (opts.bindings.count(name) || opts.bindingText.count(name))
+      return ir::errorf("--bind: '{0}' is bound twice", name);
+    llvm::StringRef v(value);
+    if (v.endswith(".npy") || v.endswith(".pb")) {
+      auto h = readTensorFile(value);
+      if (!h)
+        return ir::errorf("--bind {0}: {1}", name, h.status().message());
+      ir::Tensor t(ir::TensorType(static_cast<ir::DType>(static_cast<uint8_t>(h->dtype)), h->shape));
+      if (h->data.size() != t.byteSize())
+        return ir::errorf("--bind {0}: {1} holds {2} bytes, expected {3}", name, value, h->data.size(), t.byteSize());
+      std::memcpy(t.mutableRaw(), h->data.data(), h->data.size());
+      opts.bindings[name] = std::move(t);
+    } else {
+      opts.bindingText[name] = value;
+    }
+  }
   opts.runChecker = !args.has("no-check");
   opts.initializersAsVariables = args.has("train");
   auto r = frontend::importOnnxFile(file, opts);
@@ -45,6 +68,9 @@ llvm::Expected<frontend::ImportResult> importWithOptions(const std::string &file
 std::vector<OptSpec> importOptionSpecs() {
   return {{"input-shape", 0, true, true, "NAME=D0,D1,..",
            "Static shape for an input with symbolic dims (repeatable)"},
+          {"bind", 0, true, true, "NAME=VALUES|FILE",
+           "Bind an input to a constant at compile time: comma-separated values of its dtype, or a .npy/.pb "
+           "file (repeatable). Shape inputs, axes and If conditions then fold; the input leaves the package"},
           {"no-check", 0, false, false, "", "Skip onnx::checker"}};
 }
 

@@ -208,6 +208,17 @@ int runInspect(const std::vector<std::string> &argv) {
       for (const pkg::Check *c : *m.checks())
         checks.push_back(
             llvm::json::Object{{"node", c->node()->str()}, {"what", c->what()->str()}});
+    llvm::json::Array bound; // inputs bound at compile time (package.fbs: BoundInput)
+    if (m.bound_inputs())
+      for (const pkg::BoundInput *b : *m.bound_inputs()) {
+        llvm::json::Array shape;
+        for (size_t i = 0; b->shape() && i < b->shape()->size(); ++i)
+          shape.push_back(b->shape()->Get(i));
+        bound.push_back(llvm::json::Object{{"name", b->name()->str()},
+                                           {"dtype", pkg::dtypeName(b->dtype())},
+                                           {"shape", std::move(shape)},
+                                           {"values", b->values()->str()}});
+      }
     llvm::json::Object training{{"variables", static_cast<int64_t>(vars.count)},
                                 {"trainable_parameters", static_cast<int64_t>(vars.trainable)},
                                 {"parameter_values", static_cast<int64_t>(vars.parameterValues)},
@@ -220,6 +231,7 @@ int runInspect(const std::vector<std::string> &argv) {
         {"training", m.variables() && m.variables()->size() ? llvm::json::Value(std::move(training))
                                                             : llvm::json::Value(nullptr)},
         {"checks", std::move(checks)},
+        {"bound_inputs", std::move(bound)},
         {"launches", static_cast<int64_t>(launchesOn[h100])},
         {"library_calls", static_cast<int64_t>(callsOn[h100])},
         {"launches_by_gpu", perGpuInt(launchesOn)},
@@ -286,6 +298,10 @@ int runInspect(const std::vector<std::string> &argv) {
     llvm::outs() << "evaluation: " << evalSteps << " steps (" << sharedSteps
                  << " shared with the training step): the model in inference mode, "
                  << m.eval_outputs()->size() << " outputs\n";
+  if (m.bound_inputs())
+    for (const pkg::BoundInput *b : *m.bound_inputs())
+      llvm::outs() << "bound input: " << b->name()->str() << " = " << pkg::describeBoundInput(*b)
+                   << " (fixed at compile time with --bind; not an input)\n";
   if (m.checks() && m.checks()->size())
     llvm::outs() << "data checks: " << m.checks()->size()
                  << " launches flag bad indices (the run fails naming the node)\n";

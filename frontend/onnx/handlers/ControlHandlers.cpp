@@ -39,7 +39,7 @@ llvm::Error importConstant(NodeImporter &ni) {
 llvm::Error importIf(NodeImporter &ni) {
   const Tensor *cond = ni.constInput(0);
   if (!cond)
-    return ni.unsupported("If whose condition is not a compile-time constant");
+    return ni.unsupported("If whose condition is not a compile-time constant" + ni.bindHint(0));
   if (cond->numElements() != 1)
     return ni.error("the condition must have one element");
   bool taken = cond->getDouble(0) != 0;

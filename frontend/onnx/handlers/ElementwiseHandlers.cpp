@@ -48,12 +48,12 @@ llvm::Error importIdentity(NodeImporter &ni) {
 
 llvm::Error importDropout(NodeImporter &ni) {
   if (ni.hasInput(2) && !ni.constInput(2))
-    return ni.error("training_mode must be a compile-time constant");
+    return ni.error("training_mode must be a compile-time constant" + ni.bindHint(2));
   if (const Tensor *tm = ni.constInput(2))
     if (tm->getInt(0) != 0) {
       const Tensor *ratio = ni.hasInput(1) ? ni.constInput(1) : nullptr;
       if (ni.hasInput(1) && !ratio)
-        return ni.error("ratio must be a compile-time constant");
+        return ni.error("ratio must be a compile-time constant" + ni.bindHint(1));
       double r = ratio ? ratio->getDouble(0) : 0.5;
       if (r != 0) {
         // Random masks only make sense in a training step (dlc compile --train).

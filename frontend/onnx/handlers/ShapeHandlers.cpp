@@ -216,7 +216,7 @@ llvm::Error importTrilu(NodeImporter &ni) {
 llvm::Error importOneHot(NodeImporter &ni) {
   const Tensor *depth = ni.constInput(1);
   if (!depth)
-    return ni.error("depth (input 1) must be a compile-time constant");
+    return ni.error("depth (input 1) must be a compile-time constant" + ni.bindHint(1));
   int64_t d = static_cast<int64_t>(depth->getDouble(0));
   return single(ni, ni.op(OpKind::OneHot, {ni.input(0), ni.input(2)},
                           {{"depth", Attribute(d)}, {"axis", Attribute(ni.attrInt("axis", -1))}}));
@@ -418,7 +418,8 @@ llvm::Error importRange(NodeImporter &ni) {
   for (size_t i = 0; i < 3; ++i)
     if (!ni.constInput(i))
       return ni.error("start, limit and delta must be compile-time constants (the output length "
-                      "depends on them)");
+                      "depends on them)" +
+                      ni.bindHint(i));
   return single(ni, ni.op(OpKind::Range, allInputs(ni)));
 }
 

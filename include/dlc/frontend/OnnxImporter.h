@@ -21,8 +21,14 @@ struct ImportOptions {
   std::map<std::string, ir::Shape> inputShapes;
   /// Value for symbolic dims without an override (reported as a note).
   int64_t defaultDimValue = 1;
-  /// Inputs specialized to constants up front.
+  /// Inputs specialized to constants up front (`dlc compile --bind NAME=FILE`): the
+  /// tensor's dtype must be the input's, and its shape must fit the declared dims.
+  /// The graph records them (ir::Graph::boundInputs).
   std::map<std::string, ir::Tensor> bindings;
+  /// Inputs specialized to constants given as text (`--bind NAME=1,2,3`): values of
+  /// the input's declared dtype, shaped as declared (a fully static shape), else as a
+  /// scalar (rank 0) or a vector (rank 1).
+  std::map<std::string, std::string> bindingText;
   /// Values for inputs that are specialized to constants only if an op needs them
   /// at compile time (a Reshape's shape, an If condition), as TensorRT does with
   /// shape tensors. Other inputs stay inputs.

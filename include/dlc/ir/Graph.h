@@ -242,6 +242,15 @@ public:
   /// Replaces every use of `from` (including graph outputs) with `to`.
   void replaceAllUsesWith(Value *from, Value *to);
 
+  /// Inputs of the source model bound to constants at compile time (`--bind`): no
+  /// longer graph inputs, recorded so that the package can name them.
+  struct BoundInput {
+    std::string name;
+    Tensor value;
+  };
+  void addBoundInput(std::string name, Tensor value) { bound_.push_back({std::move(name), std::move(value)}); }
+  const std::vector<BoundInput> &boundInputs() const { return bound_; }
+
   /// A name not used by any value of the graph, derived from `hint`.
   std::string uniqueName(std::string_view hint = "");
   void renameValue(Value *v, std::string newName);
@@ -258,6 +267,7 @@ private:
   std::vector<std::unique_ptr<Value>> parameters_;
   NodeList nodes_;
   std::vector<GraphOutput> outputs_;
+  std::vector<BoundInput> bound_;
   std::unordered_map<std::string, Value *> names_;
   uint64_t nextId_ = 0;
 };

@@ -28,7 +28,8 @@ namespace dlc::pkg {
 ///    symbols, per-architecture steps, cooperative kernels.
 /// 4: a memory plan (arena buffers share memory across lifetimes), GEMM workspaces and
 ///    epilogue fallbacks, check words for data errors, the CUDA version of the modules.
-inline constexpr uint32_t kFormatVersion = 6;
+/// 7: inputs bound at compile time (bound_inputs).
+inline constexpr uint32_t kFormatVersion = 7;
 /// The largest launch parameter buffer (the classic CUDA limit on kernel parameters).
 inline constexpr size_t kMaxParamBytes = 4096;
 inline constexpr uint64_t kSectionAlign = 256;
@@ -46,6 +47,11 @@ std::vector<int> stepArchs(const Package &m);
 /// Of `archs`, the one to run on a device of compute capability `cc`: the newest not
 /// newer than cc, else the oldest (0 when archs is empty).
 int chooseStepArch(const std::vector<int> &archs, int cc);
+/// An input bound at compile time as "i64[2] 0, 2".
+std::string describeBoundInput(const BoundInput &b);
+/// The error for setting an input the package does not have: one bound at compile
+/// time says so (with its value), another lists the package's inputs.
+std::string unknownInputMessage(const Package &m, const std::string &name);
 /// Whether a step runs when the package's steps for `arch` (chooseStepArch) are chosen.
 bool stepRunsOn(const Step &s, int arch);
 
