@@ -109,8 +109,15 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
     flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> archs;
     if (!s.archs.empty())
       archs = fb.CreateVectorOfStrings(s.archs);
+    std::optional<pkg::BufRef> cond;
+    if (s.predicate)
+      cond = ref(s.predicate->cond);
+    auto step = [&](pkg::StepKind kind, flatbuffers::Offset<void> op) {
+      steps.push_back(pkg::CreateStep(fb, kind, op, node, archs, s.schedules, cond ? &*cond : nullptr,
+                                      s.predicate && s.predicate->when));
+    };
     if (const auto *l = std::get_if<LaunchStep>(&s.op)) {
-      steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Launch, launchOf(*l).Union(), node, archs, s.schedules));
+      step(pkg::StepKind::Launch, launchOf(*l).Union());
     } else if (const auto *g = std::get_if<GemmStep>(&s.op)) {
       pkg::BufRef a = ref(g->a), b = ref(g->b), c = ref(g->c);
       std::optional<pkg::BufRef> bias, cIn;
@@ -126,15 +133,15 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
                                   &c, g->lda, g->ldb, g->ldc, g->strideA, g->strideB, g->strideC, g->alpha, g->beta,
                                   bias ? &*bias : nullptr, g->activation, cIn ? &*cIn : nullptr,
                                   g->workspaceBytes ? &ws : nullptr, g->workspaceBytes, fallback, g->tf32);
-      steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Gemm, gemm.Union(), node, archs, s.schedules));
+      step(pkg::StepKind::Gemm, gemm.Union());
     } else if (const auto *c = std::get_if<CopyStep>(&s.op)) {
       pkg::BufRef src = ref(c->src), dst = ref(c->dst);
       auto copy = pkg::CreateCopy(fb, &src, &dst, c->bytes);
-      steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Copy, copy.Union(), node, archs, s.schedules));
+      step(pkg::StepKind::Copy, copy.Union());
     } else if (const auto *m = std::get_if<MemsetStep>(&s.op)) {
       pkg::BufRef dst = ref(m->dst);
       auto ms = pkg::CreateMemset(fb, &dst, m->bytes, m->value);
-      steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Memset, ms.Union(), node, archs, s.schedules));
+      step(pkg::StepKind::Memset, ms.Union());
     }
   }
   std::vector<flatbuffers::Offset<pkg::Variable>> variables;

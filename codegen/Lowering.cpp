@@ -458,6 +458,42 @@ std::vector<uint8_t> Lowering::scheduleMasks(const std::vector<const Node *> &no
   return masks;
 }
 
+std::vector<std::optional<std::pair<const Value *, bool>>>
+Lowering::predicates(const std::vector<const Node *> &nodes) const {
+  // Backwards from the outputs, like scheduleMasks. A value's need is "always" or
+  // "when cond is w"; two different needs meet at "always". A Where selecting by a
+  // run-time condition needs its operand 1 only when the condition is true and its
+  // operand 2 only when false (inside a conditional region, the outer need is kept).
+  using Need = std::optional<std::pair<const Value *, bool>>; // nullopt: always
+  std::unordered_map<const Value *, Need> need;
+  auto meet = [&](const Value *v, const Need &n) {
+    auto [it, fresh] = need.emplace(v, n);
+    if (!fresh && it->second != n)
+      it->second = std::nullopt;
+  };
+  for (const GraphOutput &o : g_.outputs())
+    meet(o.value, std::nullopt);
+  std::vector<Need> result(nodes.size());
+  for (size_t i = nodes.size(); i-- > 0;) {
+    const Node &n = *nodes[i];
+    Need mine;
+    bool any = false;
+    for (unsigned r = 0; r < n.numResults(); ++r)
+      if (auto it = need.find(n.result(r)); it != need.end()) {
+        mine = any && mine != it->second ? std::nullopt : it->second;
+        any = true;
+      }
+    if (!any)
+      mine = std::nullopt;
+    result[i] = mine;
+    bool select = selectsByRuntimeCondition(n);
+    for (unsigned k = 0; k < n.numOperands(); ++k)
+      if (const Value *v = n.operand(k))
+        meet(v, select && !mine && k > 0 ? Need(std::make_pair(n.operand(0), k == 1)) : mine);
+  }
+  return result;
+}
+
 llvm::Error Lowering::addUpdateSteps() {
   // The step ends by writing each update's value into its variable; every read
   // in the step saw the old value. A value that is itself another variable (or a
@@ -523,6 +559,7 @@ llvm::Expected<Program> Lowering::run() {
   for (const Node &n : g_.nodes())
     nodes.push_back(&n);
   auto schedules = scheduleMasks(nodes);
+  auto conditions = predicates(nodes);
   for (size_t i = 0; i < nodes.size();) {
     const Node &n = *nodes[i];
     if (n.hasAttr(kLaneAttr)) { // lowered with the updates, at the end
@@ -533,6 +570,9 @@ llvm::Expected<Program> Lowering::run() {
     const Attribute *k = n.hasAttr(kKernelAttr) ? n.attr(kKernelAttr) : nullptr;
     size_t firstStep = p_.steps.size();
     uint8_t mask = 0;
+    // The steps' condition: every node's, when they agree and the condition's value
+    // is computed by an earlier step (or is an input).
+    std::optional<std::pair<const Value *, bool>> cond = conditions[i];
     if (!k) {
       if (auto e = lowerFnFor(n.kind())(*this, n))
         return errorf("{0}: cannot generate code: {1}", n.describe(), llvm::toString(std::move(e)));
@@ -544,13 +584,20 @@ llvm::Expected<Program> Lowering::run() {
       for (; i < nodes.size() && nodes[i]->hasAttr(kKernelAttr) && nodes[i]->attrInt(kKernelAttr) == k->i(); ++i) {
         g.nodes.push_back(nodes[i]);
         mask |= schedules[i];
+        if (conditions[i] != cond)
+          cond.reset();
       }
       if (auto e = lowerGroup(g))
         return errorf("{0}: cannot generate code for its fusion group: {1}", g.nodes.back()->describe(),
                       llvm::toString(std::move(e)));
     }
-    for (size_t s = firstStep; s < p_.steps.size(); ++s)
+    std::optional<StepPredicate> predicate;
+    if (cond && (valueBuffers_.count(cond->first) || cond->first->isInput()))
+      predicate = StepPredicate{bufferOf(cond->first), cond->second};
+    for (size_t s = firstStep; s < p_.steps.size(); ++s) {
       p_.steps[s].schedules = mask;
+      p_.steps[s].predicate = predicate;
+    }
   }
   for (const GraphOutput &o : g_.outputs())
     if (o.isEvaluation())

@@ -159,11 +159,19 @@ struct MemsetStep {
 /// The schedules a step belongs to (pkg::Step::schedules).
 enum ScheduleBits : uint8_t { kMainSchedule = 1, kEvalSchedule = 2 };
 
+/// A step that runs only when a single-element bool condition has a value: it feeds
+/// only one side of an If's Where (ir::selectsByRuntimeCondition).
+struct StepPredicate {
+  BufferRef cond;
+  bool when = true;
+};
+
 struct StepDesc {
   std::variant<LaunchStep, GemmStep, CopyStep, MemsetStep> op;
   std::string node;
   std::vector<std::string> archs; // empty: every architecture
   uint8_t schedules = kMainSchedule;
+  std::optional<StepPredicate> predicate = std::nullopt;
 };
 
 struct TensorDesc {
@@ -252,6 +260,11 @@ public:
   llvm::Error addUpdateSteps();
   /// Per node (in `nodes` order), the schedules whose outputs it reaches.
   std::vector<uint8_t> scheduleMasks(const std::vector<const ir::Node *> &nodes) const;
+  /// Per node, the run-time condition its result is needed under: (cond, when) if it
+  /// feeds only the `when` side of Where nodes selecting by the same condition
+  /// (ir::selectsByRuntimeCondition), else none (always needed).
+  std::vector<std::optional<std::pair<const ir::Value *, bool>>>
+  predicates(const std::vector<const ir::Node *> &nodes) const;
   /// Binds a value to an existing buffer (e.g. a constant computed at compile time).
   void bind(const ir::Value *v, BufferRef r);
   /// A buffer for one node's steps (its lifetime is theirs: the memory plan reuses it).

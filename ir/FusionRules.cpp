@@ -159,6 +159,12 @@ std::vector<Node *> attentionCore(const Node &mm2) {
   return core;
 }
 
+bool selectsByRuntimeCondition(const Node &n) {
+  const Value *c = n.numOperands() == 3 ? n.operand(0) : nullptr;
+  return n.kind() == OpKind::Where && c && c->dtype() == DType::Bool && c->type().numElements() == 1 &&
+         !c->isConstant();
+}
+
 std::vector<UpdateLane> updateLanes(const Graph &g) {
   auto elementwise = [](const Node &n) {
     return n.numResults() == 1 && n.def().cudaExpr && !isMetadataOnly(n) && isInlinable(n);

@@ -354,9 +354,12 @@ Status PackageFile::verify() {
         return bad("bound input " + std::to_string(i) + " has no name, no values or an unknown dtype");
     }
   if (p.steps())
-    for (const Step *st : *p.steps())
+    for (const Step *st : *p.steps()) {
       if (st->schedules() > 3)
         return bad("a step belongs to an unknown schedule");
+      if (st->predicate())
+        DLC_RETURN_IF_ERROR(checkRef(*st->predicate(), 1, "a step's condition"));
+    }
   if (p.commit_steps() > (p.steps() ? p.steps()->size() : 0))
     return bad("more commit steps than steps");
   DLC_RETURN_IF_ERROR(checkSection(p.source_model(), "the source model"));

@@ -109,18 +109,21 @@ public:
     parent_.resize(n);
     std::iota(parent_.begin(), parent_.end(), 0);
     core_.assign(n, false);
-    // Variable updates first: each lane is lowered as part of a multi-tensor kernel,
-    // so its nodes join no other group.
-    std::vector<bool> lane(n, false);
+    // Nodes that join no group: variable updates, each lowered as part of a
+    // multi-tensor kernel, and the Where of an If with a run-time condition (its
+    // branches' steps run only on their side, so neither side may share its kernel).
+    std::vector<bool> alone(n, false);
     int64_t laneId = 0;
     for (const UpdateLane &l : updateLanes(g)) {
       for (Node *m : l.nodes) {
         m->setAttr(kLaneAttr, Attribute(laneId));
-        lane[dg.index.at(m)] = true;
+        alone[dg.index.at(m)] = true;
       }
       ++laneId;
       changed = true;
     }
+    for (size_t i = 0; i < n; ++i)
+      alone[i] = alone[i] || selectsByRuntimeCondition(*dg.nodes[i]);
     // Attention first: its two MatMuls, the scores' element-wise chain and the
     // Softmax become one group anchored on the second MatMul.
     for (size_t i = 0; i < n; ++i) {
@@ -139,11 +142,11 @@ public:
       Node *node = dg.nodes[i];
       AnchorCaps caps = anchorCaps(*node);
       bool inl = isInlinable(*node);
-      if ((!inl && !(caps.anchor && caps.epilogue)) || ipdom[i] == kSink || lane[i])
+      if ((!inl && !(caps.anchor && caps.epilogue)) || ipdom[i] == kSink || alone[i])
         continue;
       int p = ipdom[i];
       std::vector<int> path = pathTo(static_cast<int>(i), p);
-      bool ok = std::none_of(path.begin(), path.end(), [&](int s) { return lane[s]; });
+      bool ok = std::none_of(path.begin(), path.end(), [&](int s) { return alone[s]; });
       if (inl) {
         for (int s : path)
           ok &= s == p ? (isInlinable(*dg.nodes[s]) || anchorCaps(*dg.nodes[s]).prologue || core_[s])

@@ -354,10 +354,34 @@ Status Session::runSteps(bool evaluation) {
   evalMode_ = evaluation && hasEvalSchedule();
   const std::vector<const pkg::Step *> &steps = evalMode_ ? evalSteps_ : steps_;
   size_t count = steps.size() - (evaluation && !evalMode_ ? m.commit_steps() : 0);
-  bool whole = !evalMode_ && count == steps_.size();
+  // Steps conditional on a run-time If condition read the condition back to the host
+  // (once per run and condition) and run only on their side, so such a schedule is
+  // issued step by step rather than captured.
+  bool conditional = std::any_of(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(count),
+                                 [](const pkg::Step *s) { return s->predicate() != nullptr; });
+  bool whole = !evalMode_ && count == steps_.size() && !conditional;
+  std::map<std::pair<uint32_t, uint64_t>, bool> conditions;
+  auto runs = [&](const pkg::Step &s, bool &yes) -> Status {
+    yes = true;
+    if (const pkg::BufRef *c = s.predicate()) {
+      auto key = std::make_pair(c->buffer(), c->offset());
+      auto it = conditions.find(key);
+      if (it == conditions.end()) {
+        uint8_t byte = 0;
+        DLC_RETURN_IF_ERROR(backend_->download(&byte, *c, 1));
+        it = conditions.emplace(key, byte != 0).first;
+      }
+      yes = it->second == s.when();
+    }
+    return Status::ok();
+  };
   auto issue = [&]() -> Status {
     for (size_t k = 0; k < count; ++k) {
       const pkg::Step *s = steps[k];
+      bool yes = true;
+      DLC_RETURN_IF_ERROR(runs(*s, yes));
+      if (!yes)
+        continue;
       std::string node = s->node() ? s->node()->str() : "";
       auto t0 = std::chrono::steady_clock::now();
       Status st;

@@ -141,6 +141,10 @@ int runInspect(const std::vector<std::string> &argv) {
     }
   // Its evaluation schedule (pkg::Step::schedules bit 1), and the steps both run.
   size_t evalSteps = 0, sharedSteps = 0;
+  size_t conditional = 0; // steps on one side of an If with a run-time condition
+  if (m.steps())
+    for (const pkg::Step *st : *m.steps())
+      conditional += st->predicate() != nullptr;
   if (m.steps() && m.eval_outputs() && m.eval_outputs()->size())
     for (const pkg::Step *st : *m.steps()) {
       evalSteps += (st->schedules() & 2) != 0;
@@ -232,6 +236,7 @@ int runInspect(const std::vector<std::string> &argv) {
                                                             : llvm::json::Value(nullptr)},
         {"checks", std::move(checks)},
         {"bound_inputs", std::move(bound)},
+        {"conditional_steps", static_cast<int64_t>(conditional)},
         {"launches", static_cast<int64_t>(launchesOn[h100])},
         {"library_calls", static_cast<int64_t>(callsOn[h100])},
         {"launches_by_gpu", perGpuInt(launchesOn)},
@@ -298,6 +303,9 @@ int runInspect(const std::vector<std::string> &argv) {
     llvm::outs() << "evaluation: " << evalSteps << " steps (" << sharedSteps
                  << " shared with the training step): the model in inference mode, "
                  << m.eval_outputs()->size() << " outputs\n";
+  if (conditional)
+    llvm::outs() << "control flow: " << conditional
+                 << " steps run on one side of an If with a run-time condition (read back each run; no CUDA graph)\n";
   if (m.bound_inputs())
     for (const pkg::BoundInput *b : *m.bound_inputs())
       llvm::outs() << "bound input: " << b->name()->str() << " = " << pkg::describeBoundInput(*b)

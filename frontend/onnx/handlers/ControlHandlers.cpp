@@ -35,17 +35,11 @@ llvm::Error importConstant(NodeImporter &ni) {
   return llvm::Error::success();
 }
 
-/// If with a condition known at compile time: the taken branch is inlined.
-llvm::Error importIf(NodeImporter &ni) {
-  const Tensor *cond = ni.constInput(0);
-  if (!cond)
-    return ni.unsupported("If whose condition is not a compile-time constant" + ni.bindHint(0));
-  if (cond->numElements() != 1)
-    return ni.error("the condition must have one element");
-  bool taken = cond->getDouble(0) != 0;
-  const auto *branch = ni.attr(taken ? "then_branch" : "else_branch");
+/// Imports one branch of an If into the graph; returns its outputs.
+llvm::Expected<std::vector<Value *>> importBranch(NodeImporter &ni, const char *which) {
+  const auto *branch = ni.attr(std::string(which) + "_branch");
   if (!branch || !branch->has_g())
-    return ni.error("missing branch graph");
+    return ni.error(std::string("missing ") + which + " branch graph");
   const onnx::GraphProto &g = branch->g();
   Importer &imp = ni.importer();
   Scope inner(&ni.scope());
@@ -54,16 +48,51 @@ llvm::Error importIf(NodeImporter &ni) {
     return e;
   imp.importNodes(g, inner);
   if (imp.errors().size() != errorsBefore)
-    return ni.error(std::string("the ") + (taken ? "then" : "else") +
-                    " branch could not be imported (see above)");
+    return ni.error(std::string("the ") + which + " branch could not be imported (see above)");
   if (g.output_size() != static_cast<int>(ni.numOutputs()))
-    return ni.error("the branch has " + std::to_string(g.output_size()) + " outputs, If has " +
-                    std::to_string(ni.numOutputs()));
+    return ni.error(std::string("the ") + which + " branch has " + std::to_string(g.output_size()) +
+                    " outputs, If has " + std::to_string(ni.numOutputs()));
+  std::vector<Value *> outs;
   for (int i = 0; i < g.output_size(); ++i) {
     Value *v = inner.lookup(g.output(i).name());
     if (!v)
       return ni.error("branch output '" + g.output(i).name() + "' is not defined");
-    ni.setOutput(i, v);
+    outs.push_back(v);
+  }
+  return outs;
+}
+
+/// If. With a condition known at compile time (a constant, or an input bound with
+/// --bind), the taken branch is inlined. With a run-time condition, both branches are
+/// inlined and each output is Where(cond, then, else): the branches must agree on
+/// each output's type (static shapes). The code generator runs the steps that feed
+/// only one side of such a Where when the condition selects it (Lowering::predicates).
+llvm::Error importIf(NodeImporter &ni) {
+  if (const Tensor *cond = ni.constInput(0)) {
+    if (cond->numElements() != 1)
+      return ni.error("the condition must have one element");
+    bool taken = cond->getDouble(0) != 0;
+    DLC_TRY(outs, importBranch(ni, taken ? "then" : "else"));
+    for (size_t i = 0; i < outs.size(); ++i)
+      ni.setOutput(i, outs[i]);
+    return llvm::Error::success();
+  }
+  Value *cond = ni.input(0);
+  if (!cond || cond->dtype() != DType::Bool || cond->type().numElements() != 1)
+    return ni.error("the condition must be one bool element");
+  DLC_TRY(thenOuts, importBranch(ni, "then"));
+  DLC_TRY(elseOuts, importBranch(ni, "else"));
+  if (cond->rank() != 0) {
+    DLC_TRY(scalar, ni.op(OpKind::Reshape, {cond}, {{"shape", Attribute(std::vector<int64_t>{})}}));
+    cond = scalar;
+  }
+  for (size_t i = 0; i < thenOuts.size(); ++i) {
+    if (thenOuts[i]->type() != elseOuts[i]->type())
+      return ni.unsupported("If with a run-time condition whose branches give output " + std::to_string(i) +
+                            " different types (" + thenOuts[i]->type().str() + " and " +
+                            elseOuts[i]->type().str() + "); dlc compiles static shapes" + ni.bindHint(0));
+    DLC_TRY(out, ni.op(OpKind::Where, {cond, thenOuts[i], elseOuts[i]}));
+    ni.setOutput(i, out);
   }
   return llvm::Error::success();
 }

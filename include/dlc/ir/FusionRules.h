@@ -72,6 +72,12 @@ struct UpdateLane {
 /// Lane operands from outside are values of the lane's shape or single elements.
 std::vector<UpdateLane> updateLanes(const Graph &g);
 
+/// A node that passes operand 1 or operand 2 through by a single-element run-time
+/// condition (operand 0): Where from an ONNX If with a run-time condition. Only the
+/// selected operand's producers need to run; the code generator predicates their
+/// steps on the condition.
+bool selectsByRuntimeCondition(const Node &n);
+
 /// Largest head size the fused attention kernel handles.
 inline constexpr int64_t kMaxAttentionHeadSize = 128;
 

@@ -295,6 +295,22 @@ cuda::CublasLt makeLt() {
 const cuda::Driver kDriver = makeDriver();
 const cuda::CublasLt kLt = makeLt();
 
+/// Textual IR through the default pipeline, compiled for sm_90 (NVRTC, no GPU needed).
+std::shared_ptr<const pkg::PackageFile> compileForSm90(const char *text, const std::string &name) {
+  auto g = ir::parseGraph(text, name);
+  EXPECT_TRUE(bool(g));
+  passes::PassManager pm;
+  passes::PassContext ctx;
+  EXPECT_FALSE(bool(pm.run(**g, passes::defaultPipeline(2), ctx)));
+  codegen::CompileOptions co;
+  co.targets = {"sm_90"};
+  auto bytes = codegen::compileGraph(**g, co);
+  EXPECT_TRUE(bool(bytes)) << llvm::toString(bytes.takeError());
+  auto pf = pkg::PackageFile::fromBytes(bytes->data(), bytes->size(), name + ".dlc");
+  EXPECT_TRUE(pf.ok());
+  return std::shared_ptr<const pkg::PackageFile>(*pf);
+}
+
 /// MatMul + bias + ReLU (one GEMM with an epilogue), then Softmax (one kernel).
 std::shared_ptr<const pkg::PackageFile> mlpPackage() {
   static std::shared_ptr<const pkg::PackageFile> pkg = [] {
@@ -307,18 +323,23 @@ std::shared_ptr<const pkg::PackageFile> mlpPackage() {
   %p = Softmax(%a) {axis = 1} : f32[2,3]
   return %p
 })";
-    auto g = ir::parseGraph(text, "mlp");
-    EXPECT_TRUE(bool(g));
-    passes::PassManager pm;
-    passes::PassContext ctx;
-    EXPECT_FALSE(bool(pm.run(**g, passes::defaultPipeline(2), ctx)));
-    codegen::CompileOptions co;
-    co.targets = {"sm_90"};
-    auto bytes = codegen::compileGraph(**g, co);
-    EXPECT_TRUE(bool(bytes)) << llvm::toString(bytes.takeError());
-    auto pf = pkg::PackageFile::fromBytes(bytes->data(), bytes->size(), "mlp.dlc");
-    EXPECT_TRUE(pf.ok());
-    return std::shared_ptr<const pkg::PackageFile>(*pf);
+    return compileForSm90(text, "mlp");
+  }();
+  return pkg;
+}
+
+/// y = Where(c, Relu(x W), Softmax(x)): an If with a run-time condition, as imported.
+std::shared_ptr<const pkg::PackageFile> ifPackage() {
+  static std::shared_ptr<const pkg::PackageFile> pkg = [] {
+    const char *text = R"(graph @branches(%x: f32[2,4], %c: bool[]) -> ("y": f32[2,4]) {
+  %w = const f32[4,4] dense<[1.0, 0.5, -1.0, 2.0, 0.25, 0.75, -0.5, 1.0, 0.0, 0.125, -2.0, 3.0, 1.0, 1.0, 1.0, 1.0]>
+  %a = MatMul(%x, %w) : f32[2,4]
+  %r = Relu(%a) : f32[2,4]
+  %b = Softmax(%x) {axis = 1} : f32[2,4]
+  %y = Where(%c, %r, %b) : f32[2,4]
+  return %y
+})";
+    return compileForSm90(text, "if");
   }();
   return pkg;
 }
@@ -459,6 +480,30 @@ TEST_F(CudaMock, AFailedCaptureRunsStepByStepWithANote) {
   EXPECT_EQ(S.graphLaunches, 0);
   EXPECT_EQ(S.matmuls, 3);  // once captured (discarded), then once per run
   EXPECT_NE((*s)->backendNote().find("CUDA graph capture failed"), std::string::npos) << (*s)->backendNote();
+}
+
+// A schedule with steps on one side of an If reads the condition back (a stream-
+// ordered copy and a synchronize) and is issued step by step, never captured.
+TEST_F(CudaMock, ARunTimeIfReadsItsConditionAndRunsOneSide) {
+  rt::SessionOptions so;
+  so.device = rt::DeviceKind::Cuda;
+  auto s = rt::Session::create(ifPackage(), so);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  std::vector<float> x(8, 1.0f);
+  ASSERT_FALSE(bool((*s)->setInputBytes("x", x.data(), x.size() * 4)));
+  for (bool c : {true, false, true}) {
+    uint8_t cv = c;
+    ASSERT_FALSE(bool((*s)->setInputBytes("c", &cv, 1)));
+    size_t launches = count("cuLaunchKernelEx"), reads = count("cuMemcpyDtoHAsync");
+    int matmuls = S.matmuls;
+    ASSERT_FALSE(bool((*s)->run()));
+    EXPECT_EQ(S.matmuls - matmuls, c ? 1 : 0) << "c=" << c;
+    // The Where kernel, plus the softmax on the false side (cuBLASLt applies the ReLU).
+    EXPECT_EQ(count("cuLaunchKernelEx") - launches, c ? 1u : 2u) << "c=" << c;
+    EXPECT_GE(count("cuMemcpyDtoHAsync") - reads, 1u); // the condition (and the check words, if any)
+  }
+  EXPECT_EQ(S.captures, 0);
+  EXPECT_EQ(S.graphLaunches, 0);
 }
 
 TEST_F(CudaMock, BoundPointersMustBeAlignedToTheirElements) {
