@@ -72,8 +72,7 @@ bool hasHandler(const std::string &opType) {
 
 const char *outOfScopeReason(const std::string &op) {
   static const std::pair<const char *, const char *> reasons[] = {
-      {"Loop", "loops (Loop/Scan) are not supported"},
-      {"Scan", "loops (Loop/Scan) are not supported"},
+      {"Scan", "Scan is not supported (Loop is, unrolled at compile time)"},
       {"QuantizeLinear", "quantized ops are not supported"},
       {"DequantizeLinear", "quantized ops are not supported"},
       {"DynamicQuantizeLinear", "quantized ops are not supported"},

@@ -1,13 +1,20 @@
 // libFuzzer target: the .dlc reader (header, checksums, FlatBuffers verifier, every
-// reference check) and a walk over the metadata the runtime would read.
+// reference check) and a walk over the metadata the runtime would read. A mutation
+// almost never keeps the checksums right, so each input is also tried re-signed
+// (current format version, both checksums recomputed): that copy reaches the
+// FlatBuffers verifier and the reference checks with the mutated metadata.
 #include "dlc/package/Package.h"
 
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+namespace {
+
+void readPackage(const uint8_t *data, size_t size) {
   auto pf = dlc::pkg::PackageFile::fromBytes(data, size, "fuzz.dlc");
   if (!pf.ok())
-    return 0;
+    return;
   // A verified package: touching everything it references must be safe.
   const dlc::pkg::Package &m = (*pf)->meta();
   volatile uint64_t sink = m.arena_bytes() + m.weight_bytes();
@@ -19,6 +26,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (const dlc::pkg::Module *mod : *m.modules())
       if (mod->data() && mod->data()->size())
         sink = sink + (*pf)->section(mod->data())[0];
+  if (m.bound_inputs())
+    for (const dlc::pkg::BoundInput *b : *m.bound_inputs())
+      sink = sink + dlc::pkg::describeBoundInput(*b).size();
+  if (m.inputs() && m.inputs()->size())
+    sink = sink + dlc::pkg::unknownInputMessage(m, m.inputs()->Get(0)->name()->str()).size();
   (void)sink;
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  readPackage(data, size);
+  if (size < dlc::pkg::kHeaderSize)
+    return 0;
+  // The header (package/Package.cpp): version at 8, body checksum at 48 (of the bytes
+  // after the header), header checksum at 52 (of bytes [0, 52)).
+  std::vector<uint8_t> b(data, data + size);
+  uint32_t version = dlc::pkg::kFormatVersion;
+  std::memcpy(b.data() + 8, &version, 4);
+  uint32_t body = dlc::pkg::crc32(b.data() + dlc::pkg::kHeaderSize, b.size() - dlc::pkg::kHeaderSize);
+  std::memcpy(b.data() + 48, &body, 4);
+  uint32_t header = dlc::pkg::crc32(b.data(), 52);
+  std::memcpy(b.data() + 52, &header, 4);
+  readPackage(b.data(), b.size());
   return 0;
 }

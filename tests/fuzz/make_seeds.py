@@ -39,16 +39,43 @@ for f in glob.glob(os.path.join(root, "tests", "unit", "ir", "corpus", "*.ir")) 
     if os.path.getsize(f) < 16 * 1024:
         shutil.copy(f, os.path.join(out, "textir", os.path.basename(f)))
 
-# Packages: small graphs compiled for emu.
+# Packages: small graphs compiled for emu, covering every table of the format: a
+# training step (variables, update lanes, an evaluation schedule), steps conditional on
+# a run-time If, and inputs bound at compile time.
 graphs = {
     "relu": 'graph @g(%x: f32[2,4]) -> ("y": f32[2,4]) {\n  %y = Relu(%x) : f32[2,4]\n  return %y\n}\n',
     "mlp": open(os.path.join(root, "tests", "lit", "tools", "Inputs", "mlp.ir")).read(),
+    "sgd": """graph @sgd(%x: f32[3]) -> ("loss": f32[], "dlc.eval.loss": f32[]) {
+  %w = param f32[3] dense<[1.0, 2.0, 3.0]>
+  %lr = const f32[] dense<[0.5]>
+  %p = Mul(%x, %w) : f32[3]
+  %loss = ReduceSum(%p) {keepdims = 0} : f32[]
+  %e = ReduceMax(%p) {keepdims = 0} : f32[]
+  %g = Mul(%x, %lr) : f32[3]
+  %w1 = Sub(%w, %g) : f32[3]
+  update %w = %w1
+  return %loss, %e
+}
+""",
+    "branches": """graph @branches(%x: f32[2,4], %c: bool[]) -> ("y": f32[2,4]) {
+  %a = ReduceSum(%x) {axes = [1], keepdims = 1} : f32[2,1]
+  %t = Mul(%x, %a) : f32[2,4]
+  %b = Softmax(%x) {axis = 1} : f32[2,4]
+  %y = Where(%c, %t, %b) : f32[2,4]
+  return %y
+}
+""",
 }
 for name, text in graphs.items():
     ir = os.path.join(tmp, name + ".ir")
     open(ir, "w").write(text)
     subprocess.run([dlc, "compile", ir, "--target", "emu", "-o", os.path.join(out, "package", name + ".dlc"), "-q"],
                    check=True)
+bind = os.path.join(tmp, "bind.onnx")
+subprocess.run([sys.executable, os.path.join(root, "tests", "lit", "tools", "Inputs", "make_bind_model.py"), bind],
+               check=True)
+subprocess.run([dlc, "compile", bind, "--target", "emu", "--bind", "shape=3,4", "-o",
+                os.path.join(out, "package", "bound.dlc"), "-q"], check=True)
 
 # .npy: every supported dtype, a scalar, an empty array, format 2.0.
 for dt in ("<f4", "<f8", "<i8", "<i4", "|u1", "|b1", "<f2"):

@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""If with run-time conditions, from a TorchScript export: one If on a bool input and
-one on a value the model computes (x.sum() > 0). dlc compiles the package once; it must
-match PyTorch and ONNX Runtime (onnxruntime-node) for all four branch combinations, and
-`dlc inspect` must report steps that run on one side only.
+"""Control flow from a TorchScript export: an If on a bool input, an If on a value the
+model computes (x.sum() > 0), and a Loop over column chunks (unrolled at compile time).
+Then a Loop that stops on a value it computes (a bounded loop with a break, built with
+onnx.helper: TorchScript exports `break` as an unbounded while loop, which dlc rejects).
+dlc compiles the package once; it must match PyTorch and ONNX Runtime
+(onnxruntime-node) for all four branch combinations, `dlc inspect` must report steps
+that run on one side only, and a trip count above --max-loop-unroll must be a clear
+error.
 
 usage: control_flow.py --dlc build/tools/dlc --work DIR
 """
@@ -35,7 +39,65 @@ class Gate(nn.Module):
             y = torch.softmax(self.b(x), -1)
         if bool(x.sum() > 0.0):
             y = y * 2.0
-        return y
+        acc = torch.zeros(4, 2)
+        for i in range(x.size(1) // 2):  # a Loop in the export (its trip count folds)
+            acc = acc + torch.tanh(y[:, i * 2:(i + 1) * 2])
+        return y, acc
+
+
+def check_break_loop(dlc, work):
+    """total = 0; for i in range(8): total += relu(x[:, i]); stop once sum(total) >= 3."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    body = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["xi"], axis=1),
+         helper.make_node("Relu", ["xi"], ["r"]),
+         helper.make_node("Add", ["total", "r"], ["total_out"]),
+         helper.make_node("ReduceSum", ["total_out"], ["s"], keepdims=0),
+         helper.make_node("Less", ["s", "three"], ["cond_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("total", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("total_out", TensorProto.FLOAT, [4])],
+        [helper.make_tensor("three", TensorProto.FLOAT, [], [3.0])])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["m", "c", "zero"], ["total"], body=body)],
+        "break_loop",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("total", TensorProto.FLOAT, [4])],
+        [helper.make_tensor("m", TensorProto.INT64, [], [8]), helper.make_tensor("c", TensorProto.BOOL, [], [True]),
+         helper.make_tensor("zero", TensorProto.FLOAT, [4], [0, 0, 0, 0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    path = os.path.join(work, "break.onnx")
+    onnx.save(model, path)
+    pkg = os.path.join(work, "break.dlc")
+    sh([dlc, "compile", path, "--target", "emu", "-o", pkg, "-q"])
+    failures = 0
+    for scale, name in ((0.4, "stops early"), (0.05, "runs all 8")):
+        x = np.abs(np.random.RandomState(1).randn(4, 8)).astype(np.float32) * scale
+        total, steps = np.zeros(4, np.float32), 0
+        for i in range(8):
+            total = total + np.maximum(x[:, i], 0)
+            steps += 1
+            if total.sum() >= 3.0:
+                break
+        assert (1 < steps < 8) if name == "stops early" else steps == 8, steps
+        w = os.path.join(work, "break-" + name.replace(" ", "-"))
+        os.makedirs(w, exist_ok=True)
+        np.save(os.path.join(w, "x.npy"), x)
+        sh([dlc, "run", pkg, "-q", "--device", "emu", "--output-dir", os.path.join(w, "dlc"), f"x={w}/x.npy"])
+        sh(["node", os.path.join(ORT, "ort.js"), "run", path, os.path.join(w, "ort"), f"x={w}/x.npy"])
+        got, ort = np.load(os.path.join(w, "dlc", "total.npy")), np.load(os.path.join(w, "ort", "total.npy"))
+        ok = np.allclose(got, total, rtol=1e-5, atol=1e-6) and np.allclose(got, ort, rtol=1e-5, atol=1e-6)
+        failures += not ok
+        print(f"break loop ({name}: {steps} iterations): |dlc - numpy| {np.abs(got - total).max():.2e}, "
+              f"|dlc - ort| {np.abs(got - ort).max():.2e} {'ok' if ok else 'MISMATCH'}")
+    return failures
 
 
 def main():
@@ -49,9 +111,18 @@ def main():
     onnx_path = os.path.join(a.work, "gate.onnx")
     x0 = torch.randn(4, 8)
     torch.onnx.export(torch.jit.script(model), (x0, torch.tensor(True)), onnx_path, input_names=["x", "use_a"],
-                      output_names=["y"], opset_version=17)
+                      output_names=["y", "acc"], opset_version=17)
     pkg = os.path.join(a.work, "gate.dlc")
     sh([a.dlc, "compile", onnx_path, "--target", "emu", "-o", pkg, "-q"])
+    limited = os.path.join(a.work, "limit.dlc")
+    if os.path.exists(limited):
+        os.remove(limited)
+    try:
+        sh([a.dlc, "compile", onnx_path, "--target", "emu", "--max-loop-unroll", "3", "-o", limited, "-q"])
+        raise AssertionError("a trip count above --max-loop-unroll compiled")
+    except RuntimeError as e:
+        assert "exceeds the unroll limit of 3 iterations" in str(e), e
+        assert not os.path.exists(limited)
     insp = json.loads(sh([a.dlc, "inspect", pkg, "--json"]))
     assert insp["conditional_steps"] >= 2, insp["conditional_steps"]
     ensure_ort()
@@ -61,7 +132,7 @@ def main():
         for shift in (1.0, -1.0):  # the second If both ways
             x = torch.randn(4, 8) * 0.5 + shift
             with torch.no_grad():
-                y = model(x, torch.tensor(use_a)).numpy()
+                y, acc = (t.numpy() for t in model(x, torch.tensor(use_a)))
             second = bool(x.sum() > 0)
             seen.add((use_a, second))
             w = os.path.join(a.work, f"{int(use_a)}{int(second)}")
@@ -71,12 +142,15 @@ def main():
             specs = [f"x={w}/x.npy", f"use_a={w}/use_a.npy"]
             sh([a.dlc, "run", pkg, "-q", "--device", "emu", "--output-dir", os.path.join(w, "dlc")] + specs)
             sh(["node", os.path.join(ORT, "ort.js"), "run", onnx_path, os.path.join(w, "ort")] + specs)
-            got = np.load(os.path.join(w, "dlc", "y.npy"))
-            ort = np.load(os.path.join(w, "ort", "y.npy"))
-            ok = np.allclose(got, y, rtol=1e-4, atol=1e-5) and np.allclose(got, ort, rtol=1e-4, atol=1e-5)
+            errs, ok = [], True
+            for name, ref in (("y", y), ("acc", acc)):
+                got = np.load(os.path.join(w, "dlc", name + ".npy"))
+                ort = np.load(os.path.join(w, "ort", name + ".npy"))
+                ok &= np.allclose(got, ref, rtol=1e-4, atol=1e-5) and np.allclose(got, ort, rtol=1e-4, atol=1e-5)
+                errs.append(f"{name}: |dlc - torch| {np.abs(got - ref).max():.2e}, |dlc - ort| {np.abs(got - ort).max():.2e}")
             failures += not ok
-            print(f"use_a={use_a} sum(x)>0={second}: max |dlc - torch| {np.abs(got - y).max():.2e}, "
-                  f"|dlc - ort| {np.abs(got - ort).max():.2e} {'ok' if ok else 'MISMATCH'}")
+            print(f"use_a={use_a} sum(x)>0={second}: {'; '.join(errs)} {'ok' if ok else 'MISMATCH'}")
+    failures += check_break_loop(a.dlc, a.work)
     if len(seen) != 4:
         print(f"only {len(seen)} of the 4 branch combinations were exercised")
         failures += 1

@@ -56,6 +56,12 @@ llvm::Expected<frontend::ImportResult> importWithOptions(const std::string &file
       opts.bindingText[name] = value;
     }
   }
+  if (args.has("max-loop-unroll")) {
+    std::string v = args.getOr("max-loop-unroll", "");
+    if (llvm::StringRef(v).getAsInteger(10, opts.maxLoopUnroll) || opts.maxLoopUnroll < 0 ||
+        opts.maxLoopUnroll > 100000)
+      return ir::errorf("--max-loop-unroll expects an integer in [0, 100000], got '{0}'", v);
+  }
   opts.runChecker = !args.has("no-check");
   opts.initializersAsVariables = args.has("train");
   auto r = frontend::importOnnxFile(file, opts);
@@ -71,6 +77,8 @@ std::vector<OptSpec> importOptionSpecs() {
           {"bind", 0, true, true, "NAME=VALUES|FILE",
            "Bind an input to a constant at compile time: comma-separated values of its dtype, or a .npy/.pb "
            "file (repeatable). Shape inputs, axes and If conditions then fold; the input leaves the package"},
+          {"max-loop-unroll", 0, true, false, "N",
+           "Loops are unrolled at compile time; a trip count above N is an error (default 256)"},
           {"no-check", 0, false, false, "", "Skip onnx::checker"}};
 }
 

@@ -1,6 +1,7 @@
 //===- ControlHandlers.cpp - Constant, If and Einsum -----------------------===//
 #include "Common.h"
 
+#include <limits>
 #include <map>
 #include <set>
 
@@ -93,6 +94,141 @@ llvm::Error importIf(NodeImporter &ni) {
                             elseOuts[i]->type().str() + "); dlc compiles static shapes" + ni.bindHint(0));
     DLC_TRY(out, ni.op(OpKind::Where, {cond, thenOuts[i], elseOuts[i]}));
     ni.setOutput(i, out);
+  }
+  return llvm::Error::success();
+}
+
+/// Loop, unrolled at compile time. The trip count M must be known (a constant, or an
+/// input bound with --bind) and at most ImportOptions::maxLoopUnroll. Iteration k
+/// imports the body with iteration_num = k and the previous iteration's condition and
+/// carried values. A run-time condition becomes a flag: while it may be false, the
+/// carried values are Where(active, body's, previous) and active = active AND cond_out
+/// (the If predication then skips nothing here: every iteration's steps run). Scan
+/// outputs are stacked on a new axis 0; their length must not depend on a run-time
+/// condition.
+llvm::Error importLoop(NodeImporter &ni) {
+  const auto *body = ni.attr("body");
+  if (!body || !body->has_g())
+    return ni.error("missing body graph");
+  const onnx::GraphProto &g = body->g();
+  size_t carriedCount = ni.numInputs() > 2 ? ni.numInputs() - 2 : 0;
+  if (g.input_size() != static_cast<int>(2 + carriedCount) || g.output_size() < static_cast<int>(1 + carriedCount))
+    return ni.error("the body has " + std::to_string(g.input_size()) + " inputs and " +
+                    std::to_string(g.output_size()) + " outputs for " + std::to_string(carriedCount) +
+                    " loop-carried values");
+  size_t scanCount = static_cast<size_t>(g.output_size()) - 1 - carriedCount;
+  if (!ni.hasInput(0))
+    return ni.unsupported("Loop without a trip count (a while loop): dlc unrolls loops at compile time");
+  const Tensor *trip = ni.constInput(0);
+  if (!trip)
+    return ni.unsupported("Loop whose trip count is not a compile-time constant: dlc unrolls loops at compile "
+                          "time" +
+                          ni.bindHint(0));
+  int64_t m = std::max<int64_t>(0, trip->getInt(0));
+  if (m == std::numeric_limits<int64_t>::max())
+    return ni.unsupported("Loop without a bound (trip count INT64_MAX: a while loop, or a for loop with a break "
+                          "as TorchScript exports it): dlc unrolls loops at compile time");
+  int64_t limit = ni.importer().options().maxLoopUnroll;
+  if (m > limit)
+    return ni.error("Loop with trip count " + std::to_string(m) + " exceeds the unroll limit of " +
+                    std::to_string(limit) + " iterations (raise it with --max-loop-unroll)");
+  // The condition: null while known to be true.
+  Value *active = nullptr;
+  bool stopped = false;
+  if (ni.hasInput(1)) {
+    if (const Tensor *c = ni.constInput(1))
+      stopped = c->getDouble(0) == 0;
+    else if (ni.input(1)->dtype() != DType::Bool || ni.input(1)->type().numElements() != 1)
+      return ni.error("the condition must be one bool element");
+    else {
+      DLC_TRY(scalar, ni.op(OpKind::Reshape, {ni.input(1)}, {{"shape", Attribute(std::vector<int64_t>{})}}));
+      active = scalar;
+    }
+  }
+  std::vector<Value *> carried;
+  for (size_t j = 0; j < carriedCount; ++j)
+    carried.push_back(ni.input(2 + j));
+  std::vector<std::vector<Value *>> scans(scanCount);
+  Importer &imp = ni.importer();
+  for (int64_t k = 0; k < m && !stopped; ++k) {
+    Scope inner(&ni.scope());
+    inner.bind(g.input(0).name(), ni.constant(Tensor::fromVector<int64_t>(TensorType(DType::I64, {}), {k})));
+    inner.bind(g.input(1).name(),
+               active ? active : ni.constant(Tensor::fromVector<bool>(TensorType(DType::Bool, {}), {true})));
+    for (size_t j = 0; j < carriedCount; ++j)
+      inner.bind(g.input(2 + static_cast<int>(j)).name(), carried[j]);
+    size_t errorsBefore = imp.errors().size();
+    if (auto e = imp.importInitializers(g, inner))
+      return e;
+    imp.importNodes(g, inner);
+    if (imp.errors().size() != errorsBefore)
+      return ni.error("iteration " + std::to_string(k) + " of the body could not be imported (see above)");
+    std::vector<Value *> outs;
+    for (int i = 0; i < g.output_size(); ++i) {
+      Value *v = inner.lookup(g.output(i).name());
+      if (!v)
+        return ni.error("body output '" + g.output(i).name() + "' is not defined");
+      outs.push_back(v);
+    }
+    for (size_t j = 0; j < carriedCount; ++j) {
+      Value *next = outs[1 + j];
+      if (active) {
+        if (next->type() != carried[j]->type())
+          return ni.unsupported("loop-carried value " + std::to_string(j) + " changes type (" +
+                                carried[j]->type().str() + " to " + next->type().str() +
+                                ") under a run-time condition");
+        DLC_TRY(sel, ni.op(OpKind::Where, {active, next, carried[j]}));
+        next = sel;
+      }
+      carried[j] = next;
+    }
+    for (size_t s = 0; s < scanCount; ++s) {
+      if (active)
+        return ni.unsupported("scan outputs of a Loop with a run-time condition (their length depends on it)" +
+                              ni.bindHint(1));
+      Value *v = outs[1 + carriedCount + s];
+      Shape one{1};
+      one.insert(one.end(), v->shape().begin(), v->shape().end());
+      DLC_TRY(r, ni.op(OpKind::Reshape, {v}, {{"shape", Attribute(one)}}));
+      scans[s].push_back(r);
+    }
+    // The condition for the next iteration.
+    Value *condOut = outs[0];
+    if (condOut->isConstant()) {
+      if (condOut->data().getDouble(0) == 0) {
+        if (!active)
+          stopped = true; // a constant break: no further iterations
+        else {
+          DLC_TRY(f, ni.op(OpKind::And, {active, condOut}));
+          active = f;
+        }
+      }
+    } else {
+      if (condOut->dtype() != DType::Bool || condOut->type().numElements() != 1)
+        return ni.error("the body's condition output must be one bool element");
+      if (condOut->rank() != 0) {
+        DLC_TRY(scalar, ni.op(OpKind::Reshape, {condOut}, {{"shape", Attribute(std::vector<int64_t>{})}}));
+        condOut = scalar;
+      }
+      if (active) {
+        DLC_TRY(both, ni.op(OpKind::And, {active, condOut}));
+        active = both;
+      } else {
+        active = condOut;
+      }
+    }
+  }
+  for (size_t j = 0; j < carriedCount; ++j)
+    ni.setOutput(j, carried[j]);
+  for (size_t s = 0; s < scanCount; ++s) {
+    if (scans[s].empty())
+      return ni.unsupported("a Loop that runs no iteration with scan outputs (their element shape is unknown)");
+    Value *stacked = scans[s].front();
+    if (scans[s].size() > 1) {
+      DLC_TRY(c, ni.op(OpKind::Concat, scans[s], {{"axis", Attribute(int64_t{0})}}));
+      stacked = c;
+    }
+    ni.setOutput(carriedCount + s, stacked);
   }
   return llvm::Error::success();
 }
@@ -285,6 +421,7 @@ llvm::Error importEinsum(NodeImporter &ni) {
 void registerControlHandlers(std::vector<HandlerEntry> &t) {
   t.push_back({"Constant", 1, kMaxOpset, importConstant});
   t.push_back({"If", 1, kMaxOpset, importIf});
+  t.push_back({"Loop", 1, kMaxOpset, importLoop});
   t.push_back({"Einsum", 12, kMaxOpset, importEinsum});
 }
 

@@ -33,6 +33,9 @@ struct ImportOptions {
   /// at compile time (a Reshape's shape, an If condition), as TensorRT does with
   /// shape tensors. Other inputs stay inputs.
   std::map<std::string, ir::Tensor> specializable;
+  /// Loops are unrolled at compile time: a trip count above this is an error
+  /// (`--max-loop-unroll`), never a hang or a runaway compile.
+  int64_t maxLoopUnroll = 256;
   /// Run onnx::checker before importing.
   bool runChecker = true;
   /// Upgrade opsets <= 16 to 17 with the ONNX version converter.

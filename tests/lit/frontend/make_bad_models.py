@@ -55,9 +55,17 @@ save("unknown_ops.onnx",
 save("custom_domain.onnx",
      model([helper.make_node("Gelu", ["x"], ["y"], name="ms_gelu", domain="com.microsoft")],
            [f32("x", [2])], [f32("y", [2])], domains=["com.microsoft"]))
-save("loop.onnx", model([helper.make_node("Loop", ["", "c"], [], name="loop0",
-                                          body=helper.make_graph([], "b", [], []))],
-                        [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+# A while loop (no trip count): dlc unrolls loops at compile time, so it is refused.
+save("loop.onnx", model([helper.make_node("Loop", ["", "c", "v"], ["y"], name="loop0",
+                                          body=helper.make_graph(
+                                              [helper.make_node("Identity", ["ci"], ["co"]),
+                                               helper.make_node("Identity", ["vi"], ["vo"])], "b",
+                                              [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                                               helper.make_tensor_value_info("ci", TensorProto.BOOL, []),
+                                               f32("vi", [2])],
+                                              [helper.make_tensor_value_info("co", TensorProto.BOOL, []),
+                                               f32("vo", [2])]))],
+                        [helper.make_tensor_value_info("c", TensorProto.BOOL, []), f32("v", [2])],
                         [f32("y", [2])]))
 save("string_input.onnx",
      model([helper.make_node("Identity", ["s"], ["y"], name="id")],
