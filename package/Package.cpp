@@ -321,10 +321,18 @@ Status PackageFile::verify() {
       return bad(what + " reaches past the end of buffer " + std::to_string(r.buffer()));
     return Status::ok();
   };
+  // The verifier checks a vector's 4-byte length word, not that its 8-byte elements
+  // ([long], [Reloc]) are aligned: a damaged file could place them at 4 mod 8 (an
+  // empty vector has no elements to align).
+  auto misaligned = [](const auto *vec) {
+    return vec && vec->size() && reinterpret_cast<uintptr_t>(vec->Data()) % 8 != 0;
+  };
   // A TensorInfo or a Variable: dtype, shape and a buffer that holds the tensor.
   auto checkTensor = [&](const auto *t, const std::string &label, std::set<std::string> &names) -> Status {
     if (!t->name() || t->name()->size() == 0 || !names.insert(t->name()->str()).second)
       return bad(label + " has a missing or duplicate name");
+    if (misaligned(t->shape()))
+      return bad(label + " has a misaligned shape");
     if (static_cast<size_t>(t->dtype()) > static_cast<size_t>(DType::MAX))
       return bad(label + " has an unknown dtype");
     uint64_t n = 1;
@@ -349,7 +357,7 @@ Status PackageFile::verify() {
   if (p.bound_inputs())
     for (size_t i = 0; i < p.bound_inputs()->size(); ++i) {
       const BoundInput *b = p.bound_inputs()->Get(i);
-      if (!b->name() || b->name()->size() == 0 || !b->values() ||
+      if (!b->name() || b->name()->size() == 0 || !b->values() || misaligned(b->shape()) ||
           static_cast<size_t>(b->dtype()) > static_cast<size_t>(DType::MAX))
         return bad("bound input " + std::to_string(i) + " has no name, no values or an unknown dtype");
     }
@@ -415,6 +423,8 @@ Status PackageFile::verify() {
     if (paramBytes > kMaxParamBytes)
       return bad(label + " has " + std::to_string(paramBytes) + " bytes of parameters (limit " +
                  std::to_string(kMaxParamBytes) + ")");
+    if (misaligned(l.relocs()))
+      return bad(label + " has misaligned relocations");
     if (l.relocs())
       for (const Reloc *r : *l.relocs()) {
         if (r->offset() % 8 || r->offset() > paramBytes || paramBytes - r->offset() < 8)
