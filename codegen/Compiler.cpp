@@ -2,6 +2,7 @@
 #include "dlc/codegen/Compiler.h"
 
 #include "Lowering.h"
+#include "MemoryPlan.h"
 #include "Toolchain.h"
 
 #include "dlc/package/Package.h"
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <set>
@@ -51,9 +53,13 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
   for (const VariableDesc &v : p.variables)
     variableSections.push_back(w.addSection(v.initial.raw(), v.initial.byteSize()));
 
-  std::vector<flatbuffers::Offset<pkg::Buffer>> buffers;
-  for (const BufferDesc &b : p.buffers)
-    buffers.push_back(pkg::CreateBuffer(fb, b.region, b.offset, b.bytes));
+  auto buffersOf = [&](const std::vector<BufferDesc> &bs) {
+    std::vector<flatbuffers::Offset<pkg::Buffer>> v;
+    for (const BufferDesc &b : bs)
+      v.push_back(pkg::CreateBuffer(fb, b.region, b.offset, b.bytes));
+    return fb.CreateVector(v);
+  };
+  auto buffers = buffersOf(p.buffers);
   auto tensors = [&](const std::vector<TensorDesc> &ts) {
     std::vector<flatbuffers::Offset<pkg::TensorInfo>> v;
     for (const TensorDesc &t : ts)
@@ -103,8 +109,9 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
     return pkg::CreateLaunch(fb, l.kernel, &grid, &block, l.smem, fb.CreateVector(l.params.bytes),
                              fb.CreateVectorOfStructs(relocs), l.bytesRead, l.bytesWritten, l.flops);
   };
+  auto stepsOf = [&](const std::vector<StepDesc> &stepDescs) {
   std::vector<flatbuffers::Offset<pkg::Step>> steps;
-  for (const StepDesc &s : p.steps) {
+  for (const StepDesc &s : stepDescs) {
     auto node = fb.CreateString(s.node);
     flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> archs;
     if (!s.archs.empty())
@@ -144,6 +151,9 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
       step(pkg::StepKind::Memset, ms.Union());
     }
   }
+  return fb.CreateVector(steps);
+  };
+  auto steps = stepsOf(p.steps);
   std::vector<flatbuffers::Offset<pkg::Variable>> variables;
   for (size_t i = 0; i < p.variables.size(); ++i) {
     const VariableDesc &v = p.variables[i];
@@ -151,9 +161,25 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
                                             fb.CreateVector(v.initial.shape()), v.buffer, &variableSections[i],
                                             v.trainable));
   }
-  std::vector<flatbuffers::Offset<pkg::Check>> checks;
-  for (const CheckDesc &c : p.checks)
-    checks.push_back(pkg::CreateCheck(fb, c.offset, fb.CreateString(c.node), fb.CreateString(c.what)));
+  auto checksOf = [&](const std::vector<CheckDesc> &cs) {
+    std::vector<flatbuffers::Offset<pkg::Check>> v;
+    for (const CheckDesc &c : cs)
+      v.push_back(pkg::CreateCheck(fb, c.offset, fb.CreateString(c.node), fb.CreateString(c.what)));
+    return fb.CreateVector(v);
+  };
+  auto checks = checksOf(p.checks);
+  std::vector<flatbuffers::Offset<pkg::ShapeRange>> ranges;
+  for (const ShapeRangeDesc &r : p.shapeRanges)
+    ranges.push_back(pkg::CreateShapeRange(fb, fb.CreateString(r.input), r.axis, r.min, r.max, r.opt));
+  std::vector<flatbuffers::Offset<pkg::ShapeVariant>> variants;
+  for (const ScheduleVariant &v : p.variants) {
+    auto vin = tensors(v.inputs), vout = tensors(v.outputs);
+    auto vbuf = buffersOf(v.buffers);
+    auto vsteps = stepsOf(v.steps);
+    auto vchecks = checksOf(v.checks);
+    variants.push_back(pkg::CreateShapeVariant(fb, vin, vout, vbuf, vsteps, v.arenaBytes, v.maxLiveBytes, vchecks,
+                                               v.checkBuffer));
+  }
   std::vector<flatbuffers::Offset<pkg::BoundInput>> bound;
   for (const ir::Graph::BoundInput &b : p.boundInputs) {
     std::string values;
@@ -169,13 +195,15 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
   bool gpuModules = std::any_of(modules.begin(), modules.end(),
                                 [](const CompiledModule &m) { return m.kind != CompiledModule::EmuObject; });
   auto root = pkg::CreatePackage(fb, pkg::kFormatVersion, fb.CreateString("dlc 0.1.0"), fb.CreateString(p.modelName),
-                                 inputs, outputs, fb.CreateVector(buffers), p.arenaBytes, p.weightBytes,
+                                 inputs, outputs, buffers, p.arenaBytes, p.weightBytes,
                                  fb.CreateVector(weights), fb.CreateVector(kernels), fb.CreateVector(mods),
-                                 fb.CreateVector(steps), embedSource ? &src : nullptr, p.naiveArenaBytes,
-                                 p.maxLiveBytes, gpuModules ? nvrtcVersionNumber() : 0, fb.CreateVector(checks),
+                                 steps, embedSource ? &src : nullptr, p.naiveArenaBytes,
+                                 p.maxLiveBytes, gpuModules ? nvrtcVersionNumber() : 0, checks,
                                  p.checkBuffer, fb.CreateVector(variables), p.commitSteps,
                                  sourceModel.empty() ? nullptr : &model, evalOutputs,
-                                 bound.empty() ? 0 : fb.CreateVector(bound));
+                                 bound.empty() ? 0 : fb.CreateVector(bound),
+                                 ranges.empty() ? 0 : fb.CreateVector(ranges),
+                                 variants.empty() ? 0 : fb.CreateVector(variants));
   return w.finishImage(root);
 }
 
@@ -380,21 +408,15 @@ llvm::Expected<std::vector<uint8_t>> compileGraph(const Graph &g, const CompileO
   return image->bytes();
 }
 
-llvm::Expected<pkg::PackageImage> compileGraphImage(const Graph &g, const CompileOptions &opts,
-                                                   CompileReport *report) {
-  CompileReport local;
-  CompileReport &rep = report ? *report : local;
-  auto progress = [&](const std::string &s) {
-    if (opts.progress)
-      opts.progress(s);
-  };
-  ToolchainOptions tc;
+namespace {
+
+/// The targets to compile for (checked), and the toolchain's options.
+llvm::Expected<std::vector<std::string>> resolveTargets(const CompileOptions &opts, ToolchainOptions &tc) {
   tc.cudaRoot = opts.cudaRoot;
   tc.hostCompiler = opts.hostCompiler;
   tc.cacheDir = opts.cacheDir;
   tc.useCache = opts.useCache;
   tc.failureDumpPath = opts.failureDumpPath;
-
   std::vector<std::string> targets = opts.targets;
   if (targets.empty()) {
     targets = defaultGpuTargets();
@@ -411,10 +433,10 @@ llvm::Expected<pkg::PackageImage> compileGraphImage(const Graph &g, const Compil
   if (std::count(targets.begin(), targets.end(), "emu") && std::count(targets.begin(), targets.end(), "emu-check"))
     return makeError("targets emu and emu-check exclude each other (emu-check is emu with every memory access "
                      "instrumented for --check)");
-  rep.targets = targets;
+  return targets;
+}
 
-  auto t0 = std::chrono::steady_clock::now();
-  progress("codegen: lowering " + std::to_string(g.numNodes()) + " nodes");
+llvm::Expected<Program> lowerFor(const Graph &g, const std::vector<std::string> &targets, const CompileOptions &opts) {
   LoweringOptions lo;
   for (const std::string &t : targets)
     if (t.rfind("sm_", 0) == 0)
@@ -423,10 +445,18 @@ llvm::Expected<pkg::PackageImage> compileGraphImage(const Graph &g, const Compil
   lo.wideIndices = opts.wideIndices;
   lo.tf32 = opts.tf32;
   Lowering lowering(g, lo);
-  auto lowered = lowering.run();
-  if (!lowered)
-    return lowered.takeError();
-  auto program = std::make_shared<Program>(std::move(*lowered));
+  return lowering.run();
+}
+
+/// Compiles the program's chunks for every target and writes the package.
+llvm::Expected<pkg::PackageImage> compileProgram(std::shared_ptr<Program> program,
+                                                 const std::vector<std::string> &targets,
+                                                 const ToolchainOptions &tc, const CompileOptions &opts,
+                                                 CompileReport &rep, std::chrono::steady_clock::time_point t0) {
+  auto progress = [&](const std::string &s) {
+    if (opts.progress)
+      opts.progress(s);
+  };
   rep.codegenSeconds = since(t0);
   rep.kernels = program->kernels.size();
   rep.steps = program->steps.size();
@@ -467,6 +497,133 @@ llvm::Expected<pkg::PackageImage> compileGraphImage(const Graph &g, const Compil
   image.keepAlive(modules);
   rep.packageBytes = image.size();
   return image;
+}
+
+/// Adds the schedule of another point of the shape ranges to `base`: kernels base
+/// lacks join its kernel list, weights whose name and contents base has share base's
+/// copy (others join the weight region), and its buffers, steps and tensors become a
+/// variant.
+void addVariant(Program &base, Program v, std::map<std::string, uint32_t> &kernelIndex,
+                std::map<std::string, uint32_t> &weightByName) {
+  std::vector<uint32_t> remap(v.kernels.size());
+  for (size_t k = 0; k < v.kernels.size(); ++k) {
+    auto [it, added] = kernelIndex.emplace(v.kernels[k].key, static_cast<uint32_t>(base.kernels.size()));
+    if (added) {
+      for (const std::string &f : v.kernels[k].functors)
+        base.functors.emplace(f, v.functors.at(f));
+      base.kernels.push_back(std::move(v.kernels[k]));
+    }
+    remap[k] = it->second;
+  }
+  for (StepDesc &st : v.steps) {
+    if (auto *l = std::get_if<LaunchStep>(&st.op))
+      l->kernel = remap[l->kernel];
+    else if (auto *g = std::get_if<GemmStep>(&st.op); g && g->fallback)
+      g->fallback->kernel = remap[g->fallback->kernel];
+  }
+  for (BufferDesc &b : v.buffers) {
+    if (b.region != pkg::Region::Weights || b.weightIndex < 0)
+      continue;
+    const Tensor &t = v.weights[b.weightIndex];
+    auto it = weightByName.find(b.name);
+    if (it != weightByName.end()) {
+      const BufferDesc &mine = base.buffers[it->second];
+      const Tensor &theirs = base.weights[mine.weightIndex];
+      if (mine.bytes == b.bytes && theirs.byteSize() == t.byteSize() &&
+          std::memcmp(theirs.raw(), t.raw(), t.byteSize()) == 0) {
+        b.offset = mine.offset;
+        b.weightIndex = -1;
+        continue;
+      }
+    }
+    BufferDesc nb = b;
+    nb.offset = base.weightBytes;
+    nb.weightIndex = static_cast<int>(base.weights.size());
+    base.weights.push_back(t);
+    base.weightBytes += arenaAligned(b.bytes);
+    weightByName.emplace(b.name, static_cast<uint32_t>(base.buffers.size()));
+    base.buffers.push_back(nb);
+    b.offset = nb.offset;
+    b.weightIndex = -1;
+  }
+  base.arenaBytes = std::max(base.arenaBytes, v.arenaBytes);
+  ScheduleVariant sv;
+  sv.buffers = std::move(v.buffers);
+  sv.steps = std::move(v.steps);
+  sv.inputs = std::move(v.inputs);
+  sv.outputs = std::move(v.outputs);
+  sv.arenaBytes = v.arenaBytes;
+  sv.maxLiveBytes = v.maxLiveBytes;
+  sv.checks = std::move(v.checks);
+  sv.checkBuffer = v.checkBuffer;
+  base.variants.push_back(std::move(sv));
+}
+
+} // namespace
+
+llvm::Expected<pkg::PackageImage> compileGraphImage(const Graph &g, const CompileOptions &opts,
+                                                   CompileReport *report) {
+  CompileReport local;
+  CompileReport &rep = report ? *report : local;
+  ToolchainOptions tc;
+  auto targets = resolveTargets(opts, tc);
+  if (!targets)
+    return targets.takeError();
+  rep.targets = *targets;
+  auto t0 = std::chrono::steady_clock::now();
+  if (opts.progress)
+    opts.progress("codegen: lowering " + std::to_string(g.numNodes()) + " nodes");
+  auto lowered = lowerFor(g, *targets, opts);
+  if (!lowered)
+    return lowered.takeError();
+  return compileProgram(std::make_shared<Program>(std::move(*lowered)), *targets, tc, opts, rep, t0);
+}
+
+llvm::Expected<pkg::PackageImage>
+compileShapeRangeImage(size_t count, const std::function<llvm::Expected<std::unique_ptr<ir::Graph>>(size_t)> &graphAt,
+                       const std::vector<ShapeRangeDesc> &ranges, const CompileOptions &opts, CompileReport *report,
+                       const std::function<void(size_t, size_t)> &onVariant) {
+  CompileReport local;
+  CompileReport &rep = report ? *report : local;
+  ToolchainOptions tc;
+  auto targets = resolveTargets(opts, tc);
+  if (!targets)
+    return targets.takeError();
+  rep.targets = *targets;
+  auto t0 = std::chrono::steady_clock::now();
+  std::shared_ptr<Program> base;
+  std::map<std::string, uint32_t> kernelIndex, weightByName;
+  size_t baseKernels = 0;
+  for (size_t i = 0; i < count; ++i) {
+    auto g = graphAt(i);
+    if (!g)
+      return g.takeError();
+    auto lowered = lowerFor(**g, *targets, opts);
+    if (!lowered)
+      return lowered.takeError();
+    if (!base) {
+      base = std::make_shared<Program>(std::move(*lowered));
+      for (size_t k = 0; k < base->kernels.size(); ++k)
+        kernelIndex.emplace(base->kernels[k].key, static_cast<uint32_t>(k));
+      for (size_t b = 0; b < base->buffers.size(); ++b)
+        if (base->buffers[b].region == pkg::Region::Weights && base->buffers[b].weightIndex >= 0)
+          weightByName.emplace(base->buffers[b].name, static_cast<uint32_t>(b));
+      baseKernels = base->kernels.size();
+    } else {
+      if (!lowered->variables.empty())
+        return makeError("shape ranges apply to inference packages (a training package has one batch shape)");
+      addVariant(*base, std::move(*lowered), kernelIndex, weightByName);
+    }
+    if (onVariant)
+      onVariant(i + 1, count);
+  }
+  if (!base)
+    return makeError("a shape range with no shapes");
+  base->shapeRanges = ranges;
+  buildTranslationUnits(*base);
+  rep.variants = count;
+  rep.variantKernels = base->kernels.size() - baseKernels;
+  return compileProgram(base, *targets, tc, opts, rep, t0);
 }
 
 } // namespace dlc::codegen

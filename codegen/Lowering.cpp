@@ -627,22 +627,27 @@ llvm::Expected<Program> Lowering::run() {
   p_.naiveArenaBytes = mem.naiveBytes;
   p_.maxLiveBytes = mem.maxLiveBytes;
 
-  assignChunks(p_);
+  buildTranslationUnits(p_);
+  return std::move(p_);
+}
+
+void buildTranslationUnits(Program &p) {
+  assignChunks(p);
   std::vector<const KernelDesc *> all;
-  for (const KernelDesc &k : p_.kernels)
+  for (const KernelDesc &k : p.kernels)
     all.push_back(&k);
-  p_.source = translationUnit(p_, all);
+  p.source = translationUnit(p, all);
   uint32_t chunks = 0;
-  for (const KernelDesc &k : p_.kernels)
+  for (const KernelDesc &k : p.kernels)
     chunks = std::max(chunks, k.chunk + 1);
+  p.chunkSources.clear();
   for (uint32_t c = 0; c < chunks; ++c) {
     std::vector<const KernelDesc *> mine;
-    for (const KernelDesc &k : p_.kernels)
+    for (const KernelDesc &k : p.kernels)
       if (k.chunk == c)
         mine.push_back(&k);
-    p_.chunkSources.push_back(translationUnit(p_, mine));
+    p.chunkSources.push_back(translationUnit(p, mine));
   }
-  return std::move(p_);
 }
 
 } // namespace dlc::codegen

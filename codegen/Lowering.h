@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "dlc/codegen/Compiler.h"
 #include "dlc/ir/Graph.h"
 #include "dlc/package/Package.h"
 
@@ -195,6 +196,17 @@ struct CheckDesc {
   std::string node, what;
 };
 
+/// The schedule of one point of a shape-range package other than its opt shape
+/// (pkg::ShapeVariant): its own buffers and steps over the program's kernels and weights.
+struct ScheduleVariant {
+  std::vector<BufferDesc> buffers;
+  std::vector<StepDesc> steps;
+  std::vector<TensorDesc> inputs, outputs;
+  uint64_t arenaBytes = 0, maxLiveBytes = 0;
+  std::vector<CheckDesc> checks;
+  uint32_t checkBuffer = 0;
+};
+
 /// Everything codegen produced for one graph.
 struct Program {
   std::string modelName;
@@ -224,7 +236,14 @@ struct Program {
   std::vector<std::string> chunkSources;
   /// Generated functors by name (content-derived, so shared across layers).
   std::map<std::string, std::string> functors;
+  /// Shape-range packages: the ranges, and the schedules of the other shapes.
+  std::vector<ShapeRangeDesc> shapeRanges;
+  std::vector<ScheduleVariant> variants;
 };
+
+/// Assigns the kernels to chunks and writes `source` and `chunkSources` (after
+/// lowering, and again after kernels of other shape variants joined).
+void buildTranslationUnits(Program &p);
 
 class Lowering;
 struct FusionGroup;

@@ -302,16 +302,23 @@ Status PackageFile::verify() {
   };
   if (p.format_version() != kFormatVersion)
     return bad("metadata format version mismatch");
-  const auto *buffers = p.buffers();
-  size_t nBuffers = buffers ? buffers->size() : 0;
-  for (size_t i = 0; i < nBuffers; ++i) {
-    const Buffer *b = buffers->Get(i);
-    uint64_t limit = b->region() == Region::Arena ? p.arena_bytes() : p.weight_bytes();
-    if (b->region() != Region::Arena && b->region() != Region::Weights)
-      return bad("buffer " + std::to_string(i) + " has an unknown region");
-    if (b->offset() % 16 || b->offset() > limit || b->bytes() > limit - b->offset())
-      return bad("buffer " + std::to_string(i) + " lies outside its region");
-  }
+  // The buffer table that BufRefs index: the package's, then each shape variant's.
+  const flatbuffers::Vector<flatbuffers::Offset<Buffer>> *buffers = p.buffers();
+  size_t nBuffers = 0;
+  auto useBuffers = [&](const flatbuffers::Vector<flatbuffers::Offset<Buffer>> *bs, const std::string &where) -> Status {
+    buffers = bs;
+    nBuffers = bs ? bs->size() : 0;
+    for (size_t i = 0; i < nBuffers; ++i) {
+      const Buffer *b = buffers->Get(i);
+      uint64_t limit = b->region() == Region::Arena ? p.arena_bytes() : p.weight_bytes();
+      if (b->region() != Region::Arena && b->region() != Region::Weights)
+        return bad(where + "buffer " + std::to_string(i) + " has an unknown region");
+      if (b->offset() % 16 || b->offset() > limit || b->bytes() > limit - b->offset())
+        return bad(where + "buffer " + std::to_string(i) + " lies outside its region");
+    }
+    return Status::ok();
+  };
+  DLC_RETURN_IF_ERROR(useBuffers(p.buffers(), ""));
   auto checkRef = [&](const BufRef &r, uint64_t bytes, const std::string &what) -> Status {
     if (r.buffer() >= nBuffers)
       return bad(what + " refers to buffer " + std::to_string(r.buffer()) + " of " +
@@ -360,13 +367,6 @@ Status PackageFile::verify() {
       if (!b->name() || b->name()->size() == 0 || !b->values() || misaligned(b->shape()) ||
           static_cast<size_t>(b->dtype()) > static_cast<size_t>(DType::MAX))
         return bad("bound input " + std::to_string(i) + " has no name, no values or an unknown dtype");
-    }
-  if (p.steps())
-    for (const Step *st : *p.steps()) {
-      if (st->schedules() > 3)
-        return bad("a step belongs to an unknown schedule");
-      if (st->predicate())
-        DLC_RETURN_IF_ERROR(checkRef(*st->predicate(), 1, "a step's condition"));
     }
   if (p.commit_steps() > (p.steps() ? p.steps()->size() : 0))
     return bad("more commit steps than steps");
@@ -433,90 +433,125 @@ Status PackageFile::verify() {
       }
     return Status::ok();
   };
-  if (p.checks() && p.checks()->size()) {
-    if (p.check_buffer() >= nBuffers || buffers->Get(p.check_buffer())->region() != Region::Arena)
-      return bad("the check buffer is not an arena buffer");
-    for (const Check *c : *p.checks()) {
-      if (c->offset() % 4 || !c->node() || !c->what())
-        return bad("a check word is misaligned or unnamed");
-      DLC_RETURN_IF_ERROR(checkRef(BufRef(p.check_buffer(), c->offset()), 4, "a check word"));
+  using Steps = flatbuffers::Vector<flatbuffers::Offset<Step>>;
+  using Checks = flatbuffers::Vector<flatbuffers::Offset<Check>>;
+  auto checkSchedule = [&](const Steps *steps, const Checks *checks, uint32_t checkBuffer,
+                           const std::string &where) -> Status {
+    if (checks && checks->size()) {
+      if (checkBuffer >= nBuffers || buffers->Get(checkBuffer)->region() != Region::Arena)
+        return bad(where + "the check buffer is not an arena buffer");
+      for (const Check *c : *checks) {
+        if (c->offset() % 4 || !c->node() || !c->what())
+          return bad("a check word is misaligned or unnamed");
+        DLC_RETURN_IF_ERROR(checkRef(BufRef(checkBuffer, c->offset()), 4, "a check word"));
+      }
     }
-  }
-  if (p.steps())
-    for (size_t i = 0; i < p.steps()->size(); ++i) {
-      const Step *s = p.steps()->Get(i);
-      std::string label = "step " + std::to_string(i);
-      switch (s->op_type()) {
-      case StepKind::Launch:
-        DLC_RETURN_IF_ERROR(checkLaunch(*s->op_as_Launch(), label));
-        break;
-      case StepKind::Gemm: {
-        const Gemm *g = s->op_as_Gemm();
-        size_t es = dtypeSize(g->dtype());
-        if (!es || g->m() < 1 || g->n() < 1 || g->k() < 1 || g->batch() < 1 || !g->a() ||
-            !g->b() || !g->c())
-          return bad(label + " is an invalid GEMM");
-        // Bytes up to the highest element each operand touches, for bounds checks; the
-        // operands are non-negative here, and an overflow (a damaged package) becomes a
-        // size no buffer has.
-        auto extent = [es](int64_t batch, int64_t stride, int64_t rows, int64_t cols,
-                           int64_t ld) -> uint64_t {
-          uint64_t a, b, r;
-          if (__builtin_mul_overflow(uint64_t(batch - 1), uint64_t(stride), &a) ||
-              __builtin_mul_overflow(uint64_t(rows - 1), uint64_t(ld), &b) ||
-              __builtin_add_overflow(a, b, &r) || __builtin_add_overflow(r, uint64_t(cols), &r) ||
-              __builtin_mul_overflow(r, uint64_t(es), &r))
-            return UINT64_MAX;
-          return r;
-        };
-        int64_t ar = g->trans_a() ? g->k() : g->m(), ac = g->trans_a() ? g->m() : g->k();
-        int64_t br = g->trans_b() ? g->n() : g->k(), bc = g->trans_b() ? g->k() : g->n();
-        if (g->lda() < ac || g->ldb() < bc || g->ldc() < g->n() || g->stride_a() < 0 ||
-            g->stride_b() < 0 || g->stride_c() < 0)
-          return bad(label + " has invalid leading dimensions or strides");
-        DLC_RETURN_IF_ERROR(checkRef(*g->a(), extent(g->batch(), g->stride_a(), ar, ac, g->lda()),
-                                     label + " A"));
-        DLC_RETURN_IF_ERROR(checkRef(*g->b(), extent(g->batch(), g->stride_b(), br, bc, g->ldb()),
-                                     label + " B"));
-        DLC_RETURN_IF_ERROR(checkRef(*g->c(), extent(g->batch(), g->stride_c(), g->m(), g->n(), g->ldc()),
-                                     label + " C"));
-        if (g->c_in())
-          DLC_RETURN_IF_ERROR(checkRef(*g->c_in(),
-                                       extent(g->batch(), g->stride_c(), g->m(), g->n(), g->ldc()),
-                                       label + " C input"));
-        if (g->bias())
-          DLC_RETURN_IF_ERROR(checkRef(*g->bias(), g->n() * es, label + " bias"));
-        if (g->activation() > GemmActivation::MAX)
-          return bad(label + " has an unknown activation");
-        if (g->workspace_bytes())
-          DLC_RETURN_IF_ERROR(checkRef(g->workspace() ? *g->workspace() : BufRef(UINT32_MAX, 0),
-                                       g->workspace_bytes(), label + " workspace"));
-        if (g->fallback())
-          DLC_RETURN_IF_ERROR(checkLaunch(*g->fallback(), label + " epilogue fallback"));
-        break;
+    if (steps)
+      for (size_t i = 0; i < steps->size(); ++i) {
+        const Step *s = steps->Get(i);
+        std::string label = where + "step " + std::to_string(i);
+        switch (s->op_type()) {
+        case StepKind::Launch:
+          DLC_RETURN_IF_ERROR(checkLaunch(*s->op_as_Launch(), label));
+          break;
+        case StepKind::Gemm: {
+          const Gemm *g = s->op_as_Gemm();
+          size_t es = dtypeSize(g->dtype());
+          if (!es || g->m() < 1 || g->n() < 1 || g->k() < 1 || g->batch() < 1 || !g->a() ||
+              !g->b() || !g->c())
+            return bad(label + " is an invalid GEMM");
+          // Bytes up to the highest element each operand touches, for bounds checks; the
+          // operands are non-negative here, and an overflow (a damaged package) becomes a
+          // size no buffer has.
+          auto extent = [es](int64_t batch, int64_t stride, int64_t rows, int64_t cols,
+                             int64_t ld) -> uint64_t {
+            uint64_t a, b, r;
+            if (__builtin_mul_overflow(uint64_t(batch - 1), uint64_t(stride), &a) ||
+                __builtin_mul_overflow(uint64_t(rows - 1), uint64_t(ld), &b) ||
+                __builtin_add_overflow(a, b, &r) || __builtin_add_overflow(r, uint64_t(cols), &r) ||
+                __builtin_mul_overflow(r, uint64_t(es), &r))
+              return UINT64_MAX;
+            return r;
+          };
+          int64_t ar = g->trans_a() ? g->k() : g->m(), ac = g->trans_a() ? g->m() : g->k();
+          int64_t br = g->trans_b() ? g->n() : g->k(), bc = g->trans_b() ? g->k() : g->n();
+          if (g->lda() < ac || g->ldb() < bc || g->ldc() < g->n() || g->stride_a() < 0 ||
+              g->stride_b() < 0 || g->stride_c() < 0)
+            return bad(label + " has invalid leading dimensions or strides");
+          DLC_RETURN_IF_ERROR(checkRef(*g->a(), extent(g->batch(), g->stride_a(), ar, ac, g->lda()),
+                                       label + " A"));
+          DLC_RETURN_IF_ERROR(checkRef(*g->b(), extent(g->batch(), g->stride_b(), br, bc, g->ldb()),
+                                       label + " B"));
+          DLC_RETURN_IF_ERROR(checkRef(*g->c(), extent(g->batch(), g->stride_c(), g->m(), g->n(), g->ldc()),
+                                       label + " C"));
+          if (g->c_in())
+            DLC_RETURN_IF_ERROR(checkRef(*g->c_in(),
+                                         extent(g->batch(), g->stride_c(), g->m(), g->n(), g->ldc()),
+                                         label + " C input"));
+          if (g->bias())
+            DLC_RETURN_IF_ERROR(checkRef(*g->bias(), g->n() * es, label + " bias"));
+          if (g->activation() > GemmActivation::MAX)
+            return bad(label + " has an unknown activation");
+          if (g->workspace_bytes())
+            DLC_RETURN_IF_ERROR(checkRef(g->workspace() ? *g->workspace() : BufRef(UINT32_MAX, 0),
+                                         g->workspace_bytes(), label + " workspace"));
+          if (g->fallback())
+            DLC_RETURN_IF_ERROR(checkLaunch(*g->fallback(), label + " epilogue fallback"));
+          break;
+        }
+        case StepKind::Copy: {
+          const Copy *c = s->op_as_Copy();
+          if (!c->src() || !c->dst())
+            return bad(label + " is an invalid copy");
+          DLC_RETURN_IF_ERROR(checkRef(*c->src(), c->bytes(), label + " source"));
+          DLC_RETURN_IF_ERROR(checkRef(*c->dst(), c->bytes(), label + " destination"));
+          break;
+        }
+        case StepKind::Memset: {
+          const Memset *m = s->op_as_Memset();
+          if (!m->dst())
+            return bad(label + " is an invalid memset");
+          DLC_RETURN_IF_ERROR(checkRef(*m->dst(), m->bytes(), label));
+          break;
+        }
+        default:
+          return bad(label + " has an unknown kind");
+        }
+        if (s->archs())
+          for (const flatbuffers::String *a : *s->archs())
+            if (!a || a->size() == 0)
+              return bad(label + " names an empty architecture");
       }
-      case StepKind::Copy: {
-        const Copy *c = s->op_as_Copy();
-        if (!c->src() || !c->dst())
-          return bad(label + " is an invalid copy");
-        DLC_RETURN_IF_ERROR(checkRef(*c->src(), c->bytes(), label + " source"));
-        DLC_RETURN_IF_ERROR(checkRef(*c->dst(), c->bytes(), label + " destination"));
-        break;
+    if (steps)
+      for (const Step *st : *steps) {
+        if (st->schedules() > 3)
+          return bad(where + "a step belongs to an unknown schedule");
+        if (st->predicate())
+          DLC_RETURN_IF_ERROR(checkRef(*st->predicate(), 1, where + "a step's condition"));
       }
-      case StepKind::Memset: {
-        const Memset *m = s->op_as_Memset();
-        if (!m->dst())
-          return bad(label + " is an invalid memset");
-        DLC_RETURN_IF_ERROR(checkRef(*m->dst(), m->bytes(), label));
-        break;
-      }
-      default:
-        return bad(label + " has an unknown kind");
-      }
-      if (s->archs())
-        for (const flatbuffers::String *a : *s->archs())
-          if (!a || a->size() == 0)
-            return bad(label + " names an empty architecture");
+    return Status::ok();
+  };
+  DLC_RETURN_IF_ERROR(checkSchedule(p.steps(), p.checks(), p.check_buffer(), ""));
+  // Shape ranges: every variant is a complete schedule over its own buffer table.
+  if (p.shape_ranges())
+    for (size_t i = 0; i < p.shape_ranges()->size(); ++i) {
+      const ShapeRange *r = p.shape_ranges()->Get(i);
+      if (!r->input() || r->min() < 0 || r->max() < r->min() || r->opt() < r->min() || r->opt() > r->max())
+        return bad("shape range " + std::to_string(i) + " is invalid");
+    }
+  if (p.variants())
+    for (size_t i = 0; i < p.variants()->size(); ++i) {
+      const ShapeVariant *var = p.variants()->Get(i);
+      std::string where = "shape variant " + std::to_string(i) + ": ";
+      if (var->arena_bytes() > p.arena_bytes())
+        return bad(where + "its arena is larger than the package's");
+      DLC_RETURN_IF_ERROR(useBuffers(var->buffers(), where));
+      DLC_RETURN_IF_ERROR(checkTensors(var->inputs(), (where + "input").c_str()));
+      DLC_RETURN_IF_ERROR(checkTensors(var->outputs(), (where + "output").c_str()));
+      if ((var->inputs() ? var->inputs()->size() : 0) != (p.inputs() ? p.inputs()->size() : 0) ||
+          (var->outputs() ? var->outputs()->size() : 0) != (p.outputs() ? p.outputs()->size() : 0))
+        return bad(where + "its inputs or outputs differ from the package's");
+      DLC_RETURN_IF_ERROR(checkSchedule(var->steps(), var->checks(), var->check_buffer(), where));
     }
   return Status::ok();
 }

@@ -33,6 +33,13 @@ public:
   /// Loads modules, allocates the arena, and takes the model's weights (uploading
   /// them if this is the first session of the model on this backend).
   virtual Status prepare(const Model &m) = 0;
+  /// The buffer table that BufRefs index from now on: the package's (schedule 0) or
+  /// a shape variant's (schedule i + 1 for pkg::Package::variants()[i]). The cuda
+  /// backend keeps a CUDA graph per schedule.
+  void useSchedule(const flatbuffers::Vector<flatbuffers::Offset<pkg::Buffer>> *buffers, size_t schedule) {
+    buffers_ = buffers;
+    schedule_ = schedule;
+  }
   /// Binds a buffer to a caller-owned device address (cuda only).
   virtual Status bindExternal(uint32_t buffer, uint64_t address) {
     (void)buffer;
@@ -58,6 +65,11 @@ public:
   virtual Status execute(const std::function<Status()> &issue) { return issue(); }
   /// A note for the user (a fallback the backend took), or "".
   virtual std::string note() const { return ""; }
+
+protected:
+  const pkg::Buffer *bufferAt(uint32_t i) const { return buffers_->Get(i); }
+  const flatbuffers::Vector<flatbuffers::Offset<pkg::Buffer>> *buffers_ = nullptr;
+  size_t schedule_ = 0;
 };
 
 /// The emu backend: opts.emuThreads workers (0: one per hardware thread);

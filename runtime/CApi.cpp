@@ -7,8 +7,10 @@
 #include "dlc/runtime.h"
 #include "dlc/runtime/Runtime.h"
 
+#include <algorithm>
 #include <new>
 #include <string>
+#include <vector>
 
 using namespace dlc;
 
@@ -29,14 +31,22 @@ thread_local std::string lastError;
 
 dlc_status toC(StatusCode c) {
   switch (c) {
-  case StatusCode::Ok: return DLC_OK;
-  case StatusCode::InvalidArgument: return DLC_ERROR_INVALID_ARGUMENT;
-  case StatusCode::InvalidPackage: return DLC_ERROR_INVALID_PACKAGE;
-  case StatusCode::Unavailable: return DLC_ERROR_UNAVAILABLE;
-  case StatusCode::LaunchFailure: return DLC_ERROR_LAUNCH;
-  case StatusCode::IoError: return DLC_ERROR_IO;
-  case StatusCode::DataError: return DLC_ERROR_DATA;
-  case StatusCode::Internal: return DLC_ERROR_INTERNAL;
+  case StatusCode::Ok:
+    return DLC_OK;
+  case StatusCode::InvalidArgument:
+    return DLC_ERROR_INVALID_ARGUMENT;
+  case StatusCode::InvalidPackage:
+    return DLC_ERROR_INVALID_PACKAGE;
+  case StatusCode::Unavailable:
+    return DLC_ERROR_UNAVAILABLE;
+  case StatusCode::LaunchFailure:
+    return DLC_ERROR_LAUNCH;
+  case StatusCode::IoError:
+    return DLC_ERROR_IO;
+  case StatusCode::DataError:
+    return DLC_ERROR_DATA;
+  case StatusCode::Internal:
+    return DLC_ERROR_INTERNAL;
   }
   return DLC_ERROR_INTERNAL;
 }
@@ -112,20 +122,33 @@ template <class F> dlc_status loadModel(const void *source, dlc_model **out, F &
 
 extern "C" {
 
-const char *dlc_last_error(void) { return lastError.c_str(); }
-int dlc_runtime_api_version(void) { return DLC_RUNTIME_API_VERSION; }
+const char *dlc_last_error(void) {
+  return lastError.c_str();
+}
+int dlc_runtime_api_version(void) {
+  return DLC_RUNTIME_API_VERSION;
+}
 
 const char *dlc_status_string(dlc_status s) {
   switch (s) {
-  case DLC_OK: return "ok";
-  case DLC_ERROR_INVALID_ARGUMENT: return "invalid argument";
-  case DLC_ERROR_INVALID_PACKAGE: return "invalid package";
-  case DLC_ERROR_UNAVAILABLE: return "unavailable";
-  case DLC_ERROR_LAUNCH: return "launch failure";
-  case DLC_ERROR_INTERNAL: return "internal error";
-  case DLC_ERROR_IO: return "I/O error";
-  case DLC_ERROR_DATA: return "invalid input data";
-  case DLC_STATUS_FORCE_INT32_: break;
+  case DLC_OK:
+    return "ok";
+  case DLC_ERROR_INVALID_ARGUMENT:
+    return "invalid argument";
+  case DLC_ERROR_INVALID_PACKAGE:
+    return "invalid package";
+  case DLC_ERROR_UNAVAILABLE:
+    return "unavailable";
+  case DLC_ERROR_LAUNCH:
+    return "launch failure";
+  case DLC_ERROR_INTERNAL:
+    return "internal error";
+  case DLC_ERROR_IO:
+    return "I/O error";
+  case DLC_ERROR_DATA:
+    return "invalid input data";
+  case DLC_STATUS_FORCE_INT32_:
+    break;
   }
   return "unknown status";
 }
@@ -139,10 +162,13 @@ dlc_status dlc_model_load_memory(const void *data, size_t size, dlc_model **out)
 }
 
 dlc_status dlc_model_load_static(const void *data, size_t size, dlc_model **out) {
-  return loadModel(data, out, [&] { return pkg::PackageFile::fromStaticBytes(data, size, "<linked package>"); });
+  return loadModel(
+      data, out, [&] { return pkg::PackageFile::fromStaticBytes(data, size, "<linked package>"); });
 }
 
-void dlc_model_free(dlc_model *model) { delete model; }
+void dlc_model_free(dlc_model *model) {
+  delete model;
+}
 
 dlc_status dlc_model_num_inputs(const dlc_model *m, int *count) {
   if (!m || !count)
@@ -165,7 +191,8 @@ dlc_status dlc_model_output_info(const dlc_model *m, int index, dlc_tensor_info 
   return tensorInfo(m, index, true, info);
 }
 
-dlc_status dlc_session_create(dlc_model *model, const dlc_session_options *options, dlc_session **out) {
+dlc_status dlc_session_create(dlc_model *model, const dlc_session_options *options,
+                              dlc_session **out) {
   return guarded([&] {
     if (!model || !out)
       return fail(DLC_ERROR_INVALID_ARGUMENT, "null model or output pointer");
@@ -173,7 +200,8 @@ dlc_status dlc_session_create(dlc_model *model, const dlc_session_options *optio
     rt::SessionOptions so;
     if (options) {
       if (options->device < DLC_DEVICE_AUTO || options->device > DLC_DEVICE_EMU)
-        return fail(DLC_ERROR_INVALID_ARGUMENT, "unknown device " + std::to_string(options->device));
+        return fail(DLC_ERROR_INVALID_ARGUMENT,
+                    "unknown device " + std::to_string(options->device));
       so.device = static_cast<rt::DeviceKind>(options->device);
       so.emuThreads = options->emu_threads;
       so.cudaDevice = options->cuda_device;
@@ -190,7 +218,9 @@ dlc_status dlc_session_create(dlc_model *model, const dlc_session_options *optio
   });
 }
 
-void dlc_session_free(dlc_session *session) { delete session; }
+void dlc_session_free(dlc_session *session) {
+  delete session;
+}
 
 const char *dlc_session_device(const dlc_session *session) {
   return session ? session->device.c_str() : "";
@@ -204,22 +234,38 @@ dlc_status dlc_session_set_input(dlc_session *s, const char *name, const void *d
   });
 }
 
-dlc_status dlc_session_set_input_tensor(dlc_session *s, const char *name, dlc_dtype dtype, const long *shape,
-                                        int rank, const void *data) {
+dlc_status dlc_session_set_input_tensor(dlc_session *s, const char *name, dlc_dtype dtype,
+                                        const long *shape, int rank, const void *data) {
   return guarded([&] {
     if (!s || !name)
       return fail(DLC_ERROR_INVALID_ARGUMENT, "null session or name");
     if (rank < 0 || (rank > 0 && !shape))
-      return fail(DLC_ERROR_INVALID_ARGUMENT, "input '" + std::string(name) + "': null shape or negative rank");
+      return fail(DLC_ERROR_INVALID_ARGUMENT,
+                  "input '" + std::string(name) + "': null shape or negative rank");
     int i = s->session->inputIndex(name);
     if (i < 0)
-      return fail(DLC_ERROR_INVALID_ARGUMENT, pkg::unknownInputMessage(s->session->package(), name));
+      return fail(DLC_ERROR_INVALID_ARGUMENT,
+                  pkg::unknownInputMessage(s->session->package(), name));
     const pkg::TensorInfo *in = s->session->package().inputs()->Get(i);
     if (static_cast<int>(in->dtype()) != static_cast<int>(dtype))
       return fail(DLC_ERROR_INVALID_ARGUMENT,
                   "input '" + std::string(name) + "' is " + pkg::dtypeName(in->dtype()) + ", got " +
-                      (dtype >= DLC_F32 && dtype <= DLC_BOOL ? pkg::dtypeName(static_cast<pkg::DType>(dtype))
-                                                             : "dtype " + std::to_string(int(dtype))));
+                      (dtype >= DLC_F32 && dtype <= DLC_BOOL
+                           ? pkg::dtypeName(static_cast<pkg::DType>(dtype))
+                           : "dtype " + std::to_string(int(dtype))));
+    if (s->session->package().shape_ranges()) { // any shape in the ranges: the session checks it
+      rt::HostTensor t;
+      t.dtype = in->dtype();
+      t.shape.assign(shape, shape + rank);
+      if (std::any_of(t.shape.begin(), t.shape.end(), [](int64_t d) { return d < 0; }))
+        return fail(DLC_ERROR_INVALID_ARGUMENT,
+                    "input '" + std::string(name) + "': a negative dimension");
+      if (!data && t.byteSize())
+        return fail(DLC_ERROR_INVALID_ARGUMENT, "input '" + std::string(name) + "': data is null");
+      const auto *bytes = static_cast<const uint8_t *>(data);
+      t.data.assign(bytes, bytes + (data ? t.byteSize() : 0));
+      return report(s->session->setInput(name, t));
+    }
     auto want = [&] {
       std::string r = "[";
       for (size_t k = 0; in->shape() && k < in->shape()->size(); ++k)
@@ -240,6 +286,43 @@ dlc_status dlc_session_set_input_tensor(dlc_session *s, const char *name, dlc_dt
     for (int k = 0; k < rank; ++k)
       bytes *= static_cast<size_t>(shape[k]);
     return report(s->session->setInputBytes(name, data, bytes));
+  });
+}
+
+dlc_status dlc_model_input_shape_range(const dlc_model *m, int index, long *minShape,
+                                       long *maxShape) {
+  return guarded([&] {
+    dlc_tensor_info info;
+    if (dlc_status st = tensorInfo(m, index, false, &info))
+      return st;
+    if (info.rank > 0 && (!minShape || !maxShape))
+      return fail(DLC_ERROR_INVALID_ARGUMENT, "null shape pointer");
+    for (int a = 0; a < info.rank; ++a)
+      minShape[a] = maxShape[a] = info.shape[a];
+    if (const auto *ranges = m->model->meta().shape_ranges())
+      for (const pkg::ShapeRange *r : *ranges)
+        if (r->input()->str() == info.name && static_cast<int>(r->axis()) < info.rank) {
+          minShape[r->axis()] = static_cast<long>(r->min());
+          maxShape[r->axis()] = static_cast<long>(r->max());
+        }
+    return DLC_OK;
+  });
+}
+
+dlc_status dlc_session_output_shape(dlc_session *s, const char *name, long *shape, int rank) {
+  return guarded([&] {
+    if (!s || !name || (rank > 0 && !shape))
+      return fail(DLC_ERROR_INVALID_ARGUMENT, "null session, name or shape pointer");
+    if (s->session->outputIndex(name) < 0)
+      return fail(DLC_ERROR_INVALID_ARGUMENT,
+                  "the model has no output named '" + std::string(name) + "'");
+    std::vector<int64_t> got = s->session->outputShape(name);
+    if (static_cast<int>(got.size()) != rank)
+      return fail(DLC_ERROR_INVALID_ARGUMENT, "output '" + std::string(name) + "' has rank " +
+                                                  std::to_string(got.size()) + ", got room for " +
+                                                  std::to_string(rank));
+    std::copy(got.begin(), got.end(), shape);
+    return report(Status::ok());
   });
 }
 
@@ -286,18 +369,20 @@ dlc_status dlc_session_get_output(dlc_session *s, const char *name, void *data, 
 dlc_status dlc_model_num_variables(const dlc_model *m, int *count) {
   if (!m || !count)
     return fail(DLC_ERROR_INVALID_ARGUMENT, "null model or count pointer");
-  *count = m->model->meta().variables() ? static_cast<int>(m->model->meta().variables()->size()) : 0;
+  *count =
+      m->model->meta().variables() ? static_cast<int>(m->model->meta().variables()->size()) : 0;
   return DLC_OK;
 }
 
-dlc_status dlc_model_variable_info(const dlc_model *m, int index, dlc_tensor_info *info, int *trainable) {
+dlc_status dlc_model_variable_info(const dlc_model *m, int index, dlc_tensor_info *info,
+                                   int *trainable) {
   if (!m || !info)
     return fail(DLC_ERROR_INVALID_ARGUMENT, "null model or info pointer");
   const auto *list = m->model->meta().variables();
   int n = list ? static_cast<int>(list->size()) : 0;
   if (index < 0 || index >= n)
-    return fail(DLC_ERROR_INVALID_ARGUMENT,
-                "variable index " + std::to_string(index) + " is out of range (" + std::to_string(n) + ")");
+    return fail(DLC_ERROR_INVALID_ARGUMENT, "variable index " + std::to_string(index) +
+                                                " is out of range (" + std::to_string(n) + ")");
   describe(list->Get(index), info);
   if (trainable)
     *trainable = list->Get(index)->trainable() ? 1 : 0;
@@ -329,7 +414,8 @@ dlc_status dlc_session_get_variable(dlc_session *s, const char *name, void *data
   });
 }
 
-dlc_status dlc_session_set_variable(dlc_session *s, const char *name, const void *data, size_t size) {
+dlc_status dlc_session_set_variable(dlc_session *s, const char *name, const void *data,
+                                    size_t size) {
   return guarded([&] {
     if (!s || !name || (!data && size))
       return fail(DLC_ERROR_INVALID_ARGUMENT, "null session, name or data");

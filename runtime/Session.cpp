@@ -98,14 +98,34 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> mo
   s->inputSet_.assign(m.inputs() ? m.inputs()->size() : 0, false);
   // Steps planned for another architecture (tile choices) do not run here.
   int arch = chooseStepArch(stepArchs(m), s->backend_->computeCapability());
-  if (m.steps())
-    for (const pkg::Step *st : *m.steps())
-      if (stepRunsOn(*st, arch)) {
-        if (st->schedules() & 1)
-          s->steps_.push_back(st);
-        if (st->schedules() & 2)
-          s->evalSteps_.push_back(st);
-      }
+  auto add = [&](const Tensors *inputs, const Tensors *outputs, const auto *buffers, const auto *steps,
+                 const auto *checks, uint32_t checkBuffer) {
+    Schedule sc;
+    sc.inputs = inputs;
+    sc.outputs = outputs;
+    sc.buffers = buffers;
+    sc.checks = checks;
+    sc.checkBuffer = checkBuffer;
+    if (steps)
+      for (const pkg::Step *st : *steps)
+        if (stepRunsOn(*st, arch)) {
+          if (st->schedules() & 1)
+            sc.steps.push_back(st);
+          if (st->schedules() & 2)
+            sc.evalSteps.push_back(st);
+        }
+    s->schedules_.push_back(std::move(sc));
+  };
+  add(m.inputs(), m.outputs(), m.buffers(), m.steps(), m.checks(), m.check_buffer());
+  if (m.variants())
+    for (const pkg::ShapeVariant *v : *m.variants())
+      add(v->inputs(), v->outputs(), v->buffers(), v->steps(), v->checks(), v->check_buffer());
+  s->ranged_ = s->schedules_.size() > 1;
+  if (s->ranged_) {
+    s->staged_.resize(s->inputSet_.size());
+    for (size_t i = 0; i < s->staged_.size(); ++i)
+      s->staged_[i].shape = shapeOf(m.inputs()->Get(i));
+  }
   return s;
 }
 
@@ -235,7 +255,91 @@ bool Session::hasEvalSchedule() const {
 }
 
 const flatbuffers::Vector<flatbuffers::Offset<pkg::TensorInfo>> *Session::outputList() const {
-  return evalMode_ ? pkg_->meta().eval_outputs() : pkg_->meta().outputs();
+  return evalMode_ ? pkg_->meta().eval_outputs() : schedule().outputs;
+}
+
+std::vector<int64_t> Session::inputShape(const std::string &name) const {
+  int i = inputIndex(name);
+  if (i < 0)
+    return {};
+  return ranged_ ? staged_[i].shape : shapeOf(pkg_->meta().inputs()->Get(i));
+}
+
+std::vector<int64_t> Session::outputShape(const std::string &name) const {
+  int i = outputIndex(name);
+  return i < 0 ? std::vector<int64_t>{} : shapeOf(outputList()->Get(i));
+}
+
+/// A shape-range package: `t` must have the input's dtype and rank, its fixed
+/// dimensions, and ranged dimensions inside their ranges.
+Status Session::checkRangedInput(int index, const HostTensor &t) const {
+  const pkg::Package &m = pkg_->meta();
+  const pkg::TensorInfo *in = m.inputs()->Get(index);
+  std::string name = in->name()->str();
+  if (t.dtype != in->dtype())
+    return Status(StatusCode::InvalidArgument, "input '" + name + "' has dtype " + pkg::dtypeName(t.dtype) +
+                                                   ", the model expects " + pkg::dtypeName(in->dtype()));
+  std::vector<int64_t> want = shapeOf(in);
+  std::string expect = "[";
+  for (size_t a = 0; a < want.size(); ++a) {
+    std::string dim = std::to_string(want[a]);
+    if (m.shape_ranges())
+      for (const pkg::ShapeRange *r : *m.shape_ranges())
+        if (r->input()->str() == name && r->axis() == a)
+          dim = std::to_string(r->min()) + ".." + std::to_string(r->max());
+    expect += (a ? "," : "") + dim;
+  }
+  expect += "]";
+  if (t.shape.size() != want.size())
+    return Status(StatusCode::InvalidArgument, "input '" + name + "' has shape " + shapeString(t.shape) +
+                                                   ", the model expects " + expect);
+  for (size_t a = 0; a < want.size(); ++a) {
+    const pkg::ShapeRange *range = nullptr;
+    if (m.shape_ranges())
+      for (const pkg::ShapeRange *r : *m.shape_ranges())
+        if (r->input()->str() == name && r->axis() == a)
+          range = r;
+    if (range && (t.shape[a] < range->min() || t.shape[a] > range->max()))
+      return Status(StatusCode::InvalidArgument,
+                    "input '" + name + "' dimension " + std::to_string(a) + " is " + std::to_string(t.shape[a]) +
+                        ", outside the range " + std::to_string(range->min()) + ".." +
+                        std::to_string(range->max()) + " the package was compiled for (shape " +
+                        shapeString(t.shape) + ", the model expects " + expect + ")");
+    if (!range && t.shape[a] != want[a])
+      return Status(StatusCode::InvalidArgument, "input '" + name + "' has shape " + shapeString(t.shape) +
+                                                     ", the model expects " + expect);
+  }
+  if (t.data.size() != t.byteSize())
+    return Status(StatusCode::InvalidArgument, "input '" + name + "' holds " + std::to_string(t.data.size()) +
+                                                   " bytes, expected " + std::to_string(t.byteSize()));
+  return Status::ok();
+}
+
+/// A shape-range package: the schedule whose inputs have the staged shapes, made
+/// current; then the staged inputs are uploaded into its buffers.
+Status Session::selectSchedule() {
+  size_t found = schedules_.size();
+  for (size_t k = 0; k < schedules_.size() && found == schedules_.size(); ++k) {
+    bool same = true;
+    for (size_t i = 0; same && i < staged_.size(); ++i)
+      same = shapeOf(schedules_[k].inputs->Get(i)) == staged_[i].shape;
+    if (same)
+      found = k;
+  }
+  if (found == schedules_.size()) {
+    std::string shapes;
+    for (size_t i = 0; i < staged_.size(); ++i)
+      shapes += (i ? ", " : "") + pkg_->meta().inputs()->Get(i)->name()->str() + shapeString(staged_[i].shape);
+    return Status(StatusCode::InvalidArgument,
+                  "no shape in the package's ranges has the inputs " + shapes +
+                      " (dimensions compiled with the same range vary together and must be equal)");
+  }
+  current_ = found;
+  backend_->useSchedule(schedule().buffers, current_);
+  for (size_t i = 0; i < staged_.size(); ++i)
+    DLC_RETURN_IF_ERROR(backend_->upload(pkg::BufRef(schedule().inputs->Get(i)->buffer(), 0),
+                                         staged_[i].data.data(), staged_[i].data.size()));
+  return Status::ok();
 }
 
 int Session::outputIndex(const std::string &name) const {
@@ -276,6 +380,23 @@ Status Session::setInputBytes(const std::string &name, const void *data, size_t 
   int i = inputIndex(name);
   if (i < 0)
     return Status(StatusCode::InvalidArgument, pkg::unknownInputMessage(pkg_->meta(), name));
+  if (ranged_) { // the bytes of the input's last shape (at first, the opt shape)
+    HostTensor t;
+    t.dtype = pkg_->meta().inputs()->Get(i)->dtype();
+    t.shape = staged_[i].shape;
+    if (size != t.byteSize())
+      return Status(StatusCode::InvalidArgument,
+                    "input '" + name + "' has " + std::to_string(t.byteSize()) + " bytes at its shape " +
+                        shapeString(t.shape) + ", the buffer has " + std::to_string(size) +
+                        "; the package takes a range of shapes: give the shape with the data "
+                        "(dlc_session_set_input_tensor, Session::setInput)");
+    if (!data && size)
+      return Status(StatusCode::InvalidArgument, "input '" + name + "': data is null");
+    t.data.assign(static_cast<const uint8_t *>(data), static_cast<const uint8_t *>(data) + size);
+    staged_[i] = std::move(t);
+    inputSet_[i] = true;
+    return Status::ok();
+  }
   const pkg::TensorInfo *in = nullptr;
   DLC_RETURN_IF_ERROR(hostTransfer(pkg_->meta().inputs(), i, "input", name, data, size, in));
   DLC_RETURN_IF_ERROR(backend_->upload(pkg::BufRef(in->buffer(), 0), data, size));
@@ -288,6 +409,10 @@ Status Session::bindDevice(const std::string &name, bool isOutput, uint64_t devi
   if (i < 0)
     return Status(StatusCode::InvalidArgument, isOutput ? "the model has no output named '" + name + "'"
                                                         : pkg::unknownInputMessage(pkg_->meta(), name));
+  if (ranged_)
+    return Status(StatusCode::InvalidArgument, "'" + name + "': device pointers cannot be bound in a package "
+                                               "compiled for a range of shapes (each shape has its own buffers); "
+                                               "set the data from the host");
   if (!devicePtr)
     return Status(StatusCode::InvalidArgument, "device pointer for '" + name + "' is null");
   const pkg::TensorInfo *t = (isOutput ? pkg_->meta().outputs() : pkg_->meta().inputs())->Get(i);
@@ -313,6 +438,15 @@ Status Session::getOutputBytes(const std::string &name, void *data, size_t size)
 
 Status Session::setInput(const std::string &name, const HostTensor &t) {
   const pkg::Package &m = pkg_->meta();
+  if (ranged_) {
+    int i = inputIndex(name);
+    if (i < 0)
+      return Status(StatusCode::InvalidArgument, pkg::unknownInputMessage(m, name));
+    DLC_RETURN_IF_ERROR(checkRangedInput(i, t));
+    staged_[i] = t;
+    inputSet_[i] = true;
+    return Status::ok();
+  }
   if (m.inputs())
     for (size_t i = 0; i < m.inputs()->size(); ++i) {
       const pkg::TensorInfo *in = m.inputs()->Get(i);
@@ -349,17 +483,20 @@ Status Session::runSteps(bool evaluation) {
       return Status(StatusCode::InvalidArgument,
                     "input '" + m.inputs()->Get(i)->name()->str() + "' was not set");
   profile_.clear();
+  if (ranged_)
+    DLC_RETURN_IF_ERROR(selectSchedule());
+  const std::vector<const pkg::Step *> &mainSteps = schedule().steps;
   // Evaluation runs the package's evaluation schedule, or without one the training
   // step less its commit (the commit copies are the main schedule's last steps).
   evalMode_ = evaluation && hasEvalSchedule();
-  const std::vector<const pkg::Step *> &steps = evalMode_ ? evalSteps_ : steps_;
+  const std::vector<const pkg::Step *> &steps = evalMode_ ? schedule().evalSteps : mainSteps;
   size_t count = steps.size() - (evaluation && !evalMode_ ? m.commit_steps() : 0);
   // Steps conditional on a run-time If condition read the condition back to the host
   // (once per run and condition) and run only on their side, so such a schedule is
   // issued step by step rather than captured.
   bool conditional = std::any_of(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(count),
                                  [](const pkg::Step *s) { return s->predicate() != nullptr; });
-  bool whole = !evalMode_ && count == steps_.size() && !conditional;
+  bool whole = !evalMode_ && count == mainSteps.size() && !conditional;
   std::map<std::pair<uint32_t, uint64_t>, bool> conditions;
   auto runs = [&](const pkg::Step &s, bool &yes) -> Status {
     yes = true;
@@ -434,13 +571,13 @@ Status Session::runSteps(bool evaluation) {
 /// The check words of the launches that can meet bad data (package.fbs: Check): the
 /// first nonzero one names its node.
 Status Session::checkDataErrors() const {
-  const pkg::Package &m = pkg_->meta();
-  if (!m.checks() || m.checks()->size() == 0)
+  const Schedule &sc = schedule();
+  if (!sc.checks || sc.checks->size() == 0)
     return Status::ok();
-  const pkg::Buffer *b = m.buffers()->Get(m.check_buffer());
+  const pkg::Buffer *b = sc.buffers->Get(sc.checkBuffer);
   std::vector<uint32_t> words(b->bytes() / 4);
-  DLC_RETURN_IF_ERROR(backend_->download(words.data(), pkg::BufRef(m.check_buffer(), 0), words.size() * 4));
-  for (const pkg::Check *c : *m.checks()) {
+  DLC_RETURN_IF_ERROR(backend_->download(words.data(), pkg::BufRef(sc.checkBuffer, 0), words.size() * 4));
+  for (const pkg::Check *c : *sc.checks) {
     uint32_t w = words[c->offset() / 4];
     if (w)
       return Status(StatusCode::DataError, "node '" + c->node()->str() + "': " + c->what()->str() +

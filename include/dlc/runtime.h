@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-#define DLC_RUNTIME_API_VERSION 3
+#define DLC_RUNTIME_API_VERSION 4
 
 typedef struct dlc_model dlc_model;
 typedef struct dlc_session dlc_session;
@@ -111,6 +111,18 @@ dlc_status dlc_session_set_stream(dlc_session *session, void *cu_stream);
 dlc_status dlc_session_run(dlc_session *session);
 /* Copies an output to host memory; size must equal the output's byte size. */
 dlc_status dlc_session_get_output(dlc_session *session, const char *name, void *data, size_t size);
+
+/* Shape ranges (API version 4). A package compiled with ranges (`dlc compile
+   --input-shape x=1..32,3,224,224`) takes any input shape inside them, set with
+   dlc_session_set_input_tensor; dlc_model_input_info gives the opt shape, and the
+   outputs' shapes follow the inputs' at each run. */
+/* The bounds of each dimension of input `index` (rank entries each; equal where the
+   dimension is fixed). */
+dlc_status dlc_model_input_shape_range(const dlc_model *model, int index, long *min_shape, long *max_shape);
+/* The shape of an output at the last run (before any run: at the opt shape); rank must
+   be the output's rank (dlc_model_output_info). */
+dlc_status dlc_session_output_shape(dlc_session *session, const char *name, long *shape, int rank);
+/* An output's byte size is its dtype's size times the product of that shape. */
 
 /* Training (API version 3). A package compiled with `dlc compile --train` runs one
    training step per dlc_session_run: its inputs are the model's and the label, its

@@ -18,6 +18,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dlc {
@@ -73,6 +74,15 @@ public:
     return Model(m);
   }
   std::vector<TensorInfo> inputs() const { return infos(false); }
+  /// The smallest and largest shape input `index` takes (equal to its shape unless the
+  /// package was compiled with --input-shape ranges).
+  std::pair<std::vector<long>, std::vector<long>> inputShapeRange(int index) const {
+    dlc_tensor_info ti;
+    check(dlc_model_input_info(m_.get(), index, &ti));
+    std::vector<long> lo(static_cast<size_t>(ti.rank)), hi(static_cast<size_t>(ti.rank));
+    check(dlc_model_input_shape_range(m_.get(), index, lo.data(), hi.data()));
+    return {lo, hi};
+  }
   std::vector<TensorInfo> outputs() const { return infos(true); }
   /// Training packages: the variables (parameters, optimizer and model state).
   std::vector<TensorInfo> variables() const {
@@ -115,7 +125,8 @@ class Session {
 public:
   explicit Session(const Model &model, dlc_device device = DLC_DEVICE_AUTO)
       : Session(model, SessionOptions{device, 0, 0}) {}
-  Session(const Model &model, const SessionOptions &opts) : model_(model), s_(nullptr, &dlc_session_free) {
+  Session(const Model &model, const SessionOptions &opts)
+      : model_(model), s_(nullptr, &dlc_session_free) {
     dlc_session_options o;
     std::memset(&o, 0, sizeof o);
     o.device = opts.device;
@@ -133,13 +144,15 @@ public:
   template <class T> void setInput(const std::string &name, const std::vector<T> &v) {
     const TensorInfo t = find(model_.inputs(), name, "input");
     if (t.dtype != DTypeOf<T>::value)
-      throw Error(DLC_ERROR_INVALID_ARGUMENT, "input '" + name + "': the element type does not match the model's");
+      throw Error(DLC_ERROR_INVALID_ARGUMENT,
+                  "input '" + name + "': the element type does not match the model's");
     setInput(name, v.data(), v.size() * sizeof(T));
   }
   /// Checked against the model's dtype and shape.
-  void setInput(const std::string &name, dlc_dtype dtype, const std::vector<long> &shape, const void *data) {
-    check(dlc_session_set_input_tensor(s_.get(), name.c_str(), dtype, shape.data(), static_cast<int>(shape.size()),
-                                       data));
+  void setInput(const std::string &name, dlc_dtype dtype, const std::vector<long> &shape,
+                const void *data) {
+    check(dlc_session_set_input_tensor(s_.get(), name.c_str(), dtype, shape.data(),
+                                       static_cast<int>(shape.size()), data));
   }
   /// cuda only: zero-copy I/O at caller-owned device addresses, on the caller's stream.
   void bindDeviceInput(const std::string &name, unsigned long ptr) {
@@ -165,7 +178,8 @@ public:
   template <class T> std::vector<T> variable(const std::string &name) {
     const TensorInfo t = find(model_.variables(), name, "variable");
     if (t.dtype != DTypeOf<T>::value)
-      throw Error(DLC_ERROR_INVALID_ARGUMENT, "variable '" + name + "': the element type does not match");
+      throw Error(DLC_ERROR_INVALID_ARGUMENT,
+                  "variable '" + name + "': the element type does not match");
     std::vector<T> v(t.bytes / sizeof(T));
     check(dlc_session_get_variable(s_.get(), name.c_str(), v.data(), t.bytes));
     return v;
@@ -173,29 +187,47 @@ public:
   template <class T> void setVariable(const std::string &name, const std::vector<T> &v) {
     const TensorInfo t = find(model_.variables(), name, "variable");
     if (t.dtype != DTypeOf<T>::value)
-      throw Error(DLC_ERROR_INVALID_ARGUMENT, "variable '" + name + "': the element type does not match");
+      throw Error(DLC_ERROR_INVALID_ARGUMENT,
+                  "variable '" + name + "': the element type does not match");
     check(dlc_session_set_variable(s_.get(), name.c_str(), v.data(), v.size() * sizeof(T)));
   }
-  void saveCheckpoint(const std::string &path) { check(dlc_session_save_checkpoint(s_.get(), path.c_str())); }
-  void loadCheckpoint(const std::string &path) { check(dlc_session_load_checkpoint(s_.get(), path.c_str())); }
+  void saveCheckpoint(const std::string &path) {
+    check(dlc_session_save_checkpoint(s_.get(), path.c_str()));
+  }
+  void loadCheckpoint(const std::string &path) {
+    check(dlc_session_load_checkpoint(s_.get(), path.c_str()));
+  }
   void getOutput(const std::string &name, void *data, size_t bytes) {
     check(dlc_session_get_output(s_.get(), name.c_str(), data, bytes));
+  }
+  /// The output's shape at the last run (it follows the inputs' in a shape-range package).
+  std::vector<long> outputShape(const std::string &name) const {
+    std::vector<long> shape(find(model_.outputs(), name, "output").shape.size());
+    check(dlc_session_output_shape(s_.get(), name.c_str(), shape.data(),
+                                   static_cast<int>(shape.size())));
+    return shape;
   }
   template <class T> std::vector<T> output(const std::string &name) {
     const TensorInfo t = find(model_.outputs(), name, "output");
     if (t.dtype != DTypeOf<T>::value)
-      throw Error(DLC_ERROR_INVALID_ARGUMENT, "output '" + name + "': the element type does not match the model's");
-    std::vector<T> v(t.bytes / sizeof(T));
-    getOutput(name, v.data(), t.bytes);
+      throw Error(DLC_ERROR_INVALID_ARGUMENT,
+                  "output '" + name + "': the element type does not match the model's");
+    size_t n = 1;
+    for (long d : outputShape(name))
+      n *= static_cast<size_t>(d);
+    std::vector<T> v(n);
+    getOutput(name, v.data(), n * sizeof(T));
     return v;
   }
 
 private:
-  static TensorInfo find(const std::vector<TensorInfo> &list, const std::string &name, const char *what) {
+  static TensorInfo find(const std::vector<TensorInfo> &list, const std::string &name,
+                         const char *what) {
     for (const TensorInfo &t : list)
       if (t.name == name)
         return t;
-    throw Error(DLC_ERROR_INVALID_ARGUMENT, std::string("the model has no ") + what + " named '" + name + "'");
+    throw Error(DLC_ERROR_INVALID_ARGUMENT,
+                std::string("the model has no ") + what + " named '" + name + "'");
   }
   Model model_;
   std::unique_ptr<dlc_session, void (*)(dlc_session *)> s_;

@@ -2,8 +2,8 @@
 #include "Cli.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -29,7 +29,8 @@ struct Parsed {
 
 /// Options with values: listed in `valued`; flags otherwise. Short aliases in `alias`.
 Parsed parse(const std::vector<std::string> &args, const std::vector<std::string> &valued,
-             const std::vector<std::string> &flags, const std::map<std::string, std::string> &alias) {
+             const std::vector<std::string> &flags,
+             const std::map<std::string, std::string> &alias) {
   Parsed p;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string a = args[i];
@@ -67,14 +68,16 @@ Parsed parse(const std::vector<std::string> &args, const std::vector<std::string
 }
 
 /// An integer option in [lo, hi], or an error naming the option.
-Status intOption(const Parsed &p, const std::string &key, int64_t def, int64_t lo, int64_t hi, int64_t &out) {
+Status intOption(const Parsed &p, const std::string &key, int64_t def, int64_t lo, int64_t hi,
+                 int64_t &out) {
   std::string v = p.get(key, std::to_string(def));
   char *end = nullptr;
   errno = 0;
   long long x = std::strtoll(v.c_str(), &end, 10);
   if (v.empty() || *end || errno || x < lo || x > hi)
-    return Status(StatusCode::InvalidArgument, "--" + key + " must be an integer from " + std::to_string(lo) +
-                                                   " to " + std::to_string(hi) + ", got '" + v + "'");
+    return Status(StatusCode::InvalidArgument, "--" + key + " must be an integer from " +
+                                                   std::to_string(lo) + " to " +
+                                                   std::to_string(hi) + ", got '" + v + "'");
   out = x;
   return Status::ok();
 }
@@ -86,7 +89,9 @@ int fail(const CliContext &ctx, const std::string &msg, int rc = 1) {
 
 double halfBits(uint16_t h) {
   int e = (h >> 10) & 31, m = h & 1023;
-  double v = e == 0 ? std::ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : std::ldexp(m + 1024, e - 25);
+  double v = e == 0    ? std::ldexp(m, -24)
+             : e == 31 ? (m ? NAN : INFINITY)
+                       : std::ldexp(m + 1024, e - 25);
   return (h & 0x8000) ? -v : v;
 }
 
@@ -97,17 +102,27 @@ double element(const rt::HostTensor &t, int64_t i) {
     return static_cast<double>(v);
   };
   switch (t.dtype) {
-  case pkg::DType::F32: return rd(float{});
-  case pkg::DType::F64: return rd(double{});
-  case pkg::DType::I64: return rd(int64_t{});
-  case pkg::DType::I32: return rd(int32_t{});
-  case pkg::DType::I16: return rd(int16_t{});
-  case pkg::DType::I8: return rd(int8_t{});
+  case pkg::DType::F32:
+    return rd(float{});
+  case pkg::DType::F64:
+    return rd(double{});
+  case pkg::DType::I64:
+    return rd(int64_t{});
+  case pkg::DType::I32:
+    return rd(int32_t{});
+  case pkg::DType::I16:
+    return rd(int16_t{});
+  case pkg::DType::I8:
+    return rd(int8_t{});
   case pkg::DType::U8:
-  case pkg::DType::Bool: return rd(uint8_t{});
-  case pkg::DType::U16: return rd(uint16_t{});
-  case pkg::DType::U32: return rd(uint32_t{});
-  case pkg::DType::U64: return rd(uint64_t{});
+  case pkg::DType::Bool:
+    return rd(uint8_t{});
+  case pkg::DType::U16:
+    return rd(uint16_t{});
+  case pkg::DType::U32:
+    return rd(uint32_t{});
+  case pkg::DType::U64:
+    return rd(uint64_t{});
   case pkg::DType::F16: {
     uint16_t h;
     std::memcpy(&h, p + 2 * i, 2);
@@ -134,8 +149,8 @@ void summary(const std::string &name, const rt::HostTensor &t) {
   for (int64_t i = 0; i < shown; ++i)
     std::printf("%s%.6g", i ? ", " : "", element(t, i));
   std::printf(n > shown ? ", ...]" : "]");
-  bool fp = t.dtype == pkg::DType::F32 || t.dtype == pkg::DType::F16 || t.dtype == pkg::DType::F64 ||
-            t.dtype == pkg::DType::BF16;
+  bool fp = t.dtype == pkg::DType::F32 || t.dtype == pkg::DType::F16 ||
+            t.dtype == pkg::DType::F64 || t.dtype == pkg::DType::BF16;
   if (n > 1 && fp) {
     int64_t best = 0;
     for (int64_t i = 1; i < n; ++i)
@@ -149,7 +164,9 @@ void summary(const std::string &name, const rt::HostTensor &t) {
 /// "auto", "emu", "cuda" or "cuda:N" (device ordinal N).
 Status device(const std::string &s, rt::SessionOptions &so) {
   if (s == "auto" || s == "emu" || s == "cuda") {
-    so.device = s == "auto" ? rt::DeviceKind::Auto : s == "emu" ? rt::DeviceKind::Emu : rt::DeviceKind::Cuda;
+    so.device = s == "auto"  ? rt::DeviceKind::Auto
+                : s == "emu" ? rt::DeviceKind::Emu
+                             : rt::DeviceKind::Cuda;
     return Status::ok();
   }
   if (s.rfind("cuda:", 0) == 0 && s.size() > 5 && s.size() < 9 &&
@@ -158,7 +175,8 @@ Status device(const std::string &s, rt::SessionOptions &so) {
     so.cudaDevice = std::atoi(s.c_str() + 5);
     return Status::ok();
   }
-  return Status(StatusCode::InvalidArgument, "--device must be auto, cuda, cuda:N or emu, got '" + s + "'");
+  return Status(StatusCode::InvalidArgument,
+                "--device must be auto, cuda, cuda:N or emu, got '" + s + "'");
 }
 
 /// Loads the package (embedded, or the first positional) and opens a session.
@@ -190,7 +208,8 @@ Result<Opened> open(const Parsed &p, const CliContext &ctx) {
   so.check = p.has("check");
   std::string order = p.get("thread-order", "forward");
   if (order != "forward" && order != "reverse" && order != "random")
-    return Status(StatusCode::InvalidArgument, "--thread-order must be forward, reverse or random, got '" + order + "'");
+    return Status(StatusCode::InvalidArgument,
+                  "--thread-order must be forward, reverse or random, got '" + order + "'");
   so.emuThreadOrder = order == "reverse"  ? rt::SessionOptions::ThreadOrder::Reverse
                       : order == "random" ? rt::SessionOptions::ThreadOrder::Random
                                           : rt::SessionOptions::ThreadOrder::Forward;
@@ -206,8 +225,10 @@ Result<Opened> open(const Parsed &p, const CliContext &ctx) {
   return o;
 }
 
-/// Sets every input from the specs; with `randomFill`, inputs without a file get random data.
-Status setInputs(Opened &o, const CliContext &ctx, bool randomFill) {
+/// Sets every input from the specs; with `randomFill`, inputs without a file get random
+/// data, at the shapes of `shapes` (NAME=D0,D1,...) where given.
+Status setInputs(Opened &o, const CliContext &ctx, bool randomFill,
+                 const std::vector<std::string> &shapes = {}) {
   const pkg::Package &m = o.pkg->meta();
   std::vector<bool> given(m.inputs() ? m.inputs()->size() : 0, false);
   for (const std::string &spec : o.inputSpecs) {
@@ -215,7 +236,8 @@ Status setInputs(Opened &o, const CliContext &ctx, bool randomFill) {
     size_t eq = spec.find('=');
     if (eq == std::string::npos) {
       if (given.size() != 1)
-        return Status(StatusCode::InvalidArgument, "input '" + spec + "': give NAME=FILE (the model has " +
+        return Status(StatusCode::InvalidArgument, "input '" + spec +
+                                                       "': give NAME=FILE (the model has " +
                                                        std::to_string(given.size()) + " inputs)");
       name = m.inputs()->Get(0)->name()->str();
       file = spec;
@@ -228,7 +250,8 @@ Status setInputs(Opened &o, const CliContext &ctx, bool randomFill) {
       return t.takeStatus();
     // NumPy has no bfloat16: a bf16 input may come as uint16 bit patterns.
     int want = o.session->inputIndex(name);
-    if (want >= 0 && t->dtype == pkg::DType::U16 && m.inputs()->Get(want)->dtype() == pkg::DType::BF16)
+    if (want >= 0 && t->dtype == pkg::DType::U16 &&
+        m.inputs()->Get(want)->dtype() == pkg::DType::BF16)
       t->dtype = pkg::DType::BF16;
     if (Status s = o.session->setInput(name, *t))
       return Status(s.code(), file + ": " + s.message());
@@ -241,7 +264,24 @@ Status setInputs(Opened &o, const CliContext &ctx, bool randomFill) {
       if (given[i])
         continue;
       const pkg::TensorInfo *in = m.inputs()->Get(i);
-      std::vector<int64_t> shape(in->shape()->begin(), in->shape()->end());
+      std::string name = in->name()->str();
+      // The input's shape (a shape-range package: its opt shape, or --shape NAME=...).
+      std::vector<int64_t> shape = o.session->inputShape(name);
+      for (const std::string &spec : shapes) {
+        size_t eq = spec.find('=');
+        if (spec.compare(0, eq, name) != 0 || eq == std::string::npos)
+          continue;
+        shape.clear();
+        for (size_t a = eq + 1; a <= spec.size();) {
+          size_t comma = std::min(spec.find(',', a), spec.size());
+          std::string d = spec.substr(a, comma - a);
+          if (d.empty() || d.size() > 12 || d.find_first_not_of("0123456789") != std::string::npos)
+            return Status(StatusCode::InvalidArgument,
+                          "--shape expects NAME=D0,D1,..., got '" + spec + "'");
+          shape.push_back(std::stoll(d));
+          a = comma + 1;
+        }
+      }
       rt::HostTensor t = rt::HostTensor::zeros(in->dtype(), shape);
       std::mt19937 rng(static_cast<unsigned>(i));
       if (in->dtype() == pkg::DType::F32)
@@ -249,8 +289,13 @@ Status setInputs(Opened &o, const CliContext &ctx, bool randomFill) {
           float v = std::uniform_real_distribution<float>(-1, 1)(rng);
           std::memcpy(t.data.data() + 4 * k, &v, 4);
         }
-      DLC_RETURN_IF_ERROR(o.session->setInput(in->name()->str(), t));
+      DLC_RETURN_IF_ERROR(o.session->setInput(name, t));
     }
+  for (const std::string &spec : shapes)
+    if (o.session->inputIndex(spec.substr(0, spec.find('='))) < 0)
+      return Status(StatusCode::InvalidArgument,
+                    "--shape " + spec + ": " +
+                        pkg::unknownInputMessage(m, spec.substr(0, spec.find('='))));
   return Status::ok();
 }
 
@@ -258,8 +303,9 @@ Status setInputs(Opened &o, const CliContext &ctx, bool randomFill) {
 /// within atol + rtol * |reference| (NaN matches NaN). Prints the errors; an error
 /// status names the worst element when they differ (`mismatch` set), or says why the
 /// reference could not be read.
-Status compareWithReference(const std::string &name, const rt::HostTensor &got, const std::string &refPath,
-                            double rtol, double atol, bool quiet, bool &mismatch) {
+Status compareWithReference(const std::string &name, const rt::HostTensor &got,
+                            const std::string &refPath, double rtol, double atol, bool quiet,
+                            bool &mismatch) {
   mismatch = true;
   auto ref = rt::readNpy(refPath);
   if (!ref)
@@ -273,8 +319,9 @@ Status compareWithReference(const std::string &name, const rt::HostTensor &got, 
     return r + "]";
   };
   if (got.shape != ref->shape)
-    return Status(StatusCode::InvalidArgument, "output '" + name + "' has shape " + dims(got.shape) + ", " + refPath +
-                                                   " has " + dims(ref->shape));
+    return Status(StatusCode::InvalidArgument, "output '" + name + "' has shape " +
+                                                   dims(got.shape) + ", " + refPath + " has " +
+                                                   dims(ref->shape));
   int64_t n = 1, bad = 0, worst = -1;
   for (int64_t d : got.shape)
     n *= d;
@@ -301,13 +348,17 @@ Status compareWithReference(const std::string &name, const rt::HostTensor &got, 
   }
   if (bad) {
     char buf[256];
-    std::snprintf(buf, sizeof buf, "%" PRId64 " of %" PRId64 " elements differ beyond rtol %g, atol %g (worst: element %" PRId64
+    std::snprintf(buf, sizeof buf,
+                  "%" PRId64 " of %" PRId64
+                  " elements differ beyond rtol %g, atol %g (worst: element %" PRId64
                   ", got %.9g, expected %.9g)",
                   bad, n, rtol, atol, worst, element(got, worst), element(*ref, worst));
-    return Status(StatusCode::InvalidArgument, "output '" + name + "' does not match " + refPath + ": " + buf);
+    return Status(StatusCode::InvalidArgument,
+                  "output '" + name + "' does not match " + refPath + ": " + buf);
   }
   if (!quiet)
-    std::printf("  %s matches %s: max abs error %.3g, max rel error %.3g\n", name.c_str(), refPath.c_str(), maxAbs, maxRel);
+    std::printf("  %s matches %s: max abs error %.3g, max rel error %.3g\n", name.c_str(),
+                refPath.c_str(), maxAbs, maxRel);
   return Status::ok();
 }
 
@@ -322,30 +373,35 @@ Status realOption(const Parsed &p, const std::string &key, double dflt, double &
   errno = 0;
   out = std::strtod(v.c_str(), &end);
   if (errno || end == v.c_str() || *end || !(out >= 0) || std::isinf(out))
-    return Status(StatusCode::InvalidArgument, "--" + key + " must be a non-negative number, got '" + v + "'");
+    return Status(StatusCode::InvalidArgument,
+                  "--" + key + " must be a non-negative number, got '" + v + "'");
   return Status::ok();
 }
 
 } // namespace
 
 int runMain(const std::vector<std::string> &args, const CliContext &ctx) {
-  Parsed p = parse(args, {"input", "device", "threads", "output-dir", "thread-order", "expect", "rtol", "atol"},
-                   {"quiet", "help", "check", "no-cuda-graphs"},
-                   {{"-i", "--input"}, {"-q", "--quiet"}, {"-h", "--help"}});
+  Parsed p = parse(
+      args, {"input", "device", "threads", "output-dir", "thread-order", "expect", "rtol", "atol"},
+      {"quiet", "help", "check", "no-cuda-graphs"},
+      {{"-i", "--input"}, {"-q", "--quiet"}, {"-h", "--help"}});
   if (p.has("help")) {
-    std::printf("usage: %s %s[--input] NAME=FILE(.npy) ... [--output-dir DIR] [--device auto|cuda[:N]|emu]\n"
-                "       [--threads N] [--check] [--thread-order forward|reverse|random] [--no-cuda-graphs]\n"
-                "       [--expect DIR [--rtol R] [--atol A]] [--quiet]\n\n"
-                "Runs the model and writes one NAME.npy per output.\n\n"
-                "  --expect DIR       compare each output with DIR/NAME.npy: exit status 3 when an\n"
-                "                     element is off by more than atol + rtol * |expected| (defaults\n"
-                "                     1e-3 and 1e-4) or a shape differs\n"
-                "  --check            emu: the checks compute-sanitizer makes on a GPU that cost time\n"
-                "                     (memory starts as NaN bytes, ...); barriers, warp masks and\n"
-                "                     alignment are always checked\n"
-                "  --thread-order     emu: the order of a block's threads between barriers\n"
-                "  --no-cuda-graphs   cuda: launch step by step instead of replaying a CUDA graph\n",
-                ctx.program.c_str(), ctx.package ? "" : "PACKAGE.dlc ");
+    std::printf(
+        "usage: %s %s[--input] NAME=FILE(.npy) ... [--output-dir DIR] [--device "
+        "auto|cuda[:N]|emu]\n"
+        "       [--threads N] [--check] [--thread-order forward|reverse|random] "
+        "[--no-cuda-graphs]\n"
+        "       [--expect DIR [--rtol R] [--atol A]] [--quiet]\n\n"
+        "Runs the model and writes one NAME.npy per output.\n\n"
+        "  --expect DIR       compare each output with DIR/NAME.npy: exit status 3 when an\n"
+        "                     element is off by more than atol + rtol * |expected| (defaults\n"
+        "                     1e-3 and 1e-4) or a shape differs\n"
+        "  --check            emu: the checks compute-sanitizer makes on a GPU that cost time\n"
+        "                     (memory starts as NaN bytes, ...); barriers, warp masks and\n"
+        "                     alignment are always checked\n"
+        "  --thread-order     emu: the order of a block's threads between barriers\n"
+        "  --no-cuda-graphs   cuda: launch step by step instead of replaying a CUDA graph\n",
+        ctx.program.c_str(), ctx.package ? "" : "PACKAGE.dlc ");
     return 0;
   }
   if (!p.error.empty())
@@ -361,7 +417,8 @@ int runMain(const std::vector<std::string> &args, const CliContext &ctx) {
     return fail(ctx, o.status().message());
   bool quiet = p.has("quiet");
   if (!quiet)
-    std::fprintf(stderr, "%s: running on %s\n", ctx.program.c_str(), o->session->backendDescription().c_str());
+    std::fprintf(stderr, "%s: running on %s\n", ctx.program.c_str(),
+                 o->session->backendDescription().c_str());
   if (Status s = setInputs(*o, ctx, false))
     return fail(ctx, s.message());
   if (Status s = o->session->run())
@@ -396,23 +453,30 @@ int runMain(const std::vector<std::string> &args, const CliContext &ctx) {
 }
 
 int benchMain(const std::vector<std::string> &args, const CliContext &ctx) {
-  Parsed p = parse(args, {"input", "device", "threads", "warmup", "iterations", "batch", "thread-order"},
-                   {"help", "check", "no-cuda-graphs"},
-                   {{"-i", "--input"}, {"-h", "--help"}});
+  Parsed p = parse(
+      args,
+      {"input", "device", "threads", "warmup", "iterations", "batch", "thread-order", "shape"},
+      {"help", "check", "no-cuda-graphs"}, {{"-i", "--input"}, {"-h", "--help"}});
   if (p.has("help")) {
-    std::printf("usage: %s %s[--warmup N] [--iterations N] [--batch N] [--device auto|cuda[:N]|emu]\n"
-                "       [--threads N] [--check] [--thread-order O] [--no-cuda-graphs] [--input NAME=FILE ...]\n\n"
-                "Measures latency (min/median/p90/p99/max) and throughput, with host-to-device and\n"
-                "device-to-host copies timed apart from compute. Inputs without a file are random.\n"
-                "--batch: samples per inference for throughput (default: the first input's leading\n"
-                "dimension; a package's batch is fixed when it is compiled).\n",
-                ctx.program.c_str(), ctx.package ? "" : "PACKAGE.dlc ");
+    std::printf(
+        "usage: %s %s[--warmup N] [--iterations N] [--batch N] [--device auto|cuda[:N]|emu]\n"
+        "       [--threads N] [--check] [--thread-order O] [--no-cuda-graphs] [--input NAME=FILE "
+        "...]\n"
+        "       [--shape NAME=D0,D1,... ...]\n\n"
+        "Measures latency (min/median/p90/p99/max) and throughput, with host-to-device and\n"
+        "device-to-host copies timed apart from compute. Inputs without a file are random.\n"
+        "--shape: the shape of a random input (a package compiled with --input-shape ranges\n"
+        "takes any shape in them; default: its opt shape).\n"
+        "--batch: samples per inference for throughput (default: the first input's leading\n"
+        "dimension as run).\n",
+        ctx.program.c_str(), ctx.package ? "" : "PACKAGE.dlc ");
     return 0;
   }
   if (!p.error.empty())
     return fail(ctx, p.error, 2);
   int64_t warmup = 0, iters = 0, batch = 0;
-  for (Status s : {intOption(p, "warmup", 10, 0, 1000000, warmup), intOption(p, "iterations", 100, 1, 10000000, iters),
+  for (Status s : {intOption(p, "warmup", 10, 0, 1000000, warmup),
+                   intOption(p, "iterations", 100, 1, 10000000, iters),
                    intOption(p, "batch", 0, 0, int64_t(1) << 40, batch)})
     if (s)
       return fail(ctx, s.message(), 2);
@@ -420,24 +484,23 @@ int benchMain(const std::vector<std::string> &args, const CliContext &ctx) {
   if (!o)
     return fail(ctx, o.status().message());
   const pkg::Package &m = o->pkg->meta();
-  if (batch == 0)
-    batch = m.inputs() && m.inputs()->size() && m.inputs()->Get(0)->shape() && m.inputs()->Get(0)->shape()->size()
-                ? m.inputs()->Get(0)->shape()->Get(0)
-                : 1;
-  if (Status s = setInputs(*o, ctx, true))
+  auto shapes = p.opts.find("shape");
+  if (Status s = setInputs(*o, ctx, true,
+                           shapes == p.opts.end() ? std::vector<std::string>{} : shapes->second))
     return fail(ctx, s.message());
-  // Host copies of the inputs, re-uploaded every iteration to time H2D.
+  if (batch == 0) {
+    std::vector<int64_t> first = m.inputs() && m.inputs()->size()
+                                     ? o->session->inputShape(m.inputs()->Get(0)->name()->str())
+                                     : std::vector<int64_t>{};
+    batch = first.empty() ? 1 : first[0];
+  }
+  // Host copies of the inputs at the shapes they were set to, re-uploaded every
+  // iteration to time H2D; the outputs' shapes are known after the first run.
   std::vector<rt::HostTensor> hostIn, hostOut;
   if (m.inputs())
-    for (const pkg::TensorInfo *in : *m.inputs()) {
-      std::vector<int64_t> shape(in->shape()->begin(), in->shape()->end());
-      hostIn.push_back(rt::HostTensor::zeros(in->dtype(), shape));
-    }
-  if (m.outputs())
-    for (const pkg::TensorInfo *out : *m.outputs()) {
-      std::vector<int64_t> shape(out->shape()->begin(), out->shape()->end());
-      hostOut.push_back(rt::HostTensor::zeros(out->dtype(), shape));
-    }
+    for (const pkg::TensorInfo *in : *m.inputs())
+      hostIn.push_back(
+          rt::HostTensor::zeros(in->dtype(), o->session->inputShape(in->name()->str())));
   using clock = std::chrono::steady_clock;
   auto ms = [](clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   std::vector<double> h2d, compute, d2h, total;
@@ -445,16 +508,20 @@ int benchMain(const std::vector<std::string> &args, const CliContext &ctx) {
     auto t0 = clock::now();
     if (i >= warmup && !p.opts.count("input")) // given inputs stay as set; random ones re-upload
       for (size_t k = 0; k < hostIn.size(); ++k)
-        if (Status s = o->session->setInputBytes(m.inputs()->Get(k)->name()->str(), hostIn[k].data.data(),
-                                                 hostIn[k].data.size()))
+        if (Status s = o->session->setInputBytes(m.inputs()->Get(k)->name()->str(),
+                                                 hostIn[k].data.data(), hostIn[k].data.size()))
           return fail(ctx, s.message());
     auto t1 = clock::now();
     if (Status s = o->session->run())
       return fail(ctx, s.message());
+    if (hostOut.empty() && m.outputs())
+      for (const pkg::TensorInfo *out : *m.outputs())
+        hostOut.push_back(
+            rt::HostTensor::zeros(out->dtype(), o->session->outputShape(out->name()->str())));
     auto t2 = clock::now();
     for (size_t k = 0; k < hostOut.size(); ++k)
-      if (Status s = o->session->getOutputBytes(m.outputs()->Get(k)->name()->str(), hostOut[k].data.data(),
-                                                hostOut[k].data.size()))
+      if (Status s = o->session->getOutputBytes(m.outputs()->Get(k)->name()->str(),
+                                                hostOut[k].data.data(), hostOut[k].data.size()))
         return fail(ctx, s.message());
     auto t3 = clock::now();
     if (i >= warmup) {
@@ -466,19 +533,21 @@ int benchMain(const std::vector<std::string> &args, const CliContext &ctx) {
   }
   auto stat = [](std::vector<double> v, double q) {
     std::sort(v.begin(), v.end());
-    size_t idx = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) ;
+    size_t idx = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
     return v[std::min(v.size() - 1, idx == 0 ? 0 : idx - 1)];
   };
   auto line = [&](const char *what, const std::vector<double> &v) {
-    std::printf("%-10s min %9.4f  median %9.4f  p90 %9.4f  p99 %9.4f  max %9.4f ms\n", what, stat(v, 0.0),
-                stat(v, 0.5), stat(v, 0.9), stat(v, 0.99), stat(v, 1.0));
+    std::printf("%-10s min %9.4f  median %9.4f  p90 %9.4f  p99 %9.4f  max %9.4f ms\n", what,
+                stat(v, 0.0), stat(v, 0.5), stat(v, 0.9), stat(v, 0.99), stat(v, 1.0));
   };
   std::printf("device: %s\n", o->session->backendDescription().c_str());
   if (o->session->deviceKind() == rt::DeviceKind::Emu)
-    std::printf("note: emu backend: these are CPU timings of the emulated kernels, not GPU timings\n");
+    std::printf(
+        "note: emu backend: these are CPU timings of the emulated kernels, not GPU timings\n");
   if (!o->session->backendNote().empty())
     std::printf("note: %s\n", o->session->backendNote().c_str());
-  std::printf("iterations: %" PRId64 " (after %" PRId64 " warm-up), batch %" PRId64 "\n", iters, warmup, batch);
+  std::printf("iterations: %" PRId64 " (after %" PRId64 " warm-up), batch %" PRId64 "\n", iters,
+              warmup, batch);
   line("h2d", h2d);
   line("compute", compute);
   line("d2h", d2h);
@@ -492,7 +561,8 @@ int benchMain(const std::vector<std::string> &args, const CliContext &ctx) {
 std::string outputFileName(const std::string &name) {
   std::string s;
   for (char c : name)
-    s += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-') ? c : '_';
+    s +=
+        (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-') ? c : '_';
   if (s.empty() || s == "." || s == "..")
     s = "output";
   return s + ".npy";

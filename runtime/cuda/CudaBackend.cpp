@@ -15,6 +15,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <list>
 #include <cstring>
 #include <map>
 
@@ -203,6 +204,7 @@ public:
   Status prepare(const Model &model) override {
     const pkg::PackageFile &p = model.file();
     pkg_ = &p;
+    buffers_ = p.meta().buffers();
     const pkg::Package &m = p.meta();
     CtxGuard g(drv_, ctx_);
     if (major_ * 10 + minor_ < 80)
@@ -317,7 +319,7 @@ public:
     auto ext = external_.find(r.buffer());
     if (ext != external_.end())
       return ext->second + r.offset();
-    const pkg::Buffer *b = pkg_->meta().buffers()->Get(r.buffer());
+    const pkg::Buffer *b = bufferAt(r.buffer());
     return (b->region() == pkg::Region::Arena ? arena_ : weights_) + b->offset() + r.offset();
   }
 
@@ -353,7 +355,12 @@ public:
     CtxGuard g(drv_, ctx_);
     if (!useGraphs())
       return issue();
-    if (!graphExec_) {
+    // One graph per schedule (shape variant), the most recently used first.
+    auto cached = std::find_if(graphs_.begin(), graphs_.end(), [&](const auto &e) { return e.first == schedule_; });
+    if (cached != graphs_.end()) {
+      graphs_.splice(graphs_.begin(), graphs_, cached);
+    } else {
+      CUgraphExec graphExec = nullptr;
       if (CUresult r = drv_.cuStreamBeginCapture_(stream(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)) {
         graphFailed("cuStreamBeginCapture: " + drv_.error(r));
         return issue();
@@ -367,16 +374,20 @@ public:
         return st;
       }
       if (r == CUDA_SUCCESS)
-        r = drv_.cuGraphInstantiateWithFlags_(&graphExec_, graph, 0);
+        r = drv_.cuGraphInstantiateWithFlags_(&graphExec, graph, 0);
       if (graph)
         drv_.cuGraphDestroy_(graph);
       if (r != CUDA_SUCCESS) {
-        graphExec_ = nullptr;
         graphFailed(drv_.error(r));
         return issue();
       }
+      graphs_.emplace_front(schedule_, graphExec);
+      if (graphs_.size() > kGraphCacheSize) {
+        drv_.cuGraphExecDestroy_(graphs_.back().second);
+        graphs_.pop_back();
+      }
     }
-    return check(drv_.cuGraphLaunch_(graphExec_, stream()), "launching the CUDA graph");
+    return check(drv_.cuGraphLaunch_(graphs_.front().second, stream()), "launching the CUDA graph");
   }
 
   Status launch(const pkg::Launch &l, const std::string &node) override {
@@ -464,9 +475,9 @@ private:
   }
 
   void dropGraph() {
-    if (graphExec_)
-      drv_.cuGraphExecDestroy_(graphExec_);
-    graphExec_ = nullptr;
+    for (const auto &[schedule, exec] : graphs_)
+      drv_.cuGraphExecDestroy_(exec);
+    graphs_.clear();
   }
 
   Status check(CUresult r, const std::string &what) const {
@@ -641,7 +652,9 @@ private:
   CUstream userStream_ = nullptr;
   std::map<uint32_t, uint64_t> external_;
   std::map<const pkg::Gemm *, std::unique_ptr<GemmPlan>> plans_;
-  CUgraphExec graphExec_ = nullptr;
+  /// Captured schedules (shape variants), the most recently used first.
+  static constexpr size_t kGraphCacheSize = 8;
+  std::list<std::pair<size_t, CUgraphExec>> graphs_;
   bool graphFailed_ = false;
   std::string note_;
   std::string name_;

@@ -99,6 +99,7 @@ public:
   Status prepare(const Model &model) override {
     const pkg::PackageFile &p = model.file();
     pkg_ = &p;
+    buffers_ = p.meta().buffers();
     const pkg::Package &m = p.meta();
     if (m.kernels() && m.kernels()->size()) {
       std::map<std::string, EmuKernel> thunks;
@@ -142,7 +143,7 @@ public:
   }
 
   uint8_t *address(const pkg::BufRef &r) const {
-    const pkg::Buffer *b = pkg_->meta().buffers()->Get(r.buffer());
+    const pkg::Buffer *b = bufferAt(r.buffer());
     auto *base = static_cast<uint8_t *>(b->region() == pkg::Region::Arena ? arena_.p : weights_->buf.p);
     return base + b->offset() + r.offset();
   }

@@ -41,7 +41,7 @@ for f in glob.glob(os.path.join(root, "tests", "unit", "ir", "corpus", "*.ir")) 
 
 # Packages: small graphs compiled for emu, covering every table of the format: a
 # training step (variables, update lanes, an evaluation schedule), steps conditional on
-# a run-time If, and inputs bound at compile time.
+# a run-time If, inputs bound at compile time, and shape ranges.
 graphs = {
     "relu": 'graph @g(%x: f32[2,4]) -> ("y": f32[2,4]) {\n  %y = Relu(%x) : f32[2,4]\n  return %y\n}\n',
     "mlp": open(os.path.join(root, "tests", "lit", "tools", "Inputs", "mlp.ir")).read(),
@@ -76,6 +76,17 @@ subprocess.run([sys.executable, os.path.join(root, "tests", "lit", "tools", "Inp
                check=True)
 subprocess.run([dlc, "compile", bind, "--target", "emu", "--bind", "shape=3,4", "-o",
                 os.path.join(out, "package", "bound.dlc"), "-q"], check=True)
+# A shape-range package (its schedule variants over shared kernels): batch 1..3.
+import onnx
+from onnx import TensorProto, helper
+ranged = helper.make_model(helper.make_graph(
+    [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Softmax", ["r"], ["y"], axis=1)], "ranged",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])]), opset_imports=[helper.make_opsetid("", 13)])
+ranged.ir_version = 8
+onnx.save(ranged, os.path.join(tmp, "ranged.onnx"))
+subprocess.run([dlc, "compile", os.path.join(tmp, "ranged.onnx"), "--target", "emu", "--input-shape", "x=1..3,4",
+                "-o", os.path.join(out, "package", "ranged.dlc"), "-q"], check=True)
 
 # .npy: every supported dtype, a scalar, an empty array, format 2.0.
 for dt in ("<f4", "<f8", "<i8", "<i4", "|u1", "|b1", "<f2"):

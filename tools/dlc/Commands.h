@@ -20,6 +20,13 @@ int runBench(const std::vector<std::string> &args);
 int runTrain(const std::vector<std::string> &args);
 int runExport(const std::vector<std::string> &args);
 
+/// An --input-shape: NAME=d0,d1,... where a dimension may be a range MIN..MAX.
+struct InputShapeSpec {
+  std::string name;
+  std::vector<int64_t> min, max; // equal where the dimension is fixed
+  bool ranged() const { return min != max; }
+};
+
 /// Reads a tensor file: .npy, or a serialized ONNX TensorProto (.pb).
 Result<rt::HostTensor> readTensorFile(const std::string &path);
 

@@ -24,9 +24,139 @@
 namespace dlc::tool {
 
 std::vector<OptSpec> importOptionSpecs();
-llvm::Expected<frontend::ImportResult> importWithOptions(const std::string &file, const Args &args);
+llvm::Expected<InputShapeSpec> parseInputShape(const std::string &spec);
+/// `point`: the shapes of inputs given a range (dlc compile, one point of the ranges).
+llvm::Expected<frontend::ImportResult> importWithOptions(const std::string &file, const Args &args,
+                                                         const std::map<std::string, ir::Shape> *point = nullptr);
 
 namespace {
+
+std::string shapeText(const std::vector<int64_t> &s) {
+  std::string r;
+  for (size_t i = 0; i < s.size(); ++i)
+    r += (i ? "," : "") + std::to_string(s[i]);
+  return r;
+}
+
+/// The shape ranges of --input-shape (x=1..32,3,224,224) and --opt-shape: the
+/// dimensions given the same range vary together (one variable, as a batch
+/// dimension shared by several inputs); distinct ranges vary independently. Point 0
+/// is the opt shape, the others follow in order.
+class ShapeRanges {
+public:
+  static llvm::Expected<ShapeRanges> fromArgs(const Args &args) {
+    ShapeRanges r;
+    for (const std::string &spec : args.getAll("input-shape")) {
+      auto p = parseInputShape(spec);
+      if (!p)
+        return p.takeError();
+      if (!p->ranged())
+        continue;
+      for (const InputShapeSpec &q : r.specs_)
+        if (q.name == p->name)
+          return ir::errorf("--input-shape: '{0}' is given twice", p->name);
+      for (size_t a = 0; a < p->min.size(); ++a) {
+        if (p->min[a] == p->max[a])
+          continue;
+        auto v = std::find_if(r.vars_.begin(), r.vars_.end(),
+                              [&](const Var &x) { return x.min == p->min[a] && x.max == p->max[a]; });
+        if (v == r.vars_.end()) {
+          r.vars_.push_back({p->min[a], p->max[a], p->max[a], {}});
+          v = r.vars_.end() - 1;
+        }
+        v->dims.push_back(r.ranges_.size());
+        r.ranges_.push_back({p->name, static_cast<uint32_t>(a), p->min[a], p->max[a], p->max[a]});
+      }
+      r.specs_.push_back(*p);
+    }
+    for (const std::string &spec : args.getAll("opt-shape")) {
+      auto p = parseInputShape(spec);
+      if (!p)
+        return p.takeError();
+      auto it = std::find_if(r.specs_.begin(), r.specs_.end(), [&](const InputShapeSpec &q) { return q.name == p->name; });
+      if (p->ranged() || it == r.specs_.end() || it->min.size() != p->min.size())
+        return ir::errorf("--opt-shape {0}: expects one shape of an input given a range with --input-shape", spec);
+      for (size_t a = 0; a < p->min.size(); ++a)
+        if (p->min[a] < it->min[a] || p->min[a] > it->max[a])
+          return ir::errorf("--opt-shape {0}: dimension {1} is {2}, outside {3}..{4}", spec, a, p->min[a], it->min[a],
+                            it->max[a]);
+      for (Var &v : r.vars_)
+        for (size_t d : v.dims)
+          if (r.ranges_[d].input == p->name) {
+            v.opt = p->min[r.ranges_[d].axis];
+            for (size_t e : v.dims)
+              if (r.ranges_[e].input == p->name && p->min[r.ranges_[e].axis] != v.opt)
+                return ir::errorf("--opt-shape {0}: dimensions with the range {1}..{2} vary together and "
+                                  "need one value", spec, v.min, v.max);
+          }
+    }
+    for (const Var &v : r.vars_)
+      for (size_t d : v.dims)
+        r.ranges_[d].opt = v.opt;
+    int64_t limit = 1024;
+    if (args.has("max-shape-variants")) {
+      std::string t = args.getOr("max-shape-variants", "");
+      if (llvm::StringRef(t).getAsInteger(10, limit) || limit < 1)
+        return ir::errorf("--max-shape-variants expects a positive integer, got '{0}'", t);
+    }
+    r.count_ = 1;
+    for (const Var &v : r.vars_) {
+      r.count_ *= static_cast<size_t>(v.max - v.min + 1);
+      if (r.count_ > static_cast<size_t>(limit))
+        return ir::errorf("the shape ranges {0} span more than {1} shapes; narrow them, or raise "
+                          "--max-shape-variants (each shape is a schedule in the package)",
+                          r.describe(), limit);
+    }
+    return r;
+  }
+
+  bool empty() const { return vars_.empty(); }
+  size_t count() const { return vars_.empty() ? 0 : count_; }
+  const std::vector<codegen::ShapeRangeDesc> &ranges() const { return ranges_; }
+  std::string describe() const {
+    std::string d;
+    for (const InputShapeSpec &s : specs_) {
+      d += (d.empty() ? "" : " ") + s.name + "=";
+      for (size_t a = 0; a < s.min.size(); ++a)
+        d += (a ? "," : "") + std::to_string(s.min[a]) +
+             (s.min[a] != s.max[a] ? ".." + std::to_string(s.max[a]) : std::string());
+    }
+    return d;
+  }
+  /// The shapes of the ranged inputs at point i.
+  std::map<std::string, ir::Shape> point(size_t i) const {
+    // Point 0 is the opt shape; point i > 0 is the i-th (or, past opt's index, the
+    // (i+1)-th) in the mixed-radix order of the variables.
+    size_t optIndex = 0;
+    for (const Var &v : vars_)
+      optIndex = optIndex * static_cast<size_t>(v.max - v.min + 1) + static_cast<size_t>(v.opt - v.min);
+    size_t k = i == 0 ? optIndex : (i - 1 < optIndex ? i - 1 : i);
+    std::vector<int64_t> values(vars_.size());
+    for (size_t j = vars_.size(); j-- > 0;) {
+      size_t n = static_cast<size_t>(vars_[j].max - vars_[j].min + 1);
+      values[j] = vars_[j].min + static_cast<int64_t>(k % n);
+      k /= n;
+    }
+    std::map<std::string, ir::Shape> shapes;
+    for (const InputShapeSpec &s : specs_)
+      shapes[s.name] = s.min;
+    for (size_t j = 0; j < vars_.size(); ++j)
+      for (size_t d : vars_[j].dims)
+        shapes[ranges_[d].input][ranges_[d].axis] = values[j];
+    return shapes;
+  }
+
+private:
+  struct Var {
+    int64_t min, max, opt;
+    std::vector<size_t> dims; // indices into ranges_
+  };
+  std::vector<InputShapeSpec> specs_;
+  std::vector<Var> vars_;
+  std::vector<codegen::ShapeRangeDesc> ranges_;
+  size_t count_ = 1;
+};
+
 
 double seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -97,7 +227,8 @@ llvm::Expected<ir::TensorMap> accuracyInputs(const ir::Graph &g, const Args &arg
 llvm::Expected<std::unique_ptr<ir::Graph>>
 loadAndOptimize(const std::string &file, const Args &args, int optLevel, bool quiet,
                 const std::function<llvm::Error(const ir::Graph &, const passes::PrecisionOptions &)>
-                    &beforePrecision = {}) {
+                    &beforePrecision = {},
+                const std::map<std::string, ir::Shape> *point = nullptr) {
   auto precision = precisionFromArgs(args);
   if (!precision)
     return precision.takeError();
@@ -121,7 +252,7 @@ loadAndOptimize(const std::string &file, const Args &args, int optLevel, bool qu
     if (!quiet)
       llvm::errs() << "dlc: parse " << file << ": " << g->numNodes() << " nodes\n";
   } else {
-    auto r = importWithOptions(file, args);
+    auto r = importWithOptions(file, args, point);
     if (!r)
       return r.takeError();
     g = std::move(r->graph);
@@ -209,6 +340,10 @@ int runCompile(const std::vector<std::string> &argv) {
                 {"input", 0, true, true, "NAME=FILE", "--check-accuracy: an input (.npy or .pb; default: random)"},
                 {"seed", 0, true, false, "N", "--check-accuracy: seed of the random inputs (default 0)"},
                 {"json", 0, false, false, "", "--check-accuracy: print the report as JSON on stdout"},
+                {"opt-shape", 0, true, true, "NAME=D0,D1,..",
+                 "With --input-shape ranges: the shape to tune and report for (default: the maximum)"},
+                {"max-shape-variants", 0, true, false, "N",
+                 "With --input-shape ranges: the most shapes one package may serve (default 1024)"},
                 {"quiet", 'q', false, false, "", "No progress output"}});
   auto prec = precisionOptionSpecs(true);
   specs.insert(specs.end(), prec.begin(), prec.end());
@@ -301,16 +436,30 @@ int runCompile(const std::vector<std::string> &argv) {
     return llvm::Error::success();
   };
   auto t0 = std::chrono::steady_clock::now();
-  auto g = checkAccuracy ? loadAndOptimize(file, *args, opt, quiet, accuracy) : loadAndOptimize(file, *args, opt, quiet);
-  if (!g) {
-    reportError(g.takeError());
-    return 1;
+  auto shapes = ShapeRanges::fromArgs(*args);
+  if (!shapes) {
+    reportError(shapes.takeError());
+    return 2;
   }
-  if (auto dot = args->get("dump-dot"))
-    if (auto e = writeFileAtomically(*dot, graphToDot(**g))) {
-      reportError(std::move(e));
+  if (!shapes->empty() && (args->has("train") || checkAccuracy)) {
+    reportError(ir::makeError(std::string("compile: ") + (checkAccuracy ? "--check-accuracy" : "--train") +
+                              " takes one shape per input, not a range"));
+    return 2;
+  }
+  std::unique_ptr<ir::Graph> graph;
+  if (shapes->empty()) {
+    auto g = checkAccuracy ? loadAndOptimize(file, *args, opt, quiet, accuracy) : loadAndOptimize(file, *args, opt, quiet);
+    if (!g) {
+      reportError(g.takeError());
       return 1;
     }
+    graph = std::move(*g);
+    if (auto dot = args->get("dump-dot"))
+      if (auto e = writeFileAtomically(*dot, graphToDot(*graph))) {
+        reportError(std::move(e));
+        return 1;
+      }
+  }
   codegen::CompileOptions co;
   if (auto t = args->get("target")) {
     llvm::SmallVector<llvm::StringRef, 8> parts;
@@ -354,7 +503,47 @@ int runCompile(const std::vector<std::string> &argv) {
   codegen::CompileReport rep;
   if (emit == "cuda") // the source is checked by compiling PTX for the newest architecture
     co.targets = {"compute_90"};
-  auto image = codegen::compileGraphImage(**g, co, &rep);
+  llvm::Expected<pkg::PackageImage> image = llvm::make_error<llvm::StringError>("", llvm::inconvertibleErrorCode());
+  llvm::consumeError(image.takeError());
+  if (shapes->empty()) {
+    image = codegen::compileGraphImage(*graph, co, &rep);
+  } else {
+    // One schedule per point of the ranges; the first is the opt shape, whose import
+    // and passes are reported (the others repeat them at other shapes).
+    if (!quiet)
+      llvm::errs() << "dlc: shape ranges: " << shapes->describe() << " -> " << shapes->count() << " shapes\n";
+    auto graphAt = [&](size_t i) -> llvm::Expected<std::unique_ptr<ir::Graph>> {
+      std::map<std::string, ir::Shape> point = shapes->point(i);
+      auto g = loadAndOptimize(file, *args, opt, quiet || i > 0, {}, &point);
+      if (!g) {
+        std::string where;
+        for (const auto &[name, shape] : point)
+          where += (where.empty() ? "" : ", ") + name + "=" + shapeText(shape);
+        return ir::errorf("at shape {0}: {1}", where, llvm::toString(g.takeError()));
+      }
+      if (i == 0)
+        if (auto dot = args->get("dump-dot"))
+          if (auto e = writeFileAtomically(*dot, graphToDot(**g)))
+            return llvm::Expected<std::unique_ptr<ir::Graph>>(std::move(e));
+      return g;
+    };
+    auto onVariant = [&, last = std::chrono::steady_clock::now()](size_t done, size_t total) mutable {
+      if (quiet || total < 2)
+        return;
+      if (tty) {
+        constexpr size_t width = 24;
+        llvm::errs() << "\r\x1b[Kdlc: lowering shapes [" << std::string(done * width / total, '#')
+                     << std::string(width - done * width / total, '.') << "] " << done << "/" << total;
+        if (done == total)
+          llvm::errs() << "\n";
+        llvm::errs().flush();
+      } else if (done == total || seconds(last) > 10) {
+        llvm::errs() << "dlc: lowered " << done << "/" << total << " shapes\n";
+        last = std::chrono::steady_clock::now();
+      }
+    };
+    image = codegen::compileShapeRangeImage(shapes->count(), graphAt, shapes->ranges(), co, &rep, onVariant);
+  }
   if (!image) {
     reportError(image.takeError());
     return 1;
@@ -408,6 +597,9 @@ int runCompile(const std::vector<std::string> &argv) {
                  << ", weights " << megabytes(rep.weightBytes) << "; targets "
                  << targets << "; max " << rep.maxRegisters << " registers, " << rep.totalSpills
                  << " spill bytes; " << llvm::format("%.2f", seconds(t0)) << " s\n";
+    if (rep.variants > 1)
+      llvm::errs() << "dlc: " << rep.variants << " shapes in one package: arena sized for the largest plan, "
+                   << rep.variantKernels << " kernels beyond the opt shape's\n";
   }
   return 0;
 }

@@ -44,8 +44,11 @@ int staticSmemOf(const pkg::Kernel &k, const GpuModel &g) {
 
 } // namespace
 
-PackageCost costOf(const pkg::PackageFile &pf) {
+PackageCost costOf(const pkg::PackageFile &pf, int variant) {
   const pkg::Package &m = pf.meta();
+  const pkg::ShapeVariant *v =
+      variant >= 0 ? m.variants()->Get(static_cast<uint32_t>(variant)) : nullptr;
+  const auto *schedule = v ? v->steps() : m.steps();
   std::vector<const GpuModel *> gpus = codegen::reportedGpus();
   size_t ng = gpus.size();
   PackageCost c;
@@ -59,8 +62,8 @@ PackageCost costOf(const pkg::PackageFile &pf) {
   std::vector<int> arch(ng), planned = pkg::stepArchs(m);
   for (size_t i = 0; i < ng; ++i)
     arch[i] = pkg::chooseStepArch(planned, pkg::archNumber(gpus[i]->arch));
-  if (m.steps())
-    for (const pkg::Step *s : *m.steps()) {
+  if (schedule)
+    for (const pkg::Step *s : *schedule) {
       if (!(s->schedules() & 1)) // a training package's evaluation: not part of a step
         continue;
       StepCost sc;
@@ -74,7 +77,8 @@ PackageCost costOf(const pkg::PackageFile &pf) {
         sc.bytesRead = l->bytes_read();
         sc.bytesWritten = l->bytes_written();
         sc.flops = l->flops();
-        sc.tensor = m.kernels() && l->kernel() < m.kernels()->size() && m.kernels()->Get(l->kernel())->tensor_core();
+        sc.tensor = m.kernels() && l->kernel() < m.kernels()->size() &&
+                    m.kernels()->Get(l->kernel())->tensor_core();
         sc.blocks = uint64_t(l->grid()->x()) * l->grid()->y() * l->grid()->z();
       } else if (gm) {
         sc.kind = "gemm";
@@ -83,11 +87,13 @@ PackageCost costOf(const pkg::PackageFile &pf) {
         gemmM = gm->m();
         gemmN = gm->n();
         gemmK = gm->k();
-        sc.bytesRead = (gm->stride_a() ? batch : 1) * gemmM * gemmK * es + (gm->stride_b() ? batch : 1) * gemmK * gemmN * es +
-                       (gm->beta() != 0 ? batch * gemmM * gemmN * es : 0) + (gm->bias() ? gemmN * es : 0);
+        sc.bytesRead = (gm->stride_a() ? batch : 1) * gemmM * gemmK * es +
+                       (gm->stride_b() ? batch : 1) * gemmK * gemmN * es +
+                       (gm->beta() != 0 ? batch * gemmM * gemmN * es : 0) +
+                       (gm->bias() ? gemmN * es : 0);
         sc.bytesWritten = batch * gemmM * gemmN * es;
-        sc.flops = 2.0 * static_cast<double>(batch) * static_cast<double>(gemmM) * static_cast<double>(gemmN) *
-                   static_cast<double>(gemmK);
+        sc.flops = 2.0 * static_cast<double>(batch) * static_cast<double>(gemmM) *
+                   static_cast<double>(gemmN) * static_cast<double>(gemmK);
         sc.tensor = gm->dtype() == pkg::DType::F16 || gm->dtype() == pkg::DType::BF16 || gm->tf32();
         sc.tf32 = gm->tf32();
         sc.blocks = ((gemmM + 127) / 128) * ((gemmN + 127) / 128) * batch;
@@ -105,18 +111,21 @@ PackageCost costOf(const pkg::PackageFile &pf) {
         if (l && m.kernels() && l->kernel() < m.kernels()->size()) {
           const pkg::Kernel &k = *m.kernels()->Get(l->kernel());
           int threads = static_cast<int>(l->block()->x() * l->block()->y() * l->block()->z());
-          int perSm = codegen::blocksPerSm(g, threads, registersOf(k, g),
-                                           staticSmemOf(k, g) + static_cast<int>(l->dynamic_smem()));
+          int perSm =
+              codegen::blocksPerSm(g, threads, registersOf(k, g),
+                                   staticSmemOf(k, g) + static_cast<int>(l->dynamic_smem()));
           fill = codegen::smFill(g, sc.blocks, perSm);
         } else if (gm) {
           // cuBLASLt splits K when the output tiles leave SMs idle.
           uint64_t blocks = sc.blocks;
           if (blocks < static_cast<uint64_t>(g.sms))
-            blocks *= std::min<uint64_t>((g.sms + blocks - 1) / blocks, std::max<uint64_t>(1, gemmK / 256));
+            blocks *= std::min<uint64_t>((g.sms + blocks - 1) / blocks,
+                                         std::max<uint64_t>(1, gemmK / 256));
           fill = codegen::smFill(g, blocks, 1);
         }
         double peak = sc.tf32 ? g.tf32Flops : sc.tensor ? g.tensorFlops : g.fp32Flops;
-        double roof = 1e6 * std::max(static_cast<double>(sc.bytes()) / g.dramBytesPerSecond, sc.flops / peak);
+        double roof =
+            1e6 * std::max(static_cast<double>(sc.bytes()) / g.dramBytesPerSecond, sc.flops / peak);
         double t = codegen::modeledMicros(g, sc.flops, static_cast<double>(sc.bytes()), fill, peak);
         sc.runs.push_back(runs);
         sc.fill.push_back(fill);
@@ -135,7 +144,7 @@ PackageCost costOf(const pkg::PackageFile &pf) {
       c.steps.push_back(std::move(sc));
     }
   c.lowerBoundBytes = m.weight_bytes();
-  for (const auto *list : {m.inputs(), m.outputs()})
+  for (const auto *list : {v ? v->inputs() : m.inputs(), v ? v->outputs() : m.outputs()})
     if (list)
       for (const pkg::TensorInfo *t : *list)
         c.lowerBoundBytes += tensorBytes(*t);

@@ -48,6 +48,8 @@ struct PackageCost {
   std::vector<uint64_t> bytesRead, bytesWritten;
 };
 
-PackageCost costOf(const pkg::PackageFile &pf);
+/// The package's own schedule, or with `variant` >= 0 that shape variant's
+/// (pkg::Package::variants, shape-range packages).
+PackageCost costOf(const pkg::PackageFile &pf, int variant = -1);
 
 } // namespace dlc::tool

@@ -10,30 +10,44 @@
 
 namespace dlc::tool {
 
-llvm::Expected<std::pair<std::string, ir::Shape>> parseInputShape(const std::string &spec) {
+llvm::Expected<InputShapeSpec> parseInputShape(const std::string &spec) {
   size_t eq = spec.find('=');
   if (eq == std::string::npos || eq == 0)
-    return ir::errorf("--input-shape expects NAME=d0,d1,..., got '{0}'", spec);
-  ir::Shape s;
+    return ir::errorf("--input-shape expects NAME=d0,d1,... (a dimension may be a range MIN..MAX), got '{0}'",
+                      spec);
+  InputShapeSpec r;
+  r.name = spec.substr(0, eq);
   llvm::StringRef rest = llvm::StringRef(spec).substr(eq + 1);
   while (!rest.empty()) {
     auto [d, tail] = rest.split(',');
-    int64_t v;
-    if (d.trim().getAsInteger(10, v) || v < 0)
+    auto [lo, hi] = d.trim().split("..");
+    int64_t a, b;
+    if (lo.getAsInteger(10, a) || a < 0 || (d.contains("..") && (hi.getAsInteger(10, b) || b < 0)))
       return ir::errorf("--input-shape: invalid dimension '{0}' in '{1}'", d, spec);
-    s.push_back(v);
+    if (!d.contains(".."))
+      b = a;
+    if (b < a || (d.contains("..") && a < 1))
+      return ir::errorf("--input-shape: the range '{0}' in '{1}' is empty or starts below 1", d, spec);
+    r.min.push_back(a);
+    r.max.push_back(b);
     rest = tail;
   }
-  return std::make_pair(spec.substr(0, eq), s);
+  return r;
 }
 
-llvm::Expected<frontend::ImportResult> importWithOptions(const std::string &file, const Args &args) {
+llvm::Expected<frontend::ImportResult> importWithOptions(const std::string &file, const Args &args,
+                                                         const std::map<std::string, ir::Shape> *point) {
   frontend::ImportOptions opts;
   for (const std::string &spec : args.getAll("input-shape")) {
     auto p = parseInputShape(spec);
     if (!p)
       return p.takeError();
-    opts.inputShapes[p->first] = p->second;
+    if (point && point->count(p->name))
+      opts.inputShapes[p->name] = point->at(p->name);
+    else if (p->ranged())
+      return ir::errorf("--input-shape {0}: shape ranges are for dlc compile; give one shape here", spec);
+    else
+      opts.inputShapes[p->name] = p->min;
   }
   for (const std::string &spec : args.getAll("bind")) {
     size_t eq = spec.find('=');
@@ -73,7 +87,8 @@ llvm::Expected<frontend::ImportResult> importWithOptions(const std::string &file
 
 std::vector<OptSpec> importOptionSpecs() {
   return {{"input-shape", 0, true, true, "NAME=D0,D1,..",
-           "Static shape for an input with symbolic dims (repeatable)"},
+           "Shape of an input with symbolic dims (repeatable). dlc compile: a dimension may be a range\n"
+           "MIN..MAX (x=1..32,3,224,224): one package serves every shape in it"},
           {"bind", 0, true, true, "NAME=VALUES|FILE",
            "Bind an input to a constant at compile time: comma-separated values of its dtype, or a .npy/.pb "
            "file (repeatable). Shape inputs, axes and If conditions then fold; the input leaves the package"},
@@ -97,7 +112,7 @@ int runImport(const std::vector<std::string> &argv) {
   if (!args)
     return exitCode;
   const std::string &file = args->positionals()[0];
-  auto r = importWithOptions(file, *args);
+  auto r = importWithOptions(file, *args, nullptr);
   if (!r) {
     reportError(r.takeError());
     return 1;

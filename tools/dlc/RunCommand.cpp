@@ -45,6 +45,44 @@ cli::CliContext context(const char *program) {
   return ctx;
 }
 
+/// A shape-range package (pkg::ShapeRange): its ranges as text, and the schedules at
+/// the smallest and the largest shape (-1: the package's own, at the opt shape).
+struct RangeSummary {
+  std::string text;
+  size_t schedules = 1;
+  int minSchedule = -1, maxSchedule = -1;
+};
+
+RangeSummary summarizeRanges(const pkg::Package &m) {
+  RangeSummary r;
+  if (!m.shape_ranges() || !m.shape_ranges()->size())
+    return r;
+  for (const pkg::ShapeRange *sr : *m.shape_ranges())
+    r.text += (r.text.empty() ? "" : ", ") + sr->input()->str() + "[" + std::to_string(sr->axis()) +
+              "] " + std::to_string(sr->min()) + ".." + std::to_string(sr->max()) + " (opt " +
+              std::to_string(sr->opt()) + ")";
+  size_t nv = m.variants() ? m.variants()->size() : 0;
+  r.schedules = nv + 1;
+  // Whether every ranged dimension of schedule k's inputs equals its range's min (or max).
+  auto at = [&](int k, bool max) {
+    const auto *inputs = k < 0 ? m.inputs() : m.variants()->Get(static_cast<uint32_t>(k))->inputs();
+    for (const pkg::ShapeRange *sr : *m.shape_ranges())
+      for (const pkg::TensorInfo *t : *inputs)
+        if (t->name()->str() == sr->input()->str() &&
+            (!t->shape() || sr->axis() >= t->shape()->size() ||
+             t->shape()->Get(sr->axis()) != (max ? sr->max() : sr->min())))
+          return false;
+    return true;
+  };
+  for (int k = -1; k < static_cast<int>(nv); ++k) {
+    if (at(k, false))
+      r.minSchedule = k;
+    if (at(k, true))
+      r.maxSchedule = k;
+  }
+  return r;
+}
+
 } // namespace
 
 // `dlc run` and `dlc bench` are the runtime's own front ends (shared with the
@@ -150,6 +188,10 @@ int runInspect(const std::vector<std::string> &argv) {
       evalSteps += (st->schedules() & 2) != 0;
       sharedSteps += st->schedules() == 3;
     }
+  RangeSummary ranges = summarizeRanges(m);
+  // Modeled latency at the smallest and largest shape of a shape-range package.
+  PackageCost minCost = ranges.schedules > 1 ? costOf(**pf, ranges.minSchedule) : PackageCost{};
+  PackageCost maxCost = ranges.schedules > 1 ? costOf(**pf, ranges.maxSchedule) : PackageCost{};
   if (args->has("json")) {
     llvm::json::Array kernels;
     for (size_t i = 0; i < nk; ++i) {
@@ -223,6 +265,21 @@ int runInspect(const std::vector<std::string> &argv) {
                                            {"shape", std::move(shape)},
                                            {"values", b->values()->str()}});
       }
+    llvm::json::Value shapeRanges = nullptr;
+    if (ranges.schedules > 1) {
+      llvm::json::Array list;
+      for (const pkg::ShapeRange *sr : *m.shape_ranges())
+        list.push_back(llvm::json::Object{{"input", sr->input()->str()},
+                                          {"axis", static_cast<int64_t>(sr->axis())},
+                                          {"min", sr->min()},
+                                          {"max", sr->max()},
+                                          {"opt", sr->opt()}});
+      shapeRanges = llvm::json::Object{{"ranges", std::move(list)},
+                                       {"schedules", static_cast<int64_t>(ranges.schedules)},
+                                       {"modeled_latency_us_at_min", perGpu(minCost.micros)},
+                                       {"modeled_latency_us_at_opt", perGpu(cost.micros)},
+                                       {"modeled_latency_us_at_max", perGpu(maxCost.micros)}};
+    }
     llvm::json::Object training{{"variables", static_cast<int64_t>(vars.count)},
                                 {"trainable_parameters", static_cast<int64_t>(vars.trainable)},
                                 {"parameter_values", static_cast<int64_t>(vars.parameterValues)},
@@ -237,6 +294,7 @@ int runInspect(const std::vector<std::string> &argv) {
         {"checks", std::move(checks)},
         {"bound_inputs", std::move(bound)},
         {"conditional_steps", static_cast<int64_t>(conditional)},
+        {"shape_ranges", std::move(shapeRanges)},
         {"launches", static_cast<int64_t>(launchesOn[h100])},
         {"library_calls", static_cast<int64_t>(callsOn[h100])},
         {"launches_by_gpu", perGpuInt(launchesOn)},
@@ -305,11 +363,22 @@ int runInspect(const std::vector<std::string> &argv) {
                  << m.eval_outputs()->size() << " outputs\n";
   if (conditional)
     llvm::outs() << "control flow: " << conditional
-                 << " steps run on one side of an If with a run-time condition (read back each run; no CUDA graph)\n";
+                 << " steps run on one side of an If with a run-time condition (read back each "
+                    "run; no CUDA graph)\n";
   if (m.bound_inputs())
     for (const pkg::BoundInput *b : *m.bound_inputs())
       llvm::outs() << "bound input: " << b->name()->str() << " = " << pkg::describeBoundInput(*b)
                    << " (fixed at compile time with --bind; not an input)\n";
+  if (ranges.schedules > 1) {
+    llvm::outs() << "shape ranges: " << ranges.text << "; " << ranges.schedules
+                 << " schedules, one per shape, sharing kernels and weights (the figures below are "
+                    "at the opt shape)\n"
+                 << "modeled latency by shape (a model, not a measurement):";
+    for (size_t i = 0; i < ng; ++i)
+      llvm::outs() << llvm::format(" %s min %.1f us, opt %.1f us, max %.1f us;", gpus[i]->name,
+                                   minCost.micros[i], cost.micros[i], maxCost.micros[i]);
+    llvm::outs() << "\n";
+  }
   if (m.checks() && m.checks()->size())
     llvm::outs() << "data checks: " << m.checks()->size()
                  << " launches flag bad indices (the run fails naming the node)\n";

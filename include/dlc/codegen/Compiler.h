@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,15 @@ struct CompileOptions {
   std::string sourceModel;
 };
 
+/// A dimension of an input that a shape-range package serves at every value in
+/// [min, max] (pkg::ShapeRange); `opt` is the shape the package is tuned and
+/// reported for.
+struct ShapeRangeDesc {
+  std::string input;
+  uint32_t axis = 0;
+  int64_t min = 0, max = 0, opt = 0;
+};
+
 struct CompileReport {
   size_t kernels = 0, launches = 0, libraryCalls = 0, steps = 0, chunks = 0;
   uint64_t arenaBytes = 0, weightBytes = 0, packageBytes = 0;
@@ -59,6 +69,9 @@ struct CompileReport {
   std::map<std::string, Phase> phases;
   std::vector<std::string> targets;
   std::string cudaSource;
+  /// Shape-range packages: the schedules in the package (one per shape point), and
+  /// the kernels that only other shapes than the opt one need.
+  size_t variants = 1, variantKernels = 0;
 };
 
 /// Lowers the graph, compiles it for every target and returns the package bytes.
@@ -68,5 +81,16 @@ llvm::Expected<std::vector<uint8_t>> compileGraph(const ir::Graph &g, const Comp
 /// tensors (no copy of the weights into one buffer).
 llvm::Expected<pkg::PackageImage> compileGraphImage(const ir::Graph &g, const CompileOptions &opts,
                                                    CompileReport *report = nullptr);
+
+/// A package that serves every point of shape ranges: `graphAt(i)` gives the
+/// optimized graph for point i of `count` (point 0: the opt shape, the package's own
+/// schedule). Each point is lowered to its own schedule and memory plan; kernels
+/// (instantiations with run-time extents) and weights are shared, and the kernels of
+/// all points are compiled once. `onVariant(i, count)` reports progress.
+llvm::Expected<pkg::PackageImage>
+compileShapeRangeImage(size_t count, const std::function<llvm::Expected<std::unique_ptr<ir::Graph>>(size_t)> &graphAt,
+                       const std::vector<ShapeRangeDesc> &ranges, const CompileOptions &opts,
+                       CompileReport *report = nullptr,
+                       const std::function<void(size_t, size_t)> &onVariant = {});
 
 } // namespace dlc::codegen

@@ -108,6 +108,10 @@ public:
   /// cuda only: run on the caller's stream (nullptr: the session's own).
   Status setStream(void *stream);
   Status getOutputBytes(const std::string &name, void *data, size_t size) const;
+  /// The shape of an input as last set (a shape-range package takes any shape in its
+  /// ranges), or of an output after the last run; empty if there is no such tensor.
+  std::vector<int64_t> inputShape(const std::string &name) const;
+  std::vector<int64_t> outputShape(const std::string &name) const;
   /// Index of a named input/output, or -1.
   int inputIndex(const std::string &name) const;
   int outputIndex(const std::string &name) const;
@@ -158,10 +162,27 @@ private:
   SessionOptions opts_;
   std::vector<bool> inputSet_;
   std::vector<StepTime> profile_;
-  /// The package's steps that run on this backend (per-architecture steps filtered).
-  std::vector<const pkg::Step *> steps_;
-  /// The evaluation schedule's steps (training packages; pkg::Step::schedules).
-  std::vector<const pkg::Step *> evalSteps_;
+  using Tensors = flatbuffers::Vector<flatbuffers::Offset<pkg::TensorInfo>>;
+  /// A schedule: the package's own (index 0), or a shape variant's.
+  struct Schedule {
+    const Tensors *inputs = nullptr, *outputs = nullptr;
+    const flatbuffers::Vector<flatbuffers::Offset<pkg::Buffer>> *buffers = nullptr;
+    /// Its steps that run on this backend (per-architecture steps filtered).
+    std::vector<const pkg::Step *> steps;
+    /// The evaluation schedule's steps (training packages; pkg::Step::schedules).
+    std::vector<const pkg::Step *> evalSteps;
+    const flatbuffers::Vector<flatbuffers::Offset<pkg::Check>> *checks = nullptr;
+    uint32_t checkBuffer = 0;
+  };
+  std::vector<Schedule> schedules_;
+  size_t current_ = 0;
+  const Schedule &schedule() const { return schedules_[current_]; }
+  /// Shape-range packages: inputs are kept on the host as set and uploaded by run()
+  /// once it has chosen the schedule for their shapes.
+  bool ranged_ = false;
+  std::vector<HostTensor> staged_;
+  Status checkRangedInput(int index, const HostTensor &t) const;
+  Status selectSchedule();
   bool evalMode_ = false;
 };
 

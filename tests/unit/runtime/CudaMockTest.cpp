@@ -11,6 +11,7 @@
 //  - the schedule is captured as a CUDA graph once and replayed, recaptured after a
 //    device pointer is bound, and run step by step (with a note) where capture fails;
 //  - bound device pointers must be aligned to their elements.
+#include "RuntimeTestUtil.h"
 #include "cuda/Driver.h"
 
 #include "dlc/codegen/Compiler.h"
@@ -468,6 +469,39 @@ TEST_F(CudaMock, TheScheduleIsCapturedOnceThenReplayed) {
   ASSERT_FALSE(bool((*s)->run()));
   EXPECT_EQ(S.captures, 2);
   EXPECT_EQ(S.graphLaunches, 4);
+}
+
+TEST_F(CudaMock, AShapeRangePackageCapturesAGraphPerShapeOnFirstUse) {
+  auto textAt = [](int64_t n) {
+    std::string N = std::to_string(n);
+    return "graph @r(%x: f32[" + N + ",4]) -> (\"y\": f32[" + N + ",4]) {\n  %y = Softmax(%x) {axis = 1} : f32[" + N +
+           ",4]\n  return %y\n}\n";
+  };
+  std::vector<uint8_t> bytes = test::compileShapeRangeIR(textAt, "x", 0, 1, 12, {"sm_90"});
+  auto pf = pkg::PackageFile::fromBytes(bytes.data(), bytes.size(), "range.dlc");
+  ASSERT_TRUE(pf.ok()) << pf.status().message();
+  rt::SessionOptions so;
+  so.device = rt::DeviceKind::Cuda;
+  auto s = rt::Session::create(*pf, so);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  auto runAt = [&](int64_t n) {
+    rt::HostTensor t = rt::HostTensor::zeros(pkg::DType::F32, {n, 4});
+    DLC_RETURN_IF_ERROR((*s)->setInput("x", t));
+    return (*s)->run();
+  };
+  for (int64_t n : {2, 3, 2, 3, 2})
+    ASSERT_FALSE(bool(runAt(n)));
+  EXPECT_EQ(S.captures, 2); // one per shape, replayed after
+  EXPECT_EQ(S.graphLaunches, 5);
+  // The cache keeps the 8 most recently used shapes: 10 shapes evict 2 and 3.
+  for (int64_t n = 3; n <= 12; ++n)
+    ASSERT_FALSE(bool(runAt(n)));
+  EXPECT_EQ(S.captures, 2 + 9);
+  ASSERT_FALSE(bool(runAt(12))); // still cached
+  EXPECT_EQ(S.captures, 11);
+  ASSERT_FALSE(bool(runAt(2))); // evicted: captured again
+  EXPECT_EQ(S.captures, 12);
+  EXPECT_EQ(S.graphLaunches, 5 + 10 + 2);
 }
 
 TEST_F(CudaMock, AFailedCaptureRunsStepByStepWithANote) {

@@ -37,16 +37,23 @@ std::vector<uint8_t> buildTestPackage(const std::string &src,
   for (const auto &[name, n] : arity) {
     std::string call;
     for (size_t i = 0; i < n; ++i)
-      call += (i ? ", " : "") + std::string("*(float *const *)((const char *)a + ") + std::to_string(8 * i) + ")";
+      call += (i ? ", " : "") + std::string("*(float *const *)((const char *)a + ") +
+              std::to_string(8 * i) + ")";
     emu += "static void " + name + "__thunk(const void *a) { " + name + "(" + call + "); }\n";
     table += "{\"" + name + "\", " + name + "__thunk},";
   }
-  emu += "static const dlc_emu_kernel tbl[] = {" + table + "{nullptr, nullptr}};\n"
-         "extern \"C\" __attribute__((visibility(\"default\"))) int dlc_emu_abi_version(void) { return DLC_EMU_ABI_VERSION; }\n"
-         "extern \"C\" __attribute__((visibility(\"default\"))) const dlc_emu_kernel *dlc_emu_kernels(int *n) { *n = " +
-         std::to_string(arity.size()) + "; return tbl; }\n"
-         "extern \"C\" __attribute__((visibility(\"default\"))) void dlc_emu_set_api(const dlc_emu_api *a) { dlc_emu_api_ptr = a; }\n"
-         "extern \"C\" __attribute__((visibility(\"default\"))) void dlc_emu_set_thread(dlc_emu_thread *t) { dlc_emu_cur = t; }\n#endif\n";
+  emu += "static const dlc_emu_kernel tbl[] = {" + table +
+         "{nullptr, nullptr}};\n"
+         "extern \"C\" __attribute__((visibility(\"default\"))) int dlc_emu_abi_version(void) { "
+         "return DLC_EMU_ABI_VERSION; }\n"
+         "extern \"C\" __attribute__((visibility(\"default\"))) const dlc_emu_kernel "
+         "*dlc_emu_kernels(int *n) { *n = " +
+         std::to_string(arity.size()) +
+         "; return tbl; }\n"
+         "extern \"C\" __attribute__((visibility(\"default\"))) void dlc_emu_set_api(const "
+         "dlc_emu_api *a) { dlc_emu_api_ptr = a; }\n"
+         "extern \"C\" __attribute__((visibility(\"default\"))) void "
+         "dlc_emu_set_thread(dlc_emu_thread *t) { dlc_emu_cur = t; }\n#endif\n";
   auto m = codegen::compileForEmu(full + emu, tc);
   EXPECT_TRUE(bool(m)) << (m ? "" : llvm::toString(m.takeError()));
   if (m)
@@ -77,12 +84,13 @@ std::vector<uint8_t> buildTestPackage(const std::string &src,
     for (const auto &mod : modules) {
       auto it = mod.resources.find(l.kernel);
       if (mod.kind == codegen::CompiledModule::Cubin && it != mod.resources.end())
-        res.push_back(pkg::CreateArchResources(fb, fb.CreateString(mod.target), it->second.registers, 0, 0,
-                                               it->second.sharedBytes, 0));
+        res.push_back(pkg::CreateArchResources(fb, fb.CreateString(mod.target),
+                                               it->second.registers, 0, 0, it->second.sharedBytes,
+                                               0));
     }
     kernelIndex[l.kernel] = static_cast<uint32_t>(kernels.size());
-    kernels.push_back(pkg::CreateKernel(fb, fb.CreateString(l.kernel), fb.CreateString(l.kernel), 0, l.needsSync,
-                                        l.cooperative, fb.CreateVector(res)));
+    kernels.push_back(pkg::CreateKernel(fb, fb.CreateString(l.kernel), fb.CreateString(l.kernel), 0,
+                                        l.needsSync, l.cooperative, fb.CreateVector(res)));
   }
   std::vector<flatbuffers::Offset<pkg::Step>> steps;
   for (const TestLaunch &l : launches) {
@@ -91,21 +99,24 @@ std::vector<uint8_t> buildTestPackage(const std::string &src,
     for (size_t i = 0; i < l.pointerArgs.size(); ++i)
       relocs.emplace_back(static_cast<uint32_t>(8 * i), pkg::BufRef(l.pointerArgs[i], 0));
     pkg::Dim3 g(l.grid[0], l.grid[1], l.grid[2]), b(l.block[0], l.block[1], l.block[2]);
-    auto launch = pkg::CreateLaunch(fb, kernelIndex[l.kernel], &g, &b, l.dynamicSmem, fb.CreateVector(params),
-                                    fb.CreateVectorOfStructs(relocs));
-    steps.push_back(pkg::CreateStep(fb, pkg::StepKind::Launch, launch.Union(), fb.CreateString("test")));
+    auto launch = pkg::CreateLaunch(fb, kernelIndex[l.kernel], &g, &b, l.dynamicSmem,
+                                    fb.CreateVector(params), fb.CreateVectorOfStructs(relocs));
+    steps.push_back(
+        pkg::CreateStep(fb, pkg::StepKind::Launch, launch.Union(), fb.CreateString("test")));
   }
   std::vector<flatbuffers::Offset<pkg::Module>> mods;
   for (size_t i = 0; i < modules.size(); ++i)
-    mods.push_back(pkg::CreateModule(fb, fb.CreateString(modules[i].target),
-                                     modules[i].kind == codegen::CompiledModule::Cubin ? pkg::ModuleKind::Cubin
-                                     : modules[i].kind == codegen::CompiledModule::Ptx ? pkg::ModuleKind::Ptx
-                                                                                       : pkg::ModuleKind::EmuSharedObject,
-                                     &sections[i]));
+    mods.push_back(pkg::CreateModule(
+        fb, fb.CreateString(modules[i].target),
+        modules[i].kind == codegen::CompiledModule::Cubin ? pkg::ModuleKind::Cubin
+        : modules[i].kind == codegen::CompiledModule::Ptx ? pkg::ModuleKind::Ptx
+                                                          : pkg::ModuleKind::EmuSharedObject,
+        &sections[i]));
   auto tv = fb.CreateVector(tensors);
-  auto root = pkg::CreatePackage(fb, pkg::kFormatVersion, fb.CreateString("test"), fb.CreateString("test"), tv, tv,
-                                 fb.CreateVector(bufs), arena, 0, 0, fb.CreateVector(kernels), fb.CreateVector(mods),
-                                 fb.CreateVector(steps));
+  auto root =
+      pkg::CreatePackage(fb, pkg::kFormatVersion, fb.CreateString("test"), fb.CreateString("test"),
+                         tv, tv, fb.CreateVector(bufs), arena, 0, 0, fb.CreateVector(kernels),
+                         fb.CreateVector(mods), fb.CreateVector(steps));
   return w.finish(root);
 }
 
@@ -167,6 +178,29 @@ std::vector<uint8_t> compileIRForEmu(const char *text, const char *name, const c
   auto p = codegen::compileGraph(**g, co);
   EXPECT_TRUE(bool(p)) << (p ? "" : llvm::toString(p.takeError()));
   return p ? std::move(*p) : std::vector<uint8_t>{};
+}
+
+std::vector<uint8_t> compileShapeRangeIR(const std::function<std::string(int64_t)> &textAt,
+                                         const std::string &input, uint32_t axis, int64_t min,
+                                         int64_t max, const std::vector<std::string> &targets) {
+  // Point 0 is the opt shape (max), then min .. max - 1.
+  auto graphAt = [&](size_t i) -> llvm::Expected<std::unique_ptr<ir::Graph>> {
+    int64_t v = i == 0 ? max : min + static_cast<int64_t>(i) - 1;
+    auto g = ir::parseGraph(textAt(v), "range.ir");
+    if (!g)
+      return g.takeError();
+    passes::PassManager pm;
+    passes::PassContext ctx;
+    if (llvm::Error e = pm.run(**g, passes::defaultPipeline(2), ctx))
+      return e;
+    return g;
+  };
+  codegen::CompileOptions co;
+  co.targets = targets;
+  auto image = codegen::compileShapeRangeImage(static_cast<size_t>(max - min + 1), graphAt,
+                                               {{input, axis, min, max, max}}, co);
+  EXPECT_TRUE(bool(image)) << (image ? "" : llvm::toString(image.takeError()));
+  return image ? image->bytes() : std::vector<uint8_t>{};
 }
 
 } // namespace dlc::test

@@ -2,13 +2,12 @@
 #pragma once
 
 #include "Toolchain.h"
-
 #include "dlc/package/Package.h"
 #include "dlc/runtime/Runtime.h"
 
-#include <gtest/gtest.h>
-
 #include <cstdlib>
+#include <functional>
+#include <gtest/gtest.h>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,7 +35,17 @@ std::vector<uint8_t> buildTestPackage(const std::string &cudaSource,
 /// A package of textual IR compiled for emu only, after the graph passes `passes`
 /// ("fuse", ...; none when null); empty, with a test failure, when it does not parse
 /// or compile.
-std::vector<uint8_t> compileIRForEmu(const char *text, const char *name, const char *passes = nullptr);
+std::vector<uint8_t> compileIRForEmu(const char *text, const char *name,
+                                     const char *passes = nullptr);
+
+/// A shape-range package (dlc compile --input-shape with a range): `textAt(v)` is the
+/// textual IR with the ranged dimension of `input` (axis `axis`) equal to v, for every
+/// v in [min, max]; the opt shape is `max`. Each point goes through the default -O2
+/// pipeline, then all are compiled for `targets` into one package.
+std::vector<uint8_t> compileShapeRangeIR(const std::function<std::string(int64_t)> &textAt,
+                                         const std::string &input, uint32_t axis, int64_t min,
+                                         int64_t max,
+                                         const std::vector<std::string> &targets = {"emu"});
 
 /// Runs a package on emu with the given f32 inputs; returns the session error or the
 /// named f32 outputs.
