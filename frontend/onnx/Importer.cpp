@@ -253,7 +253,7 @@ llvm::Expected<TensorType> valueType(const onnx::ValueInfoProto &vi, const Impor
       notes.push_back("input '" + name + "' dimension " + std::to_string(s.size() - 1) +
                       (d.has_dim_param() ? " ('" + d.dim_param() + "')" : std::string()) +
                       " is not static; using " + std::to_string(opts.defaultDimValue) +
-                      " (override with --input-shape " + name + "=...)");
+                      " (override with --input-shape " + name + "=..., where a dimension may be a range MIN..MAX)");
     }
   }
   TensorType t(*dt, s);
