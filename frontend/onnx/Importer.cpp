@@ -6,22 +6,19 @@
 //===----------------------------------------------------------------------===//
 #include "NodeImporter.h"
 
-#include <onnx/checker.h>
-#include <onnx/shape_inference/implementation.h>
-#include <onnx/version_converter/convert.h>
-
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
-
-#include <google/protobuf/io/coded_stream.h>
-
-#include <set>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <google/protobuf/io/coded_stream.h>
+#include <onnx/checker.h>
+#include <onnx/shape_inference/implementation.h>
+#include <onnx/version_converter/convert.h>
+#include <set>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -70,9 +67,24 @@ bool hasHandler(const std::string &opType) {
   return false;
 }
 
+/// Ops whose old versions the version converter does not turn into an equivalent
+/// model of the opset the handlers take, with the reason.
+const char *olderOpsetGap(const std::string &op, int64_t opset) {
+  static const struct {
+    const char *op;
+    int64_t since;
+    const char *why;
+  } gaps[] = {{"Scan", 9,
+               "Scan before opset 9 (a batch axis and sequence_lens) is not supported; opset 9 and "
+               "later are, unrolled at compile time"}};
+  for (const auto &g : gaps)
+    if (op == g.op && opset >= 0 && opset < g.since)
+      return g.why;
+  return nullptr;
+}
+
 const char *outOfScopeReason(const std::string &op) {
   static const std::pair<const char *, const char *> reasons[] = {
-      {"Scan", "Scan is not supported (Loop is, unrolled at compile time)"},
       {"QuantizeLinear", "quantized ops are not supported"},
       {"DequantizeLinear", "quantized ops are not supported"},
       {"DynamicQuantizeLinear", "quantized ops are not supported"},
@@ -184,8 +196,9 @@ void Importer::importNodes(const onnx::GraphProto &g, Scope &scope) {
         break;
       }
       if (!scope.lookup(in)) {
-        fail("input '" + in + "' is not defined before this node (the graph is not "
-                              "topologically sorted, has a cycle, or misses an initializer)");
+        fail("input '" + in +
+             "' is not defined before this node (the graph is not "
+             "topologically sorted, has a cycle, or misses an initializer)");
         skip = true;
         break;
       }
@@ -201,8 +214,8 @@ void Importer::importNodes(const onnx::GraphProto &g, Scope &scope) {
     Handler h = findHandler(n.op_type(), opset);
     if (!h) {
       const char *why = outOfScopeReason(n.op_type());
-      fail(why ? std::string("unsupported op: ") + why : "unsupported op (no importer for " +
-                                                              n.op_type() + " at this opset)");
+      fail(why ? std::string("unsupported op: ") + why
+               : "unsupported op (no importer for " + n.op_type() + " at this opset)");
       continue;
     }
     NodeImporter ni(*this, scope, n, opset);
@@ -232,7 +245,8 @@ llvm::Expected<TensorType> valueType(const onnx::ValueInfoProto &vi, const Impor
   const auto &tt = vi.type().tensor_type();
   auto dt = dtypeFromOnnx(tt.elem_type());
   if (!dt)
-    return errorf("input '{0}' has unsupported element type {1}", name, onnxTypeName(tt.elem_type()));
+    return errorf("input '{0}' has unsupported element type {1}", name,
+                  onnxTypeName(tt.elem_type()));
   auto override = opts.inputShapes.find(name);
   if (override != opts.inputShapes.end()) {
     if (tt.has_shape() && tt.shape().dim_size() != static_cast<int>(override->second.size()))
@@ -253,7 +267,8 @@ llvm::Expected<TensorType> valueType(const onnx::ValueInfoProto &vi, const Impor
       notes.push_back("input '" + name + "' dimension " + std::to_string(s.size() - 1) +
                       (d.has_dim_param() ? " ('" + d.dim_param() + "')" : std::string()) +
                       " is not static; using " + std::to_string(opts.defaultDimValue) +
-                      " (override with --input-shape " + name + "=..., where a dimension may be a range MIN..MAX)");
+                      " (override with --input-shape " + name +
+                      "=..., where a dimension may be a range MIN..MAX)");
     }
   }
   TensorType t(*dt, s);
@@ -271,7 +286,8 @@ llvm::Expected<Tensor> boundValue(const onnx::ValueInfoProto &vi, const ImportOp
   const auto &tt = vi.type().tensor_type();
   auto dt = dtypeFromOnnx(tt.elem_type());
   if (!dt)
-    return errorf("cannot bind '{0}': unsupported element type {1}", name, onnxTypeName(tt.elem_type()));
+    return errorf("cannot bind '{0}': unsupported element type {1}", name,
+                  onnxTypeName(tt.elem_type()));
   std::vector<int64_t> declared; // -1: symbolic
   bool ranked = tt.has_shape();
   for (const auto &d : tt.shape().dim())
@@ -286,7 +302,8 @@ llvm::Expected<Tensor> boundValue(const onnx::ValueInfoProto &vi, const ImportOp
     for (size_t i = 0; fits && ranked && i < declared.size(); ++i)
       fits = declared[i] < 0 || declared[i] == t.shape()[i];
     if (!fits)
-      return errorf("cannot bind '{0}': the value is {1}, the input is declared {2}", name, t.type().str(), decl);
+      return errorf("cannot bind '{0}': the value is {1}, the input is declared {2}", name,
+                    t.type().str(), decl);
     return t;
   }
   // Text: comma-separated values of the declared dtype.
@@ -301,18 +318,21 @@ llvm::Expected<Tensor> boundValue(const onnx::ValueInfoProto &vi, const ImportOp
     return errorf("cannot bind '{0}': no values given", name);
   int64_t n = static_cast<int64_t>(items.size());
   Shape shape;
-  bool staticDecl = ranked && std::none_of(declared.begin(), declared.end(), [](int64_t d) { return d < 0; });
+  bool staticDecl =
+      ranked && std::none_of(declared.begin(), declared.end(), [](int64_t d) { return d < 0; });
   if (staticDecl) {
     shape = declared;
     if (TensorType(*dt, shape).numElements() != n)
-      return errorf("cannot bind '{0}': {1} values given, the input is declared {2}", name, n, decl);
+      return errorf("cannot bind '{0}': {1} values given, the input is declared {2}", name, n,
+                    decl);
   } else if (ranked && declared.size() == 1) {
     shape = {n};
   } else if (ranked && declared.empty()) {
     if (n != 1)
       return errorf("cannot bind '{0}': {1} values given for a scalar input", name, n);
   } else {
-    return errorf("cannot bind '{0}' to {1} values: the input is declared {2}; give a .npy file with its shape",
+    return errorf("cannot bind '{0}' to {1} values: the input is declared {2}; give a .npy file "
+                  "with its shape",
                   name, n, decl);
   }
   std::vector<double> values;
@@ -322,7 +342,8 @@ llvm::Expected<Tensor> boundValue(const onnx::ValueInfoProto &vi, const ImportOp
       values.push_back(v == "true");
       continue;
     }
-    bool integral = *dt != DType::F32 && *dt != DType::F64 && *dt != DType::F16 && *dt != DType::BF16;
+    bool integral =
+        *dt != DType::F32 && *dt != DType::F64 && *dt != DType::F16 && *dt != DType::BF16;
     int64_t iv;
     char *end = nullptr;
     double d = std::strtod(item.c_str(), &end);
@@ -358,7 +379,8 @@ llvm::Error checkOutputType(const onnx::ValueInfoProto &vi, const Value *v) {
   return llvm::Error::success();
 }
 
-void collectExternalTensors(const onnx::GraphProto &g, std::vector<const onnx::TensorProto *> &out) {
+void collectExternalTensors(const onnx::GraphProto &g,
+                            std::vector<const onnx::TensorProto *> &out) {
   auto visit = [&](const onnx::TensorProto &t) {
     if (t.data_location() == onnx::TensorProto::EXTERNAL)
       out.push_back(&t);
@@ -395,12 +417,14 @@ std::string structuralProblem(const onnx::GraphProto &g, std::set<std::string> s
       if (!o.empty())
         produced.insert(o);
   for (const auto &n : g.node()) {
-    std::string who = "node " + (n.name().empty() ? std::string() : "'" + n.name() + "' ") + "(" + n.op_type() + ")";
+    std::string who = "node " + (n.name().empty() ? std::string() : "'" + n.name() + "' ") + "(" +
+                      n.op_type() + ")";
     for (const auto &in : n.input()) {
       if (in.empty() || scope.count(in))
         continue;
       if (produced.count(in))
-        return who + " uses '" + in + "' before it is produced (the graph has a cycle or is not in topological order)";
+        return who + " uses '" + in +
+               "' before it is produced (the graph has a cycle or is not in topological order)";
       return who + " uses '" + in + "', which no node, graph input or initializer defines";
     }
     for (const auto &a : n.attribute()) {
@@ -432,7 +456,7 @@ void checkModel(const onnx::ModelProto &model, const std::string &modelDir) {
     fail_check("the model does not have an ir_version set properly");
   if (model.ir_version() > onnx::IR_VERSION)
     fail_check("the model's ir_version ", model.ir_version(),
-                              " is newer than this ONNX library supports (", onnx::IR_VERSION, ")");
+               " is newer than this ONNX library supports (", onnx::IR_VERSION, ")");
   std::unordered_map<std::string, int> opsets;
   for (const auto &o : model.opset_import())
     opsets[o.domain()] = static_cast<int>(o.version());
@@ -490,8 +514,8 @@ void runOnnxLibrary(onnx::ModelProto &model, const std::string &modelDir, const 
                                          /*enable_data_propagation=*/true);
       onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(), siOpts);
     } catch (const std::exception &e) {
-      r.notes.push_back(std::string("ONNX shape inference failed ") + when + " (" + oneLine(e.what()) +
-                        "); dlc infers shapes itself");
+      r.notes.push_back(std::string("ONNX shape inference failed ") + when + " (" +
+                        oneLine(e.what()) + "); dlc infers shapes itself");
     }
   };
   if (opts.convertVersion && originalOpset < 17) {
@@ -500,8 +524,9 @@ void runOnnxLibrary(onnx::ModelProto &model, const std::string &modelDir, const 
       model = onnx::version_conversion::ConvertVersion(model, 17);
       r.opset = 17;
     } catch (const std::exception &e) {
-      r.notes.push_back("opset " + std::to_string(originalOpset) + " could not be converted to 17 (" +
-                        oneLine(e.what()) + "); importing at the original opset");
+      r.notes.push_back("opset " + std::to_string(originalOpset) +
+                        " could not be converted to 17 (" + oneLine(e.what()) +
+                        "); importing at the original opset");
     }
   }
   inferShapes("on the model");
@@ -530,9 +555,10 @@ public:
   bool restore(onnx::GraphProto &g) {
     for (const onnx::TensorProto &t : g.initializer()) {
       auto it = bytes_.find(t.name());
-      if (it != bytes_.end() && (t.data_type() != it->second.dtype ||
-                                 std::vector<int64_t>(t.dims().begin(), t.dims().end()) != it->second.dims ||
-                                 t.raw_data().size() != kStubBytes))
+      if (it != bytes_.end() &&
+          (t.data_type() != it->second.dtype ||
+           std::vector<int64_t>(t.dims().begin(), t.dims().end()) != it->second.dims ||
+           t.raw_data().size() != kStubBytes))
         return false;
     }
     for (onnx::TensorProto &t : *g.mutable_initializer()) {
@@ -557,8 +583,9 @@ private:
 /// through a pipe. The ONNX library has crashed on malformed models (fuzzing found a
 /// null dereference in its version converter and out-of-range dims in its RNN shape
 /// inference); in a child, a crash becomes an error instead of taking dlc down.
-llvm::Error runOnnxLibrarySandboxed(onnx::ModelProto &model, const std::string &modelDir, const ImportOptions &opts,
-                                    int originalOpset, OnnxLibraryResult &r) {
+llvm::Error runOnnxLibrarySandboxed(onnx::ModelProto &model, const std::string &modelDir,
+                                    const ImportOptions &opts, int originalOpset,
+                                    OnnxLibraryResult &r) {
   int fds[2];
   if (::pipe(fds) != 0)
     return makeError(std::string("pipe failed: ") + std::strerror(errno));
@@ -614,7 +641,8 @@ llvm::Error runOnnxLibrarySandboxed(onnx::ModelProto &model, const std::string &
     return makeError(std::string("the ONNX library crashed (") + strsignal(WTERMSIG(status)) +
                      ") while checking or converting this model: it is malformed");
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    return makeError("the ONNX library's checks failed (exit " + std::to_string(WEXITSTATUS(status)) + ")");
+    return makeError("the ONNX library's checks failed (exit " +
+                     std::to_string(WEXITSTATUS(status)) + ")");
   size_t off = 0;
   bool ok = true;
   auto get = [&]() {
@@ -654,8 +682,9 @@ llvm::Expected<ImportResult> importOnnxBytes(llvm::StringRef bytes, const std::s
                                              const ImportOptions &opts) {
   onnx::ModelProto model;
   {
-    google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t *>(bytes.data()),
-                                              static_cast<int>(std::min<size_t>(bytes.size(), INT32_MAX)));
+    google::protobuf::io::CodedInputStream in(
+        reinterpret_cast<const uint8_t *>(bytes.data()),
+        static_cast<int>(std::min<size_t>(bytes.size(), INT32_MAX)));
     in.SetTotalBytesLimit(INT32_MAX);
     if (bytes.empty() || !model.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
       return errorf("{0}: not a valid ONNX model (the protobuf could not be parsed; is the file "
@@ -689,6 +718,8 @@ llvm::Expected<ImportResult> importOnnxBytes(llvm::StringRef bytes, const std::s
       std::string where = describeOnnxNode(n, opset);
       if (!n.domain().empty() && n.domain() != "ai.onnx")
         unsupported.push_back(where + ": unsupported op domain '" + n.domain() + "'");
+      else if (const char *why = olderOpsetGap(n.op_type(), opset))
+        unsupported.push_back(where + ": unsupported op: " + why);
       else if (!hasHandler(n.op_type())) { // opset-specific gaps surface while importing
         const char *why = outOfScopeReason(n.op_type());
         unsupported.push_back(where + ": unsupported op" +
@@ -721,7 +752,8 @@ llvm::Expected<ImportResult> importOnnxBytes(llvm::StringRef bytes, const std::s
     if (lib.error.empty() && !stash.empty() && !stash.restore(*model.mutable_graph())) {
       // The converter rewrote a large initializer: run the library on the whole model.
       if (!stash.restore(*stripped.mutable_graph()))
-        return errorf("{0}: internal error: cannot restore the weights set aside for the ONNX library", file);
+        return errorf(
+            "{0}: internal error: cannot restore the weights set aside for the ONNX library", file);
       model = std::move(stripped);
       lib = OnnxLibraryResult{};
       lib.opset = opsets[""];
@@ -747,7 +779,9 @@ llvm::Expected<ImportResult> importOnnxBytes(llvm::StringRef bytes, const std::s
   std::unordered_set<std::string> initNames;
   for (const auto &i : gp.initializer())
     initNames.insert(i.name());
-  auto isBound = [&](const std::string &name) { return opts.bindings.count(name) || opts.bindingText.count(name); };
+  auto isBound = [&](const std::string &name) {
+    return opts.bindings.count(name) || opts.bindingText.count(name);
+  };
   for (const auto &in : gp.input()) {
     if (initNames.count(in.name()) && !isBound(in.name()))
       continue; // an initializer listed as input (IR version < 4) is a constant

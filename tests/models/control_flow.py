@@ -2,7 +2,8 @@
 """Control flow from a TorchScript export: an If on a bool input, an If on a value the
 model computes (x.sum() > 0), and a Loop over column chunks (unrolled at compile time).
 Then a Loop that stops on a value it computes (a bounded loop with a break, built with
-onnx.helper: TorchScript exports `break` as an unbounded while loop, which dlc rejects).
+onnx.helper: TorchScript exports `break` as an unbounded while loop, which dlc rejects),
+and a Scan (reverse input, two scan outputs on different axes, one reversed).
 dlc compiles the package once; it must match PyTorch and ONNX Runtime
 (onnxruntime-node) for all four branch combinations, `dlc inspect` must report steps
 that run on one side only, and a trip count above --max-loop-unroll must be a clear
@@ -100,6 +101,74 @@ def check_break_loop(dlc, work):
     return failures
 
 
+def check_scan(dlc, work):
+    """Scan (built with onnx.helper: PyTorch does not export it) over axis 1 of x, from
+    the end, with a running state and two scan outputs stacked on different axes, one
+    of them in reverse; against numpy and ONNX Runtime."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    body = helper.make_graph(
+        [helper.make_node("Tanh", ["xt"], ["t"]),
+         helper.make_node("Add", ["s", "t"], ["s_out"]),
+         helper.make_node("Mul", ["s_out", "xt"], ["y"]),
+         helper.make_node("ReduceSum", ["s_out"], ["z"], keepdims=0)],
+        "body",
+        [helper.make_tensor_value_info("s", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("xt", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [])])
+    graph = helper.make_graph(
+        [helper.make_node("Scan", ["s0", "x"], ["s_final", "ys", "zs"], body=body, num_scan_inputs=1,
+                          scan_input_axes=[1], scan_input_directions=[1], scan_output_axes=[1, 0],
+                          scan_output_directions=[0, 1])],
+        "scan",
+        [helper.make_tensor_value_info("s0", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 3])],
+        [helper.make_tensor_value_info("s_final", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("ys", TensorProto.FLOAT, [2, 5, 3]),
+         helper.make_tensor_value_info("zs", TensorProto.FLOAT, [5])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    path = os.path.join(work, "scan.onnx")
+    onnx.save(model, path)
+    pkg = os.path.join(work, "scan.dlc")
+    sh([dlc, "compile", path, "--target", "emu", "-o", pkg, "-q"])
+    limited = os.path.join(work, "scan-limit.dlc")
+    try:
+        sh([dlc, "compile", path, "--target", "emu", "--max-loop-unroll", "3", "-o", limited, "-q"])
+        raise AssertionError("a Scan longer than --max-loop-unroll compiled")
+    except RuntimeError as e:
+        assert "Scan over 5 steps exceeds the unroll limit of 3 iterations" in str(e), e
+        assert not os.path.exists(limited)
+    rng = np.random.RandomState(2)
+    s0, x = rng.randn(2, 3).astype(np.float32), rng.randn(2, 5, 3).astype(np.float32)
+    s, ys, zs = s0.copy(), [], []
+    for t in range(5):
+        xt = x[:, 4 - t]
+        s = s + np.tanh(xt)
+        ys.append(s * xt)
+        zs.append(s.sum())
+    ref = {"s_final": s, "ys": np.stack(ys, 1), "zs": np.array(zs[::-1], np.float32)}
+    np.save(os.path.join(work, "s0.npy"), s0)
+    np.save(os.path.join(work, "xs.npy"), x)
+    specs = [f"s0={work}/s0.npy", f"x={work}/xs.npy"]
+    sh([dlc, "run", pkg, "-q", "--device", "emu", "--output-dir", os.path.join(work, "scan-dlc")] + specs)
+    sh(["node", os.path.join(ORT, "ort.js"), "run", path, os.path.join(work, "scan-ort")] + specs)
+    failures = 0
+    for name, want in ref.items():
+        got = np.load(os.path.join(work, "scan-dlc", name + ".npy"))
+        ort = np.load(os.path.join(work, "scan-ort", name + ".npy"))
+        ok = got.shape == want.shape and np.allclose(got, want, rtol=1e-5, atol=1e-5) and \
+            np.allclose(got, ort, rtol=1e-5, atol=1e-5)
+        failures += not ok
+        print(f"scan {name} {list(got.shape)}: |dlc - numpy| {np.abs(got - want).max():.2e}, "
+              f"|dlc - ort| {np.abs(got - ort).max():.2e} {'ok' if ok else 'MISMATCH'}")
+    return failures
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dlc", required=True)
@@ -151,6 +220,7 @@ def main():
             failures += not ok
             print(f"use_a={use_a} sum(x)>0={second}: {'; '.join(errs)} {'ok' if ok else 'MISMATCH'}")
     failures += check_break_loop(a.dlc, a.work)
+    failures += check_scan(a.dlc, a.work)
     if len(seen) != 4:
         print(f"only {len(seen)} of the 4 branch combinations were exercised")
         failures += 1

@@ -1,6 +1,7 @@
-//===- ControlHandlers.cpp - Constant, If and Einsum -----------------------===//
+//===- ControlHandlers.cpp - Constant, If, Loop, Scan and Einsum ------------===//
 #include "Common.h"
 
+#include <algorithm>
 #include <limits>
 #include <map>
 #include <set>
@@ -89,9 +90,10 @@ llvm::Error importIf(NodeImporter &ni) {
   }
   for (size_t i = 0; i < thenOuts.size(); ++i) {
     if (thenOuts[i]->type() != elseOuts[i]->type())
-      return ni.unsupported("If with a run-time condition whose branches give output " + std::to_string(i) +
-                            " different types (" + thenOuts[i]->type().str() + " and " +
-                            elseOuts[i]->type().str() + "); dlc compiles static shapes" + ni.bindHint(0));
+      return ni.unsupported("If with a run-time condition whose branches give output " +
+                            std::to_string(i) + " different types (" + thenOuts[i]->type().str() +
+                            " and " + elseOuts[i]->type().str() + "); dlc compiles static shapes" +
+                            ni.bindHint(0));
     DLC_TRY(out, ni.op(OpKind::Where, {cond, thenOuts[i], elseOuts[i]}));
     ni.setOutput(i, out);
   }
@@ -112,22 +114,26 @@ llvm::Error importLoop(NodeImporter &ni) {
     return ni.error("missing body graph");
   const onnx::GraphProto &g = body->g();
   size_t carriedCount = ni.numInputs() > 2 ? ni.numInputs() - 2 : 0;
-  if (g.input_size() != static_cast<int>(2 + carriedCount) || g.output_size() < static_cast<int>(1 + carriedCount))
+  if (g.input_size() != static_cast<int>(2 + carriedCount) ||
+      g.output_size() < static_cast<int>(1 + carriedCount))
     return ni.error("the body has " + std::to_string(g.input_size()) + " inputs and " +
-                    std::to_string(g.output_size()) + " outputs for " + std::to_string(carriedCount) +
-                    " loop-carried values");
+                    std::to_string(g.output_size()) + " outputs for " +
+                    std::to_string(carriedCount) + " loop-carried values");
   size_t scanCount = static_cast<size_t>(g.output_size()) - 1 - carriedCount;
   if (!ni.hasInput(0))
-    return ni.unsupported("Loop without a trip count (a while loop): dlc unrolls loops at compile time");
+    return ni.unsupported(
+        "Loop without a trip count (a while loop): dlc unrolls loops at compile time");
   const Tensor *trip = ni.constInput(0);
   if (!trip)
-    return ni.unsupported("Loop whose trip count is not a compile-time constant: dlc unrolls loops at compile "
-                          "time" +
-                          ni.bindHint(0));
+    return ni.unsupported(
+        "Loop whose trip count is not a compile-time constant: dlc unrolls loops at compile "
+        "time" +
+        ni.bindHint(0));
   int64_t m = std::max<int64_t>(0, trip->getInt(0));
   if (m == std::numeric_limits<int64_t>::max())
-    return ni.unsupported("Loop without a bound (trip count INT64_MAX: a while loop, or a for loop with a break "
-                          "as TorchScript exports it): dlc unrolls loops at compile time");
+    return ni.unsupported(
+        "Loop without a bound (trip count INT64_MAX: a while loop, or a for loop with a break "
+        "as TorchScript exports it): dlc unrolls loops at compile time");
   int64_t limit = ni.importer().options().maxLoopUnroll;
   if (m > limit)
     return ni.error("Loop with trip count " + std::to_string(m) + " exceeds the unroll limit of " +
@@ -141,7 +147,8 @@ llvm::Error importLoop(NodeImporter &ni) {
     else if (ni.input(1)->dtype() != DType::Bool || ni.input(1)->type().numElements() != 1)
       return ni.error("the condition must be one bool element");
     else {
-      DLC_TRY(scalar, ni.op(OpKind::Reshape, {ni.input(1)}, {{"shape", Attribute(std::vector<int64_t>{})}}));
+      DLC_TRY(scalar, ni.op(OpKind::Reshape, {ni.input(1)},
+                            {{"shape", Attribute(std::vector<int64_t>{})}}));
       active = scalar;
     }
   }
@@ -152,9 +159,11 @@ llvm::Error importLoop(NodeImporter &ni) {
   Importer &imp = ni.importer();
   for (int64_t k = 0; k < m && !stopped; ++k) {
     Scope inner(&ni.scope());
-    inner.bind(g.input(0).name(), ni.constant(Tensor::fromVector<int64_t>(TensorType(DType::I64, {}), {k})));
+    inner.bind(g.input(0).name(),
+               ni.constant(Tensor::fromVector<int64_t>(TensorType(DType::I64, {}), {k})));
     inner.bind(g.input(1).name(),
-               active ? active : ni.constant(Tensor::fromVector<bool>(TensorType(DType::Bool, {}), {true})));
+               active ? active
+                      : ni.constant(Tensor::fromVector<bool>(TensorType(DType::Bool, {}), {true})));
     for (size_t j = 0; j < carriedCount; ++j)
       inner.bind(g.input(2 + static_cast<int>(j)).name(), carried[j]);
     size_t errorsBefore = imp.errors().size();
@@ -162,7 +171,8 @@ llvm::Error importLoop(NodeImporter &ni) {
       return e;
     imp.importNodes(g, inner);
     if (imp.errors().size() != errorsBefore)
-      return ni.error("iteration " + std::to_string(k) + " of the body could not be imported (see above)");
+      return ni.error("iteration " + std::to_string(k) +
+                      " of the body could not be imported (see above)");
     std::vector<Value *> outs;
     for (int i = 0; i < g.output_size(); ++i) {
       Value *v = inner.lookup(g.output(i).name());
@@ -184,8 +194,9 @@ llvm::Error importLoop(NodeImporter &ni) {
     }
     for (size_t s = 0; s < scanCount; ++s) {
       if (active)
-        return ni.unsupported("scan outputs of a Loop with a run-time condition (their length depends on it)" +
-                              ni.bindHint(1));
+        return ni.unsupported(
+            "scan outputs of a Loop with a run-time condition (their length depends on it)" +
+            ni.bindHint(1));
       Value *v = outs[1 + carriedCount + s];
       Shape one{1};
       one.insert(one.end(), v->shape().begin(), v->shape().end());
@@ -207,7 +218,8 @@ llvm::Error importLoop(NodeImporter &ni) {
       if (condOut->dtype() != DType::Bool || condOut->type().numElements() != 1)
         return ni.error("the body's condition output must be one bool element");
       if (condOut->rank() != 0) {
-        DLC_TRY(scalar, ni.op(OpKind::Reshape, {condOut}, {{"shape", Attribute(std::vector<int64_t>{})}}));
+        DLC_TRY(scalar,
+                ni.op(OpKind::Reshape, {condOut}, {{"shape", Attribute(std::vector<int64_t>{})}}));
         condOut = scalar;
       }
       if (active) {
@@ -222,13 +234,141 @@ llvm::Error importLoop(NodeImporter &ni) {
     ni.setOutput(j, carried[j]);
   for (size_t s = 0; s < scanCount; ++s) {
     if (scans[s].empty())
-      return ni.unsupported("a Loop that runs no iteration with scan outputs (their element shape is unknown)");
+      return ni.unsupported(
+          "a Loop that runs no iteration with scan outputs (their element shape is unknown)");
     Value *stacked = scans[s].front();
     if (scans[s].size() > 1) {
       DLC_TRY(c, ni.op(OpKind::Concat, scans[s], {{"axis", Attribute(int64_t{0})}}));
       stacked = c;
     }
     ni.setOutput(carriedCount + s, stacked);
+  }
+  return llvm::Error::success();
+}
+
+/// Scan (opset 9+), unrolled at compile time like Loop: the sequence length is the
+/// scan inputs' extent along their scan axes (static), at most
+/// ImportOptions::maxLoopUnroll. Iteration t binds the body's state inputs to the
+/// previous states and each scan input to its slice at t (from the end when its
+/// direction is reverse; Gather with a scalar index drops the axis); scan output
+/// elements are stacked along their output axes, in reverse order for a reverse
+/// direction.
+llvm::Error importScan(NodeImporter &ni) {
+  const auto *body = ni.attr("body");
+  if (!body || !body->has_g())
+    return ni.error("missing body graph");
+  const onnx::GraphProto &g = body->g();
+  int64_t m = ni.attrInt("num_scan_inputs", -1);
+  size_t inputs = ni.numInputs();
+  if (m < 1 || static_cast<size_t>(m) > inputs)
+    return ni.error("num_scan_inputs is " + std::to_string(m) + " with " + std::to_string(inputs) +
+                    " inputs");
+  size_t scanIns = static_cast<size_t>(m), states = inputs - scanIns;
+  if (g.input_size() != static_cast<int>(inputs) || g.output_size() < static_cast<int>(states))
+    return ni.error("the body has " + std::to_string(g.input_size()) + " inputs and " +
+                    std::to_string(g.output_size()) + " outputs for " + std::to_string(states) +
+                    " states and " + std::to_string(scanIns) + " scan inputs");
+  size_t scanOuts = static_cast<size_t>(g.output_size()) - states;
+  auto perScan = [&](const char *name, size_t n) -> llvm::Expected<std::vector<int64_t>> {
+    std::vector<int64_t> v = ni.attrInts(name);
+    if (v.empty())
+      v.assign(n, 0);
+    if (v.size() != n)
+      return ni.error(std::string(name) + " has " + std::to_string(v.size()) + " entries for " +
+                      std::to_string(n));
+    return v;
+  };
+  DLC_TRY(inAxes, perScan("scan_input_axes", scanIns));
+  DLC_TRY(inDirs, perScan("scan_input_directions", scanIns));
+  DLC_TRY(outAxes, perScan("scan_output_axes", scanOuts));
+  DLC_TRY(outDirs, perScan("scan_output_directions", scanOuts));
+  int64_t length = -1;
+  std::vector<Value *> seqs;
+  for (size_t i = 0; i < scanIns; ++i) {
+    Value *x = ni.input(states + i);
+    if (!x)
+      return ni.error("scan input " + std::to_string(i) + " is missing");
+    int64_t r = x->rank();
+    if (inAxes[i] < -r || inAxes[i] >= r)
+      return ni.error("scan_input_axes[" + std::to_string(i) + "] = " + std::to_string(inAxes[i]) +
+                      " is out of range for rank " + std::to_string(r));
+    inAxes[i] = inAxes[i] < 0 ? inAxes[i] + r : inAxes[i];
+    int64_t len = x->shape()[static_cast<size_t>(inAxes[i])];
+    if (length >= 0 && len != length)
+      return ni.error("scan inputs have different sequence lengths (" + std::to_string(length) +
+                      " and " + std::to_string(len) + ")");
+    length = len;
+    seqs.push_back(x);
+  }
+  int64_t limit = ni.importer().options().maxLoopUnroll;
+  if (length > limit)
+    return ni.error("Scan over " + std::to_string(length) + " steps exceeds the unroll limit of " +
+                    std::to_string(limit) + " iterations (raise it with --max-loop-unroll)");
+  if (length == 0 && scanOuts)
+    return ni.unsupported(
+        "a Scan over an empty sequence with scan outputs (their element shape is unknown)");
+  std::vector<Value *> state;
+  for (size_t j = 0; j < states; ++j)
+    state.push_back(ni.input(j));
+  std::vector<std::vector<Value *>> elems(scanOuts);
+  Importer &imp = ni.importer();
+  for (int64_t t = 0; t < length; ++t) {
+    Scope inner(&ni.scope());
+    for (size_t j = 0; j < states; ++j)
+      inner.bind(g.input(static_cast<int>(j)).name(), state[j]);
+    for (size_t i = 0; i < scanIns; ++i) {
+      int64_t at = inDirs[i] ? length - 1 - t : t;
+      DLC_TRY(slice,
+              ni.op(OpKind::Gather,
+                    {seqs[i],
+                     ni.constant(Tensor::fromVector<int64_t>(TensorType(DType::I64, {}), {at}))},
+                    {{"axis", Attribute(inAxes[i])}}));
+      inner.bind(g.input(static_cast<int>(states + i)).name(), slice);
+    }
+    size_t errorsBefore = imp.errors().size();
+    if (auto e = imp.importInitializers(g, inner))
+      return e;
+    imp.importNodes(g, inner);
+    if (imp.errors().size() != errorsBefore)
+      return ni.error("step " + std::to_string(t) +
+                      " of the body could not be imported (see above)");
+    for (int o = 0; o < g.output_size(); ++o) {
+      Value *v = inner.lookup(g.output(o).name());
+      if (!v)
+        return ni.error("body output '" + g.output(o).name() + "' is not defined");
+      if (static_cast<size_t>(o) < states)
+        state[static_cast<size_t>(o)] = v;
+      else
+        elems[static_cast<size_t>(o) - states].push_back(v);
+    }
+  }
+  for (size_t j = 0; j < states; ++j)
+    ni.setOutput(j, state[j]);
+  for (size_t k = 0; k < scanOuts; ++k) {
+    std::vector<Value *> parts = elems[k];
+    if (outDirs[k])
+      std::reverse(parts.begin(), parts.end());
+    int64_t r = parts.front()->rank() + 1;
+    int64_t axis = outAxes[k] < 0 ? outAxes[k] + r : outAxes[k];
+    if (axis < 0 || axis >= r)
+      return ni.error("scan_output_axes[" + std::to_string(k) +
+                      "] = " + std::to_string(outAxes[k]) + " is out of range for rank " +
+                      std::to_string(r));
+    const TensorType elem = parts.front()->type();
+    for (Value *&p : parts) {
+      if (p->type() != elem)
+        return ni.error("scan output " + std::to_string(k) + " changes type between steps");
+      Shape s = p->shape();
+      s.insert(s.begin() + axis, 1);
+      DLC_TRY(reshaped, ni.op(OpKind::Reshape, {p}, {{"shape", Attribute(s)}}));
+      p = reshaped;
+    }
+    Value *stacked = parts.front();
+    if (parts.size() > 1) {
+      DLC_TRY(c, ni.op(OpKind::Concat, parts, {{"axis", Attribute(axis)}}));
+      stacked = c;
+    }
+    ni.setOutput(states + k, stacked);
   }
   return llvm::Error::success();
 }
@@ -270,7 +410,8 @@ llvm::Error sumOut(NodeImporter &ni, Term &t, const std::set<char> &keep) {
   }
   if (axes.empty())
     return llvm::Error::success();
-  DLC_TRY(r, ni.op(OpKind::ReduceSum, {t.v}, {{"axes", Attribute(axes)}, {"keepdims", Attribute(int64_t{0})}}));
+  DLC_TRY(r, ni.op(OpKind::ReduceSum, {t.v},
+                   {{"axes", Attribute(axes)}, {"keepdims", Attribute(int64_t{0})}}));
   t.v = r;
   t.labels = rest;
   return llvm::Error::success();
@@ -340,8 +481,8 @@ llvm::Error importEinsum(NodeImporter &ni) {
   }
   auto ins = allInputs(ni);
   if (specs.size() != ins.size())
-    return ni.error("the equation has " + std::to_string(specs.size()) + " operands, the node has " +
-                    std::to_string(ins.size()));
+    return ni.error("the equation has " + std::to_string(specs.size()) +
+                    " operands, the node has " + std::to_string(ins.size()));
   // Expand "..." into fresh upper-case labels, right-aligned across operands.
   int64_t ellRank = 0;
   for (size_t i = 0; i < specs.size(); ++i)
@@ -361,8 +502,9 @@ llvm::Error importEinsum(NodeImporter &ni) {
     if (e != std::string::npos)
       s = s.substr(0, e) + ellLabels(ins[i]->rank() - (int64_t(s.size()) - 3)) + s.substr(e + 3);
     if (static_cast<int64_t>(s.size()) != ins[i]->rank())
-      return ni.error("operand " + std::to_string(i) + " has rank " + std::to_string(ins[i]->rank()) +
-                      " but the equation gives it " + std::to_string(s.size()) + " labels");
+      return ni.error("operand " + std::to_string(i) + " has rank " +
+                      std::to_string(ins[i]->rank()) + " but the equation gives it " +
+                      std::to_string(s.size()) + " labels");
     std::set<char> seen;
     for (char c : s) {
       if (!seen.insert(c).second)
@@ -422,6 +564,7 @@ void registerControlHandlers(std::vector<HandlerEntry> &t) {
   t.push_back({"Constant", 1, kMaxOpset, importConstant});
   t.push_back({"If", 1, kMaxOpset, importIf});
   t.push_back({"Loop", 1, kMaxOpset, importLoop});
+  t.push_back({"Scan", 9, kMaxOpset, importScan});
   t.push_back({"Einsum", 12, kMaxOpset, importEinsum});
 }
 
