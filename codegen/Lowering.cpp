@@ -1,9 +1,8 @@
 #include "Lowering.h"
-#include "MemoryPlan.h"
 
 #include "Fused.h"
 #include "Library.h"
-
+#include "MemoryPlan.h"
 #include "dlc/ir/FusionRules.h"
 
 #include "llvm/Support/Format.h"
@@ -19,19 +18,32 @@ using namespace ir;
 
 const char *cudaType(DType t) {
   switch (t) {
-  case DType::F32: return "float";
-  case DType::F16: return "__half";
-  case DType::BF16: return "__nv_bfloat16";
-  case DType::F64: return "double";
-  case DType::I64: return "long long";
-  case DType::I32: return "int";
-  case DType::I16: return "short";
-  case DType::I8: return "signed char";
-  case DType::U8: return "unsigned char";
-  case DType::U16: return "unsigned short";
-  case DType::U32: return "unsigned";
-  case DType::U64: return "unsigned long long";
-  case DType::Bool: return "bool";
+  case DType::F32:
+    return "float";
+  case DType::F16:
+    return "__half";
+  case DType::BF16:
+    return "__nv_bfloat16";
+  case DType::F64:
+    return "double";
+  case DType::I64:
+    return "long long";
+  case DType::I32:
+    return "int";
+  case DType::I16:
+    return "short";
+  case DType::I8:
+    return "signed char";
+  case DType::U8:
+    return "unsigned char";
+  case DType::U16:
+    return "unsigned short";
+  case DType::U32:
+    return "unsigned";
+  case DType::U64:
+    return "unsigned long long";
+  case DType::Bool:
+    return "bool";
   }
   return "?";
 }
@@ -48,7 +60,9 @@ const char *computeType(DType t) {
   return "bool";
 }
 
-pkg::DType toPkg(DType t) { return static_cast<pkg::DType>(static_cast<uint8_t>(t)); }
+pkg::DType toPkg(DType t) {
+  return static_cast<pkg::DType>(static_cast<uint8_t>(t));
+}
 
 std::string literalInt(int64_t v) {
   if (v == INT64_MIN)
@@ -88,7 +102,9 @@ void ParamBlob::pointer(BufferRef r) {
   relocs.push_back({static_cast<uint32_t>(bytes.size() - 8), r});
 }
 
-void ParamBlob::i64(int64_t v) { raw(&v, 8, 8); }
+void ParamBlob::i64(int64_t v) {
+  raw(&v, 8, 8);
+}
 
 //===----------------------------------------------------------------------===//
 // Lowering
@@ -135,7 +151,9 @@ static std::string instantiationKey(const Instantiation &inst) {
   return inst.tmpl + "<" + args + ">";
 }
 
-bool Lowering::instantiated(const Instantiation &inst) const { return instances_.count(instantiationKey(inst)) != 0; }
+bool Lowering::instantiated(const Instantiation &inst) const {
+  return instances_.count(instantiationKey(inst)) != 0;
+}
 
 uint32_t Lowering::instantiate(const Instantiation &inst) {
   std::string full = instantiationKey(inst);
@@ -161,18 +179,20 @@ uint32_t Lowering::instantiate(const Instantiation &inst) {
   return index;
 }
 
-void Lowering::launch(const Node &n, uint32_t kernel, LaunchArgs &args, uint32_t gridX, uint32_t block,
-                      uint32_t smem, double flops, uint32_t gridY, uint32_t gridZ, std::vector<std::string> archs) {
-  p_.steps.push_back({makeLaunch(kernel, args, gridX, block, smem, flops, gridY, gridZ), n.name(), std::move(archs)});
+void Lowering::launch(const Node &n, uint32_t kernel, LaunchArgs &args, uint32_t gridX,
+                      uint32_t block, uint32_t smem, double flops, uint32_t gridY, uint32_t gridZ,
+                      std::vector<std::string> archs) {
+  p_.steps.push_back({makeLaunch(kernel, args, gridX, block, smem, flops, gridY, gridZ), n.name(),
+                      std::move(archs)});
 }
 
-void Lowering::launch(const std::string &stepName, uint32_t kernel, LaunchArgs &args, uint32_t gridX, uint32_t block,
-                      double flops) {
+void Lowering::launch(const std::string &stepName, uint32_t kernel, LaunchArgs &args,
+                      uint32_t gridX, uint32_t block, double flops) {
   p_.steps.push_back({makeLaunch(kernel, args, gridX, block, 0, flops), stepName, {}});
 }
 
-LaunchStep Lowering::makeLaunch(uint32_t kernel, LaunchArgs &args, uint32_t gridX, uint32_t block, uint32_t smem,
-                                double flops, uint32_t gridY, uint32_t gridZ) {
+LaunchStep Lowering::makeLaunch(uint32_t kernel, LaunchArgs &args, uint32_t gridX, uint32_t block,
+                                uint32_t smem, double flops, uint32_t gridY, uint32_t gridZ) {
   args.finishTraffic(*this);
   LaunchStep ls;
   ls.kernel = kernel;
@@ -211,7 +231,9 @@ void Lowering::alias(const Value *result, const Value *operand) {
   valueBuffers_[result] = bufferOf(operand);
 }
 
-void Lowering::bind(const Value *v, BufferRef r) { valueBuffers_[v] = r; }
+void Lowering::bind(const Value *v, BufferRef r) {
+  valueBuffers_[v] = r;
+}
 
 BufferRef Lowering::temp(uint64_t bytes, const std::string &name) {
   BufferDesc b;
@@ -222,11 +244,15 @@ BufferRef Lowering::temp(uint64_t bytes, const std::string &name) {
 }
 
 BufferRef Lowering::checkWord(const Node &n, const std::string &what) {
+  // Nodes of hand-written IR may be unnamed: the op and its result name it then.
+  return checkWord(
+      n.name().empty() ? std::string(n.opName()) + " -> %" + n.result()->name() : n.name(), what);
+}
+
+BufferRef Lowering::checkWord(const std::string &node, const std::string &what) {
   if (p_.checks.empty())
     p_.checkBuffer = temp(0, "checks").buffer;
   uint64_t offset = 4 * p_.checks.size();
-  // Nodes of hand-written IR may be unnamed: the op and its result name it then.
-  std::string node = n.name().empty() ? std::string(n.opName()) + " -> %" + n.result()->name() : n.name();
   p_.checks.push_back({offset, node, what});
   p_.buffers[p_.checkBuffer].bytes = offset + 4;
   return {p_.checkBuffer, offset};
@@ -285,11 +311,16 @@ void Lowering::addGemm(const GemmStep &g0, const Node &n) {
     a.pointer(offsetof(GemmEpilogueShape, d), g.c, dBytes, true);
     if (g.bias)
       a.pointer(offsetof(GemmEpilogueShape, bias), *g.bias, g.n * dtypeSize(g.dtype), false);
-    int act = g.activation == pkg::GemmActivation::Relu ? 1 : g.activation == pkg::GemmActivation::GeluTanh ? 2 : 0;
+    int act = g.activation == pkg::GemmActivation::Relu       ? 1
+              : g.activation == pkg::GemmActivation::GeluTanh ? 2
+                                                              : 0;
     int64_t maxIndex = (g.batch - 1) * g.strideC + g.m * g.ldc;
-    uint32_t k = instantiate({"dlc::gemm_epilogue", {std::to_string(act), indexType(maxIndex), cudaType(g.dtype)},
-                              "dlc::GemmEpilogueShape", {}});
-    g.fallback = makeLaunch(k, a, gridFor(static_cast<uint64_t>(s.total), 256), 256, 0, 2.0 * static_cast<double>(s.total));
+    uint32_t k = instantiate({"dlc::gemm_epilogue",
+                              {std::to_string(act), indexType(maxIndex), cudaType(g.dtype)},
+                              "dlc::GemmEpilogueShape",
+                              {}});
+    g.fallback = makeLaunch(k, a, gridFor(static_cast<uint64_t>(s.total), 256), 256, 0,
+                            2.0 * static_cast<double>(s.total));
   }
   p_.steps.push_back({g, n.name(), {}});
 }
@@ -307,7 +338,8 @@ static std::string emuSection(const std::vector<const KernelDesc *> &kernels) {
   cs.line("thread_local dlc_emu_thread *dlc_emu_cur = nullptr;");
   cs.line("const dlc_emu_api *dlc_emu_api_ptr = nullptr;");
   for (size_t i = 0; i < kernels.size(); ++i)
-    cs.line("static void dlc_thunk" + std::to_string(i) + "(const void *a) { const char *p = static_cast<const char *>(a); " +
+    cs.line("static void dlc_thunk" + std::to_string(i) +
+            "(const void *a) { const char *p = static_cast<const char *>(a); " +
             kernels[i]->emuCall + " (void)p; }");
   cs.line("static const dlc_emu_kernel dlc_emu_table[] = {");
   for (size_t i = 0; i < kernels.size(); ++i)
@@ -315,8 +347,8 @@ static std::string emuSection(const std::vector<const KernelDesc *> &kernels) {
   cs.line("  {nullptr, nullptr}};");
   cs.line("#define DLC_EXPORT extern \"C\" __attribute__((visibility(\"default\")))");
   cs.line("DLC_EXPORT int dlc_emu_abi_version(void) { return DLC_EMU_ABI_VERSION; }");
-  cs.line("DLC_EXPORT const dlc_emu_kernel *dlc_emu_kernels(int *n) { *n = " + std::to_string(kernels.size()) +
-          "; return dlc_emu_table; }");
+  cs.line("DLC_EXPORT const dlc_emu_kernel *dlc_emu_kernels(int *n) { *n = " +
+          std::to_string(kernels.size()) + "; return dlc_emu_table; }");
   cs.line("DLC_EXPORT void dlc_emu_set_api(const dlc_emu_api *api) { dlc_emu_api_ptr = api; }");
   cs.line("DLC_EXPORT void dlc_emu_set_thread(dlc_emu_thread *t) { dlc_emu_cur = t; }");
   cs.line("#endif // DLC_EMU");
@@ -325,7 +357,8 @@ static std::string emuSection(const std::vector<const KernelDesc *> &kernels) {
 
 /// A translation unit with the given kernels (and their emu entry points): the
 /// functors they use, once each, then their definitions or instantiations.
-static std::string translationUnit(const Program &p, const std::vector<const KernelDesc *> &kernels) {
+static std::string translationUnit(const Program &p,
+                                   const std::vector<const KernelDesc *> &kernels) {
   CodeStream src;
   src.line("// Generated by dlc for graph '" + p.modelName + "'.");
   src.line("#include \"dlc_kernels.cuh\"");
@@ -346,7 +379,8 @@ static std::string translationUnit(const Program &p, const std::vector<const Ker
 /// the other chunks' cache entries valid.
 static void assignChunks(Program &p) {
   size_t n = p.kernels.size();
-  uint32_t chunks = static_cast<uint32_t>(std::clamp<size_t>((n + kKernelsPerChunk - 1) / kKernelsPerChunk, 1, kMaxChunks));
+  uint32_t chunks = static_cast<uint32_t>(
+      std::clamp<size_t>((n + kKernelsPerChunk - 1) / kKernelsPerChunk, 1, kMaxChunks));
   std::vector<bool> used(chunks, false);
   for (KernelDesc &k : p.kernels) {
     uint64_t h = 1469598103934665603ull; // FNV-1a of the instantiation (or source)
@@ -436,7 +470,9 @@ std::optional<GemmEpilogue> Lowering::libraryEpilogue(const FusionGroup &g) cons
   return e;
 }
 
-bool Lowering::anchorMaterializes(const Node &anchor) const { return anchor.kind() == OpKind::MatMul; }
+bool Lowering::anchorMaterializes(const Node &anchor) const {
+  return anchor.kind() == OpKind::MatMul;
+}
 
 std::vector<uint8_t> Lowering::scheduleMasks(const std::vector<const Node *> &nodes) const {
   // Backwards from the outputs: a node is in the schedules of the outputs it reaches.
@@ -527,7 +563,9 @@ llvm::Error Lowering::addUpdateSteps() {
   if (!launches)
     return launches.takeError();
   for (const auto &[from, to] : copies)
-    p_.steps.push_back({CopyStep{from, to, p_.buffers[to.buffer].bytes}, "update " + p_.buffers[to.buffer].name, {}});
+    p_.steps.push_back({CopyStep{from, to, p_.buffers[to.buffer].bytes},
+                        "update " + p_.buffers[to.buffer].name,
+                        {}});
   p_.commitSteps = static_cast<uint32_t>(copies.size() + *launches);
   return llvm::Error::success();
 }
@@ -581,15 +619,17 @@ llvm::Expected<Program> Lowering::run() {
     } else {
       // A fusion group: the contiguous run of nodes with this kernel id.
       FusionGroup g;
-      for (; i < nodes.size() && nodes[i]->hasAttr(kKernelAttr) && nodes[i]->attrInt(kKernelAttr) == k->i(); ++i) {
+      for (; i < nodes.size() && nodes[i]->hasAttr(kKernelAttr) &&
+             nodes[i]->attrInt(kKernelAttr) == k->i();
+           ++i) {
         g.nodes.push_back(nodes[i]);
         mask |= schedules[i];
         if (conditions[i] != cond)
           cond.reset();
       }
       if (auto e = lowerGroup(g))
-        return errorf("{0}: cannot generate code for its fusion group: {1}", g.nodes.back()->describe(),
-                      llvm::toString(std::move(e)));
+        return errorf("{0}: cannot generate code for its fusion group: {1}",
+                      g.nodes.back()->describe(), llvm::toString(std::move(e)));
     }
     std::optional<StepPredicate> predicate;
     if (cond && (valueBuffers_.count(cond->first) || cond->first->isInput()))
@@ -601,8 +641,16 @@ llvm::Expected<Program> Lowering::run() {
   }
   for (const GraphOutput &o : g_.outputs())
     if (o.isEvaluation())
-      p_.evalOutputs.push_back({o.name.substr(kEvalOutputPrefix.size()), o.value->type(), bufferOf(o.value).buffer});
-    else if (!o.isUpdate())
+      p_.evalOutputs.push_back(
+          {o.name.substr(kEvalOutputPrefix.size()), o.value->type(), bufferOf(o.value).buffer});
+    else if (o.isGuard()) {
+      // The guard's byte (0 or 1) into the low byte of a check word zeroed at the start.
+      size_t colon = o.name.find(": ");
+      BufferRef word =
+          checkWord(o.name.substr(kGuardOutputPrefix.size(), colon - kGuardOutputPrefix.size()),
+                    o.name.substr(colon + 2));
+      p_.steps.push_back({CopyStep{bufferOf(o.value), word, 1}, "guard", {}});
+    } else if (!o.isUpdate())
       p_.outputs.push_back({o.name, o.value->type(), bufferOf(o.value).buffer});
   if (auto e = addUpdateSteps())
     return e;
@@ -619,7 +667,9 @@ llvm::Expected<Program> Lowering::run() {
   if (!p_.checks.empty()) {
     // The check words start each run at zero; the runtime reads them after it.
     uint64_t bytes = p_.buffers[p_.checkBuffer].bytes;
-    p_.steps.insert(p_.steps.begin(), StepDesc{MemsetStep{{p_.checkBuffer, 0}, bytes, 0}, "", {},
+    p_.steps.insert(p_.steps.begin(), StepDesc{MemsetStep{{p_.checkBuffer, 0}, bytes, 0},
+                                               "",
+                                               {},
                                                uint8_t(kMainSchedule | kEvalSchedule)});
     pinned.push_back(p_.checkBuffer);
   }

@@ -293,6 +293,7 @@ public:
   /// A 32-bit check word for a launch of `n` that can meet bad data (`what`: what the
   /// runtime reports when the launch writes a nonzero code into it).
   BufferRef checkWord(const ir::Node &n, const std::string &what);
+  BufferRef checkWord(const std::string &node, const std::string &what);
   uint64_t bufferBytes(uint32_t buffer) const { return p_.buffers[buffer].bytes; }
   BufferRef constantBuffer(const ir::Tensor &t, const std::string &name);
 
@@ -313,14 +314,15 @@ public:
               uint32_t smem = 0, double flops = 0, uint32_t gridY = 1, uint32_t gridZ = 1,
               std::vector<std::string> archs = {});
   /// The launch step `launch` would append, without appending it (a GEMM's fallback).
-  LaunchStep makeLaunch(uint32_t kernel, LaunchArgs &args, uint32_t gridX, uint32_t block, uint32_t smem = 0,
-                        double flops = 0, uint32_t gridY = 1, uint32_t gridZ = 1);
+  LaunchStep makeLaunch(uint32_t kernel, LaunchArgs &args, uint32_t gridX, uint32_t block,
+                        uint32_t smem = 0, double flops = 0, uint32_t gridY = 1,
+                        uint32_t gridZ = 1);
 
   const std::vector<std::string> &archs() const { return opts_.archs; }
   const LoweringOptions &options() const { return opts_; }
   /// A launch step named `stepName` (one that lowers no single node).
-  void launch(const std::string &stepName, uint32_t kernel, LaunchArgs &args, uint32_t gridX, uint32_t block,
-              double flops);
+  void launch(const std::string &stepName, uint32_t kernel, LaunchArgs &args, uint32_t gridX,
+              uint32_t block, double flops);
   /// The index type of a kernel whose indices stay below maxIndex: "dlc::idx32" (int)
   /// when they fit in 32 bits (with room for a grid-stride step), else "dlc::idx64".
   const char *indexType(int64_t maxIndex) const;
@@ -328,11 +330,13 @@ public:
   /// Plans something per target architecture (`plan(arch)`, a comparable value) and
   /// groups the architectures that get the same plan. With one group, its
   /// architecture list is empty: its steps run everywhere.
-  template <class Plan, class F> std::vector<std::pair<Plan, std::vector<std::string>>> perArch(F plan) const {
+  template <class Plan, class F>
+  std::vector<std::pair<Plan, std::vector<std::string>>> perArch(F plan) const {
     std::vector<std::pair<Plan, std::vector<std::string>>> groups;
     for (const std::string &a : opts_.archs) {
       Plan p = plan(a);
-      auto it = std::find_if(groups.begin(), groups.end(), [&](const auto &g) { return g.first == p; });
+      auto it =
+          std::find_if(groups.begin(), groups.end(), [&](const auto &g) { return g.first == p; });
       if (it == groups.end())
         groups.push_back({p, {a}});
       else
@@ -366,7 +370,8 @@ private:
   std::map<const ir::Value *, BufferRef> valueBuffers_;
   std::set<const ir::Value *> interface_;
   std::map<std::string, uint32_t> instances_; // instantiation key -> kernel
-  std::map<int64_t, std::vector<const ir::Node *>> lanes_; // update lane id -> nodes (ir::kLaneAttr)
+  std::map<int64_t, std::vector<const ir::Node *>>
+      lanes_; // update lane id -> nodes (ir::kLaneAttr)
 };
 
 /// The lowering function of each op family (emitters/<Family>.cpp).
@@ -384,6 +389,5 @@ inline constexpr int64_t kMax32BitIndex = (int64_t{1} << 31) - (int64_t{1} << 26
 /// parallel, and cached per chunk), but never more than kMaxChunks.
 inline constexpr size_t kKernelsPerChunk = 12;
 inline constexpr size_t kMaxChunks = 8;
-
 
 } // namespace dlc::codegen

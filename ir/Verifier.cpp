@@ -11,7 +11,8 @@ static llvm::Error checkType(const TensorType &t, const std::string &what) {
     if (d < 0)
       return errorf("{0} has negative dimension in type {1}", what, t.str());
   auto n = t.checkedNumElements();
-  if (!n || *n > (int64_t{1} << 48) || static_cast<uint64_t>(*n) * dtypeSize(t.dtype) > (uint64_t{1} << 50))
+  if (!n || *n > (int64_t{1} << 48) ||
+      static_cast<uint64_t>(*n) * dtypeSize(t.dtype) > (uint64_t{1} << 50))
     return errorf("{0} has type {1} whose size overflows", what, t.str());
   return llvm::Error::success();
 }
@@ -21,9 +22,9 @@ llvm::Error verifyNodeSignature(const Node &n) {
   int nOps = static_cast<int>(n.numOperands());
   if (nOps < d.minOperands || (d.maxOperands != kVariadic && nOps > d.maxOperands)) {
     std::string expect = d.maxOperands == kVariadic ? "at least " + std::to_string(d.minOperands)
-                         : d.minOperands == d.maxOperands
-                             ? std::to_string(d.minOperands)
-                             : std::to_string(d.minOperands) + " to " + std::to_string(d.maxOperands);
+                         : d.minOperands == d.maxOperands ? std::to_string(d.minOperands)
+                                                          : std::to_string(d.minOperands) + " to " +
+                                                                std::to_string(d.maxOperands);
     return errorf("{0}: expected {1} operands, got {2}", n.describe(), expect, nOps);
   }
   for (int i = 0; i < d.minOperands; ++i)
@@ -33,7 +34,7 @@ llvm::Error verifyNodeSignature(const Node &n) {
   if (nRes < d.minResults || (d.maxResults != kVariadic && nRes > d.maxResults))
     return errorf("{0}: {1} results is not allowed (expected {2}{3})", n.describe(), nRes,
                   d.minResults,
-                  d.maxResults == kVariadic ? std::string(" or more")
+                  d.maxResults == kVariadic      ? std::string(" or more")
                   : d.maxResults == d.minResults ? std::string()
                                                  : " to " + std::to_string(d.maxResults));
   if (n.numResults() == 0)
@@ -105,8 +106,8 @@ llvm::Error verifyGraph(const Graph &g, std::string_view fileName) {
       if (auto e = checkType(c->type(), std::string(what) + " '" + c->name() + "'"))
         return e;
       if (c->isTrainable() && !isFloat(c->dtype()))
-        return errorf("parameter '{0}' has type {1}; trainable parameters are floating-point", c->name(),
-                      c->type().str());
+        return errorf("parameter '{0}' has type {1}; trainable parameters are floating-point",
+                      c->name(), c->type().str());
       defined.insert(c.get());
     }
   std::unordered_set<const Node *> nodes;
@@ -146,7 +147,8 @@ llvm::Error verifyGraph(const Graph &g, std::string_view fileName) {
   if (g.outputs().empty())
     return makeError("graph '" + g.name() + "' has no outputs");
   std::unordered_set<std::string> outNames;
-  if (std::all_of(g.outputs().begin(), g.outputs().end(), [](const GraphOutput &o) { return o.isUpdate(); }))
+  if (std::all_of(g.outputs().begin(), g.outputs().end(),
+                  [](const GraphOutput &o) { return o.isUpdate(); }))
     return makeError("graph '" + g.name() + "' has no outputs (only updates)");
   for (const GraphOutput &o : g.outputs()) {
     if (!o.value || !defined.count(o.value))
@@ -158,8 +160,13 @@ llvm::Error verifyGraph(const Graph &g, std::string_view fileName) {
         return errorf("update of '{0}' ({1}) with a value of type {2}", o.variable->name(),
                       o.variable->type().str(), o.value->type().str());
     }
+    if (o.isGuard() && (o.value->dtype() != DType::Bool || o.value->type().numElements() != 1 ||
+                        o.name.find(": ") == std::string::npos))
+      return errorf("guard '{0}' must be one bool element named '{1}NODE: WHAT'", o.name,
+                    kGuardOutputPrefix);
     if (!outNames.insert(o.name).second)
-      return errorf(o.isUpdate() ? "variable '{0}' is updated twice" : "graph output name '{0}' is used twice",
+      return errorf(o.isUpdate() ? "variable '{0}' is updated twice"
+                                 : "graph output name '{0}' is used twice",
                     o.name);
   }
   return llvm::Error::success();

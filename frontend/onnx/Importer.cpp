@@ -821,6 +821,8 @@ llvm::Expected<ImportResult> importOnnxBytes(llvm::StringRef bytes, const std::s
       return errorf("{0}: {1}", file, llvm::toString(std::move(e)));
     g->addOutput(out.name(), v);
   }
+  for (const auto &[name, v] : imp.guards())
+    g->addOutput(name, v);
   if (g->outputs().empty())
     return errorf("{0}: the graph has no outputs", file);
   g->removeUnusedConstants();

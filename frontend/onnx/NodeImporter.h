@@ -2,7 +2,6 @@
 #pragma once
 
 #include "OnnxUtil.h"
-
 #include "dlc/frontend/OnnxImporter.h"
 
 #include <functional>
@@ -68,7 +67,8 @@ public:
   llvm::Expected<ir::Tensor> attrTensor(const std::string &name) const;
   /// Converts the ONNX attributes listed in `names` (when present) to IR attributes,
   /// using the kinds of op `k`'s schema. Other attributes must be in `ignored`.
-  llvm::Expected<ir::AttrMap> copyAttrs(ir::OpKind k, const std::vector<std::string> &ignored = {}) const;
+  llvm::Expected<ir::AttrMap> copyAttrs(ir::OpKind k,
+                                        const std::vector<std::string> &ignored = {}) const;
 
   // Building. Nodes whose operands are all constants are folded on the spot.
   llvm::Expected<ir::Value *> op(ir::OpKind k, std::vector<ir::Value *> operands,
@@ -145,8 +145,13 @@ public:
   llvm::Error importInitializers(const onnx::GraphProto &g, Scope &scope);
   std::vector<std::string> &errors() { return errors_; }
   std::vector<std::string> &specialized() { return specialized_; }
+  /// Guards (ir::kGuardOutputPrefix) that become outputs of the graph after the
+  /// model's own.
+  void addGuard(std::string name, ir::Value *v) { guards_.emplace_back(std::move(name), v); }
+  const std::vector<std::pair<std::string, ir::Value *>> &guards() const { return guards_; }
 
 private:
+  std::vector<std::pair<std::string, ir::Value *>> guards_;
   ir::Graph &g_;
   const ImportOptions &opts_;
   ExternalDataLoader &ext_;

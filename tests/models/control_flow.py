@@ -2,8 +2,10 @@
 """Control flow from a TorchScript export: an If on a bool input, an If on a value the
 model computes (x.sum() > 0), and a Loop over column chunks (unrolled at compile time).
 Then a Loop that stops on a value it computes (a bounded loop with a break, built with
-onnx.helper: TorchScript exports `break` as an unbounded while loop, which dlc rejects),
-and a Scan (reverse input, two scan outputs on different axes, one reversed).
+onnx.helper: TorchScript exports `break` as an unbounded while loop, which needs --loop-bound),
+a Scan (reverse input, two scan outputs on different axes, one reversed), and loops whose
+iterations are decided at run time compiled with --loop-bound (a TorchScript while loop,
+a trip count given as an input), with the error when a run needs more than the bound.
 dlc compiles the package once; it must match PyTorch and ONNX Runtime
 (onnxruntime-node) for all four branch combinations, `dlc inspect` must report steps
 that run on one side only, and a trip count above --max-loop-unroll must be a clear
@@ -14,6 +16,7 @@ usage: control_flow.py --dlc build/tools/dlc --work DIR
 import argparse
 import json
 import os
+import subprocess
 import sys
 import warnings
 
@@ -169,6 +172,99 @@ def check_scan(dlc, work):
     return failures
 
 
+class While(nn.Module):
+    def forward(self, x):
+        total = torch.zeros_like(x)
+        while bool(total.sum() < 10.0):
+            total = total + torch.relu(x) + 0.1
+        return total
+
+
+def check_runtime_loops(dlc, work):
+    """Loops whose iterations are decided at run time, compiled with --loop-bound: a
+    TorchScript while loop, and a Loop whose trip count is an input. Each must match
+    numpy (and ONNX Runtime) below the bound, and a run that needs more iterations must
+    fail naming the loop; without --loop-bound they are refused."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    failures = 0
+    path = os.path.join(work, "while.onnx")
+    torch.onnx.export(torch.jit.script(While()), (torch.randn(2, 3),), path, input_names=["x"],
+                      output_names=["total"], opset_version=17)
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["acc", "x"], ["acc_out"]), helper.make_node("Identity", ["c"], ["c_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [3])])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "one"], ["acc"], body=body, name="power")], "power",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+         helper.make_tensor_value_info("n", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("acc", TensorProto.FLOAT, [3])],
+        [helper.make_tensor("one", TensorProto.FLOAT, [3], [1, 1, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    power = os.path.join(work, "power.onnx")
+    onnx.save(model, power)
+    for onnx_path in (path, power):
+        try:
+            sh([dlc, "compile", onnx_path, "--target", "emu", "-o", os.path.join(work, "unbounded.dlc"), "-q"])
+            print(f"{os.path.basename(onnx_path)}: compiled without --loop-bound")
+            failures += 1
+        except RuntimeError as e:
+            if "give a bound with --loop-bound N" not in str(e):
+                print(f"unexpected error: {e}")
+                failures += 1
+
+    def run(pkg, onnx_path, inputs, name):
+        w = os.path.join(work, name)
+        os.makedirs(w, exist_ok=True)
+        specs = []
+        for k, v in inputs.items():
+            np.save(os.path.join(w, k + ".npy"), v)
+            specs.append(f"{k}={w}/{k}.npy")
+        sh([dlc, "run", pkg, "-q", "--device", "emu", "--output-dir", os.path.join(w, "dlc")] + specs)
+        sh(["node", os.path.join(ORT, "ort.js"), "run", onnx_path, os.path.join(w, "ort")] + specs)
+        return w
+
+    pkg = os.path.join(work, "while.dlc")
+    sh([dlc, "compile", path, "--target", "emu", "-o", pkg, "-q", "--loop-bound", "24"])
+    for name, x in (("few", np.array([[0.5, 1, 2], [-1, 0.2, 0.3]], np.float32)),
+                    ("many", np.full((2, 3), -1, np.float32))):
+        total, steps = np.zeros_like(x), 0
+        while total.sum() < 10.0:
+            total, steps = total + np.maximum(x, 0) + np.float32(0.1), steps + 1
+        w = run(pkg, path, {"x": x}, "while-" + name)
+        got, ort = np.load(os.path.join(w, "dlc", "total.npy")), np.load(os.path.join(w, "ort", "total.npy"))
+        ok = np.allclose(got, total, rtol=1e-5, atol=1e-5) and np.allclose(got, ort, rtol=1e-5, atol=1e-5)
+        failures += not ok
+        print(f"while loop ({steps} iterations, bound 24): |dlc - numpy| {np.abs(got - total).max():.2e}, "
+              f"|dlc - ort| {np.abs(got - ort).max():.2e} {'ok' if ok else 'MISMATCH'}")
+    pkg = os.path.join(work, "power.dlc")
+    sh([dlc, "compile", power, "--target", "emu", "-o", pkg, "-q", "--loop-bound", "6"])
+    x = np.array([1.5, -2.0, 0.5], np.float32)
+    for n in (0, 3, 6):
+        w = run(pkg, power, {"x": x, "n": np.array(n, np.int64)}, f"power-{n}")
+        got, ort = np.load(os.path.join(w, "dlc", "acc.npy")), np.load(os.path.join(w, "ort", "acc.npy"))
+        ok = np.allclose(got, x ** n, rtol=1e-6) and np.allclose(got, ort, rtol=1e-6)
+        failures += not ok
+        print(f"trip count n={n} (bound 6): |dlc - numpy| {np.abs(got - x ** n).max():.2e} {'ok' if ok else 'MISMATCH'}")
+    np.save(os.path.join(work, "n7.npy"), np.array(7, np.int64))
+    r = subprocess.run([dlc, "run", pkg, "-q", "--device", "emu", "--output-dir", os.path.join(work, "power-7"),
+                        f"x={work}/power-6/x.npy", f"n={work}/n7.npy"], capture_output=True, text=True)
+    want = "node 'power': the loop needs more than 6 iterations"
+    if r.returncode == 0 or want not in r.stderr:
+        print(f"n=7 past the bound 6: expected an error containing {want!r}, got rc={r.returncode}: {r.stderr}")
+        failures += 1
+    else:
+        print(f"n=7 past the bound 6: {r.stderr.strip().splitlines()[-1]}")
+    return failures
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dlc", required=True)
@@ -221,6 +317,7 @@ def main():
             print(f"use_a={use_a} sum(x)>0={second}: {'; '.join(errs)} {'ok' if ok else 'MISMATCH'}")
     failures += check_break_loop(a.dlc, a.work)
     failures += check_scan(a.dlc, a.work)
+    failures += check_runtime_loops(a.dlc, a.work)
     if len(seen) != 4:
         print(f"only {len(seen)} of the 4 branch combinations were exercised")
         failures += 1

@@ -147,7 +147,9 @@ def main():
                            (["--input-shape", "image=1,1,16,32..640", "--max-shape-variants", "100"],
                             ["span more than 100 shapes"]),
                            (["--input-shape", "image=1,1,16,32..640", "--train", "--loss", "cross_entropy"],
-                            ["--train takes one shape per input, not a range"])):
+                            ["--train takes one shape per input, not a range"]),
+                           (["--input-shape", "image=1,1,16,32..640", "--emit", "lib"],
+                            ["--emit lib takes one shape per input, not a range"])):
         failures += fails([a.dlc, "compile", ocr_onnx, "--target", "emu", "-o", bad] + extra, *needles)
         if os.path.exists(bad):
             print("  WRONG: a failed compile wrote its output")

@@ -1,10 +1,9 @@
 //===- CompileCommand.cpp - `dlc compile`: model to .dlc package -----------===//
 #include "Args.h"
-#include "Train.h"
 #include "Commands.h"
 #include "Dot.h"
 #include "Precision.h"
-
+#include "Train.h"
 #include "dlc/codegen/Artifacts.h"
 #include "dlc/codegen/Compiler.h"
 #include "dlc/frontend/OnnxImporter.h"
@@ -26,8 +25,9 @@ namespace dlc::tool {
 std::vector<OptSpec> importOptionSpecs();
 llvm::Expected<InputShapeSpec> parseInputShape(const std::string &spec);
 /// `point`: the shapes of inputs given a range (dlc compile, one point of the ranges).
-llvm::Expected<frontend::ImportResult> importWithOptions(const std::string &file, const Args &args,
-                                                         const std::map<std::string, ir::Shape> *point = nullptr);
+llvm::Expected<frontend::ImportResult>
+importWithOptions(const std::string &file, const Args &args,
+                  const std::map<std::string, ir::Shape> *point = nullptr);
 
 namespace {
 
@@ -58,8 +58,9 @@ public:
       for (size_t a = 0; a < p->min.size(); ++a) {
         if (p->min[a] == p->max[a])
           continue;
-        auto v = std::find_if(r.vars_.begin(), r.vars_.end(),
-                              [&](const Var &x) { return x.min == p->min[a] && x.max == p->max[a]; });
+        auto v = std::find_if(r.vars_.begin(), r.vars_.end(), [&](const Var &x) {
+          return x.min == p->min[a] && x.max == p->max[a];
+        });
         if (v == r.vars_.end()) {
           r.vars_.push_back({p->min[a], p->max[a], p->max[a], {}});
           v = r.vars_.end() - 1;
@@ -73,21 +74,26 @@ public:
       auto p = parseInputShape(spec);
       if (!p)
         return p.takeError();
-      auto it = std::find_if(r.specs_.begin(), r.specs_.end(), [&](const InputShapeSpec &q) { return q.name == p->name; });
+      auto it = std::find_if(r.specs_.begin(), r.specs_.end(),
+                             [&](const InputShapeSpec &q) { return q.name == p->name; });
       if (p->ranged() || it == r.specs_.end() || it->min.size() != p->min.size())
-        return ir::errorf("--opt-shape {0}: expects one shape of an input given a range with --input-shape", spec);
+        return ir::errorf(
+            "--opt-shape {0}: expects one shape of an input given a range with --input-shape",
+            spec);
       for (size_t a = 0; a < p->min.size(); ++a)
         if (p->min[a] < it->min[a] || p->min[a] > it->max[a])
-          return ir::errorf("--opt-shape {0}: dimension {1} is {2}, outside {3}..{4}", spec, a, p->min[a], it->min[a],
-                            it->max[a]);
+          return ir::errorf("--opt-shape {0}: dimension {1} is {2}, outside {3}..{4}", spec, a,
+                            p->min[a], it->min[a], it->max[a]);
       for (Var &v : r.vars_)
         for (size_t d : v.dims)
           if (r.ranges_[d].input == p->name) {
             v.opt = p->min[r.ranges_[d].axis];
             for (size_t e : v.dims)
               if (r.ranges_[e].input == p->name && p->min[r.ranges_[e].axis] != v.opt)
-                return ir::errorf("--opt-shape {0}: dimensions with the range {1}..{2} vary together and "
-                                  "need one value", spec, v.min, v.max);
+                return ir::errorf(
+                    "--opt-shape {0}: dimensions with the range {1}..{2} vary together and "
+                    "need one value",
+                    spec, v.min, v.max);
           }
     }
     for (const Var &v : r.vars_)
@@ -129,7 +135,8 @@ public:
     // (i+1)-th) in the mixed-radix order of the variables.
     size_t optIndex = 0;
     for (const Var &v : vars_)
-      optIndex = optIndex * static_cast<size_t>(v.max - v.min + 1) + static_cast<size_t>(v.opt - v.min);
+      optIndex =
+          optIndex * static_cast<size_t>(v.max - v.min + 1) + static_cast<size_t>(v.opt - v.min);
     size_t k = i == 0 ? optIndex : (i - 1 < optIndex ? i - 1 : i);
     std::vector<int64_t> values(vars_.size());
     for (size_t j = vars_.size(); j-- > 0;) {
@@ -156,7 +163,6 @@ private:
   std::vector<codegen::ShapeRangeDesc> ranges_;
   size_t count_ = 1;
 };
-
 
 double seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -210,7 +216,8 @@ llvm::Expected<ir::TensorMap> accuracyInputs(const ir::Graph &g, const Args &arg
       return ir::errorf("--input {0}: {1}", name, h.status().message());
     ir::TensorType t(static_cast<ir::DType>(static_cast<uint8_t>(h->dtype)), h->shape);
     if (t != v->type())
-      return ir::errorf("--input {0}: {1} has type {2}, the input is {3}", name, path, t.str(), v->type().str());
+      return ir::errorf("--input {0}: {1} has type {2}, the input is {3}", name, path, t.str(),
+                        v->type().str());
     ir::Tensor data(t);
     std::memcpy(data.mutableRaw(), h->data.data(), std::min(h->data.size(), data.byteSize()));
     inputs[name] = std::move(data);
@@ -224,11 +231,11 @@ llvm::Expected<ir::TensorMap> accuracyInputs(const ir::Graph &g, const Args &arg
 /// pass pipeline of the given level, with the precision pass when --fp16/--bf16 is
 /// given (`beforePrecision` then sees the graph it starts from). Shared by compile
 /// and related commands.
-llvm::Expected<std::unique_ptr<ir::Graph>>
-loadAndOptimize(const std::string &file, const Args &args, int optLevel, bool quiet,
-                const std::function<llvm::Error(const ir::Graph &, const passes::PrecisionOptions &)>
-                    &beforePrecision = {},
-                const std::map<std::string, ir::Shape> *point = nullptr) {
+llvm::Expected<std::unique_ptr<ir::Graph>> loadAndOptimize(
+    const std::string &file, const Args &args, int optLevel, bool quiet,
+    const std::function<llvm::Error(const ir::Graph &, const passes::PrecisionOptions &)>
+        &beforePrecision = {},
+    const std::map<std::string, ir::Shape> *point = nullptr) {
   auto precision = precisionFromArgs(args);
   if (!precision)
     return precision.takeError();
@@ -258,8 +265,10 @@ loadAndOptimize(const std::string &file, const Args &args, int optLevel, bool qu
     g = std::move(r->graph);
     if (!quiet)
       llvm::errs() << "dlc: import " << file << " (opset " << r->originalOpset
-                   << (r->opset != r->originalOpset ? " -> " + std::to_string(r->opset) : std::string()) << "): "
-                   << g->numNodes() << " nodes, " << llvm::format("%.2f", seconds(t0)) << " s\n";
+                   << (r->opset != r->originalOpset ? " -> " + std::to_string(r->opset)
+                                                    : std::string())
+                   << "): " << g->numNodes() << " nodes, " << llvm::format("%.2f", seconds(t0))
+                   << " s\n";
   }
   auto training = trainingFromArgs(args);
   if (!training)
@@ -272,15 +281,20 @@ loadAndOptimize(const std::string &file, const Args &args, int optLevel, bool qu
     if (!sum)
       return sum.takeError();
     if (auto e = ir::verifyGraph(*g))
-      return ir::errorf("internal error: the training graph does not verify: {0}", llvm::toString(std::move(e)));
+      return ir::errorf("internal error: the training graph does not verify: {0}",
+                        llvm::toString(std::move(e)));
     if (!quiet)
       llvm::errs() << "dlc: train: " << sum->parameters << " parameters (" << sum->parameterElements
-                   << " values" << (sum->frozen ? ", " + std::to_string(sum->frozen) + " frozen" : "") << "), loss "
-                   << passes::lossKindName((*training)->loss) << ", optimizer "
-                   << passes::optimizerKindName((*training)->optimizer) << ", " << sum->stateVariables
-                   << " state variables" << (sum->batchNorms ? ", " + std::to_string(sum->batchNorms) + " BatchNorms in training mode" : "")
-                   << (sum->lossScaling ? ", dynamic loss scaling" : "")
-                   << "; " << g->numNodes() << " nodes\n";
+                   << " values"
+                   << (sum->frozen ? ", " + std::to_string(sum->frozen) + " frozen" : "")
+                   << "), loss " << passes::lossKindName((*training)->loss) << ", optimizer "
+                   << passes::optimizerKindName((*training)->optimizer) << ", "
+                   << sum->stateVariables << " state variables"
+                   << (sum->batchNorms
+                           ? ", " + std::to_string(sum->batchNorms) + " BatchNorms in training mode"
+                           : "")
+                   << (sum->lossScaling ? ", dynamic loss scaling" : "") << "; " << g->numNodes()
+                   << " nodes\n";
   }
   auto t1 = std::chrono::steady_clock::now();
   size_t before = g->numNodes();
@@ -300,7 +314,8 @@ loadAndOptimize(const std::string &file, const Args &args, int optLevel, bool qu
         return ir::errorf("--fp32-nodes: the model has no node named '{0}'", n);
   }
   bool lowerPrecision = *precision && !*training;
-  for (const passes::PipelineStage &stage : passes::defaultPipeline(optLevel, lowerPrecision, passes::needsLayoutPass(*layout, lowerPrecision))) {
+  for (const passes::PipelineStage &stage : passes::defaultPipeline(
+           optLevel, lowerPrecision, passes::needsLayoutPass(*layout, lowerPrecision))) {
     if (beforePrecision && stage.passes.front() == "precision")
       if (auto e = beforePrecision(*g, ctx.precision))
         return e;
@@ -308,10 +323,13 @@ loadAndOptimize(const std::string &file, const Args &args, int optLevel, bool qu
       return e;
   }
   if (auto e = ir::verifyGraph(*g))
-    return ir::errorf("internal error: the optimized graph does not verify: {0}", llvm::toString(std::move(e)));
+    return ir::errorf("internal error: the optimized graph does not verify: {0}",
+                      llvm::toString(std::move(e)));
   if (!quiet)
     llvm::errs() << "dlc: passes -O" << optLevel
-                 << (*precision ? std::string(" ") + (ctx.precision.reduced == ir::DType::BF16 ? "bf16" : "fp16") : "")
+                 << (*precision ? std::string(" ") +
+                                      (ctx.precision.reduced == ir::DType::BF16 ? "bf16" : "fp16")
+                                : "")
                  << ": " << before << " -> " << g->numNodes() << " nodes, "
                  << llvm::format("%.2f", seconds(t1)) << " s\n";
   return g;
@@ -319,40 +337,44 @@ loadAndOptimize(const std::string &file, const Args &args, int optLevel, bool qu
 
 int runCompile(const std::vector<std::string> &argv) {
   auto specs = importOptionSpecs();
-  specs.insert(specs.end(),
-               {{"output", 'o', true, false, "FILE", "Output package (default: MODEL with .dlc)"},
-                {"target", 0, true, false, "LIST",
-                 "Targets: sm_80,sm_86,sm_89,sm_90 (cubins), compute_80..compute_90 (PTX), emu\n"
-                 "(default: sm_80,sm_86,sm_89,sm_90,compute_80 and emu)"},
-                {"O", 'O', true, false, "N", "Optimization level 0-3 (default 2)"},
-                {"emit", 0, true, false, "KIND",
-                 "package (default), exe (standalone executable), lib (shared library + C header)\n"
-                 "or cuda (directory: CUDA sources and host schedule)"},
-                {"name", 0, true, false, "ID", "--emit lib: prefix of the entry points (default: from -o)"},
-                {"dump-dot", 0, true, false, "FILE", "Write the optimized graph as Graphviz, kernels as clusters"},
-                {"no-cache", 0, false, false, "", "Do not use the compilation cache"},
-                {"cache-dir", 0, true, false, "DIR", "Compilation cache (default ~/.cache/dlc)"},
-                {"print-ir-after-all", 0, false, false, "", "Print the IR after every pass"},
-                {"verify-each", 0, false, false, "", "Verify the IR after every pass"},
-                {"check-accuracy", 0, false, false, "",
-                 "With --fp16/--bf16: run FP32 and reduced precision on the reference interpreter,\n"
-                 "print the error per output and the nodes where it jumps, and suggest --fp32-nodes"},
-                {"input", 0, true, true, "NAME=FILE", "--check-accuracy: an input (.npy or .pb; default: random)"},
-                {"seed", 0, true, false, "N", "--check-accuracy: seed of the random inputs (default 0)"},
-                {"json", 0, false, false, "", "--check-accuracy: print the report as JSON on stdout"},
-                {"opt-shape", 0, true, true, "NAME=D0,D1,..",
-                 "With --input-shape ranges: the shape to tune and report for (default: the maximum)"},
-                {"max-shape-variants", 0, true, false, "N",
-                 "With --input-shape ranges: the most shapes one package may serve (default 1024)"},
-                {"quiet", 'q', false, false, "", "No progress output"}});
+  specs.insert(
+      specs.end(),
+      {{"output", 'o', true, false, "FILE", "Output package (default: MODEL with .dlc)"},
+       {"target", 0, true, false, "LIST",
+        "Targets: sm_80,sm_86,sm_89,sm_90 (cubins), compute_80..compute_90 (PTX), emu\n"
+        "(default: sm_80,sm_86,sm_89,sm_90,compute_80 and emu)"},
+       {"O", 'O', true, false, "N", "Optimization level 0-3 (default 2)"},
+       {"emit", 0, true, false, "KIND",
+        "package (default), exe (standalone executable), lib (shared library + C header)\n"
+        "or cuda (directory: CUDA sources and host schedule)"},
+       {"name", 0, true, false, "ID", "--emit lib: prefix of the entry points (default: from -o)"},
+       {"dump-dot", 0, true, false, "FILE",
+        "Write the optimized graph as Graphviz, kernels as clusters"},
+       {"no-cache", 0, false, false, "", "Do not use the compilation cache"},
+       {"cache-dir", 0, true, false, "DIR", "Compilation cache (default ~/.cache/dlc)"},
+       {"print-ir-after-all", 0, false, false, "", "Print the IR after every pass"},
+       {"verify-each", 0, false, false, "", "Verify the IR after every pass"},
+       {"check-accuracy", 0, false, false, "",
+        "With --fp16/--bf16: run FP32 and reduced precision on the reference interpreter,\n"
+        "print the error per output and the nodes where it jumps, and suggest --fp32-nodes"},
+       {"input", 0, true, true, "NAME=FILE",
+        "--check-accuracy: an input (.npy or .pb; default: random)"},
+       {"seed", 0, true, false, "N", "--check-accuracy: seed of the random inputs (default 0)"},
+       {"json", 0, false, false, "", "--check-accuracy: print the report as JSON on stdout"},
+       {"opt-shape", 0, true, true, "NAME=D0,D1,..",
+        "With --input-shape ranges: the shape to tune and report for (default: the maximum)"},
+       {"max-shape-variants", 0, true, false, "N",
+        "With --input-shape ranges: the most shapes one package may serve (default 1024)"},
+       {"quiet", 'q', false, false, "", "No progress output"}});
   auto prec = precisionOptionSpecs(true);
   specs.insert(specs.end(), prec.begin(), prec.end());
   auto train = trainingOptionSpecs();
   specs.insert(specs.end(), train.begin(), train.end());
-  ArgParser parser("compile", "MODEL.onnx|MODEL.ir [options]",
-                   "Compiles a model: import, optimize, generate CUDA kernels, compile them with NVRTC\n"
-                   "for each GPU target (and the host compiler for emu), and write one .dlc package.",
-                   specs);
+  ArgParser parser(
+      "compile", "MODEL.onnx|MODEL.ir [options]",
+      "Compiles a model: import, optimize, generate CUDA kernels, compile them with NVRTC\n"
+      "for each GPU target (and the host compiler for emu), and write one .dlc package.",
+      specs);
   int exitCode = 0;
   auto args = parser.parseCommand(argv, exitCode, "model file");
   if (!args)
@@ -378,7 +400,8 @@ int runCompile(const std::vector<std::string> &argv) {
     else if (emit == "cuda")
       p += "-cuda";
     else if (emit == "lib")
-      p = (llvm::sys::path::parent_path(file) + (llvm::sys::path::parent_path(file).empty() ? "" : "/") + "lib" +
+      p = (llvm::sys::path::parent_path(file) +
+           (llvm::sys::path::parent_path(file).empty() ? "" : "/") + "lib" +
            llvm::sys::path::stem(file) + ".so")
               .str();
     out = std::string(p);
@@ -397,7 +420,8 @@ int runCompile(const std::vector<std::string> &argv) {
   std::string companion;
   if (emit == "exe" || emit == "lib") {
     auto c = emit == "exe"
-                 ? findCompanion("DLC_EXE_STUB", {"dlc-exe-stub", "../" DLC_INSTALL_LIBEXECDIR "/dlc/dlc-exe-stub"},
+                 ? findCompanion("DLC_EXE_STUB",
+                                 {"dlc-exe-stub", "../" DLC_INSTALL_LIBEXECDIR "/dlc/dlc-exe-stub"},
                                  "the executable stub dlc-exe-stub")
                  : findCompanion("DLC_RUNTIME_ARCHIVE",
                                  {"../runtime/libdlcrt.a", "../" DLC_INSTALL_LIBDIR "/libdlcrt.a"},
@@ -441,14 +465,22 @@ int runCompile(const std::vector<std::string> &argv) {
     reportError(shapes.takeError());
     return 2;
   }
-  if (!shapes->empty() && (args->has("train") || checkAccuracy)) {
-    reportError(ir::makeError(std::string("compile: ") + (checkAccuracy ? "--check-accuracy" : "--train") +
-                              " takes one shape per input, not a range"));
+  if (!shapes->empty() &&
+      (args->has("train") || checkAccuracy || emit == "lib" || emit == "cuda")) {
+    // --emit lib's entry points and --emit cuda's host schedule are written for one shape.
+    std::string what = checkAccuracy        ? "--check-accuracy"
+                       : args->has("train") ? "--train"
+                                            : "--emit " + emit;
+    reportError(
+        ir::makeError("compile: " + what +
+                      " takes one shape per input, not a range (a range package is run through "
+                      "the runtime: --emit package or exe, dlc run, the C/C++ API)"));
     return 2;
   }
   std::unique_ptr<ir::Graph> graph;
   if (shapes->empty()) {
-    auto g = checkAccuracy ? loadAndOptimize(file, *args, opt, quiet, accuracy) : loadAndOptimize(file, *args, opt, quiet);
+    auto g = checkAccuracy ? loadAndOptimize(file, *args, opt, quiet, accuracy)
+                           : loadAndOptimize(file, *args, opt, quiet);
     if (!g) {
       reportError(g.takeError());
       return 1;
@@ -492,18 +524,21 @@ int runCompile(const std::vector<std::string> &argv) {
       llvm::errs() << "dlc: " << s << "\n";
     };
   if (tty)
-    co.onJob = [&, start = std::chrono::steady_clock::now()](size_t done, size_t total, const std::string &what) {
+    co.onJob = [&, start = std::chrono::steady_clock::now()](size_t done, size_t total,
+                                                             const std::string &what) {
       constexpr size_t width = 24;
       size_t filled = total ? done * width / total : width;
-      llvm::errs() << "\r\x1b[Kdlc: compiling [" << std::string(filled, '#') << std::string(width - filled, '.')
-                   << "] " << done << "/" << total << " " << llvm::format("%.1f s", seconds(start)) << "  " << what;
+      llvm::errs() << "\r\x1b[Kdlc: compiling [" << std::string(filled, '#')
+                   << std::string(width - filled, '.') << "] " << done << "/" << total << " "
+                   << llvm::format("%.1f s", seconds(start)) << "  " << what;
       llvm::errs().flush();
       barShown = true;
     };
   codegen::CompileReport rep;
   if (emit == "cuda") // the source is checked by compiling PTX for the newest architecture
     co.targets = {"compute_90"};
-  llvm::Expected<pkg::PackageImage> image = llvm::make_error<llvm::StringError>("", llvm::inconvertibleErrorCode());
+  llvm::Expected<pkg::PackageImage> image =
+      llvm::make_error<llvm::StringError>("", llvm::inconvertibleErrorCode());
   llvm::consumeError(image.takeError());
   if (shapes->empty()) {
     image = codegen::compileGraphImage(*graph, co, &rep);
@@ -511,7 +546,8 @@ int runCompile(const std::vector<std::string> &argv) {
     // One schedule per point of the ranges; the first is the opt shape, whose import
     // and passes are reported (the others repeat them at other shapes).
     if (!quiet)
-      llvm::errs() << "dlc: shape ranges: " << shapes->describe() << " -> " << shapes->count() << " shapes\n";
+      llvm::errs() << "dlc: shape ranges: " << shapes->describe() << " -> " << shapes->count()
+                   << " shapes\n";
     auto graphAt = [&](size_t i) -> llvm::Expected<std::unique_ptr<ir::Graph>> {
       std::map<std::string, ir::Shape> point = shapes->point(i);
       auto g = loadAndOptimize(file, *args, opt, quiet || i > 0, {}, &point);
@@ -527,13 +563,15 @@ int runCompile(const std::vector<std::string> &argv) {
             return llvm::Expected<std::unique_ptr<ir::Graph>>(std::move(e));
       return g;
     };
-    auto onVariant = [&, last = std::chrono::steady_clock::now()](size_t done, size_t total) mutable {
+    auto onVariant = [&, last = std::chrono::steady_clock::now()](size_t done,
+                                                                  size_t total) mutable {
       if (quiet || total < 2)
         return;
       if (tty) {
         constexpr size_t width = 24;
         llvm::errs() << "\r\x1b[Kdlc: lowering shapes [" << std::string(done * width / total, '#')
-                     << std::string(width - done * width / total, '.') << "] " << done << "/" << total;
+                     << std::string(width - done * width / total, '.') << "] " << done << "/"
+                     << total;
         if (done == total)
           llvm::errs() << "\n";
         llvm::errs().flush();
@@ -542,7 +580,8 @@ int runCompile(const std::vector<std::string> &argv) {
         last = std::chrono::steady_clock::now();
       }
     };
-    image = codegen::compileShapeRangeImage(shapes->count(), graphAt, shapes->ranges(), co, &rep, onVariant);
+    image = codegen::compileShapeRangeImage(shapes->count(), graphAt, shapes->ranges(), co, &rep,
+                                            onVariant);
   }
   if (!image) {
     reportError(image.takeError());
@@ -556,7 +595,8 @@ int runCompile(const std::vector<std::string> &argv) {
     }
   if (emit == "package") {
     written = writeFileAtomically(out, [&](llvm::raw_ostream &os) {
-      image->forEachPiece([&](const uint8_t *d, size_t n) { os.write(reinterpret_cast<const char *>(d), n); });
+      image->forEachPiece(
+          [&](const uint8_t *d, size_t n) { os.write(reinterpret_cast<const char *>(d), n); });
     });
   } else if (emit == "exe") {
     written = codegen::writeExecutable(image->bytes(), companion, out);
@@ -591,14 +631,17 @@ int runCompile(const std::vector<std::string> &argv) {
     uint64_t outBytes = 0;
     llvm::sys::fs::file_size(out, outBytes);
     llvm::errs() << "dlc: wrote " << out << (emit == "lib" ? " and " + headerPath : std::string())
-                 << (emit == "cuda" ? std::string(" (directory)") : " (" + megabytes(outBytes) + ")") << ": " << rep.kernels << " kernels, "
-                 << rep.launches << " launches, " << rep.libraryCalls << " library calls; arena "
-                 << megabytes(rep.arenaBytes) << " (live-set bound " << megabytes(rep.maxLiveBytes) << ")"
-                 << ", weights " << megabytes(rep.weightBytes) << "; targets "
-                 << targets << "; max " << rep.maxRegisters << " registers, " << rep.totalSpills
+                 << (emit == "cuda" ? std::string(" (directory)")
+                                    : " (" + megabytes(outBytes) + ")")
+                 << ": " << rep.kernels << " kernels, " << rep.launches << " launches, "
+                 << rep.libraryCalls << " library calls; arena " << megabytes(rep.arenaBytes)
+                 << " (live-set bound " << megabytes(rep.maxLiveBytes) << ")"
+                 << ", weights " << megabytes(rep.weightBytes) << "; targets " << targets
+                 << "; max " << rep.maxRegisters << " registers, " << rep.totalSpills
                  << " spill bytes; " << llvm::format("%.2f", seconds(t0)) << " s\n";
     if (rep.variants > 1)
-      llvm::errs() << "dlc: " << rep.variants << " shapes in one package: arena sized for the largest plan, "
+      llvm::errs() << "dlc: " << rep.variants
+                   << " shapes in one package: arena sized for the largest plan, "
                    << rep.variantKernels << " kernels beyond the opt shape's\n";
   }
   return 0;

@@ -1,7 +1,6 @@
 //===- ImportCommand.cpp - `dlc import`: ONNX to textual IR ----------------===//
 #include "Args.h"
 #include "Commands.h"
-
 #include "dlc/frontend/OnnxImporter.h"
 #include "dlc/ir/TextIR.h"
 #include "dlc/passes/Pass.h"
@@ -13,8 +12,9 @@ namespace dlc::tool {
 llvm::Expected<InputShapeSpec> parseInputShape(const std::string &spec) {
   size_t eq = spec.find('=');
   if (eq == std::string::npos || eq == 0)
-    return ir::errorf("--input-shape expects NAME=d0,d1,... (a dimension may be a range MIN..MAX), got '{0}'",
-                      spec);
+    return ir::errorf(
+        "--input-shape expects NAME=d0,d1,... (a dimension may be a range MIN..MAX), got '{0}'",
+        spec);
   InputShapeSpec r;
   r.name = spec.substr(0, eq);
   llvm::StringRef rest = llvm::StringRef(spec).substr(eq + 1);
@@ -27,7 +27,8 @@ llvm::Expected<InputShapeSpec> parseInputShape(const std::string &spec) {
     if (!d.contains(".."))
       b = a;
     if (b < a || (d.contains("..") && a < 1))
-      return ir::errorf("--input-shape: the range '{0}' in '{1}' is empty or starts below 1", d, spec);
+      return ir::errorf("--input-shape: the range '{0}' in '{1}' is empty or starts below 1", d,
+                        spec);
     r.min.push_back(a);
     r.max.push_back(b);
     rest = tail;
@@ -35,8 +36,9 @@ llvm::Expected<InputShapeSpec> parseInputShape(const std::string &spec) {
   return r;
 }
 
-llvm::Expected<frontend::ImportResult> importWithOptions(const std::string &file, const Args &args,
-                                                         const std::map<std::string, ir::Shape> *point) {
+llvm::Expected<frontend::ImportResult>
+importWithOptions(const std::string &file, const Args &args,
+                  const std::map<std::string, ir::Shape> *point) {
   frontend::ImportOptions opts;
   for (const std::string &spec : args.getAll("input-shape")) {
     auto p = parseInputShape(spec);
@@ -45,7 +47,8 @@ llvm::Expected<frontend::ImportResult> importWithOptions(const std::string &file
     if (point && point->count(p->name))
       opts.inputShapes[p->name] = point->at(p->name);
     else if (p->ranged())
-      return ir::errorf("--input-shape {0}: shape ranges are for dlc compile; give one shape here", spec);
+      return ir::errorf("--input-shape {0}: shape ranges are for dlc compile; give one shape here",
+                        spec);
     else
       opts.inputShapes[p->name] = p->min;
   }
@@ -61,9 +64,11 @@ llvm::Expected<frontend::ImportResult> importWithOptions(const std::string &file
       auto h = readTensorFile(value);
       if (!h)
         return ir::errorf("--bind {0}: {1}", name, h.status().message());
-      ir::Tensor t(ir::TensorType(static_cast<ir::DType>(static_cast<uint8_t>(h->dtype)), h->shape));
+      ir::Tensor t(
+          ir::TensorType(static_cast<ir::DType>(static_cast<uint8_t>(h->dtype)), h->shape));
       if (h->data.size() != t.byteSize())
-        return ir::errorf("--bind {0}: {1} holds {2} bytes, expected {3}", name, value, h->data.size(), t.byteSize());
+        return ir::errorf("--bind {0}: {1} holds {2} bytes, expected {3}", name, value,
+                          h->data.size(), t.byteSize());
       std::memcpy(t.mutableRaw(), h->data.data(), h->data.size());
       opts.bindings[name] = std::move(t);
     } else {
@@ -76,6 +81,14 @@ llvm::Expected<frontend::ImportResult> importWithOptions(const std::string &file
         opts.maxLoopUnroll > 100000)
       return ir::errorf("--max-loop-unroll expects an integer in [0, 100000], got '{0}'", v);
   }
+  if (args.has("loop-bound")) {
+    std::string v = args.getOr("loop-bound", "");
+    if (llvm::StringRef(v).getAsInteger(10, opts.loopBound) || opts.loopBound < 1 ||
+        opts.loopBound > opts.maxLoopUnroll)
+      return ir::errorf(
+          "--loop-bound expects an integer in [1, {0}] (--max-loop-unroll), got '{1}'",
+          opts.maxLoopUnroll, v);
+  }
   opts.runChecker = !args.has("no-check");
   opts.initializersAsVariables = args.has("train");
   auto r = frontend::importOnnxFile(file, opts);
@@ -87,13 +100,20 @@ llvm::Expected<frontend::ImportResult> importWithOptions(const std::string &file
 
 std::vector<OptSpec> importOptionSpecs() {
   return {{"input-shape", 0, true, true, "NAME=D0,D1,..",
-           "Shape of an input with symbolic dims (repeatable). dlc compile: a dimension may be a range\n"
+           "Shape of an input with symbolic dims (repeatable). dlc compile: a dimension may be a "
+           "range\n"
            "MIN..MAX (x=1..32,3,224,224): one package serves every shape in it"},
           {"bind", 0, true, true, "NAME=VALUES|FILE",
-           "Bind an input to a constant at compile time: comma-separated values of its dtype, or a .npy/.pb "
-           "file (repeatable). Shape inputs, axes and If conditions then fold; the input leaves the package"},
+           "Bind an input to a constant at compile time: comma-separated values of its dtype, or a "
+           ".npy/.pb "
+           "file (repeatable). Shape inputs, axes and If conditions then fold; the input leaves "
+           "the package"},
           {"max-loop-unroll", 0, true, false, "N",
            "Loops are unrolled at compile time; a trip count above N is an error (default 256)"},
+          {"loop-bound", 0, true, false, "N",
+           "Loops whose trip count is known only at run time (an input, a while loop) run up to N\n"
+           "iterations, unrolled and gated; a run that needs more fails naming the loop (default: "
+           "refused)"},
           {"no-check", 0, false, false, "", "Skip onnx::checker"}};
 }
 

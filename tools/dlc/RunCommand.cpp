@@ -381,7 +381,9 @@ int runInspect(const std::vector<std::string> &argv) {
   }
   if (m.checks() && m.checks()->size())
     llvm::outs() << "data checks: " << m.checks()->size()
-                 << " launches flag bad indices (the run fails naming the node)\n";
+                 << " (launches that flag bad indices, loops that would pass their --loop-bound; "
+                    "the run fails "
+                    "naming the node)\n";
   llvm::outs() << llvm::format(
       "traffic: %.3f MB DRAM (lower bound %.3f MB, %.2fx), %.3f GFLOP\n",
       (cost.bytesRead[h100] + cost.bytesWritten[h100]) / 1e6, cost.lowerBoundBytes / 1e6,

@@ -101,7 +101,11 @@ llvm::Error importIf(NodeImporter &ni) {
 }
 
 /// Loop, unrolled at compile time. The trip count M must be known (a constant, or an
-/// input bound with --bind) and at most ImportOptions::maxLoopUnroll. Iteration k
+/// input bound with --bind) and at most ImportOptions::maxLoopUnroll; or, with
+/// ImportOptions::loopBound, it may be known only at run time (an input, or a while
+/// loop): the loop is unrolled to the bound, iteration k gated by k < M and the
+/// condition, and a guard output (ir::kGuardOutputPrefix) fails the run when
+/// iteration `bound` would still run. Iteration k
 /// imports the body with iteration_num = k and the previous iteration's condition and
 /// carried values. A run-time condition becomes a flag: while it may be false, the
 /// carried values are Where(active, body's, previous) and active = active AND cond_out
@@ -120,21 +124,31 @@ llvm::Error importLoop(NodeImporter &ni) {
                     std::to_string(g.output_size()) + " outputs for " +
                     std::to_string(carriedCount) + " loop-carried values");
   size_t scanCount = static_cast<size_t>(g.output_size()) - 1 - carriedCount;
-  if (!ni.hasInput(0))
+  // The trip count: a constant, or known only at run time (an input; none or INT64_MAX:
+  // a while loop), which --loop-bound allows: that many iterations, each gated.
+  int64_t limit = ni.importer().options().maxLoopUnroll, bound = ni.importer().options().loopBound;
+  const Tensor *trip = ni.hasInput(0) ? ni.constInput(0) : nullptr;
+  bool unbounded =
+      !ni.hasInput(0) || (trip && trip->getInt(0) == std::numeric_limits<int64_t>::max());
+  Value *runtimeTrip = nullptr; // gates iteration k by k < M
+  if (!unbounded && !trip) {
+    Value *mIn = ni.input(0);
+    if (!mIn || mIn->dtype() != DType::I64 || mIn->type().numElements() != 1)
+      return ni.error("the trip count must be one int64 element");
+    if (!bound)
+      return ni.unsupported(
+          "Loop whose trip count is not a compile-time constant: dlc unrolls loops at "
+          "compile time; give a bound with --loop-bound N" +
+          ni.bindHint(0));
+    DLC_TRY(scalar, ni.op(OpKind::Reshape, {mIn}, {{"shape", Attribute(std::vector<int64_t>{})}}));
+    runtimeTrip = scalar;
+  }
+  if (unbounded && !bound)
     return ni.unsupported(
-        "Loop without a trip count (a while loop): dlc unrolls loops at compile time");
-  const Tensor *trip = ni.constInput(0);
-  if (!trip)
-    return ni.unsupported(
-        "Loop whose trip count is not a compile-time constant: dlc unrolls loops at compile "
-        "time" +
-        ni.bindHint(0));
-  int64_t m = std::max<int64_t>(0, trip->getInt(0));
-  if (m == std::numeric_limits<int64_t>::max())
-    return ni.unsupported(
-        "Loop without a bound (trip count INT64_MAX: a while loop, or a for loop with a break "
-        "as TorchScript exports it): dlc unrolls loops at compile time");
-  int64_t limit = ni.importer().options().maxLoopUnroll;
+        "Loop without a bound (no trip count, or INT64_MAX: a while loop, or a for loop "
+        "with a break as TorchScript exports it): dlc unrolls loops at compile time; give a "
+        "bound with --loop-bound N");
+  int64_t m = trip && !unbounded ? std::max<int64_t>(0, trip->getInt(0)) : bound;
   if (m > limit)
     return ni.error("Loop with trip count " + std::to_string(m) + " exceeds the unroll limit of " +
                     std::to_string(limit) + " iterations (raise it with --max-loop-unroll)");
@@ -157,7 +171,20 @@ llvm::Error importLoop(NodeImporter &ni) {
     carried.push_back(ni.input(2 + j));
   std::vector<std::vector<Value *>> scans(scanCount);
   Importer &imp = ni.importer();
+  auto constant = [&](auto v, DType dt) {
+    return ni.constant(Tensor::fromVector<decltype(v)>(TensorType(dt, {}), {v}));
+  };
+  // Whether iteration k runs: k < M (a run-time trip count) and the condition so far.
+  auto gateFor = [&](int64_t k) -> llvm::Expected<Value *> {
+    if (!runtimeTrip)
+      return active;
+    DLC_TRY(less, ni.op(OpKind::Less, {constant(k, DType::I64), runtimeTrip}));
+    if (!active)
+      return less;
+    return ni.op(OpKind::And, {active, less});
+  };
   for (int64_t k = 0; k < m && !stopped; ++k) {
+    DLC_TRY(gate, gateFor(k));
     Scope inner(&ni.scope());
     inner.bind(g.input(0).name(),
                ni.constant(Tensor::fromVector<int64_t>(TensorType(DType::I64, {}), {k})));
@@ -182,21 +209,22 @@ llvm::Error importLoop(NodeImporter &ni) {
     }
     for (size_t j = 0; j < carriedCount; ++j) {
       Value *next = outs[1 + j];
-      if (active) {
+      if (gate) {
         if (next->type() != carried[j]->type())
           return ni.unsupported("loop-carried value " + std::to_string(j) + " changes type (" +
                                 carried[j]->type().str() + " to " + next->type().str() +
                                 ") under a run-time condition");
-        DLC_TRY(sel, ni.op(OpKind::Where, {active, next, carried[j]}));
+        DLC_TRY(sel, ni.op(OpKind::Where, {gate, next, carried[j]}));
         next = sel;
       }
       carried[j] = next;
     }
     for (size_t s = 0; s < scanCount; ++s) {
-      if (active)
+      if (gate)
         return ni.unsupported(
-            "scan outputs of a Loop with a run-time condition (their length depends on it)" +
-            ni.bindHint(1));
+            "scan outputs of a Loop whose iterations are decided at run time (their "
+            "length depends on them)" +
+            ni.bindHint(runtimeTrip ? 0 : 1));
       Value *v = outs[1 + carriedCount + s];
       Shape one{1};
       one.insert(one.end(), v->shape().begin(), v->shape().end());
@@ -229,6 +257,18 @@ llvm::Error importLoop(NodeImporter &ni) {
         active = condOut;
       }
     }
+  }
+  if ((runtimeTrip || unbounded) && !stopped) {
+    // Iteration m would run: the loop needs more than its bound.
+    DLC_TRY(beyond, gateFor(m));
+    std::string node = ni.proto().name().empty() ? "Loop" : ni.proto().name();
+    std::string what = "the loop needs more than " + std::to_string(m) +
+                       " iterations, the bound it was compiled with (raise --loop-bound)";
+    if (!beyond || (beyond->isConstant() && beyond->data().getDouble(0) != 0))
+      return ni.error("Loop never stops within --loop-bound " + std::to_string(m) +
+                      " (its condition does not depend on run-time values)");
+    if (!beyond->isConstant())
+      ni.importer().addGuard(std::string(kGuardOutputPrefix) + node + ": " + what, beyond);
   }
   for (size_t j = 0; j < carriedCount; ++j)
     ni.setOutput(j, carried[j]);

@@ -36,6 +36,11 @@ struct ImportOptions {
   /// Loops are unrolled at compile time: a trip count above this is an error
   /// (`--max-loop-unroll`), never a hang or a runaway compile.
   int64_t maxLoopUnroll = 256;
+  /// A Loop whose trip count is known only at run time (an input, or none: a while
+  /// loop) is unrolled to this many iterations, each gated by its trip count and
+  /// condition; a run that would go further fails with a data error naming the
+  /// node (`--loop-bound`). 0: such loops are refused.
+  int64_t loopBound = 0;
   /// Run onnx::checker before importing.
   bool runChecker = true;
   /// Upgrade opsets <= 16 to 17 with the ONNX version converter.
@@ -51,15 +56,16 @@ struct ImportOptions {
 
 struct ImportResult {
   std::unique_ptr<ir::Graph> graph;
-  int64_t opset = 0;         // default-domain opset the graph was imported at
-  int64_t originalOpset = 0; // as found in the file
+  int64_t opset = 0;              // default-domain opset the graph was imported at
+  int64_t originalOpset = 0;      // as found in the file
   std::vector<std::string> notes; // non-fatal remarks (defaulted dims, conversion fallbacks)
   std::vector<std::string> specializedInputs; // inputs of `specializable` turned into constants
 };
 
 /// Imports an ONNX model file. Errors name the file, node, op type and opset; when
 /// several nodes are unsupported, all are listed (one per line).
-llvm::Expected<ImportResult> importOnnxFile(const std::string &path, const ImportOptions &opts = {});
+llvm::Expected<ImportResult> importOnnxFile(const std::string &path,
+                                            const ImportOptions &opts = {});
 
 /// Imports an ONNX model from memory; external data is resolved inside `modelDir`.
 llvm::Expected<ImportResult> importOnnxBytes(llvm::StringRef bytes, const std::string &displayName,

@@ -153,13 +153,25 @@ private:
 /// schedule (the model in inference mode, passes/Training.h): the code generator
 /// runs them apart from the training step and exposes them as NAME.
 inline constexpr std::string_view kEvalOutputPrefix = "dlc.eval.";
+/// Outputs named kGuardOutputPrefix + "NODE: WHAT" are guards: a bool scalar that
+/// must be false when the run ends (a Loop unrolled to its --loop-bound that would run
+/// further). The code generator turns each into a check word (the run fails with a
+/// data error "node 'NODE': WHAT"); it is not an output of the package.
+inline constexpr std::string_view kGuardOutputPrefix = "dlc.guard.";
 
 struct GraphOutput {
   std::string name;
   Value *value;
   Value *variable = nullptr;
   bool isUpdate() const { return variable != nullptr; }
-  bool isEvaluation() const { return !variable && std::string_view(name).substr(0, kEvalOutputPrefix.size()) == kEvalOutputPrefix; }
+  bool isEvaluation() const {
+    return !variable &&
+           std::string_view(name).substr(0, kEvalOutputPrefix.size()) == kEvalOutputPrefix;
+  }
+  bool isGuard() const {
+    return !variable &&
+           std::string_view(name).substr(0, kGuardOutputPrefix.size()) == kGuardOutputPrefix;
+  }
 };
 
 class Graph {
@@ -183,7 +195,9 @@ public:
   void makeConstant(Value *parameter);
   void setTrainable(Value *parameter, bool trainable) { parameter->trainable_ = trainable; }
   /// Adds an update: `variable` takes `value` at the end of each step.
-  void addUpdate(Value *variable, Value *value) { outputs_.push_back({variable->name(), value, variable}); }
+  void addUpdate(Value *variable, Value *value) {
+    outputs_.push_back({variable->name(), value, variable});
+  }
   void addOutput(std::string name, Value *v) { outputs_.push_back({std::move(name), v}); }
   void setOutputValue(size_t i, Value *v) { outputs_[i].value = v; }
   void setOutputs(std::vector<GraphOutput> outputs) { outputs_ = std::move(outputs); }
@@ -248,7 +262,9 @@ public:
     std::string name;
     Tensor value;
   };
-  void addBoundInput(std::string name, Tensor value) { bound_.push_back({std::move(name), std::move(value)}); }
+  void addBoundInput(std::string name, Tensor value) {
+    bound_.push_back({std::move(name), std::move(value)});
+  }
   const std::vector<BoundInput> &boundInputs() const { return bound_; }
 
   /// A name not used by any value of the graph, derived from `hint`.

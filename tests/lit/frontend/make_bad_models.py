@@ -55,7 +55,7 @@ save("unknown_ops.onnx",
 save("custom_domain.onnx",
      model([helper.make_node("Gelu", ["x"], ["y"], name="ms_gelu", domain="com.microsoft")],
            [f32("x", [2])], [f32("y", [2])], domains=["com.microsoft"]))
-# A while loop (no trip count): dlc unrolls loops at compile time, so it is refused.
+# A while loop (no trip count): dlc unrolls loops at compile time, so without --loop-bound it is refused.
 save("loop.onnx", model([helper.make_node("Loop", ["", "c", "v"], ["y"], name="loop0",
                                           body=helper.make_graph(
                                               [helper.make_node("Identity", ["ci"], ["co"]),
