@@ -225,7 +225,8 @@ llvm::Error importOneHot(NodeImporter &ni) {
 llvm::Error importNonZero(NodeImporter &ni) {
   const Tensor *x = ni.constInput(0);
   if (!x)
-    return ni.unsupported("NonZero of a non-constant input (its output shape depends on the data)");
+    return ni.unsupported("NonZero of a non-constant input (its output shape depends on the data)" +
+                          ni.bindHint(0));
   const Shape &s = x->shape();
   std::vector<int64_t> hits;
   for (int64_t i = 0; i < x->numElements(); ++i)
@@ -245,7 +246,8 @@ llvm::Error importNonZero(NodeImporter &ni) {
 llvm::Error importCompress(NodeImporter &ni) {
   const Tensor *cond = ni.constInput(1);
   if (!cond)
-    return ni.unsupported("Compress with a non-constant condition (data-dependent output shape)");
+    return ni.unsupported("Compress with a non-constant condition (data-dependent output shape)" +
+                          ni.bindHint(1));
   Value *x = ni.input(0);
   int64_t axis = 0;
   if (ni.hasAttr("axis")) {
