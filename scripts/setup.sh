@@ -10,7 +10,8 @@ PACKAGES=(
   libonnx-dev libonnx-testdata libprotobuf-dev protobuf-compiler
   libfmt-dev libgtest-dev
   libopenblas-dev libboost-context-dev libflatbuffers-dev flatbuffers-compiler zlib1g-dev
-  python3 python3-numpy python3-onnx python3-torch python3-torchvision python3-sklearn
+  python3 python3-dev python3-numpy python3-onnx python3-torch python3-torchvision python3-sklearn
+  pybind11-dev python3-pytest
   clang-14 libclang-rt-14-dev
 )
 # Node.js and npm (ONNX Runtime as a reference, through npm's onnxruntime-node):

@@ -1,0 +1,311 @@
+//===- Module.cpp - dlc._dlc: the runtime for Python ----------------------===//
+//
+// A pybind11 extension over the C++ runtime (dlcrt): a Session loads a package once
+// (rt::Model: the weights are shared) and runs it from any number of Python threads.
+// Each call takes an idle rt::Session from a pool (one is created when none is idle),
+// so calls from several threads run concurrently, each on its own arena, and the GIL
+// is released while inputs are uploaded, the schedule runs and outputs come back.
+// Inputs are numpy arrays of the input's dtype (bfloat16 as uint16 bit patterns, as
+// `dlc run` takes them); a non-contiguous array is copied first. The ONNX Runtime
+// conventions (InferenceSession, NodeArg, providers) live in the Python layer
+// (python/dlc/__init__.py).
+//===----------------------------------------------------------------------===//
+#include "dlc/runtime.h"
+#include "dlc/runtime/Runtime.h"
+
+#include <cstring>
+#include <mutex>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+namespace py = pybind11;
+
+namespace dlc::python {
+namespace {
+
+/// dlc.Error, raised for everything but bad arguments (ValueError), and its subclass
+/// dlc.DataError for bad input data (an index out of range, a loop past its bound).
+/// Handles that live as long as the interpreter (never released).
+py::handle errorType, dataErrorType;
+
+[[noreturn]] void raise(const Status &s) {
+  if (s.code() == StatusCode::InvalidArgument)
+    throw py::value_error(s.message());
+  PyErr_SetString((s.code() == StatusCode::DataError ? dataErrorType : errorType).ptr(),
+                  s.message().c_str());
+  throw py::error_already_set();
+}
+
+/// The numpy dtype that carries a package dtype.
+py::dtype numpyType(pkg::DType d) {
+  switch (d) {
+  case pkg::DType::F32:
+    return py::dtype("float32");
+  case pkg::DType::F16:
+    return py::dtype("float16");
+  case pkg::DType::BF16:
+    return py::dtype("uint16"); // bit patterns: numpy has no bfloat16
+  case pkg::DType::F64:
+    return py::dtype("float64");
+  case pkg::DType::I64:
+    return py::dtype("int64");
+  case pkg::DType::I32:
+    return py::dtype("int32");
+  case pkg::DType::I16:
+    return py::dtype("int16");
+  case pkg::DType::I8:
+    return py::dtype("int8");
+  case pkg::DType::U8:
+    return py::dtype("uint8");
+  case pkg::DType::U16:
+    return py::dtype("uint16");
+  case pkg::DType::U32:
+    return py::dtype("uint32");
+  case pkg::DType::U64:
+    return py::dtype("uint64");
+  case pkg::DType::Bool:
+    return py::dtype("bool");
+  }
+  throw py::value_error("unknown dtype");
+}
+
+std::vector<int64_t> shapeOf(const pkg::TensorInfo &t) {
+  return t.shape() ? std::vector<int64_t>(t.shape()->begin(), t.shape()->end())
+                   : std::vector<int64_t>{};
+}
+
+class Session {
+public:
+  Session(std::shared_ptr<const pkg::PackageFile> pf, const std::string &device, int threads) {
+    if (device == "auto" || device == "emu" || device == "cuda")
+      opts_.device = device == "auto"  ? rt::DeviceKind::Auto
+                     : device == "emu" ? rt::DeviceKind::Emu
+                                       : rt::DeviceKind::Cuda;
+    else if (device.rfind("cuda:", 0) == 0 && device.size() > 5 && device.size() < 9 &&
+             device.find_first_not_of("0123456789", 5) == std::string::npos) {
+      opts_.device = rt::DeviceKind::Cuda;
+      opts_.cudaDevice = std::stoi(device.substr(5));
+    } else
+      throw py::value_error("device must be 'auto', 'cuda', 'cuda:N' or 'emu', got '" + device +
+                            "'");
+    if (threads < 0)
+      throw py::value_error("threads must be >= 0");
+    opts_.emuThreads = threads;
+    model_ = std::make_shared<const rt::Model>(std::move(pf));
+    auto s = create();
+    device_ = s->backendDescription();
+    // Emu by choice or because no GPU is there: the first session says which.
+    opts_.device = s->deviceKind();
+    idle_.push_back(std::move(s));
+  }
+
+  const std::string &device() const { return device_; }
+
+  py::list inputs() const { return describe(model_->meta().inputs(), true); }
+  py::list outputs() const { return describe(model_->meta().outputs(), false); }
+
+  /// Runs with every input of `feed`; returns the outputs named in `names` (all when
+  /// None), in that order.
+  py::list run(const py::dict &feed, const std::optional<std::vector<std::string>> &names) {
+    const pkg::Package &m = model_->meta();
+    size_t ni = m.inputs() ? m.inputs()->size() : 0;
+    std::vector<rt::HostTensor> tensors(ni);
+    std::vector<bool> given(ni, false);
+    for (const auto &[key, value] : feed) {
+      std::string name = py::str(key);
+      int i = indexOf(m.inputs(), name);
+      if (i < 0)
+        throw py::value_error(pkg::unknownInputMessage(m, name));
+      const pkg::TensorInfo *in = m.inputs()->Get(static_cast<uint32_t>(i));
+      if (!py::isinstance<py::array>(value))
+        throw py::value_error("input '" + name + "' must be a numpy array, got " +
+                              std::string(py::str(py::type::of(value).attr("__name__"))));
+      py::array a = py::reinterpret_borrow<py::array>(value);
+      py::dtype want = numpyType(in->dtype());
+      if (a.dtype().num() != want.num())
+        throw py::value_error("input '" + name + "' has dtype " + std::string(py::str(a.dtype())) +
+                              ", the model expects " + std::string(py::str(want)) +
+                              (in->dtype() == pkg::DType::BF16 ? " (bfloat16 bit patterns)" : ""));
+      a = py::array::ensure(a, py::array::c_style);
+      rt::HostTensor &t = tensors[static_cast<size_t>(i)];
+      t.dtype = in->dtype();
+      t.shape.assign(a.shape(), a.shape() + a.ndim());
+      const auto *bytes = static_cast<const uint8_t *>(a.data());
+      t.data.assign(bytes, bytes + a.nbytes());
+      given[static_cast<size_t>(i)] = true;
+    }
+    for (size_t i = 0; i < ni; ++i)
+      if (!given[i])
+        throw py::value_error("input '" + m.inputs()->Get(static_cast<uint32_t>(i))->name()->str() +
+                              "' is missing from the feed");
+    std::vector<int> outs;
+    if (names) {
+      for (const std::string &n : *names) {
+        int o = indexOf(m.outputs(), n);
+        if (o < 0)
+          throw py::value_error("the model has no output named '" + n + "'" + outputList());
+        outs.push_back(o);
+      }
+    } else {
+      for (size_t o = 0; m.outputs() && o < m.outputs()->size(); ++o)
+        outs.push_back(static_cast<int>(o));
+    }
+    std::unique_ptr<rt::Session> s;
+    Status st;
+    std::vector<std::vector<int64_t>> shapes;
+    {
+      py::gil_scoped_release nogil;
+      s = acquire(st);
+      for (size_t i = 0; !st && i < ni; ++i)
+        st = s->setInput(m.inputs()->Get(static_cast<uint32_t>(i))->name()->str(), tensors[i]);
+      if (!st)
+        st = s->run();
+      for (int o : outs)
+        shapes.push_back(
+            s ? s->outputShape(m.outputs()->Get(static_cast<uint32_t>(o))->name()->str())
+              : std::vector<int64_t>{});
+    }
+    if (st) {
+      release(std::move(s));
+      raise(st);
+    }
+    py::list result;
+    std::vector<py::array> arrays;
+    for (size_t k = 0; k < outs.size(); ++k)
+      arrays.push_back(py::array(
+          numpyType(m.outputs()->Get(static_cast<uint32_t>(outs[k]))->dtype()), shapes[k]));
+    {
+      py::gil_scoped_release nogil;
+      for (size_t k = 0; !st && k < outs.size(); ++k)
+        st = s->getOutputBytes(m.outputs()->Get(static_cast<uint32_t>(outs[k]))->name()->str(),
+                               arrays[k].mutable_data(), static_cast<size_t>(arrays[k].nbytes()));
+      release(std::move(s));
+    }
+    if (st)
+      raise(st);
+    for (py::array &a : arrays)
+      result.append(std::move(a));
+    return result;
+  }
+
+private:
+  std::shared_ptr<const rt::Model> model_;
+  rt::SessionOptions opts_;
+  std::string device_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<rt::Session>> idle_;
+
+  std::unique_ptr<rt::Session> create() {
+    auto s = rt::Session::create(model_, opts_);
+    if (!s)
+      raise(s.status());
+    return std::move(*s);
+  }
+  /// An idle session, or a new one (status set when it cannot be created).
+  std::unique_ptr<rt::Session> acquire(Status &st) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!idle_.empty()) {
+        auto s = std::move(idle_.back());
+        idle_.pop_back();
+        return s;
+      }
+    }
+    auto s = rt::Session::create(model_, opts_);
+    if (!s) {
+      st = s.takeStatus();
+      return nullptr;
+    }
+    return std::move(*s);
+  }
+  void release(std::unique_ptr<rt::Session> s) {
+    if (!s)
+      return;
+    std::lock_guard<std::mutex> lock(mu_);
+    idle_.push_back(std::move(s));
+  }
+
+  static int indexOf(const flatbuffers::Vector<flatbuffers::Offset<pkg::TensorInfo>> *list,
+                     const std::string &n) {
+    for (size_t i = 0; list && i < list->size(); ++i)
+      if (list->Get(static_cast<uint32_t>(i))->name()->str() == n)
+        return static_cast<int>(i);
+    return -1;
+  }
+  std::string outputList() const {
+    std::string r;
+    const pkg::Package &m = model_->meta();
+    for (size_t i = 0; m.outputs() && i < m.outputs()->size(); ++i)
+      r += (r.empty() ? " (outputs: " : ", ") +
+           m.outputs()->Get(static_cast<uint32_t>(i))->name()->str();
+    return r.empty() ? r : r + ")";
+  }
+  /// Name, numpy dtype, package dtype and shape of each tensor; for inputs also the
+  /// smallest and largest shape (they differ along --input-shape ranges).
+  py::list describe(const flatbuffers::Vector<flatbuffers::Offset<pkg::TensorInfo>> *list,
+                    bool inputs) const {
+    py::list r;
+    const pkg::Package &m = model_->meta();
+    for (size_t i = 0; list && i < list->size(); ++i) {
+      const pkg::TensorInfo &t = *list->Get(static_cast<uint32_t>(i));
+      py::dict d;
+      d["name"] = t.name()->str();
+      d["dtype"] = pkg::dtypeName(t.dtype());
+      d["numpy_dtype"] = numpyType(t.dtype());
+      std::vector<int64_t> shape = shapeOf(t), lo = shape, hi = shape;
+      if (inputs && m.shape_ranges())
+        for (const pkg::ShapeRange *sr : *m.shape_ranges())
+          if (sr->input()->str() == t.name()->str() && sr->axis() < shape.size()) {
+            lo[sr->axis()] = sr->min();
+            hi[sr->axis()] = sr->max();
+          }
+      d["shape"] = shape;
+      d["min_shape"] = lo;
+      d["max_shape"] = hi;
+      r.append(std::move(d));
+    }
+    return r;
+  }
+};
+
+std::shared_ptr<const pkg::PackageFile> loadPath(const std::string &path) {
+  auto pf = pkg::PackageFile::load(path);
+  if (!pf)
+    raise(pf.status());
+  return *pf;
+}
+
+std::shared_ptr<const pkg::PackageFile> loadBytes(const py::bytes &b) {
+  std::string_view v = b;
+  auto r = pkg::PackageFile::fromBytes(v.data(), v.size(), "<bytes>"); // copies
+  if (!r)
+    raise(r.status());
+  return *r;
+}
+
+} // namespace
+} // namespace dlc::python
+
+PYBIND11_MODULE(_dlc, m) {
+  using namespace dlc::python;
+  m.doc() = "dlc runtime: load .dlc packages and run them (see the dlc package for the ONNX "
+            "Runtime-style API)";
+  errorType = py::exception<std::runtime_error>(m, "Error", PyExc_RuntimeError).release();
+  dataErrorType = py::exception<std::range_error>(m, "DataError", errorType.ptr()).release();
+  m.attr("runtime_api_version") = DLC_RUNTIME_API_VERSION;
+  py::class_<Session>(m, "Session")
+      // bytes first: pybind11 would also convert bytes to the path's std::string.
+      .def(py::init([](const py::bytes &data, const std::string &device, int threads) {
+             return std::make_unique<Session>(loadBytes(data), device, threads);
+           }),
+           py::arg("data"), py::arg("device") = "auto", py::arg("threads") = 0)
+      .def(py::init([](const std::string &path, const std::string &device, int threads) {
+             return std::make_unique<Session>(loadPath(path), device, threads);
+           }),
+           py::arg("path"), py::arg("device") = "auto", py::arg("threads") = 0)
+      .def_property_readonly("device", &Session::device)
+      .def("inputs", &Session::inputs)
+      .def("outputs", &Session::outputs)
+      .def("run", &Session::run, py::arg("feed"), py::arg("names") = py::none());
+}

@@ -1,0 +1,297 @@
+"""The Python package `dlc` (python/): ONNX Runtime's calling conventions over compiled
+packages, numpy in and out for every dtype, shape ranges, errors, and threads.
+
+Packages are compiled once per run with the dlc binary ($DLC_BIN) for emu; the module
+is imported from $PYTHONPATH (build/python).
+"""
+import os
+import subprocess
+import tempfile
+import threading
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import dlc
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DLC = os.environ.get("DLC_BIN", os.path.join(ROOT, "build", "tools", "dlc"))
+DIGITS = os.path.join(ROOT, "examples", "digits")
+
+
+def compile_model(src, out, *extra):
+    subprocess.run([DLC, "compile", src, "--target", "emu", "-o", out, "-q", *extra], check=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def work():
+    with tempfile.TemporaryDirectory(prefix="dlc-python-") as d:
+        yield d
+
+
+@pytest.fixture(scope="session")
+def digits(work):
+    return compile_model(os.path.join(DIGITS, "digits_cnn.onnx"), os.path.join(work, "digits.dlc"))
+
+
+# One graph per dtype family: y = x + x (f32, f16, bf16, f64, i64, i32, i8, u8) and
+# b = Not(b) (bool), so every dtype goes in and comes back through numpy.
+DTYPES_IR = """graph @dtypes(%f32: f32[2,3], %f16: f16[2,3], %bf16: bf16[2,3], %f64: f64[2,3], %i64: i64[2,3],
+                   %i32: i32[2,3], %i8: i8[2,3], %u8: u8[2,3], %b: bool[2,3])
+    -> ("f32o": f32[2,3], "f16o": f16[2,3], "bf16o": bf16[2,3], "f64o": f64[2,3], "i64o": i64[2,3],
+        "i32o": i32[2,3], "i8o": i8[2,3], "u8o": u8[2,3], "bo": bool[2,3]) {
+  %f32o = Add(%f32, %f32) : f32[2,3]
+  %f16o = Add(%f16, %f16) : f16[2,3]
+  %bf16o = Add(%bf16, %bf16) : bf16[2,3]
+  %f64o = Add(%f64, %f64) : f64[2,3]
+  %i64o = Add(%i64, %i64) : i64[2,3]
+  %i32o = Add(%i32, %i32) : i32[2,3]
+  %i8o = Add(%i8, %i8) : i8[2,3]
+  %u8o = Add(%u8, %u8) : u8[2,3]
+  %bo = Not(%b) : bool[2,3]
+  return %f32o, %f16o, %bf16o, %f64o, %i64o, %i32o, %i8o, %u8o, %bo
+}
+"""
+
+
+@pytest.fixture(scope="session")
+def dtypes(work):
+    ir = os.path.join(work, "dtypes.ir")
+    with open(ir, "w") as f:
+        f.write(DTYPES_IR)
+    return compile_model(ir, os.path.join(work, "dtypes.dlc"))
+
+
+@pytest.fixture(scope="session")
+def ranged(work):
+    """softmax(relu(x)) with x f32[N,4], compiled for N in 1..4."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Softmax", ["r"], ["y"], axis=1)], "ranged",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = os.path.join(work, "ranged.onnx")
+    onnx.save(model, path)
+    return compile_model(path, os.path.join(work, "ranged.dlc"), "--input-shape", "x=1..4,4")
+
+
+@pytest.fixture(scope="session")
+def bounded_loop(work):
+    """acc = x ** n by a Loop whose trip count n is an input, compiled with --loop-bound 4."""
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["acc", "x"], ["acc_out"]), helper.make_node("Identity", ["c"], ["c_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [3])])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "one"], ["acc"], body=body, name="power")], "power",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+         helper.make_tensor_value_info("n", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("acc", TensorProto.FLOAT, [3])],
+        [helper.make_tensor("one", TensorProto.FLOAT, [3], [1, 1, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = os.path.join(work, "power.onnx")
+    onnx.save(model, path)
+    return compile_model(path, os.path.join(work, "power.dlc"), "--loop-bound", "4")
+
+
+def digit_images():
+    return {name: np.load(os.path.join(DIGITS, name)) for name in sorted(os.listdir(DIGITS))
+            if name.endswith(".npy")}
+
+
+# --- the API surface ---------------------------------------------------------------
+
+def test_inputs_outputs_and_device(digits):
+    s = dlc.InferenceSession(digits, device="emu")
+    (inp,), outs = s.get_inputs(), s.get_outputs()
+    assert (inp.name, inp.type, inp.shape) == ("image", "tensor(float)", [1, 1, 8, 8])
+    assert [(o.name, o.type, o.shape) for o in outs] == [("logits", "tensor(float)", [1, 10]),
+                                                         ("probs", "tensor(float)", [1, 10])]
+    assert s.device.startswith("emu")
+    assert s.get_providers() == ["DlcEmu"]
+    assert dlc.runtime_api_version >= 4
+
+
+def test_run_matches_dlc_run(digits, work):
+    s = dlc.InferenceSession(digits, device="emu")
+    for name, image in digit_images().items():
+        outdir = os.path.join(work, "cli-" + name)
+        subprocess.run([DLC, "run", digits, "-q", "--device", "emu", "--output-dir", outdir,
+                        "image=" + os.path.join(DIGITS, name)], check=True)
+        logits, probs = s.run(None, {"image": image})
+        for got, out in ((logits, "logits"), (probs, "probs")):
+            want = np.load(os.path.join(outdir, out + ".npy"))
+            assert got.dtype == np.float32 and got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
+        label = int(name.split("label")[1].split(".")[0])
+        assert int(logits.argmax()) == label, name
+        named = s.run(["probs", "logits"], {"image": image})
+        np.testing.assert_array_equal(named[0], probs)
+        np.testing.assert_array_equal(named[1], logits)
+
+
+def test_bytes_and_pathlike(digits):
+    import pathlib
+    image = next(iter(digit_images().values()))
+    a, = dlc.InferenceSession(pathlib.Path(digits), device="emu").run(["logits"], {"image": image})
+    with open(digits, "rb") as f:
+        b, = dlc.InferenceSession(f.read(), device="emu").run(["logits"], {"image": image})
+    np.testing.assert_array_equal(a, b)
+
+
+def test_providers_are_accepted_with_a_note(digits):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dlc.InferenceSession(digits, providers=["CUDAExecutionProvider", "CPUExecutionProvider"], device="emu")
+    assert any("providers= is ignored" in str(w.message) for w in caught)
+
+
+def test_non_contiguous_inputs_are_copied(digits):
+    s = dlc.InferenceSession(digits, device="emu")
+    image = next(iter(digit_images().values()))
+    wide = np.zeros((1, 1, 8, 16), np.float32)
+    wide[..., ::2] = image
+    view = wide[..., ::2]
+    assert not view.flags["C_CONTIGUOUS"]
+    np.testing.assert_array_equal(s.run(None, {"image": view})[0], s.run(None, {"image": image})[0])
+
+
+# --- numpy round trips for every dtype ------------------------------------------------
+
+def test_every_dtype_round_trips(dtypes):
+    s = dlc.InferenceSession(dtypes, device="emu")
+    rng = np.random.RandomState(0)
+    small = rng.randint(-8, 8, size=(2, 3))
+    bf16_bits = (small.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)  # exact in bf16
+    feed = {"f32": rng.randn(2, 3).astype(np.float32), "f16": rng.randn(2, 3).astype(np.float16),
+            "bf16": bf16_bits, "f64": rng.randn(2, 3), "i64": small.astype(np.int64), "i32": small.astype(np.int32),
+            "i8": small.astype(np.int8), "u8": np.abs(small).astype(np.uint8), "b": small > 0}
+    types = {i.name: i.type for i in s.get_inputs()}
+    assert types["bf16"] == "tensor(bfloat16)" and types["b"] == "tensor(bool)" and types["f64"] == "tensor(double)"
+    outs = dict(zip([o.name for o in s.get_outputs()], s.run(None, feed)))
+    for name in ("f32", "f16", "f64", "i64", "i32", "i8", "u8"):
+        got = outs[name + "o"]
+        assert got.dtype == feed[name].dtype, name
+        np.testing.assert_array_equal(got, feed[name] + feed[name], err_msg=name)
+    want_bf16 = ((2 * small).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    assert outs["bf16o"].dtype == np.uint16
+    np.testing.assert_array_equal(outs["bf16o"], want_bf16)
+    assert outs["bo"].dtype == np.bool_
+    np.testing.assert_array_equal(outs["bo"], ~feed["b"])
+
+
+# --- shape ranges and run-time loops --------------------------------------------------
+
+def test_a_shape_range_package_takes_any_shape_in_its_range(ranged):
+    s = dlc.InferenceSession(ranged, device="emu")
+    (inp,) = s.get_inputs()
+    assert inp.shape == ["1..4", 4] and inp.min_shape == [1, 4] and inp.max_shape == [4, 4]
+    for n in (1, 3, 4, 2):
+        x = np.random.RandomState(n).randn(n, 4).astype(np.float32)
+        y, = s.run(None, {"x": x})
+        r = np.maximum(x, 0)
+        want = np.exp(r - r.max(1, keepdims=True))
+        np.testing.assert_allclose(y, want / want.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"input 'x' dimension 0 is 5, outside the range 1\.\.4"):
+        s.run(None, {"x": np.zeros((5, 4), np.float32)})
+
+
+def test_a_loop_past_its_bound_raises_data_error(bounded_loop):
+    s = dlc.InferenceSession(bounded_loop, device="emu")
+    x = np.array([1.5, -2.0, 0.5], np.float32)
+    for n in (0, 2, 4):
+        np.testing.assert_array_equal(s.run(None, {"x": x, "n": np.array(n, np.int64)})[0], x ** n)
+    with pytest.raises(dlc.DataError, match="node 'power': the loop needs more than 4 iterations"):
+        s.run(None, {"x": x, "n": np.array(5, np.int64)})
+    assert issubclass(dlc.DataError, dlc.Error) and issubclass(dlc.Error, RuntimeError)
+    # The session is still usable after a data error.
+    np.testing.assert_array_equal(s.run(None, {"x": x, "n": np.array(1, np.int64)})[0], x)
+
+
+# --- errors ---------------------------------------------------------------------------
+
+def test_bad_calls_raise_value_error_naming_the_input(digits):
+    s = dlc.InferenceSession(digits, device="emu")
+    image = next(iter(digit_images().values()))
+    with pytest.raises(ValueError, match="no input named 'img'"):
+        s.run(None, {"img": image})
+    with pytest.raises(ValueError, match="input 'image' is missing"):
+        s.run(None, {})
+    with pytest.raises(ValueError, match="input 'image' has dtype float64, the model expects float32"):
+        s.run(None, {"image": image.astype(np.float64)})
+    with pytest.raises(ValueError, match=r"input 'image' has shape \[1,1,8,9\]"):
+        s.run(None, {"image": np.zeros((1, 1, 8, 9), np.float32)})
+    with pytest.raises(ValueError, match="input 'image' must be a numpy array, got list"):
+        s.run(None, {"image": image.tolist()})
+    with pytest.raises(ValueError, match=r"no output named 'prob' \(outputs: logits, probs\)"):
+        s.run(["prob"], {"image": image})
+    with pytest.raises(ValueError, match="must be a list of names"):
+        s.run("logits", {"image": image})
+    with pytest.raises(ValueError, match="input_feed must be a dict"):
+        s.run(None, [image])
+    # After every refused call the session still runs.
+    assert s.run(["logits"], {"image": image})[0].shape == (1, 10)
+
+
+def test_bad_packages_and_options(digits, work, tmp_path):
+    with pytest.raises(dlc.Error, match="cannot"):
+        dlc.InferenceSession(str(tmp_path / "missing.dlc"))
+    with open(digits, "rb") as f:
+        data = bytearray(f.read())
+    data[len(data) // 2] ^= 0xFF
+    with pytest.raises(dlc.Error, match="checksum|corrupt|invalid"):
+        dlc.InferenceSession(bytes(data))
+    with pytest.raises(dlc.Error):
+        dlc.InferenceSession(b"not a package")
+    with pytest.raises(ValueError, match="compile it first"):
+        dlc.InferenceSession(os.path.join(DIGITS, "digits_cnn.onnx"))
+    with pytest.raises(ValueError, match="device must be"):
+        dlc.InferenceSession(digits, device="tpu")
+    with pytest.raises(ValueError, match="threads must be"):
+        dlc.InferenceSession(digits, device="emu", threads=-1)
+
+
+# --- threads ----------------------------------------------------------------------------
+
+def test_one_session_from_several_threads(digits):
+    s = dlc.InferenceSession(digits, device="emu", threads=1)
+    images = list(digit_images().values())
+    want = [s.run(["logits"], {"image": im})[0] for im in images]
+    errors = []
+
+    def worker(k):
+        try:
+            for i in range(12):
+                j = (k + i) % len(images)
+                got, = s.run(["logits"], {"image": images[j]})
+                if not np.array_equal(got, want[j]):
+                    errors.append("thread %d run %d: wrong result" % (k, i))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append("thread %d: %r" % (k, e))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_the_example_script_classifies_the_digits():
+    r = subprocess.run([os.environ.get("DLC_PYTHON", "/usr/bin/python3"),
+                        os.path.join(ROOT, "examples", "python", "classify_digits.py"), "--dlc", DLC, "--device", "emu"],
+                       capture_output=True, text=True, check=True)
+    lines = [l for l in r.stdout.splitlines() if "predicted" in l]
+    assert len(lines) == 3, r.stdout
+    for line in lines:
+        predicted, label = line.split("predicted ")[1].split(" with ")[0], line.split("(label ")[1]
+        assert predicted == label.rstrip(")"), line
