@@ -15,16 +15,23 @@ missing input, raises ValueError naming the input. A package compiled with
 `--input-shape` ranges takes any shape inside them; `get_inputs()` shows a ranged
 dimension as the string "MIN..MAX", as ONNX Runtime shows a symbolic one.
 
+dlc.compile() runs `dlc compile` in this process, and an InferenceSession given an
+.onnx model compiles it first (cached by content and options under ~/.cache/dlc).
+
 A session may be used from several threads at once: each call runs on its own arena
 (sessions are pooled; the weights are loaded once), with the GIL released.
 """
 import os
 import warnings
 
-from ._dlc import DataError, Error, runtime_api_version
-from ._dlc import Session as _Session
+import hashlib
+import tempfile
 
-__all__ = ["InferenceSession", "NodeArg", "Error", "DataError", "runtime_api_version"]
+from ._dlc import CompileError, DataError, Error, runtime_api_version
+from ._dlc import Session as _Session
+from ._dlc import compile as _compile
+
+__all__ = ["compile", "InferenceSession", "NodeArg", "Error", "CompileError", "DataError", "runtime_api_version"]
 
 _ONNX_TYPES = {"f32": "float", "f16": "float16", "bf16": "bfloat16", "f64": "double", "i64": "int64",
                "i32": "int32", "i16": "int16", "i8": "int8", "u8": "uint8", "u16": "uint16", "u32": "uint32",
@@ -47,28 +54,115 @@ class NodeArg:
         return "NodeArg(name=%r, type=%r, shape=%r)" % (self.name, self.type, self.shape)
 
 
+def _model_bytes(model):
+    """A model given as bytes or an onnx.ModelProto (anything with SerializeToString)."""
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return bytes(model)
+    if hasattr(model, "SerializeToString"):
+        return model.SerializeToString()
+    return None
+
+
+def _compile_args(output, target, fp16, bf16, layout, input_shapes, opt_level, cache_dir, verbose):
+    if fp16 and bf16:
+        raise ValueError("fp16 and bf16 exclude each other")
+    if layout not in ("auto", "nchw", "nhwc"):
+        raise ValueError("layout must be 'auto', 'nchw' or 'nhwc', got %r" % (layout,))
+    if not isinstance(opt_level, int) or not 0 <= opt_level <= 3:
+        raise ValueError("opt_level must be 0 to 3, got %r" % (opt_level,))
+    args = ["-o", os.fspath(output), "-O%d" % opt_level, "--layout", layout]
+    if target:
+        args += ["--target", target if isinstance(target, str) else ",".join(target)]
+    if fp16:
+        args.append("--fp16")
+    if bf16:
+        args.append("--bf16")
+    for name, dims in (input_shapes or {}).items():
+        if isinstance(dims, str):
+            raise ValueError("input_shapes[%r] must be a list of dimensions (ints, or 'MIN..MAX' strings)" % name)
+        args += ["--input-shape", "%s=%s" % (name, ",".join(str(d) for d in dims))]
+    if cache_dir:
+        args += ["--cache-dir", os.fspath(cache_dir)]
+    if not verbose:
+        args.append("-q")
+    return args
+
+
+def compile(model, output=None, *, target=None, fp16=False, bf16=False, layout="auto", input_shapes=None,
+            opt_level=2, cache_dir=None, verbose=False):
+    """Compiles an ONNX model (a path, its bytes or an onnx.ModelProto) into a .dlc
+    package and returns the package's path (default: the model's path with .dlc).
+
+    target: "sm_80,sm_90,emu" or a list (default: every GPU architecture, plus emu when
+    a host compiler is present); fp16/bf16: mixed precision; layout: "auto", "nchw" or
+    "nhwc"; input_shapes: {name: [dims]} where a dimension may be a range "1..32" (one
+    package for every shape in it); opt_level: 0-3; cache_dir: the kernel cache
+    (default ~/.cache/dlc); verbose: dlc's progress on stderr. Errors raise
+    dlc.CompileError with dlc's message."""
+    data = _model_bytes(model)
+    if data is None:
+        path = os.fspath(model)
+        if output is None:
+            output = os.path.splitext(path)[0] + ".dlc"
+        _compile([path] + _compile_args(output, target, fp16, bf16, layout, input_shapes, opt_level, cache_dir,
+                                        verbose))
+        return os.fspath(output)
+    if output is None:
+        raise ValueError("compile(): give output= when the model is bytes or an onnx.ModelProto")
+    with tempfile.TemporaryDirectory(prefix="dlc-") as d:
+        path = os.path.join(d, "model.onnx")
+        with open(path, "wb") as f:
+            f.write(data)
+        _compile([path] + _compile_args(output, target, fp16, bf16, layout, input_shapes, opt_level, cache_dir,
+                                        verbose))
+    return os.fspath(output)
+
+
+def _cached_package(model_path_or_bytes, options):
+    """The package compiled from an ONNX model with `options`, compiled on first use and
+    kept under ~/.cache/dlc/packages (or $DLC_CACHE_DIR/packages), named by a hash of the
+    model's bytes, the options and the runtime API version."""
+    data = _model_bytes(model_path_or_bytes)
+    if data is None:
+        with open(os.fspath(model_path_or_bytes), "rb") as f:
+            data = f.read()
+    key = hashlib.sha256(data + repr(sorted(options.items())).encode() + b"%d" % runtime_api_version).hexdigest()
+    root = os.environ.get("DLC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "dlc")
+    out = os.path.join(root, "packages", key[:32] + ".dlc")
+    if not os.path.exists(out):
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        if isinstance(model_path_or_bytes, (bytes, bytearray, memoryview)) or hasattr(model_path_or_bytes,
+                                                                                      "SerializeToString"):
+            compile(data, out, **options)
+        else:  # from its own path, so that external data beside it is found
+            compile(model_path_or_bytes, out, **options)
+    return out
+
+
 class InferenceSession:
-    """A compiled package (a path to a .dlc file, or its bytes), ready to run.
+    """A compiled package (a path to a .dlc file, or its bytes), ready to run; or an
+    ONNX model (a path ending in .onnx, or an onnx.ModelProto), compiled first with
+    `compile_options` (dlc.compile's keywords; cached).
 
     device: "auto" (default), "cuda", "cuda:N" or "emu"; threads: emu worker threads
     (0: one per core). providers, provider_options and sess_options are accepted for
     ONNX Runtime compatibility and ignored."""
 
     def __init__(self, path_or_bytes, sess_options=None, providers=None, provider_options=None, *, device="auto",
-                 threads=0):
+                 threads=0, compile_options=None):
         if providers:
             warnings.warn("dlc: providers= is ignored; dlc runs on the GPU when one is present, else on its emu "
                           "backend (choose with device='cuda' or device='emu')", stacklevel=2)
+        if hasattr(path_or_bytes, "SerializeToString") or (
+                not isinstance(path_or_bytes, (bytes, bytearray, memoryview))
+                and os.fspath(path_or_bytes).endswith(".onnx")):
+            path_or_bytes = _cached_package(path_or_bytes, dict(compile_options or {}))
+        elif compile_options:
+            raise ValueError("compile_options apply to an ONNX model, not to a compiled package")
         if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
             self._s = _Session(bytes(path_or_bytes), device, threads)
-            self._path = None
         else:
-            path = os.fspath(path_or_bytes)
-            if path.endswith(".onnx"):
-                raise ValueError("%s: an ONNX model; compile it first (dlc compile %s -o model.dlc) and load the "
-                                 ".dlc package" % (path, path))
-            self._s = _Session(path, device, threads)
-            self._path = path
+            self._s = _Session(os.fspath(path_or_bytes), device, threads)
         inputs = self._s.inputs()
         ranged = [i["min_shape"] != i["max_shape"] for i in inputs]
         self._inputs = [NodeArg(i, r) for i, r in zip(inputs, ranged)]

@@ -10,6 +10,8 @@
 // conventions (InferenceSession, NodeArg, providers) live in the Python layer
 // (python/dlc/__init__.py).
 //===----------------------------------------------------------------------===//
+#include "Args.h"
+#include "Commands.h"
 #include "dlc/runtime.h"
 #include "dlc/runtime/Runtime.h"
 
@@ -24,10 +26,30 @@ namespace py = pybind11;
 namespace dlc::python {
 namespace {
 
-/// dlc.Error, raised for everything but bad arguments (ValueError), and its subclass
-/// dlc.DataError for bad input data (an index out of range, a loop past its bound).
-/// Handles that live as long as the interpreter (never released).
-py::handle errorType, dataErrorType;
+/// dlc.Error, raised for everything but bad arguments (ValueError), and its
+/// subclasses dlc.DataError for bad input data (an index out of range, a loop past its
+/// bound) and dlc.CompileError for a model that does not compile. Handles that live as
+/// long as the interpreter (never released).
+py::handle errorType, dataErrorType, compileErrorType;
+
+/// `dlc compile ARGS...` in this process: its messages raise dlc.CompileError.
+void compile(const std::vector<std::string> &args) {
+  int rc;
+  std::string message;
+  {
+    py::gil_scoped_release nogil;
+    tool::ErrorCapture capture;
+    rc = tool::runCompile(args);
+    message = capture.message();
+  }
+  if (rc != 0) {
+    PyErr_SetString(compileErrorType.ptr(),
+                    message.empty()
+                        ? ("dlc compile failed (exit " + std::to_string(rc) + ")").c_str()
+                        : message.c_str());
+    throw py::error_already_set();
+  }
+}
 
 [[noreturn]] void raise(const Status &s) {
   if (s.code() == StatusCode::InvalidArgument)
@@ -293,7 +315,11 @@ PYBIND11_MODULE(_dlc, m) {
             "Runtime-style API)";
   errorType = py::exception<std::runtime_error>(m, "Error", PyExc_RuntimeError).release();
   dataErrorType = py::exception<std::range_error>(m, "DataError", errorType.ptr()).release();
+  compileErrorType = py::exception<std::logic_error>(m, "CompileError", errorType.ptr()).release();
   m.attr("runtime_api_version") = DLC_RUNTIME_API_VERSION;
+  m.def("compile", &compile, py::arg("args"),
+        "Runs `dlc compile ARGS...` in this process (the dlc package's compile() builds the "
+        "arguments)");
   py::class_<Session>(m, "Session")
       // bytes first: pybind11 would also convert bytes to the path's std::string.
       .def(py::init([](const py::bytes &data, const std::string &device, int threads) {

@@ -252,12 +252,75 @@ def test_bad_packages_and_options(digits, work, tmp_path):
         dlc.InferenceSession(bytes(data))
     with pytest.raises(dlc.Error):
         dlc.InferenceSession(b"not a package")
-    with pytest.raises(ValueError, match="compile it first"):
-        dlc.InferenceSession(os.path.join(DIGITS, "digits_cnn.onnx"))
+    with pytest.raises(ValueError, match="compile_options apply to an ONNX model"):
+        dlc.InferenceSession(digits, compile_options={"target": "emu"})
     with pytest.raises(ValueError, match="device must be"):
         dlc.InferenceSession(digits, device="tpu")
     with pytest.raises(ValueError, match="threads must be"):
         dlc.InferenceSession(digits, device="emu", threads=-1)
+
+
+# --- compiling from Python -------------------------------------------------------------
+
+def test_compile_matches_the_cli(digits, work):
+    out = dlc.compile(os.path.join(DIGITS, "digits_cnn.onnx"), os.path.join(work, "py-digits.dlc"), target="emu")
+    assert out == os.path.join(work, "py-digits.dlc")
+    image = next(iter(digit_images().values()))
+    a = dlc.InferenceSession(out, device="emu").run(None, {"image": image})
+    b = dlc.InferenceSession(digits, device="emu").run(None, {"image": image})
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    # An onnx.ModelProto, with options: a shape range.
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    out = dlc.compile(model, os.path.join(work, "relu.dlc"), target=["emu"], input_shapes={"x": ["1..8", 3]},
+                      opt_level=1)
+    s = dlc.InferenceSession(out, device="emu")
+    assert s.get_inputs()[0].shape == ["1..8", 3]
+    x = np.linspace(-1, 1, 15, dtype=np.float32).reshape(5, 3)
+    np.testing.assert_array_equal(s.run(None, {"x": x})[0], np.maximum(x, 0))
+
+
+def test_compile_errors(work):
+    bad = helper.make_model(helper.make_graph(
+        [helper.make_node("Frobnicate", ["x"], ["y"], name="frob")], "bad",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]), opset_imports=[helper.make_opsetid("", 13)])
+    out = os.path.join(work, "bad.dlc")
+    with pytest.raises(dlc.CompileError, match="node 'frob' \\(Frobnicate, opset 13\\): unsupported op"):
+        dlc.compile(bad, out, target="emu")
+    assert not os.path.exists(out)
+    assert issubclass(dlc.CompileError, dlc.Error)
+    with pytest.raises(dlc.CompileError, match="cannot|No such file"):
+        dlc.compile(os.path.join(work, "missing.onnx"), out, target="emu")
+    with pytest.raises(ValueError, match="give output="):
+        dlc.compile(bad)
+    with pytest.raises(ValueError, match="layout must be"):
+        dlc.compile(bad, out, layout="nwhc")
+    with pytest.raises(ValueError, match="exclude each other"):
+        dlc.compile(bad, out, fp16=True, bf16=True)
+    with pytest.raises(ValueError, match="opt_level"):
+        dlc.compile(bad, out, opt_level=7)
+
+
+def test_an_onnx_model_is_compiled_once_and_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLC_CACHE_DIR", str(tmp_path))
+    onnx_path = os.path.join(DIGITS, "digits_cnn.onnx")
+    s = dlc.InferenceSession(onnx_path, device="emu", compile_options={"target": "emu"})
+    packages = os.listdir(tmp_path / "packages")
+    assert len(packages) == 1 and packages[0].endswith(".dlc")
+    stamp = os.path.getmtime(tmp_path / "packages" / packages[0])
+    image = next(iter(digit_images().values()))
+    first = s.run(None, {"image": image})
+    again = dlc.InferenceSession(onnx_path, device="emu", compile_options={"target": "emu"})
+    assert os.path.getmtime(tmp_path / "packages" / packages[0]) == stamp  # not compiled again
+    for x, y in zip(first, again.run(None, {"image": image})):
+        np.testing.assert_array_equal(x, y)
+    dlc.InferenceSession(onnx.load(onnx_path), device="emu", compile_options={"target": "emu", "opt_level": 1})
+    assert len(os.listdir(tmp_path / "packages")) == 2  # other options: another package
 
 
 # --- threads ----------------------------------------------------------------------------
@@ -288,7 +351,7 @@ def test_one_session_from_several_threads(digits):
 
 def test_the_example_script_classifies_the_digits():
     r = subprocess.run([os.environ.get("DLC_PYTHON", "/usr/bin/python3"),
-                        os.path.join(ROOT, "examples", "python", "classify_digits.py"), "--dlc", DLC, "--device", "emu"],
+                        os.path.join(ROOT, "examples", "python", "classify_digits.py"), "--device", "emu"],
                        capture_output=True, text=True, check=True)
     lines = [l for l in r.stdout.splitlines() if "predicted" in l]
     assert len(lines) == 3, r.stdout

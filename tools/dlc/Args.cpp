@@ -144,7 +144,8 @@ llvm::Error writeFileAtomically(const std::string &path, llvm::StringRef data) {
   return writeFileAtomically(path, [&](llvm::raw_ostream &os) { os << data; });
 }
 
-llvm::Error writeFileAtomically(const std::string &path, const std::function<void(llvm::raw_ostream &)> &write) {
+llvm::Error writeFileAtomically(const std::string &path,
+                                const std::function<void(llvm::raw_ostream &)> &write) {
   llvm::SmallString<256> tmp;
   llvm::SmallString<256> model(path);
   model += ".tmp-%%%%%%";
@@ -169,8 +170,23 @@ llvm::Error writeFileAtomically(const std::string &path, const std::function<voi
   return llvm::Error::success();
 }
 
+namespace {
+thread_local ErrorCapture *capture = nullptr;
+} // namespace
+
+ErrorCapture::ErrorCapture() : outer_(capture) {
+  capture = this;
+}
+ErrorCapture::~ErrorCapture() {
+  capture = outer_;
+}
+
 void reportError(llvm::Error e) {
   std::string msg = llvm::toString(std::move(e));
+  if (capture) {
+    capture->message_ += (capture->message_.empty() ? "" : "\n") + msg;
+    return;
+  }
   llvm::errs() << "dlc: error: " << msg << "\n";
 }
 

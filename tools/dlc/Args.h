@@ -60,9 +60,27 @@ private:
 /// rename, so a failure never leaves a partial file behind.
 llvm::Error writeFileAtomically(const std::string &path, llvm::StringRef data);
 /// The same with the contents produced by `write`.
-llvm::Error writeFileAtomically(const std::string &path, const std::function<void(llvm::raw_ostream &)> &write);
+llvm::Error writeFileAtomically(const std::string &path,
+                                const std::function<void(llvm::raw_ostream &)> &write);
 
-/// Prints "dlc: error: <message>" (one line per message line) to stderr.
+/// Prints "dlc: error: <message>" (one line per message line) to stderr, or, while an
+/// ErrorCapture is alive on this thread, keeps the message there instead.
 void reportError(llvm::Error e);
+
+/// Takes the messages of reportError on this thread for its lifetime: a command run
+/// in-process (the Python package's dlc.compile) returns them instead of printing.
+class ErrorCapture {
+public:
+  ErrorCapture();
+  ~ErrorCapture();
+  ErrorCapture(const ErrorCapture &) = delete;
+  ErrorCapture &operator=(const ErrorCapture &) = delete;
+  const std::string &message() const { return message_; }
+
+private:
+  friend void reportError(llvm::Error e);
+  std::string message_;
+  ErrorCapture *outer_;
+};
 
 } // namespace dlc::tool
