@@ -27,7 +27,8 @@ import warnings
 import hashlib
 import tempfile
 
-from ._dlc import CompileError, DataError, Error, runtime_api_version
+from . import _dlc as _dlc_module
+from ._dlc import CompileError, DataError, Error, package_format_version, runtime_api_version
 from ._dlc import Session as _Session
 from ._dlc import compile as _compile
 
@@ -120,14 +121,21 @@ def compile(model, output=None, *, target=None, fp16=False, bf16=False, layout="
 
 def _cached_package(model_path_or_bytes, options):
     """The package compiled from an ONNX model with `options`, compiled on first use and
-    kept under ~/.cache/dlc/packages (or $DLC_CACHE_DIR/packages), named by a hash of the
-    model's bytes, the options and the runtime API version."""
+    kept in the packages/ folder of dlc's cache ($DLC_CACHE_DIR, $XDG_CACHE_HOME/dlc or
+    ~/.cache/dlc), named by a hash of the model's bytes, the options and the build of
+    dlc."""
     data = _model_bytes(model_path_or_bytes)
     if data is None:
         with open(os.fspath(model_path_or_bytes), "rb") as f:
             data = f.read()
-    key = hashlib.sha256(data + repr(sorted(options.items())).encode() + b"%d" % runtime_api_version).hexdigest()
-    root = os.environ.get("DLC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "dlc")
+    # The build of dlc is part of the key: another compiler may make another package.
+    ext = os.stat(_dlc_module.__file__)
+    stamp = "%d:%d:%d:%d" % (runtime_api_version, package_format_version, ext.st_size, ext.st_mtime_ns)
+    key = hashlib.sha256(data + repr(sorted(options.items())).encode() + stamp.encode()).hexdigest()
+    # The kernel cache's root (codegen/Toolchain.cpp), packages in packages/.
+    root = os.environ.get("DLC_CACHE_DIR") or (os.path.join(os.environ["XDG_CACHE_HOME"], "dlc") if
+                                               os.environ.get("XDG_CACHE_HOME") else
+                                               os.path.join(os.path.expanduser("~"), ".cache", "dlc"))
     out = os.path.join(root, "packages", key[:32] + ".dlc")
     if not os.path.exists(out):
         os.makedirs(os.path.dirname(out), exist_ok=True)

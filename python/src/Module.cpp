@@ -317,6 +317,7 @@ PYBIND11_MODULE(_dlc, m) {
   dataErrorType = py::exception<std::range_error>(m, "DataError", errorType.ptr()).release();
   compileErrorType = py::exception<std::logic_error>(m, "CompileError", errorType.ptr()).release();
   m.attr("runtime_api_version") = DLC_RUNTIME_API_VERSION;
+  m.attr("package_format_version") = dlc::pkg::kFormatVersion;
   m.def("compile", &compile, py::arg("args"),
         "Runs `dlc compile ARGS...` in this process (the dlc package's compile() builds the "
         "arguments)");
