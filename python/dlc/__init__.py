@@ -30,9 +30,12 @@ import tempfile
 from . import _dlc as _dlc_module
 from ._dlc import CompileError, DataError, Error, package_format_version, runtime_api_version
 from ._dlc import Session as _Session
+from ._dlc import TrainingSession as _TrainingSession
 from ._dlc import compile as _compile
+from ._dlc import export as _export
 
-__all__ = ["compile", "InferenceSession", "NodeArg", "Error", "CompileError", "DataError", "runtime_api_version"]
+__all__ = ["compile", "InferenceSession", "TrainingSession", "NodeArg", "Error", "CompileError", "DataError",
+           "runtime_api_version"]
 
 _ONNX_TYPES = {"f32": "float", "f16": "float16", "bf16": "bfloat16", "f64": "double", "i64": "int64",
                "i32": "int32", "i16": "int16", "i8": "int8", "u8": "uint8", "u16": "uint16", "u32": "uint32",
@@ -64,6 +67,21 @@ def _model_bytes(model):
     return None
 
 
+def _train_args(train, loss, label, optimizer, lr, momentum, weight_decay):
+    given = {"loss": loss, "label": label, "optimizer": optimizer, "lr": lr, "momentum": momentum,
+             "weight_decay": weight_decay}
+    if not train:
+        extra = [k for k, v in given.items() if v is not None]
+        if extra:
+            raise ValueError("%s go with train=True" % ", ".join(extra))
+        return []
+    args = ["--train"]
+    for k, v in given.items():
+        if v is not None:
+            args += ["--" + k.replace("_", "-"), str(v)]
+    return args
+
+
 def _compile_args(output, target, fp16, bf16, layout, input_shapes, opt_level, cache_dir, verbose):
     if fp16 and bf16:
         raise ValueError("fp16 and bf16 exclude each other")
@@ -90,7 +108,8 @@ def _compile_args(output, target, fp16, bf16, layout, input_shapes, opt_level, c
 
 
 def compile(model, output=None, *, target=None, fp16=False, bf16=False, layout="auto", input_shapes=None,
-            opt_level=2, cache_dir=None, verbose=False):
+            opt_level=2, cache_dir=None, verbose=False, train=False, loss=None, label=None, optimizer=None, lr=None,
+            momentum=None, weight_decay=None):
     """Compiles an ONNX model (a path, its bytes or an onnx.ModelProto) into a .dlc
     package and returns the package's path (default: the model's path with .dlc).
 
@@ -98,15 +117,19 @@ def compile(model, output=None, *, target=None, fp16=False, bf16=False, layout="
     a host compiler is present); fp16/bf16: mixed precision; layout: "auto", "nchw" or
     "nhwc"; input_shapes: {name: [dims]} where a dimension may be a range "1..32" (one
     package for every shape in it); opt_level: 0-3; cache_dir: the kernel cache
-    (default ~/.cache/dlc); verbose: dlc's progress on stderr. Errors raise
+    (default ~/.cache/dlc); verbose: dlc's progress on stderr. train=True compiles the
+    training step (for TrainingSession) with loss ("cross-entropy", "mse", "none"),
+    label (the label input's name), optimizer ("sgd", "momentum", "adam", "adamw"), lr,
+    momentum and weight_decay (dlc compile --train's options and defaults). Errors raise
     dlc.CompileError with dlc's message."""
+    training = _train_args(train, loss, label, optimizer, lr, momentum, weight_decay)
     data = _model_bytes(model)
     if data is None:
         path = os.fspath(model)
         if output is None:
             output = os.path.splitext(path)[0] + ".dlc"
         _compile([path] + _compile_args(output, target, fp16, bf16, layout, input_shapes, opt_level, cache_dir,
-                                        verbose))
+                                        verbose) + training)
         return os.fspath(output)
     if output is None:
         raise ValueError("compile(): give output= when the model is bytes or an onnx.ModelProto")
@@ -115,7 +138,7 @@ def compile(model, output=None, *, target=None, fp16=False, bf16=False, layout="
         with open(path, "wb") as f:
             f.write(data)
         _compile([path] + _compile_args(output, target, fp16, bf16, layout, input_shapes, opt_level, cache_dir,
-                                        verbose))
+                                        verbose) + training)
     return os.fspath(output)
 
 
@@ -203,3 +226,84 @@ class InferenceSession:
                 raise ValueError("output_names must be a list of names (or None), got the string %r" % output_names)
             output_names = list(output_names)
         return self._s.run(input_feed, output_names)
+
+
+class TrainingSession:
+    """A training package (dlc compile --train, or dlc.compile(..., train=True)): each
+    step() runs the forward pass, the loss, the backward pass and the optimizer update
+    on the session's own variables (parameters, optimizer state, BatchNorm statistics),
+    which start at the package's values.
+
+    The feed holds the model's inputs and the label (default name "label"). Calls are
+    serialized (one step at a time)."""
+
+    def __init__(self, path_or_bytes, *, device="auto", threads=0):
+        if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+            self._bytes, self._path = bytes(path_or_bytes), None
+            self._s = _TrainingSession(self._bytes, device, threads)
+        else:
+            self._bytes, self._path = None, os.fspath(path_or_bytes)
+            self._s = _TrainingSession(self._path, device, threads)
+        self._inputs = [NodeArg(i, i["min_shape"] != i["max_shape"]) for i in self._s.inputs()]
+        self._outputs = [NodeArg(o, False) for o in self._s.outputs()]
+
+    @property
+    def device(self):
+        return self._s.device
+
+    def get_inputs(self):
+        return list(self._inputs)
+
+    def get_outputs(self):
+        """The loss first, then the model's outputs."""
+        return list(self._outputs)
+
+    def step(self, feed):
+        """One training step; returns the loss (before this step's update)."""
+        return self._s.step(feed, False)
+
+    def evaluate(self, feed):
+        """The loss of the current parameters with the model in inference mode; no update."""
+        return self._s.step(feed, True)
+
+    def outputs(self):
+        """{name: array} of the last step or evaluation: the loss and the model's outputs."""
+        return self._s.last_outputs()
+
+    def parameters(self):
+        """{name: array}: the trainable parameters (copies)."""
+        return self._s.variables(True)
+
+    def variables(self):
+        """{name: array}: every variable (parameters, optimizer state, running statistics)."""
+        return self._s.variables(False)
+
+    def set_parameters(self, values):
+        """Sets variables by name (each checked for name, dtype and shape before any is set)."""
+        self._s.set_variables(dict(values))
+
+    def reset(self):
+        """Every variable back to the package's initial value."""
+        self._s.reset()
+
+    def save_checkpoint(self, path):
+        """Every variable to an .npz file (written atomically)."""
+        self._s.save_checkpoint(os.fspath(path))
+
+    def load_checkpoint(self, path):
+        """Every variable from an .npz file (all or nothing)."""
+        self._s.load_checkpoint(os.fspath(path))
+
+    def export_onnx(self, path):
+        """The ONNX model the package was compiled from, with the current variables'
+        values (dlc export)."""
+        with tempfile.TemporaryDirectory(prefix="dlc-") as d:
+            ckpt = os.path.join(d, "ckpt.npz")
+            self.save_checkpoint(ckpt)
+            pkg = self._path
+            if pkg is None:
+                pkg = os.path.join(d, "model.dlc")
+                with open(pkg, "wb") as f:
+                    f.write(self._bytes)
+            _export([pkg, "--checkpoint", ckpt, "-o", os.fspath(path)])
+        return os.fspath(path)

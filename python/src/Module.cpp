@@ -32,31 +32,32 @@ namespace {
 /// long as the interpreter (never released).
 py::handle errorType, dataErrorType, compileErrorType;
 
-/// `dlc compile ARGS...` in this process: its messages raise dlc.CompileError.
-void compile(const std::vector<std::string> &args) {
-  int rc;
-  std::string message;
-  {
-    py::gil_scoped_release nogil;
-    tool::ErrorCapture capture;
-    rc = tool::runCompile(args);
-    message = capture.message();
-  }
-  if (rc != 0) {
-    PyErr_SetString(compileErrorType.ptr(),
-                    message.empty()
-                        ? ("dlc compile failed (exit " + std::to_string(rc) + ")").c_str()
-                        : message.c_str());
-    throw py::error_already_set();
-  }
-}
-
 [[noreturn]] void raise(const Status &s) {
   if (s.code() == StatusCode::InvalidArgument)
     throw py::value_error(s.message());
   PyErr_SetString((s.code() == StatusCode::DataError ? dataErrorType : errorType).ptr(),
                   s.message().c_str());
   throw py::error_already_set();
+}
+
+/// A dlc command (`dlc compile ARGS...`, `dlc export ...`) in this process: its
+/// messages raise `type` (dlc.CompileError for compile).
+void runCommand(int (*command)(const std::vector<std::string> &),
+                const std::vector<std::string> &args, py::handle type) {
+  int rc;
+  std::string message;
+  {
+    py::gil_scoped_release nogil;
+    tool::ErrorCapture capture;
+    rc = command(args);
+    message = capture.message();
+  }
+  if (rc != 0) {
+    PyErr_SetString(type.ptr(), message.empty()
+                                    ? ("dlc failed (exit " + std::to_string(rc) + ")").c_str()
+                                    : message.c_str());
+    throw py::error_already_set();
+  }
 }
 
 /// The numpy dtype that carries a package dtype.
@@ -97,25 +98,131 @@ std::vector<int64_t> shapeOf(const pkg::TensorInfo &t) {
                    : std::vector<int64_t>{};
 }
 
+using Tensors = flatbuffers::Vector<flatbuffers::Offset<pkg::TensorInfo>>;
+
+int indexOf(const Tensors *list, const std::string &n) {
+  for (size_t i = 0; list && i < list->size(); ++i)
+    if (list->Get(static_cast<uint32_t>(i))->name()->str() == n)
+      return static_cast<int>(i);
+  return -1;
+}
+
+/// A numpy array as a host tensor of `dt` (copied, in C order); `what` names it.
+rt::HostTensor tensorOf(const std::string &what, const py::handle &value, pkg::DType dt) {
+  if (!py::isinstance<py::array>(value))
+    throw py::value_error(what + " must be a numpy array, got " +
+                          std::string(py::str(py::type::of(value).attr("__name__"))));
+  py::array a = py::reinterpret_borrow<py::array>(value);
+  py::dtype want = numpyType(dt);
+  if (a.dtype().num() != want.num())
+    throw py::value_error(what + " has dtype " + std::string(py::str(a.dtype())) +
+                          ", the model expects " + std::string(py::str(want)) +
+                          (dt == pkg::DType::BF16 ? " (bfloat16 bit patterns)" : ""));
+  a = py::array::ensure(a, py::array::c_style);
+  rt::HostTensor t;
+  t.dtype = dt;
+  t.shape.assign(a.shape(), a.shape() + a.ndim());
+  const auto *bytes = static_cast<const uint8_t *>(a.data());
+  t.data.assign(bytes, bytes + a.nbytes());
+  return t;
+}
+
+/// A host tensor as a new numpy array.
+py::array arrayOf(const rt::HostTensor &t) {
+  py::array a(numpyType(t.dtype), t.shape);
+  std::memcpy(a.mutable_data(), t.data.data(), t.data.size());
+  return a;
+}
+
+/// The feed ({name: array}) as one host tensor per input of the package, in its order:
+/// every input must be there, and no other name.
+std::vector<rt::HostTensor> tensorsOf(const pkg::Package &m, const py::dict &feed) {
+  size_t ni = m.inputs() ? m.inputs()->size() : 0;
+  std::vector<rt::HostTensor> tensors(ni);
+  std::vector<bool> given(ni, false);
+  for (const auto &[key, value] : feed) {
+    std::string name = py::str(key);
+    int i = indexOf(m.inputs(), name);
+    if (i < 0)
+      throw py::value_error(pkg::unknownInputMessage(m, name));
+    tensors[static_cast<size_t>(i)] =
+        tensorOf("input '" + name + "'", value, m.inputs()->Get(static_cast<uint32_t>(i))->dtype());
+    given[static_cast<size_t>(i)] = true;
+  }
+  for (size_t i = 0; i < ni; ++i)
+    if (!given[i])
+      throw py::value_error("input '" + m.inputs()->Get(static_cast<uint32_t>(i))->name()->str() +
+                            "' is missing from the feed");
+  return tensors;
+}
+
+Status setInputs(rt::Session &s, const pkg::Package &m,
+                 const std::vector<rt::HostTensor> &tensors) {
+  for (size_t i = 0; i < tensors.size(); ++i)
+    DLC_RETURN_IF_ERROR(
+        s.setInput(m.inputs()->Get(static_cast<uint32_t>(i))->name()->str(), tensors[i]));
+  return Status::ok();
+}
+
+/// "auto" | "cuda" | "cuda:N" | "emu", and the emu threads, as session options.
+rt::SessionOptions sessionOptions(const std::string &device, int threads) {
+  rt::SessionOptions o;
+  if (device == "auto" || device == "emu" || device == "cuda")
+    o.device = device == "auto"  ? rt::DeviceKind::Auto
+               : device == "emu" ? rt::DeviceKind::Emu
+                                 : rt::DeviceKind::Cuda;
+  else if (device.rfind("cuda:", 0) == 0 && device.size() > 5 && device.size() < 9 &&
+           device.find_first_not_of("0123456789", 5) == std::string::npos) {
+    o.device = rt::DeviceKind::Cuda;
+    o.cudaDevice = std::stoi(device.substr(5));
+  } else
+    throw py::value_error("device must be 'auto', 'cuda', 'cuda:N' or 'emu', got '" + device + "'");
+  if (threads < 0)
+    throw py::value_error("threads must be >= 0");
+  o.emuThreads = threads;
+  return o;
+}
+
+std::unique_ptr<rt::Session> createSession(const std::shared_ptr<const rt::Model> &model,
+                                           const rt::SessionOptions &opts) {
+  auto s = rt::Session::create(model, opts);
+  if (!s)
+    raise(s.status());
+  return std::move(*s);
+}
+
+/// Name, numpy dtype, package dtype and shape of each tensor; for inputs also the
+/// smallest and largest shape (they differ along --input-shape ranges).
+py::list describe(const pkg::Package &m, const Tensors *list, bool inputs) {
+  py::list r;
+  for (size_t i = 0; list && i < list->size(); ++i) {
+    const pkg::TensorInfo &t = *list->Get(static_cast<uint32_t>(i));
+    py::dict d;
+    d["name"] = t.name()->str();
+    d["dtype"] = pkg::dtypeName(t.dtype());
+    d["numpy_dtype"] = numpyType(t.dtype());
+    std::vector<int64_t> shape = shapeOf(t), lo = shape, hi = shape;
+    if (inputs && m.shape_ranges())
+      for (const pkg::ShapeRange *sr : *m.shape_ranges())
+        if (sr->input()->str() == t.name()->str() && sr->axis() < shape.size()) {
+          lo[sr->axis()] = sr->min();
+          hi[sr->axis()] = sr->max();
+        }
+    d["shape"] = shape;
+    d["min_shape"] = lo;
+    d["max_shape"] = hi;
+    r.append(std::move(d));
+  }
+  return r;
+}
+
+/// An inference session: one model, a pool of runtime sessions (see the top).
 class Session {
 public:
-  Session(std::shared_ptr<const pkg::PackageFile> pf, const std::string &device, int threads) {
-    if (device == "auto" || device == "emu" || device == "cuda")
-      opts_.device = device == "auto"  ? rt::DeviceKind::Auto
-                     : device == "emu" ? rt::DeviceKind::Emu
-                                       : rt::DeviceKind::Cuda;
-    else if (device.rfind("cuda:", 0) == 0 && device.size() > 5 && device.size() < 9 &&
-             device.find_first_not_of("0123456789", 5) == std::string::npos) {
-      opts_.device = rt::DeviceKind::Cuda;
-      opts_.cudaDevice = std::stoi(device.substr(5));
-    } else
-      throw py::value_error("device must be 'auto', 'cuda', 'cuda:N' or 'emu', got '" + device +
-                            "'");
-    if (threads < 0)
-      throw py::value_error("threads must be >= 0");
-    opts_.emuThreads = threads;
-    model_ = std::make_shared<const rt::Model>(std::move(pf));
-    auto s = create();
+  Session(std::shared_ptr<const pkg::PackageFile> pf, const std::string &device, int threads)
+      : model_(std::make_shared<const rt::Model>(std::move(pf))),
+        opts_(sessionOptions(device, threads)) {
+    auto s = createSession(model_, opts_);
     device_ = s->backendDescription();
     // Emu by choice or because no GPU is there: the first session says which.
     opts_.device = s->deviceKind();
@@ -123,44 +230,14 @@ public:
   }
 
   const std::string &device() const { return device_; }
-
-  py::list inputs() const { return describe(model_->meta().inputs(), true); }
-  py::list outputs() const { return describe(model_->meta().outputs(), false); }
+  py::list inputs() const { return describe(model_->meta(), model_->meta().inputs(), true); }
+  py::list outputs() const { return describe(model_->meta(), model_->meta().outputs(), false); }
 
   /// Runs with every input of `feed`; returns the outputs named in `names` (all when
   /// None), in that order.
   py::list run(const py::dict &feed, const std::optional<std::vector<std::string>> &names) {
     const pkg::Package &m = model_->meta();
-    size_t ni = m.inputs() ? m.inputs()->size() : 0;
-    std::vector<rt::HostTensor> tensors(ni);
-    std::vector<bool> given(ni, false);
-    for (const auto &[key, value] : feed) {
-      std::string name = py::str(key);
-      int i = indexOf(m.inputs(), name);
-      if (i < 0)
-        throw py::value_error(pkg::unknownInputMessage(m, name));
-      const pkg::TensorInfo *in = m.inputs()->Get(static_cast<uint32_t>(i));
-      if (!py::isinstance<py::array>(value))
-        throw py::value_error("input '" + name + "' must be a numpy array, got " +
-                              std::string(py::str(py::type::of(value).attr("__name__"))));
-      py::array a = py::reinterpret_borrow<py::array>(value);
-      py::dtype want = numpyType(in->dtype());
-      if (a.dtype().num() != want.num())
-        throw py::value_error("input '" + name + "' has dtype " + std::string(py::str(a.dtype())) +
-                              ", the model expects " + std::string(py::str(want)) +
-                              (in->dtype() == pkg::DType::BF16 ? " (bfloat16 bit patterns)" : ""));
-      a = py::array::ensure(a, py::array::c_style);
-      rt::HostTensor &t = tensors[static_cast<size_t>(i)];
-      t.dtype = in->dtype();
-      t.shape.assign(a.shape(), a.shape() + a.ndim());
-      const auto *bytes = static_cast<const uint8_t *>(a.data());
-      t.data.assign(bytes, bytes + a.nbytes());
-      given[static_cast<size_t>(i)] = true;
-    }
-    for (size_t i = 0; i < ni; ++i)
-      if (!given[i])
-        throw py::value_error("input '" + m.inputs()->Get(static_cast<uint32_t>(i))->name()->str() +
-                              "' is missing from the feed");
+    std::vector<rt::HostTensor> tensors = tensorsOf(m, feed);
     std::vector<int> outs;
     if (names) {
       for (const std::string &n : *names) {
@@ -173,26 +250,26 @@ public:
       for (size_t o = 0; m.outputs() && o < m.outputs()->size(); ++o)
         outs.push_back(static_cast<int>(o));
     }
+    auto outName = [&](size_t k) {
+      return m.outputs()->Get(static_cast<uint32_t>(outs[k]))->name()->str();
+    };
     std::unique_ptr<rt::Session> s;
     Status st;
     std::vector<std::vector<int64_t>> shapes;
     {
       py::gil_scoped_release nogil;
       s = acquire(st);
-      for (size_t i = 0; !st && i < ni; ++i)
-        st = s->setInput(m.inputs()->Get(static_cast<uint32_t>(i))->name()->str(), tensors[i]);
+      if (!st)
+        st = setInputs(*s, m, tensors);
       if (!st)
         st = s->run();
-      for (int o : outs)
-        shapes.push_back(
-            s ? s->outputShape(m.outputs()->Get(static_cast<uint32_t>(o))->name()->str())
-              : std::vector<int64_t>{});
+      for (size_t k = 0; !st && k < outs.size(); ++k)
+        shapes.push_back(s->outputShape(outName(k)));
     }
     if (st) {
       release(std::move(s));
       raise(st);
     }
-    py::list result;
     std::vector<py::array> arrays;
     for (size_t k = 0; k < outs.size(); ++k)
       arrays.push_back(py::array(
@@ -200,12 +277,13 @@ public:
     {
       py::gil_scoped_release nogil;
       for (size_t k = 0; !st && k < outs.size(); ++k)
-        st = s->getOutputBytes(m.outputs()->Get(static_cast<uint32_t>(outs[k]))->name()->str(),
-                               arrays[k].mutable_data(), static_cast<size_t>(arrays[k].nbytes()));
+        st = s->getOutputBytes(outName(k), arrays[k].mutable_data(),
+                               static_cast<size_t>(arrays[k].nbytes()));
       release(std::move(s));
     }
     if (st)
       raise(st);
+    py::list result;
     for (py::array &a : arrays)
       result.append(std::move(a));
     return result;
@@ -218,12 +296,6 @@ private:
   std::mutex mu_;
   std::vector<std::unique_ptr<rt::Session>> idle_;
 
-  std::unique_ptr<rt::Session> create() {
-    auto s = rt::Session::create(model_, opts_);
-    if (!s)
-      raise(s.status());
-    return std::move(*s);
-  }
   /// An idle session, or a new one (status set when it cannot be created).
   std::unique_ptr<rt::Session> acquire(Status &st) {
     {
@@ -247,14 +319,6 @@ private:
     std::lock_guard<std::mutex> lock(mu_);
     idle_.push_back(std::move(s));
   }
-
-  static int indexOf(const flatbuffers::Vector<flatbuffers::Offset<pkg::TensorInfo>> *list,
-                     const std::string &n) {
-    for (size_t i = 0; list && i < list->size(); ++i)
-      if (list->Get(static_cast<uint32_t>(i))->name()->str() == n)
-        return static_cast<int>(i);
-    return -1;
-  }
   std::string outputList() const {
     std::string r;
     const pkg::Package &m = model_->meta();
@@ -263,32 +327,137 @@ private:
            m.outputs()->Get(static_cast<uint32_t>(i))->name()->str();
     return r.empty() ? r : r + ")";
   }
-  /// Name, numpy dtype, package dtype and shape of each tensor; for inputs also the
-  /// smallest and largest shape (they differ along --input-shape ranges).
-  py::list describe(const flatbuffers::Vector<flatbuffers::Offset<pkg::TensorInfo>> *list,
-                    bool inputs) const {
-    py::list r;
-    const pkg::Package &m = model_->meta();
-    for (size_t i = 0; list && i < list->size(); ++i) {
-      const pkg::TensorInfo &t = *list->Get(static_cast<uint32_t>(i));
-      py::dict d;
-      d["name"] = t.name()->str();
-      d["dtype"] = pkg::dtypeName(t.dtype());
-      d["numpy_dtype"] = numpyType(t.dtype());
-      std::vector<int64_t> shape = shapeOf(t), lo = shape, hi = shape;
-      if (inputs && m.shape_ranges())
-        for (const pkg::ShapeRange *sr : *m.shape_ranges())
-          if (sr->input()->str() == t.name()->str() && sr->axis() < shape.size()) {
-            lo[sr->axis()] = sr->min();
-            hi[sr->axis()] = sr->max();
-          }
-      d["shape"] = shape;
-      d["min_shape"] = lo;
-      d["max_shape"] = hi;
-      r.append(std::move(d));
-    }
-    return r;
+};
+
+/// A training session: one runtime session whose variables (parameters, optimizer
+/// state, running statistics) are the state being trained. Calls are serialized.
+class TrainingSession {
+public:
+  TrainingSession(std::shared_ptr<const pkg::PackageFile> pf, const std::string &device,
+                  int threads)
+      : model_(std::make_shared<const rt::Model>(std::move(pf))) {
+    if (!model_->meta().variables() || model_->meta().variables()->size() == 0)
+      throw py::value_error(
+          "this package has no variables: it is not a training package (compile the model "
+          "with dlc compile --train)");
+    s_ = createSession(model_, sessionOptions(device, threads));
   }
+
+  std::string device() const { return s_->backendDescription(); }
+  py::list inputs() const { return describe(model_->meta(), model_->meta().inputs(), true); }
+  py::list outputs() const { return describe(model_->meta(), model_->meta().outputs(), false); }
+
+  /// One training step (evaluate: the loss without the update); returns the loss.
+  double step(const py::dict &feed, bool evaluate) {
+    const pkg::Package &m = model_->meta();
+    std::vector<rt::HostTensor> tensors = tensorsOf(m, feed);
+    std::lock_guard<std::mutex> lock(mu_);
+    Status st;
+    rt::HostTensor loss;
+    {
+      py::gil_scoped_release nogil;
+      st = setInputs(*s_, m, tensors);
+      if (!st)
+        st = evaluate ? s_->evaluate() : s_->run();
+      if (!st) {
+        auto l = s_->getOutput(m.outputs()->Get(0)->name()->str());
+        if (l)
+          loss = std::move(*l);
+        else
+          st = l.takeStatus();
+      }
+    }
+    if (st)
+      raise(st);
+    if (loss.dtype != pkg::DType::F32 || loss.data.size() < 4)
+      throw py::value_error("the package's first output is not an f32 loss");
+    float v;
+    std::memcpy(&v, loss.data.data(), 4);
+    return v;
+  }
+
+  /// The outputs of the last step or evaluation, by name.
+  py::dict lastOutputs() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    py::dict d;
+    const pkg::Package &m = model_->meta();
+    for (size_t i = 0; m.outputs() && i < m.outputs()->size(); ++i) {
+      std::string name = m.outputs()->Get(static_cast<uint32_t>(i))->name()->str();
+      auto t = s_->getOutput(name);
+      if (!t)
+        raise(t.status());
+      d[py::str(name)] = arrayOf(*t);
+    }
+    return d;
+  }
+
+  /// Trainable parameters only, or every variable.
+  py::dict variables(bool trainableOnly) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    py::dict d;
+    for (const std::string &name : s_->variableNames()) {
+      if (trainableOnly && !s_->variableTrainable(name))
+        continue;
+      auto t = s_->getVariable(name);
+      if (!t)
+        raise(t.status());
+      d[py::str(name)] = arrayOf(*t);
+    }
+    return d;
+  }
+
+  /// Sets the named variables (all checked before any is written).
+  void setVariables(const py::dict &values) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const pkg::Package &m = model_->meta();
+    std::vector<std::pair<std::string, rt::HostTensor>> ts;
+    for (const auto &[key, value] : values) {
+      std::string name = py::str(key);
+      const pkg::Variable *var = nullptr;
+      for (const pkg::Variable *v : *m.variables())
+        if (v->name()->str() == name)
+          var = v;
+      if (!var)
+        throw py::value_error("the package has no variable named '" + name + "'");
+      rt::HostTensor t = tensorOf("variable '" + name + "'", value, var->dtype());
+      std::vector<int64_t> want;
+      if (var->shape())
+        want.assign(var->shape()->begin(), var->shape()->end());
+      if (t.shape != want) {
+        std::string w, g;
+        for (int64_t d : want)
+          w += (w.empty() ? "" : ",") + std::to_string(d);
+        for (int64_t d : t.shape)
+          g += (g.empty() ? "" : ",") + std::to_string(d);
+        throw py::value_error("variable '" + name + "' has shape [" + w + "], got [" + g + "]");
+      }
+      ts.emplace_back(name, std::move(t));
+    }
+    for (const auto &[name, t] : ts)
+      if (Status st = s_->setVariable(name, t))
+        raise(st);
+  }
+
+  void saveCheckpoint(const std::string &path) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (Status st = s_->saveCheckpoint(path))
+      raise(st);
+  }
+  void loadCheckpoint(const std::string &path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (Status st = s_->loadCheckpoint(path))
+      raise(st);
+  }
+  void reset() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (Status st = s_->resetVariables())
+      raise(st);
+  }
+
+private:
+  std::shared_ptr<const rt::Model> model_;
+  std::unique_ptr<rt::Session> s_;
+  mutable std::mutex mu_;
 };
 
 std::shared_ptr<const pkg::PackageFile> loadPath(const std::string &path) {
@@ -306,33 +475,61 @@ std::shared_ptr<const pkg::PackageFile> loadBytes(const py::bytes &b) {
   return *r;
 }
 
+/// Both constructors of a session class: from bytes (first: pybind11 would also
+/// convert bytes to the path's std::string) and from a path.
+template <class T> void constructors(py::class_<T> &c) {
+  c.def(py::init([](const py::bytes &data, const std::string &device, int threads) {
+          return std::make_unique<T>(loadBytes(data), device, threads);
+        }),
+        py::arg("data"), py::arg("device") = "auto", py::arg("threads") = 0)
+      .def(py::init([](const std::string &path, const std::string &device, int threads) {
+             return std::make_unique<T>(loadPath(path), device, threads);
+           }),
+           py::arg("path"), py::arg("device") = "auto", py::arg("threads") = 0);
+}
+
 } // namespace
 } // namespace dlc::python
 
 PYBIND11_MODULE(_dlc, m) {
   using namespace dlc::python;
-  m.doc() = "dlc runtime: load .dlc packages and run them (see the dlc package for the ONNX "
-            "Runtime-style API)";
+  m.doc() =
+      "dlc: load .dlc packages and run them, compile models (see the dlc package for the ONNX "
+      "Runtime-style API)";
   errorType = py::exception<std::runtime_error>(m, "Error", PyExc_RuntimeError).release();
   dataErrorType = py::exception<std::range_error>(m, "DataError", errorType.ptr()).release();
   compileErrorType = py::exception<std::logic_error>(m, "CompileError", errorType.ptr()).release();
   m.attr("runtime_api_version") = DLC_RUNTIME_API_VERSION;
   m.attr("package_format_version") = dlc::pkg::kFormatVersion;
-  m.def("compile", &compile, py::arg("args"),
-        "Runs `dlc compile ARGS...` in this process (the dlc package's compile() builds the "
-        "arguments)");
-  py::class_<Session>(m, "Session")
-      // bytes first: pybind11 would also convert bytes to the path's std::string.
-      .def(py::init([](const py::bytes &data, const std::string &device, int threads) {
-             return std::make_unique<Session>(loadBytes(data), device, threads);
-           }),
-           py::arg("data"), py::arg("device") = "auto", py::arg("threads") = 0)
-      .def(py::init([](const std::string &path, const std::string &device, int threads) {
-             return std::make_unique<Session>(loadPath(path), device, threads);
-           }),
-           py::arg("path"), py::arg("device") = "auto", py::arg("threads") = 0)
-      .def_property_readonly("device", &Session::device)
+  m.def(
+      "compile",
+      [](const std::vector<std::string> &args) {
+        runCommand(dlc::tool::runCompile, args, compileErrorType);
+      },
+      py::arg("args"),
+      "Runs `dlc compile ARGS...` in this process (dlc.compile builds the arguments)");
+  m.def(
+      "export",
+      [](const std::vector<std::string> &args) {
+        runCommand(dlc::tool::runExport, args, errorType);
+      },
+      py::arg("args"), "Runs `dlc export ARGS...` in this process");
+  py::class_<Session> session(m, "Session");
+  constructors(session);
+  session.def_property_readonly("device", &Session::device)
       .def("inputs", &Session::inputs)
       .def("outputs", &Session::outputs)
       .def("run", &Session::run, py::arg("feed"), py::arg("names") = py::none());
+  py::class_<TrainingSession> training(m, "TrainingSession");
+  constructors(training);
+  training.def_property_readonly("device", &TrainingSession::device)
+      .def("inputs", &TrainingSession::inputs)
+      .def("outputs", &TrainingSession::outputs)
+      .def("step", &TrainingSession::step, py::arg("feed"), py::arg("evaluate") = false)
+      .def("last_outputs", &TrainingSession::lastOutputs)
+      .def("variables", &TrainingSession::variables, py::arg("trainable_only"))
+      .def("set_variables", &TrainingSession::setVariables, py::arg("values"))
+      .def("save_checkpoint", &TrainingSession::saveCheckpoint, py::arg("path"))
+      .def("load_checkpoint", &TrainingSession::loadCheckpoint, py::arg("path"))
+      .def("reset", &TrainingSession::reset);
 }

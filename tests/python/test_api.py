@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import dlc
 
@@ -321,6 +321,83 @@ def test_an_onnx_model_is_compiled_once_and_cached(tmp_path, monkeypatch):
         np.testing.assert_array_equal(x, y)
     dlc.InferenceSession(onnx.load(onnx_path), device="emu", compile_options={"target": "emu", "opt_level": 1})
     assert len(os.listdir(tmp_path / "packages")) == 2  # other options: another package
+
+
+# --- training ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def linear(work):
+    """pred = x W + b (W f32[3,2], b f32[2]), trained with MSE and SGD at lr 0.1."""
+    rng = np.random.RandomState(3)
+    w0, b0 = rng.randn(3, 2).astype(np.float32), np.zeros(2, np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["pred"])], "linear",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3])],
+        [helper.make_tensor_value_info("pred", TensorProto.FLOAT, [4, 2])],
+        [numpy_helper.from_array(w0, "W"), numpy_helper.from_array(b0, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    out = dlc.compile(model, os.path.join(work, "linear-train.dlc"), target="emu", train=True, loss="mse",
+                      optimizer="sgd", lr=0.1)
+    return out, w0, b0
+
+
+def test_training_session_steps_like_sgd(linear, work):
+    path, w0, b0 = linear
+    t = dlc.TrainingSession(path, device="emu")
+    assert [i.name for i in t.get_inputs()] == ["x", "label"]
+    assert t.get_outputs()[0].shape == []  # the loss, then the model's output
+    params = t.parameters()
+    assert sorted(params) == ["W", "b"]
+    np.testing.assert_array_equal(params["W"], w0)
+    rng = np.random.RandomState(4)
+    w_true = rng.randn(3, 2).astype(np.float32)
+    x = rng.randn(4, 3).astype(np.float32)
+    label = x @ w_true + 0.5
+    # One step against numpy: loss = mean((xW + b - label)^2), then W -= 0.1 dW.
+    pred = x @ w0 + b0
+    want_loss = np.mean((pred - label) ** 2)
+    g = 2 * (pred - label) / pred.size
+    assert t.evaluate({"x": x, "label": label}) == pytest.approx(want_loss, rel=1e-5)
+    np.testing.assert_array_equal(t.parameters()["W"], w0)  # evaluate changes nothing
+    loss = t.step({"x": x, "label": label})
+    assert loss == pytest.approx(want_loss, rel=1e-5)
+    np.testing.assert_allclose(t.outputs()["pred"], pred, rtol=1e-5, atol=1e-6)
+    p1 = t.parameters()
+    np.testing.assert_allclose(p1["W"], w0 - 0.1 * x.T @ g, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(p1["b"], b0 - 0.1 * g.sum(0), rtol=1e-5, atol=1e-6)
+    losses = [t.step({"x": x, "label": label}) for _ in range(60)]
+    assert losses[-1] < 0.05 * losses[0] and all(b <= a for a, b in zip(losses, losses[1:])), losses[::10]
+    # Checkpoints, reset, set_parameters, export.
+    ckpt = os.path.join(work, "linear.npz")
+    t.save_checkpoint(ckpt)
+    trained = t.parameters()
+    t.reset()
+    np.testing.assert_array_equal(t.parameters()["W"], w0)
+    t.load_checkpoint(ckpt)
+    np.testing.assert_array_equal(t.parameters()["W"], trained["W"])
+    t.set_parameters({"W": w_true, "b": np.full(2, 0.5, np.float32)})
+    assert t.evaluate({"x": x, "label": label}) == pytest.approx(0.0, abs=1e-10)
+    exported = onnx.load(t.export_onnx(os.path.join(work, "linear-trained.onnx")))
+    inits = {i.name: numpy_helper.to_array(i) for i in exported.graph.initializer}
+    np.testing.assert_array_equal(inits["W"], w_true)
+
+
+def test_training_session_errors(linear, digits):
+    path, _, _ = linear
+    t = dlc.TrainingSession(path, device="emu")
+    with pytest.raises(ValueError, match=r"variable 'W' has shape \[3,2\], got \[2,3\]"):
+        t.set_parameters({"W": np.zeros((2, 3), np.float32)})
+    with pytest.raises(ValueError, match="no variable named 'V'"):
+        t.set_parameters({"V": np.zeros(2, np.float32)})
+    with pytest.raises(ValueError, match="input 'label' is missing"):
+        t.step({"x": np.zeros((4, 3), np.float32)})
+    with pytest.raises(dlc.Error):
+        t.load_checkpoint("/nonexistent/ckpt.npz")
+    with pytest.raises(ValueError, match="not a training package"):
+        dlc.TrainingSession(digits, device="emu")
+    with pytest.raises(ValueError, match="go with train=True"):
+        dlc.compile(os.path.join(DIGITS, "digits_cnn.onnx"), "/tmp/never.dlc", lr=0.1)
 
 
 # --- threads ----------------------------------------------------------------------------
