@@ -33,6 +33,7 @@ from ._dlc import Session as _Session
 from ._dlc import TrainingSession as _TrainingSession
 from ._dlc import compile as _compile
 from ._dlc import export as _export
+from ._dlc import inspect as _inspect
 
 __all__ = ["compile", "InferenceSession", "TrainingSession", "NodeArg", "Error", "CompileError", "DataError",
            "runtime_api_version"]
@@ -53,6 +54,7 @@ class NodeArg:
         lo, hi = info["min_shape"], info["max_shape"]
         self.shape = [d if not ranged or a == b else "%d..%d" % (a, b) for d, a, b in zip(info["shape"], lo, hi)]
         self.min_shape, self.max_shape = list(lo), list(hi)
+        self.opt_shape = list(info["shape"])  # the shape the package is tuned for
 
     def __repr__(self):
         return "NodeArg(name=%r, type=%r, shape=%r)" % (self.name, self.type, self.shape)
@@ -191,9 +193,11 @@ class InferenceSession:
         elif compile_options:
             raise ValueError("compile_options apply to an ONNX model, not to a compiled package")
         if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-            self._s = _Session(bytes(path_or_bytes), device, threads)
+            self._bytes, self._path = bytes(path_or_bytes), None
+            self._s = _Session(self._bytes, device, threads)
         else:
-            self._s = _Session(os.fspath(path_or_bytes), device, threads)
+            self._bytes, self._path = None, os.fspath(path_or_bytes)
+            self._s = _Session(self._path, device, threads)
         inputs = self._s.inputs()
         ranged = [i["min_shape"] != i["max_shape"] for i in inputs]
         self._inputs = [NodeArg(i, r) for i, r in zip(inputs, ranged)]
@@ -212,6 +216,58 @@ class InferenceSession:
 
     def get_providers(self):
         return ["DlcCuda" if self._s.device.startswith("cuda") else "DlcEmu"]
+
+    def inspect(self):
+        """`dlc inspect --json` of the package, as a dict: kernels, launches, resources
+        per architecture, the memory plan, modeled traffic and latency (a model, not a
+        measurement)."""
+        import json
+        with tempfile.TemporaryDirectory(prefix="dlc-") as d:
+            path = self._path
+            if path is None:
+                path = os.path.join(d, "model.dlc")
+                with open(path, "wb") as f:
+                    f.write(self._bytes)
+            report = os.path.join(d, "inspect.json")
+            _inspect([path, "--json", "-o", report])
+            with open(report) as f:
+                return json.load(f)
+
+    def bench(self, iterations=100, warmup=10, input_feed=None, shapes=None, seed=0):
+        """Times `iterations` runs after `warmup`, as `dlc bench` does: uploading the
+        inputs (h2d), running (compute) and downloading the outputs (d2h), each in
+        milliseconds (min, median, p90, p99, max), and the throughput from the compute
+        median. Inputs: `input_feed`, else random (floats uniform in [-1, 1), others
+        zero) at each input's shape, or at shapes[name] for a shape-range package. On
+        emu the times are CPU times of the emulated kernels, not GPU times."""
+        import numpy as np
+        shapes = dict(shapes or {})
+        if input_feed is None:
+            rng = np.random.RandomState(seed)
+            input_feed = {}
+            for i in self._inputs:
+                shape = shapes.pop(i.name, None) or i.opt_shape
+                if np.issubdtype(i.dtype, np.floating):
+                    input_feed[i.name] = rng.uniform(-1, 1, size=shape).astype(i.dtype)
+                else:
+                    input_feed[i.name] = np.zeros(shape, i.dtype)
+            if shapes:
+                raise ValueError("shapes names no input: %s" % ", ".join(sorted(shapes)))
+        h2d, compute, d2h = self._s.bench_times(input_feed, warmup, iterations)
+
+        def stats(v):
+            v = sorted(v)
+            at = lambda q: v[min(len(v) - 1, max(0, int(np.ceil(q * len(v))) - 1))]  # noqa: E731
+            return {"min": v[0], "median": at(0.5), "p90": at(0.9), "p99": at(0.99), "max": v[-1]}
+
+        first = next(iter(input_feed.values()), None) if self._inputs else None
+        batch = int(first.shape[0]) if first is not None and first.ndim else 1
+        med = stats(compute)["median"]
+        return {"device": self.device, "iterations": iterations, "warmup": warmup, "batch": batch,
+                "h2d_ms": stats(h2d), "compute_ms": stats(compute), "d2h_ms": stats(d2h),
+                "total_ms": stats([a + b + c for a, b, c in zip(h2d, compute, d2h)]),
+                "inferences_per_s": 1000.0 / med if med > 0 else float("inf"),
+                "samples_per_s": 1000.0 * batch / med if med > 0 else float("inf")}
 
     def run(self, output_names, input_feed, run_options=None):
         """Runs the package on `input_feed` ({name: numpy array}, every input) and

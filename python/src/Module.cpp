@@ -15,6 +15,7 @@
 #include "dlc/runtime.h"
 #include "dlc/runtime/Runtime.h"
 
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <pybind11/numpy.h>
@@ -289,6 +290,54 @@ public:
     return result;
   }
 
+  /// Per iteration after `warmup`: the milliseconds of uploading the inputs, running
+  /// and downloading every output, as `dlc bench` times them (the GIL released).
+  py::tuple benchTimes(const py::dict &feed, int warmup, int iterations) {
+    if (warmup < 0 || iterations < 1)
+      throw py::value_error("warmup must be >= 0 and iterations >= 1");
+    const pkg::Package &m = model_->meta();
+    std::vector<rt::HostTensor> tensors = tensorsOf(m, feed);
+    std::vector<double> h2d, compute, d2h;
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      std::unique_ptr<rt::Session> s = acquire(st);
+      std::vector<std::vector<uint8_t>> outs;
+      using clock = std::chrono::steady_clock;
+      auto ms = [](clock::duration d) {
+        return std::chrono::duration<double, std::milli>(d).count();
+      };
+      for (int i = 0; !st && i < warmup + iterations; ++i) {
+        auto t0 = clock::now();
+        st = setInputs(*s, m, tensors);
+        auto t1 = clock::now();
+        if (!st)
+          st = s->run();
+        auto t2 = clock::now();
+        if (outs.empty() && m.outputs())
+          for (const pkg::TensorInfo *o : *m.outputs()) {
+            size_t n = pkg::dtypeSize(o->dtype());
+            for (int64_t d : s->outputShape(o->name()->str()))
+              n *= static_cast<size_t>(d);
+            outs.emplace_back(n);
+          }
+        for (size_t k = 0; !st && k < outs.size(); ++k)
+          st = s->getOutputBytes(m.outputs()->Get(static_cast<uint32_t>(k))->name()->str(),
+                                 outs[k].data(), outs[k].size());
+        auto t3 = clock::now();
+        if (i >= warmup) {
+          h2d.push_back(ms(t1 - t0));
+          compute.push_back(ms(t2 - t1));
+          d2h.push_back(ms(t3 - t2));
+        }
+      }
+      release(std::move(s));
+    }
+    if (st)
+      raise(st);
+    return py::make_tuple(h2d, compute, d2h);
+  }
+
 private:
   std::shared_ptr<const rt::Model> model_;
   rt::SessionOptions opts_;
@@ -509,6 +558,12 @@ PYBIND11_MODULE(_dlc, m) {
       py::arg("args"),
       "Runs `dlc compile ARGS...` in this process (dlc.compile builds the arguments)");
   m.def(
+      "inspect",
+      [](const std::vector<std::string> &args) {
+        runCommand(dlc::tool::runInspect, args, errorType);
+      },
+      py::arg("args"), "Runs `dlc inspect ARGS...` in this process");
+  m.def(
       "export",
       [](const std::vector<std::string> &args) {
         runCommand(dlc::tool::runExport, args, errorType);
@@ -519,7 +574,9 @@ PYBIND11_MODULE(_dlc, m) {
   session.def_property_readonly("device", &Session::device)
       .def("inputs", &Session::inputs)
       .def("outputs", &Session::outputs)
-      .def("run", &Session::run, py::arg("feed"), py::arg("names") = py::none());
+      .def("run", &Session::run, py::arg("feed"), py::arg("names") = py::none())
+      .def("bench_times", &Session::benchTimes, py::arg("feed"), py::arg("warmup"),
+           py::arg("iterations"));
   py::class_<TrainingSession> training(m, "TrainingSession");
   constructors(training);
   training.def_property_readonly("device", &TrainingSession::device)

@@ -148,6 +148,28 @@ def test_bytes_and_pathlike(digits):
     np.testing.assert_array_equal(a, b)
 
 
+def test_inspect_and_bench(digits, ranged):
+    s = dlc.InferenceSession(digits, device="emu")
+    info = s.inspect()
+    assert info["model"] and info["unique_kernels"] >= 1 and info["arena_bytes"] > 0
+    assert set(info["modeled_latency_us"]) == {"A100", "H100"}
+    with open(digits, "rb") as f:
+        assert dlc.InferenceSession(f.read(), device="emu").inspect()["unique_kernels"] == info["unique_kernels"]
+    b = s.bench(iterations=5, warmup=1)
+    assert b["iterations"] == 5 and b["batch"] == 1 and b["device"].startswith("emu")
+    for phase in ("h2d_ms", "compute_ms", "d2h_ms", "total_ms"):
+        st = b[phase]
+        assert 0 <= st["min"] <= st["median"] <= st["p90"] <= st["p99"] <= st["max"], (phase, st)
+    assert b["inferences_per_s"] > 0 and b["samples_per_s"] == pytest.approx(b["inferences_per_s"])
+    r = dlc.InferenceSession(ranged, device="emu")
+    assert r.inspect()["shape_ranges"]["schedules"] == 4
+    assert r.bench(iterations=2, warmup=0, shapes={"x": [3, 4]})["batch"] == 3
+    with pytest.raises(ValueError, match="outside the range"):
+        r.bench(iterations=1, shapes={"x": [9, 4]})
+    with pytest.raises(ValueError, match="shapes names no input: y"):
+        r.bench(iterations=1, shapes={"y": [2, 4]})
+
+
 def test_providers_are_accepted_with_a_note(digits):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -96,15 +96,21 @@ int runBench(const std::vector<std::string> &argv) {
 
 int runInspect(const std::vector<std::string> &argv) {
   ArgParser parser(
-      "inspect", "PACKAGE.dlc [--json]",
+      "inspect", "PACKAGE.dlc [--json [-o FILE]]",
       "Lists the kernels (unique instantiations of the kernel library, with their\n"
       "launches, registers, spills and shared memory per architecture), library calls\n"
       "and the memory plan of a package, with a latency model for A100 and H100.",
-      {{"json", 0, false, false, "", "Machine-readable output"}});
+      {{"json", 0, false, false, "", "Machine-readable output"},
+       {"output", 'o', true, false, "FILE",
+        "--json: write the report to FILE (atomically) instead of stdout"}});
   int exitCode = 0;
   auto args = parser.parseCommand(argv, exitCode, "package file");
   if (!args)
     return exitCode;
+  if (args->has("output") && !args->has("json")) {
+    reportError(ir::makeError("inspect: -o goes with --json"));
+    return 2;
+  }
   auto pf = pkg::PackageFile::load(args->positionals()[0]);
   if (!pf) {
     reportError(toError(pf.status()));
@@ -329,7 +335,15 @@ int runInspect(const std::vector<std::string> &argv) {
         {"targets", std::move(targets)},
         {"kernels", std::move(kernels)},
         {"steps", std::move(steps)}};
-    llvm::outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
+    std::string text = llvm::formatv("{0:2}", llvm::json::Value(std::move(root))).str() + "\n";
+    if (auto out = args->get("output")) {
+      if (auto e = writeFileAtomically(*out, text)) {
+        reportError(std::move(e));
+        return 1;
+      }
+    } else {
+      llvm::outs() << text;
+    }
     return 0;
   }
   llvm::outs() << "package " << (*pf)->name() << " (" << (*pf)->size() << " bytes), model '"
