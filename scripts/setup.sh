@@ -11,7 +11,7 @@ PACKAGES=(
   libfmt-dev libgtest-dev
   libopenblas-dev libboost-context-dev libflatbuffers-dev flatbuffers-compiler zlib1g-dev
   python3 python3-dev python3-numpy python3-onnx python3-torch python3-torchvision python3-sklearn
-  pybind11-dev python3-pytest
+  pybind11-dev python3-pytest python3-venv python3-setuptools python3-wheel
   clang-14 libclang-rt-14-dev
 )
 # Node.js and npm (ONNX Runtime as a reference, through npm's onnxruntime-node):
