@@ -7,7 +7,10 @@ module in its place: `ort_script.py dlc DIR` is `import dlc as ort`,
 file, feeds the inputs by the names get_inputs() gives, runs all outputs and compares
 them with PyTorch's at rtol 1e-3, atol 1e-4.
 
-usage: ort_script.py MODULE MODELS_DIR [--only SUBSTRING]
+With --same-as DIR (tests/models/check_models.py's work folder), each output must
+also equal `dlc run`'s (DIR/CASE/dlc/NAME.npy) at rtol 1e-5.
+
+usage: ort_script.py MODULE MODELS_DIR [--only SUBSTRING] [--same-as DIR]
 """
 import argparse
 import glob
@@ -25,6 +28,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("module")
 ap.add_argument("models_dir")
 ap.add_argument("--only", default="")
+ap.add_argument("--same-as", default=None)
 a = ap.parse_args()
 ort = importlib.import_module(a.module)  # `import dlc as ort`, or onnxruntime itself
 
@@ -59,6 +63,14 @@ for case in sorted(glob.glob(os.path.join(a.models_dir, "*"))):
         g.shape == w.shape and np.allclose(g, w, rtol=1e-3, atol=1e-4) for g, w in zip(got, want))
     err = max((float(np.max(np.abs(g.astype(np.float64) - w))) if g.shape == w.shape and g.size else 0.0)
               for g, w in zip(got, want)) if got else float("nan")
+    if a.same_as:
+        # dlc run writes NAME.npy per output, NAME sanitized to [A-Za-z0-9_.-].
+        names = ["".join(c if c.isalnum() or c in "_.-" else "_" for c in o.name) for o in sess.get_outputs()]
+        cli = [os.path.join(a.same_as, os.path.basename(case), "dlc", n + ".npy") for n in names]
+        same = all(os.path.exists(p) and np.allclose(g, np.load(p), rtol=1e-5, atol=1e-7) for g, p in zip(got, cli))
+        ok = ok and same
+        if not same:
+            print(f"{os.path.basename(case)}: differs from dlc run's outputs in {a.same_as}")
     failures += not ok
     print(f"{os.path.basename(case):22} {len(got)} outputs  max |err| {err:.2e}  session {opened:6.2f} s  "
           f"run {ran:6.2f} s  {'ok' if ok else 'MISMATCH'}")

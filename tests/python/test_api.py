@@ -457,3 +457,11 @@ def test_the_example_script_classifies_the_digits():
     for line in lines:
         predicted, label = line.split("predicted ")[1].split(" with ")[0], line.split("(label ")[1]
         assert predicted == label.rstrip(")"), line
+
+
+def test_the_training_example_learns_the_digits():
+    r = subprocess.run([os.environ.get("DLC_PYTHON", "/usr/bin/python3"),
+                        os.path.join(ROOT, "examples", "python", "train_digits.py"), "--epochs", "1", "--device", "emu"],
+                       capture_output=True, text=True, check=True)
+    acc = [l for l in r.stdout.splitlines() if l.startswith("test accuracy:")]
+    assert acc and float(acc[0].split()[2]) > 0.9, r.stdout
