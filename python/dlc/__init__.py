@@ -172,7 +172,42 @@ def _cached_package(model_path_or_bytes, options):
     return out
 
 
-class InferenceSession:
+class _Package:
+    """What both session kinds share: the native session over a package given as a path
+    or as bytes, its inputs and outputs as NodeArgs, and the package as a file for the
+    commands that read one (inspect, export)."""
+
+    def _open(self, native, path_or_bytes, device, threads):
+        if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+            self._bytes, self._path = bytes(path_or_bytes), None
+        else:
+            self._bytes, self._path = None, os.fspath(path_or_bytes)
+        self._s = native(self._path if self._bytes is None else self._bytes, device, threads)
+        self._inputs = [NodeArg(i, i["min_shape"] != i["max_shape"]) for i in self._s.inputs()]
+        self._outputs = [NodeArg(o, False) for o in self._s.outputs()]
+
+    def _file(self, folder):
+        """The package's path; a package given as bytes is written into `folder` first."""
+        if self._path is not None:
+            return self._path
+        path = os.path.join(folder, "model.dlc")
+        with open(path, "wb") as f:
+            f.write(self._bytes)
+        return path
+
+    @property
+    def device(self):
+        """The backend this session runs on: "cuda (NVIDIA H100 ..., sm_90)" or "emu (...)"."""
+        return self._s.device
+
+    def get_inputs(self):
+        return list(self._inputs)
+
+    def get_outputs(self):
+        return list(self._outputs)
+
+
+class InferenceSession(_Package):
     """A compiled package (a path to a .dlc file, or its bytes), ready to run; or an
     ONNX model (a path ending in .onnx, or an onnx.ModelProto), compiled first with
     `compile_options` (dlc.compile's keywords; cached).
@@ -192,27 +227,7 @@ class InferenceSession:
             path_or_bytes = _cached_package(path_or_bytes, dict(compile_options or {}))
         elif compile_options:
             raise ValueError("compile_options apply to an ONNX model, not to a compiled package")
-        if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-            self._bytes, self._path = bytes(path_or_bytes), None
-            self._s = _Session(self._bytes, device, threads)
-        else:
-            self._bytes, self._path = None, os.fspath(path_or_bytes)
-            self._s = _Session(self._path, device, threads)
-        inputs = self._s.inputs()
-        ranged = [i["min_shape"] != i["max_shape"] for i in inputs]
-        self._inputs = [NodeArg(i, r) for i, r in zip(inputs, ranged)]
-        self._outputs = [NodeArg(o, False) for o in self._s.outputs()]
-
-    @property
-    def device(self):
-        """The backend this session runs on: "cuda (NVIDIA H100 ..., sm_90)" or "emu (...)"."""
-        return self._s.device
-
-    def get_inputs(self):
-        return list(self._inputs)
-
-    def get_outputs(self):
-        return list(self._outputs)
+        self._open(_Session, path_or_bytes, device, threads)
 
     def get_providers(self):
         return ["DlcCuda" if self._s.device.startswith("cuda") else "DlcEmu"]
@@ -223,13 +238,8 @@ class InferenceSession:
         measurement)."""
         import json
         with tempfile.TemporaryDirectory(prefix="dlc-") as d:
-            path = self._path
-            if path is None:
-                path = os.path.join(d, "model.dlc")
-                with open(path, "wb") as f:
-                    f.write(self._bytes)
             report = os.path.join(d, "inspect.json")
-            _inspect([path, "--json", "-o", report])
+            _inspect([self._file(d), "--json", "-o", report])
             with open(report) as f:
                 return json.load(f)
 
@@ -284,7 +294,7 @@ class InferenceSession:
         return self._s.run(input_feed, output_names)
 
 
-class TrainingSession:
+class TrainingSession(_Package):
     """A training package (dlc compile --train, or dlc.compile(..., train=True)): each
     step() runs the forward pass, the loss, the backward pass and the optimizer update
     on the session's own variables (parameters, optimizer state, BatchNorm statistics),
@@ -294,21 +304,7 @@ class TrainingSession:
     serialized (one step at a time)."""
 
     def __init__(self, path_or_bytes, *, device="auto", threads=0):
-        if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-            self._bytes, self._path = bytes(path_or_bytes), None
-            self._s = _TrainingSession(self._bytes, device, threads)
-        else:
-            self._bytes, self._path = None, os.fspath(path_or_bytes)
-            self._s = _TrainingSession(self._path, device, threads)
-        self._inputs = [NodeArg(i, i["min_shape"] != i["max_shape"]) for i in self._s.inputs()]
-        self._outputs = [NodeArg(o, False) for o in self._s.outputs()]
-
-    @property
-    def device(self):
-        return self._s.device
-
-    def get_inputs(self):
-        return list(self._inputs)
+        self._open(_TrainingSession, path_or_bytes, device, threads)
 
     def get_outputs(self):
         """The loss first, then the model's outputs."""
@@ -356,10 +352,5 @@ class TrainingSession:
         with tempfile.TemporaryDirectory(prefix="dlc-") as d:
             ckpt = os.path.join(d, "ckpt.npz")
             self.save_checkpoint(ckpt)
-            pkg = self._path
-            if pkg is None:
-                pkg = os.path.join(d, "model.dlc")
-                with open(pkg, "wb") as f:
-                    f.write(self._bytes)
-            _export([pkg, "--checkpoint", ckpt, "-o", os.fspath(path)])
+            _export([self._file(d), "--checkpoint", ckpt, "-o", os.fspath(path)])
         return os.fspath(path)

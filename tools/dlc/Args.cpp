@@ -170,6 +170,18 @@ llvm::Error writeFileAtomically(const std::string &path,
   return llvm::Error::success();
 }
 
+int writeReport(const Args &args, const std::string &text) {
+  if (auto out = args.get("output")) {
+    if (auto e = writeFileAtomically(*out, text)) {
+      reportError(std::move(e));
+      return 1;
+    }
+  } else {
+    llvm::outs() << text;
+  }
+  return 0;
+}
+
 namespace {
 thread_local ErrorCapture *capture = nullptr;
 } // namespace

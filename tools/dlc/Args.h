@@ -63,6 +63,10 @@ llvm::Error writeFileAtomically(const std::string &path, llvm::StringRef data);
 llvm::Error writeFileAtomically(const std::string &path,
                                 const std::function<void(llvm::raw_ostream &)> &write);
 
+/// Writes a command's report to the file of its -o option (atomically), or to stdout
+/// without one; returns the exit code (1 with the error reported).
+int writeReport(const Args &args, const std::string &text);
+
 /// Prints "dlc: error: <message>" (one line per message line) to stderr, or, while an
 /// ErrorCapture is alive on this thread, keeps the message there instead.
 void reportError(llvm::Error e);

@@ -154,15 +154,7 @@ int runImport(const std::vector<std::string> &argv) {
   if (auto n = args->get("elide-constants"))
     po.elideConstantsAbove = std::atoll(n->c_str());
   std::string text = ir::printGraph(*r->graph, po);
-  if (auto out = args->get("output")) {
-    if (auto e = writeFileAtomically(*out, text)) {
-      reportError(std::move(e));
-      return 1;
-    }
-  } else {
-    llvm::outs() << text;
-  }
-  return 0;
+  return writeReport(*args, text);
 }
 
 } // namespace dlc::tool

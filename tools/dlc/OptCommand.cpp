@@ -2,7 +2,6 @@
 #include "Args.h"
 #include "Commands.h"
 #include "Precision.h"
-
 #include "dlc/ir/TextIR.h"
 #include "dlc/passes/Pass.h"
 
@@ -42,17 +41,18 @@ std::vector<std::pair<unsigned, std::string>> splitInput(llvm::StringRef text) {
 } // namespace
 
 int runOpt(const std::vector<std::string> &argv) {
-  std::vector<OptSpec> specs = {{"passes", 0, true, false, "LIST", "Comma-separated passes to run, e.g. canonicalize,dce"},
-       {"O", 'O', true, false, "N", "Optimization level for the default pipeline (0-3)"},
-       {"output", 'o', true, false, "FILE", "Write the result here instead of stdout"},
-       {"print-ir-after-all", 0, false, false, "", "Print the IR after every pass (to stderr)"},
-       {"print-ir-after", 0, true, true, "PASS", "Print the IR after the named pass (to stderr)"},
-       {"verify-each", 0, false, false, "", "Verify the IR after every pass"},
-       {"stop-after", 0, true, false, "PASS", "Stop the pipeline after the named pass"},
-       {"split-input-file", 0, false, false, "",
-        "Treat '// -----' lines as separators between independent graphs"},
-       {"elide-constants", 0, true, false, "N",
-        "Print constants with more than N elements as dense<elided>"}};
+  std::vector<OptSpec> specs = {
+      {"passes", 0, true, false, "LIST", "Comma-separated passes to run, e.g. canonicalize,dce"},
+      {"O", 'O', true, false, "N", "Optimization level for the default pipeline (0-3)"},
+      {"output", 'o', true, false, "FILE", "Write the result here instead of stdout"},
+      {"print-ir-after-all", 0, false, false, "", "Print the IR after every pass (to stderr)"},
+      {"print-ir-after", 0, true, true, "PASS", "Print the IR after the named pass (to stderr)"},
+      {"verify-each", 0, false, false, "", "Verify the IR after every pass"},
+      {"stop-after", 0, true, false, "PASS", "Stop the pipeline after the named pass"},
+      {"split-input-file", 0, false, false, "",
+       "Treat '// -----' lines as separators between independent graphs"},
+      {"elide-constants", 0, true, false, "N",
+       "Print constants with more than N elements as dense<elided>"}};
   auto prec = precisionOptionSpecs(false);
   specs.insert(specs.end(), prec.begin(), prec.end());
   ArgParser parser("opt", "FILE.ir [options]", optDescription(), specs);
@@ -82,7 +82,8 @@ int runOpt(const std::vector<std::string> &argv) {
     pipeline = std::move(*p);
   } else {
     int level = std::atoi(args->getOr("O", "1").c_str());
-    pipeline = passes::defaultPipeline(level, bool(*precision), passes::needsLayoutPass(*layout, bool(*precision)));
+    pipeline = passes::defaultPipeline(level, bool(*precision),
+                                       passes::needsLayoutPass(*layout, bool(*precision)));
   }
   passes::PassManagerOptions pmOpts;
   pmOpts.verifyEach = args->has("verify-each");
@@ -138,15 +139,7 @@ int runOpt(const std::vector<std::string> &argv) {
   }
   if (failed)
     return 1;
-  if (auto out = args->get("output")) {
-    if (auto e = writeFileAtomically(*out, output)) {
-      reportError(std::move(e));
-      return 1;
-    }
-  } else {
-    llvm::outs() << output;
-  }
-  return 0;
+  return writeReport(*args, output);
 }
 
 } // namespace dlc::tool

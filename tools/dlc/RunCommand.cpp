@@ -336,15 +336,7 @@ int runInspect(const std::vector<std::string> &argv) {
         {"kernels", std::move(kernels)},
         {"steps", std::move(steps)}};
     std::string text = llvm::formatv("{0:2}", llvm::json::Value(std::move(root))).str() + "\n";
-    if (auto out = args->get("output")) {
-      if (auto e = writeFileAtomically(*out, text)) {
-        reportError(std::move(e));
-        return 1;
-      }
-    } else {
-      llvm::outs() << text;
-    }
-    return 0;
+    return writeReport(*args, text);
   }
   llvm::outs() << "package " << (*pf)->name() << " (" << (*pf)->size() << " bytes), model '"
                << (m.model() ? m.model()->str() : "") << "'\n";
