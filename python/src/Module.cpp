@@ -400,24 +400,16 @@ public:
   double step(const py::dict &feed, bool evaluate) {
     const pkg::Package &m = model_->meta();
     std::vector<rt::HostTensor> tensors = tensorsOf(m, feed);
-    std::lock_guard<std::mutex> lock(mu_);
-    Status st;
     rt::HostTensor loss;
-    {
-      py::gil_scoped_release nogil;
-      st = setInputs(*s_, m, tensors);
-      if (!st)
-        st = evaluate ? s_->evaluate() : s_->run();
-      if (!st) {
-        auto l = s_->getOutput(m.outputs()->Get(0)->name()->str());
-        if (l)
-          loss = std::move(*l);
-        else
-          st = l.takeStatus();
-      }
-    }
-    if (st)
-      raise(st);
+    locked([&] {
+      DLC_RETURN_IF_ERROR(setInputs(*s_, m, tensors));
+      DLC_RETURN_IF_ERROR(evaluate ? s_->evaluate() : s_->run());
+      auto l = s_->getOutput(m.outputs()->Get(0)->name()->str());
+      if (!l)
+        return l.takeStatus();
+      loss = std::move(*l);
+      return Status::ok();
+    });
     if (loss.dtype != pkg::DType::F32 || loss.data.size() < 4)
       throw py::value_error("the package's first output is not an f32 loss");
     float v;
@@ -427,37 +419,40 @@ public:
 
   /// The outputs of the last step or evaluation, by name.
   py::dict lastOutputs() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    py::dict d;
-    const pkg::Package &m = model_->meta();
-    for (size_t i = 0; m.outputs() && i < m.outputs()->size(); ++i) {
-      std::string name = m.outputs()->Get(static_cast<uint32_t>(i))->name()->str();
-      auto t = s_->getOutput(name);
-      if (!t)
-        raise(t.status());
-      d[py::str(name)] = arrayOf(*t);
-    }
-    return d;
+    std::vector<std::pair<std::string, rt::HostTensor>> got;
+    locked([&] {
+      const pkg::Package &m = model_->meta();
+      for (size_t i = 0; m.outputs() && i < m.outputs()->size(); ++i) {
+        std::string name = m.outputs()->Get(static_cast<uint32_t>(i))->name()->str();
+        auto t = s_->getOutput(name);
+        if (!t)
+          return t.takeStatus();
+        got.emplace_back(name, std::move(*t));
+      }
+      return Status::ok();
+    });
+    return dictOf(got);
   }
 
   /// Trainable parameters only, or every variable.
   py::dict variables(bool trainableOnly) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    py::dict d;
-    for (const std::string &name : s_->variableNames()) {
-      if (trainableOnly && !s_->variableTrainable(name))
-        continue;
-      auto t = s_->getVariable(name);
-      if (!t)
-        raise(t.status());
-      d[py::str(name)] = arrayOf(*t);
-    }
-    return d;
+    std::vector<std::pair<std::string, rt::HostTensor>> got;
+    locked([&] {
+      for (const std::string &name : s_->variableNames()) {
+        if (trainableOnly && !s_->variableTrainable(name))
+          continue;
+        auto t = s_->getVariable(name);
+        if (!t)
+          return t.takeStatus();
+        got.emplace_back(name, std::move(*t));
+      }
+      return Status::ok();
+    });
+    return dictOf(got);
   }
 
   /// Sets the named variables (all checked before any is written).
   void setVariables(const py::dict &values) {
-    std::lock_guard<std::mutex> lock(mu_);
     const pkg::Package &m = model_->meta();
     std::vector<std::pair<std::string, rt::HostTensor>> ts;
     for (const auto &[key, value] : values) {
@@ -482,31 +477,47 @@ public:
       }
       ts.emplace_back(name, std::move(t));
     }
-    for (const auto &[name, t] : ts)
-      if (Status st = s_->setVariable(name, t))
-        raise(st);
+    locked([&] {
+      for (const auto &[name, t] : ts)
+        DLC_RETURN_IF_ERROR(s_->setVariable(name, t));
+      return Status::ok();
+    });
   }
 
   void saveCheckpoint(const std::string &path) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (Status st = s_->saveCheckpoint(path))
-      raise(st);
+    locked([&] { return s_->saveCheckpoint(path); });
   }
   void loadCheckpoint(const std::string &path) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (Status st = s_->loadCheckpoint(path))
-      raise(st);
+    locked([&] { return s_->loadCheckpoint(path); });
   }
   void reset() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (Status st = s_->resetVariables())
-      raise(st);
+    locked([&] { return s_->resetVariables(); });
   }
 
 private:
   std::shared_ptr<const rt::Model> model_;
   std::unique_ptr<rt::Session> s_;
   mutable std::mutex mu_;
+
+  /// Runs `work` on the session with the GIL released and the session's lock held
+  /// (taken only without the GIL, so that no thread waits for one holding the other);
+  /// its error raises.
+  template <class F> void locked(F &&work) const {
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> lock(mu_);
+      st = work();
+    }
+    if (st)
+      raise(st);
+  }
+  static py::dict dictOf(const std::vector<std::pair<std::string, rt::HostTensor>> &ts) {
+    py::dict d;
+    for (const auto &[name, t] : ts)
+      d[py::str(name)] = arrayOf(t);
+    return d;
+  }
 };
 
 std::shared_ptr<const pkg::PackageFile> loadPath(const std::string &path) {

@@ -422,6 +422,38 @@ def test_training_session_errors(linear, digits):
         dlc.compile(os.path.join(DIGITS, "digits_cnn.onnx"), "/tmp/never.dlc", lr=0.1)
 
 
+def test_a_training_session_from_two_threads(linear):
+    """Steps on one thread while another reads the parameters: calls are serialized,
+    and neither waits forever (the session's lock is only taken without the GIL)."""
+    path, _, _ = linear
+    t = dlc.TrainingSession(path, device="emu", threads=1)
+    x, label = np.ones((4, 3), np.float32), np.zeros((4, 2), np.float32)
+    errors = []
+
+    def stepper():
+        try:
+            for _ in range(40):
+                t.step({"x": x, "label": label})
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    def reader():
+        try:
+            for _ in range(40):
+                assert sorted(t.parameters()) == ["W", "b"]
+                t.outputs()
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=stepper), threading.Thread(target=reader)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=120)
+    assert not any(th.is_alive() for th in threads), "a thread is stuck"
+    assert not errors, errors
+
+
 # --- threads ----------------------------------------------------------------------------
 
 def test_one_session_from_several_threads(digits):
