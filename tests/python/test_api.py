@@ -445,7 +445,7 @@ def test_a_training_session_from_two_threads(linear):
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(repr(e))
 
-    threads = [threading.Thread(target=stepper), threading.Thread(target=reader)]
+    threads = [threading.Thread(target=stepper, daemon=True), threading.Thread(target=reader, daemon=True)]
     for th in threads:
         th.start()
     for th in threads:
