@@ -410,8 +410,10 @@ llvm::Expected<std::vector<uint8_t>> compileGraph(const Graph &g, const CompileO
 
 namespace {
 
-/// The targets to compile for (checked), and the toolchain's options.
-llvm::Expected<std::vector<std::string>> resolveTargets(const CompileOptions &opts, ToolchainOptions &tc) {
+/// The targets to compile for (checked, and recorded in the report), and the
+/// toolchain's options.
+llvm::Expected<std::vector<std::string>> resolveTargets(const CompileOptions &opts, ToolchainOptions &tc,
+                                                        CompileReport &rep) {
   tc.cudaRoot = opts.cudaRoot;
   tc.hostCompiler = opts.hostCompiler;
   tc.cacheDir = opts.cacheDir;
@@ -433,6 +435,7 @@ llvm::Expected<std::vector<std::string>> resolveTargets(const CompileOptions &op
   if (std::count(targets.begin(), targets.end(), "emu") && std::count(targets.begin(), targets.end(), "emu-check"))
     return makeError("targets emu and emu-check exclude each other (emu-check is emu with every memory access "
                      "instrumented for --check)");
+  rep.targets = targets;
   return targets;
 }
 
@@ -566,10 +569,9 @@ llvm::Expected<pkg::PackageImage> compileGraphImage(const Graph &g, const Compil
   CompileReport local;
   CompileReport &rep = report ? *report : local;
   ToolchainOptions tc;
-  auto targets = resolveTargets(opts, tc);
+  auto targets = resolveTargets(opts, tc, rep);
   if (!targets)
     return targets.takeError();
-  rep.targets = *targets;
   auto t0 = std::chrono::steady_clock::now();
   if (opts.progress)
     opts.progress("codegen: lowering " + std::to_string(g.numNodes()) + " nodes");
@@ -586,10 +588,9 @@ compileShapeRangeImage(size_t count, const std::function<llvm::Expected<std::uni
   CompileReport local;
   CompileReport &rep = report ? *report : local;
   ToolchainOptions tc;
-  auto targets = resolveTargets(opts, tc);
+  auto targets = resolveTargets(opts, tc, rep);
   if (!targets)
     return targets.takeError();
-  rep.targets = *targets;
   auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<Program> base;
   std::map<std::string, uint32_t> kernelIndex, weightByName;

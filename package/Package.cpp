@@ -69,6 +69,21 @@ std::string describeBoundInput(const BoundInput &b) {
   return std::string(dtypeName(b.dtype())) + "[" + shape + "] " + b.values()->str();
 }
 
+ShapeBounds inputShapeBounds(const Package &m, uint32_t index) {
+  const TensorInfo *in = m.inputs()->Get(index);
+  ShapeBounds b;
+  if (in->shape())
+    b.min.assign(in->shape()->begin(), in->shape()->end());
+  b.max = b.min;
+  if (m.shape_ranges())
+    for (const ShapeRange *r : *m.shape_ranges())
+      if (r->input()->str() == in->name()->str() && r->axis() < b.min.size()) {
+        b.min[r->axis()] = r->min();
+        b.max[r->axis()] = r->max();
+      }
+  return b;
+}
+
 std::string unknownInputMessage(const Package &m, const std::string &name) {
   if (m.bound_inputs())
     for (const BoundInput *b : *m.bound_inputs())

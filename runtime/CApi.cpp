@@ -297,14 +297,9 @@ dlc_status dlc_model_input_shape_range(const dlc_model *m, int index, long *minS
       return st;
     if (info.rank > 0 && (!minShape || !maxShape))
       return fail(DLC_ERROR_INVALID_ARGUMENT, "null shape pointer");
-    for (int a = 0; a < info.rank; ++a)
-      minShape[a] = maxShape[a] = info.shape[a];
-    if (const auto *ranges = m->model->meta().shape_ranges())
-      for (const pkg::ShapeRange *r : *ranges)
-        if (r->input()->str() == info.name && static_cast<int>(r->axis()) < info.rank) {
-          minShape[r->axis()] = static_cast<long>(r->min());
-          maxShape[r->axis()] = static_cast<long>(r->max());
-        }
+    pkg::ShapeBounds b = pkg::inputShapeBounds(m->model->meta(), static_cast<uint32_t>(index));
+    std::copy(b.min.begin(), b.min.end(), minShape);
+    std::copy(b.max.begin(), b.max.end(), maxShape);
     return DLC_OK;
   });
 }

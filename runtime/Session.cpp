@@ -279,35 +279,28 @@ Status Session::checkRangedInput(int index, const HostTensor &t) const {
   if (t.dtype != in->dtype())
     return Status(StatusCode::InvalidArgument, "input '" + name + "' has dtype " + pkg::dtypeName(t.dtype) +
                                                    ", the model expects " + pkg::dtypeName(in->dtype()));
-  std::vector<int64_t> want = shapeOf(in);
+  pkg::ShapeBounds b = pkg::inputShapeBounds(m, static_cast<uint32_t>(index));
   std::string expect = "[";
-  for (size_t a = 0; a < want.size(); ++a) {
-    std::string dim = std::to_string(want[a]);
-    if (m.shape_ranges())
-      for (const pkg::ShapeRange *r : *m.shape_ranges())
-        if (r->input()->str() == name && r->axis() == a)
-          dim = std::to_string(r->min()) + ".." + std::to_string(r->max());
-    expect += (a ? "," : "") + dim;
-  }
+  for (size_t a = 0; a < b.min.size(); ++a)
+    expect += (a ? "," : "") + std::to_string(b.min[a]) +
+              (b.min[a] != b.max[a] ? ".." + std::to_string(b.max[a]) : std::string());
   expect += "]";
-  if (t.shape.size() != want.size())
-    return Status(StatusCode::InvalidArgument, "input '" + name + "' has shape " + shapeString(t.shape) +
-                                                   ", the model expects " + expect);
-  for (size_t a = 0; a < want.size(); ++a) {
-    const pkg::ShapeRange *range = nullptr;
-    if (m.shape_ranges())
-      for (const pkg::ShapeRange *r : *m.shape_ranges())
-        if (r->input()->str() == name && r->axis() == a)
-          range = r;
-    if (range && (t.shape[a] < range->min() || t.shape[a] > range->max()))
-      return Status(StatusCode::InvalidArgument,
-                    "input '" + name + "' dimension " + std::to_string(a) + " is " + std::to_string(t.shape[a]) +
-                        ", outside the range " + std::to_string(range->min()) + ".." +
-                        std::to_string(range->max()) + " the package was compiled for (shape " +
-                        shapeString(t.shape) + ", the model expects " + expect + ")");
-    if (!range && t.shape[a] != want[a])
-      return Status(StatusCode::InvalidArgument, "input '" + name + "' has shape " + shapeString(t.shape) +
-                                                     ", the model expects " + expect);
+  auto wrongShape = [&] {
+    return Status(StatusCode::InvalidArgument,
+                  "input '" + name + "' has shape " + shapeString(t.shape) + ", the model expects " + expect);
+  };
+  if (t.shape.size() != b.min.size())
+    return wrongShape();
+  for (size_t a = 0; a < b.min.size(); ++a) {
+    if (t.shape[a] >= b.min[a] && t.shape[a] <= b.max[a])
+      continue;
+    if (b.min[a] == b.max[a])
+      return wrongShape();
+    return Status(StatusCode::InvalidArgument,
+                  "input '" + name + "' dimension " + std::to_string(a) + " is " + std::to_string(t.shape[a]) +
+                      ", outside the range " + std::to_string(b.min[a]) + ".." + std::to_string(b.max[a]) +
+                      " the package was compiled for (shape " + shapeString(t.shape) + ", the model expects " +
+                      expect + ")");
   }
   if (t.data.size() != t.byteSize())
     return Status(StatusCode::InvalidArgument, "input '" + name + "' holds " + std::to_string(t.data.size()) +

@@ -202,16 +202,13 @@ py::list describe(const pkg::Package &m, const Tensors *list, bool inputs) {
     d["name"] = t.name()->str();
     d["dtype"] = pkg::dtypeName(t.dtype());
     d["numpy_dtype"] = numpyType(t.dtype());
-    std::vector<int64_t> shape = shapeOf(t), lo = shape, hi = shape;
-    if (inputs && m.shape_ranges())
-      for (const pkg::ShapeRange *sr : *m.shape_ranges())
-        if (sr->input()->str() == t.name()->str() && sr->axis() < shape.size()) {
-          lo[sr->axis()] = sr->min();
-          hi[sr->axis()] = sr->max();
-        }
+    std::vector<int64_t> shape = shapeOf(t);
+    pkg::ShapeBounds b{shape, shape};
+    if (inputs)
+      b = pkg::inputShapeBounds(m, static_cast<uint32_t>(i));
     d["shape"] = shape;
-    d["min_shape"] = lo;
-    d["max_shape"] = hi;
+    d["min_shape"] = b.min;
+    d["max_shape"] = b.max;
     r.append(std::move(d));
   }
   return r;

@@ -26,6 +26,7 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_models import ORT, ensure_ort, sh  # noqa: E402
+from loop_models import save_power_loop  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
@@ -185,31 +186,11 @@ def check_runtime_loops(dlc, work):
     TorchScript while loop, and a Loop whose trip count is an input. Each must match
     numpy (and ONNX Runtime) below the bound, and a run that needs more iterations must
     fail naming the loop; without --loop-bound they are refused."""
-    import onnx
-    from onnx import TensorProto, helper
-
     failures = 0
     path = os.path.join(work, "while.onnx")
     torch.onnx.export(torch.jit.script(While()), (torch.randn(2, 3),), path, input_names=["x"],
                       output_names=["total"], opset_version=17)
-    body = helper.make_graph(
-        [helper.make_node("Mul", ["acc", "x"], ["acc_out"]), helper.make_node("Identity", ["c"], ["c_out"])], "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("c", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("acc", TensorProto.FLOAT, [3])],
-        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [3])])
-    graph = helper.make_graph(
-        [helper.make_node("Loop", ["n", "", "one"], ["acc"], body=body, name="power")], "power",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
-         helper.make_tensor_value_info("n", TensorProto.INT64, [])],
-        [helper.make_tensor_value_info("acc", TensorProto.FLOAT, [3])],
-        [helper.make_tensor("one", TensorProto.FLOAT, [3], [1, 1, 1])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    power = os.path.join(work, "power.onnx")
-    onnx.save(model, power)
+    power = save_power_loop(os.path.join(work, "power.onnx"))
     for onnx_path in (path, power):
         try:
             sh([dlc, "compile", onnx_path, "--target", "emu", "-o", os.path.join(work, "unbounded.dlc"), "-q"])

@@ -6,6 +6,7 @@ is imported from $PYTHONPATH (build/python).
 """
 import os
 import subprocess
+import sys
 import tempfile
 import threading
 import warnings
@@ -18,6 +19,8 @@ from onnx import TensorProto, helper, numpy_helper
 import dlc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
+from loop_models import save_power_loop  # noqa: E402
 DLC = os.environ.get("DLC_BIN", os.path.join(ROOT, "build", "tools", "dlc"))
 DIGITS = os.path.join(ROOT, "examples", "digits")
 
@@ -83,23 +86,7 @@ def ranged(work):
 @pytest.fixture(scope="session")
 def bounded_loop(work):
     """acc = x ** n by a Loop whose trip count n is an input, compiled with --loop-bound 4."""
-    body = helper.make_graph(
-        [helper.make_node("Mul", ["acc", "x"], ["acc_out"]), helper.make_node("Identity", ["c"], ["c_out"])], "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("c", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("acc", TensorProto.FLOAT, [3])],
-        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [3])])
-    graph = helper.make_graph(
-        [helper.make_node("Loop", ["n", "", "one"], ["acc"], body=body, name="power")], "power",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
-         helper.make_tensor_value_info("n", TensorProto.INT64, [])],
-        [helper.make_tensor_value_info("acc", TensorProto.FLOAT, [3])],
-        [helper.make_tensor("one", TensorProto.FLOAT, [3], [1, 1, 1])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = os.path.join(work, "power.onnx")
-    onnx.save(model, path)
+    path = save_power_loop(os.path.join(work, "power.onnx"))
     return compile_model(path, os.path.join(work, "power.dlc"), "--loop-bound", "4")
 
 

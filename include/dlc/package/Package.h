@@ -52,6 +52,12 @@ std::string describeBoundInput(const BoundInput &b);
 /// The error for setting an input the package does not have: one bound at compile
 /// time says so (with its value), another lists the package's inputs.
 std::string unknownInputMessage(const Package &m, const std::string &name);
+/// The smallest and largest shape input `index` takes: its shape, widened along the
+/// package's shape ranges (equal bounds where a dimension is fixed).
+struct ShapeBounds {
+  std::vector<int64_t> min, max;
+};
+ShapeBounds inputShapeBounds(const Package &m, uint32_t index);
 /// Whether a step runs when the package's steps for `arch` (chooseStepArch) are chosen.
 bool stepRunsOn(const Step &s, int arch);
 
