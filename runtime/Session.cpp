@@ -311,14 +311,20 @@ Status Session::checkRangedInput(int index, const HostTensor &t) const {
 /// A shape-range package: the schedule whose inputs have the staged shapes, made
 /// current; then the staged inputs are uploaded into its buffers.
 Status Session::selectSchedule() {
-  size_t found = schedules_.size();
-  for (size_t k = 0; k < schedules_.size() && found == schedules_.size(); ++k) {
-    bool same = true;
-    for (size_t i = 0; same && i < staged_.size(); ++i)
-      same = shapeOf(schedules_[k].inputs->Get(i)) == staged_[i].shape;
-    if (same)
+  auto matches = [&](size_t k) {
+    for (size_t i = 0; i < staged_.size(); ++i) {
+      const auto *shape = schedules_[k].inputs->Get(i)->shape();
+      if (shape ? !std::equal(shape->begin(), shape->end(), staged_[i].shape.begin(), staged_[i].shape.end())
+                : !staged_[i].shape.empty())
+        return false;
+    }
+    return true;
+  };
+  // Runs at one shape keep their schedule; a new shape searches them all.
+  size_t found = matches(current_) ? current_ : schedules_.size();
+  for (size_t k = 0; k < schedules_.size() && found == schedules_.size(); ++k)
+    if (matches(k))
       found = k;
-  }
   if (found == schedules_.size()) {
     std::string shapes;
     for (size_t i = 0; i < staged_.size(); ++i)
