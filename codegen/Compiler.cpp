@@ -149,6 +149,18 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
       pkg::BufRef dst = ref(m->dst);
       auto ms = pkg::CreateMemset(fb, &dst, m->bytes, m->value);
       step(pkg::StepKind::Memset, ms.Union());
+    } else if (const auto *a = std::get_if<AllReduceStep>(&s.op)) {
+      pkg::BufRef staging = ref(a->staging);
+      std::vector<pkg::BufRef> sources;
+      for (const BufferRef &r : a->sources)
+        sources.push_back(ref(r));
+      auto ar = pkg::CreateAllReduce(fb, a->bucket, toPkg(a->dtype), &staging, a->count,
+                                     fb.CreateVectorOfStructs(sources), fb.CreateVector(a->offsets),
+                                     fb.CreateVector(a->sizes));
+      step(pkg::StepKind::AllReduce, ar.Union());
+    } else if (const auto *cw = std::get_if<CollectiveWaitStep>(&s.op)) {
+      pkg::BufRef staging = ref(cw->staging);
+      step(pkg::StepKind::CollectiveWait, pkg::CreateCollectiveWait(fb, cw->bucket, &staging).Union());
     }
   }
   return fb.CreateVector(steps);
@@ -203,7 +215,7 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
                                  sourceModel.empty() ? nullptr : &model, evalOutputs,
                                  bound.empty() ? 0 : fb.CreateVector(bound),
                                  ranges.empty() ? 0 : fb.CreateVector(ranges),
-                                 variants.empty() ? 0 : fb.CreateVector(variants));
+                                 variants.empty() ? 0 : fb.CreateVector(variants), p.bucketBytes);
   return w.finishImage(root);
 }
 

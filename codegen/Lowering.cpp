@@ -330,6 +330,37 @@ void Lowering::addCopy(BufferRef src, BufferRef dst, uint64_t bytes, const Node 
 void Lowering::addMemset(BufferRef dst, uint64_t bytes, uint8_t v, const Node &n) {
   p_.steps.push_back({MemsetStep{dst, bytes, v}, n.name(), {}});
 }
+void Lowering::addAllReduce(AllReduceStep s, const Node &n) {
+  p_.steps.push_back({std::move(s), n.name(), {}});
+}
+
+void Lowering::addCollectiveWaits() {
+  std::vector<StepDesc> out;
+  std::map<uint32_t, StepDesc> pending; // staging buffer -> its wait
+  size_t commitFrom = p_.steps.size() - p_.commitSteps, waitsInCommit = 0;
+  for (size_t i = 0; i < p_.steps.size(); ++i) {
+    StepDesc &s = p_.steps[i];
+    if (!pending.empty())
+      forEachBufferRef(s, [&](const BufferRef &r) {
+        auto it = pending.find(r.buffer);
+        if (it == pending.end())
+          return;
+        out.push_back(std::move(it->second));
+        waitsInCommit += i > commitFrom; // before the first commit step is not in the commit
+        pending.erase(it);
+      });
+    if (const auto *a = std::get_if<AllReduceStep>(&s.op))
+      pending.emplace(a->staging.buffer,
+                      StepDesc{CollectiveWaitStep{a->bucket, a->staging}, s.node, s.archs, s.schedules});
+    out.push_back(std::move(s));
+  }
+  if (p_.commitSteps)
+    waitsInCommit += pending.size();
+  for (auto &[buffer, wait] : pending)
+    out.push_back(std::move(wait));
+  p_.steps = std::move(out);
+  p_.commitSteps += static_cast<uint32_t>(waitsInCommit);
+}
 
 /// The emu entry points of the kernels of one chunk (see include/dlc/runtime/EmuAbi.h).
 static std::string emuSection(const std::vector<const KernelDesc *> &kernels) {
@@ -654,6 +685,7 @@ llvm::Expected<Program> Lowering::run() {
       p_.outputs.push_back({o.name, o.value->type(), bufferOf(o.value).buffer});
   if (auto e = addUpdateSteps())
     return e;
+  addCollectiveWaits();
 
   // Weights in order; the arena by lifetimes (MemoryPlan.h).
   for (BufferDesc &b : p_.buffers)

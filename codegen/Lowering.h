@@ -157,6 +157,22 @@ struct MemsetStep {
   uint64_t bytes;
   uint8_t value;
 };
+/// A bucket of gradients averaged over the ranks of a data-parallel run
+/// (pkg::AllReduce): `sources` are copied into `staging` at `offsets` when the step
+/// runs, and the reduction runs beside the following steps until the bucket's
+/// CollectiveWaitStep.
+struct AllReduceStep {
+  uint32_t bucket = 0;
+  ir::DType dtype = ir::DType::F32;
+  BufferRef staging;
+  uint64_t count = 0; // elements
+  std::vector<BufferRef> sources;
+  std::vector<uint64_t> offsets, sizes; // bytes
+};
+struct CollectiveWaitStep {
+  uint32_t bucket = 0;
+  BufferRef staging;
+};
 /// The schedules a step belongs to (pkg::Step::schedules).
 enum ScheduleBits : uint8_t { kMainSchedule = 1, kEvalSchedule = 2 };
 
@@ -168,7 +184,7 @@ struct StepPredicate {
 };
 
 struct StepDesc {
-  std::variant<LaunchStep, GemmStep, CopyStep, MemsetStep> op;
+  std::variant<LaunchStep, GemmStep, CopyStep, MemsetStep, AllReduceStep, CollectiveWaitStep> op;
   std::string node;
   std::vector<std::string> archs; // empty: every architecture
   uint8_t schedules = kMainSchedule;
@@ -239,6 +255,8 @@ struct Program {
   /// Shape-range packages: the ranges, and the schedules of the other shapes.
   std::vector<ShapeRangeDesc> shapeRanges;
   std::vector<ScheduleVariant> variants;
+  /// Data-parallel training: the gradient buckets' size limit (0: not data parallel).
+  uint64_t bucketBytes = 0;
 };
 
 /// Assigns the kernels to chunks and writes `source` and `chunkSources` (after
@@ -277,6 +295,9 @@ public:
   /// The steps that commit the graph's updates at the end of the schedule: the
   /// update lanes' multi-tensor kernels, then a copy per other update.
   llvm::Error addUpdateSteps();
+  /// Puts each all-reduce's wait right before the first later step that reads its
+  /// bucket (or at the end).
+  void addCollectiveWaits();
   /// Per node (in `nodes` order), the schedules whose outputs it reaches.
   std::vector<uint8_t> scheduleMasks(const std::vector<const ir::Node *> &nodes) const;
   /// Per node, the run-time condition its result is needed under: (cond, when) if it
@@ -301,6 +322,11 @@ public:
   void addGemm(const GemmStep &g, const ir::Node &n);
   void addCopy(BufferRef src, BufferRef dst, uint64_t bytes, const ir::Node &n);
   void addMemset(BufferRef dst, uint64_t bytes, uint8_t v, const ir::Node &n);
+  void addAllReduce(AllReduceStep s, const ir::Node &n);
+  /// Records the data-parallel bucket size limit (Program::bucketBytes).
+  void setBucketBytes(uint64_t bytes) { p_.bucketBytes = std::max(p_.bucketBytes, bytes); }
+  /// The next all-reduce's number (the runtime's key for its wait), in schedule order.
+  uint32_t nextBucket() { return buckets_++; }
 
   // The kernel library (Library.h).
   /// Registers a functor's definition; returns its name (identical functors, one name).
@@ -372,6 +398,7 @@ private:
   std::map<std::string, uint32_t> instances_; // instantiation key -> kernel
   std::map<int64_t, std::vector<const ir::Node *>>
       lanes_; // update lane id -> nodes (ir::kLaneAttr)
+  uint32_t buckets_ = 0;
 };
 
 /// The lowering function of each op family (emitters/<Family>.cpp).

@@ -52,6 +52,12 @@ template <class F> void forEachBufferRef(const StepDesc &s, F f) {
     f(c->dst);
   } else if (const auto *m = std::get_if<MemsetStep>(&s.op)) {
     f(m->dst);
+  } else if (const auto *a = std::get_if<AllReduceStep>(&s.op)) {
+    f(a->staging);
+    for (const BufferRef &r : a->sources)
+      f(r);
+  } else if (const auto *w = std::get_if<CollectiveWaitStep>(&s.op)) {
+    f(w->staging);
   }
 }
 

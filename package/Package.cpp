@@ -529,6 +529,29 @@ Status PackageFile::verify() {
           DLC_RETURN_IF_ERROR(checkRef(*m->dst(), m->bytes(), label));
           break;
         }
+        case StepKind::AllReduce: {
+          const AllReduce *a = s->op_as_AllReduce();
+          size_t es = dtypeSize(a->dtype());
+          size_t n = a->sources() ? a->sources()->size() : 0;
+          if (!a->staging() || !n || !es || !a->offsets() || !a->sizes() || a->offsets()->size() != n ||
+              a->sizes()->size() != n || a->count() > UINT64_MAX / es)
+            return bad(label + " is an invalid all-reduce");
+          if (misaligned(a->sources()) || misaligned(a->offsets()) || misaligned(a->sizes()))
+            return bad(label + " has misaligned vectors");
+          DLC_RETURN_IF_ERROR(checkRef(*a->staging(), a->count() * es, label + " bucket"));
+          for (size_t k = 0; k < n; ++k) {
+            uint64_t off = a->offsets()->Get(k), size = a->sizes()->Get(k);
+            if (off > a->count() * es || size > a->count() * es - off)
+              return bad(label + " packs a gradient outside its bucket");
+            DLC_RETURN_IF_ERROR(checkRef(*a->sources()->Get(k), size, label + " gradient"));
+          }
+          break;
+        }
+        case StepKind::CollectiveWait:
+          if (!s->op_as_CollectiveWait()->staging())
+            return bad(label + " is an invalid wait");
+          DLC_RETURN_IF_ERROR(checkRef(*s->op_as_CollectiveWait()->staging(), 0, label));
+          break;
         default:
           return bad(label + " has an unknown kind");
         }

@@ -4,6 +4,8 @@
 #include "dlc/ir/GradBuilder.h"
 #include "dlc/passes/Autodiff.h"
 
+#include <algorithm>
+#include <numeric>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -252,6 +254,110 @@ Value *unscaleAndCheck(Graph &g, GradBuilder &b, std::vector<Gradient> &grads, V
   return found;
 }
 
+/// --sync-batchnorm: each BatchNormalization in training mode becomes ops whose batch
+/// mean and variance are averaged over the ranks (AllReduce), so that every replica
+/// normalizes with the statistics of the global batch and updates the same running
+/// statistics; autodiff then averages the statistics' gradients the same way
+/// (AllReduce's gradient rule). Returns how many it rewrote.
+size_t synchronizeBatchNorms(Graph &g, GradBuilder &b) {
+  size_t count = 0;
+  for (Node *n : g.nodeList()) {
+    if (n->kind() != OpKind::BatchNormalization || !n->attrInt("training_mode") || n->numResults() != 3)
+      continue;
+    Value *x = n->operand(0);
+    DType dt = x->dtype();
+    int64_t r = x->rank(), C = x->shape()[1];
+    Shape cs(static_cast<size_t>(r), 1);
+    cs[1] = C;
+    std::vector<int64_t> axes{0};
+    for (int64_t i = 2; i < r; ++i)
+      axes.push_back(i);
+    AttrMap meanAttrs{{"axes", axes}, {"keepdims", int64_t{1}}};
+    double eps = n->attrFloat("epsilon"), momentum = n->attrFloat("momentum");
+    Value *mean = b.op(OpKind::AllReduce, {b.op(OpKind::ReduceMean, {x}, meanAttrs)});
+    Value *xc = b.sub(x, mean);
+    Value *var = b.op(OpKind::AllReduce, {b.op(OpKind::ReduceMean, {b.mul(xc, xc)}, meanAttrs)});
+    Value *rstd = b.op(OpKind::Reciprocal, {b.op(OpKind::Sqrt, {b.add(var, b.scalar(eps, dt))})});
+    Value *y = b.add(b.mul(b.mul(xc, rstd), b.reshape(n->operand(1), cs)), b.reshape(n->operand(2), cs));
+    auto running = [&](Value *old, Value *batch) {
+      return b.add(b.scale(old, momentum), b.scale(b.reshape(batch, Shape{C}), 1 - momentum));
+    };
+    Value *rm = running(n->operand(3), mean), *rv = running(n->operand(4), var);
+    if (!y || !rm || !rv)
+      continue; // the builder's error surfaces from buildTrainingStep
+    Value *results[] = {y, rm, rv};
+    for (unsigned i = 0; i < 3; ++i)
+      g.replaceAllUsesWith(n->result(i), results[i]); // and the running statistics' updates
+    g.eraseNode(n);
+    ++count;
+  }
+  if (count)
+    g.topologicalSort();
+  return count;
+}
+
+/// Data parallelism: the gradients in the order the backward pass produces them,
+/// cut into buckets of one dtype and at most `limit` bytes (a larger gradient is a
+/// bucket of its own), each averaged over the ranks by one AllReduce that comes right
+/// after the node producing the bucket's last gradient, so that its reduction
+/// overlaps the rest of the backward pass. The gradients are replaced by the means.
+void bucketGradients(Graph &g, std::vector<Gradient> &grads, uint64_t limit, TrainingSummary &sum) {
+  std::unordered_map<const Node *, int64_t> position;
+  int64_t i = 0;
+  for (Node &n : g.nodes())
+    position[&n] = i++;
+  auto producedAt = [&](const Gradient &gr) -> int64_t {
+    const Node *d = gr.grad->definingNode();
+    return d ? position.at(d) : -1;
+  };
+  std::vector<size_t> order(grads.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return producedAt(grads[a]) < producedAt(grads[b]); });
+  std::vector<std::vector<size_t>> buckets;
+  uint64_t bytes = 0;
+  for (size_t k : order) {
+    uint64_t b = grads[k].grad->type().byteSize();
+    if (buckets.empty() || bytes + b > limit ||
+        grads[buckets.back().front()].grad->dtype() != grads[k].grad->dtype()) {
+      buckets.emplace_back();
+      bytes = 0;
+    }
+    buckets.back().push_back(k);
+    bytes += b;
+    sum.allReduceBytes += b;
+  }
+  for (size_t id = 0; id < buckets.size(); ++id) {
+    std::vector<Value *> operands;
+    std::vector<TensorType> types;
+    std::vector<std::string> names;
+    const Node *last = nullptr;
+    for (size_t k : buckets[id]) {
+      operands.push_back(grads[k].grad);
+      types.push_back(grads[k].grad->type());
+      names.push_back(g.uniqueName(grads[k].parameter->name() + ".grad.mean"));
+      if (const Node *d = grads[k].grad->definingNode())
+        last = d;
+    }
+    // Before the node after the last producer (the producers are in node order).
+    Node *before = nullptr;
+    if (last) {
+      std::vector<Node *> nodes = g.nodeList();
+      auto it = std::find(nodes.begin(), nodes.end(), last);
+      if (it != nodes.end() && it + 1 != nodes.end())
+        before = *(it + 1);
+    } else if (g.numNodes()) {
+      before = g.nodeList().front();
+    }
+    AttrMap attrs{{"bucket_bytes", static_cast<int64_t>(limit)}};
+    Node *ar = g.createNode(OpKind::AllReduce, operands, types, attrs, "all-reduce bucket " + std::to_string(id),
+                            before, names);
+    for (size_t j = 0; j < buckets[id].size(); ++j)
+      grads[buckets[id][j]].grad = ar->result(static_cast<unsigned>(j));
+  }
+  sum.buckets = buckets.size();
+}
+
 } // namespace
 
 llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOptions &opts) {
@@ -328,6 +434,13 @@ llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOption
       outs.push_back(o);
   g.setOutputs(std::move(outs));
 
+  if (opts.syncBatchNorm) {
+    if (!opts.bucketBytes)
+      return makeError("--sync-batchnorm goes with --data-parallel");
+    sum.syncBatchNorm = synchronizeBatchNorms(g, b) > 0; // none: nothing to synchronize
+    if (auto e = b.takeError())
+      return e;
+  }
   Value *lossValue = *loss, *scale = nullptr, *goodSteps = nullptr;
   if (opts.precision) {
     if (auto e = lowerForward(g, *opts.precision))
@@ -343,6 +456,8 @@ llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOption
   auto grads = buildGradients(g, lossValue, scale);
   if (!grads)
     return grads.takeError();
+  if (opts.bucketBytes)
+    bucketGradients(g, *grads, *opts.bucketBytes, sum);
   // A step whose gradients overflowed keeps every parameter and optimizer state.
   Value *skip = scale ? unscaleAndCheck(g, b, *grads, scale, goodSteps, opts) : nullptr;
   auto update = [&](Value *var, Value *next) {

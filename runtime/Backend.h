@@ -58,6 +58,15 @@ public:
   /// the step's fallback launch.
   virtual Status gemm(const pkg::Gemm &g, const std::string &node, bool &epilogueApplied) = 0;
   virtual Status copy(const pkg::Copy &c) = 0;
+  /// Data parallelism: packs the bucket's gradients into its staging buffer and
+  /// starts averaging it over the ranks beside the steps that follow (emu: a thread
+  /// of its own; cuda: a second stream); waitCollective orders the steps after it
+  /// behind the average. With one rank, the pack is all.
+  virtual Status allReduce(const pkg::AllReduce &a) = 0;
+  virtual Status waitCollective(const pkg::CollectiveWait &w) = 0;
+  /// Overwrites `bytes` at `r` on every rank with rank `root`'s (the parameters at
+  /// the start of a data-parallel run).
+  virtual Status broadcast(const pkg::BufRef &r, size_t bytes, int root) = 0;
   virtual Status memset(const pkg::Memset &m) = 0;
   virtual Status synchronize() = 0;
   /// Runs a whole schedule: `issue` issues its steps in order. The default calls it;

@@ -236,6 +236,15 @@ Status Session::loadCheckpoint(const std::string &path) {
   return Status::ok();
 }
 
+Status Session::broadcastVariables(int root) {
+  if (opts_.rank.size <= 1)
+    return Status::ok();
+  if (const auto *vs = pkg_->meta().variables())
+    for (const pkg::Variable *v : *vs)
+      DLC_RETURN_IF_ERROR(backend_->broadcast(pkg::BufRef(v->buffer(), 0), v->data()->size(), root));
+  return backend_->synchronize();
+}
+
 std::string Session::backendDescription() const { return backend_->describe(); }
 std::string Session::backendNote() const { return backend_->note(); }
 DeviceKind Session::deviceKind() const { return backend_->kind(); }
@@ -547,6 +556,14 @@ Status Session::runSteps(bool evaluation) {
       case pkg::StepKind::Memset:
         kind = "memset";
         st = backend_->memset(*s->op_as_Memset());
+        break;
+      case pkg::StepKind::AllReduce:
+        kind = "all-reduce";
+        st = backend_->allReduce(*s->op_as_AllReduce());
+        break;
+      case pkg::StepKind::CollectiveWait:
+        kind = "wait";
+        st = backend_->waitCollective(*s->op_as_CollectiveWait());
         break;
       default: st = Status(StatusCode::InvalidPackage, "unknown step kind");
       }

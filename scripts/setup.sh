@@ -13,6 +13,7 @@ PACKAGES=(
   python3 python3-dev python3-numpy python3-onnx python3-torch python3-torchvision python3-sklearn
   pybind11-dev python3-pytest python3-venv python3-setuptools python3-wheel
   clang-14 libclang-rt-14-dev
+  openmpi-bin libopenmpi3
 )
 # Node.js and npm (ONNX Runtime as a reference, through npm's onnxruntime-node):
 # Debian's packages unless a node and npm are already on PATH.

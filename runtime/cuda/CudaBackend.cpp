@@ -15,7 +15,9 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <chrono>
 #include <list>
+#include <thread>
 #include <cstring>
 #include <map>
 
@@ -161,6 +163,15 @@ public:
         drv_.cuMemFree_(arena_);
       for (CUmodule mod : modules_)
         drv_.cuModuleUnload_(mod);
+      if (commStream_)
+        drv_.cuStreamSynchronize_(commStream_);
+      for (const auto &[bucket, ev] : bucketEvents_) {
+        drv_.cuEventDestroy_(ev.first);
+        drv_.cuEventDestroy_(ev.second);
+      }
+      nccl_.reset();
+      if (commStream_)
+        drv_.cuStreamDestroy_(commStream_);
       if (stream_)
         drv_.cuStreamDestroy_(stream_);
     }
@@ -296,6 +307,19 @@ public:
       if (ltTable_.cublasLtCreate_(&ltHandle_) != CUBLAS_STATUS_SUCCESS)
         return Status(StatusCode::Unavailable, "cublasLtCreate failed");
     }
+    if (m.bucket_bytes() && opts_.rank.size > 1) {
+      // A device communicator of the caller's, or NCCL on the device whose context
+      // is current here (this backend's), its id exchanged through the caller's.
+      if (opts_.communicator && opts_.communicator->onDevice()) {
+        nccl_ = opts_.communicator;
+      } else {
+        auto comm = createNcclCommunicator(opts_.comm, opts_.communicator);
+        if (!comm)
+          return comm.takeStatus();
+        nccl_ = std::move(*comm);
+      }
+      DLC_RETURN_IF_ERROR(check(drv_.cuStreamCreate_(&commStream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate"));
+    }
     return check(drv_.cuStreamSynchronize_(stream_), "synchronize");
   }
 
@@ -345,7 +369,65 @@ public:
   }
   Status synchronize() override {
     CtxGuard g(drv_, ctx_);
-    return check(drv_.cuStreamSynchronize_(stream()), "synchronize");
+    if (!nccl_)
+      return check(drv_.cuStreamSynchronize_(stream()), "synchronize");
+    // With collectives in flight, a rank that died would leave this one waiting for
+    // ever: poll both streams, NCCL's asynchronous errors and the deadline.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(nccl_->timeoutSeconds());
+    for (CUstream s : {commStream_, stream()}) {
+      for (;;) {
+        CUresult r = drv_.cuStreamQuery_(s);
+        if (r == CUDA_SUCCESS)
+          break;
+        if (r != CUDA_ERROR_NOT_READY)
+          return check(r, "synchronize");
+        DLC_RETURN_IF_ERROR(nccl_->asyncError());
+        if (std::chrono::steady_clock::now() > deadline)
+          return Status(StatusCode::Unavailable,
+                        "rank " + std::to_string(nccl_->rank()) + ": the step waited " +
+                            std::to_string(static_cast<int>(nccl_->timeoutSeconds())) +
+                            " s for the other ranks' all-reduces (did one of them die?)");
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+    return Status::ok();
+  }
+
+  Status allReduce(const pkg::AllReduce &a) override {
+    CtxGuard g(drv_, ctx_);
+    CUdeviceptr staging = address(*a.staging());
+    // The pack runs on the main stream, in order with the producers of the gradients
+    // and before any later step may reuse their memory.
+    for (size_t k = 0; k < a.sources()->size(); ++k)
+      DLC_RETURN_IF_ERROR(check(drv_.cuMemcpyDtoDAsync_(staging + a.offsets()->Get(k),
+                                                        address(*a.sources()->Get(k)), a.sizes()->Get(k), stream()),
+                                "packing a gradient bucket"));
+    if (!nccl_)
+      return Status::ok();
+    auto [it, fresh] = bucketEvents_.try_emplace(a.bucket(), nullptr, nullptr);
+    if (fresh) {
+      DLC_RETURN_IF_ERROR(check(drv_.cuEventCreate_(&it->second.first, CU_EVENT_DISABLE_TIMING), "cuEventCreate"));
+      DLC_RETURN_IF_ERROR(check(drv_.cuEventCreate_(&it->second.second, CU_EVENT_DISABLE_TIMING), "cuEventCreate"));
+    }
+    DLC_RETURN_IF_ERROR(check(drv_.cuEventRecord_(it->second.first, stream()), "cuEventRecord"));
+    DLC_RETURN_IF_ERROR(check(drv_.cuStreamWaitEvent_(commStream_, it->second.first, 0), "cuStreamWaitEvent"));
+    DLC_RETURN_IF_ERROR(nccl_->allReduceDevice(staging, a.count(), a.dtype(), ReduceOp::Avg, commStream_));
+    return check(drv_.cuEventRecord_(it->second.second, commStream_), "cuEventRecord");
+  }
+  Status waitCollective(const pkg::CollectiveWait &w) override {
+    auto it = bucketEvents_.find(w.bucket());
+    if (!nccl_ || it == bucketEvents_.end())
+      return Status::ok();
+    CtxGuard g(drv_, ctx_);
+    return check(drv_.cuStreamWaitEvent_(stream(), it->second.second, 0), "cuStreamWaitEvent");
+  }
+  Status broadcast(const pkg::BufRef &r, size_t bytes, int root) override {
+    if (!nccl_)
+      return Status::ok();
+    CtxGuard g(drv_, ctx_);
+    DLC_RETURN_IF_ERROR(check(drv_.cuStreamSynchronize_(stream()), "synchronize"));
+    DLC_RETURN_IF_ERROR(nccl_->broadcastDevice(address(r), bytes, root, commStream_));
+    return check(drv_.cuStreamSynchronize_(commStream_), "broadcast");
   }
 
   /// The first run captures the steps into a CUDA graph (nothing executes during
@@ -467,7 +549,9 @@ public:
 private:
   static std::string versionString(uint32_t v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
 
-  bool useGraphs() const { return opts_.cudaGraphs && !opts_.profile && !graphFailed_; }
+  // Data-parallel schedules run step by step: NCCL's calls on the second stream are
+  // not captured.
+  bool useGraphs() const { return opts_.cudaGraphs && !opts_.profile && !graphFailed_ && !nccl_; }
 
   void graphFailed(const std::string &why) {
     graphFailed_ = true;
@@ -656,6 +740,11 @@ private:
   static constexpr size_t kGraphCacheSize = 8;
   std::list<std::pair<size_t, CUgraphExec>> graphs_;
   bool graphFailed_ = false;
+  /// Data parallelism: the NCCL communicator, the stream its all-reduces run on, and
+  /// per bucket the events "gradients packed" (main stream) and "averaged" (second stream).
+  std::shared_ptr<Communicator> nccl_;
+  CUstream commStream_ = nullptr;
+  std::map<uint32_t, std::pair<CUevent, CUevent>> bucketEvents_;
   std::string note_;
   std::string name_;
   int major_ = 0, minor_ = 0, sms_ = 0, driverVersion_ = 0;
@@ -698,6 +787,21 @@ Result<std::unique_ptr<Backend>> createCudaBackend(const SessionOptions &opts) {
   if (!d)
     return st;
   return cuda::createBackend(*d, nullptr, opts);
+}
+
+} // namespace dlc::rt
+
+namespace dlc::rt {
+
+int cudaDeviceCount() {
+  const cuda::Driver *d = cuda::testDriver;
+  Status st;
+  if (!d)
+    d = cuda::sharedDriver(st);
+  int count = 0;
+  if (!d || d->cuInit_(0) != CUDA_SUCCESS || d->cuDeviceGetCount_(&count) != CUDA_SUCCESS)
+    return 0;
+  return count;
 }
 
 } // namespace dlc::rt

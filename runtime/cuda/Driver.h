@@ -24,7 +24,8 @@ namespace dlc::rt::cuda {
   X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuGetErrorName) X(cuGetErrorString) \
   X(cuLaunchKernelEx) X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuStreamBeginCapture)        \
   X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphDestroy)           \
-  X(cuGraphExecDestroy)
+  X(cuGraphExecDestroy) X(cuEventCreate) X(cuEventRecord) X(cuEventDestroy) X(cuStreamWaitEvent)      \
+  X(cuStreamQuery)
 
 /// Driver API entry points; `fn_` has the prototype of `fn` in cuda.h.
 struct Driver {

@@ -18,16 +18,97 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstdlib>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <thread>
 #include <type_traits>
 
 namespace dlc::rt {
 namespace {
+
+/// The emu backend's second stream: all-reduces of gradient buckets run on a thread
+/// of their own, in the order they were started, while the pool computes the rest
+/// of the backward pass. Every rank starts the same buckets in the same order, which
+/// is what MPI needs of collectives.
+class CollectiveThread {
+public:
+  explicit CollectiveThread(std::shared_ptr<Communicator> comm) : comm_(std::move(comm)) {}
+  ~CollectiveThread() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable())
+      thread_.join();
+  }
+  void start(uint32_t bucket, void *data, size_t count, pkg::DType dt) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!thread_.joinable())
+      thread_ = std::thread([this] { loop(); });
+    queue_.push_back({bucket, data, count, dt});
+    pending_[bucket] = true;
+    cv_.notify_all();
+  }
+  /// Waits for a bucket's average (nothing if it was not started); its error if it failed.
+  Status wait(uint32_t bucket) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !pending_[bucket]; });
+    return error_;
+  }
+  Status drain() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+    for (auto &[bucket, pending] : pending_)
+      pending = false;
+    return error_;
+  }
+
+private:
+  struct Job {
+    uint32_t bucket;
+    void *data;
+    size_t count;
+    pkg::DType dtype;
+  };
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty())
+        return;
+      Job j = queue_.front();
+      queue_.pop_front();
+      busy_ = true;
+      Status st;
+      if (!error_) { // after a failure, the ranks no longer agree on what comes next
+        lock.unlock();
+        st = comm_->allReduce(j.data, j.count, j.dtype, ReduceOp::Avg);
+        lock.lock();
+      }
+      if (st && !error_)
+        error_ = st;
+      busy_ = false;
+      pending_[j.bucket] = false;
+      cv_.notify_all();
+    }
+  }
+  std::shared_ptr<Communicator> comm_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;
+  std::map<uint32_t, bool> pending_;
+  bool busy_ = false, stop_ = false;
+  Status error_;
+  std::thread thread_;
+};
 
 //===----------------------------------------------------------------------===//
 // Backend
@@ -123,6 +204,9 @@ public:
         kernels_.push_back(it->second);
       }
     }
+    if (m.bucket_bytes() && opts_.rank.size > 1 && (!opts_.communicator || opts_.communicator->onDevice()))
+      return Status(StatusCode::InvalidArgument,
+                    "emu ranks average their gradients through MPI: start them with mpirun or `dlc train --nproc`");
     if (!arena_.allocate(m.arena_bytes(), opts_.check ? 0xff : 0))
       return Status(StatusCode::Internal, "out of host memory for the arena");
     // Weights: one copy per model, shared by its emu sessions.
@@ -172,7 +256,41 @@ public:
     std::memset(address(*m.dst()), m.value(), m.bytes());
     return Status::ok();
   }
-  Status synchronize() override { return sticky_; }
+  Status synchronize() override {
+    if (collectives_)
+      if (Status st = collectives_->drain(); st && !sticky_)
+        sticky_ = st;
+    return sticky_;
+  }
+
+  Status allReduce(const pkg::AllReduce &a) override {
+    if (sticky_)
+      return sticky_;
+    uint8_t *staging = address(*a.staging());
+    for (size_t k = 0; k < a.sources()->size(); ++k)
+      std::memmove(staging + a.offsets()->Get(k), address(*a.sources()->Get(k)), a.sizes()->Get(k));
+    if (opts_.rank.size <= 1)
+      return Status::ok();
+    if (!collectives_)
+      collectives_ = std::make_unique<CollectiveThread>(opts_.communicator);
+    collectives_->start(a.bucket(), staging, a.count(), a.dtype());
+    return Status::ok();
+  }
+  Status waitCollective(const pkg::CollectiveWait &w) override {
+    if (sticky_)
+      return sticky_;
+    if (collectives_)
+      if (Status st = collectives_->wait(w.bucket()))
+        return sticky_ = st;
+    return Status::ok();
+  }
+  Status broadcast(const pkg::BufRef &r, size_t bytes, int root) override {
+    if (sticky_)
+      return sticky_;
+    if (opts_.rank.size <= 1)
+      return Status::ok();
+    return opts_.communicator->broadcast(address(r), bytes, root);
+  }
 
   Status launch(const pkg::Launch &l, const std::string &node) override {
     if (sticky_)
@@ -394,6 +512,7 @@ private:
   std::vector<EmuKernel> kernels_;
   AlignedBuffer arena_;
   std::shared_ptr<EmuWeights> weights_;
+  std::unique_ptr<CollectiveThread> collectives_;
 };
 
 } // namespace

@@ -41,7 +41,8 @@ for f in glob.glob(os.path.join(root, "tests", "unit", "ir", "corpus", "*.ir")) 
 
 # Packages: small graphs compiled for emu, covering every table of the format: a
 # training step (variables, update lanes, an evaluation schedule), steps conditional on
-# a run-time If, inputs bound at compile time, and shape ranges.
+# a run-time If, inputs bound at compile time, shape ranges, and a data-parallel step
+# (an all-reduce bucket and its wait).
 graphs = {
     "relu": 'graph @g(%x: f32[2,4]) -> ("y": f32[2,4]) {\n  %y = Relu(%x) : f32[2,4]\n  return %y\n}\n',
     "mlp": open(os.path.join(root, "tests", "lit", "tools", "Inputs", "mlp.ir")).read(),
@@ -55,6 +56,22 @@ graphs = {
   %w1 = Sub(%w, %g) : f32[3]
   update %w = %w1
   return %loss, %e
+}
+""",
+    "dp": """graph @dp(%x: f32[3], %y: f32[2]) -> ("loss": f32[]) {
+  %w = param f32[3] dense<[1.0, 2.0, 3.0]>
+  %v = param f32[2] dense<[0.5, 0.25]>
+  %lr = const f32[] dense<[0.5]>
+  %p = Mul(%x, %w) : f32[3]
+  %loss = ReduceSum(%p) {keepdims = 0} : f32[]
+  %g = Mul(%x, %lr) : f32[3]
+  %h = Mul(%y, %lr) : f32[2]
+  %gm, %hm = AllReduce(%g, %h) {bucket_bytes = 1024} : f32[3], f32[2]
+  %w1 = Sub(%w, %gm) : f32[3]
+  %v1 = Sub(%v, %hm) : f32[2]
+  update %w = %w1
+  update %v = %v1
+  return %loss
 }
 """,
     "branches": """graph @branches(%x: f32[2,4], %c: bool[]) -> ("y": f32[2,4]) {

@@ -76,12 +76,24 @@ def main():
         ("a class index out of range", train("out_of_range.npz"), "out of range"),
         ("not a training package", [a.dlc, "train", j("relu.dlc"), "--data", j("good.npz")],
          "not a training package"),
+        ("--bucket-mb without --data-parallel", compile_("mlp.onnx", "--bucket-mb", "4"),
+         "--bucket-mb goes with --data-parallel"),
+        ("--sync-batchnorm without --data-parallel", compile_("mlp.onnx", "--sync-batchnorm"),
+         "--sync-batchnorm goes with --data-parallel"),
+        ("a bucket of zero MiB", compile_("mlp.onnx", "--data-parallel", "--bucket-mb", "0"), "--bucket-mb must be"),
+        ("--nproc 0", train("good.npz", "--nproc", "0"), "--nproc must be"),
+        ("a negative --timeout", train("good.npz", "--timeout", "-1"), "--timeout must be"),
+        ("ranks of a package without --data-parallel", train("good.npz"), "--data-parallel"),
+        ("a bad DLC_WORLD_SIZE", train("good.npz"), "DLC_WORLD_SIZE"),
     ]
+    # Cases that need an environment of their own (the rank of a launcher).
+    envs = {"ranks of a package without --data-parallel": {"DLC_RANK": "0", "DLC_WORLD_SIZE": "2"},
+            "a bad DLC_WORLD_SIZE": {"DLC_RANK": "0", "DLC_WORLD_SIZE": "two"}}
     failures = 0
     for what, cmd, expect in cases:
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, **envs.get(what, {})))
         lines = [l for l in p.stderr.splitlines() if l.startswith("dlc: error:")]
         others = [l for l in p.stderr.splitlines() if l.strip() and not l.startswith("dlc: ")]
         problems = []

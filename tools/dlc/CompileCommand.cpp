@@ -293,8 +293,13 @@ llvm::Expected<std::unique_ptr<ir::Graph>> loadAndOptimize(
                    << (sum->batchNorms
                            ? ", " + std::to_string(sum->batchNorms) + " BatchNorms in training mode"
                            : "")
-                   << (sum->lossScaling ? ", dynamic loss scaling" : "") << "; " << g->numNodes()
-                   << " nodes\n";
+                   << (sum->lossScaling ? ", dynamic loss scaling" : "")
+                   << (sum->buckets ? ", data parallel: " + std::to_string(sum->buckets) +
+                                          " all-reduce buckets of " +
+                                          std::to_string(sum->allReduceBytes) + " gradient bytes" +
+                                          (sum->syncBatchNorm ? ", synchronized BatchNorm" : "")
+                                    : "")
+                   << "; " << g->numNodes() << " nodes\n";
   }
   auto t1 = std::chrono::steady_clock::now();
   size_t before = g->numNodes();

@@ -3,8 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace dlc::tool {
+
+/// NCCL's per-hop latency of a ring step in one machine (a few microseconds).
+constexpr double kLinkLatencyMicros = 3.0;
 
 using codegen::GpuModel;
 
@@ -103,6 +107,13 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant) {
       } else if (const pkg::Memset *ms = s->op_as_Memset()) {
         sc.kind = "memset";
         sc.bytesWritten = ms->bytes();
+      } else if (const pkg::AllReduce *ar = s->op_as_AllReduce()) {
+        sc.kind = "all-reduce"; // on the main stream: the pack's copies
+        for (uint64_t b : *ar->sizes())
+          sc.bytesRead += b;
+        sc.bytesWritten = sc.bytesRead;
+      } else if (s->op_as_CollectiveWait()) {
+        sc.kind = "wait";
       }
       for (size_t i = 0; i < ng; ++i) {
         const GpuModel &g = *gpus[i];
@@ -126,7 +137,8 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant) {
         double peak = sc.tf32 ? g.tf32Flops : sc.tensor ? g.tensorFlops : g.fp32Flops;
         double roof =
             1e6 * std::max(static_cast<double>(sc.bytes()) / g.dramBytesPerSecond, sc.flops / peak);
-        double t = codegen::modeledMicros(g, sc.flops, static_cast<double>(sc.bytes()), fill, peak);
+        double t = sc.kind == "wait" ? 0.0
+                                     : codegen::modeledMicros(g, sc.flops, static_cast<double>(sc.bytes()), fill, peak);
         sc.runs.push_back(runs);
         sc.fill.push_back(fill);
         sc.micros.push_back(t);
@@ -149,6 +161,54 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant) {
       for (const pkg::TensorInfo *t : *list)
         c.lowerBoundBytes += tensorBytes(*t);
   return c;
+}
+
+DataParallelCost dataParallelCostOf(const pkg::PackageFile &pf, const PackageCost &cost, int ranks) {
+  DataParallelCost d;
+  d.ranks = ranks;
+  std::vector<const codegen::GpuModel *> gpus = codegen::reportedGpus();
+  const pkg::Package &m = pf.meta();
+  std::vector<const pkg::Step *> steps; // those costOf modeled, in the same order
+  if (m.steps())
+    for (const pkg::Step *s : *m.steps())
+      if (s->schedules() & 1)
+        steps.push_back(s);
+  for (const pkg::Step *s : steps)
+    if (const pkg::AllReduce *ar = s->op_as_AllReduce()) {
+      ++d.buckets;
+      for (uint64_t b : *ar->sizes())
+        d.allReduceBytes += b;
+    }
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    const codegen::GpuModel &g = *gpus[i];
+    double t = 0, commFree = 0, comm = 0, exposed = 0;
+    std::map<uint32_t, double> done;
+    for (size_t k = 0; k < steps.size() && k < cost.steps.size(); ++k) {
+      const StepCost &sc = cost.steps[k];
+      if (!sc.runs[i])
+        continue;
+      t += sc.micros[i];
+      if (const pkg::AllReduce *ar = steps[k]->op_as_AllReduce()) {
+        double bytes = static_cast<double>(ar->count() * pkg::dtypeSize(ar->dtype()));
+        double c = ranks > 1 ? 2.0 * (ranks - 1) / ranks * bytes / g.linkBytesPerSecond * 1e6 +
+                                   2.0 * (ranks - 1) * kLinkLatencyMicros
+                             : 0.0;
+        double start = std::max(t, commFree);
+        commFree = done[ar->bucket()] = start + c;
+        comm += c;
+      } else if (const pkg::CollectiveWait *w = steps[k]->op_as_CollectiveWait()) {
+        double ready = done.count(w->bucket()) ? done[w->bucket()] : 0;
+        if (ready > t) {
+          exposed += ready - t;
+          t = ready;
+        }
+      }
+    }
+    d.commMicros.push_back(comm);
+    d.exposedMicros.push_back(exposed);
+    d.stepMicros.push_back(t);
+  }
+  return d;
 }
 
 } // namespace dlc::tool

@@ -10,7 +10,8 @@
 //    more SMs (as cuBLASLt's heuristics do); FP32 on CUDA cores, FP16/BF16 on tensor
 //    cores, TF32 (--tf32) at the TF32 tensor-core peak; a kernel that declares
 //    tensor cores (package Kernel.tensor_core) at the FP16 tensor-core peak;
-//  - copies and memsets: bytes / bandwidth + overhead.
+//  - copies and memsets: bytes / bandwidth + overhead (an all-reduce's pack is copies);
+//  - data-parallel steps: the all-reduces beside the schedule (dataParallelCostOf).
 // The old roofline (max(bytes / bandwidth, FLOPs / peak) per step, no fill, no
 // launch cost) is kept beside it: it is the optimistic bound.
 //===----------------------------------------------------------------------===//
@@ -51,5 +52,23 @@ struct PackageCost {
 /// The package's own schedule, or with `variant` >= 0 that shape variant's
 /// (pkg::Package::variants, shape-range packages).
 PackageCost costOf(const pkg::PackageFile &pf, int variant = -1);
+
+/// A data-parallel training step on `ranks` GPUs of one machine: each bucket's ring
+/// all-reduce (2 (N-1)/N of its bytes over the GPU link, plus 2 (N-1) hops of
+/// latency) on a second stream from its AllReduce step, serially; the main stream
+/// waits at each CollectiveWait for what is not done yet. `overlap` is the part of
+/// the all-reduce time hidden behind compute.
+struct DataParallelCost {
+  int ranks = 0;
+  size_t buckets = 0;
+  uint64_t allReduceBytes = 0; // gradient bytes per rank and step
+  /// Per reported GPU (microseconds): all-reduce time, the part the step waits for,
+  /// and the whole step.
+  std::vector<double> commMicros, exposedMicros, stepMicros;
+  double overlap(size_t gpu) const {
+    return commMicros[gpu] > 0 ? 1 - exposedMicros[gpu] / commMicros[gpu] : 1;
+  }
+};
+DataParallelCost dataParallelCostOf(const pkg::PackageFile &pf, const PackageCost &cost, int ranks);
 
 } // namespace dlc::tool

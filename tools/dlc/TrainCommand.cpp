@@ -9,6 +9,7 @@
 // checkpoint.
 //===----------------------------------------------------------------------===//
 #include "Commands.h"
+#include "Ranks.h"
 #include "Train.h"
 #include "dlc/frontend/OnnxImporter.h"
 #include "dlc/ir/Graph.h"
@@ -22,6 +23,7 @@
 #include <fstream>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -47,13 +49,21 @@ std::vector<OptSpec> trainingOptionSpecs() {
        "--train: initializers whose name matches stay constant"},
       {"loss-scale", 0, true, false, "F",
        "--train --fp16: the initial dynamic loss scale (default 65536; halved on each\n"
-       "overflowed, skipped step, doubled after 2000 clean ones)"}};
+       "overflowed, skipped step, doubled after 2000 clean ones)"},
+      {"data-parallel", 0, false, false, "",
+       "--train: average the gradients over the ranks of `dlc train --nproc N` or mpirun\n"
+       "(bucketed all-reduces that overlap the backward pass; any number of ranks)"},
+      {"bucket-mb", 0, true, false, "F",
+       "--data-parallel: the gradient bucket size in MiB (default 25, as PyTorch DDP)"},
+      {"sync-batchnorm", 0, false, false, "",
+       "--data-parallel: BatchNorm normalizes with the global batch's statistics (averaged\n"
+       "over the ranks) instead of each replica's"}};
 }
 
 llvm::Expected<std::optional<passes::TrainingOptions>> trainingFromArgs(const Args &args) {
   static const char *kTrainOnly[] = {"loss",  "label", "optimizer", "lr",           "momentum",
                                      "beta1", "beta2", "eps",       "weight-decay", "freeze",
-                                     "loss-scale"};
+                                     "loss-scale", "data-parallel", "bucket-mb", "sync-batchnorm"};
   if (!args.has("train")) {
     for (const char *o : kTrainOnly)
       if (args.has(o))
@@ -104,6 +114,20 @@ llvm::Expected<std::optional<passes::TrainingOptions>> trainingFromArgs(const Ar
     if (v->empty() || *end || !std::isfinite(d) || d < 1 || d > 3.0e38)
       return ir::errorf("--loss-scale must be a number in [1, 3e38], got '{0}'", *v);
     t.initLossScale = d;
+  }
+  for (const char *o : {"bucket-mb", "sync-batchnorm"})
+    if (args.has(o) && !args.has("data-parallel"))
+      return ir::errorf("--{0} goes with --data-parallel", o);
+  t.syncBatchNorm = args.has("sync-batchnorm");
+  if (args.has("data-parallel")) {
+    t.bucketBytes = passes::kDefaultBucketBytes;
+    if (auto v = args.get("bucket-mb")) {
+      char *end = nullptr;
+      double d = std::strtod(v->c_str(), &end);
+      if (v->empty() || *end || !std::isfinite(d) || d <= 0 || d > 1 << 20)
+        return ir::errorf("--bucket-mb must be a number of MiB in (0, 1048576], got '{0}'", *v);
+      t.bucketBytes = std::max<uint64_t>(1, static_cast<uint64_t>(d * (1 << 20)));
+    }
   }
   return t;
 }
@@ -267,7 +291,14 @@ int runTrain(const std::vector<std::string> &argv) {
        {"log", 0, true, false, "FILE.jsonl", "One JSON line per step: epoch, step, loss"},
        {"device", 0, true, false, "D", "auto (default), cuda or emu"},
        {"threads", 0, true, false, "N", "emu: worker threads (default: all cores)"},
-       {"quiet", 'q', false, false, "", "Only errors and the final summary"}});
+       {"quiet", 'q', false, false, "", "Only errors and the final summary"},
+       {"nproc", 0, true, false, "N",
+        "Data parallel: start N ranks on this machine (one per GPU, or N emu ranks through\n"
+        "mpirun); `mpirun -np N dlc train ...` runs across machines. --batch is per rank"},
+       {"rendezvous", 0, true, false, "SPEC",
+        "cuda ranks without mpirun: where they exchange NCCL's id, file:PATH or tcp:HOST:PORT"},
+       {"timeout", 0, true, false, "S",
+        "Data parallel: how long a rank waits for the others before it fails (default 300)"}});
   int exitCode = 0;
   auto args = parser.parseCommand(argv, exitCode, "package");
   if (!args)
@@ -291,33 +322,78 @@ int runTrain(const std::vector<std::string> &argv) {
   }
   bool quiet = args->has("quiet");
   const std::string pkgPath = args->positionals()[0];
+  double timeout = 300;
+  if (auto t = args->get("timeout")) {
+    char *end = nullptr;
+    timeout = std::strtod(t->c_str(), &end);
+    if (t->empty() || *end || !std::isfinite(timeout) || timeout <= 0) {
+      reportError(ir::errorf("train: --timeout must be a number of seconds > 0, got '{0}'", *t));
+      return 2;
+    }
+  }
+  if (args->has("nproc")) {
+    auto n = num("nproc", 1, 1);
+    if (!n || *n > 1024) {
+      reportError(ir::makeError("train: --nproc must be a number of ranks in [1, 1024]"));
+      return 2;
+    }
+    LaunchOptions lo;
+    lo.nproc = static_cast<int>(*n);
+    lo.device = args->getOr("device", "auto");
+    lo.rendezvous = args->getOr("rendezvous", "");
+    lo.timeoutSeconds = timeout;
+    lo.quiet = quiet;
+    return launchRanks(argv, lo);
+  }
+  auto joined = joinRanks(timeout, args->getOr("rendezvous", ""));
+  if (!joined)
+    return fail(joined.status().message());
+  RankContext ranks = std::move(*joined);
+  const int worldSize = ranks.info.size, rank = ranks.info.rank;
+  // A rank's error: with its rank, and under MPI the end of every rank (they would
+  // wait for this one until their timeout).
+  auto failRank = [&](const std::string &msg) {
+    if (!ranks.distributed())
+      return fail(msg);
+    reportError(ir::makeError("rank " + std::to_string(rank) + " of " + std::to_string(worldSize) + ": " + msg));
+    llvm::errs().flush();
+    if (ranks.comm)
+      ranks.comm->abort(1);
+    return 1;
+  };
+  // Rank 0 alone reports progress, logs and writes checkpoints.
+  if (!ranks.lead())
+    quiet = true;
 
   auto file = pkg::PackageFile::load(pkgPath);
   if (!file)
-    return fail(file.status().message());
+    return failRank(file.status().message());
   const pkg::Package &m = (*file)->meta();
   if (!m.variables() || m.variables()->size() == 0 || m.commit_steps() == 0)
-    return fail("'" + pkgPath +
+    return failRank("'" + pkgPath +
                 "' is not a training package (compile it with `dlc compile --train`)");
+  if (ranks.distributed() && !m.bucket_bytes())
+    return failRank("'" + pkgPath + "' averages no gradients over ranks: compile it with `dlc compile --train "
+                                     "--data-parallel` to train on " + std::to_string(worldSize) + " ranks");
   if (!m.inputs() || m.inputs()->size() == 0 || !m.outputs() || m.outputs()->size() == 0)
-    return fail("'" + pkgPath + "' has no inputs or outputs");
+    return failRank("'" + pkgPath + "' has no inputs or outputs");
   size_t batch = static_cast<size_t>(shapeOf(m.inputs()->Get(0))[0]);
   if (auto b = args->get("batch"); b && *b != std::to_string(batch))
-    return fail("--batch " + *b + " does not match the batch the package was compiled for (" +
+    return failRank("--batch " + *b + " does not match the batch the package was compiled for (" +
                 std::to_string(batch) + "); recompile with --input-shape to change it");
 
   auto train = loadData(args->getOr("data", ""), m);
   if (!train)
-    return fail(train.status().message());
+    return failRank(train.status().message());
   std::optional<DataSet> eval;
   if (auto e = args->get("eval-data")) {
     auto d = loadData(*e, m);
     if (!d)
-      return fail(d.status().message());
+      return failRank(d.status().message());
     eval = std::move(*d);
   }
   if (train->samples < batch)
-    return fail("the training data holds " + std::to_string(train->samples) +
+    return failRank("the training data holds " + std::to_string(train->samples) +
                 " samples, fewer than one batch of " + std::to_string(batch));
 
   rt::SessionOptions so;
@@ -327,22 +403,37 @@ int runTrain(const std::vector<std::string> &argv) {
   else if (dev == "emu")
     so.device = rt::DeviceKind::Emu;
   else if (dev != "auto")
-    return fail("--device must be auto, cuda or emu, got '" + dev + "'");
+    return failRank("--device must be auto, cuda or emu, got '" + dev + "'");
   so.emuThreads = static_cast<int>(*threads);
+  if (ranks.distributed()) {
+    so.rank = ranks.info;
+    so.communicator = ranks.comm;
+    so.comm = ranks.options;
+    so.cudaDevice = ranks.info.localRank;
+    // The emu ranks of one machine share its cores.
+    if (!args->has("threads")) {
+      const char *local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+      int perMachine = local ? std::max(1, std::atoi(local)) : worldSize;
+      so.emuThreads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / perMachine);
+    }
+  }
   auto session = rt::Session::create(*file, so);
   if (!session)
-    return fail(session.status().message());
+    return failRank(session.status().message());
   rt::Session &s = **session;
 
   if (auto r = args->get("resume"))
     if (Status st = s.loadCheckpoint(*r))
-      return fail(st.message());
+      return failRank(st.message());
+  // Every rank starts from rank 0's parameters and optimizer state.
+  if (Status st = s.broadcastVariables(0))
+    return failRank(st.message());
 
   std::unique_ptr<std::ofstream> log;
-  if (auto l = args->get("log")) {
+  if (auto l = args->get("log"); l && ranks.lead()) {
     log = std::make_unique<std::ofstream>(*l);
     if (!*log)
-      return fail("cannot write the log '" + *l + "'");
+      return failRank("cannot write the log '" + *l + "'");
   }
   std::string lossName = m.outputs()->Get(0)->name()->str();
   // FP16 training: the dynamic loss scale, read after every step; a step that
@@ -359,7 +450,7 @@ int runTrain(const std::vector<std::string> &argv) {
   if (scaled) {
     auto f = lossScale();
     if (!f)
-      return fail(f.status().message());
+      return failRank(f.status().message());
     scale = *f;
   }
   // Classification accuracy when the package's second output is the class scores
@@ -373,18 +464,21 @@ int runTrain(const std::vector<std::string> &argv) {
   auto runBatches = [&](DataSet &d, const std::vector<int64_t> &order, bool training, size_t epoch,
                         double &lossSum, size_t &correct, size_t &counted) -> Status {
     // Training skips a last partial batch; evaluation fills it up with the first
-    // samples again and counts only the real ones.
-    size_t steps = training ? d.samples / batch : (d.samples + batch - 1) / batch;
+    // samples again and counts only the real ones. Data parallel: training step k
+    // takes the samples [k B N, (k + 1) B N) of the order, rank r its r-th B of them.
+    size_t global = training ? batch * static_cast<size_t>(worldSize) : batch;
+    size_t steps = training ? d.samples / global : (d.samples + batch - 1) / batch;
     std::vector<int64_t> padded = order;
     for (size_t i = 0; padded.size() < steps * batch; ++i)
       padded.push_back(order[i % order.size()]);
     auto t0 = std::chrono::steady_clock::now();
     for (size_t k = 0; k < steps; ++k) {
-      size_t real = std::min(batch, d.samples - k * batch);
+      size_t first = k * global + (training ? static_cast<size_t>(rank) * batch : 0);
+      size_t real = std::min(batch, d.samples - first);
       rt::HostTensor labels;
       for (const pkg::TensorInfo *in : *m.inputs()) {
         std::string name = in->name()->str();
-        rt::HostTensor rows = gatherRows(d.arrays.at(name), padded, k * batch, batch);
+        rt::HostTensor rows = gatherRows(d.arrays.at(name), padded, first, batch);
         DLC_RETURN_IF_ERROR(s.setInput(name, rows));
         if (name == labelName)
           labels = std::move(rows);
@@ -394,14 +488,26 @@ int runTrain(const std::vector<std::string> &argv) {
       if (!loss)
         return loss.takeStatus();
       float l = firstFloat(*loss);
-      lossSum += l;
+      size_t stepCorrect = 0, stepCounted = 0;
       if (!scoresName.empty() && !labelName.empty()) {
         auto scores = s.getOutput(scoresName);
         if (scores) {
-          correct += countCorrect(*scores, labels, static_cast<int64_t>(real));
-          counted += real;
+          stepCorrect = countCorrect(*scores, labels, static_cast<int64_t>(real));
+          stepCounted = real;
         }
       }
+      // Data parallel: the loss and accuracy of the global batch (MPI ranks; NCCL
+      // ranks without MPI report rank 0's).
+      if (training && ranks.comm) {
+        double sums[3] = {l, static_cast<double>(stepCorrect), static_cast<double>(stepCounted)};
+        DLC_RETURN_IF_ERROR(ranks.comm->allReduce(sums, 3, pkg::DType::F64, rt::ReduceOp::Sum));
+        l = static_cast<float>(sums[0] / worldSize);
+        stepCorrect = static_cast<size_t>(sums[1]);
+        stepCounted = static_cast<size_t>(sums[2]);
+      }
+      lossSum += l;
+      correct += stepCorrect;
+      counted += stepCounted;
       bool skipped = false;
       float usedScale = scale;
       if (training && scaled) {
@@ -420,6 +526,7 @@ int runTrain(const std::vector<std::string> &argv) {
           *log << ", \"loss_scale\": " << jsonNumber(usedScale)
                << ", \"skipped\": " << (skipped ? "true" : "false");
         *log << "}\n";
+        log->flush();
       }
       if (training && !std::isfinite(l))
         return Status(StatusCode::InvalidArgument,
@@ -435,20 +542,29 @@ int runTrain(const std::vector<std::string> &argv) {
                      << k + 1 << "/" << steps << " loss "
                      << llvm::format("%.4f", lossSum / static_cast<double>(k + 1)) << "  "
                      << llvm::format("%.0f",
-                                     secs > 0 ? static_cast<double>((k + 1) * batch) / secs : 0.0)
+                                     secs > 0 ? static_cast<double>((k + 1) * global) / secs : 0.0)
                      << " samples/s";
       }
     }
     return Status::ok();
   };
 
-  size_t stepsPerEpoch = train->samples / batch;
-  if (!quiet && train->samples % batch)
-    llvm::errs() << "dlc: note: the last " << train->samples % batch
+  const size_t globalBatch = batch * static_cast<size_t>(worldSize);
+  if (train->samples < globalBatch)
+    return failRank("the training data holds " + std::to_string(train->samples) + " samples, fewer than one batch of " +
+                    std::to_string(batch) + " on each of " + std::to_string(worldSize) + " ranks");
+  size_t stepsPerEpoch = train->samples / globalBatch;
+  if (!quiet && train->samples % globalBatch)
+    llvm::errs() << "dlc: note: the last " << train->samples % globalBatch
                  << " samples of each epoch do not fill a batch and are skipped\n";
-  if (!quiet)
+  if (!quiet) {
     llvm::errs() << "dlc: training on " << s.backendDescription() << ": " << train->samples
-                 << " samples, batch " << batch << ", " << stepsPerEpoch << " steps per epoch\n";
+                 << " samples, batch " << batch;
+    if (ranks.distributed())
+      llvm::errs() << " on each of " << worldSize << " ranks (global batch " << globalBatch << "; "
+                   << (ranks.comm ? ranks.comm->describe() : std::string("NCCL")) << ")";
+    llvm::errs() << ", " << stepsPerEpoch << " steps per epoch\n";
+  }
   std::mt19937_64 rng(static_cast<uint64_t>(*seed));
   auto start = std::chrono::steady_clock::now();
   for (size_t e = 0; e < static_cast<size_t>(*epochs); ++e) {
@@ -461,7 +577,7 @@ int runTrain(const std::vector<std::string> &argv) {
     auto t0 = std::chrono::steady_clock::now();
     size_t skippedBefore = skippedSteps;
     if (Status st = runBatches(*train, order, true, e, lossSum, correct, counted))
-      return fail(st.message());
+      return failRank(st.message());
     double secs = seconds(t0);
     std::string line = llvm::formatv("epoch {0}/{1}: loss {2:f4}", e + 1, *epochs,
                                      lossSum / static_cast<double>(stepsPerEpoch))
@@ -472,13 +588,13 @@ int runTrain(const std::vector<std::string> &argv) {
               .str();
     if (scaled)
       line += llvm::formatv(", loss scale {0} ({1} skipped)", scale, skippedSteps - skippedBefore).str();
-    if (eval) {
+    if (eval && ranks.lead()) {
       std::vector<int64_t> all(eval->samples);
       std::iota(all.begin(), all.end(), 0);
       double el = 0;
       size_t ec = 0, en = 0;
       if (Status st = runBatches(*eval, all, false, e, el, ec, en))
-        return fail(st.message());
+        return failRank(st.message());
       size_t evalSteps = (eval->samples + batch - 1) / batch;
       line +=
           llvm::formatv(", eval loss {0:f4}", evalSteps ? el / static_cast<double>(evalSteps) : NAN)
@@ -489,16 +605,17 @@ int runTrain(const std::vector<std::string> &argv) {
                     .str();
     }
     line += llvm::formatv(", {0:f1} s, {1:f0} samples/s", secs,
-                          secs > 0 ? static_cast<double>(stepsPerEpoch * batch) / secs : 0.0)
+                          secs > 0 ? static_cast<double>(stepsPerEpoch * globalBatch) / secs : 0.0)
                 .str();
     if (!quiet && isTerminal())
       llvm::errs() << "\r\x1b[K";
-    if (!quiet || e + 1 == static_cast<size_t>(*epochs))
+    if (ranks.lead() && (!quiet || e + 1 == static_cast<size_t>(*epochs)))
       llvm::outs() << line << "\n";
     llvm::outs().flush();
-    if (auto ck = args->get("checkpoint"))
+    // Every rank has finished the epoch's steps (its last all-reduce needed them all).
+    if (auto ck = args->get("checkpoint"); ck && ranks.lead())
       if (Status st = s.saveCheckpoint(*ck))
-        return fail(st.message());
+        return failRank(st.message());
   }
   if (!quiet)
     llvm::errs() << "dlc: trained " << *epochs << " epochs in "

@@ -27,6 +27,7 @@ struct GpuModel {
   double tf32Flops;     // TF32 tensor-core peak (dense), FLOP/s
   double dramBytesPerSecond;
   double launchMicros;  // per kernel launch or library call (back to back on a stream)
+  double linkBytesPerSecond; // GPU-to-GPU in one machine, each direction (NVLink, else PCIe)
 };
 
 /// One model per GPU architecture dlc compiles for (sm_80, sm_86, sm_89, sm_90).

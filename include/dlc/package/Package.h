@@ -29,7 +29,9 @@ namespace dlc::pkg {
 /// 4: a memory plan (arena buffers share memory across lifetimes), GEMM workspaces and
 ///    epilogue fallbacks, check words for data errors, the CUDA version of the modules.
 /// 7: inputs bound at compile time (bound_inputs).
-inline constexpr uint32_t kFormatVersion = 8;
+/// 8: shape ranges (shape_ranges, variants).
+/// 9: data-parallel steps (AllReduce, CollectiveWait) and bucket_bytes.
+inline constexpr uint32_t kFormatVersion = 9;
 /// The largest launch parameter buffer (the classic CUDA limit on kernel parameters).
 inline constexpr size_t kMaxParamBytes = 4096;
 inline constexpr uint64_t kSectionAlign = 256;

@@ -49,7 +49,15 @@ struct TrainingOptions {
   /// FP16's dynamic loss scaling (PyTorch GradScaler's defaults).
   double initLossScale = 65536, lossScaleGrowth = 2, lossScaleBackoff = 0.5;
   int64_t lossScaleGrowthInterval = 2000;
+  /// Data-parallel training (--data-parallel): the gradients are averaged over the
+  /// ranks in buckets of at most this many bytes (ir AllReduce); absent: one process.
+  std::optional<uint64_t> bucketBytes;
+  /// --sync-batchnorm: BatchNorm's batch statistics are those of the global batch.
+  bool syncBatchNorm = false;
 };
+
+/// The default bucket size of --data-parallel (PyTorch DDP's bucket_cap_mb).
+inline constexpr uint64_t kDefaultBucketBytes = 25ull << 20;
 
 /// The state variables of FP16 loss scaling: the current scale, and the clean steps
 /// since the last change. `dlc train --log` reads the scale; a step that lowered it
@@ -61,6 +69,9 @@ inline constexpr const char *kGoodStepsName = "amp.good_steps";
 struct TrainingSummary {
   size_t parameters = 0, parameterElements = 0, frozen = 0, stateVariables = 0, batchNorms = 0;
   bool lossScaling = false;
+  size_t buckets = 0;              // data parallel: all-reduce buckets
+  uint64_t allReduceBytes = 0;     // data parallel: gradient bytes averaged per step
+  bool syncBatchNorm = false;      // data parallel: BatchNorm on the global batch's statistics
   bool evaluation = false; // the model in inference mode is there too (kEvalOutputPrefix)
   std::string loss; // the loss output's name
 };

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "dlc/package/Package.h"
+#include "dlc/runtime/Collectives.h"
 
 #include <cstdint>
 #include <functional>
@@ -54,6 +55,14 @@ struct SessionOptions {
   /// cuda: capture the schedule as a CUDA graph on the first run and replay it after
   /// (off with profiling; falls back to step-by-step launches where capture fails).
   bool cudaGraphs = true;
+  /// Data-parallel training (packages compiled with --data-parallel), with
+  /// `rank.size` > 1: emu averages the gradients over the ranks through
+  /// `communicator` (MPI); cuda uses `communicator` if it works on device memory,
+  /// else makes an NCCL communicator on its device, exchanging its id through
+  /// `communicator` when set (mpirun), else at comm.rendezvous.
+  RankInfo rank;
+  std::shared_ptr<Communicator> communicator;
+  CommOptions comm;
 };
 
 struct StepTime {
@@ -143,6 +152,11 @@ public:
   /// must hold a value of the right dtype and shape for every variable.
   Status saveCheckpoint(const std::string &path) const;
   Status loadCheckpoint(const std::string &path);
+  /// Data-parallel runs: every variable takes rank `root`'s value (the parameters
+  /// start equal on every rank). Nothing to do with one rank.
+  Status broadcastVariables(int root = 0);
+  /// The ranks this session averages its gradients over (1: one process).
+  int worldSize() const { return opts_.rank.size; }
   const std::vector<StepTime> &lastProfile() const { return profile_; }
   /// What the backend chose to do differently from its default (a CUDA graph that
   /// could not be captured, ...); empty when nothing.
@@ -185,6 +199,9 @@ private:
   Status selectSchedule();
   bool evalMode_ = false;
 };
+
+/// The CUDA devices present (0 without a driver or a device).
+int cudaDeviceCount();
 
 /// .npy files (format 1.0/2.0, little-endian, C order).
 Result<HostTensor> readNpy(const std::string &path);

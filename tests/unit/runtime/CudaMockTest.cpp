@@ -10,7 +10,9 @@
 //  - GEMM plans are built once per step, with the epilogue kernel as the fallback;
 //  - the schedule is captured as a CUDA graph once and replayed, recaptured after a
 //    device pointer is bound, and run step by step (with a note) where capture fails;
-//  - bound device pointers must be aligned to their elements.
+//  - bound device pointers must be aligned to their elements;
+//  - data parallelism: a bucket is packed on the main stream and averaged on a second
+//    one that waits for the pack, and the optimizer waits for the average.
 #include "RuntimeTestUtil.h"
 #include "cuda/Driver.h"
 
@@ -53,6 +55,9 @@ struct FakeState {
   bool capturing = false;
   CUresult endCaptureResult = CUDA_SUCCESS;
   int heuristicCalls = 0, matmuls = 0;
+  int streams = 0;
+  std::vector<CUstream> reduceStreams; // of the fake device communicator's all-reduces
+  std::vector<size_t> reduceCounts;
   bool rejectEpilogue = false; // the heuristic finds no algorithm that applies an epilogue
   std::map<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments;
   void reset() { *this = FakeState(); }
@@ -60,7 +65,8 @@ struct FakeState {
   FakeState &operator=(const FakeState &o) {
     major = o.major, minor = o.minor, driverVersion = o.driverVersion;
     calls.clear(), pending.clear(), functions.clear(), launched.clear(), alignments.clear();
-    callsWithoutContext = captures = graphLaunches = heuristicCalls = matmuls = 0;
+    reduceStreams.clear(), reduceCounts.clear();
+    callsWithoutContext = captures = graphLaunches = heuristicCalls = matmuls = streams = 0;
     capturing = rejectEpilogue = false;
     endCaptureResult = CUDA_SUCCESS;
     return *this;
@@ -130,7 +136,7 @@ cuda::Driver makeDriver() {
   };
   d.cuStreamCreate_ = [](CUstream *s, unsigned) {
     log("cuStreamCreate", true);
-    *s = reinterpret_cast<CUstream>(0x3000);
+    *s = reinterpret_cast<CUstream>(0x3000 + 0x10 * S.streams++);
     return CUDA_SUCCESS;
   };
   d.cuStreamDestroy_ = [](CUstream) { return CUDA_SUCCESS; };
@@ -228,6 +234,25 @@ cuda::Driver makeDriver() {
   };
   d.cuGraphDestroy_ = [](CUgraph) { return CUDA_SUCCESS; };
   d.cuGraphExecDestroy_ = [](CUgraphExec) { return CUDA_SUCCESS; };
+  d.cuEventCreate_ = [](CUevent *e, unsigned) {
+    static uintptr_t next = 0xb000;
+    *e = reinterpret_cast<CUevent>(next += 16);
+    return CUDA_SUCCESS;
+  };
+  d.cuEventDestroy_ = [](CUevent) { return CUDA_SUCCESS; };
+  d.cuEventRecord_ = [](CUevent, CUstream) {
+    log("cuEventRecord", true);
+    return CUDA_SUCCESS;
+  };
+  d.cuStreamWaitEvent_ = [](CUstream, CUevent, unsigned) {
+    log("cuStreamWaitEvent", true);
+    return CUDA_SUCCESS;
+  };
+  d.cuStreamQuery_ = [](CUstream) {
+    log("cuStreamQuery", true);
+    drain();
+    return CUDA_SUCCESS;
+  };
   return d;
 }
 
@@ -548,6 +573,95 @@ TEST_F(CudaMock, BoundPointersMustBeAlignedToTheirElements) {
   EXPECT_EQ(st.code(), StatusCode::InvalidArgument);
   EXPECT_NE(st.message().find("not aligned to its 4-byte elements"), std::string::npos) << st.message();
   EXPECT_FALSE(bool((*s)->bindDevice("probs", true, 0x10004))); // 4-byte aligned is enough
+}
+
+/// A device communicator of two ranks that records what it is asked (NCCL's place).
+class FakeDeviceComm : public rt::Communicator {
+public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  int localRank() const override { return 0; }
+  std::string describe() const override { return "fake device communicator"; }
+  Status allReduce(void *, size_t, pkg::DType, rt::ReduceOp) override { return unsupported(); }
+  Status broadcast(void *, size_t, int) override { return unsupported(); }
+  Status barrier() override { return unsupported(); }
+  bool onDevice() const override { return true; }
+  Status allReduceDevice(uint64_t, size_t count, pkg::DType dt, rt::ReduceOp op, void *stream) override {
+    log("allReduceDevice", true);
+    EXPECT_EQ(dt, pkg::DType::F32);
+    EXPECT_EQ(op, rt::ReduceOp::Avg);
+    S.reduceStreams.push_back(static_cast<CUstream>(stream));
+    S.reduceCounts.push_back(count);
+    return Status::ok();
+  }
+  Status broadcastDevice(uint64_t, size_t, int root, void *) override {
+    log("broadcastDevice", true);
+    EXPECT_EQ(root, 0);
+    return Status::ok();
+  }
+  double timeoutSeconds() const override { return 5; }
+  [[noreturn]] void abort(int) override { std::abort(); }
+
+private:
+  static Status unsupported() { return Status(StatusCode::Unavailable, "host collectives: not in this test"); }
+};
+
+TEST_F(CudaMock, ADataParallelStepAveragesEachBucketOnASecondStream) {
+  // Two gradients in one bucket, read by the optimizer's update.
+  const char *text = R"(graph @dp(%x: f32[3], %y: f32[2]) -> ("loss": f32[]) {
+  %w = param f32[3] dense<[1.0, 2.0, 3.0]>
+  %v = param f32[2] dense<[0.5, 0.25]>
+  %lr = const f32[] dense<[0.5]>
+  %p = Mul(%x, %w) : f32[3]
+  %loss = ReduceSum(%p) {keepdims = 0} : f32[]
+  %g = Mul(%x, %lr) : f32[3]
+  %h = Mul(%y, %lr) : f32[2]
+  %gm, %hm = AllReduce(%g, %h) {bucket_bytes = 1024} : f32[3], f32[2]
+  %w1 = Sub(%w, %gm) : f32[3]
+  %v1 = Sub(%v, %hm) : f32[2]
+  update %w = %w1
+  update %v = %v1
+  return %loss
+})";
+  auto pkg = compileForSm90(text, "dp");
+  ASSERT_EQ(pkg->meta().bucket_bytes(), 1024u);
+  rt::SessionOptions so;
+  so.device = rt::DeviceKind::Cuda;
+  so.rank = {0, 2, 0};
+  so.communicator = std::make_shared<FakeDeviceComm>();
+  auto s = rt::Session::create(pkg, so);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  ASSERT_FALSE(bool((*s)->broadcastVariables(0)));
+  EXPECT_EQ(count("broadcastDevice"), 2u); // w and v
+  std::vector<float> x{1, 2, 3}, y{4, 5};
+  ASSERT_FALSE(bool((*s)->setInputBytes("x", x.data(), 12)));
+  ASSERT_FALSE(bool((*s)->setInputBytes("y", y.data(), 8)));
+  S.calls.clear();
+  ASSERT_FALSE(bool((*s)->run()));
+  // Step by step (NCCL's calls are not captured), one all-reduce of the bucket: each
+  // gradient at an arena-aligned offset, so 2 x 256 bytes of f32.
+  EXPECT_EQ(S.captures, 0);
+  ASSERT_EQ(S.reduceCounts, std::vector<size_t>{128});
+  // On the second stream (the session's is the first one created).
+  EXPECT_EQ(S.reduceStreams, std::vector<CUstream>{reinterpret_cast<CUstream>(0x3010)});
+  // Packed (two copies) before the "packed" event; the second stream waits for it,
+  // reduces, records "averaged"; the main stream waits for that before the update.
+  auto at = [&](const std::string &what, size_t from) {
+    return static_cast<size_t>(std::find(S.calls.begin() + static_cast<std::ptrdiff_t>(from), S.calls.end(), what) -
+                               S.calls.begin());
+  };
+  size_t reduce = at("allReduceDevice", 0);
+  ASSERT_LT(reduce, S.calls.size());
+  ASSERT_GE(reduce, 4u);
+  EXPECT_EQ(S.calls[reduce - 1], "cuStreamWaitEvent");
+  EXPECT_EQ(S.calls[reduce - 2], "cuEventRecord");
+  EXPECT_EQ(S.calls[reduce - 3], "cuMemcpyDtoDAsync");
+  EXPECT_EQ(S.calls[reduce - 4], "cuMemcpyDtoDAsync");
+  EXPECT_EQ(S.calls[reduce + 1], "cuEventRecord");
+  size_t wait = at("cuStreamWaitEvent", reduce + 1);
+  size_t update = at("cuLaunchKernelEx", reduce + 1);
+  ASSERT_LT(update, S.calls.size());
+  EXPECT_LT(wait, update) << "the optimizer's update must wait for the average";
 }
 
 } // namespace
