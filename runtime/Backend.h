@@ -67,6 +67,7 @@ public:
   /// Overwrites `bytes` at `r` on every rank with rank `root`'s (the parameters at
   /// the start of a data-parallel run).
   virtual Status broadcast(const pkg::BufRef &r, size_t bytes, int root) = 0;
+  virtual CollectiveStats collectiveStats() const { return {}; }
   virtual Status memset(const pkg::Memset &m) = 0;
   virtual Status synchronize() = 0;
   /// Runs a whole schedule: `issue` issues its steps in order. The default calls it;

@@ -245,6 +245,8 @@ Status Session::broadcastVariables(int root) {
   return backend_->synchronize();
 }
 
+CollectiveStats Session::collectiveStats() const { return backend_->collectiveStats(); }
+
 std::string Session::backendDescription() const { return backend_->describe(); }
 std::string Session::backendNote() const { return backend_->note(); }
 DeviceKind Session::deviceKind() const { return backend_->kind(); }

@@ -18,6 +18,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cmath>
@@ -28,6 +29,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 
 namespace dlc::rt {
@@ -70,6 +72,11 @@ public:
       pending = false;
     return error_;
   }
+  /// The all-reduces run so far and the seconds they took.
+  std::pair<uint64_t, double> done() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {count_, seconds_};
+  }
 
 private:
   struct Job {
@@ -90,8 +97,12 @@ private:
       Status st;
       if (!error_) { // after a failure, the ranks no longer agree on what comes next
         lock.unlock();
+        auto t0 = std::chrono::steady_clock::now();
         st = comm_->allReduce(j.data, j.count, j.dtype, ReduceOp::Avg);
+        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         lock.lock();
+        ++count_;
+        seconds_ += secs;
       }
       if (st && !error_)
         error_ = st;
@@ -106,6 +117,8 @@ private:
   std::deque<Job> queue_;
   std::map<uint32_t, bool> pending_;
   bool busy_ = false, stop_ = false;
+  uint64_t count_ = 0;
+  double seconds_ = 0;
   Status error_;
   std::thread thread_;
 };
@@ -279,10 +292,21 @@ public:
   Status waitCollective(const pkg::CollectiveWait &w) override {
     if (sticky_)
       return sticky_;
-    if (collectives_)
-      if (Status st = collectives_->wait(w.bucket()))
+    if (collectives_) {
+      auto t0 = std::chrono::steady_clock::now();
+      Status st = collectives_->wait(w.bucket());
+      waitSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (st)
         return sticky_ = st;
+    }
     return Status::ok();
+  }
+  CollectiveStats collectiveStats() const override {
+    CollectiveStats s;
+    if (collectives_)
+      std::tie(s.allReduces, s.reduceSeconds) = collectives_->done();
+    s.waitSeconds = waitSeconds_;
+    return s;
   }
   Status broadcast(const pkg::BufRef &r, size_t bytes, int root) override {
     if (sticky_)
@@ -513,6 +537,7 @@ private:
   AlignedBuffer arena_;
   std::shared_ptr<EmuWeights> weights_;
   std::unique_ptr<CollectiveThread> collectives_;
+  double waitSeconds_ = 0;
 };
 
 } // namespace

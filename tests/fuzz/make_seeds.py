@@ -58,22 +58,7 @@ graphs = {
   return %loss, %e
 }
 """,
-    "dp": """graph @dp(%x: f32[3], %y: f32[2]) -> ("loss": f32[]) {
-  %w = param f32[3] dense<[1.0, 2.0, 3.0]>
-  %v = param f32[2] dense<[0.5, 0.25]>
-  %lr = const f32[] dense<[0.5]>
-  %p = Mul(%x, %w) : f32[3]
-  %loss = ReduceSum(%p) {keepdims = 0} : f32[]
-  %g = Mul(%x, %lr) : f32[3]
-  %h = Mul(%y, %lr) : f32[2]
-  %gm, %hm = AllReduce(%g, %h) {bucket_bytes = 1024} : f32[3], f32[2]
-  %w1 = Sub(%w, %gm) : f32[3]
-  %v1 = Sub(%v, %hm) : f32[2]
-  update %w = %w1
-  update %v = %v1
-  return %loss
-}
-""",
+    "dp": open(os.path.join(root, "tests", "lit", "tools", "Inputs", "data_parallel.ir")).read(),
     "branches": """graph @branches(%x: f32[2,4], %c: bool[]) -> ("y": f32[2,4]) {
   %a = ReduceSum(%x) {axes = [1], keepdims = 1} : f32[2,1]
   %t = Mul(%x, %a) : f32[2,4]

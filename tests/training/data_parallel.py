@@ -15,9 +15,14 @@
   20 steps with the parameters and running statistics of one process with batch 2*B;
   with per-replica statistics (the default) it does not;
 - a missing MPI library is an error naming it.
+
+With --device cuda (the `gpu` label): the same equivalence on 2 GPUs through NCCL,
+started by --nproc (file rendezvous) and by mpirun (NCCL's id through MPI); exits 77
+(skipped) with fewer than 2 GPUs.
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,7 +48,7 @@ def load(path):
         return {k: z[k].astype(np.float64) for k in z.files}
 
 
-def compare(got, want, what, failures):
+def compare(got, want, what, failures, rtol=1e-5):
     if set(got) != set(want):
         failures.append(f"{what}: variables differ: {sorted(set(got) ^ set(want))}")
         return 0.0
@@ -55,13 +60,56 @@ def compare(got, want, what, failures):
         # zero (the gradient of a bias that BatchNorm cancels) passes within 1e-7.
         if float(np.abs(want[k]).max()) > 1e-6:
             worst = max(worst, rel)
-        if rel > 1e-5 and diff > 1e-7:
+        if rel > rtol and diff > 1e-7:
             failures.append(f"{what}: '{k}' differs by {rel:.3g} (relative to its largest value)")
     return worst
 
 
+def gpu_count():
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+def main_cuda(a, w):
+    """2 ranks on 2 GPUs (NCCL) against one GPU with the doubled batch."""
+    if gpu_count() < 2:
+        print("skipped: data-parallel training through NCCL needs 2 GPUs")
+        sys.exit(77)
+    j = lambda *p: os.path.join(w, *p)  # noqa: E731
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    for batch in (B, 2 * B):
+        torch.onnx.export(mlp, torch.zeros(batch, 16), j(f"mlp{batch}.onnx"), input_names=["x"], output_names=["y"],
+                          opset_version=17)
+    rng = np.random.default_rng(0)
+    np.savez(j("data.npz"), x=rng.standard_normal((STEPS * 2 * B, 16)).astype(np.float32),
+             label=rng.integers(0, 4, STEPS * 2 * B).astype(np.int64))
+    opts = ["--train", "--optimizer", "momentum", "--lr", "0.05", "-q"]
+    sh([a.dlc, "compile", j(f"mlp{2 * B}.onnx"), *opts, "-o", j("ref.dlc")])
+    sh([a.dlc, "compile", j(f"mlp{B}.onnx"), *opts, "--data-parallel", "--bucket-mb", "0.002", "-o", j("dp.dlc")])
+    common = ["--data", j("data.npz"), "--device", "cuda", "--no-shuffle", "--timeout", "60"]
+    sh([a.dlc, "train", j("ref.dlc"), *common, "--checkpoint", j("ref.npz")])
+    sh([a.dlc, "train", j("dp.dlc"), "--nproc", "2", *common, "--checkpoint", j("nproc.npz")])
+    failures = []
+    # GPU reductions sum in another order than the one-GPU run: 1e-4.
+    e1 = compare(load(j("nproc.npz")), load(j("ref.npz")), "--nproc 2 on cuda", failures, 1e-4)
+    print(f"cuda, 2 ranks (NCCL, file rendezvous) vs 1 GPU with the doubled batch: {e1:.2e}")
+    if shutil.which("mpirun"):
+        sh(mpirun(2) + [a.dlc, "train", j("dp.dlc"), *common, "--checkpoint", j("mpi.npz")], env=MPI_ENV)
+        e2 = compare(load(j("mpi.npz")), load(j("ref.npz")), "mpirun -np 2 on cuda", failures, 1e-4)
+        print(f"cuda, 2 ranks (NCCL, id through MPI) vs 1 GPU with the doubled batch: {e2:.2e}")
+    if failures:
+        sys.exit("FAILED:\n" + "\n".join(failures))
+    print("data parallel on cuda: all checks passed")
+
+
 def main():
-    a, w = parse_args()
+    a, w = parse_args(lambda ap: ap.add_argument("--device", default="emu", choices=["emu", "cuda"]))
+    if a.device == "cuda":
+        return main_cuda(a, w)
     j = lambda *p: os.path.join(w, *p)  # noqa: E731
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32), torch.nn.Tanh(),

@@ -355,7 +355,10 @@ int runTrain(const std::vector<std::string> &argv) {
   auto failRank = [&](const std::string &msg) {
     if (!ranks.distributed())
       return fail(msg);
-    reportError(ir::makeError("rank " + std::to_string(rank) + " of " + std::to_string(worldSize) + ": " + msg));
+    // The communicator's own errors start with "rank R: " already.
+    std::string prefix = "rank " + std::to_string(rank) + ": ";
+    std::string text = msg.rfind(prefix, 0) == 0 ? msg.substr(prefix.size()) : msg;
+    reportError(ir::makeError("rank " + std::to_string(rank) + " of " + std::to_string(worldSize) + ": " + text));
     llvm::errs().flush();
     if (ranks.comm)
       ranks.comm->abort(1);
@@ -620,6 +623,16 @@ int runTrain(const std::vector<std::string> &argv) {
   if (!quiet)
     llvm::errs() << "dlc: trained " << *epochs << " epochs in "
                  << llvm::format("%.1f", seconds(start)) << " s\n";
+  // Data parallel on emu: how much of the all-reduce time the backward pass hid.
+  if (!quiet && ranks.distributed()) {
+    rt::CollectiveStats cs = s.collectiveStats();
+    if (cs.allReduces)
+      llvm::errs() << llvm::format(
+          "dlc: rank 0 ran %llu all-reduces in %.3f s; the steps waited %.3f s for them (%.0f%% "
+          "overlapped with the backward pass)\n",
+          static_cast<unsigned long long>(cs.allReduces), cs.reduceSeconds, cs.waitSeconds,
+          cs.reduceSeconds > 0 ? 100.0 * std::max(0.0, 1 - cs.waitSeconds / cs.reduceSeconds) : 0.0);
+  }
   return 0;
 }
 

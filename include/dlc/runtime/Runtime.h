@@ -65,6 +65,14 @@ struct SessionOptions {
   CommOptions comm;
 };
 
+/// Data parallelism, as this rank saw it: the all-reduces it ran, the seconds they
+/// took and the seconds the step waited for them (what did not overlap). Measured by
+/// the emu backend; zero on cuda (its all-reduces run on a stream).
+struct CollectiveStats {
+  uint64_t allReduces = 0;
+  double reduceSeconds = 0, waitSeconds = 0;
+};
+
 struct StepTime {
   std::string node;
   std::string kind; // launch, gemm, copy, memset
@@ -157,6 +165,7 @@ public:
   Status broadcastVariables(int root = 0);
   /// The ranks this session averages its gradients over (1: one process).
   int worldSize() const { return opts_.rank.size; }
+  CollectiveStats collectiveStats() const;
   const std::vector<StepTime> &lastProfile() const { return profile_; }
   /// What the backend chose to do differently from its default (a CUDA graph that
   /// could not be captured, ...); empty when nothing.

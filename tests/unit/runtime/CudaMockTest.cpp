@@ -25,6 +25,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -608,22 +609,10 @@ private:
 
 TEST_F(CudaMock, ADataParallelStepAveragesEachBucketOnASecondStream) {
   // Two gradients in one bucket, read by the optimizer's update.
-  const char *text = R"(graph @dp(%x: f32[3], %y: f32[2]) -> ("loss": f32[]) {
-  %w = param f32[3] dense<[1.0, 2.0, 3.0]>
-  %v = param f32[2] dense<[0.5, 0.25]>
-  %lr = const f32[] dense<[0.5]>
-  %p = Mul(%x, %w) : f32[3]
-  %loss = ReduceSum(%p) {keepdims = 0} : f32[]
-  %g = Mul(%x, %lr) : f32[3]
-  %h = Mul(%y, %lr) : f32[2]
-  %gm, %hm = AllReduce(%g, %h) {bucket_bytes = 1024} : f32[3], f32[2]
-  %w1 = Sub(%w, %gm) : f32[3]
-  %v1 = Sub(%v, %hm) : f32[2]
-  update %w = %w1
-  update %v = %v1
-  return %loss
-})";
-  auto pkg = compileForSm90(text, "dp");
+  std::ifstream in(std::string(DLC_SOURCE_DIR) + "/tests/lit/tools/Inputs/data_parallel.ir");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(text.empty());
+  auto pkg = compileForSm90(text.c_str(), "dp");
   ASSERT_EQ(pkg->meta().bucket_bytes(), 1024u);
   rt::SessionOptions so;
   so.device = rt::DeviceKind::Cuda;

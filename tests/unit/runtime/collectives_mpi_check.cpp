@@ -151,15 +151,23 @@ void checkBroadcast(Communicator &c, int root, size_t bytes) {
     fail(what + ": the bytes differ");
 }
 
-int runCollectives() {
-  CommOptions opts;
-  opts.timeoutSeconds = 60;
+/// The MPI communicator, or null after saying why there is none.
+std::shared_ptr<Communicator> mpiOrNull(const CommOptions &opts) {
   Result<std::shared_ptr<Communicator>> made = createMpiCommunicator(opts);
   if (!made) {
     std::fprintf(stderr, "FAIL: createMpiCommunicator: %s\n", made.status().message().c_str());
-    return 1;
+    return nullptr;
   }
-  Communicator &c = **made;
+  return *made;
+}
+
+int runCollectives() {
+  CommOptions opts;
+  opts.timeoutSeconds = 60;
+  std::shared_ptr<Communicator> made = mpiOrNull(opts);
+  if (!made)
+    return 1;
+  Communicator &c = *made;
   myRank = c.rank();
   Result<RankInfo> env = rankFromEnvironment();
   if (!env)
@@ -212,12 +220,10 @@ int runTimeoutCheck() {
   const char *rankText = std::getenv("OMPI_COMM_WORLD_RANK");
   bool late = rankText && std::atoi(rankText) == 1;
   opts.timeoutSeconds = late ? 30 : 1;
-  Result<std::shared_ptr<Communicator>> made = createMpiCommunicator(opts);
-  if (!made) {
-    std::fprintf(stderr, "FAIL: createMpiCommunicator: %s\n", made.status().message().c_str());
+  std::shared_ptr<Communicator> made = mpiOrNull(opts);
+  if (!made)
     return 1;
-  }
-  Communicator &c = **made;
+  Communicator &c = *made;
   myRank = c.rank();
   if (c.size() != 2) {
     std::fprintf(stderr, "FAIL: --timeout-check needs mpirun -np 2\n");
@@ -251,12 +257,10 @@ int runTimeoutCheck() {
 int runAbortCheck() {
   CommOptions opts;
   opts.timeoutSeconds = 60;
-  Result<std::shared_ptr<Communicator>> made = createMpiCommunicator(opts);
-  if (!made) {
-    std::fprintf(stderr, "FAIL: createMpiCommunicator: %s\n", made.status().message().c_str());
+  std::shared_ptr<Communicator> made = mpiOrNull(opts);
+  if (!made)
     return 1;
-  }
-  Communicator &c = **made;
+  Communicator &c = *made;
   if (c.rank() == 1) {
     std::fprintf(stderr, "rank 1: aborting with code 3\n");
     c.abort(3);
