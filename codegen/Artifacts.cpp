@@ -265,12 +265,18 @@ std::string formatSchedule(const pkg::PackageFile &pf) {
         os << "copy " << c->bytes() << " B " << ref(c->src()) << " -> " << ref(c->dst());
       } else if (const pkg::Memset *ms = s->op_as_Memset()) {
         os << "memset " << ms->bytes() << " B " << ref(ms->dst()) << " = " << int(ms->value());
-      } else if (const pkg::AllReduce *ar = s->op_as_AllReduce()) {
-        os << "all-reduce bucket " << ar->bucket() << ": " << ar->sources()->size() << " gradients, "
-           << ar->count() << " x " << pkg::dtypeName(ar->dtype()) << " in " << ref(ar->staging())
-           << " (mean over the ranks, beside the steps up to its wait)";
+      } else if (const pkg::Collective *ar = s->op_as_Collective()) {
+        if (ar->op() == pkg::CollectiveOp::AllReduce)
+          os << "all-reduce bucket " << ar->bucket() << ": " << ar->sources()->size() << " gradients, "
+             << ar->count() << " x " << pkg::dtypeName(ar->dtype()) << " in " << ref(ar->staging())
+             << " (mean over the ranks, beside the steps up to its wait)";
+        else
+          os << pkg::EnumNameCollectiveOp(ar->op()) << " " << ar->bucket() << ": " << ar->count() << " x "
+             << pkg::dtypeName(ar->dtype()) << " in " << ref(ar->staging()) << " -> " << ref(ar->output())
+             << " over " << ar->ranks() << " ranks";
       } else if (const pkg::CollectiveWait *w = s->op_as_CollectiveWait()) {
-        os << "wait for all-reduce bucket " << w->bucket() << " " << ref(w->staging());
+        os << "wait for " << (w->output() ? "collective " : "all-reduce bucket ") << w->bucket() << " "
+           << ref(w->output() ? w->output() : w->staging());
       }
       if (s->archs() && s->archs()->size()) {
         os << "  [";

@@ -149,18 +149,25 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
       pkg::BufRef dst = ref(m->dst);
       auto ms = pkg::CreateMemset(fb, &dst, m->bytes, m->value);
       step(pkg::StepKind::Memset, ms.Union());
-    } else if (const auto *a = std::get_if<AllReduceStep>(&s.op)) {
+    } else if (const auto *a = std::get_if<CollectiveStep>(&s.op)) {
       pkg::BufRef staging = ref(a->staging);
       std::vector<pkg::BufRef> sources;
       for (const BufferRef &r : a->sources)
         sources.push_back(ref(r));
-      auto ar = pkg::CreateAllReduce(fb, a->bucket, toPkg(a->dtype), &staging, a->count,
-                                     fb.CreateVectorOfStructs(sources), fb.CreateVector(a->offsets),
-                                     fb.CreateVector(a->sizes));
-      step(pkg::StepKind::AllReduce, ar.Union());
+      std::optional<pkg::BufRef> output;
+      if (a->output)
+        output = ref(*a->output);
+      auto ar = pkg::CreateCollective(fb, a->bucket, toPkg(a->dtype), &staging, a->count,
+                                      fb.CreateVectorOfStructs(sources), fb.CreateVector(a->offsets),
+                                      fb.CreateVector(a->sizes), a->op, a->ranks, output ? &*output : nullptr);
+      step(pkg::StepKind::Collective, ar.Union());
     } else if (const auto *cw = std::get_if<CollectiveWaitStep>(&s.op)) {
       pkg::BufRef staging = ref(cw->staging);
-      step(pkg::StepKind::CollectiveWait, pkg::CreateCollectiveWait(fb, cw->bucket, &staging).Union());
+      std::optional<pkg::BufRef> output;
+      if (cw->output)
+        output = ref(*cw->output);
+      step(pkg::StepKind::CollectiveWait,
+           pkg::CreateCollectiveWait(fb, cw->bucket, &staging, output ? &*output : nullptr).Union());
     }
   }
   return fb.CreateVector(steps);
@@ -171,7 +178,7 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
     const VariableDesc &v = p.variables[i];
     variables.push_back(pkg::CreateVariable(fb, fb.CreateString(v.name), toPkg(v.initial.dtype()),
                                             fb.CreateVector(v.initial.shape()), v.buffer, &variableSections[i],
-                                            v.trainable));
+                                            v.trainable, v.sharded));
   }
   auto checksOf = [&](const std::vector<CheckDesc> &cs) {
     std::vector<flatbuffers::Offset<pkg::Check>> v;
@@ -215,7 +222,7 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
                                  sourceModel.empty() ? nullptr : &model, evalOutputs,
                                  bound.empty() ? 0 : fb.CreateVector(bound),
                                  ranges.empty() ? 0 : fb.CreateVector(ranges),
-                                 variants.empty() ? 0 : fb.CreateVector(variants), p.bucketBytes);
+                                 variants.empty() ? 0 : fb.CreateVector(variants), p.bucketBytes, p.zeroRanks);
   return w.finishImage(root);
 }
 

@@ -330,7 +330,7 @@ void Lowering::addCopy(BufferRef src, BufferRef dst, uint64_t bytes, const Node 
 void Lowering::addMemset(BufferRef dst, uint64_t bytes, uint8_t v, const Node &n) {
   p_.steps.push_back({MemsetStep{dst, bytes, v}, n.name(), {}});
 }
-void Lowering::addAllReduce(AllReduceStep s, const Node &n) {
+void Lowering::addCollective(CollectiveStep s, const Node &n) {
   p_.steps.push_back({std::move(s), n.name(), {}});
 }
 
@@ -349,9 +349,10 @@ void Lowering::addCollectiveWaits() {
         waitsInCommit += i > commitFrom; // before the first commit step is not in the commit
         pending.erase(it);
       });
-    if (const auto *a = std::get_if<AllReduceStep>(&s.op))
-      pending.emplace(a->staging.buffer,
-                      StepDesc{CollectiveWaitStep{a->bucket, a->staging}, s.node, s.archs, s.schedules});
+    // A shard is a copy on the calling stream: nothing to wait for.
+    if (const auto *a = std::get_if<CollectiveStep>(&s.op); a && a->op != pkg::CollectiveOp::Shard)
+      pending.emplace(a->result().buffer, StepDesc{CollectiveWaitStep{a->bucket, a->staging, a->output}, s.node,
+                                                   s.archs, s.schedules});
     out.push_back(std::move(s));
   }
   if (p_.commitSteps)
@@ -623,7 +624,8 @@ llvm::Expected<Program> Lowering::run() {
     p_.inputs.push_back({in->name(), in->type(), allocate(in.get()).buffer});
   // Variables: session state in the arena, never shared with another buffer.
   for (const auto &v : g_.parameters())
-    p_.variables.push_back({v->name(), v->data(), allocate(v.get()).buffer, v->isTrainable()});
+    p_.variables.push_back({v->name(), v->data(), allocate(v.get()).buffer, v->isTrainable(),
+                            llvm::StringRef(v->name()).startswith(kShardedStatePrefix)});
   std::vector<const Node *> nodes;
   for (const Node &n : g_.nodes())
     nodes.push_back(&n);

@@ -157,21 +157,28 @@ struct MemsetStep {
   uint64_t bytes;
   uint8_t value;
 };
-/// A bucket of gradients averaged over the ranks of a data-parallel run
-/// (pkg::AllReduce): `sources` are copied into `staging` at `offsets` when the step
-/// runs, and the reduction runs beside the following steps until the bucket's
-/// CollectiveWaitStep.
-struct AllReduceStep {
+/// A collective of data-parallel training (pkg::Collective): `sources` are copied
+/// into `staging` at `offsets` when the step runs; an all-reduce averages staging in
+/// place, a reduce-scatter or all-gather writes `output`, beside the following steps
+/// until the bucket's CollectiveWaitStep; a shard copies this rank's share of staging
+/// to `output` at once.
+struct CollectiveStep {
+  pkg::CollectiveOp op = pkg::CollectiveOp::AllReduce;
   uint32_t bucket = 0;
   ir::DType dtype = ir::DType::F32;
   BufferRef staging;
-  uint64_t count = 0; // elements
+  uint64_t count = 0; // elements of staging
   std::vector<BufferRef> sources;
   std::vector<uint64_t> offsets, sizes; // bytes
+  uint32_t ranks = 0;                   // reduce-scatter, all-gather, shard
+  std::optional<BufferRef> output;      // reduce-scatter, all-gather, shard
+  /// The buffer the step's readers read: staging, or the output.
+  BufferRef result() const { return output ? *output : staging; }
 };
 struct CollectiveWaitStep {
   uint32_t bucket = 0;
   BufferRef staging;
+  std::optional<BufferRef> output;
 };
 /// The schedules a step belongs to (pkg::Step::schedules).
 enum ScheduleBits : uint8_t { kMainSchedule = 1, kEvalSchedule = 2 };
@@ -184,7 +191,7 @@ struct StepPredicate {
 };
 
 struct StepDesc {
-  std::variant<LaunchStep, GemmStep, CopyStep, MemsetStep, AllReduceStep, CollectiveWaitStep> op;
+  std::variant<LaunchStep, GemmStep, CopyStep, MemsetStep, CollectiveStep, CollectiveWaitStep> op;
   std::string node;
   std::vector<std::string> archs; // empty: every architecture
   uint8_t schedules = kMainSchedule;
@@ -204,6 +211,7 @@ struct VariableDesc {
   ir::Tensor initial;
   uint32_t buffer;
   bool trainable;
+  bool sharded = false; // ZeRO-1 optimizer state (ir::kShardedStatePrefix)
 };
 
 /// A launch's word of the check buffer (pkg::Check).
@@ -255,8 +263,10 @@ struct Program {
   /// Shape-range packages: the ranges, and the schedules of the other shapes.
   std::vector<ShapeRangeDesc> shapeRanges;
   std::vector<ScheduleVariant> variants;
-  /// Data-parallel training: the gradient buckets' size limit (0: not data parallel).
+  /// Data-parallel training: the gradient buckets' size limit (0: not data parallel),
+  /// and with ZeRO-1 the world size the optimizer state is sharded over.
   uint64_t bucketBytes = 0;
+  uint32_t zeroRanks = 0;
 };
 
 /// Assigns the kernels to chunks and writes `source` and `chunkSources` (after
@@ -322,9 +332,11 @@ public:
   void addGemm(const GemmStep &g, const ir::Node &n);
   void addCopy(BufferRef src, BufferRef dst, uint64_t bytes, const ir::Node &n);
   void addMemset(BufferRef dst, uint64_t bytes, uint8_t v, const ir::Node &n);
-  void addAllReduce(AllReduceStep s, const ir::Node &n);
+  void addCollective(CollectiveStep s, const ir::Node &n);
   /// Records the data-parallel bucket size limit (Program::bucketBytes).
   void setBucketBytes(uint64_t bytes) { p_.bucketBytes = std::max(p_.bucketBytes, bytes); }
+  /// Records the world size ZeRO-1 shards over (Program::zeroRanks).
+  void setZeroRanks(uint32_t ranks) { p_.zeroRanks = ranks; }
   /// The next all-reduce's number (the runtime's key for its wait), in schedule order.
   uint32_t nextBucket() { return buckets_++; }
 

@@ -52,12 +52,16 @@ template <class F> void forEachBufferRef(const StepDesc &s, F f) {
     f(c->dst);
   } else if (const auto *m = std::get_if<MemsetStep>(&s.op)) {
     f(m->dst);
-  } else if (const auto *a = std::get_if<AllReduceStep>(&s.op)) {
+  } else if (const auto *a = std::get_if<CollectiveStep>(&s.op)) {
     f(a->staging);
     for (const BufferRef &r : a->sources)
       f(r);
+    if (a->output)
+      f(*a->output);
   } else if (const auto *w = std::get_if<CollectiveWaitStep>(&s.op)) {
-    f(w->staging);
+    f(w->staging); // in use by the collective until its wait
+    if (w->output)
+      f(*w->output);
   }
 }
 

@@ -529,21 +529,31 @@ Status PackageFile::verify() {
           DLC_RETURN_IF_ERROR(checkRef(*m->dst(), m->bytes(), label));
           break;
         }
-        case StepKind::AllReduce: {
-          const AllReduce *a = s->op_as_AllReduce();
+        case StepKind::Collective: {
+          const Collective *a = s->op_as_Collective();
           size_t es = dtypeSize(a->dtype());
           size_t n = a->sources() ? a->sources()->size() : 0;
-          if (!a->staging() || !n || !es || !a->offsets() || !a->sizes() || a->offsets()->size() != n ||
-              a->sizes()->size() != n || a->count() > UINT64_MAX / es)
-            return bad(label + " is an invalid all-reduce");
+          bool shard = a->op() == CollectiveOp::Shard, allReduce = a->op() == CollectiveOp::AllReduce;
+          if (!a->staging() || (!n && !shard) || !es || a->op() > CollectiveOp::MAX ||
+              (n && (!a->offsets() || !a->sizes() || a->offsets()->size() != n || a->sizes()->size() != n)) ||
+              a->count() > (UINT64_MAX >> 16) / es || (!allReduce && (!a->output() || a->ranks() < 1 ||
+                                                                      a->ranks() > 65536)))
+            return bad(label + " is an invalid collective");
           if (misaligned(a->sources()) || misaligned(a->offsets()) || misaligned(a->sizes()))
             return bad(label + " has misaligned vectors");
-          DLC_RETURN_IF_ERROR(checkRef(*a->staging(), a->count() * es, label + " bucket"));
+          uint64_t bytes = a->count() * es;
+          DLC_RETURN_IF_ERROR(checkRef(*a->staging(), bytes, label + " bucket"));
           for (size_t k = 0; k < n; ++k) {
             uint64_t off = a->offsets()->Get(k), size = a->sizes()->Get(k);
-            if (off > a->count() * es || size > a->count() * es - off)
+            if (off > bytes || size > bytes - off)
               return bad(label + " packs a gradient outside its bucket");
             DLC_RETURN_IF_ERROR(checkRef(*a->sources()->Get(k), size, label + " gradient"));
+          }
+          if (!allReduce) {
+            if (a->op() != CollectiveOp::AllGather && a->count() % a->ranks())
+              return bad(label + " does not split into equal shares");
+            uint64_t out = a->op() == CollectiveOp::AllGather ? bytes * a->ranks() : bytes / a->ranks();
+            DLC_RETURN_IF_ERROR(checkRef(*a->output(), out, label + " output"));
           }
           break;
         }
@@ -551,6 +561,8 @@ Status PackageFile::verify() {
           if (!s->op_as_CollectiveWait()->staging())
             return bad(label + " is an invalid wait");
           DLC_RETURN_IF_ERROR(checkRef(*s->op_as_CollectiveWait()->staging(), 0, label));
+          if (s->op_as_CollectiveWait()->output())
+            DLC_RETURN_IF_ERROR(checkRef(*s->op_as_CollectiveWait()->output(), 0, label + " output"));
           break;
         default:
           return bad(label + " has an unknown kind");

@@ -358,6 +358,60 @@ void bucketGradients(Graph &g, std::vector<Gradient> &grads, uint64_t limit, Tra
   sum.buckets = buckets.size();
 }
 
+/// ZeRO-1 over `ranks` ranks: the parameters and gradients as one flat vector of
+/// `ranks` equal shares (zero-padded). Each rank averages only its share of the
+/// gradients (ReduceScatter), steps the optimizer on its share of the parameters
+/// (RankShard) with optimizer state of that share's size (ir::kShardedStatePrefix),
+/// and the new shares are gathered (AllGather) into every parameter.
+template <class Optimize, class Update>
+llvm::Expected<TrainingSummary> shardOptimizer(Graph &g, GradBuilder &b, const std::vector<Gradient> &grads,
+                                               int64_t ranks, Optimize optimize, Update update,
+                                               TrainingSummary &sum) {
+  DType dt = grads.front().parameter->dtype();
+  std::vector<Value *> flatGrads, flatParams;
+  int64_t total = 0;
+  for (const Gradient &gr : grads) {
+    if (gr.parameter->dtype() != dt)
+      return errorf("--zero shards one flat vector of parameters: '{0}' is {1}, '{2}' {3}",
+                    grads.front().parameter->name(), dtypeName(dt), gr.parameter->name(),
+                    dtypeName(gr.parameter->dtype()));
+    int64_t n = gr.parameter->type().numElements();
+    flatGrads.push_back(b.reshape(gr.grad, Shape{n}));
+    flatParams.push_back(b.reshape(gr.parameter, Shape{n}));
+    total += n;
+  }
+  int64_t share = (total + ranks - 1) / ranks, pad = share * ranks - total;
+  if (pad) {
+    flatGrads.push_back(b.full(0, dt, Shape{pad}));
+    flatParams.push_back(b.full(0, dt, Shape{pad}));
+  }
+  auto concat = [&](std::vector<Value *> &parts) {
+    return parts.size() == 1 ? parts.front() : b.op(OpKind::Concat, parts, {{"axis", int64_t{0}}});
+  };
+  AttrMap r{{"ranks", ranks}};
+  Value *gradShare = b.op(OpKind::ReduceScatter, {concat(flatGrads)}, r);
+  Value *paramShare = b.op(OpKind::RankShard, {concat(flatParams)}, r);
+  if (auto e = b.takeError())
+    return e;
+  g.renameValue(paramShare, std::string(kShardedStatePrefix) + "params");
+  Value *next = optimize(paramShare, gradShare);
+  Value *all = b.op(OpKind::AllGather, {next}, r);
+  int64_t offset = 0;
+  for (const Gradient &gr : grads) {
+    int64_t n = gr.parameter->type().numElements();
+    Value *piece = b.op(OpKind::Slice, {all},
+                        {{"starts", std::vector<int64_t>{offset}},
+                         {"ends", std::vector<int64_t>{offset + n}},
+                         {"axes", std::vector<int64_t>{0}}});
+    update(gr.parameter, b.reshape(piece, gr.parameter->shape()));
+    offset += n;
+  }
+  if (auto e = b.takeError())
+    return e;
+  sum.zeroShareElements = static_cast<size_t>(share);
+  return sum;
+}
+
 } // namespace
 
 llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOptions &opts) {
@@ -456,7 +510,11 @@ llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOption
   auto grads = buildGradients(g, lossValue, scale);
   if (!grads)
     return grads.takeError();
-  if (opts.bucketBytes)
+  if (opts.zeroRanks && (!opts.bucketBytes || *opts.zeroRanks < 2 || scale))
+    return makeError(!opts.bucketBytes ? "--zero goes with --data-parallel"
+                     : scale          ? "--zero with --fp16's loss scaling is not supported (use --bf16)"
+                                      : "--zero needs at least 2 ranks");
+  if (opts.bucketBytes && !opts.zeroRanks) // ZeRO-1 reduce-scatters the gradients instead
     bucketGradients(g, *grads, *opts.bucketBytes, sum);
   // A step whose gradients overflowed keeps every parameter and optimizer state.
   Value *skip = scale ? unscaleAndCheck(g, b, *grads, scale, goodSteps, opts) : nullptr;
@@ -476,25 +534,21 @@ llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOption
     bc2 = b.sub(b.scalar(1, DType::F32), b.op(OpKind::Pow, {b.scalar(opts.beta2, DType::F32), t1}));
     ++sum.stateVariables;
   }
-  for (const Gradient &gr : *grads) {
-    Value *p = gr.parameter, *d = gr.grad;
+  // The optimizer's step of one parameter (or ZeRO-1's shard of all of them) from
+  // its gradient: appends the state's updates, returns the new value.
+  auto optimize = [&](Value *p, Value *d) -> Value * {
     DType dt = p->dtype();
-    ++sum.parameters;
-    sum.parameterElements += static_cast<size_t>(p->type().numElements());
     if (opts.weightDecay != 0 && opts.optimizer != OptimizerKind::AdamW)
       d = b.add(d, b.scale(p, opts.weightDecay)); // L2 in the gradient (torch's weight_decay)
-    Value *next = nullptr;
     switch (opts.optimizer) {
     case OptimizerKind::SGD:
-      next = b.sub(p, b.scale(d, opts.lr));
-      break;
+      return b.sub(p, b.scale(d, opts.lr));
     case OptimizerKind::Momentum: {
       Value *v = zerosState(g, p, "momentum");
       Value *v1 = b.add(b.scale(v, opts.momentum), d);
       update(v, v1);
       ++sum.stateVariables;
-      next = b.sub(p, b.scale(v1, opts.lr));
-      break;
+      return b.sub(p, b.scale(v1, opts.lr));
     }
     case OptimizerKind::Adam:
     case OptimizerKind::AdamW: {
@@ -511,13 +565,22 @@ llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOption
       Value *denom =
           b.add(b.div(b.op(OpKind::Sqrt, {v1}), b.cast(b.op(OpKind::Sqrt, {bc2}), dt)), b.scalar(opts.eps, dt));
       Value *stepSize = b.cast(b.div(b.scalar(opts.lr, DType::F32), bc1), dt);
-      next = b.sub(base, b.mul(stepSize, b.div(m1, denom)));
-      break;
+      return b.sub(base, b.mul(stepSize, b.div(m1, denom)));
     }
     }
+    return nullptr;
+  };
+  for (const Gradient &gr : *grads) {
+    ++sum.parameters;
+    sum.parameterElements += static_cast<size_t>(gr.parameter->type().numElements());
+  }
+  if (opts.zeroRanks)
+    return shardOptimizer(g, b, *grads, *opts.zeroRanks, optimize, update, sum);
+  for (const Gradient &gr : *grads) {
+    Value *next = optimize(gr.parameter, gr.grad);
     if (auto e = b.takeError())
       return e;
-    update(p, next);
+    update(gr.parameter, next);
   }
   return sum;
 }

@@ -62,7 +62,7 @@ public:
   /// starts averaging it over the ranks beside the steps that follow (emu: a thread
   /// of its own; cuda: a second stream); waitCollective orders the steps after it
   /// behind the average. With one rank, the pack is all.
-  virtual Status allReduce(const pkg::AllReduce &a) = 0;
+  virtual Status collective(const pkg::Collective &a) = 0;
   virtual Status waitCollective(const pkg::CollectiveWait &w) = 0;
   /// Overwrites `bytes` at `r` on every rank with rank `root`'s (the parameters at
   /// the start of a data-parallel run).

@@ -78,6 +78,11 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> mo
   // Test suites turn the emu checks on for every session they make (README).
   if (const char *e = std::getenv("DLC_EMU_CHECK"); e && *e && std::string(e) != "0")
     s->opts_.check = true;
+  if (uint32_t zero = s->pkg_->meta().zero_ranks(); zero && static_cast<uint32_t>(opts.rank.size) != zero)
+    return Status(StatusCode::InvalidArgument,
+                  s->pkg_->name() + " shards its optimizer state over " + std::to_string(zero) +
+                      " ranks (dlc compile --zero " + std::to_string(zero) + "): run it on " + std::to_string(zero) +
+                      " ranks, not " + std::to_string(opts.rank.size));
   if (opts.device == DeviceKind::Cuda || opts.device == DeviceKind::Auto) {
     auto cuda = createCudaBackend(s->opts_);
     if (cuda) {
@@ -153,6 +158,11 @@ std::vector<std::string> Session::variableNames() const {
 bool Session::variableTrainable(const std::string &name) const {
   const pkg::Variable *v = findVariable(pkg_->meta(), name);
   return v && v->trainable();
+}
+
+bool Session::variableSharded(const std::string &name) const {
+  const pkg::Variable *v = findVariable(pkg_->meta(), name);
+  return v && v->sharded();
 }
 
 Result<HostTensor> Session::getVariable(const std::string &name) const {
@@ -241,7 +251,8 @@ Status Session::broadcastVariables(int root) {
     return Status::ok();
   if (const auto *vs = pkg_->meta().variables())
     for (const pkg::Variable *v : *vs)
-      DLC_RETURN_IF_ERROR(backend_->broadcast(pkg::BufRef(v->buffer(), 0), v->data()->size(), root));
+      if (!v->sharded()) // each rank's own shard of ZeRO-1 optimizer state
+        DLC_RETURN_IF_ERROR(backend_->broadcast(pkg::BufRef(v->buffer(), 0), v->data()->size(), root));
   return backend_->synchronize();
 }
 
@@ -559,9 +570,9 @@ Status Session::runSteps(bool evaluation) {
         kind = "memset";
         st = backend_->memset(*s->op_as_Memset());
         break;
-      case pkg::StepKind::AllReduce:
+      case pkg::StepKind::Collective:
         kind = "all-reduce";
-        st = backend_->allReduce(*s->op_as_AllReduce());
+        st = backend_->collective(*s->op_as_Collective());
         break;
       case pkg::StepKind::CollectiveWait:
         kind = "wait";

@@ -60,6 +60,9 @@ void *const kMpiInPlace = reinterpret_cast<void *>(1);
   X(MPI_Iallreduce, int(const void *, void *, int, MpiHandle, MpiHandle, MpiHandle, MpiHandle *))  \
   X(MPI_Ibcast, int(void *, int, MpiHandle, int, MpiHandle, MpiHandle *))                          \
   X(MPI_Ibarrier, int(MpiHandle, MpiHandle *))                                                     \
+  X(MPI_Ireduce_scatter_block,                                                                     \
+    int(const void *, void *, int, MpiHandle, MpiHandle, MpiHandle, MpiHandle *))                  \
+  X(MPI_Iallgather, int(const void *, int, MpiHandle, void *, int, MpiHandle, MpiHandle, MpiHandle *)) \
   X(MPI_Test, int(MpiHandle *, int *, void *))                                                     \
   X(MPI_Error_string, int(int, char *, int *))                                                     \
   X(MPI_Get_library_version, int(char *, int *))
@@ -146,6 +149,8 @@ public:
   Status allReduce(void *data, size_t count, pkg::DType dt, ReduceOp op) override;
   Status broadcast(void *data, size_t bytes, int root) override;
   Status barrier() override;
+  Status reduceScatter(const void *send, void *recv, size_t count, pkg::DType dt, ReduceOp op) override;
+  Status allGather(const void *send, void *recv, size_t bytes) override;
   [[noreturn]] void abort(int code) override;
 
 private:
@@ -344,6 +349,69 @@ Status MpiComm::barrier() {
   if (int rc = api_.MPI_Ibarrier(api_.world, &req); rc != kMpiSuccess)
     return mpiError(rc, "MPI_Ibarrier");
   return wait(req, "a barrier");
+}
+
+Status MpiComm::reduceScatter(const void *send, void *recv, size_t count, pkg::DType dt, ReduceOp op) {
+  std::lock_guard<std::mutex> lock(mu_);
+  DLC_RETURN_IF_ERROR(usable());
+  if (count > (1u << 30) / static_cast<size_t>(size_))
+    return Status(StatusCode::InvalidArgument, prefix() + "a reduce-scatter of " + std::to_string(count) +
+                                                   " elements per rank is more than one MPI call takes");
+  size_t total = count * static_cast<size_t>(size_);
+  auto scatter = [&](const void *in, void *out, MpiHandle type) -> Status {
+    MpiHandle req = nullptr;
+    int rc = api_.MPI_Ireduce_scatter_block(in, out, static_cast<int>(count), type, api_.sumOp, api_.world, &req);
+    if (rc != kMpiSuccess)
+      return mpiError(rc, "MPI_Ireduce_scatter_block");
+    return wait(req, "a reduce-scatter");
+  };
+  auto average = [&](auto *p) {
+    if (op == ReduceOp::Avg)
+      for (size_t i = 0; i < count; ++i)
+        p[i] /= static_cast<std::remove_pointer_t<decltype(p)>>(size_);
+  };
+  switch (dt) {
+  case pkg::DType::F32:
+    DLC_RETURN_IF_ERROR(scatter(send, recv, api_.floatType));
+    average(static_cast<float *>(recv));
+    return Status::ok();
+  case pkg::DType::F64:
+    DLC_RETURN_IF_ERROR(scatter(send, recv, api_.doubleType));
+    average(static_cast<double *>(recv));
+    return Status::ok();
+  case pkg::DType::F16:
+  case pkg::DType::BF16: {
+    // In float, as the all-reduce does.
+    bool f16 = dt == pkg::DType::F16;
+    const auto *in = static_cast<const uint16_t *>(send);
+    std::vector<float> wide(total), mine(count);
+    for (size_t i = 0; i < total; ++i)
+      wide[i] = f16 ? halfToFloat(in[i]) : bf16ToFloat(in[i]);
+    DLC_RETURN_IF_ERROR(scatter(wide.data(), mine.data(), api_.floatType));
+    average(mine.data());
+    auto *out = static_cast<uint16_t *>(recv);
+    for (size_t i = 0; i < count; ++i)
+      out[i] = f16 ? floatToHalf(mine[i]) : floatToBF16(mine[i]);
+    return Status::ok();
+  }
+  default:
+    return Status(StatusCode::InvalidArgument, prefix() + "cannot reduce-scatter " + pkg::dtypeName(dt) +
+                                                   " (only f32, f64, f16 and bf16)");
+  }
+}
+
+Status MpiComm::allGather(const void *send, void *recv, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  DLC_RETURN_IF_ERROR(usable());
+  if (bytes > (1u << 30) / static_cast<size_t>(size_))
+    return Status(StatusCode::InvalidArgument, prefix() + "an all-gather of " + std::to_string(bytes) +
+                                                   " bytes per rank is more than one MPI call takes");
+  MpiHandle req = nullptr;
+  int n = static_cast<int>(bytes);
+  int rc = api_.MPI_Iallgather(send, n, api_.byteType, recv, n, api_.byteType, api_.world, &req);
+  if (rc != kMpiSuccess)
+    return mpiError(rc, "MPI_Iallgather");
+  return wait(req, "an all-gather");
 }
 
 void MpiComm::abort(int code) {

@@ -67,6 +67,8 @@ struct NcclConfig {
   X(ncclCommInitRank, int(NcclCommHandle *, int, NcclUniqueId, int))                               \
   X(ncclAllReduce, int(const void *, void *, size_t, int, int, NcclCommHandle, CudaStream))        \
   X(ncclBroadcast, int(const void *, void *, size_t, int, int, NcclCommHandle, CudaStream))        \
+  X(ncclReduceScatter, int(const void *, void *, size_t, int, int, NcclCommHandle, CudaStream))    \
+  X(ncclAllGather, int(const void *, void *, size_t, int, NcclCommHandle, CudaStream))             \
   X(ncclCommDestroy, int(NcclCommHandle))                                                          \
   X(ncclCommAbort, int(NcclCommHandle))                                                            \
   X(ncclCommGetAsyncError, int(NcclCommHandle, int *))                                             \
@@ -164,11 +166,20 @@ public:
     return bootstrap_->broadcast(data, bytes, root);
   }
   Status barrier() override { return bootstrap_ ? bootstrap_->barrier() : hostUnavailable(); }
+  Status reduceScatter(const void *send, void *recv, size_t count, pkg::DType dt, ReduceOp op) override {
+    return bootstrap_ ? bootstrap_->reduceScatter(send, recv, count, dt, op) : hostUnavailable();
+  }
+  Status allGather(const void *send, void *recv, size_t bytes) override {
+    return bootstrap_ ? bootstrap_->allGather(send, recv, bytes) : hostUnavailable();
+  }
 
   bool onDevice() const override { return true; }
   Status allReduceDevice(uint64_t ptr, size_t count, pkg::DType dt, ReduceOp op,
                          void *stream) override;
   Status broadcastDevice(uint64_t ptr, size_t bytes, int root, void *stream) override;
+  Status reduceScatterDevice(uint64_t send, uint64_t recv, size_t count, pkg::DType dt, ReduceOp op,
+                             void *stream) override;
+  Status allGatherDevice(uint64_t send, uint64_t recv, size_t bytes, void *stream) override;
   Status asyncError() override;
   [[noreturn]] void abort(int code) override;
 
@@ -243,33 +254,54 @@ NcclComm::~NcclComm() {
     api_.ncclCommDestroy(comm_);
 }
 
+/// NCCL's type of a float dtype, or -1.
+int ncclTypeOf(pkg::DType dt) {
+  switch (dt) {
+  case pkg::DType::F32: return kNcclFloat32;
+  case pkg::DType::F64: return kNcclFloat64;
+  case pkg::DType::F16: return kNcclFloat16;
+  case pkg::DType::BF16: return kNcclBfloat16;
+  default: return -1;
+  }
+}
+
 Status NcclComm::allReduceDevice(uint64_t ptr, size_t count, pkg::DType dt, ReduceOp op,
                                  void *stream) {
-  int type;
-  switch (dt) {
-  case pkg::DType::F32:
-    type = kNcclFloat32;
-    break;
-  case pkg::DType::F64:
-    type = kNcclFloat64;
-    break;
-  case pkg::DType::F16:
-    type = kNcclFloat16;
-    break;
-  case pkg::DType::BF16:
-    type = kNcclBfloat16;
-    break;
-  default:
+  int type = ncclTypeOf(dt);
+  if (type < 0)
     return Status(StatusCode::InvalidArgument, prefix() + "cannot all-reduce " +
                                                    pkg::dtypeName(dt) +
                                                    " (only f32, f64, f16 and bf16)");
-  }
   std::lock_guard<std::mutex> lock(mu_);
   DLC_RETURN_IF_ERROR(usable());
   void *p = reinterpret_cast<void *>(static_cast<uintptr_t>(ptr));
   return settle(api_.ncclAllReduce(p, p, count, type, op == ReduceOp::Avg ? kNcclAvg : kNcclSum,
                                    comm_, stream),
                 "ncclAllReduce");
+}
+
+Status NcclComm::reduceScatterDevice(uint64_t send, uint64_t recv, size_t count, pkg::DType dt,
+                                     ReduceOp op, void *stream) {
+  int type = ncclTypeOf(dt);
+  if (type < 0)
+    return Status(StatusCode::InvalidArgument, prefix() + "cannot reduce-scatter " +
+                                                   pkg::dtypeName(dt) +
+                                                   " (only f32, f64, f16 and bf16)");
+  std::lock_guard<std::mutex> lock(mu_);
+  DLC_RETURN_IF_ERROR(usable());
+  return settle(api_.ncclReduceScatter(reinterpret_cast<const void *>(static_cast<uintptr_t>(send)),
+                                       reinterpret_cast<void *>(static_cast<uintptr_t>(recv)), count, type,
+                                       op == ReduceOp::Avg ? kNcclAvg : kNcclSum, comm_, stream),
+                "ncclReduceScatter");
+}
+
+Status NcclComm::allGatherDevice(uint64_t send, uint64_t recv, size_t bytes, void *stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  DLC_RETURN_IF_ERROR(usable());
+  return settle(api_.ncclAllGather(reinterpret_cast<const void *>(static_cast<uintptr_t>(send)),
+                                   reinterpret_cast<void *>(static_cast<uintptr_t>(recv)), bytes, kNcclUint8,
+                                   comm_, stream),
+                "ncclAllGather");
 }
 
 Status NcclComm::broadcastDevice(uint64_t ptr, size_t bytes, int root, void *stream) {

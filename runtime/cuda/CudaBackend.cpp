@@ -393,15 +393,24 @@ public:
     return Status::ok();
   }
 
-  Status allReduce(const pkg::AllReduce &a) override {
+  Status collective(const pkg::Collective &a) override {
     CtxGuard g(drv_, ctx_);
     CUdeviceptr staging = address(*a.staging());
     // The pack runs on the main stream, in order with the producers of the gradients
     // and before any later step may reuse their memory.
-    for (size_t k = 0; k < a.sources()->size(); ++k)
-      DLC_RETURN_IF_ERROR(check(drv_.cuMemcpyDtoDAsync_(staging + a.offsets()->Get(k),
-                                                        address(*a.sources()->Get(k)), a.sizes()->Get(k), stream()),
-                                "packing a gradient bucket"));
+    if (a.sources())
+      for (size_t k = 0; k < a.sources()->size(); ++k)
+        DLC_RETURN_IF_ERROR(check(drv_.cuMemcpyDtoDAsync_(staging + a.offsets()->Get(k),
+                                                          address(*a.sources()->Get(k)), a.sizes()->Get(k),
+                                                          stream()),
+                                  "packing a gradient bucket"));
+    size_t es = pkg::dtypeSize(a.dtype());
+    if (a.op() == pkg::CollectiveOp::Shard) { // this rank's share, on the main stream
+      size_t share = a.count() / a.ranks() * es;
+      return check(drv_.cuMemcpyDtoDAsync_(address(*a.output()), staging + static_cast<size_t>(opts_.rank.rank) * share,
+                                           share, stream()),
+                   "taking this rank's shard");
+    }
     if (!nccl_)
       return Status::ok();
     auto [it, fresh] = bucketEvents_.try_emplace(a.bucket(), nullptr, nullptr);
@@ -411,7 +420,17 @@ public:
     }
     DLC_RETURN_IF_ERROR(check(drv_.cuEventRecord_(it->second.first, stream()), "cuEventRecord"));
     DLC_RETURN_IF_ERROR(check(drv_.cuStreamWaitEvent_(commStream_, it->second.first, 0), "cuStreamWaitEvent"));
-    DLC_RETURN_IF_ERROR(nccl_->allReduceDevice(staging, a.count(), a.dtype(), ReduceOp::Avg, commStream_));
+    switch (a.op()) {
+    case pkg::CollectiveOp::ReduceScatter:
+      DLC_RETURN_IF_ERROR(nccl_->reduceScatterDevice(staging, address(*a.output()), a.count() / a.ranks(), a.dtype(),
+                                                     ReduceOp::Avg, commStream_));
+      break;
+    case pkg::CollectiveOp::AllGather:
+      DLC_RETURN_IF_ERROR(nccl_->allGatherDevice(staging, address(*a.output()), a.count() * es, commStream_));
+      break;
+    default:
+      DLC_RETURN_IF_ERROR(nccl_->allReduceDevice(staging, a.count(), a.dtype(), ReduceOp::Avg, commStream_));
+    }
     return check(drv_.cuEventRecord_(it->second.second, commStream_), "cuEventRecord");
   }
   Status waitCollective(const pkg::CollectiveWait &w) override {

@@ -51,11 +51,13 @@ public:
     if (thread_.joinable())
       thread_.join();
   }
-  void start(uint32_t bucket, void *data, size_t count, pkg::DType dt) {
+  /// Starts the collective of a package step on `data` (its staging) and `out`.
+  void start(const pkg::Collective &c, void *data, void *out) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!thread_.joinable())
       thread_ = std::thread([this] { loop(); });
-    queue_.push_back({bucket, data, count, dt});
+    uint32_t bucket = c.bucket();
+    queue_.push_back({bucket, c.op(), data, out, c.count(), c.dtype(), std::max<uint32_t>(c.ranks(), 1)});
     pending_[bucket] = true;
     cv_.notify_all();
   }
@@ -81,9 +83,21 @@ public:
 private:
   struct Job {
     uint32_t bucket;
-    void *data;
+    pkg::CollectiveOp op;
+    void *data, *out;
     size_t count;
     pkg::DType dtype;
+    uint32_t ranks;
+    Status run(Communicator &comm) const {
+      switch (op) {
+      case pkg::CollectiveOp::ReduceScatter:
+        return comm.reduceScatter(data, out, count / ranks, dtype, ReduceOp::Avg);
+      case pkg::CollectiveOp::AllGather:
+        return comm.allGather(data, out, count * pkg::dtypeSize(dtype));
+      default:
+        return comm.allReduce(data, count, dtype, ReduceOp::Avg);
+      }
+    }
   };
   void loop() {
     std::unique_lock<std::mutex> lock(mu_);
@@ -98,7 +112,7 @@ private:
       if (!error_) { // after a failure, the ranks no longer agree on what comes next
         lock.unlock();
         auto t0 = std::chrono::steady_clock::now();
-        st = comm_->allReduce(j.data, j.count, j.dtype, ReduceOp::Avg);
+        st = j.run(*comm_);
         double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         lock.lock();
         ++count_;
@@ -276,17 +290,23 @@ public:
     return sticky_;
   }
 
-  Status allReduce(const pkg::AllReduce &a) override {
+  Status collective(const pkg::Collective &a) override {
     if (sticky_)
       return sticky_;
     uint8_t *staging = address(*a.staging());
-    for (size_t k = 0; k < a.sources()->size(); ++k)
-      std::memmove(staging + a.offsets()->Get(k), address(*a.sources()->Get(k)), a.sizes()->Get(k));
-    if (opts_.rank.size <= 1)
+    if (a.sources())
+      for (size_t k = 0; k < a.sources()->size(); ++k)
+        std::memmove(staging + a.offsets()->Get(k), address(*a.sources()->Get(k)), a.sizes()->Get(k));
+    if (a.op() == pkg::CollectiveOp::Shard) { // this rank's share, here and now
+      size_t share = a.count() / a.ranks() * pkg::dtypeSize(a.dtype());
+      std::memcpy(address(*a.output()), staging + static_cast<size_t>(opts_.rank.rank) * share, share);
+      return Status::ok();
+    }
+    if (opts_.rank.size <= 1) // the mean over one rank (ZeRO packages need their ranks)
       return Status::ok();
     if (!collectives_)
       collectives_ = std::make_unique<CollectiveThread>(opts_.communicator);
-    collectives_->start(a.bucket(), staging, a.count(), a.dtype());
+    collectives_->start(a, staging, a.output() ? address(*a.output()) : nullptr);
     return Status::ok();
   }
   Status waitCollective(const pkg::CollectiveWait &w) override {

@@ -299,6 +299,10 @@ llvm::Expected<std::unique_ptr<ir::Graph>> loadAndOptimize(
                                           std::to_string(sum->allReduceBytes) + " gradient bytes" +
                                           (sum->syncBatchNorm ? ", synchronized BatchNorm" : "")
                                     : "")
+                   << (sum->zeroShareElements
+                           ? ", ZeRO-1 over " + std::to_string(*(*training)->zeroRanks) + " ranks (" +
+                                 std::to_string(sum->zeroShareElements) + " parameters per rank)"
+                           : "")
                    << "; " << g->numNodes() << " nodes\n";
   }
   auto t1 = std::chrono::steady_clock::now();

@@ -107,7 +107,7 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant) {
       } else if (const pkg::Memset *ms = s->op_as_Memset()) {
         sc.kind = "memset";
         sc.bytesWritten = ms->bytes();
-      } else if (const pkg::AllReduce *ar = s->op_as_AllReduce()) {
+      } else if (const pkg::Collective *ar = s->op_as_Collective()) {
         sc.kind = "all-reduce"; // on the main stream: the pack's copies
         for (uint64_t b : *ar->sizes())
           sc.bytesRead += b;
@@ -173,8 +173,10 @@ DataParallelCost dataParallelCostOf(const pkg::PackageFile &pf, const PackageCos
     for (const pkg::Step *s : *m.steps())
       if (s->schedules() & 1)
         steps.push_back(s);
+  // The gradients' collectives: all-reduce buckets, or ZeRO-1's reduce-scatter.
   for (const pkg::Step *s : steps)
-    if (const pkg::AllReduce *ar = s->op_as_AllReduce()) {
+    if (const pkg::Collective *ar = s->op_as_Collective();
+        ar && (ar->op() == pkg::CollectiveOp::AllReduce || ar->op() == pkg::CollectiveOp::ReduceScatter)) {
       ++d.buckets;
       for (uint64_t b : *ar->sizes())
         d.allReduceBytes += b;
@@ -188,10 +190,18 @@ DataParallelCost dataParallelCostOf(const pkg::PackageFile &pf, const PackageCos
       if (!sc.runs[i])
         continue;
       t += sc.micros[i];
-      if (const pkg::AllReduce *ar = steps[k]->op_as_AllReduce()) {
+      if (const pkg::Collective *ar = steps[k]->op_as_Collective();
+          ar && ar->op() != pkg::CollectiveOp::Shard) {
+        // A ring all-reduce is a reduce-scatter and an all-gather, each moving
+        // (N - 1) / N of the whole vector.
         double bytes = static_cast<double>(ar->count() * pkg::dtypeSize(ar->dtype()));
-        double c = ranks > 1 ? 2.0 * (ranks - 1) / ranks * bytes / g.linkBytesPerSecond * 1e6 +
-                                   2.0 * (ranks - 1) * kLinkLatencyMicros
+        double passes = 2;
+        if (ar->op() == pkg::CollectiveOp::AllGather)
+          passes = 1, bytes *= ranks;
+        else if (ar->op() == pkg::CollectiveOp::ReduceScatter)
+          passes = 1;
+        double c = ranks > 1 ? passes * (ranks - 1) / ranks * bytes / g.linkBytesPerSecond * 1e6 +
+                                   passes * (ranks - 1) * kLinkLatencyMicros
                              : 0.0;
         double start = std::max(t, commFree);
         commFree = done[ar->bucket()] = start + c;

@@ -196,9 +196,15 @@ int runInspect(const std::vector<std::string> &argv) {
     }
   // Data-parallel training: the all-reduces at 2, 4 and 8 GPUs of one machine.
   std::vector<DataParallelCost> dp;
+  // ZeRO-1 packages run on the ranks they were compiled for.
   if (m.bucket_bytes())
-    for (int ranks : {2, 4, 8})
+    for (int ranks : m.zero_ranks() ? std::vector<int>{static_cast<int>(m.zero_ranks())} : std::vector<int>{2, 4, 8})
       dp.push_back(dataParallelCostOf(**pf, cost, ranks));
+  uint64_t shardedBytes = 0; // ZeRO-1: this rank's optimizer state
+  if (m.variables())
+    for (const pkg::Variable *v : *m.variables())
+      if (v->sharded())
+        shardedBytes += v->data()->size();
   RangeSummary ranges = summarizeRanges(m);
   // Modeled latency at the smallest and largest shape of a shape-range package.
   PackageCost minCost = ranges.schedules > 1 ? costOf(**pf, ranges.minSchedule) : PackageCost{};
@@ -313,6 +319,8 @@ int runInspect(const std::vector<std::string> &argv) {
       }
       dataParallel = llvm::json::Object{
           {"bucket_bytes", static_cast<int64_t>(m.bucket_bytes())},
+          {"zero_ranks", static_cast<int64_t>(m.zero_ranks())},
+          {"sharded_state_bytes_per_rank", static_cast<int64_t>(shardedBytes)},
           {"buckets", static_cast<int64_t>(dp.front().buckets)},
           {"all_reduce_bytes_per_step", static_cast<int64_t>(dp.front().allReduceBytes)},
           {"model", "a model, not a measurement: ring all-reduce of each bucket, 2 (N-1)/N of its "
@@ -393,9 +401,15 @@ int runInspect(const std::vector<std::string> &argv) {
                  << " bytes in the arena), committed by the last " << m.commit_steps()
                  << " steps (multi-tensor update kernels, then copies)\n";
   if (!dp.empty()) {
-    llvm::outs() << "data parallel: " << dp.front().buckets << " all-reduce buckets (limit "
-                 << m.bucket_bytes() << " bytes), " << dp.front().allReduceBytes
-                 << " bytes all-reduced per rank and step\n"
+    if (m.zero_ranks())
+      llvm::outs() << "data parallel, ZeRO-1 over " << m.zero_ranks() << " ranks: the gradients ("
+                   << dp.front().allReduceBytes << " bytes) reduce-scattered, the parameters all-gathered; "
+                   << shardedBytes << " bytes of optimizer state per rank\n";
+    else
+      llvm::outs() << "data parallel: " << dp.front().buckets << " all-reduce buckets (limit "
+                   << m.bucket_bytes() << " bytes), " << dp.front().allReduceBytes
+                   << " bytes all-reduced per rank and step\n";
+    llvm::outs()
                  << "modeled scaling (a model, not a measurement; ring all-reduce over NVLink on a "
                     "second stream):\n";
     for (const DataParallelCost &d : dp) {

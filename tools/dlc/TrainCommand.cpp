@@ -55,6 +55,9 @@ std::vector<OptSpec> trainingOptionSpecs() {
        "(bucketed all-reduces that overlap the backward pass; any number of ranks)"},
       {"bucket-mb", 0, true, false, "F",
        "--data-parallel: the gradient bucket size in MiB (default 25, as PyTorch DDP)"},
+      {"zero", 0, true, false, "N",
+       "--data-parallel: ZeRO-1, the optimizer state sharded over exactly N ranks (each\n"
+       "averages and steps only its share of the parameters; runs on N ranks only)"},
       {"sync-batchnorm", 0, false, false, "",
        "--data-parallel: BatchNorm normalizes with the global batch's statistics (averaged\n"
        "over the ranks) instead of each replica's"}};
@@ -63,7 +66,7 @@ std::vector<OptSpec> trainingOptionSpecs() {
 llvm::Expected<std::optional<passes::TrainingOptions>> trainingFromArgs(const Args &args) {
   static const char *kTrainOnly[] = {"loss",  "label", "optimizer", "lr",           "momentum",
                                      "beta1", "beta2", "eps",       "weight-decay", "freeze",
-                                     "loss-scale", "data-parallel", "bucket-mb", "sync-batchnorm"};
+                                     "loss-scale", "data-parallel", "bucket-mb", "sync-batchnorm", "zero"};
   if (!args.has("train")) {
     for (const char *o : kTrainOnly)
       if (args.has(o))
@@ -115,10 +118,17 @@ llvm::Expected<std::optional<passes::TrainingOptions>> trainingFromArgs(const Ar
       return ir::errorf("--loss-scale must be a number in [1, 3e38], got '{0}'", *v);
     t.initLossScale = d;
   }
-  for (const char *o : {"bucket-mb", "sync-batchnorm"})
+  for (const char *o : {"bucket-mb", "sync-batchnorm", "zero"})
     if (args.has(o) && !args.has("data-parallel"))
       return ir::errorf("--{0} goes with --data-parallel", o);
   t.syncBatchNorm = args.has("sync-batchnorm");
+  if (auto z = args.get("zero")) {
+    char *end = nullptr;
+    long n = std::strtol(z->c_str(), &end, 10);
+    if (z->empty() || *end || n < 2 || n > 65536)
+      return ir::errorf("--zero must be a number of ranks in [2, 65536], got '{0}'", *z);
+    t.zeroRanks = n;
+  }
   if (args.has("data-parallel")) {
     t.bucketBytes = passes::kDefaultBucketBytes;
     if (auto v = args.get("bucket-mb")) {
@@ -268,6 +278,64 @@ size_t countCorrect(const rt::HostTensor &scores, const rt::HostTensor &labels, 
       ok += best == l[n * inner + i];
     }
   return ok;
+}
+
+/// Whether the session holds ZeRO-1 optimizer shards.
+bool hasShards(const rt::Session &s) {
+  for (const std::string &name : s.variableNames())
+    if (s.variableSharded(name))
+      return true;
+  return false;
+}
+
+/// Every variable for a checkpoint, ZeRO-1 shards gathered from every rank into one
+/// array of ranks x share elements in rank order. A collective: every rank calls it.
+Result<rt::NpzArrays> gatherCheckpoint(const rt::Session &s, const RankContext &ranks) {
+  rt::NpzArrays vars;
+  for (const std::string &name : s.variableNames()) {
+    auto v = s.getVariable(name);
+    if (!v)
+      return v.takeStatus();
+    if (s.variableSharded(name) && ranks.distributed()) {
+      if (!ranks.comm)
+        return Status(StatusCode::Unavailable, "checkpoints of a --zero package gather the optimizer's shards "
+                                               "through MPI: start the ranks with mpirun");
+      rt::HostTensor all = rt::HostTensor::zeros(v->dtype, {v->numElements() * ranks.info.size});
+      DLC_RETURN_IF_ERROR(ranks.comm->allGather(v->data.data(), all.data.data(), v->data.size()));
+      v = std::move(all);
+    }
+    vars[name] = std::move(*v);
+  }
+  return vars;
+}
+
+/// --resume for a --zero package: each rank takes its share of the gathered shards.
+Status resumeShards(rt::Session &s, const std::string &path, const RankContext &ranks) {
+  auto ck = rt::readNpz(path);
+  if (!ck)
+    return ck.takeStatus();
+  for (const std::string &name : s.variableNames()) {
+    auto it = ck->find(name);
+    if (it == ck->end())
+      return Status(StatusCode::InvalidArgument, "checkpoint '" + path + "' has no value for the variable '" + name + "'");
+    rt::HostTensor t = it->second;
+    if (s.variableSharded(name)) {
+      auto mine = s.getVariable(name);
+      if (!mine)
+        return mine.takeStatus();
+      size_t share = mine->data.size();
+      if (t.dtype != mine->dtype || t.byteSize() != share * static_cast<size_t>(ranks.info.size))
+        return Status(StatusCode::InvalidArgument,
+                      "checkpoint '" + path + "': '" + name + "' is not " + std::to_string(ranks.info.size) +
+                          " shards of " + pkg::dtypeName(mine->dtype) + "[" + std::to_string(mine->numElements()) +
+                          "] (was it saved by this package on as many ranks?)");
+      std::memmove(t.data.data(), t.data.data() + share * static_cast<size_t>(ranks.info.rank), share);
+      t.data.resize(share);
+      t.shape = mine->shape;
+    }
+    DLC_RETURN_IF_ERROR(s.setVariable(name, t));
+  }
+  return Status::ok();
 }
 
 } // namespace
@@ -425,8 +493,9 @@ int runTrain(const std::vector<std::string> &argv) {
     return failRank(session.status().message());
   rt::Session &s = **session;
 
+  const bool sharded = hasShards(s);
   if (auto r = args->get("resume"))
-    if (Status st = s.loadCheckpoint(*r))
+    if (Status st = sharded ? resumeShards(s, *r, ranks) : s.loadCheckpoint(*r))
       return failRank(st.message());
   // Every rank starts from rank 0's parameters and optimizer state.
   if (Status st = s.broadcastVariables(0))
@@ -616,9 +685,17 @@ int runTrain(const std::vector<std::string> &argv) {
       llvm::outs() << line << "\n";
     llvm::outs().flush();
     // Every rank has finished the epoch's steps (its last all-reduce needed them all).
-    if (auto ck = args->get("checkpoint"); ck && ranks.lead())
+    if (auto ck = args->get("checkpoint"); ck && sharded) { // every rank sends its shards
+      auto vars = gatherCheckpoint(s, ranks);
+      if (!vars)
+        return failRank(vars.status().message());
+      if (ranks.lead())
+        if (Status st = rt::writeNpz(*ck, *vars))
+          return failRank(st.message());
+    } else if (ck && ranks.lead()) {
       if (Status st = s.saveCheckpoint(*ck))
         return failRank(st.message());
+    }
   }
   if (!quiet)
     llvm::errs() << "dlc: trained " << *epochs << " epochs in "

@@ -153,6 +153,9 @@ private:
 /// schedule (the model in inference mode, passes/Training.h): the code generator
 /// runs them apart from the training step and exposes them as NAME.
 inline constexpr std::string_view kEvalOutputPrefix = "dlc.eval.";
+/// Variables whose name starts with this are ZeRO-1 optimizer state: each rank of a
+/// data-parallel run holds its own shard (pkg::Variable::sharded).
+inline constexpr std::string_view kShardedStatePrefix = "dlc.zero.";
 /// Outputs named kGuardOutputPrefix + "NODE: WHAT" are guards: a bool scalar that
 /// must be false when the run ends (a Loop unrolled to its --loop-bound that would run
 /// further). The code generator turns each into a check word (the run fails with a

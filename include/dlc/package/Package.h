@@ -30,7 +30,8 @@ namespace dlc::pkg {
 ///    epilogue fallbacks, check words for data errors, the CUDA version of the modules.
 /// 7: inputs bound at compile time (bound_inputs).
 /// 8: shape ranges (shape_ranges, variants).
-/// 9: data-parallel steps (AllReduce, CollectiveWait) and bucket_bytes.
+/// 9: data-parallel steps (Collective: all-reduce, reduce-scatter, all-gather, shard;
+///    CollectiveWait), bucket_bytes, zero_ranks and sharded variables.
 inline constexpr uint32_t kFormatVersion = 9;
 /// The largest launch parameter buffer (the classic CUDA limit on kernel parameters).
 inline constexpr size_t kMaxParamBytes = 4096;

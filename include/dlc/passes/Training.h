@@ -54,6 +54,8 @@ struct TrainingOptions {
   std::optional<uint64_t> bucketBytes;
   /// --sync-batchnorm: BatchNorm's batch statistics are those of the global batch.
   bool syncBatchNorm = false;
+  /// --zero N: ZeRO-1, the optimizer state sharded over N ranks (instead of buckets).
+  std::optional<int64_t> zeroRanks;
 };
 
 /// The default bucket size of --data-parallel (PyTorch DDP's bucket_cap_mb).
@@ -72,6 +74,7 @@ struct TrainingSummary {
   size_t buckets = 0;              // data parallel: all-reduce buckets
   uint64_t allReduceBytes = 0;     // data parallel: gradient bytes averaged per step
   bool syncBatchNorm = false;      // data parallel: BatchNorm on the global batch's statistics
+  size_t zeroShareElements = 0;    // ZeRO-1: the parameters each rank steps the optimizer on
   bool evaluation = false; // the model in inference mode is there too (kEvalOutputPrefix)
   std::string loss; // the loss output's name
 };

@@ -35,6 +35,12 @@ public:
   virtual Status allReduce(void *data, size_t count, pkg::DType dt, ReduceOp op) = 0;
   virtual Status broadcast(void *data, size_t bytes, int root) = 0;
   virtual Status barrier() = 0;
+  /// Host memory, blocking: the mean (or sum) over the ranks of `send` (count x size()
+  /// elements), of which this rank's share (the rank-th `count` elements) goes to
+  /// `recv`. ZeRO-1's gradient shards.
+  virtual Status reduceScatter(const void *send, void *recv, size_t count, pkg::DType dt, ReduceOp op) = 0;
+  /// Host memory, blocking: every rank's `bytes` of `send`, in rank order, into `recv`.
+  virtual Status allGather(const void *send, void *recv, size_t bytes) = 0;
 
   /// Device memory, in place, ordered on a CUDA stream (NCCL only).
   virtual bool onDevice() const { return false; }
@@ -44,6 +50,15 @@ public:
   }
   virtual Status broadcastDevice(uint64_t ptr, size_t bytes, int root, void *stream) {
     (void)ptr, (void)bytes, (void)root, (void)stream;
+    return Status(StatusCode::Unavailable, "device collectives need NCCL");
+  }
+  virtual Status reduceScatterDevice(uint64_t send, uint64_t recv, size_t count, pkg::DType dt, ReduceOp op,
+                                     void *stream) {
+    (void)send, (void)recv, (void)count, (void)dt, (void)op, (void)stream;
+    return Status(StatusCode::Unavailable, "device collectives need NCCL");
+  }
+  virtual Status allGatherDevice(uint64_t send, uint64_t recv, size_t bytes, void *stream) {
+    (void)send, (void)recv, (void)bytes, (void)stream;
     return Status(StatusCode::Unavailable, "device collectives need NCCL");
   }
   /// An error reported asynchronously by the library (NCCL), or ok.

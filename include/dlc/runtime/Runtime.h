@@ -149,6 +149,9 @@ public:
   std::vector<std::string> variableNames() const;
   /// Whether a variable is a trainable parameter (else optimizer or model state).
   bool variableTrainable(const std::string &name) const;
+  /// Whether a variable is this rank's shard of ZeRO-1 optimizer state (each rank holds
+  /// its own; `dlc train` gathers them into checkpoints).
+  bool variableSharded(const std::string &name) const;
   Result<HostTensor> getVariable(const std::string &name) const;
   /// Checks name, dtype and shape.
   Status setVariable(const std::string &name, const HostTensor &t);

@@ -586,7 +586,22 @@ public:
   Status allReduce(void *, size_t, pkg::DType, rt::ReduceOp) override { return unsupported(); }
   Status broadcast(void *, size_t, int) override { return unsupported(); }
   Status barrier() override { return unsupported(); }
+  Status reduceScatter(const void *, void *, size_t, pkg::DType, rt::ReduceOp) override { return unsupported(); }
+  Status allGather(const void *, void *, size_t) override { return unsupported(); }
   bool onDevice() const override { return true; }
+  Status reduceScatterDevice(uint64_t, uint64_t, size_t count, pkg::DType, rt::ReduceOp op, void *stream) override {
+    log("reduceScatterDevice", true);
+    EXPECT_EQ(op, rt::ReduceOp::Avg);
+    S.reduceStreams.push_back(static_cast<CUstream>(stream));
+    S.reduceCounts.push_back(count);
+    return Status::ok();
+  }
+  Status allGatherDevice(uint64_t, uint64_t, size_t bytes, void *stream) override {
+    log("allGatherDevice", true);
+    S.reduceStreams.push_back(static_cast<CUstream>(stream));
+    S.reduceCounts.push_back(bytes);
+    return Status::ok();
+  }
   Status allReduceDevice(uint64_t, size_t count, pkg::DType dt, rt::ReduceOp op, void *stream) override {
     log("allReduceDevice", true);
     EXPECT_EQ(dt, pkg::DType::F32);
@@ -651,6 +666,59 @@ TEST_F(CudaMock, ADataParallelStepAveragesEachBucketOnASecondStream) {
   size_t update = at("cuLaunchKernelEx", reduce + 1);
   ASSERT_LT(update, S.calls.size());
   EXPECT_LT(wait, update) << "the optimizer's update must wait for the average";
+}
+
+TEST_F(CudaMock, ZeroShardsReduceScatterAndAllGatherOnTheSecondStream) {
+  // ZeRO-1 over 2 ranks, by hand: this rank's share of the mean gradient and of the
+  // parameters, its step, and every rank's new share gathered into the parameter.
+  const char *text = R"(graph @zero(%x: f32[4]) -> ("loss": f32[]) {
+  %w = param f32[4] dense<[1.0, 2.0, 3.0, 4.0]>
+  %p = Mul(%x, %w) : f32[4]
+  %loss = ReduceSum(%p) {keepdims = 0} : f32[]
+  %gs = ReduceScatter(%x) {ranks = 2} : f32[2]
+  %ps = RankShard(%w) {ranks = 2} : f32[2]
+  %n = Sub(%ps, %gs) : f32[2]
+  %all = AllGather(%n) {ranks = 2} : f32[4]
+  update %w = %all
+  return %loss
+})";
+  auto pkg = compileForSm90(text, "zero");
+  ASSERT_EQ(pkg->meta().zero_ranks(), 2u);
+  rt::SessionOptions so;
+  so.device = rt::DeviceKind::Cuda;
+  so.communicator = std::make_shared<FakeDeviceComm>();
+  so.rank = {1, 2, 1};
+  {
+    rt::SessionOptions one = so;
+    one.rank = {0, 1, 0};
+    auto s = rt::Session::create(pkg, one);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.status().message().find("run it on 2 ranks, not 1"), std::string::npos) << s.status().message();
+  }
+  auto s = rt::Session::create(pkg, so);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  std::vector<float> x{1, 2, 3, 4};
+  ASSERT_FALSE(bool((*s)->setInputBytes("x", x.data(), 16)));
+  S.calls.clear();
+  ASSERT_FALSE(bool((*s)->run()));
+  // A reduce-scatter of 2 floats per rank and an all-gather of 8 bytes per rank, both
+  // on the second stream.
+  EXPECT_EQ(S.reduceCounts, (std::vector<size_t>{2, 8}));
+  EXPECT_EQ(S.reduceStreams, (std::vector<CUstream>(2, reinterpret_cast<CUstream>(0x3010))));
+  auto at = [&](const std::string &what, size_t from) {
+    return static_cast<size_t>(std::find(S.calls.begin() + static_cast<std::ptrdiff_t>(from), S.calls.end(), what) -
+                               S.calls.begin());
+  };
+  size_t scatter = at("reduceScatterDevice", 0), gather = at("allGatherDevice", 0);
+  ASSERT_LT(scatter, gather);
+  ASSERT_LT(gather, S.calls.size());
+  // The step reads the gradient share only after waiting for it, and the update
+  // copies the gathered parameters only after waiting for them.
+  size_t waitScatter = at("cuStreamWaitEvent", scatter + 1);
+  EXPECT_LT(waitScatter, at("cuLaunchKernelEx", scatter + 1));
+  size_t waitGather = at("cuStreamWaitEvent", gather + 1);
+  ASSERT_LT(waitGather, S.calls.size());
+  EXPECT_EQ(at("cuLaunchKernelEx", gather + 1), S.calls.size()) << "nothing computes after the gather";
 }
 
 } // namespace

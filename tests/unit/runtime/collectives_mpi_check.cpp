@@ -15,7 +15,8 @@
 //                                            through a file and a free TCP port
 //   collectives_mpi_check --errors           the errors that need no other rank
 //
-// Prints "... ok" and exits 0, or prints what differs and exits 1.
+// Prints "... ok" and exits 0, or prints what differs and exits 1. The default mode
+// also checks ZeRO-1's reduce-scatter and all-gather.
 #include "dlc/package/Half.h"
 #include "dlc/runtime/Collectives.h"
 
@@ -93,6 +94,46 @@ void checkF32(Communicator &c, ReduceOp op, size_t count) {
                      std::to_string(count);
   expectOk(c.allReduce(x.data(), count, pkg::DType::F32, op), what);
   expectEqual(x, want, what);
+}
+
+/// ZeRO-1's collectives: each rank's share of the sum or mean of every rank's vector
+/// (f32, and f16 through float), and every rank's bytes in rank order.
+void checkShards(Communicator &c, ReduceOp op, size_t count) {
+  int n = c.size(), r = c.rank();
+  auto v = [&](int rank, size_t i) { return static_cast<float>(rank * 100 + static_cast<int>(i % 251)); };
+  std::vector<float> x(count * n), mine(count), want(count);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = v(r, i);
+  for (size_t j = 0; j < count; ++j) {
+    float sum = 0; // integers: exact in any order
+    for (int k = 0; k < n; ++k)
+      sum += v(k, r * count + j);
+    want[j] = op == ReduceOp::Avg ? sum / static_cast<float>(n) : sum;
+  }
+  std::string what = std::string("f32 reduce-scatter ") + (op == ReduceOp::Avg ? "average" : "sum");
+  expectOk(c.reduceScatter(x.data(), mine.data(), count, pkg::DType::F32, op), what);
+  expectEqual(mine, want, what);
+  std::vector<uint16_t> hx(x.size()), hmine(count);
+  for (size_t i = 0; i < x.size(); ++i)
+    hx[i] = floatToHalf(x[i]);
+  what = "f16 reduce-scatter";
+  expectOk(c.reduceScatter(hx.data(), hmine.data(), count, pkg::DType::F16, op), what);
+  std::vector<float> back(count);
+  for (size_t j = 0; j < count; ++j)
+    back[j] = halfToFloat(hmine[j]);
+  std::vector<float> rounded(count);
+  for (size_t j = 0; j < count; ++j)
+    rounded[j] = halfToFloat(floatToHalf(want[j]));
+  expectEqual(back, rounded, what);
+  std::vector<uint8_t> bytes(count), all(count * n), wantAll(count * n);
+  for (size_t i = 0; i < count; ++i)
+    bytes[i] = static_cast<uint8_t>(r * 7 + i);
+  for (int k = 0; k < n; ++k)
+    for (size_t i = 0; i < count; ++i)
+      wantAll[k * count + i] = static_cast<uint8_t>(k * 7 + i);
+  expectOk(c.allGather(bytes.data(), all.data(), count), "all-gather");
+  if (all != wantAll)
+    fail("all-gather: the bytes differ");
 }
 
 void checkF64(Communicator &c, ReduceOp op) {
@@ -193,6 +234,7 @@ int runCollectives() {
     checkF64(c, op);
     checkHalf(c, pkg::DType::F16, op, 1000);
     checkHalf(c, pkg::DType::BF16, op, 1000);
+    checkShards(c, op, 433);
   }
   checkHalf(c, pkg::DType::F16, ReduceOp::Sum, (size_t(1) << 22) + 5); // two staging pieces
   expectOk(c.allReduce(nullptr, 0, pkg::DType::F32, ReduceOp::Sum), "an empty all-reduce");
