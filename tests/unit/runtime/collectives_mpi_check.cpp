@@ -193,7 +193,9 @@ void checkBroadcast(Communicator &c, int root, size_t bytes) {
 }
 
 /// The MPI communicator, or null after saying why there is none.
-std::shared_ptr<Communicator> mpiOrNull(const CommOptions &opts) {
+std::shared_ptr<Communicator> mpiOrNull(double timeoutSeconds) {
+  CommOptions opts;
+  opts.timeoutSeconds = timeoutSeconds;
   Result<std::shared_ptr<Communicator>> made = createMpiCommunicator(opts);
   if (!made) {
     std::fprintf(stderr, "FAIL: createMpiCommunicator: %s\n", made.status().message().c_str());
@@ -203,9 +205,7 @@ std::shared_ptr<Communicator> mpiOrNull(const CommOptions &opts) {
 }
 
 int runCollectives() {
-  CommOptions opts;
-  opts.timeoutSeconds = 60;
-  std::shared_ptr<Communicator> made = mpiOrNull(opts);
+  std::shared_ptr<Communicator> made = mpiOrNull(60);
   if (!made)
     return 1;
   Communicator &c = *made;
@@ -224,7 +224,7 @@ int runCollectives() {
   if (c.describe().find("MPI (Open MPI v") != 0 ||
       c.describe().find("rank " + std::to_string(c.rank()) + " of ") == std::string::npos)
     fail("describe() is '" + c.describe() + "'");
-  Result<std::shared_ptr<Communicator>> again = createMpiCommunicator(opts);
+  Result<std::shared_ptr<Communicator>> again = createMpiCommunicator(CommOptions{});
   if (!again || again->get() != &c)
     fail("a second createMpiCommunicator does not return the first communicator");
 
@@ -258,11 +258,9 @@ int runCollectives() {
 }
 
 int runTimeoutCheck() {
-  CommOptions opts;
   const char *rankText = std::getenv("OMPI_COMM_WORLD_RANK");
   bool late = rankText && std::atoi(rankText) == 1;
-  opts.timeoutSeconds = late ? 30 : 1;
-  std::shared_ptr<Communicator> made = mpiOrNull(opts);
+  std::shared_ptr<Communicator> made = mpiOrNull(late ? 30 : 1);
   if (!made)
     return 1;
   Communicator &c = *made;
@@ -297,9 +295,7 @@ int runTimeoutCheck() {
 }
 
 int runAbortCheck() {
-  CommOptions opts;
-  opts.timeoutSeconds = 60;
-  std::shared_ptr<Communicator> made = mpiOrNull(opts);
+  std::shared_ptr<Communicator> made = mpiOrNull(60);
   if (!made)
     return 1;
   Communicator &c = *made;
