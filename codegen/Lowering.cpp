@@ -667,6 +667,13 @@ llvm::Expected<Program> Lowering::run() {
     std::optional<StepPredicate> predicate;
     if (cond && (valueBuffers_.count(cond->first) || cond->first->isInput()))
       predicate = StepPredicate{bufferOf(cond->first), cond->second};
+    // Every rank must issue the same collectives: none may depend on the data.
+    if (predicate)
+      for (size_t s = firstStep; s < p_.steps.size(); ++s)
+        if (std::holds_alternative<CollectiveStep>(p_.steps[s].op))
+          return errorf("{0}: a collective on one side of an If with a run-time condition (the ranks could "
+                        "disagree on running it); bind the condition with --bind",
+                        n.describe());
     for (size_t s = firstStep; s < p_.steps.size(); ++s) {
       p_.steps[s].schedules = mask;
       p_.steps[s].predicate = predicate;

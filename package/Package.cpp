@@ -550,6 +550,11 @@ Status PackageFile::verify() {
             DLC_RETURN_IF_ERROR(checkRef(*a->sources()->Get(k), size, label + " gradient"));
           }
           if (!allReduce) {
+            // ZeRO-1's collectives are sized for the world the package was compiled
+            // for, which a session checks against its own.
+            if (!p.zero_ranks() || a->ranks() != p.zero_ranks())
+              return bad(label + " shards over " + std::to_string(a->ranks()) + " ranks in a package for " +
+                         std::to_string(p.zero_ranks()));
             if (a->op() != CollectiveOp::AllGather && a->count() % a->ranks())
               return bad(label + " does not split into equal shares");
             uint64_t out = a->op() == CollectiveOp::AllGather ? bytes * a->ranks() : bytes / a->ranks();

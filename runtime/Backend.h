@@ -61,8 +61,9 @@ public:
   /// Data parallelism: packs the bucket's gradients into its staging buffer and
   /// starts averaging it over the ranks beside the steps that follow (emu: a thread
   /// of its own; cuda: a second stream); waitCollective orders the steps after it
-  /// behind the average. With one rank, the pack is all.
-  virtual Status collective(const pkg::Collective &a) = 0;
+  /// behind the average. With one rank, the pack is all. `local`: this rank alone
+  /// (rank 0 evaluating): no communication, as if every rank held the same values.
+  virtual Status collective(const pkg::Collective &a, bool local) = 0;
   virtual Status waitCollective(const pkg::CollectiveWait &w) = 0;
   /// Overwrites `bytes` at `r` on every rank with rank `root`'s (the parameters at
   /// the start of a data-parallel run).

@@ -572,11 +572,12 @@ Status Session::runSteps(bool evaluation) {
         break;
       case pkg::StepKind::Collective:
         kind = "all-reduce";
-        st = backend_->collective(*s->op_as_Collective());
+        // An evaluation runs on one rank: its collectives stay local.
+        st = backend_->collective(*s->op_as_Collective(), evaluation);
         break;
       case pkg::StepKind::CollectiveWait:
         kind = "wait";
-        st = backend_->waitCollective(*s->op_as_CollectiveWait());
+        st = evaluation ? Status::ok() : backend_->waitCollective(*s->op_as_CollectiveWait());
         break;
       default: st = Status(StatusCode::InvalidPackage, "unknown step kind");
       }

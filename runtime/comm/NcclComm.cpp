@@ -181,6 +181,7 @@ public:
                              void *stream) override;
   Status allGatherDevice(uint64_t send, uint64_t recv, size_t bytes, void *stream) override;
   Status asyncError() override;
+  void abortCollectives() override;
   [[noreturn]] void abort(int code) override;
 
 private:
@@ -325,6 +326,15 @@ Status NcclComm::asyncError() {
   int failure = r != kNcclSuccess ? r : state;
   return broken_ = Status(StatusCode::LaunchFailure,
                           prefix() + "NCCL reported an error: " + api_.error(failure, comm_));
+}
+
+void NcclComm::abortCollectives() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!broken_)
+    broken_ = Status(StatusCode::Unavailable, prefix() + "the collectives were aborted");
+  if (comm_)
+    api_.ncclCommAbort(comm_); // returns once NCCL's kernels have stopped
+  comm_ = nullptr;
 }
 
 void NcclComm::abort(int code) {

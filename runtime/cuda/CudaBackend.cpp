@@ -153,8 +153,14 @@ public:
       return;
     {
       CtxGuard g(drv_, ctx_);
+      // Collectives still in flight: bounded, and aborted when a peer is gone, before
+      // anything they write is freed.
+      if (nccl_ && !waitStreams().isOk())
+        nccl_->abortCollectives();
       if (stream_)
         drv_.cuStreamSynchronize_(stream_);
+      if (commStream_)
+        drv_.cuStreamSynchronize_(commStream_);
       dropGraph();
       plans_.clear();
       if (ltHandle_)
@@ -163,8 +169,6 @@ public:
         drv_.cuMemFree_(arena_);
       for (CUmodule mod : modules_)
         drv_.cuModuleUnload_(mod);
-      if (commStream_)
-        drv_.cuStreamSynchronize_(commStream_);
       for (const auto &[bucket, ev] : bucketEvents_) {
         drv_.cuEventDestroy_(ev.first);
         drv_.cuEventDestroy_(ev.second);
@@ -371,10 +375,19 @@ public:
     CtxGuard g(drv_, ctx_);
     if (!nccl_)
       return check(drv_.cuStreamSynchronize_(stream()), "synchronize");
-    // With collectives in flight, a rank that died would leave this one waiting for
-    // ever: poll both streams, NCCL's asynchronous errors and the deadline.
+    Status st = waitStreams();
+    if (st)
+      nccl_->abortCollectives(); // the kernels of a collective whose peer is gone never end
+    return st;
+  }
+
+  /// With collectives in flight, a rank that died would leave this one waiting for
+  /// ever: polls both streams, NCCL's asynchronous errors and the deadline.
+  Status waitStreams() {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(nccl_->timeoutSeconds());
     for (CUstream s : {commStream_, stream()}) {
+      if (!s)
+        continue;
       for (;;) {
         CUresult r = drv_.cuStreamQuery_(s);
         if (r == CUDA_SUCCESS)
@@ -386,14 +399,14 @@ public:
           return Status(StatusCode::Unavailable,
                         "rank " + std::to_string(nccl_->rank()) + ": the step waited " +
                             std::to_string(static_cast<int>(nccl_->timeoutSeconds())) +
-                            " s for the other ranks' all-reduces (did one of them die?)");
+                            " s for the other ranks' collectives (did one of them die?)");
         std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
     }
     return Status::ok();
   }
 
-  Status collective(const pkg::Collective &a) override {
+  Status collective(const pkg::Collective &a, bool local) override {
     CtxGuard g(drv_, ctx_);
     CUdeviceptr staging = address(*a.staging());
     // The pack runs on the main stream, in order with the producers of the gradients
@@ -411,8 +424,19 @@ public:
                                            share, stream()),
                    "taking this rank's shard");
     }
-    if (!nccl_)
+    if (local || !nccl_) { // every rank alike: the mean is this rank's values
+      size_t bytes = a.count() * es;
+      if (a.op() == pkg::CollectiveOp::ReduceScatter)
+        return check(drv_.cuMemcpyDtoDAsync_(address(*a.output()),
+                                             staging + static_cast<size_t>(opts_.rank.rank) * (bytes / a.ranks()),
+                                             bytes / a.ranks(), stream()),
+                     "a local reduce-scatter");
+      if (a.op() == pkg::CollectiveOp::AllGather)
+        for (uint32_t r = 0; r < a.ranks(); ++r)
+          DLC_RETURN_IF_ERROR(check(drv_.cuMemcpyDtoDAsync_(address(*a.output()) + r * bytes, staging, bytes, stream()),
+                                    "a local all-gather"));
       return Status::ok();
+    }
     auto [it, fresh] = bucketEvents_.try_emplace(a.bucket(), nullptr, nullptr);
     if (fresh) {
       DLC_RETURN_IF_ERROR(check(drv_.cuEventCreate_(&it->second.first, CU_EVENT_DISABLE_TIMING), "cuEventCreate"));
@@ -446,7 +470,7 @@ public:
     CtxGuard g(drv_, ctx_);
     DLC_RETURN_IF_ERROR(check(drv_.cuStreamSynchronize_(stream()), "synchronize"));
     DLC_RETURN_IF_ERROR(nccl_->broadcastDevice(address(r), bytes, root, commStream_));
-    return check(drv_.cuStreamSynchronize_(commStream_), "broadcast");
+    return synchronize(); // bounded: rank 0 may never arrive
   }
 
   /// The first run captures the steps into a CUDA graph (nothing executes during

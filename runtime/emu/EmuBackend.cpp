@@ -290,7 +290,7 @@ public:
     return sticky_;
   }
 
-  Status collective(const pkg::Collective &a) override {
+  Status collective(const pkg::Collective &a, bool local) override {
     if (sticky_)
       return sticky_;
     uint8_t *staging = address(*a.staging());
@@ -302,8 +302,18 @@ public:
       std::memcpy(address(*a.output()), staging + static_cast<size_t>(opts_.rank.rank) * share, share);
       return Status::ok();
     }
-    if (opts_.rank.size <= 1) // the mean over one rank (ZeRO packages need their ranks)
+    if (local || opts_.rank.size <= 1) { // every rank alike: the mean is this rank's values
+      size_t bytes = a.count() * pkg::dtypeSize(a.dtype());
+      if (a.op() == pkg::CollectiveOp::ReduceScatter)
+        std::memcpy(address(*a.output()), staging + static_cast<size_t>(opts_.rank.rank) * (bytes / a.ranks()),
+                    bytes / a.ranks());
+      else if (a.op() == pkg::CollectiveOp::AllGather)
+        for (uint32_t r = 0; r < a.ranks(); ++r)
+          std::memcpy(address(*a.output()) + r * bytes, staging, bytes);
       return Status::ok();
+    }
+    if (!opts_.communicator || opts_.communicator->onDevice())
+      return sticky_ = Status(StatusCode::InvalidArgument, "emu ranks average through MPI: no MPI communicator");
     if (!collectives_)
       collectives_ = std::make_unique<CollectiveThread>(opts_.communicator);
     collectives_->start(a, staging, a.output() ? address(*a.output()) : nullptr);

@@ -109,8 +109,9 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant) {
         sc.bytesWritten = ms->bytes();
       } else if (const pkg::Collective *ar = s->op_as_Collective()) {
         sc.kind = "all-reduce"; // on the main stream: the pack's copies
-        for (uint64_t b : *ar->sizes())
-          sc.bytesRead += b;
+        if (ar->sizes())
+          for (uint64_t b : *ar->sizes())
+            sc.bytesRead += b;
         sc.bytesWritten = sc.bytesRead;
       } else if (s->op_as_CollectiveWait()) {
         sc.kind = "wait";
@@ -178,8 +179,9 @@ DataParallelCost dataParallelCostOf(const pkg::PackageFile &pf, const PackageCos
     if (const pkg::Collective *ar = s->op_as_Collective();
         ar && (ar->op() == pkg::CollectiveOp::AllReduce || ar->op() == pkg::CollectiveOp::ReduceScatter)) {
       ++d.buckets;
-      for (uint64_t b : *ar->sizes())
-        d.allReduceBytes += b;
+      if (ar->sizes())
+        for (uint64_t b : *ar->sizes())
+          d.allReduceBytes += b;
     }
   for (size_t i = 0; i < gpus.size(); ++i) {
     const codegen::GpuModel &g = *gpus[i];

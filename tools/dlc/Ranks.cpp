@@ -5,8 +5,9 @@
 //    process becomes `mpirun -np N dlc train ...`, which ends every rank when one dies);
 //  - cuda ranks (one per GPU) reduce through NCCL: N children of this process, each
 //    told its rank in DLC_RANK / DLC_WORLD_SIZE / DLC_LOCAL_RANK, meeting at a file
-//    rendezvous for NCCL's id. This process waits for them; when one fails, it waits
-//    for the others to notice (each bounded by --timeout) and then stops them.
+//    rendezvous for NCCL's id. This process waits for them; when one fails, it gives
+//    the others a few seconds to notice and then stops them (and a launcher that dies
+//    takes its ranks with it).
 // `mpirun -np N dlc train ...` across machines needs none of this: each rank finds its
 // place in Open MPI's environment (joinRanks).
 //===----------------------------------------------------------------------===//
@@ -17,11 +18,13 @@
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
@@ -126,11 +129,21 @@ int forkRanks(const std::vector<std::string> &rest, int nproc, const LaunchOptio
   std::string self = selfPath();
   std::map<pid_t, int> ranks;
   llvm::errs().flush();
+  auto stopAll = [&](int sig) {
+    for (const auto &[p, r] : ranks)
+      ::kill(p, sig);
+  };
   for (int r = 0; r < nproc; ++r) {
     pid_t pid = ::fork();
-    if (pid < 0)
-      return fail(std::string("fork: ") + std::strerror(errno));
+    if (pid < 0) {
+      std::string why = std::strerror(errno);
+      stopAll(SIGKILL);
+      for (const auto &[p, rank] : ranks)
+        ::waitpid(p, nullptr, 0);
+      return fail("fork: " + why);
+    }
     if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL); // a launcher that dies takes its ranks with it
       ::setenv("DLC_RANK", std::to_string(r).c_str(), 1);
       ::setenv("DLC_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
       ::setenv("DLC_LOCAL_RANK", std::to_string(r).c_str(), 1);
@@ -161,17 +174,15 @@ int forkRanks(const std::vector<std::string> &rest, int nproc, const LaunchOptio
       if (!ok && !failed) {
         failed = 1;
         stopping = true;
+        // A few seconds for the others to notice and say why, then they are stopped.
         stopAt = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                        std::chrono::duration<double>(o.timeoutSeconds + 5));
-        reportError(ir::makeError("rank " + std::to_string(r) + " " + exitText(status) +
-                                  "; the other ranks stop within the timeout (" +
-                                  std::to_string(static_cast<int>(o.timeoutSeconds)) + " s)"));
+                                                        std::chrono::duration<double>(std::min(o.timeoutSeconds, 5.0)));
+        reportError(ir::makeError("rank " + std::to_string(r) + " " + exitText(status) + "; stopping the other ranks"));
       }
       continue;
     }
     if (stopping && std::chrono::steady_clock::now() > stopAt) {
-      for (const auto &[p, r] : ranks)
-        ::kill(p, SIGKILL);
+      stopAll(SIGKILL);
       stopping = false;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -494,6 +494,9 @@ int runTrain(const std::vector<std::string> &argv) {
   rt::Session &s = **session;
 
   const bool sharded = hasShards(s);
+  if (sharded && ranks.distributed() && !ranks.comm && (args->has("checkpoint") || args->has("resume")))
+    return failRank("checkpoints of a --zero package gather the optimizer's shards through MPI: start the "
+                    "ranks with mpirun to use --checkpoint or --resume");
   if (auto r = args->get("resume"))
     if (Status st = sharded ? resumeShards(s, *r, ranks) : s.loadCheckpoint(*r))
       return failRank(st.message());

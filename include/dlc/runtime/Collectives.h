@@ -63,6 +63,9 @@ public:
   }
   /// An error reported asynchronously by the library (NCCL), or ok.
   virtual Status asyncError() { return Status::ok(); }
+  /// Ends the collectives in flight on the device (a peer is gone: NCCL's kernels would
+  /// wait for it for ever); the communicator is unusable afterwards.
+  virtual void abortCollectives() {}
   /// The bound on every wait, in seconds.
   virtual double timeoutSeconds() const = 0;
 
