@@ -364,9 +364,8 @@ void bucketGradients(Graph &g, std::vector<Gradient> &grads, uint64_t limit, Tra
 /// (RankShard) with optimizer state of that share's size (ir::kShardedStatePrefix),
 /// and the new shares are gathered (AllGather) into every parameter.
 template <class Optimize, class Update>
-llvm::Expected<TrainingSummary> shardOptimizer(Graph &g, GradBuilder &b, const std::vector<Gradient> &grads,
-                                               int64_t ranks, Optimize optimize, Update update,
-                                               TrainingSummary &sum) {
+llvm::Error shardOptimizer(Graph &g, GradBuilder &b, const std::vector<Gradient> &grads, int64_t ranks,
+                           Optimize optimize, Update update, TrainingSummary &sum) {
   DType dt = grads.front().parameter->dtype();
   std::vector<Value *> flatGrads, flatParams;
   int64_t total = 0;
@@ -409,7 +408,7 @@ llvm::Expected<TrainingSummary> shardOptimizer(Graph &g, GradBuilder &b, const s
   if (auto e = b.takeError())
     return e;
   sum.zeroShareElements = static_cast<size_t>(share);
-  return sum;
+  return llvm::Error::success();
 }
 
 } // namespace
@@ -574,8 +573,11 @@ llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOption
     ++sum.parameters;
     sum.parameterElements += static_cast<size_t>(gr.parameter->type().numElements());
   }
-  if (opts.zeroRanks)
-    return shardOptimizer(g, b, *grads, *opts.zeroRanks, optimize, update, sum);
+  if (opts.zeroRanks) {
+    if (auto e = shardOptimizer(g, b, *grads, *opts.zeroRanks, optimize, update, sum))
+      return e;
+    return sum;
+  }
   for (const Gradient &gr : *grads) {
     Value *next = optimize(gr.parameter, gr.grad);
     if (auto e = b.takeError())

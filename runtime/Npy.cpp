@@ -4,6 +4,7 @@
 // literal {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }, then the
 // raw little-endian data. Every field is validated; sizes are overflow-checked.
 //===----------------------------------------------------------------------===//
+#include "Files.h"
 #include "dlc/runtime/Runtime.h"
 
 #include <cstring>
@@ -165,18 +166,7 @@ std::string encodeNpy(const HostTensor &t) {
 
 Status writeNpy(const std::string &path, const HostTensor &t) {
   std::string bytes = encodeNpy(t);
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f)
-      return Status(StatusCode::IoError, "cannot write '" + path + "'");
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!f)
-      return Status(StatusCode::IoError, "cannot write '" + path + "'");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    return Status(StatusCode::IoError, "cannot write '" + path + "'");
-  return Status::ok();
+  return writeFileAtomically(path, bytes.data(), bytes.size());
 }
 
 } // namespace dlc::rt

@@ -6,6 +6,7 @@
 // readers do, and every offset and size is checked against the file. The runtime
 // depends on no compression library: deflated members need the caller's inflater.
 //===----------------------------------------------------------------------===//
+#include "Files.h"
 #include "dlc/runtime/Runtime.h"
 
 #include <cstdio>
@@ -142,20 +143,7 @@ Status writeNpz(const std::string &path, const NpzArrays &arrays) {
   put16(file, 0), put16(file, 0), put16(file, count), put16(file, count);
   put32(file, static_cast<uint32_t>(dir.size())), put32(file, dirOffset), put16(file, 0);
 
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f.write(file.data(), static_cast<std::streamsize>(file.size()));
-    if (!f) {
-      std::remove(tmp.c_str());
-      return Status(StatusCode::IoError, "cannot write '" + path + "'");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return Status(StatusCode::IoError, "cannot write '" + path + "'");
-  }
-  return Status::ok();
+  return writeFileAtomically(path, file.data(), file.size());
 }
 
 } // namespace dlc::rt

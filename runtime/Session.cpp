@@ -83,6 +83,10 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> mo
                   s->pkg_->name() + " shards its optimizer state over " + std::to_string(zero) +
                       " ranks (dlc compile --zero " + std::to_string(zero) + "): run it on " + std::to_string(zero) +
                       " ranks, not " + std::to_string(opts.rank.size));
+  else if (zero && !opts.communicator)
+    return Status(StatusCode::InvalidArgument,
+                  s->pkg_->name() + ": ZeRO-1 checkpoints gather the optimizer's shards through MPI: start the "
+                                    "ranks with mpirun");
   if (opts.device == DeviceKind::Cuda || opts.device == DeviceKind::Auto) {
     auto cuda = createCudaBackend(s->opts_);
     if (cuda) {
@@ -223,9 +227,14 @@ Status Session::saveCheckpoint(const std::string &path) const {
     auto v = getVariable(name);
     if (!v)
       return v.takeStatus();
+    if (opts_.rank.size > 1 && variableSharded(name)) { // a collective: every rank sends its shard
+      HostTensor all = HostTensor::zeros(v->dtype, {v->numElements() * opts_.rank.size});
+      DLC_RETURN_IF_ERROR(opts_.communicator->allGather(v->data.data(), all.data.data(), v->data.size()));
+      v = std::move(all);
+    }
     vars[name] = std::move(*v);
   }
-  return writeNpz(path, vars);
+  return opts_.rank.rank == 0 ? writeNpz(path, vars) : Status::ok();
 }
 
 Status Session::loadCheckpoint(const std::string &path) {
@@ -238,6 +247,17 @@ Status Session::loadCheckpoint(const std::string &path) {
     if (it == ck->end())
       return Status(StatusCode::InvalidArgument,
                     "checkpoint '" + path + "' has no value for the variable '" + name + "'");
+    if (opts_.rank.size > 1 && variableSharded(name)) { // every rank's shard: this rank's
+      HostTensor &t = it->second;
+      size_t share = findVariable(pkg_->meta(), name)->data()->size();
+      if (t.byteSize() != share * static_cast<size_t>(opts_.rank.size))
+        return Status(StatusCode::InvalidArgument, "checkpoint '" + path + "': '" + name + "' is not " +
+                                                       std::to_string(opts_.rank.size) +
+                                                       " shards (was it saved by this package on as many ranks?)");
+      t.data.erase(t.data.begin(), t.data.begin() + static_cast<std::ptrdiff_t>(share * opts_.rank.rank));
+      t.data.resize(share);
+      t.shape = {static_cast<int64_t>(share / pkg::dtypeSize(t.dtype))};
+    }
     if (auto v = matchVariable(pkg_->meta(), name, it->second); !v)
       return Status(StatusCode::InvalidArgument, "checkpoint '" + path + "': " + v.status().message());
   }

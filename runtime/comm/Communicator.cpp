@@ -12,6 +12,7 @@
 // The TCP protocol: each other rank connects and sends "DLCR" and its rank; rank 0
 // answers with the length of the bytes (8 bytes) and the bytes.
 //===----------------------------------------------------------------------===//
+#include "../Files.h"
 #include "CommUtil.h"
 #include "dlc/runtime/Collectives.h"
 
@@ -122,32 +123,6 @@ std::string ackPath(const std::string &path, int rank) {
   return path + ".ack." + std::to_string(rank);
 }
 
-Status writeFile(const std::string &path, const void *bytes, size_t n, const RankInfo &me) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return Status(StatusCode::IoError,
-                  rankPrefix(me) + "cannot create '" + path + "': " + errnoText());
-  const char *p = static_cast<const char *>(bytes);
-  for (size_t done = 0; done < n;) {
-    ssize_t w = ::write(fd, p + done, n - done);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0) {
-      std::string err = errnoText();
-      ::close(fd);
-      ::unlink(path.c_str());
-      return Status(StatusCode::IoError, rankPrefix(me) + "cannot write '" + path + "': " + err);
-    }
-    done += static_cast<size_t>(w);
-  }
-  if (::close(fd) != 0) {
-    std::string err = errnoText();
-    ::unlink(path.c_str());
-    return Status(StatusCode::IoError, rankPrefix(me) + "cannot write '" + path + "': " + err);
-  }
-  return Status::ok();
-}
-
 /// Reads exactly n bytes of `path`; false if it is shorter or cannot be read (yet).
 bool readFile(const std::string &path, void *bytes, size_t n) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -179,14 +154,8 @@ Status filePublish(const std::string &path, const RankInfo &me, const void *byte
   // from the file that is published below.
   for (int r = 1; r < me.size; ++r)
     ::unlink(ackPath(path, r).c_str());
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  DLC_RETURN_IF_ERROR(writeFile(tmp, bytes, n, me));
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::string err = errnoText();
-    ::unlink(tmp.c_str());
-    return Status(StatusCode::IoError,
-                  "rank 0: cannot rename '" + tmp + "' to '" + path + "': " + err);
-  }
+  if (Status st = writeFileAtomically(path, bytes, n))
+    return Status(st.code(), rankPrefix(me) + st.message());
 
   std::vector<bool> acked(static_cast<size_t>(me.size), false);
   std::vector<int> missing;

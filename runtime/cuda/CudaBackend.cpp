@@ -417,20 +417,17 @@ public:
                                                           address(*a.sources()->Get(k)), a.sizes()->Get(k),
                                                           stream()),
                                   "packing a gradient bucket"));
-    size_t es = pkg::dtypeSize(a.dtype());
-    if (a.op() == pkg::CollectiveOp::Shard) { // this rank's share, on the main stream
-      size_t share = a.count() / a.ranks() * es;
+    size_t es = pkg::dtypeSize(a.dtype()), bytes = a.count() * es;
+    bool alone = local || !nccl_; // every rank alike: a mean is this rank's values
+    // This rank's share of staging, on the main stream: a shard always, a
+    // reduce-scatter alone.
+    if (a.op() == pkg::CollectiveOp::Shard || (alone && a.op() == pkg::CollectiveOp::ReduceScatter)) {
+      size_t share = bytes / a.ranks();
       return check(drv_.cuMemcpyDtoDAsync_(address(*a.output()), staging + static_cast<size_t>(opts_.rank.rank) * share,
                                            share, stream()),
-                   "taking this rank's shard");
+                   "taking this rank's share");
     }
-    if (local || !nccl_) { // every rank alike: the mean is this rank's values
-      size_t bytes = a.count() * es;
-      if (a.op() == pkg::CollectiveOp::ReduceScatter)
-        return check(drv_.cuMemcpyDtoDAsync_(address(*a.output()),
-                                             staging + static_cast<size_t>(opts_.rank.rank) * (bytes / a.ranks()),
-                                             bytes / a.ranks(), stream()),
-                     "a local reduce-scatter");
+    if (alone) {
       if (a.op() == pkg::CollectiveOp::AllGather)
         for (uint32_t r = 0; r < a.ranks(); ++r)
           DLC_RETURN_IF_ERROR(check(drv_.cuMemcpyDtoDAsync_(address(*a.output()) + r * bytes, staging, bytes, stream()),
@@ -450,7 +447,7 @@ public:
                                                      ReduceOp::Avg, commStream_));
       break;
     case pkg::CollectiveOp::AllGather:
-      DLC_RETURN_IF_ERROR(nccl_->allGatherDevice(staging, address(*a.output()), a.count() * es, commStream_));
+      DLC_RETURN_IF_ERROR(nccl_->allGatherDevice(staging, address(*a.output()), bytes, commStream_));
       break;
     default:
       DLC_RETURN_IF_ERROR(nccl_->allReduceDevice(staging, a.count(), a.dtype(), ReduceOp::Avg, commStream_));

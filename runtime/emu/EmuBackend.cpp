@@ -231,7 +231,8 @@ public:
         kernels_.push_back(it->second);
       }
     }
-    if (m.bucket_bytes() && opts_.rank.size > 1 && (!opts_.communicator || opts_.communicator->onDevice()))
+    // Any collective step of any package then has an MPI communicator to run on.
+    if (opts_.rank.size > 1 && (!opts_.communicator || opts_.communicator->onDevice()))
       return Status(StatusCode::InvalidArgument,
                     "emu ranks average their gradients through MPI: start them with mpirun or `dlc train --nproc`");
     if (!arena_.allocate(m.arena_bytes(), opts_.check ? 0xff : 0))
@@ -297,23 +298,20 @@ public:
     if (a.sources())
       for (size_t k = 0; k < a.sources()->size(); ++k)
         std::memmove(staging + a.offsets()->Get(k), address(*a.sources()->Get(k)), a.sizes()->Get(k));
-    if (a.op() == pkg::CollectiveOp::Shard) { // this rank's share, here and now
-      size_t share = a.count() / a.ranks() * pkg::dtypeSize(a.dtype());
+    size_t bytes = a.count() * pkg::dtypeSize(a.dtype());
+    bool alone = local || opts_.rank.size <= 1; // every rank alike: a mean is this rank's values
+    // This rank's share of staging: a shard always, a reduce-scatter alone.
+    if (a.op() == pkg::CollectiveOp::Shard || (alone && a.op() == pkg::CollectiveOp::ReduceScatter)) {
+      size_t share = bytes / a.ranks();
       std::memcpy(address(*a.output()), staging + static_cast<size_t>(opts_.rank.rank) * share, share);
       return Status::ok();
     }
-    if (local || opts_.rank.size <= 1) { // every rank alike: the mean is this rank's values
-      size_t bytes = a.count() * pkg::dtypeSize(a.dtype());
-      if (a.op() == pkg::CollectiveOp::ReduceScatter)
-        std::memcpy(address(*a.output()), staging + static_cast<size_t>(opts_.rank.rank) * (bytes / a.ranks()),
-                    bytes / a.ranks());
-      else if (a.op() == pkg::CollectiveOp::AllGather)
+    if (alone) {
+      if (a.op() == pkg::CollectiveOp::AllGather)
         for (uint32_t r = 0; r < a.ranks(); ++r)
           std::memcpy(address(*a.output()) + r * bytes, staging, bytes);
       return Status::ok();
     }
-    if (!opts_.communicator || opts_.communicator->onDevice())
-      return sticky_ = Status(StatusCode::InvalidArgument, "emu ranks average through MPI: no MPI communicator");
     if (!collectives_)
       collectives_ = std::make_unique<CollectiveThread>(opts_.communicator);
     collectives_->start(a, staging, a.output() ? address(*a.output()) : nullptr);

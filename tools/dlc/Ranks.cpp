@@ -16,6 +16,8 @@
 #include "Args.h"
 #include "dlc/ir/Graph.h"
 
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Program.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
@@ -35,9 +37,8 @@ namespace dlc::tool {
 namespace {
 
 std::string selfPath() {
-  char buf[4096];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "dlc";
+  static int anchor;
+  return llvm::sys::fs::getMainExecutable(nullptr, &anchor);
 }
 
 /// The command line less --nproc N / --nproc=N.
@@ -55,24 +56,6 @@ std::vector<std::string> withoutNproc(const std::vector<std::string> &argv) {
   return out;
 }
 
-/// An executable on PATH (or a path with a slash), or "".
-std::string findProgram(const std::string &name) {
-  if (name.find('/') != std::string::npos)
-    return ::access(name.c_str(), X_OK) == 0 ? name : "";
-  const char *path = std::getenv("PATH");
-  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
-  for (size_t start = 0; start <= dirs.size();) {
-    size_t end = dirs.find(':', start);
-    if (end == std::string::npos)
-      end = dirs.size();
-    std::string candidate = dirs.substr(start, end - start) + "/" + name;
-    if (end > start && ::access(candidate.c_str(), X_OK) == 0)
-      return candidate;
-    start = end + 1;
-  }
-  return "";
-}
-
 int fail(const std::string &msg) {
   reportError(ir::makeError(msg));
   return 1;
@@ -88,7 +71,8 @@ std::string exitText(int status) {
 /// Emu ranks: this process becomes mpirun.
 int execMpirun(const std::vector<std::string> &rest, int nproc, bool quiet) {
   const char *override = std::getenv("DLC_MPIRUN");
-  std::string mpirun = findProgram(override && *override ? override : "mpirun");
+  auto found = llvm::sys::findProgramByName(override && *override ? override : "mpirun");
+  std::string mpirun = found ? *found : "";
   if (mpirun.empty())
     return fail("--nproc on emu starts the ranks with Open MPI's mpirun, which is not on PATH "
                 "(apt-get install openmpi-bin, or set DLC_MPIRUN)");

@@ -280,64 +280,6 @@ size_t countCorrect(const rt::HostTensor &scores, const rt::HostTensor &labels, 
   return ok;
 }
 
-/// Whether the session holds ZeRO-1 optimizer shards.
-bool hasShards(const rt::Session &s) {
-  for (const std::string &name : s.variableNames())
-    if (s.variableSharded(name))
-      return true;
-  return false;
-}
-
-/// Every variable for a checkpoint, ZeRO-1 shards gathered from every rank into one
-/// array of ranks x share elements in rank order. A collective: every rank calls it.
-Result<rt::NpzArrays> gatherCheckpoint(const rt::Session &s, const RankContext &ranks) {
-  rt::NpzArrays vars;
-  for (const std::string &name : s.variableNames()) {
-    auto v = s.getVariable(name);
-    if (!v)
-      return v.takeStatus();
-    if (s.variableSharded(name) && ranks.distributed()) {
-      if (!ranks.comm)
-        return Status(StatusCode::Unavailable, "checkpoints of a --zero package gather the optimizer's shards "
-                                               "through MPI: start the ranks with mpirun");
-      rt::HostTensor all = rt::HostTensor::zeros(v->dtype, {v->numElements() * ranks.info.size});
-      DLC_RETURN_IF_ERROR(ranks.comm->allGather(v->data.data(), all.data.data(), v->data.size()));
-      v = std::move(all);
-    }
-    vars[name] = std::move(*v);
-  }
-  return vars;
-}
-
-/// --resume for a --zero package: each rank takes its share of the gathered shards.
-Status resumeShards(rt::Session &s, const std::string &path, const RankContext &ranks) {
-  auto ck = rt::readNpz(path);
-  if (!ck)
-    return ck.takeStatus();
-  for (const std::string &name : s.variableNames()) {
-    auto it = ck->find(name);
-    if (it == ck->end())
-      return Status(StatusCode::InvalidArgument, "checkpoint '" + path + "' has no value for the variable '" + name + "'");
-    rt::HostTensor t = it->second;
-    if (s.variableSharded(name)) {
-      auto mine = s.getVariable(name);
-      if (!mine)
-        return mine.takeStatus();
-      size_t share = mine->data.size();
-      if (t.dtype != mine->dtype || t.byteSize() != share * static_cast<size_t>(ranks.info.size))
-        return Status(StatusCode::InvalidArgument,
-                      "checkpoint '" + path + "': '" + name + "' is not " + std::to_string(ranks.info.size) +
-                          " shards of " + pkg::dtypeName(mine->dtype) + "[" + std::to_string(mine->numElements()) +
-                          "] (was it saved by this package on as many ranks?)");
-      std::memmove(t.data.data(), t.data.data() + share * static_cast<size_t>(ranks.info.rank), share);
-      t.data.resize(share);
-      t.shape = mine->shape;
-    }
-    DLC_RETURN_IF_ERROR(s.setVariable(name, t));
-  }
-  return Status::ok();
-}
-
 } // namespace
 
 int runTrain(const std::vector<std::string> &argv) {
@@ -463,9 +405,12 @@ int runTrain(const std::vector<std::string> &argv) {
       return failRank(d.status().message());
     eval = std::move(*d);
   }
-  if (train->samples < batch)
-    return failRank("the training data holds " + std::to_string(train->samples) +
-                " samples, fewer than one batch of " + std::to_string(batch));
+
+  const size_t globalBatch = batch * static_cast<size_t>(worldSize);
+  if (train->samples < globalBatch)
+    return failRank("the training data holds " + std::to_string(train->samples) + " samples, fewer than one batch of " +
+                    std::to_string(batch) +
+                    (ranks.distributed() ? " on each of " + std::to_string(worldSize) + " ranks" : ""));
 
   rt::SessionOptions so;
   std::string dev = args->getOr("device", "auto");
@@ -493,12 +438,8 @@ int runTrain(const std::vector<std::string> &argv) {
     return failRank(session.status().message());
   rt::Session &s = **session;
 
-  const bool sharded = hasShards(s);
-  if (sharded && ranks.distributed() && !ranks.comm && (args->has("checkpoint") || args->has("resume")))
-    return failRank("checkpoints of a --zero package gather the optimizer's shards through MPI: start the "
-                    "ranks with mpirun to use --checkpoint or --resume");
   if (auto r = args->get("resume"))
-    if (Status st = sharded ? resumeShards(s, *r, ranks) : s.loadCheckpoint(*r))
+    if (Status st = s.loadCheckpoint(*r))
       return failRank(st.message());
   // Every rank starts from rank 0's parameters and optimizer state.
   if (Status st = s.broadcastVariables(0))
@@ -624,10 +565,6 @@ int runTrain(const std::vector<std::string> &argv) {
     return Status::ok();
   };
 
-  const size_t globalBatch = batch * static_cast<size_t>(worldSize);
-  if (train->samples < globalBatch)
-    return failRank("the training data holds " + std::to_string(train->samples) + " samples, fewer than one batch of " +
-                    std::to_string(batch) + " on each of " + std::to_string(worldSize) + " ranks");
   size_t stepsPerEpoch = train->samples / globalBatch;
   if (!quiet && train->samples % globalBatch)
     llvm::errs() << "dlc: note: the last " << train->samples % globalBatch
@@ -687,18 +624,11 @@ int runTrain(const std::vector<std::string> &argv) {
     if (ranks.lead() && (!quiet || e + 1 == static_cast<size_t>(*epochs)))
       llvm::outs() << line << "\n";
     llvm::outs().flush();
-    // Every rank has finished the epoch's steps (its last all-reduce needed them all).
-    if (auto ck = args->get("checkpoint"); ck && sharded) { // every rank sends its shards
-      auto vars = gatherCheckpoint(s, ranks);
-      if (!vars)
-        return failRank(vars.status().message());
-      if (ranks.lead())
-        if (Status st = rt::writeNpz(*ck, *vars))
-          return failRank(st.message());
-    } else if (ck && ranks.lead()) {
+    // Every rank has finished the epoch's steps (its last all-reduce needed them all);
+    // every rank calls it (ZeRO-1 shards are gathered), rank 0 writes.
+    if (auto ck = args->get("checkpoint"))
       if (Status st = s.saveCheckpoint(*ck))
         return failRank(st.message());
-    }
   }
   if (!quiet)
     llvm::errs() << "dlc: trained " << *epochs << " epochs in "

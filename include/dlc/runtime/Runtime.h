@@ -160,7 +160,10 @@ public:
   /// Every variable back to its initial value from the package.
   Status resetVariables();
   /// Every variable to an .npz file (written atomically), and back: a checkpoint
-  /// must hold a value of the right dtype and shape for every variable.
+  /// must hold a value of the right dtype and shape for every variable. On several
+  /// ranks every rank calls both: rank 0 alone writes, and a ZeRO-1 shard is saved as
+  /// every rank's shard in rank order (gathered through the communicator), of which
+  /// loading takes this rank's.
   Status saveCheckpoint(const std::string &path) const;
   Status loadCheckpoint(const std::string &path);
   /// Data-parallel runs: every variable takes rank `root`'s value (the parameters
