@@ -10,6 +10,8 @@
 // QR and VR: head sizes in chunks of 32 (a lane holds one element per chunk).
 #pragma once
 
+#include "dlc_device.cuh"
+
 namespace dlc {
 
 template <class Q, class K, class V, class Sc, class Out> struct AttentionArgs {

@@ -22,6 +22,8 @@
 // conv_transpose: ConvTranspose as a gather, one thread per output.
 #pragma once
 
+#include "dlc_device.cuh"
+
 #ifndef DLC_EMU
 #include <mma.h>
 #endif

@@ -4,6 +4,8 @@
 // this template only walks the index space.
 #pragma once
 
+#include "dlc_device.cuh"
+
 namespace dlc {
 
 template <class F> struct ElemArgs {

@@ -6,6 +6,8 @@
 // a buffer.
 #pragma once
 
+#include "dlc_device.cuh"
+
 namespace dlc {
 
 /// Coordinates c[0..rank) of linear index i over dims (row-major, dims[0] outermost).

@@ -5,6 +5,8 @@
 // kernels of their own (no fusion).
 #pragma once
 
+#include "dlc_device.cuh"
+
 namespace dlc {
 
 template <class X, class Out> struct NormArgs {

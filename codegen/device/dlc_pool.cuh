@@ -4,6 +4,8 @@
 // reduction (dlc_reduce.cuh).
 #pragma once
 
+#include "dlc_device.cuh"
+
 namespace dlc {
 
 template <class X, class Out> struct PoolArgs {

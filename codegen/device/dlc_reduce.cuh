@@ -6,6 +6,8 @@
 // type (float for f16/bf16). softmax: rows of an [outer, len, inner] view.
 #pragma once
 
+#include "dlc_device.cuh"
+
 namespace dlc {
 
 enum ReduceKind { kReduceSum, kReduceMean, kReduceMax, kReduceMin, kReduceProd };

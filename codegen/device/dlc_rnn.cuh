@@ -12,6 +12,8 @@
 // barrier before the next step. sequence_lens freezes a row's state after its length.
 #pragma once
 
+#include "dlc_device.cuh"
+
 namespace dlc {
 
 enum RnnActivation {
