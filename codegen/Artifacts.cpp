@@ -3,9 +3,8 @@
 
 #include "EmbeddedHeaders.h"
 #include "Toolchain.h"
-#include "runtime/cli/ExeFormat.h"
-
 #include "dlc/ir/Graph.h"
+#include "runtime/cli/ExeFormat.h"
 
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringSet.h"
@@ -34,7 +33,8 @@ const char *embedded(const char *name) {
 }
 
 /// Writes `path` through a temporary file in the same directory, then renames.
-llvm::Error writeAtomically(const std::string &path, llvm::function_ref<llvm::Error(llvm::raw_ostream &)> body,
+llvm::Error writeAtomically(const std::string &path,
+                            llvm::function_ref<llvm::Error(llvm::raw_ostream &)> body,
                             unsigned mode = 0644) {
   llvm::SmallString<256> tmp, model(path);
   model += ".tmp-%%%%%%";
@@ -76,19 +76,29 @@ std::string shapeText(const flatbuffers::Vector<int64_t> *shape) {
 
 const char *cType(pkg::DType t) {
   switch (t) {
-  case pkg::DType::F32: return "float";
-  case pkg::DType::F64: return "double";
+  case pkg::DType::F32:
+    return "float";
+  case pkg::DType::F64:
+    return "double";
   case pkg::DType::F16:
   case pkg::DType::BF16:
-  case pkg::DType::U16: return "uint16_t";
-  case pkg::DType::I64: return "int64_t";
-  case pkg::DType::I32: return "int32_t";
-  case pkg::DType::I16: return "int16_t";
-  case pkg::DType::I8: return "int8_t";
+  case pkg::DType::U16:
+    return "uint16_t";
+  case pkg::DType::I64:
+    return "int64_t";
+  case pkg::DType::I32:
+    return "int32_t";
+  case pkg::DType::I16:
+    return "int16_t";
+  case pkg::DType::I8:
+    return "int8_t";
   case pkg::DType::U8:
-  case pkg::DType::Bool: return "uint8_t";
-  case pkg::DType::U32: return "uint32_t";
-  case pkg::DType::U64: return "uint64_t";
+  case pkg::DType::Bool:
+    return "uint8_t";
+  case pkg::DType::U32:
+    return "uint32_t";
+  case pkg::DType::U64:
+    return "uint64_t";
   }
   return "uint8_t";
 }
@@ -116,10 +126,12 @@ struct Param {
 
 std::vector<Param> params(const pkg::Package &m) {
   static const llvm::StringSet<> reserved = {
-      "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum",
-      "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return",
-      "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void",
-      "volatile", "while", "bool", "class", "delete", "new", "this", "template", "m", "model"};
+      "auto",    "break",  "case",     "char",   "const",    "continue", "default",
+      "do",      "double", "else",     "enum",   "extern",   "float",    "for",
+      "goto",    "if",     "inline",   "int",    "long",     "register", "restrict",
+      "return",  "short",  "signed",   "sizeof", "static",   "struct",   "switch",
+      "typedef", "union",  "unsigned", "void",   "volatile", "while",    "bool",
+      "class",   "delete", "new",      "this",   "template", "m",        "model"};
   std::vector<Param> ps;
   llvm::StringSet<> used;
   auto add = [&](const pkg::TensorInfo *t, bool out) {
@@ -156,7 +168,8 @@ std::string cString(const std::string &s) {
 
 int runTool(const std::vector<std::string> &args, const std::string &logPath, std::string &log) {
   std::vector<llvm::StringRef> refs(args.begin(), args.end());
-  llvm::Optional<llvm::StringRef> redirects[] = {llvm::None, llvm::StringRef(logPath), llvm::StringRef(logPath)};
+  llvm::Optional<llvm::StringRef> redirects[] = {llvm::None, llvm::StringRef(logPath),
+                                                 llvm::StringRef(logPath)};
   std::string err;
   int rc = llvm::sys::ExecuteAndWait(args[0], refs, llvm::None, redirects, 0, 0, &err);
   if (auto buf = llvm::MemoryBuffer::getFile(logPath))
@@ -183,12 +196,13 @@ std::string formatSchedule(const pkg::PackageFile &pf) {
   llvm::raw_string_ostream os(out);
   size_t nb = m.buffers() ? m.buffers()->size() : 0;
   std::vector<std::string> names(nb);
-  auto label = [&](const flatbuffers::Vector<flatbuffers::Offset<pkg::TensorInfo>> *v, const char *what) {
+  auto label = [&](const flatbuffers::Vector<flatbuffers::Offset<pkg::TensorInfo>> *v,
+                   const char *what) {
     if (v)
       for (const pkg::TensorInfo *t : *v)
         if (t->buffer() < nb && names[t->buffer()].empty())
-          names[t->buffer()] = std::string(what) + " '" + t->name()->str() + "' " + pkg::dtypeName(t->dtype()) +
-                               shapeText(t->shape());
+          names[t->buffer()] = std::string(what) + " '" + t->name()->str() + "' " +
+                               pkg::dtypeName(t->dtype()) + shapeText(t->shape());
   };
   label(m.inputs(), "input");
   label(m.outputs(), "output");
@@ -196,15 +210,17 @@ std::string formatSchedule(const pkg::PackageFile &pf) {
     for (const pkg::Weight *w : *m.weights())
       if (w->buffer() < nb && names[w->buffer()].empty())
         names[w->buffer()] = "weight '" + w->name()->str() + "'";
-  os << "// Host schedule of model '" << (m.model() ? m.model()->str() : "") << "', generated by dlc.\n"
-     << "// The runtime executes these steps in order on one stream. bN+OFF is byte OFF of buffer N.\n"
+  os << "// Host schedule of model '" << (m.model() ? m.model()->str() : "")
+     << "', generated by dlc.\n"
+     << "// The runtime executes these steps in order on one stream. bN+OFF is byte OFF of buffer "
+        "N.\n"
      << "// arena " << m.arena_bytes() << " bytes (per session), weights " << m.weight_bytes()
      << " bytes (uploaded once per model and device)\n\nbuffers:\n";
   for (size_t i = 0; i < nb; ++i) {
     const pkg::Buffer *b = m.buffers()->Get(i);
     os << llvm::formatv("  b{0,-4} {1,-7} +{2,-10} {3,10} B  {4}\n", i,
-                        b->region() == pkg::Region::Weights ? "weights" : "arena", b->offset(), b->bytes(),
-                        names[i].empty() ? "temporary" : names[i]);
+                        b->region() == pkg::Region::Weights ? "weights" : "arena", b->offset(),
+                        b->bytes(), names[i].empty() ? "temporary" : names[i]);
   }
   auto ref = [](const pkg::BufRef *r) {
     return r ? llvm::formatv("b{0}+{1}", r->buffer(), r->offset()).str() : std::string("?");
@@ -213,7 +229,9 @@ std::string formatSchedule(const pkg::PackageFile &pf) {
     return d ? llvm::formatv("({0},{1},{2})", d->x(), d->y(), d->z()).str() : std::string("()");
   };
   bool evaluation = m.eval_outputs() && m.eval_outputs()->size();
-  os << "\nsteps:" << (evaluation ? " (a training package: [eval] steps run only to evaluate, [both] in both)" : "")
+  os << "\nsteps:"
+     << (evaluation ? " (a training package: [eval] steps run only to evaluate, [both] in both)"
+                    : "")
      << "\n";
   size_t i = 0;
   if (m.steps())
@@ -222,9 +240,11 @@ std::string formatSchedule(const pkg::PackageFile &pf) {
       if (evaluation && s->schedules() != 1)
         os << (s->schedules() == 2 ? "[eval] " : "[both] ");
       if (const pkg::Launch *l = s->op_as_Launch()) {
-        const pkg::Kernel *k =
-            m.kernels() && l->kernel() < m.kernels()->size() ? m.kernels()->Get(l->kernel()) : nullptr;
-        os << "launch " << (k ? k->name()->str() : "?") << "<<<" << dim(l->grid()) << ", " << dim(l->block());
+        const pkg::Kernel *k = m.kernels() && l->kernel() < m.kernels()->size()
+                                   ? m.kernels()->Get(l->kernel())
+                                   : nullptr;
+        os << "launch " << (k ? k->name()->str() : "?") << "<<<" << dim(l->grid()) << ", "
+           << dim(l->block());
         if (l->dynamic_smem())
           os << ", " << l->dynamic_smem();
         // The parameter buffer as 8-byte words: device addresses by buffer, the rest as integers.
@@ -247,11 +267,12 @@ std::string formatSchedule(const pkg::PackageFile &pf) {
         }
         os << ")";
       } else if (const pkg::Gemm *gm = s->op_as_Gemm()) {
-        os << llvm::formatv("gemm {0} {1}{2} m={3} n={4} k={5}", pkg::dtypeName(gm->dtype()), gm->trans_a() ? "T" : "N",
-                            gm->trans_b() ? "T" : "N", gm->m(), gm->n(), gm->k());
+        os << llvm::formatv("gemm {0} {1}{2} m={3} n={4} k={5}", pkg::dtypeName(gm->dtype()),
+                            gm->trans_a() ? "T" : "N", gm->trans_b() ? "T" : "N", gm->m(), gm->n(),
+                            gm->k());
         if (gm->batch() != 1)
-          os << llvm::formatv(" batch={0} strides=({1},{2},{3})", gm->batch(), gm->stride_a(), gm->stride_b(),
-                              gm->stride_c());
+          os << llvm::formatv(" batch={0} strides=({1},{2},{3})", gm->batch(), gm->stride_a(),
+                              gm->stride_b(), gm->stride_c());
         os << llvm::formatv(" A={0} lda={1} B={2} ldb={3} C={4} ldc={5} ", ref(gm->a()), gm->lda(),
                             ref(gm->b()), gm->ldb(), ref(gm->c()), gm->ldc())
            << " alpha=" << g(gm->alpha()) << " beta=" << g(gm->beta());
@@ -267,16 +288,16 @@ std::string formatSchedule(const pkg::PackageFile &pf) {
         os << "memset " << ms->bytes() << " B " << ref(ms->dst()) << " = " << int(ms->value());
       } else if (const pkg::Collective *ar = s->op_as_Collective()) {
         if (ar->op() == pkg::CollectiveOp::AllReduce)
-          os << "all-reduce bucket " << ar->bucket() << ": " << ar->sources()->size() << " gradients, "
-             << ar->count() << " x " << pkg::dtypeName(ar->dtype()) << " in " << ref(ar->staging())
-             << " (mean over the ranks, beside the steps up to its wait)";
+          os << "all-reduce bucket " << ar->bucket() << ": " << ar->sources()->size()
+             << " gradients, " << ar->count() << " x " << pkg::dtypeName(ar->dtype()) << " in "
+             << ref(ar->staging()) << " (mean over the ranks, beside the steps up to its wait)";
         else
-          os << pkg::EnumNameCollectiveOp(ar->op()) << " " << ar->bucket() << ": " << ar->count() << " x "
-             << pkg::dtypeName(ar->dtype()) << " in " << ref(ar->staging()) << " -> " << ref(ar->output())
-             << " over " << ar->ranks() << " ranks";
+          os << pkg::EnumNameCollectiveOp(ar->op()) << " " << ar->bucket() << ": " << ar->count()
+             << " x " << pkg::dtypeName(ar->dtype()) << " in " << ref(ar->staging()) << " -> "
+             << ref(ar->output()) << " over " << ar->ranks() << " ranks";
       } else if (const pkg::CollectiveWait *w = s->op_as_CollectiveWait()) {
-        os << "wait for " << (w->output() ? "collective " : "all-reduce bucket ") << w->bucket() << " "
-           << ref(w->output() ? w->output() : w->staging());
+        os << "wait for " << (w->output() ? "collective " : "all-reduce bucket ") << w->bucket()
+           << " " << ref(w->output() ? w->output() : w->staging());
       }
       if (s->archs() && s->archs()->size()) {
         os << "  [";
@@ -291,10 +312,13 @@ std::string formatSchedule(const pkg::PackageFile &pf) {
   return os.str();
 }
 
-llvm::Error writeExecutable(llvm::ArrayRef<uint8_t> package, const std::string &stubPath, const std::string &out) {
-  auto stub = llvm::MemoryBuffer::getFile(stubPath, /*IsText=*/false, /*RequiresNullTerminator=*/false);
+llvm::Error writeExecutable(llvm::ArrayRef<uint8_t> package, const std::string &stubPath,
+                            const std::string &out) {
+  auto stub =
+      llvm::MemoryBuffer::getFile(stubPath, /*IsText=*/false, /*RequiresNullTerminator=*/false);
   if (!stub)
-    return errorf("cannot read the executable stub '{0}': {1}", stubPath, stub.getError().message());
+    return errorf("cannot read the executable stub '{0}': {1}", stubPath,
+                  stub.getError().message());
   llvm::StringRef s = (*stub)->getBuffer();
   if (s.size() >= sizeof(cli::ExeFooter)) {
     cli::ExeFooter f;
@@ -306,7 +330,8 @@ llvm::Error writeExecutable(llvm::ArrayRef<uint8_t> package, const std::string &
       out,
       [&](llvm::raw_ostream &os) {
         os << s;
-        uint64_t offset = (s.size() + cli::kExePackageAlign - 1) / cli::kExePackageAlign * cli::kExePackageAlign;
+        uint64_t offset =
+            (s.size() + cli::kExePackageAlign - 1) / cli::kExePackageAlign * cli::kExePackageAlign;
         os.write_zeros(offset - s.size());
         os.write(reinterpret_cast<const char *>(package.data()), package.size());
         cli::ExeFooter f{};
@@ -338,8 +363,8 @@ std::string libraryHeader(const pkg::Package &m, const std::string &name) {
   for (const Param &p : ps) {
     std::string macro = upper + "_" + llvm::StringRef(p.name).upper();
     uint64_t elems = tensorBytes(*p.info) / pkg::dtypeSize(p.info->dtype());
-    os << "/* " << (p.output ? "output" : "input") << " '" << p.info->name()->str() << "': "
-       << pkg::dtypeName(p.info->dtype()) << shapeText(p.info->shape()) << " */\n"
+    os << "/* " << (p.output ? "output" : "input") << " '" << p.info->name()->str()
+       << "': " << pkg::dtypeName(p.info->dtype()) << shapeText(p.info->shape()) << " */\n"
        << "#define " << macro << "_ELEMENTS " << elems << "\n";
   }
   os << "\n/* Loads the model on `device`: \"auto\" or NULL (the GPU if a CUDA driver and device\n"
@@ -349,8 +374,8 @@ std::string libraryHeader(const pkg::Package &m, const std::string &name) {
      << "/* Runs one inference: reads the inputs, writes the outputs (dense, row-major). */\n"
      << "int " << name << "_run(" << name << " *model";
   for (const Param &p : ps)
-    os << ",\n    " << (p.output ? "" : "const ") << cType(p.info->dtype()) << " *" << p.name << " /* "
-       << pkg::dtypeName(p.info->dtype()) << shapeText(p.info->shape()) << " */";
+    os << ",\n    " << (p.output ? "" : "const ") << cType(p.info->dtype()) << " *" << p.name
+       << " /* " << pkg::dtypeName(p.info->dtype()) << shapeText(p.info->shape()) << " */";
   os << ");\n"
      << "/* \"cuda (...)\" or \"emu (...)\". */\n"
      << "const char *" << name << "_device(const " << name << " *model);\n"
@@ -384,13 +409,15 @@ llvm::Error writeLibrary(const pkg::PackageFile &pf, const LibraryOptions &opts)
   std::string src;
   llvm::raw_string_ostream os(src);
   os << "// Generated by dlc: the typed entry points of " << name << ".h over the runtime C API.\n"
-     << "#include \"runtime.h\"\n#include \"" << name << ".h\"\n#include <cstring>\n#include <new>\n#include <string>\n\n"
+     << "#include \"runtime.h\"\n#include \"" << name
+     << ".h\"\n#include <cstring>\n#include <new>\n#include <string>\n\n"
      << "extern \"C\" const unsigned char " << sym << "[], " << sym << "_end[];\n"
      << "#define API extern \"C\" __attribute__((visibility(\"default\")))\n\n"
      << "struct " << name << " { dlc_model *model = nullptr; dlc_session *session = nullptr; };\n\n"
      << "namespace {\nthread_local std::string lastError;\n"
      << "int fail(const std::string &msg) { lastError = msg; return 1; }\n"
-     << "int failed(dlc_status s) { if (s == DLC_OK) return 0; lastError = dlc_last_error(); return 1; }\n"
+     << "int failed(dlc_status s) { if (s == DLC_OK) return 0; lastError = dlc_last_error(); "
+        "return 1; }\n"
      << "} // namespace\n\n"
      << "API const char *" << name << "_last_error(void) { return lastError.c_str(); }\n\n"
      << "API " << name << " *" << name << "_create(const char *device) {\n"
@@ -398,31 +425,34 @@ llvm::Error writeLibrary(const pkg::PackageFile &pf, const LibraryOptions &opts)
      << "  if (!device || !std::strcmp(device, \"auto\")) o.device = DLC_DEVICE_AUTO;\n"
      << "  else if (!std::strcmp(device, \"cuda\")) o.device = DLC_DEVICE_CUDA;\n"
      << "  else if (!std::strcmp(device, \"emu\")) o.device = DLC_DEVICE_EMU;\n"
-     << "  else { fail(std::string(\"" << name << "_create: device must be auto, cuda or emu, got '\") + device + \"'\"); return nullptr; }\n"
+     << "  else { fail(std::string(\"" << name
+     << "_create: device must be auto, cuda or emu, got '\") + device + \"'\"); return nullptr; }\n"
      << "  " << name << " *m = new (std::nothrow) " << name << ";\n"
      << "  if (!m) { fail(\"out of memory\"); return nullptr; }\n"
-     << "  if (failed(dlc_model_load_static(" << sym << ", size_t(" << sym << "_end - " << sym << "), &m->model)) ||\n"
+     << "  if (failed(dlc_model_load_static(" << sym << ", size_t(" << sym << "_end - " << sym
+     << "), &m->model)) ||\n"
      << "      failed(dlc_session_create(m->model, &o, &m->session))) {\n"
      << "    " << name << "_free(m);\n    return nullptr;\n  }\n  return m;\n}\n\n"
      << "API void " << name << "_free(" << name << " *m) {\n  if (!m) return;\n"
      << "  dlc_session_free(m->session);\n  dlc_model_free(m->model);\n  delete m;\n}\n\n"
-     << "API const char *" << name << "_device(const " << name << " *m) { return m ? dlc_session_device(m->session) : \"\"; }\n\n"
+     << "API const char *" << name << "_device(const " << name
+     << " *m) { return m ? dlc_session_device(m->session) : \"\"; }\n\n"
      << "API int " << name << "_run(" << name << " *m";
   for (const Param &p : ps)
     os << ", " << (p.output ? "" : "const ") << cType(p.info->dtype()) << " *" << p.name;
   os << ") {\n  if (!m) return fail(\"" << name << "_run: null model handle\");\n";
   for (const Param &p : ps)
-    os << "  if (!" << p.name << ") return fail(\"" << name << "_run: " << (p.output ? "output" : "input") << " '"
-       << p.name << "' is NULL\");\n";
+    os << "  if (!" << p.name << ") return fail(\"" << name
+       << "_run: " << (p.output ? "output" : "input") << " '" << p.name << "' is NULL\");\n";
   for (const Param &p : ps)
     if (!p.output)
-      os << "  if (failed(dlc_session_set_input(m->session, " << cString(p.info->name()->str()) << ", " << p.name
-         << ", " << tensorBytes(*p.info) << "u))) return 1;\n";
+      os << "  if (failed(dlc_session_set_input(m->session, " << cString(p.info->name()->str())
+         << ", " << p.name << ", " << tensorBytes(*p.info) << "u))) return 1;\n";
   os << "  if (failed(dlc_session_run(m->session))) return 1;\n";
   for (const Param &p : ps)
     if (p.output)
-      os << "  if (failed(dlc_session_get_output(m->session, " << cString(p.info->name()->str()) << ", " << p.name
-         << ", " << tensorBytes(*p.info) << "u))) return 1;\n";
+      os << "  if (failed(dlc_session_get_output(m->session, " << cString(p.info->name()->str())
+         << ", " << p.name << ", " << tensorBytes(*p.info) << "u))) return 1;\n";
   os << "  return 0;\n}\n";
   os.flush();
 
@@ -433,9 +463,10 @@ llvm::Error writeLibrary(const pkg::PackageFile &pf, const LibraryOptions &opts)
         return llvm::Error::success();
       }))
     return e;
-  std::string asmText = ".section .rodata." + sym + ",\"a\",@progbits\n.balign 256\n.globl " + sym + "\n.hidden " +
-                        sym + "\n" + sym + ":\n.incbin \"" + pkgPath + "\"\n.globl " + sym + "_end\n.hidden " + sym +
-                        "_end\n" + sym + "_end:\n.section .note.GNU-stack,\"\",@progbits\n";
+  std::string asmText = ".section .rodata." + sym + ",\"a\",@progbits\n.balign 256\n.globl " + sym +
+                        "\n.hidden " + sym + "\n" + sym + ":\n.incbin \"" + pkgPath +
+                        "\"\n.globl " + sym + "_end\n.hidden " + sym + "_end\n" + sym +
+                        "_end:\n.section .note.GNU-stack,\"\",@progbits\n";
   for (auto [file, text] : {std::pair<std::string, std::string>{"runtime.h", embedded("runtime.h")},
                             {name + ".h", header},
                             {"entry.cpp", src},
@@ -443,11 +474,25 @@ llvm::Error writeLibrary(const pkg::PackageFile &pf, const LibraryOptions &opts)
     if (auto e = writeText(d + "/" + file, text))
       return e;
   std::string tmpLib = d + "/lib.so", log;
-  std::vector<std::string> args = {cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-I" + d,
-                                   d + "/entry.cpp", d + "/package.S", opts.runtimeArchive,
-                                   "-Wl,--exclude-libs,ALL", "-Wl,-soname," +
-                                   llvm::sys::path::filename(opts.libraryPath).str(),
-                                   "-static-libstdc++", "-static-libgcc", "-ldl", "-pthread", "-o", tmpLib};
+  std::vector<std::string> args = {cxx,
+                                   "-std=c++17",
+                                   "-O2",
+                                   "-fPIC",
+                                   "-shared",
+                                   "-fvisibility=hidden",
+                                   "-I" + d,
+                                   d + "/entry.cpp",
+                                   d + "/package.S",
+                                   opts.runtimeArchive,
+                                   "-Wl,--exclude-libs,ALL",
+                                   "-Wl,-soname," +
+                                       llvm::sys::path::filename(opts.libraryPath).str(),
+                                   "-static-libstdc++",
+                                   "-static-libgcc",
+                                   "-ldl",
+                                   "-pthread",
+                                   "-o",
+                                   tmpLib};
   if (int rc = runTool(args, d + "/log.txt", log); rc != 0)
     return errorf("linking {0} failed (exit {1}):\n{2}", opts.libraryPath, rc, log);
   auto lib = llvm::MemoryBuffer::getFile(tmpLib, false, false);
@@ -470,14 +515,17 @@ llvm::Error writeCudaDirectory(const pkg::PackageFile &pf, const std::string &di
     return errorf("the package has no CUDA source");
   if (auto ec = llvm::sys::fs::create_directories(dir))
     return errorf("cannot create '{0}': {1}", dir, ec.message());
-  llvm::StringRef source(reinterpret_cast<const char *>(pf.section(m.cuda_source())), m.cuda_source()->size());
+  llvm::StringRef source(reinterpret_cast<const char *>(pf.section(m.cuda_source())),
+                         m.cuda_source()->size());
   std::string readme =
-      "Generated by dlc compile --emit cuda for model '" + (m.model() ? m.model()->str() : std::string()) +
+      "Generated by dlc compile --emit cuda for model '" +
+      (m.model() ? m.model()->str() : std::string()) +
       "'.\n\n"
       "  kernels.cu      every kernel of the model: the generated functors and the explicit\n"
       "                  instantiations of the kernel library's templates (one translation unit)\n"
       "  dlc_*.cuh, dlc_params.h, Philox.h  the kernel library the instantiations include\n"
-      "  schedule.txt    the host schedule: buffers, and each kernel launch, GEMM (cuBLASLt) and copy\n\n"
+      "  schedule.txt    the host schedule: buffers, and each kernel launch, GEMM (cuBLASLt) and "
+      "copy\n\n"
       "Compile as dlc does (NVRTC), or with nvcc, e.g.:\n"
       "  nvcc -std=c++17 -arch=sm_80 -cubin -I. kernels.cu -o kernels.sm_80.cubin\n";
   std::vector<std::pair<std::string, std::string>> files = {

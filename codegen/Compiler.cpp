@@ -4,7 +4,6 @@
 #include "Lowering.h"
 #include "MemoryPlan.h"
 #include "Toolchain.h"
-
 #include "dlc/package/Package.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -33,11 +32,13 @@ double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-pkg::BufRef ref(const BufferRef &r) { return pkg::BufRef(r.buffer, r.offset); }
+pkg::BufRef ref(const BufferRef &r) {
+  return pkg::BufRef(r.buffer, r.offset);
+}
 
 /// The package image; its sections point into `p` and `modules`.
-pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModule> &modules, bool embedSource,
-                               const std::string &sourceModel) {
+pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModule> &modules,
+                               bool embedSource, const std::string &sourceModel) {
   pkg::PackageWriter w;
   auto &fb = w.builder();
   // Sections first: weights, modules, source.
@@ -47,7 +48,8 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
   std::vector<pkg::Section> moduleSections;
   for (const CompiledModule &m : modules)
     moduleSections.push_back(w.addSection(m.image.data(), m.image.size()));
-  pkg::Section src = embedSource ? w.addSection(p.source.data(), p.source.size()) : pkg::Section(0, 0);
+  pkg::Section src =
+      embedSource ? w.addSection(p.source.data(), p.source.size()) : pkg::Section(0, 0);
   pkg::Section model = w.addSection(sourceModel.data(), sourceModel.size());
   std::vector<pkg::Section> variableSections;
   for (const VariableDesc &v : p.variables)
@@ -74,7 +76,8 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
   std::vector<flatbuffers::Offset<pkg::Weight>> weights;
   for (size_t i = 0; i < p.buffers.size(); ++i)
     if (p.buffers[i].weightIndex >= 0)
-      weights.push_back(pkg::CreateWeight(fb, fb.CreateString(p.buffers[i].name), static_cast<uint32_t>(i),
+      weights.push_back(pkg::CreateWeight(fb, fb.CreateString(p.buffers[i].name),
+                                          static_cast<uint32_t>(i),
                                           &weightSections[p.buffers[i].weightIndex]));
   std::vector<flatbuffers::Offset<pkg::Kernel>> kernels;
   for (const KernelDesc &k : p.kernels) {
@@ -86,11 +89,12 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
       if (it == m.resources.end())
         continue;
       const KernelResources &r = it->second;
-      res.push_back(pkg::CreateArchResources(fb, fb.CreateString(m.target), r.registers, r.spillStores,
-                                             r.spillLoads, r.sharedBytes, r.stackBytes));
+      res.push_back(pkg::CreateArchResources(fb, fb.CreateString(m.target), r.registers,
+                                             r.spillStores, r.spillLoads, r.sharedBytes,
+                                             r.stackBytes));
     }
-    kernels.push_back(pkg::CreateKernel(fb, fb.CreateString(k.name), fb.CreateString(k.symbol), k.chunk,
-                                        k.needsSync, k.cooperative, fb.CreateVector(res),
+    kernels.push_back(pkg::CreateKernel(fb, fb.CreateString(k.name), fb.CreateString(k.symbol),
+                                        k.chunk, k.needsSync, k.cooperative, fb.CreateVector(res),
                                         fb.CreateString(k.templateName), k.tensorCore));
   }
   std::vector<flatbuffers::Offset<pkg::Module>> mods;
@@ -99,7 +103,8 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
     pkg::ModuleKind kind = m.kind == CompiledModule::Cubin ? pkg::ModuleKind::Cubin
                            : m.kind == CompiledModule::Ptx ? pkg::ModuleKind::Ptx
                                                            : pkg::ModuleKind::EmuSharedObject;
-    mods.push_back(pkg::CreateModule(fb, fb.CreateString(m.target), kind, &moduleSections[i], m.chunk));
+    mods.push_back(
+        pkg::CreateModule(fb, fb.CreateString(m.target), kind, &moduleSections[i], m.chunk));
   }
   auto launchOf = [&](const LaunchStep &l) {
     std::vector<pkg::Reloc> relocs;
@@ -107,78 +112,82 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
       relocs.emplace_back(offset, ref(r));
     pkg::Dim3 grid(l.grid[0], l.grid[1], l.grid[2]), block(l.block[0], l.block[1], l.block[2]);
     return pkg::CreateLaunch(fb, l.kernel, &grid, &block, l.smem, fb.CreateVector(l.params.bytes),
-                             fb.CreateVectorOfStructs(relocs), l.bytesRead, l.bytesWritten, l.flops);
+                             fb.CreateVectorOfStructs(relocs), l.bytesRead, l.bytesWritten,
+                             l.flops);
   };
   auto stepsOf = [&](const std::vector<StepDesc> &stepDescs) {
-  std::vector<flatbuffers::Offset<pkg::Step>> steps;
-  for (const StepDesc &s : stepDescs) {
-    auto node = fb.CreateString(s.node);
-    flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> archs;
-    if (!s.archs.empty())
-      archs = fb.CreateVectorOfStrings(s.archs);
-    std::optional<pkg::BufRef> cond;
-    if (s.predicate)
-      cond = ref(s.predicate->cond);
-    auto step = [&](pkg::StepKind kind, flatbuffers::Offset<void> op) {
-      steps.push_back(pkg::CreateStep(fb, kind, op, node, archs, s.schedules, cond ? &*cond : nullptr,
-                                      s.predicate && s.predicate->when));
-    };
-    if (const auto *l = std::get_if<LaunchStep>(&s.op)) {
-      step(pkg::StepKind::Launch, launchOf(*l).Union());
-    } else if (const auto *g = std::get_if<GemmStep>(&s.op)) {
-      pkg::BufRef a = ref(g->a), b = ref(g->b), c = ref(g->c);
-      std::optional<pkg::BufRef> bias, cIn;
-      if (g->bias)
-        bias = ref(*g->bias);
-      if (g->cIn)
-        cIn = ref(*g->cIn);
-      pkg::BufRef ws = ref(g->workspace);
-      flatbuffers::Offset<pkg::Launch> fallback;
-      if (g->fallback)
-        fallback = launchOf(*g->fallback);
-      auto gemm = pkg::CreateGemm(fb, toPkg(g->dtype), g->transA, g->transB, g->m, g->n, g->k, g->batch, &a, &b,
-                                  &c, g->lda, g->ldb, g->ldc, g->strideA, g->strideB, g->strideC, g->alpha, g->beta,
-                                  bias ? &*bias : nullptr, g->activation, cIn ? &*cIn : nullptr,
-                                  g->workspaceBytes ? &ws : nullptr, g->workspaceBytes, fallback, g->tf32);
-      step(pkg::StepKind::Gemm, gemm.Union());
-    } else if (const auto *c = std::get_if<CopyStep>(&s.op)) {
-      pkg::BufRef src = ref(c->src), dst = ref(c->dst);
-      auto copy = pkg::CreateCopy(fb, &src, &dst, c->bytes);
-      step(pkg::StepKind::Copy, copy.Union());
-    } else if (const auto *m = std::get_if<MemsetStep>(&s.op)) {
-      pkg::BufRef dst = ref(m->dst);
-      auto ms = pkg::CreateMemset(fb, &dst, m->bytes, m->value);
-      step(pkg::StepKind::Memset, ms.Union());
-    } else if (const auto *a = std::get_if<CollectiveStep>(&s.op)) {
-      pkg::BufRef staging = ref(a->staging);
-      std::vector<pkg::BufRef> sources;
-      for (const BufferRef &r : a->sources)
-        sources.push_back(ref(r));
-      std::optional<pkg::BufRef> output;
-      if (a->output)
-        output = ref(*a->output);
-      auto ar = pkg::CreateCollective(fb, a->bucket, toPkg(a->dtype), &staging, a->count,
-                                      fb.CreateVectorOfStructs(sources), fb.CreateVector(a->offsets),
-                                      fb.CreateVector(a->sizes), a->op, a->ranks, output ? &*output : nullptr);
-      step(pkg::StepKind::Collective, ar.Union());
-    } else if (const auto *cw = std::get_if<CollectiveWaitStep>(&s.op)) {
-      pkg::BufRef staging = ref(cw->staging);
-      std::optional<pkg::BufRef> output;
-      if (cw->output)
-        output = ref(*cw->output);
-      step(pkg::StepKind::CollectiveWait,
-           pkg::CreateCollectiveWait(fb, cw->bucket, &staging, output ? &*output : nullptr).Union());
+    std::vector<flatbuffers::Offset<pkg::Step>> steps;
+    for (const StepDesc &s : stepDescs) {
+      auto node = fb.CreateString(s.node);
+      flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> archs;
+      if (!s.archs.empty())
+        archs = fb.CreateVectorOfStrings(s.archs);
+      std::optional<pkg::BufRef> cond;
+      if (s.predicate)
+        cond = ref(s.predicate->cond);
+      auto step = [&](pkg::StepKind kind, flatbuffers::Offset<void> op) {
+        steps.push_back(pkg::CreateStep(fb, kind, op, node, archs, s.schedules,
+                                        cond ? &*cond : nullptr, s.predicate && s.predicate->when));
+      };
+      if (const auto *l = std::get_if<LaunchStep>(&s.op)) {
+        step(pkg::StepKind::Launch, launchOf(*l).Union());
+      } else if (const auto *g = std::get_if<GemmStep>(&s.op)) {
+        pkg::BufRef a = ref(g->a), b = ref(g->b), c = ref(g->c);
+        std::optional<pkg::BufRef> bias, cIn;
+        if (g->bias)
+          bias = ref(*g->bias);
+        if (g->cIn)
+          cIn = ref(*g->cIn);
+        pkg::BufRef ws = ref(g->workspace);
+        flatbuffers::Offset<pkg::Launch> fallback;
+        if (g->fallback)
+          fallback = launchOf(*g->fallback);
+        auto gemm = pkg::CreateGemm(
+            fb, toPkg(g->dtype), g->transA, g->transB, g->m, g->n, g->k, g->batch, &a, &b, &c,
+            g->lda, g->ldb, g->ldc, g->strideA, g->strideB, g->strideC, g->alpha, g->beta,
+            bias ? &*bias : nullptr, g->activation, cIn ? &*cIn : nullptr,
+            g->workspaceBytes ? &ws : nullptr, g->workspaceBytes, fallback, g->tf32);
+        step(pkg::StepKind::Gemm, gemm.Union());
+      } else if (const auto *c = std::get_if<CopyStep>(&s.op)) {
+        pkg::BufRef src = ref(c->src), dst = ref(c->dst);
+        auto copy = pkg::CreateCopy(fb, &src, &dst, c->bytes);
+        step(pkg::StepKind::Copy, copy.Union());
+      } else if (const auto *m = std::get_if<MemsetStep>(&s.op)) {
+        pkg::BufRef dst = ref(m->dst);
+        auto ms = pkg::CreateMemset(fb, &dst, m->bytes, m->value);
+        step(pkg::StepKind::Memset, ms.Union());
+      } else if (const auto *a = std::get_if<CollectiveStep>(&s.op)) {
+        pkg::BufRef staging = ref(a->staging);
+        std::vector<pkg::BufRef> sources;
+        for (const BufferRef &r : a->sources)
+          sources.push_back(ref(r));
+        std::optional<pkg::BufRef> output;
+        if (a->output)
+          output = ref(*a->output);
+        auto ar = pkg::CreateCollective(fb, a->bucket, toPkg(a->dtype), &staging, a->count,
+                                        fb.CreateVectorOfStructs(sources),
+                                        fb.CreateVector(a->offsets), fb.CreateVector(a->sizes),
+                                        a->op, a->ranks, output ? &*output : nullptr);
+        step(pkg::StepKind::Collective, ar.Union());
+      } else if (const auto *cw = std::get_if<CollectiveWaitStep>(&s.op)) {
+        pkg::BufRef staging = ref(cw->staging);
+        std::optional<pkg::BufRef> output;
+        if (cw->output)
+          output = ref(*cw->output);
+        step(pkg::StepKind::CollectiveWait,
+             pkg::CreateCollectiveWait(fb, cw->bucket, &staging, output ? &*output : nullptr)
+                 .Union());
+      }
     }
-  }
-  return fb.CreateVector(steps);
+    return fb.CreateVector(steps);
   };
   auto steps = stepsOf(p.steps);
   std::vector<flatbuffers::Offset<pkg::Variable>> variables;
   for (size_t i = 0; i < p.variables.size(); ++i) {
     const VariableDesc &v = p.variables[i];
     variables.push_back(pkg::CreateVariable(fb, fb.CreateString(v.name), toPkg(v.initial.dtype()),
-                                            fb.CreateVector(v.initial.shape()), v.buffer, &variableSections[i],
-                                            v.trainable, v.sharded));
+                                            fb.CreateVector(v.initial.shape()), v.buffer,
+                                            &variableSections[i], v.trainable, v.sharded));
   }
   auto checksOf = [&](const std::vector<CheckDesc> &cs) {
     std::vector<flatbuffers::Offset<pkg::Check>> v;
@@ -189,40 +198,43 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
   auto checks = checksOf(p.checks);
   std::vector<flatbuffers::Offset<pkg::ShapeRange>> ranges;
   for (const ShapeRangeDesc &r : p.shapeRanges)
-    ranges.push_back(pkg::CreateShapeRange(fb, fb.CreateString(r.input), r.axis, r.min, r.max, r.opt));
+    ranges.push_back(
+        pkg::CreateShapeRange(fb, fb.CreateString(r.input), r.axis, r.min, r.max, r.opt));
   std::vector<flatbuffers::Offset<pkg::ShapeVariant>> variants;
   for (const ScheduleVariant &v : p.variants) {
     auto vin = tensors(v.inputs), vout = tensors(v.outputs);
     auto vbuf = buffersOf(v.buffers);
     auto vsteps = stepsOf(v.steps);
     auto vchecks = checksOf(v.checks);
-    variants.push_back(pkg::CreateShapeVariant(fb, vin, vout, vbuf, vsteps, v.arenaBytes, v.maxLiveBytes, vchecks,
-                                               v.checkBuffer));
+    variants.push_back(pkg::CreateShapeVariant(fb, vin, vout, vbuf, vsteps, v.arenaBytes,
+                                               v.maxLiveBytes, vchecks, v.checkBuffer));
   }
   std::vector<flatbuffers::Offset<pkg::BoundInput>> bound;
   for (const ir::Graph::BoundInput &b : p.boundInputs) {
     std::string values;
     int64_t n = b.value.numElements(), shown = std::min<int64_t>(n, 8);
     for (int64_t i = 0; i < shown; ++i)
-      values += (i ? ", " : "") + (ir::isFloat(b.value.dtype()) ? llvm::formatv("{0:g}", b.value.getDouble(i)).str()
-                                                                 : std::to_string(b.value.getInt(i)));
+      values += (i ? ", " : "") + (ir::isFloat(b.value.dtype())
+                                       ? llvm::formatv("{0:g}", b.value.getDouble(i)).str()
+                                       : std::to_string(b.value.getInt(i)));
     if (shown < n)
       values += ", ... (" + std::to_string(n) + " values)";
     bound.push_back(pkg::CreateBoundInput(fb, fb.CreateString(b.name), toPkg(b.value.dtype()),
-                                          fb.CreateVector(b.value.shape()), fb.CreateString(values)));
+                                          fb.CreateVector(b.value.shape()),
+                                          fb.CreateString(values)));
   }
-  bool gpuModules = std::any_of(modules.begin(), modules.end(),
-                                [](const CompiledModule &m) { return m.kind != CompiledModule::EmuObject; });
-  auto root = pkg::CreatePackage(fb, pkg::kFormatVersion, fb.CreateString("dlc 0.1.0"), fb.CreateString(p.modelName),
-                                 inputs, outputs, buffers, p.arenaBytes, p.weightBytes,
-                                 fb.CreateVector(weights), fb.CreateVector(kernels), fb.CreateVector(mods),
-                                 steps, embedSource ? &src : nullptr, p.naiveArenaBytes,
-                                 p.maxLiveBytes, gpuModules ? nvrtcVersionNumber() : 0, checks,
-                                 p.checkBuffer, fb.CreateVector(variables), p.commitSteps,
-                                 sourceModel.empty() ? nullptr : &model, evalOutputs,
-                                 bound.empty() ? 0 : fb.CreateVector(bound),
-                                 ranges.empty() ? 0 : fb.CreateVector(ranges),
-                                 variants.empty() ? 0 : fb.CreateVector(variants), p.bucketBytes, p.zeroRanks);
+  bool gpuModules = std::any_of(modules.begin(), modules.end(), [](const CompiledModule &m) {
+    return m.kind != CompiledModule::EmuObject;
+  });
+  auto root = pkg::CreatePackage(
+      fb, pkg::kFormatVersion, fb.CreateString("dlc 0.1.0"), fb.CreateString(p.modelName), inputs,
+      outputs, buffers, p.arenaBytes, p.weightBytes, fb.CreateVector(weights),
+      fb.CreateVector(kernels), fb.CreateVector(mods), steps, embedSource ? &src : nullptr,
+      p.naiveArenaBytes, p.maxLiveBytes, gpuModules ? nvrtcVersionNumber() : 0, checks,
+      p.checkBuffer, fb.CreateVector(variables), p.commitSteps,
+      sourceModel.empty() ? nullptr : &model, evalOutputs,
+      bound.empty() ? 0 : fb.CreateVector(bound), ranges.empty() ? 0 : fb.CreateVector(ranges),
+      variants.empty() ? 0 : fb.CreateVector(variants), p.bucketBytes, p.zeroRanks);
   return w.finishImage(root);
 }
 
@@ -285,9 +297,10 @@ public:
         if (it != m.exprs.end())
           k.symbol = m.module.loweredNames[it - m.exprs.begin()];
       }
-    std::sort(modules_.begin(), modules_.end(), [](const CompiledModule &a, const CompiledModule &b) {
-      return std::tie(a.chunk, a.kind, a.target) < std::tie(b.chunk, b.kind, b.target);
-    });
+    std::sort(modules_.begin(), modules_.end(),
+              [](const CompiledModule &a, const CompiledModule &b) {
+                return std::tie(a.chunk, a.kind, a.target) < std::tie(b.chunk, b.kind, b.target);
+              });
     return llvm::Error::success();
   }
 
@@ -431,8 +444,8 @@ namespace {
 
 /// The targets to compile for (checked, and recorded in the report), and the
 /// toolchain's options.
-llvm::Expected<std::vector<std::string>> resolveTargets(const CompileOptions &opts, ToolchainOptions &tc,
-                                                        CompileReport &rep) {
+llvm::Expected<std::vector<std::string>> resolveTargets(const CompileOptions &opts,
+                                                        ToolchainOptions &tc, CompileReport &rep) {
   tc.cudaRoot = opts.cudaRoot;
   tc.hostCompiler = opts.hostCompiler;
   tc.cacheDir = opts.cacheDir;
@@ -444,21 +457,26 @@ llvm::Expected<std::vector<std::string>> resolveTargets(const CompileOptions &op
     if (hostCompilerAvailable(tc))
       targets.push_back("emu");
   }
-  static const std::set<std::string> known = {"sm_80", "sm_86", "sm_89", "sm_90", "compute_80",
-                                              "compute_86", "compute_89", "compute_90", "emu", "emu-check"};
+  static const std::set<std::string> known = {
+      "sm_80",      "sm_86",      "sm_89",      "sm_90", "compute_80",
+      "compute_86", "compute_89", "compute_90", "emu",   "emu-check"};
   for (const std::string &t : targets)
     if (!known.count(t))
-      return errorf("unknown target '{0}' (known: sm_80, sm_86, sm_89, sm_90, compute_80..compute_90, emu, "
-                    "emu-check)",
-                    t);
-  if (std::count(targets.begin(), targets.end(), "emu") && std::count(targets.begin(), targets.end(), "emu-check"))
-    return makeError("targets emu and emu-check exclude each other (emu-check is emu with every memory access "
-                     "instrumented for --check)");
+      return errorf(
+          "unknown target '{0}' (known: sm_80, sm_86, sm_89, sm_90, compute_80..compute_90, emu, "
+          "emu-check)",
+          t);
+  if (std::count(targets.begin(), targets.end(), "emu") &&
+      std::count(targets.begin(), targets.end(), "emu-check"))
+    return makeError(
+        "targets emu and emu-check exclude each other (emu-check is emu with every memory access "
+        "instrumented for --check)");
   rep.targets = targets;
   return targets;
 }
 
-llvm::Expected<Program> lowerFor(const Graph &g, const std::vector<std::string> &targets, const CompileOptions &opts) {
+llvm::Expected<Program> lowerFor(const Graph &g, const std::vector<std::string> &targets,
+                                 const CompileOptions &opts) {
   LoweringOptions lo;
   for (const std::string &t : targets)
     if (t.rfind("sm_", 0) == 0)
@@ -473,8 +491,9 @@ llvm::Expected<Program> lowerFor(const Graph &g, const std::vector<std::string> 
 /// Compiles the program's chunks for every target and writes the package.
 llvm::Expected<pkg::PackageImage> compileProgram(std::shared_ptr<Program> program,
                                                  const std::vector<std::string> &targets,
-                                                 const ToolchainOptions &tc, const CompileOptions &opts,
-                                                 CompileReport &rep, std::chrono::steady_clock::time_point t0) {
+                                                 const ToolchainOptions &tc,
+                                                 const CompileOptions &opts, CompileReport &rep,
+                                                 std::chrono::steady_clock::time_point t0) {
   auto progress = [&](const std::string &s) {
     if (opts.progress)
       opts.progress(s);
@@ -492,8 +511,9 @@ llvm::Expected<pkg::PackageImage> compileProgram(std::shared_ptr<Program> progra
   rep.weightBytes = program->weightBytes;
   rep.cudaSource = program->source;
   rep.chunks = program->chunkSources.size();
-  progress("codegen: " + std::to_string(rep.kernels) + " kernels in " + std::to_string(rep.chunks) + " chunks, " +
-           std::to_string(rep.libraryCalls) + " library calls, " + std::to_string(rep.steps) + " steps");
+  progress("codegen: " + std::to_string(rep.kernels) + " kernels in " + std::to_string(rep.chunks) +
+           " chunks, " + std::to_string(rep.libraryCalls) + " library calls, " +
+           std::to_string(rep.steps) + " steps");
 
   auto modules = std::make_shared<std::vector<CompiledModule>>();
   if (!program->kernels.empty()) {
@@ -529,7 +549,8 @@ void addVariant(Program &base, Program v, std::map<std::string, uint32_t> &kerne
                 std::map<std::string, uint32_t> &weightByName) {
   std::vector<uint32_t> remap(v.kernels.size());
   for (size_t k = 0; k < v.kernels.size(); ++k) {
-    auto [it, added] = kernelIndex.emplace(v.kernels[k].key, static_cast<uint32_t>(base.kernels.size()));
+    auto [it, added] =
+        kernelIndex.emplace(v.kernels[k].key, static_cast<uint32_t>(base.kernels.size()));
     if (added) {
       for (const std::string &f : v.kernels[k].functors)
         base.functors.emplace(f, v.functors.at(f));
@@ -584,7 +605,7 @@ void addVariant(Program &base, Program v, std::map<std::string, uint32_t> &kerne
 } // namespace
 
 llvm::Expected<pkg::PackageImage> compileGraphImage(const Graph &g, const CompileOptions &opts,
-                                                   CompileReport *report) {
+                                                    CompileReport *report) {
   CompileReport local;
   CompileReport &rep = report ? *report : local;
   ToolchainOptions tc;
@@ -597,13 +618,14 @@ llvm::Expected<pkg::PackageImage> compileGraphImage(const Graph &g, const Compil
   auto lowered = lowerFor(g, *targets, opts);
   if (!lowered)
     return lowered.takeError();
-  return compileProgram(std::make_shared<Program>(std::move(*lowered)), *targets, tc, opts, rep, t0);
+  return compileProgram(std::make_shared<Program>(std::move(*lowered)), *targets, tc, opts, rep,
+                        t0);
 }
 
-llvm::Expected<pkg::PackageImage>
-compileShapeRangeImage(size_t count, const std::function<llvm::Expected<std::unique_ptr<ir::Graph>>(size_t)> &graphAt,
-                       const std::vector<ShapeRangeDesc> &ranges, const CompileOptions &opts, CompileReport *report,
-                       const std::function<void(size_t, size_t)> &onVariant) {
+llvm::Expected<pkg::PackageImage> compileShapeRangeImage(
+    size_t count, const std::function<llvm::Expected<std::unique_ptr<ir::Graph>>(size_t)> &graphAt,
+    const std::vector<ShapeRangeDesc> &ranges, const CompileOptions &opts, CompileReport *report,
+    const std::function<void(size_t, size_t)> &onVariant) {
   CompileReport local;
   CompileReport &rep = report ? *report : local;
   ToolchainOptions tc;
@@ -631,7 +653,8 @@ compileShapeRangeImage(size_t count, const std::function<llvm::Expected<std::uni
       baseKernels = base->kernels.size();
     } else {
       if (!lowered->variables.empty())
-        return makeError("shape ranges apply to inference packages (a training package has one batch shape)");
+        return makeError(
+            "shape ranges apply to inference packages (a training package has one batch shape)");
       addVariant(*base, std::move(*lowered), kernelIndex, weightByName);
     }
     if (onVariant)

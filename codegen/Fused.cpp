@@ -1,10 +1,9 @@
 //===- Fused.cpp - Inlined producers, epilogues and anchor-free groups -----===//
 #include "Fused.h"
 
-#include "emitters/EmitterUtils.h"
-
 #include "dlc/ir/FusionRules.h"
 #include "dlc/ir/OpHelpers.h"
+#include "emitters/EmitterUtils.h"
 
 namespace dlc::codegen {
 
@@ -15,7 +14,9 @@ FusedAccess::FusedAccess(Lowering &l, ParamList &params, const FusionGroup *grou
 
 // Names of fused temporaries start with "f" and end with "_": they cannot clash with
 // a functor's parameters (P, i, v).
-std::string FusedAccess::fresh(const char *prefix) { return "f" + std::string(prefix) + std::to_string(counter_++) + "_"; }
+std::string FusedAccess::fresh(const char *prefix) {
+  return "f" + std::string(prefix) + std::to_string(counter_++) + "_";
+}
 
 std::string FusedAccess::pointer(const Value *v) {
   auto it = ptrs_.find(v);
@@ -73,13 +74,15 @@ std::string FusedAccess::dot(const std::vector<int64_t> &strides, const std::str
   for (size_t d = 0; d < strides.size(); ++d) {
     if (strides[d] == 0)
       continue;
-    std::string term = prefix + std::to_string(d) + (strides[d] == 1 ? "" : " * (I)" + num(strides[d]));
+    std::string term =
+        prefix + std::to_string(d) + (strides[d] == 1 ? "" : " * (I)" + num(strides[d]));
     s += (s.empty() ? "" : " + ") + term;
   }
   return s.empty() ? "(I)0" : s;
 }
 
-std::string FusedAccess::broadcastIndex(const Shape &out, const Shape &in, const std::string &prefix) {
+std::string FusedAccess::broadcastIndex(const Shape &out, const Shape &in,
+                                        const std::string &prefix) {
   std::vector<int64_t> strides(out.size(), 0);
   Shape st = stridesOf(in);
   size_t off = out.size() - in.size();
@@ -102,8 +105,8 @@ std::vector<std::string> FusedAccess::loadAll(CodeStream &b, const std::vector<c
   return r;
 }
 
-std::string FusedAccess::loadBound(CodeStream &b, const Value *v, const std::string &idx, const Value *bound,
-                                   const std::string &boundExpr) {
+std::string FusedAccess::loadBound(CodeStream &b, const Value *v, const std::string &idx,
+                                   const Value *bound, const std::string &boundExpr) {
   return valueWithBound(b, v, idx, bound, idx, boundExpr);
 }
 
@@ -145,20 +148,23 @@ std::string FusedAccess::forwardIndex(CodeStream &b, const Value *from, const st
   return at;
 }
 
-void FusedAccess::store(CodeStream &b, const Value *anchorOut, const std::string &idx, const std::string &value) {
+void FusedAccess::store(CodeStream &b, const Value *anchorOut, const std::string &idx,
+                        const std::string &value) {
   const Value *out = stored(anchorOut);
   std::string at = idx, r = value;
   if (out != anchorOut) {
     // The epilogue: every node after the anchor keeps its linear index (FusionRules).
     std::string bound = fresh("a");
-    b.line(std::string("const ") + computeType(anchorOut->dtype()) + " " + bound + " = " + value + ";");
+    b.line(std::string("const ") + computeType(anchorOut->dtype()) + " " + bound + " = " + value +
+           ";");
     at = forwardIndex(b, anchorOut, idx);
     r = valueWithBound(b, out, at, anchorOut, idx, bound);
   }
   b.line("dlc::st(" + outputPointer(out) + ", " + at + ", " + r + ");");
 }
 
-std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::string &idx, Memo &memo) {
+std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::string &idx,
+                                 Memo &memo) {
   if (isScalarConstant(v))
     return scalarLiteral(v);
   if (v == bound_) // every path back from the output maps to the bound element (FusionRules)
@@ -172,7 +178,8 @@ std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::strin
     if (auto o = override_.find(v); o != override_.end())
       return o->second;
     result = fresh("t");
-    b.line("const " + ct + " " + result + " = dlc::ld<" + ct + ">(" + pointer(v) + ", " + idx + ");");
+    b.line("const " + ct + " " + result + " = dlc::ld<" + ct + ">(" + pointer(v) + ", " + idx +
+           ");");
     memo[key] = result;
     return result;
   }
@@ -194,13 +201,14 @@ std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::strin
     std::string sc = valueAt(b, n.operand(1), ch, memo), bi = valueAt(b, n.operand(2), ch, memo),
                 mean = valueAt(b, n.operand(3), ch, memo), var = valueAt(b, n.operand(4), ch, memo);
     result = fresh("t");
-    b.line("const " + ct + " " + result + " = dlc::cvt<" + ct + ">((" + x + " - " + mean + ") * ((" + ct +
-           ")1 / dlc::sqrt_(" + var + " + (" + ct + ")" + literal(DType::F32, n.attrFloat("epsilon")) + ")) * " + sc +
-           " + " + bi + ");");
+    b.line("const " + ct + " " + result + " = dlc::cvt<" + ct + ">((" + x + " - " + mean +
+           ") * ((" + ct + ")1 / dlc::sqrt_(" + var + " + (" + ct + ")" +
+           literal(DType::F32, n.attrFloat("epsilon")) + ")) * " + sc + " + " + bi + ");");
   } else if (n.def().cudaExpr) {
     bool broadcast = false;
     for (const Value *op : n.operands())
-      broadcast |= op && !isScalarConstant(op) && op->shape() != os && op->type().numElements() != 1;
+      broadcast |=
+          op && !isScalarConstant(op) && op->shape() != os && op->type().numElements() != 1;
     std::string c = broadcast ? coords(b, os, idx) : "";
     std::vector<std::string> vals;
     for (const Value *op : n.operands())
@@ -208,8 +216,9 @@ std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::strin
     std::string st = cudaType(v->dtype());
     std::string e = expandExpr(n, vals, idx);
     result = fresh("t");
-    b.line("const " + ct + " " + result + " = " + (st == ct ? "dlc::cvt<" + ct + ">(" + e + ")"
-                                                           : "dlc::cvt<" + ct + ">(dlc::cvt<" + st + ">(" + e + "))") +
+    b.line("const " + ct + " " + result + " = " +
+           (st == ct ? "dlc::cvt<" + ct + ">(" + e + ")"
+                     : "dlc::cvt<" + ct + ">(dlc::cvt<" + st + ">(" + e + "))") +
            ";");
   } else {
     switch (n.kind()) {
@@ -226,7 +235,8 @@ std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::strin
     }
     case OpKind::Expand: {
       std::string c = coords(b, os, idx);
-      result = valueAt(b, n.operand(0), "(" + broadcastIndex(os, n.operand(0)->shape(), c) + ")", memo);
+      result =
+          valueAt(b, n.operand(0), "(" + broadcastIndex(os, n.operand(0)->shape(), c) + ")", memo);
       break;
     }
     case OpKind::Tile: {
@@ -238,7 +248,8 @@ std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::strin
         if (x->shape()[d] == 1)
           continue;
         std::string cd = os[d] == x->shape()[d] ? c + std::to_string(d)
-                                                : params_.divmod(x->shape()[d]) + ".mod(" + c + std::to_string(d) + ")";
+                                                : params_.divmod(x->shape()[d]) + ".mod(" + c +
+                                                      std::to_string(d) + ")";
         s += (s.empty() ? "" : " + ") + cd + (st[d] == 1 ? "" : " * (I)" + num(st[d]));
       }
       result = valueAt(b, x, "(" + (s.empty() ? std::string("(I)0") : s) + ")", memo);
@@ -275,14 +286,15 @@ std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::strin
       b.line("long long " + g + " = (long long)" + gi + ";");
       std::string dimField = num(dim);
       b.line("if (" + g + " < 0) " + g + " += " + dimField + ";");
-      b.line("if (" + g + " < 0 || " + g + " >= " + dimField + ") { dlc::reportDataError(" + checkPointer(n) +
-             ", dlc::kErrIndexRange); " + g + " = 0; }");
+      b.line("if (" + g + " < 0 || " + g + " >= " + dimField + ") { dlc::reportDataError(" +
+             checkPointer(n) + ", dlc::kErrIndexRange); " + g + " = 0; }");
       std::vector<int64_t> xstr(os.size(), 0);
       for (int64_t d = 0; d < axis; ++d)
         xstr[d] = xs[d];
       for (int64_t d = axis + 1; d < x->rank(); ++d)
         xstr[d + q - 1] = xs[d];
-      result = valueAt(b, x, "((I)" + g + " * (I)" + num(xs[axis]) + " + " + dot(xstr, c) + ")", memo);
+      result =
+          valueAt(b, x, "((I)" + g + " * (I)" + num(xs[axis]) + " + " + dot(xstr, c) + ")", memo);
       break;
     }
     case OpKind::Concat: {
@@ -300,7 +312,8 @@ std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::strin
           continue;
         bool last = ++k == n.numOperands();
         std::string ca = c + std::to_string(axis);
-        std::string head = (offset == 0 ? "if (" : "else if (") + ca + " < (I)" + num(offset + len) + ")";
+        std::string head =
+            (offset == 0 ? "if (" : "else if (") + ca + " < (I)" + num(offset + len) + ")";
         if (last)
           head = offset == 0 ? "if (true)" : "else";
         CodeStream::Block blk(b, head);
@@ -311,7 +324,8 @@ std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::strin
         std::vector<int64_t> strides(v->rank());
         for (int64_t d = 0; d < v->rank(); ++d)
           strides[d] = d == axis ? 0 : st[d];
-        std::string at = "(" + shifted + (st[axis] == 1 ? "" : " * (I)" + num(st[axis])) + " + " + dot(strides, c) + ")";
+        std::string at = "(" + shifted + (st[axis] == 1 ? "" : " * (I)" + num(st[axis])) + " + " +
+                         dot(strides, c) + ")";
         Memo inner = memo; // values computed inside a branch are not visible outside
         std::string val = valueAt(b, op, at, inner);
         b.line(result + " = " + val + ";");
@@ -338,7 +352,8 @@ const char *kMethodHead = "template <class I> static __device__ __forceinline__ 
 
 /// A functor with one device method: `signature` (after the template head and
 /// qualifiers), the body written by `body` through the group's FusedAccess.
-Functor functorWith(Lowering &l, const FusionGroup *g, const Value *typed, const std::string &signature,
+Functor functorWith(Lowering &l, const FusionGroup *g, const Value *typed,
+                    const std::string &signature,
                     const std::function<void(CodeStream &, FusedAccess &)> &body) {
   Functor f;
   f.valueType = computeType(typed->dtype());
@@ -356,9 +371,9 @@ Functor functorWith(Lowering &l, const FusionGroup *g, const Value *typed, const
 } // namespace
 
 Functor loadFunctor(Lowering &l, const FusionGroup *g, const Value *v) {
-  return functorWith(l, g, v, "Value load(const Params &P, I i)", [&](CodeStream &b, FusedAccess &fa) {
-    b.line("return " + fa.load(b, v, "i") + ";");
-  });
+  return functorWith(
+      l, g, v, "Value load(const Params &P, I i)",
+      [&](CodeStream &b, FusedAccess &fa) { b.line("return " + fa.load(b, v, "i") + ";"); });
 }
 
 Functor storeFunctor(Lowering &l, const FusionGroup *g, const Value *anchorOut) {
@@ -367,13 +382,19 @@ Functor storeFunctor(Lowering &l, const FusionGroup *g, const Value *anchorOut) 
 }
 
 Functor boundFunctor(Lowering &l, const FusionGroup *g, const Value *v, const Value *bound) {
-  return functorWith(l, g, v, "Value apply(const Params &P, I i, Value x)", [&](CodeStream &b, FusedAccess &fa) {
-    b.line("return " + (v == bound ? std::string("x") : fa.loadBound(b, v, "i", bound, "x")) + ";");
-  });
+  return functorWith(
+      l, g, v, "Value apply(const Params &P, I i, Value x)", [&](CodeStream &b, FusedAccess &fa) {
+        b.line("return " + (v == bound ? std::string("x") : fa.loadBound(b, v, "i", bound, "x")) +
+               ";");
+      });
 }
 
-Functor plainLoad(Lowering &l, const Value *v) { return loadFunctor(l, nullptr, v); }
-Functor plainStore(Lowering &l, const Value *v) { return storeFunctor(l, nullptr, v); }
+Functor plainLoad(Lowering &l, const Value *v) {
+  return loadFunctor(l, nullptr, v);
+}
+Functor plainStore(Lowering &l, const Value *v) {
+  return storeFunctor(l, nullptr, v);
+}
 
 //===----------------------------------------------------------------------===//
 // Anchor-free groups
@@ -405,7 +426,8 @@ static std::vector<uint32_t> inPlaceInputs(Lowering &l, const FusionGroup &g, Bu
       if (!v || g.contains(v) || isScalarConstant(v))
         continue;
       BufferRef r = l.bufferOf(v);
-      bool identity = r.offset == 0 && dtypeSize(v->dtype()) == es && v->type().numElements() == total &&
+      bool identity = r.offset == 0 && dtypeSize(v->dtype()) == es &&
+                      v->type().numElements() == total &&
                       (isMetadataOnly(*n) || v->shape() == n->result()->shape());
       (identity ? yes : no).push_back(r.buffer);
     }
@@ -420,8 +442,8 @@ static std::vector<uint32_t> inPlaceInputs(Lowering &l, const FusionGroup &g, Bu
 namespace {
 /// The vector type an element-wise kernel of one float dtype moves per thread.
 struct VectorForm {
-  int width = 1;           // lanes
-  const char *type = "";   // CUDA vector type
+  int width = 1;         // lanes
+  const char *type = ""; // CUDA vector type
   int elementBytes = 4;
   const char *packFn = nullptr; // builds the vector from float lanes (null: brace-init)
   int bytes() const { return width * elementBytes; }
@@ -442,10 +464,14 @@ struct VectorForm {
 
 VectorForm vectorFormFor(DType t) {
   switch (t) {
-  case DType::F32: return {4, "float4", 4, nullptr};
-  case DType::F16: return {2, "__half2", 2, "__floats2half2_rn"};
-  case DType::BF16: return {2, "__nv_bfloat162", 2, "__floats2bfloat162_rn"};
-  default: return {};
+  case DType::F32:
+    return {4, "float4", 4, nullptr};
+  case DType::F16:
+    return {2, "__half2", 2, "__floats2half2_rn"};
+  case DType::BF16:
+    return {2, "__nv_bfloat162", 2, "__floats2bfloat162_rn"};
+  default:
+    return {};
   }
 }
 } // namespace
@@ -475,7 +501,8 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
   // element-aligned). f32 moves float4s; f16 and bf16 move __half2 / __nv_bfloat162
   // pairs (converted to float per lane, packed back with round-to-nearest).
   const VectorForm vf = vectorFormFor(out->dtype());
-  bool vec = vf.width > 1 && total % vf.width == 0 && outRef.offset % vf.bytes() == 0 && !l.isInterface(out);
+  bool vec = vf.width > 1 && total % vf.width == 0 && outRef.offset % vf.bytes() == 0 &&
+             !l.isInterface(out);
   std::vector<const Value *> externals;
   for (const Node *n : g.nodes) {
     vec &= n->result()->type().numElements() == total &&
@@ -483,7 +510,8 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
     for (const Value *v : n->operands()) {
       if (!v || g.contains(v) || isScalarConstant(v))
         continue;
-      vec &= v->dtype() == out->dtype() && (isMetadataOnly(*n) || v->shape() == n->result()->shape()) &&
+      vec &= v->dtype() == out->dtype() &&
+             (isMetadataOnly(*n) || v->shape() == n->result()->shape()) &&
              l.bufferOf(v).offset % vf.bytes() == 0 && !l.isInterface(v);
       if (std::find(externals.begin(), externals.end(), v) == externals.end())
         externals.push_back(v);
@@ -503,8 +531,8 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
       std::vector<std::string> q;
       for (size_t k = 0; k < externals.size(); ++k) {
         q.push_back("q" + std::to_string(k));
-        b.line(std::string("const ") + vf.type + " " + q[k] + " = reinterpret_cast<const " + vf.type + " *>(" +
-               fa.pointer(externals[k]) + ")[i];");
+        b.line(std::string("const ") + vf.type + " " + q[k] + " = reinterpret_cast<const " +
+               vf.type + " *>(" + fa.pointer(externals[k]) + ")[i];");
       }
       for (int k = 0; k < vf.width; ++k) {
         std::map<const Value *, std::string> o;
@@ -513,10 +541,13 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
         fa.setExternalOverride(o);
         b.line("float r" + std::to_string(k) + ";");
         CodeStream::Block laneBlock(b, "");
-        b.line("r" + std::to_string(k) + " = " +
-               fa.load(b, out, "(" + std::to_string(vf.width) + " * i + " + std::to_string(k) + ")") + ";");
+        b.line(
+            "r" + std::to_string(k) + " = " +
+            fa.load(b, out, "(" + std::to_string(vf.width) + " * i + " + std::to_string(k) + ")") +
+            ";");
       }
-      b.line(std::string("reinterpret_cast<") + vf.type + " *>(" + outPtr + ")[i] = " + vf.pack() + ";");
+      b.line(std::string("reinterpret_cast<") + vf.type + " *>(" + outPtr + ")[i] = " + vf.pack() +
+             ";");
     } else {
       b.line("dlc::st(" + outPtr + ", i, " + fa.load(b, out, "i") + ");");
     }
@@ -546,7 +577,8 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
   return llvm::Error::success();
 }
 
-llvm::Expected<size_t> lowerUpdateLanes(Lowering &l, const std::vector<std::vector<const Node *>> &lanes) {
+llvm::Expected<size_t> lowerUpdateLanes(Lowering &l,
+                                        const std::vector<std::vector<const Node *>> &lanes) {
   struct LaneCode {
     Functor f;
     int64_t n = 0;
@@ -608,8 +640,8 @@ llvm::Expected<size_t> lowerUpdateLanes(Lowering &l, const std::vector<std::vect
     // As many lanes per launch as its parameters hold: block starts, sizes, Params.
     size_t perLaunch = (pkg::kMaxParamBytes - 8) / (16 + ls.front().paramBytes);
     if (perLaunch == 0)
-      return errorf("an update lane needs {0} bytes of launch parameters (at most {1})", ls.front().paramBytes + 24,
-                    pkg::kMaxParamBytes);
+      return errorf("an update lane needs {0} bytes of launch parameters (at most {1})",
+                    ls.front().paramBytes + 24, pkg::kMaxParamBytes);
     for (size_t first = 0; first < ls.size(); first += perLaunch) {
       size_t count = std::min(perLaunch, ls.size() - first);
       std::vector<int64_t> starts{0}, sizes;
@@ -634,8 +666,8 @@ llvm::Expected<size_t> lowerUpdateLanes(Lowering &l, const std::vector<std::vect
       args.blob.raw(sizes.data(), 8 * sizes.size(), 8);
       for (size_t k = first; k < first + count; ++k)
         args.functor(ls[k].f);
-      l.launch("multi-tensor update: " + std::to_string(variables) + " variables in " + std::to_string(count) +
-                   " lanes",
+      l.launch("multi-tensor update: " + std::to_string(variables) + " variables in " +
+                   std::to_string(count) + " lanes",
                kernel, args, static_cast<uint32_t>(starts.back()), 256, flops);
       ++launches;
     }

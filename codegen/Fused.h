@@ -42,14 +42,16 @@ public:
   std::string load(CodeStream &b, const ir::Value *v, const std::string &idx);
   /// Value v at `idx` where `bound` (an in-group value v depends on) is `boundExpr`
   /// at the corresponding index (the attention scores chain).
-  std::string loadBound(CodeStream &b, const ir::Value *v, const std::string &idx, const ir::Value *bound,
-                        const std::string &boundExpr);
+  std::string loadBound(CodeStream &b, const ir::Value *v, const std::string &idx,
+                        const ir::Value *bound, const std::string &boundExpr);
   /// Writes the anchor's result `value` at linear index `idx` through the epilogue.
-  void store(CodeStream &b, const ir::Value *anchorOut, const std::string &idx, const std::string &value);
+  void store(CodeStream &b, const ir::Value *anchorOut, const std::string &idx,
+             const std::string &value);
   /// The value store() writes (the group's root result, or anchorOut alone).
   const ir::Value *stored(const ir::Value *anchorOut) const;
   /// Several values at one index, computed together (shared subexpressions once).
-  std::vector<std::string> loadAll(CodeStream &b, const std::vector<const ir::Value *> &vs, const std::string &idx);
+  std::vector<std::string> loadAll(CodeStream &b, const std::vector<const ir::Value *> &vs,
+                                   const std::string &idx);
   /// Per-lane override for vectorized kernels: external value -> expression.
   void setExternalOverride(std::map<const ir::Value *, std::string> o) { override_ = std::move(o); }
   /// The pointer field of an external value (added on first use).
@@ -114,7 +116,8 @@ llvm::Error lowerInlineNode(Lowering &l, const ir::Node &n);
 /// multi-tensor kernels: lanes with the same generated code share launches (as many
 /// as fit a launch's parameters), each block working on a chunk of one lane's
 /// elements, and write their variables in place. Returns the number of launches.
-llvm::Expected<size_t> lowerUpdateLanes(Lowering &l, const std::vector<std::vector<const ir::Node *>> &lanes);
+llvm::Expected<size_t> lowerUpdateLanes(Lowering &l,
+                                        const std::vector<std::vector<const ir::Node *>> &lanes);
 /// The fused attention kernel (emitters/Attention.cpp); `mm2` is the anchor.
 llvm::Error lowerAttention(Lowering &l, const ir::Node &mm2);
 

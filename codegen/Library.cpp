@@ -16,12 +16,17 @@ std::string ParamList::add(Field f) {
 
 std::string ParamList::pointer(DType dt, BufferRef r, bool isConst, uint64_t bytes) {
   accesses_.push_back({r, bytes, !isConst});
-  return add({Field::Pointer, std::string(isConst ? "const " : "") + cudaType(dt) + " *__restrict__", r, 0});
+  return add({Field::Pointer,
+              std::string(isConst ? "const " : "") + cudaType(dt) + " *__restrict__", r, 0});
 }
 
-std::string ParamList::i64(int64_t v) { return add({Field::Int, "long long", {}, v}); }
+std::string ParamList::i64(int64_t v) {
+  return add({Field::Int, "long long", {}, v});
+}
 
-std::string ParamList::divmod(int64_t d) { return add({Field::Div, "dlc::Divmod", {}, d}); }
+std::string ParamList::divmod(int64_t d) {
+  return add({Field::Div, "dlc::Divmod", {}, d});
+}
 
 std::string ParamList::declarations() const {
   std::string s;
@@ -36,8 +41,12 @@ void ParamList::append(ParamBlob &b) const {
     b.i64(0);
   for (const Field &f : fields_) {
     switch (f.kind) {
-    case Field::Pointer: b.pointer(f.ref); break;
-    case Field::Int: b.i64(f.value); break;
+    case Field::Pointer:
+      b.pointer(f.ref);
+      break;
+    case Field::Int:
+      b.i64(f.value);
+      break;
     case Field::Div: {
       Divmod d = Divmod::make(f.value);
       b.raw(&d, sizeof d, 8);
@@ -48,8 +57,8 @@ void ParamList::append(ParamBlob &b) const {
 }
 
 std::string Functor::text(const std::string &name) const {
-  return "struct " + name + " {\n  typedef " + valueType + " Value;\n  struct Params { " + params.declarations() +
-         "};\n" + methods + "};\n";
+  return "struct " + name + " {\n  typedef " + valueType + " Value;\n  struct Params { " +
+         params.declarations() + "};\n" + methods + "};\n";
 }
 
 void LaunchArgs::pointer(size_t offset, BufferRef r, uint64_t bytes, bool write, bool accessed) {
@@ -94,7 +103,8 @@ uint32_t gridFor(uint64_t n, uint32_t block) {
 
 llvm::Expected<Strided> stridedView(const Shape &dims, const std::vector<int64_t> &strides) {
   if (dims.size() > static_cast<size_t>(kMaxRank))
-    return errorf("a view of rank {0} (code generation handles up to {1} dims)", dims.size(), kMaxRank);
+    return errorf("a view of rank {0} (code generation handles up to {1} dims)", dims.size(),
+                  kMaxRank);
   Strided s{};
   s.rank = static_cast<int64_t>(dims.size());
   for (int d = 0; d < kMaxRank; ++d)

@@ -15,7 +15,6 @@
 #pragma once
 
 #include "Lowering.h"
-
 #include "device/dlc_params.h"
 
 #include <cstddef>
@@ -99,15 +98,14 @@ private:
 
 /// One instantiation of a library template.
 struct Instantiation {
-  std::string tmpl;               // "dlc::conv_igemm"
-  std::vector<std::string> targs; // template arguments, as written
-  std::string argsType;           // the kernel's parameter type, "dlc::ConvArgs<F_.., F_..>"
+  std::string tmpl;                  // "dlc::conv_igemm"
+  std::vector<std::string> targs;    // template arguments, as written
+  std::string argsType;              // the kernel's parameter type, "dlc::ConvArgs<F_.., F_..>"
   std::vector<std::string> functors; // names of the functors it uses
   bool needsSync = false, cooperative = false;
   /// Runs its multiply-adds on tensor cores (WMMA/mma): inspect and the cost model.
   bool tensorCore = false;
 };
-
 
 /// Grid size for a grid-stride kernel over n items with `block` threads.
 uint32_t gridFor(uint64_t n, uint32_t block);

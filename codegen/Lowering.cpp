@@ -351,8 +351,9 @@ void Lowering::addCollectiveWaits() {
       });
     // A shard is a copy on the calling stream: nothing to wait for.
     if (const auto *a = std::get_if<CollectiveStep>(&s.op); a && a->op != pkg::CollectiveOp::Shard)
-      pending.emplace(a->result().buffer, StepDesc{CollectiveWaitStep{a->bucket, a->staging, a->output}, s.node,
-                                                   s.archs, s.schedules});
+      pending.emplace(a->result().buffer,
+                      StepDesc{CollectiveWaitStep{a->bucket, a->staging, a->output}, s.node,
+                               s.archs, s.schedules});
     out.push_back(std::move(s));
   }
   if (p_.commitSteps)
@@ -671,9 +672,10 @@ llvm::Expected<Program> Lowering::run() {
     if (predicate)
       for (size_t s = firstStep; s < p_.steps.size(); ++s)
         if (std::holds_alternative<CollectiveStep>(p_.steps[s].op))
-          return errorf("{0}: a collective on one side of an If with a run-time condition (the ranks could "
-                        "disagree on running it); bind the condition with --bind",
-                        n.describe());
+          return errorf(
+              "{0}: a collective on one side of an If with a run-time condition (the ranks could "
+              "disagree on running it); bind the condition with --bind",
+              n.describe());
     for (size_t s = firstStep; s < p_.steps.size(); ++s) {
       p_.steps[s].schedules = mask;
       p_.steps[s].predicate = predicate;

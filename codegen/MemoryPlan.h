@@ -27,7 +27,9 @@ struct MemoryPlanStats {
 
 inline constexpr uint64_t kArenaAlign = 256;
 /// `n` rounded up to kArenaAlign.
-inline uint64_t arenaAligned(uint64_t n) { return (n + kArenaAlign - 1) / kArenaAlign * kArenaAlign; }
+inline uint64_t arenaAligned(uint64_t n) {
+  return (n + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+}
 
 /// Calls f(BufferRef) for every buffer reference of a step.
 template <class F> void forEachBufferRef(const StepDesc &s, F f) {

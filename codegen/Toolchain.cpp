@@ -5,8 +5,8 @@
 // compilers never see a partial entry.
 //===----------------------------------------------------------------------===//
 #include "Toolchain.h"
-#include "EmbeddedHeaders.h"
 
+#include "EmbeddedHeaders.h"
 #include "dlc/ir/Graph.h"
 
 #include "llvm/ADT/Optional.h"
@@ -17,15 +17,14 @@
 #include "llvm/Support/Program.h"
 #include "llvm/Support/SHA1.h"
 
-#include <nvJitLink.h>
-#include <nvrtc.h>
-
 #include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
+#include <nvJitLink.h>
+#include <nvrtc.h>
 #include <regex>
 #include <sstream>
 
@@ -91,8 +90,8 @@ std::string cachePath(const ToolchainOptions &o, const std::string &key) {
 }
 
 /// Cache lookup: the files `key`.<ext> for each extension, all or nothing.
-bool cacheGet(const ToolchainOptions &o, const std::string &key, const std::vector<std::string> &exts,
-              std::vector<std::vector<uint8_t>> &parts) {
+bool cacheGet(const ToolchainOptions &o, const std::string &key,
+              const std::vector<std::string> &exts, std::vector<std::vector<uint8_t>> &parts) {
   if (!o.useCache)
     return false;
   parts.assign(exts.size(), {});
@@ -103,15 +102,17 @@ bool cacheGet(const ToolchainOptions &o, const std::string &key, const std::vect
 }
 
 /// Cache store; the first extension is written last, so a reader that finds it finds all.
-void cachePut(const ToolchainOptions &o, const std::string &key, const std::vector<std::string> &exts,
-              const std::vector<const std::string *> &parts) {
+void cachePut(const ToolchainOptions &o, const std::string &key,
+              const std::vector<std::string> &exts, const std::vector<const std::string *> &parts) {
   if (!o.useCache)
     return;
   for (size_t i = exts.size(); i-- > 0;)
     writeFileAtomic(cachePath(o, key) + "." + exts[i], parts[i]->data(), parts[i]->size());
 }
 
-std::string str(const std::vector<uint8_t> &v) { return std::string(v.begin(), v.end()); }
+std::string str(const std::vector<uint8_t> &v) {
+  return std::string(v.begin(), v.end());
+}
 
 void dumpSource(const ToolchainOptions &o, const std::string &source) {
   if (o.failureDumpPath.empty())
@@ -148,7 +149,8 @@ std::map<std::string, KernelResources> parsePtxasLog(const std::string &log) {
   std::map<std::string, KernelResources> r;
   static const std::regex entry(R"(Compiling entry function '([^']+)')");
   static const std::regex props(R"(Function properties for ([A-Za-z0-9_]+))");
-  static const std::regex frame(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
+  static const std::regex frame(
+      R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
   static const std::regex used(R"(Used (\d+) registers)");
   static const std::regex smem(R"((\d+) bytes smem)");
   std::string current;
@@ -177,9 +179,10 @@ llvm::Expected<PtxModule> compileToPtx(const std::string &source, const std::str
                                        const ToolchainOptions &opts) {
   PtxModule m;
   m.virtualArch = virtualArch;
-  std::vector<std::string> options = {"--gpu-architecture=" + virtualArch, "-I" + opts.cudaRoot + "/include",
-                                      "--std=c++17"};
-  std::vector<std::string> keyParts = {"nvrtc-ptx", nvrtcVersionString(), source, joinLines(nameExpressions)};
+  std::vector<std::string> options = {"--gpu-architecture=" + virtualArch,
+                                      "-I" + opts.cudaRoot + "/include", "--std=c++17"};
+  std::vector<std::string> keyParts = {"nvrtc-ptx", nvrtcVersionString(), source,
+                                       joinLines(nameExpressions)};
   keyParts.insert(keyParts.end(), options.begin(), options.end());
   for (const EmbeddedFile &h : embeddedHeaders())
     keyParts.push_back(h.contents);
@@ -204,8 +207,9 @@ llvm::Expected<PtxModule> compileToPtx(const std::string &source, const std::str
     headerNames.push_back(h.name);
   }
   nvrtcProgram prog;
-  if (nvrtcCreateProgram(&prog, source.c_str(), "dlc_kernels.cu", static_cast<int>(headerSrc.size()),
-                         headerSrc.data(), headerNames.data()) != NVRTC_SUCCESS)
+  if (nvrtcCreateProgram(&prog, source.c_str(), "dlc_kernels.cu",
+                         static_cast<int>(headerSrc.size()), headerSrc.data(),
+                         headerNames.data()) != NVRTC_SUCCESS)
     return makeError("nvrtcCreateProgram failed");
   auto destroy = llvm::make_scope_exit([&] { nvrtcDestroyProgram(&prog); });
   for (const std::string &e : nameExpressions)
@@ -224,7 +228,8 @@ llvm::Expected<PtxModule> compileToPtx(const std::string &source, const std::str
   if (res != NVRTC_SUCCESS) {
     dumpSource(opts, source);
     return errorf("NVRTC failed for {0} ({1}){2}:\n{3}", virtualArch, nvrtcGetErrorString(res),
-                  opts.failureDumpPath.empty() ? "" : "; source written to " + opts.failureDumpPath, m.log);
+                  opts.failureDumpPath.empty() ? "" : "; source written to " + opts.failureDumpPath,
+                  m.log);
   }
   for (const std::string &e : nameExpressions) {
     const char *lowered = nullptr;
@@ -244,7 +249,8 @@ llvm::Expected<PtxModule> compileToPtx(const std::string &source, const std::str
   return m;
 }
 
-llvm::Expected<CompiledModule> ptxToCubin(const PtxModule &ptx, const std::string &arch, const ToolchainOptions &opts) {
+llvm::Expected<CompiledModule> ptxToCubin(const PtxModule &ptx, const std::string &arch,
+                                          const ToolchainOptions &opts) {
   CompiledModule m;
   m.target = arch;
   m.kind = CompiledModule::Cubin;
@@ -268,7 +274,8 @@ llvm::Expected<CompiledModule> ptxToCubin(const PtxModule &ptx, const std::strin
   if (nvJitLinkCreate(&h, static_cast<uint32_t>(argv.size()), argv.data()) != NVJITLINK_SUCCESS)
     return errorf("nvJitLinkCreate failed for {0}", arch);
   auto destroy = llvm::make_scope_exit([&] { nvJitLinkDestroy(&h); });
-  nvJitLinkResult res = nvJitLinkAddData(h, NVJITLINK_INPUT_PTX, ptx.ptx.data(), ptx.ptx.size(), "dlc_kernels.ptx");
+  nvJitLinkResult res =
+      nvJitLinkAddData(h, NVJITLINK_INPUT_PTX, ptx.ptx.data(), ptx.ptx.size(), "dlc_kernels.ptx");
   if (res == NVJITLINK_SUCCESS)
     res = nvJitLinkComplete(h);
   size_t infoSize = 0, errSize = 0;
@@ -283,7 +290,8 @@ llvm::Expected<CompiledModule> ptxToCubin(const PtxModule &ptx, const std::strin
   while (!m.log.empty() && m.log.back() == '\0')
     m.log.pop_back();
   if (res != NVJITLINK_SUCCESS)
-    return errorf("ptxas (nvJitLink) failed for {0} (error {1}):\n{2}", arch, static_cast<int>(res), m.log);
+    return errorf("ptxas (nvJitLink) failed for {0} (error {1}):\n{2}", arch, static_cast<int>(res),
+                  m.log);
   size_t n = 0;
   nvJitLinkGetLinkedCubinSize(h, &n);
   m.image.resize(n);
@@ -295,7 +303,8 @@ llvm::Expected<CompiledModule> ptxToCubin(const PtxModule &ptx, const std::strin
   return m;
 }
 
-llvm::Expected<CompiledModule> compileWithNvrtc(const std::string &source, const std::string &target,
+llvm::Expected<CompiledModule> compileWithNvrtc(const std::string &source,
+                                                const std::string &target,
                                                 const ToolchainOptions &opts) {
   bool ptxTarget = target.rfind("compute_", 0) == 0;
   std::string virt = ptxTarget ? target : "compute_" + target.substr(target.find('_') + 1);
@@ -337,10 +346,14 @@ std::string hostCompilerPath(const ToolchainOptions &opts) {
   return "";
 }
 
-bool hostCompilerAvailable(const ToolchainOptions &opts) { return !hostCompilerPath(opts).empty(); }
+bool hostCompilerAvailable(const ToolchainOptions &opts) {
+  return !hostCompilerPath(opts).empty();
+}
 
 namespace {
-bool isIdentChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+bool isIdentChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+}
 
 /// One static shared declaration (the text between `__shared__` and its `;`) as the
 /// emu's per-block storage, or "" when it is not of the form [__align__(N)] TYPE NAME DIMS.
@@ -361,7 +374,8 @@ std::string lowerSharedDeclaration(llvm::StringRef decl, llvm::StringRef qualifi
     return "";
   llvm::StringRef d = llvm::StringRef(text).trim();
   size_t bracket = d.find('[');
-  llvm::StringRef head = d.substr(0, bracket).rtrim(), dims = bracket == llvm::StringRef::npos ? "" : d.substr(bracket);
+  llvm::StringRef head = d.substr(0, bracket).rtrim(),
+                  dims = bracket == llvm::StringRef::npos ? "" : d.substr(bracket);
   size_t nameStart = head.size();
   while (nameStart > 0 && isIdentChar(head[nameStart - 1]))
     --nameStart;
@@ -369,9 +383,9 @@ std::string lowerSharedDeclaration(llvm::StringRef decl, llvm::StringRef qualifi
   if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0])) || type.empty())
     return "";
   std::string site = "dlc_emu_site_" + name.str(), alias = "dlc_emu_shared_t_" + name.str();
-  return "static const char " + site + " = 0; using " + alias + " = " + qualifier.str() + (qualifier.empty() ? "" : " ") +
-         type.str() + " " + dims.str() + "; auto &" + name.str() + " = *dlc_emu_static_shared<" + alias + ">(&" +
-         site + ", " + std::to_string(align) + ")";
+  return "static const char " + site + " = 0; using " + alias + " = " + qualifier.str() +
+         (qualifier.empty() ? "" : " ") + type.str() + " " + dims.str() + "; auto &" + name.str() +
+         " = *dlc_emu_static_shared<" + alias + ">(&" + site + ", " + std::to_string(align) + ")";
 }
 } // namespace
 
@@ -438,13 +452,15 @@ std::string lowerStaticSharedForEmu(const std::string &src) {
       else if (c == '{') {
         size_t b;
         std::string prev = previousToken(b);
-        inFunction.push_back((!inFunction.empty() && inFunction.back()) || prev == ")" || prev == "const" ||
-                             prev == "noexcept" || prev == "mutable");
+        inFunction.push_back((!inFunction.empty() && inFunction.back()) || prev == ")" ||
+                             prev == "const" || prev == "noexcept" || prev == "mutable");
       } else if (c == '}') {
         if (!inFunction.empty())
           inFunction.pop_back();
-      } else if (c == '_' && !inFunction.empty() && inFunction.back() && (i == 0 || !isIdentChar(src[i - 1])) && llvm::StringRef(src).substr(i).startswith("__shared__") &&
-               (i + 10 >= src.size() || !isIdentChar(src[i + 10]))) {
+      } else if (c == '_' && !inFunction.empty() && inFunction.back() &&
+                 (i == 0 || !isIdentChar(src[i - 1])) &&
+                 llvm::StringRef(src).substr(i).startswith("__shared__") &&
+                 (i + 10 >= src.size() || !isIdentChar(src[i + 10]))) {
         // The token before: `extern __shared__` is dynamic shared memory; `static` is left alone.
         size_t b;
         std::string prev = previousToken(b);
@@ -457,7 +473,8 @@ std::string lowerStaticSharedForEmu(const std::string &src) {
           if (prev == "volatile")
             out.erase(b);
           out += lowered;
-          out.append(static_cast<size_t>(std::count(src.begin() + i, src.begin() + semi, '\n')), '\n');
+          out.append(static_cast<size_t>(std::count(src.begin() + i, src.begin() + semi, '\n')),
+                     '\n');
           i = semi;
           lineStart = false;
           continue;
@@ -475,7 +492,8 @@ std::string lowerStaticSharedForEmu(const std::string &src) {
   return out;
 }
 
-llvm::Expected<CompiledModule> compileForEmu(const std::string &source, const ToolchainOptions &opts) {
+llvm::Expected<CompiledModule> compileForEmu(const std::string &source,
+                                             const ToolchainOptions &opts) {
   CompiledModule m;
   m.target = opts.emuCheck ? "emu-x86_64-check" : "emu-x86_64";
   m.kind = CompiledModule::EmuObject;
@@ -488,18 +506,21 @@ llvm::Expected<CompiledModule> compileForEmu(const std::string &source, const To
   // dlc_emu_prelude.h; with emuCheck, every load and store calls the prelude's access
   // callbacks (kernel-address mode, each access a call, no stack or global redzones),
   // which --check uses for initcheck and racecheck on shared memory.
-  std::vector<std::string> flags = {"-std=c++17", "-O2", "-fPIC", "-fwrapv", "-fvisibility=hidden", "-w",
-                                    "-DDLC_EMU=1", "-fsanitize=alignment"};
+  std::vector<std::string> flags = {
+      "-std=c++17",          "-O2", "-fPIC",       "-fwrapv",
+      "-fvisibility=hidden", "-w",  "-DDLC_EMU=1", "-fsanitize=alignment"};
   // (c++ may be either compiler: the file it resolves to tells.)
   llvm::SmallString<256> realCxx;
   if (llvm::sys::fs::real_path(cxx, realCxx))
     realCxx = cxx;
   if (opts.emuCheck && llvm::sys::path::filename(realCxx).contains("clang"))
-    flags.insert(flags.end(), {"-fsanitize=kernel-address", "-mllvm", "-asan-instrumentation-with-call-threshold=0",
-                               "-mllvm", "-asan-stack=0", "-mllvm", "-asan-globals=0"});
+    flags.insert(flags.end(), {"-fsanitize=kernel-address", "-mllvm",
+                               "-asan-instrumentation-with-call-threshold=0", "-mllvm",
+                               "-asan-stack=0", "-mllvm", "-asan-globals=0"});
   else if (opts.emuCheck)
-    flags.insert(flags.end(), {"-fsanitize=kernel-address", "--param=asan-instrumentation-with-call-threshold=0",
-                               "--param=asan-stack=0", "--param=asan-globals=0"});
+    flags.insert(flags.end(),
+                 {"-fsanitize=kernel-address", "--param=asan-instrumentation-with-call-threshold=0",
+                  "--param=asan-stack=0", "--param=asan-globals=0"});
   std::vector<std::string> keyParts = {"emu", "static-shared-lowering-1", cxx, source};
   keyParts.insert(keyParts.end(), flags.begin(), flags.end());
   for (const EmbeddedFile &h : embeddedHeaders())
@@ -533,7 +554,8 @@ llvm::Expected<CompiledModule> compileForEmu(const std::string &source, const To
   for (const EmbeddedFile &h : embeddedHeaders()) {
     std::ofstream f(std::string(dir) + "/" + h.name);
     f << "#line 1 \"" << h.name << "\"\n"
-      << (llvm::StringRef(h.name) == "dlc_emu_prelude.h" ? h.contents : lowerStaticSharedForEmu(h.contents));
+      << (llvm::StringRef(h.name) == "dlc_emu_prelude.h" ? h.contents
+                                                         : lowerStaticSharedForEmu(h.contents));
   }
   std::string src = std::string(dir) + "/kernels.cpp", obj = std::string(dir) + "/kernels.o",
               out = std::string(dir) + "/kernels.so", log = std::string(dir) + "/log.txt";
@@ -546,7 +568,8 @@ llvm::Expected<CompiledModule> compileForEmu(const std::string &source, const To
   args.insert(args.end(), {"-I" + std::string(dir), "-I" + opts.cudaRoot + "/include", "-include",
                            std::string(dir) + "/dlc_emu_prelude.h", "-c", src, "-o", obj});
   std::vector<llvm::StringRef> argRefs(args.begin(), args.end());
-  llvm::Optional<llvm::StringRef> redirects[] = {llvm::None, llvm::StringRef(log), llvm::StringRef(log)};
+  llvm::Optional<llvm::StringRef> redirects[] = {llvm::None, llvm::StringRef(log),
+                                                 llvm::StringRef(log)};
   std::string err;
   int rc = llvm::sys::ExecuteAndWait(cxx, argRefs, llvm::None, redirects, 0, 0, &err);
   if (rc == 0) {
@@ -560,7 +583,8 @@ llvm::Expected<CompiledModule> compileForEmu(const std::string &source, const To
     dumpSource(opts, source);
     return errorf("the host compiler failed to build the emu kernels (exit {0}{1}){2}:\n{3}", rc,
                   err.empty() ? "" : ", " + err,
-                  opts.failureDumpPath.empty() ? "" : "; source written to " + opts.failureDumpPath, m.log);
+                  opts.failureDumpPath.empty() ? "" : "; source written to " + opts.failureDumpPath,
+                  m.log);
   }
   m.seconds = since(t0);
   std::string image(m.image.begin(), m.image.end());

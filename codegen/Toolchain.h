@@ -60,9 +60,11 @@ llvm::Expected<PtxModule> compileToPtx(const std::string &source, const std::str
                                        const std::vector<std::string> &nameExpressions,
                                        const ToolchainOptions &opts);
 /// nvJitLink/ptxas: PTX to a cubin for `arch` ("sm_90"), with ptxas's resource report.
-llvm::Expected<CompiledModule> ptxToCubin(const PtxModule &ptx, const std::string &arch, const ToolchainOptions &opts);
+llvm::Expected<CompiledModule> ptxToCubin(const PtxModule &ptx, const std::string &arch,
+                                          const ToolchainOptions &opts);
 /// Both steps for one GPU target: "sm_80" gives a cubin, "compute_90" PTX.
-llvm::Expected<CompiledModule> compileWithNvrtc(const std::string &source, const std::string &target,
+llvm::Expected<CompiledModule> compileWithNvrtc(const std::string &source,
+                                                const std::string &target,
                                                 const ToolchainOptions &opts);
 /// Emu lowering of static shared memory: each `__shared__ T name[dims];` declared in a
 /// function becomes a reference to storage the emu runtime places per block (through
@@ -73,7 +75,8 @@ llvm::Expected<CompiledModule> compileWithNvrtc(const std::string &source, const
 /// statics. Line numbers are preserved.
 std::string lowerStaticSharedForEmu(const std::string &source);
 /// Compiles the translation unit for the emu backend with the host compiler.
-llvm::Expected<CompiledModule> compileForEmu(const std::string &source, const ToolchainOptions &opts);
+llvm::Expected<CompiledModule> compileForEmu(const std::string &source,
+                                             const ToolchainOptions &opts);
 /// Whether a host C++ compiler can be run.
 bool hostCompilerAvailable(const ToolchainOptions &opts);
 std::string hostCompilerPath(const ToolchainOptions &opts);

@@ -29,19 +29,32 @@ size_t dtypeSize(DType t) {
 
 std::string_view dtypeName(DType t) {
   switch (t) {
-  case DType::F32: return "f32";
-  case DType::F16: return "f16";
-  case DType::BF16: return "bf16";
-  case DType::F64: return "f64";
-  case DType::I64: return "i64";
-  case DType::I32: return "i32";
-  case DType::I16: return "i16";
-  case DType::I8: return "i8";
-  case DType::U8: return "u8";
-  case DType::U16: return "u16";
-  case DType::U32: return "u32";
-  case DType::U64: return "u64";
-  case DType::Bool: return "bool";
+  case DType::F32:
+    return "f32";
+  case DType::F16:
+    return "f16";
+  case DType::BF16:
+    return "bf16";
+  case DType::F64:
+    return "f64";
+  case DType::I64:
+    return "i64";
+  case DType::I32:
+    return "i32";
+  case DType::I16:
+    return "i16";
+  case DType::I8:
+    return "i8";
+  case DType::U8:
+    return "u8";
+  case DType::U16:
+    return "u16";
+  case DType::U32:
+    return "u32";
+  case DType::U64:
+    return "u64";
+  case DType::Bool:
+    return "bool";
   }
   return "?";
 }
@@ -51,12 +64,18 @@ namespace {
 /// integers their value bits.
 int precisionBits(DType t) {
   switch (t) {
-  case DType::F64: return 53;
-  case DType::F32: return 24;
-  case DType::F16: return 11;
-  case DType::BF16: return 8;
-  case DType::Bool: return 1;
-  default: return static_cast<int>(dtypeSize(t) * 8) - (isSignedInt(t) ? 1 : 0);
+  case DType::F64:
+    return 53;
+  case DType::F32:
+    return 24;
+  case DType::F16:
+    return 11;
+  case DType::BF16:
+    return 8;
+  case DType::Bool:
+    return 1;
+  default:
+    return static_cast<int>(dtypeSize(t) * 8) - (isSignedInt(t) ? 1 : 0);
   }
 }
 } // namespace

@@ -7,7 +7,9 @@
 namespace dlc::ir {
 
 namespace {
-bool floatingPoint(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64; }
+bool floatingPoint(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64;
+}
 
 /// Only the first result is used (ops with optional extra results).
 bool onlyFirstResultUsed(const Node &n) {
@@ -24,14 +26,17 @@ bool isMetadataOnly(const Node &n) {
   case OpKind::Reshape:
   case OpKind::Flatten:
   case OpKind::Squeeze:
-  case OpKind::Unsqueeze: return true;
-  default: return false;
+  case OpKind::Unsqueeze:
+    return true;
+  default:
+    return false;
   }
 }
 
 bool isInlinable(const Node &n) {
   if (n.numResults() != 1)
-    return n.kind() == OpKind::BatchNormalization && n.attrInt("training_mode") == 0 && onlyFirstResultUsed(n);
+    return n.kind() == OpKind::BatchNormalization && n.attrInt("training_mode") == 0 &&
+           onlyFirstResultUsed(n);
   if (isMetadataOnly(n))
     return true;
   switch (n.kind()) {
@@ -40,9 +45,12 @@ bool isInlinable(const Node &n) {
   case OpKind::Slice:
   case OpKind::Gather:
   case OpKind::Tile:
-  case OpKind::Concat: return true;
-  case OpKind::BatchNormalization: return n.attrInt("training_mode") == 0;
-  default: break;
+  case OpKind::Concat:
+    return true;
+  case OpKind::BatchNormalization:
+    return n.attrInt("training_mode") == 0;
+  default:
+    break;
   }
   FusionKind k = n.def().fusion;
   return n.def().cudaExpr && (k == FusionKind::ElemWise || k == FusionKind::Broadcast);
@@ -56,24 +64,30 @@ AnchorCaps anchorCaps(const Node &n) {
   case OpKind::ReduceMin:
   case OpKind::ReduceProd:
   case OpKind::Softmax:
-  case OpKind::LogSoftmax: return {true, true, true};
+  case OpKind::LogSoftmax:
+    return {true, true, true};
   case OpKind::LayerNormalization:
     return {onlyFirstResultUsed(n), onlyFirstResultUsed(n), onlyFirstResultUsed(n), 1u};
   case OpKind::MatMul:
     if (n.hasAttr(kPatternAttr)) // fused attention: loads and stores are both fusable
       return {true, true, true};
     return {floatingPoint(n.result()->dtype()), false, floatingPoint(n.result()->dtype())};
-  case OpKind::Conv: return {true, false, true};
-  case OpKind::MaxPool: return {onlyFirstResultUsed(n), true, onlyFirstResultUsed(n)};
+  case OpKind::Conv:
+    return {true, false, true};
+  case OpKind::MaxPool:
+    return {onlyFirstResultUsed(n), true, onlyFirstResultUsed(n)};
   case OpKind::AveragePool:
   case OpKind::GlobalAveragePool:
-  case OpKind::GlobalMaxPool: return {true, true, true};
-  default: return {};
+  case OpKind::GlobalMaxPool:
+    return {true, true, true};
+  default:
+    return {};
   }
 }
 
-std::optional<GemmEpilogueMatch> matchGemmEpilogue(const Node &mm, const std::vector<const Node *> &epilogue,
-                                                   const std::function<bool(const Value *)> &inGroup) {
+std::optional<GemmEpilogueMatch>
+matchGemmEpilogue(const Node &mm, const std::vector<const Node *> &epilogue,
+                  const std::function<bool(const Value *)> &inGroup) {
   const Value *cur = mm.result();
   DType dt = cur->dtype();
   if (!floatingPoint(dt) || cur->rank() < 1) // cuBLASLt: bias in D's type, FP32 epilogue math
@@ -90,7 +104,8 @@ std::optional<GemmEpilogueMatch> matchGemmEpilogue(const Node &mm, const std::ve
       if (!other || other == cur || inGroup(other) || other->dtype() != dt ||
           node->result()->shape() != cur->shape())
         return std::nullopt;
-      if (other->rank() >= 1 && other->shape().back() == n && other->type().numElements() == n && !e.bias)
+      if (other->rank() >= 1 && other->shape().back() == n && other->type().numElements() == n &&
+          !e.bias)
         e.bias = other;
       else if (other->shape() == cur->shape() && !e.residual)
         e.residual = other;
@@ -98,7 +113,8 @@ std::optional<GemmEpilogueMatch> matchGemmEpilogue(const Node &mm, const std::ve
         return std::nullopt;
     } else if (node->kind() == OpKind::Relu && node->operand(0) == cur) {
       e.activation = GemmEpilogueMatch::Relu;
-    } else if (node->kind() == OpKind::Gelu && node->operand(0) == cur && node->attrString("approximate") == "tanh") {
+    } else if (node->kind() == OpKind::Gelu && node->operand(0) == cur &&
+               node->attrString("approximate") == "tanh") {
       e.activation = GemmEpilogueMatch::GeluTanh;
     } else {
       return std::nullopt;
@@ -151,7 +167,8 @@ std::vector<Node *> attentionCore(const Node &mm2) {
     if (q->shape()[d] != s[d] || k->shape()[d] != s[d] || v->shape()[d] != s[d])
       return {};
   int64_t hd = q->shape()[rank - 1], hdv = v->shape()[rank - 1];
-  if (hd > kMaxAttentionHeadSize || hdv > kMaxAttentionHeadSize || v->shape()[rank - 2] != s[rank - 1])
+  if (hd > kMaxAttentionHeadSize || hdv > kMaxAttentionHeadSize ||
+      v->shape()[rank - 2] != s[rank - 1])
     return {};
   std::vector<Node *> core = {mm1};
   core.insert(core.end(), chain.rbegin(), chain.rend());
@@ -161,8 +178,8 @@ std::vector<Node *> attentionCore(const Node &mm2) {
 
 bool selectsByRuntimeCondition(const Node &n) {
   const Value *c = n.numOperands() == 3 ? n.operand(0) : nullptr;
-  return n.kind() == OpKind::Where && c && c->dtype() == DType::Bool && c->type().numElements() == 1 &&
-         !c->isConstant();
+  return n.kind() == OpKind::Where && c && c->dtype() == DType::Bool &&
+         c->type().numElements() == 1 && !c->isConstant();
 }
 
 std::vector<UpdateLane> updateLanes(const Graph &g) {

@@ -27,7 +27,9 @@ void Node::setOperand(unsigned i, Value *v) {
     v->uses_.push_back({this, i});
 }
 
-void Node::addOperand(Value *v) { setOperand(numOperands(), v); }
+void Node::addOperand(Value *v) {
+  setOperand(numOperands(), v);
+}
 
 void Node::resizeOperands(unsigned n) {
   for (unsigned i = n; i < operands_.size(); ++i)
@@ -78,15 +80,16 @@ Value *Graph::registerValue(std::unique_ptr<Value> v, std::vector<std::unique_pt
 Value *Graph::addInput(std::string name, TensorType type) {
   if (name.empty() || names_.count(name))
     name = uniqueName(name);
-  return registerValue(std::unique_ptr<Value>(new Value(this, Value::Kind::Input, std::move(name),
-                                                        std::move(type))),
-                       &inputs_);
+  return registerValue(
+      std::unique_ptr<Value>(new Value(this, Value::Kind::Input, std::move(name), std::move(type))),
+      &inputs_);
 }
 
 Value *Graph::addConstant(std::string name, Tensor data) {
   if (name.empty() || names_.count(name))
     name = uniqueName(name);
-  auto v = std::unique_ptr<Value>(new Value(this, Value::Kind::Constant, std::move(name), data.type()));
+  auto v =
+      std::unique_ptr<Value>(new Value(this, Value::Kind::Constant, std::move(name), data.type()));
   v->data_ = std::move(data);
   return registerValue(std::move(v), &constants_);
 }
@@ -94,7 +97,8 @@ Value *Graph::addConstant(std::string name, Tensor data) {
 Value *Graph::addParameter(std::string name, Tensor data, bool trainable) {
   if (name.empty() || names_.count(name))
     name = uniqueName(name);
-  auto v = std::unique_ptr<Value>(new Value(this, Value::Kind::Parameter, std::move(name), data.type()));
+  auto v =
+      std::unique_ptr<Value>(new Value(this, Value::Kind::Parameter, std::move(name), data.type()));
   v->data_ = std::move(data);
   v->trainable_ = trainable;
   return registerValue(std::move(v), &parameters_);
@@ -177,8 +181,8 @@ llvm::Expected<Node *> Graph::createInferred(OpKind kind, std::vector<Value *> o
         return n->def().infer(*n);
       }()) {
     if (types->size() != n->numResults())
-      return fail(errorf("{0}: shape inference produced {1} results, expected {2}",
-                         n->describe(), types->size(), n->numResults()));
+      return fail(errorf("{0}: shape inference produced {1} results, expected {2}", n->describe(),
+                         types->size(), n->numResults()));
     for (unsigned i = 0; i < n->numResults(); ++i)
       n->results_[i]->type_ = (*types)[i];
     return n;

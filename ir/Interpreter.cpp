@@ -19,22 +19,25 @@ llvm::Expected<std::vector<Tensor>> evaluateNode(const Node &n,
     return errorf("{0}: {1}", n.describe(), llvm::toString(std::move(e)));
   for (unsigned i = 0; i < n.numResults(); ++i)
     if (out[i].type() != n.result(i)->type())
-      return errorf("{0}: reference kernel produced {1} for result {2}, expected {3}",
-                    n.describe(), out[i].type().str(), i, n.result(i)->type().str());
+      return errorf("{0}: reference kernel produced {1} for result {2}, expected {3}", n.describe(),
+                    out[i].type().str(), i, n.result(i)->type().str());
   return out;
 }
 
-llvm::Expected<TensorMap> interpret(const Graph &g, const TensorMap &inputs) { return interpret(g, inputs, {}); }
+llvm::Expected<TensorMap> interpret(const Graph &g, const TensorMap &inputs) {
+  return interpret(g, inputs, {});
+}
 
-llvm::Expected<TensorMap> interpret(const Graph &g, const TensorMap &inputs, const NodeObserver &onNode) {
+llvm::Expected<TensorMap> interpret(const Graph &g, const TensorMap &inputs,
+                                    const NodeObserver &onNode) {
   std::unordered_map<const Value *, Tensor> env;
   for (const auto &in : g.inputs()) {
     auto it = inputs.find(in->name());
     if (it == inputs.end())
       return errorf("missing input '{0}' of type {1}", in->name(), in->type().str());
     if (it->second.type() != in->type())
-      return errorf("input '{0}' has type {1}, expected {2}", in->name(),
-                    it->second.type().str(), in->type().str());
+      return errorf("input '{0}' has type {1}, expected {2}", in->name(), it->second.type().str(),
+                    in->type().str());
     env[in.get()] = it->second;
   }
   for (const auto &c : g.constants())
@@ -43,8 +46,8 @@ llvm::Expected<TensorMap> interpret(const Graph &g, const TensorMap &inputs, con
   for (const auto &p : g.parameters()) {
     auto it = inputs.find(p->name());
     if (it != inputs.end() && it->second.type() != p->type())
-      return errorf("parameter '{0}' is given type {1}, expected {2}", p->name(), it->second.type().str(),
-                    p->type().str());
+      return errorf("parameter '{0}' is given type {1}, expected {2}", p->name(),
+                    it->second.type().str(), p->type().str());
     env[p.get()] = it != inputs.end() ? it->second : p->data();
   }
   for (const auto &[name, t] : inputs)

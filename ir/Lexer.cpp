@@ -7,37 +7,63 @@ namespace dlc::ir {
 
 std::string_view tokName(Tok k) {
   switch (k) {
-  case Tok::Eof: return "end of input";
-  case Tok::Error: return "error";
-  case Tok::Ident: return "identifier";
-  case Tok::ValueName: return "value name";
-  case Tok::GraphName: return "graph name";
-  case Tok::String: return "string";
-  case Tok::Int: return "integer";
-  case Tok::Float: return "float";
-  case Tok::Hex: return "hex literal";
-  case Tok::LParen: return "'('";
-  case Tok::RParen: return "')'";
-  case Tok::LBrace: return "'{'";
-  case Tok::RBrace: return "'}'";
-  case Tok::LBracket: return "'['";
-  case Tok::RBracket: return "']'";
-  case Tok::Less: return "'<'";
-  case Tok::Greater: return "'>'";
-  case Tok::Comma: return "','";
-  case Tok::Colon: return "':'";
-  case Tok::Equal: return "'='";
-  case Tok::Arrow: return "'->'";
+  case Tok::Eof:
+    return "end of input";
+  case Tok::Error:
+    return "error";
+  case Tok::Ident:
+    return "identifier";
+  case Tok::ValueName:
+    return "value name";
+  case Tok::GraphName:
+    return "graph name";
+  case Tok::String:
+    return "string";
+  case Tok::Int:
+    return "integer";
+  case Tok::Float:
+    return "float";
+  case Tok::Hex:
+    return "hex literal";
+  case Tok::LParen:
+    return "'('";
+  case Tok::RParen:
+    return "')'";
+  case Tok::LBrace:
+    return "'{'";
+  case Tok::RBrace:
+    return "'}'";
+  case Tok::LBracket:
+    return "'['";
+  case Tok::RBracket:
+    return "']'";
+  case Tok::Less:
+    return "'<'";
+  case Tok::Greater:
+    return "'>'";
+  case Tok::Comma:
+    return "','";
+  case Tok::Colon:
+    return "':'";
+  case Tok::Equal:
+    return "'='";
+  case Tok::Arrow:
+    return "'->'";
   }
   return "?";
 }
 
 namespace {
 
-bool isIdentStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
-bool isIdentChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+bool isIdentStart(char c) {
+  return std::isalpha(static_cast<unsigned char>(c)) || c == '_';
+}
+bool isIdentChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+}
 bool isBareNameChar(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '$' || c == '-';
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '$' ||
+         c == '-';
 }
 int hexValue(char c) {
   if (c >= '0' && c <= '9')
@@ -200,20 +226,34 @@ private:
       return make(k);
     };
     switch (c) {
-    case '(': return single(Tok::LParen);
-    case ')': return single(Tok::RParen);
-    case '{': return single(Tok::LBrace);
-    case '}': return single(Tok::RBrace);
-    case '[': return single(Tok::LBracket);
-    case ']': return single(Tok::RBracket);
-    case '<': return single(Tok::Less);
-    case '>': return single(Tok::Greater);
-    case ',': return single(Tok::Comma);
-    case ':': return single(Tok::Colon);
-    case '=': return single(Tok::Equal);
-    case '"': return lexString();
-    case '%': return lexName(Tok::ValueName);
-    case '@': return lexName(Tok::GraphName);
+    case '(':
+      return single(Tok::LParen);
+    case ')':
+      return single(Tok::RParen);
+    case '{':
+      return single(Tok::LBrace);
+    case '}':
+      return single(Tok::RBrace);
+    case '[':
+      return single(Tok::LBracket);
+    case ']':
+      return single(Tok::RBracket);
+    case '<':
+      return single(Tok::Less);
+    case '>':
+      return single(Tok::Greater);
+    case ',':
+      return single(Tok::Comma);
+    case ':':
+      return single(Tok::Colon);
+    case '=':
+      return single(Tok::Equal);
+    case '"':
+      return lexString();
+    case '%':
+      return lexName(Tok::ValueName);
+    case '@':
+      return lexName(Tok::GraphName);
     case '-':
       if (peek(1) == '>') {
         advance();
@@ -221,14 +261,16 @@ private:
         return make(Tok::Arrow);
       }
       return lexNumber();
-    default: break;
+    default:
+      break;
     }
     if (std::isdigit(static_cast<unsigned char>(c)))
       return lexNumber();
     if (isIdentStart(c)) {
       size_t start = pos_;
       // Dotted names ("dlc.kernel") are one identifier.
-      while (isIdentChar(peek()) || (peek() == '.' && pos_ + 1 < s_.size() && isIdentStart(s_[pos_ + 1])))
+      while (isIdentChar(peek()) ||
+             (peek() == '.' && pos_ + 1 < s_.size() && isIdentStart(s_[pos_ + 1])))
         advance();
       std::string word(s_.substr(start, pos_ - start));
       if (word == "inf" || word == "nan")
@@ -238,7 +280,7 @@ private:
     char hex[8];
     std::snprintf(hex, sizeof(hex), "0x%02X", static_cast<unsigned char>(c));
     std::string shown = std::isprint(static_cast<unsigned char>(c)) ? std::string("'") + c + "'"
-                                                                     : std::string("byte ") + hex;
+                                                                    : std::string("byte ") + hex;
     return error("unexpected character " + shown);
   }
 

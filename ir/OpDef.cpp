@@ -9,7 +9,9 @@ static constexpr std::string_view kOpNames[] = {
 #include "ir/Ops.def"
 };
 
-std::string_view opName(OpKind k) { return kOpNames[static_cast<size_t>(k)]; }
+std::string_view opName(OpKind k) {
+  return kOpNames[static_cast<size_t>(k)];
+}
 
 std::optional<OpKind> opKindFromName(std::string_view name) {
   static const auto *map = [] {
@@ -26,34 +28,50 @@ std::optional<OpKind> opKindFromName(std::string_view name) {
 
 std::string_view fusionKindName(FusionKind k) {
   switch (k) {
-  case FusionKind::Unset: return "unset";
-  case FusionKind::ElemWise: return "elemwise";
-  case FusionKind::Broadcast: return "broadcast";
-  case FusionKind::Injective: return "injective";
-  case FusionKind::CommReduce: return "comm-reduce";
-  case FusionKind::OutEWiseFusable: return "out-ewise-fusable";
-  case FusionKind::Opaque: return "opaque";
+  case FusionKind::Unset:
+    return "unset";
+  case FusionKind::ElemWise:
+    return "elemwise";
+  case FusionKind::Broadcast:
+    return "broadcast";
+  case FusionKind::Injective:
+    return "injective";
+  case FusionKind::CommReduce:
+    return "comm-reduce";
+  case FusionKind::OutEWiseFusable:
+    return "out-ewise-fusable";
+  case FusionKind::Opaque:
+    return "opaque";
   }
   return "?";
 }
 
 std::string_view fp16PolicyName(Fp16Policy p) {
   switch (p) {
-  case Fp16Policy::Unset: return "unset";
-  case Fp16Policy::Allow: return "allow";
-  case Fp16Policy::Follow: return "follow";
-  case Fp16Policy::Deny: return "deny";
+  case Fp16Policy::Unset:
+    return "unset";
+  case Fp16Policy::Allow:
+    return "allow";
+  case Fp16Policy::Follow:
+    return "follow";
+  case Fp16Policy::Deny:
+    return "deny";
   }
   return "?";
 }
 
 std::string_view layoutRuleName(LayoutRule::Kind k) {
   switch (k) {
-  case LayoutRule::Unset: return "unset";
-  case LayoutRule::Agnostic: return "agnostic";
-  case LayoutRule::ChannelAxis: return "channel-axis";
-  case LayoutRule::AxisAttrs: return "axis-attrs";
-  case LayoutRule::Fixed: return "fixed";
+  case LayoutRule::Unset:
+    return "unset";
+  case LayoutRule::Agnostic:
+    return "agnostic";
+  case LayoutRule::ChannelAxis:
+    return "channel-axis";
+  case LayoutRule::AxisAttrs:
+    return "axis-attrs";
+  case LayoutRule::Fixed:
+    return "fixed";
   }
   return "?";
 }

@@ -48,9 +48,12 @@ private:
     switch (t.kind) {
     case Tok::Ident:
     case Tok::Int:
-    case Tok::Float: return "'" + t.text + "'";
-    case Tok::ValueName: return "'%" + t.text + "'";
-    default: return std::string(tokName(t.kind));
+    case Tok::Float:
+      return "'" + t.text + "'";
+    case Tok::ValueName:
+      return "'%" + t.text + "'";
+    default:
+      return std::string(tokName(t.kind));
     }
   }
   llvm::Error expect(Tok k, const char *context) {
@@ -62,7 +65,8 @@ private:
   }
   llvm::Error expectIdent(std::string_view w, const char *context) {
     if (!isIdent(w))
-      return error("expected '" + std::string(w) + "' " + context + ", found " + describeTok(tok()));
+      return error("expected '" + std::string(w) + "' " + context + ", found " +
+                   describeTok(tok()));
     ++pos_;
     return llvm::Error::success();
   }
@@ -155,7 +159,8 @@ private:
       for (; toks_[j].kind == Tok::Comma || element(toks_[j]); ++j)
         given += toks_[j].kind != Tok::Comma;
       if (toks_[j].kind != Tok::RBracket)
-        return errorAt(toks_[j], "expected a constant element, ',' or ']', found " + describeTok(toks_[j]));
+        return errorAt(toks_[j],
+                       "expected a constant element, ',' or ']', found " + describeTok(toks_[j]));
       if (given > n)
         return errorAt(tok(), "too many elements for type " + type.str());
       if (given < n)
@@ -277,9 +282,12 @@ private:
       if (spec && want == AttrKind::Float)
         return Attribute(parseFloat32Text(r.s));
       return Attribute(r.i);
-    case RawAttr::Float: return Attribute(parseFloat32Text(r.s));
-    case RawAttr::String: return Attribute(r.s);
-    case RawAttr::Tensor: return Attribute(r.t);
+    case RawAttr::Float:
+      return Attribute(parseFloat32Text(r.s));
+    case RawAttr::String:
+      return Attribute(r.s);
+    case RawAttr::Tensor:
+      return Attribute(r.t);
     case RawAttr::List: {
       bool anyString = false, anyFloat = false;
       for (const RawAttr &e : r.list) {
@@ -360,7 +368,8 @@ private:
       bool param = tok().text != "const", trainable = tok().text == "param";
       ++pos_;
       if (names.size() != 1)
-        return errorAt(first, param ? "a parameter defines exactly one value" : "a constant defines exactly one value");
+        return errorAt(first, param ? "a parameter defines exactly one value"
+                                    : "a constant defines exactly one value");
       auto type = parseType();
       if (!type)
         return type.takeError();
@@ -527,12 +536,14 @@ private:
         if (auto e = expect(Tok::Equal, "after the updated variable"))
           return e;
         if (!is(Tok::ValueName))
-          return error("expected the new value of '%" + varTok.text + "', found " + describeTok(tok()));
+          return error("expected the new value of '%" + varTok.text + "', found " +
+                       describeTok(tok()));
         auto val = lookup(consume());
         if (!val)
           return val.takeError();
         if (!(*var)->isParameter())
-          return errorAt(varTok, "'%" + varTok.text + "' is not a param or state variable and cannot be updated");
+          return errorAt(varTok, "'%" + varTok.text +
+                                     "' is not a param or state variable and cannot be updated");
         g_->addUpdate(*var, *val);
         continue;
       }

@@ -12,7 +12,8 @@ namespace dlc::ir {
 namespace {
 
 bool isBareNameChar(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '$' || c == '-';
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '$' ||
+         c == '-';
 }
 
 void printString(llvm::raw_ostream &os, std::string_view s) {
@@ -55,8 +56,12 @@ template <class T> std::string formatShortest(T v) {
 
 } // namespace
 
-std::string formatFloat(float f) { return formatShortest(f); }
-std::string formatDouble(double d) { return formatShortest(d); }
+std::string formatFloat(float f) {
+  return formatShortest(f);
+}
+std::string formatDouble(double d) {
+  return formatShortest(d);
+}
 
 void printTensorLiteral(const Tensor &t, llvm::raw_ostream &os, const PrintOptions &opts) {
   os << t.type().str() << " dense<";
@@ -104,13 +109,27 @@ static void printAttr(llvm::raw_ostream &os, const Attribute &a, const PrintOpti
     os << ']';
   };
   switch (a.kind()) {
-  case AttrKind::Int: os << a.i(); break;
-  case AttrKind::Float: os << formatFloat(a.f()); break;
-  case AttrKind::String: printString(os, a.s()); break;
-  case AttrKind::Ints: list(a.ints(), [&](int64_t v) { os << v; }); break;
-  case AttrKind::Floats: list(a.floats(), [&](float v) { os << formatFloat(v); }); break;
-  case AttrKind::Strings: list(a.strings(), [&](const std::string &v) { printString(os, v); }); break;
-  case AttrKind::Tensor: printTensorLiteral(a.tensor(), os, opts); break;
+  case AttrKind::Int:
+    os << a.i();
+    break;
+  case AttrKind::Float:
+    os << formatFloat(a.f());
+    break;
+  case AttrKind::String:
+    printString(os, a.s());
+    break;
+  case AttrKind::Ints:
+    list(a.ints(), [&](int64_t v) { os << v; });
+    break;
+  case AttrKind::Floats:
+    list(a.floats(), [&](float v) { os << formatFloat(v); });
+    break;
+  case AttrKind::Strings:
+    list(a.strings(), [&](const std::string &v) { printString(os, v); });
+    break;
+  case AttrKind::Tensor:
+    printTensorLiteral(a.tensor(), os, opts);
+    break;
   }
 }
 

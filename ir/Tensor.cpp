@@ -15,7 +15,9 @@ int64_t product(const Shape &s) {
   return n;
 }
 
-int64_t TensorType::numElements() const { return product(shape); }
+int64_t TensorType::numElements() const {
+  return product(shape);
+}
 
 std::optional<int64_t> TensorType::checkedNumElements() const {
   int64_t n = 1;
@@ -39,7 +41,9 @@ std::string shapeStr(const Shape &s) {
   return r + "]";
 }
 
-std::string TensorType::str() const { return std::string(dtypeName(dtype)) + shapeStr(shape); }
+std::string TensorType::str() const {
+  return std::string(dtypeName(dtype)) + shapeStr(shape);
+}
 
 Shape stridesOf(const Shape &s) {
   Shape st(s.size(), 1);
@@ -79,7 +83,9 @@ void *Tensor::mutableRaw() {
   return const_cast<void *>(data_);
 }
 
-double Tensor::getDouble(int64_t i) const { return loadElement<double>(dtype(), data_, i); }
+double Tensor::getDouble(int64_t i) const {
+  return loadElement<double>(dtype(), data_, i);
+}
 int64_t Tensor::getInt(int64_t i) const {
   if (isFloat(dtype()))
     return static_cast<int64_t>(loadElement<double>(dtype(), data_, i));
@@ -136,38 +142,77 @@ template <class S, class CT> S toStorage(CT v) {
 
 template <class CT> CT loadElement(DType dt, const void *base, int64_t i) {
   switch (dt) {
-  case DType::F32: return static_cast<CT>(rd<float>(base, i));
-  case DType::F16: return static_cast<CT>(halfToFloat(rd<uint16_t>(base, i)));
-  case DType::BF16: return static_cast<CT>(bf16ToFloat(rd<uint16_t>(base, i)));
-  case DType::F64: return static_cast<CT>(rd<double>(base, i));
-  case DType::I64: return static_cast<CT>(rd<int64_t>(base, i));
-  case DType::I32: return static_cast<CT>(rd<int32_t>(base, i));
-  case DType::I16: return static_cast<CT>(rd<int16_t>(base, i));
-  case DType::I8: return static_cast<CT>(rd<int8_t>(base, i));
-  case DType::U8: return static_cast<CT>(rd<uint8_t>(base, i));
-  case DType::U16: return static_cast<CT>(rd<uint16_t>(base, i));
-  case DType::U32: return static_cast<CT>(rd<uint32_t>(base, i));
-  case DType::U64: return static_cast<CT>(rd<uint64_t>(base, i));
-  case DType::Bool: return static_cast<CT>(rd<uint8_t>(base, i) != 0);
+  case DType::F32:
+    return static_cast<CT>(rd<float>(base, i));
+  case DType::F16:
+    return static_cast<CT>(halfToFloat(rd<uint16_t>(base, i)));
+  case DType::BF16:
+    return static_cast<CT>(bf16ToFloat(rd<uint16_t>(base, i)));
+  case DType::F64:
+    return static_cast<CT>(rd<double>(base, i));
+  case DType::I64:
+    return static_cast<CT>(rd<int64_t>(base, i));
+  case DType::I32:
+    return static_cast<CT>(rd<int32_t>(base, i));
+  case DType::I16:
+    return static_cast<CT>(rd<int16_t>(base, i));
+  case DType::I8:
+    return static_cast<CT>(rd<int8_t>(base, i));
+  case DType::U8:
+    return static_cast<CT>(rd<uint8_t>(base, i));
+  case DType::U16:
+    return static_cast<CT>(rd<uint16_t>(base, i));
+  case DType::U32:
+    return static_cast<CT>(rd<uint32_t>(base, i));
+  case DType::U64:
+    return static_cast<CT>(rd<uint64_t>(base, i));
+  case DType::Bool:
+    return static_cast<CT>(rd<uint8_t>(base, i) != 0);
   }
   return CT{};
 }
 
 template <class CT> void storeElement(DType dt, void *base, int64_t i, CT v) {
   switch (dt) {
-  case DType::F32: wr<float>(base, i, static_cast<float>(v)); return;
-  case DType::F16: wr<uint16_t>(base, i, floatToHalf(static_cast<float>(v))); return;
-  case DType::BF16: wr<uint16_t>(base, i, floatToBF16(static_cast<float>(v))); return;
-  case DType::F64: wr<double>(base, i, static_cast<double>(v)); return;
-  case DType::I64: wr<int64_t>(base, i, toStorage<int64_t>(v)); return;
-  case DType::I32: wr<int32_t>(base, i, toStorage<int32_t>(v)); return;
-  case DType::I16: wr<int16_t>(base, i, toStorage<int16_t>(v)); return;
-  case DType::I8: wr<int8_t>(base, i, toStorage<int8_t>(v)); return;
-  case DType::U8: wr<uint8_t>(base, i, toStorage<uint8_t>(v)); return;
-  case DType::U16: wr<uint16_t>(base, i, toStorage<uint16_t>(v)); return;
-  case DType::U32: wr<uint32_t>(base, i, toStorage<uint32_t>(v)); return;
-  case DType::U64: wr<uint64_t>(base, i, toStorage<uint64_t>(v)); return;
-  case DType::Bool: wr<uint8_t>(base, i, static_cast<uint8_t>(v != CT(0))); return;
+  case DType::F32:
+    wr<float>(base, i, static_cast<float>(v));
+    return;
+  case DType::F16:
+    wr<uint16_t>(base, i, floatToHalf(static_cast<float>(v)));
+    return;
+  case DType::BF16:
+    wr<uint16_t>(base, i, floatToBF16(static_cast<float>(v)));
+    return;
+  case DType::F64:
+    wr<double>(base, i, static_cast<double>(v));
+    return;
+  case DType::I64:
+    wr<int64_t>(base, i, toStorage<int64_t>(v));
+    return;
+  case DType::I32:
+    wr<int32_t>(base, i, toStorage<int32_t>(v));
+    return;
+  case DType::I16:
+    wr<int16_t>(base, i, toStorage<int16_t>(v));
+    return;
+  case DType::I8:
+    wr<int8_t>(base, i, toStorage<int8_t>(v));
+    return;
+  case DType::U8:
+    wr<uint8_t>(base, i, toStorage<uint8_t>(v));
+    return;
+  case DType::U16:
+    wr<uint16_t>(base, i, toStorage<uint16_t>(v));
+    return;
+  case DType::U32:
+    wr<uint32_t>(base, i, toStorage<uint32_t>(v));
+    return;
+  case DType::U64:
+    wr<uint64_t>(base, i, toStorage<uint64_t>(v));
+    return;
+  case DType::Bool:
+    wr<uint8_t>(base, i, static_cast<uint8_t>(v != CT(0)));
+    return;
   }
 }
 

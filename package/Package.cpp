@@ -1,15 +1,14 @@
 #include "dlc/package/Package.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <set>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace dlc::pkg {
 
@@ -31,7 +30,9 @@ struct Header {
 };
 static_assert(sizeof(Header) == kHeaderSize);
 
-uint64_t alignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+uint64_t alignUp(uint64_t v, uint64_t a) {
+  return (v + a - 1) / a * a;
+}
 
 } // namespace
 
@@ -88,14 +89,17 @@ std::string unknownInputMessage(const Package &m, const std::string &name) {
   if (m.bound_inputs())
     for (const BoundInput *b : *m.bound_inputs())
       if (b->name()->str() == name)
-        return "input '" + name + "' was bound to a constant when the package was compiled (--bind " + name +
-               ": " + describeBoundInput(*b) +
-               "); it is not an input of this package (recompile without --bind to set it at run time)";
+        return "input '" + name +
+               "' was bound to a constant when the package was compiled (--bind " + name + ": " +
+               describeBoundInput(*b) +
+               "); it is not an input of this package (recompile without --bind to set it at run "
+               "time)";
   std::string known;
   if (m.inputs())
     for (const TensorInfo *in : *m.inputs())
       known += (known.empty() ? "" : ", ") + in->name()->str();
-  return "the model has no input named '" + name + "' (inputs: " + (known.empty() ? "none" : known) + ")";
+  return "the model has no input named '" + name +
+         "' (inputs: " + (known.empty() ? "none" : known) + ")";
 }
 
 bool stepRunsOn(const Step &s, int arch) {
@@ -111,17 +115,21 @@ size_t dtypeSize(DType t) {
   switch (t) {
   case DType::F64:
   case DType::I64:
-  case DType::U64: return 8;
+  case DType::U64:
+    return 8;
   case DType::F32:
   case DType::I32:
-  case DType::U32: return 4;
+  case DType::U32:
+    return 4;
   case DType::F16:
   case DType::BF16:
   case DType::I16:
-  case DType::U16: return 2;
+  case DType::U16:
+    return 2;
   case DType::I8:
   case DType::U8:
-  case DType::Bool: return 1;
+  case DType::Bool:
+    return 1;
   }
   return 0;
 }
@@ -159,8 +167,10 @@ PackageImage PackageWriter::finishImage(flatbuffers::Offset<Package> root) {
   std::memcpy(img.head_.data() + kHeaderSize, fbb_.GetBufferPointer(), h.metaSize);
   for (size_t i = 0; i < pending_.size(); ++i) {
     uint64_t end = pending_[i].offset + pending_[i].size;
-    uint64_t next = i + 1 < pending_.size() ? pending_[i + 1].offset : alignUp(sectionsSize_, kSectionAlign);
-    img.pieces_.push_back({static_cast<const uint8_t *>(pending_[i].data), pending_[i].size, next - end});
+    uint64_t next =
+        i + 1 < pending_.size() ? pending_[i + 1].offset : alignUp(sectionsSize_, kSectionAlign);
+    img.pieces_.push_back(
+        {static_cast<const uint8_t *>(pending_[i].data), pending_[i].size, next - end});
   }
   // The body's checksum, piece by piece.
   static const uint8_t zeros[kSectionAlign] = {};
@@ -202,7 +212,9 @@ PackageFile::~PackageFile() {
     munmap(mapping_, size_);
 }
 
-Result<std::shared_ptr<PackageFile>> PackageFile::load(const std::string &path) { return load(path, 0, 0); }
+Result<std::shared_ptr<PackageFile>> PackageFile::load(const std::string &path) {
+  return load(path, 0, 0);
+}
 
 Result<std::shared_ptr<PackageFile>> PackageFile::load(const std::string &path, uint64_t offset,
                                                        uint64_t size) {
@@ -219,8 +231,9 @@ Result<std::shared_ptr<PackageFile>> PackageFile::load(const std::string &path, 
   if (offset > fileSize || (page > 0 && offset % static_cast<uint64_t>(page) != 0) ||
       (size != 0 && size > fileSize - offset)) {
     ::close(fd);
-    return Status(StatusCode::InvalidPackage, path + ": embedded package range [" + std::to_string(offset) +
-                                                  ", +" + std::to_string(size) + ") is outside the file");
+    return Status(StatusCode::InvalidPackage, path + ": embedded package range [" +
+                                                  std::to_string(offset) + ", +" +
+                                                  std::to_string(size) + ") is outside the file");
   }
   std::shared_ptr<PackageFile> pf(new PackageFile());
   pf->name_ = path;
@@ -254,7 +267,7 @@ Result<std::shared_ptr<PackageFile>> PackageFile::fromStaticBytes(const void *da
 }
 
 Result<std::shared_ptr<PackageFile>> PackageFile::fromBytes(const void *data, size_t n,
-                                                             const std::string &name) {
+                                                            const std::string &name) {
   std::shared_ptr<PackageFile> pf(new PackageFile());
   pf->name_ = name;
   // Keep the copy 256-byte aligned, as a mapping would be, so sections stay aligned.
@@ -272,7 +285,8 @@ Result<std::shared_ptr<PackageFile>> PackageFile::fromBytes(const void *data, si
 
 Status PackageFile::verify() {
   auto bad = [&](const std::string &what) {
-    return Status(StatusCode::InvalidPackage, name_ + ": invalid or corrupted .dlc package: " + what);
+    return Status(StatusCode::InvalidPackage,
+                  name_ + ": invalid or corrupted .dlc package: " + what);
   };
   if (size_ < kHeaderSize)
     return bad("file is too small (" + std::to_string(size_) + " bytes)");
@@ -288,7 +302,8 @@ Status PackageFile::verify() {
     return bad("format version " + std::to_string(h.version) + ", this runtime reads version " +
                std::to_string(kFormatVersion));
   if (h.fileSize != size_)
-    return bad("file is " + std::to_string(size_) + " bytes, the header says " + std::to_string(h.fileSize) +
+    return bad("file is " + std::to_string(size_) + " bytes, the header says " +
+               std::to_string(h.fileSize) +
                (size_ < h.fileSize ? " (truncated?)" : " (extra bytes after the package)"));
   if (h.metaOffset != kHeaderSize || h.metaSize > size_ - kHeaderSize ||
       h.sectionsOffset < kHeaderSize + h.metaSize || h.sectionsOffset > size_ ||
@@ -320,7 +335,8 @@ Status PackageFile::verify() {
   // The buffer table that BufRefs index: the package's, then each shape variant's.
   const flatbuffers::Vector<flatbuffers::Offset<Buffer>> *buffers = p.buffers();
   size_t nBuffers = 0;
-  auto useBuffers = [&](const flatbuffers::Vector<flatbuffers::Offset<Buffer>> *bs, const std::string &where) -> Status {
+  auto useBuffers = [&](const flatbuffers::Vector<flatbuffers::Offset<Buffer>> *bs,
+                        const std::string &where) -> Status {
     buffers = bs;
     nBuffers = bs ? bs->size() : 0;
     for (size_t i = 0; i < nBuffers; ++i) {
@@ -350,7 +366,8 @@ Status PackageFile::verify() {
     return vec && vec->size() && reinterpret_cast<uintptr_t>(vec->Data()) % 8 != 0;
   };
   // A TensorInfo or a Variable: dtype, shape and a buffer that holds the tensor.
-  auto checkTensor = [&](const auto *t, const std::string &label, std::set<std::string> &names) -> Status {
+  auto checkTensor = [&](const auto *t, const std::string &label,
+                         std::set<std::string> &names) -> Status {
     if (!t->name() || t->name()->size() == 0 || !names.insert(t->name()->str()).second)
       return bad(label + " has a missing or duplicate name");
     if (misaligned(t->shape()))
@@ -370,7 +387,8 @@ Status PackageFile::verify() {
                           const char *what) -> Status {
     std::set<std::string> names;
     for (size_t i = 0; ts && i < ts->size(); ++i)
-      DLC_RETURN_IF_ERROR(checkTensor(ts->Get(i), std::string(what) + " " + std::to_string(i), names));
+      DLC_RETURN_IF_ERROR(
+          checkTensor(ts->Get(i), std::string(what) + " " + std::to_string(i), names));
     return Status::ok();
   };
   DLC_RETURN_IF_ERROR(checkTensors(p.inputs(), "input"));
@@ -381,7 +399,8 @@ Status PackageFile::verify() {
       const BoundInput *b = p.bound_inputs()->Get(i);
       if (!b->name() || b->name()->size() == 0 || !b->values() || misaligned(b->shape()) ||
           static_cast<size_t>(b->dtype()) > static_cast<size_t>(DType::MAX))
-        return bad("bound input " + std::to_string(i) + " has no name, no values or an unknown dtype");
+        return bad("bound input " + std::to_string(i) +
+                   " has no name, no values or an unknown dtype");
     }
   if (p.commit_steps() > (p.steps() ? p.steps()->size() : 0))
     return bad("more commit steps than steps");
@@ -430,9 +449,10 @@ Status PackageFile::verify() {
   DLC_RETURN_IF_ERROR(checkSection(p.cuda_source(), "the CUDA source"));
   auto checkLaunch = [&](const Launch &l, const std::string &label) -> Status {
     if (l.kernel() >= nKernels)
-      return bad(label + " launches kernel " + std::to_string(l.kernel()) + " of " + std::to_string(nKernels));
-    if (!l.grid() || !l.block() || !l.grid()->x() || !l.grid()->y() || !l.grid()->z() || !l.block()->x() ||
-        !l.block()->y() || !l.block()->z())
+      return bad(label + " launches kernel " + std::to_string(l.kernel()) + " of " +
+                 std::to_string(nKernels));
+    if (!l.grid() || !l.block() || !l.grid()->x() || !l.grid()->y() || !l.grid()->z() ||
+        !l.block()->x() || !l.block()->y() || !l.block()->z())
       return bad(label + " has an empty grid or block");
     size_t paramBytes = l.params() ? l.params()->size() : 0;
     if (paramBytes > kMaxParamBytes)
@@ -493,16 +513,16 @@ Status PackageFile::verify() {
           if (g->lda() < ac || g->ldb() < bc || g->ldc() < g->n() || g->stride_a() < 0 ||
               g->stride_b() < 0 || g->stride_c() < 0)
             return bad(label + " has invalid leading dimensions or strides");
-          DLC_RETURN_IF_ERROR(checkRef(*g->a(), extent(g->batch(), g->stride_a(), ar, ac, g->lda()),
-                                       label + " A"));
-          DLC_RETURN_IF_ERROR(checkRef(*g->b(), extent(g->batch(), g->stride_b(), br, bc, g->ldb()),
-                                       label + " B"));
-          DLC_RETURN_IF_ERROR(checkRef(*g->c(), extent(g->batch(), g->stride_c(), g->m(), g->n(), g->ldc()),
-                                       label + " C"));
+          DLC_RETURN_IF_ERROR(
+              checkRef(*g->a(), extent(g->batch(), g->stride_a(), ar, ac, g->lda()), label + " A"));
+          DLC_RETURN_IF_ERROR(
+              checkRef(*g->b(), extent(g->batch(), g->stride_b(), br, bc, g->ldb()), label + " B"));
+          DLC_RETURN_IF_ERROR(checkRef(
+              *g->c(), extent(g->batch(), g->stride_c(), g->m(), g->n(), g->ldc()), label + " C"));
           if (g->c_in())
-            DLC_RETURN_IF_ERROR(checkRef(*g->c_in(),
-                                         extent(g->batch(), g->stride_c(), g->m(), g->n(), g->ldc()),
-                                         label + " C input"));
+            DLC_RETURN_IF_ERROR(
+                checkRef(*g->c_in(), extent(g->batch(), g->stride_c(), g->m(), g->n(), g->ldc()),
+                         label + " C input"));
           if (g->bias())
             DLC_RETURN_IF_ERROR(checkRef(*g->bias(), g->n() * es, label + " bias"));
           if (g->activation() > GemmActivation::MAX)
@@ -533,11 +553,13 @@ Status PackageFile::verify() {
           const Collective *a = s->op_as_Collective();
           size_t es = dtypeSize(a->dtype());
           size_t n = a->sources() ? a->sources()->size() : 0;
-          bool shard = a->op() == CollectiveOp::Shard, allReduce = a->op() == CollectiveOp::AllReduce;
+          bool shard = a->op() == CollectiveOp::Shard,
+               allReduce = a->op() == CollectiveOp::AllReduce;
           if (!a->staging() || (!n && !shard) || !es || a->op() > CollectiveOp::MAX ||
-              (n && (!a->offsets() || !a->sizes() || a->offsets()->size() != n || a->sizes()->size() != n)) ||
-              a->count() > (UINT64_MAX >> 16) / es || (!allReduce && (!a->output() || a->ranks() < 1 ||
-                                                                      a->ranks() > 65536)))
+              (n && (!a->offsets() || !a->sizes() || a->offsets()->size() != n ||
+                     a->sizes()->size() != n)) ||
+              a->count() > (UINT64_MAX >> 16) / es ||
+              (!allReduce && (!a->output() || a->ranks() < 1 || a->ranks() > 65536)))
             return bad(label + " is an invalid collective");
           if (misaligned(a->sources()) || misaligned(a->offsets()) || misaligned(a->sizes()))
             return bad(label + " has misaligned vectors");
@@ -553,11 +575,12 @@ Status PackageFile::verify() {
             // ZeRO-1's collectives are sized for the world the package was compiled
             // for, which a session checks against its own.
             if (!p.zero_ranks() || a->ranks() != p.zero_ranks())
-              return bad(label + " shards over " + std::to_string(a->ranks()) + " ranks in a package for " +
-                         std::to_string(p.zero_ranks()));
+              return bad(label + " shards over " + std::to_string(a->ranks()) +
+                         " ranks in a package for " + std::to_string(p.zero_ranks()));
             if (a->op() != CollectiveOp::AllGather && a->count() % a->ranks())
               return bad(label + " does not split into equal shares");
-            uint64_t out = a->op() == CollectiveOp::AllGather ? bytes * a->ranks() : bytes / a->ranks();
+            uint64_t out =
+                a->op() == CollectiveOp::AllGather ? bytes * a->ranks() : bytes / a->ranks();
             DLC_RETURN_IF_ERROR(checkRef(*a->output(), out, label + " output"));
           }
           break;
@@ -567,7 +590,8 @@ Status PackageFile::verify() {
             return bad(label + " is an invalid wait");
           DLC_RETURN_IF_ERROR(checkRef(*s->op_as_CollectiveWait()->staging(), 0, label));
           if (s->op_as_CollectiveWait()->output())
-            DLC_RETURN_IF_ERROR(checkRef(*s->op_as_CollectiveWait()->output(), 0, label + " output"));
+            DLC_RETURN_IF_ERROR(
+                checkRef(*s->op_as_CollectiveWait()->output(), 0, label + " output"));
           break;
         default:
           return bad(label + " has an unknown kind");
@@ -591,7 +615,8 @@ Status PackageFile::verify() {
   if (p.shape_ranges())
     for (size_t i = 0; i < p.shape_ranges()->size(); ++i) {
       const ShapeRange *r = p.shape_ranges()->Get(i);
-      if (!r->input() || r->min() < 0 || r->max() < r->min() || r->opt() < r->min() || r->opt() > r->max())
+      if (!r->input() || r->min() < 0 || r->max() < r->min() || r->opt() < r->min() ||
+          r->opt() > r->max())
         return bad("shape range " + std::to_string(i) + " is invalid");
     }
   if (p.variants())

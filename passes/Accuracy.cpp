@@ -11,7 +11,9 @@ namespace dlc::passes {
 
 using namespace ir;
 
-double TensorError::score() const { return nonFinite ? std::numeric_limits<double>::infinity() : maxRel; }
+double TensorError::score() const {
+  return nonFinite ? std::numeric_limits<double>::infinity() : maxRel;
+}
 
 TensorError compareToReference(const Tensor &actual, const Tensor &reference) {
   TensorError e;
@@ -59,10 +61,13 @@ struct Round {
   size_t reduced = 0, fp32 = 0;
 };
 
-bool isReducedFloat(DType t) { return t == DType::F16 || t == DType::BF16; }
+bool isReducedFloat(DType t) {
+  return t == DType::F16 || t == DType::BF16;
+}
 
-llvm::Expected<Round> runRound(const Graph &base, const TensorMap &inputs, const TensorMap &reference,
-                               const PrecisionOptions &po, const AccuracyOptions &opts) {
+llvm::Expected<Round> runRound(const Graph &base, const TensorMap &inputs,
+                               const TensorMap &reference, const PrecisionOptions &po,
+                               const AccuracyOptions &opts) {
   std::unique_ptr<Graph> g = base.clone();
   PassContext ctx;
   ctx.precision = po;
@@ -71,7 +76,8 @@ llvm::Expected<Round> runRound(const Graph &base, const TensorMap &inputs, const
   TensorMap in;
   for (const auto &v : g->inputs()) {
     const Tensor &t = inputs.at(v->name());
-    in[v->name()] = t.dtype() == v->dtype() ? t : Tensor::fromVector(v->type(), t.toVector<float>());
+    in[v->name()] =
+        t.dtype() == v->dtype() ? t : Tensor::fromVector(v->type(), t.toVector<float>());
   }
   Round r;
   for (const Node &n : g->nodes()) {
@@ -207,8 +213,9 @@ void printOutputs(llvm::raw_ostream &os, const std::vector<AccuracyReport::Outpu
   os << llvm::format("  %-24s %12s %12s %12s\n", (const char *)"output", (const char *)"max abs",
                      (const char *)"mean abs", (const char *)"max rel");
   for (const auto &o : outs)
-    os << llvm::format("  %-24s %12.4g %12.4g %12.4g%s\n", o.name.c_str(), o.error.maxAbs, o.error.meanAbs,
-                       o.error.score(), o.error.nonFinite ? "  (inf/nan where FP32 is finite)" : "");
+    os << llvm::format("  %-24s %12.4g %12.4g %12.4g%s\n", o.name.c_str(), o.error.maxAbs,
+                       o.error.meanAbs, o.error.score(),
+                       o.error.nonFinite ? "  (inf/nan where FP32 is finite)" : "");
 }
 
 std::string joined(const std::vector<std::string> &v) {
@@ -219,7 +226,9 @@ std::string joined(const std::vector<std::string> &v) {
 }
 
 /// JSON has no infinity: a non-finite error is null.
-llvm::json::Value number(double v) { return std::isfinite(v) ? llvm::json::Value(v) : llvm::json::Value(nullptr); }
+llvm::json::Value number(double v) {
+  return std::isfinite(v) ? llvm::json::Value(v) : llvm::json::Value(nullptr);
+}
 
 llvm::json::Array outputsJson(const std::vector<AccuracyReport::Output> &outs) {
   llvm::json::Array a;
@@ -235,8 +244,8 @@ llvm::json::Array outputsJson(const std::vector<AccuracyReport::Output> &outs) {
 } // namespace
 
 void AccuracyReport::print(llvm::raw_ostream &os, double target) const {
-  os << "accuracy of " << dtype << " against fp32 (reference interpreter; " << reducedNodes << " nodes in "
-     << dtype << ", " << fp32Nodes << " in fp32):\n";
+  os << "accuracy of " << dtype << " against fp32 (reference interpreter; " << reducedNodes
+     << " nodes in " << dtype << ", " << fp32Nodes << " in fp32):\n";
   printOutputs(os, outputs);
   if (culprits.empty()) {
     os << (withinTarget ? "every output is within " : "no node's error jumps; outputs exceed ")
@@ -246,7 +255,8 @@ void AccuracyReport::print(llvm::raw_ostream &os, double target) const {
   os << "where the error jumps (in the order found, each with the others in fp32):\n";
   for (const Culprit &c : culprits)
     os << llvm::format("  %-32s %-20s error %10.4g  (its inputs: %.4g)\n",
-                       (c.node.empty() ? "(unnamed)" : c.node).c_str(), c.op.c_str(), c.error, c.inputError);
+                       (c.node.empty() ? "(unnamed)" : c.node).c_str(), c.op.c_str(), c.error,
+                       c.inputError);
   os << "suggestion:";
   if (!suggestedFp32Nodes.empty())
     os << " --fp32-nodes=" << joined(suggestedFp32Nodes);
@@ -254,14 +264,18 @@ void AccuracyReport::print(llvm::raw_ostream &os, double target) const {
     os << " --fp32-ops=" << joined(suggestedFp32Ops);
   os << "\nwith it:\n";
   printOutputs(os, outputsWithSuggestion);
-  os << (withinTarget ? "every output is within " : "outputs still exceed ") << llvm::format("%g", target) << "\n";
+  os << (withinTarget ? "every output is within " : "outputs still exceed ")
+     << llvm::format("%g", target) << "\n";
 }
 
 llvm::json::Value AccuracyReport::toJson() const {
   llvm::json::Array cs;
   for (const Culprit &c : culprits)
-    cs.push_back(llvm::json::Object{
-        {"node", c.node}, {"op", c.op}, {"value", c.value}, {"error", number(c.error)}, {"input_error", number(c.inputError)}});
+    cs.push_back(llvm::json::Object{{"node", c.node},
+                                    {"op", c.op},
+                                    {"value", c.value},
+                                    {"error", number(c.error)},
+                                    {"input_error", number(c.inputError)}});
   return llvm::json::Object{{"dtype", dtype},
                             {"reduced_nodes", static_cast<int64_t>(reducedNodes)},
                             {"fp32_nodes", static_cast<int64_t>(fp32Nodes)},

@@ -1,7 +1,8 @@
 //===- Canonicalize.cpp - Canonical forms for later passes -----------------===//
 //
 // Local rewrites driven to a fixed point by the worklist driver:
-//  - no-ops disappear: Identity, same-type Cast, a Cast after an exact Cast, same-shape Reshape/Expand, identity
+//  - no-ops disappear: Identity, same-type Cast, a Cast after an exact Cast, same-shape
+//  Reshape/Expand, identity
 //    Transpose, full Slice, zero Pad, single-input Concat, Tile by ones, x+0, x*1, x/1;
 //  - Flatten/Squeeze/Unsqueeze, and a Transpose that only moves size-1 dims, become
 //    Reshape, and Reshape/Transpose chains collapse,
@@ -77,17 +78,16 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
     p.push_back(std::make_unique<FnPattern>(name, root, std::move(fn)));
   };
 
-  add("remove-identity", OpKind::Identity, [](Node &n, PatternRewriter &rw) {
-    return forwardOperand(n, rw);
-  });
-  add("remove-same-type-cast", OpKind::Cast, [](Node &n, PatternRewriter &rw) {
-    return forwardOperand(n, rw);
-  });
+  add("remove-identity", OpKind::Identity,
+      [](Node &n, PatternRewriter &rw) { return forwardOperand(n, rw); });
+  add("remove-same-type-cast", OpKind::Cast,
+      [](Node &n, PatternRewriter &rw) { return forwardOperand(n, rw); });
   // Cast(Cast(x, B), C) -> Cast(x, C) when x -> B loses nothing (f16 -> f32 -> f16
   // disappears; bool -> f32 -> f16 is one cast). The lossy f32 -> f16 -> f32 stays.
   add("fold-cast-chain", OpKind::Cast, [](Node &n, PatternRewriter &rw) {
     Node *inner = n.operand(0)->definingNode();
-    if (!inner || inner->kind() != OpKind::Cast || !castIsExact(inner->operand(0)->dtype(), inner->result()->dtype()))
+    if (!inner || inner->kind() != OpKind::Cast ||
+        !castIsExact(inner->operand(0)->dtype(), inner->result()->dtype()))
       return false;
     if (inner->operand(0)->dtype() == n.result()->dtype()) {
       rw.replaceNode(n, {inner->operand(0)});
@@ -109,12 +109,10 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
         return false;
     return forwardOperand(n, rw);
   });
-  add("remove-single-concat", OpKind::Concat, [](Node &n, PatternRewriter &rw) {
-    return n.numOperands() == 1 && forwardOperand(n, rw);
-  });
-  add("remove-unit-tile", OpKind::Tile, [](Node &n, PatternRewriter &rw) {
-    return forwardOperand(n, rw);
-  });
+  add("remove-single-concat", OpKind::Concat,
+      [](Node &n, PatternRewriter &rw) { return n.numOperands() == 1 && forwardOperand(n, rw); });
+  add("remove-unit-tile", OpKind::Tile,
+      [](Node &n, PatternRewriter &rw) { return forwardOperand(n, rw); });
 
   // x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 (only when the result type is x's type).
   for (OpKind k : {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div}) {
@@ -160,7 +158,8 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
           return false;
         last = p;
       }
-    return replaceWith(n, rw, OpKind::Reshape, {n.operand(0)}, {{"shape", Attribute(n.result()->shape())}});
+    return replaceWith(n, rw, OpKind::Reshape, {n.operand(0)},
+                       {{"shape", Attribute(n.result()->shape())}});
   });
   add("fold-transpose-chain", OpKind::Transpose, [](Node &n, PatternRewriter &rw) {
     Node *inner = n.operand(0)->definingNode();
@@ -184,8 +183,8 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
     int64_t start = n.attrInt("start");
     start = std::clamp<int64_t>(start < 0 ? start + rank : start, 0, rank);
     std::vector<int64_t> dims(s.begin() + start, s.begin() + start + out[0]);
-    rw.replaceNode(n, {rw.createConstant(n.result()->name(),
-                                         Tensor::fromVector(n.result()->type(), dims))});
+    rw.replaceNode(
+        n, {rw.createConstant(n.result()->name(), Tensor::fromVector(n.result()->type(), dims))});
     return true;
   });
 
@@ -196,8 +195,8 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
       return false;
     Value *b = n.operand(1);
     if (n.attrInt("transB") != 0) {
-      auto t = rw.create(OpKind::Transpose, {b}, {{"perm", Attribute(std::vector<int64_t>{1, 0})}},
-                         &n);
+      auto t =
+          rw.create(OpKind::Transpose, {b}, {{"perm", Attribute(std::vector<int64_t>{1, 0})}}, &n);
       if (!t) {
         llvm::consumeError(t.takeError());
         return false;
@@ -282,12 +281,14 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
     if (!squares || (dt != DType::F32 && dt != DType::F64) || n.result()->type() != x->type())
       return false;
     int64_t d = x->shape().back();
-    Value *one = rw.createConstant("ln.scale", dt == DType::F32
-                                                   ? Tensor::fromVector(TensorType(dt, {d}), std::vector<float>(d, 1.0f))
-                                                   : Tensor::fromVector(TensorType(dt, {d}), std::vector<double>(d, 1.0)));
-    Value *zero = rw.createConstant("ln.bias", dt == DType::F32
-                                                   ? Tensor::fromVector(TensorType(dt, {d}), std::vector<float>(d, 0.0f))
-                                                   : Tensor::fromVector(TensorType(dt, {d}), std::vector<double>(d, 0.0)));
+    Value *one = rw.createConstant(
+        "ln.scale", dt == DType::F32
+                        ? Tensor::fromVector(TensorType(dt, {d}), std::vector<float>(d, 1.0f))
+                        : Tensor::fromVector(TensorType(dt, {d}), std::vector<double>(d, 1.0)));
+    Value *zero = rw.createConstant(
+        "ln.bias", dt == DType::F32
+                       ? Tensor::fromVector(TensorType(dt, {d}), std::vector<float>(d, 0.0f))
+                       : Tensor::fromVector(TensorType(dt, {d}), std::vector<double>(d, 0.0)));
     return replaceWith(n, rw, OpKind::LayerNormalization, {x, one, zero},
                        {{"axis", Attribute(int64_t{-1})},
                         {"epsilon", Attribute(static_cast<float>(eps->data().getDouble(0)))}});
@@ -300,14 +301,16 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
       for (unsigned side = 0; side < 2; ++side) {
         Value *lnv = n.operand(side), *c = n.operand(1 - side);
         Node *ln = lnv->definingNode();
-        if (!ln || ln->kind() != OpKind::LayerNormalization || ln->numResults() != 1 || lnv->uses().size() != 1 ||
-            rw.graph().isOutput(lnv) || !c->isConstant() || n.result()->type() != lnv->type())
+        if (!ln || ln->kind() != OpKind::LayerNormalization || ln->numResults() != 1 ||
+            lnv->uses().size() != 1 || rw.graph().isOutput(lnv) || !c->isConstant() ||
+            n.result()->type() != lnv->type())
           continue;
         int64_t axis = ln->attrInt("axis"), d = lnv->shape().back();
         Value *scale = ln->operand(1), *bias = ln->operand(2);
-        if ((axis != -1 && axis != lnv->rank() - 1) || !scale->isConstant() || !bias || !bias->isConstant() ||
-            scale->shape() != Shape{d} || bias->shape() != Shape{d} || c->type().numElements() != d ||
-            c->shape().back() != d || c->dtype() != lnv->dtype() || lnv->dtype() != DType::F32)
+        if ((axis != -1 && axis != lnv->rank() - 1) || !scale->isConstant() || !bias ||
+            !bias->isConstant() || scale->shape() != Shape{d} || bias->shape() != Shape{d} ||
+            c->type().numElements() != d || c->shape().back() != d || c->dtype() != lnv->dtype() ||
+            lnv->dtype() != DType::F32)
           continue;
         std::vector<float> s = scale->data().toVector<float>(), b = bias->data().toVector<float>(),
                            cv = c->data().toVector<float>();
@@ -321,7 +324,8 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
         }
         Value *ns = rw.createConstant("ln.scale", Tensor::fromVector(scale->type(), s));
         Value *nb = rw.createConstant("ln.bias", Tensor::fromVector(bias->type(), b));
-        return replaceWith(n, rw, OpKind::LayerNormalization, {ln->operand(0), ns, nb}, ln->attrs());
+        return replaceWith(n, rw, OpKind::LayerNormalization, {ln->operand(0), ns, nb},
+                           ln->attrs());
       }
       return false;
     });
@@ -339,6 +343,8 @@ public:
 
 } // namespace
 
-std::unique_ptr<Pass> createCanonicalize() { return std::make_unique<Canonicalize>(); }
+std::unique_ptr<Pass> createCanonicalize() {
+  return std::make_unique<Canonicalize>();
+}
 
 } // namespace dlc::passes

@@ -26,8 +26,8 @@ size_t hashNode(const Node &n) {
 }
 
 bool sameNode(const Node &a, const Node &b) {
-  if (a.kind() != b.kind() || a.numResults() != b.numResults() ||
-      a.operands() != b.operands() || a.attrs().size() != b.attrs().size())
+  if (a.kind() != b.kind() || a.numResults() != b.numResults() || a.operands() != b.operands() ||
+      a.attrs().size() != b.attrs().size())
     return false;
   for (auto ia = a.attrs().begin(), ib = b.attrs().begin(); ia != a.attrs().end(); ++ia, ++ib)
     if (ia->first != ib->first || ia->second != ib->second)
@@ -71,7 +71,8 @@ private:
     for (const auto &c : g.constants()) {
       const Tensor &t = c->data();
       size_t h = llvm::hash_combine(
-          static_cast<unsigned>(t.dtype()), llvm::hash_combine_range(t.shape().begin(), t.shape().end()),
+          static_cast<unsigned>(t.dtype()),
+          llvm::hash_combine_range(t.shape().begin(), t.shape().end()),
           llvm::hash_combine_range(static_cast<const char *>(t.raw()),
                                    static_cast<const char *>(t.raw()) + t.byteSize()));
       Value *match = nullptr;

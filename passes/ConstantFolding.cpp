@@ -62,6 +62,8 @@ private:
 
 } // namespace
 
-std::unique_ptr<Pass> createConstantFolding() { return std::make_unique<ConstantFolding>(); }
+std::unique_ptr<Pass> createConstantFolding() {
+  return std::make_unique<ConstantFolding>();
+}
 
 } // namespace dlc::passes

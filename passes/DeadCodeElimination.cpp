@@ -32,6 +32,8 @@ public:
 
 } // namespace
 
-std::unique_ptr<Pass> createDeadCodeElimination() { return std::make_unique<DeadCodeElimination>(); }
+std::unique_ptr<Pass> createDeadCodeElimination() {
+  return std::make_unique<DeadCodeElimination>();
+}
 
 } // namespace dlc::passes

@@ -30,7 +30,8 @@ public:
         extraResults |= bn->result(r)->hasUses() || g.isOutput(bn->result(r));
       Value *y = bn->operand(0);
       Node *conv = y->definingNode();
-      if (extraResults || !conv || conv->kind() != OpKind::Conv || y->uses().size() != 1 || g.isOutput(y) ||
+      if (extraResults || !conv || conv->kind() != OpKind::Conv || y->uses().size() != 1 ||
+          g.isOutput(y) ||
           conv->attrInt("channels_last") != 0) // BN's channel axis 1 is not the conv's channels
         continue;
       Value *w = conv->operand(1), *b = conv->operand(2);
@@ -55,14 +56,17 @@ public:
       if (dt == DType::F32) {
         nw = g.addConstant(g.uniqueName(w->name() + ".bn"),
                            Tensor::fromVector(w->type(), std::vector<float>(wv.begin(), wv.end())));
-        nb = g.addConstant(g.uniqueName(bn->result()->name() + ".bias"),
-                           Tensor::fromVector(TensorType(dt, {M}), std::vector<float>(bv.begin(), bv.end())));
+        nb = g.addConstant(
+            g.uniqueName(bn->result()->name() + ".bias"),
+            Tensor::fromVector(TensorType(dt, {M}), std::vector<float>(bv.begin(), bv.end())));
       } else {
         nw = g.addConstant(g.uniqueName(w->name() + ".bn"), Tensor::fromVector(w->type(), wv));
-        nb = g.addConstant(g.uniqueName(bn->result()->name() + ".bias"), Tensor::fromVector(TensorType(dt, {M}), bv));
+        nb = g.addConstant(g.uniqueName(bn->result()->name() + ".bias"),
+                           Tensor::fromVector(TensorType(dt, {M}), bv));
       }
-      Node *folded = g.createNode(OpKind::Conv, {conv->operand(0), nw, nb}, {bn->result()->type()}, conv->attrs(),
-                                  bn->name().empty() ? conv->name() : bn->name(), bn);
+      Node *folded =
+          g.createNode(OpKind::Conv, {conv->operand(0), nw, nb}, {bn->result()->type()},
+                       conv->attrs(), bn->name().empty() ? conv->name() : bn->name(), bn);
       folded->setLoc(conv->loc());
       g.replaceAllUsesWith(bn->result(), folded->result());
       std::string resultName = bn->result()->name();
@@ -79,6 +83,8 @@ public:
 
 } // namespace
 
-std::unique_ptr<Pass> createFoldBatchNorm() { return std::make_unique<FoldBatchNorm>(); }
+std::unique_ptr<Pass> createFoldBatchNorm() {
+  return std::make_unique<FoldBatchNorm>();
+}
 
 } // namespace dlc::passes

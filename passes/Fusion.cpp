@@ -149,8 +149,9 @@ public:
       bool ok = std::none_of(path.begin(), path.end(), [&](int s) { return alone[s]; });
       if (inl) {
         for (int s : path)
-          ok &= s == p ? (isInlinable(*dg.nodes[s]) || anchorCaps(*dg.nodes[s]).prologue || core_[s])
-                       : isInlinable(*dg.nodes[s]);
+          ok &= s == p
+                    ? (isInlinable(*dg.nodes[s]) || anchorCaps(*dg.nodes[s]).prologue || core_[s])
+                    : isInlinable(*dg.nodes[s]);
       } else {
         for (int s : path)
           ok &= isInlinable(*dg.nodes[s]);
@@ -279,7 +280,8 @@ private:
     for (unsigned k = 0; k < nodes[anchor]->numOperands(); ++k)
       if (const Value *v = nodes[anchor]->operand(k); v && v->definingNode())
         if (auto it = dg_->index.find(v->definingNode());
-            it != dg_->index.end() && in[it->second] && (k >= 32 || !(caps.prologueOperands >> k & 1u)))
+            it != dg_->index.end() && in[it->second] &&
+            (k >= 32 || !(caps.prologueOperands >> k & 1u)))
           return false;
     const Value *anchorOut = nodes[anchor]->result();
     bool reindexed = false, chain = true;
@@ -362,7 +364,8 @@ private:
           ++pending[b];
         }
       }
-    std::priority_queue<std::pair<int, int>, std::vector<std::pair<int, int>>, std::greater<>> ready;
+    std::priority_queue<std::pair<int, int>, std::vector<std::pair<int, int>>, std::greater<>>
+        ready;
     for (size_t r = 0; r < n; ++r)
       if (!groups[r].empty() && pending[r] == 0)
         ready.push({groups[r].front(), static_cast<int>(r)});
@@ -385,6 +388,8 @@ private:
 
 } // namespace
 
-std::unique_ptr<Pass> createFusion() { return std::make_unique<Fusion>(); }
+std::unique_ptr<Pass> createFusion() {
+  return std::make_unique<Fusion>();
+}
 
 } // namespace dlc::passes

@@ -44,7 +44,9 @@ bool isTransposeBy(const Value *v, const std::vector<int64_t> &perm) {
   return t && transposePerm(*t) == perm;
 }
 
-Attribute permAttr(const std::vector<int64_t> &p) { return Attribute(std::vector<int64_t>(p)); }
+Attribute permAttr(const std::vector<int64_t> &p) {
+  return Attribute(std::vector<int64_t>(p));
+}
 
 /// Moves Transpose(perm) below a node whose op's remap hook accepts it.
 class SinkTranspose : public RewritePattern {
@@ -127,7 +129,8 @@ public:
   }
 
 private:
-  static Value *create(PatternRewriter &rw, OpKind k, std::vector<Value *> ops, AttrMap attrs, Node &before) {
+  static Value *create(PatternRewriter &rw, OpKind k, std::vector<Value *> ops, AttrMap attrs,
+                       Node &before) {
     auto c = rw.create(k, std::move(ops), std::move(attrs), &before);
     if (!c) {
       llvm::consumeError(c.takeError());
@@ -152,8 +155,8 @@ public:
     auto all = [](const std::vector<int64_t> &v, int64_t x) {
       return std::all_of(v.begin(), v.end(), [x](int64_t e) { return e == x; });
     };
-    if (n.attrInt("channels_last") == 0 || n.attrInt("group") != 1 || !all(n.attrInts("strides"), 1) ||
-        !all(n.attrInts("pads"), 0))
+    if (n.attrInt("channels_last") == 0 || n.attrInt("group") != 1 ||
+        !all(n.attrInts("strides"), 1) || !all(n.attrInts("pads"), 0))
       return false;
     Value *x = n.operand(0), *w = n.operand(1), *b = n.operand(2);
     const Shape &ws = w->shape(); // [M, 1..., C]
@@ -187,12 +190,14 @@ private:
     const Value *cur = conv.result();
     while (cur->uses().size() == 1 && !conv.graph()->isOutput(cur)) {
       const Node *u = cur->uses().front().user;
-      if (!isInlinable(*u) || !u->def().cudaExpr || u->numResults() != 1 || u->result()->shape() != cur->shape())
+      if (!isInlinable(*u) || !u->def().cudaExpr || u->numResults() != 1 ||
+          u->result()->shape() != cur->shape())
         break;
       chain.push_back(u);
       cur = u->result();
     }
-    return chain.empty() || matchGemmEpilogue(conv, chain, [&](const Value *v) { return v == conv.result(); });
+    return chain.empty() ||
+           matchGemmEpilogue(conv, chain, [&](const Value *v) { return v == conv.result(); });
   }
 };
 
@@ -224,7 +229,8 @@ private:
   static std::optional<std::vector<int64_t>> seedPerm(const Node &n) {
     const LayoutRule &lr = n.def().layout;
     Value *x = n.operand(0);
-    if (lr.kind != LayoutRule::ChannelAxis || !lr.remap || !x || x->rank() < 3 || !isFloat(x->dtype()))
+    if (lr.kind != LayoutRule::ChannelAxis || !lr.remap || !x || x->rank() < 3 ||
+        !isFloat(x->dtype()))
       return std::nullopt;
     std::vector<int64_t> perm = channelsFirstPerm(x->rank());
     std::optional<LayoutRemap> m = lr.remap(n, perm);
@@ -242,7 +248,8 @@ private:
     for (const Node &n : g.nodes())
       if (auto perm = seedPerm(n)) {
         DType t = n.operand(0)->dtype();
-        if (mode == LayoutMode::NHWC || (perm->size() == 4 && (t == DType::F16 || t == DType::BF16)))
+        if (mode == LayoutMode::NHWC ||
+            (perm->size() == 4 && (t == DType::F16 || t == DType::BF16)))
           return true;
       }
     return false;
@@ -255,9 +262,11 @@ private:
     if (!perm || isTransposeBy(x, *perm))
       return false;
     std::vector<int64_t> toLast = inversePerm(*perm);
-    Node *t1 = g.createNode(OpKind::Transpose, {x}, {TensorType(x->dtype(), permuteShape(x->shape(), toLast))},
+    Node *t1 = g.createNode(OpKind::Transpose, {x},
+                            {TensorType(x->dtype(), permuteShape(x->shape(), toLast))},
                             {{"perm", permAttr(toLast)}}, n.name(), &n);
-    Node *t2 = g.createNode(OpKind::Transpose, {t1->result()}, {x->type()}, {{"perm", permAttr(*perm)}}, n.name(), &n);
+    Node *t2 = g.createNode(OpKind::Transpose, {t1->result()}, {x->type()},
+                            {{"perm", permAttr(*perm)}}, n.name(), &n);
     n.setOperand(0, t2->result());
     return true;
   }
@@ -265,6 +274,8 @@ private:
 
 } // namespace
 
-std::unique_ptr<Pass> createLayout() { return std::make_unique<Layout>(); }
+std::unique_ptr<Pass> createLayout() {
+  return std::make_unique<Layout>();
+}
 
 } // namespace dlc::passes

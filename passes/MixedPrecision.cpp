@@ -125,17 +125,21 @@ private:
     if (!floatData)
       return false;
     switch (policy(n)) {
-    case Fp16Policy::Allow: return true;
+    case Fp16Policy::Allow:
+      return true;
     case Fp16Policy::Follow:
       if (n.kind() == OpKind::Cast)
         return false;
       // Float data only from constants (an embedding table's Gather): reduced when
       // every user is an Allow op, so the table is converted once and no cast follows.
       return reducedOperand || (onlyConstants && allUsersAllow(n, po));
-    default: return false;
+    default:
+      return false;
     }
   }
-  static Fp16Policy policy(const Node &n) { return n.def().fp16Refine ? n.def().fp16Refine(n) : n.def().fp16; }
+  static Fp16Policy policy(const Node &n) {
+    return n.def().fp16Refine ? n.def().fp16Refine(n) : n.def().fp16;
+  }
   static bool forcedFp32(const Node &n, const PrecisionOptions &po) {
     return po.fp32Nodes.count(n.name()) || po.fp32Ops.count(n.opName());
   }
@@ -158,6 +162,8 @@ private:
 
 } // namespace
 
-std::unique_ptr<Pass> createMixedPrecision() { return std::make_unique<MixedPrecision>(); }
+std::unique_ptr<Pass> createMixedPrecision() {
+  return std::make_unique<MixedPrecision>();
+}
 
 } // namespace dlc::passes

@@ -33,7 +33,8 @@ Pipeline defaultPipeline(int optLevel, bool mixedPrecision, bool layout) {
     return p;
   }
   // -O1: graph clean-up only (one kernel per op); -O2 and up: also fusion.
-  PipelineStage cleanup = {{"canonicalize", "fold-bn", "constfold", "cse", "dce"}, Convergence::UntilFixedPoint};
+  PipelineStage cleanup = {{"canonicalize", "fold-bn", "constfold", "cse", "dce"},
+                           Convergence::UntilFixedPoint};
   p.push_back(cleanup);
   if (mixedPrecision) {
     p.push_back({{"precision"}, Convergence::Once});

@@ -150,7 +150,8 @@ llvm::Expected<Value *> appendLoss(Graph &g, GradBuilder &b, Value *y, const Tra
 /// Dropout the identity. Returns the copies of `outputs`, or nothing when a node
 /// cannot be put in inference form (a Dropout mask in use): the package then has no
 /// evaluation schedule, and evaluation runs the training step without its updates.
-std::optional<std::vector<Value *>> cloneForEvaluation(Graph &g, const std::vector<GraphOutput> &outputs) {
+std::optional<std::vector<Value *>> cloneForEvaluation(Graph &g,
+                                                       const std::vector<GraphOutput> &outputs) {
   std::unordered_set<const Value *> needed;
   for (const GraphOutput &o : outputs)
     needed.insert(o.value);
@@ -238,15 +239,17 @@ Value *unscaleAndCheck(Graph &g, GradBuilder &b, std::vector<Gradient> &grads, V
   for (Gradient &gr : grads) {
     gr.grad = b.mul(gr.grad, b.cast(inv, gr.grad->dtype()));
     // max over the tensor of (isnan | isinf), as 0/1.
-    Value *flags = b.op(OpKind::Or, {b.op(OpKind::IsNaN, {gr.grad}), b.op(OpKind::IsInf, {gr.grad})});
+    Value *flags =
+        b.op(OpKind::Or, {b.op(OpKind::IsNaN, {gr.grad}), b.op(OpKind::IsInf, {gr.grad})});
     Value *any = b.op(OpKind::ReduceMax, {b.cast(flags, DType::F32)}, {{"keepdims", int64_t{0}}});
     bad = bad ? b.op(OpKind::Max, {bad, any}) : any;
   }
   Value *found = b.op(OpKind::Greater, {bad, b.scalar(0, DType::F32)});
   // clean: good + 1, doubling the scale (and restarting the count) at the interval.
   Value *good1 = b.add(goodSteps, b.scalar(1, DType::F32));
-  Value *grow = b.op(OpKind::GreaterOrEqual,
-                     {good1, b.scalar(static_cast<double>(opts.lossScaleGrowthInterval), DType::F32)});
+  Value *grow =
+      b.op(OpKind::GreaterOrEqual,
+           {good1, b.scalar(static_cast<double>(opts.lossScaleGrowthInterval), DType::F32)});
   Value *cleanScale = b.select(grow, b.scale(scale, opts.lossScaleGrowth), scale);
   Value *cleanGood = b.select(grow, b.scalar(0, DType::F32), good1);
   g.addUpdate(scale, b.select(found, b.scale(scale, opts.lossScaleBackoff), cleanScale));
@@ -262,7 +265,8 @@ Value *unscaleAndCheck(Graph &g, GradBuilder &b, std::vector<Gradient> &grads, V
 size_t synchronizeBatchNorms(Graph &g, GradBuilder &b) {
   size_t count = 0;
   for (Node *n : g.nodeList()) {
-    if (n->kind() != OpKind::BatchNormalization || !n->attrInt("training_mode") || n->numResults() != 3)
+    if (n->kind() != OpKind::BatchNormalization || !n->attrInt("training_mode") ||
+        n->numResults() != 3)
       continue;
     Value *x = n->operand(0);
     DType dt = x->dtype();
@@ -278,7 +282,8 @@ size_t synchronizeBatchNorms(Graph &g, GradBuilder &b) {
     Value *xc = b.sub(x, mean);
     Value *var = b.op(OpKind::AllReduce, {b.op(OpKind::ReduceMean, {b.mul(xc, xc)}, meanAttrs)});
     Value *rstd = b.op(OpKind::Reciprocal, {b.op(OpKind::Sqrt, {b.add(var, b.scalar(eps, dt))})});
-    Value *y = b.add(b.mul(b.mul(xc, rstd), b.reshape(n->operand(1), cs)), b.reshape(n->operand(2), cs));
+    Value *y =
+        b.add(b.mul(b.mul(xc, rstd), b.reshape(n->operand(1), cs)), b.reshape(n->operand(2), cs));
     auto running = [&](Value *old, Value *batch) {
       return b.add(b.scale(old, momentum), b.scale(b.reshape(batch, Shape{C}), 1 - momentum));
     };
@@ -350,8 +355,8 @@ void bucketGradients(Graph &g, std::vector<Gradient> &grads, uint64_t limit, Tra
       before = g.nodeList().front();
     }
     AttrMap attrs{{"bucket_bytes", static_cast<int64_t>(limit)}};
-    Node *ar = g.createNode(OpKind::AllReduce, operands, types, attrs, "all-reduce bucket " + std::to_string(id),
-                            before, names);
+    Node *ar = g.createNode(OpKind::AllReduce, operands, types, attrs,
+                            "all-reduce bucket " + std::to_string(id), before, names);
     for (size_t j = 0; j < buckets[id].size(); ++j)
       grads[buckets[id][j]].grad = ar->result(static_cast<unsigned>(j));
   }
@@ -364,8 +369,8 @@ void bucketGradients(Graph &g, std::vector<Gradient> &grads, uint64_t limit, Tra
 /// (RankShard) with optimizer state of that share's size (ir::kShardedStatePrefix),
 /// and the new shares are gathered (AllGather) into every parameter.
 template <class Optimize, class Update>
-llvm::Error shardOptimizer(Graph &g, GradBuilder &b, const std::vector<Gradient> &grads, int64_t ranks,
-                           Optimize optimize, Update update, TrainingSummary &sum) {
+llvm::Error shardOptimizer(Graph &g, GradBuilder &b, const std::vector<Gradient> &grads,
+                           int64_t ranks, Optimize optimize, Update update, TrainingSummary &sum) {
   DType dt = grads.front().parameter->dtype();
   std::vector<Value *> flatGrads, flatParams;
   int64_t total = 0;
@@ -511,8 +516,8 @@ llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOption
     return grads.takeError();
   if (opts.zeroRanks && (!opts.bucketBytes || *opts.zeroRanks < 2 || scale))
     return makeError(!opts.bucketBytes ? "--zero goes with --data-parallel"
-                     : scale          ? "--zero with --fp16's loss scaling is not supported (use --bf16)"
-                                      : "--zero needs at least 2 ranks");
+                     : scale ? "--zero with --fp16's loss scaling is not supported (use --bf16)"
+                             : "--zero needs at least 2 ranks");
   if (opts.bucketBytes && !opts.zeroRanks) // ZeRO-1 reduce-scatters the gradients instead
     bucketGradients(g, *grads, *opts.bucketBytes, sum);
   // A step whose gradients overflowed keeps every parameter and optimizer state.
@@ -561,8 +566,8 @@ llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOption
       Value *base = opts.optimizer == OptimizerKind::AdamW && opts.weightDecay != 0
                         ? b.scale(p, 1 - opts.lr * opts.weightDecay)
                         : p;
-      Value *denom =
-          b.add(b.div(b.op(OpKind::Sqrt, {v1}), b.cast(b.op(OpKind::Sqrt, {bc2}), dt)), b.scalar(opts.eps, dt));
+      Value *denom = b.add(b.div(b.op(OpKind::Sqrt, {v1}), b.cast(b.op(OpKind::Sqrt, {bc2}), dt)),
+                           b.scalar(opts.eps, dt));
       Value *stepSize = b.cast(b.div(b.scalar(opts.lr, DType::F32), bc1), dt);
       return b.sub(base, b.mul(stepSize, b.div(m1, denom)));
     }

@@ -36,7 +36,8 @@ public:
   /// The buffer table that BufRefs index from now on: the package's (schedule 0) or
   /// a shape variant's (schedule i + 1 for pkg::Package::variants()[i]). The cuda
   /// backend keeps a CUDA graph per schedule.
-  void useSchedule(const flatbuffers::Vector<flatbuffers::Offset<pkg::Buffer>> *buffers, size_t schedule) {
+  void useSchedule(const flatbuffers::Vector<flatbuffers::Offset<pkg::Buffer>> *buffers,
+                   size_t schedule) {
     buffers_ = buffers;
     schedule_ = schedule;
   }

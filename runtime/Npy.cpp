@@ -20,10 +20,10 @@ struct DescrMap {
   pkg::DType dt;
 };
 const DescrMap kDescrs[] = {
-    {"<f4", pkg::DType::F32}, {"<f2", pkg::DType::F16}, {"<f8", pkg::DType::F64},
-    {"<i8", pkg::DType::I64}, {"<i4", pkg::DType::I32}, {"<i2", pkg::DType::I16},
-    {"|i1", pkg::DType::I8},  {"|u1", pkg::DType::U8},  {"<u2", pkg::DType::U16},
-    {"<u4", pkg::DType::U32}, {"<u8", pkg::DType::U64}, {"|b1", pkg::DType::Bool},
+    {"<f4", pkg::DType::F32},  {"<f2", pkg::DType::F16}, {"<f8", pkg::DType::F64},
+    {"<i8", pkg::DType::I64},  {"<i4", pkg::DType::I32}, {"<i2", pkg::DType::I16},
+    {"|i1", pkg::DType::I8},   {"|u1", pkg::DType::U8},  {"<u2", pkg::DType::U16},
+    {"<u4", pkg::DType::U32},  {"<u8", pkg::DType::U64}, {"|b1", pkg::DType::Bool},
     {"<V2", pkg::DType::BF16},
 };
 
@@ -104,7 +104,8 @@ Result<HostTensor> parseNpy(const uint8_t *data, size_t n, const std::string &na
       found = true;
     }
   if (!found)
-    return bad(name, "unsupported dtype '" + descr + "' (big-endian, strings and objects are not supported)");
+    return bad(name, "unsupported dtype '" + descr +
+                         "' (big-endian, strings and objects are not supported)");
   if (shape.size() < 2 || shape.front() != '(' || shape.back() != ')')
     return bad(name, "shape is not a tuple");
   std::string dims = shape.substr(1, shape.size() - 2);
@@ -127,8 +128,8 @@ Result<HostTensor> parseNpy(const uint8_t *data, size_t n, const std::string &na
   }
   size_t bytes = count * pkg::dtypeSize(t.dtype), dataStart = hstart + hlen;
   if (n - dataStart != bytes)
-    return bad(name, "the data has " + std::to_string(n - dataStart) + " bytes, shape and dtype need " +
-                         std::to_string(bytes));
+    return bad(name, "the data has " + std::to_string(n - dataStart) +
+                         " bytes, shape and dtype need " + std::to_string(bytes));
   t.data.assign(data + dataStart, data + n);
   return t;
 }
@@ -148,7 +149,8 @@ std::string encodeNpy(const HostTensor &t) {
       descr = d.descr;
   std::string shape = "(";
   for (size_t i = 0; i < t.shape.size(); ++i)
-    shape += std::to_string(t.shape[i]) + (t.shape.size() == 1 || i + 1 < t.shape.size() ? "," : "");
+    shape +=
+        std::to_string(t.shape[i]) + (t.shape.size() == 1 || i + 1 < t.shape.size() ? "," : "");
   shape += ")";
   std::string header =
       std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
-#include <mutex>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 namespace dlc::rt {
 
@@ -26,9 +26,12 @@ HostTensor HostTensor::zeros(pkg::DType dt, std::vector<int64_t> shape) {
 
 const char *deviceKindName(DeviceKind k) {
   switch (k) {
-  case DeviceKind::Auto: return "auto";
-  case DeviceKind::Cuda: return "cuda";
-  case DeviceKind::Emu: return "emu";
+  case DeviceKind::Auto:
+    return "auto";
+  case DeviceKind::Cuda:
+    return "cuda";
+  case DeviceKind::Emu:
+    return "emu";
   }
   return "?";
 }
@@ -38,11 +41,13 @@ struct Model::Shared {
   std::map<std::pair<DeviceKind, int>, std::shared_ptr<WeightStore>> stores;
 };
 
-Model::Model(std::shared_ptr<const pkg::PackageFile> pkg) : pkg_(std::move(pkg)), shared_(new Shared()) {}
+Model::Model(std::shared_ptr<const pkg::PackageFile> pkg)
+    : pkg_(std::move(pkg)), shared_(new Shared()) {}
 Model::~Model() = default;
 
-std::shared_ptr<WeightStore> Model::weights(DeviceKind kind, int device,
-                                            const std::function<std::shared_ptr<WeightStore>()> &make) const {
+std::shared_ptr<WeightStore>
+Model::weights(DeviceKind kind, int device,
+               const std::function<std::shared_ptr<WeightStore>()> &make) const {
   std::lock_guard<std::mutex> lock(shared_->mu);
   auto &slot = shared_->stores[{kind, device}];
   if (!slot)
@@ -78,15 +83,17 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> mo
   // Test suites turn the emu checks on for every session they make (README).
   if (const char *e = std::getenv("DLC_EMU_CHECK"); e && *e && std::string(e) != "0")
     s->opts_.check = true;
-  if (uint32_t zero = s->pkg_->meta().zero_ranks(); zero && static_cast<uint32_t>(opts.rank.size) != zero)
+  if (uint32_t zero = s->pkg_->meta().zero_ranks();
+      zero && static_cast<uint32_t>(opts.rank.size) != zero)
     return Status(StatusCode::InvalidArgument,
                   s->pkg_->name() + " shards its optimizer state over " + std::to_string(zero) +
-                      " ranks (dlc compile --zero " + std::to_string(zero) + "): run it on " + std::to_string(zero) +
-                      " ranks, not " + std::to_string(opts.rank.size));
+                      " ranks (dlc compile --zero " + std::to_string(zero) + "): run it on " +
+                      std::to_string(zero) + " ranks, not " + std::to_string(opts.rank.size));
   else if (zero && !opts.communicator)
     return Status(StatusCode::InvalidArgument,
-                  s->pkg_->name() + ": ZeRO-1 checkpoints gather the optimizer's shards through MPI: start the "
-                                    "ranks with mpirun");
+                  s->pkg_->name() +
+                      ": ZeRO-1 checkpoints gather the optimizer's shards through MPI: start the "
+                      "ranks with mpirun");
   if (opts.device == DeviceKind::Cuda || opts.device == DeviceKind::Auto) {
     auto cuda = createCudaBackend(s->opts_);
     if (cuda) {
@@ -107,8 +114,8 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> mo
   s->inputSet_.assign(m.inputs() ? m.inputs()->size() : 0, false);
   // Steps planned for another architecture (tile choices) do not run here.
   int arch = chooseStepArch(stepArchs(m), s->backend_->computeCapability());
-  auto add = [&](const Tensors *inputs, const Tensors *outputs, const auto *buffers, const auto *steps,
-                 const auto *checks, uint32_t checkBuffer) {
+  auto add = [&](const Tensors *inputs, const Tensors *outputs, const auto *buffers,
+                 const auto *steps, const auto *checks, uint32_t checkBuffer) {
     Schedule sc;
     sc.inputs = inputs;
     sc.outputs = outputs;
@@ -148,7 +155,6 @@ const pkg::Variable *findVariable(const pkg::Package &m, const std::string &name
   return nullptr;
 }
 
-
 } // namespace
 
 std::vector<std::string> Session::variableNames() const {
@@ -182,14 +188,16 @@ Result<HostTensor> Session::getVariable(const std::string &name) const {
 namespace {
 
 /// The variable `name` when `t` has its dtype and shape; else an error.
-Result<const pkg::Variable *> matchVariable(const pkg::Package &m, const std::string &name, const HostTensor &t) {
+Result<const pkg::Variable *> matchVariable(const pkg::Package &m, const std::string &name,
+                                            const HostTensor &t) {
   const pkg::Variable *v = findVariable(m, name);
   if (!v)
     return Status(StatusCode::InvalidArgument, "the package has no variable '" + name + "'");
   if (t.dtype != v->dtype() || t.shape != shapeOf(v) || t.data.size() != t.byteSize())
-    return Status(StatusCode::InvalidArgument, "variable '" + name + "' is " + pkg::dtypeName(v->dtype()) +
-                                                   shapeString(shapeOf(v)) + ", got " + pkg::dtypeName(t.dtype) +
-                                                   shapeString(t.shape));
+    return Status(StatusCode::InvalidArgument, "variable '" + name + "' is " +
+                                                   pkg::dtypeName(v->dtype()) +
+                                                   shapeString(shapeOf(v)) + ", got " +
+                                                   pkg::dtypeName(t.dtype) + shapeString(t.shape));
   return v;
 }
 
@@ -208,15 +216,16 @@ Status Session::setVariableBytes(const std::string &name, const void *data, size
     return Status(StatusCode::InvalidArgument, "the package has no variable '" + name + "'");
   if (size != v->data()->size())
     return Status(StatusCode::InvalidArgument, "variable '" + name + "' holds " +
-                                                   std::to_string(v->data()->size()) + " bytes, not " +
-                                                   std::to_string(size));
+                                                   std::to_string(v->data()->size()) +
+                                                   " bytes, not " + std::to_string(size));
   return backend_->upload(pkg::BufRef(v->buffer(), 0), data, size);
 }
 
 Status Session::resetVariables() {
   if (const auto *vs = pkg_->meta().variables())
     for (const pkg::Variable *v : *vs)
-      if (Status st = backend_->upload(pkg::BufRef(v->buffer(), 0), pkg_->section(v->data()), v->data()->size()))
+      if (Status st = backend_->upload(pkg::BufRef(v->buffer(), 0), pkg_->section(v->data()),
+                                       v->data()->size()))
         return st;
   return Status::ok();
 }
@@ -229,7 +238,8 @@ Status Session::saveCheckpoint(const std::string &path) const {
       return v.takeStatus();
     if (opts_.rank.size > 1 && variableSharded(name)) { // a collective: every rank sends its shard
       HostTensor all = HostTensor::zeros(v->dtype, {v->numElements() * opts_.rank.size});
-      DLC_RETURN_IF_ERROR(opts_.communicator->allGather(v->data.data(), all.data.data(), v->data.size()));
+      DLC_RETURN_IF_ERROR(
+          opts_.communicator->allGather(v->data.data(), all.data.data(), v->data.size()));
       v = std::move(all);
     }
     vars[name] = std::move(*v);
@@ -251,15 +261,18 @@ Status Session::loadCheckpoint(const std::string &path) {
       HostTensor &t = it->second;
       size_t share = findVariable(pkg_->meta(), name)->data()->size();
       if (t.byteSize() != share * static_cast<size_t>(opts_.rank.size))
-        return Status(StatusCode::InvalidArgument, "checkpoint '" + path + "': '" + name + "' is not " +
-                                                       std::to_string(opts_.rank.size) +
-                                                       " shards (was it saved by this package on as many ranks?)");
-      t.data.erase(t.data.begin(), t.data.begin() + static_cast<std::ptrdiff_t>(share * opts_.rank.rank));
+        return Status(StatusCode::InvalidArgument,
+                      "checkpoint '" + path + "': '" + name + "' is not " +
+                          std::to_string(opts_.rank.size) +
+                          " shards (was it saved by this package on as many ranks?)");
+      t.data.erase(t.data.begin(),
+                   t.data.begin() + static_cast<std::ptrdiff_t>(share * opts_.rank.rank));
       t.data.resize(share);
       t.shape = {static_cast<int64_t>(share / pkg::dtypeSize(t.dtype))};
     }
     if (auto v = matchVariable(pkg_->meta(), name, it->second); !v)
-      return Status(StatusCode::InvalidArgument, "checkpoint '" + path + "': " + v.status().message());
+      return Status(StatusCode::InvalidArgument,
+                    "checkpoint '" + path + "': " + v.status().message());
   }
   for (const std::string &name : variableNames())
     DLC_RETURN_IF_ERROR(setVariable(name, ck->at(name)));
@@ -272,15 +285,24 @@ Status Session::broadcastVariables(int root) {
   if (const auto *vs = pkg_->meta().variables())
     for (const pkg::Variable *v : *vs)
       if (!v->sharded()) // each rank's own shard of ZeRO-1 optimizer state
-        DLC_RETURN_IF_ERROR(backend_->broadcast(pkg::BufRef(v->buffer(), 0), v->data()->size(), root));
+        DLC_RETURN_IF_ERROR(
+            backend_->broadcast(pkg::BufRef(v->buffer(), 0), v->data()->size(), root));
   return backend_->synchronize();
 }
 
-CollectiveStats Session::collectiveStats() const { return backend_->collectiveStats(); }
+CollectiveStats Session::collectiveStats() const {
+  return backend_->collectiveStats();
+}
 
-std::string Session::backendDescription() const { return backend_->describe(); }
-std::string Session::backendNote() const { return backend_->note(); }
-DeviceKind Session::deviceKind() const { return backend_->kind(); }
+std::string Session::backendDescription() const {
+  return backend_->describe();
+}
+std::string Session::backendNote() const {
+  return backend_->note();
+}
+DeviceKind Session::deviceKind() const {
+  return backend_->kind();
+}
 
 int Session::inputIndex(const std::string &name) const {
   const pkg::Package &m = pkg_->meta();
@@ -319,8 +341,9 @@ Status Session::checkRangedInput(int index, const HostTensor &t) const {
   const pkg::TensorInfo *in = m.inputs()->Get(index);
   std::string name = in->name()->str();
   if (t.dtype != in->dtype())
-    return Status(StatusCode::InvalidArgument, "input '" + name + "' has dtype " + pkg::dtypeName(t.dtype) +
-                                                   ", the model expects " + pkg::dtypeName(in->dtype()));
+    return Status(StatusCode::InvalidArgument,
+                  "input '" + name + "' has dtype " + pkg::dtypeName(t.dtype) +
+                      ", the model expects " + pkg::dtypeName(in->dtype()));
   pkg::ShapeBounds b = pkg::inputShapeBounds(m, static_cast<uint32_t>(index));
   std::string expect = "[";
   for (size_t a = 0; a < b.min.size(); ++a)
@@ -328,8 +351,9 @@ Status Session::checkRangedInput(int index, const HostTensor &t) const {
               (b.min[a] != b.max[a] ? ".." + std::to_string(b.max[a]) : std::string());
   expect += "]";
   auto wrongShape = [&] {
-    return Status(StatusCode::InvalidArgument,
-                  "input '" + name + "' has shape " + shapeString(t.shape) + ", the model expects " + expect);
+    return Status(StatusCode::InvalidArgument, "input '" + name + "' has shape " +
+                                                   shapeString(t.shape) + ", the model expects " +
+                                                   expect);
   };
   if (t.shape.size() != b.min.size())
     return wrongShape();
@@ -339,14 +363,16 @@ Status Session::checkRangedInput(int index, const HostTensor &t) const {
     if (b.min[a] == b.max[a])
       return wrongShape();
     return Status(StatusCode::InvalidArgument,
-                  "input '" + name + "' dimension " + std::to_string(a) + " is " + std::to_string(t.shape[a]) +
-                      ", outside the range " + std::to_string(b.min[a]) + ".." + std::to_string(b.max[a]) +
-                      " the package was compiled for (shape " + shapeString(t.shape) + ", the model expects " +
-                      expect + ")");
+                  "input '" + name + "' dimension " + std::to_string(a) + " is " +
+                      std::to_string(t.shape[a]) + ", outside the range " +
+                      std::to_string(b.min[a]) + ".." + std::to_string(b.max[a]) +
+                      " the package was compiled for (shape " + shapeString(t.shape) +
+                      ", the model expects " + expect + ")");
   }
   if (t.data.size() != t.byteSize())
-    return Status(StatusCode::InvalidArgument, "input '" + name + "' holds " + std::to_string(t.data.size()) +
-                                                   " bytes, expected " + std::to_string(t.byteSize()));
+    return Status(StatusCode::InvalidArgument,
+                  "input '" + name + "' holds " + std::to_string(t.data.size()) +
+                      " bytes, expected " + std::to_string(t.byteSize()));
   return Status::ok();
 }
 
@@ -356,7 +382,8 @@ Status Session::selectSchedule() {
   auto matches = [&](size_t k) {
     for (size_t i = 0; i < staged_.size(); ++i) {
       const auto *shape = schedules_[k].inputs->Get(i)->shape();
-      if (shape ? !std::equal(shape->begin(), shape->end(), staged_[i].shape.begin(), staged_[i].shape.end())
+      if (shape ? !std::equal(shape->begin(), shape->end(), staged_[i].shape.begin(),
+                              staged_[i].shape.end())
                 : !staged_[i].shape.empty())
         return false;
     }
@@ -370,7 +397,8 @@ Status Session::selectSchedule() {
   if (found == schedules_.size()) {
     std::string shapes;
     for (size_t i = 0; i < staged_.size(); ++i)
-      shapes += (i ? ", " : "") + pkg_->meta().inputs()->Get(i)->name()->str() + shapeString(staged_[i].shape);
+      shapes += (i ? ", " : "") + pkg_->meta().inputs()->Get(i)->name()->str() +
+                shapeString(staged_[i].shape);
     return Status(StatusCode::InvalidArgument,
                   "no shape in the package's ranges has the inputs " + shapes +
                       " (dimensions compiled with the same range vary together and must be equal)");
@@ -406,14 +434,15 @@ static Status hostTransfer(const flatbuffers::Vector<flatbuffers::Offset<pkg::Te
                            int index, const char *what, const std::string &name, const void *data,
                            size_t size, const pkg::TensorInfo *&t) {
   if (index < 0)
-    return Status(StatusCode::InvalidArgument, std::string("the model has no ") + what + " named '" + name + "'");
+    return Status(StatusCode::InvalidArgument,
+                  std::string("the model has no ") + what + " named '" + name + "'");
   t = tensors->Get(index);
   if (!data && size)
     return Status(StatusCode::InvalidArgument, std::string(what) + " '" + name + "': data is null");
   if (size != tensorBytes(t))
-    return Status(StatusCode::InvalidArgument, std::string(what) + " '" + name + "' has " +
-                                                   std::to_string(tensorBytes(t)) + " bytes, the buffer has " +
-                                                   std::to_string(size));
+    return Status(StatusCode::InvalidArgument,
+                  std::string(what) + " '" + name + "' has " + std::to_string(tensorBytes(t)) +
+                      " bytes, the buffer has " + std::to_string(size));
   return Status::ok();
 }
 
@@ -427,8 +456,9 @@ Status Session::setInputBytes(const std::string &name, const void *data, size_t 
     t.shape = staged_[i].shape;
     if (size != t.byteSize())
       return Status(StatusCode::InvalidArgument,
-                    "input '" + name + "' has " + std::to_string(t.byteSize()) + " bytes at its shape " +
-                        shapeString(t.shape) + ", the buffer has " + std::to_string(size) +
+                    "input '" + name + "' has " + std::to_string(t.byteSize()) +
+                        " bytes at its shape " + shapeString(t.shape) + ", the buffer has " +
+                        std::to_string(size) +
                         "; the package takes a range of shapes: give the shape with the data "
                         "(dlc_session_set_input_tensor, Session::setInput)");
     if (!data && size)
@@ -448,12 +478,15 @@ Status Session::setInputBytes(const std::string &name, const void *data, size_t 
 Status Session::bindDevice(const std::string &name, bool isOutput, uint64_t devicePtr) {
   int i = isOutput ? outputIndex(name) : inputIndex(name);
   if (i < 0)
-    return Status(StatusCode::InvalidArgument, isOutput ? "the model has no output named '" + name + "'"
-                                                        : pkg::unknownInputMessage(pkg_->meta(), name));
+    return Status(StatusCode::InvalidArgument, isOutput
+                                                   ? "the model has no output named '" + name + "'"
+                                                   : pkg::unknownInputMessage(pkg_->meta(), name));
   if (ranged_)
-    return Status(StatusCode::InvalidArgument, "'" + name + "': device pointers cannot be bound in a package "
-                                               "compiled for a range of shapes (each shape has its own buffers); "
-                                               "set the data from the host");
+    return Status(StatusCode::InvalidArgument,
+                  "'" + name +
+                      "': device pointers cannot be bound in a package "
+                      "compiled for a range of shapes (each shape has its own buffers); "
+                      "set the data from the host");
   if (!devicePtr)
     return Status(StatusCode::InvalidArgument, "device pointer for '" + name + "' is null");
   const pkg::TensorInfo *t = (isOutput ? pkg_->meta().outputs() : pkg_->meta().inputs())->Get(i);
@@ -461,7 +494,8 @@ Status Session::bindDevice(const std::string &name, bool isOutput, uint64_t devi
   // element's alignment is all a bound pointer needs.
   size_t align = pkg::dtypeSize(t->dtype());
   if (align > 1 && devicePtr % align)
-    return Status(StatusCode::InvalidArgument, "device pointer for '" + name + "' is not aligned to its " +
+    return Status(StatusCode::InvalidArgument, "device pointer for '" + name +
+                                                   "' is not aligned to its " +
                                                    std::to_string(align) + "-byte elements");
   DLC_RETURN_IF_ERROR(backend_->bindExternal(t->buffer(), devicePtr));
   if (!isOutput)
@@ -469,7 +503,9 @@ Status Session::bindDevice(const std::string &name, bool isOutput, uint64_t devi
   return Status::ok();
 }
 
-Status Session::setStream(void *stream) { return backend_->setStream(stream); }
+Status Session::setStream(void *stream) {
+  return backend_->setStream(stream);
+}
 
 Status Session::getOutputBytes(const std::string &name, void *data, size_t size) const {
   const pkg::TensorInfo *o = nullptr;
@@ -496,26 +532,31 @@ Status Session::setInput(const std::string &name, const HostTensor &t) {
       auto shape = shapeOf(in);
       if (t.dtype != in->dtype())
         return Status(StatusCode::InvalidArgument,
-                      "input '" + name + "' has dtype " + pkg::dtypeName(t.dtype) + ", the model expects " +
-                          pkg::dtypeName(in->dtype()));
+                      "input '" + name + "' has dtype " + pkg::dtypeName(t.dtype) +
+                          ", the model expects " + pkg::dtypeName(in->dtype()));
       if (t.shape != shape)
         return Status(StatusCode::InvalidArgument, "input '" + name + "' has shape " +
-                                                       shapeString(t.shape) + ", the model expects " +
-                                                       shapeString(shape));
+                                                       shapeString(t.shape) +
+                                                       ", the model expects " + shapeString(shape));
       if (t.data.size() != t.byteSize())
-        return Status(StatusCode::InvalidArgument, "input '" + name + "' holds " +
-                                                       std::to_string(t.data.size()) + " bytes, expected " +
-                                                       std::to_string(t.byteSize()));
-      DLC_RETURN_IF_ERROR(backend_->upload(pkg::BufRef(in->buffer(), 0), t.data.data(), t.data.size()));
+        return Status(StatusCode::InvalidArgument,
+                      "input '" + name + "' holds " + std::to_string(t.data.size()) +
+                          " bytes, expected " + std::to_string(t.byteSize()));
+      DLC_RETURN_IF_ERROR(
+          backend_->upload(pkg::BufRef(in->buffer(), 0), t.data.data(), t.data.size()));
       inputSet_[i] = true;
       return Status::ok();
     }
   return Status(StatusCode::InvalidArgument, pkg::unknownInputMessage(m, name));
 }
 
-Status Session::run() { return runSteps(false); }
+Status Session::run() {
+  return runSteps(false);
+}
 
-Status Session::evaluate() { return runSteps(true); }
+Status Session::evaluate() {
+  return runSteps(true);
+}
 
 Status Session::runSteps(bool evaluation) {
   const pkg::Package &m = pkg_->meta();
@@ -576,8 +617,9 @@ Status Session::runSteps(bool evaluation) {
         st = backend_->gemm(g, node, epilogueApplied);
         if (!st && !epilogueApplied) {
           if (!g.fallback())
-            return Status(StatusCode::Internal, "GEMM of node '" + node + "' ran without its epilogue, and the "
-                                                                          "package has no fallback kernel for it");
+            return Status(StatusCode::Internal, "GEMM of node '" + node +
+                                                    "' ran without its epilogue, and the "
+                                                    "package has no fallback kernel for it");
           st = backend_->launch(*g.fallback(), node);
         }
         break;
@@ -599,13 +641,15 @@ Status Session::runSteps(bool evaluation) {
         kind = "wait";
         st = evaluation ? Status::ok() : backend_->waitCollective(*s->op_as_CollectiveWait());
         break;
-      default: st = Status(StatusCode::InvalidPackage, "unknown step kind");
+      default:
+        st = Status(StatusCode::InvalidPackage, "unknown step kind");
       }
       if (st)
         return st;
       if (opts_.profile) {
         DLC_RETURN_IF_ERROR(backend_->synchronize());
-        double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+        double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                        .count();
         profile_.push_back({node, kind, us});
       }
     }
@@ -626,13 +670,15 @@ Status Session::checkDataErrors() const {
     return Status::ok();
   const pkg::Buffer *b = sc.buffers->Get(sc.checkBuffer);
   std::vector<uint32_t> words(b->bytes() / 4);
-  DLC_RETURN_IF_ERROR(backend_->download(words.data(), pkg::BufRef(sc.checkBuffer, 0), words.size() * 4));
+  DLC_RETURN_IF_ERROR(
+      backend_->download(words.data(), pkg::BufRef(sc.checkBuffer, 0), words.size() * 4));
   for (const pkg::Check *c : *sc.checks) {
     uint32_t w = words[c->offset() / 4];
     if (w)
-      return Status(StatusCode::DataError, "node '" + c->node()->str() + "': " + c->what()->str() +
-                                               " (the input data is invalid for this model; the outputs of "
-                                               "this run are not meaningful)");
+      return Status(StatusCode::DataError,
+                    "node '" + c->node()->str() + "': " + c->what()->str() +
+                        " (the input data is invalid for this model; the outputs of "
+                        "this run are not meaningful)");
   }
   return Status::ok();
 }

@@ -28,7 +28,8 @@ inline constexpr int kAttentionKeys = 32;
 template <int Warps, int QR, int VR, class I, class Q, class K, class V, class Sc, class Out>
 __global__ void __launch_bounds__(32 * Warps) attention(const AttentionArgs<Q, K, V, Sc, Out> a) {
   const AttentionShape &s = a.s;
-  const I Sq = static_cast<I>(s.Sq), Sk = static_cast<I>(s.Sk), hd = static_cast<I>(s.hd), hdv = static_cast<I>(s.hdv);
+  const I Sq = static_cast<I>(s.Sq), Sk = static_cast<I>(s.Sk), hd = static_cast<I>(s.hd),
+          hdv = static_cast<I>(s.hdv);
   DLC_DYNAMIC_SMEM(float, smem);
   float *Ks = smem, *Vs = smem + kAttentionKeys * hd; // [32][hd], [32][hdv]
   const int warpId = threadIdx.x >> 5, lane = threadIdx.x & 31;

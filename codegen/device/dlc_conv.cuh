@@ -63,12 +63,14 @@ template <bool Pointwise, bool CL, class I> struct ConvColumn {
     }
   }
   template <class X>
-  __device__ __forceinline__ typename X::Value load(const typename X::Params &x, const ConvShape &s, I kk) const {
+  __device__ __forceinline__ typename X::Value load(const typename X::Params &x, const ConvShape &s,
+                                                    I kk) const {
     typedef typename X::Value T;
     if (!in)
       return T(0);
     if (Pointwise)
-      return X::load(x, CL ? xBase + op * static_cast<I>(s.C) + kk : xBase + kk * static_cast<I>(s.inSize) + op);
+      return X::load(x, CL ? xBase + op * static_cast<I>(s.C) + kk
+                           : xBase + kk * static_cast<I>(s.inSize) + op);
     I kr = kk, ch;
     if (CL) {
       ch = s.dCg.split(kr); // kr: the tap
@@ -79,17 +81,19 @@ template <bool Pointwise, bool CL, class I> struct ConvColumn {
     const I q2 = s.dK2.split(kr), q1 = s.dK1.split(kr);
     const I i0 = base0 + kr * static_cast<I>(s.dil[0]), i1 = base1 + q1 * static_cast<I>(s.dil[1]),
             i2 = base2 + q2 * static_cast<I>(s.dil[2]);
-    if (i0 >= 0 && i0 < static_cast<I>(s.in[0]) && i1 >= 0 && i1 < static_cast<I>(s.in[1]) && i2 >= 0 &&
-        i2 < static_cast<I>(s.in[2])) {
+    if (i0 >= 0 && i0 < static_cast<I>(s.in[0]) && i1 >= 0 && i1 < static_cast<I>(s.in[1]) &&
+        i2 >= 0 && i2 < static_cast<I>(s.in[2])) {
       const I cell = (i0 * static_cast<I>(s.in[1]) + i1) * static_cast<I>(s.in[2]) + i2;
-      return X::load(x, CL ? xBase + cell * static_cast<I>(s.C) + ch : xBase + ch * static_cast<I>(s.inSize) + cell);
+      return X::load(x, CL ? xBase + cell * static_cast<I>(s.C) + ch
+                           : xBase + ch * static_cast<I>(s.inSize) + cell);
     }
     return T(0);
   }
 };
 
 /// Where output channel m of GEMM column pp (image q, position o) is stored.
-template <bool CL, class I> __device__ __forceinline__ I convOutIndex(const ConvShape &s, I m, I pp) {
+template <bool CL, class I>
+__device__ __forceinline__ I convOutIndex(const ConvShape &s, I m, I pp) {
   if (CL)
     return pp * static_cast<I>(s.M) + m;
   I q = pp;
@@ -112,8 +116,9 @@ template <bool CL, int NT, int BN> struct ConvStaging {
 template <class I> struct ConvBlock {
   I pBase, mBase, M, K, NP, kBegin, kEnd;
   __device__ __forceinline__ ConvBlock(const ConvShape &s, int BM, int BN)
-      : pBase(static_cast<I>(blockIdx.x) * BN), mBase(static_cast<I>(blockIdx.y) * BM), M(static_cast<I>(s.M)),
-        K(static_cast<I>(s.K)), NP(static_cast<I>(s.NP)), kBegin(static_cast<I>(blockIdx.z) * static_cast<I>(s.kPerSplit)),
+      : pBase(static_cast<I>(blockIdx.x) * BN), mBase(static_cast<I>(blockIdx.y) * BM),
+        M(static_cast<I>(s.M)), K(static_cast<I>(s.K)), NP(static_cast<I>(s.NP)),
+        kBegin(static_cast<I>(blockIdx.z) * static_cast<I>(s.kPerSplit)),
         kEnd(K - kBegin < static_cast<I>(s.kPerSplit) ? K : kBegin + static_cast<I>(s.kPerSplit)) {}
 };
 
@@ -130,7 +135,8 @@ __global__ void __launch_bounds__(Tile::Threads) conv_igemm(const ConvArgs<X, Ou
   const WT *w = static_cast<const WT *>(s.w);
   const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
   const ConvBlock<I> blk(s, BM, BN);
-  const I pBase = blk.pBase, mBase = blk.mBase, M = blk.M, K = blk.K, NP = blk.NP, kBegin = blk.kBegin, kEnd = blk.kEnd;
+  const I pBase = blk.pBase, mBase = blk.mBase, M = blk.M, K = blk.K, NP = blk.NP,
+          kBegin = blk.kBegin, kEnd = blk.kEnd;
   // This thread stages one column of every B tile: decompose its position once.
   const ConvStaging<CL, NT, BN> stg(tid);
   const int bCol = stg.col, bRow0 = stg.row0;
@@ -198,29 +204,34 @@ __global__ void __launch_bounds__(Tile::Threads) conv_igemm(const ConvArgs<X, Ou
 /// WM x WN in 16 x 16 fragments; K staged BK at a time.
 template <int BM_, int BN_, int WM_, int WN_> struct ConvTcTile {
   static constexpr int BM = BM_, BN = BN_, WM = WM_, WN = WN_, BK = 32;
-  static constexpr int WarpsN = BN / WN, Threads = (BM / WM) * WarpsN * 32, FM = WM / 16, FN = WN / 16;
+  static constexpr int WarpsN = BN / WN, Threads = (BM / WM) * WarpsN * 32, FM = WM / 16,
+                       FN = WN / 16;
 };
 
 template <class Tile, bool Pointwise, bool CL, class I, class MT, class WT, class X, class Out>
 __global__ void __launch_bounds__(Tile::Threads) conv_igemm_tc(const ConvArgs<X, Out> a) {
   typedef typename X::Value T; // float
-  constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, NT = Tile::Threads, FM = Tile::FM, FN = Tile::FN;
+  constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, NT = Tile::Threads, FM = Tile::FM,
+                FN = Tile::FN;
   // Row pitches: multiples of 16 bytes (WMMA's ldm) that shift banks row to row.
   constexpr int LDA = BK + 8, LDB = BN + 8, LDC = BN + 4;
-  static_assert(NT % BN == 0 && (BK * BN) % NT == 0 && BM % Tile::WM == 0 && BN % Tile::WN == 0, "tile shape");
+  static_assert(NT % BN == 0 && (BK * BN) % NT == 0 && BM % Tile::WM == 0 && BN % Tile::WN == 0,
+                "tile shape");
   constexpr int RowsPerPass = NT / BN, BRows = BK / RowsPerPass;
   // The accumulators reuse the staging buffers once the K loop is done.
-  constexpr int ABytes = BM * LDA * int(sizeof(MT)), BBytes = BK * LDB * int(sizeof(MT)), CBytes = BM * LDC * 4;
+  constexpr int ABytes = BM * LDA * int(sizeof(MT)), BBytes = BK * LDB * int(sizeof(MT)),
+                CBytes = BM * LDC * 4;
   constexpr int Bytes = ABytes + BBytes > CBytes ? ABytes + BBytes : CBytes;
   __shared__ __align__(32) unsigned char smem[Bytes];
-  MT *As = reinterpret_cast<MT *>(smem);           // weights, [m][k]
-  MT *Bs = reinterpret_cast<MT *>(smem + ABytes);  // im2col, [k][p]
-  float *Cs = reinterpret_cast<float *>(smem);     // accumulators, [m][p]
+  MT *As = reinterpret_cast<MT *>(smem);          // weights, [m][k]
+  MT *Bs = reinterpret_cast<MT *>(smem + ABytes); // im2col, [k][p]
+  float *Cs = reinterpret_cast<float *>(smem);    // accumulators, [m][p]
   const ConvShape &s = a.s;
   const WT *w = static_cast<const WT *>(s.w);
   const int tid = threadIdx.x, warp = tid / 32, wm = warp / Tile::WarpsN, wn = warp % Tile::WarpsN;
   const ConvBlock<I> blk(s, BM, BN);
-  const I pBase = blk.pBase, mBase = blk.mBase, M = blk.M, K = blk.K, NP = blk.NP, kBegin = blk.kBegin, kEnd = blk.kEnd;
+  const I pBase = blk.pBase, mBase = blk.mBase, M = blk.M, K = blk.K, NP = blk.NP,
+          kBegin = blk.kBegin, kEnd = blk.kEnd;
   const ConvStaging<CL, NT, BN> stg(tid);
   const int bCol = stg.col, bRow0 = stg.row0;
   const ConvColumn<Pointwise, CL, I> col(s, pBase + bCol);
@@ -247,8 +258,10 @@ __global__ void __launch_bounds__(Tile::Threads) conv_igemm_tc(const ConvArgs<X,
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 16) {
-      nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, MT, nvcuda::wmma::row_major> fa[FM];
-      nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, MT, nvcuda::wmma::row_major> fb[FN];
+      nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, MT, nvcuda::wmma::row_major>
+          fa[FM];
+      nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, MT, nvcuda::wmma::row_major>
+          fb[FN];
 #pragma unroll
       for (int i = 0; i < FM; ++i)
         nvcuda::wmma::load_matrix_sync(fa[i], As + (wm * Tile::WM + i * 16) * LDA + kk, LDA);
@@ -267,8 +280,8 @@ __global__ void __launch_bounds__(Tile::Threads) conv_igemm_tc(const ConvArgs<X,
   for (int i = 0; i < FM; ++i)
 #pragma unroll
     for (int j = 0; j < FN; ++j)
-      nvcuda::wmma::store_matrix_sync(Cs + (wm * Tile::WM + i * 16) * LDC + wn * Tile::WN + j * 16, acc[i][j], LDC,
-                                      nvcuda::wmma::mem_row_major);
+      nvcuda::wmma::store_matrix_sync(Cs + (wm * Tile::WM + i * 16) * LDC + wn * Tile::WN + j * 16,
+                                      acc[i][j], LDC, nvcuda::wmma::mem_row_major);
   __syncthreads();
   T *partial = static_cast<T *>(s.partial);
   // Adjacent threads store adjacent positions of one output channel (channels-last:
@@ -282,7 +295,8 @@ __global__ void __launch_bounds__(Tile::Threads) conv_igemm_tc(const ConvArgs<X,
     if (partial)
       partial[(static_cast<I>(blockIdx.z) * M + m) * NP + pp] = v;
     else
-      Out::store(a.out, convOutIndex<CL>(s, m, pp), v + (s.bias ? ld<T>(static_cast<const WT *>(s.bias), m) : T(0)));
+      Out::store(a.out, convOutIndex<CL>(s, m, pp),
+                 v + (s.bias ? ld<T>(static_cast<const WT *>(s.bias), m) : T(0)));
   }
 }
 
@@ -295,8 +309,8 @@ __global__ void __launch_bounds__(256) conv_splitk_reduce(const ConvArgs<X, Out>
   const T *partial = static_cast<const T *>(s.partial);
   const I total = static_cast<I>(s.M) * static_cast<I>(s.NP), MNP = total;
   const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
-  for (I e = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); e < total;
-       e += step) {
+  for (I e = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+       e < total; e += step) {
     I m = e;
     const I pp = s.dNP.split(m);
     T acc = s.bias ? ld<T>(static_cast<const WT *>(s.bias), m) : T(0);
@@ -315,8 +329,8 @@ __global__ void __launch_bounds__(256) conv_direct(const ConvArgs<X, Out> a) {
   const WT *w = static_cast<const WT *>(s.w);
   const I total = static_cast<I>(s.N) * static_cast<I>(s.M) * static_cast<I>(s.P);
   const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
-  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); i < total;
-       i += step) {
+  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+       i < total; i += step) {
     I r = i;
     I o2, o1, o0, m;
     if (CL) {
@@ -332,15 +346,18 @@ __global__ void __launch_bounds__(256) conv_direct(const ConvArgs<X, Out> a) {
       const I wb = m * static_cast<I>(s.kSize) * static_cast<I>(s.Cg);
       forEachWindowTap(s, o0, o1, o2, [&](I cell, I tap) {
         for (I c = 0; c < static_cast<I>(s.Cg); ++c)
-          acc += X::load(a.x, xb + cell * static_cast<I>(s.C) + c) * ld<T>(w, wb + tap * static_cast<I>(s.Cg) + c);
+          acc += X::load(a.x, xb + cell * static_cast<I>(s.C) + c) *
+                 ld<T>(w, wb + tap * static_cast<I>(s.Cg) + c);
       });
       Out::store(a.out, i, acc);
       continue;
     }
     for (I c = 0; c < static_cast<I>(s.Cg); ++c) {
-      const I xb = (nb * static_cast<I>(s.C) + g * static_cast<I>(s.Cg) + c) * static_cast<I>(s.inSize);
+      const I xb =
+          (nb * static_cast<I>(s.C) + g * static_cast<I>(s.Cg) + c) * static_cast<I>(s.inSize);
       const I wb = (m * static_cast<I>(s.Cg) + c) * static_cast<I>(s.kSize);
-      forEachWindowTap(s, o0, o1, o2, [&](I cell, I tap) { acc += X::load(a.x, xb + cell) * ld<T>(w, wb + tap); });
+      forEachWindowTap(s, o0, o1, o2,
+                       [&](I cell, I tap) { acc += X::load(a.x, xb + cell) * ld<T>(w, wb + tap); });
     }
     Out::store(a.out, i, acc);
   }
@@ -387,10 +404,12 @@ __global__ void __launch_bounds__(256) conv_transpose(const ConvTransposeArgs<Ou
             }
             if (!inside)
               continue;
-            acc += ld<T>(x, (nb * static_cast<I>(s.C) + c) * static_cast<I>(s.xSize) +
-                                (xi[0] * static_cast<I>(s.out[1]) + xi[1]) * static_cast<I>(s.out[2]) + xi[2]) *
-                   ld<T>(w, (c * static_cast<I>(s.Mg) + mm) * static_cast<I>(s.kSize) +
-                                (k0 * static_cast<I>(s.k[1]) + k1) * static_cast<I>(s.k[2]) + k2);
+            acc +=
+                ld<T>(x, (nb * static_cast<I>(s.C) + c) * static_cast<I>(s.xSize) +
+                             (xi[0] * static_cast<I>(s.out[1]) + xi[1]) * static_cast<I>(s.out[2]) +
+                             xi[2]) *
+                ld<T>(w, (c * static_cast<I>(s.Mg) + mm) * static_cast<I>(s.kSize) +
+                             (k0 * static_cast<I>(s.k[1]) + k1) * static_cast<I>(s.k[2]) + k2);
           }
     Out::store(a.out, i, acc);
   }

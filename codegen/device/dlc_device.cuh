@@ -19,7 +19,8 @@
 
 /// A grid-stride loop over [0, n) with index type I.
 #define DLC_GRID_STRIDE(i, n)                                                                      \
-  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); \
+  for (I i =                                                                                       \
+           static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);  \
        i < (n); i += static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x))
 
 namespace dlc {
@@ -72,7 +73,9 @@ template <> struct Cvt<bool, double> {
   static __device__ __forceinline__ bool run(double v) { return v != 0.0; }
 };
 template <class From> struct Cvt<__half, From> {
-  static __device__ __forceinline__ __half run(From v) { return __float2half_rn(static_cast<float>(v)); }
+  static __device__ __forceinline__ __half run(From v) {
+    return __float2half_rn(static_cast<float>(v));
+  }
 };
 template <class From> struct Cvt<__nv_bfloat16, From> {
   static __device__ __forceinline__ __nv_bfloat16 run(From v) {
@@ -80,7 +83,9 @@ template <class From> struct Cvt<__nv_bfloat16, From> {
   }
 };
 template <class To> struct Cvt<To, __half> {
-  static __device__ __forceinline__ To run(__half v) { return Cvt<To, float>::run(__half2float(v)); }
+  static __device__ __forceinline__ To run(__half v) {
+    return Cvt<To, float>::run(__half2float(v));
+  }
 };
 template <class To> struct Cvt<To, __nv_bfloat16> {
   static __device__ __forceinline__ To run(__nv_bfloat16 v) {
@@ -141,8 +146,12 @@ template <> struct Limits<float> {
   static __device__ __forceinline__ float highest() { return __int_as_float(0x7f800000); }
 };
 template <> struct Limits<double> {
-  static __device__ __forceinline__ double lowest() { return -__longlong_as_double(0x7ff0000000000000LL); }
-  static __device__ __forceinline__ double highest() { return __longlong_as_double(0x7ff0000000000000LL); }
+  static __device__ __forceinline__ double lowest() {
+    return -__longlong_as_double(0x7ff0000000000000LL);
+  }
+  static __device__ __forceinline__ double highest() {
+    return __longlong_as_double(0x7ff0000000000000LL);
+  }
 };
 template <> struct Limits<long long> {
   static __device__ __forceinline__ long long lowest() { return -9223372036854775807LL - 1; }
@@ -160,17 +169,21 @@ template <> struct Limits<bool> {
 /// Calls f(cell, tap) for every tap of a 3-D window whose input position lies inside
 /// the input: cell is the input position's offset within its channel, tap the tap's
 /// index in the kernel. S has in/k/stride/dil/pad arrays (ConvShape, PoolShape).
-template <class I, class S, class F> __device__ __forceinline__ void forEachWindowTap(const S &s, I o0, I o1, I o2, F f) {
+template <class I, class S, class F>
+__device__ __forceinline__ void forEachWindowTap(const S &s, I o0, I o1, I o2, F f) {
   for (I k0 = 0; k0 < static_cast<I>(s.k[0]); ++k0) {
-    const I i0 = o0 * static_cast<I>(s.stride[0]) + k0 * static_cast<I>(s.dil[0]) - static_cast<I>(s.pad[0]);
+    const I i0 =
+        o0 * static_cast<I>(s.stride[0]) + k0 * static_cast<I>(s.dil[0]) - static_cast<I>(s.pad[0]);
     if (i0 < 0 || i0 >= static_cast<I>(s.in[0]))
       continue;
     for (I k1 = 0; k1 < static_cast<I>(s.k[1]); ++k1) {
-      const I i1 = o1 * static_cast<I>(s.stride[1]) + k1 * static_cast<I>(s.dil[1]) - static_cast<I>(s.pad[1]);
+      const I i1 = o1 * static_cast<I>(s.stride[1]) + k1 * static_cast<I>(s.dil[1]) -
+                   static_cast<I>(s.pad[1]);
       if (i1 < 0 || i1 >= static_cast<I>(s.in[1]))
         continue;
       for (I k2 = 0; k2 < static_cast<I>(s.k[2]); ++k2) {
-        const I i2 = o2 * static_cast<I>(s.stride[2]) + k2 * static_cast<I>(s.dil[2]) - static_cast<I>(s.pad[2]);
+        const I i2 = o2 * static_cast<I>(s.stride[2]) + k2 * static_cast<I>(s.dil[2]) -
+                     static_cast<I>(s.pad[2]);
         if (i2 < 0 || i2 >= static_cast<I>(s.in[2]))
           continue;
         f((i0 * static_cast<I>(s.in[1]) + i1) * static_cast<I>(s.in[2]) + i2,
@@ -194,8 +207,12 @@ template <class S, class C, class I> __device__ __forceinline__ void st(S *p, I 
 //===----------------------------------------------------------------------===//
 
 #define DLC_MATH1(NAME, F32, F64)                                                                  \
-  __device__ __forceinline__ float NAME(float x) { return F32(x); }                               \
-  __device__ __forceinline__ double NAME(double x) { return F64(x); }
+  __device__ __forceinline__ float NAME(float x) {                                                 \
+    return F32(x);                                                                                 \
+  }                                                                                                \
+  __device__ __forceinline__ double NAME(double x) {                                               \
+    return F64(x);                                                                                 \
+  }
 DLC_MATH1(exp_, expf, exp)
 DLC_MATH1(log_, logf, log)
 DLC_MATH1(sqrt_, sqrtf, sqrt)
@@ -218,11 +235,21 @@ DLC_MATH1(rint_, rintf, rint)
 DLC_MATH1(fabs_, fabsf, fabs)
 DLC_MATH1(log1p_, log1pf, log1p)
 #undef DLC_MATH1
-__device__ __forceinline__ float pow_(float a, float b) { return powf(a, b); }
-__device__ __forceinline__ double pow_(double a, double b) { return pow(a, b); }
-__device__ __forceinline__ float fmod_(float a, float b) { return fmodf(a, b); }
-__device__ __forceinline__ double fmod_(double a, double b) { return fmod(a, b); }
-template <class T> __device__ __forceinline__ bool isnan_(T x) { return x != x; }
+__device__ __forceinline__ float pow_(float a, float b) {
+  return powf(a, b);
+}
+__device__ __forceinline__ double pow_(double a, double b) {
+  return pow(a, b);
+}
+__device__ __forceinline__ float fmod_(float a, float b) {
+  return fmodf(a, b);
+}
+__device__ __forceinline__ double fmod_(double a, double b) {
+  return fmod(a, b);
+}
+template <class T> __device__ __forceinline__ bool isnan_(T x) {
+  return x != x;
+}
 template <class T> __device__ __forceinline__ bool isinf_(T x) {
   return x == T(1) / T(0) || x == -T(1) / T(0);
 }
@@ -239,7 +266,9 @@ template <class T> __device__ __forceinline__ T softplus_(T x) {
 template <class T> __device__ __forceinline__ T idiv(T a, T b) {
   return b == T(0) ? T(0) : ((b == T(-1) && a == T(u64(1) << (sizeof(T) * 8 - 1))) ? a : T(a / b));
 }
-template <class T> __device__ __forceinline__ T udiv(T a, T b) { return b == T(0) ? T(0) : T(a / b); }
+template <class T> __device__ __forceinline__ T udiv(T a, T b) {
+  return b == T(0) ? T(0) : T(a / b);
+}
 /// Integer modulo with the sign of the divisor (Python semantics; fmod = 0).
 template <class T> __device__ __forceinline__ T imodFloor(T a, T b) {
   if (b == T(0))
@@ -247,37 +276,67 @@ template <class T> __device__ __forceinline__ T imodFloor(T a, T b) {
   T m = a % b;
   return (m != T(0) && ((m < T(0)) != (b < T(0)))) ? T(m + b) : m;
 }
-template <class T> __device__ __forceinline__ T imodTrunc(T a, T b) { return b == T(0) ? T(0) : T(a % b); }
+template <class T> __device__ __forceinline__ T imodTrunc(T a, T b) {
+  return b == T(0) ? T(0) : T(a % b);
+}
 
 // Helpers named by the element-wise expression templates of the op table.
 enum { attr_none = 0, attr_tanh = 1, attr_LEFT = 2, attr_RIGHT = 3 };
 struct None {};
-template <class T> __device__ __forceinline__ T stdmin(T a, T b) { return (b < a) ? b : a; }
-template <class T> __device__ __forceinline__ T stdmax(T a, T b) { return (a < b) ? b : a; }
-__device__ __forceinline__ float div_(float a, float b) { return a / b; }
-__device__ __forceinline__ double div_(double a, double b) { return a / b; }
-__device__ __forceinline__ long long div_(long long a, long long b) { return idiv(a, b); }
-__device__ __forceinline__ u64 div_(u64 a, u64 b) { return udiv(a, b); }
-template <class B> __device__ __forceinline__ float pow_(float a, B b) { return powf(a, static_cast<float>(b)); }
-template <class B> __device__ __forceinline__ double pow_(double a, B b) { return pow(a, static_cast<double>(b)); }
+template <class T> __device__ __forceinline__ T stdmin(T a, T b) {
+  return (b < a) ? b : a;
+}
+template <class T> __device__ __forceinline__ T stdmax(T a, T b) {
+  return (a < b) ? b : a;
+}
+__device__ __forceinline__ float div_(float a, float b) {
+  return a / b;
+}
+__device__ __forceinline__ double div_(double a, double b) {
+  return a / b;
+}
+__device__ __forceinline__ long long div_(long long a, long long b) {
+  return idiv(a, b);
+}
+__device__ __forceinline__ u64 div_(u64 a, u64 b) {
+  return udiv(a, b);
+}
+template <class B> __device__ __forceinline__ float pow_(float a, B b) {
+  return powf(a, static_cast<float>(b));
+}
+template <class B> __device__ __forceinline__ double pow_(double a, B b) {
+  return pow(a, static_cast<double>(b));
+}
 template <class B> __device__ __forceinline__ double pow_(long long a, B b) {
   return pow(static_cast<double>(a), static_cast<double>(b));
 }
 template <class B> __device__ __forceinline__ double pow_(u64 a, B b) {
   return pow(static_cast<double>(a), static_cast<double>(b));
 }
-__device__ __forceinline__ float mod_(float a, float b, long long) { return fmodf(a, b); }
-__device__ __forceinline__ double mod_(double a, double b, long long) { return fmod(a, b); }
+__device__ __forceinline__ float mod_(float a, float b, long long) {
+  return fmodf(a, b);
+}
+__device__ __forceinline__ double mod_(double a, double b, long long) {
+  return fmod(a, b);
+}
 __device__ __forceinline__ long long mod_(long long a, long long b, long long fmodMode) {
   return fmodMode ? imodTrunc(a, b) : imodFloor(a, b);
 }
-__device__ __forceinline__ u64 mod_(u64 a, u64 b, long long) { return imodTrunc(a, b); }
+__device__ __forceinline__ u64 mod_(u64 a, u64 b, long long) {
+  return imodTrunc(a, b);
+}
 __device__ __forceinline__ u64 shift_(u64 a, u64 b, int dir) {
   return b >= 64 ? 0 : (dir == attr_LEFT ? a << b : a >> b);
 }
-template <class T> __device__ __forceinline__ T clip_(T x, None, None) { return x; }
-template <class T> __device__ __forceinline__ T clip_(T x, T lo, None) { return x < lo ? lo : x; }
-template <class T> __device__ __forceinline__ T clip_(T x, None, T hi) { return x > hi ? hi : x; }
+template <class T> __device__ __forceinline__ T clip_(T x, None, None) {
+  return x;
+}
+template <class T> __device__ __forceinline__ T clip_(T x, T lo, None) {
+  return x < lo ? lo : x;
+}
+template <class T> __device__ __forceinline__ T clip_(T x, None, T hi) {
+  return x > hi ? hi : x;
+}
 template <class T> __device__ __forceinline__ T clip_(T x, T lo, T hi) {
   return x < lo ? lo : (x > hi ? hi : x);
 }
@@ -285,8 +344,9 @@ template <class T> __device__ __forceinline__ T clip_(T x, T lo, T hi) {
 /// where Philox's uniform number for (seed, step, element) is at least ratio, else 0.
 template <class T, class I>
 __device__ __forceinline__ T dropout_(T x, long long step, long long seed, float ratio, I index) {
-  float u = philox::uniform(static_cast<unsigned long long>(seed), static_cast<unsigned long long>(step),
-                            static_cast<unsigned long long>(index));
+  float u =
+      philox::uniform(static_cast<unsigned long long>(seed), static_cast<unsigned long long>(step),
+                      static_cast<unsigned long long>(index));
   return u >= ratio ? x * T(1.0f / (1.0f - ratio)) : T(0);
 }
 template <class T> __device__ __forceinline__ T gelu_(T x, int approx) {
@@ -306,10 +366,14 @@ struct SumOp {
   template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
 };
 struct MaxOp {
-  template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return maxNan(a, b); }
+  template <class T> __device__ __forceinline__ T operator()(T a, T b) const {
+    return maxNan(a, b);
+  }
 };
 struct MinOp {
-  template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return minNan(a, b); }
+  template <class T> __device__ __forceinline__ T operator()(T a, T b) const {
+    return minNan(a, b);
+  }
 };
 struct ProdOp {
   template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a * b; }
@@ -323,7 +387,8 @@ template <class T, class Op> __device__ __forceinline__ T warpReduce(T v, Op op)
 
 /// Reduces v over the block (blockDim.x a multiple of 32, at most 1024); every
 /// thread gets the result. `smem` holds 32 values of T.
-template <class T, class Op> __device__ __forceinline__ T blockReduce(T v, Op op, T identity, T *smem) {
+template <class T, class Op>
+__device__ __forceinline__ T blockReduce(T v, Op op, T identity, T *smem) {
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   v = warpReduce(v, op);
   __syncthreads(); // smem may still be read from a previous reduction

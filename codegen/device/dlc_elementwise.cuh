@@ -14,9 +14,11 @@ template <class F> struct ElemArgs {
 };
 
 /// One thread per element, grid-stride beyond the grid (at most 65536 blocks).
-template <class I, class F> __global__ void __launch_bounds__(256) elementwise(const ElemArgs<F> a) {
+template <class I, class F>
+__global__ void __launch_bounds__(256) elementwise(const ElemArgs<F> a) {
   const I n = static_cast<I>(a.n), step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
-  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); i < n; i += step)
+  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+       i < n; i += step)
     F::run(a.f, i);
 }
 
@@ -44,7 +46,8 @@ __global__ void __launch_bounds__(256) multi_tensor(const MultiTensorArgs<F, L> 
   const typename F::Params p = a.f[lo];
   const I n = static_cast<I>(a.n[lo]);
   const I begin = static_cast<I>(b - a.blockStart[lo]) * static_cast<I>(kMultiTensorChunk);
-  const I end = n - begin < static_cast<I>(kMultiTensorChunk) ? n : begin + static_cast<I>(kMultiTensorChunk);
+  const I end =
+      n - begin < static_cast<I>(kMultiTensorChunk) ? n : begin + static_cast<I>(kMultiTensorChunk);
   for (I i = begin + static_cast<I>(threadIdx.x); i < end; i += static_cast<I>(blockDim.x))
     F::run(p, i);
 }
@@ -52,7 +55,8 @@ __global__ void __launch_bounds__(256) multi_tensor(const MultiTensorArgs<F, L> 
 /// A GEMM's epilogue as a kernel, for when no cuBLASLt algorithm applies it: the GEMM
 /// runs without it, then D[b][r][c] = act(D[b][r][c] + bias[c]) (GemmActivation:
 /// 0 none, 1 ReLU, 2 GELU in the tanh form).
-template <int Act, class I, class DT> __global__ void __launch_bounds__(256) gemm_epilogue(const GemmEpilogueShape s) {
+template <int Act, class I, class DT>
+__global__ void __launch_bounds__(256) gemm_epilogue(const GemmEpilogueShape s) {
   typedef typename Compute<DT>::type T;
   DT *d = static_cast<DT *>(s.d);
   DLC_GRID_STRIDE(i, static_cast<I>(s.total)) {

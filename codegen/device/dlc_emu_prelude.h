@@ -7,13 +7,12 @@
 #define DLC_EMU 1
 #include "EmuAbi.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <type_traits>
 
 #define __global__
@@ -51,9 +50,15 @@ static constexpr int warpSize = 32;
     static const char dlc_emu_barrier_site = 0;                                                    \
     dlc_emu_api_ptr->syncthreads(&dlc_emu_barrier_site);                                           \
   } while (0)
-inline void __syncwarp(unsigned mask = 0xffffffffu) { dlc_emu_api_ptr->syncwarp(mask); }
-inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-inline void __trap() { dlc_emu_api_ptr->trap("__trap() called"); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  dlc_emu_api_ptr->syncwarp(mask);
+}
+inline void __threadfence() {
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+inline void __trap() {
+  dlc_emu_api_ptr->trap("__trap() called");
+}
 
 // The module is built with -fsanitize=alignment and no sanitizer runtime: a load or
 // store through a pointer misaligned for its type (a float4 at an address that is
@@ -76,7 +81,9 @@ inline void dlc_emu_misaligned(void *data, void *ptr) {
   dlc_emu_api_ptr->trap(msg);
 }
 // (The runtime's trap does not return: it leaves the emulated thread.)
-void __ubsan_handle_type_mismatch_v1(void *data, void *ptr) { dlc_emu_misaligned(data, ptr); }
+void __ubsan_handle_type_mismatch_v1(void *data, void *ptr) {
+  dlc_emu_misaligned(data, ptr);
+}
 
 // The module is also built with -fsanitize=kernel-address and every access as a call
 // (no sanitizer runtime either): each load and store of the kernels lands in one of the
@@ -85,11 +92,13 @@ void __ubsan_handle_type_mismatch_v1(void *data, void *ptr) { dlc_emu_misaligned
 // reads of never-written bytes (initcheck) and conflicting accesses of two threads with
 // no barrier between them (racecheck).
 unsigned long long dlc_emu_checked_base = 0, dlc_emu_checked_bytes = 0;
-__attribute__((visibility("default"))) void dlc_emu_set_checked(unsigned long long base, unsigned long long bytes) {
+__attribute__((visibility("default"))) void dlc_emu_set_checked(unsigned long long base,
+                                                                unsigned long long bytes) {
   dlc_emu_checked_base = base;
   dlc_emu_checked_bytes = bytes;
 }
-__attribute__((no_sanitize_address)) inline void dlc_emu_access(unsigned long long p, unsigned long long n, int write) {
+__attribute__((no_sanitize_address)) inline void dlc_emu_access(unsigned long long p,
+                                                                unsigned long long n, int write) {
   if (p - dlc_emu_checked_base < dlc_emu_checked_bytes)
     dlc_emu_api_ptr->access(reinterpret_cast<const void *>(p), n, write);
 }
@@ -106,10 +115,12 @@ DLC_EMU_ACCESS_CALLBACKS(4)
 DLC_EMU_ACCESS_CALLBACKS(8)
 DLC_EMU_ACCESS_CALLBACKS(16)
 #undef DLC_EMU_ACCESS_CALLBACKS
-__attribute__((no_sanitize_address)) void __asan_loadN_noabort(unsigned long long p, unsigned long long n) {
+__attribute__((no_sanitize_address)) void __asan_loadN_noabort(unsigned long long p,
+                                                               unsigned long long n) {
   dlc_emu_access(p, n, 0);
 }
-__attribute__((no_sanitize_address)) void __asan_storeN_noabort(unsigned long long p, unsigned long long n) {
+__attribute__((no_sanitize_address)) void __asan_storeN_noabort(unsigned long long p,
+                                                                unsigned long long n) {
   dlc_emu_access(p, n, 1);
 }
 __attribute__((no_sanitize_address)) void __asan_handle_no_return(void) {}
@@ -127,38 +138,50 @@ template <class T> T unpack(unsigned long long u) {
   std::memcpy(&v, &u, sizeof(T));
   return v;
 }
-inline int lane() { return static_cast<int>(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) & 31; }
+inline int lane() {
+  return static_cast<int>(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) & 31;
+}
 } // namespace dlc_emu_detail
 
 template <class T> T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
   int l = dlc_emu_detail::lane();
   int s = (l & ~(width - 1)) + (src & (width - 1));
-  return dlc_emu_detail::unpack<T>(dlc_emu_api_ptr->warp_exchange(dlc_emu_detail::pack(v), s, mask));
+  return dlc_emu_detail::unpack<T>(
+      dlc_emu_api_ptr->warp_exchange(dlc_emu_detail::pack(v), s, mask));
 }
 template <class T> T __shfl_xor_sync(unsigned mask, T v, int laneMask, int width = 32) {
   int l = dlc_emu_detail::lane();
   int s = l ^ laneMask;
   if ((s & ~(width - 1)) != (l & ~(width - 1)))
     s = l;
-  return dlc_emu_detail::unpack<T>(dlc_emu_api_ptr->warp_exchange(dlc_emu_detail::pack(v), s, mask));
+  return dlc_emu_detail::unpack<T>(
+      dlc_emu_api_ptr->warp_exchange(dlc_emu_detail::pack(v), s, mask));
 }
 template <class T> T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
   int l = dlc_emu_detail::lane();
   int s = l + static_cast<int>(delta);
   if ((s & ~(width - 1)) != (l & ~(width - 1)))
     s = l;
-  return dlc_emu_detail::unpack<T>(dlc_emu_api_ptr->warp_exchange(dlc_emu_detail::pack(v), s, mask));
+  return dlc_emu_detail::unpack<T>(
+      dlc_emu_api_ptr->warp_exchange(dlc_emu_detail::pack(v), s, mask));
 }
 template <class T> T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
   int l = dlc_emu_detail::lane();
   int s = l - static_cast<int>(delta);
   if (s < (l & ~(width - 1)))
     s = l;
-  return dlc_emu_detail::unpack<T>(dlc_emu_api_ptr->warp_exchange(dlc_emu_detail::pack(v), s, mask));
+  return dlc_emu_detail::unpack<T>(
+      dlc_emu_api_ptr->warp_exchange(dlc_emu_detail::pack(v), s, mask));
 }
-inline unsigned __ballot_sync(unsigned mask, int pred) { return dlc_emu_api_ptr->ballot(pred, mask); }
-inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
-inline int __all_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) == (mask & __ballot_sync(mask, 1)); }
+inline unsigned __ballot_sync(unsigned mask, int pred) {
+  return dlc_emu_api_ptr->ballot(pred, mask);
+}
+inline int __any_sync(unsigned mask, int pred) {
+  return __ballot_sync(mask, pred) != 0;
+}
+inline int __all_sync(unsigned mask, int pred) {
+  return __ballot_sync(mask, pred) == (mask & __ballot_sync(mask, 1));
+}
 
 // Atomics: blocks run on several OS threads, so these are real atomics.
 template <class T> T dlc_emu_atomic_cas_loop(T *addr, T val, T (*op)(T, T)) {
@@ -182,9 +205,15 @@ inline float atomicAdd(float *a, float v) {
 inline double atomicAdd(double *a, double v) {
   return dlc_emu_atomic_cas_loop<double>(a, v, [](double x, double y) { return x + y; });
 }
-inline int atomicAdd(int *a, int v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }
-inline unsigned atomicAdd(unsigned *a, unsigned v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }
-inline unsigned atomicOr(unsigned *a, unsigned v) { return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); }
+inline int atomicAdd(int *a, int v) {
+  return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);
+}
+inline unsigned atomicAdd(unsigned *a, unsigned v) {
+  return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);
+}
+inline unsigned atomicOr(unsigned *a, unsigned v) {
+  return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST);
+}
 inline unsigned long long atomicAdd(unsigned long long *a, unsigned long long v) {
   return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);
 }
@@ -198,14 +227,19 @@ inline int atomicCAS(int *a, int cmp, int v) {
   __atomic_compare_exchange_n(a, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   return cmp;
 }
-inline unsigned long long atomicCAS(unsigned long long *a, unsigned long long cmp, unsigned long long v) {
+inline unsigned long long atomicCAS(unsigned long long *a, unsigned long long cmp,
+                                    unsigned long long v) {
   __atomic_compare_exchange_n(a, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   return cmp;
 }
-inline int atomicExch(int *a, int v) { return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); }
+inline int atomicExch(int *a, int v) {
+  return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST);
+}
 
 /// The grid barrier of cooperative launches (dlc::gridSync).
-inline void dlc_emu_gridsync() { dlc_emu_api_ptr->gridsync(); }
+inline void dlc_emu_gridsync() {
+  dlc_emu_api_ptr->gridsync();
+}
 
 // Integer and bit intrinsics.
 inline unsigned __umulhi(unsigned a, unsigned b) {
@@ -236,22 +270,54 @@ inline long long __double_as_longlong(double d) {
 }
 
 // Device math that the host library lacks.
-inline float __expf(float x) { return expf(x); }
-inline float __logf(float x) { return logf(x); }
-inline float __fdividef(float a, float b) { return a / b; }
-inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
-inline double rsqrt(double x) { return 1.0 / sqrt(x); }
-inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }
-inline int min(int a, int b) { return a < b ? a : b; }
-inline int max(int a, int b) { return a > b ? a : b; }
-inline long long min(long long a, long long b) { return a < b ? a : b; }
-inline long long max(long long a, long long b) { return a > b ? a : b; }
-inline unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
-inline unsigned long long max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
-template <class T> inline T __ldg(const T *p) { return *p; }
-inline __half hexp(__half a) { return __float2half(expf(__half2float(a))); }
-inline __half hlog(__half a) { return __float2half(logf(__half2float(a))); }
-inline __half hsqrt(__half a) { return __float2half(sqrtf(__half2float(a))); }
+inline float __expf(float x) {
+  return expf(x);
+}
+inline float __logf(float x) {
+  return logf(x);
+}
+inline float __fdividef(float a, float b) {
+  return a / b;
+}
+inline float rsqrtf(float x) {
+  return 1.0f / sqrtf(x);
+}
+inline double rsqrt(double x) {
+  return 1.0 / sqrt(x);
+}
+inline float __saturatef(float x) {
+  return x < 0.f ? 0.f : (x > 1.f ? 1.f : x);
+}
+inline int min(int a, int b) {
+  return a < b ? a : b;
+}
+inline int max(int a, int b) {
+  return a > b ? a : b;
+}
+inline long long min(long long a, long long b) {
+  return a < b ? a : b;
+}
+inline long long max(long long a, long long b) {
+  return a > b ? a : b;
+}
+inline unsigned long long min(unsigned long long a, unsigned long long b) {
+  return a < b ? a : b;
+}
+inline unsigned long long max(unsigned long long a, unsigned long long b) {
+  return a > b ? a : b;
+}
+template <class T> inline T __ldg(const T *p) {
+  return *p;
+}
+inline __half hexp(__half a) {
+  return __float2half(expf(__half2float(a)));
+}
+inline __half hlog(__half a) {
+  return __float2half(logf(__half2float(a)));
+}
+inline __half hsqrt(__half a) {
+  return __float2half(sqrtf(__half2float(a)));
+}
 inline __half __hfma(__half a, __half b, __half c) {
   return __float2half(fmaf(__half2float(a), __half2float(b), __half2float(c)));
 }
@@ -276,18 +342,23 @@ enum layout_t { mem_row_major, mem_col_major };
 
 namespace dlc_emu_detail {
 inline int lane() {
-  return static_cast<int>((threadIdx.x + threadIdx.y * blockDim.x + threadIdx.z * blockDim.x * blockDim.y) % 32);
+  return static_cast<int>(
+      (threadIdx.x + threadIdx.y * blockDim.x + threadIdx.z * blockDim.x * blockDim.y) % 32);
 }
-template <class T> inline float toFloat(T v) { return static_cast<float>(v); }
+template <class T> inline float toFloat(T v) {
+  return static_cast<float>(v);
+}
 } // namespace dlc_emu_detail
 
 template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment;
-template <int M, int N, int K, class T, class Layout> struct fragment<matrix_a, M, N, K, T, Layout> {
+template <int M, int N, int K, class T, class Layout>
+struct fragment<matrix_a, M, N, K, T, Layout> {
   static_assert(M == 16 && N == 16 && K == 16, "emu wmma: 16x16x16 tiles only");
   static constexpr int num_elements = 256;
   float x[256]; // [row][k], converted once from T
 };
-template <int M, int N, int K, class T, class Layout> struct fragment<matrix_b, M, N, K, T, Layout> {
+template <int M, int N, int K, class T, class Layout>
+struct fragment<matrix_b, M, N, K, T, Layout> {
   static_assert(M == 16 && N == 16 && K == 16, "emu wmma: 16x16x16 tiles only");
   static constexpr int num_elements = 256;
   float x[256]; // [k][col]
@@ -327,8 +398,8 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float, void> &d,
   }
 }
 
-inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float, void> &f, unsigned ldm,
-                              layout_t layout) {
+inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float, void> &f,
+                              unsigned ldm, layout_t layout) {
   const int l = dlc_emu_detail::lane();
   for (int i = 0; i < 8; ++i) {
     const int e = l + 32 * i, r = e / 16, c = e % 16;

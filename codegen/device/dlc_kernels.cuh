@@ -5,13 +5,12 @@
 // dlc_emu_prelude.h) for emu.
 #pragma once
 
-#include "dlc_device.cuh"
-
-#include "dlc_elementwise.cuh"
+#include "dlc_attention.cuh"
 #include "dlc_conv.cuh"
+#include "dlc_device.cuh"
+#include "dlc_elementwise.cuh"
+#include "dlc_movement.cuh"
+#include "dlc_norm.cuh"
 #include "dlc_pool.cuh"
 #include "dlc_reduce.cuh"
-#include "dlc_norm.cuh"
-#include "dlc_attention.cuh"
 #include "dlc_rnn.cuh"
-#include "dlc_movement.cuh"

@@ -51,11 +51,13 @@ template <class I, class IT> DLC_HD I elementsOffset(const IndexShape &s, const 
 template <class I, class IT> DLC_HD I tupleOffset(const IndexShape &s, const IT *idx, I t) {
   I at = 0;
   for (i64 k = 0; k < s.q; ++k)
-    at += checkedIndex(idx, t * static_cast<I>(s.q) + static_cast<I>(k), s.xDim[k], s.err) * static_cast<I>(s.xStride[k]);
+    at += checkedIndex(idx, t * static_cast<I>(s.q) + static_cast<I>(k), s.xDim[k], s.err) *
+          static_cast<I>(s.xStride[k]);
   return at;
 }
 
-template <class I, class DT> __global__ void __launch_bounds__(256) copy_strided(const CopyShape s) {
+template <class I, class DT>
+__global__ void __launch_bounds__(256) copy_strided(const CopyShape s) {
   const DT *x = static_cast<const DT *>(s.x);
   DT *y = static_cast<DT *>(s.y);
   DLC_GRID_STRIDE(i, static_cast<I>(s.total))
@@ -64,12 +66,14 @@ template <class I, class DT> __global__ void __launch_bounds__(256) copy_strided
 
 enum PadMode { kPadConstant, kPadEdge, kPadWrap, kPadReflect };
 
-template <int Mode, class I, class DT> __global__ void __launch_bounds__(256) pad(const PadShape s) {
+template <int Mode, class I, class DT>
+__global__ void __launch_bounds__(256) pad(const PadShape s) {
   typedef typename Compute<DT>::type T;
   const DT *x = static_cast<const DT *>(s.x);
   DT *y = static_cast<DT *>(s.y);
   const DT fill = s.fillPtr ? static_cast<const DT *>(s.fillPtr)[0]
-                            : cvt<DT>(IsFloating<T>::value ? static_cast<T>(s.fill) : static_cast<T>(s.fillInt));
+                            : cvt<DT>(IsFloating<T>::value ? static_cast<T>(s.fill)
+                                                           : static_cast<T>(s.fillInt));
   DLC_GRID_STRIDE(i, static_cast<I>(s.total)) {
     I r = i, src = 0;
     bool outside = false;
@@ -98,10 +102,14 @@ template <int Mode, class I, class DT> __global__ void __launch_bounds__(256) pa
 enum ScatterReduction { kScatterNone, kScatterAdd, kScatterMul, kScatterMax, kScatterMin };
 
 template <int Red, class T> DLC_HD T scatterCombine(T cur, T u) {
-  if (Red == kScatterAdd) return cur + u;
-  if (Red == kScatterMul) return cur * u;
-  if (Red == kScatterMax) return cur < u ? u : cur;
-  if (Red == kScatterMin) return u < cur ? u : cur;
+  if (Red == kScatterAdd)
+    return cur + u;
+  if (Red == kScatterMul)
+    return cur * u;
+  if (Red == kScatterMax)
+    return cur < u ? u : cur;
+  if (Red == kScatterMin)
+    return u < cur ? u : cur;
   return u;
 }
 
@@ -111,13 +119,16 @@ template <bool Serial, class I> struct ScatterLoop {
   I first, step, end;
   DLC_HD explicit ScatterLoop(I total) {
     const bool mine = !Serial || (blockIdx.x == 0 && threadIdx.x == 0);
-    first = Serial ? 0 : static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+    first = Serial ? 0
+                   : static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) +
+                         static_cast<I>(threadIdx.x);
     step = Serial ? 1 : static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
     end = mine ? total : 0;
   }
 };
 
-template <class I, class DT, class IT> __global__ void __launch_bounds__(256) gather_elements(const IndexShape s) {
+template <class I, class DT, class IT>
+__global__ void __launch_bounds__(256) gather_elements(const IndexShape s) {
   const DT *x = static_cast<const DT *>(s.x);
   const IT *idx = static_cast<const IT *>(s.idx);
   DLC_GRID_STRIDE(i, static_cast<I>(s.total)) {
@@ -128,7 +139,8 @@ template <class I, class DT, class IT> __global__ void __launch_bounds__(256) ga
 /// ScatterElements (y holds a copy of x already). Without a reduction the writes run
 /// in parallel (duplicate indices are undefined in ONNX); with one, a single thread
 /// applies them in index order, as the reference does.
-template <int Red, class I, class DT, class IT> __global__ void __launch_bounds__(256) scatter_elements(const IndexShape s) {
+template <int Red, class I, class DT, class IT>
+__global__ void __launch_bounds__(256) scatter_elements(const IndexShape s) {
   typedef typename Compute<DT>::type T;
   const IT *idx = static_cast<const IT *>(s.idx);
   const DT *upd = static_cast<const DT *>(s.upd);
@@ -141,7 +153,8 @@ template <int Red, class I, class DT, class IT> __global__ void __launch_bounds_
 }
 
 /// GatherND: output i = (tuple t, element j of the slice); batch dims offset the data.
-template <class I, class DT, class IT> __global__ void __launch_bounds__(256) gather_nd(const IndexShape s) {
+template <class I, class DT, class IT>
+__global__ void __launch_bounds__(256) gather_nd(const IndexShape s) {
   const DT *x = static_cast<const DT *>(s.x);
   const IT *idx = static_cast<const IT *>(s.idx);
   DLC_GRID_STRIDE(i, static_cast<I>(s.total)) {
@@ -152,7 +165,8 @@ template <class I, class DT, class IT> __global__ void __launch_bounds__(256) ga
   }
 }
 
-template <int Red, class I, class DT, class IT> __global__ void __launch_bounds__(256) scatter_nd(const IndexShape s) {
+template <int Red, class I, class DT, class IT>
+__global__ void __launch_bounds__(256) scatter_nd(const IndexShape s) {
   typedef typename Compute<DT>::type T;
   const IT *idx = static_cast<const IT *>(s.idx);
   const DT *upd = static_cast<const DT *>(s.upd);
@@ -167,7 +181,8 @@ template <int Red, class I, class DT, class IT> __global__ void __launch_bounds_
 }
 
 /// OneHot: y = values[index == coordinate along axis]; xStride strides the indices.
-template <class I, class DT, class IT> __global__ void __launch_bounds__(256) onehot(const IndexShape s) {
+template <class I, class DT, class IT>
+__global__ void __launch_bounds__(256) onehot(const IndexShape s) {
   const IT *idx = static_cast<const IT *>(s.idx);
   const DT *vals = static_cast<const DT *>(s.x);
   DLC_GRID_STRIDE(i, static_cast<I>(s.total)) {
@@ -185,7 +200,8 @@ template <class I, class DT, class IT> __global__ void __launch_bounds__(256) on
 }
 
 /// ReverseSequence: axis = time axis, q = batch axis; `idx` holds the lengths.
-template <class I, class DT, class IT> __global__ void __launch_bounds__(256) reverse_sequence(const IndexShape s) {
+template <class I, class DT, class IT>
+__global__ void __launch_bounds__(256) reverse_sequence(const IndexShape s) {
   const DT *x = static_cast<const DT *>(s.x);
   const IT *lens = static_cast<const IT *>(s.idx);
   DLC_GRID_STRIDE(i, static_cast<I>(s.total)) {
@@ -202,7 +218,8 @@ template <class I, class DT, class IT> __global__ void __launch_bounds__(256) re
 
 /// MaxUnpool (y zeroed first): indices address the default unpooled shape (dims);
 /// xDim/xStride are the output's dims and strides.
-template <class I, class DT, class IT> __global__ void __launch_bounds__(256) max_unpool(const IndexShape s) {
+template <class I, class DT, class IT>
+__global__ void __launch_bounds__(256) max_unpool(const IndexShape s) {
   const DT *x = static_cast<const DT *>(s.x);
   const IT *idx = static_cast<const IT *>(s.idx);
   DLC_GRID_STRIDE(i, static_cast<I>(s.total)) {
@@ -246,7 +263,8 @@ template <class I, class DT> __global__ void __launch_bounds__(256) resize(const
         for (i64 d = 0; d < s.rank; ++d) {
           const I at = c[d] * static_cast<I>(s.maxTaps) + t[d];
           w *= static_cast<const float *>(s.w[d])[at];
-          off += static_cast<I>(static_cast<const int *>(s.idx[d])[at]) * static_cast<I>(s.xStride[d]);
+          off +=
+              static_cast<I>(static_cast<const int *>(s.idx[d])[at]) * static_cast<I>(s.xStride[d]);
         }
         acc += w * ld<float>(x, off);
         i64 d = s.rank - 1;
@@ -263,7 +281,8 @@ template <class I, class DT> __global__ void __launch_bounds__(256) resize(const
 }
 
 /// ConstantOfShape (value f0 / n0) and Range (start f0 / n0, delta f1 / n1).
-template <bool IsRange, class I, class DT> __global__ void __launch_bounds__(256) fill(const MiscShape s) {
+template <bool IsRange, class I, class DT>
+__global__ void __launch_bounds__(256) fill(const MiscShape s) {
   typedef typename Compute<DT>::type T;
   DT *y = static_cast<DT *>(s.y);
   DLC_GRID_STRIDE(i, static_cast<I>(s.total)) {
@@ -275,7 +294,8 @@ template <bool IsRange, class I, class DT> __global__ void __launch_bounds__(256
 }
 
 /// Trilu: keep element (r, c) where c - r >= k (upper) or <= k (lower).
-template <bool Upper, class I, class DT> __global__ void __launch_bounds__(256) trilu(const MiscShape s) {
+template <bool Upper, class I, class DT>
+__global__ void __launch_bounds__(256) trilu(const MiscShape s) {
   const DT *x = static_cast<const DT *>(s.a);
   DLC_GRID_STRIDE(i, static_cast<I>(s.total)) {
     I r = i;
@@ -295,7 +315,8 @@ template <class I, class DT> __global__ void __launch_bounds__(256) matmul_int(c
     const I j = s.d0.split(r), row = s.d1.split(r), bt = r;
     T acc = T(0);
     for (I p = 0; p < k; ++p)
-      acc += ld<T>(a, bt * static_cast<I>(s.n3) + row * k + p) * ld<T>(b, bt * static_cast<I>(s.n4) + p * n + j);
+      acc += ld<T>(a, bt * static_cast<I>(s.n3) + row * k + p) *
+             ld<T>(b, bt * static_cast<I>(s.n4) + p * n + j);
     st(static_cast<DT *>(s.y), i, acc);
     (void)m;
   }
@@ -304,7 +325,8 @@ template <class I, class DT> __global__ void __launch_bounds__(256) matmul_int(c
 /// NegativeLogLikelihoodLoss: x [N, C, D...], target [N, D...], optional weight [C].
 /// n0 = C, n1 = D, n2 = ignore_index; d0 divides by D. Reduction none: one thread per
 /// element; sum/mean: one block, accumulating loss and weight in double.
-template <int Reduction, class I, class DT, class TT> __global__ void __launch_bounds__(256) nll_loss(const MiscShape s) {
+template <int Reduction, class I, class DT, class TT>
+__global__ void __launch_bounds__(256) nll_loss(const MiscShape s) {
   const DT *x = static_cast<const DT *>(s.a), *w = static_cast<const DT *>(s.c);
   const TT *target = static_cast<const TT *>(s.b);
   auto term = [&](I e, double &wt) {
@@ -319,7 +341,9 @@ template <int Reduction, class I, class DT, class TT> __global__ void __launch_b
     I bb = e;
     const I dd = s.d0.split(bb);
     wt = w ? ld<double>(w, static_cast<I>(tg)) : 1.0;
-    return -ld<double>(x, (bb * static_cast<I>(s.n0) + static_cast<I>(tg)) * static_cast<I>(s.n1) + dd) * wt;
+    return -ld<double>(x, (bb * static_cast<I>(s.n0) + static_cast<I>(tg)) * static_cast<I>(s.n1) +
+                              dd) *
+           wt;
   };
   if (Reduction == 0) {
     DLC_GRID_STRIDE(e, static_cast<I>(s.total)) {
@@ -330,7 +354,8 @@ template <int Reduction, class I, class DT, class TT> __global__ void __launch_b
   }
   __shared__ double smem[32];
   double total = 0, weights = 0;
-  for (I e = static_cast<I>(threadIdx.x); e < static_cast<I>(s.total); e += static_cast<I>(blockDim.x)) {
+  for (I e = static_cast<I>(threadIdx.x); e < static_cast<I>(s.total);
+       e += static_cast<I>(blockDim.x)) {
     double wt;
     total += term(e, wt);
     weights += wt;

@@ -21,7 +21,9 @@ __global__ void __launch_bounds__(256) row_norm(const NormArgs<X, Out> a) {
   const NormShape &s = a.s;
   const PT *scale = static_cast<const PT *>(s.scale), *bias = static_cast<const PT *>(s.bias);
   const I len = static_cast<I>(s.len);
-  auto param = [&](I row, I j) { return s.rowMod.mod(row) * static_cast<I>(s.rowMul) + s.param.offset(j); };
+  auto param = [&](I row, I j) {
+    return s.rowMod.mod(row) * static_cast<I>(s.rowMul) + s.param.offset(j);
+  };
   auto value = [&](I row, I j, T m, T inv) {
     const I at = param(row, j);
     T v = (static_cast<T>(X::load(a.x, row * len + j)) - m) * inv * ld<T>(scale, at);
@@ -35,7 +37,8 @@ __global__ void __launch_bounds__(256) row_norm(const NormArgs<X, Out> a) {
   };
   if (Short) {
     const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
-    for (I row = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+    for (I row =
+             static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
          row < static_cast<I>(s.rows); row += step) {
       T m = T(0);
       for (I j = 0; j < len; ++j)
@@ -54,7 +57,8 @@ __global__ void __launch_bounds__(256) row_norm(const NormArgs<X, Out> a) {
     return;
   }
   __shared__ T smem[32];
-  for (I row = static_cast<I>(blockIdx.x); row < static_cast<I>(s.rows); row += static_cast<I>(gridDim.x)) {
+  for (I row = static_cast<I>(blockIdx.x); row < static_cast<I>(s.rows);
+       row += static_cast<I>(gridDim.x)) {
     T m = T(0);
     for (I j = static_cast<I>(threadIdx.x); j < len; j += static_cast<I>(blockDim.x))
       m += static_cast<T>(X::load(a.x, row * len + j));
@@ -75,7 +79,8 @@ __global__ void __launch_bounds__(256) row_norm(const NormArgs<X, Out> a) {
 
 /// BatchNormalization in training mode: one block per channel computes the batch
 /// mean and variance, normalizes, and updates the running statistics.
-template <class I, class DT> __global__ void __launch_bounds__(256) batchnorm_train(const ChannelShape s) {
+template <class I, class DT>
+__global__ void __launch_bounds__(256) batchnorm_train(const ChannelShape s) {
   const DT *x = static_cast<const DT *>(s.x);
   DT *y = static_cast<DT *>(s.y);
   const I C = static_cast<I>(s.C), S = static_cast<I>(s.S), cnt = static_cast<I>(s.N) * S;
@@ -97,13 +102,16 @@ template <class I, class DT> __global__ void __launch_bounds__(256) batchnorm_tr
     }
     v = blockReduce(v, SumOp(), 0.0f, smem) / static_cast<float>(cnt);
     const float inv = 1.0f / sqrtf(v + static_cast<float>(s.eps));
-    const float sc = ld<float>(static_cast<const DT *>(s.scale), c), bi = ld<float>(static_cast<const DT *>(s.bias), c);
+    const float sc = ld<float>(static_cast<const DT *>(s.scale), c),
+                bi = ld<float>(static_cast<const DT *>(s.bias), c);
     for (I j = static_cast<I>(threadIdx.x); j < cnt; j += static_cast<I>(blockDim.x))
       st(y, at(j), (ld<float>(x, at(j)) - m) * inv * sc + bi);
     if (threadIdx.x == 0) {
       const float mom = static_cast<float>(s.momentum);
-      st(static_cast<DT *>(s.runMean), c, ld<float>(static_cast<const DT *>(s.mean), c) * mom + m * (1.0f - mom));
-      st(static_cast<DT *>(s.runVar), c, ld<float>(static_cast<const DT *>(s.var), c) * mom + v * (1.0f - mom));
+      st(static_cast<DT *>(s.runMean), c,
+         ld<float>(static_cast<const DT *>(s.mean), c) * mom + m * (1.0f - mom));
+      st(static_cast<DT *>(s.runVar), c,
+         ld<float>(static_cast<const DT *>(s.var), c) * mom + v * (1.0f - mom));
     }
   }
 }

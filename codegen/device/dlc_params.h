@@ -40,12 +40,15 @@ struct Divmod {
 
 #ifdef DLC_DEVICE_SIDE
   DLC_HD int div(int x) const {
-    return static_cast<int>((__umulhi(static_cast<unsigned>(x), m32) + static_cast<unsigned>(x)) >> s);
+    return static_cast<int>((__umulhi(static_cast<unsigned>(x), m32) + static_cast<unsigned>(x)) >>
+                            s);
   }
   DLC_HD i64 div(i64 x) const {
     return static_cast<i64>((__umul64hi(static_cast<u64>(x), m64) + static_cast<u64>(x)) >> s);
   }
-  template <class I> DLC_HD I mod(I x) const { return x - div(x) * static_cast<I>(d); }
+  template <class I> DLC_HD I mod(I x) const {
+    return x - div(x) * static_cast<I>(d);
+  }
   /// x becomes x / d; returns x % d.
   template <class I> DLC_HD I split(I &x) const {
     I q = div(x);
@@ -62,10 +65,12 @@ struct Divmod {
       ++s;
     r.s = s;
     unsigned __int128 one = 1;
-    r.m64 = static_cast<u64>(((one << 64) * ((one << s) - static_cast<u64>(r.d))) / static_cast<u64>(r.d) + 1);
+    r.m64 = static_cast<u64>(
+        ((one << 64) * ((one << s) - static_cast<u64>(r.d))) / static_cast<u64>(r.d) + 1);
     // The 32-bit magic exists only for divisors a 32-bit kernel can see.
     if (r.d < (i64(1) << 31))
-      r.m32 = static_cast<unsigned>((((u64(1) << 32) * ((u64(1) << s) - static_cast<u64>(r.d))) / static_cast<u64>(r.d)) + 1);
+      r.m32 = static_cast<unsigned>(
+          (((u64(1) << 32) * ((u64(1) << s) - static_cast<u64>(r.d))) / static_cast<u64>(r.d)) + 1);
     return r;
   }
 #endif
@@ -107,18 +112,19 @@ struct ConvShape {
   void *partial;    // split-K: [splits, M, N*P] partial sums, else null
   i64 N, C, M, Cg, Mg;
   i64 in[3], out[3], k[3], stride[3], dil[3], pad[3];
-  i64 K;        // Cg * kSize: the GEMM's reduction length
-  i64 P;        // output positions per image
-  i64 NP;       // N * P: the GEMM's columns
-  i64 inSize;   // input positions per channel
-  i64 kSize;    // k0 * k1 * k2
+  i64 K;         // Cg * kSize: the GEMM's reduction length
+  i64 P;         // output positions per image
+  i64 NP;        // N * P: the GEMM's columns
+  i64 inSize;    // input positions per channel
+  i64 kSize;     // k0 * k1 * k2
   i64 kPerSplit; // reduction slice per split (a multiple of the tile's BK)
   i64 splits;
   Divmod dKSize, dK2, dK1, dP, dNP, dOut2, dOut1, dOut0, dM, dMg;
   Divmod dCg; // channels-last: K is (tap, channel), channel fastest
 };
 
-/// ConvTranspose as a gather: y[n, m, y] = b[m] + sum x[n, c, (y + pad - k * dil) / stride] * w[c, m % Mg, k].
+/// ConvTranspose as a gather: y[n, m, y] = b[m] + sum x[n, c, (y + pad - k * dil) / stride] * w[c,
+/// m % Mg, k].
 struct ConvTransposeShape {
   const void *w;    // [C, Mg, k0, k1, k2]
   const void *bias; // [M], or null
@@ -153,9 +159,10 @@ struct ReduceShape {
   Strided kept, red;
 };
 
-/// A one-axis op over rows: element j of row r is at (r / inner) * len * inner + r % inner + j * inner.
+/// A one-axis op over rows: element j of row r is at (r / inner) * len * inner + r % inner + j *
+/// inner.
 struct AxisShape {
-  void *out2;     // TopK: the indices output (int64)
+  void *out2; // TopK: the indices output (int64)
   i64 rows, len, inner, k;
   Divmod dInner, dLen;
 };
@@ -199,24 +206,24 @@ struct AttentionShape {
 //===----------------------------------------------------------------------===//
 
 struct RnnShape {
-  const void *xw;    // [S*B (in X's order), G*H]: X W^T for every step
-  const void *hr;    // [B, G*H]: h R^T of this step (per-step schedule)
-  const void *bias;  // [2*G*H] of this direction (Wb then Rb), or null
-  const void *peep;  // LSTM peepholes [3*H] of this direction, or null
-  const void *lens;  // sequence_lens [B] (int32), or null
-  const void *R;     // persistent kernel: R of this direction [G*H, H]
-  const void *hCur;  // h of the previous step [B, H]
-  void *hNext;       // h of this step [B, H]
-  void *c;           // LSTM cell state [B, H]
-  void *y;           // Y
-  void *rh;          // GRU without linear_before_reset: r * h (stage 1 -> GEMM -> stage 2)
-  const void *rhR;   // ... and (r * h) Rh^T
-  void *barrier;     // persistent kernel: grid barrier state (2 x u32, zeroed)
-  const void *h0;    // initial_h [dirs, B, H] (or [B, dirs, H]), or null
-  const void *c0;    // initial_c, or null
-  void *yh, *yc;     // Y_h, Y_c (final states), or null
+  const void *xw;   // [S*B (in X's order), G*H]: X W^T for every step
+  const void *hr;   // [B, G*H]: h R^T of this step (per-step schedule)
+  const void *bias; // [2*G*H] of this direction (Wb then Rb), or null
+  const void *peep; // LSTM peepholes [3*H] of this direction, or null
+  const void *lens; // sequence_lens [B] (int32), or null
+  const void *R;    // persistent kernel: R of this direction [G*H, H]
+  const void *hCur; // h of the previous step [B, H]
+  void *hNext;      // h of this step [B, H]
+  void *c;          // LSTM cell state [B, H]
+  void *y;          // Y
+  void *rh;         // GRU without linear_before_reset: r * h (stage 1 -> GEMM -> stage 2)
+  const void *rhR;  // ... and (r * h) Rh^T
+  void *barrier;    // persistent kernel: grid barrier state (2 x u32, zeroed)
+  const void *h0;   // initial_h [dirs, B, H] (or [B, dirs, H]), or null
+  const void *c0;   // initial_c, or null
+  void *yh, *yc;    // Y_h, Y_c (final states), or null
   i64 S, B, H, G, dirs, dir, reverse, batchFirst, step;
-  i64 units;         // persistent kernel: hidden units per block
+  i64 units; // persistent kernel: hidden units per block
   i64 coupled, linearBeforeReset;
   double clip; // 0: none
   double alpha[3], beta[3];

@@ -42,7 +42,8 @@ __global__ void __launch_bounds__(256) reduce(const ReduceArgs<X, Out> a) {
   auto finish = [&](T acc) { return Kind == kReduceMean && len ? acc / static_cast<T>(len) : acc; };
   if (Short) {
     const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
-    for (I o = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+    for (I o =
+             static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
          o < static_cast<I>(s.outCount); o += step) {
       const I base = Contig ? o * len : s.kept.offset(o);
       T acc = Op::template identity<T>();
@@ -53,7 +54,8 @@ __global__ void __launch_bounds__(256) reduce(const ReduceArgs<X, Out> a) {
     return;
   }
   __shared__ T smem[32];
-  for (I o = static_cast<I>(blockIdx.x); o < static_cast<I>(s.outCount); o += static_cast<I>(gridDim.x)) {
+  for (I o = static_cast<I>(blockIdx.x); o < static_cast<I>(s.outCount);
+       o += static_cast<I>(gridDim.x)) {
     const I base = Contig ? o * len : s.kept.offset(o);
     T acc = Op::template identity<T>();
     for (I r = static_cast<I>(threadIdx.x); r < len; r += static_cast<I>(blockDim.x))
@@ -180,7 +182,9 @@ template <class T> DLC_HD bool topkBefore(T a, T b, bool largest) {
     return largest ? (an && !bn) : (bn && !an);
   return largest ? a > b : a < b;
 }
-template <class T> DLC_HD bool topkSame(T a, T b) { return (isnan_(a) && isnan_(b)) || a == b; }
+template <class T> DLC_HD bool topkSame(T a, T b) {
+  return (isnan_(a) && isnan_(b)) || a == b;
+}
 
 /// TopK by rank: element j of a row goes to position rank(j) when rank(j) < k, where
 /// rank counts the elements before it (better value, or equal and lower index).

@@ -17,22 +17,43 @@
 namespace dlc {
 
 enum RnnActivation {
-  kActSigmoid, kActTanh, kActRelu, kActHardSigmoid, kActLeakyRelu, kActThresholdedRelu,
-  kActScaledTanh, kActAffine, kActElu, kActSoftsign, kActSoftplus
+  kActSigmoid,
+  kActTanh,
+  kActRelu,
+  kActHardSigmoid,
+  kActLeakyRelu,
+  kActThresholdedRelu,
+  kActScaledTanh,
+  kActAffine,
+  kActElu,
+  kActSoftsign,
+  kActSoftplus
 };
 
 template <int A, class T> DLC_HD T rnnAct(T v, double alpha, double beta) {
   const T al = static_cast<T>(alpha), be = static_cast<T>(beta);
-  if (A == kActSigmoid) return T(1) / (T(1) + exp_(-v));
-  if (A == kActTanh) return tanh_(v);
-  if (A == kActRelu) return v > T(0) ? v : T(0);
-  if (A == kActHardSigmoid) { const T h = al * v + be; return h < T(0) ? T(0) : (h > T(1) ? T(1) : h); }
-  if (A == kActLeakyRelu) return v < T(0) ? al * v : v;
-  if (A == kActThresholdedRelu) return v > al ? v : T(0);
-  if (A == kActScaledTanh) return al * tanh_(be * v);
-  if (A == kActAffine) return al * v + be;
-  if (A == kActElu) return v < T(0) ? al * (exp_(v) - T(1)) : v;
-  if (A == kActSoftsign) return v / (T(1) + fabs_(v));
+  if (A == kActSigmoid)
+    return T(1) / (T(1) + exp_(-v));
+  if (A == kActTanh)
+    return tanh_(v);
+  if (A == kActRelu)
+    return v > T(0) ? v : T(0);
+  if (A == kActHardSigmoid) {
+    const T h = al * v + be;
+    return h < T(0) ? T(0) : (h > T(1) ? T(1) : h);
+  }
+  if (A == kActLeakyRelu)
+    return v < T(0) ? al * v : v;
+  if (A == kActThresholdedRelu)
+    return v > al ? v : T(0);
+  if (A == kActScaledTanh)
+    return al * tanh_(be * v);
+  if (A == kActAffine)
+    return al * v + be;
+  if (A == kActElu)
+    return v < T(0) ? al * (exp_(v) - T(1)) : v;
+  if (A == kActSoftsign)
+    return v / (T(1) + fabs_(v));
   return log1p_(exp_(v)); // kActSoftplus
 }
 
@@ -43,13 +64,15 @@ template <class I> struct RnnIndex {
     return s.batchFirst ? b * static_cast<I>(s.S) + t : t * static_cast<I>(s.B) + b;
   }
   DLC_HD I y(I b, I t, I h) const {
-    const I S = static_cast<I>(s.S), B = static_cast<I>(s.B), H = static_cast<I>(s.H), D = static_cast<I>(s.dirs);
+    const I S = static_cast<I>(s.S), B = static_cast<I>(s.B), H = static_cast<I>(s.H),
+            D = static_cast<I>(s.dirs);
     return s.batchFirst ? ((b * S + t) * D + static_cast<I>(s.dir)) * H + h
                         : ((t * D + static_cast<I>(s.dir)) * B + b) * H + h;
   }
   DLC_HD I state(I b, I h) const {
     const I B = static_cast<I>(s.B), H = static_cast<I>(s.H), D = static_cast<I>(s.dirs);
-    return s.batchFirst ? (b * D + static_cast<I>(s.dir)) * H + h : (static_cast<I>(s.dir) * B + b) * H + h;
+    return s.batchFirst ? (b * D + static_cast<I>(s.dir)) * H + h
+                        : (static_cast<I>(s.dir) * B + b) * H + h;
   }
   DLC_HD I len(I b) const {
     if (!s.lens)
@@ -61,8 +84,9 @@ template <class I> struct RnnIndex {
   template <class T, class DT> DLC_HD T bias(I g, I h, bool recurrent) const {
     if (!s.bias)
       return T(0);
-    return ld<T>(static_cast<const DT *>(s.bias), (recurrent ? static_cast<I>(s.G) : 0) * static_cast<I>(s.H) +
-                                                       g * static_cast<I>(s.H) + h);
+    return ld<T>(static_cast<const DT *>(s.bias),
+                 (recurrent ? static_cast<I>(s.G) : 0) * static_cast<I>(s.H) +
+                     g * static_cast<I>(s.H) + h);
   }
   /// Gate g's input half for unit h of batch row b at time t: x W^T (xw) plus Wb.
   template <class T, class DT> DLC_HD T gateInput(const DT *xw, I b, I t, I g, I h) const {
@@ -100,9 +124,11 @@ template <class I, class DT> __global__ void __launch_bounds__(256) rnn_init(con
   DLC_GRID_STRIDE(i, BH) {
     I b = i;
     const I h = s.dH.split(b);
-    static_cast<DT *>(s.hNext)[i] = s.h0 ? static_cast<const DT *>(s.h0)[ix.state(b, h)] : cvt<DT>(0.0f);
+    static_cast<DT *>(s.hNext)[i] =
+        s.h0 ? static_cast<const DT *>(s.h0)[ix.state(b, h)] : cvt<DT>(0.0f);
     if (s.c)
-      static_cast<DT *>(s.c)[i] = s.c0 ? static_cast<const DT *>(s.c0)[ix.state(b, h)] : cvt<DT>(0.0f);
+      static_cast<DT *>(s.c)[i] =
+          s.c0 ? static_cast<const DT *>(s.c0)[ix.state(b, h)] : cvt<DT>(0.0f);
   }
 }
 
@@ -139,7 +165,8 @@ DLC_HD T lstmCell(const RnnIndex<I> &ix, I h, const T *g, T &c) {
 }
 
 /// One LSTM step (per-step schedule).
-template <int A0, int A1, int A2, class I, class DT> __global__ void __launch_bounds__(256) lstm_cell(const RnnShape s) {
+template <int A0, int A1, int A2, class I, class DT>
+__global__ void __launch_bounds__(256) lstm_cell(const RnnShape s) {
   typedef typename Compute<DT>::type T;
   RnnIndex<I> ix{s};
   const I BH = static_cast<I>(s.B) * static_cast<I>(s.H);
@@ -156,7 +183,8 @@ template <int A0, int A1, int A2, class I, class DT> __global__ void __launch_bo
     T g[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k)
-      g[k] = ix.template gateInput<T, DT>(xw, b, t, k, h) + ix.template gateRecurrent<T, DT>(hr, b, k, h);
+      g[k] = ix.template gateInput<T, DT>(xw, b, t, k, h) +
+             ix.template gateRecurrent<T, DT>(hr, b, k, h);
     T c = ld<T>(static_cast<const DT *>(s.c), i);
     const T hn = lstmCell<A0, A1, A2, T, I, DT>(ix, h, g, c);
     st(static_cast<DT *>(s.c), i, c);
@@ -168,7 +196,8 @@ template <int A0, int A1, int A2, class I, class DT> __global__ void __launch_bo
 /// One GRU step (per-step schedule; ONNX gate order z, r, h). Stage 0: with
 /// linear_before_reset. Without it, stage 1 writes z (into hNext) and r * h, a GEMM
 /// computes (r * h) Rh^T, and stage 2 finishes.
-template <int A0, int A1, int Stage, class I, class DT> __global__ void __launch_bounds__(256) gru_cell(const RnnShape s) {
+template <int A0, int A1, int Stage, class I, class DT>
+__global__ void __launch_bounds__(256) gru_cell(const RnnShape s) {
   typedef typename Compute<DT>::type T;
   RnnIndex<I> ix{s};
   const I BH = static_cast<I>(s.B) * static_cast<I>(s.H);
@@ -261,7 +290,8 @@ template <class T, class I, class DT> __device__ void stageState(T *hs, const DT
 }
 
 /// Gate g's recurrent dot product for unit u of the block and batch row b.
-template <class T, class I> __device__ T recurrentDot(const T *Rs, const T *hs, int g, I H, I U, I u, I b) {
+template <class T, class I>
+__device__ T recurrentDot(const T *Rs, const T *hs, int g, I H, I U, I u, I b) {
   T d = T(0);
   for (I j = 0; j < H; ++j)
     d += Rs[(g * H + j) * U + u] * hs[b * H + j];
@@ -270,7 +300,8 @@ template <class T, class I> __device__ T recurrentDot(const T *Rs, const T *hs, 
 
 /// Persistent LSTM: every step of one direction in one cooperative launch.
 /// Dynamic shared memory: R rows [4][H][units], then h_{t-1} [B][H].
-template <int A0, int A1, int A2, class I, class DT> __global__ void __launch_bounds__(256) lstm_persistent(const RnnShape s) {
+template <int A0, int A1, int A2, class I, class DT>
+__global__ void __launch_bounds__(256) lstm_persistent(const RnnShape s) {
   typedef typename Compute<DT>::type T;
   RnnIndex<I> ix{s};
   DLC_DYNAMIC_SMEM(T, smem);
@@ -315,7 +346,8 @@ template <int A0, int A1, int A2, class I, class DT> __global__ void __launch_bo
 /// Persistent GRU. With linear_before_reset one phase per step; without it, r * h
 /// must be complete before (r * h) Rh^T: a second barrier per step.
 /// Dynamic shared memory: R rows [3][H][units], then h_{t-1} (or r * h) [B][H].
-template <int A0, int A1, class I, class DT> __global__ void __launch_bounds__(256) gru_persistent(const RnnShape s) {
+template <int A0, int A1, class I, class DT>
+__global__ void __launch_bounds__(256) gru_persistent(const RnnShape s) {
   typedef typename Compute<DT>::type T;
   RnnIndex<I> ix{s};
   DLC_DYNAMIC_SMEM(T, smem);
@@ -339,11 +371,14 @@ template <int A0, int A1, class I, class DT> __global__ void __launch_bounds__(2
     const T hp = mine ? hs[b * H + h] : T(0);
     T zg = T(0), hn = hp;
     if (live) {
-      zg = rnnAct<A0>(ix.clip(gx(0) + dot(0) + ix.template bias<T, DT>(0, h, true)), s.alpha[0], s.beta[0]);
-      const T rg = rnnAct<A0>(ix.clip(gx(1) + dot(1) + ix.template bias<T, DT>(1, h, true)), s.alpha[0], s.beta[0]);
+      zg = rnnAct<A0>(ix.clip(gx(0) + dot(0) + ix.template bias<T, DT>(0, h, true)), s.alpha[0],
+                      s.beta[0]);
+      const T rg = rnnAct<A0>(ix.clip(gx(1) + dot(1) + ix.template bias<T, DT>(1, h, true)),
+                              s.alpha[0], s.beta[0]);
       if (s.linearBeforeReset) {
-        const T hh = rnnAct<A1>(ix.clip(gx(2) + rg * (dot(2) + ix.template bias<T, DT>(2, h, true))), s.alpha[1],
-                                s.beta[1]);
+        const T hh =
+            rnnAct<A1>(ix.clip(gx(2) + rg * (dot(2) + ix.template bias<T, DT>(2, h, true))),
+                       s.alpha[1], s.beta[1]);
         hn = (T(1) - zg) * hh + zg * hp;
       } else {
         st(rh, b * H + h, rg * hp);
@@ -355,7 +390,8 @@ template <int A0, int A1, class I, class DT> __global__ void __launch_bounds__(2
       gridSync(s.barrier); // every r * h written
       stageState(hs, static_cast<const DT *>(rh), B * H);
       if (live) {
-        const T hh = rnnAct<A1>(ix.clip(gx(2) + dot(2) + ix.template bias<T, DT>(2, h, true)), s.alpha[1], s.beta[1]);
+        const T hh = rnnAct<A1>(ix.clip(gx(2) + dot(2) + ix.template bias<T, DT>(2, h, true)),
+                                s.alpha[1], s.beta[1]);
         hn = (T(1) - zg) * hh + zg * hp;
       }
     }

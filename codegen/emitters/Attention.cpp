@@ -5,10 +5,8 @@
 // (the head split's slices, reshapes and transposes), the score chain f as a functor
 // of the raw score, the output through the epilogue (the head merge).
 //===----------------------------------------------------------------------===//
-#include "EmitterUtils.h"
-
 #include "../Fused.h"
-
+#include "EmitterUtils.h"
 #include "dlc/codegen/GpuModel.h"
 #include "dlc/ir/FusionRules.h"
 
@@ -41,10 +39,11 @@ llvm::Error lowerAttention(Lowering &l, const Node &mm2) {
   const FusionGroup *g = l.group();
   Functor fq = loadFunctor(l, g, q), fk = loadFunctor(l, g, k), fv = loadFunctor(l, g, v),
           fs = boundFunctor(l, g, logits, scores), fo = storeFunctor(l, g, out);
-  std::string qn = l.functorName(fq), kn = l.functorName(fk), vn = l.functorName(fv), sn = l.functorName(fs),
-              on = l.functorName(fo);
-  int64_t maxIndex = std::max({q->type().numElements(), k->type().numElements(), v->type().numElements(),
-                               out->type().numElements(), s.BH * s.Sq * s.Sk});
+  std::string qn = l.functorName(fq), kn = l.functorName(fk), vn = l.functorName(fv),
+              sn = l.functorName(fs), on = l.functorName(fo);
+  int64_t maxIndex =
+      std::max({q->type().numElements(), k->type().numElements(), v->type().numElements(),
+                out->type().numElements(), s.BH * s.Sq * s.Sk});
   // A warp per query row; 4 rows per block share the staged K/V tiles, unless that
   // leaves SMs idle on the largest target (then 2 or 1).
   int64_t sms = 0;
@@ -54,9 +53,10 @@ llvm::Error lowerAttention(Lowering &l, const Node &mm2) {
   while (warps > 1 && ((s.Sq + warps - 1) / warps) * s.BH < sms)
     warps /= 2;
   Instantiation inst{"dlc::attention",
-                     {std::to_string(warps), std::to_string((s.hd + 31) / 32), std::to_string((s.hdv + 31) / 32),
-                      l.indexType(maxIndex), qn, kn, vn, sn, on},
-                     "dlc::AttentionArgs<" + qn + ", " + kn + ", " + vn + ", " + sn + ", " + on + ">",
+                     {std::to_string(warps), std::to_string((s.hd + 31) / 32),
+                      std::to_string((s.hdv + 31) / 32), l.indexType(maxIndex), qn, kn, vn, sn, on},
+                     "dlc::AttentionArgs<" + qn + ", " + kn + ", " + vn + ", " + sn + ", " + on +
+                         ">",
                      {qn, kn, vn, sn, on}};
   inst.needsSync = true;
   uint32_t kernel = l.instantiate(inst);
@@ -67,8 +67,10 @@ llvm::Error lowerAttention(Lowering &l, const Node &mm2) {
   constexpr int kKeys = 32;
   double flops = 2.0 * static_cast<double>(s.BH * s.Sq * s.Sk) * static_cast<double>(s.hd + s.hdv) +
                  5.0 * static_cast<double>(s.BH * s.Sq * s.Sk);
-  l.launch(mm2, kernel, a, static_cast<uint32_t>((s.Sq + warps - 1) / warps), 32 * static_cast<uint32_t>(warps),
-           static_cast<uint32_t>(kKeys * (s.hd + s.hdv) * sizeof(float)), flops, static_cast<uint32_t>(s.BH));
+  l.launch(mm2, kernel, a, static_cast<uint32_t>((s.Sq + warps - 1) / warps),
+           32 * static_cast<uint32_t>(warps),
+           static_cast<uint32_t>(kKeys * (s.hd + s.hdv) * sizeof(float)), flops,
+           static_cast<uint32_t>(s.BH));
   return llvm::Error::success();
 }
 

@@ -7,9 +7,8 @@
 // wait comes right before the first step that reads the bucket
 // (Lowering::addCollectiveWaits).
 //===----------------------------------------------------------------------===//
-#include "EmitterUtils.h"
-
 #include "../MemoryPlan.h"
+#include "EmitterUtils.h"
 
 namespace dlc::codegen {
 
@@ -31,7 +30,8 @@ llvm::Error lowerSharded(Lowering &l, const Node &n) {
   if (s.op == pkg::CollectiveOp::Shard) {
     s.staging = l.bufferOf(n.operand(0));
   } else {
-    s.staging = l.temp(std::max<uint64_t>(bytes, 1), std::string(n.opName()) + " " + std::to_string(s.bucket));
+    s.staging = l.temp(std::max<uint64_t>(bytes, 1),
+                       std::string(n.opName()) + " " + std::to_string(s.bucket));
     s.sources = {l.bufferOf(n.operand(0))};
     s.offsets = {0};
     s.sizes = {bytes};

@@ -8,10 +8,8 @@
 // the direct kernel; ConvTranspose the gather kernel. Bias and the fused epilogue
 // (activation, residual add, ...) are applied as each output is stored.
 //===----------------------------------------------------------------------===//
-#include "Window.h"
-
 #include "../Fused.h"
-
+#include "Window.h"
 #include "dlc/codegen/GpuModel.h"
 
 #include <cmath>
@@ -24,9 +22,13 @@ using namespace ir;
 
 namespace {
 
-Shape spatialKernel(const Value *w) { return Shape(w->shape().begin() + 2, w->shape().end()); }
+Shape spatialKernel(const Value *w) {
+  return Shape(w->shape().begin() + 2, w->shape().end());
+}
 
-bool isChannelsLast(const Node &n) { return n.attrInt("channels_last") != 0; }
+bool isChannelsLast(const Node &n) {
+  return n.attrInt("channels_last") != 0;
+}
 
 /// A tile of conv_igemm (ConvTile<BM, BN, TM, TN>, 256 threads); `registers` is an
 /// estimate for the occupancy model (ptxas reports the real count later) and
@@ -37,15 +39,18 @@ struct ConvTileConfig {
   double efficiency;
 };
 constexpr ConvTileConfig kConvTiles[] = {
-    {128, 128, 8, 8, 112, 1.0}, {128, 64, 8, 4, 80, 0.9}, {64, 128, 4, 8, 80, 0.9}, {64, 64, 4, 4, 56, 0.8},
-    {64, 32, 4, 2, 48, 0.6},    {32, 64, 2, 4, 48, 0.6},  {32, 32, 2, 2, 40, 0.45}, {16, 64, 1, 4, 40, 0.4},
-    {16, 32, 1, 2, 36, 0.3},
+    {128, 128, 8, 8, 112, 1.0}, {128, 64, 8, 4, 80, 0.9}, {64, 128, 4, 8, 80, 0.9},
+    {64, 64, 4, 4, 56, 0.8},    {64, 32, 4, 2, 48, 0.6},  {32, 64, 2, 4, 48, 0.6},
+    {32, 32, 2, 2, 40, 0.45},   {16, 64, 1, 4, 40, 0.4},  {16, 32, 1, 2, 36, 0.3},
 };
 constexpr int kConvBK = 16, kConvThreads = 256;
 /// Tensor-core tiles of conv_igemm_tc (ConvTcTile<BM, BN, WM, WN>: tm, tn are the warp
 /// tile WM x WN; 4 warps each), for FP16/BF16.
 constexpr ConvTileConfig kConvTcTiles[] = {
-    {128, 64, 64, 32, 128, 1.0}, {64, 64, 32, 32, 96, 0.85}, {32, 64, 16, 32, 72, 0.6}, {32, 32, 16, 16, 56, 0.45},
+    {128, 64, 64, 32, 128, 1.0},
+    {64, 64, 32, 32, 96, 0.85},
+    {32, 64, 16, 32, 72, 0.6},
+    {32, 32, 16, 16, 56, 0.45},
 };
 constexpr int kConvTcBK = 32;
 
@@ -55,7 +60,9 @@ struct ConvFamily {
   int count;
   bool tensor;
   int bk() const { return tensor ? kConvTcBK : kConvBK; }
-  int threads(const ConvTileConfig &c) const { return tensor ? (c.bm / c.tm) * (c.bn / c.tn) * 32 : kConvThreads; }
+  int threads(const ConvTileConfig &c) const {
+    return tensor ? (c.bm / c.tm) * (c.bn / c.tn) * 32 : kConvThreads;
+  }
   int smem(const ConvTileConfig &c, size_t accBytes) const {
     if (!tensor)
       return 2 * kConvBK * (c.bm + c.bn) * static_cast<int>(accBytes);
@@ -69,10 +76,14 @@ constexpr int64_t kSplits[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
 struct ConvPlan {
   int tile = 0;
   int64_t splits = 1, kPerSplit = 0;
-  bool operator==(const ConvPlan &o) const { return tile == o.tile && splits == o.splits && kPerSplit == o.kPerSplit; }
+  bool operator==(const ConvPlan &o) const {
+    return tile == o.tile && splits == o.splits && kPerSplit == o.kPerSplit;
+  }
 };
 
-int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceilDiv(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 /// A tile whose kernel exists already costs no compile time: it wins unless another
 /// is modeled this much faster (fewer unique kernels, a faster compile).
@@ -81,8 +92,9 @@ constexpr double kReuseAdvantage = 0.9;
 /// The tile and split-K factor with the least modeled time on `arch`, among those that
 /// launch at least one block per SM when any does; `known(t)` says whether tile t's
 /// kernel is instantiated already.
-ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K, const std::string &arch,
-                        size_t accBytes, const std::function<bool(int)> &known) {
+ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K,
+                        const std::string &arch, size_t accBytes,
+                        const std::function<bool(int)> &known) {
   const GpuModel &g = gpuModelFor(arch);
   ConvPlan best;
   double bestTime = INFINITY;
@@ -99,10 +111,12 @@ ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K,
         continue;
       uint64_t blocks = static_cast<uint64_t>(tiles * splits);
       double fill = smFill(g, blocks, perSm);
-      double work = 2.0 * static_cast<double>(tiles) * c.bm * c.bn * static_cast<double>(splits * kPer);
+      double work =
+          2.0 * static_cast<double>(tiles) * c.bm * c.bn * static_cast<double>(splits * kPer);
       double time = work / ((fam.tensor ? g.tensorFlops : g.fp32Flops) * fill * c.efficiency);
       if (splits > 1) // partial sums written and read back, and the reduction's launch
-        time += 2.0 * static_cast<double>(splits * M * NP) * accBytes / g.dramBytesPerSecond + g.launchMicros * 1e-6;
+        time += 2.0 * static_cast<double>(splits * M * NP) * accBytes / g.dramBytesPerSecond +
+                g.launchMicros * 1e-6;
       if (known(t))
         time *= kReuseAdvantage;
       bool fills = blocks >= static_cast<uint64_t>(g.sms);
@@ -164,22 +178,28 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   // The arguments of the GEMM kernel and of the split-K reduction are the same struct;
   // what each launch touches (the cost model's traffic) differs.
   enum Role { Whole, SplitGemm, SplitReduce };
-  auto args = [&](const ConvShape &shape, std::optional<BufferRef> partial, uint64_t partialBytes, Role role) {
+  auto args = [&](const ConvShape &shape, std::optional<BufferRef> partial, uint64_t partialBytes,
+                  Role role) {
     LaunchArgs a;
     a.shape(shape);
-    a.pointer(offsetof(ConvShape, w), l.bufferOf(wt), wt->type().byteSize(), false, role != SplitReduce);
+    a.pointer(offsetof(ConvShape, w), l.bufferOf(wt), wt->type().byteSize(), false,
+              role != SplitReduce);
     if (b)
-      a.pointer(offsetof(ConvShape, bias), l.bufferOf(b), b->type().byteSize(), false, role != SplitGemm);
+      a.pointer(offsetof(ConvShape, bias), l.bufferOf(b), b->type().byteSize(), false,
+                role != SplitGemm);
     if (partial)
       a.pointer(offsetof(ConvShape, partial), *partial, partialBytes, role == SplitGemm);
     a.functor(fx, role != SplitReduce);
     a.functor(fo, role != SplitGemm);
     return a;
   };
-  double flops = 2.0 * static_cast<double>(M) * static_cast<double>(s.NP) * static_cast<double>(s.K);
-  int64_t maxIndex = std::max({x->type().numElements(), y->type().numElements(), wt->type().numElements(), s.K * s.NP});
+  double flops =
+      2.0 * static_cast<double>(M) * static_cast<double>(s.NP) * static_cast<double>(s.K);
+  int64_t maxIndex = std::max(
+      {x->type().numElements(), y->type().numElements(), wt->type().numElements(), s.K * s.NP});
   if (groups != 1 || !floating) {
-    Instantiation inst{"dlc::conv_direct", {layout, l.indexType(maxIndex), wtype, xn, on}, argsType, {xn, on}};
+    Instantiation inst{
+        "dlc::conv_direct", {layout, l.indexType(maxIndex), wtype, xn, on}, argsType, {xn, on}};
     uint32_t k = l.instantiate(inst);
     LaunchArgs a = args(s, std::nullopt, 0, Whole);
     l.launch(n, k, a, gridFor(y->type().numElements(), 256), 256, 0, flops);
@@ -195,20 +215,23 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     pointwise &= w.stride[d] == 1 && w.padB[d] == 0;
   auto igemm = [&](int t, int64_t splits) {
     const ConvTileConfig &c = fam.tiles[t];
-    std::string tile = std::string(tensor ? "dlc::ConvTcTile<" : "dlc::ConvTile<") + std::to_string(c.bm) + ", " +
-                       std::to_string(c.bn) + ", " + std::to_string(c.tm) + ", " + std::to_string(c.tn) + ">";
+    std::string tile = std::string(tensor ? "dlc::ConvTcTile<" : "dlc::ConvTile<") +
+                       std::to_string(c.bm) + ", " + std::to_string(c.bn) + ", " +
+                       std::to_string(c.tm) + ", " + std::to_string(c.tn) + ">";
     std::vector<std::string> targs = {tile, pointwise ? "true" : "false", layout,
                                       l.indexType(std::max(maxIndex, splits * M * s.NP))};
     if (tensor)
       targs.push_back(cudaType(x->dtype()));
     targs.insert(targs.end(), {wtype, xn, on});
-    Instantiation inst{tensor ? "dlc::conv_igemm_tc" : "dlc::conv_igemm", targs, argsType, {xn, on}};
+    Instantiation inst{
+        tensor ? "dlc::conv_igemm_tc" : "dlc::conv_igemm", targs, argsType, {xn, on}};
     inst.needsSync = true;
     inst.tensorCore = tensor;
     return inst;
   };
   auto plans = l.perArch<ConvPlan>([&](const std::string &arch) {
-    return chooseConvPlan(fam, M, s.NP, s.K, arch, accBytes, [&](int t) { return l.instantiated(igemm(t, 1)); });
+    return chooseConvPlan(fam, M, s.NP, s.K, arch, accBytes,
+                          [&](int t) { return l.instantiated(igemm(t, 1)); });
   });
   // The split-K partial sums (a temporary of this node's steps), sized for the largest
   // plan.
@@ -218,7 +241,8 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
       partialElems = std::max(partialElems, plan.splits * M * s.NP);
   std::optional<BufferRef> partial;
   if (partialElems)
-    partial = l.temp(static_cast<uint64_t>(partialElems) * accBytes, n.result()->name() + ".partial");
+    partial =
+        l.temp(static_cast<uint64_t>(partialElems) * accBytes, n.result()->name() + ".partial");
   for (const auto &[plan, archs] : plans) {
     const ConvTileConfig &c = fam.tiles[plan.tile];
     std::string index = l.indexType(std::max(maxIndex, plan.splits * M * s.NP));
@@ -227,11 +251,14 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     ps.splits = plan.splits;
     ps.kPerSplit = plan.kPerSplit;
     uint64_t partialBytes = static_cast<uint64_t>(plan.splits * M * s.NP) * accBytes;
-    LaunchArgs a = args(ps, plan.splits > 1 ? partial : std::nullopt, partialBytes, plan.splits > 1 ? SplitGemm : Whole);
-    l.launch(n, k, a, static_cast<uint32_t>(ceilDiv(s.NP, c.bn)), static_cast<uint32_t>(fam.threads(c)), 0, flops,
+    LaunchArgs a = args(ps, plan.splits > 1 ? partial : std::nullopt, partialBytes,
+                        plan.splits > 1 ? SplitGemm : Whole);
+    l.launch(n, k, a, static_cast<uint32_t>(ceilDiv(s.NP, c.bn)),
+             static_cast<uint32_t>(fam.threads(c)), 0, flops,
              static_cast<uint32_t>(ceilDiv(M, c.bm)), static_cast<uint32_t>(plan.splits), archs);
     if (plan.splits > 1) {
-      Instantiation red{"dlc::conv_splitk_reduce", {layout, index, wtype, xn, on}, argsType, {xn, on}};
+      Instantiation red{
+          "dlc::conv_splitk_reduce", {layout, index, wtype, xn, on}, argsType, {xn, on}};
       uint32_t rk = l.instantiate(red);
       LaunchArgs ra = args(ps, partial, partialBytes, SplitReduce);
       l.launch(n, rk, ra, gridFor(static_cast<uint64_t>(M * s.NP), 256), 256, 0,
@@ -270,8 +297,10 @@ llvm::Error lowerConvTranspose(Lowering &l, const Node &n) {
   Functor fo = storeFunctor(l, l.group(), y);
   std::string on = l.functorName(fo);
   int64_t maxIndex = std::max({x->type().numElements(), total, wt->type().numElements()});
-  Instantiation inst{"dlc::conv_transpose", {l.indexType(maxIndex), cudaType(x->dtype()), on},
-                     "dlc::ConvTransposeArgs<" + on + ">", {on}};
+  Instantiation inst{"dlc::conv_transpose",
+                     {l.indexType(maxIndex), cudaType(x->dtype()), on},
+                     "dlc::ConvTransposeArgs<" + on + ">",
+                     {on}};
   uint32_t k = l.instantiate(inst);
   LaunchArgs a;
   a.shape(s);
@@ -288,9 +317,12 @@ llvm::Error lowerConvTranspose(Lowering &l, const Node &n) {
 
 llvm::Error lowerConv(Lowering &l, const Node &n) {
   switch (n.kind()) {
-  case OpKind::Conv: return lowerConvForward(l, n);
-  case OpKind::ConvTranspose: return lowerConvTranspose(l, n);
-  default: return errorf("no CUDA lowering for {0}", n.opName());
+  case OpKind::Conv:
+    return lowerConvForward(l, n);
+  case OpKind::ConvTranspose:
+    return lowerConvTranspose(l, n);
+  default:
+    return errorf("no CUDA lowering for {0}", n.opName());
   }
 }
 

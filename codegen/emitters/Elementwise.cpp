@@ -10,9 +10,8 @@
 // type of operand 0, ${attr} an attribute as a literal (strings as dlc::attr_X),
 // and "$k?" an optional operand (dlc::None() when absent).
 //===----------------------------------------------------------------------===//
-#include "EmitterUtils.h"
-
 #include "../Fused.h"
+#include "EmitterUtils.h"
 
 namespace dlc::codegen {
 
@@ -25,10 +24,14 @@ std::string attrLiteral(const Node &n, const std::string &name) {
   if (!a)
     return "0";
   switch (a->kind()) {
-  case AttrKind::Int: return literalInt(a->i());
-  case AttrKind::Float: return literal(DType::F32, a->f());
-  case AttrKind::String: return "dlc::attr_" + a->s();
-  default: return "0";
+  case AttrKind::Int:
+    return literalInt(a->i());
+  case AttrKind::Float:
+    return literal(DType::F32, a->f());
+  case AttrKind::String:
+    return "dlc::attr_" + a->s();
+  default:
+    return "0";
   }
 }
 
@@ -70,7 +73,8 @@ std::string expand(const std::string &tmpl, const Node &n, const std::vector<std
 
 } // namespace
 
-std::string expandExpr(const Node &n, const std::vector<std::string> &vals, const std::string &index) {
+std::string expandExpr(const Node &n, const std::vector<std::string> &vals,
+                       const std::string &index) {
   const char *tmpl = n.def().cudaExpr;
   std::string t = computeType(n.operand(0)->dtype());
   std::string s = tmpl;

@@ -14,12 +14,13 @@ bool isScalarConstant(const ir::Value *v);
 std::string scalarLiteral(const ir::Value *v);
 
 /// The element-wise expression of node n applied to operand value expressions.
-std::string expandExpr(const ir::Node &n, const std::vector<std::string> &vals, const std::string &index);
+std::string expandExpr(const ir::Node &n, const std::vector<std::string> &vals,
+                       const std::string &index);
 
 /// dst (shape `dims`) = x[base + sum_d coord_d * strides[d]]: the copy_strided kernel
 /// (splits, materialized broadcasts).
-llvm::Error emitStridedCopy(Lowering &l, const ir::Node &n, const ir::Value *x, int64_t base, BufferRef dst,
-                            uint64_t dstBytes, const ir::Shape &dims, const std::vector<int64_t> &strides);
-
+llvm::Error emitStridedCopy(Lowering &l, const ir::Node &n, const ir::Value *x, int64_t base,
+                            BufferRef dst, uint64_t dstBytes, const ir::Shape &dims,
+                            const std::vector<int64_t> &strides);
 
 } // namespace dlc::codegen

@@ -7,9 +7,8 @@
 // the launch's check word (the run fails, naming the node); the kernel reads or writes
 // index 0 instead, never outside a buffer.
 //===----------------------------------------------------------------------===//
-#include "EmitterUtils.h"
-
 #include "../Library.h"
+#include "EmitterUtils.h"
 
 #include <cstddef>
 #include <functional>
@@ -21,14 +20,18 @@ using namespace ir;
 namespace {
 
 const char *scatterReduction(const std::string &r) {
-  return r == "add" ? "dlc::kScatterAdd" : r == "mul" ? "dlc::kScatterMul" : r == "max" ? "dlc::kScatterMax"
-         : r == "min" ? "dlc::kScatterMin" : "dlc::kScatterNone";
+  return r == "add"   ? "dlc::kScatterAdd"
+         : r == "mul" ? "dlc::kScatterMul"
+         : r == "max" ? "dlc::kScatterMax"
+         : r == "min" ? "dlc::kScatterMin"
+                      : "dlc::kScatterNone";
 }
 
 /// An IndexShape with `dims` as the coordinate space of the threads.
 llvm::Expected<IndexShape> indexShape(const Shape &dims, int64_t total) {
   if (dims.size() > static_cast<size_t>(kMaxRank))
-    return errorf("an index op of rank {0} (code generation handles up to {1} dims)", dims.size(), kMaxRank);
+    return errorf("an index op of rank {0} (code generation handles up to {1} dims)", dims.size(),
+                  kMaxRank);
   IndexShape s{};
   s.total = total;
   s.rank = static_cast<int64_t>(dims.size());
@@ -41,8 +44,12 @@ struct IndexLaunch {
   Lowering &l;
   const Node &n;
   LaunchArgs a;
-  void in(size_t offset, const Value *v) { a.pointer(offset, l.bufferOf(v), v->type().byteSize(), false); }
-  void out(size_t offset, const Value *v) { a.pointer(offset, l.bufferOf(v), v->type().byteSize(), true); }
+  void in(size_t offset, const Value *v) {
+    a.pointer(offset, l.bufferOf(v), v->type().byteSize(), false);
+  }
+  void out(size_t offset, const Value *v) {
+    a.pointer(offset, l.bufferOf(v), v->type().byteSize(), true);
+  }
   void run(const Instantiation &inst, int64_t threads) {
     uint32_t k = l.instantiate(inst);
     l.launch(n, k, a, gridFor(threads, 256), 256);
@@ -51,9 +58,9 @@ struct IndexLaunch {
 
 /// Launches an IndexShape template `tmpl<extra..., I, DT, IT>` over `threads` threads:
 /// `data` (x), `idx`, `upd` (if any) and the output.
-void launchIndex(Lowering &l, const Node &n, const char *tmpl, std::vector<std::string> targs, const IndexShape &s,
-                 const Value *data, const Value *idx, const Value *upd, const Value *y, int64_t threads,
-                 bool checksIndices = true) {
+void launchIndex(Lowering &l, const Node &n, const char *tmpl, std::vector<std::string> targs,
+                 const IndexShape &s, const Value *data, const Value *idx, const Value *upd,
+                 const Value *y, int64_t threads, bool checksIndices = true) {
   IndexLaunch il{l, n, {}};
   il.a.shape(s);
   if (checksIndices)
@@ -64,15 +71,18 @@ void launchIndex(Lowering &l, const Node &n, const char *tmpl, std::vector<std::
   if (upd)
     il.in(offsetof(IndexShape, upd), upd);
   il.out(offsetof(IndexShape, y), y);
-  int64_t maxIndex = std::max({s.total, s.axisDim, data->type().numElements(), y->type().numElements()});
-  targs.insert(targs.end(), {l.indexType(maxIndex), cudaType(data->dtype()), cudaType(idx->dtype())});
+  int64_t maxIndex =
+      std::max({s.total, s.axisDim, data->type().numElements(), y->type().numElements()});
+  targs.insert(targs.end(),
+               {l.indexType(maxIndex), cudaType(data->dtype()), cudaType(idx->dtype())});
   il.run({tmpl, targs, "dlc::IndexShape", {}}, threads);
 }
 
 /// ScatterElements and ScatterND: the data copied to the output, then the scatter
 /// (parallel, or one thread in index order with a reduction).
 llvm::Error lowerScatter(Lowering &l, const Node &n, const char *tmpl,
-                         const std::function<llvm::Expected<IndexShape>(int64_t total)> &shape, int64_t total) {
+                         const std::function<llvm::Expected<IndexShape>(int64_t total)> &shape,
+                         int64_t total) {
   const Value *x = n.operand(0), *idx = n.operand(1), *upd = n.operand(2), *y = n.result();
   BufferRef yb = l.allocate(y);
   if (x->type().numElements())
@@ -83,11 +93,14 @@ llvm::Error lowerScatter(Lowering &l, const Node &n, const char *tmpl,
   if (!s)
     return s.takeError();
   const char *red = scatterReduction(n.attrString("reduction"));
-  launchIndex(l, n, tmpl, {red}, *s, x, idx, upd, y, std::string(red) == "dlc::kScatterNone" ? total : 1);
+  launchIndex(l, n, tmpl, {red}, *s, x, idx, upd, y,
+              std::string(red) == "dlc::kScatterNone" ? total : 1);
   return llvm::Error::success();
 }
 
-int64_t normAxis(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
+int64_t normAxis(int64_t axis, int64_t rank) {
+  return axis < 0 ? axis + rank : axis;
+}
 
 llvm::Error lowerTrilu(Lowering &l, const Node &n) {
   const Value *x = n.operand(0), *y = n.result();
@@ -104,8 +117,10 @@ llvm::Error lowerTrilu(Lowering &l, const Node &n) {
   il.a.shape(s);
   il.in(offsetof(MiscShape, a), x);
   il.out(offsetof(MiscShape, y), y);
-  il.run({"dlc::trilu", {n.attrInt("upper") != 0 ? "true" : "false", l.indexType(total), cudaType(x->dtype())},
-          "dlc::MiscShape", {}},
+  il.run({"dlc::trilu",
+          {n.attrInt("upper") != 0 ? "true" : "false", l.indexType(total), cudaType(x->dtype())},
+          "dlc::MiscShape",
+          {}},
          total);
   return llvm::Error::success();
 }
@@ -149,11 +164,13 @@ llvm::Error lowerScatterElements(Lowering &l, const Node &n) {
 
 /// GatherND / ScatterND geometry: index tuples of q coordinates into data dims
 /// [bdims, bdims + q), slices of the remaining dims.
-llvm::Expected<IndexShape> ndShape(const Value *data, const Value *idx, int64_t bdims, int64_t total) {
+llvm::Expected<IndexShape> ndShape(const Value *data, const Value *idx, int64_t bdims,
+                                   int64_t total) {
   const Shape &ds = data->shape(), &is = idx->shape();
   int64_t q = is.back();
   if (q > kMaxRank)
-    return errorf("index tuples of {0} coordinates (code generation handles up to {1})", q, kMaxRank);
+    return errorf("index tuples of {0} coordinates (code generation handles up to {1})", q,
+                  kMaxRank);
   Shape st = stridesOf(ds);
   IndexShape s{};
   s.total = total;
@@ -192,12 +209,14 @@ llvm::Error lowerGatherND(Lowering &l, const Node &n) {
 llvm::Error lowerScatterND(Lowering &l, const Node &n) {
   const Value *x = n.operand(0), *idx = n.operand(1), *upd = n.operand(2);
   return lowerScatter(
-      l, n, "dlc::scatter_nd", [&](int64_t total) { return ndShape(x, idx, 0, total); }, upd->type().numElements());
+      l, n, "dlc::scatter_nd", [&](int64_t total) { return ndShape(x, idx, 0, total); },
+      upd->type().numElements());
 }
 
 llvm::Error lowerOneHot(Lowering &l, const Node &n) {
   const Value *idx = n.operand(0), *vals = n.operand(1), *y = n.result();
-  int64_t rank = y->rank(), axis = normAxis(n.attrInt("axis"), rank), total = y->type().numElements();
+  int64_t rank = y->rank(), axis = normAxis(n.attrInt("axis"), rank),
+          total = y->type().numElements();
   l.allocate(y);
   if (!total)
     return llvm::Error::success();
@@ -237,7 +256,8 @@ llvm::Error lowerMaxUnpool(Lowering &l, const Node &n) {
   // Indices address the default unpooled shape; re-address into the output shape.
   const Shape &xs = x->shape();
   int64_t k = x->rank() - 2;
-  const auto &ks = n.attrInts("kernel_shape"), &strides = n.attrInts("strides"), &pads = n.attrInts("pads");
+  const auto &ks = n.attrInts("kernel_shape"), &strides = n.attrInts("strides"),
+             &pads = n.attrInts("pads");
   Shape def{xs[0], xs[1]};
   for (int64_t i = 0; i < k; ++i)
     def.push_back((xs[2 + i] - 1) * (strides.empty() ? 1 : strides[i]) + ks[i] -
@@ -264,15 +284,24 @@ llvm::Error lowerMaxUnpool(Lowering &l, const Node &n) {
 
 llvm::Error lowerIndex(Lowering &l, const Node &n) {
   switch (n.kind()) {
-  case OpKind::Trilu: return lowerTrilu(l, n);
-  case OpKind::GatherElements: return lowerGatherElements(l, n);
-  case OpKind::ScatterElements: return lowerScatterElements(l, n);
-  case OpKind::GatherND: return lowerGatherND(l, n);
-  case OpKind::ScatterND: return lowerScatterND(l, n);
-  case OpKind::OneHot: return lowerOneHot(l, n);
-  case OpKind::ReverseSequence: return lowerReverseSequence(l, n);
-  case OpKind::MaxUnpool: return lowerMaxUnpool(l, n);
-  default: return errorf("no CUDA lowering for {0}", n.opName());
+  case OpKind::Trilu:
+    return lowerTrilu(l, n);
+  case OpKind::GatherElements:
+    return lowerGatherElements(l, n);
+  case OpKind::ScatterElements:
+    return lowerScatterElements(l, n);
+  case OpKind::GatherND:
+    return lowerGatherND(l, n);
+  case OpKind::ScatterND:
+    return lowerScatterND(l, n);
+  case OpKind::OneHot:
+    return lowerOneHot(l, n);
+  case OpKind::ReverseSequence:
+    return lowerReverseSequence(l, n);
+  case OpKind::MaxUnpool:
+    return lowerMaxUnpool(l, n);
+  default:
+    return errorf("no CUDA lowering for {0}", n.opName());
   }
 }
 

@@ -5,9 +5,8 @@
 // broadcast partially are materialized first. Integer products (rare) get a plain
 // kernel.
 //===----------------------------------------------------------------------===//
-#include "EmitterUtils.h"
-
 #include "../Library.h"
+#include "EmitterUtils.h"
 
 #include <cstddef>
 
@@ -32,8 +31,8 @@ std::vector<int64_t> broadcastStrides(const Shape &in, const Shape &to) {
 }
 
 /// Copies `v` broadcast to shape `to` into a new temporary.
-llvm::Expected<BufferRef> materializeBroadcast(Lowering &l, const Node &n, const Value *v, const Shape &to,
-                                               const std::string &what) {
+llvm::Expected<BufferRef> materializeBroadcast(Lowering &l, const Node &n, const Value *v,
+                                               const Shape &to, const std::string &what) {
   TensorType t(v->dtype(), to);
   BufferRef dst = l.temp(t.byteSize(), v->name() + "." + what);
   if (auto e = emitStridedCopy(l, n, v, 0, dst, t.byteSize(), to, broadcastStrides(v->shape(), to)))
@@ -60,9 +59,10 @@ void emitIntMatMul(Lowering &l, const Node &n, int64_t batch, int64_t m, int64_t
   args.pointer(offsetof(MiscShape, a), l.bufferOf(a), a->type().byteSize(), false);
   args.pointer(offsetof(MiscShape, b), l.bufferOf(b), b->type().byteSize(), false);
   args.pointer(offsetof(MiscShape, y), l.bufferOf(out), out->type().byteSize(), true);
-  int64_t maxIndex = std::max({total, a->type().numElements(), b->type().numElements(), batch * strideA + m * k,
-                               batch * strideB + k * nn});
-  Instantiation inst{"dlc::matmul_int", {l.indexType(maxIndex), cudaType(out->dtype())}, "dlc::MiscShape", {}};
+  int64_t maxIndex = std::max({total, a->type().numElements(), b->type().numElements(),
+                               batch * strideA + m * k, batch * strideB + k * nn});
+  Instantiation inst{
+      "dlc::matmul_int", {l.indexType(maxIndex), cudaType(out->dtype())}, "dlc::MiscShape", {}};
   uint32_t kernel = l.instantiate(inst);
   l.launch(n, kernel, args, gridFor(total, 256), 256, 0, 2.0 * total * k);
 }
@@ -167,8 +167,8 @@ llvm::Error lowerGemm(Lowering &l, const Node &n) {
     return llvm::Error::success();
   float beta = n.attrFloat("beta");
   if (cIn && beta != 0.0f) {
-    if (auto e = emitStridedCopy(l, n, cIn, 0, l.bufferOf(out), out->type().byteSize(), out->shape(),
-                                 broadcastStrides(cIn->shape(), out->shape())))
+    if (auto e = emitStridedCopy(l, n, cIn, 0, l.bufferOf(out), out->type().byteSize(),
+                                 out->shape(), broadcastStrides(cIn->shape(), out->shape())))
       return e;
   } else {
     beta = 0;
@@ -198,9 +198,12 @@ llvm::Error lowerGemm(Lowering &l, const Node &n) {
 
 llvm::Error lowerLinalg(Lowering &l, const Node &n) {
   switch (n.kind()) {
-  case OpKind::MatMul: return lowerMatMul(l, n);
-  case OpKind::Gemm: return lowerGemm(l, n);
-  default: return errorf("no CUDA lowering for {0}", n.opName());
+  case OpKind::MatMul:
+    return lowerMatMul(l, n);
+  case OpKind::Gemm:
+    return lowerGemm(l, n);
+  default:
+    return errorf("no CUDA lowering for {0}", n.opName());
   }
 }
 

@@ -1,7 +1,6 @@
 //===- Loss.cpp - Negative log-likelihood loss -----------------------------===//
-#include "EmitterUtils.h"
-
 #include "../Library.h"
+#include "EmitterUtils.h"
 
 #include <cstddef>
 
@@ -13,7 +12,8 @@ llvm::Error lowerLoss(Lowering &l, const Node &n) {
   if (n.kind() != OpKind::NegativeLogLikelihoodLoss)
     return errorf("no CUDA lowering for {0}", n.opName());
   const Value *x = n.operand(0), *t = n.operand(1), *w = n.operand(2), *y = n.result();
-  int64_t N = x->shape()[0], C = x->shape()[1], D = t->type().numElements() / std::max<int64_t>(N, 1);
+  int64_t N = x->shape()[0], C = x->shape()[1],
+          D = t->type().numElements() / std::max<int64_t>(N, 1);
   const std::string &red = n.attrString("reduction");
   l.allocate(y);
   int64_t total = N * D;
@@ -34,10 +34,11 @@ llvm::Error lowerLoss(Lowering &l, const Node &n) {
   a.pointer(offsetof(MiscShape, y), l.bufferOf(y), y->type().byteSize(), true);
   a.pointer(offsetof(MiscShape, err), l.checkWord(n, "target class out of range"), 4, true);
   const char *mode = red == "none" ? "0" : red == "sum" ? "1" : "2";
-  Instantiation inst{"dlc::nll_loss",
-                     {mode, l.indexType(x->type().numElements()), cudaType(x->dtype()), cudaType(t->dtype())},
-                     "dlc::MiscShape",
-                     {}};
+  Instantiation inst{
+      "dlc::nll_loss",
+      {mode, l.indexType(x->type().numElements()), cudaType(x->dtype()), cudaType(t->dtype())},
+      "dlc::MiscShape",
+      {}};
   inst.needsSync = red != "none";
   uint32_t k = l.instantiate(inst);
   l.launch(n, k, a, red == "none" ? gridFor(total, 256) : 1, 256, 0, 2.0 * total);

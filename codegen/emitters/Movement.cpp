@@ -6,9 +6,8 @@
 // Split output a strided copy, ConstantOfShape and Range the fill template; Shape is
 // a constant (static shapes).
 //===----------------------------------------------------------------------===//
-#include "EmitterUtils.h"
-
 #include "../Fused.h"
+#include "EmitterUtils.h"
 
 #include <cstddef>
 
@@ -47,8 +46,11 @@ llvm::Error lowerPad(Lowering &l, const Node &n) {
                   : mode == "edge"   ? "dlc::kPadEdge"
                   : mode == "wrap"   ? "dlc::kPadWrap"
                                      : "dlc::kPadReflect";
-  Instantiation inst{"dlc::pad", {m, l.indexType(std::max(total, x->type().numElements())), cudaType(x->dtype())},
-                     "dlc::PadShape", {}};
+  Instantiation inst{
+      "dlc::pad",
+      {m, l.indexType(std::max(total, x->type().numElements())), cudaType(x->dtype())},
+      "dlc::PadShape",
+      {}};
   uint32_t k = l.instantiate(inst);
   LaunchArgs a;
   a.shape(s);
@@ -74,7 +76,8 @@ llvm::Error lowerSplit(Lowering &l, const Node &n) {
     l.allocate(v);
     int64_t len = v->shape()[axis], total = v->type().numElements();
     if (total)
-      if (auto e = emitStridedCopy(l, n, x, offset * st[axis], l.bufferOf(v), v->type().byteSize(), v->shape(), st))
+      if (auto e = emitStridedCopy(l, n, x, offset * st[axis], l.bufferOf(v), v->type().byteSize(),
+                                   v->shape(), st))
         return e;
     offset += len;
   }
@@ -82,7 +85,8 @@ llvm::Error lowerSplit(Lowering &l, const Node &n) {
 }
 
 /// A kernel that writes a value (ConstantOfShape) or a ramp (Range) to every element.
-void emitFill(Lowering &l, const Node &n, bool isRange, double f0, double f1, int64_t n0, int64_t n1) {
+void emitFill(Lowering &l, const Node &n, bool isRange, double f0, double f1, int64_t n0,
+              int64_t n1) {
   const Value *out = n.result();
   int64_t total = out->type().numElements();
   l.allocate(out);
@@ -94,8 +98,10 @@ void emitFill(Lowering &l, const Node &n, bool isRange, double f0, double f1, in
   s.f1 = f1;
   s.n0 = n0;
   s.n1 = n1;
-  Instantiation inst{"dlc::fill", {isRange ? "true" : "false", l.indexType(total), cudaType(out->dtype())},
-                     "dlc::MiscShape", {}};
+  Instantiation inst{"dlc::fill",
+                     {isRange ? "true" : "false", l.indexType(total), cudaType(out->dtype())},
+                     "dlc::MiscShape",
+                     {}};
   uint32_t k = l.instantiate(inst);
   LaunchArgs a;
   a.shape(s);
@@ -106,7 +112,8 @@ void emitFill(Lowering &l, const Node &n, bool isRange, double f0, double f1, in
 } // namespace
 
 llvm::Error emitStridedCopy(Lowering &l, const Node &n, const Value *x, int64_t base, BufferRef dst,
-                            uint64_t dstBytes, const Shape &dims, const std::vector<int64_t> &strides) {
+                            uint64_t dstBytes, const Shape &dims,
+                            const std::vector<int64_t> &strides) {
   int64_t total = product(dims);
   auto view = stridedView(dims, strides);
   if (!view)
@@ -115,8 +122,10 @@ llvm::Error emitStridedCopy(Lowering &l, const Node &n, const Value *x, int64_t 
   s.total = total;
   s.base = base;
   s.map = *view;
-  Instantiation inst{"dlc::copy_strided", {l.indexType(std::max(total, x->type().numElements())), cudaType(x->dtype())},
-                     "dlc::CopyShape", {}};
+  Instantiation inst{"dlc::copy_strided",
+                     {l.indexType(std::max(total, x->type().numElements())), cudaType(x->dtype())},
+                     "dlc::CopyShape",
+                     {}};
   uint32_t k = l.instantiate(inst);
   LaunchArgs a;
   a.shape(s);
@@ -142,9 +151,12 @@ llvm::Error lowerMovement(Lowering &l, const Node &n) {
   case OpKind::Expand:
   case OpKind::Tile:
   case OpKind::Gather:
-  case OpKind::Concat: return lowerInlineNode(l, n);
-  case OpKind::Pad: return lowerPad(l, n);
-  case OpKind::Split: return lowerSplit(l, n);
+  case OpKind::Concat:
+    return lowerInlineNode(l, n);
+  case OpKind::Pad:
+    return lowerPad(l, n);
+  case OpKind::Split:
+    return lowerSplit(l, n);
   case OpKind::Shape: {
     // Static shapes: the result is known at compile time.
     const Shape &s = n.operand(0)->shape();
@@ -152,7 +164,8 @@ llvm::Error lowerMovement(Lowering &l, const Node &n) {
     int64_t start = n.attrInt("start");
     start = std::clamp<int64_t>(start < 0 ? start + rank : start, 0, rank);
     std::vector<int64_t> dims(s.begin() + start, s.begin() + start + n.result()->shape()[0]);
-    BufferRef r = l.constantBuffer(Tensor::fromVector(n.result()->type(), dims), n.result()->name());
+    BufferRef r =
+        l.constantBuffer(Tensor::fromVector(n.result()->type(), dims), n.result()->name());
     l.bind(n.result(), r);
     return llvm::Error::success();
   }
@@ -172,7 +185,8 @@ llvm::Error lowerMovement(Lowering &l, const Node &n) {
       emitFill(l, n, true, 0, 0, s->data().getInt(0), d->data().getInt(0));
     return llvm::Error::success();
   }
-  default: return errorf("no CUDA lowering for {0}", n.opName());
+  default:
+    return errorf("no CUDA lowering for {0}", n.opName());
   }
 }
 

@@ -6,9 +6,8 @@
 // (row, j) given by a strided view of j plus a per-row term. BatchNormalization in
 // training mode and LRN have their own kernels.
 //===----------------------------------------------------------------------===//
-#include "EmitterUtils.h"
-
 #include "../Fused.h"
+#include "EmitterUtils.h"
 
 #include <cstddef>
 
@@ -29,8 +28,8 @@ llvm::Error emitRowNorm(Lowering &l, const Node &n, RowNorm &r) {
   std::string xn = l.functorName(fx), on = l.functorName(fo);
   bool isShort = r.s.len <= 64;
   Instantiation inst{"dlc::row_norm",
-                     {isShort ? "true" : "false", l.indexType(r.x->type().numElements()), cudaType(r.scale->dtype()),
-                      stat ? cudaType(stat->dtype()) : "float", xn, on},
+                     {isShort ? "true" : "false", l.indexType(r.x->type().numElements()),
+                      cudaType(r.scale->dtype()), stat ? cudaType(stat->dtype()) : "float", xn, on},
                      "dlc::NormArgs<" + xn + ", " + on + ">",
                      {xn, on}};
   inst.needsSync = !isShort;
@@ -96,7 +95,8 @@ llvm::Error lowerLayerNorm(Lowering &l, const Node &n) {
 
 llvm::Error lowerChannelNorm(Lowering &l, const Node &n) {
   const Value *x = n.operand(0);
-  int64_t N = x->shape()[0], C = x->shape()[1], S = x->type().numElements() / std::max<int64_t>(N * C, 1);
+  int64_t N = x->shape()[0], C = x->shape()[1],
+          S = x->type().numElements() / std::max<int64_t>(N * C, 1);
   int64_t G = n.kind() == OpKind::GroupNormalization ? n.attrInt("num_groups") : C, cpg = C / G;
   RowNorm r;
   r.s.rows = N * G;
@@ -120,7 +120,8 @@ llvm::Error lowerBatchNorm(Lowering &l, const Node &n) {
   if (n.attrInt("training_mode") == 0) // a per-channel affine map: a one-node fusion group
     return lowerInlineNode(l, n);
   const Value *x = n.operand(0), *y = n.result(0);
-  int64_t N = x->shape()[0], C = x->shape()[1], S = x->type().numElements() / std::max<int64_t>(N * C, 1);
+  int64_t N = x->shape()[0], C = x->shape()[1],
+          S = x->type().numElements() / std::max<int64_t>(N * C, 1);
   int64_t total = x->type().numElements();
   l.allocate(y);
   for (unsigned i = 1; i < n.numResults(); ++i)
@@ -136,13 +137,18 @@ llvm::Error lowerBatchNorm(Lowering &l, const Node &n) {
   s.momentum = n.attrFloat("momentum");
   s.dS = Divmod::make(S);
   s.dC = Divmod::make(C);
-  Instantiation inst{"dlc::batchnorm_train", {l.indexType(total), cudaType(x->dtype())}, "dlc::ChannelShape", {}};
+  Instantiation inst{
+      "dlc::batchnorm_train", {l.indexType(total), cudaType(x->dtype())}, "dlc::ChannelShape", {}};
   inst.needsSync = true;
   uint32_t k = l.instantiate(inst);
   LaunchArgs a;
   a.shape(s);
-  auto in = [&](size_t offset, const Value *v) { a.pointer(offset, l.bufferOf(v), v->type().byteSize(), false); };
-  auto out = [&](size_t offset, const Value *v) { a.pointer(offset, l.bufferOf(v), v->type().byteSize(), true); };
+  auto in = [&](size_t offset, const Value *v) {
+    a.pointer(offset, l.bufferOf(v), v->type().byteSize(), false);
+  };
+  auto out = [&](size_t offset, const Value *v) {
+    a.pointer(offset, l.bufferOf(v), v->type().byteSize(), true);
+  };
   in(offsetof(ChannelShape, x), x);
   in(offsetof(ChannelShape, scale), n.operand(1));
   in(offsetof(ChannelShape, bias), n.operand(2));
@@ -151,8 +157,11 @@ llvm::Error lowerBatchNorm(Lowering &l, const Node &n) {
   out(offsetof(ChannelShape, y), y);
   // The running statistics are optional results; the kernel writes them anyway.
   uint64_t statBytes = static_cast<uint64_t>(C) * dtypeSize(x->dtype());
-  for (auto [offset, i] : {std::pair{offsetof(ChannelShape, runMean), 1u}, {offsetof(ChannelShape, runVar), 2u}})
-    a.pointer(offset, i < n.numResults() ? l.bufferOf(n.result(i)) : l.temp(statBytes, n.name() + ".running_stat"),
+  for (auto [offset, i] :
+       {std::pair{offsetof(ChannelShape, runMean), 1u}, {offsetof(ChannelShape, runVar), 2u}})
+    a.pointer(offset,
+              i < n.numResults() ? l.bufferOf(n.result(i))
+                                 : l.temp(statBytes, n.name() + ".running_stat"),
               statBytes, true);
   l.launch(n, k, a, static_cast<uint32_t>(std::min<int64_t>(C, 1 << 20)), 256, 0, 4.0 * total);
   return llvm::Error::success();
@@ -160,7 +169,8 @@ llvm::Error lowerBatchNorm(Lowering &l, const Node &n) {
 
 llvm::Error lowerLRN(Lowering &l, const Node &n) {
   const Value *x = n.operand(0), *y = n.result();
-  int64_t N = x->shape()[0], C = x->shape()[1], S = x->type().numElements() / std::max<int64_t>(N * C, 1);
+  int64_t N = x->shape()[0], C = x->shape()[1],
+          S = x->type().numElements() / std::max<int64_t>(N * C, 1);
   int64_t total = x->type().numElements(), size = n.attrInt("size");
   l.allocate(y);
   if (total == 0)
@@ -178,7 +188,8 @@ llvm::Error lowerLRN(Lowering &l, const Node &n) {
   s.size = static_cast<double>(size);
   s.dS = Divmod::make(S);
   s.dC = Divmod::make(C);
-  Instantiation inst{"dlc::lrn", {l.indexType(total), cudaType(x->dtype())}, "dlc::ChannelShape", {}};
+  Instantiation inst{
+      "dlc::lrn", {l.indexType(total), cudaType(x->dtype())}, "dlc::ChannelShape", {}};
   uint32_t k = l.instantiate(inst);
   LaunchArgs a;
   a.shape(s);
@@ -192,12 +203,17 @@ llvm::Error lowerLRN(Lowering &l, const Node &n) {
 
 llvm::Error lowerNorm(Lowering &l, const Node &n) {
   switch (n.kind()) {
-  case OpKind::BatchNormalization: return lowerBatchNorm(l, n);
-  case OpKind::LayerNormalization: return lowerLayerNorm(l, n);
+  case OpKind::BatchNormalization:
+    return lowerBatchNorm(l, n);
+  case OpKind::LayerNormalization:
+    return lowerLayerNorm(l, n);
   case OpKind::InstanceNormalization:
-  case OpKind::GroupNormalization: return lowerChannelNorm(l, n);
-  case OpKind::LRN: return lowerLRN(l, n);
-  default: return errorf("no CUDA lowering for {0}", n.opName());
+  case OpKind::GroupNormalization:
+    return lowerChannelNorm(l, n);
+  case OpKind::LRN:
+    return lowerLRN(l, n);
+  default:
+    return errorf("no CUDA lowering for {0}", n.opName());
   }
 }
 

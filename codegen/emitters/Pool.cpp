@@ -4,9 +4,8 @@
 // normalized to 3-D like the reference); global pooling is a reduction over the
 // spatial dims of each (n, c) (the reduce template, contiguous rows).
 //===----------------------------------------------------------------------===//
-#include "Window.h"
-
 #include "../Fused.h"
+#include "Window.h"
 
 #include <cstddef>
 
@@ -14,8 +13,9 @@ namespace dlc::codegen {
 
 using namespace ir;
 
-llvm::Error lowerGlobalReduction(Lowering &l, const Node &n, const Value *x, const Value *out, int64_t images,
-                                 int64_t channels, int64_t len, bool channelsLast, const char *kind);
+llvm::Error lowerGlobalReduction(Lowering &l, const Node &n, const Value *x, const Value *out,
+                                 int64_t images, int64_t channels, int64_t len, bool channelsLast,
+                                 const char *kind);
 
 namespace {
 
@@ -51,14 +51,17 @@ llvm::Error lowerWindowPool(Lowering &l, const Node &n) {
   Functor fx = loadFunctor(l, l.group(), x), fo = storeFunctor(l, l.group(), y);
   std::string xn = l.functorName(fx), on = l.functorName(fo);
   int64_t maxIndex = std::max(x->type().numElements(), total);
-  Instantiation inst{"dlc::pool_window",
-                     {isMax ? "true" : "false", cl ? "true" : "false", l.indexType(maxIndex), xn, on},
-                     "dlc::PoolArgs<" + xn + ", " + on + ">", {xn, on}};
+  Instantiation inst{
+      "dlc::pool_window",
+      {isMax ? "true" : "false", cl ? "true" : "false", l.indexType(maxIndex), xn, on},
+      "dlc::PoolArgs<" + xn + ", " + on + ">",
+      {xn, on}};
   uint32_t k = l.instantiate(inst);
   LaunchArgs a;
   a.shape(s);
   if (withIdx)
-    a.pointer(offsetof(PoolShape, indices), l.bufferOf(n.result(1)), n.result(1)->type().byteSize(), true);
+    a.pointer(offsetof(PoolShape, indices), l.bufferOf(n.result(1)), n.result(1)->type().byteSize(),
+              true);
   a.functor(fx);
   a.functor(fo);
   l.launch(n, k, a, gridFor(total, 256), 256, 0, static_cast<double>(total * w.kSize()));
@@ -72,7 +75,8 @@ llvm::Error lowerGlobalPool(Lowering &l, const Node &n) {
   int64_t nc = xs[0] * xs[1];
   int64_t len = nc ? x->type().numElements() / nc : 0;
   return lowerGlobalReduction(l, n, x, y, xs[0], xs[1], len, cl,
-                              n.kind() == OpKind::GlobalMaxPool ? "dlc::kReduceMax" : "dlc::kReduceMean");
+                              n.kind() == OpKind::GlobalMaxPool ? "dlc::kReduceMax"
+                                                                : "dlc::kReduceMean");
 }
 
 } // namespace
@@ -80,10 +84,13 @@ llvm::Error lowerGlobalPool(Lowering &l, const Node &n) {
 llvm::Error lowerPool(Lowering &l, const Node &n) {
   switch (n.kind()) {
   case OpKind::MaxPool:
-  case OpKind::AveragePool: return lowerWindowPool(l, n);
+  case OpKind::AveragePool:
+    return lowerWindowPool(l, n);
   case OpKind::GlobalAveragePool:
-  case OpKind::GlobalMaxPool: return lowerGlobalPool(l, n);
-  default: return errorf("no CUDA lowering for {0}", n.opName());
+  case OpKind::GlobalMaxPool:
+    return lowerGlobalPool(l, n);
+  default:
+    return errorf("no CUDA lowering for {0}", n.opName());
   }
 }
 

@@ -8,10 +8,8 @@
 // around a second GEMM), with h ping-ponging between two buffers.
 // sequence_lens freezes a batch entry's state after its length (Y stays zero).
 //===----------------------------------------------------------------------===//
-#include "EmitterUtils.h"
-
 #include "../Library.h"
-
+#include "EmitterUtils.h"
 #include "dlc/codegen/GpuModel.h"
 
 #include <cstddef>
@@ -24,11 +22,16 @@ namespace {
 
 const char *activationEnum(const std::string &name) {
   static const std::pair<const char *, const char *> table[] = {
-      {"Sigmoid", "dlc::kActSigmoid"},     {"Tanh", "dlc::kActTanh"},
-      {"Relu", "dlc::kActRelu"},           {"HardSigmoid", "dlc::kActHardSigmoid"},
-      {"LeakyRelu", "dlc::kActLeakyRelu"}, {"ThresholdedRelu", "dlc::kActThresholdedRelu"},
-      {"ScaledTanh", "dlc::kActScaledTanh"}, {"Affine", "dlc::kActAffine"},
-      {"Elu", "dlc::kActElu"},             {"Softsign", "dlc::kActSoftsign"},
+      {"Sigmoid", "dlc::kActSigmoid"},
+      {"Tanh", "dlc::kActTanh"},
+      {"Relu", "dlc::kActRelu"},
+      {"HardSigmoid", "dlc::kActHardSigmoid"},
+      {"LeakyRelu", "dlc::kActLeakyRelu"},
+      {"ThresholdedRelu", "dlc::kActThresholdedRelu"},
+      {"ScaledTanh", "dlc::kActScaledTanh"},
+      {"Affine", "dlc::kActAffine"},
+      {"Elu", "dlc::kActElu"},
+      {"Softsign", "dlc::kActSoftsign"},
       {"Softplus", "dlc::kActSoftplus"}};
   for (const auto &[onnx, e] : table)
     if (name == onnx)
@@ -53,8 +56,8 @@ llvm::Error lowerRecurrent(Lowering &l, const Node &n) {
   bool batchFirst = n.attrInt("layout") == 1;
   const std::string &dir = n.attrString("direction");
   int64_t dirs = dir == "bidirectional" ? 2 : 1, H = n.attrInt("hidden_size"), G = lstm ? 4 : 3;
-  int64_t S = batchFirst ? x->shape()[1] : x->shape()[0], B = batchFirst ? x->shape()[0] : x->shape()[1],
-          I = x->shape()[2];
+  int64_t S = batchFirst ? x->shape()[1] : x->shape()[0],
+          B = batchFirst ? x->shape()[0] : x->shape()[1], I = x->shape()[2];
   bool lbr = !lstm && n.attrInt("linear_before_reset") != 0;
   int acts = lstm ? 3 : 2;
   std::vector<std::string> actNames = n.attrStrings("activations");
@@ -100,7 +103,8 @@ llvm::Error lowerRecurrent(Lowering &l, const Node &n) {
   }
   if (persistent)
     barrier = l.temp(8, Y->name() + ".barrier");
-  int64_t maxIndex = std::max({x->type().numElements(), Y->type().numElements(), S * B * G * H, G * H * H});
+  int64_t maxIndex =
+      std::max({x->type().numElements(), Y->type().numElements(), S * B * G * H, G * H * H});
 
   for (int64_t d = 0; d < dirs; ++d) {
     std::vector<std::string> targs;
@@ -112,7 +116,10 @@ llvm::Error lowerRecurrent(Lowering &l, const Node &n) {
       if (!e)
         return errorf("activation '{0}' is not supported by code generation", name);
       targs.push_back(e);
-      s.alpha[k] = idx < alphas.size() ? alphas[idx] : (name == "HardSigmoid" ? 0.2 : name == "LeakyRelu" ? 0.01 : 1.0);
+      s.alpha[k] = idx < alphas.size() ? alphas[idx]
+                                       : (name == "HardSigmoid" ? 0.2
+                                          : name == "LeakyRelu" ? 0.01
+                                                                : 1.0);
       s.beta[k] = idx < betas.size() ? betas[idx] : (name == "HardSigmoid" ? 0.5 : 0.0);
     }
     targs.push_back(l.indexType(maxIndex));
@@ -137,7 +144,9 @@ llvm::Error lowerRecurrent(Lowering &l, const Node &n) {
     auto args = [&](const RnnShape &shape, BufferRef cur, BufferRef next) {
       LaunchArgs a;
       a.shape(shape);
-      auto ptr = [&](size_t off, BufferRef r, uint64_t bytes, bool write) { a.pointer(off, r, bytes, write); };
+      auto ptr = [&](size_t off, BufferRef r, uint64_t bytes, bool write) {
+        a.pointer(off, r, bytes, write);
+      };
       ptr(offsetof(RnnShape, xw), xw, S * B * G * H * es, false);
       if (!persistent)
         ptr(offsetof(RnnShape, hr), hr, B * G * H * es, false);
@@ -201,7 +210,8 @@ llvm::Error lowerRecurrent(Lowering &l, const Node &n) {
 
     if (persistent) {
       l.addMemset(barrier, 8, 0, n);
-      Instantiation inst{lstm ? "dlc::lstm_persistent" : "dlc::gru_persistent", targs, "dlc::RnnShape", {}};
+      Instantiation inst{
+          lstm ? "dlc::lstm_persistent" : "dlc::gru_persistent", targs, "dlc::RnnShape", {}};
       inst.cooperative = true;
       uint32_t k = l.instantiate(inst);
       LaunchArgs a = args(s, hs[0], hs[1]);

@@ -5,9 +5,8 @@
 // with a thread per output and long ones with a block per output; the softmax family
 // over an [outer, len, inner] view; ArgMax/ArgMin, TopK and CumSum without fusion.
 //===----------------------------------------------------------------------===//
-#include "EmitterUtils.h"
-
 #include "../Fused.h"
+#include "EmitterUtils.h"
 
 #include <cstddef>
 
@@ -42,26 +41,33 @@ std::vector<bool> reducedAxes(const Node &n) {
 
 const char *reduceKind(OpKind k) {
   switch (k) {
-  case OpKind::ReduceSum: return "dlc::kReduceSum";
-  case OpKind::ReduceMean: return "dlc::kReduceMean";
-  case OpKind::ReduceMax: return "dlc::kReduceMax";
-  case OpKind::ReduceMin: return "dlc::kReduceMin";
-  case OpKind::ReduceProd: return "dlc::kReduceProd";
-  default: return nullptr;
+  case OpKind::ReduceSum:
+    return "dlc::kReduceSum";
+  case OpKind::ReduceMean:
+    return "dlc::kReduceMean";
+  case OpKind::ReduceMax:
+    return "dlc::kReduceMax";
+  case OpKind::ReduceMin:
+    return "dlc::kReduceMin";
+  case OpKind::ReduceProd:
+    return "dlc::kReduceProd";
+  default:
+    return nullptr;
   }
 }
 
 /// Launches the reduce template: x viewed as kept x reduced.
-llvm::Error emitReduce(Lowering &l, const Node &n, const Value *x, const Value *out, const ReduceShape &s,
-                       bool contig, const char *kind) {
+llvm::Error emitReduce(Lowering &l, const Node &n, const Value *x, const Value *out,
+                       const ReduceShape &s, bool contig, const char *kind) {
   Functor fx = loadFunctor(l, l.group(), x), fo = storeFunctor(l, l.group(), out);
   std::string xn = l.functorName(fx), on = l.functorName(fo);
   bool isShort = s.len <= kShortReduction;
   int64_t maxIndex = std::max(x->type().numElements(), out->type().numElements());
-  Instantiation inst{"dlc::reduce",
-                     {kind, isShort ? "true" : "false", contig ? "true" : "false", l.indexType(maxIndex), xn, on},
-                     "dlc::ReduceArgs<" + xn + ", " + on + ">",
-                     {xn, on}};
+  Instantiation inst{
+      "dlc::reduce",
+      {kind, isShort ? "true" : "false", contig ? "true" : "false", l.indexType(maxIndex), xn, on},
+      "dlc::ReduceArgs<" + xn + ", " + on + ">",
+      {xn, on}};
   inst.needsSync = !isShort;
   uint32_t k = l.instantiate(inst);
   LaunchArgs a;
@@ -72,7 +78,8 @@ llvm::Error emitReduce(Lowering &l, const Node &n, const Value *x, const Value *
   if (isShort)
     l.launch(n, k, a, gridFor(s.outCount, 256), 256, 0, flops);
   else
-    l.launch(n, k, a, static_cast<uint32_t>(std::min<int64_t>(s.outCount, 1 << 20)), blockFor(s.len), 0, flops);
+    l.launch(n, k, a, static_cast<uint32_t>(std::min<int64_t>(s.outCount, 1 << 20)),
+             blockFor(s.len), 0, flops);
   return llvm::Error::success();
 }
 
@@ -154,10 +161,11 @@ llvm::Error lowerSoftmaxLike(Lowering &l, const Node &n) {
   bool isShort = n.kind() == OpKind::Hardmax || v.len <= kShortReduction;
   Functor fx = loadFunctor(l, l.group(), x), fo = storeFunctor(l, l.group(), out);
   std::string xn = l.functorName(fx), on = l.functorName(fo);
-  Instantiation inst{"dlc::softmax",
-                     {kind, isShort ? "true" : "false", l.indexType(x->type().numElements()), xn, on},
-                     "dlc::AxisArgs<" + xn + ", " + on + ">",
-                     {xn, on}};
+  Instantiation inst{
+      "dlc::softmax",
+      {kind, isShort ? "true" : "false", l.indexType(x->type().numElements()), xn, on},
+      "dlc::AxisArgs<" + xn + ", " + on + ">",
+      {xn, on}};
   inst.needsSync = !isShort;
   uint32_t k = l.instantiate(inst);
   LaunchArgs a;
@@ -168,20 +176,24 @@ llvm::Error lowerSoftmaxLike(Lowering &l, const Node &n) {
   if (isShort)
     l.launch(n, k, a, gridFor(rows, 256), 256, 0, flops);
   else
-    l.launch(n, k, a, static_cast<uint32_t>(std::min<int64_t>(rows, 1 << 20)), blockFor(v.len), 0, flops);
+    l.launch(n, k, a, static_cast<uint32_t>(std::min<int64_t>(rows, 1 << 20)), blockFor(v.len), 0,
+             flops);
   return llvm::Error::success();
 }
 
 /// An AxisIo launch (no fusion): x and the first result, plus TopK's second.
-void launchAxisIo(Lowering &l, const Node &n, const Instantiation &inst, const AxisShape &s, int64_t threads) {
+void launchAxisIo(Lowering &l, const Node &n, const Instantiation &inst, const AxisShape &s,
+                  int64_t threads) {
   uint32_t k = l.instantiate(inst);
   LaunchArgs a;
   a.shape(s);
   if (n.numResults() > 1)
-    a.pointer(offsetof(AxisShape, out2), l.bufferOf(n.result(1)), n.result(1)->type().byteSize(), true);
+    a.pointer(offsetof(AxisShape, out2), l.bufferOf(n.result(1)), n.result(1)->type().byteSize(),
+              true);
   a.slot(l.bufferOf(n.operand(0)), n.operand(0)->type().byteSize(), false);
   a.slot(l.bufferOf(n.result(0)), n.result(0)->type().byteSize(), true);
-  l.launch(n, k, a, gridFor(threads, 256), 256, 0, static_cast<double>(n.operand(0)->type().numElements()));
+  l.launch(n, k, a, gridFor(threads, 256), 256, 0,
+           static_cast<double>(n.operand(0)->type().numElements()));
 }
 
 /// ArgMax / ArgMin: one thread per output, the reference's scan order and ties.
@@ -194,8 +206,8 @@ llvm::Error lowerArg(Lowering &l, const Node &n) {
     return llvm::Error::success();
   bool isMax = n.kind() == OpKind::ArgMax, last = n.attrInt("select_last_index") != 0;
   Instantiation inst{"dlc::argminmax",
-                     {isMax ? "true" : "false", last ? "true" : "false", l.indexType(x->type().numElements()),
-                      cudaType(x->dtype())},
+                     {isMax ? "true" : "false", last ? "true" : "false",
+                      l.indexType(x->type().numElements()), cudaType(x->dtype())},
                      "dlc::AxisIo",
                      {}};
   launchAxisIo(l, n, inst, v.shape(), rows);
@@ -213,10 +225,11 @@ llvm::Error lowerTopK(Lowering &l, const Node &n) {
     return llvm::Error::success();
   AxisShape s = v.shape();
   s.k = k;
-  Instantiation inst{"dlc::topk",
-                     {n.attrInt("largest") != 0 ? "true" : "false", l.indexType(total), cudaType(x->dtype())},
-                     "dlc::AxisIo",
-                     {}};
+  Instantiation inst{
+      "dlc::topk",
+      {n.attrInt("largest") != 0 ? "true" : "false", l.indexType(total), cudaType(x->dtype())},
+      "dlc::AxisIo",
+      {}};
   launchAxisIo(l, n, inst, s, total);
   return llvm::Error::success();
 }
@@ -229,7 +242,8 @@ llvm::Error lowerCumSum(Lowering &l, const Node &n) {
   if (rows == 0 || v.len == 0)
     return llvm::Error::success();
   Instantiation inst{"dlc::cumsum",
-                     {n.attrInt("exclusive") != 0 ? "true" : "false", n.attrInt("reverse") != 0 ? "true" : "false",
+                     {n.attrInt("exclusive") != 0 ? "true" : "false",
+                      n.attrInt("reverse") != 0 ? "true" : "false",
                       l.indexType(x->type().numElements()), cudaType(x->dtype())},
                      "dlc::AxisIo",
                      {}};
@@ -241,8 +255,9 @@ llvm::Error lowerCumSum(Lowering &l, const Node &n) {
 
 /// Global pooling: each (image, channel) reduced over its `len` positions, which are
 /// contiguous (channels-first) or `channels` apart (channels-last).
-llvm::Error lowerGlobalReduction(Lowering &l, const Node &n, const Value *x, const Value *out, int64_t images,
-                                 int64_t channels, int64_t len, bool channelsLast, const char *kind) {
+llvm::Error lowerGlobalReduction(Lowering &l, const Node &n, const Value *x, const Value *out,
+                                 int64_t images, int64_t channels, int64_t len, bool channelsLast,
+                                 const char *kind) {
   l.allocate(out);
   int64_t rows = images * channels;
   if (rows == 0)
@@ -266,15 +281,21 @@ llvm::Error lowerReduce(Lowering &l, const Node &n) {
   case OpKind::ReduceSum:
   case OpKind::ReduceMax:
   case OpKind::ReduceMin:
-  case OpKind::ReduceProd: return lowerReduction(l, n);
+  case OpKind::ReduceProd:
+    return lowerReduction(l, n);
   case OpKind::Softmax:
   case OpKind::LogSoftmax:
-  case OpKind::Hardmax: return lowerSoftmaxLike(l, n);
+  case OpKind::Hardmax:
+    return lowerSoftmaxLike(l, n);
   case OpKind::ArgMax:
-  case OpKind::ArgMin: return lowerArg(l, n);
-  case OpKind::TopK: return lowerTopK(l, n);
-  case OpKind::CumSum: return lowerCumSum(l, n);
-  default: return errorf("no CUDA lowering for {0}", n.opName());
+  case OpKind::ArgMin:
+    return lowerArg(l, n);
+  case OpKind::TopK:
+    return lowerTopK(l, n);
+  case OpKind::CumSum:
+    return lowerCumSum(l, n);
+  default:
+    return errorf("no CUDA lowering for {0}", n.opName());
   }
 }
 

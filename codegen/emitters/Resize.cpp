@@ -4,10 +4,8 @@
 // ir::resizeTapTable, the same function the reference uses, and are stored as
 // constant tables; the resize template sums the separable product of the taps.
 //===----------------------------------------------------------------------===//
-#include "EmitterUtils.h"
-
 #include "../Library.h"
-
+#include "EmitterUtils.h"
 #include "dlc/ir/OpHelpers.h"
 
 #include <cstddef>
@@ -55,11 +53,15 @@ llvm::Error lowerResize(Lowering &l, const Node &n) {
       }
     }
     std::string tag = y->name() + ".taps" + std::to_string(d);
-    tables.push_back({offsetof(ResizeShape, idx) + 8 * d, l.constantBuffer(i32(idx), tag + ".index")});
-    tables.push_back({offsetof(ResizeShape, w) + 8 * d,
-                      l.constantBuffer(Tensor::fromVector(TensorType(DType::F32, {static_cast<int64_t>(w.size())}), w),
-                                       tag + ".weight")});
-    tables.push_back({offsetof(ResizeShape, cnt) + 8 * d, l.constantBuffer(i32(cnt), tag + ".count")});
+    tables.push_back(
+        {offsetof(ResizeShape, idx) + 8 * d, l.constantBuffer(i32(idx), tag + ".index")});
+    tables.push_back(
+        {offsetof(ResizeShape, w) + 8 * d,
+         l.constantBuffer(
+             Tensor::fromVector(TensorType(DType::F32, {static_cast<int64_t>(w.size())}), w),
+             tag + ".weight")});
+    tables.push_back(
+        {offsetof(ResizeShape, cnt) + 8 * d, l.constantBuffer(i32(cnt), tag + ".count")});
     s.xStride[d] = st[d];
     s.outDim[d] = Divmod::make(od);
   }
@@ -68,8 +70,10 @@ llvm::Error lowerResize(Lowering &l, const Node &n) {
     a.pointer(offset, ref, 0, false);
   a.pointer(offsetof(ResizeShape, x), l.bufferOf(x), x->type().byteSize(), false);
   a.pointer(offsetof(ResizeShape, y), l.bufferOf(y), y->type().byteSize(), true);
-  Instantiation inst{"dlc::resize", {l.indexType(std::max(total, x->type().numElements())), cudaType(y->dtype())},
-                     "dlc::ResizeShape", {}};
+  Instantiation inst{"dlc::resize",
+                     {l.indexType(std::max(total, x->type().numElements())), cudaType(y->dtype())},
+                     "dlc::ResizeShape",
+                     {}};
   uint32_t k = l.instantiate(inst);
   l.launch(n, k, a, gridFor(total, 256), 256);
   return llvm::Error::success();

@@ -29,6 +29,8 @@ Window3 windowOf(const Node &n, const Shape &x, const Shape &y, const Shape &ker
   return w;
 }
 
-Shape channelsFirst(const Value *v) { return permuteShape(v->shape(), channelsFirstPerm(v->rank())); }
+Shape channelsFirst(const Value *v) {
+  return permuteShape(v->shape(), channelsFirstPerm(v->rank()));
+}
 
 } // namespace dlc::codegen

@@ -16,7 +16,8 @@ struct Window3 {
 };
 
 /// Reads the window of a Conv/ConvTranspose (kernel from W) or pooling node.
-Window3 windowOf(const ir::Node &n, const ir::Shape &x, const ir::Shape &y, const ir::Shape &kernel);
+Window3 windowOf(const ir::Node &n, const ir::Shape &x, const ir::Shape &y,
+                 const ir::Shape &kernel);
 
 /// A channels-last value's shape seen channels-first ([N, D..., C] -> [N, C, D...]),
 /// as windowOf reads it.

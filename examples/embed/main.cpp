@@ -7,10 +7,9 @@
 // (sessions of one model share its weights), checks that all agree, and prints every
 // output of the first session. Inputs are .npy files of the model's first input
 // (float32, C order).
-#include <dlc/runtime.hpp>
-
 #include <cstdio>
 #include <cstring>
+#include <dlc/runtime.hpp>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -33,8 +32,10 @@ std::vector<float> readNpyF32(const std::string &path) {
     headerLen = n;
     start = 12;
   }
-  std::string header(bytes.data() + start - 2, bytes.data() + std::min(bytes.size(), start + headerLen));
-  if (header.find("'<f4'") == std::string::npos || header.find("'fortran_order': False") == std::string::npos)
+  std::string header(bytes.data() + start - 2,
+                     bytes.data() + std::min(bytes.size(), start + headerLen));
+  if (header.find("'<f4'") == std::string::npos ||
+      header.find("'fortran_order': False") == std::string::npos)
     throw std::runtime_error(path + ": expected little-endian float32 in C order");
   size_t offset = start + headerLen;
   std::vector<float> v((bytes.size() - offset) / 4);

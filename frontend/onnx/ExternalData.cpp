@@ -7,17 +7,15 @@
 // weights exceed 2 GB load without copying.
 //===----------------------------------------------------------------------===//
 #include "OnnxUtil.h"
-
 #include "dlc/ir/Graph.h"
-
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace dlc::frontend {
 

@@ -28,7 +28,9 @@ bool Scope::isPoisoned(const std::string &name) const {
 NodeImporter::NodeImporter(Importer &imp, Scope &scope, const onnx::NodeProto &node, int64_t opset)
     : imp_(imp), scope_(scope), node_(node), opset_(opset) {}
 
-Graph &NodeImporter::graph() { return imp_.graph(); }
+Graph &NodeImporter::graph() {
+  return imp_.graph();
+}
 
 Value *NodeImporter::input(size_t i) const {
   if (i >= numInputs() || node_.input(i).empty())
@@ -61,8 +63,9 @@ std::string NodeImporter::bindHint(size_t i) const {
   const Value *v = input(i);
   if (!v || !v->isInput())
     return "";
-  return " (it is the graph input '" + v->name() + "': bind it to a value at compile time with --bind " +
-         v->name() + "=VALUES or --bind " + v->name() + "=FILE.npy)";
+  return " (it is the graph input '" + v->name() +
+         "': bind it to a value at compile time with --bind " + v->name() + "=VALUES or --bind " +
+         v->name() + "=FILE.npy)";
 }
 
 llvm::Expected<std::vector<int64_t>> NodeImporter::constInts(size_t i, const char *what) {
@@ -107,7 +110,8 @@ std::vector<int64_t> NodeImporter::attrInts(const std::string &name,
   const auto *a = attr(name);
   return a ? std::vector<int64_t>(a->ints().begin(), a->ints().end()) : dflt;
 }
-std::vector<float> NodeImporter::attrFloats(const std::string &name, std::vector<float> dflt) const {
+std::vector<float> NodeImporter::attrFloats(const std::string &name,
+                                            std::vector<float> dflt) const {
   const auto *a = attr(name);
   return a ? std::vector<float>(a->floats().begin(), a->floats().end()) : dflt;
 }
@@ -123,7 +127,8 @@ llvm::Expected<Tensor> NodeImporter::attrTensor(const std::string &name) const {
   return tensorFromOnnx(a->t(), &imp_.externalData());
 }
 
-llvm::Expected<AttrMap> NodeImporter::copyAttrs(OpKind k, const std::vector<std::string> &ignored) const {
+llvm::Expected<AttrMap> NodeImporter::copyAttrs(OpKind k,
+                                                const std::vector<std::string> &ignored) const {
   AttrMap m;
   const OpDef &d = opDef(k);
   for (const auto &a : node_.attribute()) {
@@ -194,8 +199,8 @@ llvm::Expected<std::vector<Value *>> NodeImporter::opMulti(OpKind k, std::vector
     return n.takeError();
   Node *node = *n;
   std::vector<Value *> results;
-  bool allConst = std::all_of(operands.begin(), operands.end(),
-                              [](Value *v) { return !v || v->isConstant(); });
+  bool allConst =
+      std::all_of(operands.begin(), operands.end(), [](Value *v) { return !v || v->isConstant(); });
   bool small = true;
   for (unsigned i = 0; i < node->numResults(); ++i)
     small &= node->result(i)->type().numElements() <= imp_.options().eagerFoldLimit;

@@ -5,10 +5,9 @@
 
 #include "llvm/Support/Error.h"
 
-#include <onnx/onnx_pb.h>
-
 #include <map>
 #include <memory>
+#include <onnx/onnx_pb.h>
 #include <optional>
 #include <string>
 

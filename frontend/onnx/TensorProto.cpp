@@ -1,12 +1,10 @@
 #include "OnnxUtil.h"
-
+#include "dlc/frontend/OnnxImporter.h"
 #include "dlc/ir/Graph.h"
 
 #include <cstring>
 #include <fstream>
 #include <sstream>
-
-#include "dlc/frontend/OnnxImporter.h"
 
 namespace dlc::frontend {
 
@@ -14,20 +12,34 @@ using ir::DType;
 
 std::optional<DType> dtypeFromOnnx(int32_t e) {
   switch (e) {
-  case onnx::TensorProto::FLOAT: return DType::F32;
-  case onnx::TensorProto::UINT8: return DType::U8;
-  case onnx::TensorProto::INT8: return DType::I8;
-  case onnx::TensorProto::UINT16: return DType::U16;
-  case onnx::TensorProto::INT16: return DType::I16;
-  case onnx::TensorProto::INT32: return DType::I32;
-  case onnx::TensorProto::INT64: return DType::I64;
-  case onnx::TensorProto::BOOL: return DType::Bool;
-  case onnx::TensorProto::FLOAT16: return DType::F16;
-  case onnx::TensorProto::DOUBLE: return DType::F64;
-  case onnx::TensorProto::UINT32: return DType::U32;
-  case onnx::TensorProto::UINT64: return DType::U64;
-  case onnx::TensorProto::BFLOAT16: return DType::BF16;
-  default: return std::nullopt;
+  case onnx::TensorProto::FLOAT:
+    return DType::F32;
+  case onnx::TensorProto::UINT8:
+    return DType::U8;
+  case onnx::TensorProto::INT8:
+    return DType::I8;
+  case onnx::TensorProto::UINT16:
+    return DType::U16;
+  case onnx::TensorProto::INT16:
+    return DType::I16;
+  case onnx::TensorProto::INT32:
+    return DType::I32;
+  case onnx::TensorProto::INT64:
+    return DType::I64;
+  case onnx::TensorProto::BOOL:
+    return DType::Bool;
+  case onnx::TensorProto::FLOAT16:
+    return DType::F16;
+  case onnx::TensorProto::DOUBLE:
+    return DType::F64;
+  case onnx::TensorProto::UINT32:
+    return DType::U32;
+  case onnx::TensorProto::UINT64:
+    return DType::U64;
+  case onnx::TensorProto::BFLOAT16:
+    return DType::BF16;
+  default:
+    return std::nullopt;
   }
 }
 
@@ -46,11 +58,13 @@ std::string onnxTypeName(int32_t e) {
 
 llvm::Expected<ir::Tensor> takeTensorFromOnnx(onnx::TensorProto &t, ExternalDataLoader *ext) {
   auto dt = dtypeFromOnnx(t.data_type());
-  if (!dt || t.has_segment() || t.data_location() == onnx::TensorProto::EXTERNAL || t.raw_data().empty())
+  if (!dt || t.has_segment() || t.data_location() == onnx::TensorProto::EXTERNAL ||
+      t.raw_data().empty())
     return tensorFromOnnx(t, ext);
   ir::TensorType type(*dt, ir::Shape(t.dims().begin(), t.dims().end()));
   auto n = type.checkedNumElements();
-  if (!n || *n > (int64_t{1} << 40) || t.raw_data().size() != static_cast<size_t>(*n) * ir::dtypeSize(*dt))
+  if (!n || *n > (int64_t{1} << 40) ||
+      t.raw_data().size() != static_cast<size_t>(*n) * ir::dtypeSize(*dt))
     return tensorFromOnnx(t, ext); // reports the problem
   // Weights are most of a model's bytes: the tensor takes the string's buffer.
   auto bytes = std::make_shared<std::string>(std::move(*t.mutable_raw_data()));
@@ -78,8 +92,8 @@ llvm::Expected<ir::Tensor> tensorFromOnnx(const onnx::TensorProto &t, ExternalDa
   size_t es = ir::dtypeSize(*dt);
   if (!t.raw_data().empty() || (*n == 0)) {
     if (t.raw_data().size() != static_cast<size_t>(*n) * es)
-      return ir::errorf("tensor '{0}' of type {1} has {2} bytes of raw data, expected {3}", t.name(),
-                        type.str(), t.raw_data().size(), static_cast<size_t>(*n) * es);
+      return ir::errorf("tensor '{0}' of type {1} has {2} bytes of raw data, expected {3}",
+                        t.name(), type.str(), t.raw_data().size(), static_cast<size_t>(*n) * es);
     ir::Tensor r(type);
     if (*n)
       std::memcpy(r.mutableRaw(), t.raw_data().data(), r.byteSize());

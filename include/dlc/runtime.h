@@ -36,7 +36,7 @@ typedef enum dlc_status {
   DLC_ERROR_LAUNCH = 4,           /* a kernel or library call failed */
   DLC_ERROR_INTERNAL = 5,
   DLC_ERROR_IO = 6,
-  DLC_ERROR_DATA = 7,             /* the input data is invalid for the model (an index out of range) */
+  DLC_ERROR_DATA = 7, /* the input data is invalid for the model (an index out of range) */
   DLC_STATUS_FORCE_INT32_ = -0x7fffffff - 1
 } dlc_status;
 
@@ -44,14 +44,27 @@ typedef enum dlc_status {
    32-bit int range, so any int a caller passes is a defined value of the type that the
    runtime checks and rejects, and the enums' size never depends on the compiler. */
 typedef enum dlc_device {
-  DLC_DEVICE_AUTO = 0, DLC_DEVICE_CUDA = 1, DLC_DEVICE_EMU = 2,
+  DLC_DEVICE_AUTO = 0,
+  DLC_DEVICE_CUDA = 1,
+  DLC_DEVICE_EMU = 2,
   DLC_DEVICE_FORCE_INT32_ = -0x7fffffff - 1
 } dlc_device;
 
 /* Element types, in the order of the package format. */
 typedef enum dlc_dtype {
-  DLC_F32 = 0, DLC_F16 = 1, DLC_BF16 = 2, DLC_F64 = 3, DLC_I64 = 4, DLC_I32 = 5, DLC_I16 = 6,
-  DLC_I8 = 7, DLC_U8 = 8, DLC_U16 = 9, DLC_U32 = 10, DLC_U64 = 11, DLC_BOOL = 12,
+  DLC_F32 = 0,
+  DLC_F16 = 1,
+  DLC_BF16 = 2,
+  DLC_F64 = 3,
+  DLC_I64 = 4,
+  DLC_I32 = 5,
+  DLC_I16 = 6,
+  DLC_I8 = 7,
+  DLC_U8 = 8,
+  DLC_U16 = 9,
+  DLC_U32 = 10,
+  DLC_U64 = 11,
+  DLC_BOOL = 12,
   DLC_DTYPE_FORCE_INT32_ = -0x7fffffff - 1
 } dlc_dtype;
 
@@ -59,8 +72,8 @@ typedef struct dlc_tensor_info {
   const char *name;
   dlc_dtype dtype;
   int rank;
-  const long *shape;      /* rank entries (64-bit on LP64); valid as long as the model lives */
-  size_t bytes;           /* size of the dense data */
+  const long *shape; /* rank entries (64-bit on LP64); valid as long as the model lives */
+  size_t bytes;      /* size of the dense data */
 } dlc_tensor_info;
 
 /* Zero-initialize (memset) for the defaults. */
@@ -69,8 +82,8 @@ typedef struct dlc_session_options {
   int emu_threads;   /* worker threads of the emu backend; 0 = one per core */
   int cuda_device;   /* CUDA device ordinal for the cuda backend (default 0) */
   /* Since API version 2 (zero-initialise the struct: 0 is every default). */
-  int check;            /* emu: the checks that cost time (memory starts as NaN bytes, ...) */
-  int no_cuda_graphs;   /* cuda: launch step by step instead of replaying a CUDA graph */
+  int check;          /* emu: the checks that cost time (memory starts as NaN bytes, ...) */
+  int no_cuda_graphs; /* cuda: launch step by step instead of replaying a CUDA graph */
 } dlc_session_options;
 
 /* The message of this thread's last failing call ("" if none). */
@@ -90,20 +103,24 @@ dlc_status dlc_model_input_info(const dlc_model *model, int index, dlc_tensor_in
 dlc_status dlc_model_output_info(const dlc_model *model, int index, dlc_tensor_info *info);
 
 /* options may be NULL (defaults). */
-dlc_status dlc_session_create(dlc_model *model, const dlc_session_options *options, dlc_session **out);
+dlc_status dlc_session_create(dlc_model *model, const dlc_session_options *options,
+                              dlc_session **out);
 void dlc_session_free(dlc_session *session);
 /* "cuda (NVIDIA A100, sm_80)" or "emu (...)"; valid while the session lives. */
 const char *dlc_session_device(const dlc_session *session);
 
 /* Copies host data into an input; size must equal the input's byte size. */
-dlc_status dlc_session_set_input(dlc_session *session, const char *name, const void *data, size_t size);
+dlc_status dlc_session_set_input(dlc_session *session, const char *name, const void *data,
+                                 size_t size);
 /* The same, checking the caller's element type and shape against the input's. */
 dlc_status dlc_session_set_input_tensor(dlc_session *session, const char *name, dlc_dtype dtype,
                                         const long *shape, int rank, const void *data);
 /* cuda backend only: the input (or output) lives at a device pointer that the caller
  * owns (zero copy); it must stay valid until the next run completes. */
-dlc_status dlc_session_bind_device_input(dlc_session *session, const char *name, unsigned long device_ptr);
-dlc_status dlc_session_bind_device_output(dlc_session *session, const char *name, unsigned long device_ptr);
+dlc_status dlc_session_bind_device_input(dlc_session *session, const char *name,
+                                         unsigned long device_ptr);
+dlc_status dlc_session_bind_device_output(dlc_session *session, const char *name,
+                                          unsigned long device_ptr);
 /* cuda backend only: run on the caller's CUstream (cast to a pointer); NULL restores
  * the session's own stream. */
 dlc_status dlc_session_set_stream(dlc_session *session, void *cu_stream);
@@ -118,7 +135,8 @@ dlc_status dlc_session_get_output(dlc_session *session, const char *name, void *
    outputs' shapes follow the inputs' at each run. */
 /* The bounds of each dimension of input `index` (rank entries each; equal where the
    dimension is fixed). */
-dlc_status dlc_model_input_shape_range(const dlc_model *model, int index, long *min_shape, long *max_shape);
+dlc_status dlc_model_input_shape_range(const dlc_model *model, int index, long *min_shape,
+                                       long *max_shape);
 /* The shape of an output at the last run (before any run: at the opt shape); rank must
    be the output's rank (dlc_model_output_info). */
 dlc_status dlc_session_output_shape(dlc_session *session, const char *name, long *shape, int rank);
@@ -131,12 +149,15 @@ dlc_status dlc_session_output_shape(dlc_session *session, const char *name, long
    start at the package's values. */
 dlc_status dlc_model_num_variables(const dlc_model *model, int *count);
 /* trainable: 1 for a trainable parameter, 0 for optimizer or model state. */
-dlc_status dlc_model_variable_info(const dlc_model *model, int index, dlc_tensor_info *info, int *trainable);
+dlc_status dlc_model_variable_info(const dlc_model *model, int index, dlc_tensor_info *info,
+                                   int *trainable);
 /* The step without its updates: the loss and predictions, no variable changes. */
 dlc_status dlc_session_evaluate(dlc_session *session);
 /* size must equal the variable's byte size; dtype and shape are the variable's. */
-dlc_status dlc_session_get_variable(dlc_session *session, const char *name, void *data, size_t size);
-dlc_status dlc_session_set_variable(dlc_session *session, const char *name, const void *data, size_t size);
+dlc_status dlc_session_get_variable(dlc_session *session, const char *name, void *data,
+                                    size_t size);
+dlc_status dlc_session_set_variable(dlc_session *session, const char *name, const void *data,
+                                    size_t size);
 dlc_status dlc_session_reset_variables(dlc_session *session);
 /* Every variable to an .npz file (written atomically), and back (all or nothing). */
 dlc_status dlc_session_save_checkpoint(dlc_session *session, const char *path);

@@ -2,9 +2,9 @@
 //
 // AllReduce(g1, ..., gk) -> (r1, ..., rk): the mean of each operand over the ranks
 // of a data-parallel run (dlc compile --train --data-parallel inserts one per bucket
-// of gradients, and --sync-batchnorm one per batch statistic). Within one process, the only rank, the mean is the operand itself,
-// which is what the reference computes. Codegen packs the operands into one buffer,
-// reduces it beside the following steps and waits for it before the first reader.
+// of gradients, and --sync-batchnorm one per batch statistic). Within one process, the only rank,
+// the mean is the operand itself, which is what the reference computes. Codegen packs the operands
+// into one buffer, reduces it beside the following steps and waits for it before the first reader.
 //
 // ZeRO-1 (dlc compile --zero N) shards the optimizer over N ranks with three more,
 // on 1-D tensors of N equal shares: ReduceScatter(x[N*S]) -> [S] is this rank's share
@@ -13,7 +13,6 @@
 // process standing for every rank alike: rank 0's share, and x repeated N times.
 //===----------------------------------------------------------------------===//
 #include "OpUtils.h"
-
 #include "dlc/ir/GradBuilder.h"
 
 #include <cstring>
@@ -24,7 +23,8 @@ using namespace ops;
 
 llvm::Error verifyAllReduce(const Node &n) {
   if (n.numResults() != n.numOperands())
-    return errorf("has {0} operands but {1} results (one per operand)", n.numOperands(), n.numResults());
+    return errorf("has {0} operands but {1} results (one per operand)", n.numOperands(),
+                  n.numResults());
   for (unsigned i = 0; i < n.numOperands(); ++i) {
     if (auto e = requireType(n, i, kFloat))
       return e;
@@ -74,7 +74,8 @@ llvm::Error verifySharded(const Node &n) {
 
 InferResult inferSharded(const Node &n) {
   int64_t ranks = n.attrInt("ranks"), len = n.operand(0)->shape()[0];
-  return TypeList{TensorType{n.operand(0)->dtype(), {n.kind() == OpKind::AllGather ? len * ranks : len / ranks}}};
+  return TypeList{TensorType{n.operand(0)->dtype(),
+                             {n.kind() == OpKind::AllGather ? len * ranks : len / ranks}}};
 }
 
 llvm::Error refSharded(const Node &n, const Inputs &in, Outputs &out) {

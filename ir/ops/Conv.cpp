@@ -55,7 +55,9 @@ InferResult inferConvNchw(const Node &n) {
   return TypeList{{n.operand(0)->dtype(), out}};
 }
 
-InferResult inferConv(const Node &n) { return channelsLastInfer(n, inferConvNchw); }
+InferResult inferConv(const Node &n) {
+  return channelsLastInfer(n, inferConvNchw);
+}
 
 /// Conv over 3 normalized spatial dims, accumulating in CT (double for floating types).
 template <class CT>
@@ -223,8 +225,7 @@ llvm::Error refConvTranspose(const Node &n, const Inputs &in, Outputs &out) {
                       int64_t o2 = i2 * win.strides[2] + k2 * win.dilations[2] - win.padBegin[2];
                       if (o2 < 0 || o2 >= os[2])
                         continue;
-                      yp[(o0 * os[1] + o1) * os[2] + o2] +=
-                          xv * wp[(k0 * K[1] + k1) * K[2] + k2];
+                      yp[(o0 * os[1] + o1) * os[2] + o2] += xv * wp[(k0 * K[1] + k1) * K[2] + k2];
                     }
                   }
                 }
@@ -235,7 +236,6 @@ llvm::Error refConvTranspose(const Node &n, const Inputs &in, Outputs &out) {
     return ok();
   });
 }
-
 
 //===----------------------------------------------------------------------===//
 // Gradient rule
@@ -251,10 +251,12 @@ llvm::Error refConvTranspose(const Node &n, const Inputs &in, Outputs &out) {
 /// - dB sums dY over the batch and spatial dims.
 llvm::Error gradConv(GradBuilder &b, const Node &n) {
   if (channelsLast(n))
-    return makeError("channels-last convolutions are not differentiable (autodiff runs before the layout pass)");
+    return makeError(
+        "channels-last convolutions are not differentiable (autodiff runs before the layout pass)");
   Value *x = n.operand(0), *w = n.operand(1), *g = b.grad();
   const Shape &xs = x->shape(), &ws = w->shape(), &ys = n.result()->shape();
-  int64_t S = x->rank() - 2, G = n.attrInt("group"), N = xs[0], C = xs[1], M = ws[0], Cg = C / G, Mg = M / G;
+  int64_t S = x->rank() - 2, G = n.attrInt("group"), N = xs[0], C = xs[1], M = ws[0], Cg = C / G,
+          Mg = M / G;
   auto win = Window::fromNode(n, S, Shape(ws.begin() + 2, ws.end()));
   if (!win)
     return win.takeError();
@@ -281,7 +283,10 @@ llvm::Error gradConv(GradBuilder &b, const Node &n) {
     Value *xr = b.reshape(b.transpose(b.reshape(x, xg), spatialPerm({2, 1, 0})), xin);
     Value *gr = b.reshape(b.transpose(b.reshape(g, gg), spatialPerm({1, 2, 0})), gin);
     Value *dw = b.op(OpKind::Conv, {xr, gr},
-                     {{"group", G}, {"strides", win->dilations}, {"dilations", win->strides}, {"pads", tr->at("pads")}});
+                     {{"group", G},
+                      {"strides", win->dilations},
+                      {"dilations", win->strides},
+                      {"pads", tr->at("pads")}});
     if (dw) { // [Cg, M, k'...] -> [M, Cg, k...]
       std::vector<int64_t> axes, starts, ends;
       for (int64_t i = 0; i < S; ++i)

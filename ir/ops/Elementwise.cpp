@@ -5,10 +5,8 @@
 // integers) and round the result to the result type.
 //===----------------------------------------------------------------------===//
 #include "OpUtils.h"
-
-#include "dlc/ir/Philox.h"
-
 #include "dlc/ir/GradBuilder.h"
+#include "dlc/ir/Philox.h"
 
 #include <algorithm>
 #include <limits>
@@ -45,11 +43,16 @@ template <class CT> CT wrapMul(CT a, CT b) {
 /// division by zero yields 0 for integers (undefined in ONNX; we pick a value, never trap).
 template <OpKind K, class CT> auto binaryScalar(CT a, CT b) {
   if constexpr (std::is_same_v<CT, bool>) {
-    if constexpr (K == OpKind::And) return a && b;
-    else if constexpr (K == OpKind::Or) return a || b;
-    else if constexpr (K == OpKind::Xor) return a != b;
-    else if constexpr (K == OpKind::Equal) return a == b;
-    else return a != b; // not reachable: verification rejects other bool arithmetic
+    if constexpr (K == OpKind::And)
+      return a && b;
+    else if constexpr (K == OpKind::Or)
+      return a || b;
+    else if constexpr (K == OpKind::Xor)
+      return a != b;
+    else if constexpr (K == OpKind::Equal)
+      return a == b;
+    else
+      return a != b; // not reachable: verification rejects other bool arithmetic
   } else if constexpr (K == OpKind::Add) {
     return wrapAdd(a, b);
   } else if constexpr (K == OpKind::Sub) {
@@ -86,8 +89,9 @@ template <OpKind K, class CT> auto binaryScalar(CT a, CT b) {
     return a < CT(0) ? wrapMul(a, b) : a;
   } else {
     static_assert(K == OpKind::And || K == OpKind::Or || K == OpKind::Xor, "unhandled binary op");
-    return K == OpKind::And ? (a != 0 && b != 0) : K == OpKind::Or ? (a != 0 || b != 0)
-                                                                    : ((a != 0) != (b != 0));
+    return K == OpKind::And  ? (a != 0 && b != 0)
+           : K == OpKind::Or ? (a != 0 || b != 0)
+                             : ((a != 0) != (b != 0));
   }
 }
 
@@ -221,15 +225,24 @@ template <OpKind K, class CT> CT unaryScalar(CT x, const UnaryParams &p) {
     return x; // float-only ops; verification rejects integer operands
   } else {
     const CT one = 1, zero = 0;
-    if constexpr (K == OpKind::Sqrt) return std::sqrt(x);
-    if constexpr (K == OpKind::Exp) return std::exp(x);
-    if constexpr (K == OpKind::Log) return std::log(x);
-    if constexpr (K == OpKind::Reciprocal) return one / x;
-    if constexpr (K == OpKind::Erf) return std::erf(x);
-    if constexpr (K == OpKind::Tanh) return std::tanh(x);
-    if constexpr (K == OpKind::Sigmoid) return one / (one + std::exp(-x));
-    if constexpr (K == OpKind::LeakyRelu) return x < zero ? CT(p.alpha) * x : x;
-    if constexpr (K == OpKind::Elu) return x < zero ? CT(p.alpha) * (std::exp(x) - one) : x;
+    if constexpr (K == OpKind::Sqrt)
+      return std::sqrt(x);
+    if constexpr (K == OpKind::Exp)
+      return std::exp(x);
+    if constexpr (K == OpKind::Log)
+      return std::log(x);
+    if constexpr (K == OpKind::Reciprocal)
+      return one / x;
+    if constexpr (K == OpKind::Erf)
+      return std::erf(x);
+    if constexpr (K == OpKind::Tanh)
+      return std::tanh(x);
+    if constexpr (K == OpKind::Sigmoid)
+      return one / (one + std::exp(-x));
+    if constexpr (K == OpKind::LeakyRelu)
+      return x < zero ? CT(p.alpha) * x : x;
+    if constexpr (K == OpKind::Elu)
+      return x < zero ? CT(p.alpha) * (std::exp(x) - one) : x;
     if constexpr (K == OpKind::Gelu) {
       if (p.tanhApprox) {
         const CT c = std::sqrt(CT(2) / CT(M_PI));
@@ -241,29 +254,46 @@ template <OpKind K, class CT> CT unaryScalar(CT x, const UnaryParams &p) {
       return std::max(zero, std::min(one, CT(p.alpha) * x + CT(p.beta)));
     if constexpr (K == OpKind::HardSwish)
       return x * std::max(zero, std::min(one, x / CT(6) + CT(0.5)));
-    if constexpr (K == OpKind::Floor) return std::floor(x);
-    if constexpr (K == OpKind::Ceil) return std::ceil(x);
-    if constexpr (K == OpKind::Round) return std::nearbyint(x); // half to even
-    if constexpr (K == OpKind::Sin) return std::sin(x);
-    if constexpr (K == OpKind::Cos) return std::cos(x);
-    if constexpr (K == OpKind::Tan) return std::tan(x);
-    if constexpr (K == OpKind::Asin) return std::asin(x);
-    if constexpr (K == OpKind::Acos) return std::acos(x);
-    if constexpr (K == OpKind::Atan) return std::atan(x);
-    if constexpr (K == OpKind::Sinh) return std::sinh(x);
-    if constexpr (K == OpKind::Cosh) return std::cosh(x);
-    if constexpr (K == OpKind::Asinh) return std::asinh(x);
-    if constexpr (K == OpKind::Acosh) return std::acosh(x);
-    if constexpr (K == OpKind::Atanh) return std::atanh(x);
-    if constexpr (K == OpKind::Softplus) return x > CT(30) ? x : std::log1p(std::exp(x));
-    if constexpr (K == OpKind::Softsign) return x / (one + std::fabs(x));
+    if constexpr (K == OpKind::Floor)
+      return std::floor(x);
+    if constexpr (K == OpKind::Ceil)
+      return std::ceil(x);
+    if constexpr (K == OpKind::Round)
+      return std::nearbyint(x); // half to even
+    if constexpr (K == OpKind::Sin)
+      return std::sin(x);
+    if constexpr (K == OpKind::Cos)
+      return std::cos(x);
+    if constexpr (K == OpKind::Tan)
+      return std::tan(x);
+    if constexpr (K == OpKind::Asin)
+      return std::asin(x);
+    if constexpr (K == OpKind::Acos)
+      return std::acos(x);
+    if constexpr (K == OpKind::Atan)
+      return std::atan(x);
+    if constexpr (K == OpKind::Sinh)
+      return std::sinh(x);
+    if constexpr (K == OpKind::Cosh)
+      return std::cosh(x);
+    if constexpr (K == OpKind::Asinh)
+      return std::asinh(x);
+    if constexpr (K == OpKind::Acosh)
+      return std::acosh(x);
+    if constexpr (K == OpKind::Atanh)
+      return std::atanh(x);
+    if constexpr (K == OpKind::Softplus)
+      return x > CT(30) ? x : std::log1p(std::exp(x));
+    if constexpr (K == OpKind::Softsign)
+      return x / (one + std::fabs(x));
     if constexpr (K == OpKind::Mish)
       return x * std::tanh(x > CT(30) ? x : std::log1p(std::exp(x)));
     if constexpr (K == OpKind::Selu)
       return x > zero ? CT(p.gamma) * x : CT(p.gamma) * (CT(p.alpha) * std::exp(x) - CT(p.alpha));
     if constexpr (K == OpKind::Celu)
       return std::max(zero, x) + std::min(zero, CT(p.alpha) * (std::exp(x / CT(p.alpha)) - one));
-    if constexpr (K == OpKind::ThresholdedRelu) return x > CT(p.alpha) ? x : zero;
+    if constexpr (K == OpKind::ThresholdedRelu)
+      return x > CT(p.alpha) ? x : zero;
     return x; // ops with their own reference kernel (IsNaN, IsInf) never get here
   }
 }
@@ -281,7 +311,9 @@ template <OpKind K> llvm::Error refUnary(const Node &n, const Inputs &in, Output
   });
 }
 
-template <unsigned Set> llvm::Error verifyUnary(const Node &n) { return requireType(n, 0, Set); }
+template <unsigned Set> llvm::Error verifyUnary(const Node &n) {
+  return requireType(n, 0, Set);
+}
 
 //===----------------------------------------------------------------------===//
 // Clip, Where, Cast
@@ -533,8 +565,7 @@ void binary(OpTable &t, unsigned types, bool boolResult, const char *expr, int m
       .reference(refBinary<K>);
 }
 
-template <OpKind K>
-OpBuilder unary(OpTable &t, unsigned types, Fp16Policy fp16, const char *expr) {
+template <OpKind K> OpBuilder unary(OpTable &t, unsigned types, Fp16Policy fp16, const char *expr) {
   return t.def(K)
       .cudaExpr(expr)
       .operands(1)
@@ -553,10 +584,18 @@ OpBuilder unary(OpTable &t, unsigned types, Fp16Policy fp16, const char *expr) {
 // Gradient rules (vector-Jacobian products; see dlc/ir/GradBuilder.h)
 //===----------------------------------------------------------------------===//
 
-Value *one(GradBuilder &b, const Value *like) { return b.scalar(1, like->dtype()); }
-Value *zero(GradBuilder &b, const Value *like) { return b.scalar(0, like->dtype()); }
-Value *x0(const Node &n) { return n.operand(0); }
-Value *y0(const Node &n) { return n.result(0); }
+Value *one(GradBuilder &b, const Value *like) {
+  return b.scalar(1, like->dtype());
+}
+Value *zero(GradBuilder &b, const Value *like) {
+  return b.scalar(0, like->dtype());
+}
+Value *x0(const Node &n) {
+  return n.operand(0);
+}
+Value *y0(const Node &n) {
+  return n.result(0);
+}
 
 llvm::Error gradAdd(GradBuilder &b, const Node &n) {
   for (unsigned i = 0; i < n.numOperands(); ++i)
@@ -601,9 +640,15 @@ template <OpKind Cmp> llvm::Error gradSelectBinary(GradBuilder &b, const Node &n
   b.accumulate(1, b.select(pick0, zero(b, b.grad()), b.grad()));
   return ok();
 }
-llvm::Error gradNeg(GradBuilder &b, const Node &) { return b.accumulate(0, b.neg(b.grad())), ok(); }
-llvm::Error gradExp(GradBuilder &b, const Node &n) { return b.accumulate(0, b.mul(b.grad(), y0(n))), ok(); }
-llvm::Error gradLog(GradBuilder &b, const Node &n) { return b.accumulate(0, b.div(b.grad(), x0(n))), ok(); }
+llvm::Error gradNeg(GradBuilder &b, const Node &) {
+  return b.accumulate(0, b.neg(b.grad())), ok();
+}
+llvm::Error gradExp(GradBuilder &b, const Node &n) {
+  return b.accumulate(0, b.mul(b.grad(), y0(n))), ok();
+}
+llvm::Error gradLog(GradBuilder &b, const Node &n) {
+  return b.accumulate(0, b.div(b.grad(), x0(n))), ok();
+}
 llvm::Error gradSqrt(GradBuilder &b, const Node &n) {
   return b.accumulate(0, b.div(b.scale(b.grad(), 0.5), y0(n))), ok();
 }
@@ -664,7 +709,8 @@ llvm::Error gradGelu(GradBuilder &b, const Node &n) {
   } else {
     // Phi(x) + x phi(x)
     Value *cdf = b.scale(b.add(c(1), b.op(OpKind::Erf, {b.scale(x, M_SQRT1_2)})), 0.5);
-    Value *pdf = b.scale(b.op(OpKind::Exp, {b.scale(b.mul(x, x), -0.5)}), 1.0 / std::sqrt(2 * M_PI));
+    Value *pdf =
+        b.scale(b.op(OpKind::Exp, {b.scale(b.mul(x, x), -0.5)}), 1.0 / std::sqrt(2 * M_PI));
     d = b.add(cdf, b.mul(x, pdf));
   }
   return b.accumulate(0, b.mul(b.grad(), d)), ok();
@@ -677,7 +723,8 @@ llvm::Error gradHardSigmoid(GradBuilder &b, const Node &n) {
   float alpha = n.attrFloat("alpha"), beta = n.attrFloat("beta");
   // alpha inside the linear segment 0 < alpha x + beta < 1
   Value *lin = b.add(b.scale(x, alpha), b.scalar(beta, x->dtype()));
-  Value *in = b.op(OpKind::And, {b.op(OpKind::Greater, {lin, zero(b, x)}), b.op(OpKind::Less, {lin, one(b, x)})});
+  Value *in = b.op(OpKind::And, {b.op(OpKind::Greater, {lin, zero(b, x)}),
+                                 b.op(OpKind::Less, {lin, one(b, x)})});
   return b.accumulate(0, b.select(in, b.scale(g, alpha), zero(b, g))), ok();
 }
 llvm::Error gradHardSwish(GradBuilder &b, const Node &n) {
@@ -775,14 +822,22 @@ void defineElementwiseOps(OpTable &t) {
   unary<OpKind::Sigmoid>(t, kFloat, FP::Allow, "($T)1 / (($T)1 + dlc::exp_(-$0))");
   unary<OpKind::Relu>(t, kSigned, FP::Allow, "($0 > ($T)0 ? $0 : ($T)0)");
   unary<OpKind::Not>(t, kBool, FP::Follow, "!$0");
-  unary<OpKind::LeakyRelu>(t, kFloat, FP::Allow, "($0 < ($T)0 ? ($T)${alpha} * $0 : $0)").attr("alpha", AttrKind::Float, 0.01f);
-  unary<OpKind::Elu>(t, kFloat, FP::Allow, "($0 < ($T)0 ? ($T)${alpha} * (dlc::exp_($0) - ($T)1) : $0)").attr("alpha", AttrKind::Float, 1.0f);
-  unary<OpKind::Gelu>(t, kFloat, FP::Allow, "dlc::gelu_($0, ${approximate})").attr("approximate", AttrKind::String, "none");
-  unary<OpKind::HardSigmoid>(t, kFloat, FP::Allow, "dlc::stdmax(($T)0, dlc::stdmin(($T)1, ($T)${alpha} * $0 + ($T)${beta}))")
+  unary<OpKind::LeakyRelu>(t, kFloat, FP::Allow, "($0 < ($T)0 ? ($T)${alpha} * $0 : $0)")
+      .attr("alpha", AttrKind::Float, 0.01f);
+  unary<OpKind::Elu>(t, kFloat, FP::Allow,
+                     "($0 < ($T)0 ? ($T)${alpha} * (dlc::exp_($0) - ($T)1) : $0)")
+      .attr("alpha", AttrKind::Float, 1.0f);
+  unary<OpKind::Gelu>(t, kFloat, FP::Allow, "dlc::gelu_($0, ${approximate})")
+      .attr("approximate", AttrKind::String, "none");
+  unary<OpKind::HardSigmoid>(
+      t, kFloat, FP::Allow,
+      "dlc::stdmax(($T)0, dlc::stdmin(($T)1, ($T)${alpha} * $0 + ($T)${beta}))")
       .attr("alpha", AttrKind::Float, 0.2f)
       .attr("beta", AttrKind::Float, 0.5f);
-  unary<OpKind::HardSwish>(t, kFloat, FP::Allow, "$0 * dlc::stdmax(($T)0, dlc::stdmin(($T)1, $0 / ($T)6 + ($T)0.5))");
-  unary<OpKind::Sign>(t, kNumeric, FP::Allow, "($0 > ($T)0 ? ($T)1 : ($0 < ($T)0 ? ($T)0 - ($T)1 : ($T)0))");
+  unary<OpKind::HardSwish>(t, kFloat, FP::Allow,
+                           "$0 * dlc::stdmax(($T)0, dlc::stdmin(($T)1, $0 / ($T)6 + ($T)0.5))");
+  unary<OpKind::Sign>(t, kNumeric, FP::Allow,
+                      "($0 > ($T)0 ? ($T)1 : ($0 < ($T)0 ? ($T)0 - ($T)1 : ($T)0))");
   unary<OpKind::Floor>(t, kFloat, FP::Allow, "dlc::floor_($0)");
   unary<OpKind::Ceil>(t, kFloat, FP::Allow, "dlc::ceil_($0)");
   unary<OpKind::Round>(t, kFloat, FP::Allow, "dlc::rint_($0)");
@@ -800,16 +855,28 @@ void defineElementwiseOps(OpTable &t) {
   unary<OpKind::Softplus>(t, kFloat, FP::Allow, "dlc::softplus_($0)");
   unary<OpKind::Softsign>(t, kFloat, FP::Allow, "$0 / (($T)1 + dlc::fabs_($0))");
   unary<OpKind::Mish>(t, kFloat, FP::Allow, "$0 * dlc::tanh_(dlc::softplus_($0))");
-  unary<OpKind::Selu>(t, kFloat, FP::Allow, "($0 > ($T)0 ? ($T)${gamma} * $0 : ($T)${gamma} * (($T)${alpha} * dlc::exp_($0) - ($T)${alpha}))")
+  unary<OpKind::Selu>(t, kFloat, FP::Allow,
+                      "($0 > ($T)0 ? ($T)${gamma} * $0 : ($T)${gamma} * (($T)${alpha} * "
+                      "dlc::exp_($0) - ($T)${alpha}))")
       .attr("alpha", AttrKind::Float, 1.67326319217681884765625f)
       .attr("gamma", AttrKind::Float, 1.05070102214813232421875f);
-  unary<OpKind::Celu>(t, kFloat, FP::Allow, "dlc::stdmax(($T)0, $0) + dlc::stdmin(($T)0, ($T)${alpha} * (dlc::exp_($0 / ($T)${alpha}) - ($T)1))").attr("alpha", AttrKind::Float, 1.0f);
-  unary<OpKind::Shrink>(t, kNumeric, FP::Allow, "($0 < ($T)(-${lambd}) ? ($T)($0 + ($T)${bias}) : ($0 > ($T)${lambd} ? ($T)($0 - ($T)${bias}) : ($T)0))")
+  unary<OpKind::Celu>(t, kFloat, FP::Allow,
+                      "dlc::stdmax(($T)0, $0) + dlc::stdmin(($T)0, ($T)${alpha} * (dlc::exp_($0 / "
+                      "($T)${alpha}) - ($T)1))")
+      .attr("alpha", AttrKind::Float, 1.0f);
+  unary<OpKind::Shrink>(t, kNumeric, FP::Allow,
+                        "($0 < ($T)(-${lambd}) ? ($T)($0 + ($T)${bias}) : ($0 > ($T)${lambd} ? "
+                        "($T)($0 - ($T)${bias}) : ($T)0))")
       .attr("bias", AttrKind::Float, 0.0f)
       .attr("lambd", AttrKind::Float, 0.5f);
-  unary<OpKind::ThresholdedRelu>(t, kFloat, FP::Allow, "($0 > ($T)${alpha} ? $0 : ($T)0)").attr("alpha", AttrKind::Float, 1.0f);
-  unary<OpKind::IsNaN>(t, kFloat, FP::Follow, "dlc::isnan_($0)").infer(inferSameShapeBool).reference(refPredicate<OpKind::IsNaN>);
-  unary<OpKind::IsInf>(t, kFloat, FP::Follow, "(dlc::isinf_($0) && (($0 > 0 && ${detect_positive}) || ($0 < 0 && ${detect_negative})))")
+  unary<OpKind::ThresholdedRelu>(t, kFloat, FP::Allow, "($0 > ($T)${alpha} ? $0 : ($T)0)")
+      .attr("alpha", AttrKind::Float, 1.0f);
+  unary<OpKind::IsNaN>(t, kFloat, FP::Follow, "dlc::isnan_($0)")
+      .infer(inferSameShapeBool)
+      .reference(refPredicate<OpKind::IsNaN>);
+  unary<OpKind::IsInf>(
+      t, kFloat, FP::Follow,
+      "(dlc::isinf_($0) && (($0 > 0 && ${detect_positive}) || ($0 < 0 && ${detect_negative})))")
       .attr("detect_negative", AttrKind::Int, int64_t{1})
       .attr("detect_positive", AttrKind::Int, int64_t{1})
       .infer(inferSameShapeBool)

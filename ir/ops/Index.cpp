@@ -32,13 +32,17 @@ void copyElem(const Tensor &src, int64_t si, Tensor &dst, int64_t di) {
               static_cast<const char *>(src.raw()) + si * es, es);
 }
 
-llvm::Error verifyNone(const Node &) { return ok(); }
+llvm::Error verifyNone(const Node &) {
+  return ok();
+}
 
 //===----------------------------------------------------------------------===//
 // Trilu
 //===----------------------------------------------------------------------===//
 
-llvm::Error verifyTrilu(const Node &n) { return requireMinRank(n, 0, 2); }
+llvm::Error verifyTrilu(const Node &n) {
+  return requireMinRank(n, 0, 2);
+}
 
 llvm::Error refTrilu(const Node &n, const Inputs &in, Outputs &out) {
   const Shape &s = in[0]->shape();
@@ -371,7 +375,11 @@ llvm::Error refMaxUnpool(const Node &n, const Inputs &in, Outputs &out) {
 }
 
 OpBuilder indexOp(OpTable &t, OpKind k, FusionKind f) {
-  return t.def(k).fusion(f).fp16(Fp16Policy::Follow).layout(LayoutRule::axisAttrs()).verify(verifyNone);
+  return t.def(k)
+      .fusion(f)
+      .fp16(Fp16Policy::Follow)
+      .layout(LayoutRule::axisAttrs())
+      .verify(verifyNone);
 }
 
 } // namespace

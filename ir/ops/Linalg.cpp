@@ -139,7 +139,6 @@ llvm::Error refGemm(const Node &n, const Inputs &in, Outputs &out) {
   });
 }
 
-
 /// MatMul's gradient: dA = dY B^T and dB = A^T dY over the (broadcast) batch dims,
 /// with 1-D operands seen as a row (A) or a column (B) vector.
 llvm::Error gradMatMul(GradBuilder &b, const Node &n) {

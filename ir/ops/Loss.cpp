@@ -77,7 +77,6 @@ llvm::Error refNLL(const Node &n, const Inputs &in, Outputs &out) {
   return ok();
 }
 
-
 /// d loss / d input[n, c, d] = -[c == target[n, d]] * w[c] * (g, or g / total
 /// weight for "mean", or g[n, d] for "none"). Ignored targets get no gradient:
 /// they are mapped to the out-of-range class C, for which OneHot is all zeros.
@@ -92,8 +91,10 @@ llvm::Error gradNLL(GradBuilder &b, const Node &n) {
   if (ignore != INT64_MIN)
     t = b.select(b.op(OpKind::Equal, {t, b.scalar(static_cast<double>(ignore), DType::I64)}),
                  b.scalar(static_cast<double>(C), DType::I64), t);
-  Value *onOff = b.graph().addConstant("", Tensor::fromVector(TensorType{dt, {2}}, std::vector<double>{0, 1}));
-  Value *mask = b.op(OpKind::OneHot, {t, onOff}, {{"axis", int64_t{1}}, {"depth", C}}); // [N, C, d...]
+  Value *onOff =
+      b.graph().addConstant("", Tensor::fromVector(TensorType{dt, {2}}, std::vector<double>{0, 1}));
+  Value *mask =
+      b.op(OpKind::OneHot, {t, onOff}, {{"axis", int64_t{1}}, {"depth", C}}); // [N, C, d...]
   if (Value *w = n.operand(2)) {
     Shape ws(x->rank(), 1);
     ws[1] = C;

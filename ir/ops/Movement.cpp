@@ -6,7 +6,6 @@
 // raw elements, so every dtype is handled exactly.
 //===----------------------------------------------------------------------===//
 #include "OpUtils.h"
-
 #include "dlc/ir/OpHelpers.h"
 
 #include <algorithm>
@@ -28,7 +27,9 @@ template <class F> void gatherElements(const Tensor &in, Tensor &out, F &&src) {
     std::memcpy(d + i * es, s + src(i) * es, es);
 }
 
-llvm::Error verifyAny(const Node &) { return ok(); }
+llvm::Error verifyAny(const Node &) {
+  return ok();
+}
 
 llvm::Error refCopy(const Node &, const Inputs &in, Outputs &out) {
   std::memcpy(out[0].mutableRaw(), in[0]->raw(), in[0]->byteSize());
@@ -43,7 +44,8 @@ InferResult inferReshape(const Node &n) {
   const Shape &x = n.operand(0)->shape();
   Shape s = n.attrInts("shape");
   int64_t inferred = -1, known = 1;
-  for (size_t i = 0; i < s.size(); ++i) { // 0 is a zero-size dim; the importer resolves ONNX's "copy"
+  for (size_t i = 0; i < s.size();
+       ++i) { // 0 is a zero-size dim; the importer resolves ONNX's "copy"
     if (s[i] == -1) {
       if (inferred >= 0)
         return makeError("shape has more than one -1");
@@ -333,7 +335,9 @@ llvm::Expected<SliceWindow> sliceWindow(const Node &n) {
 
 namespace {
 
-llvm::Error verifySlice(const Node &n) { return sliceWindow(n).takeError(); }
+llvm::Error verifySlice(const Node &n) {
+  return sliceWindow(n).takeError();
+}
 
 InferResult inferSlice(const Node &n) {
   auto d = sliceWindow(n);
@@ -619,7 +623,6 @@ OpBuilder movement(OpTable &t, OpKind k, LayoutRule layout) {
       .verify(verifyAny);
 }
 
-
 //===----------------------------------------------------------------------===//
 // Gradient rules
 //===----------------------------------------------------------------------===//
@@ -685,7 +688,8 @@ llvm::Error gradPad(GradBuilder &b, const Node &n) {
       return makeError("only non-negative pads are differentiable");
     axes.push_back(k), starts.push_back(pads[k]), ends.push_back(pads[k] + x[k]);
   }
-  b.accumulate(0, b.op(OpKind::Slice, {b.grad()}, {{"axes", axes}, {"starts", starts}, {"ends", ends}}));
+  b.accumulate(
+      0, b.op(OpKind::Slice, {b.grad()}, {{"axes", axes}, {"starts", starts}, {"ends", ends}}));
   return ok();
 }
 
@@ -702,7 +706,8 @@ llvm::Error gradGather(GradBuilder &b, const Node &n) {
   int64_t r = data->rank(), axis = *normalizeAxis(n.attrInt("axis"), r), q = idx->rank();
   const Shape &ds = data->shape();
   idx = b.cast(idx, DType::I64);
-  idx = b.select(b.op(OpKind::Less, {idx, b.scalar(0, DType::I64)}), b.add(idx, b.scalar(ds[axis], DType::I64)), idx);
+  idx = b.select(b.op(OpKind::Less, {idx, b.scalar(0, DType::I64)}),
+                 b.add(idx, b.scalar(ds[axis], DType::I64)), idx);
   Shape is = idx->shape();
   is.push_back(1);
   // Data with `axis` first: perm = [axis, 0..axis-1, axis+1..]; the gradient's index
@@ -718,8 +723,9 @@ llvm::Error gradGather(GradBuilder &b, const Node &n) {
       gperm.push_back(i);
   Shape front = permuteShape(ds, perm);
   Value *zeros = b.full(0, data->dtype(), front);
-  Value *scattered = b.op(OpKind::ScatterND, {zeros, b.reshape(idx, is), axis ? b.transpose(g, gperm) : g},
-                          {{"reduction", std::string("add")}});
+  Value *scattered =
+      b.op(OpKind::ScatterND, {zeros, b.reshape(idx, is), axis ? b.transpose(g, gperm) : g},
+           {{"reduction", std::string("add")}});
   b.accumulate(0, axis ? b.transpose(scattered, inversePerm(perm)) : scattered);
   return ok();
 }

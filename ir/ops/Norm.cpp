@@ -20,8 +20,7 @@ llvm::Error verifyBatchNorm(const Node &n) {
     if (auto e = requireType(n, i, kFloat))
       return e;
     if (n.operand(i)->shape() != Shape{c})
-      return errorf("operand {0} must have shape [{1}], got {2}", i, c,
-                    n.operand(i)->type().str());
+      return errorf("operand {0} must have shape [{1}], got {2}", i, c, n.operand(i)->type().str());
   }
   bool training = n.attrInt("training_mode") != 0;
   if (!training && n.numResults() != 1)
@@ -252,7 +251,6 @@ llvm::Error refLRN(const Node &n, const Inputs &in, Outputs &out) {
   return ok();
 }
 
-
 //===----------------------------------------------------------------------===//
 // Gradient rules
 //===----------------------------------------------------------------------===//
@@ -267,7 +265,8 @@ std::pair<Value *, Value *> normalizeBackward(GradBuilder &b, Value *x, Value *g
   Value *mu = b.op(OpKind::ReduceMean, {x}, mean);
   Value *xc = b.sub(x, mu);
   Value *var = b.op(OpKind::ReduceMean, {b.mul(xc, xc)}, mean);
-  Value *rstd = b.op(OpKind::Reciprocal, {b.op(OpKind::Sqrt, {b.add(var, b.scalar(eps, x->dtype()))})});
+  Value *rstd =
+      b.op(OpKind::Reciprocal, {b.op(OpKind::Sqrt, {b.add(var, b.scalar(eps, x->dtype()))})});
   Value *xhat = b.mul(xc, rstd);
   Value *gs = b.mul(g, scale);
   Value *inner = b.sub(b.sub(gs, b.op(OpKind::ReduceMean, {gs}, mean)),
@@ -294,8 +293,9 @@ llvm::Error gradBatchNorm(GradBuilder &b, const Node &n) {
   if (n.attrInt("training_mode")) {
     std::tie(dx, xhat) = normalizeBackward(b, x, g, scale, axes, eps);
   } else {
-    Value *rstd = b.op(OpKind::Reciprocal, {b.op(OpKind::Sqrt, {b.add(b.reshape(n.operand(4), cs),
-                                                                        b.scalar(eps, x->dtype()))})});
+    Value *rstd =
+        b.op(OpKind::Reciprocal,
+             {b.op(OpKind::Sqrt, {b.add(b.reshape(n.operand(4), cs), b.scalar(eps, x->dtype()))})});
     xhat = b.mul(b.sub(x, b.reshape(n.operand(3), cs)), rstd);
     dx = b.mul(g, b.mul(scale, rstd));
   }

@@ -132,7 +132,9 @@ int64_t BroadcastIndex::operator()(int64_t outIndex) const {
   return r;
 }
 
-InferResult inferSameAsOperand0(const Node &n) { return TypeList{n.operand(0)->type()}; }
+InferResult inferSameAsOperand0(const Node &n) {
+  return TypeList{n.operand(0)->type()};
+}
 
 const Tensor *constantOperand(const Node &n, unsigned i) {
   const Value *v = n.operand(i);
@@ -208,7 +210,8 @@ InferResult channelsLastInfer(const Node &n, InferFn nchw) {
   return types;
 }
 
-std::optional<LayoutRemap> remapToChannelsLast(const Node &n, const std::vector<int64_t> &perm, int weights) {
+std::optional<LayoutRemap> remapToChannelsLast(const Node &n, const std::vector<int64_t> &perm,
+                                               int weights) {
   int64_t rank = n.operand(0)->rank();
   if (channelsLast(n) || rank < 3 || perm != channelsFirstPerm(rank))
     return std::nullopt;
@@ -318,7 +321,9 @@ std::vector<int64_t> channelsLastPerm(int64_t rank) {
   return p;
 }
 
-std::vector<int64_t> channelsFirstPerm(int64_t rank) { return inversePerm(channelsLastPerm(rank)); }
+std::vector<int64_t> channelsFirstPerm(int64_t rank) {
+  return inversePerm(channelsLastPerm(rank));
+}
 
 std::vector<int64_t> inversePerm(const std::vector<int64_t> &perm) {
   std::vector<int64_t> inv(perm.size());
@@ -332,11 +337,13 @@ std::optional<LayoutRemap> remapElementwise(const Node &n, const std::vector<int
   for (unsigned r = 0; r < n.numResults(); ++r)
     if (n.result(r)->rank() != rank)
       return std::nullopt;
-  if (std::none_of(n.operands().begin(), n.operands().end(), [&](Value *v) { return v && v->rank() == rank; }))
+  if (std::none_of(n.operands().begin(), n.operands().end(),
+                   [&](Value *v) { return v && v->rank() == rank; }))
     return std::nullopt; // no operand in the layout (ConstantOfShape, Range)
   LayoutRemap m;
   for (Value *v : n.operands()) {
-    bool unit = v && std::all_of(v->shape().begin(), v->shape().end(), [](int64_t d) { return d == 1; });
+    bool unit =
+        v && std::all_of(v->shape().begin(), v->shape().end(), [](int64_t d) { return d == 1; });
     m.operands.push_back(!v || unit ? LayoutRemap::Operand::AsIs : LayoutRemap::Operand::Actual);
   }
   m.operandPerms.resize(n.numOperands());

@@ -1,8 +1,8 @@
 //===- OpUtils.h - Helpers shared by the op family files --------*- C++ -*-===//
 #pragma once
 
-#include "dlc/ir/Graph.h"
 #include "dlc/ir/GradBuilder.h"
+#include "dlc/ir/Graph.h"
 #include "dlc/ir/OpHelpers.h"
 
 #include <cmath>
@@ -64,7 +64,9 @@ private:
 InferResult inferSameAsOperand0(const Node &n);
 
 /// Calls f(CT{}) with the compute type of operand 0's dtype (see visitComputeType).
-template <class F> llvm::Error dispatch(DType dt, F &&f) { return visitComputeType(dt, f); }
+template <class F> llvm::Error dispatch(DType dt, F &&f) {
+  return visitComputeType(dt, f);
+}
 
 /// The accumulation type of a reference kernel for compute type T: sums of
 /// products are carried in double for floating types (the oracle should be closer
@@ -77,7 +79,9 @@ using AccType = std::conditional_t<std::is_same_v<T, bool>, int64_t,
 /// Constant data of operand i, or null if it is absent or not a constant.
 const Tensor *constantOperand(const Node &n, unsigned i);
 
-inline llvm::Error ok() { return llvm::Error::success(); }
+inline llvm::Error ok() {
+  return llvm::Error::success();
+}
 
 /// Multi-index of linear index i in shape s.
 Shape unravel(int64_t i, const Shape &s);
@@ -102,7 +106,8 @@ InferResult channelsLastInfer(const Node &n, InferFn nchw);
 /// channelsFirstPerm (NHWC data read as NCHW) when n is channels-first and
 /// accepted(n) holds; operand 0 takes the actual layout, `weights` (if >= 0) is
 /// transposed to channels-last, the rest stay, and channels_last = 1.
-std::optional<LayoutRemap> remapToChannelsLast(const Node &n, const std::vector<int64_t> &perm, int weights);
+std::optional<LayoutRemap> remapToChannelsLast(const Node &n, const std::vector<int64_t> &perm,
+                                               int weights);
 
 /// The remap hook of a rank-preserving op with one `axis` attribute (Softmax, Concat,
 /// Split, CumSum, TopK, ArgMax with keepdims): the axis follows the permutation and
@@ -119,6 +124,8 @@ llvm::Error gradPassThrough(GradBuilder &b, const Node &n);
 llvm::Error gradReshapeBack(GradBuilder &b, const Node &n);
 
 /// Integer ceil division for non-negative numerator, positive divisor.
-inline int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t ceilDiv(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 } // namespace dlc::ir::ops

@@ -42,12 +42,13 @@ InferResult inferPoolNchw(const Node &n) {
   return r;
 }
 
-InferResult inferPool(const Node &n) { return channelsLastInfer(n, inferPoolNchw); }
+InferResult inferPool(const Node &n) {
+  return channelsLastInfer(n, inferPoolNchw);
+}
 
 /// Visits each window: f(outIndex, inputChannelBase, list of (spatial index) in window,
 /// number of window cells including padding that lie within [-padBegin, in + padEnd)).
-template <class F>
-void forEachWindow(const Shape &xs, const Shape &ys, const Window &w0, F &&f) {
+template <class F> void forEachWindow(const Shape &xs, const Shape &ys, const Window &w0, F &&f) {
   int64_t k = static_cast<int64_t>(xs.size()) - 2;
   Window w = w0.as3D();
   Shape is = spatial3D(xs, k), os = spatial3D(ys, k);
@@ -61,8 +62,8 @@ void forEachWindow(const Shape &xs, const Shape &ys, const Window &w0, F &&f) {
           int64_t o[3] = {o0, o1, o2}, padded = 1;
           for (int d = 0; d < 3; ++d) {
             int64_t start = o[d] * w.strides[d] - w.padBegin[d];
-            int64_t end = std::min(start + (w.kernel[d] - 1) * w.dilations[d] + 1,
-                                   is[d] + w.padEnd[d]);
+            int64_t end =
+                std::min(start + (w.kernel[d] - 1) * w.dilations[d] + 1, is[d] + w.padEnd[d]);
             padded *= (end - start + w.dilations[d] - 1) / w.dilations[d];
           }
           for (int64_t k0 = 0; k0 < w.kernel[0]; ++k0) {
@@ -150,7 +151,9 @@ InferResult inferGlobalPoolNchw(const Node &n) {
   return TypeList{{n.operand(0)->dtype(), s}};
 }
 
-InferResult inferGlobalPool(const Node &n) { return channelsLastInfer(n, inferGlobalPoolNchw); }
+InferResult inferGlobalPool(const Node &n) {
+  return channelsLastInfer(n, inferGlobalPoolNchw);
+}
 
 template <bool IsMax> llvm::Error refGlobalPool(const Node &, const Inputs &in, Outputs &out) {
   const Shape &xs = in[0]->shape();
@@ -179,14 +182,14 @@ std::optional<LayoutRemap> remapPool(const Node &n, const std::vector<int64_t> &
   return remapToChannelsLast(n, perm, -1);
 }
 
-
 //===----------------------------------------------------------------------===//
 // Gradient rules
 //===----------------------------------------------------------------------===//
 
 llvm::Error requireChannelsFirst(const Node &n) {
   if (channelsLast(n))
-    return makeError("channels-last pooling is not differentiable (autodiff runs before the layout pass)");
+    return makeError(
+        "channels-last pooling is not differentiable (autodiff runs before the layout pass)");
   return ok();
 }
 
@@ -200,9 +203,10 @@ llvm::Error gradMaxPool(GradBuilder &b, const Node &n) {
   Value *x = n.operand(0);
   Value *idx = n.numResults() > 1 ? n.result(1) : b.ops(OpKind::MaxPool, {x}, n.attrs(), 2)[1];
   int64_t total = x->type().numElements(), count = n.result()->type().numElements();
-  Value *flat = b.op(OpKind::ScatterElements,
-                     {b.zerosLike(b.reshape(x, {total})), b.reshape(idx, {count}), b.reshape(b.grad(), {count})},
-                     {{"axis", int64_t{0}}, {"reduction", std::string("add")}});
+  Value *flat = b.op(
+      OpKind::ScatterElements,
+      {b.zerosLike(b.reshape(x, {total})), b.reshape(idx, {count}), b.reshape(b.grad(), {count})},
+      {{"axis", int64_t{0}}, {"reduction", std::string("add")}});
   b.accumulate(0, b.reshape(flat, x->shape()));
   return ok();
 }
@@ -245,7 +249,8 @@ llvm::Error gradGlobalAveragePool(GradBuilder &b, const Node &n) {
     return e;
   const Shape &xs = n.operand(0)->shape();
   int64_t area = product(Shape(xs.begin() + 2, xs.end()));
-  b.accumulate(0, b.op(OpKind::Expand, {b.scale(b.grad(), 1.0 / static_cast<double>(std::max<int64_t>(area, 1)))},
+  b.accumulate(0, b.op(OpKind::Expand,
+                       {b.scale(b.grad(), 1.0 / static_cast<double>(std::max<int64_t>(area, 1)))},
                        {{"shape", std::vector<int64_t>(xs)}}));
   return ok();
 }

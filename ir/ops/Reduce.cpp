@@ -1,9 +1,8 @@
 //===- Reduce.cpp - Reductions, softmax and log-softmax --------------------===//
 #include "OpUtils.h"
 
-#include <cmath>
-
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace dlc::ir {
@@ -81,14 +80,14 @@ template <OpKind K> llvm::Error refReduce(const Node &n, const Inputs &in, Outpu
   return dispatch(in[0]->dtype(), [&](auto ct) -> llvm::Error {
     using CT = AccType<decltype(ct)>;
     auto x = in[0]->template toVector<CT>();
-    CT init = K == OpKind::ReduceProd   ? CT(1)
-              : K == OpKind::ReduceMax ? (std::numeric_limits<CT>::has_infinity
-                                              ? -std::numeric_limits<CT>::infinity()
-                                              : std::numeric_limits<CT>::lowest())
-              : K == OpKind::ReduceMin ? (std::numeric_limits<CT>::has_infinity
-                                              ? std::numeric_limits<CT>::infinity()
-                                              : std::numeric_limits<CT>::max())
-                                       : CT(0);
+    CT init = K == OpKind::ReduceProd ? CT(1)
+              : K == OpKind::ReduceMax
+                  ? (std::numeric_limits<CT>::has_infinity ? -std::numeric_limits<CT>::infinity()
+                                                           : std::numeric_limits<CT>::lowest())
+              : K == OpKind::ReduceMin
+                  ? (std::numeric_limits<CT>::has_infinity ? std::numeric_limits<CT>::infinity()
+                                                           : std::numeric_limits<CT>::max())
+                  : CT(0);
     std::vector<CT> acc(outN, init);
     for (size_t i = 0; i < x.size(); ++i) {
       CT &a = acc[target[i]];
@@ -309,7 +308,6 @@ template <OpKind K> void reduce(OpTable &t, Fp16Policy fp16) {
       .infer(inferReduce)
       .reference(refReduce<K>);
 }
-
 
 //===----------------------------------------------------------------------===//
 // Gradient rules

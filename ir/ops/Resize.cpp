@@ -8,7 +8,6 @@
 // dropped and the weights renormalized with exclude_outside).
 //===----------------------------------------------------------------------===//
 #include "OpUtils.h"
-
 #include "dlc/ir/OpHelpers.h"
 
 namespace dlc::ir {
@@ -16,10 +15,9 @@ namespace {
 using namespace ops;
 
 const char *const kModes[] = {"nearest", "linear", "cubic"};
-const char *const kTransforms[] = {"half_pixel",         "half_pixel_symmetric",
-                                   "pytorch_half_pixel", "align_corners",
-                                   "asymmetric",         "tf_crop_and_resize",
-                                   "tf_half_pixel_for_nn"};
+const char *const kTransforms[] = {
+    "half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",  "align_corners",
+    "asymmetric", "tf_crop_and_resize",   "tf_half_pixel_for_nn"};
 const char *const kNearest[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
 
 template <size_t N> bool oneOf(const std::string &s, const char *const (&list)[N]) {
@@ -77,8 +75,9 @@ std::optional<double> sourceCoord(const std::string &mode, double x, double scal
   if (mode == "tf_half_pixel_for_nn")
     return (x + 0.5) / scale;
   // tf_crop_and_resize
-  double c = outLen > 1 ? roiStart * (inLen - 1) + x * (roiEnd - roiStart) * (inLen - 1) / (outLen - 1)
-                        : 0.5 * (roiStart + roiEnd) * (inLen - 1);
+  double c = outLen > 1
+                 ? roiStart * (inLen - 1) + x * (roiEnd - roiStart) * (inLen - 1) / (outLen - 1)
+                 : 0.5 * (roiStart + roiEnd) * (inLen - 1);
   if (c < 0 || c > inLen - 1)
     return std::nullopt;
   return c;

@@ -88,7 +88,8 @@ Shape spatial3D(const Shape &s, int64_t k) {
   return r;
 }
 
-llvm::Expected<AttrMap> Window::transposedAttrs(const Shape &inSpatial, const Shape &outSpatial) const {
+llvm::Expected<AttrMap> Window::transposedAttrs(const Shape &inSpatial,
+                                                const Shape &outSpatial) const {
   Shape pads = padBegin, outPad(spatial);
   pads.insert(pads.end(), padEnd.begin(), padEnd.end());
   for (int64_t i = 0; i < spatial; ++i) {
@@ -97,7 +98,8 @@ llvm::Expected<AttrMap> Window::transposedAttrs(const Shape &inSpatial, const Sh
     if (outPad[i] < 0)
       return makeError("a window that extends past the padding (ceil_mode) is not differentiable");
   }
-  return AttrMap{{"strides", strides}, {"dilations", dilations}, {"pads", pads}, {"output_padding", outPad}};
+  return AttrMap{
+      {"strides", strides}, {"dilations", dilations}, {"pads", pads}, {"output_padding", outPad}};
 }
 
 } // namespace dlc::ir::ops

@@ -12,10 +12,10 @@
 namespace dlc::cli {
 
 struct ExeFooter {
-  char magic[8];           // kExeMagic
-  uint64_t packageOffset;  // page-aligned
+  char magic[8];          // kExeMagic
+  uint64_t packageOffset; // page-aligned
   uint64_t packageSize;
-  uint64_t version;        // kExeFooterVersion
+  uint64_t version; // kExeFooterVersion
 };
 static_assert(sizeof(ExeFooter) == 32);
 

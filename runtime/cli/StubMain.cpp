@@ -8,12 +8,11 @@
 #include "Cli.h"
 #include "ExeFormat.h"
 
+#include <cinttypes>
+#include <cstdio>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <cinttypes>
-#include <cstdio>
 
 using namespace dlc;
 
@@ -26,12 +25,14 @@ Result<std::shared_ptr<const pkg::PackageFile>> embeddedPackage(const std::strin
   struct stat st;
   cli::ExeFooter f{};
   bool ok = ::fstat(fd, &st) == 0 && st.st_size >= static_cast<off_t>(sizeof f) &&
-            ::pread(fd, &f, sizeof f, st.st_size - static_cast<off_t>(sizeof f)) == static_cast<ssize_t>(sizeof f);
+            ::pread(fd, &f, sizeof f, st.st_size - static_cast<off_t>(sizeof f)) ==
+                static_cast<ssize_t>(sizeof f);
   ::close(fd);
   if (!ok || !cli::isExeFooter(f))
-    return Status(StatusCode::InvalidPackage,
-                  "no package is embedded in this executable (it is the stub that `dlc compile --emit exe` "
-                  "extends)");
+    return Status(
+        StatusCode::InvalidPackage,
+        "no package is embedded in this executable (it is the stub that `dlc compile --emit exe` "
+        "extends)");
   if (f.packageSize > static_cast<uint64_t>(st.st_size) - sizeof f ||
       f.packageOffset > static_cast<uint64_t>(st.st_size) - sizeof f - f.packageSize)
     return Status(StatusCode::InvalidPackage, "the package footer of this executable is corrupted");
@@ -43,7 +44,8 @@ Result<std::shared_ptr<const pkg::PackageFile>> embeddedPackage(const std::strin
 
 void printInfo(const char *prog, const pkg::Package &m) {
   std::printf("%s: model '%s'\n", prog, m.model() ? m.model()->c_str() : "");
-  auto list = [](const char *what, const flatbuffers::Vector<flatbuffers::Offset<pkg::TensorInfo>> *v) {
+  auto list = [](const char *what,
+                 const flatbuffers::Vector<flatbuffers::Offset<pkg::TensorInfo>> *v) {
     if (!v)
       return;
     for (const pkg::TensorInfo *t : *v) {
@@ -94,9 +96,10 @@ int main(int argc, char **argv) {
     return cli::benchMain(args, ctx);
   for (const std::string &a : args)
     if (a == "--help" || a == "-h") {
-      std::printf("%s: a model compiled by dlc. --info lists its inputs and outputs; --bench measures it\n"
-                  "(see --bench --help).\n\n",
-                  prog.c_str());
+      std::printf(
+          "%s: a model compiled by dlc. --info lists its inputs and outputs; --bench measures it\n"
+          "(see --bench --help).\n\n",
+          prog.c_str());
       break;
     }
   return cli::runMain(args, ctx);

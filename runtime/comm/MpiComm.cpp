@@ -62,7 +62,8 @@ void *const kMpiInPlace = reinterpret_cast<void *>(1);
   X(MPI_Ibarrier, int(MpiHandle, MpiHandle *))                                                     \
   X(MPI_Ireduce_scatter_block,                                                                     \
     int(const void *, void *, int, MpiHandle, MpiHandle, MpiHandle, MpiHandle *))                  \
-  X(MPI_Iallgather, int(const void *, int, MpiHandle, void *, int, MpiHandle, MpiHandle, MpiHandle *)) \
+  X(MPI_Iallgather,                                                                                \
+    int(const void *, int, MpiHandle, void *, int, MpiHandle, MpiHandle, MpiHandle *))             \
   X(MPI_Test, int(MpiHandle *, int *, void *))                                                     \
   X(MPI_Error_string, int(int, char *, int *))                                                     \
   X(MPI_Get_library_version, int(char *, int *))
@@ -149,7 +150,8 @@ public:
   Status allReduce(void *data, size_t count, pkg::DType dt, ReduceOp op) override;
   Status broadcast(void *data, size_t bytes, int root) override;
   Status barrier() override;
-  Status reduceScatter(const void *send, void *recv, size_t count, pkg::DType dt, ReduceOp op) override;
+  Status reduceScatter(const void *send, void *recv, size_t count, pkg::DType dt,
+                       ReduceOp op) override;
   Status allGather(const void *send, void *recv, size_t bytes) override;
   [[noreturn]] void abort(int code) override;
 
@@ -351,16 +353,19 @@ Status MpiComm::barrier() {
   return wait(req, "a barrier");
 }
 
-Status MpiComm::reduceScatter(const void *send, void *recv, size_t count, pkg::DType dt, ReduceOp op) {
+Status MpiComm::reduceScatter(const void *send, void *recv, size_t count, pkg::DType dt,
+                              ReduceOp op) {
   std::lock_guard<std::mutex> lock(mu_);
   DLC_RETURN_IF_ERROR(usable());
   if (count > (1u << 30) / static_cast<size_t>(size_))
-    return Status(StatusCode::InvalidArgument, prefix() + "a reduce-scatter of " + std::to_string(count) +
-                                                   " elements per rank is more than one MPI call takes");
+    return Status(StatusCode::InvalidArgument,
+                  prefix() + "a reduce-scatter of " + std::to_string(count) +
+                      " elements per rank is more than one MPI call takes");
   size_t total = count * static_cast<size_t>(size_);
   auto scatter = [&](const void *in, void *out, MpiHandle type) -> Status {
     MpiHandle req = nullptr;
-    int rc = api_.MPI_Ireduce_scatter_block(in, out, static_cast<int>(count), type, api_.sumOp, api_.world, &req);
+    int rc = api_.MPI_Ireduce_scatter_block(in, out, static_cast<int>(count), type, api_.sumOp,
+                                            api_.world, &req);
     if (rc != kMpiSuccess)
       return mpiError(rc, "MPI_Ireduce_scatter_block");
     return wait(req, "a reduce-scatter");
@@ -395,7 +400,8 @@ Status MpiComm::reduceScatter(const void *send, void *recv, size_t count, pkg::D
     return Status::ok();
   }
   default:
-    return Status(StatusCode::InvalidArgument, prefix() + "cannot reduce-scatter " + pkg::dtypeName(dt) +
+    return Status(StatusCode::InvalidArgument, prefix() + "cannot reduce-scatter " +
+                                                   pkg::dtypeName(dt) +
                                                    " (only f32, f64, f16 and bf16)");
   }
 }
@@ -404,8 +410,9 @@ Status MpiComm::allGather(const void *send, void *recv, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   DLC_RETURN_IF_ERROR(usable());
   if (bytes > (1u << 30) / static_cast<size_t>(size_))
-    return Status(StatusCode::InvalidArgument, prefix() + "an all-gather of " + std::to_string(bytes) +
-                                                   " bytes per rank is more than one MPI call takes");
+    return Status(StatusCode::InvalidArgument,
+                  prefix() + "an all-gather of " + std::to_string(bytes) +
+                      " bytes per rank is more than one MPI call takes");
   MpiHandle req = nullptr;
   int n = static_cast<int>(bytes);
   int rc = api_.MPI_Iallgather(send, n, api_.byteType, recv, n, api_.byteType, api_.world, &req);

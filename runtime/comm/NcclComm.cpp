@@ -166,7 +166,8 @@ public:
     return bootstrap_->broadcast(data, bytes, root);
   }
   Status barrier() override { return bootstrap_ ? bootstrap_->barrier() : hostUnavailable(); }
-  Status reduceScatter(const void *send, void *recv, size_t count, pkg::DType dt, ReduceOp op) override {
+  Status reduceScatter(const void *send, void *recv, size_t count, pkg::DType dt,
+                       ReduceOp op) override {
     return bootstrap_ ? bootstrap_->reduceScatter(send, recv, count, dt, op) : hostUnavailable();
   }
   Status allGather(const void *send, void *recv, size_t bytes) override {
@@ -258,11 +259,16 @@ NcclComm::~NcclComm() {
 /// NCCL's type of a float dtype, or -1.
 int ncclTypeOf(pkg::DType dt) {
   switch (dt) {
-  case pkg::DType::F32: return kNcclFloat32;
-  case pkg::DType::F64: return kNcclFloat64;
-  case pkg::DType::F16: return kNcclFloat16;
-  case pkg::DType::BF16: return kNcclBfloat16;
-  default: return -1;
+  case pkg::DType::F32:
+    return kNcclFloat32;
+  case pkg::DType::F64:
+    return kNcclFloat64;
+  case pkg::DType::F16:
+    return kNcclFloat16;
+  case pkg::DType::BF16:
+    return kNcclBfloat16;
+  default:
+    return -1;
   }
 }
 
@@ -291,8 +297,9 @@ Status NcclComm::reduceScatterDevice(uint64_t send, uint64_t recv, size_t count,
   std::lock_guard<std::mutex> lock(mu_);
   DLC_RETURN_IF_ERROR(usable());
   return settle(api_.ncclReduceScatter(reinterpret_cast<const void *>(static_cast<uintptr_t>(send)),
-                                       reinterpret_cast<void *>(static_cast<uintptr_t>(recv)), count, type,
-                                       op == ReduceOp::Avg ? kNcclAvg : kNcclSum, comm_, stream),
+                                       reinterpret_cast<void *>(static_cast<uintptr_t>(recv)),
+                                       count, type, op == ReduceOp::Avg ? kNcclAvg : kNcclSum,
+                                       comm_, stream),
                 "ncclReduceScatter");
 }
 
@@ -300,8 +307,8 @@ Status NcclComm::allGatherDevice(uint64_t send, uint64_t recv, size_t bytes, voi
   std::lock_guard<std::mutex> lock(mu_);
   DLC_RETURN_IF_ERROR(usable());
   return settle(api_.ncclAllGather(reinterpret_cast<const void *>(static_cast<uintptr_t>(send)),
-                                   reinterpret_cast<void *>(static_cast<uintptr_t>(recv)), bytes, kNcclUint8,
-                                   comm_, stream),
+                                   reinterpret_cast<void *>(static_cast<uintptr_t>(recv)), bytes,
+                                   kNcclUint8, comm_, stream),
                 "ncclAllGather");
 }
 

@@ -12,14 +12,13 @@
 //===----------------------------------------------------------------------===//
 #include "Driver.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <chrono>
-#include <list>
-#include <thread>
 #include <cstring>
+#include <dlfcn.h>
+#include <list>
 #include <map>
+#include <thread>
 
 namespace dlc::rt::cuda {
 
@@ -29,12 +28,13 @@ namespace dlc::rt::cuda {
 Status Driver::load() {
   lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib)
-    return Status(StatusCode::Unavailable, "libcuda.so.1 could not be loaded (no NVIDIA driver on this machine)");
+    return Status(StatusCode::Unavailable,
+                  "libcuda.so.1 could not be loaded (no NVIDIA driver on this machine)");
 #define DLC_CU_LOAD(fn)                                                                            \
   fn##_ = reinterpret_cast<decltype(fn##_)>(dlsym(lib, DLC_STR(fn)));                              \
   if (!fn##_)                                                                                      \
-    return Status(StatusCode::Unavailable,                                                         \
-                  std::string("libcuda.so.1 lacks ") + DLC_STR(fn) + " (the NVIDIA driver is too old)");
+    return Status(StatusCode::Unavailable, std::string("libcuda.so.1 lacks ") + DLC_STR(fn) +      \
+                                               " (the NVIDIA driver is too old)");
   DLC_CU_LIST(DLC_CU_LOAD)
 #undef DLC_CU_LOAD
   return Status::ok();
@@ -46,7 +46,8 @@ std::string Driver::error(CUresult r) const {
     cuGetErrorName_(r, &name);
   if (cuGetErrorString_)
     cuGetErrorString_(r, &msg);
-  return std::string(name ? name : "CUDA error " + std::to_string(static_cast<int>(r))) + ": " + (msg ? msg : "?");
+  return std::string(name ? name : "CUDA error " + std::to_string(static_cast<int>(r))) + ": " +
+         (msg ? msg : "?");
 }
 
 Status CublasLt::load() {
@@ -54,8 +55,9 @@ Status CublasLt::load() {
     if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
       break;
   if (!lib)
-    return Status(StatusCode::Unavailable, "libcublasLt.so.13 could not be loaded (install the CUDA toolkit's "
-                                           "cuBLAS or add its lib64 directory to LD_LIBRARY_PATH)");
+    return Status(StatusCode::Unavailable,
+                  "libcublasLt.so.13 could not be loaded (install the CUDA toolkit's "
+                  "cuBLAS or add its lib64 directory to LD_LIBRARY_PATH)");
 #define DLC_LT_LOAD(fn)                                                                            \
   fn##_ = reinterpret_cast<decltype(fn##_)>(dlsym(lib, #fn));                                      \
   if (!fn##_)                                                                                      \
@@ -70,7 +72,9 @@ namespace {
 /// Makes `ctx` current for a scope and restores whatever the calling thread had.
 class CtxGuard {
 public:
-  CtxGuard(const Driver &d, CUcontext ctx) : d_(d) { pushed_ = ctx && d.cuCtxPushCurrent_(ctx) == CUDA_SUCCESS; }
+  CtxGuard(const Driver &d, CUcontext ctx) : d_(d) {
+    pushed_ = ctx && d.cuCtxPushCurrent_(ctx) == CUDA_SUCCESS;
+  }
   ~CtxGuard() {
     if (pushed_) {
       CUcontext popped;
@@ -192,8 +196,9 @@ public:
     if (count == 0)
       return Status(StatusCode::Unavailable, "no CUDA device is present");
     if (ordinal < 0 || ordinal >= count)
-      return Status(StatusCode::InvalidArgument, "CUDA device " + std::to_string(ordinal) + " does not exist (" +
-                                                     std::to_string(count) + " present)");
+      return Status(StatusCode::InvalidArgument, "CUDA device " + std::to_string(ordinal) +
+                                                     " does not exist (" + std::to_string(count) +
+                                                     " present)");
     ordinal_ = ordinal;
     DLC_RETURN_IF_ERROR(check(drv_.cuDeviceGet_(&dev_, ordinal), "cuDeviceGet"));
     char name[256] = {0};
@@ -203,14 +208,16 @@ public:
     drv_.cuDeviceGetAttribute_(&minor_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev_);
     drv_.cuDeviceGetAttribute_(&sms_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev_);
     drv_.cuDriverGetVersion_(&driverVersion_);
-    DLC_RETURN_IF_ERROR(check(drv_.cuDevicePrimaryCtxRetain_(&ctx_, dev_), "cuDevicePrimaryCtxRetain"));
+    DLC_RETURN_IF_ERROR(
+        check(drv_.cuDevicePrimaryCtxRetain_(&ctx_, dev_), "cuDevicePrimaryCtxRetain"));
     CtxGuard g(drv_, ctx_);
     return check(drv_.cuStreamCreate_(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   }
 
   std::string describe() const override {
-    return "cuda (" + name_ + ", sm_" + std::to_string(major_) + std::to_string(minor_) + ", driver for CUDA " +
-           versionString(driverVersion_) + (useGraphs() ? ", CUDA graphs" : "") + ")";
+    return "cuda (" + name_ + ", sm_" + std::to_string(major_) + std::to_string(minor_) +
+           ", driver for CUDA " + versionString(driverVersion_) +
+           (useGraphs() ? ", CUDA graphs" : "") + ")";
   }
   DeviceKind kind() const override { return DeviceKind::Cuda; }
   int computeCapability() const override { return major_ * 10 + minor_; }
@@ -223,18 +230,21 @@ public:
     const pkg::Package &m = p.meta();
     CtxGuard g(drv_, ctx_);
     if (major_ * 10 + minor_ < 80)
-      return Status(StatusCode::Unavailable, "this GPU (" + name_ + ", sm_" + std::to_string(major_) +
-                                                 std::to_string(minor_) +
-                                                 ") is older than dlc supports (sm_80, Ampere, and newer); "
-                                                 "run on --device emu instead");
+      return Status(StatusCode::Unavailable,
+                    "this GPU (" + name_ + ", sm_" + std::to_string(major_) +
+                        std::to_string(minor_) +
+                        ") is older than dlc supports (sm_80, Ampere, and newer); "
+                        "run on --device emu instead");
     // CUDA's compatibility promise holds within a major version: cubins and PTX from
     // CUDA 13.x need a driver for CUDA 13 or newer.
     if (m.cuda_version() && driverVersion_ / 1000 < static_cast<int>(m.cuda_version() / 1000))
       return Status(StatusCode::Unavailable,
-                    p.name() + ": its GPU code was built with CUDA " + versionString(m.cuda_version()) +
+                    p.name() + ": its GPU code was built with CUDA " +
+                        versionString(m.cuda_version()) +
                         ", and this NVIDIA driver supports CUDA " + versionString(driverVersion_) +
-                        " at most. Update the driver to one for CUDA " + std::to_string(m.cuda_version() / 1000) +
-                        " or newer" + (m.cuda_version() / 1000 == 13 ? " (the R580 series or later)" : "") +
+                        " at most. Update the driver to one for CUDA " +
+                        std::to_string(m.cuda_version() / 1000) + " or newer" +
+                        (m.cuda_version() / 1000 == 13 ? " (the R580 series or later)" : "") +
                         ", or run on --device emu");
     if (m.kernels() && m.kernels()->size()) {
       uint32_t chunks = 0;
@@ -249,8 +259,8 @@ public:
           std::string hint;
           if (r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
             hint = " (the driver is older than the CUDA " + versionString(m.cuda_version()) +
-                   " that wrote this PTX: update it, or compile with a --target of sm_" + std::to_string(major_) +
-                   std::to_string(minor_) + " to ship a cubin)";
+                   " that wrote this PTX: update it, or compile with a --target of sm_" +
+                   std::to_string(major_) + std::to_string(minor_) + " to ship a cubin)";
           return Status(StatusCode::LaunchFailure,
                         "loading module " + mod->target()->str() + ": " + drv_.error(r) + hint);
         }
@@ -258,13 +268,15 @@ public:
       }
       for (const pkg::Kernel *k : *m.kernels()) {
         CUfunction f;
-        DLC_RETURN_IF_ERROR(check(drv_.cuModuleGetFunction_(&f, modules_[k->chunk()], k->symbol()->c_str()),
-                                  "kernel " + k->name()->str()));
+        DLC_RETURN_IF_ERROR(
+            check(drv_.cuModuleGetFunction_(&f, modules_[k->chunk()], k->symbol()->c_str()),
+                  "kernel " + k->name()->str()));
         functions_.push_back(f);
       }
     }
     if (m.arena_bytes())
-      DLC_RETURN_IF_ERROR(check(drv_.cuMemAlloc_(&arena_, m.arena_bytes()), "allocating the arena"));
+      DLC_RETURN_IF_ERROR(
+          check(drv_.cuMemAlloc_(&arena_, m.arena_bytes()), "allocating the arena"));
     // Weights: uploaded once per model, shared by its cuda sessions. The copies are
     // synchronous, and the context is synchronized before any stream uses them.
     Status weightStatus;
@@ -285,7 +297,8 @@ public:
           if (m.weights())
             for (const pkg::Weight *wt : *m.weights()) {
               const pkg::Buffer *b = m.buffers()->Get(wt->buffer());
-              if (CUresult r = drv_.cuMemcpyHtoD_(w->ptr + b->offset(), p.section(wt->data()), wt->data()->size())) {
+              if (CUresult r = drv_.cuMemcpyHtoD_(w->ptr + b->offset(), p.section(wt->data()),
+                                                  wt->data()->size())) {
                 weightStatus = check(r, "uploading weights");
                 return nullptr;
               }
@@ -322,7 +335,8 @@ public:
           return comm.takeStatus();
         nccl_ = std::move(*comm);
       }
-      DLC_RETURN_IF_ERROR(check(drv_.cuStreamCreate_(&commStream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate"));
+      DLC_RETURN_IF_ERROR(
+          check(drv_.cuStreamCreate_(&commStream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate"));
     }
     return check(drv_.cuStreamSynchronize_(stream_), "synchronize");
   }
@@ -354,12 +368,14 @@ public:
   /// Synchronous: the caller may reuse `src` (pinned or not) as soon as it returns.
   Status upload(const pkg::BufRef &dst, const void *src, size_t n) override {
     CtxGuard g(drv_, ctx_);
-    DLC_RETURN_IF_ERROR(check(drv_.cuMemcpyHtoDAsync_(address(dst), src, n, stream()), "host-to-device copy"));
+    DLC_RETURN_IF_ERROR(
+        check(drv_.cuMemcpyHtoDAsync_(address(dst), src, n, stream()), "host-to-device copy"));
     return check(drv_.cuStreamSynchronize_(stream()), "host-to-device copy");
   }
   Status download(void *dst, const pkg::BufRef &src, size_t n) override {
     CtxGuard g(drv_, ctx_);
-    DLC_RETURN_IF_ERROR(check(drv_.cuMemcpyDtoHAsync_(dst, address(src), n, stream()), "device-to-host copy"));
+    DLC_RETURN_IF_ERROR(
+        check(drv_.cuMemcpyDtoHAsync_(dst, address(src), n, stream()), "device-to-host copy"));
     return check(drv_.cuStreamSynchronize_(stream()), "device-to-host copy");
   }
   Status copy(const pkg::Copy &c) override {
@@ -369,7 +385,8 @@ public:
   }
   Status memset(const pkg::Memset &m) override {
     CtxGuard g(drv_, ctx_);
-    return check(drv_.cuMemsetD8Async_(address(*m.dst()), m.value(), m.bytes(), stream()), "memset");
+    return check(drv_.cuMemsetD8Async_(address(*m.dst()), m.value(), m.bytes(), stream()),
+                 "memset");
   }
   Status synchronize() override {
     CtxGuard g(drv_, ctx_);
@@ -384,7 +401,8 @@ public:
   /// With collectives in flight, a rank that died would leave this one waiting for
   /// ever: polls both streams, NCCL's asynchronous errors and the deadline.
   Status waitStreams() {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(nccl_->timeoutSeconds());
+    auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(nccl_->timeoutSeconds());
     for (CUstream s : {commStream_, stream()}) {
       if (!s)
         continue;
@@ -414,43 +432,52 @@ public:
     if (a.sources())
       for (size_t k = 0; k < a.sources()->size(); ++k)
         DLC_RETURN_IF_ERROR(check(drv_.cuMemcpyDtoDAsync_(staging + a.offsets()->Get(k),
-                                                          address(*a.sources()->Get(k)), a.sizes()->Get(k),
-                                                          stream()),
+                                                          address(*a.sources()->Get(k)),
+                                                          a.sizes()->Get(k), stream()),
                                   "packing a gradient bucket"));
     size_t es = pkg::dtypeSize(a.dtype()), bytes = a.count() * es;
     bool alone = local || !nccl_; // every rank alike: a mean is this rank's values
     // This rank's share of staging, on the main stream: a shard always, a
     // reduce-scatter alone.
-    if (a.op() == pkg::CollectiveOp::Shard || (alone && a.op() == pkg::CollectiveOp::ReduceScatter)) {
+    if (a.op() == pkg::CollectiveOp::Shard ||
+        (alone && a.op() == pkg::CollectiveOp::ReduceScatter)) {
       size_t share = bytes / a.ranks();
-      return check(drv_.cuMemcpyDtoDAsync_(address(*a.output()), staging + static_cast<size_t>(opts_.rank.rank) * share,
+      return check(drv_.cuMemcpyDtoDAsync_(address(*a.output()),
+                                           staging + static_cast<size_t>(opts_.rank.rank) * share,
                                            share, stream()),
                    "taking this rank's share");
     }
     if (alone) {
       if (a.op() == pkg::CollectiveOp::AllGather)
         for (uint32_t r = 0; r < a.ranks(); ++r)
-          DLC_RETURN_IF_ERROR(check(drv_.cuMemcpyDtoDAsync_(address(*a.output()) + r * bytes, staging, bytes, stream()),
-                                    "a local all-gather"));
+          DLC_RETURN_IF_ERROR(check(
+              drv_.cuMemcpyDtoDAsync_(address(*a.output()) + r * bytes, staging, bytes, stream()),
+              "a local all-gather"));
       return Status::ok();
     }
     auto [it, fresh] = bucketEvents_.try_emplace(a.bucket(), nullptr, nullptr);
     if (fresh) {
-      DLC_RETURN_IF_ERROR(check(drv_.cuEventCreate_(&it->second.first, CU_EVENT_DISABLE_TIMING), "cuEventCreate"));
-      DLC_RETURN_IF_ERROR(check(drv_.cuEventCreate_(&it->second.second, CU_EVENT_DISABLE_TIMING), "cuEventCreate"));
+      DLC_RETURN_IF_ERROR(
+          check(drv_.cuEventCreate_(&it->second.first, CU_EVENT_DISABLE_TIMING), "cuEventCreate"));
+      DLC_RETURN_IF_ERROR(
+          check(drv_.cuEventCreate_(&it->second.second, CU_EVENT_DISABLE_TIMING), "cuEventCreate"));
     }
     DLC_RETURN_IF_ERROR(check(drv_.cuEventRecord_(it->second.first, stream()), "cuEventRecord"));
-    DLC_RETURN_IF_ERROR(check(drv_.cuStreamWaitEvent_(commStream_, it->second.first, 0), "cuStreamWaitEvent"));
+    DLC_RETURN_IF_ERROR(
+        check(drv_.cuStreamWaitEvent_(commStream_, it->second.first, 0), "cuStreamWaitEvent"));
     switch (a.op()) {
     case pkg::CollectiveOp::ReduceScatter:
-      DLC_RETURN_IF_ERROR(nccl_->reduceScatterDevice(staging, address(*a.output()), a.count() / a.ranks(), a.dtype(),
+      DLC_RETURN_IF_ERROR(nccl_->reduceScatterDevice(staging, address(*a.output()),
+                                                     a.count() / a.ranks(), a.dtype(),
                                                      ReduceOp::Avg, commStream_));
       break;
     case pkg::CollectiveOp::AllGather:
-      DLC_RETURN_IF_ERROR(nccl_->allGatherDevice(staging, address(*a.output()), bytes, commStream_));
+      DLC_RETURN_IF_ERROR(
+          nccl_->allGatherDevice(staging, address(*a.output()), bytes, commStream_));
       break;
     default:
-      DLC_RETURN_IF_ERROR(nccl_->allReduceDevice(staging, a.count(), a.dtype(), ReduceOp::Avg, commStream_));
+      DLC_RETURN_IF_ERROR(
+          nccl_->allReduceDevice(staging, a.count(), a.dtype(), ReduceOp::Avg, commStream_));
     }
     return check(drv_.cuEventRecord_(it->second.second, commStream_), "cuEventRecord");
   }
@@ -478,7 +505,8 @@ public:
     if (!useGraphs())
       return issue();
     // One graph per schedule (shape variant), the most recently used first.
-    auto cached = std::find_if(graphs_.begin(), graphs_.end(), [&](const auto &e) { return e.first == schedule_; });
+    auto cached = std::find_if(graphs_.begin(), graphs_.end(),
+                               [&](const auto &e) { return e.first == schedule_; });
     if (cached != graphs_.end()) {
       graphs_.splice(graphs_.begin(), graphs_, cached);
     } else {
@@ -520,12 +548,13 @@ public:
     std::vector<uint64_t> params;
     resolveParams(l, params, [&](const pkg::BufRef &r) { return address(r); });
     size_t paramBytes = l.params() ? l.params()->size() : 0;
-    void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, params.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &paramBytes,
-                     CU_LAUNCH_PARAM_END};
+    void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, params.data(), CU_LAUNCH_PARAM_BUFFER_SIZE,
+                     &paramBytes, CU_LAUNCH_PARAM_END};
     if (l.dynamic_smem() > 48 * 1024)
-      DLC_RETURN_IF_ERROR(check(drv_.cuFuncSetAttribute_(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                        static_cast<int>(l.dynamic_smem())),
-                                "opting in to dynamic shared memory"));
+      DLC_RETURN_IF_ERROR(
+          check(drv_.cuFuncSetAttribute_(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                         static_cast<int>(l.dynamic_smem())),
+                "opting in to dynamic shared memory"));
     CUlaunchAttribute coop{};
     CUlaunchConfig cfg{};
     cfg.gridDimX = l.grid()->x();
@@ -540,21 +569,24 @@ public:
       // A grid barrier needs every block resident: check before the driver refuses.
       int perSm = 0;
       uint32_t threads = cfg.blockDimX * cfg.blockDimY * cfg.blockDimZ;
-      DLC_RETURN_IF_ERROR(check(drv_.cuOccupancyMaxActiveBlocksPerMultiprocessor_(&perSm, f, static_cast<int>(threads),
-                                                                                  l.dynamic_smem()),
+      DLC_RETURN_IF_ERROR(check(drv_.cuOccupancyMaxActiveBlocksPerMultiprocessor_(
+                                    &perSm, f, static_cast<int>(threads), l.dynamic_smem()),
                                 "occupancy of kernel " + k->name()->str()));
       uint64_t blocks = uint64_t(cfg.gridDimX) * cfg.gridDimY * cfg.gridDimZ;
       if (blocks > uint64_t(perSm) * uint64_t(sms_))
         return Status(StatusCode::LaunchFailure,
-                      "kernel '" + k->name()->str() + "' (node '" + node + "') needs " + std::to_string(blocks) +
-                          " resident blocks for its grid barrier; this GPU holds " + std::to_string(perSm) +
-                          " per multiprocessor x " + std::to_string(sms_) + " multiprocessors");
+                      "kernel '" + k->name()->str() + "' (node '" + node + "') needs " +
+                          std::to_string(blocks) +
+                          " resident blocks for its grid barrier; this GPU holds " +
+                          std::to_string(perSm) + " per multiprocessor x " + std::to_string(sms_) +
+                          " multiprocessors");
       coop.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
       coop.value.cooperative = 1;
       cfg.attrs = &coop;
       cfg.numAttrs = 1;
     }
-    return check(drv_.cuLaunchKernelEx_(&cfg, f, nullptr, extra), "launching kernel for node '" + node + "'");
+    return check(drv_.cuLaunchKernelEx_(&cfg, f, nullptr, extra),
+                 "launching kernel for node '" + node + "'");
   }
 
   /// Row-major C = op(A) op(B) as column-major C^T = op(B)^T op(A)^T, with the plan
@@ -575,19 +607,24 @@ public:
     const void *beta = p.dtype == CUDA_R_64F ? static_cast<const void *>(&beta64) : &beta32;
     CUdeviceptr a = address(*g.b()), b = address(*g.a()), c = address(*g.c());
     CUdeviceptr cin = g.c_in() ? address(*g.c_in()) : c; // C may differ from D (residual input)
-    void *ws = g.workspace() && g.workspace_bytes() ? reinterpret_cast<void *>(address(*g.workspace())) : nullptr;
+    void *ws = g.workspace() && g.workspace_bytes()
+                   ? reinterpret_cast<void *>(address(*g.workspace()))
+                   : nullptr;
     cublasStatus_t st = ltTable_.cublasLtMatmul_(
-        ltHandle_, p.desc, alpha, reinterpret_cast<const void *>(a), p.la, reinterpret_cast<const void *>(b), p.lb,
-        beta, reinterpret_cast<const void *>(cin), p.lc, reinterpret_cast<void *>(c), p.lc, &p.algo, ws,
-        ws ? g.workspace_bytes() : 0, reinterpret_cast<cudaStream_t>(stream()));
+        ltHandle_, p.desc, alpha, reinterpret_cast<const void *>(a), p.la,
+        reinterpret_cast<const void *>(b), p.lb, beta, reinterpret_cast<const void *>(cin), p.lc,
+        reinterpret_cast<void *>(c), p.lc, &p.algo, ws, ws ? g.workspace_bytes() : 0,
+        reinterpret_cast<cudaStream_t>(stream()));
     if (st != CUBLAS_STATUS_SUCCESS)
-      return Status(StatusCode::LaunchFailure,
-                    "cublasLtMatmul failed for node '" + node + "' (status " + std::to_string(int(st)) + ")");
+      return Status(StatusCode::LaunchFailure, "cublasLtMatmul failed for node '" + node +
+                                                   "' (status " + std::to_string(int(st)) + ")");
     return Status::ok();
   }
 
 private:
-  static std::string versionString(uint32_t v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
+  static std::string versionString(uint32_t v) {
+    return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+  }
 
   // Data-parallel schedules run step by step: NCCL's calls on the second stream are
   // not captured.
@@ -623,47 +660,60 @@ private:
       if (g.tf32())
         ct = CUBLAS_COMPUTE_32F_FAST_TF32;
       break;
-    case pkg::DType::F16: p.dtype = CUDA_R_16F; break;
-    case pkg::DType::BF16: p.dtype = CUDA_R_16BF; break;
+    case pkg::DType::F16:
+      p.dtype = CUDA_R_16F;
+      break;
+    case pkg::DType::BF16:
+      p.dtype = CUDA_R_16BF;
+      break;
     case pkg::DType::F64:
       p.dtype = CUDA_R_64F;
       ct = CUBLAS_COMPUTE_64F;
       scaleType = CUDA_R_64F;
       break;
-    default: return Status(StatusCode::InvalidPackage, "GEMM of node '" + node + "' has an unsupported dtype");
+    default:
+      return Status(StatusCode::InvalidPackage,
+                    "GEMM of node '" + node + "' has an unsupported dtype");
     }
     auto fail = [&](const char *what) {
-      return Status(StatusCode::LaunchFailure, std::string("cuBLASLt ") + what + " failed for node '" + node + "'");
+      return Status(StatusCode::LaunchFailure,
+                    std::string("cuBLASLt ") + what + " failed for node '" + node + "'");
     };
     uint64_t m = g.m(), n = g.n(), k = g.k();
-    if (ltTable_.cublasLtMatrixLayoutCreate_(&p.la, p.dtype, g.trans_b() ? k : n, g.trans_b() ? n : k, g.ldb()) ||
-        ltTable_.cublasLtMatrixLayoutCreate_(&p.lb, p.dtype, g.trans_a() ? m : k, g.trans_a() ? k : m, g.lda()) ||
+    if (ltTable_.cublasLtMatrixLayoutCreate_(&p.la, p.dtype, g.trans_b() ? k : n,
+                                             g.trans_b() ? n : k, g.ldb()) ||
+        ltTable_.cublasLtMatrixLayoutCreate_(&p.lb, p.dtype, g.trans_a() ? m : k,
+                                             g.trans_a() ? k : m, g.lda()) ||
         ltTable_.cublasLtMatrixLayoutCreate_(&p.lc, p.dtype, n, m, g.ldc()))
       return fail("layout creation");
     if (g.batch() > 1) {
       int32_t batch = static_cast<int32_t>(g.batch());
       int64_t sa = g.stride_b(), sb = g.stride_a(), sc = g.stride_c();
-      for (auto [layout, stride] : {std::pair{p.la, sa}, std::pair{p.lb, sb}, std::pair{p.lc, sc}}) {
-        ltTable_.cublasLtMatrixLayoutSetAttribute_(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch));
-        ltTable_.cublasLtMatrixLayoutSetAttribute_(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
-                                                   sizeof(stride));
+      for (auto [layout, stride] :
+           {std::pair{p.la, sa}, std::pair{p.lb, sb}, std::pair{p.lc, sc}}) {
+        ltTable_.cublasLtMatrixLayoutSetAttribute_(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                   &batch, sizeof(batch));
+        ltTable_.cublasLtMatrixLayoutSetAttribute_(
+            layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride));
       }
     }
     cublasLtMatmulPreference_t pref = nullptr;
     if (ltTable_.cublasLtMatmulPreferenceCreate_(&pref) != CUBLAS_STATUS_SUCCESS)
       return fail("preference creation");
     uint64_t ws = g.workspace() ? g.workspace_bytes() : 0;
-    ltTable_.cublasLtMatmulPreferenceSetAttribute_(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    ltTable_.cublasLtMatmulPreferenceSetAttribute_(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                   &ws, sizeof(ws));
     uint32_t alignA = alignmentOf(address(*g.b())), alignB = alignmentOf(address(*g.a()));
-    uint32_t alignC = std::min(alignmentOf(address(*g.c())), alignmentOf(address(g.c_in() ? *g.c_in() : *g.c())));
-    ltTable_.cublasLtMatmulPreferenceSetAttribute_(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &alignA,
-                                                   sizeof(alignA));
-    ltTable_.cublasLtMatmulPreferenceSetAttribute_(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alignB,
-                                                   sizeof(alignB));
-    ltTable_.cublasLtMatmulPreferenceSetAttribute_(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alignC,
-                                                   sizeof(alignC));
-    ltTable_.cublasLtMatmulPreferenceSetAttribute_(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &alignC,
-                                                   sizeof(alignC));
+    uint32_t alignC =
+        std::min(alignmentOf(address(*g.c())), alignmentOf(address(g.c_in() ? *g.c_in() : *g.c())));
+    ltTable_.cublasLtMatmulPreferenceSetAttribute_(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                   &alignA, sizeof(alignA));
+    ltTable_.cublasLtMatmulPreferenceSetAttribute_(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                   &alignB, sizeof(alignB));
+    ltTable_.cublasLtMatmulPreferenceSetAttribute_(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                   &alignC, sizeof(alignC));
+    ltTable_.cublasLtMatmulPreferenceSetAttribute_(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                   &alignC, sizeof(alignC));
     bool wantEpilogue = g.bias() || g.activation() != pkg::GemmActivation::None;
     Status st = fail("algorithm selection");
     for (bool epilogue : {true, false}) {
@@ -678,16 +728,18 @@ private:
       }
       cublasOperation_t opA = g.trans_b() ? CUBLAS_OP_T : CUBLAS_OP_N; // Lt's A is our B
       cublasOperation_t opB = g.trans_a() ? CUBLAS_OP_T : CUBLAS_OP_N;
-      ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof(opA));
-      ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB));
+      ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA,
+                                               sizeof(opA));
+      ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB,
+                                               sizeof(opB));
       if (epilogue && wantEpilogue && !setEpilogue(g, p)) {
         st = fail("epilogue setup");
         continue;
       }
       cublasLtMatmulHeuristicResult_t heur{};
       int found = 0;
-      if (ltTable_.cublasLtMatmulAlgoGetHeuristic_(ltHandle_, p.desc, p.la, p.lb, p.lc, p.lc, pref, 1, &heur,
-                                                   &found) == CUBLAS_STATUS_SUCCESS &&
+      if (ltTable_.cublasLtMatmulAlgoGetHeuristic_(ltHandle_, p.desc, p.la, p.lb, p.lc, p.lc, pref,
+                                                   1, &heur, &found) == CUBLAS_STATUS_SUCCESS &&
           found > 0) {
         p.algo = heur.algo;
         p.epilogue = epilogue && wantEpilogue;
@@ -702,22 +754,25 @@ private:
   /// Bias (one value per column of our row-major D = per row of Lt's column-major
   /// D) and activation, applied by cuBLASLt before the store.
   bool setEpilogue(const pkg::Gemm &g, GemmPlan &p) {
-    bool relu = g.activation() == pkg::GemmActivation::Relu, gelu = g.activation() == pkg::GemmActivation::GeluTanh;
-    cublasLtEpilogue_t epi = g.bias() ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS
-                                             : gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+    bool relu = g.activation() == pkg::GemmActivation::Relu,
+         gelu = g.activation() == pkg::GemmActivation::GeluTanh;
+    cublasLtEpilogue_t epi = g.bias() ? (relu   ? CUBLASLT_EPILOGUE_RELU_BIAS
+                                         : gelu ? CUBLASLT_EPILOGUE_GELU_BIAS
+                                                : CUBLASLT_EPILOGUE_BIAS)
                                       : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_GELU);
-    if (ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)))
+    if (ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                 sizeof(epi)))
       return false;
     if (!g.bias())
       return true;
     void *biasPtr = reinterpret_cast<void *>(address(*g.bias()));
     int64_t biasStride = 0; // the same bias for every batch
-    return !ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &biasPtr,
-                                                     sizeof(biasPtr)) &&
-           !ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &p.dtype,
-                                                     sizeof(p.dtype)) &&
-           !ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &biasStride,
-                                                     sizeof(biasStride));
+    return !ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                     &biasPtr, sizeof(biasPtr)) &&
+           !ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                     &p.dtype, sizeof(p.dtype)) &&
+           !ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE,
+                                                     &biasStride, sizeof(biasStride));
   }
 
   /// For one chunk: the exact cubin, else a cubin of the same major version and a lower
@@ -808,7 +863,8 @@ void overrideTablesForTesting(const Driver *drv, const CublasLt *lt) {
   testLt = lt;
 }
 
-Result<std::unique_ptr<Backend>> createBackend(const Driver &drv, const CublasLt *lt, const SessionOptions &opts) {
+Result<std::unique_ptr<Backend>> createBackend(const Driver &drv, const CublasLt *lt,
+                                               const SessionOptions &opts) {
   auto b = std::make_unique<CudaBackend>(drv, lt, opts);
   if (Status s = b->init(opts.cudaDevice))
     return s;

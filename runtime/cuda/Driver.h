@@ -15,17 +15,49 @@
 
 namespace dlc::rt::cuda {
 
-#define DLC_CU_LIST(X)                                                                             \
-  X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)            \
-  X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)                \
-  X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuCtxSynchronize) X(cuStreamCreate) X(cuStreamDestroy)  \
-  X(cuStreamSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)              \
-  X(cuFuncSetAttribute) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyHtoDAsync)             \
-  X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuGetErrorName) X(cuGetErrorString) \
-  X(cuLaunchKernelEx) X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuStreamBeginCapture)        \
-  X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphDestroy)           \
-  X(cuGraphExecDestroy) X(cuEventCreate) X(cuEventRecord) X(cuEventDestroy) X(cuStreamWaitEvent)      \
+// clang-format off
+#define DLC_CU_LIST(X) \
+  X(cuInit) \
+  X(cuDriverGetVersion) \
+  X(cuDeviceGetCount) \
+  X(cuDeviceGet) \
+  X(cuDeviceGetName) \
+  X(cuDeviceGetAttribute) \
+  X(cuDevicePrimaryCtxRetain) \
+  X(cuDevicePrimaryCtxRelease) \
+  X(cuCtxPushCurrent) \
+  X(cuCtxPopCurrent) \
+  X(cuCtxSynchronize) \
+  X(cuStreamCreate) \
+  X(cuStreamDestroy) \
+  X(cuStreamSynchronize) \
+  X(cuModuleLoadData) \
+  X(cuModuleUnload) \
+  X(cuModuleGetFunction) \
+  X(cuFuncSetAttribute) \
+  X(cuMemAlloc) \
+  X(cuMemFree) \
+  X(cuMemcpyHtoD) \
+  X(cuMemcpyHtoDAsync) \
+  X(cuMemcpyDtoHAsync) \
+  X(cuMemcpyDtoDAsync) \
+  X(cuMemsetD8Async) \
+  X(cuGetErrorName) \
+  X(cuGetErrorString) \
+  X(cuLaunchKernelEx) \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor) \
+  X(cuStreamBeginCapture) \
+  X(cuStreamEndCapture) \
+  X(cuGraphInstantiateWithFlags) \
+  X(cuGraphLaunch) \
+  X(cuGraphDestroy) \
+  X(cuGraphExecDestroy) \
+  X(cuEventCreate) \
+  X(cuEventRecord) \
+  X(cuEventDestroy) \
+  X(cuStreamWaitEvent) \
   X(cuStreamQuery)
+// clang-format on
 
 /// Driver API entry points; `fn_` has the prototype of `fn` in cuda.h.
 struct Driver {
@@ -39,12 +71,22 @@ struct Driver {
   std::string error(CUresult r) const;
 };
 
-#define DLC_LT_LIST(X)                                                                             \
-  X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)   \
-  X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)  \
-  X(cublasLtMatrixLayoutSetAttribute) X(cublasLtMatmulPreferenceCreate)                           \
-  X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute)                      \
-  X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)
+// clang-format off
+#define DLC_LT_LIST(X) \
+  X(cublasLtCreate) \
+  X(cublasLtDestroy) \
+  X(cublasLtMatmulDescCreate) \
+  X(cublasLtMatmulDescDestroy) \
+  X(cublasLtMatmulDescSetAttribute) \
+  X(cublasLtMatrixLayoutCreate) \
+  X(cublasLtMatrixLayoutDestroy) \
+  X(cublasLtMatrixLayoutSetAttribute) \
+  X(cublasLtMatmulPreferenceCreate) \
+  X(cublasLtMatmulPreferenceDestroy) \
+  X(cublasLtMatmulPreferenceSetAttribute) \
+  X(cublasLtMatmulAlgoGetHeuristic) \
+  X(cublasLtMatmul)
+// clang-format on
 
 struct CublasLt {
   void *lib = nullptr;
@@ -60,6 +102,7 @@ void overrideTablesForTesting(const Driver *drv, const CublasLt *lt);
 
 /// The cuda backend over the given tables (null `lt`: cuBLASLt is loaded when a
 /// package has GEMMs). The tables must outlive the backend.
-Result<std::unique_ptr<Backend>> createBackend(const Driver &drv, const CublasLt *lt, const SessionOptions &opts);
+Result<std::unique_ptr<Backend>> createBackend(const Driver &drv, const CublasLt *lt,
+                                               const SessionOptions &opts);
 
 } // namespace dlc::rt::cuda

@@ -8,14 +8,13 @@
 
 #include <boost/context/fiber.hpp>
 #include <boost/context/stack_context.hpp>
-#include <unistd.h>
-
 #include <csetjmp>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
+#include <unistd.h>
 #include <vector>
 
 #if defined(BOOST_USE_UCONTEXT)
@@ -86,7 +85,8 @@ private:
       base = free_.back();
       free_.pop_back();
     } else {
-      base = ::mmap(nullptr, size_ + guard(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      base = ::mmap(nullptr, size_ + guard(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                    -1, 0);
       if (base == MAP_FAILED)
         throw std::bad_alloc();
       ::mprotect(base, guard(), PROT_NONE); // overflow faults instead of corrupting
@@ -124,7 +124,8 @@ public:
   /// than one only for cooperative launches, whose blocks meet at grid barriers).
   /// `smem` holds `smemBytes` of dynamic shared memory per block. Returns an error
   /// message, or nullopt on success.
-  std::optional<std::string> run(const Launch &l, uint64_t first, unsigned blocks, size_t smemBytes) {
+  std::optional<std::string> run(const Launch &l, uint64_t first, unsigned blocks,
+                                 size_t smemBytes) {
     uint8_t *smem = dynamic_;
     unsigned perBlock = l.block.x * l.block.y * l.block.z, n = perBlock * blocks;
     threads_.resize(n);
@@ -141,7 +142,8 @@ public:
       unsigned t = i % perBlock;
       uint64_t b = first + i / perBlock;
       th.t.threadIdx = {t % l.block.x, (t / l.block.x) % l.block.y, t / (l.block.x * l.block.y)};
-      th.t.blockIdx = {static_cast<unsigned>(b % l.grid.x), static_cast<unsigned>((b / l.grid.x) % l.grid.y),
+      th.t.blockIdx = {static_cast<unsigned>(b % l.grid.x),
+                       static_cast<unsigned>((b / l.grid.x) % l.grid.y),
                        static_cast<unsigned>(b / (uint64_t(l.grid.x) * l.grid.y))};
       th.t.blockDim = l.block;
       th.t.gridDim = l.grid;
@@ -164,16 +166,17 @@ public:
     }
     for (unsigned i = 0; i < n; ++i) {
       EmuThread &th = threads_[i];
-      th.fiber = bctx::fiber(std::allocator_arg, stacks_.allocator(), [this, &th, &l](bctx::fiber &&c) {
-        // The ucontext fibers (sanitizer build) enter a never-started fiber to destroy
-        // it; the kernel thread must not run then.
-        if (killing_)
-          return std::move(c);
-        th.caller = std::move(c);
-        l.thunk(l.params);
-        th.state = EmuThread::Done;
-        return std::move(th.caller);
-      });
+      th.fiber =
+          bctx::fiber(std::allocator_arg, stacks_.allocator(), [this, &th, &l](bctx::fiber &&c) {
+            // The ucontext fibers (sanitizer build) enter a never-started fiber to destroy
+            // it; the kernel thread must not run then.
+            if (killing_)
+              return std::move(c);
+            th.caller = std::move(c);
+            l.thunk(l.params);
+            th.state = EmuThread::Done;
+            return std::move(th.caller);
+          });
     }
     for (;;) {
       for (unsigned k = 0; k < n; ++k) {
@@ -258,7 +261,8 @@ public:
         continue; // (or another runner's: the module's range covers every runner)
       uint64_t end = std::min<uint64_t>(checkBytes_[r], off + n);
       for (uint64_t o = off; o < end; ++o)
-        if (Hazard h = write ? onWrite(shadowAt(r, o), me) : onRead(shadowAt(r, o), me); h != Hazard::None)
+        if (Hazard h = write ? onWrite(shadowAt(r, o), me) : onRead(shadowAt(r, o), me);
+            h != Hazard::None)
           fail(describeHazard(h, r, off, shadowAt(r, o), n, me, write));
       return;
     }
@@ -285,21 +289,30 @@ private:
     uint32_t gen = 0; // the run this record belongs to; an older one reads as untouched
     uint32_t writer = 0, writeEpoch = 0, writeWarpEpoch = 0;
     uint32_t reader = 0, readEpoch = 0, readWarpEpoch = 0;
-    enum : uint8_t { NoReader, OneReader, ReadersInOneWarp, ReadersInSeveralWarps } readers = NoReader;
+    enum : uint8_t {
+      NoReader,
+      OneReader,
+      ReadersInOneWarp,
+      ReadersInSeveralWarps
+    } readers = NoReader;
     bool written = false;
   };
 
   ShadowByte &shadowAt(int region, uint64_t offset) {
     return reinterpret_cast<ShadowByte *>(shadow_[region].data())[offset];
   }
-  static_assert(std::is_trivially_copyable_v<ShadowByte>, "shadow records live in zero-filled mappings");
+  static_assert(std::is_trivially_copyable_v<ShadowByte>,
+                "shadow records live in zero-filled mappings");
   unsigned warpsPerBlock() const { return (perBlock_ + 31) / 32; }
-  unsigned warpOf(unsigned i) const { return (i / perBlock_) * warpsPerBlock() + (i % perBlock_) / 32; }
+  unsigned warpOf(unsigned i) const {
+    return (i / perBlock_) * warpsPerBlock() + (i % perBlock_) / 32;
+  }
   /// Whether an access by thread `other` at (block epoch, warp epoch) happens before
   /// the current access of thread `me`.
   bool ordered(unsigned other, uint32_t epoch, uint32_t warpEpoch, unsigned me) const {
     if (other == me || other / perBlock_ != me / perBlock_)
-      return true; // the same thread; or another block (the static shared memory of a cooperative run)
+      return true; // the same thread; or another block (the static shared memory of a cooperative
+                   // run)
     if (epoch < blockEpoch_[me / perBlock_])
       return true;
     return warpOf(other) == warpOf(me) && warpEpoch < warpEpoch_[warpOf(me)];
@@ -337,7 +350,8 @@ private:
       return Hazard::WriteAfterWrite;
     uint32_t epoch = blockEpoch_[me / perBlock_], warpEpoch = warpEpoch_[warpOf(me)];
     if (b.readers != ShadowByte::NoReader && b.readEpoch == epoch) {
-      bool ok = b.readers == ShadowByte::OneReader ? ordered(b.reader, b.readEpoch, b.readWarpEpoch, me)
+      bool ok = b.readers == ShadowByte::OneReader
+                    ? ordered(b.reader, b.readEpoch, b.readWarpEpoch, me)
                 : b.readers == ShadowByte::ReadersInOneWarp
                     ? warpOf(b.reader) == warpOf(me) && b.readWarpEpoch < warpEpoch
                     : false;
@@ -354,12 +368,13 @@ private:
   std::string who(unsigned i) const {
     const dlc_emu_thread &t = threads_[i].t;
     auto d3 = [](const dlc_emu_dim3 &d) {
-      return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
+      return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) +
+             ")";
     };
     return "thread " + d3(t.threadIdx) + " of block " + d3(t.blockIdx);
   }
-  std::string describeHazard(Hazard hazard, int region, uint64_t off, const ShadowByte &b, uint64_t n,
-                             unsigned me, bool write) const {
+  std::string describeHazard(Hazard hazard, int region, uint64_t off, const ShadowByte &b,
+                             uint64_t n, unsigned me, bool write) const {
     uint64_t shown = region == 0 ? (smemBytes_ ? off % smemBytes_ : off) : off % kStaticSmemLimit;
     std::string where = std::to_string(n) + " bytes at offset " + std::to_string(shown) + " of " +
                         (region == 0 ? "dynamic" : "static") + " shared memory";
@@ -367,11 +382,13 @@ private:
       return "uninitialised shared memory read (initcheck): " + who(me) + " reads " + where +
              ", which no thread of the block has written";
     bool war = hazard == Hazard::WriteAfterRead;
-    std::string kind = war ? "write after read" : hazard == Hazard::ReadAfterWrite ? "read after write" : "write after write";
+    std::string kind = war                                ? "write after read"
+                       : hazard == Hazard::ReadAfterWrite ? "read after write"
+                                                          : "write after write";
     std::string others = war && b.readers != ShadowByte::OneReader ? " (among others)" : "";
-    return "shared memory race, " + kind + " (racecheck): " + who(me) + (write ? " writes " : " reads ") + where +
-           ", which " + who(war ? b.reader : b.writer) + others + (war ? " read" : " wrote") +
-           " with no __syncthreads between";
+    return "shared memory race, " + kind + " (racecheck): " + who(me) +
+           (write ? " writes " : " reads ") + where + ", which " + who(war ? b.reader : b.writer) +
+           others + (war ? " read" : " wrote") + " with no __syncthreads between";
   }
 
   /// Starts a run's static shared memory (empty; each block's region is filled as its
@@ -406,7 +423,8 @@ public:
         return statics_ + x.offset;
     size_t at = (staticUsed_[block] + align - 1) / align * align;
     if (at + bytes > kStaticSmemLimit)
-      fail("the kernel's static __shared__ variables need more than " + std::to_string(kStaticSmemLimit) +
+      fail("the kernel's static __shared__ variables need more than " +
+           std::to_string(kStaticSmemLimit) +
            " bytes per block (the CUDA limit for static shared memory)");
     staticUsed_[block] = at + bytes;
     size_t offset = size_t(block) * kStaticSmemLimit + at;
@@ -454,7 +472,8 @@ private:
     for (unsigned i = lo; i < hi; ++i)
       if (threads_[i].state == EmuThread::AtBlockBarrier) {
         if (site && threads_[i].site != site) {
-          error_ = "threads of block " + std::to_string(b) + " wait at different __syncthreads call sites";
+          error_ = "threads of block " + std::to_string(b) +
+                   " wait at different __syncthreads call sites";
           return false;
         }
         site = threads_[i].site;
@@ -490,19 +509,21 @@ private:
         continue;
       unsigned lane = i - lo;
       if (!((th.mask >> lane) & 1u)) {
-        error_ = "lane " + std::to_string(lane) + " calls a warp collective with a mask that excludes it";
+        error_ = "lane " + std::to_string(lane) +
+                 " calls a warp collective with a mask that excludes it";
         return false;
       }
       for (unsigned j = lo; j < hi; ++j)
         if (((th.mask >> (j - lo)) & 1u) && threads_[j].state != EmuThread::AtWarpBarrier) {
-          error_ = "lane " + std::to_string(lane) + "'s warp collective names lane " + std::to_string(j - lo) +
-                   " in its mask, which has exited";
+          error_ = "lane " + std::to_string(lane) + "'s warp collective names lane " +
+                   std::to_string(j - lo) + " in its mask, which has exited";
           return false;
         }
       for (unsigned j = hi - lo; j < 32; ++j)
         if ((th.mask >> j) & 1u) {
-          error_ = "lane " + std::to_string(lane) + "'s warp collective names lane " + std::to_string(j) +
-                   ", which does not exist (the block has " + std::to_string(hi - lo) + " threads in this warp)";
+          error_ = "lane " + std::to_string(lane) + "'s warp collective names lane " +
+                   std::to_string(j) + ", which does not exist (the block has " +
+                   std::to_string(hi - lo) + " threads in this warp)";
           return false;
         }
     }
@@ -520,7 +541,7 @@ private:
       } else {
         unsigned src = lo + static_cast<unsigned>(th.src);
         th.result = src < hi && threads_[src].state == EmuThread::AtWarpBarrier ? threads_[src].slot
-                                                                                 : th.slot;
+                                                                                : th.slot;
       }
     }
     for (unsigned i = lo; i < hi; ++i)
@@ -553,11 +574,13 @@ private:
     unsigned block;
     size_t offset;
   };
-  uint8_t *dynamic_ = nullptr, *statics_ = nullptr; // this runner's areas of the backend's shared memory
-  uint64_t checkBase_[2] = {}, checkBytes_[2] = {};   // --check: the run's dynamic, static shared memory
+  uint8_t *dynamic_ = nullptr,
+          *statics_ = nullptr; // this runner's areas of the backend's shared memory
+  uint64_t checkBase_[2] = {},
+           checkBytes_[2] = {}; // --check: the run's dynamic, static shared memory
   std::vector<StaticSite> staticSites_;
   std::vector<size_t> staticUsed_;
-  Reserve shadow_[2];               // ShadowByte records: dynamic, static shared memory
+  Reserve shadow_[2]; // ShadowByte records: dynamic, static shared memory
   bool check_ = false;
   uint32_t gen_ = 0;
   size_t smemBytes_ = 0;
@@ -568,16 +591,24 @@ private:
 
 namespace {
 
-void apiSyncthreads(const void *site) { tlsRunner->syncthreads(site); }
-void apiSyncwarp(unsigned mask) { tlsRunner->exchange(0, 0, mask, false); }
+void apiSyncthreads(const void *site) {
+  tlsRunner->syncthreads(site);
+}
+void apiSyncwarp(unsigned mask) {
+  tlsRunner->exchange(0, 0, mask, false);
+}
 unsigned long long apiExchange(unsigned long long v, int src, unsigned mask) {
   return tlsRunner->exchange(v, src, mask, false);
 }
 unsigned apiBallot(int pred, unsigned mask) {
   return static_cast<unsigned>(tlsRunner->exchange(pred ? 1 : 0, 0, mask, true));
 }
-void apiTrap(const char *msg) { tlsRunner->fail(std::string("kernel trap: ") + msg); }
-void apiGridsync() { tlsRunner->gridsync(); }
+void apiTrap(const char *msg) {
+  tlsRunner->fail(std::string("kernel trap: ") + msg);
+}
+void apiGridsync() {
+  tlsRunner->gridsync();
+}
 void apiAccess(const void *p, unsigned long long n, int write) {
   tlsRunner->access(reinterpret_cast<uintptr_t>(p), n, write != 0);
 }
@@ -585,8 +616,8 @@ void *apiStaticShared(const void *site, unsigned long long bytes, unsigned align
   return tlsRunner->staticShared(site, bytes, align);
 }
 
-const dlc_emu_api kApiTable = {apiSyncthreads, apiSyncwarp, apiExchange,     apiBallot,
-                          apiTrap,        apiGridsync, apiAccess,       apiStaticShared};
+const dlc_emu_api kApiTable = {apiSyncthreads, apiSyncwarp, apiExchange, apiBallot,
+                               apiTrap,        apiGridsync, apiAccess,   apiStaticShared};
 
 } // namespace
 
@@ -594,12 +625,19 @@ BlockRunner::BlockRunner() : impl_(std::make_unique<FiberScheduler>()) {}
 BlockRunner::~BlockRunner() = default;
 BlockRunner::BlockRunner(BlockRunner &&) noexcept = default;
 BlockRunner &BlockRunner::operator=(BlockRunner &&) noexcept = default;
-void BlockRunner::setSharedSlot(uint8_t *slot) { impl_->setSharedSlot(slot); }
-void BlockRunner::setOrder(SessionOptions::ThreadOrder o, uint64_t seed) { impl_->setOrder(o, seed); }
-std::optional<std::string> BlockRunner::run(const Launch &l, uint64_t first, unsigned blocks, size_t smemBytes) {
+void BlockRunner::setSharedSlot(uint8_t *slot) {
+  impl_->setSharedSlot(slot);
+}
+void BlockRunner::setOrder(SessionOptions::ThreadOrder o, uint64_t seed) {
+  impl_->setOrder(o, seed);
+}
+std::optional<std::string> BlockRunner::run(const Launch &l, uint64_t first, unsigned blocks,
+                                            size_t smemBytes) {
   return impl_->run(l, first, blocks, smemBytes);
 }
 
-const dlc_emu_api &emuApi() { return kApiTable; }
+const dlc_emu_api &emuApi() {
+  return kApiTable;
+}
 
 } // namespace dlc::rt

@@ -11,14 +11,13 @@
 #include "dlc/runtime/EmuAbi.h"
 #include "dlc/runtime/Runtime.h"
 
-#include <sys/mman.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <new>
 #include <optional>
 #include <string>
+#include <sys/mman.h>
 
 namespace dlc::rt {
 
@@ -31,7 +30,8 @@ public:
     if (bytes <= bytes_)
       return;
     release();
-    void *p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
       throw std::bad_alloc();
     p_ = static_cast<uint8_t *>(p);
@@ -86,7 +86,8 @@ public:
   /// than one only for cooperative launches, whose blocks meet at grid barriers).
   /// `smemBytes` of dynamic shared memory per block. Returns an error message, or
   /// nullopt on success.
-  std::optional<std::string> run(const Launch &l, uint64_t first, unsigned blocks, size_t smemBytes);
+  std::optional<std::string> run(const Launch &l, uint64_t first, unsigned blocks,
+                                 size_t smemBytes);
 
 private:
   std::unique_ptr<FiberScheduler> impl_;

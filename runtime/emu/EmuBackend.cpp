@@ -10,27 +10,25 @@
 #include "BlockRunner.h"
 #include "HostBlas.h"
 #include "ThreadPool.h"
-
 #include "dlc/package/Half.h"
 #include "dlc/runtime/EmuAbi.h"
 
-#include <dlfcn.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
-#include <cmath>
 #include <cstring>
 #include <deque>
+#include <dlfcn.h>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <sys/mman.h>
 #include <thread>
 #include <tuple>
 #include <type_traits>
+#include <unistd.h>
 
 namespace dlc::rt {
 namespace {
@@ -57,7 +55,8 @@ public:
     if (!thread_.joinable())
       thread_ = std::thread([this] { loop(); });
     uint32_t bucket = c.bucket();
-    queue_.push_back({bucket, c.op(), data, out, c.count(), c.dtype(), std::max<uint32_t>(c.ranks(), 1)});
+    queue_.push_back(
+        {bucket, c.op(), data, out, c.count(), c.dtype(), std::max<uint32_t>(c.ranks(), 1)});
     pending_[bucket] = true;
     cv_.notify_all();
   }
@@ -174,7 +173,8 @@ struct EmuModule {
 };
 
 bool endsWith(const std::string &s, const std::string &suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 /// A kernel's entry point and the module it lives in.
@@ -186,7 +186,8 @@ struct EmuKernel {
 class EmuBackend : public Backend {
 public:
   explicit EmuBackend(const SessionOptions &o)
-      : opts_(o), pool_(o.emuThreads > 0 ? o.emuThreads : std::max(1u, std::thread::hardware_concurrency())),
+      : opts_(o),
+        pool_(o.emuThreads > 0 ? o.emuThreads : std::max(1u, std::thread::hardware_concurrency())),
         runners_(pool_.size()), cc_(o.emuComputeCapability) {
     shared_.reserve(runners_.size() * kSharedSlot);
     for (size_t i = 0; i < runners_.size(); ++i) {
@@ -215,14 +216,17 @@ public:
         for (const pkg::Module *x : *m.modules())
           if (x->kind() == pkg::ModuleKind::EmuSharedObject) {
             if (opts_.check && !endsWith(x->target() ? x->target()->str() : "", "-check"))
-              note_ = "--check poisons memory, but initcheck and racecheck of shared memory need the "
-                      "package's emu module built with --target emu-check";
+              note_ =
+                  "--check poisons memory, but initcheck and racecheck of shared memory need the "
+                  "package's emu module built with --target emu-check";
             modules_.push_back(std::make_unique<EmuModule>());
-            DLC_RETURN_IF_ERROR(loadModule(*modules_.back(), p.section(x->data()), x->data()->size(), thunks));
+            DLC_RETURN_IF_ERROR(
+                loadModule(*modules_.back(), p.section(x->data()), x->data()->size(), thunks));
           }
       if (modules_.empty())
         return Status(StatusCode::Unavailable,
-                      p.name() + ": the package has no emu module (compile with --target including emu)");
+                      p.name() +
+                          ": the package has no emu module (compile with --target including emu)");
       for (const pkg::Kernel *k : *m.kernels()) {
         auto it = thunks.find(k->name()->str());
         if (it == thunks.end())
@@ -233,22 +237,24 @@ public:
     }
     // Any collective step of any package then has an MPI communicator to run on.
     if (opts_.rank.size > 1 && (!opts_.communicator || opts_.communicator->onDevice()))
-      return Status(StatusCode::InvalidArgument,
-                    "emu ranks average their gradients through MPI: start them with mpirun or `dlc train --nproc`");
+      return Status(StatusCode::InvalidArgument, "emu ranks average their gradients through MPI: "
+                                                 "start them with mpirun or `dlc train --nproc`");
     if (!arena_.allocate(m.arena_bytes(), opts_.check ? 0xff : 0))
       return Status(StatusCode::Internal, "out of host memory for the arena");
     // Weights: one copy per model, shared by its emu sessions.
-    weights_ = std::static_pointer_cast<EmuWeights>(model.weights(DeviceKind::Emu, 0, [&]() -> std::shared_ptr<WeightStore> {
-      auto w = std::make_shared<EmuWeights>();
-      if (!w->buf.allocate(m.weight_bytes()))
-        return nullptr;
-      if (m.weights())
-        for (const pkg::Weight *wt : *m.weights()) {
-          const pkg::Buffer *b = m.buffers()->Get(wt->buffer());
-          std::memcpy(static_cast<uint8_t *>(w->buf.p) + b->offset(), p.section(wt->data()), wt->data()->size());
-        }
-      return w;
-    }));
+    weights_ = std::static_pointer_cast<EmuWeights>(
+        model.weights(DeviceKind::Emu, 0, [&]() -> std::shared_ptr<WeightStore> {
+          auto w = std::make_shared<EmuWeights>();
+          if (!w->buf.allocate(m.weight_bytes()))
+            return nullptr;
+          if (m.weights())
+            for (const pkg::Weight *wt : *m.weights()) {
+              const pkg::Buffer *b = m.buffers()->Get(wt->buffer());
+              std::memcpy(static_cast<uint8_t *>(w->buf.p) + b->offset(), p.section(wt->data()),
+                          wt->data()->size());
+            }
+          return w;
+        }));
     if (!weights_)
       return Status(StatusCode::Internal, "out of host memory for the weights");
     return Status::ok();
@@ -256,7 +262,8 @@ public:
 
   uint8_t *address(const pkg::BufRef &r) const {
     const pkg::Buffer *b = bufferAt(r.buffer());
-    auto *base = static_cast<uint8_t *>(b->region() == pkg::Region::Arena ? arena_.p : weights_->buf.p);
+    auto *base =
+        static_cast<uint8_t *>(b->region() == pkg::Region::Arena ? arena_.p : weights_->buf.p);
     return base + b->offset() + r.offset();
   }
 
@@ -297,13 +304,16 @@ public:
     uint8_t *staging = address(*a.staging());
     if (a.sources())
       for (size_t k = 0; k < a.sources()->size(); ++k)
-        std::memmove(staging + a.offsets()->Get(k), address(*a.sources()->Get(k)), a.sizes()->Get(k));
+        std::memmove(staging + a.offsets()->Get(k), address(*a.sources()->Get(k)),
+                     a.sizes()->Get(k));
     size_t bytes = a.count() * pkg::dtypeSize(a.dtype());
     bool alone = local || opts_.rank.size <= 1; // every rank alike: a mean is this rank's values
     // This rank's share of staging: a shard always, a reduce-scatter alone.
-    if (a.op() == pkg::CollectiveOp::Shard || (alone && a.op() == pkg::CollectiveOp::ReduceScatter)) {
+    if (a.op() == pkg::CollectiveOp::Shard ||
+        (alone && a.op() == pkg::CollectiveOp::ReduceScatter)) {
       size_t share = bytes / a.ranks();
-      std::memcpy(address(*a.output()), staging + static_cast<size_t>(opts_.rank.rank) * share, share);
+      std::memcpy(address(*a.output()), staging + static_cast<size_t>(opts_.rank.rank) * share,
+                  share);
       return Status::ok();
     }
     if (alone) {
@@ -350,7 +360,8 @@ public:
     DLC_RETURN_IF_ERROR(checkLaunchLimits(*pkg_, l));
     const pkg::Kernel *k = pkg_->meta().kernels()->Get(l.kernel());
     std::vector<uint64_t> params;
-    resolveParams(l, params, [&](const pkg::BufRef &r) { return reinterpret_cast<uint64_t>(address(r)); });
+    resolveParams(l, params,
+                  [&](const pkg::BufRef &r) { return reinterpret_cast<uint64_t>(address(r)); });
     BlockRunner::Launch bl;
     const EmuKernel &ek = kernels_[l.kernel()];
     bl.thunk = ek.thunk;
@@ -384,8 +395,8 @@ public:
     }
     if (err) {
       // A failed kernel ends the CUDA context on a GPU: so does it this session.
-      sticky_ = Status(StatusCode::LaunchFailure, "kernel '" + k->name()->str() + "' (node '" + node +
-                                                      "') failed on emu: " + *err);
+      sticky_ = Status(StatusCode::LaunchFailure, "kernel '" + k->name()->str() + "' (node '" +
+                                                      node + "') failed on emu: " + *err);
       return sticky_;
     }
     return Status::ok();
@@ -401,7 +412,8 @@ public:
         if (g.activation() == pkg::GemmActivation::Relu)
           v = v > T(0) ? v : T(0);
         else if (g.activation() == pkg::GemmActivation::GeluTanh)
-          v = T(0.5) * v * (T(1) + std::tanh(T(0.7978845608028654) * (v + T(0.044715) * v * v * v)));
+          v = T(0.5) * v *
+              (T(1) + std::tanh(T(0.7978845608028654) * (v + T(0.044715) * v * v * v)));
       }
   }
 
@@ -421,17 +433,24 @@ public:
         int64_t ar = g.trans_a() ? g.k() : g.m(), br = g.trans_b() ? g.n() : g.k();
         std::vector<float> ra = tf32Copy(A, (g.batch() - 1) * g.stride_a() + ar * g.lda());
         std::vector<float> rb = tf32Copy(B, (g.batch() - 1) * g.stride_b() + br * g.ldb());
-        gemmAs<float>(g, reinterpret_cast<const uint8_t *>(ra.data()), reinterpret_cast<const uint8_t *>(rb.data()),
-                      C, Cin, epilogueApplied, Identity{});
+        gemmAs<float>(g, reinterpret_cast<const uint8_t *>(ra.data()),
+                      reinterpret_cast<const uint8_t *>(rb.data()), C, Cin, epilogueApplied,
+                      Identity{});
       } else {
         gemmAs<float>(g, A, B, C, Cin, epilogueApplied, Identity{});
       }
       break;
-    case pkg::DType::F64: gemmAs<double>(g, A, B, C, Cin, epilogueApplied, Identity{}); break;
+    case pkg::DType::F64:
+      gemmAs<double>(g, A, B, C, Cin, epilogueApplied, Identity{});
+      break;
     // 16-bit types as a GPU computes them (CUBLAS_COMPUTE_32F): float products and
     // sums, the result rounded once to the storage type.
-    case pkg::DType::F16: gemmAs<float>(g, A, B, C, Cin, epilogueApplied, Half16{halfToFloat, floatToHalf}); break;
-    case pkg::DType::BF16: gemmAs<float>(g, A, B, C, Cin, epilogueApplied, Half16{bf16ToFloat, floatToBF16}); break;
+    case pkg::DType::F16:
+      gemmAs<float>(g, A, B, C, Cin, epilogueApplied, Half16{halfToFloat, floatToHalf});
+      break;
+    case pkg::DType::BF16:
+      gemmAs<float>(g, A, B, C, Cin, epilogueApplied, Half16{bf16ToFloat, floatToBF16});
+      break;
     default:
       return Status(StatusCode::InvalidPackage, "GEMM of node '" + node + "' has dtype " +
                                                     pkg::dtypeName(g.dtype()) +
@@ -459,8 +478,8 @@ private:
 
   /// A (rows x cols, leading dimension ld) matrix of batch b in compute type T.
   template <class T, class Conv>
-  static const T *view(const uint8_t *base, int64_t offset, int64_t rows, int64_t cols, int64_t ld, const Conv &conv,
-                       std::vector<T> &scratch) {
+  static const T *view(const uint8_t *base, int64_t offset, int64_t rows, int64_t cols, int64_t ld,
+                       const Conv &conv, std::vector<T> &scratch) {
     if constexpr (std::is_same_v<Conv, Identity>) {
       (void)rows, (void)cols, (void)ld, (void)scratch;
       return reinterpret_cast<const T *>(base) + offset;
@@ -475,12 +494,13 @@ private:
   }
 
   template <class T, class Conv>
-  void gemmAs(const pkg::Gemm &g, const uint8_t *A, const uint8_t *B, uint8_t *C, const uint8_t *Cin,
-              bool withEpilogue, const Conv &conv) {
+  void gemmAs(const pkg::Gemm &g, const uint8_t *A, const uint8_t *B, uint8_t *C,
+              const uint8_t *Cin, bool withEpilogue, const Conv &conv) {
     int64_t ar = g.trans_a() ? g.k() : g.m(), ac = g.trans_a() ? g.m() : g.k();
     int64_t br = g.trans_b() ? g.n() : g.k(), bc = g.trans_b() ? g.k() : g.n();
     std::vector<T> sa, sb, sc, sbias;
-    const T *bias = g.bias() ? view<T>(address(*g.bias()), 0, 1, g.n(), g.n(), conv, sbias) : nullptr;
+    const T *bias =
+        g.bias() ? view<T>(address(*g.bias()), 0, 1, g.n(), g.n(), conv, sbias) : nullptr;
     for (int64_t b = 0; b < g.batch(); ++b) {
       const T *a = view<T>(A, b * g.stride_a(), ar, ac, g.lda(), conv, sa);
       const T *bb = view<T>(B, b * g.stride_b(), br, bc, g.ldb(), conv, sb);
@@ -489,7 +509,8 @@ private:
         c = reinterpret_cast<T *>(C) + b * g.stride_c();
         if (Cin && g.beta() != 0 && Cin != C) // D = ... + beta * Cin: start from Cin
           for (int64_t r = 0; r < g.m(); ++r)
-            std::memmove(c + r * g.ldc(), reinterpret_cast<const T *>(Cin) + b * g.stride_c() + r * g.ldc(),
+            std::memmove(c + r * g.ldc(),
+                         reinterpret_cast<const T *>(Cin) + b * g.stride_c() + r * g.ldc(),
                          g.n() * sizeof(T));
       } else {
         sc.assign(static_cast<size_t>(g.m() * g.ldc()), T(0));
@@ -497,8 +518,8 @@ private:
           view<T>(Cin ? Cin : C, b * g.stride_c(), g.m(), g.n(), g.ldc(), conv, sc);
         c = sc.data();
       }
-      emu::hostGemm(g.trans_a(), g.trans_b(), g.m(), g.n(), g.k(), T(g.alpha()), a, g.lda(), bb, g.ldb(),
-                    T(g.beta()), c, g.ldc());
+      emu::hostGemm(g.trans_a(), g.trans_b(), g.m(), g.n(), g.k(), T(g.alpha()), a, g.lda(), bb,
+                    g.ldb(), T(g.beta()), c, g.ldc());
       if (withEpilogue)
         epilogue(c, bias, g);
       if constexpr (!std::is_same_v<Conv, Identity>) {
@@ -514,7 +535,8 @@ private:
                     std::map<std::string, EmuKernel> &thunks) {
     int fd = memfd_create("dlc-emu-kernels", MFD_CLOEXEC);
     if (fd < 0)
-      return Status(StatusCode::Internal, std::string("memfd_create failed: ") + std::strerror(errno));
+      return Status(StatusCode::Internal,
+                    std::string("memfd_create failed: ") + std::strerror(errno));
     mod.fd = fd;
     size_t off = 0;
     while (off < n) {
@@ -529,12 +551,14 @@ private:
     std::string path = "/proc/self/fd/" + std::to_string(fd);
     mod.lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!mod.lib)
-      return Status(StatusCode::InvalidPackage, std::string("cannot load the emu module: ") + dlerror());
+      return Status(StatusCode::InvalidPackage,
+                    std::string("cannot load the emu module: ") + dlerror());
     auto version = reinterpret_cast<dlc_emu_abi_version_fn>(dlsym(mod.lib, "dlc_emu_abi_version"));
     auto kernels = reinterpret_cast<dlc_emu_kernels_fn>(dlsym(mod.lib, "dlc_emu_kernels"));
     auto setApi = reinterpret_cast<dlc_emu_set_api_fn>(dlsym(mod.lib, "dlc_emu_set_api"));
     mod.setThread = reinterpret_cast<dlc_emu_set_thread_fn>(dlsym(mod.lib, "dlc_emu_set_thread"));
-    auto setChecked = reinterpret_cast<dlc_emu_set_checked_fn>(dlsym(mod.lib, "dlc_emu_set_checked"));
+    auto setChecked =
+        reinterpret_cast<dlc_emu_set_checked_fn>(dlsym(mod.lib, "dlc_emu_set_checked"));
     if (!version || !kernels || !setApi || !mod.setThread || !setChecked)
       return Status(StatusCode::InvalidPackage, "the emu module does not export the dlc emu ABI");
     if (version() != DLC_EMU_ABI_VERSION)
@@ -543,14 +567,14 @@ private:
                                                     std::to_string(DLC_EMU_ABI_VERSION));
     setApi(&emuApi());
     // Under --check, loads and stores in the runners' shared memory reach the runtime.
-    setChecked(reinterpret_cast<uintptr_t>(shared_.data()), opts_.check ? runners_.size() * kSharedSlot : 0);
+    setChecked(reinterpret_cast<uintptr_t>(shared_.data()),
+               opts_.check ? runners_.size() * kSharedSlot : 0);
     int count = 0;
     const dlc_emu_kernel *table = kernels(&count);
     for (int i = 0; i < count; ++i)
       thunks[table[i].name] = {table[i].thunk, &mod};
     return Status::ok();
   }
-
 
   SessionOptions opts_;
   std::string note_;

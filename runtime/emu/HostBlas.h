@@ -11,10 +11,12 @@
 namespace dlc::rt::emu {
 
 /// Row-major C = alpha * op(A) * op(B) + beta * C (C is not read when beta == 0).
-void hostGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-              int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
-void hostGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, double alpha, const double *a,
-              int64_t lda, const double *b, int64_t ldb, double beta, double *c, int64_t ldc);
+void hostGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
+              const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+              int64_t ldc);
+void hostGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, double alpha,
+              const double *a, int64_t lda, const double *b, int64_t ldb, double beta, double *c,
+              int64_t ldc);
 
 /// "libopenblas.so.0", "libblas.so.3" or "built-in loop".
 const char *hostBlasName();

@@ -14,25 +14,24 @@
 //===----------------------------------------------------------------------===//
 #include "dlc/codegen/Compiler.h"
 #include "dlc/frontend/OnnxImporter.h"
-#include "dlc/runtime/Runtime.h"
 #include "dlc/ir/Interpreter.h"
 #include "dlc/passes/Pass.h"
+#include "dlc/runtime/Runtime.h"
 
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <dirent.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <dirent.h>
 #include <fstream>
 #include <map>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <sys/wait.h>
+#include <unistd.h>
 
 using namespace dlc;
 
@@ -57,7 +56,7 @@ struct Options {
 };
 
 struct CaseResult {
-  std::string name;  // suite/case
+  std::string name;   // suite/case
   std::string status; // pass fail unsupported error crash timeout
   std::string detail;
   std::vector<std::string> opTypes; // op types of the model (from the importer's view)
@@ -78,12 +77,16 @@ std::vector<std::string> listDir(const std::string &dir) {
   return r;
 }
 
-bool exists(const std::string &p) { return access(p.c_str(), F_OK) == 0; }
+bool exists(const std::string &p) {
+  return access(p.c_str(), F_OK) == 0;
+}
 
 /// The op types of the ONNX graph, read with a tiny protobuf scan-free approach:
 /// we ask the importer for nothing here; the op list comes from the IR of a
 /// successful import, or from the error text.
-std::string firstLine(const std::string &s) { return s.substr(0, s.find('\n')); }
+std::string firstLine(const std::string &s) {
+  return s.substr(0, s.find('\n'));
+}
 
 /// The ONNX 1.12 test data stores bfloat16 tensors as UINT16; reinterpret them.
 ir::Tensor asDeclared(const ir::Tensor &t, const ir::Value *v) {
@@ -98,7 +101,8 @@ ir::Tensor asDeclared(const ir::Tensor &t, const ir::Value *v) {
 }
 
 /// Runs the graph's package on a runtime session, returning outputs by name.
-llvm::Expected<ir::TensorMap> runOnSession(rt::Session &s, const ir::Graph &g, const ir::TensorMap &feed) {
+llvm::Expected<ir::TensorMap> runOnSession(rt::Session &s, const ir::Graph &g,
+                                           const ir::TensorMap &feed) {
   for (const auto &[name, t] : feed) {
     rt::HostTensor h;
     h.dtype = static_cast<pkg::DType>(static_cast<uint8_t>(t.dtype()));
@@ -328,10 +332,14 @@ llvm::json::Object toJson(const CaseResult &r) {
   llvm::json::Array ops;
   for (const auto &op : r.opTypes)
     ops.push_back(op);
-  return llvm::json::Object{{"case", r.name},       {"status", r.status},
-                            {"detail", r.detail},   {"max_abs_error", r.maxAbs},
-                            {"max_rel_error", r.maxRel}, {"ops", std::move(ops)},
-                            {"seconds", r.seconds}, {"kernels", r.kernels}};
+  return llvm::json::Object{{"case", r.name},
+                            {"status", r.status},
+                            {"detail", r.detail},
+                            {"max_abs_error", r.maxAbs},
+                            {"max_rel_error", r.maxRel},
+                            {"ops", std::move(ops)},
+                            {"seconds", r.seconds},
+                            {"kernels", r.kernels}};
 }
 
 /// Forks, runs the case in the child, and reads its JSON result through a pipe.
@@ -399,11 +407,13 @@ CaseResult runIsolated(const Options &o, const std::string &suite, const std::st
 }
 
 int usage() {
-  llvm::errs() << "usage: dlc-conformance [--data-root DIR] [--suites a,b] [--mode interp|interp-opt|emu|emu-equiv]\n"
-                  "                       [--targets emu,sm_80,...] [--cache-dir DIR] [--shard I/N]\n"
-                  "                       [--require-no-spills]\n"
-                  "                       [--filter REGEX] [--report FILE.jsonl] [--expected FILE]\n"
-                  "                       [--write-expected FILE] [--rtol X] [--atol X] [--verbose]\n";
+  llvm::errs()
+      << "usage: dlc-conformance [--data-root DIR] [--suites a,b] [--mode "
+         "interp|interp-opt|emu|emu-equiv]\n"
+         "                       [--targets emu,sm_80,...] [--cache-dir DIR] [--shard I/N]\n"
+         "                       [--require-no-spills]\n"
+         "                       [--filter REGEX] [--report FILE.jsonl] [--expected FILE]\n"
+         "                       [--write-expected FILE] [--rtol X] [--atol X] [--verbose]\n";
   return 2;
 }
 
@@ -450,7 +460,8 @@ int main(int argc, char **argv) {
       std::string v = next();
       size_t slash = v.find('/');
       o.shard = std::atoi(v.substr(0, slash).c_str());
-      o.shards = slash == std::string::npos ? 1 : std::max(1, std::atoi(v.substr(slash + 1).c_str()));
+      o.shards =
+          slash == std::string::npos ? 1 : std::max(1, std::atoi(v.substr(slash + 1).c_str()));
     } else if (a == "--verbose" || a == "-v")
       o.verbose = true;
     else

@@ -15,8 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *d = mkdtemp(tmpl);
     return std::string(d ? d : "/nonexistent");
   }();
-  auto r = dlc::frontend::importOnnxBytes(llvm::StringRef(reinterpret_cast<const char *>(data), size), "fuzz.onnx",
-                                          dir);
+  auto r = dlc::frontend::importOnnxBytes(
+      llvm::StringRef(reinterpret_cast<const char *>(data), size), "fuzz.onnx", dir);
   if (!r)
     llvm::consumeError(r.takeError());
   return 0;

@@ -45,7 +45,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   std::vector<uint8_t> b(data, data + size);
   uint32_t version = dlc::pkg::kFormatVersion;
   std::memcpy(b.data() + 8, &version, 4);
-  uint32_t body = dlc::pkg::crc32(b.data() + dlc::pkg::kHeaderSize, b.size() - dlc::pkg::kHeaderSize);
+  uint32_t body =
+      dlc::pkg::crc32(b.data() + dlc::pkg::kHeaderSize, b.size() - dlc::pkg::kHeaderSize);
   std::memcpy(b.data() + 48, &body, 4);
   uint32_t header = dlc::pkg::crc32(b.data(), 52);
   std::memcpy(b.data() + 52, &header, 4);

@@ -14,7 +14,8 @@ int main(int argc, char **argv) {
   size_t count = 0;
   auto runFile = [&](const std::filesystem::path &p) {
     std::ifstream f(p, std::ios::binary);
-    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)),
+                               std::istreambuf_iterator<char>());
     LLVMFuzzerTestOneInput(bytes.data(), bytes.size());
     ++count;
   };

@@ -5,7 +5,9 @@
 
 namespace dlc::test {
 
-std::string errorOf(llvm::Error e) { return e ? llvm::toString(std::move(e)) : std::string(); }
+std::string errorOf(llvm::Error e) {
+  return e ? llvm::toString(std::move(e)) : std::string();
+}
 
 std::unique_ptr<ir::Graph> parseIR(const std::string &text) {
   auto g = ir::parseGraph(text, "<test>");
@@ -40,8 +42,8 @@ std::unique_ptr<ir::Graph> runPasses(const ir::Graph &g, const std::string &pass
 }
 
 std::unique_ptr<ir::Graph> expectEquivalentAfter(const std::string &irText,
-                                                 const std::string &passes, int seeds,
-                                                 double rtol, double atol, const passes::PassContext &ctx) {
+                                                 const std::string &passes, int seeds, double rtol,
+                                                 double atol, const passes::PassContext &ctx) {
   auto before = parseIR(irText);
   if (!before)
     return nullptr;

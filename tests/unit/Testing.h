@@ -6,7 +6,6 @@
 #include "dlc/passes/Pass.h"
 
 #include <gtest/gtest.h>
-
 #include <memory>
 #include <string>
 

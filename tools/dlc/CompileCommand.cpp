@@ -300,8 +300,9 @@ llvm::Expected<std::unique_ptr<ir::Graph>> loadAndOptimize(
                                           (sum->syncBatchNorm ? ", synchronized BatchNorm" : "")
                                     : "")
                    << (sum->zeroShareElements
-                           ? ", ZeRO-1 over " + std::to_string(*(*training)->zeroRanks) + " ranks (" +
-                                 std::to_string(sum->zeroShareElements) + " parameters per rank)"
+                           ? ", ZeRO-1 over " + std::to_string(*(*training)->zeroRanks) +
+                                 " ranks (" + std::to_string(sum->zeroShareElements) +
+                                 " parameters per rank)"
                            : "")
                    << "; " << g->numNodes() << " nodes\n";
   }

@@ -138,8 +138,10 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant) {
         double peak = sc.tf32 ? g.tf32Flops : sc.tensor ? g.tensorFlops : g.fp32Flops;
         double roof =
             1e6 * std::max(static_cast<double>(sc.bytes()) / g.dramBytesPerSecond, sc.flops / peak);
-        double t = sc.kind == "wait" ? 0.0
-                                     : codegen::modeledMicros(g, sc.flops, static_cast<double>(sc.bytes()), fill, peak);
+        double t =
+            sc.kind == "wait"
+                ? 0.0
+                : codegen::modeledMicros(g, sc.flops, static_cast<double>(sc.bytes()), fill, peak);
         sc.runs.push_back(runs);
         sc.fill.push_back(fill);
         sc.micros.push_back(t);
@@ -164,7 +166,8 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant) {
   return c;
 }
 
-DataParallelCost dataParallelCostOf(const pkg::PackageFile &pf, const PackageCost &cost, int ranks) {
+DataParallelCost dataParallelCostOf(const pkg::PackageFile &pf, const PackageCost &cost,
+                                    int ranks) {
   DataParallelCost d;
   d.ranks = ranks;
   std::vector<const codegen::GpuModel *> gpus = codegen::reportedGpus();
@@ -177,7 +180,8 @@ DataParallelCost dataParallelCostOf(const pkg::PackageFile &pf, const PackageCos
   // The gradients' collectives: all-reduce buckets, or ZeRO-1's reduce-scatter.
   for (const pkg::Step *s : steps)
     if (const pkg::Collective *ar = s->op_as_Collective();
-        ar && (ar->op() == pkg::CollectiveOp::AllReduce || ar->op() == pkg::CollectiveOp::ReduceScatter)) {
+        ar && (ar->op() == pkg::CollectiveOp::AllReduce ||
+               ar->op() == pkg::CollectiveOp::ReduceScatter)) {
       ++d.buckets;
       if (ar->sizes())
         for (uint64_t b : *ar->sizes())

@@ -48,12 +48,14 @@ std::string graphToDot(const ir::Graph &g) {
     if (!n.hasAttr(ir::kKernelAttr))
       os << "  n" << id[&n] << " [label=" << quote(label(n)) << ", style=bold];\n";
   for (const auto &in : g.inputs())
-    os << "  " << quote("in:" + in->name()) << " [shape=ellipse, label=" << quote(in->name()) << "];\n";
+    os << "  " << quote("in:" + in->name()) << " [shape=ellipse, label=" << quote(in->name())
+       << "];\n";
   for (const ir::Node &n : g.nodes())
     for (const ir::Value *v : n.operands()) {
       if (!v || v->isConstant())
         continue;
-      std::string from = v->definingNode() ? "n" + std::to_string(id[v->definingNode()]) : quote("in:" + v->name());
+      std::string from = v->definingNode() ? "n" + std::to_string(id[v->definingNode()])
+                                           : quote("in:" + v->name());
       os << "  " << from << " -> n" << id[&n] << ";\n";
     }
   for (const ir::GraphOutput &o : g.outputs()) {

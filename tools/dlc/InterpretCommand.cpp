@@ -1,7 +1,6 @@
 //===- InterpretCommand.cpp - `dlc interpret`: run IR on the reference -----===//
 #include "Args.h"
 #include "Commands.h"
-
 #include "dlc/frontend/OnnxImporter.h"
 #include "dlc/ir/Interpreter.h"
 #include "dlc/ir/TextIR.h"
@@ -9,7 +8,6 @@
 #include "runtime/cli/Cli.h"
 
 #include "llvm/Support/FileSystem.h"
-
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatAdapters.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -37,11 +35,12 @@ void printSummary(llvm::raw_ostream &os, const std::string &name, const ir::Tens
 } // namespace
 
 int runInterpret(const std::vector<std::string> &argv) {
-  ArgParser parser("interpret", "FILE.ir [options]",
-                   "Runs textual IR on the reference interpreter with seeded random inputs and\n"
-                   "prints each output (type, first values, argmax).",
-                   {{"seed", 0, true, false, "N", "Seed of the random inputs (default 0)"},
-                    {"output-dir", 0, true, false, "DIR", "Also write each output to DIR/NAME.npy"}});
+  ArgParser parser(
+      "interpret", "FILE.ir [options]",
+      "Runs textual IR on the reference interpreter with seeded random inputs and\n"
+      "prints each output (type, first values, argmax).",
+      {{"seed", 0, true, false, "N", "Seed of the random inputs (default 0)"},
+       {"output-dir", 0, true, false, "DIR", "Also write each output to DIR/NAME.npy"}});
   int exitCode = 0;
   auto args = parser.parseCommand(argv, exitCode, "input file");
   if (!args)
@@ -123,8 +122,8 @@ int runOps(const std::vector<std::string> &argv) {
     std::string fp16 = std::string(ir::fp16PolicyName(d.fp16)) + (d.fp16Refine ? "*" : "");
     const char *grad = d.gradient ? "rule" : d.decompose ? "decomposed" : "-";
     if (md)
-      os << "| " << d.name << " | " << ir::fusionKindName(d.fusion) << " | " << fp16 << " | " << layout << " | "
-         << grad << " |\n";
+      os << "| " << d.name << " | " << ir::fusionKindName(d.fusion) << " | " << fp16 << " | "
+         << layout << " | " << grad << " |\n";
     else
       os << llvm::left_justify(d.name, 20) << llvm::left_justify(ir::fusionKindName(d.fusion), 20)
          << llvm::left_justify(fp16, 8) << llvm::left_justify(layout, 20) << grad << "\n";

@@ -7,16 +7,22 @@ namespace dlc::tool {
 
 std::vector<OptSpec> precisionOptionSpecs(bool withTf32) {
   std::vector<OptSpec> s = {
-      {"fp16", 0, false, false, "", "Mixed precision: FP16 where the op table allows (FP32 accumulation)"},
-      {"bf16", 0, false, false, "", "Mixed precision: BF16 where the op table allows (FP32 accumulation)"},
+      {"fp16", 0, false, false, "",
+       "Mixed precision: FP16 where the op table allows (FP32 accumulation)"},
+      {"bf16", 0, false, false, "",
+       "Mixed precision: BF16 where the op table allows (FP32 accumulation)"},
       {"io-dtype", 0, true, false, "fp32|fp16",
-       "Dtype of the graph's float inputs and outputs with --fp16/--bf16 (default fp32: as declared)"},
-      {"fp32-ops", 0, true, true, "OPS", "Keep these ops in FP32 (comma-separated, e.g. LayerNormalization,Softmax)"},
-      {"fp32-nodes", 0, true, true, "NAMES", "Keep these nodes in FP32 (comma-separated node names)"},
+       "Dtype of the graph's float inputs and outputs with --fp16/--bf16 (default fp32: as "
+       "declared)"},
+      {"fp32-ops", 0, true, true, "OPS",
+       "Keep these ops in FP32 (comma-separated, e.g. LayerNormalization,Softmax)"},
+      {"fp32-nodes", 0, true, true, "NAMES",
+       "Keep these nodes in FP32 (comma-separated node names)"},
       {"layout", 0, true, false, "auto|nchw|nhwc",
        "Tensor layout of convolution regions (default auto: NHWC for conv nets in FP16/BF16)"}};
   if (withTf32)
-    s.push_back({"tf32", 0, false, false, "", "FP32 GEMMs and convolutions on tensor cores in TF32"});
+    s.push_back(
+        {"tf32", 0, false, false, "", "FP32 GEMMs and convolutions on tensor cores in TF32"});
   return s;
 }
 

@@ -2,7 +2,6 @@
 #pragma once
 
 #include "Args.h"
-
 #include "dlc/passes/Pass.h"
 
 namespace dlc::tool {

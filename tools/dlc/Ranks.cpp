@@ -76,7 +76,8 @@ int execMpirun(const std::vector<std::string> &rest, int nproc, bool quiet) {
   if (mpirun.empty())
     return fail("--nproc on emu starts the ranks with Open MPI's mpirun, which is not on PATH "
                 "(apt-get install openmpi-bin, or set DLC_MPIRUN)");
-  std::vector<std::string> cmd{mpirun, "-np", std::to_string(nproc), "--oversubscribe", "--bind-to", "none"};
+  std::vector<std::string> cmd{mpirun,      "-np", std::to_string(nproc), "--oversubscribe",
+                               "--bind-to", "none"};
   if (::geteuid() == 0)
     cmd.push_back("--allow-run-as-root");
   cmd.push_back(selfPath());
@@ -106,7 +107,8 @@ int forkRanks(const std::vector<std::string> &rest, int nproc, const LaunchOptio
   if (rendezvous.empty()) {
     char tmpl[] = "/tmp/dlc-ranks-XXXXXX";
     if (!::mkdtemp(tmpl))
-      return fail(std::string("cannot make a directory for the rendezvous: ") + std::strerror(errno));
+      return fail(std::string("cannot make a directory for the rendezvous: ") +
+                  std::strerror(errno));
     dir = tmpl;
     rendezvous = "file:" + dir + "/nccl-id";
   }
@@ -144,7 +146,8 @@ int forkRanks(const std::vector<std::string> &rest, int nproc, const LaunchOptio
     ranks[pid] = r;
   }
   if (!o.quiet)
-    llvm::errs() << "dlc: started " << nproc << " cuda ranks (NCCL, rendezvous " << rendezvous << ")\n";
+    llvm::errs() << "dlc: started " << nproc << " cuda ranks (NCCL, rendezvous " << rendezvous
+                 << ")\n";
   int failed = 0;
   std::chrono::steady_clock::time_point stopAt;
   bool stopping = false;
@@ -159,9 +162,11 @@ int forkRanks(const std::vector<std::string> &rest, int nproc, const LaunchOptio
         failed = 1;
         stopping = true;
         // A few seconds for the others to notice and say why, then they are stopped.
-        stopAt = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                        std::chrono::duration<double>(std::min(o.timeoutSeconds, 5.0)));
-        reportError(ir::makeError("rank " + std::to_string(r) + " " + exitText(status) + "; stopping the other ranks"));
+        stopAt = std::chrono::steady_clock::now() +
+                 std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                     std::chrono::duration<double>(std::min(o.timeoutSeconds, 5.0)));
+        reportError(ir::makeError("rank " + std::to_string(r) + " " + exitText(status) +
+                                  "; stopping the other ranks"));
       }
       continue;
     }
@@ -183,7 +188,8 @@ int forkRanks(const std::vector<std::string> &rest, int nproc, const LaunchOptio
 
 int launchRanks(const std::vector<std::string> &argv, const LaunchOptions &o) {
   if (rt::launchedByMpi() || std::getenv("DLC_WORLD_SIZE"))
-    return fail("--nproc starts the ranks itself: leave it out under mpirun (or as a rank of another launcher)");
+    return fail("--nproc starts the ranks itself: leave it out under mpirun (or as a rank of "
+                "another launcher)");
   std::vector<std::string> rest = withoutNproc(argv);
   bool cuda = o.device == "cuda" || (o.device == "auto" && rt::cudaDeviceCount() > 0);
   return cuda ? forkRanks(rest, o.nproc, o) : execMpirun(rest, o.nproc, o.quiet);

@@ -198,7 +198,8 @@ int runInspect(const std::vector<std::string> &argv) {
   std::vector<DataParallelCost> dp;
   // ZeRO-1 packages run on the ranks they were compiled for.
   if (m.bucket_bytes())
-    for (int ranks : m.zero_ranks() ? std::vector<int>{static_cast<int>(m.zero_ranks())} : std::vector<int>{2, 4, 8})
+    for (int ranks : m.zero_ranks() ? std::vector<int>{static_cast<int>(m.zero_ranks())}
+                                    : std::vector<int>{2, 4, 8})
       dp.push_back(dataParallelCostOf(**pf, cost, ranks));
   uint64_t shardedBytes = 0; // ZeRO-1: this rank's optimizer state
   if (m.variables())
@@ -323,10 +324,11 @@ int runInspect(const std::vector<std::string> &argv) {
           {"sharded_state_bytes_per_rank", static_cast<int64_t>(shardedBytes)},
           {"buckets", static_cast<int64_t>(dp.front().buckets)},
           {"all_reduce_bytes_per_step", static_cast<int64_t>(dp.front().allReduceBytes)},
-          {"model", "a model, not a measurement: ring all-reduce of each bucket, 2 (N-1)/N of its "
-                    "bytes over NVLink (A100 300 GB/s, H100 450 GB/s per direction) + 3 us per hop, "
-                    "on a second stream from the bucket's AllReduce step; the step waits at its "
-                    "CollectiveWait"},
+          {"model",
+           "a model, not a measurement: ring all-reduce of each bucket, 2 (N-1)/N of its "
+           "bytes over NVLink (A100 300 GB/s, H100 450 GB/s per direction) + 3 us per hop, "
+           "on a second stream from the bucket's AllReduce step; the step waits at its "
+           "CollectiveWait"},
           {"scaling", std::move(scaling)}};
     }
     llvm::json::Object root{
@@ -403,14 +405,14 @@ int runInspect(const std::vector<std::string> &argv) {
   if (!dp.empty()) {
     if (m.zero_ranks())
       llvm::outs() << "data parallel, ZeRO-1 over " << m.zero_ranks() << " ranks: the gradients ("
-                   << dp.front().allReduceBytes << " bytes) reduce-scattered, the parameters all-gathered; "
-                   << shardedBytes << " bytes of optimizer state per rank\n";
+                   << dp.front().allReduceBytes
+                   << " bytes) reduce-scattered, the parameters all-gathered; " << shardedBytes
+                   << " bytes of optimizer state per rank\n";
     else
       llvm::outs() << "data parallel: " << dp.front().buckets << " all-reduce buckets (limit "
                    << m.bucket_bytes() << " bytes), " << dp.front().allReduceBytes
                    << " bytes all-reduced per rank and step\n";
-    llvm::outs()
-                 << "modeled scaling (a model, not a measurement; ring all-reduce over NVLink on a "
+    llvm::outs() << "modeled scaling (a model, not a measurement; ring all-reduce over NVLink on a "
                     "second stream):\n";
     for (const DataParallelCost &d : dp) {
       llvm::outs() << "  " << d.ranks << " GPUs:";

@@ -45,8 +45,7 @@ std::vector<OptSpec> trainingOptionSpecs() {
       {"eps", 0, true, false, "F", "--train: Adam's epsilon (default 1e-8)"},
       {"weight-decay", 0, true, false, "F",
        "--train: L2 weight decay (decoupled for adamw; default 0)"},
-      {"freeze", 0, true, false, "REGEX",
-       "--train: initializers whose name matches stay constant"},
+      {"freeze", 0, true, false, "REGEX", "--train: initializers whose name matches stay constant"},
       {"loss-scale", 0, true, false, "F",
        "--train --fp16: the initial dynamic loss scale (default 65536; halved on each\n"
        "overflowed, skipped step, doubled after 2000 clean ones)"},
@@ -64,9 +63,11 @@ std::vector<OptSpec> trainingOptionSpecs() {
 }
 
 llvm::Expected<std::optional<passes::TrainingOptions>> trainingFromArgs(const Args &args) {
-  static const char *kTrainOnly[] = {"loss",  "label", "optimizer", "lr",           "momentum",
-                                     "beta1", "beta2", "eps",       "weight-decay", "freeze",
-                                     "loss-scale", "data-parallel", "bucket-mb", "sync-batchnorm", "zero"};
+  static const char *kTrainOnly[] = {
+      "loss",         "label",          "optimizer",  "lr",
+      "momentum",     "beta1",          "beta2",      "eps",
+      "weight-decay", "freeze",         "loss-scale", "data-parallel",
+      "bucket-mb",    "sync-batchnorm", "zero"};
   if (!args.has("train")) {
     for (const char *o : kTrainOnly)
       if (args.has(o))
@@ -111,7 +112,8 @@ llvm::Expected<std::optional<passes::TrainingOptions>> trainingFromArgs(const Ar
     t.freeze = *f;
   if (auto v = args.get("loss-scale")) {
     if (!args.has("fp16"))
-      return ir::makeError("--loss-scale goes with --fp16 (BF16 and FP32 training need no loss scaling)");
+      return ir::makeError(
+          "--loss-scale goes with --fp16 (BF16 and FP32 training need no loss scaling)");
     char *end = nullptr;
     double d = std::strtod(v->c_str(), &end);
     if (v->empty() || *end || !std::isfinite(d) || d < 1 || d > 3.0e38)
@@ -368,7 +370,8 @@ int runTrain(const std::vector<std::string> &argv) {
     // The communicator's own errors start with "rank R: " already.
     std::string prefix = "rank " + std::to_string(rank) + ": ";
     std::string text = msg.rfind(prefix, 0) == 0 ? msg.substr(prefix.size()) : msg;
-    reportError(ir::makeError("rank " + std::to_string(rank) + " of " + std::to_string(worldSize) + ": " + text));
+    reportError(ir::makeError("rank " + std::to_string(rank) + " of " + std::to_string(worldSize) +
+                              ": " + text));
     llvm::errs().flush();
     if (ranks.comm)
       ranks.comm->abort(1);
@@ -384,16 +387,18 @@ int runTrain(const std::vector<std::string> &argv) {
   const pkg::Package &m = (*file)->meta();
   if (!m.variables() || m.variables()->size() == 0 || m.commit_steps() == 0)
     return failRank("'" + pkgPath +
-                "' is not a training package (compile it with `dlc compile --train`)");
+                    "' is not a training package (compile it with `dlc compile --train`)");
   if (ranks.distributed() && !m.bucket_bytes())
-    return failRank("'" + pkgPath + "' averages no gradients over ranks: compile it with `dlc compile --train "
-                                     "--data-parallel` to train on " + std::to_string(worldSize) + " ranks");
+    return failRank("'" + pkgPath +
+                    "' averages no gradients over ranks: compile it with `dlc compile --train "
+                    "--data-parallel` to train on " +
+                    std::to_string(worldSize) + " ranks");
   if (!m.inputs() || m.inputs()->size() == 0 || !m.outputs() || m.outputs()->size() == 0)
     return failRank("'" + pkgPath + "' has no inputs or outputs");
   size_t batch = static_cast<size_t>(shapeOf(m.inputs()->Get(0))[0]);
   if (auto b = args->get("batch"); b && *b != std::to_string(batch))
     return failRank("--batch " + *b + " does not match the batch the package was compiled for (" +
-                std::to_string(batch) + "); recompile with --input-shape to change it");
+                    std::to_string(batch) + "); recompile with --input-shape to change it");
 
   auto train = loadData(args->getOr("data", ""), m);
   if (!train)
@@ -408,9 +413,10 @@ int runTrain(const std::vector<std::string> &argv) {
 
   const size_t globalBatch = batch * static_cast<size_t>(worldSize);
   if (train->samples < globalBatch)
-    return failRank("the training data holds " + std::to_string(train->samples) + " samples, fewer than one batch of " +
-                    std::to_string(batch) +
-                    (ranks.distributed() ? " on each of " + std::to_string(worldSize) + " ranks" : ""));
+    return failRank(
+        "the training data holds " + std::to_string(train->samples) +
+        " samples, fewer than one batch of " + std::to_string(batch) +
+        (ranks.distributed() ? " on each of " + std::to_string(worldSize) + " ranks" : ""));
 
   rt::SessionOptions so;
   std::string dev = args->getOr("device", "auto");
@@ -430,7 +436,8 @@ int runTrain(const std::vector<std::string> &argv) {
     if (!args->has("threads")) {
       const char *local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
       int perMachine = local ? std::max(1, std::atoi(local)) : worldSize;
-      so.emuThreads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / perMachine);
+      so.emuThreads =
+          std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / perMachine);
     }
   }
   auto session = rt::Session::create(*file, so);
@@ -599,7 +606,8 @@ int runTrain(const std::vector<std::string> &argv) {
           llvm::formatv(", train accuracy {0:f2}%", 100.0 * static_cast<double>(correct) / counted)
               .str();
     if (scaled)
-      line += llvm::formatv(", loss scale {0} ({1} skipped)", scale, skippedSteps - skippedBefore).str();
+      line += llvm::formatv(", loss scale {0} ({1} skipped)", scale, skippedSteps - skippedBefore)
+                  .str();
     if (eval && ranks.lead()) {
       std::vector<int64_t> all(eval->samples);
       std::iota(all.begin(), all.end(), 0);
@@ -641,7 +649,8 @@ int runTrain(const std::vector<std::string> &argv) {
           "dlc: rank 0 ran %llu all-reduces in %.3f s; the steps waited %.3f s for them (%.0f%% "
           "overlapped with the backward pass)\n",
           static_cast<unsigned long long>(cs.allReduces), cs.reduceSeconds, cs.waitSeconds,
-          cs.reduceSeconds > 0 ? 100.0 * std::max(0.0, 1 - cs.waitSeconds / cs.reduceSeconds) : 0.0);
+          cs.reduceSeconds > 0 ? 100.0 * std::max(0.0, 1 - cs.waitSeconds / cs.reduceSeconds)
+                               : 0.0);
   }
   return 0;
 }

@@ -33,8 +33,7 @@ template <ir::OpKind K> llvm::Error direct(NodeImporter &ni) {
 
 /// Resolves ONNX auto_pad into explicit pads for a window op.
 llvm::Expected<std::vector<int64_t>> resolvePads(NodeImporter &ni, const ir::Shape &inSpatial,
-                                                 const ir::Shape &kernel,
-                                                 const ir::Shape &strides,
+                                                 const ir::Shape &kernel, const ir::Shape &strides,
                                                  const ir::Shape &dilations);
 
 /// Normalized copy of an axis list (negative axes wrapped).

@@ -6,7 +6,9 @@ namespace {
 
 using namespace ir;
 
-Shape spatialOf(const Value *v) { return Shape(v->shape().begin() + 2, v->shape().end()); }
+Shape spatialOf(const Value *v) {
+  return Shape(v->shape().begin() + 2, v->shape().end());
+}
 
 llvm::Error importConv(NodeImporter &ni) {
   Value *x = ni.input(0), *w = ni.input(1);
@@ -52,8 +54,8 @@ llvm::Error importConvTranspose(NodeImporter &ni) {
     if (outShape.size() != size_t(k))
       return ni.error("output_shape must have one value per spatial dim");
     for (int64_t i = 0; i < k; ++i) {
-      int64_t total = strides[i] * (in[i] - 1) + outPad[i] + ((kernel[i] - 1) * dilations[i] + 1) -
-                      outShape[i];
+      int64_t total =
+          strides[i] * (in[i] - 1) + outPad[i] + ((kernel[i] - 1) * dilations[i] + 1) - outShape[i];
       if (total < 0) { // the requested output is larger: grow it at the end
         outPad[i] -= total;
         total = 0;

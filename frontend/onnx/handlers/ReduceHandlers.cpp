@@ -168,7 +168,8 @@ void registerReduceHandlers(std::vector<HandlerEntry> &t) {
   t.push_back({"ReduceMax", 1, kMaxOpset, importReduce<OpKind::ReduceMax>});
   t.push_back({"ReduceMin", 1, kMaxOpset, importReduce<OpKind::ReduceMin>});
   t.push_back({"ReduceProd", 1, kMaxOpset, importReduce<OpKind::ReduceProd>});
-  for (const char *op : {"ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})
+  for (const char *op :
+       {"ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})
     t.push_back({op, 1, kMaxOpset, importReduceComposite});
   t.push_back({"Softmax", 1, kMaxOpset, importSoftmaxLike<OpKind::Softmax>});
   t.push_back({"LogSoftmax", 1, kMaxOpset, importSoftmaxLike<OpKind::LogSoftmax>});

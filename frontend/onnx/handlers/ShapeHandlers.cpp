@@ -270,8 +270,8 @@ llvm::Error importDepthSpace(NodeImporter &ni) {
   Value *x = ni.input(0);
   if (x->rank() != 4)
     return ni.error("input must be 4-D");
-  int64_t b = ni.attrInt("blocksize", 0), n = x->shape()[0], c = x->shape()[1],
-          h = x->shape()[2], w = x->shape()[3];
+  int64_t b = ni.attrInt("blocksize", 0), n = x->shape()[0], c = x->shape()[1], h = x->shape()[2],
+          w = x->shape()[3];
   if (b < 1)
     return ni.error("blocksize must be positive");
   Shape s1, perm, s2;

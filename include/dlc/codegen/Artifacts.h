@@ -23,14 +23,15 @@ namespace dlc::codegen {
 std::string formatSchedule(const pkg::PackageFile &pf);
 
 /// Appends the package to a copy of `stubPath` (dlc-exe-stub) and writes `out` (mode 0755).
-llvm::Error writeExecutable(llvm::ArrayRef<uint8_t> package, const std::string &stubPath, const std::string &out);
+llvm::Error writeExecutable(llvm::ArrayRef<uint8_t> package, const std::string &stubPath,
+                            const std::string &out);
 
 struct LibraryOptions {
-  std::string name;         // C identifier prefix of the entry points ("digits")
-  std::string libraryPath;  // "out/libdigits.so"
-  std::string headerPath;   // "out/digits.h"
+  std::string name;           // C identifier prefix of the entry points ("digits")
+  std::string libraryPath;    // "out/libdigits.so"
+  std::string headerPath;     // "out/digits.h"
   std::string runtimeArchive; // libdlcrt.a
-  std::string hostCompiler; // empty: as for the emu target
+  std::string hostCompiler;   // empty: as for the emu target
 };
 /// The header text for a package (also written by writeLibrary).
 std::string libraryHeader(const pkg::Package &meta, const std::string &name);

@@ -80,17 +80,16 @@ llvm::Expected<std::vector<uint8_t>> compileGraph(const ir::Graph &g, const Comp
 /// The same as an image whose weights are written straight from the graph's
 /// tensors (no copy of the weights into one buffer).
 llvm::Expected<pkg::PackageImage> compileGraphImage(const ir::Graph &g, const CompileOptions &opts,
-                                                   CompileReport *report = nullptr);
+                                                    CompileReport *report = nullptr);
 
 /// A package that serves every point of shape ranges: `graphAt(i)` gives the
 /// optimized graph for point i of `count` (point 0: the opt shape, the package's own
 /// schedule). Each point is lowered to its own schedule and memory plan; kernels
 /// (instantiations with run-time extents) and weights are shared, and the kernels of
 /// all points are compiled once. `onVariant(i, count)` reports progress.
-llvm::Expected<pkg::PackageImage>
-compileShapeRangeImage(size_t count, const std::function<llvm::Expected<std::unique_ptr<ir::Graph>>(size_t)> &graphAt,
-                       const std::vector<ShapeRangeDesc> &ranges, const CompileOptions &opts,
-                       CompileReport *report = nullptr,
-                       const std::function<void(size_t, size_t)> &onVariant = {});
+llvm::Expected<pkg::PackageImage> compileShapeRangeImage(
+    size_t count, const std::function<llvm::Expected<std::unique_ptr<ir::Graph>>(size_t)> &graphAt,
+    const std::vector<ShapeRangeDesc> &ranges, const CompileOptions &opts,
+    CompileReport *report = nullptr, const std::function<void(size_t, size_t)> &onVariant = {});
 
 } // namespace dlc::codegen

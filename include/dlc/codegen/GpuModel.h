@@ -22,11 +22,11 @@ struct GpuModel {
   const char *arch; // "sm_80"
   int sms;
   int maxThreadsPerSm, maxBlocksPerSm, regsPerSm, smemPerSm; // smem: usable bytes per SM
-  double fp32Flops;     // CUDA-core peak, FLOP/s
-  double tensorFlops;   // FP16/BF16 tensor-core peak (dense), FLOP/s
-  double tf32Flops;     // TF32 tensor-core peak (dense), FLOP/s
+  double fp32Flops;                                          // CUDA-core peak, FLOP/s
+  double tensorFlops; // FP16/BF16 tensor-core peak (dense), FLOP/s
+  double tf32Flops;   // TF32 tensor-core peak (dense), FLOP/s
   double dramBytesPerSecond;
-  double launchMicros;  // per kernel launch or library call (back to back on a stream)
+  double launchMicros;       // per kernel launch or library call (back to back on a stream)
   double linkBytesPerSecond; // GPU-to-GPU in one machine, each direction (NVLink, else PCIe)
 };
 

@@ -46,8 +46,12 @@ inline bool isSignedInt(DType t) {
 inline bool isUnsignedInt(DType t) {
   return t == DType::U8 || t == DType::U16 || t == DType::U32 || t == DType::U64;
 }
-inline bool isInt(DType t) { return isSignedInt(t) || isUnsignedInt(t); }
-inline bool isNumeric(DType t) { return isFloat(t) || isInt(t); }
+inline bool isInt(DType t) {
+  return isSignedInt(t) || isUnsignedInt(t);
+}
+inline bool isNumeric(DType t) {
+  return isFloat(t) || isInt(t);
+}
 /// Whether every value of `from` converts to `to` and back unchanged.
 bool castIsExact(DType from, DType to);
 

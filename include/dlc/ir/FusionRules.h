@@ -55,8 +55,9 @@ struct GemmEpilogueMatch {
 /// Matches the nodes after a MatMul (in order, each consuming the previous result)
 /// against that form; `inGroup` tells which values the group computes itself (a
 /// bias or residual must come from memory).
-std::optional<GemmEpilogueMatch> matchGemmEpilogue(const Node &matmul, const std::vector<const Node *> &epilogue,
-                                                   const std::function<bool(const Value *)> &inGroup);
+std::optional<GemmEpilogueMatch>
+matchGemmEpilogue(const Node &matmul, const std::vector<const Node *> &epilogue,
+                  const std::function<bool(const Value *)> &inGroup);
 
 /// A variable update computed element by element over the variable's shape (an
 /// optimizer step, a running statistic): element-wise nodes whose results feed only

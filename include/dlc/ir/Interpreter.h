@@ -23,7 +23,8 @@ llvm::Expected<TensorMap> interpret(const Graph &g, const TensorMap &inputs);
 /// The same, calling `onNode` with each node and its results as they are computed
 /// (for per-node comparisons such as the accuracy report).
 using NodeObserver = std::function<void(const Node &, const std::vector<Tensor> &)>;
-llvm::Expected<TensorMap> interpret(const Graph &g, const TensorMap &inputs, const NodeObserver &onNode);
+llvm::Expected<TensorMap> interpret(const Graph &g, const TensorMap &inputs,
+                                    const NodeObserver &onNode);
 
 /// Runs one node on the given operand tensors (null for absent optional operands).
 llvm::Expected<std::vector<Tensor>> evaluateNode(const Node &n,

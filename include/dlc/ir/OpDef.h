@@ -64,15 +64,16 @@ struct LayoutRemap {
     AsIs,    // unchanged (a bias, a scalar)
     Permute, // gets Transpose(operandPerm) in front (a conv's weights to OHWI)
   };
-  std::vector<Operand> operands;             // one per operand
+  std::vector<Operand> operands;                  // one per operand
   std::vector<std::vector<int64_t>> operandPerms; // for Permute operands
-  AttrMap attrs;                             // attributes to set on the node
+  AttrMap attrs;                                  // attributes to set on the node
   /// The results are the logical ones read through Transpose(resultPerm).
   std::vector<int64_t> resultPerm;
 };
 /// Returns the remapped node for operands laid out by `perm`, or nullopt when the
 /// op cannot work in that layout (the transpose then stays in front of it).
-using LayoutRemapFn = std::optional<LayoutRemap> (*)(const Node &n, const std::vector<int64_t> &perm);
+using LayoutRemapFn = std::optional<LayoutRemap> (*)(const Node &n,
+                                                     const std::vector<int64_t> &perm);
 
 /// How an op depends on the memory layout of its operands (for NCHW -> NHWC).
 struct LayoutRule {
@@ -89,7 +90,9 @@ struct LayoutRule {
   LayoutRemapFn remap = nullptr;
 
   static LayoutRule agnostic();
-  static LayoutRule channel(int axis, LayoutRemapFn remap = nullptr) { return {ChannelAxis, axis, remap}; }
+  static LayoutRule channel(int axis, LayoutRemapFn remap = nullptr) {
+    return {ChannelAxis, axis, remap};
+  }
   static LayoutRule axisAttrs(LayoutRemapFn remap = nullptr) { return {AxisAttrs, -1, remap}; }
   static LayoutRule fixed() { return {Fixed, -1, nullptr}; }
 };
@@ -103,7 +106,9 @@ std::vector<int64_t> channelsLastPerm(int64_t rank);
 std::vector<int64_t> channelsFirstPerm(int64_t rank);
 /// The inverse permutation.
 std::vector<int64_t> inversePerm(const std::vector<int64_t> &perm);
-inline LayoutRule LayoutRule::agnostic() { return {Agnostic, -1, &remapElementwise}; }
+inline LayoutRule LayoutRule::agnostic() {
+  return {Agnostic, -1, &remapElementwise};
+}
 std::string_view layoutRuleName(LayoutRule::Kind k);
 
 struct AttrSpec {
@@ -178,7 +183,9 @@ const OpDef &opDef(OpKind k);
 class OpBuilder {
 public:
   explicit OpBuilder(OpDef &d) : d_(d) {}
-  OpBuilder &operands(int min, int max) { return d_.minOperands = min, d_.maxOperands = max, *this; }
+  OpBuilder &operands(int min, int max) {
+    return d_.minOperands = min, d_.maxOperands = max, *this;
+  }
   OpBuilder &operands(int n) { return operands(n, n); }
   OpBuilder &results(int min, int max) { return d_.minResults = min, d_.maxResults = max, *this; }
   OpBuilder &results(int n) { return results(n, n); }
@@ -188,7 +195,9 @@ public:
   }
   OpBuilder &fusion(FusionKind k) { return d_.fusion = k, *this; }
   OpBuilder &fp16(Fp16Policy p) { return d_.fp16 = p, *this; }
-  OpBuilder &fp16(Fp16Policy p, Fp16RefineFn refine) { return d_.fp16 = p, d_.fp16Refine = refine, *this; }
+  OpBuilder &fp16(Fp16Policy p, Fp16RefineFn refine) {
+    return d_.fp16 = p, d_.fp16Refine = refine, *this;
+  }
   OpBuilder &layout(LayoutRule r) { return d_.layout = r, *this; }
   OpBuilder &verify(VerifyFn f) { return d_.verify = f, *this; }
   OpBuilder &infer(InferFn f) { return d_.infer = f, *this; }
@@ -196,7 +205,9 @@ public:
   OpBuilder &cudaExpr(const char *e) { return d_.cudaExpr = e, *this; }
   OpBuilder &gradient(GradFn f) { return d_.gradient = f, *this; }
   OpBuilder &decompose(DecomposeFn f) { return d_.decompose = f, *this; }
-  OpBuilder &stateOperands(std::vector<unsigned> ops) { return d_.stateOperands = std::move(ops), *this; }
+  OpBuilder &stateOperands(std::vector<unsigned> ops) {
+    return d_.stateOperands = std::move(ops), *this;
+  }
   OpBuilder &decomposed() { return d_.decomposedBeforeCodegen = true, *this; }
 
 private:

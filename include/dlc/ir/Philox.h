@@ -19,7 +19,8 @@ namespace dlc {
 namespace philox {
 
 /// The first 32-bit word of Philox4x32-10 for counter (index, stream) and key seed.
-DLC_PHILOX_FN unsigned int draw(unsigned long long seed, unsigned long long stream, unsigned long long index) {
+DLC_PHILOX_FN unsigned int draw(unsigned long long seed, unsigned long long stream,
+                                unsigned long long index) {
   unsigned int c0 = static_cast<unsigned int>(index), c1 = static_cast<unsigned int>(index >> 32),
                c2 = static_cast<unsigned int>(stream), c3 = static_cast<unsigned int>(stream >> 32);
   unsigned int k0 = static_cast<unsigned int>(seed), k1 = static_cast<unsigned int>(seed >> 32);
@@ -38,7 +39,8 @@ DLC_PHILOX_FN unsigned int draw(unsigned long long seed, unsigned long long stre
 }
 
 /// Uniform in [0, 1) with 24 random bits (exact in float).
-DLC_PHILOX_FN float uniform(unsigned long long seed, unsigned long long stream, unsigned long long index) {
+DLC_PHILOX_FN float uniform(unsigned long long seed, unsigned long long stream,
+                            unsigned long long index) {
   return static_cast<float>(draw(seed, stream, index) >> 8) * (1.0f / 16777216.0f);
 }
 

@@ -42,8 +42,7 @@ std::string formatDouble(double d);
 /// Parses one graph. Errors read "file:line:col: message". `firstLine` is the line
 /// number of the first line of `text` within the file (for split input files).
 /// The result is not verified; call verifyGraph.
-llvm::Expected<std::unique_ptr<Graph>> parseGraph(std::string_view text,
-                                                  std::string_view fileName = "<input>",
-                                                  unsigned firstLine = 1);
+llvm::Expected<std::unique_ptr<Graph>>
+parseGraph(std::string_view text, std::string_view fileName = "<input>", unsigned firstLine = 1);
 
 } // namespace dlc::ir

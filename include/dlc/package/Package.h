@@ -99,7 +99,9 @@ public:
   /// Finishes with the root table.
   PackageImage finishImage(flatbuffers::Offset<Package> root);
   /// Finishes with the root table and returns the whole file.
-  std::vector<uint8_t> finish(flatbuffers::Offset<Package> root) { return finishImage(root).bytes(); }
+  std::vector<uint8_t> finish(flatbuffers::Offset<Package> root) {
+    return finishImage(root).bytes();
+  }
 
 private:
   flatbuffers::FlatBufferBuilder fbb_;
@@ -119,14 +121,15 @@ public:
   static Result<std::shared_ptr<PackageFile>> load(const std::string &path);
   /// Maps `size` bytes at `offset` (a multiple of the page size) of a file: a package
   /// embedded in an executable. size == 0: to the end of the file.
-  static Result<std::shared_ptr<PackageFile>> load(const std::string &path, uint64_t offset, uint64_t size);
+  static Result<std::shared_ptr<PackageFile>> load(const std::string &path, uint64_t offset,
+                                                   uint64_t size);
   /// Verifies bytes in memory (copied).
   static Result<std::shared_ptr<PackageFile>> fromBytes(const void *data, size_t n,
-                                                         const std::string &name);
+                                                        const std::string &name);
   /// Verifies bytes that outlive the package (e.g. linked into the program); not
   /// copied when 256-byte aligned.
   static Result<std::shared_ptr<PackageFile>> fromStaticBytes(const void *data, size_t n,
-                                                               const std::string &name);
+                                                              const std::string &name);
 
   const Package &meta() const { return *meta_; }
   const uint8_t *data() const { return data_; }

@@ -20,7 +20,7 @@ enum class StatusCode : int {
   LaunchFailure = 4,   // a launch that a GPU would reject, or a failing kernel
   Internal = 5,
   IoError = 6,
-  DataError = 7,       // the input data is invalid for the model (an index out of range)
+  DataError = 7, // the input data is invalid for the model (an index out of range)
 };
 
 class [[nodiscard]] Status {

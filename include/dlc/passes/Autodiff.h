@@ -20,10 +20,10 @@ struct Gradient {
 };
 
 /// Builds d loss / d p for every trainable parameter p of the graph, in
-/// g.parameters() order (state variables get none). The loss must be a floating-point value with one
-/// element. A parameter the loss does not depend on gets a zero gradient. `seed`,
-/// a one-element value, is d loss / d loss (1 when null; the loss scale in
-/// mixed-precision training, so every gradient comes out multiplied by it).
+/// g.parameters() order (state variables get none). The loss must be a floating-point value with
+/// one element. A parameter the loss does not depend on gets a zero gradient. `seed`, a one-element
+/// value, is d loss / d loss (1 when null; the loss scale in mixed-precision training, so every
+/// gradient comes out multiplied by it).
 llvm::Expected<std::vector<Gradient>> buildGradients(ir::Graph &g, ir::Value *loss,
                                                      ir::Value *seed = nullptr);
 

@@ -5,12 +5,12 @@
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <deque>
 #include <memory>
 #include <optional>
-#include <deque>
 #include <set>
-#include <unordered_set>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace dlc::passes {

@@ -71,12 +71,12 @@ inline constexpr const char *kGoodStepsName = "amp.good_steps";
 struct TrainingSummary {
   size_t parameters = 0, parameterElements = 0, frozen = 0, stateVariables = 0, batchNorms = 0;
   bool lossScaling = false;
-  size_t buckets = 0;              // data parallel: all-reduce buckets
-  uint64_t allReduceBytes = 0;     // data parallel: gradient bytes averaged per step
-  bool syncBatchNorm = false;      // data parallel: BatchNorm on the global batch's statistics
-  size_t zeroShareElements = 0;    // ZeRO-1: the parameters each rank steps the optimizer on
-  bool evaluation = false; // the model in inference mode is there too (kEvalOutputPrefix)
-  std::string loss; // the loss output's name
+  size_t buckets = 0;           // data parallel: all-reduce buckets
+  uint64_t allReduceBytes = 0;  // data parallel: gradient bytes averaged per step
+  bool syncBatchNorm = false;   // data parallel: BatchNorm on the global batch's statistics
+  size_t zeroShareElements = 0; // ZeRO-1: the parameters each rank steps the optimizer on
+  bool evaluation = false;      // the model in inference mode is there too (kEvalOutputPrefix)
+  std::string loss;             // the loss output's name
 };
 
 /// Rewrites `g` (an inference graph whose first output is the model's prediction)

@@ -38,13 +38,15 @@ public:
   /// Host memory, blocking: the mean (or sum) over the ranks of `send` (count x size()
   /// elements), of which this rank's share (the rank-th `count` elements) goes to
   /// `recv`. ZeRO-1's gradient shards.
-  virtual Status reduceScatter(const void *send, void *recv, size_t count, pkg::DType dt, ReduceOp op) = 0;
+  virtual Status reduceScatter(const void *send, void *recv, size_t count, pkg::DType dt,
+                               ReduceOp op) = 0;
   /// Host memory, blocking: every rank's `bytes` of `send`, in rank order, into `recv`.
   virtual Status allGather(const void *send, void *recv, size_t bytes) = 0;
 
   /// Device memory, in place, ordered on a CUDA stream (NCCL only).
   virtual bool onDevice() const { return false; }
-  virtual Status allReduceDevice(uint64_t ptr, size_t count, pkg::DType dt, ReduceOp op, void *stream) {
+  virtual Status allReduceDevice(uint64_t ptr, size_t count, pkg::DType dt, ReduceOp op,
+                                 void *stream) {
     (void)ptr, (void)count, (void)dt, (void)op, (void)stream;
     return Status(StatusCode::Unavailable, "device collectives need NCCL");
   }
@@ -52,8 +54,8 @@ public:
     (void)ptr, (void)bytes, (void)root, (void)stream;
     return Status(StatusCode::Unavailable, "device collectives need NCCL");
   }
-  virtual Status reduceScatterDevice(uint64_t send, uint64_t recv, size_t count, pkg::DType dt, ReduceOp op,
-                                     void *stream) {
+  virtual Status reduceScatterDevice(uint64_t send, uint64_t recv, size_t count, pkg::DType dt,
+                                     ReduceOp op, void *stream) {
     (void)send, (void)recv, (void)count, (void)dt, (void)op, (void)stream;
     return Status(StatusCode::Unavailable, "device collectives need NCCL");
   }
@@ -103,8 +105,8 @@ Result<std::shared_ptr<Communicator>> createMpiCommunicator(const CommOptions &o
 /// calling thread. `bootstrap` (may be null) exchanges the unique id (MPI); without
 /// it the ranks come from rankFromEnvironment() and meet at opts.rendezvous. The
 /// library is $DLC_NCCL_LIBRARY or libnccl.so.2.
-Result<std::shared_ptr<Communicator>> createNcclCommunicator(const CommOptions &opts,
-                                                             std::shared_ptr<Communicator> bootstrap);
+Result<std::shared_ptr<Communicator>>
+createNcclCommunicator(const CommOptions &opts, std::shared_ptr<Communicator> bootstrap);
 
 /// The rendezvous alone: rank 0 publishes `bytes`, the others receive them
 /// ("file:PATH" or "tcp:HOST:PORT"). Every rank waits at most `timeoutSeconds`.

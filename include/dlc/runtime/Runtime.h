@@ -91,8 +91,9 @@ public:
   const pkg::PackageFile &file() const { return *pkg_; }
   const pkg::Package &meta() const { return pkg_->meta(); }
   /// The weight store for a backend kind and device ordinal, created by `make` on first use.
-  std::shared_ptr<WeightStore> weights(DeviceKind kind, int device,
-                                       const std::function<std::shared_ptr<WeightStore>()> &make) const;
+  std::shared_ptr<WeightStore>
+  weights(DeviceKind kind, int device,
+          const std::function<std::shared_ptr<WeightStore>()> &make) const;
 
 private:
   std::shared_ptr<const pkg::PackageFile> pkg_;

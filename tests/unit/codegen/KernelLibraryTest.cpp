@@ -4,19 +4,17 @@
 // instantiations the code generator picks for these shapes, and with the 64-bit ones
 // (LoweringOptions::wideIndices). A last case has more than 2^31 elements, where the
 // code generator must pick 64-bit indices by itself.
+#include "device/dlc_params.h"
 #include "dlc/codegen/Compiler.h"
 #include "dlc/ir/Interpreter.h"
 #include "dlc/ir/TextIR.h"
 #include "dlc/passes/Pass.h"
 #include "dlc/runtime/Runtime.h"
 
-#include "device/dlc_params.h"
-
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <gtest/gtest.h>
 #include <random>
 #include <regex>
 #include <set>
@@ -79,9 +77,11 @@ void run(const KernelCase &c, bool wide) {
   // 64-bit ones are forced.
   std::regex inst(R"(template __global__ void ([\w:]+)<(.*)>\()");
   size_t count = 0;
-  for (std::sregex_iterator it(rep.cudaSource.begin(), rep.cudaSource.end(), inst), end; it != end; ++it, ++count) {
+  for (std::sregex_iterator it(rep.cudaSource.begin(), rep.cudaSource.end(), inst), end; it != end;
+       ++it, ++count) {
     std::string args = (*it)[2];
-    bool has64 = args.find("dlc::idx64") != std::string::npos, has32 = args.find("dlc::idx32") != std::string::npos;
+    bool has64 = args.find("dlc::idx64") != std::string::npos,
+         has32 = args.find("dlc::idx32") != std::string::npos;
     EXPECT_TRUE(wide ? has64 && !has32 : has32 && !has64) << (*it)[0];
   }
   EXPECT_EQ(count, (*pf)->meta().kernels()->size());
@@ -120,12 +120,14 @@ ir::Tensor ints(ir::DType dt, ir::Shape shape, std::vector<int64_t> values) {
 
 TEST(KernelLibrary, DivmodIsExactForEveryDividendWidth) {
   std::mt19937_64 rng(5);
-  std::vector<int64_t> divisors = {1, 2, 3, 7, 10, 49, 64, 196, 1000, 12544, 65535, 65537, 1 << 30, (1ll << 31) - 1};
+  std::vector<int64_t> divisors = {1,   2,    3,     7,     10,    49,      64,
+                                   196, 1000, 12544, 65535, 65537, 1 << 30, (1ll << 31) - 1};
   for (int i = 0; i < 200; ++i)
     divisors.push_back(1 + static_cast<int64_t>(rng() % 100000));
   for (int64_t d : divisors) {
     Divmod dm = Divmod::make(d);
-    std::vector<uint64_t> xs = {0, 1, static_cast<uint64_t>(d - 1), static_cast<uint64_t>(d), (1ull << 31) - 1};
+    std::vector<uint64_t> xs = {0, 1, static_cast<uint64_t>(d - 1), static_cast<uint64_t>(d),
+                                (1ull << 31) - 1};
     for (int i = 0; i < 200; ++i)
       xs.push_back(rng() % (1ull << 31));
     for (uint64_t x : xs) { // 32-bit: x < 2^31
@@ -141,14 +143,16 @@ TEST(KernelLibrary, DivmodIsExactForEveryDividendWidth) {
 }
 
 TEST(KernelLibrary, ElementwiseScalarAndFloat4) {
-  check({"chain float4", R"(graph @g(%x: f32[3,7,4], %b: f32[4]) -> ("y": f32[3,7,4]) {
+  check({"chain float4",
+         R"(graph @g(%x: f32[3,7,4], %b: f32[4]) -> ("y": f32[3,7,4]) {
   %a = Add(%x, %x) : f32[3,7,4]
   %t = Tanh(%a) : f32[3,7,4]
   %y = Mul(%t, %x) : f32[3,7,4]
   return %y
 })",
          {"dlc::elementwise"}});
-  check({"broadcast, transpose, slice, concat, gather", R"(graph @g(%x: f32[5,1,3], %z: f32[5,2,3], %i: i64[3]) -> ("y": f32[3,3,5]) {
+  check({"broadcast, transpose, slice, concat, gather",
+         R"(graph @g(%x: f32[5,1,3], %z: f32[5,2,3], %i: i64[3]) -> ("y": f32[3,3,5]) {
   %e = Expand(%x) {shape = [5, 2, 3]} : f32[5,2,3]
   %c = Concat(%e, %z) {axis = 1} : f32[5,4,3]
   %s = Slice(%c) {axes = [1], ends = [4], starts = [1], steps = [1]} : f32[5,3,3]
@@ -163,24 +167,28 @@ TEST(KernelLibrary, ElementwiseScalarAndFloat4) {
 
 TEST(KernelLibrary, ImplicitGemmConvolution) {
   // 7 output channels and 25 positions per image: partial tiles on both GEMM axes.
-  check({"conv 3x3 stride 2", R"(graph @g(%x: f32[2,5,9,9], %w: f32[7,5,3,3], %b: f32[7]) -> ("y": f32[2,7,5,5]) {
+  check({"conv 3x3 stride 2",
+         R"(graph @g(%x: f32[2,5,9,9], %w: f32[7,5,3,3], %b: f32[7]) -> ("y": f32[2,7,5,5]) {
   %c = Conv(%x, %w, %b) {pads = [1, 1, 1, 1], strides = [2, 2]} : f32[2,7,5,5]
   %y = Relu(%c) : f32[2,7,5,5]
   return %y
 })",
          {"dlc::conv_igemm"}});
-  check({"pointwise conv, 1-D and length-1 dims", R"(graph @g(%x: f32[1,3,1,11], %w: f32[5,3,1,1]) -> ("y": f32[1,5,1,11]) {
+  check({"pointwise conv, 1-D and length-1 dims",
+         R"(graph @g(%x: f32[1,3,1,11], %w: f32[5,3,1,1]) -> ("y": f32[1,5,1,11]) {
   %y = Conv(%x, %w) : f32[1,5,1,11]
   return %y
 })",
          {"dlc::conv_igemm"}});
-  check({"dilated 3-D conv", R"(graph @g(%x: f32[1,2,5,6,7], %w: f32[3,2,2,3,2]) -> ("y": f32[1,3,4,2,6]) {
+  check({"dilated 3-D conv",
+         R"(graph @g(%x: f32[1,2,5,6,7], %w: f32[3,2,2,3,2]) -> ("y": f32[1,3,4,2,6]) {
   %y = Conv(%x, %w) {dilations = [1, 2, 1], pads = [0, 0, 0, 0, 0, 0]} : f32[1,3,4,2,6]
   return %y
 })",
          {"dlc::conv_igemm"}});
   // A long reduction over few outputs: split along K, partial sums reduced in order.
-  check({"split-K", R"(graph @g(%x: f32[1,96,3,3], %w: f32[6,96,3,3], %b: f32[6]) -> ("y": f32[1,6,3,3]) {
+  check({"split-K",
+         R"(graph @g(%x: f32[1,96,3,3], %w: f32[6,96,3,3], %b: f32[6]) -> ("y": f32[1,6,3,3]) {
   %y = Conv(%x, %w, %b) {pads = [1, 1, 1, 1]} : f32[1,6,3,3]
   return %y
 })",
@@ -196,7 +204,8 @@ TEST(KernelLibrary, ImplicitGemmConvolution) {
 // multiples of 8 or 16), a fused epilogue, 1x1, and split-K. The reference rounds
 // once from exact sums; the kernel sums exact products in FP32, then rounds.
 TEST(KernelLibrary, TensorCoreConvolution) {
-  check({"f16 conv 3x3, 3 -> 10 channels", R"(graph @g(%x: f16[2,3,9,9], %w: f16[10,3,3,3], %b: f16[10]) -> ("y": f16[2,10,5,5]) {
+  check({"f16 conv 3x3, 3 -> 10 channels",
+         R"(graph @g(%x: f16[2,3,9,9], %w: f16[10,3,3,3], %b: f16[10]) -> ("y": f16[2,10,5,5]) {
   %c = Conv(%x, %w, %b) {pads = [1, 1, 1, 1], strides = [2, 2]} : f16[2,10,5,5]
   %y = Relu(%c) : f16[2,10,5,5]
   return %y
@@ -206,7 +215,8 @@ TEST(KernelLibrary, TensorCoreConvolution) {
          2,
          true,
          4e-3});
-  check({"bf16 conv, 10 -> 3 channels", R"(graph @g(%x: bf16[1,10,7,7], %w: bf16[3,10,3,3]) -> ("y": bf16[1,3,5,5]) {
+  check({"bf16 conv, 10 -> 3 channels",
+         R"(graph @g(%x: bf16[1,10,7,7], %w: bf16[3,10,3,3]) -> ("y": bf16[1,3,5,5]) {
   %y = Conv(%x, %w) : bf16[1,3,5,5]
   return %y
 })",
@@ -215,7 +225,8 @@ TEST(KernelLibrary, TensorCoreConvolution) {
          2,
          true,
          2e-2});
-  check({"f16 pointwise conv", R"(graph @g(%x: f16[1,10,1,11], %w: f16[3,10,1,1]) -> ("y": f16[1,3,1,11]) {
+  check({"f16 pointwise conv",
+         R"(graph @g(%x: f16[1,10,1,11], %w: f16[3,10,1,1]) -> ("y": f16[1,3,1,11]) {
   %y = Conv(%x, %w) : f16[1,3,1,11]
   return %y
 })",
@@ -224,7 +235,8 @@ TEST(KernelLibrary, TensorCoreConvolution) {
          2,
          true,
          4e-3});
-  check({"f16 split-K", R"(graph @g(%x: f16[1,2048,3,3], %w: f16[6,2048,3,3], %b: f16[6]) -> ("y": f16[1,6,3,3]) {
+  check({"f16 split-K",
+         R"(graph @g(%x: f16[1,2048,3,3], %w: f16[6,2048,3,3], %b: f16[6]) -> ("y": f16[1,6,3,3]) {
   %y = Conv(%x, %w, %b) {pads = [1, 1, 1, 1]} : f16[1,6,3,3]
   return %y
 })",
@@ -240,7 +252,8 @@ TEST(KernelLibrary, TensorCoreConvolution) {
 // direct kernel for depthwise convolutions, and window and global pooling. The
 // interpreter's reference transposes to NCHW and back.
 TEST(KernelLibrary, ChannelsLastConvolutionAndPooling) {
-  check({"nhwc f16 conv 3x3, 3 -> 10 channels", R"(graph @g(%x: f16[2,9,9,3], %w: f16[10,3,3,3], %b: f16[10]) -> ("y": f16[2,5,5,10]) {
+  check({"nhwc f16 conv 3x3, 3 -> 10 channels",
+         R"(graph @g(%x: f16[2,9,9,3], %w: f16[10,3,3,3], %b: f16[10]) -> ("y": f16[2,5,5,10]) {
   %c = Conv(%x, %w, %b) {channels_last = 1, pads = [1, 1, 1, 1], strides = [2, 2]} : f16[2,5,5,10]
   %y = Relu(%c) : f16[2,5,5,10]
   return %y
@@ -250,7 +263,8 @@ TEST(KernelLibrary, ChannelsLastConvolutionAndPooling) {
          2,
          true,
          4e-3});
-  check({"nhwc bf16 conv, 10 -> 3 channels", R"(graph @g(%x: bf16[1,7,7,10], %w: bf16[3,3,3,10]) -> ("y": bf16[1,5,5,3]) {
+  check({"nhwc bf16 conv, 10 -> 3 channels",
+         R"(graph @g(%x: bf16[1,7,7,10], %w: bf16[3,3,3,10]) -> ("y": bf16[1,5,5,3]) {
   %y = Conv(%x, %w) {channels_last = 1} : bf16[1,5,5,3]
   return %y
 })",
@@ -259,7 +273,8 @@ TEST(KernelLibrary, ChannelsLastConvolutionAndPooling) {
          2,
          true,
          2e-2});
-  check({"nhwc f16 split-K", R"(graph @g(%x: f16[1,3,3,2048], %w: f16[6,3,3,2048], %b: f16[6]) -> ("y": f16[1,3,3,6]) {
+  check({"nhwc f16 split-K",
+         R"(graph @g(%x: f16[1,3,3,2048], %w: f16[6,3,3,2048], %b: f16[6]) -> ("y": f16[1,3,3,6]) {
   %y = Conv(%x, %w, %b) {channels_last = 1, pads = [1, 1, 1, 1]} : f16[1,3,3,6]
   return %y
 })",
@@ -268,29 +283,34 @@ TEST(KernelLibrary, ChannelsLastConvolutionAndPooling) {
          2,
          true,
          4e-3});
-  check({"nhwc f32 conv and depthwise conv", R"(graph @g(%x: f32[1,6,7,3], %w: f32[10,3,2,3], %d: f32[10,3,3,1]) -> ("y": f32[1,5,7,10]) {
+  check(
+      {"nhwc f32 conv and depthwise conv",
+       R"(graph @g(%x: f32[1,6,7,3], %w: f32[10,3,2,3], %d: f32[10,3,3,1]) -> ("y": f32[1,5,7,10]) {
   %c = Conv(%x, %w) {channels_last = 1, pads = [1, 0, 0, 1]} : f32[1,5,7,10]
   %y = Conv(%c, %d) {channels_last = 1, group = 10, pads = [1, 1, 1, 1]} : f32[1,5,7,10]
   return %y
 })",
-         {"dlc::conv_igemm", "dlc::conv_direct"}});
-  check({"nhwc pooling", R"(graph @g(%x: f32[2,5,6,10]) -> ("m": f32[2,3,3,10], "a": f32[2,3,3,10], "g": f32[2,1,1,10]) {
+       {"dlc::conv_igemm", "dlc::conv_direct"}});
+  check(
+      {"nhwc pooling",
+       R"(graph @g(%x: f32[2,5,6,10]) -> ("m": f32[2,3,3,10], "a": f32[2,3,3,10], "g": f32[2,1,1,10]) {
   %m = MaxPool(%x) {channels_last = 1, kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]} : f32[2,3,3,10]
   %a = AveragePool(%x) {channels_last = 1, count_include_pad = 1, kernel_shape = [3, 2], pads = [1, 0, 1, 0], strides = [2, 2]} : f32[2,3,3,10]
   %g = GlobalAveragePool(%x) {channels_last = 1} : f32[2,1,1,10]
   return %m, %a, %g
 })",
-         {"dlc::pool_window", "dlc::reduce"},
-         {},
-         1});
+       {"dlc::pool_window", "dlc::reduce"},
+       {},
+       1});
 }
 
 // What runs on a GPU: the FP16 convolution's PTX multiplies on tensor cores.
 TEST(KernelLibrary, TensorCoreConvolutionPtxUsesMma) {
   for (const char *dt : {"f16", "bf16"}) {
-    std::string ir = std::string(R"(graph @g(%x: )") + dt + R"([1,10,9,9], %w: )" + dt + R"([10,10,3,3]) -> ("y": )" +
-                     dt + R"([1,10,7,7]) {
-  %y = Conv(%x, %w) : )" + dt + R"([1,10,7,7]
+    std::string ir = std::string(R"(graph @g(%x: )") + dt + R"([1,10,9,9], %w: )" + dt +
+                     R"([10,10,3,3]) -> ("y": )" + dt + R"([1,10,7,7]) {
+  %y = Conv(%x, %w) : )" +
+                     dt + R"([1,10,7,7]
   return %y
 })";
     auto g = ir::parseGraph(ir, "tc");
@@ -307,7 +327,8 @@ TEST(KernelLibrary, TensorCoreConvolutionPtxUsesMma) {
       if (m->kind() == pkg::ModuleKind::Ptx)
         ptx.append(reinterpret_cast<const char *>((*pf)->section(m->data())), m->data()->size());
     EXPECT_NE(ptx.find("wmma.mma.sync"), std::string::npos) << dt << ": no WMMA in the PTX";
-    EXPECT_NE(ptx.find(std::string(".") + dt), std::string::npos) << dt << ": the MMA is not on " << dt;
+    EXPECT_NE(ptx.find(std::string(".") + dt), std::string::npos)
+        << dt << ": the MMA is not on " << dt;
     bool tc = false;
     for (const pkg::Kernel *k : *(*pf)->meta().kernels())
       tc |= k->tensor_core();
@@ -321,11 +342,20 @@ TEST(KernelLibrary, TensorCoreConvolutionPtxUsesMma) {
 TEST(KernelLibrary, ElementwiseHalf2) {
   for (const char *dt : {"f16", "bf16"}) {
     std::string t = dt, shape = t + "[4,6]";
-    std::string ir = "graph @g(%x: " + shape + ", %w: " + t + "[6,6]) -> (\"y\": " + shape + ") {\n"
-                     "  %m = MatMul(%x, %w) : " + shape + "\n"
-                     "  %a = Tanh(%m) : " + shape + "\n"
-                     "  %b = Mul(%a, %m) : " + shape + "\n"
-                     "  %y = MatMul(%b, %w) : " + shape + "\n"
+    std::string ir = "graph @g(%x: " + shape + ", %w: " + t + "[6,6]) -> (\"y\": " + shape +
+                     ") {\n"
+                     "  %m = MatMul(%x, %w) : " +
+                     shape +
+                     "\n"
+                     "  %a = Tanh(%m) : " +
+                     shape +
+                     "\n"
+                     "  %b = Mul(%a, %m) : " +
+                     shape +
+                     "\n"
+                     "  %y = MatMul(%b, %w) : " +
+                     shape +
+                     "\n"
                      "  return %y\n}";
     check({dt, ir.c_str(), {"dlc::elementwise"}, {}, 2, true, t == "f16" ? 4e-3 : 2e-2});
     auto g = ir::parseGraph(ir, "h2");
@@ -344,7 +374,8 @@ TEST(KernelLibrary, ElementwiseHalf2) {
         << dt << ": the element-wise group is not vectorized\n"
         << rep.cudaSource;
   }
-  check({"odd f16", R"(graph @g(%x: f16[3,5], %w: f16[5,5]) -> ("y": f16[3,5]) {
+  check({"odd f16",
+         R"(graph @g(%x: f16[3,5], %w: f16[5,5]) -> ("y": f16[3,5]) {
   %m = MatMul(%x, %w) : f16[3,5]
   %a = Tanh(%m) : f16[3,5]
   %y = MatMul(%a, %w) : f16[3,5]
@@ -358,17 +389,20 @@ TEST(KernelLibrary, ElementwiseHalf2) {
 }
 
 TEST(KernelLibrary, DirectAndTransposedConvolution) {
-  check({"depthwise", R"(graph @g(%x: f32[1,6,7,5], %w: f32[6,1,3,3], %b: f32[6]) -> ("y": f32[1,6,7,5]) {
+  check({"depthwise",
+         R"(graph @g(%x: f32[1,6,7,5], %w: f32[6,1,3,3], %b: f32[6]) -> ("y": f32[1,6,7,5]) {
   %y = Conv(%x, %w, %b) {group = 6, pads = [1, 1, 1, 1]} : f32[1,6,7,5]
   return %y
 })",
          {"dlc::conv_direct"}});
-  check({"grouped", R"(graph @g(%x: f32[2,4,5,5], %w: f32[6,2,2,2]) -> ("y": f32[2,6,4,4]) {
+  check({"grouped",
+         R"(graph @g(%x: f32[2,4,5,5], %w: f32[6,2,2,2]) -> ("y": f32[2,6,4,4]) {
   %y = Conv(%x, %w) {group = 2} : f32[2,6,4,4]
   return %y
 })",
          {"dlc::conv_direct"}});
-  check({"conv transpose", R"(graph @g(%x: f32[1,4,3,5], %w: f32[4,3,3,3], %b: f32[3]) -> ("y": f32[1,3,7,11]) {
+  check({"conv transpose",
+         R"(graph @g(%x: f32[1,4,3,5], %w: f32[4,3,3,3], %b: f32[3]) -> ("y": f32[1,3,7,11]) {
   %y = ConvTranspose(%x, %w, %b) {strides = [2, 2]} : f32[1,3,7,11]
   return %y
 })",
@@ -376,32 +410,38 @@ TEST(KernelLibrary, DirectAndTransposedConvolution) {
 }
 
 TEST(KernelLibrary, Pooling) {
-  check({"max pool with indices", R"(graph @g(%x: f32[2,3,7,9]) -> ("y": f32[2,3,4,4], "i": i64[2,3,4,4]) {
+  check({"max pool with indices",
+         R"(graph @g(%x: f32[2,3,7,9]) -> ("y": f32[2,3,4,4], "i": i64[2,3,4,4]) {
   %y, %i = MaxPool(%x) {kernel_shape = [3, 3], pads = [1, 1, 1, 0], strides = [2, 2]} : f32[2,3,4,4], i64[2,3,4,4]
   return %y, %i
 })",
          {"dlc::pool_window"}});
-  check({"average pool counting pads", R"(graph @g(%x: f32[1,2,5,6]) -> ("y": f32[1,2,3,3]) {
+  check({"average pool counting pads",
+         R"(graph @g(%x: f32[1,2,5,6]) -> ("y": f32[1,2,3,3]) {
   %y = AveragePool(%x) {count_include_pad = 1, kernel_shape = [3, 2], pads = [1, 0, 1, 0], strides = [2, 2]} : f32[1,2,3,3]
   return %y
 })",
          {"dlc::pool_window"}});
-  check({"global pools, short and long rows", R"(graph @g(%x: f32[2,3,5,3], %z: f32[1,2,17,19]) -> ("a": f32[2,3,1,1], "m": f32[1,2,1,1]) {
+  check(
+      {"global pools, short and long rows",
+       R"(graph @g(%x: f32[2,3,5,3], %z: f32[1,2,17,19]) -> ("a": f32[2,3,1,1], "m": f32[1,2,1,1]) {
   %a = GlobalAveragePool(%x) : f32[2,3,1,1]
   %m = GlobalMaxPool(%z) : f32[1,2,1,1]
   return %a, %m
 })",
-         {"dlc::reduce"}});
+       {"dlc::reduce"}});
 }
 
 TEST(KernelLibrary, Reductions) {
-  check({"middle axes, strided views", R"(graph @g(%x: f32[3,5,4,7]) -> ("s": f32[3,1,4,1], "p": f32[1,5,4,1]) {
+  check({"middle axes, strided views",
+         R"(graph @g(%x: f32[3,5,4,7]) -> ("s": f32[3,1,4,1], "p": f32[1,5,4,1]) {
   %s = ReduceSum(%x) {axes = [1, 3], keepdims = 1} : f32[3,1,4,1]
   %p = ReduceMax(%x) {axes = [0, 3], keepdims = 1} : f32[1,5,4,1]
   return %s, %p
 })",
          {"dlc::reduce"}});
-  check({"long rows: block per output", R"(graph @g(%x: f32[3,300]) -> ("m": f32[3], "n": f32[3], "q": f32[300]) {
+  check({"long rows: block per output",
+         R"(graph @g(%x: f32[3,300]) -> ("m": f32[3], "n": f32[3], "q": f32[300]) {
   %m = ReduceMean(%x) {axes = [1], keepdims = 0} : f32[3]
   %n = ReduceMin(%x) {axes = [1], keepdims = 0} : f32[3]
   %q = ReduceProd(%x) {axes = [0], keepdims = 0} : f32[300]
@@ -412,7 +452,8 @@ TEST(KernelLibrary, Reductions) {
          2,
          true,
          1e-4});
-  check({"integer max", R"(graph @g(%x: i64[4,70]) -> ("m": i64[4,1]) {
+  check({"integer max",
+         R"(graph @g(%x: i64[4,70]) -> ("m": i64[4,1]) {
   %m = ReduceMax(%x) {axes = [1], keepdims = 1} : i64[4,1]
   return %m
 })",
@@ -420,14 +461,16 @@ TEST(KernelLibrary, Reductions) {
 }
 
 TEST(KernelLibrary, SoftmaxFamily) {
-  check({"softmax over a middle axis", R"(graph @g(%x: f32[2,9,3]) -> ("y": f32[2,9,3], "l": f32[2,9,3], "h": f32[2,9,3]) {
+  check({"softmax over a middle axis",
+         R"(graph @g(%x: f32[2,9,3]) -> ("y": f32[2,9,3], "l": f32[2,9,3], "h": f32[2,9,3]) {
   %y = Softmax(%x) {axis = 1} : f32[2,9,3]
   %l = LogSoftmax(%x) {axis = 1} : f32[2,9,3]
   %h = Hardmax(%x) {axis = 1} : f32[2,9,3]
   return %y, %l, %h
 })",
          {"dlc::softmax"}});
-  check({"long rows", R"(graph @g(%x: f32[3,257]) -> ("y": f32[3,257]) {
+  check({"long rows",
+         R"(graph @g(%x: f32[3,257]) -> ("y": f32[3,257]) {
   %y = Softmax(%x) {axis = 1} : f32[3,257]
   return %y
 })",
@@ -438,20 +481,23 @@ TEST(KernelLibrary, ArgTopKCumSum) {
   ir::Tensor withNaN = ir::randomTensor(ir::TensorType(ir::DType::F32, {2, 7}), 3);
   static_cast<float *>(withNaN.mutableRaw())[2] = NAN;
   static_cast<float *>(withNaN.mutableRaw())[9] = NAN;
-  check({"argmax, argmin (last)", R"(graph @g(%x: f32[3,5,2]) -> ("a": i64[3,1,2], "b": i64[3,2]) {
+  check({"argmax, argmin (last)",
+         R"(graph @g(%x: f32[3,5,2]) -> ("a": i64[3,1,2], "b": i64[3,2]) {
   %a = ArgMax(%x) {axis = 1, keepdims = 1} : i64[3,1,2]
   %b = ArgMin(%x) {axis = 1, keepdims = 0, select_last_index = 1} : i64[3,2]
   return %a, %b
 })",
          {"dlc::argminmax"}});
   // With NaN (largest: NaN first, as PyTorch orders): every slot of the output written.
-  check({"topk with NaN", R"(graph @g(%x: f32[2,7]) -> ("v": f32[2,3], "i": i64[2,3]) {
+  check({"topk with NaN",
+         R"(graph @g(%x: f32[2,7]) -> ("v": f32[2,3], "i": i64[2,3]) {
   %v, %i = TopK(%x) {axis = 1, k = 3} : f32[2,3], i64[2,3]
   return %v, %i
 })",
          {"dlc::topk"},
          {{"x", withNaN}}});
-  check({"cumsum reverse exclusive", R"(graph @g(%x: f32[4,6,2]) -> ("y": f32[4,6,2]) {
+  check({"cumsum reverse exclusive",
+         R"(graph @g(%x: f32[4,6,2]) -> ("y": f32[4,6,2]) {
   %y = CumSum(%x) {axis = 1, exclusive = 1, reverse = 1} : f32[4,6,2]
   return %y
 })",
@@ -459,42 +505,49 @@ TEST(KernelLibrary, ArgTopKCumSum) {
 }
 
 TEST(KernelLibrary, Normalizations) {
-  check({"layer norm, broadcast scale, short and long rows", R"(graph @g(%x: f32[3,2,5], %s: f32[5], %b: f32[5], %z: f32[2,130], %zs: f32[130]) -> ("y": f32[3,2,5], "w": f32[2,130]) {
+  check(
+      {"layer norm, broadcast scale, short and long rows",
+       R"(graph @g(%x: f32[3,2,5], %s: f32[5], %b: f32[5], %z: f32[2,130], %zs: f32[130]) -> ("y": f32[3,2,5], "w": f32[2,130]) {
   %y = LayerNormalization(%x, %s, %b) {axis = 1} : f32[3,2,5]
   %w = LayerNormalization(%z, %zs) {axis = -1} : f32[2,130]
   return %y, %w
 })",
-         {"dlc::row_norm"},
-         {},
-         2,
-         true,
-         1e-4});
-  check({"group and instance norm", R"(graph @g(%x: f32[2,6,3,5], %s: f32[6], %b: f32[6]) -> ("g": f32[2,6,3,5], "i": f32[2,6,3,5]) {
+       {"dlc::row_norm"},
+       {},
+       2,
+       true,
+       1e-4});
+  check(
+      {"group and instance norm",
+       R"(graph @g(%x: f32[2,6,3,5], %s: f32[6], %b: f32[6]) -> ("g": f32[2,6,3,5], "i": f32[2,6,3,5]) {
   %g = GroupNormalization(%x, %s, %b) {num_groups = 3} : f32[2,6,3,5]
   %i = InstanceNormalization(%x, %s, %b) : f32[2,6,3,5]
   return %g, %i
 })",
-         {"dlc::row_norm"},
-         {},
-         2,
-         true,
-         1e-4});
-  check({"batch norm training, LRN", R"(graph @g(%x: f32[3,4,5], %s: f32[4], %b: f32[4], %m: f32[4], %v: f32[4]) -> ("y": f32[3,4,5], "rm": f32[4], "rv": f32[4], "l": f32[3,4,5]) {
+       {"dlc::row_norm"},
+       {},
+       2,
+       true,
+       1e-4});
+  check(
+      {"batch norm training, LRN",
+       R"(graph @g(%x: f32[3,4,5], %s: f32[4], %b: f32[4], %m: f32[4], %v: f32[4]) -> ("y": f32[3,4,5], "rm": f32[4], "rv": f32[4], "l": f32[3,4,5]) {
   %y, %rm, %rv = BatchNormalization(%x, %s, %b, %m, %v) {training_mode = 1} : f32[3,4,5], f32[4], f32[4]
   %l = LRN(%x) {size = 3} : f32[3,4,5]
   return %y, %rm, %rv, %l
 })",
-         {"dlc::batchnorm_train", "dlc::lrn"},
-         {{"v", ir::randomTensor(ir::TensorType(ir::DType::F32, {4}), 5, 0.5, 1.5)}},
-         2,
-         true,
-         1e-4});
+       {"dlc::batchnorm_train", "dlc::lrn"},
+       {{"v", ir::randomTensor(ir::TensorType(ir::DType::F32, {4}), 5, 0.5, 1.5)}},
+       2,
+       true,
+       1e-4});
 }
 
 TEST(KernelLibrary, Attention) {
   // Head size 72 (three chunks of 32 lanes, the last partial), 70 keys (three key
   // tiles, the last partial), 3 heads, one sequence.
-  check({"attention", R"(graph @g(%qkv: f32[1,70,648], %mask: f32[70,70]) -> ("y": f32[1,70,216]) {
+  check({"attention",
+         R"(graph @g(%qkv: f32[1,70,648], %mask: f32[70,70]) -> ("y": f32[1,70,216]) {
   %q = Slice(%qkv) {axes = [2], ends = [216], starts = [0]} : f32[1,70,216]
   %k = Slice(%qkv) {axes = [2], ends = [432], starts = [216]} : f32[1,70,216]
   %v = Slice(%qkv) {axes = [2], ends = [648], starts = [432]} : f32[1,70,216]
@@ -524,16 +577,19 @@ TEST(KernelLibrary, Attention) {
 namespace {
 // LSTM: 4 batch rows, 80 hidden units: the persistent kernel takes 64 units per block,
 // so two blocks meet at the grid barrier every step. Bidirectional, with lengths.
-const char *kLstm = R"(graph @g(%x: f32[6,4,3], %w: f32[2,320,3], %r: f32[2,320,80], %b: f32[2,640], %lens: i32[4], %h0: f32[2,4,80], %c0: f32[2,4,80]) -> ("y": f32[6,2,4,80], "h": f32[2,4,80], "c": f32[2,4,80]) {
+const char *kLstm =
+    R"(graph @g(%x: f32[6,4,3], %w: f32[2,320,3], %r: f32[2,320,80], %b: f32[2,640], %lens: i32[4], %h0: f32[2,4,80], %c0: f32[2,4,80]) -> ("y": f32[6,2,4,80], "h": f32[2,4,80], "c": f32[2,4,80]) {
   %y, %h, %c = LSTM(%x, %w, %r, %b, %lens, %h0, %c0) {direction = "bidirectional", hidden_size = 80} : f32[6,2,4,80], f32[2,4,80], f32[2,4,80]
   return %y, %h, %c
 })";
 // GRU without linear_before_reset (two barriers per step in the persistent kernel).
-const char *kGru = R"(graph @g(%x: f32[2,5,3], %w: f32[1,15,3], %r: f32[1,15,5], %b: f32[1,30]) -> ("y": f32[2,1,5,5], "h": f32[1,2,5]) {
+const char *kGru =
+    R"(graph @g(%x: f32[2,5,3], %w: f32[1,15,3], %r: f32[1,15,5], %b: f32[1,30]) -> ("y": f32[2,1,5,5], "h": f32[1,2,5]) {
   %y, %h = GRU(%x, %w, %r, %b) {hidden_size = 5, layout = 1} : f32[2,1,5,5], f32[1,2,5]
   return %y, %h
 })";
-const char *kGruLbr = R"(graph @g(%x: f32[7,2,3], %w: f32[1,18,3], %r: f32[1,18,6]) -> ("y": f32[7,1,2,6]) {
+const char *kGruLbr =
+    R"(graph @g(%x: f32[7,2,3], %w: f32[1,18,3], %r: f32[1,18,6]) -> ("y": f32[7,1,2,6]) {
   %y, %h = GRU(%x, %w, %r) {hidden_size = 6, linear_before_reset = 1, direction = "reverse"} : f32[7,1,2,6], f32[1,2,6]
   return %y
 })";
@@ -541,9 +597,16 @@ const char *kGruLbr = R"(graph @g(%x: f32[7,2,3], %w: f32[1,18,3], %r: f32[1,18,
 
 TEST(KernelLibrary, PersistentRecurrentKernels) {
   ir::Tensor lens = ints(ir::DType::I32, {4}, {6, 3, 0, 5});
-  check({"lstm persistent", kLstm, {"dlc::lstm_persistent", "dlc::rnn_init", "dlc::rnn_final"}, {{"lens", lens}}, 2, true, 1e-4});
+  check({"lstm persistent",
+         kLstm,
+         {"dlc::lstm_persistent", "dlc::rnn_init", "dlc::rnn_final"},
+         {{"lens", lens}},
+         2,
+         true,
+         1e-4});
   check({"gru persistent", kGru, {"dlc::gru_persistent"}, {}, 2, true, 1e-4});
-  check({"gru persistent, linear before reset", kGruLbr, {"dlc::gru_persistent"}, {}, 2, true, 1e-4});
+  check(
+      {"gru persistent, linear before reset", kGruLbr, {"dlc::gru_persistent"}, {}, 2, true, 1e-4});
 }
 
 TEST(KernelLibrary, PerStepRecurrentKernels) {
@@ -554,16 +617,19 @@ TEST(KernelLibrary, PerStepRecurrentKernels) {
 }
 
 TEST(KernelLibrary, PadAndSplit) {
-  check({"pad modes", R"(graph @g(%x: f32[3,4,5]) -> ("c": f32[5,4,8], "e": f32[3,6,5], "r": f32[3,4,9], "w": f32[3,4,11]) {
+  check(
+      {"pad modes",
+       R"(graph @g(%x: f32[3,4,5]) -> ("c": f32[5,4,8], "e": f32[3,6,5], "r": f32[3,4,9], "w": f32[3,4,11]) {
   %c = Pad(%x) {pads = [1, 0, 2, 1, 0, 1]} : f32[5,4,8]
   %e = Pad(%x) {mode = "edge", pads = [0, 1, 0, 0, 1, 0]} : f32[3,6,5]
   %r = Pad(%x) {mode = "reflect", pads = [0, 0, 2, 0, 0, 2]} : f32[3,4,9]
   %w = Pad(%x) {mode = "wrap", pads = [0, 0, 3, 0, 0, 3]} : f32[3,4,11]
   return %c, %e, %r, %w
 })",
-         {"dlc::pad"}});
+       {"dlc::pad"}});
   // At -O0 Split stays Split (canonicalize would turn it into slices).
-  check({"split", R"(graph @g(%x: f32[3,7,2]) -> ("a": f32[3,2,2], "b": f32[3,5,2]) {
+  check({"split",
+         R"(graph @g(%x: f32[3,7,2]) -> ("a": f32[3,2,2], "b": f32[3,5,2]) {
   %a, %b = Split(%x) {axis = 1, split = [2, 5]} : f32[3,2,2], f32[3,5,2]
   return %a, %b
 })",
@@ -573,44 +639,54 @@ TEST(KernelLibrary, PadAndSplit) {
 }
 
 TEST(KernelLibrary, GatherScatterFamily) {
-  check({"gather elements, scatter elements (add)", R"(graph @g(%x: f32[3,4], %i: i64[2,4], %u: f32[2,4]) -> ("g": f32[2,4], "s": f32[3,4]) {
+  check({"gather elements, scatter elements (add)",
+         R"(graph @g(%x: f32[3,4], %i: i64[2,4], %u: f32[2,4]) -> ("g": f32[2,4], "s": f32[3,4]) {
   %g = GatherElements(%x, %i) {axis = 0} : f32[2,4]
   %s = ScatterElements(%x, %i, %u) {axis = 0, reduction = "add"} : f32[3,4]
   return %g, %s
 })",
          {"dlc::gather_elements", "dlc::scatter_elements"},
          {{"i", ints(ir::DType::I64, {2, 4}, {0, 2, -1, 1, 1, 1, 0, 2})}}});
-  check({"gather nd, scatter nd", R"(graph @g(%x: f32[3,4,2], %i: i64[5,2], %u: f32[2,2]) -> ("g": f32[5,2], "s": f32[3,4,2]) {
+  check(
+      {"gather nd, scatter nd",
+       R"(graph @g(%x: f32[3,4,2], %i: i64[5,2], %u: f32[2,2]) -> ("g": f32[5,2], "s": f32[3,4,2]) {
   %g = GatherND(%x, %i) : f32[5,2]
   %j = Slice(%i) {axes = [0], ends = [2], starts = [0]} : i64[2,2]
   %s = ScatterND(%x, %j, %u) : f32[3,4,2]
   return %g, %s
 })",
-         {"dlc::gather_nd", "dlc::scatter_nd"},
-         {{"i", ints(ir::DType::I64, {5, 2}, {0, 1, 2, 3, -1, 0, 1, 2, 2, 0})}}});
-  check({"one hot, trilu, reverse sequence", R"(graph @g(%i: i64[2,3], %v: f32[2], %x: f32[2,4,5], %s: f32[4,3,2], %l: i64[3]) -> ("o": f32[2,5,3], "t": f32[2,4,5], "r": f32[4,3,2]) {
+       {"dlc::gather_nd", "dlc::scatter_nd"},
+       {{"i", ints(ir::DType::I64, {5, 2}, {0, 1, 2, 3, -1, 0, 1, 2, 2, 0})}}});
+  check(
+      {"one hot, trilu, reverse sequence",
+       R"(graph @g(%i: i64[2,3], %v: f32[2], %x: f32[2,4,5], %s: f32[4,3,2], %l: i64[3]) -> ("o": f32[2,5,3], "t": f32[2,4,5], "r": f32[4,3,2]) {
   %o = OneHot(%i, %v) {axis = 1, depth = 5} : f32[2,5,3]
   %t = Trilu(%x) {k = 1} : f32[2,4,5]
   %r = ReverseSequence(%s, %l) {batch_axis = 1, time_axis = 0} : f32[4,3,2]
   return %o, %t, %r
 })",
-         {"dlc::onehot", "dlc::trilu", "dlc::reverse_sequence"},
-         {{"i", ints(ir::DType::I64, {2, 3}, {0, 4, -1, 2, 7, 1})}, {"l", ints(ir::DType::I64, {3}, {4, 1, 3})}}});
+       {"dlc::onehot", "dlc::trilu", "dlc::reverse_sequence"},
+       {{"i", ints(ir::DType::I64, {2, 3}, {0, 4, -1, 2, 7, 1})},
+        {"l", ints(ir::DType::I64, {3}, {4, 1, 3})}}});
 }
 
 TEST(KernelLibrary, ResizeUnpoolFill) {
-  check({"resize linear", R"(graph @g(%x: f32[1,2,3,5]) -> ("y": f32[1,2,7,4]) {
+  check({"resize linear",
+         R"(graph @g(%x: f32[1,2,3,5]) -> ("y": f32[1,2,7,4]) {
   %y = Resize(%x) {mode = "linear", scales = [1.0, 1.0, 2.3333333, 0.8], sizes = [1, 2, 7, 4]} : f32[1,2,7,4]
   return %y
 })",
          {"dlc::resize"}});
-  check({"max unpool", R"(graph @g(%x: f32[1,1,2,2], %i: i64[1,1,2,2]) -> ("y": f32[1,1,4,4]) {
+  check({"max unpool",
+         R"(graph @g(%x: f32[1,1,2,2], %i: i64[1,1,2,2]) -> ("y": f32[1,1,4,4]) {
   %y = MaxUnpool(%x, %i) {kernel_shape = [2, 2], strides = [2, 2]} : f32[1,1,4,4]
   return %y
 })",
          {"dlc::max_unpool"},
          {{"i", ints(ir::DType::I64, {1, 1, 2, 2}, {0, 3, 10, 15})}}});
-  check({"range, constant of shape, integer matmul", R"(graph @g(%a: i32[2,3,4], %b: i32[2,4,5]) -> ("r": f32[7], "c": i64[2,3], "m": i32[2,3,5]) {
+  check(
+      {"range, constant of shape, integer matmul",
+       R"(graph @g(%a: i32[2,3,4], %b: i32[2,4,5]) -> ("r": f32[7], "c": i64[2,3], "m": i32[2,3,5]) {
   %s = const f32[] dense<[0.5]>
   %l = const f32[] dense<[4.0]>
   %d = const f32[] dense<[0.5]>
@@ -619,9 +695,9 @@ TEST(KernelLibrary, ResizeUnpoolFill) {
   %m = MatMul(%a, %b) : i32[2,3,5]
   return %r, %c, %m
 })",
-         {"dlc::fill", "dlc::matmul_int"},
-         {},
-         0});
+       {"dlc::fill", "dlc::matmul_int"},
+       {},
+       0});
 }
 
 // More than 2^31 elements: the code generator must choose 64-bit indices on its own.
@@ -641,8 +717,10 @@ TEST(KernelLibrary, MoreThan2To31ElementsTake64BitIndices) {
   }
   if (availableKb < 6l * 1024 * 1024)
     GTEST_SKIP() << "needs 6 GiB of free memory, " << availableKb / 1024 << " MiB available";
-  std::string ir = "graph @big(%x: u8[" + std::to_string(n) + "]) -> (\"y\": u8[40]) {\n  %y = Slice(%x) {axes = [0], ends = [" +
-                   std::to_string(n) + "], starts = [" + std::to_string(n - 80) + "], steps = [2]} : u8[40]\n  return %y\n}";
+  std::string ir = "graph @big(%x: u8[" + std::to_string(n) +
+                   "]) -> (\"y\": u8[40]) {\n  %y = Slice(%x) {axes = [0], ends = [" +
+                   std::to_string(n) + "], starts = [" + std::to_string(n - 80) +
+                   "], steps = [2]} : u8[40]\n  return %y\n}";
   auto g = ir::parseGraph(ir, "big");
   ASSERT_TRUE(bool(g)) << llvm::toString(g.takeError());
   codegen::CompileOptions co;
@@ -650,7 +728,8 @@ TEST(KernelLibrary, MoreThan2To31ElementsTake64BitIndices) {
   codegen::CompileReport rep;
   auto bytes = codegen::compileGraph(**g, co, &rep);
   ASSERT_TRUE(bool(bytes)) << llvm::toString(bytes.takeError());
-  EXPECT_NE(rep.cudaSource.find("dlc::elementwise<dlc::idx64,"), std::string::npos) << rep.cudaSource;
+  EXPECT_NE(rep.cudaSource.find("dlc::elementwise<dlc::idx64,"), std::string::npos)
+      << rep.cudaSource;
   auto pf = pkg::PackageFile::fromBytes(bytes->data(), bytes->size(), "big");
   ASSERT_TRUE(pf.ok()) << pf.status().message();
   rt::SessionOptions so;

@@ -1,7 +1,6 @@
 // TensorProto -> ir::Tensor for every storage field ONNX uses.
-#include "onnx/OnnxUtil.h"
-
 #include "dlc/ir/Graph.h"
+#include "onnx/OnnxUtil.h"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,7 @@
 #include "dlc/ir/Tensor.h"
 
-#include <gtest/gtest.h>
-
 #include <cmath>
+#include <gtest/gtest.h>
 #include <random>
 
 using namespace dlc::ir;

@@ -5,7 +5,9 @@ using namespace dlc::ir;
 using dlc::test::errorOf;
 
 namespace {
-TensorType f32(Shape s) { return TensorType(DType::F32, std::move(s)); }
+TensorType f32(Shape s) {
+  return TensorType(DType::F32, std::move(s));
+}
 } // namespace
 
 TEST(Graph, UseListsFollowMutations) {

@@ -93,7 +93,8 @@ TEST(Interpreter, ConvTransposeScattersKernel) {
 }
 
 TEST(Interpreter, PoolingCountsPaddingOnlyWhenAsked) {
-  const char *ir = R"(graph @g(%x: f32[1,1,2,2]) -> ("y": f32[1,1,2,2], "z": f32[1,1,2,2], "m": f32[1,1,1,1], "i": i64[1,1,1,1]) {
+  const char *ir =
+      R"(graph @g(%x: f32[1,1,2,2]) -> ("y": f32[1,1,2,2], "z": f32[1,1,2,2], "m": f32[1,1,1,1], "i": i64[1,1,1,1]) {
   %0 = AveragePool(%x) {kernel_shape = [2, 2], pads = [1, 1, 0, 0]} : f32[1,1,2,2]
   %1 = AveragePool(%x) {kernel_shape = [2, 2], pads = [1, 1, 0, 0], count_include_pad = 1} : f32[1,1,2,2]
   %2, %3 = MaxPool(%x) {kernel_shape = [2, 2]} : f32[1,1,1,1], i64[1,1,1,1]
@@ -132,7 +133,8 @@ TEST(Interpreter, ReductionsAndLayerNorm) {
 }
 
 TEST(Interpreter, MovementOps) {
-  const char *ir = R"(graph @g(%x: f32[2,3]) -> ("t": f32[3,2], "s": f32[2,2], "p": f32[2,5], "g": f32[2,2], "c": f32[4,3]) {
+  const char *ir =
+      R"(graph @g(%x: f32[2,3]) -> ("t": f32[3,2], "s": f32[2,2], "p": f32[2,5], "g": f32[2,2], "c": f32[4,3]) {
   %idx = const i64[2] dense<[-1, 0]>
   %0 = Transpose(%x) : f32[3,2]
   %1 = Slice(%x) {starts = [-1], ends = [-4], axes = [1], steps = [-2]} : f32[2,2]
@@ -188,7 +190,8 @@ TEST(Interpreter, LstmWithSaturatedGatesTracksCellInput) {
   for (int g : {0, 1, 2}) // i, o, f input biases
     b[g] = 30.0f;
   b[3] = 0.5f;
-  auto g = test::parseIR(R"(graph @g(%x: f32[2,1,1], %w: f32[1,4,1], %r: f32[1,4,1], %b: f32[1,8]) -> ("y": f32[2,1,1,1]) {
+  auto g = test::parseIR(
+      R"(graph @g(%x: f32[2,1,1], %w: f32[1,4,1], %r: f32[1,4,1], %b: f32[1,8]) -> ("y": f32[2,1,1,1]) {
   %y, %h = LSTM(%x, %w, %r, %b) {hidden_size = 1} : f32[2,1,1,1], f32[1,1,1]
   return %y
 })");

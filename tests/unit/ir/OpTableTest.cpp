@@ -2,7 +2,6 @@
 #include "dlc/ir/OpDef.h"
 
 #include <gtest/gtest.h>
-
 #include <set>
 
 using namespace dlc::ir;

@@ -23,7 +23,8 @@ void expectRoundTrip(const std::string &text, const std::string &what) {
 std::vector<std::filesystem::path> corpusFiles() {
   std::vector<std::filesystem::path> files;
   for (const char *dir : {"tests/unit/ir/corpus"})
-    for (auto &e : std::filesystem::recursive_directory_iterator(std::string(DLC_SOURCE_DIR) + "/" + dir))
+    for (auto &e :
+         std::filesystem::recursive_directory_iterator(std::string(DLC_SOURCE_DIR) + "/" + dir))
       if (e.path().extension() == ".ir")
         files.push_back(e.path());
   std::sort(files.begin(), files.end());
@@ -44,14 +45,16 @@ TEST(TextIR, CorpusRoundTrips) {
 // The lit inputs of the pass tests are a second corpus (split on "// -----").
 TEST(TextIR, LitPassInputsRoundTrip) {
   int count = 0;
-  for (auto &e : std::filesystem::directory_iterator(std::string(DLC_SOURCE_DIR) + "/tests/lit/passes")) {
+  for (auto &e :
+       std::filesystem::directory_iterator(std::string(DLC_SOURCE_DIR) + "/tests/lit/passes")) {
     if (e.path().extension() != ".ir")
       continue;
     std::string text = test::readSourceFile(std::filesystem::relative(e.path(), DLC_SOURCE_DIR));
     size_t pos = 0;
     while (pos < text.size()) {
       size_t sep = text.find("\n// -----\n", pos);
-      std::string chunk = text.substr(pos, sep == std::string::npos ? std::string::npos : sep - pos);
+      std::string chunk =
+          text.substr(pos, sep == std::string::npos ? std::string::npos : sep - pos);
       expectRoundTrip(chunk, e.path().filename().string() + " #" + std::to_string(count++));
       pos = sep == std::string::npos ? text.size() : sep + 10;
     }
@@ -98,42 +101,57 @@ TEST_P(ParserErrors, OneLineErrorWithLocation) {
 INSTANTIATE_TEST_SUITE_P(
     TextIR, ParserErrors,
     ::testing::Values(
-        BadIR{"syntax", "graph @g(%x: f32[2]) -> (\"y\": f32[2]) {\n  %0 = Relu(%x : f32[2]\n  return %0\n}\n",
-              "bad.ir:2:16: expected ',' between operands, found ':'"},
-        BadIR{"unknown_op", "graph @g(%x: f32[2]) -> (\"y\": f32[2]) {\n  %0 = Frobnicate(%x) : f32[2]\n  return %0\n}\n",
+        BadIR{
+            "syntax",
+            "graph @g(%x: f32[2]) -> (\"y\": f32[2]) {\n  %0 = Relu(%x : f32[2]\n  return %0\n}\n",
+            "bad.ir:2:16: expected ',' between operands, found ':'"},
+        BadIR{"unknown_op",
+              "graph @g(%x: f32[2]) -> (\"y\": f32[2]) {\n  %0 = Frobnicate(%x) : f32[2]\n  return "
+              "%0\n}\n",
               "bad.ir:2:8: unknown op 'Frobnicate'"},
-        BadIR{"undefined", "graph @g(%x: f32[2]) -> (\"y\": f32[2]) {\n  %0 = Relu(%z) : f32[2]\n  return %0\n}\n",
-              "bad.ir:2:13: use of undefined value '%z'"},
+        BadIR{
+            "undefined",
+            "graph @g(%x: f32[2]) -> (\"y\": f32[2]) {\n  %0 = Relu(%z) : f32[2]\n  return %0\n}\n",
+            "bad.ir:2:13: use of undefined value '%z'"},
         BadIR{"use_before_def",
-              "graph @g(%x: f32[2]) -> (\"y\": f32[2]) {\n  %0 = Relu(%1) : f32[2]\n  %1 = Neg(%x) : f32[2]\n  return %0\n}\n",
+              "graph @g(%x: f32[2]) -> (\"y\": f32[2]) {\n  %0 = Relu(%1) : f32[2]\n  %1 = Neg(%x) "
+              ": f32[2]\n  return %0\n}\n",
               "bad.ir:2:13: value '%1' is used before its definition at line 3"},
         BadIR{"cycle",
-              "graph @g(%x: f32[2]) -> (\"y\": f32[2]) {\n  %a = Add(%x, %b) : f32[2]\n  %b = Relu(%a) : f32[2]\n  return %b\n}\n",
+              "graph @g(%x: f32[2]) -> (\"y\": f32[2]) {\n  %a = Add(%x, %b) : f32[2]\n  %b = "
+              "Relu(%a) : f32[2]\n  return %b\n}\n",
               "bad.ir:2:16: value '%b' is used before its definition at line 3 (a cycle"},
-        BadIR{"type_mismatch",
-              "graph @g(%x: f32[2], %i: i64[2]) -> (\"y\": f32[2]) {\n  %0 = Add(%x, %i) : f32[2]\n  return %0\n}\n",
-              "bad.ir:2:3: (Add): operands 0 and 1 must have the same element type, got f32 and i64"},
-        BadIR{"shape_mismatch",
-              "graph @g(%x: f32[2]) -> (\"y\": f32[3]) {\n  %0 = Relu(%x) : f32[3]\n  return %0\n}\n",
-              "bad.ir:2:3: (Relu): result 0 has type f32[3], but the op infers f32[2]"},
-        BadIR{"redefinition",
-              "graph @g(%x: f32[2]) -> (\"y\": f32[2]) {\n  %x = Relu(%x) : f32[2]\n  return %x\n}\n",
-              "bad.ir:2:3: redefinition of value '%x'"},
+        BadIR{
+            "type_mismatch",
+            "graph @g(%x: f32[2], %i: i64[2]) -> (\"y\": f32[2]) {\n  %0 = Add(%x, %i) : f32[2]\n  "
+            "return %0\n}\n",
+            "bad.ir:2:3: (Add): operands 0 and 1 must have the same element type, got f32 and i64"},
+        BadIR{
+            "shape_mismatch",
+            "graph @g(%x: f32[2]) -> (\"y\": f32[3]) {\n  %0 = Relu(%x) : f32[3]\n  return %0\n}\n",
+            "bad.ir:2:3: (Relu): result 0 has type f32[3], but the op infers f32[2]"},
+        BadIR{
+            "redefinition",
+            "graph @g(%x: f32[2]) -> (\"y\": f32[2]) {\n  %x = Relu(%x) : f32[2]\n  return %x\n}\n",
+            "bad.ir:2:3: redefinition of value '%x'"},
         BadIR{"bad_dtype", "graph @g(%x: f31[2]) -> (\"y\": f32[2]) {\n  return %x\n}\n",
               "bad.ir:1:14: unknown element type 'f31'"},
         BadIR{"constant_size",
-              "graph @g(%x: f32[2]) -> (\"y\": f32[2]) {\n  %c = const f32[2] dense<[1.0]>\n  return %x\n}\n",
+              "graph @g(%x: f32[2]) -> (\"y\": f32[2]) {\n  %c = const f32[2] dense<[1.0]>\n  "
+              "return %x\n}\n",
               "bad.ir:2:27: constant of type f32[2] needs 2 elements, got 1"},
-        BadIR{"bad_char", "graph @g(%x: f32[2]) -> (\"y\": f32[2]) {\n  # comment\n  return %x\n}\n",
+        BadIR{"bad_char",
+              "graph @g(%x: f32[2]) -> (\"y\": f32[2]) {\n  # comment\n  return %x\n}\n",
               "bad.ir:2:3: unexpected character '#'"},
         BadIR{"missing_attr",
-              "graph @g(%x: f32[2]) -> (\"y\": f32[2]) {\n  %0 = Reshape(%x) : f32[2]\n  return %0\n}\n",
+              "graph @g(%x: f32[2]) -> (\"y\": f32[2]) {\n  %0 = Reshape(%x) : f32[2]\n  return "
+              "%0\n}\n",
               "bad.ir:2:3: (Reshape): missing required attribute 'shape'"},
-        BadIR{"output_type",
-              "graph @g(%x: f32[2]) -> (\"y\": f32[3]) {\n  return %x\n}\n",
+        BadIR{"output_type", "graph @g(%x: f32[2]) -> (\"y\": f32[3]) {\n  return %x\n}\n",
               "bad.ir:1:26: output \"y\" is declared f32[3] but the returned value '%x' is f32[2]"},
         BadIR{"unterminated", "graph @g(%x: f32[2]) -> (\"y: f32[2]) {\n  return %x\n}\n",
               "bad.ir:1:26: unterminated string"},
-        BadIR{"huge_dims", "graph @g(%x: f32[4294967296,4294967296]) -> (\"y\": f32[2]) {\n  return %x\n}\n",
+        BadIR{"huge_dims",
+              "graph @g(%x: f32[4294967296,4294967296]) -> (\"y\": f32[2]) {\n  return %x\n}\n",
               "bad.ir:1:14: type f32[4294967296,4294967296] has too many elements"}),
     [](const ::testing::TestParamInfo<BadIR> &i) { return std::string(i.param.name); });

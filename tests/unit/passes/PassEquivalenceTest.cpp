@@ -1,7 +1,6 @@
 // Every pass: reference interpreter before vs after on random inputs, plus the
 // structural effect the pass is for.
 #include "../Testing.h"
-
 #include "dlc/ir/FusionRules.h"
 
 using namespace dlc;
@@ -30,7 +29,7 @@ TEST(DeadCodeElimination, RemovesDeadChainsKeepsOutputs) {
   %3 = Neg(%x) : f32[4]
   return %3
 })",
-                                          "dce");
+                                       "dce");
   ASSERT_TRUE(g);
   EXPECT_EQ(g->numNodes(), 1u);
   EXPECT_TRUE(g->constants().empty());
@@ -52,7 +51,7 @@ TEST(CommonSubexpressionElimination, MergesSameOpOperandsAttrs) {
   %8 = Add(%3, %4) : f32[3,2]
   return %7, %8
 })",
-                                          "cse");
+                                       "cse");
   ASSERT_TRUE(g);
   EXPECT_EQ(countOps(*g, OpKind::Add), 3u) << "the two x+c adds merge";
   EXPECT_EQ(countOps(*g, OpKind::Softmax), 2u) << "different attributes never merge";
@@ -70,7 +69,7 @@ TEST(ConstantFolding, FoldsConstantSubgraphsViaInterpreter) {
   %3 = Add(%x, %2) : f32[2,2]
   return %3
 })",
-                                          "constfold");
+                                       "constfold");
   ASSERT_TRUE(g);
   EXPECT_EQ(g->numNodes(), 1u);
   ASSERT_EQ(g->constants().size(), 1u);
@@ -97,7 +96,8 @@ TEST(ConstantFolding, RespectsSizeLimitAndKeepsErrorsForRuntime) {
 }
 
 TEST(Canonicalize, RemovesNoOpsAndFoldsChains) {
-  auto g = test::expectEquivalentAfter(R"(graph @g(%x: f32[2,3,4]) -> ("y": f32[24], "t": f32[2,3,4]) {
+  auto g =
+      test::expectEquivalentAfter(R"(graph @g(%x: f32[2,3,4]) -> ("y": f32[24], "t": f32[2,3,4]) {
   %zero = const f32[] dense<[0.0]>
   %one = const f32[4] dense<[1.0, 1.0, 1.0, 1.0]>
   %0 = Identity(%x) : f32[2,3,4]
@@ -112,7 +112,7 @@ TEST(Canonicalize, RemovesNoOpsAndFoldsChains) {
   %9 = Cast(%8) {to = "f32"} : f32[2,3,4]
   return %5, %9
 })",
-                                          "canonicalize,dce");
+                                  "canonicalize,dce");
   ASSERT_TRUE(g);
   EXPECT_EQ(countOps(*g, OpKind::Reshape), 1u);
   EXPECT_EQ(countOps(*g, OpKind::Transpose), 0u) << "the three perms compose to the identity";
@@ -127,12 +127,13 @@ TEST(Canonicalize, RemovesNoOpsAndFoldsChains) {
 }
 
 TEST(Canonicalize, GemmBecomesMatMulPlusAddOnlyWhenExact) {
-  auto g = test::expectEquivalentAfter(R"(graph @g(%a: f32[2,3], %b: f32[4,3], %c: f32[4]) -> ("y": f32[2,4], "z": f32[2,4]) {
+  auto g = test::expectEquivalentAfter(
+      R"(graph @g(%a: f32[2,3], %b: f32[4,3], %c: f32[4]) -> ("y": f32[2,4], "z": f32[2,4]) {
   %0 = Gemm(%a, %b, %c) {transB = 1} : f32[2,4]
   %1 = Gemm(%a, %b, %c) {transB = 1, alpha = 0.5} : f32[2,4]
   return %0, %1
 })",
-                                          "canonicalize");
+      "canonicalize");
   ASSERT_TRUE(g);
   EXPECT_EQ(countOps(*g, OpKind::Gemm), 1u) << "alpha != 1 stays a Gemm";
   EXPECT_EQ(countOps(*g, OpKind::MatMul), 1u);
@@ -145,7 +146,7 @@ TEST(Canonicalize, ShapeOfStaticValueIsConstant) {
   %0 = Shape(%x) {start = 1} : i64[2]
   return %0
 })",
-                                          "canonicalize");
+                                       "canonicalize");
   ASSERT_TRUE(g);
   EXPECT_EQ(g->numNodes(), 0u);
   ASSERT_EQ(g->constants().size(), 1u);
@@ -156,8 +157,8 @@ TEST(Canonicalize, ShapeOfStaticValueIsConstant) {
 TEST(DefaultPipeline, CorpusStaysEquivalent) {
   for (const char *f : kCorpus) {
     SCOPED_TRACE(f);
-    test::expectEquivalentAfter(test::readSourceFile(f), "canonicalize,constfold,cse,dce", 2,
-                                   1e-5, 1e-5);
+    test::expectEquivalentAfter(test::readSourceFile(f), "canonicalize,constfold,cse,dce", 2, 1e-5,
+                                1e-5);
   }
 }
 
@@ -184,8 +185,8 @@ TEST(FoldBatchNorm, ConvAndNormalizationBecomeOneConv) {
 TEST(Fusion, AnnotatesWithoutChangingTheComputation) {
   for (const char *f : kCorpus) {
     SCOPED_TRACE(f);
-    auto g = test::expectEquivalentAfter(test::readSourceFile(f), "canonicalize,fold-bn,constfold,cse,dce,fuse", 2,
-                                         1e-5, 1e-5);
+    auto g = test::expectEquivalentAfter(
+        test::readSourceFile(f), "canonicalize,fold-bn,constfold,cse,dce,fuse", 2, 1e-5, 1e-5);
     ASSERT_TRUE(g);
     size_t annotated = 0;
     for (const Node &n : g->nodes())
@@ -204,10 +205,12 @@ TEST(MixedPrecision, CorpusMatchesFp32WithinHalfPrecision) {
     SCOPED_TRACE(f);
     auto before = test::parseIR(test::readSourceFile(f));
     ASSERT_TRUE(before);
-    auto g = test::expectEquivalentAfter(test::readSourceFile(f), "precision,canonicalize,cse,dce", 2, 3e-2, 3e-2);
+    auto g = test::expectEquivalentAfter(test::readSourceFile(f), "precision,canonicalize,cse,dce",
+                                         2, 3e-2, 3e-2);
     ASSERT_TRUE(g);
     for (size_t i = 0; i < g->outputs().size(); ++i)
-      EXPECT_EQ(g->outputs()[i].value->dtype(), before->outputs()[i].value->dtype()) << g->outputs()[i].name;
+      EXPECT_EQ(g->outputs()[i].value->dtype(), before->outputs()[i].value->dtype())
+          << g->outputs()[i].name;
     size_t reduced = 0;
     for (const Node &n : g->nodes()) {
       reduced += n.numResults() && n.result()->dtype() == DType::F16;
@@ -236,7 +239,8 @@ TEST(MixedPrecision, CastChainsFoldOnlyWhenExact) {
   EXPECT_FALSE(castIsExact(DType::I32, DType::F32));
   EXPECT_FALSE(castIsExact(DType::I16, DType::F16));
   EXPECT_FALSE(castIsExact(DType::I8, DType::U16));
-  auto g = test::expectEquivalentAfter(R"(graph @g(%x: f16[3], %b: bool[3]) -> ("y": f16[3], "z": f32[3], "w": f16[3]) {
+  auto g = test::expectEquivalentAfter(
+      R"(graph @g(%x: f16[3], %b: bool[3]) -> ("y": f16[3], "z": f32[3], "w": f16[3]) {
   %0 = Cast(%x) {to = "f32"} : f32[3]
   %1 = Cast(%0) {to = "f16"} : f16[3]
   %2 = Cast(%0) {to = "bf16"} : bf16[3]
@@ -245,10 +249,11 @@ TEST(MixedPrecision, CastChainsFoldOnlyWhenExact) {
   %5 = Cast(%4) {to = "f16"} : f16[3]
   return %1, %3, %5
 })",
-                                       "canonicalize,dce");
+      "canonicalize,dce");
   ASSERT_TRUE(g);
   EXPECT_EQ(g->outputs()[0].value->name(), "x") << "f16 -> f32 -> f16 is the identity";
-  EXPECT_EQ(countOps(*g, OpKind::Cast), 3u) << "f16 -> bf16 rounds: that pair stays; bool -> f16 is one cast";
+  EXPECT_EQ(countOps(*g, OpKind::Cast), 3u)
+      << "f16 -> bf16 rounds: that pair stays; bool -> f16 is one cast";
 }
 
 namespace {
@@ -273,9 +278,10 @@ TEST(Layout, CorpusMatchesChannelsFirst) {
     SCOPED_TRACE(f);
     auto before = test::parseIR(test::readSourceFile(f));
     ASSERT_TRUE(before);
-    auto g = test::expectEquivalentAfter(test::readSourceFile(f),
-                                         "canonicalize,fold-bn,constfold,dce,layout,canonicalize,constfold,cse,dce", 2,
-                                         1e-5, 1e-5, layoutContext(passes::LayoutMode::NHWC));
+    auto g = test::expectEquivalentAfter(
+        test::readSourceFile(f),
+        "canonicalize,fold-bn,constfold,dce,layout,canonicalize,constfold,cse,dce", 2, 1e-5, 1e-5,
+        layoutContext(passes::LayoutMode::NHWC));
     ASSERT_TRUE(g);
     for (size_t i = 0; i < g->outputs().size(); ++i)
       EXPECT_EQ(g->outputs()[i].value->shape(), before->outputs()[i].value->shape());
@@ -290,14 +296,17 @@ TEST(Layout, CorpusMatchesChannelsFirst) {
 // Auto leaves FP32 graphs alone and moves FP16 convolution networks; nchw never moves.
 TEST(Layout, AutoActsOnReducedPrecisionConvNets) {
   const std::string cnn = test::readSourceFile("tests/unit/ir/corpus/cnn.ir");
-  auto fp32 = test::runPasses(*test::parseIR(cnn), "fold-bn,layout", layoutContext(passes::LayoutMode::Auto));
+  auto fp32 = test::runPasses(*test::parseIR(cnn), "fold-bn,layout",
+                              layoutContext(passes::LayoutMode::Auto));
   ASSERT_TRUE(fp32);
   EXPECT_FALSE(anyChannelsLast(*fp32));
-  auto fp16 = test::expectEquivalentAfter(cnn, "fold-bn,constfold,dce,precision,layout,canonicalize,constfold,dce", 2,
-                                          3e-2, 3e-2, layoutContext(passes::LayoutMode::Auto));
+  auto fp16 = test::expectEquivalentAfter(
+      cnn, "fold-bn,constfold,dce,precision,layout,canonicalize,constfold,dce", 2, 3e-2, 3e-2,
+      layoutContext(passes::LayoutMode::Auto));
   ASSERT_TRUE(fp16);
   EXPECT_TRUE(anyChannelsLast(*fp16));
-  auto nchw = test::runPasses(*test::parseIR(cnn), "fold-bn,precision,layout", layoutContext(passes::LayoutMode::NCHW));
+  auto nchw = test::runPasses(*test::parseIR(cnn), "fold-bn,precision,layout",
+                              layoutContext(passes::LayoutMode::NCHW));
   ASSERT_TRUE(nchw);
   EXPECT_FALSE(anyChannelsLast(*nchw));
 }
@@ -307,7 +316,8 @@ TEST(Layout, AutoActsOnReducedPrecisionConvNets) {
 // element-wise ops with broadcast constants of lower rank; grouped and depthwise
 // convolutions and average pooling with padding go channels-last too.
 TEST(Layout, AxisRemapsMatchTheInterpreter) {
-  auto g = test::expectEquivalentAfter(R"(graph @g(%x: f32[2,4,5,6]) -> ("a": f32[2,4,5,6], "b": f32[2,5,6], "c": f32[2,4], "d": f32[2,8,5,6], "e": f32[2,4,5,6]) {
+  auto g = test::expectEquivalentAfter(
+      R"(graph @g(%x: f32[2,4,5,6]) -> ("a": f32[2,4,5,6], "b": f32[2,5,6], "c": f32[2,4], "d": f32[2,8,5,6], "e": f32[2,4,5,6]) {
   %w = const f32[4,2,3,1] dense<[1.0, -1.0, 0.5, 2.0, 0.25, -0.5, 1.5, -2.0, 1.0, 0.0, 1.0, -1.0, 0.5, 0.5, -1.0, 2.0, 1.0, 1.0, 0.0, -0.5, 0.25, 1.0, -1.0, 2.0]>
   %dw = const f32[4,1,2,2] dense<[1.0, 2.0, 3.0, 4.0, -1.0, 0.5, 0.0, 1.0, 2.0, -2.0, 1.0, 1.0, 0.5, 0.25, -1.0, 1.0]>
   %k = const f32[5,1] dense<[1.0, 2.0, 3.0, 4.0, 5.0]>
@@ -322,9 +332,9 @@ TEST(Layout, AxisRemapsMatchTheInterpreter) {
   %e = AveragePool(%m) {kernel_shape = [3, 3], pads = [1, 1, 1, 1], count_include_pad = 0} : f32[2,4,5,6]
   return %a, %b, %c2, %d2, %e
 })",
-                                       "layout,canonicalize,constfold,cse,dce", 3, 1e-5, 1e-5,
-                                       layoutContext(passes::LayoutMode::NHWC));
+      "layout,canonicalize,constfold,cse,dce", 3, 1e-5, 1e-5,
+      layoutContext(passes::LayoutMode::NHWC));
   ASSERT_TRUE(g);
-  EXPECT_EQ(countOps(*g, OpKind::Transpose), 4u) << "the input, and one per output but the reductions' "
-                                                 << printGraph(*g);
+  EXPECT_EQ(countOps(*g, OpKind::Transpose), 4u)
+      << "the input, and one per output but the reductions' " << printGraph(*g);
 }

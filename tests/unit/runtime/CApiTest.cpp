@@ -3,14 +3,12 @@
 // shapes, run before inputs are set, cuda-only calls on emu), which must return an
 // error with a message and never crash.
 #include "RuntimeTestUtil.h"
-
 #include "dlc/runtime.h"
 #include "dlc/runtime.hpp"
 
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <cstring>
+#include <gtest/gtest.h>
 #include <thread>
 
 namespace {
@@ -44,7 +42,8 @@ struct Handles {
   dlc_model *model = nullptr;
   dlc_session *session = nullptr;
   Handles() {
-    EXPECT_EQ(dlc_model_load_memory(package().data(), package().size(), &model), DLC_OK) << dlc_last_error();
+    EXPECT_EQ(dlc_model_load_memory(package().data(), package().size(), &model), DLC_OK)
+        << dlc_last_error();
     dlc_session_options o;
     std::memset(&o, 0, sizeof o);
     o.device = DLC_DEVICE_EMU;
@@ -83,7 +82,8 @@ TEST(CApi, LoadsInspectsAndRuns) {
 
   ASSERT_EQ(dlc_session_set_input(h.session, "x", kX.data(), 24), DLC_OK) << dlc_last_error();
   long kshape[1] = {2};
-  ASSERT_EQ(dlc_session_set_input_tensor(h.session, "k", DLC_I64, kshape, 1, kK), DLC_OK) << dlc_last_error();
+  ASSERT_EQ(dlc_session_set_input_tensor(h.session, "k", DLC_I64, kshape, 1, kK), DLC_OK)
+      << dlc_last_error();
   ASSERT_EQ(dlc_session_run(h.session), DLC_OK) << dlc_last_error();
   std::vector<float> y(6);
   int64_t kk[2];
@@ -112,7 +112,8 @@ TEST(CApi, NullHandlesAreErrors) {
   EXPECT_EQ(dlc_model_output_info(nullptr, 0, &info), DLC_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(dlc_session_create(nullptr, nullptr, &s), DLC_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(dlc_session_set_input(nullptr, "x", buf, 24), DLC_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(dlc_session_set_input_tensor(nullptr, "x", DLC_F32, nullptr, 0, buf), DLC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(dlc_session_set_input_tensor(nullptr, "x", DLC_F32, nullptr, 0, buf),
+            DLC_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(dlc_session_bind_device_input(nullptr, "x", 0), DLC_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(dlc_session_bind_device_output(nullptr, "y", 0), DLC_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(dlc_session_set_stream(nullptr, nullptr), DLC_ERROR_INVALID_ARGUMENT);
@@ -144,15 +145,20 @@ TEST(CApi, WrongNamesSizesDtypesAndShapes) {
   EXPECT_EQ(dlc_session_set_input(h.session, "x", buf, 20), DLC_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(dlc_last_error()).find("24"), std::string::npos) << dlc_last_error();
   EXPECT_EQ(dlc_session_set_input(h.session, "x", buf, 32), DLC_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(dlc_session_set_input_tensor(h.session, "x", DLC_I64, shape, 2, buf), DLC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(dlc_session_set_input_tensor(h.session, "x", DLC_I64, shape, 2, buf),
+            DLC_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(dlc_last_error()).find("i64"), std::string::npos) << dlc_last_error();
   EXPECT_EQ(dlc_session_set_input_tensor(h.session, "x", static_cast<dlc_dtype>(99), shape, 2, buf),
             DLC_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(dlc_session_set_input_tensor(h.session, "x", DLC_F32, bad, 2, buf), DLC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(dlc_session_set_input_tensor(h.session, "x", DLC_F32, bad, 2, buf),
+            DLC_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(dlc_last_error()).find("[2,3]"), std::string::npos) << dlc_last_error();
-  EXPECT_EQ(dlc_session_set_input_tensor(h.session, "x", DLC_F32, shape, 1, buf), DLC_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(dlc_session_set_input_tensor(h.session, "x", DLC_F32, nullptr, 2, buf), DLC_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(dlc_session_set_input_tensor(h.session, "x", DLC_F32, shape, -1, buf), DLC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(dlc_session_set_input_tensor(h.session, "x", DLC_F32, shape, 1, buf),
+            DLC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(dlc_session_set_input_tensor(h.session, "x", DLC_F32, nullptr, 2, buf),
+            DLC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(dlc_session_set_input_tensor(h.session, "x", DLC_F32, shape, -1, buf),
+            DLC_ERROR_INVALID_ARGUMENT);
   // Outputs: wrong name and size.
   ASSERT_EQ(dlc_session_set_input(h.session, "x", kX.data(), 24), DLC_OK);
   ASSERT_EQ(dlc_session_set_input(h.session, "k", kK, 16), DLC_OK);
@@ -176,7 +182,8 @@ TEST(CApi, CudaOnlyCallsAndDevicesOnEmu) {
   ASSERT_TRUE(h.session);
   EXPECT_EQ(dlc_session_bind_device_input(h.session, "x", 0x1000), DLC_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(dlc_last_error()).find("cuda"), std::string::npos) << dlc_last_error();
-  EXPECT_EQ(dlc_session_set_stream(h.session, reinterpret_cast<void *>(0x10)), DLC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(dlc_session_set_stream(h.session, reinterpret_cast<void *>(0x10)),
+            DLC_ERROR_INVALID_ARGUMENT);
   dlc_session_options o;
   std::memset(&o, 0, sizeof o);
   o.device = static_cast<dlc_device>(7);
@@ -257,12 +264,13 @@ TEST(CApi, CppWrapperChecksTypesAndThrows) {
 // Two different models in one process, alive at the same time (each emu module is
 // loaded from its own memory file).
 TEST(CApi, TwoModelsInOneProcess) {
-  std::vector<uint8_t> other = dlc::test::compileIRForEmu(R"(graph @other(%x: f32[2,3]) -> ("y": f32[2,3]) {
+  std::vector<uint8_t> other =
+      dlc::test::compileIRForEmu(R"(graph @other(%x: f32[2,3]) -> ("y": f32[2,3]) {
   %y = Neg(%x) : f32[2,3]
   return %y
 }
 )",
-                                                          "other.ir");
+                                 "other.ir");
   ASSERT_FALSE(other.empty());
   dlc::Model a = dlc::Model::fromMemory(package().data(), package().size());
   dlc::Model b = dlc::Model::fromMemory(other.data(), other.size());

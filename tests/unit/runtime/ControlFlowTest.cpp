@@ -3,7 +3,6 @@
 // condition (Lowering::predicates): the session reads c back and runs one side. The
 // expected values are worked out here (a matrix product and a softmax).
 #include "RuntimeTestUtil.h"
-
 #include "dlc/package/Package.h"
 #include "dlc/runtime/Runtime.h"
 

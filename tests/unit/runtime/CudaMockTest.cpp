@@ -15,17 +15,15 @@
 //    one that waits for the pack, and the optimizer waits for the average.
 #include "RuntimeTestUtil.h"
 #include "cuda/Driver.h"
-
 #include "dlc/codegen/Compiler.h"
 #include "dlc/ir/TextIR.h"
 #include "dlc/passes/Pass.h"
 #include "dlc/runtime/Runtime.h"
 
-#include <gtest/gtest.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <gtest/gtest.h>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -42,14 +40,14 @@ CUcontext const kUserCtx = reinterpret_cast<CUcontext>(0x2000);
 struct FakeState {
   std::mutex mu;
   int major = 9, minor = 0, driverVersion = 13000;
-  std::vector<std::string> calls;  // in order
-  int callsWithoutContext = 0;     // device work while the primary context was not current
+  std::vector<std::string> calls; // in order
+  int callsWithoutContext = 0;    // device work while the primary context was not current
   struct Copy {
     void *dst;
     const void *src;
     size_t n;
   };
-  std::vector<Copy> pending;       // asynchronous copies not yet synchronized
+  std::vector<Copy> pending; // asynchronous copies not yet synchronized
   std::map<CUfunction, std::string> functions;
   std::vector<std::string> launched; // kernel symbols, in order
   int captures = 0, graphLaunches = 0;
@@ -111,7 +109,7 @@ cuda::Driver makeDriver() {
   d.cuDeviceGetAttribute_ = [](int *v, CUdevice_attribute a, CUdevice) {
     *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR   ? S.major
          : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? S.minor
-                                                              : 132;
+                                                             : 132;
     return CUDA_SUCCESS;
   };
   d.cuDevicePrimaryCtxRetain_ = [](CUcontext *c, CUdevice) {
@@ -275,43 +273,47 @@ cuda::CublasLt makeLt() {
     return CUBLAS_STATUS_SUCCESS;
   };
   l.cublasLtMatmulDescDestroy_ = [](cublasLtMatmulDesc_t) { return CUBLAS_STATUS_SUCCESS; };
-  l.cublasLtMatmulDescSetAttribute_ = [](cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void *v,
-                                         size_t) {
+  l.cublasLtMatmulDescSetAttribute_ = [](cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
+                                         const void *v, size_t) {
     if (a == CUBLASLT_MATMUL_DESC_EPILOGUE)
       descHasEpilogue[d] = *static_cast<const cublasLtEpilogue_t *>(v) != CUBLASLT_EPILOGUE_DEFAULT;
     return CUBLAS_STATUS_SUCCESS;
   };
-  l.cublasLtMatrixLayoutCreate_ = [](cublasLtMatrixLayout_t *m, cudaDataType, uint64_t, uint64_t, int64_t) {
+  l.cublasLtMatrixLayoutCreate_ = [](cublasLtMatrixLayout_t *m, cudaDataType, uint64_t, uint64_t,
+                                     int64_t) {
     static uintptr_t next = 0x9000;
     *m = reinterpret_cast<cublasLtMatrixLayout_t>(next += 16);
     return CUBLAS_STATUS_SUCCESS;
   };
   l.cublasLtMatrixLayoutDestroy_ = [](cublasLtMatrixLayout_t) { return CUBLAS_STATUS_SUCCESS; };
-  l.cublasLtMatrixLayoutSetAttribute_ = [](cublasLtMatrixLayout_t, cublasLtMatrixLayoutAttribute_t, const void *,
-                                           size_t) { return CUBLAS_STATUS_SUCCESS; };
+  l.cublasLtMatrixLayoutSetAttribute_ = [](cublasLtMatrixLayout_t, cublasLtMatrixLayoutAttribute_t,
+                                           const void *, size_t) { return CUBLAS_STATUS_SUCCESS; };
   l.cublasLtMatmulPreferenceCreate_ = [](cublasLtMatmulPreference_t *p) {
     *p = reinterpret_cast<cublasLtMatmulPreference_t>(0xa000);
     return CUBLAS_STATUS_SUCCESS;
   };
-  l.cublasLtMatmulPreferenceDestroy_ = [](cublasLtMatmulPreference_t) { return CUBLAS_STATUS_SUCCESS; };
-  l.cublasLtMatmulPreferenceSetAttribute_ = [](cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t a,
+  l.cublasLtMatmulPreferenceDestroy_ = [](cublasLtMatmulPreference_t) {
+    return CUBLAS_STATUS_SUCCESS;
+  };
+  l.cublasLtMatmulPreferenceSetAttribute_ = [](cublasLtMatmulPreference_t,
+                                               cublasLtMatmulPreferenceAttributes_t a,
                                                const void *v, size_t n) {
     if (n == sizeof(uint32_t))
       S.alignments[a] = *static_cast<const uint32_t *>(v);
     return CUBLAS_STATUS_SUCCESS;
   };
-  l.cublasLtMatmulAlgoGetHeuristic_ = [](cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t,
-                                         cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
-                                         cublasLtMatmulPreference_t, int, cublasLtMatmulHeuristicResult_t *,
-                                         int *found) {
-    ++S.heuristicCalls;
-    *found = S.rejectEpilogue && descHasEpilogue[d] ? 0 : 1;
-    return CUBLAS_STATUS_SUCCESS;
-  };
-  l.cublasLtMatmul_ = [](cublasLtHandle_t, cublasLtMatmulDesc_t, const void *, const void *, cublasLtMatrixLayout_t,
-                         const void *, cublasLtMatrixLayout_t, const void *, const void *, cublasLtMatrixLayout_t,
-                         void *, cublasLtMatrixLayout_t, const cublasLtMatmulAlgo_t *, void *, size_t,
-                         cudaStream_t) {
+  l.cublasLtMatmulAlgoGetHeuristic_ =
+      [](cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+         cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int,
+         cublasLtMatmulHeuristicResult_t *, int *found) {
+        ++S.heuristicCalls;
+        *found = S.rejectEpilogue && descHasEpilogue[d] ? 0 : 1;
+        return CUBLAS_STATUS_SUCCESS;
+      };
+  l.cublasLtMatmul_ = [](cublasLtHandle_t, cublasLtMatmulDesc_t, const void *, const void *,
+                         cublasLtMatrixLayout_t, const void *, cublasLtMatrixLayout_t, const void *,
+                         const void *, cublasLtMatrixLayout_t, void *, cublasLtMatrixLayout_t,
+                         const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t) {
     log("cublasLtMatmul", true);
     ++S.matmuls;
     return CUBLAS_STATUS_SUCCESS;
@@ -427,11 +429,13 @@ TEST_F(CudaMock, AGpuWithoutAModuleGetsATargetDlcCompiles) {
   S.major = 12; // sm_120: no cubin; the package has none of its PTX either
   auto s = session();
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("--target compute_80"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("--target compute_80"), std::string::npos)
+      << s.status().message();
   S.major = 7, S.minor = 5;
   auto t = session();
   ASSERT_FALSE(t.ok());
-  EXPECT_NE(t.status().message().find("older than dlc supports"), std::string::npos) << t.status().message();
+  EXPECT_NE(t.status().message().find("older than dlc supports"), std::string::npos)
+      << t.status().message();
 }
 
 TEST_F(CudaMock, SetInputIsSynchronousAndWeightsAreCompleteBeforeKernels) {
@@ -463,8 +467,9 @@ TEST_F(CudaMock, GemmPlansAreBuiltOnceAndFallBackToTheEpilogueKernel) {
     ASSERT_FALSE(bool(runWith(**s, 1.0f + i)));
   EXPECT_EQ(S.matmuls, 3);
   EXPECT_EQ(S.heuristicCalls, 2); // with the epilogue (refused), then without: once
-  size_t epilogues = std::count_if(S.launched.begin(), S.launched.end(),
-                                   [](const std::string &k) { return k.find("gemm_epilogue") != std::string::npos; });
+  size_t epilogues = std::count_if(S.launched.begin(), S.launched.end(), [](const std::string &k) {
+    return k.find("gemm_epilogue") != std::string::npos;
+  });
   EXPECT_EQ(epilogues, 3u);
   // The arena is 256-byte aligned and so are its buffers: cuBLASLt may assume it.
   EXPECT_EQ(S.alignments[CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], 256u);
@@ -500,8 +505,8 @@ TEST_F(CudaMock, TheScheduleIsCapturedOnceThenReplayed) {
 TEST_F(CudaMock, AShapeRangePackageCapturesAGraphPerShapeOnFirstUse) {
   auto textAt = [](int64_t n) {
     std::string N = std::to_string(n);
-    return "graph @r(%x: f32[" + N + ",4]) -> (\"y\": f32[" + N + ",4]) {\n  %y = Softmax(%x) {axis = 1} : f32[" + N +
-           ",4]\n  return %y\n}\n";
+    return "graph @r(%x: f32[" + N + ",4]) -> (\"y\": f32[" + N +
+           ",4]) {\n  %y = Softmax(%x) {axis = 1} : f32[" + N + ",4]\n  return %y\n}\n";
   };
   std::vector<uint8_t> bytes = test::compileShapeRangeIR(textAt, "x", 0, 1, 12, {"sm_90"});
   auto pf = pkg::PackageFile::fromBytes(bytes.data(), bytes.size(), "range.dlc");
@@ -538,8 +543,9 @@ TEST_F(CudaMock, AFailedCaptureRunsStepByStepWithANote) {
   ASSERT_FALSE(bool(runWith(**s, 2.0f)));
   EXPECT_EQ(S.captures, 1); // not tried again
   EXPECT_EQ(S.graphLaunches, 0);
-  EXPECT_EQ(S.matmuls, 3);  // once captured (discarded), then once per run
-  EXPECT_NE((*s)->backendNote().find("CUDA graph capture failed"), std::string::npos) << (*s)->backendNote();
+  EXPECT_EQ(S.matmuls, 3); // once captured (discarded), then once per run
+  EXPECT_NE((*s)->backendNote().find("CUDA graph capture failed"), std::string::npos)
+      << (*s)->backendNote();
 }
 
 // A schedule with steps on one side of an If reads the condition back (a stream-
@@ -560,7 +566,8 @@ TEST_F(CudaMock, ARunTimeIfReadsItsConditionAndRunsOneSide) {
     EXPECT_EQ(S.matmuls - matmuls, c ? 1 : 0) << "c=" << c;
     // The Where kernel, plus the softmax on the false side (cuBLASLt applies the ReLU).
     EXPECT_EQ(count("cuLaunchKernelEx") - launches, c ? 1u : 2u) << "c=" << c;
-    EXPECT_GE(count("cuMemcpyDtoHAsync") - reads, 1u); // the condition (and the check words, if any)
+    EXPECT_GE(count("cuMemcpyDtoHAsync") - reads,
+              1u); // the condition (and the check words, if any)
   }
   EXPECT_EQ(S.captures, 0);
   EXPECT_EQ(S.graphLaunches, 0);
@@ -572,7 +579,8 @@ TEST_F(CudaMock, BoundPointersMustBeAlignedToTheirElements) {
   Status st = (*s)->bindDevice("x", false, 0x10002);
   ASSERT_TRUE(bool(st));
   EXPECT_EQ(st.code(), StatusCode::InvalidArgument);
-  EXPECT_NE(st.message().find("not aligned to its 4-byte elements"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("not aligned to its 4-byte elements"), std::string::npos)
+      << st.message();
   EXPECT_FALSE(bool((*s)->bindDevice("probs", true, 0x10004))); // 4-byte aligned is enough
 }
 
@@ -586,10 +594,13 @@ public:
   Status allReduce(void *, size_t, pkg::DType, rt::ReduceOp) override { return unsupported(); }
   Status broadcast(void *, size_t, int) override { return unsupported(); }
   Status barrier() override { return unsupported(); }
-  Status reduceScatter(const void *, void *, size_t, pkg::DType, rt::ReduceOp) override { return unsupported(); }
+  Status reduceScatter(const void *, void *, size_t, pkg::DType, rt::ReduceOp) override {
+    return unsupported();
+  }
   Status allGather(const void *, void *, size_t) override { return unsupported(); }
   bool onDevice() const override { return true; }
-  Status reduceScatterDevice(uint64_t, uint64_t, size_t count, pkg::DType, rt::ReduceOp op, void *stream) override {
+  Status reduceScatterDevice(uint64_t, uint64_t, size_t count, pkg::DType, rt::ReduceOp op,
+                             void *stream) override {
     log("reduceScatterDevice", true);
     EXPECT_EQ(op, rt::ReduceOp::Avg);
     S.reduceStreams.push_back(static_cast<CUstream>(stream));
@@ -602,7 +613,8 @@ public:
     S.reduceCounts.push_back(bytes);
     return Status::ok();
   }
-  Status allReduceDevice(uint64_t, size_t count, pkg::DType dt, rt::ReduceOp op, void *stream) override {
+  Status allReduceDevice(uint64_t, size_t count, pkg::DType dt, rt::ReduceOp op,
+                         void *stream) override {
     log("allReduceDevice", true);
     EXPECT_EQ(dt, pkg::DType::F32);
     EXPECT_EQ(op, rt::ReduceOp::Avg);
@@ -619,7 +631,9 @@ public:
   [[noreturn]] void abort(int) override { std::abort(); }
 
 private:
-  static Status unsupported() { return Status(StatusCode::Unavailable, "host collectives: not in this test"); }
+  static Status unsupported() {
+    return Status(StatusCode::Unavailable, "host collectives: not in this test");
+  }
 };
 
 TEST_F(CudaMock, ADataParallelStepAveragesEachBucketOnASecondStream) {
@@ -651,8 +665,9 @@ TEST_F(CudaMock, ADataParallelStepAveragesEachBucketOnASecondStream) {
   // Packed (two copies) before the "packed" event; the second stream waits for it,
   // reduces, records "averaged"; the main stream waits for that before the update.
   auto at = [&](const std::string &what, size_t from) {
-    return static_cast<size_t>(std::find(S.calls.begin() + static_cast<std::ptrdiff_t>(from), S.calls.end(), what) -
-                               S.calls.begin());
+    return static_cast<size_t>(
+        std::find(S.calls.begin() + static_cast<std::ptrdiff_t>(from), S.calls.end(), what) -
+        S.calls.begin());
   };
   size_t reduce = at("allReduceDevice", 0);
   ASSERT_LT(reduce, S.calls.size());
@@ -693,7 +708,8 @@ TEST_F(CudaMock, ZeroShardsReduceScatterAndAllGatherOnTheSecondStream) {
     one.rank = {0, 1, 0};
     auto s = rt::Session::create(pkg, one);
     ASSERT_FALSE(s.ok());
-    EXPECT_NE(s.status().message().find("run it on 2 ranks, not 1"), std::string::npos) << s.status().message();
+    EXPECT_NE(s.status().message().find("run it on 2 ranks, not 1"), std::string::npos)
+        << s.status().message();
   }
   auto s = rt::Session::create(pkg, so);
   ASSERT_TRUE(s.ok()) << s.status().message();
@@ -706,8 +722,9 @@ TEST_F(CudaMock, ZeroShardsReduceScatterAndAllGatherOnTheSecondStream) {
   EXPECT_EQ(S.reduceCounts, (std::vector<size_t>{2, 8}));
   EXPECT_EQ(S.reduceStreams, (std::vector<CUstream>(2, reinterpret_cast<CUstream>(0x3010))));
   auto at = [&](const std::string &what, size_t from) {
-    return static_cast<size_t>(std::find(S.calls.begin() + static_cast<std::ptrdiff_t>(from), S.calls.end(), what) -
-                               S.calls.begin());
+    return static_cast<size_t>(
+        std::find(S.calls.begin() + static_cast<std::ptrdiff_t>(from), S.calls.end(), what) -
+        S.calls.begin());
   };
   size_t scatter = at("reduceScatterDevice", 0), gather = at("allGatherDevice", 0);
   ASSERT_LT(scatter, gather);
@@ -718,7 +735,8 @@ TEST_F(CudaMock, ZeroShardsReduceScatterAndAllGatherOnTheSecondStream) {
   EXPECT_LT(waitScatter, at("cuLaunchKernelEx", scatter + 1));
   size_t waitGather = at("cuStreamWaitEvent", gather + 1);
   ASSERT_LT(waitGather, S.calls.size());
-  EXPECT_EQ(at("cuLaunchKernelEx", gather + 1), S.calls.size()) << "nothing computes after the gather";
+  EXPECT_EQ(at("cuLaunchKernelEx", gather + 1), S.calls.size())
+      << "nothing computes after the gather";
 }
 
 } // namespace

@@ -55,24 +55,28 @@ TEST(Emu, BlockReductionShufflesAndBallot) {
 }
 
 TEST(Emu, OversizedBlockFailsLikeOnAGpu) {
-  auto pkg = buildTestPackage(kCollectives, {{"in", 2048}, {"sum", 1}, {"shfl", 6144}, {"ballot", 64}},
-                              {TestLaunch{"collectives", {1, 1, 1}, {2048, 1, 1}, 0, {0, 1, 2, 3}}});
+  auto pkg =
+      buildTestPackage(kCollectives, {{"in", 2048}, {"sum", 1}, {"shfl", 6144}, {"ballot", 64}},
+                       {TestLaunch{"collectives", {1, 1, 1}, {2048, 1, 1}, 0, {0, 1, 2, 3}}});
   auto r = runOnEmu(pkg, {}, {"sum"});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::LaunchFailure);
-  EXPECT_NE(r.status().message().find("launch of kernel 'collectives' would fail on a GPU: a block of 2048 "
-                                      "threads exceeds the limit of 1024"),
+  EXPECT_NE(r.status().message().find(
+                "launch of kernel 'collectives' would fail on a GPU: a block of 2048 "
+                "threads exceeds the limit of 1024"),
             std::string::npos)
       << r.status().message();
 }
 
 TEST(Emu, GridYLimitIsEnforced) {
-  auto pkg = buildTestPackage(kCollectives, {{"in", 64}, {"sum", 1}, {"shfl", 192}, {"ballot", 2}},
-                              {TestLaunch{"collectives", {1, 70000, 1}, {32, 1, 1}, 0, {0, 1, 2, 3}}});
+  auto pkg =
+      buildTestPackage(kCollectives, {{"in", 64}, {"sum", 1}, {"shfl", 192}, {"ballot", 2}},
+                       {TestLaunch{"collectives", {1, 70000, 1}, {32, 1, 1}, 0, {0, 1, 2, 3}}});
   auto r = runOnEmu(pkg, {}, {"sum"});
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("grid dimensions (1, 70000, 1) exceed (2^31-1, 65535, 65535)"),
-            std::string::npos)
+  EXPECT_NE(
+      r.status().message().find("grid dimensions (1, 70000, 1) exceed (2^31-1, 65535, 65535)"),
+      std::string::npos)
       << r.status().message();
 }
 
@@ -86,15 +90,17 @@ extern "C" __global__ void dyn(float *out) {
 }
 )";
   // sm_86 allows 99 KB per block with the opt-in; ask for 120 KB.
-  auto pkg = buildTestPackage(src, {{"out", 32}}, {TestLaunch{"dyn", {1, 1, 1}, {32, 1, 1}, 120 * 1024, {0}}},
-                              {"sm_86"});
+  auto pkg = buildTestPackage(
+      src, {{"out", 32}}, {TestLaunch{"dyn", {1, 1, 1}, {32, 1, 1}, 120 * 1024, {0}}}, {"sm_86"});
   auto r = runOnEmu(pkg, {}, {"out"});
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("sm_86: 122880 bytes of shared memory per block exceed 101376"),
-            std::string::npos)
+  EXPECT_NE(
+      r.status().message().find("sm_86: 122880 bytes of shared memory per block exceed 101376"),
+      std::string::npos)
       << r.status().message();
   // Within the limit it runs, and dynamic shared memory is shared by the block.
-  auto ok = buildTestPackage(src, {{"out", 32}}, {TestLaunch{"dyn", {1, 1, 1}, {32, 1, 1}, 128, {0}}}, {"sm_86"});
+  auto ok = buildTestPackage(src, {{"out", 32}},
+                             {TestLaunch{"dyn", {1, 1, 1}, {32, 1, 1}, 128, {0}}}, {"sm_86"});
   auto r2 = runOnEmu(ok, {}, {"out"});
   ASSERT_TRUE(r2.ok()) << r2.status().message();
   for (int i = 0; i < 32; ++i)
@@ -108,7 +114,8 @@ extern "C" __global__ void diverge(float *out) {
   else __syncthreads();
 }
 )";
-  auto pkg = buildTestPackage(src, {{"out", 32}}, {TestLaunch{"diverge", {1, 1, 1}, {32, 1, 1}, 0, {0}}});
+  auto pkg =
+      buildTestPackage(src, {{"out", 32}}, {TestLaunch{"diverge", {1, 1, 1}, {32, 1, 1}, 0, {0}}});
   auto r = runOnEmu(pkg, {}, {"out"});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("deadlock"), std::string::npos) << r.status().message();
@@ -140,7 +147,8 @@ extern "C" __global__ void sneaky(float *out) {
   TestLaunch l{"sneaky", {1, 1, 1}, {32, 1, 1}, 0, {0}, /*needsSync=*/false};
   auto r = runOnEmu(buildTestPackage(src, {{"out", 32}}, {l}), {}, {"out"});
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("compiled as barrier-free"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("compiled as barrier-free"), std::string::npos)
+      << r.status().message();
 }
 
 //===----------------------------------------------------------------------===//
@@ -161,16 +169,19 @@ extern "C" __global__ void aligned_load(float *x, float *out) {
 }
 )";
   for (bool sync : {true, false}) {
-    auto bad = buildTestPackage(src, {{"x", 64}, {"out", 8}},
-                                {TestLaunch{"misaligned_load", {1, 1, 1}, {8, 1, 1}, 0, {0, 1}, sync}});
+    auto bad =
+        buildTestPackage(src, {{"x", 64}, {"out", 8}},
+                         {TestLaunch{"misaligned_load", {1, 1, 1}, {8, 1, 1}, 0, {0, 1}, sync}});
     auto r = runOnEmu(bad, {std::vector<float>(64, 1.0f)}, {"out"});
     ASSERT_FALSE(r.ok());
-    EXPECT_NE(r.status().message().find("kernel 'misaligned_load'"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("kernel 'misaligned_load'"), std::string::npos)
+        << r.status().message();
     EXPECT_NE(r.status().message().find("misaligned 16-byte-aligned access"), std::string::npos)
         << r.status().message();
   }
-  auto good = buildTestPackage(src, {{"x", 64}, {"out", 8}},
-                               {TestLaunch{"aligned_load", {1, 1, 1}, {8, 1, 1}, 0, {0, 1}, false}});
+  auto good =
+      buildTestPackage(src, {{"x", 64}, {"out", 8}},
+                       {TestLaunch{"aligned_load", {1, 1, 1}, {8, 1, 1}, 0, {0, 1}, false}});
   auto r = runOnEmu(good, {std::vector<float>(64, 1.0f)}, {"out"});
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ((*r)[0][7], 4.0f);
@@ -193,15 +204,19 @@ extern "C" __global__ void half_warp(float *out) {
   out[threadIdx.x] = v;
 }
 )";
-  auto bad = buildTestPackage(src, {{"out", 32}}, {TestLaunch{"exited_partner", {1, 1, 1}, {32, 1, 1}, 0, {0}}});
+  auto bad = buildTestPackage(src, {{"out", 32}},
+                              {TestLaunch{"exited_partner", {1, 1, 1}, {32, 1, 1}, 0, {0}}});
   auto r = runOnEmu(bad, {}, {"out"});
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("kernel 'exited_partner'"), std::string::npos) << r.status().message();
-  EXPECT_NE(r.status().message().find("which has exited"), std::string::npos) << r.status().message();
-  auto good = buildTestPackage(src, {{"out", 32}}, {TestLaunch{"half_warp", {1, 1, 1}, {32, 1, 1}, 0, {0}}});
+  EXPECT_NE(r.status().message().find("kernel 'exited_partner'"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("which has exited"), std::string::npos)
+      << r.status().message();
+  auto good = buildTestPackage(src, {{"out", 32}},
+                               {TestLaunch{"half_warp", {1, 1, 1}, {32, 1, 1}, 0, {0}}});
   auto g = runOnEmu(good, {}, {"out"});
   ASSERT_TRUE(g.ok()) << g.status().message();
-  EXPECT_EQ((*g)[0][0], 1.0f);  // 0 + 1
+  EXPECT_EQ((*g)[0][0], 1.0f);   // 0 + 1
   EXPECT_EQ((*g)[0][14], 29.0f); // 14 + 15
   EXPECT_EQ((*g)[0][15], 30.0f); // lane 15 has no lane 16 in a width-16 segment: its own value
 }
@@ -218,11 +233,14 @@ extern "C" __global__ void split_barrier(float *out) {
   }
 }
 )";
-  auto pkg = buildTestPackage(src, {{"out", 32}}, {TestLaunch{"split_barrier", {1, 1, 1}, {32, 1, 1}, 0, {0}}});
+  auto pkg = buildTestPackage(src, {{"out", 32}},
+                              {TestLaunch{"split_barrier", {1, 1, 1}, {32, 1, 1}, 0, {0}}});
   auto r = runOnEmu(pkg, {}, {"out"});
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("kernel 'split_barrier'"), std::string::npos) << r.status().message();
-  EXPECT_NE(r.status().message().find("different __syncthreads"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("kernel 'split_barrier'"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("different __syncthreads"), std::string::npos)
+      << r.status().message();
 }
 
 TEST(EmuCheck, ThreadOrderExposesAMissingBarrier) {
@@ -237,7 +255,8 @@ extern "C" __global__ void racy_neighbour(float *out) {
   s[threadIdx.x] = 0.0f; // the next block starts from zeros in either order
 }
 )";
-  auto pkg = buildTestPackage(src, {{"out", 32}}, {TestLaunch{"racy_neighbour", {1, 1, 1}, {32, 1, 1}, 0, {0}}});
+  auto pkg = buildTestPackage(src, {{"out", 32}},
+                              {TestLaunch{"racy_neighbour", {1, 1, 1}, {32, 1, 1}, 0, {0}}});
   // Without --check (which reports the race itself: MissingSyncthreadsIsARace).
   dlc::test::ScopedEnv noCheck("DLC_EMU_CHECK", "0");
   rt::SessionOptions forward, reverse;
@@ -257,7 +276,8 @@ extern "C" __global__ void trap_once(float *out) {
   out[threadIdx.x] = 1.0f;
 }
 )";
-  auto bytes = buildTestPackage(src, {{"out", 32}}, {TestLaunch{"trap_once", {1, 1, 1}, {32, 1, 1}, 0, {0}, false}});
+  auto bytes = buildTestPackage(src, {{"out", 32}},
+                                {TestLaunch{"trap_once", {1, 1, 1}, {32, 1, 1}, 0, {0}, false}});
   auto pf = pkg::PackageFile::fromBytes(bytes.data(), bytes.size(), "sticky.dlc");
   ASSERT_TRUE(pf.ok());
   rt::SessionOptions so;
@@ -306,21 +326,25 @@ extern "C" __global__ void with_barrier(float *out) {
 )";
   // The race shows in either thread order: forward, thread 0 reads before thread 1
   // writes (caught at the write); reverse, after it (caught at the read).
-  for (auto order : {rt::SessionOptions::ThreadOrder::Forward, rt::SessionOptions::ThreadOrder::Reverse}) {
+  for (auto order :
+       {rt::SessionOptions::ThreadOrder::Forward, rt::SessionOptions::ThreadOrder::Reverse}) {
     rt::SessionOptions o = checked();
     o.emuThreadOrder = order;
-    auto bad = buildTestPackage(src, {{"out", 64}}, {TestLaunch{"missing_barrier", {2, 1, 1}, {64, 1, 1}, 0, {0}}});
+    auto bad = buildTestPackage(src, {{"out", 64}},
+                                {TestLaunch{"missing_barrier", {2, 1, 1}, {64, 1, 1}, 0, {0}}});
     auto r = runOnEmu(bad, {}, {"out"}, o);
     ASSERT_FALSE(r.ok());
     const std::string &m = r.status().message();
     EXPECT_NE(m.find("kernel 'missing_barrier'"), std::string::npos) << m;
     EXPECT_NE(m.find("shared memory race"), std::string::npos) << m;
-    EXPECT_NE(m.find(order == rt::SessionOptions::ThreadOrder::Forward ? "write after read" : "read after write"),
+    EXPECT_NE(m.find(order == rt::SessionOptions::ThreadOrder::Forward ? "write after read"
+                                                                       : "read after write"),
               std::string::npos)
         << m;
     EXPECT_NE(m.find("no __syncthreads between"), std::string::npos) << m;
   }
-  auto good = buildTestPackage(src, {{"out", 64}}, {TestLaunch{"with_barrier", {2, 1, 1}, {64, 1, 1}, 0, {0}}});
+  auto good = buildTestPackage(src, {{"out", 64}},
+                               {TestLaunch{"with_barrier", {2, 1, 1}, {64, 1, 1}, 0, {0}}});
   auto g = runOnEmu(good, {}, {"out"}, checked());
   ASSERT_TRUE(g.ok()) << g.status().message();
   EXPECT_EQ((*g)[0][0], 2.0f);
@@ -336,11 +360,14 @@ extern "C" __global__ void two_writers(float *out) {
   out[threadIdx.x] = s[0];
 }
 )";
-  auto pkg = buildTestPackage(src, {{"out", 32}}, {TestLaunch{"two_writers", {1, 1, 1}, {32, 1, 1}, 0, {0}}});
+  auto pkg = buildTestPackage(src, {{"out", 32}},
+                              {TestLaunch{"two_writers", {1, 1, 1}, {32, 1, 1}, 0, {0}}});
   auto r = runOnEmu(pkg, {}, {"out"}, checked());
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("write after write"), std::string::npos) << r.status().message();
-  EXPECT_NE(r.status().message().find("kernel 'two_writers'"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("write after write"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("kernel 'two_writers'"), std::string::npos)
+      << r.status().message();
 }
 
 TEST(EmuCheck, UninitialisedSharedReadIsCaught) {
@@ -358,7 +385,8 @@ extern "C" __global__ void uninit_dynamic(float *out) {
   out[threadIdx.x] = s[threadIdx.x + 1];       // the last thread reads one past what was written
 }
 )";
-  auto pkg = buildTestPackage(src, {{"out", 64}}, {TestLaunch{"uninit_shared", {1, 1, 1}, {64, 1, 1}, 0, {0}}});
+  auto pkg = buildTestPackage(src, {{"out", 64}},
+                              {TestLaunch{"uninit_shared", {1, 1, 1}, {64, 1, 1}, 0, {0}}});
   auto r = runOnEmu(pkg, {}, {"out"}, checked());
   ASSERT_FALSE(r.ok());
   const std::string &m = r.status().message();
@@ -371,7 +399,8 @@ extern "C" __global__ void uninit_dynamic(float *out) {
                               {TestLaunch{"uninit_dynamic", {1, 1, 1}, {32, 1, 1}, 33 * 4, {0}}});
   auto d = runOnEmu(dyn, {}, {"out"}, checked());
   ASSERT_FALSE(d.ok());
-  EXPECT_NE(d.status().message().find("thread (31,0,0)"), std::string::npos) << d.status().message();
+  EXPECT_NE(d.status().message().find("thread (31,0,0)"), std::string::npos)
+      << d.status().message();
   EXPECT_NE(d.status().message().find("at offset 128 of dynamic shared memory"), std::string::npos)
       << d.status().message();
 }
@@ -390,10 +419,11 @@ extern "C" __global__ void warp_exchange(float *out) {
   out[threadIdx.x] = s[threadIdx.x ^ 1];
 }
 )";
-  auto pkg = buildTestPackage(src, {{"out", 64}}, {TestLaunch{"warp_exchange", {1, 1, 1}, {64, 1, 1}, 0, {0}}});
+  auto pkg = buildTestPackage(src, {{"out", 64}},
+                              {TestLaunch{"warp_exchange", {1, 1, 1}, {64, 1, 1}, 0, {0}}});
   auto r = runOnEmu(pkg, {}, {"out"}, checked());
   ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_EQ((*r)[0][0], 0.0f);  // lane 0 gets lane 1's doubled copy of lane 0
+  EXPECT_EQ((*r)[0][0], 0.0f); // lane 0 gets lane 1's doubled copy of lane 0
   EXPECT_EQ((*r)[0][5], 10.0f);
   EXPECT_EQ((*r)[0][40], 80.0f);
 }

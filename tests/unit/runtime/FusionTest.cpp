@@ -125,28 +125,33 @@ TEST(Fusion, ReductionAndLayerNormWithNeighbours) {
   return %y
 })",
          1, 0});
-  check({"layernorm", R"(graph @g(%x: f32[2,3,96], %r: f32[2,3,96], %w: f32[96], %b: f32[96]) -> ("y": f32[2,3,96]) {
+  check(
+      {"layernorm",
+       R"(graph @g(%x: f32[2,3,96], %r: f32[2,3,96], %w: f32[96], %b: f32[96]) -> ("y": f32[2,3,96]) {
   %s = Add(%x, %r) : f32[2,3,96]
   %n = LayerNormalization(%s, %w, %b) {axis = -1} : f32[2,3,96]
   %y = Relu(%n) : f32[2,3,96]
   return %y
 })",
-         1, 0});
+       1, 0});
 }
 
 TEST(Fusion, ConvolutionWithResidualEpilogue) {
-  check({"conv", R"(graph @g(%x: f32[2,5,9,9], %w: f32[7,5,3,3], %b: f32[7], %res: f32[2,7,5,5]) -> ("y": f32[2,7,5,5]) {
+  check(
+      {"conv",
+       R"(graph @g(%x: f32[2,5,9,9], %w: f32[7,5,3,3], %b: f32[7], %res: f32[2,7,5,5]) -> ("y": f32[2,7,5,5]) {
   %c = Conv(%x, %w, %b) {pads = [1, 1, 1, 1], strides = [2, 2]} : f32[2,7,5,5]
   %rr = Relu(%res) : f32[2,7,5,5]
   %s = Add(%c, %rr) : f32[2,7,5,5]
   %y = Relu(%s) : f32[2,7,5,5]
   return %y
 })",
-         1, 0});
+       1, 0});
 }
 
 TEST(Fusion, GemmLibraryEpilogueAndKernelEpilogue) {
-  check({"gemm bias residual relu", R"(graph @g(%x: f32[3,5,8], %w: f32[8,8], %b: f32[8]) -> ("y": f32[3,5,8]) {
+  check({"gemm bias residual relu",
+         R"(graph @g(%x: f32[3,5,8], %w: f32[8,8], %b: f32[8]) -> ("y": f32[3,5,8]) {
   %m = MatMul(%x, %w) : f32[3,5,8]
   %a = Add(%b, %m) : f32[3,5,8]
   %r = Add(%a, %x) : f32[3,5,8]

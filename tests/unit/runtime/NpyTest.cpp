@@ -1,9 +1,8 @@
 #include "dlc/runtime/Runtime.h"
 
-#include <gtest/gtest.h>
-
 #include <cstdio>
 #include <cstring>
+#include <gtest/gtest.h>
 
 using namespace dlc;
 
@@ -47,13 +46,18 @@ TEST(Npy, MalformedFilesAreClearErrors) {
   };
   std::vector<Case> cases = {
       {{'n', 'o', 't', ' ', 'n', 'p', 'y', '!', '!', '!', '!'}, "missing the \\x93NUMPY magic"},
-      {npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 20), "the data has 20 bytes, shape and dtype need 24"},
-      {npy("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", 8), "unsupported dtype '>f4'"},
+      {npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 20),
+       "the data has 20 bytes, shape and dtype need 24"},
+      {npy("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", 8),
+       "unsupported dtype '>f4'"},
       {npy("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", 8), "Fortran-ordered"},
       {npy("{'descr': '<f4', 'shape': (2,), }", 8), "lacks descr, fortran_order or shape"},
-      {npy("{'descr': '<f4', 'fortran_order': False, 'shape': (-2,), }", 8), "invalid dimension '-2'"},
-      {npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", 8), "too many elements"},
-      {npy("{'descr': '|O', 'fortran_order': False, 'shape': (1,), }", 8), "unsupported dtype '|O'"},
+      {npy("{'descr': '<f4', 'fortran_order': False, 'shape': (-2,), }", 8),
+       "invalid dimension '-2'"},
+      {npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", 8),
+       "too many elements"},
+      {npy("{'descr': '|O', 'fortran_order': False, 'shape': (1,), }", 8),
+       "unsupported dtype '|O'"},
   };
   for (const Case &c : cases) {
     auto r = rt::parseNpy(c.bytes.data(), c.bytes.size(), "x.npy");

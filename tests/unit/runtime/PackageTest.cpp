@@ -1,13 +1,13 @@
 // A damaged .dlc is always an error with a clear message, never a crash.
+#include "dlc/package/Package.h"
+
 #include "dlc/codegen/Compiler.h"
 #include "dlc/ir/TextIR.h"
-#include "dlc/package/Package.h"
 
 #include "llvm/Support/Error.h"
 
-#include <gtest/gtest.h>
-
 #include <cstring>
+#include <gtest/gtest.h>
 #include <random>
 
 using namespace dlc;
@@ -49,7 +49,8 @@ TEST(Package, RoundTripsAndVerifies) {
   EXPECT_EQ(m.outputs()->Get(0)->name()->str(), "y");
   EXPECT_EQ(bytes.size() % 256, 0u);
   for (const pkg::Weight *w : *m.weights())
-    EXPECT_EQ(((*pf)->section(w->data()) - (*pf)->data()) % 256, 0) << "weights are 256-byte aligned";
+    EXPECT_EQ(((*pf)->section(w->data()) - (*pf)->data()) % 256, 0)
+        << "weights are 256-byte aligned";
 }
 
 TEST(Package, EveryFlippedByteIsRejected) {
@@ -63,7 +64,8 @@ TEST(Package, EveryFlippedByteIsRejected) {
     auto pf = pkg::PackageFile::fromBytes(bad.data(), bad.size(), "bad.dlc");
     ASSERT_FALSE(pf.ok()) << "flip at " << off << " was accepted";
     EXPECT_EQ(pf.status().code(), StatusCode::InvalidPackage);
-    EXPECT_NE(pf.status().message().find("bad.dlc: invalid or corrupted .dlc package"), std::string::npos);
+    EXPECT_NE(pf.status().message().find("bad.dlc: invalid or corrupted .dlc package"),
+              std::string::npos);
     ++checked;
   }
   EXPECT_GT(checked, 300);
@@ -113,6 +115,8 @@ TEST(Package, WrongMagicAndVersionAreNamed) {
   std::memcpy(bad.data() + 8, &v, 4);
   resign(bad);
   pf = pkg::PackageFile::fromBytes(bad.data(), bad.size(), "m.dlc");
-  EXPECT_NE(pf.status().message().find("format version 99, this runtime reads version " + std::to_string(pkg::kFormatVersion)), std::string::npos)
+  EXPECT_NE(pf.status().message().find("format version 99, this runtime reads version " +
+                                       std::to_string(pkg::kFormatVersion)),
+            std::string::npos)
       << pf.status().message();
 }

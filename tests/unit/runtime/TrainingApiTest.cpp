@@ -3,7 +3,6 @@
 // variables, evaluate does not, variables can be read and written, and checkpoints
 // restore them all or nothing. Expected values are worked out by hand.
 #include "RuntimeTestUtil.h"
-
 #include "dlc/runtime.h"
 #include "dlc/runtime.hpp"
 
@@ -34,7 +33,8 @@ const std::vector<uint8_t> &package() {
 
 // The same step with an evaluation schedule (ir::kEvalOutputPrefix) that computes
 // something else from the same variable: the largest x * w instead of the sum.
-const char *kStepWithEval = R"(graph @sgd_eval(%x: f32[3]) -> ("loss": f32[], "dlc.eval.loss": f32[]) {
+const char *kStepWithEval =
+    R"(graph @sgd_eval(%x: f32[3]) -> ("loss": f32[], "dlc.eval.loss": f32[]) {
   %w = param f32[3] dense<[1.0, 2.0, 3.0]>
   %lr = const f32[] dense<[0.5]>
   %p = Mul(%x, %w) : f32[3]
@@ -125,10 +125,10 @@ TEST(TrainingApi, EvaluateRunsTheEvaluationSchedule) {
   dlc::Model m = dlc::Model::fromMemory(bytes.data(), bytes.size());
   dlc::Session s(m, DLC_DEVICE_EMU);
   s.setInput<float>("x", {1, -1, 2});
-  EXPECT_FLOAT_EQ(s.step(), 5.0f);      // sum of [1, -2, 6]; w = [0.5, 2.5, 2]
-  EXPECT_FLOAT_EQ(s.evaluate(), 4.0f);  // max of [0.5, -2.5, 4], w unchanged
+  EXPECT_FLOAT_EQ(s.step(), 5.0f);     // sum of [1, -2, 6]; w = [0.5, 2.5, 2]
+  EXPECT_FLOAT_EQ(s.evaluate(), 4.0f); // max of [0.5, -2.5, 4], w unchanged
   EXPECT_FLOAT_EQ(s.evaluate(), 4.0f);
-  EXPECT_FLOAT_EQ(s.step(), 2.0f);      // the step's loss again: 0.5 - 2.5 + 4
+  EXPECT_FLOAT_EQ(s.step(), 2.0f); // the step's loss again: 0.5 - 2.5 + 4
   EXPECT_EQ(s.variable<float>("w"), (std::vector<float>{0.0f, 3.0f, 1.0f}));
 }
 
@@ -168,15 +168,17 @@ TEST(TrainingApi, MultiTensorUpdatesWriteEveryLaneInPlace) {
       v += i ? ", 0.0" : "0.0";
     }
     std::string K = std::to_string(k), T = "f32[" + std::to_string(n) + "]";
-    ir += "  %w" + K + " = param " + T + " dense<[" + w + "]>\n  %v" + K + " = state " + T + " dense<[" + v + "]>\n";
-    ir += "  %vs" + K + " = Mul(%v" + K + ", %mom) : " + T + "\n  %g" + K + " = Mul(%w" + K + ", %s) : " + T + "\n";
-    ir += "  %nv" + K + " = Add(%vs" + K + ", %g" + K + ") : " + T + "\n  %d" + K + " = Mul(%nv" + K + ", %half) : " + T +
-          "\n  %nw" + K + " = Sub(%w" + K + ", %d" + K + ") : " + T + "\n";
+    ir += "  %w" + K + " = param " + T + " dense<[" + w + "]>\n  %v" + K + " = state " + T +
+          " dense<[" + v + "]>\n";
+    ir += "  %vs" + K + " = Mul(%v" + K + ", %mom) : " + T + "\n  %g" + K + " = Mul(%w" + K +
+          ", %s) : " + T + "\n";
+    ir += "  %nv" + K + " = Add(%vs" + K + ", %g" + K + ") : " + T + "\n  %d" + K + " = Mul(%nv" +
+          K + ", %half) : " + T + "\n  %nw" + K + " = Sub(%w" + K + ", %d" + K + ") : " + T + "\n";
   }
   ir += "  %loss = Mul(%s, %half) : f32[]\n";
   for (int k = 0; k < kLanes; ++k)
-    ir += "  update %w" + std::to_string(k) + " = %nw" + std::to_string(k) + "\n  update %v" + std::to_string(k) +
-          " = %nv" + std::to_string(k) + "\n";
+    ir += "  update %w" + std::to_string(k) + " = %nw" + std::to_string(k) + "\n  update %v" +
+          std::to_string(k) + " = %nv" + std::to_string(k) + "\n";
   ir += "  return %loss\n}\n";
   std::vector<uint8_t> bytes = dlc::test::compileIRForEmu(ir.c_str(), "many.ir", "fuse");
   ASSERT_FALSE(bytes.empty());
@@ -187,7 +189,8 @@ TEST(TrainingApi, MultiTensorUpdatesWriteEveryLaneInPlace) {
   int multi = 0, copies = 0;
   for (const dlc::pkg::Step *st : *meta.steps()) {
     if (st->op_type() == dlc::pkg::StepKind::Launch)
-      multi += meta.kernels()->Get(st->op_as_Launch()->kernel())->template_name()->str() == "dlc::multi_tensor";
+      multi += meta.kernels()->Get(st->op_as_Launch()->kernel())->template_name()->str() ==
+               "dlc::multi_tensor";
     copies += st->op_type() == dlc::pkg::StepKind::Copy;
   }
   EXPECT_EQ(multi, 2);
@@ -209,7 +212,8 @@ TEST(TrainingApi, MultiTensorUpdatesWriteEveryLaneInPlace) {
       }
   }
   for (int k = 0; k < kLanes; ++k) {
-    std::vector<float> gw = s.variable<float>("w" + std::to_string(k)), gv = s.variable<float>("v" + std::to_string(k));
+    std::vector<float> gw = s.variable<float>("w" + std::to_string(k)),
+                       gv = s.variable<float>("v" + std::to_string(k));
     ASSERT_EQ(gw.size(), w[k].size());
     for (int i = 0; i < sizes[k]; ++i) {
       ASSERT_NEAR(gw[i], w[k][i], 1e-5f * (1 + std::fabs(w[k][i]))) << "w" << k << "[" << i << "]";

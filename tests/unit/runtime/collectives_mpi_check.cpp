@@ -100,7 +100,9 @@ void checkF32(Communicator &c, ReduceOp op, size_t count) {
 /// (f32, and f16 through float), and every rank's bytes in rank order.
 void checkShards(Communicator &c, ReduceOp op, size_t count) {
   int n = c.size(), r = c.rank();
-  auto v = [&](int rank, size_t i) { return static_cast<float>(rank * 100 + static_cast<int>(i % 251)); };
+  auto v = [&](int rank, size_t i) {
+    return static_cast<float>(rank * 100 + static_cast<int>(i % 251));
+  };
   std::vector<float> x(count * n), mine(count), want(count);
   for (size_t i = 0; i < x.size(); ++i)
     x[i] = v(r, i);
