@@ -5,7 +5,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup.sh"
-"$root/scripts/build.sh" >/dev/null
+"$root/scripts/build.sh" dlc >/dev/null
 build="${DLC_BUILD_DIR:-$root/build}"
 dlc="$build/tools/dlc"
 out="$build/demo"

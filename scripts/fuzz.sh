@@ -10,7 +10,7 @@ secs="${1:-60}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then targets=(onnx package npy textir); fi
-"$root/scripts/setup.sh"
+"$root/scripts/setup.sh" --test
 out="${DLC_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 if [ ! -f "$out/build.ninja" ]; then
   CC=clang-14 CXX=clang++-14 cmake -S "$root" -B "$out" -G Ninja -DDLC_FUZZ=ON -DDLC_WERROR=OFF \

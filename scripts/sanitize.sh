@@ -5,7 +5,7 @@
 #                                          conformance_interp_opt and an emu shard
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-"$root/scripts/setup.sh"
+"$root/scripts/setup.sh" --test
 out="${DLC_ASAN_BUILD_DIR:-$root/build-asan}"
 if [ ! -f "$out/build.ninja" ]; then
   cmake -S "$root" -B "$out" -G Ninja -DDLC_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo

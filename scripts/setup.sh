@@ -1,25 +1,42 @@
 #!/usr/bin/env bash
 # Installs the Debian packages dlc needs. Idempotent: installs only what is missing,
 # and does nothing (not even `apt-get update`) when everything is present.
+#   scripts/setup.sh          what building dlc and running the demo need
+#   scripts/setup.sh --test   that, plus what the test suite needs: GoogleTest, lit and
+#                             FileCheck, the references (PyTorch, ONNX, scikit-learn,
+#                             ONNX Runtime through Node.js), the Python package's build,
+#                             Open MPI, clang for the fuzzers and clang-format
 # The CUDA toolkit is expected at /usr/local/cuda (not a Debian package).
 set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build git pkg-config
-  llvm-14-dev llvm-14-tools
-  libonnx-dev libonnx-testdata libprotobuf-dev protobuf-compiler
-  libfmt-dev libgtest-dev
+  llvm-14-dev
+  libonnx-dev libprotobuf-dev protobuf-compiler
   libopenblas-dev libboost-context-dev libflatbuffers-dev flatbuffers-compiler zlib1g-dev
-  python3 python3-dev python3-numpy python3-onnx python3-torch python3-torchvision python3-sklearn
-  pybind11-dev python3-pytest python3-venv python3-setuptools python3-wheel
-  clang-14 libclang-rt-14-dev
-  openmpi-bin libopenmpi3
 )
-# Node.js and npm (ONNX Runtime as a reference, through npm's onnxruntime-node):
-# Debian's packages unless a node and npm are already on PATH.
-if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-  PACKAGES+=(nodejs npm)
-fi
+case "${1:-}" in
+  "") ;;
+  --test)
+    PACKAGES+=(
+      libgtest-dev llvm-14-tools clang-format-14
+      libonnx-testdata
+      python3 python3-dev python3-numpy python3-onnx python3-torch python3-torchvision python3-sklearn
+      pybind11-dev python3-pytest python3-venv python3-setuptools python3-wheel
+      clang-14 libclang-rt-14-dev
+      openmpi-bin libopenmpi3
+    )
+    # Node.js and npm (ONNX Runtime as a reference, through npm's onnxruntime-node):
+    # Debian's packages unless a node and npm are already on PATH.
+    if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+      PACKAGES+=(nodejs npm)
+    fi
+    ;;
+  *)
+    echo "usage: scripts/setup.sh [--test]" >&2
+    exit 2
+    ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do

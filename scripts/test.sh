@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The whole test suite: install dependencies, build, run every test with CTest, then
+# The whole test suite: install dependencies, check formatting, build, run every test with CTest, then
 # a short fuzzing smoke run (DLC_FUZZ_SECONDS per target, default 30; 0 skips it).
 # Tests labelled `gpu` skip themselves when no CUDA device is present.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-"$root/scripts/setup.sh"
+"$root/scripts/setup.sh" --test
+# Formatting drift fails first (scripts/format.sh rewrites the files).
+"$root/scripts/format.sh" --check
 "$root/scripts/build.sh"
 # ONNX Runtime for the model suite's second reference (prebuilt CPU binaries ship in
 # the npm package; ONNXRUNTIME_NODE_INSTALL=skip skips the optional GPU downloads).
