@@ -4,7 +4,8 @@
 #include "EmbeddedHeaders.h"
 #include "Toolchain.h"
 #include "dlc/ir/Graph.h"
-#include "runtime/cli/ExeFormat.h"
+#include "dlc/package/ExeFormat.h"
+#include "dlc/support/Files.h"
 
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringSet.h"
@@ -32,40 +33,57 @@ const char *embedded(const char *name) {
   return "";
 }
 
-/// Writes `path` through a temporary file in the same directory, then renames.
-llvm::Error writeAtomically(const std::string &path,
-                            llvm::function_ref<llvm::Error(llvm::raw_ostream &)> body,
-                            unsigned mode = 0644) {
-  llvm::SmallString<256> tmp, model(path);
-  model += ".tmp-%%%%%%";
-  int fd = -1;
-  if (auto ec = llvm::sys::fs::createUniqueFile(model, fd, tmp))
-    return errorf("cannot write '{0}': {1}", path, ec.message());
-  auto cleanup = llvm::make_scope_exit([&] { llvm::sys::fs::remove(tmp); });
+/// A stream into an AtomicFile; the first write error sticks.
+class AtomicFileStream : public llvm::raw_ostream {
+public:
+  explicit AtomicFileStream(AtomicFile &f) : f_(f) { SetUnbuffered(); }
+  Status status() const { return status_; }
+
+private:
+  void write_impl(const char *p, size_t n) override {
+    if (!status_)
+      status_ = f_.write(p, n);
+    pos_ += n;
+  }
+  uint64_t current_pos() const override { return pos_; }
+  AtomicFile &f_;
+  Status status_;
+  uint64_t pos_ = 0;
+};
+
+llvm::Error writeText(const std::string &path, llvm::StringRef text) {
+  return writeFileAtomically(path, text);
+}
+
+} // namespace
+
+llvm::Error writeFileAtomically(const std::string &path,
+                                llvm::function_ref<llvm::Error(llvm::raw_ostream &)> body,
+                                unsigned mode) {
+  auto f = AtomicFile::open(path, mode);
+  if (!f)
+    return ir::makeError(f.status().message());
   {
-    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+    AtomicFileStream os(*f);
     if (auto e = body(os))
       return e;
     os.flush();
-    if (os.has_error()) {
-      std::string msg = os.error().message();
-      os.clear_error();
-      return errorf("cannot write '{0}': {1}", path, msg);
-    }
+    if (Status s = os.status())
+      return ir::makeError(s.message());
   }
-  ::chmod(tmp.c_str(), mode);
-  if (auto ec = llvm::sys::fs::rename(tmp, path))
-    return errorf("cannot write '{0}': {1}", path, ec.message());
-  cleanup.release();
+  if (Status s = f->commit())
+    return ir::makeError(s.message());
   return llvm::Error::success();
 }
 
-llvm::Error writeText(const std::string &path, llvm::StringRef text) {
-  return writeAtomically(path, [&](llvm::raw_ostream &os) {
-    os << text;
+llvm::Error writeFileAtomically(const std::string &path, llvm::StringRef data) {
+  return writeFileAtomically(path, [&](llvm::raw_ostream &os) {
+    os << data;
     return llvm::Error::success();
   });
 }
+
+namespace {
 
 std::string shapeText(const flatbuffers::Vector<int64_t> *shape) {
   std::string s = "[";
@@ -326,7 +344,7 @@ llvm::Error writeExecutable(llvm::ArrayRef<uint8_t> package, const std::string &
     if (cli::isExeFooter(f))
       return errorf("'{0}' already has a package appended; it is not the stub", stubPath);
   }
-  return writeAtomically(
+  return writeFileAtomically(
       out,
       [&](llvm::raw_ostream &os) {
         os << s;
@@ -458,7 +476,7 @@ llvm::Error writeLibrary(const pkg::PackageFile &pf, const LibraryOptions &opts)
 
   // The package, linked in as read-only data (256-byte aligned: used in place).
   std::string pkgPath = d + "/package.dlc";
-  if (auto e = writeAtomically(pkgPath, [&](llvm::raw_ostream &o) {
+  if (auto e = writeFileAtomically(pkgPath, [&](llvm::raw_ostream &o) {
         o.write(reinterpret_cast<const char *>(pf.data()), pf.size());
         return llvm::Error::success();
       }))
@@ -500,7 +518,7 @@ llvm::Error writeLibrary(const pkg::PackageFile &pf, const LibraryOptions &opts)
     return errorf("cannot read the linked library: {0}", lib.getError().message());
   if (auto e = writeText(opts.headerPath, header))
     return e;
-  return writeAtomically(
+  return writeFileAtomically(
       opts.libraryPath,
       [&](llvm::raw_ostream &o) {
         o << (*lib)->getBuffer();

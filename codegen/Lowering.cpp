@@ -122,7 +122,7 @@ const char *Lowering::indexType(int64_t maxIndex) const {
 LowerFn lowerFnFor(OpKind k) {
   static const LowerFn table[] = {
 #define OP(N, F) lower##F,
-#include "ir/Ops.def"
+#include "dlc/ir/Ops.def"
   };
   return table[static_cast<size_t>(k)];
 }

@@ -417,7 +417,7 @@ private:
 using LowerFn = llvm::Error (*)(Lowering &, const ir::Node &);
 #define FAMILY(F) llvm::Error lower##F(Lowering &l, const ir::Node &n);
 #define OP(N, F)
-#include "ir/Ops.def"
+#include "dlc/ir/Ops.def"
 LowerFn lowerFnFor(ir::OpKind k);
 
 /// Kernels use 32-bit indices when every index they compute stays below this

@@ -8,6 +8,7 @@
 
 #include "EmbeddedHeaders.h"
 #include "dlc/ir/Graph.h"
+#include "dlc/support/Files.h"
 
 #include "llvm/ADT/Optional.h"
 #include "llvm/ADT/ScopeExit.h"
@@ -71,18 +72,12 @@ bool readFile(const std::string &path, std::vector<uint8_t> &out) {
   return true;
 }
 
-void writeFileAtomic(const std::string &path, const void *data, size_t n) {
+/// A cache entry, written whole or not at all; a failure only costs the entry.
+void writeCacheFile(const std::string &path, const void *data, size_t n) {
   llvm::SmallString<256> dir(path);
   llvm::sys::path::remove_filename(dir);
   llvm::sys::fs::create_directories(dir);
-  std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f.write(static_cast<const char *>(data), static_cast<std::streamsize>(n));
-    if (!f)
-      return;
-  }
-  std::rename(tmp.c_str(), path.c_str());
+  (void)writeFileAtomically(path, data, n);
 }
 
 std::string cachePath(const ToolchainOptions &o, const std::string &key) {
@@ -107,7 +102,7 @@ void cachePut(const ToolchainOptions &o, const std::string &key,
   if (!o.useCache)
     return;
   for (size_t i = exts.size(); i-- > 0;)
-    writeFileAtomic(cachePath(o, key) + "." + exts[i], parts[i]->data(), parts[i]->size());
+    writeCacheFile(cachePath(o, key) + "." + exts[i], parts[i]->data(), parts[i]->size());
 }
 
 std::string str(const std::vector<uint8_t> &v) {
@@ -117,8 +112,7 @@ std::string str(const std::vector<uint8_t> &v) {
 void dumpSource(const ToolchainOptions &o, const std::string &source) {
   if (o.failureDumpPath.empty())
     return;
-  std::ofstream f(o.failureDumpPath);
-  f << source;
+  (void)writeFileAtomically(o.failureDumpPath, source.data(), source.size());
 }
 
 std::string nvrtcVersionString() {

@@ -6,7 +6,7 @@ namespace dlc::ir {
 
 static constexpr std::string_view kOpNames[] = {
 #define OP(NAME, FAMILY) #NAME,
-#include "ir/Ops.def"
+#include "dlc/ir/Ops.def"
 };
 
 std::string_view opName(OpKind k) {
@@ -95,7 +95,7 @@ const OpDef &opDef(OpKind k) {
     auto *t = new OpTable();
 #define FAMILY(F) define##F##Ops(*t);
 #define OP(N, F)
-#include "ir/Ops.def"
+#include "dlc/ir/Ops.def"
     return t;
   }();
   return (*table)[k];

@@ -4,13 +4,13 @@
 namespace dlc::passes {
 
 #define PASS(NAME, CLASS, SUMMARY) std::unique_ptr<Pass> create##CLASS();
-#include "passes/Passes.def"
+#include "Passes.def"
 
 const std::vector<PassInfo> &registeredPasses() {
   static const std::vector<PassInfo> passes = {
 #define PASS(NAME, CLASS, SUMMARY) {NAME_STR(NAME), SUMMARY, create##CLASS},
 #define NAME_STR(N) #N
-#include "passes/Passes.def"
+#include "Passes.def"
 #undef NAME_STR
   };
   return passes;

@@ -4,8 +4,8 @@
 // literal {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }, then the
 // raw little-endian data. Every field is validated; sizes are overflow-checked.
 //===----------------------------------------------------------------------===//
-#include "Files.h"
 #include "dlc/runtime/Runtime.h"
+#include "dlc/support/Files.h"
 
 #include <cstring>
 #include <fstream>

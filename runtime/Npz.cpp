@@ -6,8 +6,8 @@
 // readers do, and every offset and size is checked against the file. The runtime
 // depends on no compression library: deflated members need the caller's inflater.
 //===----------------------------------------------------------------------===//
-#include "Files.h"
 #include "dlc/runtime/Runtime.h"
+#include "dlc/support/Files.h"
 
 #include <cstdio>
 #include <cstring>

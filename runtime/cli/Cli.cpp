@@ -1,5 +1,5 @@
 //===- Cli.cpp - `run` and `bench` front ends (runtime-only) ---------------===//
-#include "Cli.h"
+#include "dlc/runtime/Cli.h"
 
 #include <algorithm>
 #include <cerrno>

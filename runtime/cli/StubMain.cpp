@@ -5,8 +5,8 @@
 // is a runner for package files, needing only libc: `dlc-exe-stub MODEL.dlc ...`
 // (as `dlc run`) or `dlc-exe-stub --bench MODEL.dlc ...` (as `dlc bench`).
 //===----------------------------------------------------------------------===//
-#include "Cli.h"
-#include "ExeFormat.h"
+#include "dlc/package/ExeFormat.h"
+#include "dlc/runtime/Cli.h"
 
 #include <cinttypes>
 #include <cstdio>

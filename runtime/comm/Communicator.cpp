@@ -12,9 +12,9 @@
 // The TCP protocol: each other rank connects and sends "DLCR" and its rank; rank 0
 // answers with the length of the bytes (8 bytes) and the bytes.
 //===----------------------------------------------------------------------===//
-#include "../Files.h"
 #include "CommUtil.h"
 #include "dlc/runtime/Collectives.h"
+#include "dlc/support/Files.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -20,8 +20,8 @@
 // after the last reference is gone (MPI finalized) it is an error.
 //===----------------------------------------------------------------------===//
 #include "CommUtil.h"
-#include "dlc/package/Half.h"
 #include "dlc/runtime/Collectives.h"
+#include "dlc/support/Half.h"
 
 #include <algorithm>
 #include <cstdio>

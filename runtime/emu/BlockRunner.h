@@ -8,7 +8,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "dlc/runtime/EmuAbi.h"
+#include "dlc/package/EmuAbi.h"
 #include "dlc/runtime/Runtime.h"
 
 #include <cstddef>

@@ -10,8 +10,8 @@
 #include "BlockRunner.h"
 #include "HostBlas.h"
 #include "ThreadPool.h"
-#include "dlc/package/Half.h"
-#include "dlc/runtime/EmuAbi.h"
+#include "dlc/package/EmuAbi.h"
+#include "dlc/support/Half.h"
 
 #include <chrono>
 #include <cmath>

@@ -1,5 +1,6 @@
 #include "Args.h"
 
+#include "dlc/codegen/Artifacts.h"
 #include "dlc/ir/Graph.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -140,39 +141,9 @@ void ArgParser::printHelp(llvm::raw_ostream &os) const {
   }
 }
 
-llvm::Error writeFileAtomically(const std::string &path, llvm::StringRef data) {
-  return writeFileAtomically(path, [&](llvm::raw_ostream &os) { os << data; });
-}
-
-llvm::Error writeFileAtomically(const std::string &path,
-                                const std::function<void(llvm::raw_ostream &)> &write) {
-  llvm::SmallString<256> tmp;
-  llvm::SmallString<256> model(path);
-  model += ".tmp-%%%%%%";
-  int fd = -1;
-  if (auto ec = llvm::sys::fs::createUniqueFile(model, fd, tmp))
-    return ir::errorf("cannot write '{0}': {1}", path, ec.message());
-  {
-    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
-    write(os);
-    os.flush();
-    if (os.has_error()) {
-      std::string msg = os.error().message();
-      os.clear_error();
-      llvm::sys::fs::remove(tmp);
-      return ir::errorf("cannot write '{0}': {1}", path, msg);
-    }
-  }
-  if (auto ec = llvm::sys::fs::rename(tmp, path)) {
-    llvm::sys::fs::remove(tmp);
-    return ir::errorf("cannot write '{0}': {1}", path, ec.message());
-  }
-  return llvm::Error::success();
-}
-
 int writeReport(const Args &args, const std::string &text) {
   if (auto out = args.get("output")) {
-    if (auto e = writeFileAtomically(*out, text)) {
+    if (auto e = codegen::writeFileAtomically(*out, text)) {
       reportError(std::move(e));
       return 1;
     }

@@ -56,13 +56,6 @@ private:
   std::vector<OptSpec> opts_;
 };
 
-/// Writes `data` to `path` through a temporary file in the same directory and a
-/// rename, so a failure never leaves a partial file behind.
-llvm::Error writeFileAtomically(const std::string &path, llvm::StringRef data);
-/// The same with the contents produced by `write`.
-llvm::Error writeFileAtomically(const std::string &path,
-                                const std::function<void(llvm::raw_ostream &)> &write);
-
 /// Writes a command's report to the file of its -o option (atomically), or to stdout
 /// without one; returns the exit code (1 with the error reported).
 int writeReport(const Args &args, const std::string &text);

@@ -497,7 +497,7 @@ int runCompile(const std::vector<std::string> &argv) {
     }
     graph = std::move(*g);
     if (auto dot = args->get("dump-dot"))
-      if (auto e = writeFileAtomically(*dot, graphToDot(*graph))) {
+      if (auto e = codegen::writeFileAtomically(*dot, graphToDot(*graph))) {
         reportError(std::move(e));
         return 1;
       }
@@ -569,7 +569,7 @@ int runCompile(const std::vector<std::string> &argv) {
       }
       if (i == 0)
         if (auto dot = args->get("dump-dot"))
-          if (auto e = writeFileAtomically(*dot, graphToDot(**g)))
+          if (auto e = codegen::writeFileAtomically(*dot, graphToDot(**g)))
             return llvm::Expected<std::unique_ptr<ir::Graph>>(std::move(e));
       return g;
     };
@@ -604,9 +604,10 @@ int runCompile(const std::vector<std::string> &argv) {
       return 1;
     }
   if (emit == "package") {
-    written = writeFileAtomically(out, [&](llvm::raw_ostream &os) {
+    written = codegen::writeFileAtomically(out, [&](llvm::raw_ostream &os) {
       image->forEachPiece(
           [&](const uint8_t *d, size_t n) { os.write(reinterpret_cast<const char *>(d), n); });
+      return llvm::Error::success();
     });
   } else if (emit == "exe") {
     written = codegen::writeExecutable(image->bytes(), companion, out);

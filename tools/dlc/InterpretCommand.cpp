@@ -4,8 +4,8 @@
 #include "dlc/frontend/OnnxImporter.h"
 #include "dlc/ir/Interpreter.h"
 #include "dlc/ir/TextIR.h"
+#include "dlc/runtime/Cli.h"
 #include "dlc/runtime/Runtime.h"
-#include "runtime/cli/Cli.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"

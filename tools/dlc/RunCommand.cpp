@@ -4,8 +4,8 @@
 #include "CostModel.h"
 #include "dlc/codegen/GpuModel.h"
 #include "dlc/frontend/OnnxImporter.h"
+#include "dlc/runtime/Cli.h"
 #include "dlc/runtime/Runtime.h"
-#include "runtime/cli/Cli.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"

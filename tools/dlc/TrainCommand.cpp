@@ -11,6 +11,7 @@
 #include "Commands.h"
 #include "Ranks.h"
 #include "Train.h"
+#include "dlc/codegen/Artifacts.h"
 #include "dlc/frontend/OnnxImporter.h"
 #include "dlc/ir/Graph.h"
 
@@ -704,7 +705,7 @@ int runExport(const std::vector<std::string> &argv) {
   if (!bytes)
     return fail(llvm::toString(bytes.takeError()));
   std::string out = args->getOr("output", "");
-  if (auto e = writeFileAtomically(out, *bytes)) {
+  if (auto e = codegen::writeFileAtomically(out, *bytes)) {
     reportError(std::move(e));
     return 1;
   }

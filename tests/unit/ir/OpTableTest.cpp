@@ -9,7 +9,7 @@ using namespace dlc::ir;
 namespace {
 const OpKind kAllOps[] = {
 #define OP(NAME, FAMILY) OpKind::NAME,
-#include "ir/Ops.def"
+#include "dlc/ir/Ops.def"
 };
 } // namespace
 

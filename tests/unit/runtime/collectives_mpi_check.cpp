@@ -17,8 +17,8 @@
 //
 // Prints "... ok" and exits 0, or prints what differs and exits 1. The default mode
 // also checks ZeRO-1's reduce-scatter and all-gather.
-#include "dlc/package/Half.h"
 #include "dlc/runtime/Collectives.h"
+#include "dlc/support/Half.h"
 
 #include <chrono>
 #include <cstdio>

@@ -12,11 +12,20 @@
 #include "dlc/package/Package.h"
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <string>
 
 namespace dlc::codegen {
+
+/// Writes `path` whole or not at all (dlc::AtomicFile): `body` writes the contents to
+/// a stream; when it fails, or the writing does, `path` is left as it was.
+llvm::Error writeFileAtomically(const std::string &path,
+                                llvm::function_ref<llvm::Error(llvm::raw_ostream &)> body,
+                                unsigned mode = 0644);
+llvm::Error writeFileAtomically(const std::string &path, llvm::StringRef data);
 
 /// The package's steps, one readable line each, with buffers named after the
 /// inputs, outputs and weights they hold.

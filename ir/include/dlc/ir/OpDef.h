@@ -21,12 +21,12 @@ class Value;
 
 enum class OpKind : uint16_t {
 #define OP(NAME, FAMILY) NAME,
-#include "ir/Ops.def"
+#include "dlc/ir/Ops.def"
 };
 
 inline constexpr size_t kNumOps = 0
 #define OP(NAME, FAMILY) +1
-#include "ir/Ops.def"
+#include "dlc/ir/Ops.def"
     ;
 
 std::string_view opName(OpKind k);
@@ -227,6 +227,6 @@ private:
 
 #define FAMILY(F) void define##F##Ops(OpTable &table);
 #define OP(N, F)
-#include "ir/Ops.def"
+#include "dlc/ir/Ops.def"
 
 } // namespace dlc::ir

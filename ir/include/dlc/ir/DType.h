@@ -1,7 +1,7 @@
 //===- DType.h - Element types of the IR ------------------------*- C++ -*-===//
 #pragma once
 
-#include "dlc/package/Half.h"
+#include "dlc/support/Half.h"
 
 #include <cstdint>
 #include <cstring>

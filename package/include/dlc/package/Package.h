@@ -12,8 +12,8 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "dlc/package/Status.h"
 #include "dlc/package/package_generated.h"
+#include "dlc/support/Status.h"
 
 #include <cstdint>
 #include <functional>
