@@ -1,7 +1,6 @@
 //===- Fused.cpp - Inlined producers, epilogues and anchor-free groups -----===//
 #include "Fused.h"
 
-#include "dlc/ir/FusionRules.h"
 #include "dlc/ir/OpHelpers.h"
 #include "emitters/EmitterUtils.h"
 
@@ -9,7 +8,7 @@ namespace dlc::codegen {
 
 using namespace ir;
 
-FusedAccess::FusedAccess(Lowering &l, ParamList &params, const FusionGroup *group)
+FusedAccess::FusedAccess(Lowering &l, ParamList &params, const ir::FusionGroup *group)
     : l_(l), params_(params), g_(group) {}
 
 // Names of fused temporaries start with "f" and end with "_": they cannot clash with
@@ -54,7 +53,13 @@ std::string FusedAccess::inOutPointer(const Value *v) {
 }
 
 const Value *FusedAccess::stored(const Value *anchorOut) const {
-  return g_ && g_->contains(anchorOut) ? g_->root->result() : anchorOut;
+  return g_ && g_->computes(anchorOut) ? g_->root()->result() : anchorOut;
+}
+
+std::string FusedAccess::fail(const Node &n, const std::string &why) {
+  if (!error_) // the first failure is the one to report
+    error_ = errorf("{0} cannot be inlined into a fused kernel: {1}", n.describe(), why);
+  return "0";
 }
 
 std::string FusedAccess::coords(CodeStream &b, const Shape &s, const std::string &idx) {
@@ -69,13 +74,16 @@ std::string FusedAccess::coords(CodeStream &b, const Shape &s, const std::string
   return prefix;
 }
 
-std::string FusedAccess::dot(const std::vector<int64_t> &strides, const std::string &prefix) {
+std::string FusedAccess::dot(const std::vector<int64_t> &strides, const std::string &prefix,
+                             const std::vector<int64_t> &moduli) {
   std::string s;
   for (size_t d = 0; d < strides.size(); ++d) {
     if (strides[d] == 0)
       continue;
-    std::string term =
-        prefix + std::to_string(d) + (strides[d] == 1 ? "" : " * (I)" + num(strides[d]));
+    std::string c = prefix + std::to_string(d);
+    if (d < moduli.size() && moduli[d] > 0)
+      c = params_.divmod(moduli[d]) + ".mod(" + c + ")";
+    std::string term = c + (strides[d] == 1 ? "" : " * (I)" + num(strides[d]));
     s += (s.empty() ? "" : " + ") + term;
   }
   return s.empty() ? "(I)0" : s;
@@ -125,22 +133,25 @@ std::string FusedAccess::valueWithBound(CodeStream &b, const Value *v, const std
 std::string FusedAccess::forwardIndex(CodeStream &b, const Value *from, const std::string &idx) {
   const Value *cur = from;
   std::string at = idx;
-  while (cur != g_->root->result()) {
+  while (cur != g_->root()->result()) {
     const Node *next = nullptr;
     for (const Use &u : cur->uses())
-      if (g_->contains(u.user->result())) {
+      if (g_->contains(u.user)) {
         next = u.user;
         break;
       }
     if (!next)
       break;
-    if (next->kind() == OpKind::Transpose) {
-      std::vector<int64_t> perm = transposePerm(*next);
+    // A permutation of whole dims (FusionRules: the only reindexing in an epilogue)
+    // sends operand coordinate `dims[d].dim` to result dim d.
+    Fusibility f = fusibility(*next);
+    if (f.role == Fusibility::Role::Injective) {
+      IndexMap m = f.indexMap(*next);
       std::string c = coords(b, cur->shape(), at);
       Shape outStrides = stridesOf(next->result()->shape());
       std::vector<int64_t> s(cur->rank(), 0);
-      for (size_t d = 0; d < perm.size(); ++d)
-        s[perm[d]] = outStrides[d];
+      for (size_t d = 0; d < m.access.dims.size(); ++d)
+        s[m.access.dims[d].dim] = outStrides[d];
       at = "(" + dot(s, c) + ")";
     }
     cur = next->result();
@@ -174,7 +185,7 @@ std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::strin
     return it->second;
   std::string ct = computeType(v->dtype());
   std::string result;
-  if (!g_ || !g_->contains(v)) {
+  if (!g_ || !g_->computes(v)) {
     if (auto o = override_.find(v); o != override_.end())
       return o->second;
     result = fresh("t");
@@ -184,162 +195,130 @@ std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::strin
     return result;
   }
   const Node &n = *v->definingNode();
-  const Shape &os = v->shape();
-  auto operandIndex = [&](const std::string &c, const Value *op) {
-    if (op->shape() == os)
-      return idx;
-    if (op->type().numElements() == 1)
-      return std::string("(I)0");
-    return "(" + broadcastIndex(os, op->shape(), c) + ")";
-  };
-  if (isMetadataOnly(n)) {
+  Fusibility f = fusibility(n);
+  switch (f.role) {
+  case Fusibility::Role::Metadata:
     result = valueAt(b, n.operand(0), idx, memo);
-  } else if (n.kind() == OpKind::BatchNormalization) {
-    std::string c = coords(b, os, idx);
-    std::string ch = c + "1";
-    std::string x = valueAt(b, n.operand(0), idx, memo);
-    std::string sc = valueAt(b, n.operand(1), ch, memo), bi = valueAt(b, n.operand(2), ch, memo),
-                mean = valueAt(b, n.operand(3), ch, memo), var = valueAt(b, n.operand(4), ch, memo);
-    result = fresh("t");
-    b.line("const " + ct + " " + result + " = dlc::cvt<" + ct + ">((" + x + " - " + mean +
-           ") * ((" + ct + ")1 / dlc::sqrt_(" + var + " + (" + ct + ")" +
-           literal(DType::F32, n.attrFloat("epsilon")) + ")) * " + sc + " + " + bi + ");");
-  } else if (n.def().cudaExpr) {
-    bool broadcast = false;
-    for (const Value *op : n.operands())
-      broadcast |=
-          op && !isScalarConstant(op) && op->shape() != os && op->type().numElements() != 1;
-    std::string c = broadcast ? coords(b, os, idx) : "";
-    std::vector<std::string> vals;
-    for (const Value *op : n.operands())
-      vals.push_back(op ? valueAt(b, op, operandIndex(c, op), memo) : "");
-    std::string st = cudaType(v->dtype());
-    std::string e = expandExpr(n, vals, idx);
-    result = fresh("t");
-    b.line("const " + ct + " " + result + " = " +
-           (st == ct ? "dlc::cvt<" + ct + ">(" + e + ")"
-                     : "dlc::cvt<" + ct + ">(dlc::cvt<" + st + ">(" + e + "))") +
-           ";");
-  } else {
-    switch (n.kind()) {
-    case OpKind::Transpose: {
-      const Value *x = n.operand(0);
-      std::vector<int64_t> perm = transposePerm(n);
-      Shape inStrides = stridesOf(x->shape());
-      std::vector<int64_t> s(perm.size());
-      for (size_t d = 0; d < perm.size(); ++d)
-        s[d] = inStrides[perm[d]];
-      std::string c = coords(b, os, idx);
-      result = valueAt(b, x, "(" + dot(s, c) + ")", memo);
-      break;
-    }
-    case OpKind::Expand: {
-      std::string c = coords(b, os, idx);
-      result =
-          valueAt(b, n.operand(0), "(" + broadcastIndex(os, n.operand(0)->shape(), c) + ")", memo);
-      break;
-    }
-    case OpKind::Tile: {
-      const Value *x = n.operand(0);
-      std::string c = coords(b, os, idx);
-      Shape st = stridesOf(x->shape());
-      std::string s;
-      for (size_t d = 0; d < os.size(); ++d) {
-        if (x->shape()[d] == 1)
-          continue;
-        std::string cd = os[d] == x->shape()[d] ? c + std::to_string(d)
-                                                : params_.divmod(x->shape()[d]) + ".mod(" + c +
-                                                      std::to_string(d) + ")";
-        s += (s.empty() ? "" : " + ") + cd + (st[d] == 1 ? "" : " * (I)" + num(st[d]));
-      }
-      result = valueAt(b, x, "(" + (s.empty() ? std::string("(I)0") : s) + ")", memo);
-      break;
-    }
-    case OpKind::Slice: {
-      const Value *x = n.operand(0);
-      SliceWindow w = llvm::cantFail(sliceWindow(n)); // the verifier checked the window
-      Shape inStrides = stridesOf(x->shape());
-      std::string c = coords(b, os, idx);
-      int64_t base = 0;
-      std::vector<int64_t> coef(x->rank());
-      for (int64_t d = 0; d < x->rank(); ++d) {
-        base += w.start[d] * inStrides[d];
-        coef[d] = w.step[d] * inStrides[d];
-      }
-      // Negative steps make negative coefficients: the sum is still non-negative.
-      result = valueAt(b, x, "((I)" + num(base) + " + " + dot(coef, c) + ")", memo);
-      break;
-    }
-    case OpKind::Gather: {
-      const Value *x = n.operand(0), *ind = n.operand(1);
-      int64_t axis = n.attrInt("axis");
-      if (axis < 0)
-        axis += x->rank();
-      int64_t q = ind->rank(), dim = x->shape()[axis];
-      Shape xs = stridesOf(x->shape()), is = stridesOf(ind->shape());
-      std::string c = coords(b, os, idx);
-      std::vector<int64_t> istr(os.size(), 0);
-      for (int64_t d = 0; d < q; ++d)
-        istr[axis + d] = is[d];
-      std::string gi = valueAt(b, ind, "(" + dot(istr, c) + ")", memo);
-      std::string g = fresh("g");
-      b.line("long long " + g + " = (long long)" + gi + ";");
-      std::string dimField = num(dim);
-      b.line("if (" + g + " < 0) " + g + " += " + dimField + ";");
-      b.line("if (" + g + " < 0 || " + g + " >= " + dimField + ") { dlc::reportDataError(" +
-             checkPointer(n) + ", dlc::kErrIndexRange); " + g + " = 0; }");
-      std::vector<int64_t> xstr(os.size(), 0);
-      for (int64_t d = 0; d < axis; ++d)
-        xstr[d] = xs[d];
-      for (int64_t d = axis + 1; d < x->rank(); ++d)
-        xstr[d + q - 1] = xs[d];
-      result =
-          valueAt(b, x, "((I)" + g + " * (I)" + num(xs[axis]) + " + " + dot(xstr, c) + ")", memo);
-      break;
-    }
-    case OpKind::Concat: {
-      int64_t axis = n.attrInt("axis");
-      if (axis < 0)
-        axis += v->rank();
-      std::string c = coords(b, os, idx);
-      result = fresh("t");
-      b.line(ct + " " + result + ";");
-      int64_t offset = 0;
-      size_t k = 0;
-      for (const Value *op : n.operands()) {
-        int64_t len = op->shape()[axis];
-        if (len == 0)
-          continue;
-        bool last = ++k == n.numOperands();
-        std::string ca = c + std::to_string(axis);
-        std::string head =
-            (offset == 0 ? "if (" : "else if (") + ca + " < (I)" + num(offset + len) + ")";
-        if (last)
-          head = offset == 0 ? "if (true)" : "else";
-        CodeStream::Block blk(b, head);
-        // Index into the operand: the coordinate along `axis` shifted by `offset`.
-        std::string shifted = fresh("s");
-        b.line("const I " + shifted + " = " + ca + " - (I)" + num(offset) + ";");
-        Shape st = stridesOf(op->shape());
-        std::vector<int64_t> strides(v->rank());
-        for (int64_t d = 0; d < v->rank(); ++d)
-          strides[d] = d == axis ? 0 : st[d];
-        std::string at = "(" + shifted + (st[axis] == 1 ? "" : " * (I)" + num(st[axis])) + " + " +
-                         dot(strides, c) + ")";
-        Memo inner = memo; // values computed inside a branch are not visible outside
-        std::string val = valueAt(b, op, at, inner);
-        b.line(result + " = " + val + ";");
-        offset += len;
-      }
-      break;
-    }
-    default:
-      result = "/* internal error: cannot inline " + std::string(n.opName()) + " */";
-      break;
-    }
+    break;
+  case Fusibility::Role::Elementwise:
+    result = elementwiseAt(b, n, f, idx, memo);
+    break;
+  case Fusibility::Role::Injective:
+    result = injectiveAt(b, n, f.indexMap(n), idx, memo);
+    break;
+  default:
+    return fail(n, std::string(fusionRoleName(f.role)));
   }
   memo[key] = result;
   return result;
+}
+
+std::string FusedAccess::elementwiseAt(CodeStream &b, const Node &n, const Fusibility &f,
+                                       const std::string &idx, Memo &memo) {
+  if (!n.def().cudaExpr)
+    return fail(n, "no expression template");
+  const Value *v = n.result();
+  const Shape &os = v->shape();
+  // Operands read at other coordinates than their numpy broadcast (per channel).
+  std::vector<std::optional<OperandAccess>> access(n.numOperands());
+  bool coordinates = false;
+  for (unsigned k = 0; k < n.numOperands(); ++k) {
+    const Value *op = n.operand(k);
+    if (f.operandAccess)
+      access[k] = f.operandAccess(n, k);
+    coordinates |= op && !isScalarConstant(op) &&
+                   (access[k] || (op->shape() != os && op->type().numElements() != 1));
+  }
+  std::string c = coordinates ? coords(b, os, idx) : "";
+  std::vector<std::string> vals;
+  for (unsigned k = 0; k < n.numOperands(); ++k) {
+    const Value *op = n.operand(k);
+    if (!op || isScalarConstant(op)) {
+      vals.push_back(op ? scalarLiteral(op) : "");
+      continue;
+    }
+    std::string at = access[k]           ? accessIndex(n, *access[k], c)
+                     : op->shape() == os ? idx
+                     : op->type().numElements() == 1
+                         ? std::string("(I)0")
+                         : "(" + broadcastIndex(os, op->shape(), c) + ")";
+    vals.push_back(valueAt(b, op, at, memo));
+  }
+  auto e = expandExpr(n, vals, idx);
+  if (!e)
+    return fail(n, llvm::toString(e.takeError()));
+  std::string ct = computeType(v->dtype()), st = cudaType(v->dtype());
+  std::string result = fresh("t");
+  // The op alone stores its result in the storage type: rounding there keeps a fused
+  // kernel's arithmetic the unfused graph's.
+  bool round = f.roundsResult && st != ct;
+  b.line("const " + ct + " " + result + " = " +
+         (round ? "dlc::cvt<" + ct + ">(dlc::cvt<" + st + ">(" + *e + "))"
+                : "dlc::cvt<" + ct + ">(" + *e + ")") +
+         ";");
+  return result;
+}
+
+std::string FusedAccess::accessIndex(const Node &n, const OperandAccess &a, const std::string &c) {
+  const Shape &xs = n.operand(a.operand)->shape();
+  Shape st = stridesOf(xs);
+  std::vector<int64_t> coef(a.dims.size(), 0), moduli(a.dims.size(), 0);
+  int64_t offset = 0;
+  for (size_t d = 0; d < a.dims.size(); ++d) {
+    const DimAccess &da = a.dims[d];
+    if (da.dim < 0)
+      continue;
+    offset += da.start * st[da.dim];
+    coef[d] = da.step * st[da.dim];
+    moduli[d] = da.modulus;
+  }
+  // Negative steps make negative coefficients: the sum is still non-negative.
+  std::string base = offset == 0 ? "" : "(I)" + num(offset) + " + ";
+  return "(" + base + dot(coef, c, moduli) + ")";
+}
+
+std::string FusedAccess::injectiveAt(CodeStream &b, const Node &n, const IndexMap &m,
+                                     const std::string &idx, Memo &memo) {
+  const Value *v = n.result();
+  std::string c = coords(b, v->shape(), idx);
+  switch (m.kind) {
+  case IndexMap::Kind::Affine:
+    return valueAt(b, n.operand(m.access.operand), accessIndex(n, m.access, c), memo);
+  case IndexMap::Kind::Gather: {
+    // The index, from the end when negative; out of range is a data error (the
+    // launch's check word) and reads element 0 instead.
+    const Value *x = n.operand(m.access.operand);
+    std::string gi = valueAt(b, n.operand(m.indices.operand), accessIndex(n, m.indices, c), memo);
+    std::string g = fresh("g");
+    b.line("long long " + g + " = (long long)" + gi + ";");
+    std::string dimField = num(m.axisSize);
+    b.line("if (" + g + " < 0) " + g + " += " + dimField + ";");
+    b.line("if (" + g + " < 0 || " + g + " >= " + dimField + ") { dlc::reportDataError(" +
+           checkPointer(n) + ", dlc::kErrIndexRange); " + g + " = 0; }");
+    std::string rest = accessIndex(n, m.access, c);
+    return valueAt(b, x,
+                   "((I)" + g + " * (I)" + num(stridesOf(x->shape())[m.axis]) + " + " + rest + ")",
+                   memo);
+  }
+  case IndexMap::Kind::Concat: {
+    std::string ct = computeType(v->dtype());
+    std::string result = fresh("t");
+    b.line(ct + " " + result + ";");
+    std::string ca = c + std::to_string(m.axis);
+    for (size_t k = 0; k < m.pieces.size(); ++k) {
+      const IndexMap::Piece &p = m.pieces[k];
+      std::string head = k + 1 == m.pieces.size() ? (k == 0 ? "if (true)" : "else")
+                                                  : (k == 0 ? "if (" : "else if (") + ca +
+                                                        " < (I)" + num(p.start + p.size) + ")";
+      CodeStream::Block blk(b, head);
+      Memo inner = memo; // values computed inside a branch are not visible outside
+      b.line(result + " = " +
+             valueAt(b, n.operand(p.access.operand), accessIndex(n, p.access, c), inner) + ";");
+    }
+    return result;
+  }
+  }
+  return fail(n, "unknown index map");
 }
 
 //===----------------------------------------------------------------------===//
@@ -352,9 +331,9 @@ const char *kMethodHead = "template <class I> static __device__ __forceinline__ 
 
 /// A functor with one device method: `signature` (after the template head and
 /// qualifiers), the body written by `body` through the group's FusedAccess.
-Functor functorWith(Lowering &l, const FusionGroup *g, const Value *typed,
-                    const std::string &signature,
-                    const std::function<void(CodeStream &, FusedAccess &)> &body) {
+llvm::Expected<Functor> functorWith(Lowering &l, const FusionGroup *g, const Value *typed,
+                                    const std::string &signature,
+                                    const std::function<void(CodeStream &, FusedAccess &)> &body) {
   Functor f;
   f.valueType = computeType(typed->dtype());
   FusedAccess fa(l, f.params, g);
@@ -365,35 +344,31 @@ Functor functorWith(Lowering &l, const FusionGroup *g, const Value *typed,
     CodeStream::Indent inBody(b);
     body(b, fa);
   }
+  if (auto e = fa.takeError())
+    return e;
   f.methods = b.str() + "  }\n";
   return f;
 }
 } // namespace
 
-Functor loadFunctor(Lowering &l, const FusionGroup *g, const Value *v) {
+llvm::Expected<Functor> loadFunctor(Lowering &l, const FusionGroup *g, const Value *v) {
   return functorWith(
       l, g, v, "Value load(const Params &P, I i)",
       [&](CodeStream &b, FusedAccess &fa) { b.line("return " + fa.load(b, v, "i") + ";"); });
 }
 
-Functor storeFunctor(Lowering &l, const FusionGroup *g, const Value *anchorOut) {
+llvm::Expected<Functor> storeFunctor(Lowering &l, const FusionGroup *g, const Value *anchorOut) {
   return functorWith(l, g, anchorOut, "void store(const Params &P, I i, Value v)",
                      [&](CodeStream &b, FusedAccess &fa) { fa.store(b, anchorOut, "i", "v"); });
 }
 
-Functor boundFunctor(Lowering &l, const FusionGroup *g, const Value *v, const Value *bound) {
+llvm::Expected<Functor> boundFunctor(Lowering &l, const FusionGroup *g, const Value *v,
+                                     const Value *bound) {
   return functorWith(
       l, g, v, "Value apply(const Params &P, I i, Value x)", [&](CodeStream &b, FusedAccess &fa) {
         b.line("return " + (v == bound ? std::string("x") : fa.loadBound(b, v, "i", bound, "x")) +
                ";");
       });
-}
-
-Functor plainLoad(Lowering &l, const Value *v) {
-  return loadFunctor(l, nullptr, v);
-}
-Functor plainStore(Lowering &l, const Value *v) {
-  return storeFunctor(l, nullptr, v);
 }
 
 //===----------------------------------------------------------------------===//
@@ -402,9 +377,7 @@ Functor plainStore(Lowering &l, const Value *v) {
 
 llvm::Error lowerInlineNode(Lowering &l, const Node &n) {
   FusionGroup g;
-  g.nodes = {&n};
-  g.produced = {n.result()};
-  g.root = &n;
+  g.nodes = {const_cast<Node *>(&n)};
   return lowerInlineGroup(l, g);
 }
 
@@ -412,23 +385,26 @@ llvm::Error lowerInlineNode(Lowering &l, const Node &n) {
 /// writes, element for element (same element size, whole buffers): its output may
 /// take their memory when they die here (MemoryPlan.h).
 static std::vector<uint32_t> inPlaceInputs(Lowering &l, const FusionGroup &g, BufferRef out) {
-  const Value *result = g.root->result();
+  const Value *result = g.root()->result();
   int64_t total = result->type().numElements();
   size_t es = dtypeSize(result->dtype());
   if (out.offset != 0)
     return {};
-  for (const Node *n : g.nodes)
-    if (n->result()->type().numElements() != total || !(isMetadataOnly(*n) || n->def().cudaExpr))
+  for (const Node *n : g.nodes) {
+    Fusibility::Role role = fusibility(*n).role;
+    if (n->result()->type().numElements() != total ||
+        (role != Fusibility::Role::Metadata && role != Fusibility::Role::Elementwise))
       return {};
+  }
   std::vector<uint32_t> yes, no;
   for (const Node *n : g.nodes)
-    for (const Value *v : n->operands()) {
-      if (!v || g.contains(v) || isScalarConstant(v))
+    for (unsigned k = 0; k < n->numOperands(); ++k) {
+      const Value *v = n->operand(k);
+      if (!v || g.computes(v) || isScalarConstant(v))
         continue;
       BufferRef r = l.bufferOf(v);
       bool identity = r.offset == 0 && dtypeSize(v->dtype()) == es &&
-                      v->type().numElements() == total &&
-                      (isMetadataOnly(*n) || v->shape() == n->result()->shape());
+                      v->type().numElements() == total && readsAtOwnIndex(*n, k);
       (identity ? yes : no).push_back(r.buffer);
     }
   std::vector<uint32_t> buffers;
@@ -477,14 +453,12 @@ VectorForm vectorFormFor(DType t) {
 } // namespace
 
 llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
-  const Value *out = g.root->result();
+  const Value *out = g.root()->result();
+  auto metadata = [](const Node *n) { return fusibility(*n).role == Fusibility::Role::Metadata; };
   // Only metadata nodes: no kernel, the result aliases the input.
-  bool allMeta = true;
-  for (const Node *n : g.nodes)
-    allMeta &= isMetadataOnly(*n);
-  if (allMeta) {
+  if (std::all_of(g.nodes.begin(), g.nodes.end(), metadata)) {
     const Value *v = out;
-    while (g.contains(v))
+    while (g.computes(v))
       v = v->definingNode()->operand(0);
     l.alias(out, v);
     return llvm::Error::success();
@@ -506,12 +480,13 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
   std::vector<const Value *> externals;
   for (const Node *n : g.nodes) {
     vec &= n->result()->type().numElements() == total &&
-           (isMetadataOnly(*n) || (n->def().cudaExpr && n->result()->dtype() == out->dtype()));
-    for (const Value *v : n->operands()) {
-      if (!v || g.contains(v) || isScalarConstant(v))
+           (metadata(n) || (fusibility(*n).role == Fusibility::Role::Elementwise &&
+                            n->result()->dtype() == out->dtype()));
+    for (unsigned k = 0; k < n->numOperands(); ++k) {
+      const Value *v = n->operand(k);
+      if (!v || g.computes(v) || isScalarConstant(v))
         continue;
-      vec &= v->dtype() == out->dtype() &&
-             (isMetadataOnly(*n) || v->shape() == n->result()->shape()) &&
+      vec &= v->dtype() == out->dtype() && readsAtOwnIndex(*n, k) &&
              l.bufferOf(v).offset % vf.bytes() == 0 && !l.isInterface(v);
       if (std::find(externals.begin(), externals.end(), v) == externals.end())
         externals.push_back(v);
@@ -519,7 +494,7 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
   }
   double flops = 0;
   for (const Node *n : g.nodes)
-    if (!isMetadataOnly(*n))
+    if (!metadata(n))
       flops += static_cast<double>(n->result()->type().numElements());
   CodeStream b;
   {
@@ -552,6 +527,8 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
       b.line("dlc::st(" + outPtr + ", i, " + fa.load(b, out, "i") + ");");
     }
   }
+  if (auto e = fa.takeError())
+    return e;
   f.methods = b.str() + "  }\n";
   f.valueType = computeType(out->dtype());
   int64_t n = vec ? total / vf.width : total;
@@ -571,14 +548,14 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
   LaunchArgs args;
   args.blob.i64(n);
   args.functor(f);
-  l.launch(*g.root, k, args, gridFor(n, 256), 256, 0, flops);
+  l.launch(*g.root(), k, args, gridFor(n, 256), 256, 0, flops);
   for (uint32_t in : inPlaceInputs(l, g, outRef))
     l.allowInPlace(in, outRef.buffer);
   return llvm::Error::success();
 }
 
 llvm::Expected<size_t> lowerUpdateLanes(Lowering &l,
-                                        const std::vector<std::vector<const Node *>> &lanes) {
+                                        const std::vector<const FusionGroup *> &lanes) {
   struct LaneCode {
     Functor f;
     int64_t n = 0;
@@ -591,20 +568,16 @@ llvm::Expected<size_t> lowerUpdateLanes(Lowering &l,
   // before it is written). Lanes whose code is the same share a functor.
   std::vector<std::string> order;
   std::map<std::string, std::vector<LaneCode>> byFunctor;
-  for (const std::vector<const Node *> &nodes : lanes) {
-    FusionGroup g;
-    g.nodes = nodes;
-    for (const Node *n : nodes)
-      g.produced.insert(n->result());
-    g.root = nodes.back();
+  for (const FusionGroup *lane : lanes) {
+    const FusionGroup &g = *lane;
     std::vector<const Value *> values, variables;
     for (const GraphOutput &o : l.graph().outputs())
-      if (o.isUpdate() && g.contains(o.value)) {
+      if (o.isUpdate() && g.computes(o.value)) {
         values.push_back(o.value);
         variables.push_back(o.variable);
       }
     if (values.empty())
-      return errorf("update lane ending at {0} updates no variable", nodes.back()->describe());
+      return errorf("update lane ending at {0} updates no variable", g.root()->describe());
     LaneCode lc;
     lc.n = values.front()->type().numElements();
     if (lc.n == 0)
@@ -622,9 +595,11 @@ llvm::Expected<size_t> lowerUpdateLanes(Lowering &l,
       for (size_t k = 0; k < variables.size(); ++k)
         b.line("dlc::st(" + ptrs[k] + ", i, " + x[k] + ");");
     }
+    if (auto e = fa.takeError())
+      return e;
     lc.f.methods = b.str() + "  }\n";
     lc.f.valueType = computeType(values.front()->dtype());
-    lc.flops = static_cast<double>(lc.n) * static_cast<double>(nodes.size());
+    lc.flops = static_cast<double>(lc.n) * static_cast<double>(g.nodes.size());
     ParamBlob blob;
     lc.f.params.append(blob);
     lc.paramBytes = blob.bytes.size();
@@ -673,6 +648,10 @@ llvm::Expected<size_t> lowerUpdateLanes(Lowering &l,
     }
   }
   return launches;
+}
+
+void registerFusedLowerings(LoweringRegistry &r) {
+  r.group(GroupKind::Elementwise, lowerInlineGroup);
 }
 
 } // namespace dlc::codegen

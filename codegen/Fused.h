@@ -1,18 +1,19 @@
 //===- Fused.h - Fused element-wise code as functors ------------*- C++ -*-===//
 //
-// A FusionGroup is a run of nodes the fusion pass marked with one "dlc.kernel" id
-// (see include/dlc/ir/FusionRules.h). Its only materialized value is the root's
-// result (the last node); every other value lives in registers.
+// A fusion group (ir::FusionGroup, recorded by the fusion pass) is a contiguous run
+// of nodes lowered as one kernel. Its only materialized value is the root's result
+// (the last node); every other value lives in registers.
 //
 // FusedAccess writes the code of the generated functors that library kernels call:
 // load(v, i) emits the statements that compute value v at linear index i (loading it
-// if it comes from outside the group, else inlining its producer: element-wise
-// expressions, broadcasts, transposes, slices, gathers, concatenations, metadata
-// ops), and store(anchorOut, i, x) runs the group's epilogue on the anchor's value x
-// and writes the group's output. Every extent, stride and offset is a field of the
+// if it comes from outside the group, else inlining its producer from the op table:
+// an element-wise op's expression template, an injective op's index map, a view),
+// and store(anchorOut, i, x) runs the group's epilogue on the anchor's value x and
+// writes the group's output. Every extent, stride and offset is a field of the
 // functor's Params (never a literal), so the code depends only on the structure of
 // the group and one functor serves every layer with that structure. The code is
-// written against `P` (the Params) and the index type `I`.
+// written against `P` (the Params) and the index type `I`. A node that cannot be
+// inlined is an error naming it (the verifier rules it out of recorded groups).
 //===----------------------------------------------------------------------===//
 #pragma once
 
@@ -24,19 +25,10 @@
 
 namespace dlc::codegen {
 
-struct FusionGroup {
-  std::vector<const ir::Node *> nodes;
-  const ir::Node *anchor = nullptr;
-  const ir::Node *root = nullptr;
-  std::set<const ir::Value *> produced;
-  bool internal(const ir::Value *v) const { return v != root->result() && produced.count(v); }
-  bool contains(const ir::Value *v) const { return produced.count(v) != 0; }
-};
-
 class FusedAccess {
 public:
   /// `group` may be null (a node lowered alone); loads and stores use `params`.
-  FusedAccess(Lowering &l, ParamList &params, const FusionGroup *group);
+  FusedAccess(Lowering &l, ParamList &params, const ir::FusionGroup *group);
 
   /// Value v (in its compute type) at linear index `idx` of v's shape.
   std::string load(CodeStream &b, const ir::Value *v, const std::string &idx);
@@ -62,10 +54,22 @@ public:
   std::string inOutPointer(const ir::Value *v);
   /// The check word pointer of a node that checks indices (added on first use).
   std::string checkPointer(const ir::Node &n);
+  /// The first node that could not be inlined, if any (the code written is then void).
+  llvm::Error takeError() { return std::move(error_); }
 
 private:
   using Memo = std::map<std::pair<const ir::Value *, std::string>, std::string>;
   std::string valueAt(CodeStream &b, const ir::Value *v, const std::string &idx, Memo &memo);
+  /// An element-wise node's value at `idx`: its expression over its operands.
+  std::string elementwiseAt(CodeStream &b, const ir::Node &n, const ir::Fusibility &f,
+                            const std::string &idx, Memo &memo);
+  /// An injective node's value at `idx`, read through its index map.
+  std::string injectiveAt(CodeStream &b, const ir::Node &n, const ir::IndexMap &m,
+                          const std::string &idx, Memo &memo);
+  /// The linear index into `a.operand` of node n for the coordinates `c` (a prefix).
+  std::string accessIndex(const ir::Node &n, const ir::OperandAccess &a, const std::string &c);
+  /// Records that `n` cannot be inlined; returns a placeholder expression.
+  std::string fail(const ir::Node &n, const std::string &why);
   /// valueAt with `bound` replaced by `boundExpr` where it is read at `boundIdx`.
   std::string valueWithBound(CodeStream &b, const ir::Value *v, const std::string &idx,
                              const ir::Value *bound, const std::string &boundIdx,
@@ -73,8 +77,10 @@ private:
   std::string fresh(const char *prefix);
   /// Declares the coordinates of linear index `idx` in shape s; returns their prefix.
   std::string coords(CodeStream &b, const ir::Shape &s, const std::string &idx);
-  /// sum_d coord_d * strides[d] over the coordinates `prefix` (zero strides dropped).
-  std::string dot(const std::vector<int64_t> &strides, const std::string &prefix);
+  /// sum_d f(coord_d) * strides[d] over the coordinates `prefix` (zero strides
+  /// dropped), f(c) = c mod moduli[d] where a modulus is given, else c.
+  std::string dot(const std::vector<int64_t> &strides, const std::string &prefix,
+                  const std::vector<int64_t> &moduli = {});
   /// The linear index into `in`, broadcast (numpy-style) to shape `out`.
   std::string broadcastIndex(const ir::Shape &out, const ir::Shape &in, const std::string &prefix);
   /// An integer as a Params field.
@@ -84,7 +90,8 @@ private:
 
   Lowering &l_;
   ParamList &params_;
-  const FusionGroup *g_;
+  const ir::FusionGroup *g_;
+  llvm::Error error_ = llvm::Error::success();
   std::map<const ir::Value *, std::string> ptrs_, override_;
   std::map<const ir::Node *, std::string> checks_;
   const ir::Value *bound_ = nullptr;
@@ -94,31 +101,26 @@ private:
 
 /// X::load(P, i): the value of `v` at its linear index i, with the group's producers
 /// inlined (the anchor's prologue).
-Functor loadFunctor(Lowering &l, const FusionGroup *g, const ir::Value *v);
+llvm::Expected<Functor> loadFunctor(Lowering &l, const ir::FusionGroup *g, const ir::Value *v);
 /// Out::store(P, i, x): the group's epilogue applied to the anchor's result x at
 /// index i, and the store of the group's output.
-Functor storeFunctor(Lowering &l, const FusionGroup *g, const ir::Value *anchorOut);
+llvm::Expected<Functor> storeFunctor(Lowering &l, const ir::FusionGroup *g,
+                                     const ir::Value *anchorOut);
 /// Sc::apply(P, i, x): `v` at index i where `bound` is x (attention's score chain).
-Functor boundFunctor(Lowering &l, const FusionGroup *g, const ir::Value *v, const ir::Value *bound);
-/// A functor that loads or stores plain memory (no fusion), for library kernels
-/// whose operands are not fused.
-Functor plainLoad(Lowering &l, const ir::Value *v);
-Functor plainStore(Lowering &l, const ir::Value *v);
+llvm::Expected<Functor> boundFunctor(Lowering &l, const ir::FusionGroup *g, const ir::Value *v,
+                                     const ir::Value *bound);
 
-/// Lowers a group with no anchor (or whose anchor already materialized its result,
-/// like a GEMM): the elementwise template over the root's elements, with a functor
-/// computing one element (float4 when every node is element-wise over the same f32
-/// index space and every buffer is 16-byte aligned).
-llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g);
+/// Lowers a group with no anchor: the elementwise template over the root's elements,
+/// with a functor computing one element (float4 when every node is element-wise over
+/// the same f32 index space and every buffer is 16-byte aligned).
+llvm::Error lowerInlineGroup(Lowering &l, const ir::FusionGroup &g);
 /// One inlinable node alone, as a one-node group.
 llvm::Error lowerInlineNode(Lowering &l, const ir::Node &n);
-/// The graph's update lanes (ir::updateLanes, marked by the fusion pass) as
-/// multi-tensor kernels: lanes with the same generated code share launches (as many
-/// as fit a launch's parameters), each block working on a chunk of one lane's
-/// elements, and write their variables in place. Returns the number of launches.
+/// The graph's update lanes (the fusion pass's UpdateLane groups) as multi-tensor
+/// kernels: lanes with the same generated code share launches (as many as fit a
+/// launch's parameters), each block working on a chunk of one lane's elements, and
+/// write their variables in place. Returns the number of launches.
 llvm::Expected<size_t> lowerUpdateLanes(Lowering &l,
-                                        const std::vector<std::vector<const ir::Node *>> &lanes);
-/// The fused attention kernel (emitters/Attention.cpp); `mm2` is the anchor.
-llvm::Error lowerAttention(Lowering &l, const ir::Node &mm2);
+                                        const std::vector<const ir::FusionGroup *> &lanes);
 
 } // namespace dlc::codegen

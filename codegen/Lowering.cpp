@@ -7,6 +7,7 @@
 
 #include "llvm/Support/Format.h"
 
+#include <cassert>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -119,12 +120,42 @@ const char *Lowering::indexType(int64_t maxIndex) const {
   return opts_.wideIndices || maxIndex >= kMax32BitIndex ? "dlc::idx64" : "dlc::idx32";
 }
 
-LowerFn lowerFnFor(OpKind k) {
-  static const LowerFn table[] = {
-#define OP(N, F) lower##F,
-#include "dlc/ir/Ops.def"
-  };
-  return table[static_cast<size_t>(k)];
+void LoweringRegistry::op(OpKind k, NodeLowering f) {
+  assert(!ops_[static_cast<size_t>(k)] && "an op's lowering is registered twice");
+  ops_[static_cast<size_t>(k)] = f;
+}
+
+void LoweringRegistry::group(GroupKind k, GroupLowering f) {
+  assert(!groups_[static_cast<size_t>(k)] && "a group kind's lowering is registered twice");
+  groups_[static_cast<size_t>(k)] = f;
+}
+
+namespace {
+/// Anchored and GEMM-epilogue groups: the anchor's own lowering, which builds its
+/// load and store functors (or the library call's epilogue) from Lowering::group().
+llvm::Error lowerAnchored(Lowering &l, const FusionGroup &g) {
+  NodeLowering f = loweringRegistry().forOp(g.anchor->kind());
+  if (!f)
+    return errorf("{0} has no lowering", g.anchor->describe());
+  return f(l, *g.anchor);
+}
+} // namespace
+
+const LoweringRegistry &loweringRegistry() {
+  static const LoweringRegistry registry = [] {
+    LoweringRegistry r;
+    for (void (*add)(LoweringRegistry &) :
+         {registerLinalgLowerings, registerConvLowerings, registerPoolLowerings,
+          registerNormLowerings, registerReduceLowerings, registerMovementLowerings,
+          registerIndexLowerings, registerResizeLowerings, registerRecurrentLowerings,
+          registerLossLowerings, registerCollectiveLowerings, registerAttentionLowerings,
+          registerFusedLowerings})
+      add(r);
+    r.group(GroupKind::Anchored, lowerAnchored);
+    r.group(GroupKind::GemmEpilogue, lowerAnchored);
+    return r;
+  }();
+  return registry;
 }
 
 /// 48 bits of FNV-1a, in hex: content-derived names (stable across unrelated edits).
@@ -212,9 +243,9 @@ LaunchStep Lowering::makeLaunch(uint32_t kernel, LaunchArgs &args, uint32_t grid
 BufferRef Lowering::allocate(const Value *result) {
   // Values inside the fusion group being lowered live in registers; the group's
   // output is allocated once, before the anchor's emitter runs.
-  if (group_ && group_->contains(result)) {
-    auto it = valueBuffers_.find(group_->root->result());
-    if (group_->internal(result) || it != valueBuffers_.end())
+  if (group_ && group_->computes(result)) {
+    auto it = valueBuffers_.find(group_->root()->result());
+    if (result != group_->root()->result() || it != valueBuffers_.end())
       return it != valueBuffers_.end() ? it->second : BufferRef{};
   }
   BufferDesc b;
@@ -430,81 +461,26 @@ static void assignChunks(Program &p) {
     k.chunk = dense[k.chunk];
 }
 
-llvm::Error Lowering::lowerGroup(FusionGroup &g) {
-  const Node *pattern = nullptr;
-  for (const Node *n : g.nodes)
-    if (n->hasAttr(kPatternAttr))
-      pattern = n;
-  for (const Node *n : g.nodes) {
-    g.produced.insert(n->result());
-    if (!isInlinable(*n) && !pattern) {
-      if (g.anchor)
-        return makeError("the group has two anchors");
-      g.anchor = n;
-    }
-  }
-  if (pattern)
-    g.anchor = pattern;
-  g.root = g.nodes.back();
-  if (!g.anchor)
-    return lowerInlineGroup(*this, g);
-  if (g.anchor->hasAttr(kPatternAttr)) {
-    allocate(g.root->result());
-    group_ = &g;
-    llvm::Error e = lowerAttention(*this, *g.anchor);
-    group_ = nullptr;
-    return e;
-  }
-  if (anchorMaterializes(*g.anchor)) {
-    if (auto ep = libraryEpilogue(g)) {
-      // cuBLASLt applies the whole epilogue: one library call, no kernel.
-      allocate(g.root->result());
-      group_ = &g;
-      gemmEpilogue_ = ep;
-      llvm::Error e = lowerFnFor(g.anchor->kind())(*this, *g.anchor);
-      group_ = nullptr;
-      gemmEpilogue_.reset();
-      return e;
-    }
-    // The anchor (a library GEMM) writes its result; the rest is an epilogue kernel.
-    if (auto e = lowerFnFor(g.anchor->kind())(*this, *g.anchor))
-      return e;
-    FusionGroup rest;
-    for (const Node *n : g.nodes)
-      if (n != g.anchor) {
-        rest.nodes.push_back(n);
-        rest.produced.insert(n->result());
-      }
-    rest.root = g.root;
-    return lowerInlineGroup(*this, rest);
-  }
-  allocate(g.root->result());
+llvm::Error Lowering::lowerNode(const Node &n) {
+  if (fusibility(n).inlinable())
+    return lowerInlineNode(*this, n);
+  NodeLowering f = loweringRegistry().forOp(n.kind());
+  if (!f)
+    return errorf("no lowering for {0}", n.opName());
+  return f(*this, n);
+}
+
+llvm::Error Lowering::lowerGroup(const FusionGroup &g) {
+  GroupLowering f = loweringRegistry().forGroup(g.kind);
+  if (!f)
+    return errorf("no lowering for {0} groups", groupKindName(g.kind));
+  // The group's output gets its buffer before the kernel's emitter asks for it.
+  if (g.kind != GroupKind::Elementwise)
+    allocate(g.root()->result());
   group_ = &g;
-  llvm::Error e = lowerFnFor(g.anchor->kind())(*this, *g.anchor);
+  llvm::Error e = f(*this, g);
   group_ = nullptr;
   return e;
-}
-
-/// The epilogue of a GEMM group when cuBLASLt can apply all of it (FusionRules.h).
-std::optional<GemmEpilogue> Lowering::libraryEpilogue(const FusionGroup &g) const {
-  std::vector<const Node *> rest;
-  for (const Node *n : g.nodes)
-    if (n != g.anchor)
-      rest.push_back(n);
-  auto m = matchGemmEpilogue(*g.anchor, rest, [&](const Value *v) { return g.contains(v); });
-  if (!m)
-    return std::nullopt;
-  GemmEpilogue e;
-  e.bias = m->bias;
-  e.residual = m->residual;
-  e.activation = m->activation == GemmEpilogueMatch::Relu       ? pkg::GemmActivation::Relu
-                 : m->activation == GemmEpilogueMatch::GeluTanh ? pkg::GemmActivation::GeluTanh
-                                                                : pkg::GemmActivation::None;
-  return e;
-}
-
-bool Lowering::anchorMaterializes(const Node &anchor) const {
-  return anchor.kind() == OpKind::MatMul;
 }
 
 std::vector<uint8_t> Lowering::scheduleMasks(const std::vector<const Node *> &nodes) const {
@@ -576,7 +552,8 @@ llvm::Error Lowering::addUpdateSteps() {
   for (const GraphOutput &o : g_.outputs()) {
     if (!o.isUpdate())
       continue;
-    if (const Node *d = o.value->definingNode(); d && d->hasAttr(kLaneAttr))
+    if (const Node *d = o.value->definingNode();
+        d && d->fusionGroup() && d->fusionGroup()->kind == GroupKind::UpdateLane)
       continue;
     BufferRef from = bufferOf(o.value), to = bufferOf(o.variable);
     if (from.buffer == to.buffer && from.offset == to.offset)
@@ -589,10 +566,7 @@ llvm::Error Lowering::addUpdateSteps() {
     }
     copies.push_back({from, to});
   }
-  std::vector<std::vector<const Node *>> lanes;
-  for (auto &[id, nodes] : lanes_)
-    lanes.push_back(nodes);
-  auto launches = lowerUpdateLanes(*this, lanes);
+  auto launches = lowerUpdateLanes(*this, lanes_);
   if (!launches)
     return launches.takeError();
   for (const auto &[from, to] : copies)
@@ -614,7 +588,7 @@ llvm::Expected<Program> Lowering::run() {
   for (bool changed = true; changed;) { // views share their operand's memory
     changed = false;
     for (const Node &n : g_.nodes())
-      if (isMetadataOnly(n) && n.numOperands() && n.operand(0) &&
+      if (fusibility(n).role == Fusibility::Role::Metadata && n.numOperands() && n.operand(0) &&
           interface_.count(n.operand(0)) != interface_.count(n.result())) {
         interface_.insert(n.operand(0));
         interface_.insert(n.result());
@@ -634,36 +608,36 @@ llvm::Expected<Program> Lowering::run() {
   auto conditions = predicates(nodes);
   for (size_t i = 0; i < nodes.size();) {
     const Node &n = *nodes[i];
-    if (n.hasAttr(kLaneAttr)) { // lowered with the updates, at the end
-      lanes_[n.attrInt(kLaneAttr)].push_back(&n);
+    const FusionGroup *fg = n.fusionGroup();
+    if (fg && fg->kind == GroupKind::UpdateLane) { // lowered with the updates, at the end
+      if (fg->root() == &n)
+        lanes_.push_back(fg);
       ++i;
       continue;
     }
-    const Attribute *k = n.hasAttr(kKernelAttr) ? n.attr(kKernelAttr) : nullptr;
     size_t firstStep = p_.steps.size();
     uint8_t mask = 0;
     // The steps' condition: every node's, when they agree and the condition's value
     // is computed by an earlier step (or is an input).
     std::optional<std::pair<const Value *, bool>> cond = conditions[i];
-    if (!k) {
-      if (auto e = lowerFnFor(n.kind())(*this, n))
+    if (!fg) {
+      if (auto e = lowerNode(n))
         return errorf("{0}: cannot generate code: {1}", n.describe(), llvm::toString(std::move(e)));
       mask = schedules[i];
       ++i;
     } else {
-      // A fusion group: the contiguous run of nodes with this kernel id.
-      FusionGroup g;
-      for (; i < nodes.size() && nodes[i]->hasAttr(kKernelAttr) &&
-             nodes[i]->attrInt(kKernelAttr) == k->i();
-           ++i) {
-        g.nodes.push_back(nodes[i]);
+      // A kernel group: its nodes are the next ones (the verifier checks that).
+      for (const Node *member : fg->nodes) {
+        if (i >= nodes.size() || nodes[i] != member)
+          return errorf("{0}: its fusion group is not contiguous", member->describe());
         mask |= schedules[i];
         if (conditions[i] != cond)
           cond.reset();
+        ++i;
       }
-      if (auto e = lowerGroup(g))
-        return errorf("{0}: cannot generate code for its fusion group: {1}",
-                      g.nodes.back()->describe(), llvm::toString(std::move(e)));
+      if (auto e = lowerGroup(*fg))
+        return errorf("{0}: cannot generate code for its fusion group: {1}", fg->root()->describe(),
+                      llvm::toString(std::move(e)));
     }
     std::optional<StepPredicate> predicate;
     if (cond && (valueBuffers_.count(cond->first) || cond->first->isInput()))

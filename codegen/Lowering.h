@@ -1,10 +1,13 @@
 //===- Lowering.h - IR nodes to kernels, library calls and buffers --------===//
 //
-// Lowering walks the graph in order. Each node's family emitter (emitters/*.cpp)
-// asks the Lowering for operand and result buffers, instantiates kernel-library
-// templates with generated functors (Library.h, Fused.h) and launches them, or adds
-// library calls (GEMM), copies and memsets. The result is a Program: kernel
-// instantiations plus a linear schedule over buffers.
+// Lowering walks the graph in order. A fusion group (ir::FusionGroup, recorded by
+// the fusion pass) is lowered by its kind's function, a node alone by its op's, both
+// found in the LoweringRegistry that the emitters (emitters/*.cpp) fill; an
+// inlinable node alone is a one-node group. An emitter asks the Lowering for operand
+// and result buffers, instantiates kernel-library templates with generated functors
+// (Library.h, Fused.h) and launches them, or adds library calls (GEMM), copies and
+// memsets. The result is a Program: kernel instantiations plus a linear schedule
+// over buffers.
 //===----------------------------------------------------------------------===//
 #pragma once
 
@@ -143,11 +146,6 @@ struct GemmStep {
   bool tf32 = false;
 };
 
-/// A fused epilogue that the GEMM library call itself applies (see Lowering::lowerGroup).
-struct GemmEpilogue {
-  const ir::Value *bias = nullptr, *residual = nullptr;
-  pkg::GemmActivation activation = pkg::GemmActivation::None;
-};
 struct CopyStep {
   BufferRef src, dst;
   uint64_t bytes;
@@ -274,7 +272,6 @@ struct Program {
 void buildTranslationUnits(Program &p);
 
 class Lowering;
-struct FusionGroup;
 struct Functor;
 struct Instantiation;
 class LaunchArgs;
@@ -389,36 +386,57 @@ public:
   /// Graph inputs and outputs and their views: the caller may bind them to its own
   /// device memory, aligned to the element only (no vector loads there).
   bool isInterface(const ir::Value *v) const { return interface_.count(v) != 0; }
-  /// The fusion group whose anchor is being lowered (null for a node alone).
-  const FusionGroup *group() const { return group_; }
-  /// For a GEMM anchor whose whole epilogue the library applies.
-  const std::optional<GemmEpilogue> &gemmEpilogue() const { return gemmEpilogue_; }
+  /// The fusion group being lowered (null for a node alone): an anchor's emitter
+  /// builds its load and store functors from it.
+  const ir::FusionGroup *group() const { return group_; }
+  /// Lowers a node alone: by its op's lowering, or as a one-node group when it is
+  /// inlinable; an error names the node when there is neither.
+  llvm::Error lowerNode(const ir::Node &n);
 
 private:
-  llvm::Error lowerGroup(FusionGroup &g);
-  /// Anchors whose result a library call writes to memory (GEMM): their epilogue
-  /// is a separate kernel.
-  bool anchorMaterializes(const ir::Node &anchor) const;
-  std::optional<GemmEpilogue> libraryEpilogue(const FusionGroup &g) const;
-  const FusionGroup *group_ = nullptr;
-  std::optional<GemmEpilogue> gemmEpilogue_;
+  llvm::Error lowerGroup(const ir::FusionGroup &g);
+  const ir::FusionGroup *group_ = nullptr;
   const ir::Graph &g_;
   LoweringOptions opts_;
   Program p_;
   std::map<const ir::Value *, BufferRef> valueBuffers_;
   std::set<const ir::Value *> interface_;
-  std::map<std::string, uint32_t> instances_; // instantiation key -> kernel
-  std::map<int64_t, std::vector<const ir::Node *>>
-      lanes_; // update lane id -> nodes (ir::kLaneAttr)
+  std::map<std::string, uint32_t> instances_;  // instantiation key -> kernel
+  std::vector<const ir::FusionGroup *> lanes_; // the update lanes, lowered last
   uint32_t buckets_ = 0;
 };
 
-/// The lowering function of each op family (emitters/<Family>.cpp).
-using LowerFn = llvm::Error (*)(Lowering &, const ir::Node &);
-#define FAMILY(F) llvm::Error lower##F(Lowering &l, const ir::Node &n);
-#define OP(N, F)
-#include "dlc/ir/Ops.def"
-LowerFn lowerFnFor(ir::OpKind k);
+/// How each op and each kind of fusion group is lowered (TVM's FLegalize): every
+/// emitter file registers its functions (register*Lowerings). The fusion pass has
+/// decided the groups; a group's function reads its record and never re-matches.
+using NodeLowering = llvm::Error (*)(Lowering &, const ir::Node &);
+using GroupLowering = llvm::Error (*)(Lowering &, const ir::FusionGroup &);
+class LoweringRegistry {
+public:
+  void op(ir::OpKind k, NodeLowering f);
+  void group(ir::GroupKind k, GroupLowering f);
+  NodeLowering forOp(ir::OpKind k) const { return ops_[static_cast<size_t>(k)]; }
+  GroupLowering forGroup(ir::GroupKind k) const { return groups_[static_cast<size_t>(k)]; }
+
+private:
+  NodeLowering ops_[ir::kNumOps] = {};
+  GroupLowering groups_[static_cast<size_t>(ir::GroupKind::UpdateLane) + 1] = {};
+};
+/// The registry, filled once by every emitter file.
+const LoweringRegistry &loweringRegistry();
+void registerLinalgLowerings(LoweringRegistry &r);
+void registerConvLowerings(LoweringRegistry &r);
+void registerPoolLowerings(LoweringRegistry &r);
+void registerNormLowerings(LoweringRegistry &r);
+void registerReduceLowerings(LoweringRegistry &r);
+void registerMovementLowerings(LoweringRegistry &r);
+void registerIndexLowerings(LoweringRegistry &r);
+void registerResizeLowerings(LoweringRegistry &r);
+void registerRecurrentLowerings(LoweringRegistry &r);
+void registerLossLowerings(LoweringRegistry &r);
+void registerCollectiveLowerings(LoweringRegistry &r);
+void registerAttentionLowerings(LoweringRegistry &r);
+void registerFusedLowerings(LoweringRegistry &r);
 
 /// Kernels use 32-bit indices when every index they compute stays below this
 /// (leaving room for a grid-stride step past the end).

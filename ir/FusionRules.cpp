@@ -1,106 +1,89 @@
-//===- FusionRules.cpp - Inlinable nodes and anchors ------------------------===//
+//===- FusionRules.cpp - Fusion groups and multi-node patterns --------------===//
 #include "dlc/ir/FusionRules.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
+#include <unordered_set>
 
 namespace dlc::ir {
 
-namespace {
-bool floatingPoint(DType t) {
-  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64;
+std::string_view groupKindName(GroupKind k) {
+  switch (k) {
+  case GroupKind::Elementwise:
+    return "elementwise";
+  case GroupKind::Anchored:
+    return "anchored";
+  case GroupKind::GemmEpilogue:
+    return "gemm_epilogue";
+  case GroupKind::Attention:
+    return "attention";
+  case GroupKind::UpdateLane:
+    return "update_lane";
+  }
+  return "?";
 }
 
-/// Only the first result is used (ops with optional extra results).
-bool onlyFirstResultUsed(const Node &n) {
-  for (unsigned i = 1; i < n.numResults(); ++i)
-    if (n.result(i)->hasUses() || n.graph()->isOutput(n.result(i)))
-      return false;
-  return true;
+std::optional<GroupKind> groupKindFromName(std::string_view name) {
+  for (GroupKind k : {GroupKind::Elementwise, GroupKind::Anchored, GroupKind::GemmEpilogue,
+                      GroupKind::Attention, GroupKind::UpdateLane})
+    if (groupKindName(k) == name)
+      return k;
+  return std::nullopt;
 }
+
+bool FusionGroup::contains(const Node *n) const {
+  return std::find(nodes.begin(), nodes.end(), n) != nodes.end();
+}
+
+bool FusionGroup::computes(const Value *v) const {
+  return v && v->definingNode() && contains(v->definingNode());
+}
+
+namespace {
+
+/// The node producing `v` if it is an op of kind `k` (a pattern's named op).
+Node *definedBy(const Value *v, OpKind k) {
+  Node *d = v ? v->definingNode() : nullptr;
+  return d && d->kind() == k ? d : nullptr;
+}
+
+/// A node in messages: its name and op, or (hand-written IR) its first result and op.
+std::string ref(const Node &n) {
+  return n.name().empty() ? "%" + n.result()->name() + " (" + std::string(n.opName()) + ")"
+                          : n.describe();
+}
+
+bool elementwise(const Node &n) {
+  return n.numResults() == 1 && fusibility(n).role == Fusibility::Role::Elementwise;
+}
+
+/// The capabilities of the attention kernel as an anchor: Q, K and V load through
+/// prologues (the head split), the output stores through an epilogue (the merge).
+Fusibility attentionAnchor() {
+  return Fusibility::anchor(/*prologue=*/true, /*epilogue=*/true);
+}
+
 } // namespace
 
-bool isMetadataOnly(const Node &n) {
-  switch (n.kind()) {
-  case OpKind::Identity:
-  case OpKind::Reshape:
-  case OpKind::Flatten:
-  case OpKind::Squeeze:
-  case OpKind::Unsqueeze:
-    return true;
-  default:
-    return false;
-  }
-}
-
-bool isInlinable(const Node &n) {
-  if (n.numResults() != 1)
-    return n.kind() == OpKind::BatchNormalization && n.attrInt("training_mode") == 0 &&
-           onlyFirstResultUsed(n);
-  if (isMetadataOnly(n))
-    return true;
-  switch (n.kind()) {
-  case OpKind::Transpose:
-  case OpKind::Expand:
-  case OpKind::Slice:
-  case OpKind::Gather:
-  case OpKind::Tile:
-  case OpKind::Concat:
-    return true;
-  case OpKind::BatchNormalization:
-    return n.attrInt("training_mode") == 0;
-  default:
-    break;
-  }
-  FusionKind k = n.def().fusion;
-  return n.def().cudaExpr && (k == FusionKind::ElemWise || k == FusionKind::Broadcast);
-}
-
-AnchorCaps anchorCaps(const Node &n) {
-  switch (n.kind()) {
-  case OpKind::ReduceSum:
-  case OpKind::ReduceMean:
-  case OpKind::ReduceMax:
-  case OpKind::ReduceMin:
-  case OpKind::ReduceProd:
-  case OpKind::Softmax:
-  case OpKind::LogSoftmax:
-    return {true, true, true};
-  case OpKind::LayerNormalization:
-    return {onlyFirstResultUsed(n), onlyFirstResultUsed(n), onlyFirstResultUsed(n), 1u};
-  case OpKind::MatMul:
-    if (n.hasAttr(kPatternAttr)) // fused attention: loads and stores are both fusable
-      return {true, true, true};
-    return {floatingPoint(n.result()->dtype()), false, floatingPoint(n.result()->dtype())};
-  case OpKind::Conv:
-    return {true, false, true};
-  case OpKind::MaxPool:
-    return {onlyFirstResultUsed(n), true, onlyFirstResultUsed(n)};
-  case OpKind::AveragePool:
-  case OpKind::GlobalAveragePool:
-  case OpKind::GlobalMaxPool:
-    return {true, true, true};
-  default:
-    return {};
-  }
-}
-
 std::optional<GemmEpilogueMatch>
-matchGemmEpilogue(const Node &mm, const std::vector<const Node *> &epilogue,
+matchGemmEpilogue(const Value *gemmOut, const std::vector<const Node *> &epilogue,
                   const std::function<bool(const Value *)> &inGroup) {
-  const Value *cur = mm.result();
+  const Value *cur = gemmOut;
   DType dt = cur->dtype();
-  if (!floatingPoint(dt) || cur->rank() < 1) // cuBLASLt: bias in D's type, FP32 epilogue math
+  if (!isFloat(dt) || cur->rank() < 1) // cuBLASLt: bias in D's type, FP32 epilogue math
     return std::nullopt;
   int64_t n = cur->shape().back();
   GemmEpilogueMatch e;
   for (const Node *node : epilogue) {
-    if (e.activation != GemmEpilogueMatch::None)
+    if (e.activation != GemmEpilogueOp::None)
       return std::nullopt; // nothing may follow the activation
-    if (node->kind() == OpKind::Add) {
-      const Value *other = node->operand(0) == cur   ? node->operand(1)
-                           : node->operand(1) == cur ? node->operand(0)
-                                                     : nullptr;
+    GemmEpilogueOp op =
+        node->numResults() == 1 ? fusibility(*node).gemmEpilogue : GemmEpilogueOp::None;
+    if (op == GemmEpilogueOp::Add) {
+      Value *other = node->operand(0) == cur   ? node->operand(1)
+                     : node->operand(1) == cur ? node->operand(0)
+                                               : nullptr;
       if (!other || other == cur || inGroup(other) || other->dtype() != dt ||
           node->result()->shape() != cur->shape())
         return std::nullopt;
@@ -111,11 +94,8 @@ matchGemmEpilogue(const Node &mm, const std::vector<const Node *> &epilogue,
         e.residual = other;
       else
         return std::nullopt;
-    } else if (node->kind() == OpKind::Relu && node->operand(0) == cur) {
-      e.activation = GemmEpilogueMatch::Relu;
-    } else if (node->kind() == OpKind::Gelu && node->operand(0) == cur &&
-               node->attrString("approximate") == "tanh") {
-      e.activation = GemmEpilogueMatch::GeluTanh;
+    } else if (op != GemmEpilogueOp::None && node->operand(0) == cur) {
+      e.activation = op;
     } else {
       return std::nullopt;
     }
@@ -133,18 +113,18 @@ std::vector<Node *> attentionCore(const Node &mm2) {
   if (mm2.kind() != OpKind::MatMul || (dt != DType::F32 && dt != DType::F16 && dt != DType::BF16))
     return {};
   const Value *p = mm2.operand(0), *v = mm2.operand(1);
-  if (!singleUse(p) || p->definingNode()->kind() != OpKind::Softmax)
+  Node *softmax = singleUse(p) ? definedBy(p, OpKind::Softmax) : nullptr;
+  if (!softmax)
     return {};
-  Node *softmax = p->definingNode();
   int64_t rank = p->rank(), axis = softmax->attrInt("axis");
   if (rank < 3 || (axis != -1 && axis != rank - 1))
     return {};
   // Walk back through the element-wise chain (scale, mask) to the first MatMul.
   std::vector<Node *> chain;
   const Value *cur = softmax->operand(0);
-  while (singleUse(cur) && cur->definingNode()->kind() != OpKind::MatMul) {
+  while (singleUse(cur) && !definedBy(cur, OpKind::MatMul)) {
     Node *n = cur->definingNode();
-    if (!isInlinable(*n) || isMetadataOnly(*n) || !n->def().cudaExpr || cur->shape() != p->shape())
+    if (!elementwise(*n) || fusibility(*n).operandAccess || cur->shape() != p->shape())
       return {};
     const Value *next = nullptr;
     for (const Value *op : n->operands())
@@ -155,9 +135,9 @@ std::vector<Node *> attentionCore(const Node &mm2) {
     chain.push_back(n);
     cur = next;
   }
-  if (!singleUse(cur) || cur->definingNode()->kind() != OpKind::MatMul)
+  Node *mm1 = singleUse(cur) ? definedBy(cur, OpKind::MatMul) : nullptr;
+  if (!mm1)
     return {};
-  Node *mm1 = cur->definingNode();
   const Value *q = mm1->operand(0), *k = mm1->operand(1);
   const Shape &s = cur->shape();
   if (s != p->shape() || q->rank() != rank || k->rank() != rank || v->rank() != rank ||
@@ -178,21 +158,162 @@ std::vector<Node *> attentionCore(const Node &mm2) {
 
 bool selectsByRuntimeCondition(const Node &n) {
   const Value *c = n.numOperands() == 3 ? n.operand(0) : nullptr;
-  return n.kind() == OpKind::Where && c && c->dtype() == DType::Bool &&
-         c->type().numElements() == 1 && !c->isConstant();
+  return n.def().selects && c && c->dtype() == DType::Bool && c->type().numElements() == 1 &&
+         !c->isConstant();
+}
+
+llvm::Expected<FusionGroup> classifyFusionGroup(const std::vector<Node *> &nodes) {
+  if (nodes.size() < 2)
+    return makeError("a fusion group has at least two nodes");
+  if (nodes.size() > kMaxGroupNodes)
+    return errorf("a fused kernel holds at most {0} nodes", kMaxGroupNodes);
+  const Graph &g = *nodes.front()->graph();
+  std::unordered_set<const Node *> in(nodes.begin(), nodes.end());
+  auto member = [&](const Value *v) {
+    return v && v->definingNode() && in.count(v->definingNode()) != 0;
+  };
+  FusionGroup fg;
+  fg.nodes = nodes;
+  // The attention pattern: its second MatMul anchors, with its whole core inside.
+  for (Node *n : nodes) {
+    std::vector<Node *> core =
+        fusibility(*n).inlinable() ? std::vector<Node *>{} : attentionCore(*n);
+    if (!core.empty() &&
+        std::all_of(core.begin(), core.end(), [&](Node *c) { return in.count(c); })) {
+      fg.kind = GroupKind::Attention;
+      fg.anchor = n;
+      fg.core = std::move(core);
+      break;
+    }
+  }
+  std::unordered_set<const Node *> core(fg.core.begin(), fg.core.end());
+  for (Node *n : nodes) {
+    if (n == fg.anchor || core.count(n))
+      continue;
+    if (selectsByRuntimeCondition(*n))
+      return errorf("{0} selects by a run-time condition and runs alone", ref(*n));
+    Fusibility f = fusibility(*n);
+    if (f.inlinable())
+      continue;
+    if (f.role != Fusibility::Role::Anchor)
+      return errorf("{0} cannot be fused ({1})", ref(*n), fusionRoleName(f.role));
+    if (fg.anchor)
+      return errorf("{0} and {1} are both anchors", ref(*fg.anchor), ref(*n));
+    fg.anchor = n;
+  }
+  // One output: the root's result (every other member's users are members).
+  for (Node *n : nodes) {
+    bool external = false;
+    for (unsigned r = 0; r < n->numResults(); ++r) {
+      external |= g.isOutput(n->result(r));
+      for (const Use &u : n->result(r)->uses())
+        external |= !in.count(u.user);
+    }
+    if (external != (n == nodes.back()))
+      return errorf("{0} is used outside the group, which has one output: {1}", ref(*n),
+                    ref(*nodes.back()));
+  }
+  if (!fg.anchor) {
+    fg.kind = GroupKind::Elementwise;
+    return fg;
+  }
+  const Fusibility caps =
+      fg.kind == GroupKind::Attention ? attentionAnchor() : fusibility(*fg.anchor);
+  // The anchor's descendants in the group (its epilogue, the anchor included) and its
+  // ancestors (its prologue).
+  auto reachable = [&](bool down) {
+    std::unordered_set<const Node *> seen;
+    std::vector<const Node *> work = {fg.anchor};
+    while (!work.empty()) {
+      const Node *v = work.back();
+      work.pop_back();
+      auto visit = [&](const Node *u) {
+        if (u && in.count(u) && seen.insert(u).second)
+          work.push_back(u);
+      };
+      if (down)
+        for (unsigned r = 0; r < v->numResults(); ++r)
+          for (const Use &u : v->result(r)->uses())
+            visit(u.user);
+      else
+        for (const Value *op : v->operands())
+          visit(op ? op->definingNode() : nullptr);
+    }
+    return seen;
+  };
+  std::unordered_set<const Node *> desc = reachable(true), anc = reachable(false);
+  desc.insert(fg.anchor);
+  for (unsigned k = 0; k < fg.anchor->numOperands(); ++k)
+    if (member(fg.anchor->operand(k)) && (k >= 32 || !(caps.prologueOperands >> k & 1u)))
+      return errorf("operand {0} of {1} takes no prologue", k, ref(*fg.anchor));
+  const Value *anchorOut = fg.anchor->result();
+  bool reindexed = false, chain = true;
+  for (Node *n : nodes) {
+    if (n == fg.anchor || core.count(n))
+      continue;
+    if (anc.count(n)) {
+      if (!caps.prologue)
+        return errorf("{0} takes no prologue", ref(*fg.anchor));
+      fg.prologue.push_back(n);
+      continue;
+    }
+    fg.epilogue.push_back(n);
+    if (!desc.count(n))
+      continue; // a producer of an epilogue operand, inlined where the epilogue runs
+    // The epilogue keeps the anchor's element: operands that depend on the anchor
+    // are read at the node's own index, or the node permutes whole dims.
+    Fusibility f = fusibility(*n);
+    bool permutes = f.role == Fusibility::Role::Injective && f.indexMap(*n).isPermutation();
+    bool ok = caps.epilogue &&
+              n->result()->type().numElements() == anchorOut->type().numElements() &&
+              (f.role == Fusibility::Role::Metadata || permutes ||
+               f.role == Fusibility::Role::Elementwise);
+    std::unordered_set<const Node *> fromAnchor; // producers on a path from the anchor
+    for (unsigned k = 0; ok && k < n->numOperands(); ++k)
+      if (const Value *v = n->operand(k); v && v->definingNode() && desc.count(v->definingNode())) {
+        fromAnchor.insert(v->definingNode());
+        ok = f.role != Fusibility::Role::Elementwise || readsAtOwnIndex(*n, k);
+      }
+    if (!ok)
+      return errorf("{0} cannot be in the epilogue of {1}", ref(*n), ref(*fg.anchor));
+    reindexed |= permutes;
+    chain &= fromAnchor.size() == 1;
+  }
+  // A permuted epilogue maps each anchor element to one output element; that needs a
+  // single path from the anchor to the output.
+  if (reindexed && !chain)
+    return errorf("the permuted epilogue of {0} has more than one path", ref(*fg.anchor));
+  if (fg.kind == GroupKind::Attention)
+    return fg;
+  if (!caps.libraryEpilogue) {
+    fg.kind = GroupKind::Anchored;
+    return fg;
+  }
+  // A library GEMM takes only the epilogue the library applies itself; anything else
+  // would cost a kernel of its own, so it is better left to the consumers.
+  std::vector<const Node *> epi(fg.epilogue.begin(), fg.epilogue.end());
+  if (!fg.prologue.empty() ||
+      std::any_of(epi.begin(), epi.end(), [&](const Node *n) { return !desc.count(n); }))
+    return errorf("{0} is a library call: only its epilogue joins it", ref(*fg.anchor));
+  auto m = matchGemmEpilogue(anchorOut, epi, member);
+  if (!m)
+    return errorf("the epilogue of {0} is not one the GEMM library applies", ref(*fg.anchor));
+  fg.kind = GroupKind::GemmEpilogue;
+  fg.bias = m->bias;
+  fg.residual = m->residual;
+  fg.activation = m->activation;
+  return fg;
 }
 
 std::vector<UpdateLane> updateLanes(const Graph &g) {
-  auto elementwise = [](const Node &n) {
-    return n.numResults() == 1 && n.def().cudaExpr && !isMetadataOnly(n) && isInlinable(n);
-  };
   // Candidates: element-wise nodes reached back from each update's value through
   // values of the same shape (single elements stay outside: they are shared).
   std::set<const Node *> in;
   std::vector<const Node *> work;
   auto reach = [&](const Value *v, const Shape &shape) {
     const Node *d = v ? v->definingNode() : nullptr;
-    if (d && elementwise(*d) && v->shape() == shape && in.insert(d).second)
+    if (d && elementwise(*d) && !fusibility(*d).operandAccess && v->shape() == shape &&
+        in.insert(d).second)
       work.push_back(d);
   };
   for (const GraphOutput &o : g.outputs())
@@ -258,7 +379,8 @@ std::vector<UpdateLane> updateLanes(const Graph &g) {
         if (!op || (op->definingNode() && in.count(op->definingNode())))
           continue;
         const Value *base = op;
-        while (base->definingNode() && isMetadataOnly(*base->definingNode()))
+        while (base->definingNode() &&
+               fusibility(*base->definingNode()).role == Fusibility::Role::Metadata)
           base = base->definingNode()->operand(0);
         auto w = writer.find(base);
         if (w != writer.end() && (w->second != k || op != base))

@@ -192,6 +192,8 @@ llvm::Expected<Node *> Graph::createInferred(OpKind kind, std::vector<Value *> o
 }
 
 void Graph::eraseNode(Node *n) {
+  if (n->group_)
+    dissolve(n->group_);
   for (auto &r : n->results_) {
     assert(!r->hasUses() && !isOutput(r.get()) && "erasing a node whose results are used");
     names_.erase(r->name_);
@@ -201,6 +203,7 @@ void Graph::eraseNode(Node *n) {
 }
 
 void Graph::eraseConstant(Value *v) {
+  dissolveGroupsNaming(v);
   assert(v->isConstant() && !v->hasUses() && !isOutput(v));
   names_.erase(v->name_);
   auto it = std::find_if(constants_.begin(), constants_.end(),
@@ -209,6 +212,7 @@ void Graph::eraseConstant(Value *v) {
 }
 
 void Graph::eraseInput(Value *v) {
+  dissolveGroupsNaming(v);
   assert(v->isInput() && !v->hasUses() && !isOutput(v));
   names_.erase(v->name_);
   auto it = std::find_if(inputs_.begin(), inputs_.end(),
@@ -309,6 +313,37 @@ Value *Graph::findValue(std::string_view name) const {
   return it == names_.end() ? nullptr : it->second;
 }
 
+const FusionGroup *Graph::addFusionGroup(FusionGroup group) {
+  groups_.push_back(std::make_unique<FusionGroup>(std::move(group)));
+  FusionGroup *g = groups_.back().get();
+  for (Node *n : g->nodes) {
+    assert(n->graph_ == this && !n->group_ && "a node joins one fusion group");
+    n->group_ = g;
+  }
+  return g;
+}
+
+void Graph::clearFusionGroups() {
+  for (auto &g : groups_)
+    for (Node *n : g->nodes)
+      n->group_ = nullptr;
+  groups_.clear();
+}
+
+void Graph::dissolve(const FusionGroup *group) {
+  auto it = std::find_if(groups_.begin(), groups_.end(),
+                         [&](const std::unique_ptr<FusionGroup> &g) { return g.get() == group; });
+  for (Node *n : (*it)->nodes)
+    n->group_ = nullptr;
+  groups_.erase(it);
+}
+
+void Graph::dissolveGroupsNaming(const Value *v) {
+  for (size_t i = groups_.size(); i-- > 0;)
+    if (groups_[i]->bias == v || groups_[i]->residual == v)
+      dissolve(groups_[i].get());
+}
+
 std::unique_ptr<Graph> Graph::clone() const {
   auto g = std::make_unique<Graph>(name_);
   std::unordered_map<const Value *, Value *> map;
@@ -341,6 +376,24 @@ std::unique_ptr<Graph> Graph::clone() const {
       g->addUpdate(map.at(o.variable), mapped(o.value));
     else
       g->addOutput(o.name, mapped(o.value));
+  auto node = [&](Node *n) { return n ? map.at(n->result())->definingNode() : nullptr; };
+  auto nodes = [&](const std::vector<Node *> &ns) {
+    std::vector<Node *> out;
+    for (Node *n : ns)
+      out.push_back(node(n));
+    return out;
+  };
+  for (const auto &fg : groups_) {
+    FusionGroup c = *fg;
+    c.nodes = nodes(fg->nodes);
+    c.prologue = nodes(fg->prologue);
+    c.core = nodes(fg->core);
+    c.epilogue = nodes(fg->epilogue);
+    c.anchor = node(fg->anchor);
+    c.bias = mapped(fg->bias);
+    c.residual = mapped(fg->residual);
+    g->addFusionGroup(std::move(c));
+  }
   return g;
 }
 

@@ -1,5 +1,7 @@
 #include "dlc/ir/OpDef.h"
 
+#include "dlc/ir/Graph.h"
+
 #include <unordered_map>
 
 namespace dlc::ir {
@@ -26,24 +28,96 @@ std::optional<OpKind> opKindFromName(std::string_view name) {
   return it->second;
 }
 
-std::string_view fusionKindName(FusionKind k) {
-  switch (k) {
-  case FusionKind::Unset:
-    return "unset";
-  case FusionKind::ElemWise:
-    return "elemwise";
-  case FusionKind::Broadcast:
-    return "broadcast";
-  case FusionKind::Injective:
-    return "injective";
-  case FusionKind::CommReduce:
-    return "comm-reduce";
-  case FusionKind::OutEWiseFusable:
-    return "out-ewise-fusable";
-  case FusionKind::Opaque:
-    return "opaque";
+OperandAccess OperandAccess::identity(unsigned operand, int64_t rank) {
+  OperandAccess a{operand, {}};
+  for (int64_t d = 0; d < rank; ++d)
+    a.dims.push_back({d});
+  return a;
+}
+
+bool IndexMap::isPermutation() const {
+  if (kind != Kind::Affine)
+    return false;
+  std::vector<bool> seen(access.dims.size(), false);
+  for (const DimAccess &d : access.dims) {
+    if (d.dim < 0 || d.dim >= static_cast<int64_t>(seen.size()) || seen[d.dim] || d.start != 0 ||
+        d.step != 1 || d.modulus != 0)
+      return false;
+    seen[d.dim] = true;
+  }
+  return true;
+}
+
+std::string_view gemmEpilogueOpName(GemmEpilogueOp op) {
+  switch (op) {
+  case GemmEpilogueOp::None:
+    return "none";
+  case GemmEpilogueOp::Add:
+    return "add";
+  case GemmEpilogueOp::Relu:
+    return "relu";
+  case GemmEpilogueOp::GeluTanh:
+    return "gelu_tanh";
   }
   return "?";
+}
+
+std::optional<GemmEpilogueOp> gemmEpilogueOpFromName(std::string_view name) {
+  for (GemmEpilogueOp op :
+       {GemmEpilogueOp::None, GemmEpilogueOp::Add, GemmEpilogueOp::Relu, GemmEpilogueOp::GeluTanh})
+    if (gemmEpilogueOpName(op) == name)
+      return op;
+  return std::nullopt;
+}
+
+std::string_view fusionRoleName(Fusibility::Role r) {
+  switch (r) {
+  case Fusibility::Role::Unset:
+    return "unset";
+  case Fusibility::Role::Opaque:
+    return "opaque";
+  case Fusibility::Role::Metadata:
+    return "metadata";
+  case Fusibility::Role::Elementwise:
+    return "elementwise";
+  case Fusibility::Role::Injective:
+    return "injective";
+  case Fusibility::Role::Anchor:
+    return "anchor";
+  }
+  return "?";
+}
+
+std::string describeFusibility(const Fusibility &f) {
+  std::string s(fusionRoleName(f.role));
+  if (f.role != Fusibility::Role::Anchor)
+    return s;
+  std::string caps;
+  for (auto [on, what] : {std::pair{f.prologue, "prologue"},
+                          {f.epilogue, f.libraryEpilogue ? "library-epilogue" : "epilogue"}})
+    if (on)
+      caps += (caps.empty() ? "" : ",") + std::string(what);
+  return s + "(" + caps + ")";
+}
+
+bool readsAtOwnIndex(const Node &n, unsigned k) {
+  const Fusibility f = fusibility(n);
+  const Value *v = n.operand(k);
+  if (f.role == Fusibility::Role::Metadata)
+    return k == 0;
+  return f.role == Fusibility::Role::Elementwise && v &&
+         !(f.operandAccess && f.operandAccess(n, k)) && v->shape() == n.result()->shape();
+}
+
+Fusibility fusibility(const Node &n) {
+  const OpDef &d = n.def();
+  if (d.fusibility.opaqueWhen && d.fusibility.opaqueWhen(n))
+    return Fusibility::opaque();
+  Fusibility f = d.fusibility.refine ? d.fusibility.refine(n) : d.fusibility;
+  for (unsigned i = 1; i < n.numResults() && f.role != Fusibility::Role::Opaque; ++i)
+    if (n.result(i)->hasUses() || n.graph()->isOutput(n.result(i)))
+      f = Fusibility::opaque();
+  return f;
 }
 
 std::string_view fp16PolicyName(Fp16Policy p) {

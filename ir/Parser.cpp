@@ -2,9 +2,14 @@
 #include "Lexer.h"
 #include "dlc/ir/TextIR.h"
 
+#include "llvm/ADT/STLExtras.h"
+
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <set>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace dlc::ir {
@@ -472,6 +477,106 @@ private:
     Node *n = g_->createNode(*kind, std::move(operands), std::move(types), std::move(attrs),
                              std::move(nodeName), nullptr, std::move(resultNames));
     n->setLoc({first.line, first.col});
+    order_.emplace(n, order_.size());
+    return llvm::Error::success();
+  }
+
+  /// group KIND {nodes = [%a, ...] | anchor = %a, prologue = [...], core = [...],
+  ///             epilogue = [...], bias = %b, residual = %r, activation = relu}
+  llvm::Error parseFusionGroup() {
+    const Token &at = consume();
+    if (!is(Tok::Ident))
+      return error("expected a fusion group kind after 'group', found " + describeTok(tok()));
+    const Token &kindTok = consume();
+    auto kind = groupKindFromName(kindTok.text);
+    if (!kind)
+      return errorAt(kindTok, "unknown fusion group kind '" + kindTok.text + "'");
+    FusionGroup fg;
+    fg.kind = *kind;
+    std::vector<Node *> listed;
+    auto node = [&](const Token &t) -> llvm::Expected<Node *> {
+      auto v = lookup(t);
+      if (!v)
+        return v.takeError();
+      Node *n = (*v)->definingNode();
+      if (!n || n->result() != *v)
+        return errorAt(t, "'%" + t.text + "' is not the first result of a node");
+      if (n->fusionGroup() || llvm::is_contained(listed, n))
+        return errorAt(t, "the node of '%" + t.text + "' is in another fusion group already");
+      listed.push_back(n);
+      return n;
+    };
+    if (auto e = expect(Tok::LBrace, "to start the fusion group"))
+      return e;
+    std::set<std::string> seen;
+    while (!is(Tok::RBrace)) {
+      if (!seen.empty())
+        if (auto e = expect(Tok::Comma, "between fusion group fields"))
+          return e;
+      if (!is(Tok::Ident))
+        return error("expected a fusion group field, found " + describeTok(tok()));
+      const Token &field = consume();
+      if (!seen.insert(field.text).second)
+        return errorAt(field, "fusion group field '" + field.text + "' is given twice");
+      if (auto e = expect(Tok::Equal, "after the field name"))
+        return e;
+      std::vector<Node *> *list = field.text == "nodes"      ? &fg.nodes
+                                  : field.text == "prologue" ? &fg.prologue
+                                  : field.text == "core"     ? &fg.core
+                                  : field.text == "epilogue" ? &fg.epilogue
+                                                             : nullptr;
+      if (list) {
+        if (auto e = expect(Tok::LBracket, "to start the node list"))
+          return e;
+        while (!is(Tok::RBracket)) {
+          if (!list->empty())
+            if (auto e = expect(Tok::Comma, "between nodes"))
+              return e;
+          if (!is(Tok::ValueName))
+            return error("expected a node's result like '%x', found " + describeTok(tok()));
+          auto n = node(consume());
+          if (!n)
+            return n.takeError();
+          list->push_back(*n);
+        }
+        ++pos_;
+      } else if (field.text == "anchor") {
+        if (!is(Tok::ValueName))
+          return error("expected the anchor's result like '%x', found " + describeTok(tok()));
+        auto n = node(consume());
+        if (!n)
+          return n.takeError();
+        fg.anchor = *n;
+      } else if (field.text == "bias" || field.text == "residual") {
+        if (!is(Tok::ValueName))
+          return error("expected a value like '%x', found " + describeTok(tok()));
+        auto v = lookup(consume());
+        if (!v)
+          return v.takeError();
+        (field.text == "bias" ? fg.bias : fg.residual) = *v;
+      } else if (field.text == "activation") {
+        const Token &t = tok();
+        auto op = is(Tok::Ident) ? gemmEpilogueOpFromName(consume().text) : std::nullopt;
+        if (!op)
+          return errorAt(t,
+                         "expected an activation (none, relu, gelu_tanh), found " + describeTok(t));
+        fg.activation = *op;
+      } else {
+        return errorAt(field, "unknown fusion group field '" + field.text + "'");
+      }
+    }
+    ++pos_;
+    if (fg.anchor ? !fg.nodes.empty()
+                  : !fg.prologue.empty() || !fg.core.empty() || !fg.epilogue.empty())
+      return errorAt(at, "a fusion group lists its nodes, or its anchor and its parts");
+    if (fg.anchor) {
+      fg.nodes = listed;
+      std::sort(fg.nodes.begin(), fg.nodes.end(),
+                [&](Node *a, Node *b) { return order_.at(a) < order_.at(b); });
+    }
+    if (fg.nodes.empty())
+      return errorAt(at, "a fusion group needs nodes");
+    g_->addFusionGroup(std::move(fg));
     return llvm::Error::success();
   }
 
@@ -547,6 +652,11 @@ private:
         g_->addUpdate(*var, *val);
         continue;
       }
+      if (isIdent("group")) {
+        if (auto e = parseFusionGroup())
+          return e;
+        continue;
+      }
       if (auto e = parseStatement())
         return e;
     }
@@ -583,6 +693,7 @@ private:
   std::vector<Token> toks_;
   size_t pos_ = 0;
   std::unique_ptr<Graph> g_;
+  std::unordered_map<const Node *, size_t> order_; // node -> its position in the file
 };
 
 } // namespace

@@ -169,6 +169,47 @@ void printNode(const Node &n, llvm::raw_ostream &os, const PrintOptions &opts) {
   }
 }
 
+void printFusionGroup(const FusionGroup &fg, llvm::raw_ostream &os) {
+  os << "group " << groupKindName(fg.kind) << " {";
+  bool first = true;
+  auto field = [&](const char *name) {
+    os << (first ? "" : ", ") << name << " = ";
+    first = false;
+  };
+  auto list = [&](const char *name, const std::vector<Node *> &nodes) {
+    if (nodes.empty())
+      return;
+    field(name);
+    os << '[';
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      os << (i ? ", " : "");
+      printName(os, '%', nodes[i]->result()->name());
+    }
+    os << ']';
+  };
+  auto value = [&](const char *name, const Value *v) {
+    if (!v)
+      return;
+    field(name);
+    printName(os, '%', v->name());
+  };
+  if (!fg.anchor) {
+    list("nodes", fg.nodes);
+  } else {
+    value("anchor", fg.anchor->result());
+    list("prologue", fg.prologue);
+    list("core", fg.core);
+    list("epilogue", fg.epilogue);
+  }
+  value("bias", fg.bias);
+  value("residual", fg.residual);
+  if (fg.activation != GemmEpilogueOp::None) {
+    field("activation");
+    os << gemmEpilogueOpName(fg.activation);
+  }
+  os << '}';
+}
+
 void printGraph(const Graph &g, llvm::raw_ostream &os, const PrintOptions &opts) {
   os << "graph ";
   printName(os, '@', g.name());
@@ -202,6 +243,11 @@ void printGraph(const Graph &g, llvm::raw_ostream &os, const PrintOptions &opts)
     os << "  ";
     printNode(n, os, opts);
     os << '\n';
+    if (const FusionGroup *fg = n.fusionGroup(); fg && fg->root() == &n) {
+      os << "  ";
+      printFusionGroup(*fg, os);
+      os << '\n';
+    }
   }
   for (const GraphOutput &o : g.outputs())
     if (o.isUpdate() && o.value) {

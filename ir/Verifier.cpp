@@ -1,7 +1,10 @@
 //===- Verifier.cpp - Structural and per-op verification -------------------===//
-#include "dlc/ir/Graph.h"
+#include "dlc/ir/FusionRules.h"
+#include "dlc/ir/TextIR.h"
 
 #include <algorithm>
+#include <optional>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace dlc::ir {
@@ -40,8 +43,6 @@ llvm::Error verifyNodeSignature(const Node &n) {
   if (n.numResults() == 0)
     return errorf("{0}: a node must have at least one result", n.describe());
   for (const auto &[name, a] : n.attrs()) {
-    if (llvm::StringRef(name).startswith("dlc.")) // compiler annotations (FusionRules.h)
-      continue;
     const AttrSpec *spec = d.findAttr(name);
     if (!spec)
       return errorf("{0}: unknown attribute '{1}'", n.describe(), name);
@@ -88,6 +89,46 @@ static std::string prefix(std::string_view file, const Node &n) {
   if (n.loc().valid())
     p += std::to_string(n.loc().line) + ":" + std::to_string(n.loc().col) + ":";
   return p.empty() ? p : p + " ";
+}
+
+/// The graph's fusion groups: each as classifyFusionGroup (an update lane: as
+/// updateLanes) finds it, in graph order, a kernel's nodes contiguous.
+static llvm::Error verifyFusionGroups(const Graph &g, std::string_view fileName) {
+  if (g.fusionGroups().empty())
+    return llvm::Error::success();
+  std::unordered_map<const Node *, size_t> position;
+  for (const Node &n : g.nodes())
+    position.emplace(&n, position.size());
+  auto text = [](const FusionGroup &fg) {
+    std::string s;
+    llvm::raw_string_ostream os(s);
+    printFusionGroup(fg, os);
+    return os.str();
+  };
+  std::optional<std::vector<UpdateLane>> lanes;
+  for (const auto &fg : g.fusionGroups()) {
+    const Node &root = *fg->root();
+    std::string where = prefix(fileName, root) + "`" + text(*fg) + "`";
+    for (size_t i = 0; i < fg->nodes.size(); ++i)
+      if (i && position.at(fg->nodes[i]) <= position.at(fg->nodes[i - 1]))
+        return errorf("{0}: its nodes are not in graph order", where);
+    if (fg->kind == GroupKind::UpdateLane) {
+      if (!lanes)
+        lanes = updateLanes(g);
+      if (std::none_of(lanes->begin(), lanes->end(),
+                       [&](const UpdateLane &l) { return l.nodes == fg->nodes; }))
+        return errorf("{0}: not an update lane", where);
+      continue;
+    }
+    if (position.at(&root) - position.at(fg->nodes.front()) + 1 != fg->nodes.size())
+      return errorf("{0}: the nodes of a kernel are not contiguous", where);
+    auto expect = classifyFusionGroup(fg->nodes);
+    if (!expect)
+      return errorf("{0}: not a kernel: {1}", where, llvm::toString(expect.takeError()));
+    if (text(*expect) != text(*fg))
+      return errorf("{0}: its nodes form `{1}`", where, text(*expect));
+  }
+  return llvm::Error::success();
 }
 
 llvm::Error verifyGraph(const Graph &g, std::string_view fileName) {
@@ -169,7 +210,7 @@ llvm::Error verifyGraph(const Graph &g, std::string_view fileName) {
                                  : "graph output name '{0}' is used twice",
                     o.name);
   }
-  return llvm::Error::success();
+  return verifyFusionGroups(g, fileName);
 }
 
 } // namespace dlc::ir

@@ -16,8 +16,11 @@
 // kMaxGroupNodes nodes. A reduction whose result is used twice without the uses
 // rejoining keeps its own kernel (fusing it would compute it twice).
 //
-// The pass writes the group id into "dlc.kernel" on every node of a group with two
-// or more nodes, and reorders the graph so that each group is contiguous.
+// Whether a merged set of nodes is still one kernel, and which kind, is decided by
+// classifyFusionGroup (FusionRules.h), which the verifier also checks recorded groups
+// with. The pass records each group of two or more nodes in the graph (FusionGroup.h:
+// kind, anchor, prologue, epilogue, the matched pattern) and reorders the graph so
+// that each kernel's nodes are contiguous; the code generator reads the records.
 //===----------------------------------------------------------------------===//
 #include "dlc/ir/FusionRules.h"
 #include "dlc/passes/Pass.h"
@@ -94,68 +97,52 @@ class Fusion : public Pass {
 public:
   std::string_view name() const override { return "fuse"; }
 
-  bool run(Graph &g, PassContext &) override {
-    bool changed = false;
-    for (Node &n : g.nodes())
-      for (const char *a : {kKernelAttr, kPatternAttr, kLaneAttr})
-        if (n.hasAttr(a)) {
-          n.removeAttr(a);
-          changed = true;
-        }
+  bool run(Graph &g, PassContext &ctx) override {
+    bool changed = !g.fusionGroups().empty();
+    g.clearFusionGroups();
     DataflowGraph dg(g);
     dg_ = &dg;
     size_t n = dg.nodes.size();
     std::vector<int> ipdom = postDominators(dg);
     parent_.resize(n);
     std::iota(parent_.begin(), parent_.end(), 0);
-    core_.assign(n, false);
-    // Nodes that join no group: variable updates, each lowered as part of a
+    // Nodes that join no kernel: variable updates, each lowered as part of a
     // multi-tensor kernel, and the Where of an If with a run-time condition (its
     // branches' steps run only on their side, so neither side may share its kernel).
     std::vector<bool> alone(n, false);
-    int64_t laneId = 0;
-    for (const UpdateLane &l : updateLanes(g)) {
-      for (Node *m : l.nodes) {
-        m->setAttr(kLaneAttr, Attribute(laneId));
+    std::vector<UpdateLane> lanes = updateLanes(g);
+    for (const UpdateLane &l : lanes)
+      for (Node *m : l.nodes)
         alone[dg.index.at(m)] = true;
-      }
-      ++laneId;
-      changed = true;
-    }
     for (size_t i = 0; i < n; ++i)
       alone[i] = alone[i] || selectsByRuntimeCondition(*dg.nodes[i]);
     // Attention first: its two MatMuls, the scores' element-wise chain and the
     // Softmax become one group anchored on the second MatMul.
-    for (size_t i = 0; i < n; ++i) {
-      std::vector<Node *> core = attentionCore(*dg.nodes[i]);
-      if (core.empty())
-        continue;
-      dg.nodes[i]->setAttr(kPatternAttr, Attribute(std::string("attention")));
-      for (Node *c : core) {
+    std::vector<bool> core(n, false), attention(n, false);
+    for (size_t i = 0; i < n; ++i)
+      for (Node *c : attentionCore(*dg.nodes[i])) {
         int ci = dg.index.at(c);
-        core_[ci] = true;
+        core[ci] = attention[i] = true;
         parent_[find(ci)] = find(static_cast<int>(i));
       }
-      changed = true;
-    }
+    auto inlinable = [&](int s) { return fusibility(*dg.nodes[s]).inlinable(); };
+    // Where a producer may join: an anchor that takes a prologue (the attention
+    // kernel loads Q, K and V through theirs).
+    auto takesPrologue = [&](int s) {
+      return fusibility(*dg.nodes[s]).prologue || core[s] || attention[s];
+    };
     for (size_t i = 0; i < n; ++i) {
       Node *node = dg.nodes[i];
-      AnchorCaps caps = anchorCaps(*node);
-      bool inl = isInlinable(*node);
-      if ((!inl && !(caps.anchor && caps.epilogue)) || ipdom[i] == kSink || alone[i])
+      Fusibility f = fusibility(*node);
+      bool inl = f.inlinable();
+      if ((!inl && !(f.role == Fusibility::Role::Anchor && f.epilogue)) || ipdom[i] == kSink ||
+          alone[i])
         continue;
       int p = ipdom[i];
       std::vector<int> path = pathTo(static_cast<int>(i), p);
       bool ok = std::none_of(path.begin(), path.end(), [&](int s) { return alone[s]; });
-      if (inl) {
-        for (int s : path)
-          ok &= s == p
-                    ? (isInlinable(*dg.nodes[s]) || anchorCaps(*dg.nodes[s]).prologue || core_[s])
-                    : isInlinable(*dg.nodes[s]);
-      } else {
-        for (int s : path)
-          ok &= isInlinable(*dg.nodes[s]);
-      }
+      for (int s : path)
+        ok &= s == p && inl ? inlinable(s) || takesPrologue(s) : inlinable(s);
       if (!ok)
         continue;
       std::vector<int> members = path;
@@ -167,25 +154,39 @@ public:
     for (size_t i = 0; i < n; ++i)
       groups[find(static_cast<int>(i))].push_back(static_cast<int>(i));
     std::vector<int> order = groupOrder(groups);
-    int nextId = 0;
     std::vector<Node *> newOrder;
+    std::vector<FusionGroup> records;
     for (int root : order) {
-      for (int m : groups[root]) {
-        newOrder.push_back(dg.nodes[m]);
-        if (groups[root].size() > 1) {
-          dg.nodes[m]->setAttr(kKernelAttr, Attribute(static_cast<int64_t>(nextId)));
-          changed = true;
-        }
+      std::vector<Node *> members;
+      for (int m : groups[root])
+        members.push_back(dg.nodes[m]);
+      newOrder.insert(newOrder.end(), members.begin(), members.end());
+      if (members.size() < 2)
+        continue;
+      auto fg = classifyFusionGroup(members);
+      if (!fg) { // every merge was classified; a failure here is a bug
+        ctx.fail(llvm::make_error<llvm::StringError>(
+            "internal error: a merged group does not classify: " + llvm::toString(fg.takeError()),
+            llvm::inconvertibleErrorCode()));
+        return changed;
       }
-      if (groups[root].size() > 1)
-        ++nextId;
+      records.push_back(std::move(*fg));
     }
     for (size_t i = 0; i < newOrder.size(); ++i) {
       if (newOrder[i] != dg.nodes[i])
         changed = true;
       g.moveBefore(newOrder[i], nullptr);
     }
-    return changed;
+    for (FusionGroup &fg : records)
+      g.addFusionGroup(std::move(fg));
+    // The lanes again, with their nodes in the new order.
+    for (UpdateLane &l : updateLanes(g)) {
+      FusionGroup lane;
+      lane.kind = GroupKind::UpdateLane;
+      lane.nodes = std::move(l.nodes);
+      g.addFusionGroup(std::move(lane));
+    }
+    return changed || !records.empty() || !lanes.empty();
   }
 
 private:
@@ -216,8 +217,6 @@ private:
 
   /// Merges the groups of `members` if the result is a valid group.
   void tryMerge(const std::vector<int> &members) {
-    size_t n = dg_->nodes.size();
-    std::vector<bool> in(n, false);
     std::vector<int> roots;
     for (int m : members)
       roots.push_back(find(m));
@@ -225,130 +224,19 @@ private:
     roots.erase(std::unique(roots.begin(), roots.end()), roots.end());
     if (roots.size() == 1)
       return;
-    size_t count = 0;
-    for (size_t i = 0; i < n; ++i)
-      if (std::binary_search(roots.begin(), roots.end(), find(static_cast<int>(i)))) {
-        in[i] = true;
-        ++count;
-      }
-    if (count > kMaxGroupNodes || !validGroup(in))
+    std::vector<Node *> merged;
+    for (size_t i = 0; i < dg_->nodes.size() && merged.size() <= kMaxGroupNodes; ++i)
+      if (std::binary_search(roots.begin(), roots.end(), find(static_cast<int>(i))))
+        merged.push_back(dg_->nodes[i]);
+    if (merged.size() > kMaxGroupNodes)
       return;
+    auto fg = classifyFusionGroup(merged);
+    if (!fg) {
+      llvm::consumeError(fg.takeError());
+      return;
+    }
     for (int r : roots)
       parent_[r] = roots[0];
-  }
-
-  bool validGroup(const std::vector<bool> &in) {
-    const auto &nodes = dg_->nodes;
-    int anchor = -1, outputs = 0;
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      if (!in[i])
-        continue;
-      if (!isInlinable(*nodes[i]) && !core_[i]) {
-        if (anchor >= 0 || !anchorCaps(*nodes[i]).anchor)
-          return false;
-        anchor = static_cast<int>(i);
-      }
-      bool external = dg_->toSink[i];
-      for (int u : dg_->users[i])
-        external |= !in[u];
-      outputs += external;
-    }
-    if (outputs != 1)
-      return false;
-    if (anchor < 0)
-      return true;
-    AnchorCaps caps = anchorCaps(*nodes[anchor]);
-    // Descendants of the anchor inside the group (its epilogue, the anchor included)
-    // and its ancestors (its prologue).
-    auto reachable = [&](const std::vector<std::vector<int>> &edges) {
-      std::vector<bool> seen(nodes.size(), false);
-      std::vector<int> work = {anchor};
-      while (!work.empty()) {
-        int v = work.back();
-        work.pop_back();
-        for (int u : edges[v])
-          if (in[u] && !seen[u]) {
-            seen[u] = true;
-            work.push_back(u);
-          }
-      }
-      return seen;
-    };
-    std::vector<bool> desc = reachable(dg_->users), anc = reachable(dg_->producers);
-    desc[anchor] = true;
-    // A producer in the group feeds the anchor through an operand that takes a prologue.
-    for (unsigned k = 0; k < nodes[anchor]->numOperands(); ++k)
-      if (const Value *v = nodes[anchor]->operand(k); v && v->definingNode())
-        if (auto it = dg_->index.find(v->definingNode());
-            it != dg_->index.end() && in[it->second] &&
-            (k >= 32 || !(caps.prologueOperands >> k & 1u)))
-          return false;
-    const Value *anchorOut = nodes[anchor]->result();
-    bool reindexed = false, chain = true;
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      if (!in[i] || static_cast<int>(i) == anchor || core_[i])
-        continue;
-      if (anc[i] && !caps.prologue)
-        return false;
-      if (desc[i] && !(caps.epilogue && epilogueNode(*nodes[i], anchorOut, desc)))
-        return false;
-      if (desc[i]) {
-        reindexed |= nodes[i]->kind() == OpKind::Transpose;
-        int fromAnchor = 0;
-        for (int p : dg_->producers[i])
-          fromAnchor += desc[p];
-        chain &= fromAnchor == 1;
-      }
-    }
-    // A transposed epilogue maps each anchor element to one output element; that
-    // needs a single path from the anchor to the output.
-    if (reindexed && !chain)
-      return false;
-    // A library GEMM takes only the epilogue cuBLASLt applies itself; anything else
-    // would cost a kernel of its own, so it is better left to the consumers.
-    const Node &a = *nodes[anchor];
-    if (a.kind() == OpKind::MatMul && !a.hasAttr(kPatternAttr)) {
-      std::vector<const Node *> epi;
-      for (size_t i = 0; i < nodes.size(); ++i)
-        if (in[i] && static_cast<int>(i) != anchor) {
-          if (!desc[i])
-            return false;
-          epi.push_back(nodes[i]);
-        }
-      auto inGroup = [&](const Value *v) {
-        auto it = v->definingNode() ? dg_->index.find(v->definingNode()) : dg_->index.end();
-        return it != dg_->index.end() && in[it->second];
-      };
-      return matchGemmEpilogue(a, epi, inGroup).has_value();
-    }
-    return true;
-  }
-
-  /// An epilogue node keeps the anchor's linear index: the operands that depend on
-  /// the anchor have the node's shape (or the node only reinterprets the shape).
-  bool epilogueNode(const Node &n, const Value *anchorOut, const std::vector<bool> &desc) {
-    if (n.numResults() != 1 && n.kind() != OpKind::BatchNormalization)
-      return false;
-    const Value *out = n.result();
-    if (out->type().numElements() != anchorOut->type().numElements())
-      return false;
-    if (isMetadataOnly(n) || n.kind() == OpKind::Transpose)
-      return true;
-    if (!n.def().cudaExpr && n.kind() != OpKind::BatchNormalization)
-      return false;
-    for (const Value *v : n.operands()) {
-      if (!v || !v->definingNode())
-        continue;
-      auto it = dg_->index.find(v->definingNode());
-      if (it != dg_->index.end() && desc[it->second] && v->shape() != out->shape())
-        return false;
-    }
-    if (n.kind() == OpKind::BatchNormalization)
-      for (unsigned k = 1; k < 5; ++k)
-        if (n.operand(k) && n.operand(k)->definingNode() &&
-            desc[dg_->index.at(n.operand(k)->definingNode())])
-          return false;
-    return true;
   }
 
   /// Kahn's algorithm over groups, picking the ready group with the earliest node.
@@ -383,7 +271,6 @@ private:
 
   const DataflowGraph *dg_ = nullptr;
   std::vector<int> parent_;
-  std::vector<bool> core_; // inner nodes of a fused attention
 };
 
 } // namespace

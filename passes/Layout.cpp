@@ -190,14 +190,15 @@ private:
     const Value *cur = conv.result();
     while (cur->uses().size() == 1 && !conv.graph()->isOutput(cur)) {
       const Node *u = cur->uses().front().user;
-      if (!isInlinable(*u) || !u->def().cudaExpr || u->numResults() != 1 ||
+      Fusibility f = fusibility(*u);
+      if (f.role != Fusibility::Role::Elementwise || f.operandAccess || u->numResults() != 1 ||
           u->result()->shape() != cur->shape())
         break;
       chain.push_back(u);
       cur = u->result();
     }
-    return chain.empty() ||
-           matchGemmEpilogue(conv, chain, [&](const Value *v) { return v == conv.result(); });
+    return chain.empty() || matchGemmEpilogue(conv.result(), chain,
+                                              [&](const Value *v) { return v == conv.result(); });
   }
 };
 

@@ -1,24 +1,23 @@
 //===- Attention.cpp - Fused multi-head attention ---------------------------===//
 //
-// The group MatMul(Softmax(f(MatMul(Q, K'))), V) (FusionRules.h: attentionCore) as
-// the attention template of dlc_attention.cuh: Q, K and V read through load functors
+// An attention group (the fusion pass's record: the second MatMul anchors, its core
+// is the first MatMul, the score chain and the Softmax) as the attention template
+// of dlc_attention.cuh: Q, K and V read through load functors
 // (the head split's slices, reshapes and transposes), the score chain f as a functor
 // of the raw score, the output through the epilogue (the head merge).
 //===----------------------------------------------------------------------===//
 #include "../Fused.h"
 #include "EmitterUtils.h"
 #include "dlc/codegen/GpuModel.h"
-#include "dlc/ir/FusionRules.h"
 
 namespace dlc::codegen {
 
 using namespace ir;
 
-llvm::Error lowerAttention(Lowering &l, const Node &mm2) {
-  std::vector<Node *> core = attentionCore(mm2);
-  if (core.empty())
-    return makeError("the attention pattern does not match any more");
-  const Node &mm1 = *core.front(), &softmax = *core.back();
+namespace {
+
+llvm::Error lowerAttention(Lowering &l, const FusionGroup &g) {
+  const Node &mm2 = *g.anchor, &mm1 = *g.core.front(), &softmax = *g.core.back();
   const Value *q = mm1.operand(0), *k = mm1.operand(1), *v = mm2.operand(1), *out = mm2.result();
   const Value *scores = mm1.result(), *logits = softmax.operand(0);
   const Shape &ss = scores->shape();
@@ -36,11 +35,13 @@ llvm::Error lowerAttention(Lowering &l, const Node &mm2) {
   l.allocate(out);
   if (s.BH * s.Sq * s.hdv == 0)
     return llvm::Error::success();
-  const FusionGroup *g = l.group();
-  Functor fq = loadFunctor(l, g, q), fk = loadFunctor(l, g, k), fv = loadFunctor(l, g, v),
-          fs = boundFunctor(l, g, logits, scores), fo = storeFunctor(l, g, out);
-  std::string qn = l.functorName(fq), kn = l.functorName(fk), vn = l.functorName(fv),
-              sn = l.functorName(fs), on = l.functorName(fo);
+  auto fq = loadFunctor(l, &g, q), fk = loadFunctor(l, &g, k), fv = loadFunctor(l, &g, v),
+       fs = boundFunctor(l, &g, logits, scores), fo = storeFunctor(l, &g, out);
+  for (auto *f : {&fq, &fk, &fv, &fs, &fo})
+    if (!*f)
+      return f->takeError();
+  std::string qn = l.functorName(*fq), kn = l.functorName(*fk), vn = l.functorName(*fv),
+              sn = l.functorName(*fs), on = l.functorName(*fo);
   int64_t maxIndex =
       std::max({q->type().numElements(), k->type().numElements(), v->type().numElements(),
                 out->type().numElements(), s.BH * s.Sq * s.Sk});
@@ -62,7 +63,7 @@ llvm::Error lowerAttention(Lowering &l, const Node &mm2) {
   uint32_t kernel = l.instantiate(inst);
   LaunchArgs a;
   a.shape(s);
-  for (const Functor *f : {&fq, &fk, &fv, &fs, &fo})
+  for (const Functor *f : {&*fq, &*fk, &*fv, &*fs, &*fo})
     a.functor(*f);
   constexpr int kKeys = 32;
   double flops = 2.0 * static_cast<double>(s.BH * s.Sq * s.Sk) * static_cast<double>(s.hd + s.hdv) +
@@ -72,6 +73,12 @@ llvm::Error lowerAttention(Lowering &l, const Node &mm2) {
            static_cast<uint32_t>(kKeys * (s.hd + s.hdv) * sizeof(float)), flops,
            static_cast<uint32_t>(s.BH));
   return llvm::Error::success();
+}
+
+} // namespace
+
+void registerAttentionLowerings(LoweringRegistry &r) {
+  r.group(GroupKind::Attention, lowerAttention);
 }
 
 } // namespace dlc::codegen

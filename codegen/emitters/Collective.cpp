@@ -14,6 +14,8 @@ namespace dlc::codegen {
 
 using namespace ir;
 
+namespace {
+
 /// ZeRO-1's collectives on one 1-D tensor: a reduce-scatter or all-gather packs it
 /// into staging (its own buffer may die at once) and writes the result's buffer
 /// beside the following steps; a shard reads this rank's share straight from it.
@@ -43,9 +45,7 @@ llvm::Error lowerSharded(Lowering &l, const Node &n) {
   return llvm::Error::success();
 }
 
-llvm::Error lowerCollective(Lowering &l, const Node &n) {
-  if (n.kind() != OpKind::AllReduce)
-    return lowerSharded(l, n);
+llvm::Error lowerAllReduce(Lowering &l, const Node &n) {
   CollectiveStep s;
   s.bucket = l.nextBucket();
   s.dtype = n.operand(0)->dtype();
@@ -64,6 +64,14 @@ llvm::Error lowerCollective(Lowering &l, const Node &n) {
   l.setBucketBytes(static_cast<uint64_t>(n.attrInt("bucket_bytes")));
   l.addCollective(std::move(s), n);
   return llvm::Error::success();
+}
+
+} // namespace
+
+void registerCollectiveLowerings(LoweringRegistry &r) {
+  r.op(OpKind::AllReduce, lowerAllReduce);
+  for (OpKind k : {OpKind::ReduceScatter, OpKind::AllGather, OpKind::RankShard})
+    r.op(k, lowerSharded);
 }
 
 } // namespace dlc::codegen

@@ -172,7 +172,13 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   DType dt = y->dtype();
   bool floating = dt == DType::F32 || dt == DType::F16 || dt == DType::BF16 || dt == DType::F64;
   ConvShape s = convShape(w, M, groups);
-  Functor fx = loadFunctor(l, l.group(), x), fo = storeFunctor(l, l.group(), y);
+  auto fxOr = loadFunctor(l, l.group(), x);
+  if (!fxOr)
+    return fxOr.takeError();
+  auto foOr = storeFunctor(l, l.group(), y);
+  if (!foOr)
+    return foOr.takeError();
+  Functor &fx = *fxOr, &fo = *foOr;
   std::string xn = l.functorName(fx), on = l.functorName(fo), wtype = cudaType(wt->dtype());
   std::string argsType = "dlc::ConvArgs<" + xn + ", " + on + ">";
   // The arguments of the GEMM kernel and of the split-K reduction are the same struct;
@@ -294,7 +300,10 @@ llvm::Error lowerConvTranspose(Lowering &l, const Node &n) {
   s.dY0 = Divmod::make(w.in[0]);
   s.dM = Divmod::make(s.M);
   s.dMg = Divmod::make(s.Mg);
-  Functor fo = storeFunctor(l, l.group(), y);
+  auto foOr = storeFunctor(l, l.group(), y);
+  if (!foOr)
+    return foOr.takeError();
+  Functor &fo = *foOr;
   std::string on = l.functorName(fo);
   int64_t maxIndex = std::max({x->type().numElements(), total, wt->type().numElements()});
   Instantiation inst{"dlc::conv_transpose",
@@ -315,15 +324,9 @@ llvm::Error lowerConvTranspose(Lowering &l, const Node &n) {
 
 } // namespace
 
-llvm::Error lowerConv(Lowering &l, const Node &n) {
-  switch (n.kind()) {
-  case OpKind::Conv:
-    return lowerConvForward(l, n);
-  case OpKind::ConvTranspose:
-    return lowerConvTranspose(l, n);
-  default:
-    return errorf("no CUDA lowering for {0}", n.opName());
-  }
+void registerConvLowerings(LoweringRegistry &r) {
+  r.op(OpKind::Conv, lowerConvForward);
+  r.op(OpKind::ConvTranspose, lowerConvTranspose);
 }
 
 } // namespace dlc::codegen

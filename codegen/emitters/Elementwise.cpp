@@ -1,16 +1,15 @@
-//===- Elementwise.cpp - Element-wise and broadcasting kernels -------------===//
+//===- Elementwise.cpp - Expression templates of element-wise ops -----------===//
 //
-// The expression templates of element-wise ops; the kernels themselves come from
-// Fused.cpp (a node alone is a one-node group): operands load in their compute type
-// (float for f32/f16/bf16), broadcast operands get an index from the output
-// coordinates, scalar constants become literals, and f32 same-shape kernels move
-// float4s.
+// The kernels of element-wise ops come from Fused.cpp (a node alone is a one-node
+// group): operands load in their compute type (float for f32/f16/bf16), broadcast
+// operands get an index from the output coordinates, scalar constants become
+// literals, and f32 same-shape kernels move float4s. This file expands an op's
+// expression template.
 //
 // Expression templates (OpDef::cudaExpr): $0..$9 are operand values, $T the compute
 // type of operand 0, ${attr} an attribute as a literal (strings as dlc::attr_X),
 // and "$k?" an optional operand (dlc::None() when absent).
 //===----------------------------------------------------------------------===//
-#include "../Fused.h"
 #include "EmitterUtils.h"
 
 namespace dlc::codegen {
@@ -37,8 +36,8 @@ std::string attrLiteral(const Node &n, const std::string &name) {
 
 /// Expands an expression template for node n with operand value names `vals`
 /// (empty string = absent operand).
-std::string expand(const std::string &tmpl, const Node &n, const std::vector<std::string> &vals,
-                   const std::string &index) {
+llvm::Expected<std::string> expand(const std::string &tmpl, const Node &n,
+                                   const std::vector<std::string> &vals, const std::string &index) {
   std::string out;
   for (size_t i = 0; i < tmpl.size(); ++i) {
     char c = tmpl[i];
@@ -62,7 +61,9 @@ std::string expand(const std::string &tmpl, const Node &n, const std::vector<std
       size_t k = static_cast<size_t>(d - '0');
       bool optional = i + 2 < tmpl.size() && tmpl[i + 2] == '?';
       std::string v = k < vals.size() ? vals[k] : "";
-      out += v.empty() ? (optional ? "dlc::None()" : "/*missing operand*/") : v;
+      if (v.empty() && !optional)
+        return errorf("{0}: its expression needs operand {1}", n.describe(), k);
+      out += v.empty() ? "dlc::None()" : v;
       i += optional ? 2 : 1;
       continue;
     }
@@ -73,8 +74,8 @@ std::string expand(const std::string &tmpl, const Node &n, const std::vector<std
 
 } // namespace
 
-std::string expandExpr(const Node &n, const std::vector<std::string> &vals,
-                       const std::string &index) {
+llvm::Expected<std::string> expandExpr(const Node &n, const std::vector<std::string> &vals,
+                                       const std::string &index) {
   const char *tmpl = n.def().cudaExpr;
   std::string t = computeType(n.operand(0)->dtype());
   std::string s = tmpl;
@@ -91,21 +92,17 @@ std::string expandExpr(const Node &n, const std::vector<std::string> &vals,
   // Variadic ops (Min, Max) fold their binary template left to right.
   if (n.numOperands() > 2 && n.def().maxOperands == kVariadic) {
     std::string acc = vals[0];
-    for (size_t k = 1; k < vals.size(); ++k)
-      acc = expand(withT, n, {acc, vals[k]}, index);
+    for (size_t k = 1; k < vals.size(); ++k) {
+      auto e = expand(withT, n, {acc, vals[k]}, index);
+      if (!e)
+        return e.takeError();
+      acc = std::move(*e);
+    }
     return acc;
   }
   if (n.numOperands() == 1 && n.def().maxOperands == kVariadic)
     return vals[0];
   return expand(withT, n, vals, index);
-}
-
-// An element-wise node alone is a one-node fusion group (Fused.cpp), which also
-// provides the float4 form.
-llvm::Error lowerElementwise(Lowering &l, const Node &n) {
-  if (!n.def().cudaExpr)
-    return errorf("no CUDA expression for {0}", n.opName());
-  return lowerInlineNode(l, n);
 }
 
 } // namespace dlc::codegen

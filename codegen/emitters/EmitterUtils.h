@@ -13,9 +13,10 @@ bool isScalarConstant(const ir::Value *v);
 /// The literal (compute type) of a one-element constant.
 std::string scalarLiteral(const ir::Value *v);
 
-/// The element-wise expression of node n applied to operand value expressions.
-std::string expandExpr(const ir::Node &n, const std::vector<std::string> &vals,
-                       const std::string &index);
+/// The element-wise expression of node n (OpDef::cudaExpr) applied to operand value
+/// expressions; an error when a required operand has no value.
+llvm::Expected<std::string> expandExpr(const ir::Node &n, const std::vector<std::string> &vals,
+                                       const std::string &index);
 
 /// dst (shape `dims`) = x[base + sum_d coord_d * strides[d]]: the copy_strided kernel
 /// (splits, materialized broadcasts).

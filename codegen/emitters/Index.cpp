@@ -282,27 +282,15 @@ llvm::Error lowerMaxUnpool(Lowering &l, const Node &n) {
 
 } // namespace
 
-llvm::Error lowerIndex(Lowering &l, const Node &n) {
-  switch (n.kind()) {
-  case OpKind::Trilu:
-    return lowerTrilu(l, n);
-  case OpKind::GatherElements:
-    return lowerGatherElements(l, n);
-  case OpKind::ScatterElements:
-    return lowerScatterElements(l, n);
-  case OpKind::GatherND:
-    return lowerGatherND(l, n);
-  case OpKind::ScatterND:
-    return lowerScatterND(l, n);
-  case OpKind::OneHot:
-    return lowerOneHot(l, n);
-  case OpKind::ReverseSequence:
-    return lowerReverseSequence(l, n);
-  case OpKind::MaxUnpool:
-    return lowerMaxUnpool(l, n);
-  default:
-    return errorf("no CUDA lowering for {0}", n.opName());
-  }
+void registerIndexLowerings(LoweringRegistry &r) {
+  r.op(OpKind::Trilu, lowerTrilu);
+  r.op(OpKind::GatherElements, lowerGatherElements);
+  r.op(OpKind::ScatterElements, lowerScatterElements);
+  r.op(OpKind::GatherND, lowerGatherND);
+  r.op(OpKind::ScatterND, lowerScatterND);
+  r.op(OpKind::OneHot, lowerOneHot);
+  r.op(OpKind::ReverseSequence, lowerReverseSequence);
+  r.op(OpKind::MaxUnpool, lowerMaxUnpool);
 }
 
 } // namespace dlc::codegen

@@ -144,14 +144,17 @@ llvm::Error lowerMatMul(Lowering &l, const Node &n) {
   g.strideC = batch > 1 ? m * nn : 0;
   g.alpha = 1;
   g.beta = 0;
-  if (const auto &ep = l.gemmEpilogue()) {
-    if (ep->bias)
-      g.bias = l.bufferOf(ep->bias);
-    if (ep->residual) {
-      g.cIn = l.bufferOf(ep->residual);
+  // A GEMM-epilogue group: the library applies bias, residual and activation.
+  if (const FusionGroup *fg = l.group(); fg && fg->kind == GroupKind::GemmEpilogue) {
+    if (fg->bias)
+      g.bias = l.bufferOf(fg->bias);
+    if (fg->residual) {
+      g.cIn = l.bufferOf(fg->residual);
       g.beta = 1;
     }
-    g.activation = ep->activation;
+    g.activation = fg->activation == GemmEpilogueOp::Relu       ? pkg::GemmActivation::Relu
+                   : fg->activation == GemmEpilogueOp::GeluTanh ? pkg::GemmActivation::GeluTanh
+                                                                : pkg::GemmActivation::None;
   }
   l.addGemm(g, n);
   return llvm::Error::success();
@@ -196,15 +199,9 @@ llvm::Error lowerGemm(Lowering &l, const Node &n) {
 
 } // namespace
 
-llvm::Error lowerLinalg(Lowering &l, const Node &n) {
-  switch (n.kind()) {
-  case OpKind::MatMul:
-    return lowerMatMul(l, n);
-  case OpKind::Gemm:
-    return lowerGemm(l, n);
-  default:
-    return errorf("no CUDA lowering for {0}", n.opName());
-  }
+void registerLinalgLowerings(LoweringRegistry &r) {
+  r.op(OpKind::MatMul, lowerMatMul);
+  r.op(OpKind::Gemm, lowerGemm);
 }
 
 } // namespace dlc::codegen

@@ -8,9 +8,9 @@ namespace dlc::codegen {
 
 using namespace ir;
 
-llvm::Error lowerLoss(Lowering &l, const Node &n) {
-  if (n.kind() != OpKind::NegativeLogLikelihoodLoss)
-    return errorf("no CUDA lowering for {0}", n.opName());
+namespace {
+
+llvm::Error lowerNllLoss(Lowering &l, const Node &n) {
   const Value *x = n.operand(0), *t = n.operand(1), *w = n.operand(2), *y = n.result();
   int64_t N = x->shape()[0], C = x->shape()[1],
           D = t->type().numElements() / std::max<int64_t>(N, 1);
@@ -43,6 +43,12 @@ llvm::Error lowerLoss(Lowering &l, const Node &n) {
   uint32_t k = l.instantiate(inst);
   l.launch(n, k, a, red == "none" ? gridFor(total, 256) : 1, 256, 0, 2.0 * total);
   return llvm::Error::success();
+}
+
+} // namespace
+
+void registerLossLowerings(LoweringRegistry &r) {
+  r.op(OpKind::NegativeLogLikelihoodLoss, lowerNllLoss);
 }
 
 } // namespace dlc::codegen

@@ -135,59 +135,45 @@ llvm::Error emitStridedCopy(Lowering &l, const Node &n, const Value *x, int64_t 
   return llvm::Error::success();
 }
 
-llvm::Error lowerMovement(Lowering &l, const Node &n) {
-  switch (n.kind()) {
-  case OpKind::Identity:
-  case OpKind::Reshape:
-  case OpKind::Flatten:
-  case OpKind::Squeeze:
-  case OpKind::Unsqueeze:
-    l.alias(n.result(), n.operand(0));
-    return llvm::Error::success();
-  // Index-mapping ops are one-node fusion groups: the same index arithmetic that
-  // inlines them into fused kernels (Fused.cpp).
-  case OpKind::Transpose:
-  case OpKind::Slice:
-  case OpKind::Expand:
-  case OpKind::Tile:
-  case OpKind::Gather:
-  case OpKind::Concat:
-    return lowerInlineNode(l, n);
-  case OpKind::Pad:
-    return lowerPad(l, n);
-  case OpKind::Split:
-    return lowerSplit(l, n);
-  case OpKind::Shape: {
-    // Static shapes: the result is known at compile time.
-    const Shape &s = n.operand(0)->shape();
-    int64_t rank = static_cast<int64_t>(s.size());
-    int64_t start = n.attrInt("start");
-    start = std::clamp<int64_t>(start < 0 ? start + rank : start, 0, rank);
-    std::vector<int64_t> dims(s.begin() + start, s.begin() + start + n.result()->shape()[0]);
-    BufferRef r =
-        l.constantBuffer(Tensor::fromVector(n.result()->type(), dims), n.result()->name());
-    l.bind(n.result(), r);
-    return llvm::Error::success();
-  }
-  case OpKind::ConstantOfShape: {
-    const Tensor &v = n.attrTensor("value");
-    bool integral = isInt(v.dtype()) || v.dtype() == DType::Bool;
-    emitFill(l, n, false, integral ? 0.0 : v.getDouble(0), 0, integral ? v.getInt(0) : 0, 0);
-    return llvm::Error::success();
-  }
-  case OpKind::Range: {
-    const Value *s = n.operand(0), *d = n.operand(2);
-    if (!s->isConstant() || !d->isConstant())
-      return makeError("Range needs constant start and delta");
-    if (isFloat(n.result()->dtype()))
-      emitFill(l, n, true, s->data().getDouble(0), d->data().getDouble(0), 0, 0);
-    else
-      emitFill(l, n, true, 0, 0, s->data().getInt(0), d->data().getInt(0));
-    return llvm::Error::success();
-  }
-  default:
-    return errorf("no CUDA lowering for {0}", n.opName());
-  }
+/// Static shapes: the result is known at compile time.
+llvm::Error lowerShape(Lowering &l, const Node &n) {
+  const Shape &s = n.operand(0)->shape();
+  int64_t rank = static_cast<int64_t>(s.size());
+  int64_t start = n.attrInt("start");
+  start = std::clamp<int64_t>(start < 0 ? start + rank : start, 0, rank);
+  std::vector<int64_t> dims(s.begin() + start, s.begin() + start + n.result()->shape()[0]);
+  BufferRef r = l.constantBuffer(Tensor::fromVector(n.result()->type(), dims), n.result()->name());
+  l.bind(n.result(), r);
+  return llvm::Error::success();
+}
+
+llvm::Error lowerConstantOfShape(Lowering &l, const Node &n) {
+  const Tensor &v = n.attrTensor("value");
+  bool integral = isInt(v.dtype()) || v.dtype() == DType::Bool;
+  emitFill(l, n, false, integral ? 0.0 : v.getDouble(0), 0, integral ? v.getInt(0) : 0, 0);
+  return llvm::Error::success();
+}
+
+llvm::Error lowerRange(Lowering &l, const Node &n) {
+  const Value *s = n.operand(0), *d = n.operand(2);
+  if (!s->isConstant() || !d->isConstant())
+    return makeError("Range needs constant start and delta");
+  if (isFloat(n.result()->dtype()))
+    emitFill(l, n, true, s->data().getDouble(0), d->data().getDouble(0), 0, 0);
+  else
+    emitFill(l, n, true, 0, 0, s->data().getInt(0), d->data().getInt(0));
+  return llvm::Error::success();
+}
+
+// Views (Reshape, ...) and index-mapping ops (Transpose, Slice, ...) are inlinable:
+// alone, each is a one-node fusion group (Fused.cpp), the same index arithmetic that
+// inlines it into fused kernels.
+void registerMovementLowerings(LoweringRegistry &r) {
+  r.op(OpKind::Pad, lowerPad);
+  r.op(OpKind::Split, lowerSplit);
+  r.op(OpKind::Shape, lowerShape);
+  r.op(OpKind::ConstantOfShape, lowerConstantOfShape);
+  r.op(OpKind::Range, lowerRange);
 }
 
 } // namespace dlc::codegen

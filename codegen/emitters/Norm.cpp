@@ -24,7 +24,13 @@ struct RowNorm {
 
 llvm::Error emitRowNorm(Lowering &l, const Node &n, RowNorm &r) {
   const Value *stat = r.meanOut ? r.meanOut : r.invOut;
-  Functor fx = loadFunctor(l, l.group(), r.x), fo = storeFunctor(l, l.group(), r.y);
+  auto fxOr = loadFunctor(l, l.group(), r.x);
+  if (!fxOr)
+    return fxOr.takeError();
+  auto foOr = storeFunctor(l, l.group(), r.y);
+  if (!foOr)
+    return foOr.takeError();
+  Functor &fx = *fxOr, &fo = *foOr;
   std::string xn = l.functorName(fx), on = l.functorName(fo);
   bool isShort = r.s.len <= 64;
   Instantiation inst{"dlc::row_norm",
@@ -116,9 +122,9 @@ llvm::Error lowerChannelNorm(Lowering &l, const Node &n) {
   return emitRowNorm(l, n, r);
 }
 
+/// Training-mode BatchNormalization (the inference form is element-wise: Lowering
+/// inlines it).
 llvm::Error lowerBatchNorm(Lowering &l, const Node &n) {
-  if (n.attrInt("training_mode") == 0) // a per-channel affine map: a one-node fusion group
-    return lowerInlineNode(l, n);
   const Value *x = n.operand(0), *y = n.result(0);
   int64_t N = x->shape()[0], C = x->shape()[1],
           S = x->type().numElements() / std::max<int64_t>(N * C, 1);
@@ -201,20 +207,12 @@ llvm::Error lowerLRN(Lowering &l, const Node &n) {
 
 } // namespace
 
-llvm::Error lowerNorm(Lowering &l, const Node &n) {
-  switch (n.kind()) {
-  case OpKind::BatchNormalization:
-    return lowerBatchNorm(l, n);
-  case OpKind::LayerNormalization:
-    return lowerLayerNorm(l, n);
-  case OpKind::InstanceNormalization:
-  case OpKind::GroupNormalization:
-    return lowerChannelNorm(l, n);
-  case OpKind::LRN:
-    return lowerLRN(l, n);
-  default:
-    return errorf("no CUDA lowering for {0}", n.opName());
-  }
+void registerNormLowerings(LoweringRegistry &r) {
+  r.op(OpKind::BatchNormalization, lowerBatchNorm);
+  r.op(OpKind::LayerNormalization, lowerLayerNorm);
+  r.op(OpKind::InstanceNormalization, lowerChannelNorm);
+  r.op(OpKind::GroupNormalization, lowerChannelNorm);
+  r.op(OpKind::LRN, lowerLRN);
 }
 
 } // namespace dlc::codegen

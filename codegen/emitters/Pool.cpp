@@ -48,7 +48,13 @@ llvm::Error lowerWindowPool(Lowering &l, const Node &n) {
   s.dIn1 = Divmod::make(w.in[1]);
   s.C = xs[1];
   s.dC = Divmod::make(xs[1]);
-  Functor fx = loadFunctor(l, l.group(), x), fo = storeFunctor(l, l.group(), y);
+  auto fxOr = loadFunctor(l, l.group(), x);
+  if (!fxOr)
+    return fxOr.takeError();
+  auto foOr = storeFunctor(l, l.group(), y);
+  if (!foOr)
+    return foOr.takeError();
+  Functor &fx = *fxOr, &fo = *foOr;
   std::string xn = l.functorName(fx), on = l.functorName(fo);
   int64_t maxIndex = std::max(x->type().numElements(), total);
   Instantiation inst{
@@ -81,17 +87,11 @@ llvm::Error lowerGlobalPool(Lowering &l, const Node &n) {
 
 } // namespace
 
-llvm::Error lowerPool(Lowering &l, const Node &n) {
-  switch (n.kind()) {
-  case OpKind::MaxPool:
-  case OpKind::AveragePool:
-    return lowerWindowPool(l, n);
-  case OpKind::GlobalAveragePool:
-  case OpKind::GlobalMaxPool:
-    return lowerGlobalPool(l, n);
-  default:
-    return errorf("no CUDA lowering for {0}", n.opName());
-  }
+void registerPoolLowerings(LoweringRegistry &r) {
+  r.op(OpKind::MaxPool, lowerWindowPool);
+  r.op(OpKind::AveragePool, lowerWindowPool);
+  r.op(OpKind::GlobalAveragePool, lowerGlobalPool);
+  r.op(OpKind::GlobalMaxPool, lowerGlobalPool);
 }
 
 } // namespace dlc::codegen

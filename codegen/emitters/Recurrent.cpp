@@ -45,7 +45,7 @@ constexpr int64_t kPersistentSmem = 96 * 1024;
 
 } // namespace
 
-llvm::Error lowerRecurrent(Lowering &l, const Node &n) {
+static llvm::Error lowerRecurrent(Lowering &l, const Node &n) {
   bool lstm = n.kind() == OpKind::LSTM;
   const Value *x = n.operand(0), *W = n.operand(1), *R = n.operand(2), *Bv = n.operand(3),
               *lens = n.operand(4), *h0 = n.operand(5), *c0 = lstm ? n.operand(6) : nullptr,
@@ -278,6 +278,11 @@ llvm::Error lowerRecurrent(Lowering &l, const Node &n) {
     }
   }
   return llvm::Error::success();
+}
+
+void registerRecurrentLowerings(LoweringRegistry &r) {
+  r.op(OpKind::LSTM, lowerRecurrent);
+  r.op(OpKind::GRU, lowerRecurrent);
 }
 
 } // namespace dlc::codegen

@@ -59,7 +59,13 @@ const char *reduceKind(OpKind k) {
 /// Launches the reduce template: x viewed as kept x reduced.
 llvm::Error emitReduce(Lowering &l, const Node &n, const Value *x, const Value *out,
                        const ReduceShape &s, bool contig, const char *kind) {
-  Functor fx = loadFunctor(l, l.group(), x), fo = storeFunctor(l, l.group(), out);
+  auto fxOr = loadFunctor(l, l.group(), x);
+  if (!fxOr)
+    return fxOr.takeError();
+  auto foOr = storeFunctor(l, l.group(), out);
+  if (!foOr)
+    return foOr.takeError();
+  Functor &fx = *fxOr, &fo = *foOr;
   std::string xn = l.functorName(fx), on = l.functorName(fo);
   bool isShort = s.len <= kShortReduction;
   int64_t maxIndex = std::max(x->type().numElements(), out->type().numElements());
@@ -159,7 +165,13 @@ llvm::Error lowerSoftmaxLike(Lowering &l, const Node &n) {
                      : n.kind() == OpKind::LogSoftmax ? "dlc::kLogSoftmax"
                                                       : "dlc::kSoftmax";
   bool isShort = n.kind() == OpKind::Hardmax || v.len <= kShortReduction;
-  Functor fx = loadFunctor(l, l.group(), x), fo = storeFunctor(l, l.group(), out);
+  auto fxOr = loadFunctor(l, l.group(), x);
+  if (!fxOr)
+    return fxOr.takeError();
+  auto foOr = storeFunctor(l, l.group(), out);
+  if (!foOr)
+    return foOr.takeError();
+  Functor &fx = *fxOr, &fo = *foOr;
   std::string xn = l.functorName(fx), on = l.functorName(fo);
   Instantiation inst{
       "dlc::softmax",
@@ -275,28 +287,16 @@ llvm::Error lowerGlobalReduction(Lowering &l, const Node &n, const Value *x, con
   return emitReduce(l, n, x, out, s, !channelsLast || channels == 1, kind);
 }
 
-llvm::Error lowerReduce(Lowering &l, const Node &n) {
-  switch (n.kind()) {
-  case OpKind::ReduceMean:
-  case OpKind::ReduceSum:
-  case OpKind::ReduceMax:
-  case OpKind::ReduceMin:
-  case OpKind::ReduceProd:
-    return lowerReduction(l, n);
-  case OpKind::Softmax:
-  case OpKind::LogSoftmax:
-  case OpKind::Hardmax:
-    return lowerSoftmaxLike(l, n);
-  case OpKind::ArgMax:
-  case OpKind::ArgMin:
-    return lowerArg(l, n);
-  case OpKind::TopK:
-    return lowerTopK(l, n);
-  case OpKind::CumSum:
-    return lowerCumSum(l, n);
-  default:
-    return errorf("no CUDA lowering for {0}", n.opName());
-  }
+void registerReduceLowerings(LoweringRegistry &r) {
+  for (OpKind k : {OpKind::ReduceMean, OpKind::ReduceSum, OpKind::ReduceMax, OpKind::ReduceMin,
+                   OpKind::ReduceProd})
+    r.op(k, lowerReduction);
+  for (OpKind k : {OpKind::Softmax, OpKind::LogSoftmax, OpKind::Hardmax})
+    r.op(k, lowerSoftmaxLike);
+  r.op(OpKind::ArgMax, lowerArg);
+  r.op(OpKind::ArgMin, lowerArg);
+  r.op(OpKind::TopK, lowerTopK);
+  r.op(OpKind::CumSum, lowerCumSum);
 }
 
 } // namespace dlc::codegen

@@ -15,7 +15,7 @@ namespace dlc::codegen {
 
 using namespace ir;
 
-llvm::Error lowerResize(Lowering &l, const Node &n) {
+static llvm::Error lowerResize(Lowering &l, const Node &n) {
   const Value *x = n.operand(0), *y = n.result();
   int64_t rank = x->rank(), total = y->type().numElements();
   l.allocate(y);
@@ -77,6 +77,10 @@ llvm::Error lowerResize(Lowering &l, const Node &n) {
   uint32_t k = l.instantiate(inst);
   l.launch(n, k, a, gridFor(total, 256), 256);
   return llvm::Error::success();
+}
+
+void registerResizeLowerings(LoweringRegistry &r) {
+  r.op(OpKind::Resize, lowerResize);
 }
 
 } // namespace dlc::codegen

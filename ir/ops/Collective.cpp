@@ -96,7 +96,7 @@ void defineCollectiveOps(OpTable &t) {
       .operands(1, kVariadic)
       .results(1, kVariadic)
       .attr("bucket_bytes", AttrKind::Int, int64_t{0}) // the size limit the buckets were made with
-      .fusion(FusionKind::Opaque)
+      .fusible(Fusibility::opaque())
       .fp16(Fp16Policy::Follow)
       .layout(LayoutRule::fixed())
       .verify(verifyAllReduce)
@@ -107,7 +107,7 @@ void defineCollectiveOps(OpTable &t) {
     t.def(k)
         .operands(1)
         .attr("ranks", AttrKind::Int)
-        .fusion(FusionKind::Opaque)
+        .fusible(Fusibility::opaque())
         .fp16(Fp16Policy::Follow)
         .layout(LayoutRule::fixed())
         .verify(verifySharded)

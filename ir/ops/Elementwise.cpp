@@ -555,7 +555,7 @@ void binary(OpTable &t, unsigned types, bool boolResult, const char *expr, int m
   t.def(K)
       .cudaExpr(expr)
       .operands(maxOperands == kVariadic ? 1 : 2, maxOperands)
-      .fusion(FusionKind::Broadcast)
+      .fusible(Fusibility::elementwise())
       .fp16(boolResult ? Fp16Policy::Follow : Fp16Policy::Allow)
       .layout(LayoutRule::agnostic())
       .verify(types == kNumeric ? verifySameTyped<kNumeric>
@@ -569,7 +569,7 @@ template <OpKind K> OpBuilder unary(OpTable &t, unsigned types, Fp16Policy fp16,
   return t.def(K)
       .cudaExpr(expr)
       .operands(1)
-      .fusion(FusionKind::ElemWise)
+      .fusible(Fusibility::elementwise())
       .fp16(fp16)
       .layout(LayoutRule::agnostic())
       .verify(types == kFloat     ? verifyUnary<kFloat>
@@ -785,7 +785,7 @@ void defineElementwiseOps(OpTable &t) {
       .cudaExpr("dlc::mod_($0, $1, ${fmod})")
       .operands(2)
       .attr("fmod", AttrKind::Int, int64_t{0})
-      .fusion(FusionKind::Broadcast)
+      .fusible(Fusibility::elementwise())
       .fp16(FP::Deny)
       .layout(LayoutRule::agnostic())
       .verify(verifyMod)
@@ -795,7 +795,7 @@ void defineElementwiseOps(OpTable &t) {
       .cudaExpr("dlc::shift_($0, $1, ${direction})")
       .operands(2)
       .attr("direction", AttrKind::String)
-      .fusion(FusionKind::Broadcast)
+      .fusible(Fusibility::elementwise())
       .fp16(FP::Follow)
       .layout(LayoutRule::agnostic())
       .verify(verifyBitShift)
@@ -804,7 +804,7 @@ void defineElementwiseOps(OpTable &t) {
   t.def(OpKind::Pow)
       .cudaExpr("dlc::pow_($0, $1)")
       .operands(2)
-      .fusion(FusionKind::Broadcast)
+      .fusible(Fusibility::elementwise())
       .fp16(FP::Deny, fp16Pow)
       .layout(LayoutRule::agnostic())
       .verify(verifyPow)
@@ -885,7 +885,7 @@ void defineElementwiseOps(OpTable &t) {
   t.def(OpKind::Clip)
       .cudaExpr("dlc::clip_($0, $1?, $2?)")
       .operands(1, 3)
-      .fusion(FusionKind::ElemWise)
+      .fusible(Fusibility::elementwise())
       .fp16(FP::Allow)
       .layout(LayoutRule::agnostic())
       .verify(verifyClip)
@@ -893,8 +893,9 @@ void defineElementwiseOps(OpTable &t) {
       .reference(refClip);
   t.def(OpKind::Where)
       .cudaExpr("($0 ? $1 : $2)")
+      .selects()
       .operands(3)
-      .fusion(FusionKind::Broadcast)
+      .fusible(Fusibility::elementwise())
       .fp16(FP::Follow)
       .layout(LayoutRule::agnostic())
       .verify(verifyWhere)
@@ -905,7 +906,7 @@ void defineElementwiseOps(OpTable &t) {
       .operands(2)
       .attr("ratio", AttrKind::Float, 0.5f)
       .attr("seed", AttrKind::Int, int64_t{0})
-      .fusion(FusionKind::ElemWise)
+      .fusible(Fusibility::elementwise())
       .fp16(FP::Allow)
       .layout(LayoutRule::fixed()) // the mask follows the element order
       .verify(verifyDropout)
@@ -916,12 +917,23 @@ void defineElementwiseOps(OpTable &t) {
       .cudaExpr("$0")
       .operands(1)
       .attr("to", AttrKind::String)
-      .fusion(FusionKind::ElemWise)
+      .fusible(Fusibility::elementwise())
       .fp16(FP::Follow)
       .layout(LayoutRule::agnostic())
       .verify(verifyCast)
       .infer(inferCast)
       .reference(refCast);
+
+  // What a GEMM library's epilogue applies of them (FusionRules.h: matchGemmEpilogue).
+  t[OpKind::Add].fusibility.gemmEpilogue = GemmEpilogueOp::Add;
+  t[OpKind::Relu].fusibility.gemmEpilogue = GemmEpilogueOp::Relu;
+  t[OpKind::Gelu].fusibility.gemmEpilogue = GemmEpilogueOp::GeluTanh;
+  t[OpKind::Gelu].fusibility.refine = [](const Node &n) {
+    Fusibility f = n.def().fusibility;
+    if (n.attrString("approximate") != "tanh")
+      f.gemmEpilogue = GemmEpilogueOp::None; // cuBLASLt's GELU is the tanh form
+    return f;
+  };
 
   for (auto [k, f] : std::initializer_list<std::pair<OpKind, GradFn>>{
            {OpKind::Add, gradAdd},

@@ -374,9 +374,9 @@ llvm::Error refMaxUnpool(const Node &n, const Inputs &in, Outputs &out) {
   return ok();
 }
 
-OpBuilder indexOp(OpTable &t, OpKind k, FusionKind f) {
+OpBuilder indexOp(OpTable &t, OpKind k) {
   return t.def(k)
-      .fusion(f)
+      .fusible(Fusibility::opaque())
       .fp16(Fp16Policy::Follow)
       .layout(LayoutRule::axisAttrs())
       .verify(verifyNone);
@@ -386,53 +386,53 @@ OpBuilder indexOp(OpTable &t, OpKind k, FusionKind f) {
 
 void defineIndexOps(OpTable &t) {
   const std::vector<int64_t> none;
-  indexOp(t, OpKind::Trilu, FusionKind::Injective)
+  indexOp(t, OpKind::Trilu)
       .operands(1)
       .attr("k", AttrKind::Int, int64_t{0})
       .attr("upper", AttrKind::Int, int64_t{1})
       .verify(verifyTrilu)
       .infer(inferSameAsOperand0)
       .reference(refTrilu);
-  indexOp(t, OpKind::GatherElements, FusionKind::Injective)
+  indexOp(t, OpKind::GatherElements)
       .operands(2)
       .attr("axis", AttrKind::Int, int64_t{0})
       .verify(verifyElementsOp)
       .infer(inferGatherElements)
       .reference(refGatherElements);
-  indexOp(t, OpKind::ScatterElements, FusionKind::Opaque)
+  indexOp(t, OpKind::ScatterElements)
       .operands(3)
       .attr("axis", AttrKind::Int, int64_t{0})
       .attr("reduction", AttrKind::String, "none")
       .verify(verifyElementsOp)
       .infer(inferSameAsOperand0)
       .reference(refScatterElements);
-  indexOp(t, OpKind::GatherND, FusionKind::Injective)
+  indexOp(t, OpKind::GatherND)
       .operands(2)
       .attr("batch_dims", AttrKind::Int, int64_t{0})
       .verify(verifyND)
       .infer(inferGatherND)
       .reference(refGatherND);
-  indexOp(t, OpKind::ScatterND, FusionKind::Opaque)
+  indexOp(t, OpKind::ScatterND)
       .operands(3)
       .attr("reduction", AttrKind::String, "none")
       .verify(verifyND)
       .infer(inferSameAsOperand0)
       .reference(refScatterND);
-  indexOp(t, OpKind::OneHot, FusionKind::Injective)
+  indexOp(t, OpKind::OneHot)
       .operands(2)
       .attr("axis", AttrKind::Int, int64_t{-1})
       .attr("depth", AttrKind::Int)
       .verify(verifyOneHot)
       .infer(inferOneHot)
       .reference(refOneHot);
-  indexOp(t, OpKind::ReverseSequence, FusionKind::Injective)
+  indexOp(t, OpKind::ReverseSequence)
       .operands(2)
       .attr("batch_axis", AttrKind::Int, int64_t{1})
       .attr("time_axis", AttrKind::Int, int64_t{0})
       .verify(verifyReverseSequence)
       .infer(inferSameAsOperand0)
       .reference(refReverseSequence);
-  indexOp(t, OpKind::MaxUnpool, FusionKind::Opaque)
+  indexOp(t, OpKind::MaxUnpool)
       .operands(2)
       .attr("kernel_shape", AttrKind::Ints)
       .attr("output_shape", AttrKind::Ints, none)

@@ -189,12 +189,21 @@ llvm::Error gradGemm(GradBuilder &b, const Node &n) {
   return ok();
 }
 
+/// A float MatMul is a library GEMM (cuBLASLt) that applies its own epilogue: bias,
+/// residual, ReLU or tanh-GELU. Integer products have a kernel of their own.
+Fusibility fusibleMatMul() {
+  Fusibility f = Fusibility::anchor(/*prologue=*/false, /*epilogue=*/true);
+  f.libraryEpilogue = true;
+  f.opaqueWhen = [](const Node &n) { return !isFloat(n.result()->dtype()); };
+  return f;
+}
+
 } // namespace
 
 void defineLinalgOps(OpTable &t) {
   t.def(OpKind::MatMul)
       .operands(2)
-      .fusion(FusionKind::OutEWiseFusable)
+      .fusible(fusibleMatMul())
       .fp16(Fp16Policy::Allow)
       .layout(LayoutRule::fixed())
       .verify(verifyMatMul)
@@ -206,7 +215,7 @@ void defineLinalgOps(OpTable &t) {
       .attr("beta", AttrKind::Float, 1.0f)
       .attr("transA", AttrKind::Int, int64_t{0})
       .attr("transB", AttrKind::Int, int64_t{0})
-      .fusion(FusionKind::OutEWiseFusable)
+      .fusible(Fusibility::opaque())
       .fp16(Fp16Policy::Allow)
       .layout(LayoutRule::fixed())
       .verify(verifyGemm)

@@ -122,7 +122,7 @@ void defineLossOps(OpTable &t) {
       .operands(2, 3)
       .attr("ignore_index", AttrKind::Int, int64_t{INT64_MIN})
       .attr("reduction", AttrKind::String, "mean")
-      .fusion(FusionKind::CommReduce)
+      .fusible(Fusibility::opaque())
       .fp16(Fp16Policy::Deny)
       .layout(LayoutRule::fixed())
       .verify(verifyNLL)

@@ -617,10 +617,87 @@ llvm::Error refRange(const Node &, const Inputs &in, Outputs &out) {
 
 OpBuilder movement(OpTable &t, OpKind k, LayoutRule layout) {
   return t.def(k)
-      .fusion(FusionKind::Injective)
+      .fusible(Fusibility::opaque()) // the ops with an index map say so below
       .fp16(Fp16Policy::Follow)
       .layout(layout)
       .verify(verifyAny);
+}
+
+//===----------------------------------------------------------------------===//
+// Index maps (Fusibility::indexMap): where a result element reads its operand
+//===----------------------------------------------------------------------===//
+
+IndexMap mapTranspose(const Node &n) {
+  IndexMap m;
+  m.access.operand = 0;
+  for (int64_t d : transposePerm(n))
+    m.access.dims.push_back({d});
+  return m;
+}
+
+/// Numpy broadcasting, aligned at the last dim: size-1 operand dims are not read.
+IndexMap mapExpand(const Node &n) {
+  const Shape &xs = n.operand(0)->shape();
+  int64_t r = n.result()->rank(), off = r - static_cast<int64_t>(xs.size());
+  IndexMap m;
+  for (int64_t d = 0; d < r; ++d)
+    m.access.dims.push_back({d >= off && xs[d - off] != 1 ? d - off : -1});
+  return m;
+}
+
+IndexMap mapTile(const Node &n) {
+  const Shape &xs = n.operand(0)->shape(), &os = n.result()->shape();
+  IndexMap m;
+  for (size_t d = 0; d < os.size(); ++d)
+    m.access.dims.push_back(
+        xs[d] == 1 ? DimAccess{}
+                   : DimAccess{static_cast<int64_t>(d), 0, 1, os[d] == xs[d] ? 0 : xs[d]});
+  return m;
+}
+
+IndexMap mapSlice(const Node &n) {
+  SliceWindow w = llvm::cantFail(sliceWindow(n)); // the verifier checked the window
+  IndexMap m;
+  for (size_t d = 0; d < w.start.size(); ++d)
+    m.access.dims.push_back({static_cast<int64_t>(d), w.start[d], w.step[d]});
+  return m;
+}
+
+/// Result dims [0, axis) and [axis + q, ...) are the data's other dims; the q dims in
+/// between are the indices' dims.
+IndexMap mapGather(const Node &n) {
+  const Shape &xs = n.operand(0)->shape();
+  int64_t axis = *normalizeAxis(n.attrInt("axis"), n.operand(0)->rank()), q = n.operand(1)->rank(),
+          r = n.result()->rank();
+  IndexMap m;
+  m.kind = IndexMap::Kind::Gather;
+  m.axis = axis;
+  m.axisSize = xs[axis];
+  m.indices.operand = 1;
+  for (int64_t d = 0; d < r; ++d) {
+    bool index = d >= axis && d < axis + q;
+    m.access.dims.push_back({index ? -1 : d < axis ? d : d - q + 1});
+    m.indices.dims.push_back({index ? d - axis : -1});
+  }
+  return m;
+}
+
+/// Piece k: operand k's range along the axis, read with the coordinate shifted back.
+IndexMap mapConcat(const Node &n) {
+  int64_t r = n.result()->rank(), axis = *normalizeAxis(n.attrInt("axis"), r), offset = 0;
+  IndexMap m;
+  m.kind = IndexMap::Kind::Concat;
+  m.axis = axis;
+  for (unsigned k = 0; k < n.numOperands(); ++k) {
+    int64_t len = n.operand(k)->shape()[axis];
+    if (len == 0)
+      continue;
+    OperandAccess a = OperandAccess::identity(k, r);
+    a.dims[axis].start = -offset;
+    m.pieces.push_back({offset, len, std::move(a)});
+    offset += len;
+  }
+  return m;
 }
 
 //===----------------------------------------------------------------------===//
@@ -736,37 +813,43 @@ void defineMovementOps(OpTable &t) {
   using LR = LayoutRule;
   const std::vector<int64_t> none;
   movement(t, OpKind::Identity, LR::agnostic())
+      .fusible(Fusibility::metadata())
       .operands(1)
-      .fusion(FusionKind::ElemWise)
       .infer(inferSameAsOperand0)
       .reference(refCopy);
   movement(t, OpKind::Reshape, LR::fixed())
+      .fusible(Fusibility::metadata())
       .operands(1)
       .attr("shape", AttrKind::Ints)
       .infer(inferReshape)
       .reference(refCopy);
   movement(t, OpKind::Flatten, LR::fixed())
+      .fusible(Fusibility::metadata())
       .operands(1)
       .attr("axis", AttrKind::Int, int64_t{1})
       .infer(inferFlatten)
       .reference(refCopy);
   movement(t, OpKind::Squeeze, LR::fixed())
+      .fusible(Fusibility::metadata())
       .operands(1)
       .attr("axes", AttrKind::Ints, none)
       .infer(inferSqueeze)
       .reference(refCopy);
   movement(t, OpKind::Unsqueeze, LR::fixed())
+      .fusible(Fusibility::metadata())
       .operands(1)
       .attr("axes", AttrKind::Ints)
       .infer(inferUnsqueeze)
       .reference(refCopy);
   movement(t, OpKind::Transpose, LR::axisAttrs())
+      .fusible(Fusibility::injective(mapTranspose))
       .operands(1)
       .attr("perm", AttrKind::Ints, none)
       .verify(verifyTranspose)
       .infer(inferTranspose)
       .reference(refTranspose);
   movement(t, OpKind::Concat, LR::axisAttrs(remapAxis))
+      .fusible(Fusibility::injective(mapConcat))
       .operands(1, kVariadic)
       .attr("axis", AttrKind::Int)
       .verify(verifyConcat)
@@ -781,6 +864,7 @@ void defineMovementOps(OpTable &t) {
       .infer(inferSplit)
       .reference(refSplit);
   movement(t, OpKind::Slice, LR::axisAttrs())
+      .fusible(Fusibility::injective(mapSlice))
       .operands(1)
       .attr("axes", AttrKind::Ints, none)
       .attr("ends", AttrKind::Ints)
@@ -790,18 +874,20 @@ void defineMovementOps(OpTable &t) {
       .infer(inferSlice)
       .reference(refSlice);
   movement(t, OpKind::Gather, LR::axisAttrs())
+      .fusible(Fusibility::injective(mapGather))
       .operands(2)
       .attr("axis", AttrKind::Int, int64_t{0})
       .verify(verifyGather)
       .infer(inferGather)
       .reference(refGather);
   movement(t, OpKind::Expand, LR::fixed())
+      .fusible(Fusibility::injective(mapExpand))
       .operands(1)
-      .fusion(FusionKind::Broadcast)
       .attr("shape", AttrKind::Ints)
       .infer(inferExpand)
       .reference(refExpand);
   movement(t, OpKind::Tile, LR::axisAttrs())
+      .fusible(Fusibility::injective(mapTile))
       .operands(1)
       .attr("repeats", AttrKind::Ints)
       .infer(inferTile)

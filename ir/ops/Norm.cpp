@@ -321,6 +321,31 @@ llvm::Error gradLayerNorm(GradBuilder &b, const Node &n) {
   return ok();
 }
 
+/// Inference BatchNormalization is element-wise: its statistics are read per channel
+/// (dim 1), and the result stays in FP32 inside a fused kernel. In training mode it
+/// computes batch statistics: a kernel of its own.
+Fusibility fusibleBatchNorm() {
+  Fusibility f = Fusibility::elementwise();
+  f.operandAccess = [](const Node &n, unsigned k) -> std::optional<OperandAccess> {
+    if (k == 0)
+      return std::nullopt;
+    OperandAccess channel{k, std::vector<DimAccess>(n.result()->rank())};
+    channel.dims[1].dim = 0;
+    return channel;
+  };
+  f.roundsResult = false;
+  f.opaqueWhen = [](const Node &n) { return n.attrInt("training_mode") != 0; };
+  return f;
+}
+
+/// LayerNormalization's row kernel takes a prologue on X only (it reads the scale and
+/// bias directly).
+Fusibility fusibleLayerNorm() {
+  Fusibility f = Fusibility::anchor(/*prologue=*/true, /*epilogue=*/true);
+  f.prologueOperands = 1u;
+  return f;
+}
+
 } // namespace
 
 void defineNormOps(OpTable &t) {
@@ -331,7 +356,8 @@ void defineNormOps(OpTable &t) {
       .attr("momentum", AttrKind::Float, 0.9f)
       .attr("training_mode", AttrKind::Int, int64_t{0})
       .stateOperands({3, 4})
-      .fusion(FusionKind::Broadcast)
+      .fusible(fusibleBatchNorm())
+      .cudaExpr("($0 - $3) * (($T)1 / dlc::sqrt_($4 + ($T)${epsilon})) * $1 + $2")
       .fp16(Fp16Policy::Allow)
       .layout(LayoutRule::channel(1))
       .verify(verifyBatchNorm)
@@ -343,7 +369,7 @@ void defineNormOps(OpTable &t) {
       .attr("axis", AttrKind::Int, int64_t{-1})
       .attr("epsilon", AttrKind::Float, 1e-5f)
       .attr("stash_type", AttrKind::Int, int64_t{1})
-      .fusion(FusionKind::CommReduce)
+      .fusible(fusibleLayerNorm())
       .fp16(Fp16Policy::Allow)
       .layout(LayoutRule::axisAttrs())
       .verify(verifyLayerNorm)
@@ -352,7 +378,7 @@ void defineNormOps(OpTable &t) {
   t.def(OpKind::InstanceNormalization)
       .operands(3)
       .attr("epsilon", AttrKind::Float, 1e-5f)
-      .fusion(FusionKind::CommReduce)
+      .fusible(Fusibility::opaque())
       .fp16(Fp16Policy::Allow)
       .layout(LayoutRule::channel(1))
       .verify(verifyChannelNorm)
@@ -362,7 +388,7 @@ void defineNormOps(OpTable &t) {
       .operands(3)
       .attr("epsilon", AttrKind::Float, 1e-5f)
       .attr("num_groups", AttrKind::Int)
-      .fusion(FusionKind::CommReduce)
+      .fusible(Fusibility::opaque())
       .fp16(Fp16Policy::Allow)
       .layout(LayoutRule::channel(1))
       .verify(verifyChannelNorm)
@@ -374,7 +400,7 @@ void defineNormOps(OpTable &t) {
       .attr("beta", AttrKind::Float, 0.75f)
       .attr("bias", AttrKind::Float, 1.0f)
       .attr("size", AttrKind::Int)
-      .fusion(FusionKind::Opaque)
+      .fusible(Fusibility::opaque())
       .fp16(Fp16Policy::Deny)
       .layout(LayoutRule::channel(1))
       .verify(verifyLRN)

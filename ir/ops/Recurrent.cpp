@@ -401,7 +401,7 @@ OpBuilder rnn(OpTable &t, OpKind k) {
       .attr("direction", AttrKind::String, "forward")
       .attr("hidden_size", AttrKind::Int)
       .attr("layout", AttrKind::Int, int64_t{0})
-      .fusion(FusionKind::Opaque)
+      .fusible(Fusibility::opaque())
       .fp16(Fp16Policy::Deny)
       .layout(LayoutRule::fixed())
       .verify(verifyRnn)

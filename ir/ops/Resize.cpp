@@ -223,7 +223,7 @@ void defineResizeOps(OpTable &t) {
       .attr("roi", AttrKind::Floats, std::vector<float>{})
       .attr("scales", AttrKind::Floats)
       .attr("sizes", AttrKind::Ints)
-      .fusion(FusionKind::Injective)
+      .fusible(Fusibility::opaque())
       .fp16(Fp16Policy::Allow)
       .layout(LayoutRule::axisAttrs())
       .verify(verifyResize)

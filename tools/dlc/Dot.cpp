@@ -1,7 +1,7 @@
 //===- Dot.cpp - The fused graph as Graphviz (`dlc compile --dump-dot`) ----===//
 #include "Dot.h"
 
-#include "dlc/ir/FusionRules.h"
+#include "dlc/ir/Graph.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -26,26 +26,22 @@ std::string graphToDot(const ir::Graph &g) {
   int next = 0;
   for (const ir::Node &n : g.nodes())
     id[&n] = next++;
-  // Kernels of two or more nodes are clusters.
-  std::map<int64_t, std::vector<const ir::Node *>> groups;
-  for (const ir::Node &n : g.nodes())
-    if (n.hasAttr(ir::kKernelAttr))
-      groups[n.attrInt(ir::kKernelAttr)].push_back(&n);
+  // Fusion groups are clusters, named by kind.
   auto label = [&](const ir::Node &n) {
-    std::string l = std::string(n.opName());
-    if (n.hasAttr(ir::kPatternAttr))
-      l += " (" + n.attrString(ir::kPatternAttr) + ")";
-    return l + "\\n" + n.result()->type().str();
+    return std::string(n.opName()) + "\\n" + n.result()->type().str();
   };
-  for (const auto &[k, nodes] : groups) {
-    os << "  subgraph cluster_" << k << " {\n    label=" << quote("kernel " + std::to_string(k))
+  int k = 0;
+  for (const auto &fg : g.fusionGroups()) {
+    os << "  subgraph cluster_" << k << " {\n    label="
+       << quote("kernel " + std::to_string(k) + " (" + std::string(groupKindName(fg->kind)) + ")")
        << "; style=filled; color=lightgrey;\n";
-    for (const ir::Node *n : nodes)
+    for (const ir::Node *n : fg->nodes)
       os << "    n" << id[n] << " [label=" << quote(label(*n)) << "];\n";
     os << "  }\n";
+    ++k;
   }
   for (const ir::Node &n : g.nodes())
-    if (!n.hasAttr(ir::kKernelAttr))
+    if (!n.fusionGroup())
       os << "  n" << id[&n] << " [label=" << quote(label(n)) << ", style=bold];\n";
   for (const auto &in : g.inputs())
     os << "  " << quote("in:" + in->name()) << " [shape=ellipse, label=" << quote(in->name())

@@ -7,7 +7,7 @@
 
 namespace dlc::tool {
 
-/// The graph as a Graphviz digraph; each fused kernel ("dlc.kernel") is a cluster,
+/// The graph as a Graphviz digraph; each fusion group (ir::FusionGroup) is a cluster,
 /// nodes alone in their kernel are drawn bold. Constants are left out.
 std::string graphToDot(const ir::Graph &g);
 

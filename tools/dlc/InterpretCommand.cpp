@@ -93,7 +93,7 @@ int runInterpret(const std::vector<std::string> &argv) {
 
 int runOps(const std::vector<std::string> &argv) {
   ArgParser parser("ops", "[--markdown] [--onnx]",
-                   "Lists the IR ops with their fusion kind, FP16 policy, layout rule and how\n"
+                   "Lists the IR ops with their fusibility, FP16 policy, layout rule and how\n"
                    "autodiff differentiates them (rule, decomposed, or -), or\n"
                    "(--onnx) the ONNX op types the importer handles.",
                    {{"markdown", 0, false, false, "", "Print a Markdown table (as in the README)"},
@@ -121,11 +121,14 @@ int runOps(const std::vector<std::string> &argv) {
     // "*": the op refines its policy per node (Pow by 2 is allowed).
     std::string fp16 = std::string(ir::fp16PolicyName(d.fp16)) + (d.fp16Refine ? "*" : "");
     const char *grad = d.gradient ? "rule" : d.decompose ? "decomposed" : "-";
+    // "*": some nodes of the op are opaque (BatchNormalization in training mode).
+    std::string fusion =
+        ir::describeFusibility(d.fusibility) + (d.fusibility.opaqueWhen ? "*" : "");
     if (md)
-      os << "| " << d.name << " | " << ir::fusionKindName(d.fusion) << " | " << fp16 << " | "
-         << layout << " | " << grad << " |\n";
+      os << "| " << d.name << " | " << fusion << " | " << fp16 << " | " << layout << " | " << grad
+         << " |\n";
     else
-      os << llvm::left_justify(d.name, 20) << llvm::left_justify(ir::fusionKindName(d.fusion), 20)
+      os << llvm::left_justify(d.name, 20) << llvm::left_justify(fusion, 30)
          << llvm::left_justify(fp16, 8) << llvm::left_justify(layout, 20) << grad << "\n";
   }
   return 0;

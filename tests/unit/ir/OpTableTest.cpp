@@ -23,7 +23,24 @@ TEST(OpTable, EveryOpIsFullyDefined) {
     EXPECT_NE(d.verify, nullptr) << n << ": missing verifier";
     EXPECT_NE(d.infer, nullptr) << n << ": missing shape inference";
     EXPECT_NE(d.reference, nullptr) << n << ": missing reference kernel";
-    EXPECT_NE(d.fusion, FusionKind::Unset) << n << ": missing fusion kind";
+    // Fusibility: every op says how it takes part in fused kernels, with what that needs.
+    const Fusibility &f = d.fusibility;
+    EXPECT_NE(f.role, Fusibility::Role::Unset) << n << ": missing fusibility";
+    if (f.role == Fusibility::Role::Elementwise) {
+      EXPECT_NE(d.cudaExpr, nullptr) << n << ": element-wise without an expression template";
+    } else {
+      EXPECT_EQ(f.operandAccess, nullptr) << n << ": operand accesses are for element-wise ops";
+      EXPECT_EQ(f.gemmEpilogue, GemmEpilogueOp::None) << n << ": only element-wise ops end a GEMM";
+    }
+    EXPECT_EQ(f.role == Fusibility::Role::Injective, f.indexMap != nullptr)
+        << n << ": an injective op has an index map, and only it";
+    if (f.role != Fusibility::Role::Anchor) {
+      EXPECT_FALSE(f.prologue || f.epilogue || f.libraryEpilogue)
+          << n << ": anchor capabilities on an op that is not an anchor";
+    }
+    if (f.libraryEpilogue) {
+      EXPECT_TRUE(f.epilogue && !f.prologue) << n << ": a library call takes only an epilogue";
+    }
     EXPECT_NE(d.fp16, Fp16Policy::Unset) << n << ": missing FP16 policy";
     EXPECT_NE(d.layout.kind, LayoutRule::Unset) << n << ": missing layout rule";
     if (d.layout.kind == LayoutRule::ChannelAxis) {

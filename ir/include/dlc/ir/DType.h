@@ -55,7 +55,7 @@ inline bool isNumeric(DType t) {
 /// Whether every value of `from` converts to `to` and back unchanged.
 bool castIsExact(DType from, DType to);
 
-// 16-bit floating point conversions (include/dlc/package/Half.h: the runtime uses them too).
+// 16-bit floating point conversions (dlc/support/Half.h: the runtime uses them too).
 using dlc::bf16ToFloat;
 using dlc::bitsFloat;
 using dlc::floatBits;

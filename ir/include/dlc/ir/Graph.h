@@ -8,6 +8,7 @@
 #pragma once
 
 #include "dlc/ir/Attribute.h"
+#include "dlc/ir/FusionGroup.h"
 #include "dlc/ir/OpDef.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -132,6 +133,9 @@ public:
   /// "'name' (Conv)" or "(Conv)" for messages.
   std::string describe() const;
 
+  /// The fusion group the node belongs to (Graph::fusionGroups), or null.
+  const FusionGroup *fusionGroup() const { return group_; }
+
 private:
   friend class Graph;
   Node(Graph *g, OpKind k) : graph_(g), kind_(k) {}
@@ -143,6 +147,7 @@ private:
   std::vector<Value *> operands_;
   std::vector<std::unique_ptr<Value>> results_;
   AttrMap attrs_;
+  FusionGroup *group_ = nullptr;
   std::list<std::unique_ptr<Node>>::iterator self_;
 };
 
@@ -270,6 +275,13 @@ public:
   }
   const std::vector<BoundInput> &boundInputs() const { return bound_; }
 
+  /// The fusion pass's decisions (FusionGroup.h), in the order they were added. A
+  /// node belongs to at most one group; erasing a member, or a value a group names,
+  /// dissolves the group.
+  const FusionGroup *addFusionGroup(FusionGroup group);
+  const std::vector<std::unique_ptr<FusionGroup>> &fusionGroups() const { return groups_; }
+  void clearFusionGroups();
+
   /// A name not used by any value of the graph, derived from `hint`.
   std::string uniqueName(std::string_view hint = "");
   void renameValue(Value *v, std::string newName);
@@ -279,6 +291,9 @@ public:
 
 private:
   Value *registerValue(std::unique_ptr<Value> v, std::vector<std::unique_ptr<Value>> *owner);
+  void dissolve(const FusionGroup *group);
+  /// Dissolves the groups that name `v` (a GEMM epilogue's bias or residual).
+  void dissolveGroupsNaming(const Value *v);
 
   std::string name_;
   std::vector<std::unique_ptr<Value>> inputs_;
@@ -287,6 +302,7 @@ private:
   NodeList nodes_;
   std::vector<GraphOutput> outputs_;
   std::vector<BoundInput> bound_;
+  std::vector<std::unique_ptr<FusionGroup>> groups_;
   std::unordered_map<std::string, Value *> names_;
   uint64_t nextId_ = 0;
 };

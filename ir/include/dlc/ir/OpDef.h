@@ -32,18 +32,117 @@ inline constexpr size_t kNumOps = 0
 std::string_view opName(OpKind k);
 std::optional<OpKind> opKindFromName(std::string_view name);
 
-/// How an op combines with its neighbours in fusion, ordered from most to least
-/// fusible; a fused group has the max kind of its members (as in TVM).
-enum class FusionKind : uint8_t {
-  Unset,
-  ElemWise,        // out[i] = f(in[i])
-  Broadcast,       // out[i] = f(in[broadcast(i)])
-  Injective,       // each output element reads one input element at a computed index
-  CommReduce,      // commutative reduction (sum/max/mean, softmax, normalizations)
-  OutEWiseFusable, // compute-heavy op whose output can absorb element-wise epilogues (conv, GEMM)
-  Opaque,          // not fusible (recurrent loops, data-dependent ops)
+/// How one result dim of an injective op reads an operand: the operand's coordinate
+/// along `dim` is start + step * c, c being the result coordinate (c mod `modulus`
+/// when modulus > 0). dim < 0: this result dim does not index the operand (a
+/// broadcast). Operand dims that no result dim reads are at coordinate 0.
+struct DimAccess {
+  int64_t dim = -1;
+  int64_t start = 0, step = 1, modulus = 0;
 };
-std::string_view fusionKindName(FusionKind k);
+/// An operand read at coordinates computed from the result element's: one DimAccess
+/// per result dim.
+struct OperandAccess {
+  unsigned operand = 0;
+  std::vector<DimAccess> dims;
+  /// Result dim d reads operand dim d, unchanged (an operand of the result's rank).
+  static OperandAccess identity(unsigned operand, int64_t rank);
+};
+
+/// Where an injective op's result element reads its operands (Fusibility::indexMap),
+/// as a function of the element's coordinates. The code generator renders it as
+/// index arithmetic in fused kernels; the reference kernels do not use it.
+struct IndexMap {
+  enum class Kind : uint8_t {
+    Affine, // `access.operand` at `access`
+    Gather, // operand 0 at `access`, whose dim `axis` is at the value of operand 1 read
+            // at `indices` (negative values count from `axisSize`; values out of range
+            // are a data error)
+    Concat, // along result dim `axis`, piece k covers [start, start + size) and reads
+            // its operand at its access
+  };
+  Kind kind = Kind::Affine;
+  OperandAccess access;
+  OperandAccess indices;
+  int64_t axis = 0, axisSize = 0;
+  struct Piece {
+    int64_t start = 0, size = 0;
+    OperandAccess access;
+  };
+  std::vector<Piece> pieces;
+  /// An Affine map that permutes whole dims (Transpose): one operand element per
+  /// result element and back, so an epilogue can map an index forwards.
+  bool isPermutation() const;
+};
+using IndexMapFn = IndexMap (*)(const Node &);
+
+/// What a library GEMM's epilogue (cuBLASLt) can apply of an element-wise op that
+/// follows it: D = act(A*B + residual + bias).
+enum class GemmEpilogueOp : uint8_t { None, Add, Relu, GeluTanh };
+std::string_view gemmEpilogueOpName(GemmEpilogueOp op);
+std::optional<GemmEpilogueOp> gemmEpilogueOpFromName(std::string_view name);
+
+/// How an op takes part in fused kernels: the fusion pass and the code generator ask
+/// this (ir::fusibility) and never an op's name. Multi-node patterns (attention, the
+/// GEMM epilogue, update lanes) are in dlc/ir/FusionRules.h.
+struct Fusibility {
+  enum class Role : uint8_t {
+    Unset,
+    Opaque,      // kernels or library calls of its own; joins no group
+    Metadata,    // the result is operand 0's bytes (a view): aliased, inlined for free
+    Elementwise, // computes its element from its operands' elements at any index:
+                 // OpDef::cudaExpr over numpy-broadcast operands (or operandAccess)
+    Injective,   // reads one operand element at an index from its indexMap
+    Anchor,      // a kernel template whose loads and stores take fused neighbours
+  };
+  Role role = Role::Unset;
+  /// Injective: the index map.
+  IndexMapFn indexMap = nullptr;
+  /// Elementwise: operand k read at coordinates other than the numpy-broadcast ones
+  /// (BatchNormalization's per-channel statistics); null or nullopt: broadcast.
+  std::optional<OperandAccess> (*operandAccess)(const Node &, unsigned operand) = nullptr;
+  /// Elementwise: the result is rounded to its storage type, as the op alone stores
+  /// it; false keeps it in the compute type (FP32) inside the kernel (normalizations).
+  bool roundsResult = true;
+  /// Elementwise: what a library GEMM's epilogue applies of it.
+  GemmEpilogueOp gemmEpilogue = GemmEpilogueOp::None;
+  /// Anchor: its loads of the operands in prologueOperands (bit k: operand k) can be
+  /// inlined producers; its stores can run element-wise consumers.
+  bool prologue = false, epilogue = false;
+  uint32_t prologueOperands = ~0u;
+  /// Anchor: a library call that writes its result itself (a GEMM), so only the
+  /// epilogue that the library applies (gemmEpilogue) joins it.
+  bool libraryEpilogue = false;
+  /// The node is opaque when this holds (null: never): BatchNormalization in
+  /// training mode, an integer MatMul. Such an op needs a lowering of its own.
+  bool (*opaqueWhen)(const Node &) = nullptr;
+  /// Adjusts the capabilities for one node, never the role (null: the op's for every
+  /// node): Gelu is a GEMM epilogue only in its tanh form.
+  Fusibility (*refine)(const Node &) = nullptr;
+
+  static Fusibility opaque() { return {Role::Opaque}; }
+  static Fusibility metadata() { return {Role::Metadata}; }
+  static Fusibility elementwise() { return {Role::Elementwise}; }
+  static Fusibility injective(IndexMapFn map) {
+    Fusibility f{Role::Injective};
+    f.indexMap = map;
+    return f;
+  }
+  static Fusibility anchor(bool prologue, bool epilogue) {
+    Fusibility f{Role::Anchor};
+    f.prologue = prologue;
+    f.epilogue = epilogue;
+    return f;
+  }
+  /// A kernel can compute the node's result at any index (metadata, element-wise,
+  /// injective).
+  bool inlinable() const {
+    return role == Role::Metadata || role == Role::Elementwise || role == Role::Injective;
+  }
+};
+std::string_view fusionRoleName(Fusibility::Role r);
+/// "elementwise", "anchor(prologue, epilogue)", ... for `dlc ops`.
+std::string describeFusibility(const Fusibility &f);
 
 /// What mixed-precision conversion may do with an op.
 enum class Fp16Policy : uint8_t {
@@ -135,9 +234,6 @@ using GradFn = llvm::Error (*)(GradBuilder &, const Node &);
 /// and returns the values that replace its results. Autodiff decomposes an op that
 /// has no gradient rule of its own; an error says which form is not supported.
 using DecomposeFn = llvm::Expected<std::vector<Value *>> (*)(GradBuilder &, const Node &);
-class KernelEmitter; // defined by codegen
-/// Emits the CUDA code for a node that is not a plain element-wise expression.
-using CudaEmitFn = llvm::Error (*)(KernelEmitter &, const Node &);
 /// Refines an op's FP16 policy for one node (e.g. Pow by a constant 2 is safe).
 using Fp16RefineFn = Fp16Policy (*)(const Node &);
 
@@ -151,7 +247,7 @@ struct OpDef {
   int minResults = 1;
   int maxResults = 1; // kVariadic: decided by the node (Split)
   std::vector<AttrSpec> attrs;
-  FusionKind fusion = FusionKind::Unset;
+  Fusibility fusibility;
   Fp16Policy fp16 = Fp16Policy::Unset;
   Fp16RefineFn fp16Refine = nullptr; // null: `fp16` for every node
   LayoutRule layout;
@@ -169,15 +265,23 @@ struct OpDef {
   /// Element-wise CUDA expression template over operands $0, $1, ... and
   /// attributes ${name}, e.g. "tanhf($0)".
   const char *cudaExpr = nullptr;
-  CudaEmitFn cudaEmit = nullptr;
-  /// Whether the op only exists for the ONNX surface and has no kernel of its own
-  /// (decomposed or folded before codegen).
-  bool decomposedBeforeCodegen = false;
+  /// Operand 0 chooses, element by element, between operands 1 and 2 (Where): under
+  /// a single-element condition computed at run time, only the chosen side's
+  /// producers need to run.
+  bool selects = false;
 
   const AttrSpec *findAttr(std::string_view n) const;
 };
 
 const OpDef &opDef(OpKind k);
+/// The fusibility of one node: its op's, refined for the node (Fusibility::refine);
+/// a node whose results other than the first are in use is opaque (they need memory
+/// of their own).
+Fusibility fusibility(const Node &n);
+/// Whether node n, inlined, reads operand k at the element it computes (a view's
+/// operand, or an element-wise operand of the result's shape without an access of
+/// its own).
+bool readsAtOwnIndex(const Node &n, unsigned k);
 
 /// Fluent helper used by the family files to fill an OpDef.
 class OpBuilder {
@@ -193,7 +297,7 @@ public:
     d_.attrs.push_back({std::move(name), kind, std::move(dflt)});
     return *this;
   }
-  OpBuilder &fusion(FusionKind k) { return d_.fusion = k, *this; }
+  OpBuilder &fusible(Fusibility f) { return d_.fusibility = f, *this; }
   OpBuilder &fp16(Fp16Policy p) { return d_.fp16 = p, *this; }
   OpBuilder &fp16(Fp16Policy p, Fp16RefineFn refine) {
     return d_.fp16 = p, d_.fp16Refine = refine, *this;
@@ -203,12 +307,12 @@ public:
   OpBuilder &infer(InferFn f) { return d_.infer = f, *this; }
   OpBuilder &reference(RefFn f) { return d_.reference = f, *this; }
   OpBuilder &cudaExpr(const char *e) { return d_.cudaExpr = e, *this; }
+  OpBuilder &selects() { return d_.selects = true, *this; }
   OpBuilder &gradient(GradFn f) { return d_.gradient = f, *this; }
   OpBuilder &decompose(DecomposeFn f) { return d_.decompose = f, *this; }
   OpBuilder &stateOperands(std::vector<unsigned> ops) {
     return d_.stateOperands = std::move(ops), *this;
   }
-  OpBuilder &decomposed() { return d_.decomposedBeforeCodegen = true, *this; }
 
 private:
   OpDef &d_;

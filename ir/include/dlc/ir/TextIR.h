@@ -4,9 +4,13 @@
 //     %c = const f32[4] dense<[1.0, 2.0, 3.0, 4.0]>
 //     %0 = Add(%x, %c) : f32[1,4] loc("add0")
 //     %1 = Softmax(%0) {axis = -1} : f32[1,4]
+//     group anchored {anchor = %1, prologue = [%0]}
 //     return %1
 //   }
 //
+// A fusion group (FusionGroup.h) prints after its root node: its kind, then its nodes
+// (named by their first results) or its anchor, prologue, core and epilogue, and a
+// GEMM epilogue's bias, residual and activation.
 // print(parse(print(g))) == print(g) holds for every graph.
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -32,6 +36,10 @@ void printGraph(const Graph &g, llvm::raw_ostream &os, const PrintOptions &opts 
 std::string printGraph(const Graph &g, const PrintOptions &opts = {});
 /// Prints one node line (without indentation or newline), as in a graph.
 void printNode(const Node &n, llvm::raw_ostream &os, const PrintOptions &opts = {});
+/// `group KIND {anchor = %a, prologue = [%p], ...}` (one line, no indentation): the
+/// members by their first results; an anchor-free group lists its nodes, an anchored
+/// one its parts.
+void printFusionGroup(const FusionGroup &fg, llvm::raw_ostream &os);
 /// "f32[2] dense<[1.0, 2.0]>"
 void printTensorLiteral(const Tensor &t, llvm::raw_ostream &os, const PrintOptions &opts = {});
 
