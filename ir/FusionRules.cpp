@@ -42,12 +42,6 @@ bool FusionGroup::computes(const Value *v) const {
 
 namespace {
 
-/// The node producing `v` if it is an op of kind `k` (a pattern's named op).
-Node *definedBy(const Value *v, OpKind k) {
-  Node *d = v ? v->definingNode() : nullptr;
-  return d && d->kind() == k ? d : nullptr;
-}
-
 /// A node in messages: its name and op, or (hand-written IR) its first result and op.
 std::string ref(const Node &n) {
   return n.name().empty() ? "%" + n.result()->name() + " (" + std::string(n.opName()) + ")"
@@ -110,7 +104,8 @@ std::vector<Node *> attentionCore(const Node &mm2) {
   };
   // Any float storage: the kernel computes in FP32 (its loads convert).
   const DType dt = mm2.result()->dtype();
-  if (mm2.kind() != OpKind::MatMul || (dt != DType::F32 && dt != DType::F16 && dt != DType::BF16))
+  if (!definedBy(mm2.result(), OpKind::MatMul) ||
+      (dt != DType::F32 && dt != DType::F16 && dt != DType::BF16))
     return {};
   const Value *p = mm2.operand(0), *v = mm2.operand(1);
   Node *softmax = singleUse(p) ? definedBy(p, OpKind::Softmax) : nullptr;

@@ -137,6 +137,14 @@ std::vector<Node *> Graph::nodeList() const {
   return r;
 }
 
+std::vector<Node *> Graph::nodesOf(OpKind k) const {
+  std::vector<Node *> out;
+  for (const auto &n : nodes_)
+    if (n->kind() == k)
+      out.push_back(n.get());
+  return out;
+}
+
 Node *Graph::createNode(OpKind kind, std::vector<Value *> operands,
                         std::vector<TensorType> resultTypes, AttrMap attrs, std::string name,
                         Node *before, std::vector<std::string> resultNames) {

@@ -128,6 +128,8 @@ std::string_view fp16PolicyName(Fp16Policy p) {
     return "allow";
   case Fp16Policy::Follow:
     return "follow";
+  case Fp16Policy::Convert:
+    return "convert";
   case Fp16Policy::Deny:
     return "deny";
   }

@@ -54,6 +54,12 @@ Pipeline precisionPipeline() {
 
 namespace {
 
+/// A dtype conversion (Cast). Those the precision pass inserted are not in the FP32
+/// graph.
+bool isConversion(const Node &n) {
+  return n.def().fp16 == Fp16Policy::Convert;
+}
+
 struct Round {
   std::vector<AccuracyReport::Output> outputs;
   std::optional<AccuracyReport::Culprit> culprit; // the first jump
@@ -84,7 +90,7 @@ llvm::Expected<Round> runRound(const Graph &base, const TensorMap &inputs,
     bool anyReduced = false;
     for (unsigned i = 0; i < n.numResults(); ++i)
       anyReduced |= isReducedFloat(n.result(i)->dtype());
-    if (n.kind() != OpKind::Cast)
+    if (!isConversion(n))
       ++(anyReduced ? r.reduced : r.fp32);
   }
   // The FP32 reference of a value: by name, or through the casts the pass inserted.
@@ -94,7 +100,7 @@ llvm::Expected<Round> runRound(const Graph &base, const TensorMap &inputs,
       return &it->second;
     if (reference.count(v->name()))
       return &(refName[v] = v->name());
-    if (const Node *d = v->definingNode(); d && d->kind() == OpKind::Cast)
+    if (const Node *d = v->definingNode(); d && isConversion(*d))
       if (auto it = refName.find(d->operand(0)); it != refName.end())
         return &(refName[v] = it->second);
     return nullptr;
@@ -127,7 +133,7 @@ llvm::Expected<Round> runRound(const Graph &base, const TensorMap &inputs,
     // A cast the pass inserted is not a node of the model: blame its first user
     // (the reduced node that reads the converted value).
     const Node *blamed = &n;
-    if (n.kind() == OpKind::Cast && !base.findValue(n.result()->name())) {
+    if (isConversion(n) && !base.findValue(n.result()->name())) {
       if (n.result()->uses().empty())
         return;
       blamed = n.result()->uses().front().user;

@@ -85,9 +85,8 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
   // Cast(Cast(x, B), C) -> Cast(x, C) when x -> B loses nothing (f16 -> f32 -> f16
   // disappears; bool -> f32 -> f16 is one cast). The lossy f32 -> f16 -> f32 stays.
   add("fold-cast-chain", OpKind::Cast, [](Node &n, PatternRewriter &rw) {
-    Node *inner = n.operand(0)->definingNode();
-    if (!inner || inner->kind() != OpKind::Cast ||
-        !castIsExact(inner->operand(0)->dtype(), inner->result()->dtype()))
+    Node *inner = definedBy(n.operand(0), OpKind::Cast);
+    if (!inner || !castIsExact(inner->operand(0)->dtype(), inner->result()->dtype()))
       return false;
     if (inner->operand(0)->dtype() == n.result()->dtype()) {
       rw.replaceNode(n, {inner->operand(0)});
@@ -114,16 +113,17 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
   add("remove-unit-tile", OpKind::Tile,
       [](Node &n, PatternRewriter &rw) { return forwardOperand(n, rw); });
 
-  // x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 (only when the result type is x's type).
-  for (OpKind k : {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div}) {
-    add("remove-neutral-operand", k, [k](Node &n, PatternRewriter &rw) {
-      double neutral = (k == OpKind::Add || k == OpKind::Sub) ? 0.0 : 1.0;
-      bool commutative = k == OpKind::Add || k == OpKind::Mul;
-      if (isSplatConstant(n.operand(1), neutral) && forwardOperand(n, rw, 0))
-        return true;
-      return commutative && isSplatConstant(n.operand(0), neutral) && forwardOperand(n, rw, 1);
-    });
-  }
+  // x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 (OpDef::neutral; only when the result
+  // type is x's type).
+  for (size_t i = 0; i < kNumOps; ++i)
+    if (const auto &neutral = opDef(static_cast<OpKind>(i)).neutral)
+      add("remove-neutral-operand", static_cast<OpKind>(i),
+          [neutral = *neutral](Node &n, PatternRewriter &rw) {
+            if (isSplatConstant(n.operand(1), neutral.value) && forwardOperand(n, rw, 0))
+              return true;
+            return neutral.eitherSide && isSplatConstant(n.operand(0), neutral.value) &&
+                   forwardOperand(n, rw, 1);
+          });
 
   for (OpKind k : {OpKind::Flatten, OpKind::Squeeze, OpKind::Unsqueeze})
     add("reshape-like-to-reshape", k, [](Node &n, PatternRewriter &rw) {
@@ -131,8 +131,8 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
                          {{"shape", Attribute(n.result()->shape())}});
     });
   add("fold-reshape-chain", OpKind::Reshape, [](Node &n, PatternRewriter &rw) {
-    Node *inner = n.operand(0)->definingNode();
-    if (!inner || inner->kind() != OpKind::Reshape)
+    Node *inner = definedBy(n.operand(0), OpKind::Reshape);
+    if (!inner)
       return false;
     return replaceWith(n, rw, OpKind::Reshape, {inner->operand(0)},
                        {{"shape", Attribute(n.result()->shape())}});
@@ -162,8 +162,8 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
                        {{"shape", Attribute(n.result()->shape())}});
   });
   add("fold-transpose-chain", OpKind::Transpose, [](Node &n, PatternRewriter &rw) {
-    Node *inner = n.operand(0)->definingNode();
-    if (!inner || inner->kind() != OpKind::Transpose)
+    Node *inner = definedBy(n.operand(0), OpKind::Transpose);
+    if (!inner)
       return false;
     std::vector<int64_t> p1 = transposePerm(*inner), p2 = transposePerm(n), composed(p2.size());
     for (size_t i = 0; i < p2.size(); ++i)
@@ -250,33 +250,29 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
 
   add("layernorm-from-parts", OpKind::Div, [](Node &n, PatternRewriter &rw) {
     // y = (x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps), means over the last axis.
-    auto defOf = [](const Value *v, OpKind k) -> Node * {
-      Node *d = v ? v->definingNode() : nullptr;
-      return d && d->kind() == k ? d : nullptr;
-    };
     auto lastAxisMean = [](const Node *m) {
       if (!m || m->attrInt("keepdims") != 1 || m->attrInts("axes").size() != 1)
         return false;
       int64_t a = m->attrInts("axes")[0], r = m->operand(0)->rank();
       return a == -1 || a == r - 1;
     };
-    Node *sub = defOf(n.operand(0), OpKind::Sub), *sqrt = defOf(n.operand(1), OpKind::Sqrt);
+    Node *sub = definedBy(n.operand(0), OpKind::Sub), *sqrt = definedBy(n.operand(1), OpKind::Sqrt);
     if (!sub || !sqrt)
       return false;
     Value *x = sub->operand(0);
-    Node *mean = defOf(sub->operand(1), OpKind::ReduceMean);
-    Node *add = defOf(sqrt->operand(0), OpKind::Add);
+    Node *mean = definedBy(sub->operand(1), OpKind::ReduceMean);
+    Node *add = definedBy(sqrt->operand(0), OpKind::Add);
     if (!mean || mean->operand(0) != x || !lastAxisMean(mean) || !add)
       return false;
-    Node *var = defOf(add->operand(0), OpKind::ReduceMean);
+    Node *var = definedBy(add->operand(0), OpKind::ReduceMean);
     Value *eps = add->operand(1);
     if (!var || !lastAxisMean(var) || !eps->isConstant() || eps->type().numElements() != 1)
       return false;
-    Node *sq = var->operand(0)->definingNode();
-    bool squares = sq && ((sq->kind() == OpKind::Pow && isSplatConstant(sq->operand(1), 2.0) &&
-                           sq->operand(0) == sub->result()) ||
-                          (sq->kind() == OpKind::Mul && sq->operand(0) == sub->result() &&
-                           sq->operand(1) == sub->result()));
+    const Node *pow = definedBy(var->operand(0), OpKind::Pow),
+               *mul = definedBy(var->operand(0), OpKind::Mul);
+    bool squares =
+        (pow && isSplatConstant(pow->operand(1), 2.0) && pow->operand(0) == sub->result()) ||
+        (mul && mul->operand(0) == sub->result() && mul->operand(1) == sub->result());
     DType dt = x->dtype();
     if (!squares || (dt != DType::F32 && dt != DType::F64) || n.result()->type() != x->type())
       return false;
@@ -296,14 +292,13 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
 
   // A constant per-feature Mul or Add after a LayerNormalization with constant
   // scale and bias folds into them.
-  for (OpKind k : {OpKind::Mul, OpKind::Add})
-    add("fold-layernorm-affine", k, [k](Node &n, PatternRewriter &rw) {
+  for (auto [k, scales] : {std::pair{OpKind::Mul, true}, {OpKind::Add, false}})
+    add("fold-layernorm-affine", k, [scales = scales](Node &n, PatternRewriter &rw) {
       for (unsigned side = 0; side < 2; ++side) {
         Value *lnv = n.operand(side), *c = n.operand(1 - side);
-        Node *ln = lnv->definingNode();
-        if (!ln || ln->kind() != OpKind::LayerNormalization || ln->numResults() != 1 ||
-            lnv->uses().size() != 1 || rw.graph().isOutput(lnv) || !c->isConstant() ||
-            n.result()->type() != lnv->type())
+        Node *ln = definedBy(lnv, OpKind::LayerNormalization);
+        if (!ln || ln->numResults() != 1 || lnv->uses().size() != 1 || rw.graph().isOutput(lnv) ||
+            !c->isConstant() || n.result()->type() != lnv->type())
           continue;
         int64_t axis = ln->attrInt("axis"), d = lnv->shape().back();
         Value *scale = ln->operand(1), *bias = ln->operand(2);
@@ -315,7 +310,7 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
         std::vector<float> s = scale->data().toVector<float>(), b = bias->data().toVector<float>(),
                            cv = c->data().toVector<float>();
         for (int64_t i = 0; i < d; ++i) {
-          if (k == OpKind::Mul) {
+          if (scales) {
             s[i] *= cv[i];
             b[i] *= cv[i];
           } else {

@@ -22,16 +22,15 @@ public:
 
   bool run(Graph &g, PassContext &) override {
     bool changed = false;
-    for (Node *bn : g.nodeList()) {
-      if (bn->kind() != OpKind::BatchNormalization || bn->attrInt("training_mode") != 0)
+    for (Node *bn : g.nodesOf(OpKind::BatchNormalization)) {
+      if (bn->attrInt("training_mode") != 0)
         continue;
       bool extraResults = false;
       for (unsigned r = 1; r < bn->numResults(); ++r)
         extraResults |= bn->result(r)->hasUses() || g.isOutput(bn->result(r));
       Value *y = bn->operand(0);
-      Node *conv = y->definingNode();
-      if (extraResults || !conv || conv->kind() != OpKind::Conv || y->uses().size() != 1 ||
-          g.isOutput(y) ||
+      Node *conv = definedBy(y, OpKind::Conv);
+      if (extraResults || !conv || y->uses().size() != 1 || g.isOutput(y) ||
           conv->attrInt("channels_last") != 0) // BN's channel axis 1 is not the conv's channels
         continue;
       Value *w = conv->operand(1), *b = conv->operand(2);

@@ -34,8 +34,7 @@ using namespace ir;
 
 /// The Transpose producing v, if any.
 const Node *transposeOf(const Value *v) {
-  const Node *d = v ? v->definingNode() : nullptr;
-  return d && d->kind() == OpKind::Transpose ? d : nullptr;
+  return definedBy(v, OpKind::Transpose);
 }
 
 /// Whether v is Transpose(perm) of another value.
@@ -55,8 +54,8 @@ public:
   std::optional<OpKind> root() const override { return std::nullopt; }
 
   bool matchAndRewrite(Node &n, PatternRewriter &rw) const override {
-    LayoutRemapFn remap = n.def().layout.remap;
-    if (!remap || n.kind() == OpKind::Transpose)
+    LayoutRemapFn remap = n.def().layout.remap; // none for Transpose itself
+    if (!remap)
       return false;
     std::vector<int64_t> perm;
     for (Value *v : n.operands())

@@ -68,9 +68,10 @@ public:
     for (Node *n : g.nodeList()) {
       if (!runsReduced(*n, po, low)) {
         // Reading a value that became reduced in place: one shared cast back.
-        // (A Cast reads any dtype and keeps its declared result.)
+        // (A conversion reads any dtype and keeps its declared result.)
         for (unsigned i = 0; i < n->numOperands(); ++i)
-          if (Value *v = n->operand(i); v && lowered_.count(v) && n->kind() != OpKind::Cast) {
+          if (Value *v = n->operand(i);
+              v && lowered_.count(v) && n->def().fp16 != Fp16Policy::Convert) {
             n->setOperand(i, convert(v, DType::F32, n));
             changed = true;
           }
@@ -128,8 +129,6 @@ private:
     case Fp16Policy::Allow:
       return true;
     case Fp16Policy::Follow:
-      if (n.kind() == OpKind::Cast)
-        return false;
       // Float data only from constants (an embedding table's Gather): reduced when
       // every user is an Allow op, so the table is converted once and no cast follows.
       return reducedOperand || (onlyConstants && allUsersAllow(n, po));

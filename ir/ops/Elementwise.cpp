@@ -918,12 +918,16 @@ void defineElementwiseOps(OpTable &t) {
       .operands(1)
       .attr("to", AttrKind::String)
       .fusible(Fusibility::elementwise())
-      .fp16(FP::Follow)
+      .fp16(FP::Convert)
       .layout(LayoutRule::agnostic())
       .verify(verifyCast)
       .infer(inferCast)
       .reference(refCast);
 
+  t[OpKind::Add].neutral = OpDef::Neutral{0.0, true};
+  t[OpKind::Sub].neutral = OpDef::Neutral{0.0, false};
+  t[OpKind::Mul].neutral = OpDef::Neutral{1.0, true};
+  t[OpKind::Div].neutral = OpDef::Neutral{1.0, false};
   // What a GEMM library's epilogue applies of them (FusionRules.h: matchGemmEpilogue).
   t[OpKind::Add].fusibility.gemmEpilogue = GemmEpilogueOp::Add;
   t[OpKind::Relu].fusibility.gemmEpilogue = GemmEpilogueOp::Relu;

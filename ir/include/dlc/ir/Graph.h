@@ -151,6 +151,13 @@ private:
   std::list<std::unique_ptr<Node>>::iterator self_;
 };
 
+/// The node producing `v` when it is an op of kind `k`, else null: how a pattern
+/// matches the named ops it is about (MLIR's getDefiningOp<Op>()).
+inline Node *definedBy(const Value *v, OpKind k) {
+  Node *d = v ? v->definingNode() : nullptr;
+  return d && d->kind() == k ? d : nullptr;
+}
+
 /// A result of the graph. An update (`variable` set) is not returned: its value
 /// becomes the variable's value when the step ends (every read in the step sees
 /// the old value). Its name is the variable's.
@@ -239,6 +246,8 @@ public:
   NodeRange nodes() const { return NodeRange(nodes_); }
   /// A snapshot of the node pointers, safe to iterate while the graph changes.
   std::vector<Node *> nodeList() const;
+  /// The same, of the nodes of one op (a pass about that op).
+  std::vector<Node *> nodesOf(OpKind k) const;
   size_t numNodes() const { return nodes_.size(); }
 
   /// Creates a node with the given result types, inserted before `before`

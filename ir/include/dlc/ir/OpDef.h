@@ -147,9 +147,11 @@ std::string describeFusibility(const Fusibility &f);
 /// What mixed-precision conversion may do with an op.
 enum class Fp16Policy : uint8_t {
   Unset,
-  Allow,  // safe and profitable in FP16 (kernels accumulate in FP32)
-  Follow, // no arithmetic: runs in whatever precision its inputs have
-  Deny,   // numerically sensitive: keep FP32
+  Allow,   // safe and profitable in FP16 (kernels accumulate in FP32)
+  Follow,  // no arithmetic: runs in whatever precision its inputs have
+  Deny,    // numerically sensitive: keep FP32
+  Convert, // a dtype conversion (Cast): reads any dtype, keeps its declared result; the
+           // precision pass's own boundary op
 };
 std::string_view fp16PolicyName(Fp16Policy p);
 
@@ -265,6 +267,14 @@ struct OpDef {
   /// Element-wise CUDA expression template over operands $0, $1, ... and
   /// attributes ${name}, e.g. "tanhf($0)".
   const char *cudaExpr = nullptr;
+  /// A binary element-wise op's neutral element (x + 0, x * 1): a constant operand
+  /// of it leaves the other operand unchanged (canonicalize drops the op); on the
+  /// right only, unless `eitherSide` (x - 0, but not 0 - x).
+  struct Neutral {
+    double value;
+    bool eitherSide;
+  };
+  std::optional<Neutral> neutral;
   /// Operand 0 chooses, element by element, between operands 1 and 2 (Where): under
   /// a single-element condition computed at run time, only the chosen side's
   /// producers need to run.
@@ -308,6 +318,9 @@ public:
   OpBuilder &reference(RefFn f) { return d_.reference = f, *this; }
   OpBuilder &cudaExpr(const char *e) { return d_.cudaExpr = e, *this; }
   OpBuilder &selects() { return d_.selects = true, *this; }
+  OpBuilder &neutral(double value, bool eitherSide) {
+    return d_.neutral = OpDef::Neutral{value, eitherSide}, *this;
+  }
   OpBuilder &gradient(GradFn f) { return d_.gradient = f, *this; }
   OpBuilder &decompose(DecomposeFn f) { return d_.decompose = f, *this; }
   OpBuilder &stateOperands(std::vector<unsigned> ops) {
