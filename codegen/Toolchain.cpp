@@ -344,148 +344,6 @@ bool hostCompilerAvailable(const ToolchainOptions &opts) {
   return !hostCompilerPath(opts).empty();
 }
 
-namespace {
-bool isIdentChar(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-}
-
-/// One static shared declaration (the text between `__shared__` and its `;`) as the
-/// emu's per-block storage, or "" when it is not of the form [__align__(N)] TYPE NAME DIMS.
-std::string lowerSharedDeclaration(llvm::StringRef decl, llvm::StringRef qualifier) {
-  std::string text = decl.str();
-  unsigned align = 16;
-  for (size_t a; (a = text.find("__align__")) != std::string::npos;) {
-    size_t open = text.find('(', a), close = text.find(')', a);
-    if (open == std::string::npos || close == std::string::npos || close < open)
-      return "";
-    unsigned n = 0;
-    if (llvm::StringRef(text).slice(open + 1, close).trim().getAsInteger(10, n))
-      return "";
-    align = std::max(align, n);
-    text.erase(a, close + 1 - a);
-  }
-  if (text.find_first_of("=,(){}#\"'") != std::string::npos)
-    return "";
-  llvm::StringRef d = llvm::StringRef(text).trim();
-  size_t bracket = d.find('[');
-  llvm::StringRef head = d.substr(0, bracket).rtrim(),
-                  dims = bracket == llvm::StringRef::npos ? "" : d.substr(bracket);
-  size_t nameStart = head.size();
-  while (nameStart > 0 && isIdentChar(head[nameStart - 1]))
-    --nameStart;
-  llvm::StringRef name = head.substr(nameStart), type = head.substr(0, nameStart).trim();
-  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0])) || type.empty())
-    return "";
-  std::string site = "dlc_emu_site_" + name.str(), alias = "dlc_emu_shared_t_" + name.str();
-  return "static const char " + site + " = 0; using " + alias + " = " + qualifier.str() +
-         (qualifier.empty() ? "" : " ") + type.str() + " " + dims.str() + "; auto &" + name.str() +
-         " = *dlc_emu_static_shared<" + alias + ">(&" + site + ", " + std::to_string(align) + ")";
-}
-} // namespace
-
-std::string lowerStaticSharedForEmu(const std::string &src) {
-  std::string out;
-  out.reserve(src.size() + src.size() / 8);
-  enum { Code, LineComment, BlockComment, String, Char, Directive } state = Code;
-  bool lineStart = true;        // only blanks since the last newline
-  std::vector<bool> inFunction; // per open brace: a function body (or a block in one)
-  auto previousToken = [&out](size_t &begin) {
-    size_t e = out.size();
-    while (e > 0 && std::isspace(static_cast<unsigned char>(out[e - 1])))
-      --e;
-    begin = e;
-    while (begin > 0 && isIdentChar(out[begin - 1]))
-      --begin;
-    return begin == e && e > 0 ? out.substr(e - 1, 1) : out.substr(begin, e - begin);
-  };
-  for (size_t i = 0; i < src.size();) {
-    char c = src[i], next = i + 1 < src.size() ? src[i + 1] : '\0';
-    switch (state) {
-    case LineComment:
-    case Directive:
-      if (c == '\\' && next == '\n') { // a continued line
-        out += "\\\n";
-        i += 2;
-        continue;
-      }
-      if (c == '\n')
-        state = Code;
-      break;
-    case BlockComment:
-      if (c == '*' && next == '/') {
-        out += "*/";
-        i += 2;
-        state = Code;
-        continue;
-      }
-      break;
-    case String:
-    case Char:
-      if (c == '\\') {
-        out += src.substr(i, 2);
-        i += 2;
-        continue;
-      }
-      if (c == (state == String ? '"' : '\'') || c == '\n')
-        state = Code;
-      break;
-    case Code:
-      if (c == '/' && next == '/')
-        state = LineComment;
-      else if (c == '/' && next == '*') {
-        out += "/*";
-        i += 2;
-        state = BlockComment;
-        continue;
-      } else if (c == '"')
-        state = String;
-      else if (c == '\'')
-        state = Char;
-      else if (c == '#' && lineStart)
-        state = Directive;
-      else if (c == '{') {
-        size_t b;
-        std::string prev = previousToken(b);
-        inFunction.push_back((!inFunction.empty() && inFunction.back()) || prev == ")" ||
-                             prev == "const" || prev == "noexcept" || prev == "mutable");
-      } else if (c == '}') {
-        if (!inFunction.empty())
-          inFunction.pop_back();
-      } else if (c == '_' && !inFunction.empty() && inFunction.back() &&
-                 (i == 0 || !isIdentChar(src[i - 1])) &&
-                 llvm::StringRef(src).substr(i).startswith("__shared__") &&
-                 (i + 10 >= src.size() || !isIdentChar(src[i + 10]))) {
-        // The token before: `extern __shared__` is dynamic shared memory; `static` is left alone.
-        size_t b;
-        std::string prev = previousToken(b);
-        size_t semi = src.find(';', i);
-        std::string lowered;
-        if (prev != "extern" && prev != "static" && semi != std::string::npos)
-          lowered = lowerSharedDeclaration(llvm::StringRef(src).slice(i + 10, semi),
-                                           prev == "volatile" ? "volatile" : "");
-        if (!lowered.empty()) {
-          if (prev == "volatile")
-            out.erase(b);
-          out += lowered;
-          out.append(static_cast<size_t>(std::count(src.begin() + i, src.begin() + semi, '\n')),
-                     '\n');
-          i = semi;
-          lineStart = false;
-          continue;
-        }
-      }
-      break;
-    }
-    if (c == '\n')
-      lineStart = true;
-    else if (!std::isspace(static_cast<unsigned char>(c)))
-      lineStart = false;
-    out += c;
-    ++i;
-  }
-  return out;
-}
-
 llvm::Expected<CompiledModule> compileForEmu(const std::string &source,
                                              const ToolchainOptions &opts) {
   CompiledModule m;
@@ -547,15 +405,13 @@ llvm::Expected<CompiledModule> compileForEmu(const std::string &source,
   // module (sanitizer source locations): packages are byte-identical build to build.
   for (const EmbeddedFile &h : embeddedHeaders()) {
     std::ofstream f(std::string(dir) + "/" + h.name);
-    f << "#line 1 \"" << h.name << "\"\n"
-      << (llvm::StringRef(h.name) == "dlc_emu_prelude.h" ? h.contents
-                                                         : lowerStaticSharedForEmu(h.contents));
+    f << "#line 1 \"" << h.name << "\"\n" << h.contents;
   }
   std::string src = std::string(dir) + "/kernels.cpp", obj = std::string(dir) + "/kernels.o",
               out = std::string(dir) + "/kernels.so", log = std::string(dir) + "/log.txt";
   {
     std::ofstream f(src);
-    f << "#line 1 \"kernels.cpp\"\n" << lowerStaticSharedForEmu(source);
+    f << "#line 1 \"kernels.cpp\"\n" << source;
   }
   std::vector<std::string> args = {cxx};
   args.insert(args.end(), flags.begin(), flags.end());

@@ -66,14 +66,6 @@ llvm::Expected<CompiledModule> ptxToCubin(const PtxModule &ptx, const std::strin
 llvm::Expected<CompiledModule> compileWithNvrtc(const std::string &source,
                                                 const std::string &target,
                                                 const ToolchainOptions &opts);
-/// Emu lowering of static shared memory: each `__shared__ T name[dims];` declared in a
-/// function becomes a reference to storage the emu runtime places per block (through
-/// dlc_emu_api.static_shared), so that every access is an instrumented pointer access
-/// (--check) and each block of a cooperative grid has its own copy. Comments, strings,
-/// preprocessor lines and `extern __shared__` are left alone; so are declarations it
-/// does not recognise (several declarators, an initialiser), which stay thread-local
-/// statics. Line numbers are preserved.
-std::string lowerStaticSharedForEmu(const std::string &source);
 /// Compiles the translation unit for the emu backend with the host compiler.
 llvm::Expected<CompiledModule> compileForEmu(const std::string &source,
                                              const ToolchainOptions &opts);

@@ -129,8 +129,8 @@ __global__ void __launch_bounds__(Tile::Threads) conv_igemm(const ConvArgs<X, Ou
   constexpr int TX = Tile::TX, TY = Tile::TY, NT = Tile::Threads;
   static_assert(NT % BN == 0 && (BK * BN) % NT == 0 && (BK * BM) % NT == 0, "tile shape");
   constexpr int RowsPerPass = NT / BN, BRows = BK / RowsPerPass;
-  __shared__ T As[BK][BM];
-  __shared__ T Bs[BK][BN];
+  DLC_SHARED(T, As, [BK][BM]);
+  DLC_SHARED(T, Bs, [BK][BN]);
   const ConvShape &s = a.s;
   const WT *w = static_cast<const WT *>(s.w);
   const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(Tile::Threads) conv_igemm_tc(const ConvArgs<X,
   constexpr int ABytes = BM * LDA * int(sizeof(MT)), BBytes = BK * LDB * int(sizeof(MT)),
                 CBytes = BM * LDC * 4;
   constexpr int Bytes = ABytes + BBytes > CBytes ? ABytes + BBytes : CBytes;
-  __shared__ __align__(32) unsigned char smem[Bytes];
+  DLC_SHARED_ALIGNED(32, unsigned char, smem, [Bytes]);
   MT *As = reinterpret_cast<MT *>(smem);          // weights, [m][k]
   MT *Bs = reinterpret_cast<MT *>(smem + ABytes); // im2col, [k][p]
   float *Cs = reinterpret_cast<float *>(smem);    // accumulators, [m][p]

@@ -12,6 +12,14 @@
 #define DLC_DYNAMIC_SMEM(T, name)                                                                  \
   extern __shared__ __align__(16) unsigned char dlc_dynamic_smem[];                                \
   T *name = reinterpret_cast<T *>(dlc_dynamic_smem)
+// Static shared memory, declared in a kernel: `DLC_SHARED(T, name, [N][M]);` is
+// `__shared__ T name[N][M];`, aligned to `A` bytes with DLC_SHARED_ALIGNED. Kernels
+// never write `__shared__` themselves: emu (dlc_emu_prelude.h) maps these to storage
+// of the block being run.
+#define DLC_SHARED_ALIGNED(A, T, name, dims)                                                       \
+  __shared__ __align__(A)                                                                          \
+  T name dims
+#define DLC_SHARED(T, name, dims) __shared__ T name dims
 #endif
 
 #include "Philox.h"

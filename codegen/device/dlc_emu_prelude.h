@@ -21,12 +21,17 @@
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
-// Static shared memory: the emu compile lowers each `__shared__ T name[dims];` in a
-// function to a reference to per-block storage from the runtime (lowerStaticSharedForEmu
-// in codegen/Toolchain.cpp). A declaration it does not recognise falls back to a
-// thread-local static: per OS thread, which runs one block at a time, but neither
-// poisoned nor checked under --check.
-#define __shared__ static thread_local
+// Static shared memory (DLC_SHARED, dlc_device.cuh): a reference to storage the runtime
+// places per block (dlc_emu_api.static_shared), keyed by the declaration's site (one
+// per template instantiation), so every access is an instrumented pointer access
+// (--check) and each block of a cooperative grid has its own copy. Plain `__shared__`
+// does not compile here: nothing can fall back to a per-thread static.
+#define DLC_SHARED_ALIGNED(A, T, name, dims)                                                       \
+  static const char dlc_emu_site_##name = 0;                                                       \
+  using dlc_emu_shared_t_##name = T dims;                                                          \
+  auto &name = *dlc_emu_static_shared<dlc_emu_shared_t_##name>(&dlc_emu_site_##name, A)
+#define DLC_SHARED(T, name, dims) DLC_SHARED_ALIGNED(16, T, name, dims)
+#define __shared__ dlc_emu_static_shared_memory_is_declared_with_DLC_SHARED
 #define DLC_DYNAMIC_SMEM(T, name) T *name = static_cast<T *>(dlc_emu_cur->dynamicSmem)
 
 extern "C" {

@@ -352,7 +352,7 @@ __global__ void __launch_bounds__(256) nll_loss(const MiscShape s) {
     }
     return;
   }
-  __shared__ double smem[32];
+  DLC_SHARED(double, smem, [32]);
   double total = 0, weights = 0;
   for (I e = static_cast<I>(threadIdx.x); e < static_cast<I>(s.total);
        e += static_cast<I>(blockDim.x)) {

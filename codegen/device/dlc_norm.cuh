@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(256) row_norm(const NormArgs<X, Out> a) {
     }
     return;
   }
-  __shared__ T smem[32];
+  DLC_SHARED(T, smem, [32]);
   for (I row = static_cast<I>(blockIdx.x); row < static_cast<I>(s.rows);
        row += static_cast<I>(gridDim.x)) {
     T m = T(0);
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(256) batchnorm_train(const ChannelShape s) {
   const DT *x = static_cast<const DT *>(s.x);
   DT *y = static_cast<DT *>(s.y);
   const I C = static_cast<I>(s.C), S = static_cast<I>(s.S), cnt = static_cast<I>(s.N) * S;
-  __shared__ float smem[32];
+  DLC_SHARED(float, smem, [32]);
   for (I c = static_cast<I>(blockIdx.x); c < C; c += static_cast<I>(gridDim.x)) {
     auto at = [&](I j) {
       I n = j;

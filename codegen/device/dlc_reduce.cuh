@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(256) reduce(const ReduceArgs<X, Out> a) {
     }
     return;
   }
-  __shared__ T smem[32];
+  DLC_SHARED(T, smem, [32]);
   for (I o = static_cast<I>(blockIdx.x); o < static_cast<I>(s.outCount);
        o += static_cast<I>(gridDim.x)) {
     const I base = Contig ? o * len : s.kept.offset(o);
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(256) softmax(const AxisArgs<X, Out> a) {
     }
     return;
   }
-  __shared__ T smem[32];
+  DLC_SHARED(T, smem, [32]);
   for (I row = static_cast<I>(blockIdx.x); row < ax.rows(); row += static_cast<I>(gridDim.x)) {
     const I base = ax.base(row);
     T m = Limits<T>::lowest();

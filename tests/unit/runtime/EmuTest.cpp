@@ -12,7 +12,7 @@ using dlc::test::TestLaunch;
 namespace {
 const char *kCollectives = R"(
 extern "C" __global__ void collectives(float *in, float *sum, float *shfl, float *ballot) {
-  __shared__ float smem[32];
+  DLC_SHARED(float, smem, [32]);
   float v = in[threadIdx.x];
   float s = dlc::blockReduce(v, dlc::SumOp(), 0.0f, smem);
   if (threadIdx.x == 0) sum[blockIdx.x] = s;
@@ -248,7 +248,7 @@ TEST(EmuCheck, ThreadOrderExposesAMissingBarrier) {
   // the result depends on the order in which threads run, as on a GPU.
   const char *src = R"(
 extern "C" __global__ void racy_neighbour(float *out) {
-  __shared__ float s[32];
+  DLC_SHARED(float, s, [32]);
   s[threadIdx.x] = threadIdx.x + 1.0f;
   out[threadIdx.x] = s[(threadIdx.x + 1) % 32];
   __syncthreads();
@@ -310,7 +310,7 @@ rt::SessionOptions checked() {
 TEST(EmuCheck, MissingSyncthreadsIsARace) {
   const char *src = R"(
 extern "C" __global__ void missing_barrier(float *out) {
-  __shared__ float s[64];
+  DLC_SHARED(float, s, [64]);
   s[threadIdx.x] = 0.0f;
   __syncthreads();
   s[threadIdx.x] = threadIdx.x + 1.0f;
@@ -318,7 +318,7 @@ extern "C" __global__ void missing_barrier(float *out) {
   out[threadIdx.x] = s[(threadIdx.x + 1) % 64];
 }
 extern "C" __global__ void with_barrier(float *out) {
-  __shared__ float s[64];
+  DLC_SHARED(float, s, [64]);
   s[threadIdx.x] = threadIdx.x + 1.0f;
   __syncthreads();
   out[threadIdx.x] = s[(threadIdx.x + 1) % 64];
@@ -354,7 +354,7 @@ extern "C" __global__ void with_barrier(float *out) {
 TEST(EmuCheck, TwoWritersInOneEpochAreARace) {
   const char *src = R"(
 extern "C" __global__ void two_writers(float *out) {
-  __shared__ float s[1];
+  DLC_SHARED(float, s, [1]);
   s[0] = threadIdx.x; // every thread writes the same word
   __syncthreads();
   out[threadIdx.x] = s[0];
@@ -373,7 +373,7 @@ extern "C" __global__ void two_writers(float *out) {
 TEST(EmuCheck, UninitialisedSharedReadIsCaught) {
   const char *src = R"(
 extern "C" __global__ void uninit_shared(float *out) {
-  __shared__ float s[64];
+  DLC_SHARED(float, s, [64]);
   if (threadIdx.x < 32) s[threadIdx.x] = 1.0f; // half the array
   __syncthreads();
   out[threadIdx.x] = s[63 - threadIdx.x];      // thread 0 reads s[63]: never written
@@ -409,7 +409,7 @@ TEST(EmuCheck, WarpSynchronousExchangeWithSyncwarpIsNotARace) {
   // Lanes exchange through shared memory, ordered by __syncwarp: legal, not reported.
   const char *src = R"(
 extern "C" __global__ void warp_exchange(float *out) {
-  __shared__ float s[64];
+  DLC_SHARED(float, s, [64]);
   s[threadIdx.x] = threadIdx.x;
   __syncwarp();
   float v = s[threadIdx.x ^ 1];

@@ -58,48 +58,24 @@ TEST(Toolchain, CachedCompilationsAreReused) {
   EXPECT_EQ(b->resources.at("k").registers, a->resources.at("k").registers);
 }
 
-// The emu compile's lowering of static shared memory (see Toolchain.h).
-TEST(Toolchain, StaticSharedDeclarationsAreLoweredForEmu) {
-  const std::string src = R"(// __shared__ float inComment[4];
-#define SMEM __shared__ float inMacro[4];
-__shared__ int atNamespaceScope[8];
-namespace ns { __shared__ int alsoAtNamespaceScope; }
-const char *s = "__shared__ float inString[2];";
-template <class T, int N> __global__ void k(T *out) {
-  __shared__ T tile[N][N + 1];
-  __shared__ __align__(32) float aligned[4];
-  volatile __shared__ int flag;
-  extern __shared__ unsigned char dynamicSmem[];
-  __shared__ float a[2], b[2];
-  if (true) {
-    __shared__ double
-        twoLines[3];
-  }
-}
-)";
-  std::string out = lowerStaticSharedForEmu(src);
-  // Lowered: references to per-block storage, one line each, line count kept.
-  EXPECT_NE(
-      out.find(
-          "static const char dlc_emu_site_tile = 0; using dlc_emu_shared_t_tile = T [N][N + 1]; "
-          "auto &tile = *dlc_emu_static_shared<dlc_emu_shared_t_tile>(&dlc_emu_site_tile, 16);"),
-      std::string::npos)
-      << out;
-  EXPECT_NE(
-      out.find("using dlc_emu_shared_t_aligned = float [4]; auto &aligned = "
-               "*dlc_emu_static_shared<dlc_emu_shared_t_aligned>(&dlc_emu_site_aligned, 32);"),
-      std::string::npos)
-      << out;
-  EXPECT_NE(out.find("using dlc_emu_shared_t_flag = volatile int ;"), std::string::npos) << out;
-  EXPECT_EQ(out.find("volatile static const char"), std::string::npos) << out;
-  EXPECT_NE(out.find("auto &twoLines = "), std::string::npos) << out;
-  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), std::count(src.begin(), src.end(), '\n'));
-  // Left alone: comments, macros, strings, namespace scope, dynamic shared memory and
-  // several declarators.
-  for (const char *kept :
-       {"// __shared__ float inComment[4];", "#define SMEM __shared__ float inMacro[4];",
-        "__shared__ int atNamespaceScope[8];", "__shared__ int alsoAtNamespaceScope;",
-        "\"__shared__ float inString[2];\"", "extern __shared__ unsigned char dynamicSmem[];",
-        "__shared__ float a[2], b[2];"})
-    EXPECT_NE(out.find(kept), std::string::npos) << kept << "\n" << out;
+// Static shared memory is declared with DLC_SHARED (dlc_device.cuh), which emu maps to
+// per-block storage; a plain `__shared__` does not compile for emu, so no declaration
+// can fall back to storage with the wrong (per-thread) semantics.
+TEST(Toolchain, EmuRefusesPlainSharedDeclarations) {
+  ToolchainOptions o;
+  o.useCache = false;
+  auto ok = compileForEmu("#include \"dlc_device.cuh\"\n"
+                          "template <int N> __global__ void k(float *p) {\n"
+                          "  DLC_SHARED(float, tile, [N][N + 1]);\n"
+                          "  DLC_SHARED_ALIGNED(32, float, aligned, [4]);\n"
+                          "  tile[0][0] = aligned[0] = p[0];\n}\n"
+                          "template __global__ void k<4>(float *);\n",
+                          o);
+  ASSERT_TRUE(bool(ok)) << llvm::toString(ok.takeError());
+  auto bad = compileForEmu("__global__ void k(float *p) {\n"
+                           "  __shared__ float tile[4];\n  tile[0] = p[0];\n}\n",
+                           o);
+  ASSERT_FALSE(bool(bad));
+  std::string err = llvm::toString(bad.takeError());
+  EXPECT_NE(err.find("declared_with_DLC_SHARED"), std::string::npos) << err;
 }
