@@ -1,14 +1,15 @@
 //===- Autodiff.cpp - Reverse-mode differentiation -------------------------===//
 //
 // The pass differentiates the graph's first output (the loss) with respect to
-// every trainable parameter and appends the gradients as outputs "grad.NAME". The
-// training compile (`dlc compile --train`) calls buildGradients directly and feeds
-// the gradients to the optimizer instead.
+// every trainable parameter and appends the gradients as outputs "grad.NAME", where
+// the training pipeline's next passes find them (Training.h). With FP16's loss-scale
+// state (kLossScaleName), the loss gradient is seeded with the scale.
 //===----------------------------------------------------------------------===//
 #include "dlc/passes/Autodiff.h"
 
 #include "dlc/ir/GradBuilder.h"
 #include "dlc/passes/Pass.h"
+#include "dlc/passes/Training.h"
 
 #include <algorithm>
 #include <cmath>
@@ -179,13 +180,21 @@ public:
       ctx.fail(makeError("autodiff: the graph has no output to use as the loss"));
       return false;
     }
-    auto grads = buildGradients(g, loss->value);
+    // FP16 training seeds the loss gradient with the loss scale (train-step made it).
+    Value *seed = g.findValue(kLossScaleName);
+    auto grads = buildGradients(g, loss->value, seed && seed->isParameter() ? seed : nullptr);
     if (!grads) {
       ctx.fail(grads.takeError());
       return false;
     }
-    for (const Gradient &gr : *grads)
-      g.addOutput(gradientOutputName(*gr.parameter), gr.grad);
+    for (const Gradient &gr : *grads) {
+      std::string name = gradientOutputName(*gr.parameter);
+      if (llvm::any_of(g.outputs(), [&](const GraphOutput &o) { return o.name == name; })) {
+        ctx.fail(errorf("autodiff: the graph already has an output named '{0}'", name));
+        return true;
+      }
+      g.addOutput(name, gr.grad);
+    }
     return true;
   }
 };

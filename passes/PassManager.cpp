@@ -75,7 +75,8 @@ llvm::Expected<bool> PassManager::runOne(ir::Graph &g, const std::string &name, 
   auto pass = info->create();
   bool changed = pass->run(g, ctx);
   if (!ctx.errors.empty()) {
-    std::string msg = "pass '" + name + "' failed: " + ctx.errors.front();
+    std::string msg = opts_.namePassInErrors ? "pass '" + name + "' failed: " + ctx.errors.front()
+                                             : ctx.errors.front();
     ctx.errors.clear();
     return ir::makeError(msg);
   }

@@ -511,6 +511,14 @@ llvm::Error refBitShift(const Node &n, const Inputs &in, Outputs &out) {
 // advances `step` (kDropoutStepName) once per step.
 //===----------------------------------------------------------------------===//
 
+/// In inference mode, Dropout passes X through (its mask has no inference form).
+std::optional<std::vector<Value *>> dropoutForInference(Graph &, const Node &n,
+                                                        const std::vector<Value *> &operands) {
+  std::vector<Value *> results(n.numResults(), nullptr);
+  results[0] = operands[0];
+  return results;
+}
+
 llvm::Error verifyDropout(const Node &n) {
   if (auto e = requireType(n, 0, kFloat))
     return e;
@@ -912,7 +920,8 @@ void defineElementwiseOps(OpTable &t) {
       .verify(verifyDropout)
       .infer(inferSameAsOperand0)
       .reference(refDropout)
-      .gradient(gradDropout);
+      .gradient(gradDropout)
+      .modes(nullptr, dropoutForInference);
   t.def(OpKind::Cast)
       .cudaExpr("$0")
       .operands(1)

@@ -321,6 +321,52 @@ llvm::Error gradLayerNorm(GradBuilder &b, const Node &n) {
   return ok();
 }
 
+/// BatchNormalization trains with batch statistics, and its running statistics
+/// become state variables updated by the node's second and third results (ONNX's
+/// momentum formula). An inference-form node (PyTorch's eval-mode export) gets the
+/// training form; a training-form node (a TrainingMode.TRAINING export, whose
+/// running-statistics results lead nowhere) keeps its own.
+llvm::Error batchNormToTraining(Graph &g, Node &n) {
+  Value *mean = n.operand(3), *var = n.operand(4);
+  for (Value *s : {mean, var}) {
+    if (s->isConstant())
+      g.makeParameter(s, false);
+    else if (s->isParameter())
+      g.setTrainable(s, false);
+    else
+      return errorf("{0}: the running statistics must be initializers to be trained", n.describe());
+  }
+  Node *t = &n;
+  if (n.numResults() < 3) {
+    AttrMap attrs = n.attrs();
+    attrs["training_mode"] = int64_t{1};
+    std::vector<Value *> ops(n.operands().begin(), n.operands().end());
+    auto made = g.createInferred(OpKind::BatchNormalization, ops, attrs, 3, n.name(), &n);
+    if (!made)
+      return made.takeError();
+    t = *made;
+    g.replaceAllUsesWith(n.result(0), t->result(0));
+    g.eraseNode(&n);
+  }
+  g.addUpdate(mean, t->result(1));
+  g.addUpdate(var, t->result(2));
+  return ok();
+}
+
+/// In inference mode, a training-form BatchNormalization reads its running statistics.
+std::optional<std::vector<Value *>> batchNormForInference(Graph &g, const Node &n,
+                                                          const std::vector<Value *> &operands) {
+  if (n.attrInt("training_mode") == 0)
+    return std::nullopt;
+  AttrMap attrs = n.attrs();
+  attrs["training_mode"] = int64_t{0};
+  Node *c = g.createNode(OpKind::BatchNormalization, operands, {n.result()->type()}, attrs,
+                         n.name() + ".eval", nullptr, {g.uniqueName(n.result()->name() + ".eval")});
+  std::vector<Value *> results(n.numResults(), nullptr);
+  results[0] = c->result();
+  return results;
+}
+
 /// Inference BatchNormalization is element-wise: its statistics are read per channel
 /// (dim 1), and the result stays in FP32 inside a fused kernel. In training mode it
 /// computes batch statistics: a kernel of its own.
@@ -356,6 +402,7 @@ void defineNormOps(OpTable &t) {
       .attr("momentum", AttrKind::Float, 0.9f)
       .attr("training_mode", AttrKind::Int, int64_t{0})
       .stateOperands({3, 4})
+      .modes(batchNormToTraining, batchNormForInference)
       .fusible(fusibleBatchNorm())
       .cudaExpr("($0 - $3) * (($T)1 / dlc::sqrt_($4 + ($T)${epsilon})) * $1 + $2")
       .fp16(Fp16Policy::Allow)

@@ -270,6 +270,9 @@ llvm::Expected<std::unique_ptr<ir::Graph>> loadAndOptimize(
                    << "): " << g->numNodes() << " nodes, " << llvm::format("%.2f", seconds(t0))
                    << " s\n";
   }
+  passes::PassManagerOptions pmo;
+  pmo.printAfterAll = args.has("print-ir-after-all");
+  pmo.verifyEach = args.has("verify-each");
   auto training = trainingFromArgs(args);
   if (!training)
     return training.takeError();
@@ -277,7 +280,7 @@ llvm::Expected<std::unique_ptr<ir::Graph>> loadAndOptimize(
     // Mixed-precision training lowers the forward graph itself (Training.h); the
     // pipeline below then leaves precision alone.
     (*training)->precision = *precision;
-    auto sum = passes::buildTrainingStep(*g, **training);
+    auto sum = passes::buildTrainingStep(*g, **training, pmo);
     if (!sum)
       return sum.takeError();
     if (auto e = ir::verifyGraph(*g))
@@ -308,9 +311,6 @@ llvm::Expected<std::unique_ptr<ir::Graph>> loadAndOptimize(
   }
   auto t1 = std::chrono::steady_clock::now();
   size_t before = g->numNodes();
-  passes::PassManagerOptions pmo;
-  pmo.printAfterAll = args.has("print-ir-after-all");
-  pmo.verifyEach = args.has("verify-each");
   passes::PassManager pm(pmo);
   passes::PassContext ctx;
   ctx.layout = *layout;

@@ -2,8 +2,10 @@
 #include "Args.h"
 #include "Commands.h"
 #include "Precision.h"
+#include "Train.h"
 #include "dlc/ir/TextIR.h"
 #include "dlc/passes/Pass.h"
+#include "dlc/passes/Training.h"
 
 #include "llvm/Support/MemoryBuffer.h"
 
@@ -55,6 +57,9 @@ int runOpt(const std::vector<std::string> &argv) {
        "Print constants with more than N elements as dense<elided>"}};
   auto prec = precisionOptionSpecs(false);
   specs.insert(specs.end(), prec.begin(), prec.end());
+  // The training passes' options (train-step, optimizer, ...): --train and the rest.
+  auto train = trainingOptionSpecs();
+  specs.insert(specs.end(), train.begin(), train.end());
   ArgParser parser("opt", "FILE.ir [options]", optDescription(), specs);
   int exitCode = 0;
   auto args = parser.parseCommand(argv, exitCode, "input file (use '-' for stdin)");
@@ -72,6 +77,13 @@ int runOpt(const std::vector<std::string> &argv) {
     reportError(layout.takeError());
     return 2;
   }
+  auto training = trainingFromArgs(*args);
+  if (!training) {
+    reportError(training.takeError());
+    return 2;
+  }
+  if (*training)
+    (*training)->precision = *precision;
   passes::Pipeline pipeline;
   if (auto spec = args->get("passes")) {
     auto p = passes::parsePipeline(*spec);
@@ -126,6 +138,11 @@ int runOpt(const std::vector<std::string> &argv) {
       if (*precision)
         ctx.precision = **precision;
       ctx.layout = *layout;
+      passes::TrainingSummary summary;
+      if (*training) {
+        ctx.training = &**training;
+        ctx.trainingSummary = &summary;
+      }
       err = pm.run(**g, pipeline, ctx);
     }
     if (err) {

@@ -236,6 +236,17 @@ using GradFn = llvm::Error (*)(GradBuilder &, const Node &);
 /// and returns the values that replace its results. Autodiff decomposes an op that
 /// has no gradient rule of its own; an error says which form is not supported.
 using DecomposeFn = llvm::Expected<std::vector<Value *>> (*)(GradBuilder &, const Node &);
+class Graph;
+/// Puts a node into its training-mode form where that differs from inference
+/// (BatchNormalization: batch statistics; its running statistics become state
+/// variables that the step updates). May replace the node.
+using TrainingFormFn = llvm::Error (*)(Graph &g, Node &n);
+/// Builds a node's inference-mode form on `operands` (the evaluation schedule beside
+/// a training step) where it differs from a copy: BatchNormalization on its running
+/// statistics, Dropout the identity. Returns the values standing for the node's
+/// results (null for a result the form does not have), or nullopt: copy the node.
+using InferenceFormFn = std::optional<std::vector<Value *>> (*)(
+    Graph &g, const Node &n, const std::vector<Value *> &operands);
 /// Refines an op's FP16 policy for one node (e.g. Pow by a constant 2 is safe).
 using Fp16RefineFn = Fp16Policy (*)(const Node &);
 
@@ -261,6 +272,9 @@ struct OpDef {
   GradFn gradient = nullptr;
   /// Null: the op is differentiated through its own rule or not at all.
   DecomposeFn decompose = nullptr;
+  /// Training and inference forms, where an op has both (null: the same in both).
+  TrainingFormFn trainingForm = nullptr;
+  InferenceFormFn inferenceForm = nullptr;
   /// Float operands that are state, not weights: a constant used only there does
   /// not become a trainable parameter (BatchNormalization's running statistics).
   std::vector<unsigned> stateOperands;
@@ -323,6 +337,9 @@ public:
   }
   OpBuilder &gradient(GradFn f) { return d_.gradient = f, *this; }
   OpBuilder &decompose(DecomposeFn f) { return d_.decompose = f, *this; }
+  OpBuilder &modes(TrainingFormFn training, InferenceFormFn inference) {
+    return d_.trainingForm = training, d_.inferenceForm = inference, *this;
+  }
   OpBuilder &stateOperands(std::vector<unsigned> ops) {
     return d_.stateOperands = std::move(ops), *this;
   }

@@ -28,12 +28,19 @@ struct PrecisionOptions {
 /// networks in FP16/BF16 to channels-last; nchw keeps the model's layout.
 enum class LayoutMode { Auto, NCHW, NHWC };
 
+struct TrainingOptions; // dlc/passes/Training.h
+struct TrainingSummary;
+
 /// State shared by the passes of one pipeline run.
 struct PassContext {
   /// Constant folding does not create constants with more elements than this.
   int64_t foldElementLimit = int64_t{1} << 22;
   PrecisionOptions precision;
   LayoutMode layout = LayoutMode::Auto;
+  /// The training step's options (`dlc compile --train`): the training passes
+  /// (Training.h) need them, and count what they did in `trainingSummary`.
+  const TrainingOptions *training = nullptr;
+  TrainingSummary *trainingSummary = nullptr;
   /// Errors a pass could not recover from; the pass manager stops and reports them.
   void fail(llvm::Error e) { errors.push_back(llvm::toString(std::move(e))); }
   std::vector<std::string> errors;
@@ -87,6 +94,10 @@ struct PassManagerOptions {
   llvm::raw_ostream *printStream = nullptr; // default: llvm::errs()
   /// Stop a fixed-point stage after this many rounds (a rewrite cycle is a bug).
   int maxRounds = 16;
+  /// A pass's error starts with "pass 'NAME' failed: " (dlc opt); a pipeline whose
+  /// errors are about the user's model and options (the training step's) says them
+  /// plainly.
+  bool namePassInErrors = true;
 };
 
 class PassManager {

@@ -1,25 +1,29 @@
 //===- Training.h - The training step as a graph ----------------*- C++ -*-===//
 //
-// `dlc compile --train` turns an inference graph into one training step:
-//   1. the trainable constants become parameters (promoteTrainableConstants);
-//   2. BatchNormalization switches to batch statistics, and its running
-//      statistics become state variables updated each step;
-//   3. the loss is appended (cross-entropy on class indices, mean squared error,
-//      or the model's own scalar output);
-//   4. autodiff appends the backward graph;
-//   5. the optimizer's update of every parameter and of its state (momentum,
-//      Adam's moments, the step count) is appended as graph updates.
-// Mixed precision (TrainingOptions::precision): the precision pass lowers the
-// forward graph and the loss before autodiff, so the parameters stay FP32 master
-// weights read through casts, the backward follows the forward's precision (the
-// gradient of a cast is the cast back), and the optimizer runs in FP32. FP16 adds
-// dynamic loss scaling: the loss gradient is seeded with the state variable
+// `dlc compile --train` turns an inference graph into one training step with a
+// pipeline of passes (trainingPipeline), each usable alone through `dlc opt --train`:
+//   train-step          every op takes its training form (OpDef::trainingForm:
+//                       BatchNormalization on batch statistics, its running
+//                       statistics state variables updated each step), the trainable
+//                       constants become parameters, the model in inference form
+//                       (OpDef::inferenceForm) is copied beside the step as outputs
+//                       named kEvalOutputPrefix + NAME (the package's evaluation
+//                       schedule), and the loss is appended (cross-entropy on class
+//                       indices, mean squared error, or the model's own scalar output);
+//   sync-batchnorm      data parallel: BatchNorm on the global batch's statistics;
+//   decompose, precision  mixed precision: the forward graph and the loss lowered, so
+//                       the parameters stay FP32 master weights read through casts,
+//                       the backward follows the forward's precision (the gradient of
+//                       a cast is the cast back) and the optimizer runs in FP32;
+//   autodiff            the backward graph; the gradients become outputs grad.NAME;
+//   allreduce-gradients data parallel: the gradients averaged over the ranks;
+//   optimizer           the update of every parameter and of its state (momentum,
+//                       Adam's moments, the step count), as graph updates;
+//   zero-shard          ZeRO-1, in the optimizer's place.
+// FP16 adds dynamic loss scaling: the loss gradient is seeded with the state variable
 // `amp.loss_scale`; the FP32 gradients are unscaled and checked for Inf/NaN; a step
-// with one keeps every parameter and optimizer state (a skipped step) and halves
-// the scale, and `amp.growth_interval` clean steps in a row double it.
-// Beside the step, the same model in inference mode (BatchNormalization on its
-// running statistics, Dropout off) with its loss, sharing the inputs and variables,
-// as outputs named kEvalOutputPrefix + NAME: the package's evaluation schedule.
+// with one keeps every parameter and optimizer state (a skipped step) and halves the
+// scale, and `lossScaleGrowthInterval` clean steps in a row double it.
 // The result is an ordinary graph: every later pass, the kernels and the memory
 // planner treat the backward and the optimizer like any other nodes.
 //===----------------------------------------------------------------------===//
@@ -29,7 +33,6 @@
 #include "dlc/passes/Pass.h"
 
 #include <optional>
-#include <regex>
 
 namespace dlc::passes {
 
@@ -79,11 +82,23 @@ struct TrainingSummary {
   std::string loss;             // the loss output's name
 };
 
+/// The passes that turn an inference graph into a training step, in order:
+///   train-step           the training form, trainable parameters, the evaluation
+///                        copy, the loss (and FP16's loss-scale state)
+///   sync-batchnorm       (--sync-batchnorm) BatchNorm on the global batch's statistics
+///   decompose, precision (mixed precision) the forward graph and the loss lowered
+///   autodiff             the gradients, as outputs grad.NAME
+///   allreduce-gradients  (--data-parallel) the gradients averaged over the ranks
+///   optimizer            the parameters' and the optimizer state's updates
+///   zero-shard           (--zero, instead of the two before) ZeRO-1's sharded step
+Pipeline trainingPipeline(const TrainingOptions &opts);
+
 /// Rewrites `g` (an inference graph whose first output is the model's prediction)
-/// into a training step. Errors name what the user gave: a label name taken by an
-/// input, --freeze matching nothing, a model with nothing to train, a --loss none
-/// output that is not a scalar.
-llvm::Expected<TrainingSummary> buildTrainingStep(ir::Graph &g, const TrainingOptions &opts);
+/// into a training step by running trainingPipeline. Errors name what the user
+/// gave: a label name taken by an input, --freeze matching nothing, a model with
+/// nothing to train, a --loss none output that is not a scalar.
+llvm::Expected<TrainingSummary> buildTrainingStep(ir::Graph &g, const TrainingOptions &opts,
+                                                  const PassManagerOptions &pm = {});
 
 llvm::Expected<LossKind> parseLossKind(std::string_view s);
 llvm::Expected<OptimizerKind> parseOptimizerKind(std::string_view s);
