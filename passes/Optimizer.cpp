@@ -83,8 +83,9 @@ Value *OptimizerBuilder::step(Value *p, Value *d) {
     Value *base = o.optimizer == OptimizerKind::AdamW && o.weightDecay != 0
                       ? b_.scale(p, 1 - o.lr * o.weightDecay)
                       : p;
-    Value *denom = b_.add(b_.div(b_.op(OpKind::Sqrt, {v1}), b_.cast(b_.op(OpKind::Sqrt, {bc2_}), dt)),
-                          b_.scalar(o.eps, dt));
+    Value *denom =
+        b_.add(b_.div(b_.op(OpKind::Sqrt, {v1}), b_.cast(b_.op(OpKind::Sqrt, {bc2_}), dt)),
+               b_.scalar(o.eps, dt));
     Value *stepSize = b_.cast(b_.div(b_.scalar(o.lr, DType::F32), bc1_), dt);
     return b_.sub(base, b_.mul(stepSize, b_.div(m1, denom)));
   }

@@ -3,6 +3,16 @@
 
 namespace dlc::passes {
 
+llvm::Expected<LayoutMode> parseLayoutMode(std::string_view s) {
+  if (s == "auto")
+    return LayoutMode::Auto;
+  if (s == "nchw")
+    return LayoutMode::NCHW;
+  if (s == "nhwc")
+    return LayoutMode::NHWC;
+  return ir::errorf("--layout must be auto, nchw or nhwc, got '{0}'", s);
+}
+
 #define PASS(NAME, CLASS, SUMMARY) std::unique_ptr<Pass> create##CLASS();
 #include "Passes.def"
 

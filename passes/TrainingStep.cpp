@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 #include "TrainingSupport.h"
 
+#include <cmath>
 #include <regex>
 #include <unordered_map>
 #include <unordered_set>
@@ -180,8 +181,7 @@ std::optional<std::vector<Value *>> cloneForEvaluation(Graph &g,
       types.push_back(n->result(r)->type());
       names.push_back(g.uniqueName(n->result(r)->name() + ".eval"));
     }
-    Node *c =
-        g.createNode(n->kind(), ops, types, n->attrs(), n->name() + ".eval", nullptr, names);
+    Node *c = g.createNode(n->kind(), ops, types, n->attrs(), n->name() + ".eval", nullptr, names);
     for (unsigned r = 0; r < n->numResults(); ++r)
       map[n->result(r)] = c->result(r);
   }
@@ -273,8 +273,7 @@ private:
       outs.push_back({std::string(kEvalOutputPrefix) + sum.loss, *evalLoss});
       for (size_t i = 0; i < modelOutputs.size(); ++i)
         if (modelOutputs[i].value != *loss)
-          outs.push_back(
-              {std::string(kEvalOutputPrefix) + modelOutputs[i].name, (*evalValues)[i]});
+          outs.push_back({std::string(kEvalOutputPrefix) + modelOutputs[i].name, (*evalValues)[i]});
       sum.evaluation = true;
     }
     for (const GraphOutput &o : g.outputs())
@@ -323,15 +322,45 @@ Pipeline trainingPipeline(const TrainingOptions &opts) {
   return {stage};
 }
 
-llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOptions &opts,
-                                                  const PassManagerOptions &pm) {
+llvm::Error validateTrainingOptions(const TrainingOptions &opts) {
+  auto text = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%g", v);
+    return std::string(buf);
+  };
+  if (opts.label.empty())
+    return makeError("--label must not be empty");
+  struct Num {
+    const char *name;
+    double value;
+    bool belowOne; // in [0, 1), else any finite number >= 0
+  };
+  for (Num n : {Num{"lr", opts.lr, false}, Num{"momentum", opts.momentum, true},
+                Num{"beta1", opts.beta1, true}, Num{"beta2", opts.beta2, true},
+                Num{"eps", opts.eps, true}, Num{"weight-decay", opts.weightDecay, false}})
+    if (!std::isfinite(n.value) || n.value < 0 || (n.belowOne && n.value >= 1))
+      return errorf("--{0} must be a number {1}, got {2}", n.name,
+                    n.belowOne ? "in [0, 1)" : ">= 0", text(n.value));
+  if (!std::isfinite(opts.initLossScale) || opts.initLossScale < 1 || opts.initLossScale > 3.0e38)
+    return errorf("--loss-scale must be a number in [1, 3e38], got {0}", text(opts.initLossScale));
+  if (opts.bucketBytes && (*opts.bucketBytes < 1 || *opts.bucketBytes > (1ull << 40)))
+    return makeError("--bucket-mb must be a number of MiB in (0, 1048576]");
   if (opts.syncBatchNorm && !opts.bucketBytes)
     return makeError("--sync-batchnorm goes with --data-parallel");
   bool lossScaling = opts.precision && opts.precision->reduced == DType::F16;
-  if (opts.zeroRanks && (!opts.bucketBytes || *opts.zeroRanks < 2 || lossScaling))
+  if (opts.zeroRanks &&
+      (!opts.bucketBytes || *opts.zeroRanks < 2 || *opts.zeroRanks > 65536 || lossScaling))
     return makeError(!opts.bucketBytes ? "--zero goes with --data-parallel"
-                     : lossScaling     ? "--zero with --fp16's loss scaling is not supported (use --bf16)"
-                                       : "--zero needs at least 2 ranks");
+                     : lossScaling
+                         ? "--zero with --fp16's loss scaling is not supported (use --bf16)"
+                         : "--zero must be a number of ranks in [2, 65536]");
+  return llvm::Error::success();
+}
+
+llvm::Expected<TrainingSummary> buildTrainingStep(Graph &g, const TrainingOptions &opts,
+                                                  const PassManagerOptions &pm) {
+  if (auto e = validateTrainingOptions(opts))
+    return e;
   TrainingSummary sum;
   PassContext ctx;
   ctx.training = &opts;

@@ -59,8 +59,8 @@ private:
       const Gradient &gr = go.gradient;
       if (gr.parameter->dtype() != dt)
         return errorf("--zero shards one flat vector of parameters: '{0}' is {1}, '{2}' {3}",
-                      grads.front().gradient.parameter->name(), dtypeName(dt),
-                      gr.parameter->name(), dtypeName(gr.parameter->dtype()));
+                      grads.front().gradient.parameter->name(), dtypeName(dt), gr.parameter->name(),
+                      dtypeName(gr.parameter->dtype()));
       int64_t n = gr.parameter->type().numElements();
       flatGrads.push_back(b.reshape(gr.grad, Shape{n}));
       flatParams.push_back(b.reshape(gr.parameter, Shape{n}));
@@ -72,7 +72,8 @@ private:
       flatParams.push_back(b.full(0, dt, Shape{pad}));
     }
     auto concat = [&](std::vector<Value *> &parts) {
-      return parts.size() == 1 ? parts.front() : b.op(OpKind::Concat, parts, {{"axis", int64_t{0}}});
+      return parts.size() == 1 ? parts.front()
+                               : b.op(OpKind::Concat, parts, {{"axis", int64_t{0}}});
     };
     AttrMap r{{"ranks", ranks}};
     Value *gradShare = b.op(OpKind::ReduceScatter, {concat(flatGrads)}, r);

@@ -15,8 +15,9 @@ missing input, raises ValueError naming the input. A package compiled with
 `--input-shape` ranges takes any shape inside them; `get_inputs()` shows a ranged
 dimension as the string "MIN..MAX", as ONNX Runtime shows a symbolic one.
 
-dlc.compile() runs `dlc compile` in this process, and an InferenceSession given an
-.onnx model compiles it first (cached by content and options under ~/.cache/dlc).
+dlc.compile() calls the compiler in this process (the library `dlc compile` calls),
+and an InferenceSession given an .onnx model compiles it first (cached by content
+and options under ~/.cache/dlc).
 
 A session may be used from several threads at once: each call runs on its own arena
 (sessions are pooled; the weights are loaded once), with the GIL released.
@@ -25,15 +26,13 @@ import os
 import warnings
 
 import hashlib
-import tempfile
+import json
 
 from . import _dlc as _dlc_module
 from ._dlc import CompileError, DataError, Error, package_format_version, runtime_api_version
 from ._dlc import Session as _Session
 from ._dlc import TrainingSession as _TrainingSession
 from ._dlc import compile as _compile
-from ._dlc import export as _export
-from ._dlc import inspect as _inspect
 
 __all__ = ["compile", "InferenceSession", "TrainingSession", "NodeArg", "Error", "CompileError", "DataError",
            "runtime_api_version"]
@@ -69,44 +68,15 @@ def _model_bytes(model):
     return None
 
 
-def _train_args(train, loss, label, optimizer, lr, momentum, weight_decay):
+def _train_options(train, loss, label, optimizer, lr, momentum, weight_decay):
     given = {"loss": loss, "label": label, "optimizer": optimizer, "lr": lr, "momentum": momentum,
              "weight_decay": weight_decay}
+    given = {k: v for k, v in given.items() if v is not None}
     if not train:
-        extra = [k for k, v in given.items() if v is not None]
-        if extra:
-            raise ValueError("%s go with train=True" % ", ".join(extra))
-        return []
-    args = ["--train"]
-    for k, v in given.items():
-        if v is not None:
-            args += ["--" + k.replace("_", "-"), str(v)]
-    return args
-
-
-def _compile_args(output, target, fp16, bf16, layout, input_shapes, opt_level, cache_dir, verbose):
-    if fp16 and bf16:
-        raise ValueError("fp16 and bf16 exclude each other")
-    if layout not in ("auto", "nchw", "nhwc"):
-        raise ValueError("layout must be 'auto', 'nchw' or 'nhwc', got %r" % (layout,))
-    if not isinstance(opt_level, int) or not 0 <= opt_level <= 3:
-        raise ValueError("opt_level must be 0 to 3, got %r" % (opt_level,))
-    args = ["-o", os.fspath(output), "-O%d" % opt_level, "--layout", layout]
-    if target:
-        args += ["--target", target if isinstance(target, str) else ",".join(target)]
-    if fp16:
-        args.append("--fp16")
-    if bf16:
-        args.append("--bf16")
-    for name, dims in (input_shapes or {}).items():
-        if isinstance(dims, str):
-            raise ValueError("input_shapes[%r] must be a list of dimensions (ints, or 'MIN..MAX' strings)" % name)
-        args += ["--input-shape", "%s=%s" % (name, ",".join(str(d) for d in dims))]
-    if cache_dir:
-        args += ["--cache-dir", os.fspath(cache_dir)]
-    if not verbose:
-        args.append("-q")
-    return args
+        if given:
+            raise ValueError("%s go with train=True" % ", ".join(given))
+        return None
+    return given
 
 
 def compile(model, output=None, *, target=None, fp16=False, bf16=False, layout="auto", input_shapes=None,
@@ -123,24 +93,31 @@ def compile(model, output=None, *, target=None, fp16=False, bf16=False, layout="
     training step (for TrainingSession) with loss ("cross-entropy", "mse", "none"),
     label (the label input's name), optimizer ("sgd", "momentum", "adam", "adamw"), lr,
     momentum and weight_decay (dlc compile --train's options and defaults). Errors raise
-    dlc.CompileError with dlc's message."""
-    training = _train_args(train, loss, label, optimizer, lr, momentum, weight_decay)
+    dlc.CompileError with dlc's message; bad options raise ValueError."""
+    training = _train_options(train, loss, label, optimizer, lr, momentum, weight_decay)
+    if fp16 and bf16:
+        raise ValueError("fp16 and bf16 exclude each other")
+    if layout not in ("auto", "nchw", "nhwc"):
+        raise ValueError("layout must be 'auto', 'nchw' or 'nhwc', got %r" % (layout,))
+    if not isinstance(opt_level, int) or not 0 <= opt_level <= 3:
+        raise ValueError("opt_level must be 0 to 3, got %r" % (opt_level,))
+    shapes = {}
+    for name, dims in (input_shapes or {}).items():
+        if isinstance(dims, str):
+            raise ValueError("input_shapes[%r] must be a list of dimensions (ints, or 'MIN..MAX' strings)" % name)
+        shapes[name] = [str(d) for d in dims]
+    targets = [] if not target else (target.split(",") if isinstance(target, str) else list(target))
     data = _model_bytes(model)
     if data is None:
         path = os.fspath(model)
         if output is None:
             output = os.path.splitext(path)[0] + ".dlc"
-        _compile([path] + _compile_args(output, target, fp16, bf16, layout, input_shapes, opt_level, cache_dir,
-                                        verbose) + training)
-        return os.fspath(output)
-    if output is None:
+    elif output is None:
         raise ValueError("compile(): give output= when the model is bytes or an onnx.ModelProto")
-    with tempfile.TemporaryDirectory(prefix="dlc-") as d:
-        path = os.path.join(d, "model.onnx")
-        with open(path, "wb") as f:
-            f.write(data)
-        _compile([path] + _compile_args(output, target, fp16, bf16, layout, input_shapes, opt_level, cache_dir,
-                                        verbose) + training)
+    else:
+        path = "<bytes>"
+    _compile(path, os.fspath(output), data, targets, bool(fp16), bool(bf16), layout, shapes, opt_level,
+             os.fspath(cache_dir) if cache_dir else "", bool(verbose), training)
     return os.fspath(output)
 
 
@@ -174,26 +151,15 @@ def _cached_package(model_path_or_bytes, options):
 
 class _Package:
     """What both session kinds share: the native session over a package given as a path
-    or as bytes, its inputs and outputs as NodeArgs, and the package as a file for the
-    commands that read one (inspect, export)."""
+    or as bytes, and its inputs and outputs as NodeArgs."""
 
     def _open(self, native, path_or_bytes, device, threads):
         if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-            self._bytes, self._path = bytes(path_or_bytes), None
+            self._s = native(bytes(path_or_bytes), device, threads)
         else:
-            self._bytes, self._path = None, os.fspath(path_or_bytes)
-        self._s = native(self._path if self._bytes is None else self._bytes, device, threads)
+            self._s = native(os.fspath(path_or_bytes), device, threads)
         self._inputs = [NodeArg(i, i["min_shape"] != i["max_shape"]) for i in self._s.inputs()]
         self._outputs = [NodeArg(o, False) for o in self._s.outputs()]
-
-    def _file(self, folder):
-        """The package's path; a package given as bytes is written into `folder` first."""
-        if self._path is not None:
-            return self._path
-        path = os.path.join(folder, "model.dlc")
-        with open(path, "wb") as f:
-            f.write(self._bytes)
-        return path
 
     @property
     def device(self):
@@ -236,12 +202,7 @@ class InferenceSession(_Package):
         """`dlc inspect --json` of the package, as a dict: kernels, launches, resources
         per architecture, the memory plan, modeled traffic and latency (a model, not a
         measurement)."""
-        import json
-        with tempfile.TemporaryDirectory(prefix="dlc-") as d:
-            report = os.path.join(d, "inspect.json")
-            _inspect([self._file(d), "--json", "-o", report])
-            with open(report) as f:
-                return json.load(f)
+        return json.loads(self._s.inspect_json())
 
     def bench(self, iterations=100, warmup=10, input_feed=None, shapes=None, seed=0):
         """Times `iterations` runs after `warmup`, as `dlc bench` does: uploading the
@@ -263,21 +224,13 @@ class InferenceSession(_Package):
                     input_feed[i.name] = np.zeros(shape, i.dtype)
             if shapes:
                 raise ValueError("shapes names no input: %s" % ", ".join(sorted(shapes)))
-        h2d, compute, d2h = self._s.bench_times(input_feed, warmup, iterations)
-
-        def stats(v):
-            v = sorted(v)
-            at = lambda q: v[min(len(v) - 1, max(0, int(np.ceil(q * len(v))) - 1))]  # noqa: E731
-            return {"min": v[0], "median": at(0.5), "p90": at(0.9), "p99": at(0.99), "max": v[-1]}
-
+        times = self._s.bench(input_feed, warmup, iterations)
         first = next(iter(input_feed.values()), None) if self._inputs else None
         batch = int(first.shape[0]) if first is not None and first.ndim else 1
-        med = stats(compute)["median"]
-        return {"device": self.device, "iterations": iterations, "warmup": warmup, "batch": batch,
-                "h2d_ms": stats(h2d), "compute_ms": stats(compute), "d2h_ms": stats(d2h),
-                "total_ms": stats([a + b + c for a, b, c in zip(h2d, compute, d2h)]),
-                "inferences_per_s": 1000.0 / med if med > 0 else float("inf"),
-                "samples_per_s": 1000.0 * batch / med if med > 0 else float("inf")}
+        med = times["compute_ms"]["median"]
+        return dict(times, device=self.device, iterations=iterations, warmup=warmup, batch=batch,
+                    inferences_per_s=1000.0 / med if med > 0 else float("inf"),
+                    samples_per_s=1000.0 * batch / med if med > 0 else float("inf"))
 
     def run(self, output_names, input_feed, run_options=None):
         """Runs the package on `input_feed` ({name: numpy array}, every input) and
@@ -349,8 +302,5 @@ class TrainingSession(_Package):
     def export_onnx(self, path):
         """The ONNX model the package was compiled from, with the current variables'
         values (dlc export)."""
-        with tempfile.TemporaryDirectory(prefix="dlc-") as d:
-            ckpt = os.path.join(d, "ckpt.npz")
-            self.save_checkpoint(ckpt)
-            _export([self._file(d), "--checkpoint", ckpt, "-o", os.fspath(path)])
+        self._s.export_onnx(os.fspath(path))
         return os.fspath(path)

@@ -2,6 +2,8 @@
 //
 // A pybind11 extension over the C++ runtime (dlcrt): a Session loads a package once
 // (rt::Model: the weights are shared) and runs it from any number of Python threads.
+// The compiler, inspect and export are the library calls of dlc/driver (the dlc
+// command line calls the same), with options as arguments and results as values.
 // Each call takes an idle rt::Session from a pool (one is created when none is idle),
 // so calls from several threads run concurrently, each on its own arena, and the GIL
 // is released while inputs are uploaded, the schedule runs and outputs come back.
@@ -10,12 +12,16 @@
 // conventions (InferenceSession, NodeArg, providers) live in the Python layer
 // (python/dlc/__init__.py).
 //===----------------------------------------------------------------------===//
-#include "Args.h"
-#include "Commands.h"
+#include "dlc/codegen/Artifacts.h"
+#include "dlc/driver/Compile.h"
+#include "dlc/driver/Export.h"
+#include "dlc/driver/Inspect.h"
 #include "dlc/runtime.h"
 #include "dlc/runtime/Runtime.h"
 
-#include <chrono>
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
 #include <cstring>
 #include <mutex>
 #include <pybind11/numpy.h>
@@ -41,24 +47,10 @@ py::handle errorType, dataErrorType, compileErrorType;
   throw py::error_already_set();
 }
 
-/// A dlc command (`dlc compile ARGS...`, `dlc export ...`) in this process: its
-/// messages raise `type` (dlc.CompileError for compile).
-void runCommand(int (*command)(const std::vector<std::string> &),
-                const std::vector<std::string> &args, py::handle type) {
-  int rc;
-  std::string message;
-  {
-    py::gil_scoped_release nogil;
-    tool::ErrorCapture capture;
-    rc = command(args);
-    message = capture.message();
-  }
-  if (rc != 0) {
-    PyErr_SetString(type.ptr(), message.empty()
-                                    ? ("dlc failed (exit " + std::to_string(rc) + ")").c_str()
-                                    : message.c_str());
-    throw py::error_already_set();
-  }
+/// An llvm::Error raised as `type` (dlc.CompileError, dlc.Error).
+[[noreturn]] void raise(llvm::Error e, py::handle type) {
+  PyErr_SetString(type.ptr(), llvm::toString(std::move(e)).c_str());
+  throw py::error_already_set();
 }
 
 /// The numpy dtype that carries a package dtype.
@@ -287,52 +279,53 @@ public:
     return result;
   }
 
-  /// Per iteration after `warmup`: the milliseconds of uploading the inputs, running
-  /// and downloading every output, as `dlc bench` times them (the GIL released).
-  py::tuple benchTimes(const py::dict &feed, int warmup, int iterations) {
-    if (warmup < 0 || iterations < 1)
-      throw py::value_error("warmup must be >= 0 and iterations >= 1");
+  /// rt::benchmark's order statistics (milliseconds) of uploading the inputs, running,
+  /// downloading every output and the three together, as `dlc bench` measures them
+  /// (the GIL released).
+  py::dict bench(const py::dict &feed, int warmup, int iterations) {
     const pkg::Package &m = model_->meta();
     std::vector<rt::HostTensor> tensors = tensorsOf(m, feed);
-    std::vector<double> h2d, compute, d2h;
+    std::vector<std::pair<std::string, rt::HostTensor>> upload;
+    for (size_t i = 0; i < tensors.size(); ++i)
+      upload.emplace_back(m.inputs()->Get(static_cast<uint32_t>(i))->name()->str(),
+                          std::move(tensors[i]));
     Status st;
+    rt::BenchTimes times;
     {
       py::gil_scoped_release nogil;
       std::unique_ptr<rt::Session> s = acquire(st);
-      std::vector<std::vector<uint8_t>> outs;
-      using clock = std::chrono::steady_clock;
-      auto ms = [](clock::duration d) {
-        return std::chrono::duration<double, std::milli>(d).count();
-      };
-      for (int i = 0; !st && i < warmup + iterations; ++i) {
-        auto t0 = clock::now();
-        st = setInputs(*s, m, tensors);
-        auto t1 = clock::now();
-        if (!st)
-          st = s->run();
-        auto t2 = clock::now();
-        if (outs.empty() && m.outputs())
-          for (const pkg::TensorInfo *o : *m.outputs()) {
-            size_t n = pkg::dtypeSize(o->dtype());
-            for (int64_t d : s->outputShape(o->name()->str()))
-              n *= static_cast<size_t>(d);
-            outs.emplace_back(n);
-          }
-        for (size_t k = 0; !st && k < outs.size(); ++k)
-          st = s->getOutputBytes(m.outputs()->Get(static_cast<uint32_t>(k))->name()->str(),
-                                 outs[k].data(), outs[k].size());
-        auto t3 = clock::now();
-        if (i >= warmup) {
-          h2d.push_back(ms(t1 - t0));
-          compute.push_back(ms(t2 - t1));
-          d2h.push_back(ms(t3 - t2));
-        }
+      if (!st) {
+        auto t = rt::benchmark(*s, upload, warmup, iterations);
+        if (t)
+          times = std::move(*t);
+        else
+          st = t.takeStatus();
       }
       release(std::move(s));
     }
     if (st)
       raise(st);
-    return py::make_tuple(h2d, compute, d2h);
+    auto stats = [](const std::vector<double> &v) {
+      rt::BenchStats b = rt::benchStats(v);
+      py::dict d;
+      d["min"] = b.min;
+      d["median"] = b.median;
+      d["p90"] = b.p90;
+      d["p99"] = b.p99;
+      d["max"] = b.max;
+      return d;
+    };
+    py::dict r;
+    r["h2d_ms"] = stats(times.h2d);
+    r["compute_ms"] = stats(times.compute);
+    r["d2h_ms"] = stats(times.d2h);
+    r["total_ms"] = stats(times.total);
+    return r;
+  }
+
+  /// driver::inspect's report as JSON text (`dlc inspect --json`).
+  std::string inspectJson() const {
+    return llvm::formatv("{0}", driver::toJson(driver::inspect(model_->file()))).str();
   }
 
 private:
@@ -491,6 +484,34 @@ public:
     locked([&] { return s_->resetVariables(); });
   }
 
+  /// The ONNX model the package was compiled from with the session's variables
+  /// (driver::exportOnnx, as `dlc export`), written atomically to `path`; returns the
+  /// number of initializers replaced.
+  size_t exportOnnx(const std::string &path) const {
+    std::map<std::string, rt::HostTensor> values;
+    locked([&] {
+      for (const std::string &name : s_->variableNames()) {
+        auto t = s_->getVariable(name);
+        if (!t)
+          return t.takeStatus();
+        values.emplace(name, std::move(*t));
+      }
+      return Status::ok();
+    });
+    llvm::Expected<size_t> replaced = [&]() -> llvm::Expected<size_t> {
+      py::gil_scoped_release nogil;
+      auto r = driver::exportOnnx(model_->file(), values, "the session");
+      if (!r)
+        return r.takeError();
+      if (auto e = codegen::writeFileAtomically(path, r->model))
+        return e;
+      return r->replaced.size();
+    }();
+    if (!replaced)
+      raise(replaced.takeError(), errorType);
+    return *replaced;
+  }
+
 private:
   std::shared_ptr<const rt::Model> model_;
   std::unique_ptr<rt::Session> s_;
@@ -545,6 +566,85 @@ template <class T> void constructors(py::class_<T> &c) {
            py::arg("path"), py::arg("device") = "auto", py::arg("threads") = 0);
 }
 
+/// dlc.compile: driver::compile with the Python layer's options (checked there for
+/// type; values are checked here). Bad options raise ValueError, a model that does
+/// not compile dlc.CompileError. The GIL is released while it compiles.
+void compileModel(const std::string &model, const std::string &output,
+                  const std::optional<py::bytes> &data, const std::vector<std::string> &targets,
+                  bool fp16, bool bf16, const std::string &layout,
+                  const std::map<std::string, std::vector<std::string>> &inputShapes, int optLevel,
+                  const std::string &cacheDir, bool verbose, const std::optional<py::dict> &train) {
+  auto check = [](llvm::Error e) {
+    if (e)
+      throw py::value_error(llvm::toString(std::move(e)));
+  };
+  driver::CompileOptions o;
+  o.model = model;
+  if (data)
+    o.modelBytes = std::string(*data);
+  o.output = output;
+  o.targets = targets;
+  o.optLevel = optLevel;
+  o.cacheDir = cacheDir;
+  if (fp16 || bf16) {
+    passes::PrecisionOptions po;
+    po.reduced = bf16 ? ir::DType::BF16 : ir::DType::F16;
+    o.precision = po;
+  }
+  auto mode = passes::parseLayoutMode(layout);
+  if (!mode)
+    check(mode.takeError());
+  o.layout = *mode;
+  for (const auto &[name, dims] : inputShapes) {
+    std::string spec = name + "=";
+    for (size_t i = 0; i < dims.size(); ++i)
+      spec += (i ? "," : "") + dims[i];
+    auto shape = driver::parseInputShape(spec);
+    if (!shape)
+      check(shape.takeError());
+    if (shape->ranged())
+      o.shapeRanges.push_back(*shape);
+    else
+      o.import.inputShapes[name] = shape->min;
+  }
+  if (train) {
+    passes::TrainingOptions t;
+    for (const auto &[key, value] : *train) {
+      std::string k = py::str(key);
+      if (k == "loss") {
+        auto l = passes::parseLossKind(py::str(value).cast<std::string>());
+        if (!l)
+          check(l.takeError());
+        t.loss = *l;
+      } else if (k == "optimizer") {
+        auto opt = passes::parseOptimizerKind(py::str(value).cast<std::string>());
+        if (!opt)
+          check(opt.takeError());
+        t.optimizer = *opt;
+      } else if (k == "label") {
+        t.label = py::str(value);
+      } else if (k == "lr" || k == "momentum" || k == "weight_decay") {
+        double v = value.cast<double>();
+        (k == "lr" ? t.lr : k == "momentum" ? t.momentum : t.weightDecay) = v;
+      } else {
+        throw py::value_error("unknown training option '" + k + "'");
+      }
+    }
+    check(passes::validateTrainingOptions(t));
+    o.training = t;
+  }
+  check(driver::validate(o));
+  o.onNote = [](const std::string &n) { llvm::errs() << "dlc: note: " << n << "\n"; };
+  if (verbose)
+    o.log = [](const std::string &line) { llvm::errs() << "dlc: " << line << "\n"; };
+  llvm::Expected<driver::CompileResult> r = [&] {
+    py::gil_scoped_release nogil;
+    return driver::compile(o);
+  }();
+  if (!r)
+    raise(r.takeError(), compileErrorType);
+}
+
 } // namespace
 } // namespace dlc::python
 
@@ -558,33 +658,19 @@ PYBIND11_MODULE(_dlc, m) {
   compileErrorType = py::exception<std::logic_error>(m, "CompileError", errorType.ptr()).release();
   m.attr("runtime_api_version") = DLC_RUNTIME_API_VERSION;
   m.attr("package_format_version") = dlc::pkg::kFormatVersion;
-  m.def(
-      "compile",
-      [](const std::vector<std::string> &args) {
-        runCommand(dlc::tool::runCompile, args, compileErrorType);
-      },
-      py::arg("args"),
-      "Runs `dlc compile ARGS...` in this process (dlc.compile builds the arguments)");
-  m.def(
-      "inspect",
-      [](const std::vector<std::string> &args) {
-        runCommand(dlc::tool::runInspect, args, errorType);
-      },
-      py::arg("args"), "Runs `dlc inspect ARGS...` in this process");
-  m.def(
-      "export",
-      [](const std::vector<std::string> &args) {
-        runCommand(dlc::tool::runExport, args, errorType);
-      },
-      py::arg("args"), "Runs `dlc export ARGS...` in this process");
+  m.def("compile", &compileModel, py::arg("model"), py::arg("output"), py::arg("data"),
+        py::arg("targets"), py::arg("fp16"), py::arg("bf16"), py::arg("layout"),
+        py::arg("input_shapes"), py::arg("opt_level"), py::arg("cache_dir"), py::arg("verbose"),
+        py::arg("train"),
+        "driver::compile: the model (a path, or its bytes in `data`) into a package at `output`");
   py::class_<Session> session(m, "Session");
   constructors(session);
   session.def_property_readonly("device", &Session::device)
       .def("inputs", &Session::inputs)
       .def("outputs", &Session::outputs)
       .def("run", &Session::run, py::arg("feed"), py::arg("names") = py::none())
-      .def("bench_times", &Session::benchTimes, py::arg("feed"), py::arg("warmup"),
-           py::arg("iterations"));
+      .def("bench", &Session::bench, py::arg("feed"), py::arg("warmup"), py::arg("iterations"))
+      .def("inspect_json", &Session::inspectJson);
   py::class_<TrainingSession> training(m, "TrainingSession");
   constructors(training);
   training.def_property_readonly("device", &TrainingSession::device)
@@ -596,5 +682,6 @@ PYBIND11_MODULE(_dlc, m) {
       .def("set_variables", &TrainingSession::setVariables, py::arg("values"))
       .def("save_checkpoint", &TrainingSession::saveCheckpoint, py::arg("path"))
       .def("load_checkpoint", &TrainingSession::loadCheckpoint, py::arg("path"))
-      .def("reset", &TrainingSession::reset);
+      .def("reset", &TrainingSession::reset)
+      .def("export_onnx", &TrainingSession::exportOnnx, py::arg("path"));
 }

@@ -494,51 +494,20 @@ int benchMain(const std::vector<std::string> &args, const CliContext &ctx) {
                                      : std::vector<int64_t>{};
     batch = first.empty() ? 1 : first[0];
   }
-  // Host copies of the inputs at the shapes they were set to, re-uploaded every
-  // iteration to time H2D; the outputs' shapes are known after the first run.
-  std::vector<rt::HostTensor> hostIn, hostOut;
-  if (m.inputs())
+  // Random inputs are uploaded again every run (timing h2d); given ones stay as set.
+  std::vector<std::pair<std::string, rt::HostTensor>> upload;
+  if (m.inputs() && !p.opts.count("input"))
     for (const pkg::TensorInfo *in : *m.inputs())
-      hostIn.push_back(
+      upload.emplace_back(
+          in->name()->str(),
           rt::HostTensor::zeros(in->dtype(), o->session->inputShape(in->name()->str())));
-  using clock = std::chrono::steady_clock;
-  auto ms = [](clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
-  std::vector<double> h2d, compute, d2h, total;
-  for (int64_t i = 0; i < warmup + iters; ++i) {
-    auto t0 = clock::now();
-    if (i >= warmup && !p.opts.count("input")) // given inputs stay as set; random ones re-upload
-      for (size_t k = 0; k < hostIn.size(); ++k)
-        if (Status s = o->session->setInputBytes(m.inputs()->Get(k)->name()->str(),
-                                                 hostIn[k].data.data(), hostIn[k].data.size()))
-          return fail(ctx, s.message());
-    auto t1 = clock::now();
-    if (Status s = o->session->run())
-      return fail(ctx, s.message());
-    if (hostOut.empty() && m.outputs())
-      for (const pkg::TensorInfo *out : *m.outputs())
-        hostOut.push_back(
-            rt::HostTensor::zeros(out->dtype(), o->session->outputShape(out->name()->str())));
-    auto t2 = clock::now();
-    for (size_t k = 0; k < hostOut.size(); ++k)
-      if (Status s = o->session->getOutputBytes(m.outputs()->Get(k)->name()->str(),
-                                                hostOut[k].data.data(), hostOut[k].data.size()))
-        return fail(ctx, s.message());
-    auto t3 = clock::now();
-    if (i >= warmup) {
-      h2d.push_back(ms(t1 - t0));
-      compute.push_back(ms(t2 - t1));
-      d2h.push_back(ms(t3 - t2));
-      total.push_back(ms(t3 - t0));
-    }
-  }
-  auto stat = [](std::vector<double> v, double q) {
-    std::sort(v.begin(), v.end());
-    size_t idx = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
-    return v[std::min(v.size() - 1, idx == 0 ? 0 : idx - 1)];
-  };
+  auto times = rt::benchmark(*o->session, upload, warmup, iters);
+  if (!times)
+    return fail(ctx, times.status().message());
   auto line = [&](const char *what, const std::vector<double> &v) {
-    std::printf("%-10s min %9.4f  median %9.4f  p90 %9.4f  p99 %9.4f  max %9.4f ms\n", what,
-                stat(v, 0.0), stat(v, 0.5), stat(v, 0.9), stat(v, 0.99), stat(v, 1.0));
+    rt::BenchStats st = rt::benchStats(v);
+    std::printf("%-10s min %9.4f  median %9.4f  p90 %9.4f  p99 %9.4f  max %9.4f ms\n", what, st.min,
+                st.median, st.p90, st.p99, st.max);
   };
   std::printf("device: %s\n", o->session->backendDescription().c_str());
   if (o->session->deviceKind() == rt::DeviceKind::Emu)
@@ -548,11 +517,11 @@ int benchMain(const std::vector<std::string> &args, const CliContext &ctx) {
     std::printf("note: %s\n", o->session->backendNote().c_str());
   std::printf("iterations: %" PRId64 " (after %" PRId64 " warm-up), batch %" PRId64 "\n", iters,
               warmup, batch);
-  line("h2d", h2d);
-  line("compute", compute);
-  line("d2h", d2h);
-  line("total", total);
-  double med = stat(compute, 0.5);
+  line("h2d", times->h2d);
+  line("compute", times->compute);
+  line("d2h", times->d2h);
+  line("total", times->total);
+  double med = rt::benchStats(times->compute).median;
   std::printf("throughput: %.2f inferences/s, %.2f samples/s (compute median)\n", 1000.0 / med,
               1000.0 * static_cast<double>(batch) / med);
   return 0;

@@ -146,7 +146,7 @@ def main():
                             ["--opt-shape", "dimension 3 is 700, outside 32..640"]),
                            (["--input-shape", "image=1,1,16,32..640", "--max-shape-variants", "100"],
                             ["span more than 100 shapes"]),
-                           (["--input-shape", "image=1,1,16,32..640", "--train", "--loss", "cross_entropy"],
+                           (["--input-shape", "image=1,1,16,32..640", "--train", "--loss", "cross-entropy"],
                             ["--train takes one shape per input, not a range"]),
                            (["--input-shape", "image=1,1,16,32..640", "--emit", "lib"],
                             ["--emit lib takes one shape per input, not a range"])):

@@ -153,24 +153,12 @@ int writeReport(const Args &args, const std::string &text) {
   return 0;
 }
 
-namespace {
-thread_local ErrorCapture *capture = nullptr;
-} // namespace
-
-ErrorCapture::ErrorCapture() : outer_(capture) {
-  capture = this;
-}
-ErrorCapture::~ErrorCapture() {
-  capture = outer_;
-}
-
 void reportError(llvm::Error e) {
-  std::string msg = llvm::toString(std::move(e));
-  if (capture) {
-    capture->message_ += (capture->message_.empty() ? "" : "\n") + msg;
-    return;
-  }
-  llvm::errs() << "dlc: error: " << msg << "\n";
+  reportError(llvm::toString(std::move(e)));
+}
+
+void reportError(const std::string &message) {
+  llvm::errs() << "dlc: error: " << message << "\n";
 }
 
 } // namespace dlc::tool

@@ -60,24 +60,8 @@ private:
 /// without one; returns the exit code (1 with the error reported).
 int writeReport(const Args &args, const std::string &text);
 
-/// Prints "dlc: error: <message>" (one line per message line) to stderr, or, while an
-/// ErrorCapture is alive on this thread, keeps the message there instead.
+/// Prints "dlc: error: <message>" to stderr.
 void reportError(llvm::Error e);
-
-/// Takes the messages of reportError on this thread for its lifetime: a command run
-/// in-process (the Python package's dlc.compile) returns them instead of printing.
-class ErrorCapture {
-public:
-  ErrorCapture();
-  ~ErrorCapture();
-  ErrorCapture(const ErrorCapture &) = delete;
-  ErrorCapture &operator=(const ErrorCapture &) = delete;
-  const std::string &message() const { return message_; }
-
-private:
-  friend void reportError(llvm::Error e);
-  std::string message_;
-  ErrorCapture *outer_;
-};
+void reportError(const std::string &message);
 
 } // namespace dlc::tool

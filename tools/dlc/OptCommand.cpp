@@ -1,8 +1,6 @@
 //===- OptCommand.cpp - `dlc opt`: run passes on textual IR ----------------===//
-#include "Args.h"
 #include "Commands.h"
-#include "Precision.h"
-#include "Train.h"
+#include "Options.h"
 #include "dlc/ir/TextIR.h"
 #include "dlc/passes/Pass.h"
 #include "dlc/passes/Training.h"
@@ -97,9 +95,7 @@ int runOpt(const std::vector<std::string> &argv) {
     pipeline = passes::defaultPipeline(level, bool(*precision),
                                        passes::needsLayoutPass(*layout, bool(*precision)));
   }
-  passes::PassManagerOptions pmOpts;
-  pmOpts.verifyEach = args->has("verify-each");
-  pmOpts.printAfterAll = args->has("print-ir-after-all");
+  passes::PassManagerOptions pmOpts = passManagerFromArgs(*args);
   for (const std::string &p : args->getAll("print-ir-after"))
     pmOpts.printAfter.insert(p);
   pmOpts.stopAfter = args->getOr("stop-after", "");

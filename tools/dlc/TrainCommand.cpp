@@ -1,19 +1,15 @@
-//===- TrainCommand.cpp - `dlc train`, `dlc export`, --train options -------===//
+//===- TrainCommand.cpp - `dlc train`: a training package over .npz data ---===//
 //
 // `dlc train` runs a training package's step over the batches of an .npz file:
 // shuffled per epoch from --seed (or in order with --no-shuffle), a progress bar
 // with the loss and samples/s, one JSON line per step with --log, the variables
 // saved to a checkpoint (.npz, written atomically) after every epoch, and an
 // evaluation pass over --eval-data that runs the step without committing it.
-// `dlc export` writes the model the package was compiled from with the values of a
-// checkpoint.
 //===----------------------------------------------------------------------===//
+#include "Args.h"
 #include "Commands.h"
 #include "Ranks.h"
-#include "Train.h"
-#include "dlc/codegen/Artifacts.h"
-#include "dlc/frontend/OnnxImporter.h"
-#include "dlc/ir/Graph.h"
+#include "dlc/passes/Training.h"
 
 #include "llvm/Support/Format.h"
 #include "llvm/Support/JSON.h"
@@ -29,121 +25,6 @@
 #include <zlib.h>
 
 namespace dlc::tool {
-
-std::vector<OptSpec> trainingOptionSpecs() {
-  return {
-      {"train", 0, false, false, "",
-       "Compile the training step (forward, backward, optimizer update)"},
-      {"loss", 0, true, false, "KIND",
-       "--train: cross-entropy (class indices, default), mse, or none (the model outputs its "
-       "loss)"},
-      {"label", 0, true, false, "NAME", "--train: the label input the loss adds (default 'label')"},
-      {"optimizer", 0, true, false, "KIND", "--train: sgd (default), momentum, adam or adamw"},
-      {"lr", 0, true, false, "F", "--train: learning rate (default 0.01)"},
-      {"momentum", 0, true, false, "F", "--train: momentum (default 0.9)"},
-      {"beta1", 0, true, false, "F", "--train: Adam's beta1 (default 0.9)"},
-      {"beta2", 0, true, false, "F", "--train: Adam's beta2 (default 0.999)"},
-      {"eps", 0, true, false, "F", "--train: Adam's epsilon (default 1e-8)"},
-      {"weight-decay", 0, true, false, "F",
-       "--train: L2 weight decay (decoupled for adamw; default 0)"},
-      {"freeze", 0, true, false, "REGEX", "--train: initializers whose name matches stay constant"},
-      {"loss-scale", 0, true, false, "F",
-       "--train --fp16: the initial dynamic loss scale (default 65536; halved on each\n"
-       "overflowed, skipped step, doubled after 2000 clean ones)"},
-      {"data-parallel", 0, false, false, "",
-       "--train: average the gradients over the ranks of `dlc train --nproc N` or mpirun\n"
-       "(bucketed all-reduces that overlap the backward pass; any number of ranks)"},
-      {"bucket-mb", 0, true, false, "F",
-       "--data-parallel: the gradient bucket size in MiB (default 25, as PyTorch DDP)"},
-      {"zero", 0, true, false, "N",
-       "--data-parallel: ZeRO-1, the optimizer state sharded over exactly N ranks (each\n"
-       "averages and steps only its share of the parameters; runs on N ranks only)"},
-      {"sync-batchnorm", 0, false, false, "",
-       "--data-parallel: BatchNorm normalizes with the global batch's statistics (averaged\n"
-       "over the ranks) instead of each replica's"}};
-}
-
-llvm::Expected<std::optional<passes::TrainingOptions>> trainingFromArgs(const Args &args) {
-  static const char *kTrainOnly[] = {
-      "loss",         "label",          "optimizer",  "lr",
-      "momentum",     "beta1",          "beta2",      "eps",
-      "weight-decay", "freeze",         "loss-scale", "data-parallel",
-      "bucket-mb",    "sync-batchnorm", "zero"};
-  if (!args.has("train")) {
-    for (const char *o : kTrainOnly)
-      if (args.has(o))
-        return ir::errorf("--{0} goes with --train", o);
-    return std::nullopt;
-  }
-  passes::TrainingOptions t;
-  if (auto l = args.get("loss")) {
-    auto k = passes::parseLossKind(*l);
-    if (!k)
-      return k.takeError();
-    t.loss = *k;
-  }
-  if (auto o = args.get("optimizer")) {
-    auto k = passes::parseOptimizerKind(*o);
-    if (!k)
-      return k.takeError();
-    t.optimizer = *k;
-  }
-  t.label = args.getOr("label", t.label);
-  if (t.label.empty())
-    return ir::makeError("--label must not be empty");
-  struct Num {
-    const char *name;
-    double *to;
-    bool belowOne; // in [0, 1), else any number >= 0
-  };
-  for (Num n : {Num{"lr", &t.lr, false}, Num{"momentum", &t.momentum, true},
-                Num{"beta1", &t.beta1, true}, Num{"beta2", &t.beta2, true},
-                Num{"eps", &t.eps, true}, Num{"weight-decay", &t.weightDecay, false}}) {
-    auto v = args.get(n.name);
-    if (!v)
-      continue;
-    char *end = nullptr;
-    double d = std::strtod(v->c_str(), &end);
-    if (v->empty() || *end || !std::isfinite(d) || d < 0 || (n.belowOne && d >= 1))
-      return ir::errorf("--{0} must be a number {1}, got '{2}'", n.name,
-                        n.belowOne ? "in [0, 1)" : ">= 0", *v);
-    *n.to = d;
-  }
-  if (auto f = args.get("freeze"))
-    t.freeze = *f;
-  if (auto v = args.get("loss-scale")) {
-    if (!args.has("fp16"))
-      return ir::makeError(
-          "--loss-scale goes with --fp16 (BF16 and FP32 training need no loss scaling)");
-    char *end = nullptr;
-    double d = std::strtod(v->c_str(), &end);
-    if (v->empty() || *end || !std::isfinite(d) || d < 1 || d > 3.0e38)
-      return ir::errorf("--loss-scale must be a number in [1, 3e38], got '{0}'", *v);
-    t.initLossScale = d;
-  }
-  for (const char *o : {"bucket-mb", "sync-batchnorm", "zero"})
-    if (args.has(o) && !args.has("data-parallel"))
-      return ir::errorf("--{0} goes with --data-parallel", o);
-  t.syncBatchNorm = args.has("sync-batchnorm");
-  if (auto z = args.get("zero")) {
-    char *end = nullptr;
-    long n = std::strtol(z->c_str(), &end, 10);
-    if (z->empty() || *end || n < 2 || n > 65536)
-      return ir::errorf("--zero must be a number of ranks in [2, 65536], got '{0}'", *z);
-    t.zeroRanks = n;
-  }
-  if (args.has("data-parallel")) {
-    t.bucketBytes = passes::kDefaultBucketBytes;
-    if (auto v = args.get("bucket-mb")) {
-      char *end = nullptr;
-      double d = std::strtod(v->c_str(), &end);
-      if (v->empty() || *end || !std::isfinite(d) || d <= 0 || d > 1 << 20)
-        return ir::errorf("--bucket-mb must be a number of MiB in (0, 1048576], got '{0}'", *v);
-      t.bucketBytes = std::max<uint64_t>(1, static_cast<uint64_t>(d * (1 << 20)));
-    }
-  }
-  return t;
-}
 
 namespace {
 
@@ -653,64 +534,6 @@ int runTrain(const std::vector<std::string> &argv) {
           cs.reduceSeconds > 0 ? 100.0 * std::max(0.0, 1 - cs.waitSeconds / cs.reduceSeconds)
                                : 0.0);
   }
-  return 0;
-}
-
-int runExport(const std::vector<std::string> &argv) {
-  ArgParser parser(
-      "export", "PACKAGE.dlc --checkpoint CKPT.npz -o MODEL.onnx",
-      "Writes the ONNX model a training package was compiled from, with the values of\n"
-      "a checkpoint (trained parameters and BatchNorm running statistics).",
-      {{"checkpoint", 0, true, false, "FILE.npz", "A checkpoint of `dlc train`"},
-       {"output", 'o', true, false, "FILE.onnx", "The model to write"}});
-  int exitCode = 0;
-  auto args = parser.parseCommand(argv, exitCode);
-  if (!args)
-    return exitCode;
-  if (args->positionals().size() != 1 || !args->has("checkpoint") || !args->has("output")) {
-    reportError(ir::makeError("export: expected PACKAGE.dlc --checkpoint CKPT.npz -o MODEL.onnx"));
-    return 2;
-  }
-  const std::string pkgPath = args->positionals()[0];
-  auto file = pkg::PackageFile::load(pkgPath);
-  if (!file)
-    return fail(file.status().message());
-  const pkg::Package &m = (*file)->meta();
-  if (!m.source_model() || m.source_model()->size() == 0)
-    return fail("'" + pkgPath +
-                "' holds no source model (only training packages compiled from ONNX do)");
-  auto ck = rt::readNpz(args->getOr("checkpoint", ""));
-  if (!ck)
-    return fail(ck.status().message());
-  std::map<std::string, ir::Tensor> values;
-  for (const pkg::Variable *v : *m.variables()) {
-    std::string name = v->name()->str();
-    auto it = ck->find(name);
-    if (it == ck->end())
-      return fail("checkpoint '" + args->getOr("checkpoint", "") +
-                  "' has no value for the variable '" + name + "'");
-    const rt::HostTensor &h = it->second;
-    ir::TensorType type{static_cast<ir::DType>(static_cast<uint8_t>(h.dtype)), ir::Shape(h.shape)};
-    ir::Tensor t(type);
-    if (h.data.size() != t.byteSize())
-      return fail("checkpoint value of '" + name + "' has the wrong size");
-    std::memcpy(t.mutableRaw(), h.data.data(), h.data.size());
-    values.emplace(name, std::move(t));
-  }
-  const auto *src = m.source_model();
-  std::vector<std::string> replaced;
-  auto bytes = frontend::replaceInitializers(
-      llvm::StringRef(reinterpret_cast<const char *>((*file)->section(src)), src->size()), values,
-      &replaced);
-  if (!bytes)
-    return fail(llvm::toString(bytes.takeError()));
-  std::string out = args->getOr("output", "");
-  if (auto e = codegen::writeFileAtomically(out, *bytes)) {
-    reportError(std::move(e));
-    return 1;
-  }
-  llvm::errs() << "dlc: wrote " << out << " with " << replaced.size()
-               << " initializers from the checkpoint\n";
   return 0;
 }
 

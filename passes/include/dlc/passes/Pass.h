@@ -27,6 +27,8 @@ struct PrecisionOptions {
 /// The `layout` pass's choice (dlc compile --layout): auto moves convolution
 /// networks in FP16/BF16 to channels-last; nchw keeps the model's layout.
 enum class LayoutMode { Auto, NCHW, NHWC };
+/// "auto", "nchw" or "nhwc".
+llvm::Expected<LayoutMode> parseLayoutMode(std::string_view s);
 
 struct TrainingOptions; // dlc/passes/Training.h
 struct TrainingSummary;

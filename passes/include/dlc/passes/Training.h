@@ -82,6 +82,11 @@ struct TrainingSummary {
   std::string loss;             // the loss output's name
 };
 
+/// Checks the values and their combinations (a learning rate >= 0, momentum and
+/// Adam's betas in [0, 1), --zero with --data-parallel, ...); errors name the
+/// command-line option. buildTrainingStep checks first.
+llvm::Error validateTrainingOptions(const TrainingOptions &opts);
+
 /// The passes that turn an inference graph into a training step, in order:
 ///   train-step           the training form, trainable parameters, the evaluation
 ///                        copy, the loss (and FP16's loss-scale state)

@@ -219,6 +219,22 @@ private:
 /// The CUDA devices present (0 without a driver or a device).
 int cudaDeviceCount();
 
+/// The measurement of `dlc bench` and the Python package's bench(): `warmup` runs,
+/// then `iterations` timed ones, each in three parts (milliseconds): setting
+/// `upload` (inputs sent again every run; empty: the inputs stay as set), running,
+/// and downloading every output.
+struct BenchTimes {
+  std::vector<double> h2d, compute, d2h, total;
+};
+Result<BenchTimes> benchmark(Session &s,
+                             const std::vector<std::pair<std::string, HostTensor>> &upload,
+                             int64_t warmup, int64_t iterations);
+/// Order statistics of a series (nearest rank): min, median, p90, p99, max.
+struct BenchStats {
+  double min = 0, median = 0, p90 = 0, p99 = 0, max = 0;
+};
+BenchStats benchStats(std::vector<double> values);
+
 /// .npy files (format 1.0/2.0, little-endian, C order).
 Result<HostTensor> readNpy(const std::string &path);
 Status writeNpy(const std::string &path, const HostTensor &t);

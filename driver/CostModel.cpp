@@ -1,11 +1,11 @@
 //===- CostModel.cpp - The latency model behind `dlc inspect` --------------===//
-#include "CostModel.h"
+#include "dlc/driver/CostModel.h"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 
-namespace dlc::tool {
+namespace dlc::driver {
 
 /// NCCL's per-hop latency of a ring step in one machine (a few microseconds).
 constexpr double kLinkLatencyMicros = 3.0;
@@ -227,4 +227,4 @@ DataParallelCost dataParallelCostOf(const pkg::PackageFile &pf, const PackageCos
   return d;
 }
 
-} // namespace dlc::tool
+} // namespace dlc::driver

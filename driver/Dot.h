@@ -5,10 +5,10 @@
 
 #include <string>
 
-namespace dlc::tool {
+namespace dlc::driver {
 
 /// The graph as a Graphviz digraph; each fusion group (ir::FusionGroup) is a cluster,
 /// nodes alone in their kernel are drawn bold. Constants are left out.
 std::string graphToDot(const ir::Graph &g);
 
-} // namespace dlc::tool
+} // namespace dlc::driver

@@ -7,7 +7,7 @@
 
 #include <map>
 
-namespace dlc::tool {
+namespace dlc::driver {
 
 namespace {
 std::string quote(const std::string &s) {
@@ -63,4 +63,4 @@ std::string graphToDot(const ir::Graph &g) {
   return os.str();
 }
 
-} // namespace dlc::tool
+} // namespace dlc::driver

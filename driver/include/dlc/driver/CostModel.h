@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-namespace dlc::tool {
+namespace dlc::driver {
 
 struct StepCost {
   std::string node, kind; // "launch", "gemm", "copy", "memset"
@@ -71,4 +71,4 @@ struct DataParallelCost {
 };
 DataParallelCost dataParallelCostOf(const pkg::PackageFile &pf, const PackageCost &cost, int ranks);
 
-} // namespace dlc::tool
+} // namespace dlc::driver

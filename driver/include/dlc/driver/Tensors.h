@@ -1,0 +1,20 @@
+//===- Tensors.h - Tensors between files, the runtime and the IR -*- C++ -*-===//
+#pragma once
+
+#include "dlc/ir/Tensor.h"
+#include "dlc/runtime/Runtime.h"
+
+#include "llvm/Support/Error.h"
+
+#include <string>
+
+namespace dlc::driver {
+
+/// Reads a tensor file: .npy, or a serialized ONNX TensorProto (.pb).
+Result<rt::HostTensor> readTensorFile(const std::string &path);
+
+/// A runtime tensor as an IR tensor (copied); an error names `what` when its bytes do
+/// not match its dtype and shape.
+llvm::Expected<ir::Tensor> irTensor(const rt::HostTensor &h, const std::string &what);
+
+} // namespace dlc::driver
