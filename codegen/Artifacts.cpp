@@ -127,14 +127,6 @@ std::string g(double v) {
   return buf;
 }
 
-uint64_t tensorBytes(const pkg::TensorInfo &t) {
-  uint64_t n = pkg::dtypeSize(t.dtype());
-  if (t.shape())
-    for (int64_t d : *t.shape())
-      n *= static_cast<uint64_t>(d);
-  return n;
-}
-
 /// Parameter names for the typed entry point: C identifiers, unique, not keywords.
 struct Param {
   const pkg::TensorInfo *info;
@@ -380,7 +372,7 @@ std::string libraryHeader(const pkg::Package &m, const std::string &name) {
      << "typedef struct " << name << " " << name << ";\n\n";
   for (const Param &p : ps) {
     std::string macro = upper + "_" + llvm::StringRef(p.name).upper();
-    uint64_t elems = tensorBytes(*p.info) / pkg::dtypeSize(p.info->dtype());
+    uint64_t elems = pkg::tensorBytes(*p.info) / pkg::dtypeSize(p.info->dtype());
     os << "/* " << (p.output ? "output" : "input") << " '" << p.info->name()->str()
        << "': " << pkg::dtypeName(p.info->dtype()) << shapeText(p.info->shape()) << " */\n"
        << "#define " << macro << "_ELEMENTS " << elems << "\n";
@@ -465,12 +457,12 @@ llvm::Error writeLibrary(const pkg::PackageFile &pf, const LibraryOptions &opts)
   for (const Param &p : ps)
     if (!p.output)
       os << "  if (failed(dlc_session_set_input(m->session, " << cString(p.info->name()->str())
-         << ", " << p.name << ", " << tensorBytes(*p.info) << "u))) return 1;\n";
+         << ", " << p.name << ", " << pkg::tensorBytes(*p.info) << "u))) return 1;\n";
   os << "  if (failed(dlc_session_run(m->session))) return 1;\n";
   for (const Param &p : ps)
     if (p.output)
       os << "  if (failed(dlc_session_get_output(m->session, " << cString(p.info->name()->str())
-         << ", " << p.name << ", " << tensorBytes(*p.info) << "u))) return 1;\n";
+         << ", " << p.name << ", " << pkg::tensorBytes(*p.info) << "u))) return 1;\n";
   os << "  return 0;\n}\n";
   os.flush();
 

@@ -362,6 +362,19 @@ llvm::Expected<Functor> storeFunctor(Lowering &l, const FusionGroup *g, const Va
                      [&](CodeStream &b, FusedAccess &fa) { fa.store(b, anchorOut, "i", "v"); });
 }
 
+llvm::Expected<AnchorFunctors> anchorFunctors(Lowering &l, const Value *in, const Value *out) {
+  auto fin = loadFunctor(l, l.group(), in);
+  if (!fin)
+    return fin.takeError();
+  auto fout = storeFunctor(l, l.group(), out);
+  if (!fout)
+    return fout.takeError();
+  AnchorFunctors r{std::move(*fin), std::move(*fout), "", ""};
+  r.inName = l.functorName(r.in);
+  r.outName = l.functorName(r.out);
+  return r;
+}
+
 llvm::Expected<Functor> boundFunctor(Lowering &l, const FusionGroup *g, const Value *v,
                                      const Value *bound) {
   return functorWith(

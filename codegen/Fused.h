@@ -106,6 +106,14 @@ llvm::Expected<Functor> loadFunctor(Lowering &l, const ir::FusionGroup *g, const
 /// index i, and the store of the group's output.
 llvm::Expected<Functor> storeFunctor(Lowering &l, const ir::FusionGroup *g,
                                      const ir::Value *anchorOut);
+/// An anchor of the current group that reads `in` and writes `out`: its prologue
+/// (loadFunctor) and epilogue (storeFunctor), and their type names in the source.
+struct AnchorFunctors {
+  Functor in, out;
+  std::string inName, outName;
+};
+llvm::Expected<AnchorFunctors> anchorFunctors(Lowering &l, const ir::Value *in,
+                                              const ir::Value *out);
 /// Sc::apply(P, i, x): `v` at index i where `bound` is x (attention's score chain).
 llvm::Expected<Functor> boundFunctor(Lowering &l, const ir::FusionGroup *g, const ir::Value *v,
                                      const ir::Value *bound);

@@ -45,9 +45,8 @@ public:
       for (size_t a = 0; a < p.min.size(); ++a) {
         if (p.min[a] == p.max[a])
           continue;
-        auto v = std::find_if(r.vars_.begin(), r.vars_.end(), [&](const Var &x) {
-          return x.min == p.min[a] && x.max == p.max[a];
-        });
+        auto v = std::find_if(r.vars_.begin(), r.vars_.end(),
+                              [&](const Var &x) { return x.min == p.min[a] && x.max == p.max[a]; });
         if (v == r.vars_.end()) {
           r.vars_.push_back({p.min[a], p.max[a], p.max[a], {}});
           v = r.vars_.end() - 1;
@@ -334,14 +333,13 @@ llvm::Error validate(const CompileOptions &o) {
   if (!shapes->empty() &&
       (o.training || o.checkAccuracy || o.emit == Emit::Library || o.emit == Emit::Cuda)) {
     // --emit lib's entry points and --emit cuda's host schedule are written for one shape.
-    std::string what = o.checkAccuracy ? "--check-accuracy"
-                       : o.training    ? "--train"
+    std::string what = o.checkAccuracy           ? "--check-accuracy"
+                       : o.training              ? "--train"
                        : o.emit == Emit::Library ? "--emit lib"
                                                  : "--emit cuda";
-    return ir::makeError(
-        "compile: " + what +
-        " takes one shape per input, not a range (a range package is run through "
-        "the runtime: --emit package or exe, dlc run, the C/C++ API)");
+    return ir::makeError("compile: " + what +
+                         " takes one shape per input, not a range (a range package is run through "
+                         "the runtime: --emit package or exe, dlc run, the C/C++ API)");
   }
   return llvm::Error::success();
 }

@@ -14,14 +14,6 @@ using codegen::GpuModel;
 
 namespace {
 
-uint64_t tensorBytes(const pkg::TensorInfo &t) {
-  uint64_t n = pkg::dtypeSize(t.dtype());
-  if (t.shape())
-    for (int64_t d : *t.shape())
-      n *= static_cast<uint64_t>(d);
-  return n;
-}
-
 /// Registers per thread of a kernel on `g`: ptxas's count for its architecture, else
 /// the largest count the package has, else a guess.
 int registersOf(const pkg::Kernel &k, const GpuModel &g) {
@@ -162,7 +154,7 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant) {
   for (const auto *list : {v ? v->inputs() : m.inputs(), v ? v->outputs() : m.outputs()})
     if (list)
       for (const pkg::TensorInfo *t : *list)
-        c.lowerBoundBytes += tensorBytes(*t);
+        c.lowerBoundBytes += pkg::tensorBytes(*t);
   return c;
 }
 

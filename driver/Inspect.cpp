@@ -148,8 +148,11 @@ Report inspect(const pkg::PackageFile &pf) {
       r.checks.push_back({c->node()->str(), c->what()->str()});
   if (m.bound_inputs())
     for (const pkg::BoundInput *b : *m.bound_inputs()) {
-      Report::BoundInput bi{b->name()->str(), pkg::dtypeName(b->dtype()), b->values()->str(),
-                            pkg::describeBoundInput(*b), {}};
+      Report::BoundInput bi{b->name()->str(),
+                            pkg::dtypeName(b->dtype()),
+                            b->values()->str(),
+                            pkg::describeBoundInput(*b),
+                            {}};
       for (size_t i = 0; b->shape() && i < b->shape()->size(); ++i)
         bi.shape.push_back(b->shape()->Get(static_cast<uint32_t>(i)));
       r.boundInputs.push_back(std::move(bi));
@@ -247,10 +250,8 @@ llvm::json::Value toJson(const Report &r) {
     llvm::json::Array shape;
     for (int64_t d : b.shape)
       shape.push_back(d);
-    bound.push_back(llvm::json::Object{{"name", b.name},
-                                       {"dtype", b.dtype},
-                                       {"shape", std::move(shape)},
-                                       {"values", b.values}});
+    bound.push_back(llvm::json::Object{
+        {"name", b.name}, {"dtype", b.dtype}, {"shape", std::move(shape)}, {"values", b.values}});
   }
   llvm::json::Value shapeRanges = nullptr;
   if (r.shapeRanges) {
@@ -270,14 +271,14 @@ llvm::json::Value toJson(const Report &r) {
   }
   llvm::json::Value training = nullptr;
   if (r.training)
-    training = llvm::json::Object{
-        {"variables", static_cast<int64_t>(r.training->variables)},
-        {"trainable_parameters", static_cast<int64_t>(r.training->trainable)},
-        {"parameter_values", static_cast<int64_t>(r.training->parameterValues)},
-        {"variable_bytes", static_cast<int64_t>(r.training->variableBytes)},
-        {"commit_steps", static_cast<int64_t>(r.training->commitSteps)},
-        {"evaluation_steps", static_cast<int64_t>(r.training->evaluationSteps)},
-        {"shared_steps", static_cast<int64_t>(r.training->sharedSteps)}};
+    training =
+        llvm::json::Object{{"variables", static_cast<int64_t>(r.training->variables)},
+                           {"trainable_parameters", static_cast<int64_t>(r.training->trainable)},
+                           {"parameter_values", static_cast<int64_t>(r.training->parameterValues)},
+                           {"variable_bytes", static_cast<int64_t>(r.training->variableBytes)},
+                           {"commit_steps", static_cast<int64_t>(r.training->commitSteps)},
+                           {"evaluation_steps", static_cast<int64_t>(r.training->evaluationSteps)},
+                           {"shared_steps", static_cast<int64_t>(r.training->sharedSteps)}};
   llvm::json::Value dataParallel = nullptr;
   if (r.dataParallel) {
     const Report::DataParallel &dp = *r.dataParallel;
@@ -358,8 +359,7 @@ void printReport(const Report &r, llvm::raw_ostream &os) {
      << " unique kernels, " << r.callsOn[h100] << " library calls, " << r.otherSteps
      << " copies/memsets";
   if (r.packageLaunches != r.launchesOn[h100])
-    os << " (on H100; " << r.launchesOn[0]
-       << " launches on A100: tiles planned per architecture)";
+    os << " (on H100; " << r.launchesOn[0] << " launches on A100: tiles planned per architecture)";
   os << "\nmemory: arena " << r.arenaBytes << " bytes";
   if (r.maxLiveBytes)
     os << llvm::format(" (%.2fx the live-set bound %llu; %llu without a plan)",
@@ -368,9 +368,9 @@ void printReport(const Report &r, llvm::raw_ostream &os) {
   os << ", weights " << r.weightBytes << " bytes\n";
   if (r.training)
     os << "training step: " << r.training->variables << " variables (" << r.training->trainable
-       << " trainable parameters, the rest optimizer and model state; "
-       << r.training->variableBytes << " bytes in the arena), committed by the last "
-       << r.training->commitSteps << " steps (multi-tensor update kernels, then copies)\n";
+       << " trainable parameters, the rest optimizer and model state; " << r.training->variableBytes
+       << " bytes in the arena), committed by the last " << r.training->commitSteps
+       << " steps (multi-tensor update kernels, then copies)\n";
   if (r.dataParallel) {
     const Report::DataParallel &dp = *r.dataParallel;
     if (dp.zeroRanks)
@@ -420,13 +420,13 @@ void printReport(const Report &r, llvm::raw_ostream &os) {
        << " (launches that flag bad indices, loops that would pass their --loop-bound; "
           "the run fails "
           "naming the node)\n";
-  os << llvm::format(
-      "traffic: %.3f MB DRAM (lower bound %.3f MB, %.2fx), %.3f GFLOP\n",
-      (cost.bytesRead[h100] + cost.bytesWritten[h100]) / 1e6, cost.lowerBoundBytes / 1e6,
-      cost.lowerBoundBytes
-          ? double(cost.bytesRead[h100] + cost.bytesWritten[h100]) / cost.lowerBoundBytes
-          : 0.0,
-      cost.flops[h100] / 1e9);
+  os << llvm::format("traffic: %.3f MB DRAM (lower bound %.3f MB, %.2fx), %.3f GFLOP\n",
+                     (cost.bytesRead[h100] + cost.bytesWritten[h100]) / 1e6,
+                     cost.lowerBoundBytes / 1e6,
+                     cost.lowerBoundBytes ? double(cost.bytesRead[h100] + cost.bytesWritten[h100]) /
+                                                cost.lowerBoundBytes
+                                          : 0.0,
+                     cost.flops[h100] / 1e9);
   if (cost.flops[h100] > 0)
     os << llvm::format("tensor cores: %.1f%% of the FLOPs (%.3f GFLOP)\n",
                        100.0 * cost.tensorFlops[h100] / cost.flops[h100],

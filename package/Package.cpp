@@ -134,6 +134,14 @@ size_t dtypeSize(DType t) {
   return 0;
 }
 
+uint64_t tensorBytes(const TensorInfo &t) {
+  uint64_t n = dtypeSize(t.dtype());
+  if (t.shape())
+    for (int64_t d : *t.shape())
+      n *= static_cast<uint64_t>(d);
+  return n;
+}
+
 const char *dtypeName(DType t) {
   static const char *names[] = {"f32", "f16", "bf16", "f64", "i64", "i32", "i16",
                                 "i8",  "u8",  "u16",  "u32", "u64", "bool"};

@@ -420,14 +420,6 @@ int Session::outputIndex(const std::string &name) const {
   return -1;
 }
 
-static uint64_t tensorBytes(const pkg::TensorInfo *t) {
-  uint64_t n = 1;
-  if (t->shape())
-    for (int64_t d : *t->shape())
-      n *= static_cast<uint64_t>(d);
-  return n * pkg::dtypeSize(t->dtype());
-}
-
 /// The input or output `name` for a host copy of `size` bytes at `data`: it must exist
 /// and the size must be exactly the tensor's.
 static Status hostTransfer(const flatbuffers::Vector<flatbuffers::Offset<pkg::TensorInfo>> *tensors,
@@ -439,10 +431,11 @@ static Status hostTransfer(const flatbuffers::Vector<flatbuffers::Offset<pkg::Te
   t = tensors->Get(index);
   if (!data && size)
     return Status(StatusCode::InvalidArgument, std::string(what) + " '" + name + "': data is null");
-  if (size != tensorBytes(t))
-    return Status(StatusCode::InvalidArgument,
-                  std::string(what) + " '" + name + "' has " + std::to_string(tensorBytes(t)) +
-                      " bytes, the buffer has " + std::to_string(size));
+  if (size != pkg::tensorBytes(*t))
+    return Status(StatusCode::InvalidArgument, std::string(what) + " '" + name + "' has " +
+                                                   std::to_string(pkg::tensorBytes(*t)) +
+                                                   " bytes, the buffer has " +
+                                                   std::to_string(size));
   return Status::ok();
 }
 

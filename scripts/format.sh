@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Formats the tracked C, C++ and CUDA sources with the repository's .clang-format.
+# Formats the C, C++ and CUDA sources (tracked, and new ones not ignored) with the repository's .clang-format.
 #   scripts/format.sh           rewrite the files in place
 #   scripts/format.sh --check   change nothing; list the files that differ and fail
 # The version is pinned (Debian 12's clang-format-14): another version formats
@@ -12,7 +12,8 @@ if ! command -v "$format" >/dev/null 2>&1; then
   echo "format: $format not found (Debian: apt-get install clang-format-14)" >&2
   exit 2
 fi
-mapfile -t files < <(git ls-files -- '*.c' '*.h' '*.cpp' '*.hpp' '*.cuh')
+# Tracked files and new ones git does not ignore (a change is formatted before it is added).
+mapfile -t files < <(git ls-files --cached --others --exclude-standard -- '*.c' '*.h' '*.cpp' '*.hpp' '*.cuh')
 if [ "${1:-}" = "--check" ]; then
   bad=()
   for f in "${files[@]}"; do

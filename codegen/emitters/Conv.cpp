@@ -172,14 +172,11 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   DType dt = y->dtype();
   bool floating = dt == DType::F32 || dt == DType::F16 || dt == DType::BF16 || dt == DType::F64;
   ConvShape s = convShape(w, M, groups);
-  auto fxOr = loadFunctor(l, l.group(), x);
-  if (!fxOr)
-    return fxOr.takeError();
-  auto foOr = storeFunctor(l, l.group(), y);
-  if (!foOr)
-    return foOr.takeError();
-  Functor &fx = *fxOr, &fo = *foOr;
-  std::string xn = l.functorName(fx), on = l.functorName(fo), wtype = cudaType(wt->dtype());
+  auto io = anchorFunctors(l, x, y);
+  if (!io)
+    return io.takeError();
+  Functor &fx = io->in, &fo = io->out;
+  std::string xn = io->inName, on = io->outName, wtype = cudaType(wt->dtype());
   std::string argsType = "dlc::ConvArgs<" + xn + ", " + on + ">";
   // The arguments of the GEMM kernel and of the split-K reduction are the same struct;
   // what each launch touches (the cost model's traffic) differs.

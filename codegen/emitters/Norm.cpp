@@ -24,14 +24,11 @@ struct RowNorm {
 
 llvm::Error emitRowNorm(Lowering &l, const Node &n, RowNorm &r) {
   const Value *stat = r.meanOut ? r.meanOut : r.invOut;
-  auto fxOr = loadFunctor(l, l.group(), r.x);
-  if (!fxOr)
-    return fxOr.takeError();
-  auto foOr = storeFunctor(l, l.group(), r.y);
-  if (!foOr)
-    return foOr.takeError();
-  Functor &fx = *fxOr, &fo = *foOr;
-  std::string xn = l.functorName(fx), on = l.functorName(fo);
+  auto io = anchorFunctors(l, r.x, r.y);
+  if (!io)
+    return io.takeError();
+  Functor &fx = io->in, &fo = io->out;
+  std::string xn = io->inName, on = io->outName;
   bool isShort = r.s.len <= 64;
   Instantiation inst{"dlc::row_norm",
                      {isShort ? "true" : "false", l.indexType(r.x->type().numElements()),

@@ -48,14 +48,11 @@ llvm::Error lowerWindowPool(Lowering &l, const Node &n) {
   s.dIn1 = Divmod::make(w.in[1]);
   s.C = xs[1];
   s.dC = Divmod::make(xs[1]);
-  auto fxOr = loadFunctor(l, l.group(), x);
-  if (!fxOr)
-    return fxOr.takeError();
-  auto foOr = storeFunctor(l, l.group(), y);
-  if (!foOr)
-    return foOr.takeError();
-  Functor &fx = *fxOr, &fo = *foOr;
-  std::string xn = l.functorName(fx), on = l.functorName(fo);
+  auto io = anchorFunctors(l, x, y);
+  if (!io)
+    return io.takeError();
+  Functor &fx = io->in, &fo = io->out;
+  std::string xn = io->inName, on = io->outName;
   int64_t maxIndex = std::max(x->type().numElements(), total);
   Instantiation inst{
       "dlc::pool_window",

@@ -11,6 +11,7 @@
 #include "../Library.h"
 #include "EmitterUtils.h"
 #include "dlc/codegen/GpuModel.h"
+#include "dlc/ir/OpHelpers.h"
 
 #include <cstddef>
 
@@ -19,25 +20,6 @@ namespace dlc::codegen {
 using namespace ir;
 
 namespace {
-
-const char *activationEnum(const std::string &name) {
-  static const std::pair<const char *, const char *> table[] = {
-      {"Sigmoid", "dlc::kActSigmoid"},
-      {"Tanh", "dlc::kActTanh"},
-      {"Relu", "dlc::kActRelu"},
-      {"HardSigmoid", "dlc::kActHardSigmoid"},
-      {"LeakyRelu", "dlc::kActLeakyRelu"},
-      {"ThresholdedRelu", "dlc::kActThresholdedRelu"},
-      {"ScaledTanh", "dlc::kActScaledTanh"},
-      {"Affine", "dlc::kActAffine"},
-      {"Elu", "dlc::kActElu"},
-      {"Softsign", "dlc::kActSoftsign"},
-      {"Softplus", "dlc::kActSoftplus"}};
-  for (const auto &[onnx, e] : table)
-    if (name == onnx)
-      return e;
-  return nullptr;
-}
 
 /// Shared memory a persistent block may use on every target (the smallest opt-in
 /// limit among sm_80..sm_90 is sm_86/sm_89's 99 KB).
@@ -60,13 +42,9 @@ static llvm::Error lowerRecurrent(Lowering &l, const Node &n) {
           B = batchFirst ? x->shape()[0] : x->shape()[1], I = x->shape()[2];
   bool lbr = !lstm && n.attrInt("linear_before_reset") != 0;
   int acts = lstm ? 3 : 2;
-  std::vector<std::string> actNames = n.attrStrings("activations");
-  if (actNames.empty())
-    for (int64_t d = 0; d < dirs; ++d)
-      for (const char *a : lstm ? std::vector<const char *>{"Sigmoid", "Tanh", "Tanh"}
-                                : std::vector<const char *>{"Sigmoid", "Tanh"})
-        actNames.push_back(a);
-  const auto &alphas = n.attrFloats("activation_alpha"), &betas = n.attrFloats("activation_beta");
+  auto activations = rnnActivations(n);
+  if (!activations)
+    return activations.takeError();
   size_t es = dtypeSize(dt);
   std::string dtype = cudaType(dt);
 
@@ -110,17 +88,10 @@ static llvm::Error lowerRecurrent(Lowering &l, const Node &n) {
     std::vector<std::string> targs;
     RnnShape s{};
     for (int k = 0; k < acts; ++k) {
-      size_t idx = d * acts + k;
-      const std::string &name = actNames[idx];
-      const char *e = activationEnum(name);
-      if (!e)
-        return errorf("activation '{0}' is not supported by code generation", name);
-      targs.push_back(e);
-      s.alpha[k] = idx < alphas.size() ? alphas[idx]
-                                       : (name == "HardSigmoid" ? 0.2
-                                          : name == "LeakyRelu" ? 0.01
-                                                                : 1.0);
-      s.beta[k] = idx < betas.size() ? betas[idx] : (name == "HardSigmoid" ? 0.5 : 0.0);
+      const RnnActivation &a = (*activations)[d * acts + k];
+      targs.push_back("dlc::kAct" + a.name);
+      s.alpha[k] = a.alpha;
+      s.beta[k] = a.beta;
     }
     targs.push_back(l.indexType(maxIndex));
     targs.push_back(dtype);

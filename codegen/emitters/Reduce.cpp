@@ -59,14 +59,11 @@ const char *reduceKind(OpKind k) {
 /// Launches the reduce template: x viewed as kept x reduced.
 llvm::Error emitReduce(Lowering &l, const Node &n, const Value *x, const Value *out,
                        const ReduceShape &s, bool contig, const char *kind) {
-  auto fxOr = loadFunctor(l, l.group(), x);
-  if (!fxOr)
-    return fxOr.takeError();
-  auto foOr = storeFunctor(l, l.group(), out);
-  if (!foOr)
-    return foOr.takeError();
-  Functor &fx = *fxOr, &fo = *foOr;
-  std::string xn = l.functorName(fx), on = l.functorName(fo);
+  auto io = anchorFunctors(l, x, out);
+  if (!io)
+    return io.takeError();
+  Functor &fx = io->in, &fo = io->out;
+  std::string xn = io->inName, on = io->outName;
   bool isShort = s.len <= kShortReduction;
   int64_t maxIndex = std::max(x->type().numElements(), out->type().numElements());
   Instantiation inst{
@@ -165,14 +162,11 @@ llvm::Error lowerSoftmaxLike(Lowering &l, const Node &n) {
                      : n.kind() == OpKind::LogSoftmax ? "dlc::kLogSoftmax"
                                                       : "dlc::kSoftmax";
   bool isShort = n.kind() == OpKind::Hardmax || v.len <= kShortReduction;
-  auto fxOr = loadFunctor(l, l.group(), x);
-  if (!fxOr)
-    return fxOr.takeError();
-  auto foOr = storeFunctor(l, l.group(), out);
-  if (!foOr)
-    return foOr.takeError();
-  Functor &fx = *fxOr, &fo = *foOr;
-  std::string xn = l.functorName(fx), on = l.functorName(fo);
+  auto io = anchorFunctors(l, x, out);
+  if (!io)
+    return io.takeError();
+  Functor &fx = io->in, &fo = io->out;
+  std::string xn = io->inName, on = io->outName;
   Instantiation inst{
       "dlc::softmax",
       {kind, isShort ? "true" : "false", l.indexType(x->type().numElements()), xn, on},

@@ -7,6 +7,7 @@
 #include "OpUtils.h"
 #include "dlc/ir/GradBuilder.h"
 #include "dlc/ir/Philox.h"
+#include "dlc/support/Gelu.h"
 
 #include <algorithm>
 #include <limits>
@@ -244,10 +245,8 @@ template <OpKind K, class CT> CT unaryScalar(CT x, const UnaryParams &p) {
     if constexpr (K == OpKind::Elu)
       return x < zero ? CT(p.alpha) * (std::exp(x) - one) : x;
     if constexpr (K == OpKind::Gelu) {
-      if (p.tanhApprox) {
-        const CT c = std::sqrt(CT(2) / CT(M_PI));
-        return CT(0.5) * x * (one + std::tanh(c * (x + CT(0.044715) * x * x * x)));
-      }
+      if (p.tanhApprox)
+        return geluTanh(x);
       return CT(0.5) * x * (one + std::erf(x / std::sqrt(CT(2))));
     }
     if constexpr (K == OpKind::HardSigmoid)
@@ -708,7 +707,7 @@ llvm::Error gradGelu(GradBuilder &b, const Node &n) {
   auto c = [&](double v) { return b.scalar(v, x->dtype()); };
   if (n.attrString("approximate") == "tanh") {
     // u = k(x + 0.044715 x^3), t = tanh u: 0.5(1 + t) + 0.5 x (1 - t^2) k (1 + 3*0.044715 x^2)
-    const double k = std::sqrt(2.0 / M_PI), a = 0.044715;
+    const double k = kGeluTanhScale, a = kGeluTanhCubic;
     Value *x2 = b.mul(x, x);
     Value *t = b.op(OpKind::Tanh, {b.scale(b.add(x, b.scale(b.mul(x2, x), a)), k)});
     Value *left = b.scale(b.add(c(1), t), 0.5);

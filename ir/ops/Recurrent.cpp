@@ -7,6 +7,8 @@
 #include "OpUtils.h"
 
 #include <algorithm>
+#include <cassert>
+#include <cmath>
 
 namespace dlc::ir {
 namespace {
@@ -82,10 +84,8 @@ llvm::Error verifyRnn(const Node &n) {
     if (auto e = expectShape(7, {d->dirs, 3 * d->hidden}, "P"))
       return e;
   }
-  size_t acts = n.attrStrings("activations").size();
-  size_t perDir = n.kind() == OpKind::LSTM ? 3 : 2;
-  if (acts != 0 && acts != perDir * d->dirs)
-    return errorf("activations must list {0} functions", perDir * d->dirs);
+  if (auto acts = rnnActivations(n); !acts)
+    return acts.takeError();
   return ok();
 }
 
@@ -102,62 +102,6 @@ InferResult inferRnn(const Node &n) {
   return r;
 }
 
-/// One activation function with its optional alpha/beta.
-struct Act {
-  std::string name;
-  double alpha, beta;
-  double operator()(double x) const {
-    if (name == "Sigmoid")
-      return 1 / (1 + std::exp(-x));
-    if (name == "Tanh")
-      return std::tanh(x);
-    if (name == "Relu")
-      return std::max(0.0, x);
-    if (name == "HardSigmoid")
-      return std::clamp(alpha * x + beta, 0.0, 1.0);
-    if (name == "LeakyRelu")
-      return x < 0 ? alpha * x : x;
-    if (name == "ThresholdedRelu")
-      return x > alpha ? x : 0.0;
-    if (name == "ScaledTanh")
-      return alpha * std::tanh(beta * x);
-    if (name == "Affine")
-      return alpha * x + beta;
-    if (name == "Elu")
-      return x < 0 ? alpha * (std::exp(x) - 1) : x;
-    if (name == "Softsign")
-      return x / (1 + std::fabs(x));
-    if (name == "Softplus")
-      return std::log1p(std::exp(x));
-    return x;
-  }
-};
-
-llvm::Expected<std::vector<Act>> activations(const Node &n, int64_t dirs) {
-  std::vector<std::string> names = n.attrStrings("activations");
-  if (names.empty()) {
-    std::vector<std::string> one = n.kind() == OpKind::LSTM
-                                       ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
-                                       : std::vector<std::string>{"Sigmoid", "Tanh"};
-    for (int64_t i = 0; i < dirs; ++i)
-      names.insert(names.end(), one.begin(), one.end());
-  }
-  const auto &al = n.attrFloats("activation_alpha"), &be = n.attrFloats("activation_beta");
-  std::vector<Act> r;
-  for (size_t i = 0; i < names.size(); ++i) {
-    static const char *known[] = {
-        "Sigmoid",    "Tanh",   "Relu", "HardSigmoid", "LeakyRelu", "ThresholdedRelu",
-        "ScaledTanh", "Affine", "Elu",  "Softsign",    "Softplus"};
-    if (std::none_of(std::begin(known), std::end(known),
-                     [&](const char *k) { return names[i] == k; }))
-      return errorf("unsupported activation \"{0}\"", names[i]);
-    double dflA = names[i] == "HardSigmoid" ? 0.2 : names[i] == "LeakyRelu" ? 0.01 : 1.0;
-    double dflB = names[i] == "HardSigmoid" ? 0.5 : 0.0;
-    r.push_back({names[i], i < al.size() ? al[i] : dflA, i < be.size() ? be[i] : dflB});
-  }
-  return r;
-}
-
 llvm::Error refRnn(const Node &n, const Inputs &in, Outputs &out) {
   auto dd = rnnDims(n);
   if (!dd)
@@ -165,7 +109,7 @@ llvm::Error refRnn(const Node &n, const Inputs &in, Outputs &out) {
   const RnnDims &d = *dd;
   bool lstm = n.kind() == OpKind::LSTM;
   int64_t G = gatesOf(n.kind()), H = d.hidden, B = d.batch, I = d.input, S = d.seq;
-  auto acts = activations(n, d.dirs);
+  auto acts = rnnActivations(n);
   if (!acts)
     return acts.takeError();
   auto get = [&](unsigned i) {
@@ -198,8 +142,8 @@ llvm::Error refRnn(const Node &n, const Inputs &in, Outputs &out) {
 
   for (int64_t di = 0; di < d.dirs; ++di) {
     bool reverse = dir == "reverse" || (dir == "bidirectional" && di == 1);
-    const Act &f = (*acts)[di * (lstm ? 3 : 2)], &g = (*acts)[di * (lstm ? 3 : 2) + 1];
-    const Act &hact = lstm ? (*acts)[di * 3 + 2] : g;
+    const RnnActivation &f = (*acts)[di * (lstm ? 3 : 2)], &g = (*acts)[di * (lstm ? 3 : 2) + 1];
+    const RnnActivation &hact = lstm ? (*acts)[di * 3 + 2] : g;
     const double *W = w.data() + di * G * H * I, *R = r.data() + di * G * H * H;
     for (int64_t b = 0; b < B; ++b) {
       std::vector<double> hs(H, 0.0), cs(H, 0.0);
@@ -289,7 +233,7 @@ llvm::Expected<std::vector<Value *>> decomposeRnn(GradBuilder &b, const Node &n)
   const RnnDims d = *dd;
   bool lstm = n.kind() == OpKind::LSTM;
   int64_t G = gatesOf(n.kind()), H = d.hidden, B = d.batch, S = d.seq;
-  auto acts = activations(n, d.dirs);
+  auto acts = rnnActivations(n);
   if (!acts)
     return acts.takeError();
   for (size_t i = 0; i < acts->size(); ++i)
@@ -420,6 +364,57 @@ void defineRecurrentOps(OpTable &t) {
       .operands(3, 6)
       .results(1, 2)
       .attr("linear_before_reset", AttrKind::Int, int64_t{0});
+}
+
+double RnnActivation::operator()(double x) const {
+  if (name == "Sigmoid")
+    return 1 / (1 + std::exp(-x));
+  if (name == "Tanh")
+    return std::tanh(x);
+  if (name == "Relu")
+    return std::max(0.0, x);
+  if (name == "HardSigmoid")
+    return std::clamp(alpha * x + beta, 0.0, 1.0);
+  if (name == "LeakyRelu")
+    return x < 0 ? alpha * x : x;
+  if (name == "ThresholdedRelu")
+    return x > alpha ? x : 0.0;
+  if (name == "ScaledTanh")
+    return alpha * std::tanh(beta * x);
+  if (name == "Affine")
+    return alpha * x + beta;
+  if (name == "Elu")
+    return x < 0 ? alpha * (std::exp(x) - 1) : x;
+  if (name == "Softsign")
+    return x / (1 + std::fabs(x));
+  assert(name == "Softplus" && "rnnActivations admits no other");
+  return std::log1p(std::exp(x));
+}
+
+llvm::Expected<std::vector<RnnActivation>> rnnActivations(const Node &n) {
+  size_t perDirection = n.kind() == OpKind::LSTM ? 3 : 2;
+  size_t dirs = n.attrString("direction") == "bidirectional" ? 2 : 1;
+  std::vector<std::string> names = n.attrStrings("activations");
+  if (names.empty())
+    for (size_t d = 0; d < dirs; ++d)
+      for (size_t k = 0; k < perDirection; ++k)
+        names.push_back(k == 0 ? "Sigmoid" : "Tanh");
+  if (names.size() != dirs * perDirection)
+    return errorf("activations must list {0} functions", dirs * perDirection);
+  const auto &al = n.attrFloats("activation_alpha"), &be = n.attrFloats("activation_beta");
+  static const char *known[] = {
+      "Sigmoid",    "Tanh",   "Relu", "HardSigmoid", "LeakyRelu", "ThresholdedRelu",
+      "ScaledTanh", "Affine", "Elu",  "Softsign",    "Softplus"};
+  std::vector<RnnActivation> r;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (std::none_of(std::begin(known), std::end(known),
+                     [&](const char *k) { return names[i] == k; }))
+      return errorf("unsupported activation \"{0}\"", names[i]);
+    double dflA = names[i] == "HardSigmoid" ? 0.2 : names[i] == "LeakyRelu" ? 0.01 : 1.0;
+    double dflB = names[i] == "HardSigmoid" ? 0.5 : 0.0;
+    r.push_back({names[i], i < al.size() ? al[i] : dflA, i < be.size() ? be[i] : dflB});
+  }
+  return r;
 }
 
 } // namespace dlc::ir

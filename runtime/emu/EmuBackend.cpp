@@ -11,6 +11,7 @@
 #include "HostBlas.h"
 #include "ThreadPool.h"
 #include "dlc/package/EmuAbi.h"
+#include "dlc/support/Gelu.h"
 #include "dlc/support/Half.h"
 
 #include <chrono>
@@ -412,8 +413,7 @@ public:
         if (g.activation() == pkg::GemmActivation::Relu)
           v = v > T(0) ? v : T(0);
         else if (g.activation() == pkg::GemmActivation::GeluTanh)
-          v = T(0.5) * v *
-              (T(1) + std::tanh(T(0.7978845608028654) * (v + T(0.044715) * v * v * v)));
+          v = geluTanh(v);
       }
   }
 

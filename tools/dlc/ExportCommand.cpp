@@ -5,8 +5,8 @@
 //===----------------------------------------------------------------------===//
 #include "Args.h"
 #include "Commands.h"
-#include "dlc/driver/Export.h"
 #include "dlc/codegen/Artifacts.h"
+#include "dlc/driver/Export.h"
 
 namespace dlc::tool {
 

@@ -1,5 +1,6 @@
 // Reference kernels checked against values computed by hand.
 #include "../Testing.h"
+#include "dlc/ir/OpHelpers.h"
 
 using namespace dlc;
 using namespace dlc::ir;
@@ -204,4 +205,47 @@ TEST(Interpreter, LstmWithSaturatedGatesTracksCellInput) {
   ASSERT_TRUE(bool(r)) << errorOf(r);
   double c1 = std::tanh(0.5), c2 = 2 * c1;
   expectValues(r->at("y"), {std::tanh(c1), std::tanh(c2)}, 1e-5);
+}
+
+TEST(Interpreter, RnnActivationsWithAlphaAndBeta) {
+  // ONNX's defaults fill what the node leaves out: HardSigmoid 0.2/0.5, LeakyRelu 0.01.
+  auto g = test::parseIR(
+      R"(graph @g(%x: f32[1,1,1], %w: f32[2,3,1], %r: f32[2,3,1]) -> ("y": f32[1,2,1,1]) {
+  %y, %h = GRU(%x, %w, %r) {direction = "bidirectional", hidden_size = 1, activations = ["HardSigmoid", "LeakyRelu", "ScaledTanh", "Affine"], activation_alpha = [0.3], activation_beta = [0.1]} : f32[1,2,1,1], f32[2,1,1]
+  return %y
+})");
+  ASSERT_TRUE(g);
+  const Node &gru = *g->nodes().begin();
+  auto acts = rnnActivations(gru);
+  ASSERT_TRUE(bool(acts)) << errorOf(acts);
+  ASSERT_EQ(acts->size(), 4u);
+  EXPECT_EQ((*acts)[0].alpha, double(0.3f)); // given (attributes are f32)
+  EXPECT_EQ((*acts)[0].beta, double(0.1f));
+  EXPECT_EQ((*acts)[1].alpha, 0.01); // LeakyRelu's default
+  EXPECT_EQ((*acts)[2].alpha, 1.0);  // ScaledTanh's defaults
+  EXPECT_EQ((*acts)[2].beta, 0.0);
+  // HardSigmoid(2) = clamp(0.3 * 2 + 0.1, 0, 1) = 0.7; LeakyRelu(-2) = -0.02;
+  // ScaledTanh(x) = 1 * tanh(0 * x) = 0; Affine(3) = 1 * 3 + 0 = 3.
+  EXPECT_DOUBLE_EQ((*acts)[0](2.0), double(0.3f) * 2 + double(0.1f));
+  EXPECT_DOUBLE_EQ((*acts)[1](-2.0), -0.02);
+  EXPECT_DOUBLE_EQ((*acts)[2](5.0), 0.0);
+  EXPECT_DOUBLE_EQ((*acts)[3](3.0), 3.0);
+
+  // The verifier asks rnnActivations: a list of the wrong length or an unknown
+  // function is refused before anything runs.
+  for (auto [acts, expected] : {std::pair<const char *, const char *>{
+                                    R"(["Sigmoid"])", "activations must list 2 functions"},
+                                {R"(["Sigmoid", "Swish"])", "unsupported activation \"Swish\""}}) {
+    auto wrong = ir::parseGraph(
+        std::string(
+            R"(graph @g(%x: f32[1,1,1], %w: f32[1,3,1], %r: f32[1,3,1]) -> ("y": f32[1,1,1,1]) {
+  %y, %h = GRU(%x, %w, %r) {hidden_size = 1, activations = )") +
+            acts + R"(} : f32[1,1,1,1], f32[1,1,1]
+  return %y
+})",
+        "<test>");
+    ASSERT_TRUE(bool(wrong)) << errorOf(wrong);
+    std::string e = errorOf(ir::verifyGraph(**wrong));
+    EXPECT_NE(e.find(expected), std::string::npos) << e;
+  }
 }

@@ -21,6 +21,20 @@ struct ResizeTap {
 /// (tf_crop_and_resize): the output is extrapolation_value.
 std::vector<std::vector<std::vector<ResizeTap>>> resizeTapTable(const Node &n);
 
+/// One activation function of an RNN, GRU or LSTM node with its alpha and beta
+/// (ONNX's defaults where the node gives none). `name` is ONNX's ("Sigmoid",
+/// "HardSigmoid", ...); the kernel library's enum is dlc::kAct<name> (dlc_rnn.cuh).
+struct RnnActivation {
+  std::string name;
+  double alpha = 0, beta = 0;
+  /// The function (the reference interpreter's).
+  double operator()(double x) const;
+};
+/// The node's activations: per direction, its gate functions in ONNX's order (f, g
+/// and, for LSTM, h), defaults filled in. An error names an unknown activation or a
+/// list of the wrong length.
+llvm::Expected<std::vector<RnnActivation>> rnnActivations(const Node &n);
+
 /// Transpose's permutation (without a perm attribute: the dims reversed).
 Shape transposePerm(const Node &n);
 /// out.shape[i] = in.shape[perm[i]] (Transpose's rule).

@@ -41,6 +41,8 @@ inline constexpr size_t kHeaderSize = 64;
 uint32_t crc32(const void *data, size_t n, uint32_t seed = 0);
 size_t dtypeSize(DType t);
 const char *dtypeName(DType t);
+/// The bytes of a tensor of the package: its elements times its dtype's size.
+uint64_t tensorBytes(const TensorInfo &t);
 
 /// "sm_80" -> 80, "compute_90" -> 90; 0 if the name has no number.
 int archNumber(const std::string &target);
