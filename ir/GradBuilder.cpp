@@ -65,7 +65,7 @@ std::vector<Value *> GradBuilder::ops(OpKind k, std::vector<Value *> operands, A
       fail(errorf("{0} is missing operand {1}", opName(k), i));
       return none;
     }
-  std::string name = node_ && !node_->name().empty() ? node_->name() + ".grad" : std::string();
+  std::string name = node_ && !node_->name().empty() ? node_->name() + suffix_ : std::string();
   auto n = g_.createInferred(k, std::move(operands), std::move(attrs), numResults, std::move(name));
   if (!n) {
     fail(n.takeError());

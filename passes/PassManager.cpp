@@ -35,11 +35,15 @@ const PassInfo *findPass(std::string_view name) {
 
 Pipeline defaultPipeline(int optLevel, bool mixedPrecision, bool layout) {
   Pipeline p;
+  // Ops without a kernel of their own become their decomposition at every level,
+  // once their dtypes and layout are settled.
+  PipelineStage legalize = {{"legalize"}, Convergence::Once};
   if (optLevel <= 0) {
     if (mixedPrecision)
       p.push_back({{"precision"}, Convergence::Once});
     if (layout)
       p.push_back({{"layout"}, Convergence::Once});
+    p.push_back(legalize);
     return p;
   }
   // -O1: graph clean-up only (one kernel per op); -O2 and up: also fusion.
@@ -54,6 +58,7 @@ Pipeline defaultPipeline(int optLevel, bool mixedPrecision, bool layout) {
     p.push_back({{"layout"}, Convergence::Once});
     p.push_back(cleanup);
   }
+  p.push_back(legalize);
   if (optLevel >= 2)
     p.push_back({{"fuse"}, Convergence::Once});
   return p;

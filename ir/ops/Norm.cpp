@@ -1,5 +1,6 @@
-//===- Norm.cpp - Batch and layer normalization ----------------------------===//
+//===- Norm.cpp - Batch, layer, RMS, instance and group normalization ------===//
 #include "OpUtils.h"
+#include "dlc/ir/GradBuilder.h"
 
 namespace dlc::ir {
 namespace {
@@ -161,6 +162,54 @@ llvm::Error refLayerNorm(const Node &n, const Inputs &in, Outputs &out) {
   if (out.size() > 2)
     out[2] = Tensor::fromVector(out[2].type(), invs);
   return ok();
+}
+
+//===----------------------------------------------------------------------===//
+// RMSNormalization(X, scale) (ONNX opset 23) over the dims from `axis` on:
+// Y = X / sqrt(mean(X^2) + epsilon) * scale, computed in FP32 when stash_type is 1
+// (ONNX's FLOAT), else in X's dtype. It has no kernel of its own: its decomposition,
+// ONNX's function body, is both its lowering (`legalize`) and what autodiff
+// differentiates (`decompose`).
+//===----------------------------------------------------------------------===//
+
+llvm::Error refRmsNorm(const Node &n, const Inputs &in, Outputs &out) {
+  const Shape &xs = in[0]->shape();
+  int64_t axis = *normalizeAxis(n.attrInt("axis"), in[0]->rank());
+  Shape norm(xs.begin() + axis, xs.end());
+  int64_t inner = product(norm), outer = in[0]->numElements() / std::max<int64_t>(inner, 1);
+  double eps = n.attrFloat("epsilon");
+  auto x = in[0]->toVector<double>();
+  auto scale = in[1]->toVector<double>();
+  BroadcastIndex is(in[1]->shape(), norm);
+  std::vector<double> y(x.size());
+  for (int64_t o = 0; o < outer; ++o) {
+    const double *row = x.data() + o * inner;
+    double s2 = 0;
+    for (int64_t i = 0; i < inner; ++i)
+      s2 += row[i] * row[i];
+    double inv = 1.0 / std::sqrt(s2 / static_cast<double>(inner) + eps);
+    for (int64_t i = 0; i < inner; ++i)
+      y[o * inner + i] = row[i] * inv * scale[is(i)];
+  }
+  out[0] = Tensor::fromVector(out[0].type(), y);
+  return ok();
+}
+
+llvm::Expected<std::vector<Value *>> decomposeRmsNorm(GradBuilder &b, const Node &n) {
+  Value *x = n.operand(0);
+  int64_t rank = x->rank(), axis = *normalizeAxis(n.attrInt("axis"), rank);
+  std::vector<int64_t> axes;
+  for (int64_t i = axis; i < rank; ++i)
+    axes.push_back(i);
+  DType stash = n.attrInt("stash_type") == 1 ? DType::F32 : x->dtype();
+  Value *xs = b.cast(x, stash);
+  Value *meanSquare =
+      b.op(OpKind::ReduceMean, {b.mul(xs, xs)}, {{"axes", axes}, {"keepdims", int64_t{1}}});
+  Value *rms = b.op(OpKind::Sqrt, {b.add(meanSquare, b.scalar(n.attrFloat("epsilon"), stash))});
+  Value *y = b.mul(b.cast(b.div(xs, rms), x->dtype()), n.operand(1));
+  if (auto e = b.takeError())
+    return e;
+  return std::vector<Value *>{y};
 }
 
 //===----------------------------------------------------------------------===//
@@ -422,6 +471,19 @@ void defineNormOps(OpTable &t) {
       .verify(verifyLayerNorm)
       .infer(inferLayerNorm)
       .reference(refLayerNorm);
+  t.def(OpKind::RMSNormalization)
+      .operands(2)
+      .attr("axis", AttrKind::Int, int64_t{-1})
+      .attr("epsilon", AttrKind::Float, 1e-5f)
+      .attr("stash_type", AttrKind::Int, int64_t{1})
+      .fusible(Fusibility::opaque()) // legalized into fusible ops before fusion
+      .fp16(Fp16Policy::Allow)       // the decomposition accumulates in stash_type
+      .layout(LayoutRule::axisAttrs())
+      .verify(verifyLayerNorm)
+      .infer(inferSameAsOperand0)
+      .reference(refRmsNorm)
+      .decompose(decomposeRmsNorm)
+      .legalize(decomposeRmsNorm);
   t.def(OpKind::InstanceNormalization)
       .operands(3)
       .attr("epsilon", AttrKind::Float, 1e-5f)

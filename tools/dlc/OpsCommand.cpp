@@ -39,13 +39,16 @@ int runOps(const std::vector<std::string> &argv) {
     std::string fp16 = std::string(ir::fp16PolicyName(d.fp16)) + (d.fp16Refine ? "*" : "");
     const char *grad = d.gradient ? "rule" : d.decompose ? "decomposed" : "-";
     // "*": some nodes of the op are opaque (BatchNormalization in training mode).
+    // "legalized": no kernel of its own; the `legalize` pass writes its decomposition,
+    // whose ops fuse.
     std::string fusion =
-        ir::describeFusibility(d.fusibility) + (d.fusibility.opaqueWhen ? "*" : "");
+        d.legalize ? std::string("legalized")
+                   : ir::describeFusibility(d.fusibility) + (d.fusibility.opaqueWhen ? "*" : "");
     if (md)
       os << "| " << d.name << " | " << fusion << " | " << fp16 << " | " << layout << " | " << grad
          << " |\n";
     else
-      os << llvm::left_justify(d.name, 20) << llvm::left_justify(fusion, 30)
+      os << llvm::left_justify(d.name, 24) << llvm::left_justify(fusion, 30)
          << llvm::left_justify(fp16, 8) << llvm::left_justify(layout, 20) << grad << "\n";
   }
   return 0;

@@ -205,6 +205,8 @@ void registerNnHandlers(std::vector<HandlerEntry> &t) {
   t.push_back({"GlobalMaxPool", 1, kMaxOpset, direct<OpKind::GlobalMaxPool>});
   t.push_back({"BatchNormalization", 7, kMaxOpset, importBatchNorm});
   t.push_back({"LayerNormalization", 17, kMaxOpset, direct<OpKind::LayerNormalization>});
+  // Opset 23's op; files at opsets above kMaxOpset are refused before any handler runs.
+  t.push_back({"RMSNormalization", 23, std::max(23, kMaxOpset), direct<OpKind::RMSNormalization>});
   t.push_back({"InstanceNormalization", 6, kMaxOpset, direct<OpKind::InstanceNormalization>});
   t.push_back({"GroupNormalization", 18, kMaxOpset, importGroupNorm});
   t.push_back({"LRN", 1, kMaxOpset, direct<OpKind::LRN>});

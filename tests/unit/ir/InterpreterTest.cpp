@@ -133,6 +133,20 @@ TEST(Interpreter, ReductionsAndLayerNorm) {
   expectValues(run1(ir, {x}, 2), {-1, 1, -1, 1});
 }
 
+TEST(Interpreter, RmsNormalization) {
+  // y = x / sqrt(mean(x^2 over the dims from axis on) + epsilon) * scale.
+  const char *ir = R"(graph @g(%x: f32[2,2], %z: f32[2,1,2]) -> ("a": f32[2,2], "b": f32[2,1,2]) {
+  %s = const f32[2] dense<[1.0, 2.0]>
+  %a = RMSNormalization(%x, %s) {epsilon = 0.0} : f32[2,2]
+  %b = RMSNormalization(%z, %s) {axis = 1, epsilon = 3.5} : f32[2,1,2]
+  return %a, %b
+})";
+  Tensor x = f32({2, 2}, {1, 7, 2, -2});   // mean squares 25 and 4
+  Tensor z = f32({2, 1, 2}, {3, 4, 0, 0}); // 12.5 + 3.5 = 16, and 0 + 3.5
+  expectValues(run1(ir, {x, z}, 0), {0.2, 2.8, 1, -2});
+  expectValues(run1(ir, {x, z}, 1), {0.75, 2, 0, 0});
+}
+
 TEST(Interpreter, MovementOps) {
   const char *ir =
       R"(graph @g(%x: f32[2,3]) -> ("t": f32[3,2], "s": f32[2,2], "p": f32[2,5], "g": f32[2,2], "c": f32[4,3]) {

@@ -180,6 +180,11 @@ TEST(Autodiff, RecurrentGradientsMatchFiniteDifferences) {
   expectGradientsMatchFiniteDifferences("tests/unit/ir/corpus/rnn.ir");
 }
 
+TEST(Autodiff, RmsNormalizationGradientsMatchFiniteDifferences) {
+  // RMSNormalization has no rule of its own: its decomposition (OpDef::decompose).
+  expectGradientsMatchFiniteDifferences("tests/unit/ir/corpus/rmsnorm.ir");
+}
+
 TEST(Autodiff, PromotesWeightsButNotRunningStatisticsOrFrozenOnes) {
   auto g = test::parseIR(R"(graph @g(%x: f32[1,2,2,2]) -> ("y": f32[1,2,2,2]) {
   %s = const f32[2] dense<[1.0, 2.0]>

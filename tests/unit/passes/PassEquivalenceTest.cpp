@@ -338,3 +338,35 @@ TEST(Layout, AxisRemapsMatchTheInterpreter) {
   EXPECT_EQ(countOps(*g, OpKind::Transpose), 4u)
       << "the input, and one per output but the reductions' " << printGraph(*g);
 }
+
+TEST(Legalize, RmsNormalizationBecomesItsFunctionBody) {
+  // FP32, over the last dim and over the last two; then in FP16 after the precision
+  // pass, where stash_type = 1 keeps the mean of squares in FP32.
+  auto g = test::expectEquivalentAfter(
+      R"(graph @g(%x: f32[3,4,8], %s: f32[8], %t: f32[4,8]) -> ("a": f32[3,4,8], "b": f32[3,4,8]) {
+  %a = RMSNormalization(%x, %s) {epsilon = 0.01} : f32[3,4,8]
+  %b = RMSNormalization(%x, %t) {axis = 1} : f32[3,4,8]
+  return %a, %b
+})",
+      "legalize");
+  ASSERT_TRUE(g);
+  EXPECT_EQ(countOps(*g, OpKind::RMSNormalization), 0u);
+  EXPECT_EQ(countOps(*g, OpKind::ReduceMean), 2u);
+  EXPECT_EQ(countOps(*g, OpKind::Sqrt), 2u);
+  EXPECT_EQ(countOps(*g, OpKind::Cast), 0u) << "no casts in FP32: " << printGraph(*g);
+
+  passes::PassContext fp16;
+  fp16.precision.reduced = DType::F16;
+  auto h = test::expectEquivalentAfter(
+      R"(graph @g(%x: f32[2,64], %s: f32[64]) -> ("y": f32[2,64]) {
+  %y = RMSNormalization(%x, %s) : f32[2,64]
+  return %y
+})",
+      "precision,legalize,canonicalize,cse,dce", 3, 1e-2, 1e-2, fp16);
+  ASSERT_TRUE(h);
+  for (const Node &n : h->nodes()) {
+    if (n.kind() == OpKind::ReduceMean) {
+      EXPECT_EQ(n.result()->dtype(), DType::F32) << "stash_type = 1 accumulates in FP32";
+    }
+  }
+}

@@ -136,6 +136,21 @@ TEST(Fusion, ReductionAndLayerNormWithNeighbours) {
        1, 0});
 }
 
+TEST(Fusion, RmsNormalizationLegalizedAndFused) {
+  // RMSNormalization has no kernel of its own: `legalize` writes its function body,
+  // whose mean of squares is a reduction with the square as its prologue and the
+  // epsilon and square root as its epilogue, and whose scaling is one element-wise
+  // kernel. The residual Add feeds both, so it is a kernel of its own (fusion never
+  // duplicates a producer).
+  check({"rmsnorm",
+         R"(graph @g(%x: f32[2,3,96], %r: f32[2,3,96], %w: f32[96]) -> ("y": f32[2,3,96]) {
+  %s = Add(%x, %r) : f32[2,3,96]
+  %n = RMSNormalization(%s, %w) {epsilon = 1.0e-06} : f32[2,3,96]
+  return %n
+})",
+         3, 0});
+}
+
 TEST(Fusion, ConvolutionWithResidualEpilogue) {
   check(
       {"conv",

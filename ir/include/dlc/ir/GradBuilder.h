@@ -75,6 +75,9 @@ public:
 
   /// The node being differentiated.
   const Node &node() const { return *node_; }
+  /// What the built nodes' names add to the node's name (default ".grad"; a
+  /// decomposition that stands for the node keeps its name with "").
+  void setNameSuffix(std::string s) { suffix_ = std::move(s); }
 
 private:
   Graph &g_;
@@ -83,6 +86,7 @@ private:
   std::vector<bool> wanted_;
   std::map<unsigned, Value *> operandGrads_;
   std::string error_;
+  std::string suffix_ = ".grad";
 };
 
 } // namespace dlc::ir

@@ -272,6 +272,10 @@ struct OpDef {
   GradFn gradient = nullptr;
   /// Null: the op is differentiated through its own rule or not at all.
   DecomposeFn decompose = nullptr;
+  /// The op has no kernel of its own: the `legalize` pass (before fusion, at every
+  /// -O level, after the precision and layout passes have settled its dtypes and
+  /// layout) replaces each node by what this builds. Codegen never sees the op.
+  DecomposeFn legalize = nullptr;
   /// Training and inference forms, where an op has both (null: the same in both).
   TrainingFormFn trainingForm = nullptr;
   InferenceFormFn inferenceForm = nullptr;
@@ -337,6 +341,7 @@ public:
   }
   OpBuilder &gradient(GradFn f) { return d_.gradient = f, *this; }
   OpBuilder &decompose(DecomposeFn f) { return d_.decompose = f, *this; }
+  OpBuilder &legalize(DecomposeFn f) { return d_.legalize = f, *this; }
   OpBuilder &modes(TrainingFormFn training, InferenceFormFn inference) {
     return d_.trainingForm = training, d_.inferenceForm = inference, *this;
   }

@@ -74,11 +74,12 @@ struct PipelineStage {
 };
 using Pipeline = std::vector<PipelineStage>;
 
-/// The default graph-level pipeline at an optimization level (0 = nothing). With
-/// mixedPrecision, the `precision` pass (configured by PassContext::precision) runs
-/// after the clean-up stage, followed by another clean-up (cast chains fold). With
-/// layout, the `layout` pass (PassContext::layout) and a clean-up follow (transpose
-/// chains cancel, permuted weights fold).
+/// The default graph-level pipeline at an optimization level (0: only what code
+/// generation needs). With mixedPrecision, the `precision` pass (configured by
+/// PassContext::precision) runs after the clean-up stage, followed by another
+/// clean-up (cast chains fold). With layout, the `layout` pass (PassContext::layout)
+/// and a clean-up follow (transpose chains cancel, permuted weights fold). Then, at
+/// every level, `legalize`; from -O2, `fuse`.
 Pipeline defaultPipeline(int optLevel, bool mixedPrecision = false, bool layout = false);
 /// Whether a pipeline needs the layout stage for this mode (auto only acts on
 /// reduced-precision graphs).
