@@ -550,6 +550,10 @@ public:
     size_t paramBytes = l.params() ? l.params()->size() : 0;
     void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, params.data(), CU_LAUNCH_PARAM_BUFFER_SIZE,
                      &paramBytes, CU_LAUNCH_PARAM_END};
+    // Every kernel of the library takes one argument struct, which is the parameter
+    // buffer; a cooperative launch must pass it as kernelParams[0], since the driver
+    // refuses `extra` there (CUDA_ERROR_INVALID_VALUE, seen on an H200).
+    void *kernelParams[] = {params.data()};
     if (l.dynamic_smem() > 48 * 1024)
       DLC_RETURN_IF_ERROR(
           check(drv_.cuFuncSetAttribute_(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -584,6 +588,8 @@ public:
       coop.value.cooperative = 1;
       cfg.attrs = &coop;
       cfg.numAttrs = 1;
+      return check(drv_.cuLaunchKernelEx_(&cfg, f, kernelParams, nullptr),
+                   "launching kernel for node '" + node + "'");
     }
     return check(drv_.cuLaunchKernelEx_(&cfg, f, nullptr, extra),
                  "launching kernel for node '" + node + "'");

@@ -55,6 +55,7 @@ struct FakeState {
   CUresult endCaptureResult = CUDA_SUCCESS;
   int heuristicCalls = 0, matmuls = 0;
   int streams = 0;
+  int cooperativeLaunches = 0;
   std::vector<CUstream> reduceStreams; // of the fake device communicator's all-reduces
   std::vector<size_t> reduceCounts;
   bool rejectEpilogue = false; // the heuristic finds no algorithm that applies an epilogue
@@ -66,6 +67,7 @@ struct FakeState {
     calls.clear(), pending.clear(), functions.clear(), launched.clear(), alignments.clear();
     reduceStreams.clear(), reduceCounts.clear();
     callsWithoutContext = captures = graphLaunches = heuristicCalls = matmuls = streams = 0;
+    cooperativeLaunches = 0;
     capturing = rejectEpilogue = false;
     endCaptureResult = CUDA_SUCCESS;
     return *this;
@@ -201,8 +203,18 @@ cuda::Driver makeDriver() {
     *s = "fake failure";
     return CUDA_SUCCESS;
   };
-  d.cuLaunchKernelEx_ = [](const CUlaunchConfig *, CUfunction f, void **, void **) {
+  d.cuLaunchKernelEx_ = [](const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra) {
     log("cuLaunchKernelEx", true);
+    // The driver's rules (cuda.h): the arguments come either as kernelParams or as
+    // `extra`, and a cooperative launch has cuLaunchCooperativeKernel's usage, which
+    // takes kernelParams only.
+    bool cooperative = false;
+    for (unsigned i = 0; i < cfg->numAttrs; ++i)
+      cooperative |=
+          cfg->attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && cfg->attrs[i].value.cooperative;
+    if ((params != nullptr) == (extra != nullptr) || (cooperative && extra))
+      return CUDA_ERROR_INVALID_VALUE;
+    S.cooperativeLaunches += cooperative;
     S.launched.push_back(S.functions[f]);
     return CUDA_SUCCESS;
   };
@@ -395,6 +407,34 @@ protected:
     return static_cast<size_t>(std::count(S.calls.begin(), S.calls.end(), what));
   }
 };
+
+TEST_F(CudaMock, APersistentRecurrentKernelIsACooperativeLaunch) {
+  // A small LSTM runs as one persistent kernel with a grid barrier: a cooperative
+  // launch, whose argument struct must travel as kernelParams (the driver refuses
+  // `extra` there; the first GPU run of the kit failed so).
+  auto pkg = compileForSm90(R"(graph @lstm(%x: f32[3,2,4]) -> ("y": f32[3,1,2,8]) {
+  %w = const f32[1,32,4] dense<[-0.25, 0.10, -0.10, 0.25, 0.05, -0.15, 0.20, 0.00, -0.20, 0.15, -0.05, -0.25, 0.10, -0.10, 0.25, 0.05, -0.15, 0.20, 0.00, -0.20, 0.15, -0.05, -0.25, 0.10, -0.10, 0.25, 0.05, -0.15, 0.20, 0.00, -0.20, 0.15, -0.05, -0.25, 0.10, -0.10, 0.25, 0.05, -0.15, 0.20, 0.00, -0.20, 0.15, -0.05, -0.25, 0.10, -0.10, 0.25, 0.05, -0.15, 0.20, 0.00, -0.20, 0.15, -0.05, -0.25, 0.10, -0.10, 0.25, 0.05, -0.15, 0.20, 0.00, -0.20, 0.15, -0.05, -0.25, 0.10, -0.10, 0.25, 0.05, -0.15, 0.20, 0.00, -0.20, 0.15, -0.05, -0.25, 0.10, -0.10, 0.25, 0.05, -0.15, 0.20, 0.00, -0.20, 0.15, -0.05, -0.25, 0.10, -0.10, 0.25, 0.05, -0.15, 0.20, 0.00, -0.20, 0.15, -0.05, -0.25, 0.10, -0.10, 0.25, 0.05, -0.15, 0.20, 0.00, -0.20, 0.15, -0.05, -0.25, 0.10, -0.10, 0.25, 0.05, -0.15, 0.20, 0.00, -0.20, 0.15, -0.05, -0.25, 0.10, -0.10, 0.25, 0.05, -0.15, 0.20]>
+  %r = const f32[1,32,8] dense<[-0.18, -0.03, 0.12, -0.12, 0.03, 0.18, -0.06, 0.09, -0.15, 0.00, 0.15, -0.09, 0.06, -0.18, -0.03, 0.12, -0.12, 0.03, 0.18, -0.06, 0.09, -0.15, 0.00, 0.15, -0.09, 0.06, -0.18, -0.03, 0.12, -0.12, 0.03, 0.18, -0.06, 0.09, -0.15, 0.00, 0.15, -0.09, 0.06, -0.18, -0.03, 0.12, -0.12, 0.03, 0.18, -0.06, 0.09, -0.15, 0.00, 0.15, -0.09, 0.06, -0.18, -0.03, 0.12, -0.12, 0.03, 0.18, -0.06, 0.09, -0.15, 0.00, 0.15, -0.09, 0.06, -0.18, -0.03, 0.12, -0.12, 0.03, 0.18, -0.06, 0.09, -0.15, 0.00, 0.15, -0.09, 0.06, -0.18, -0.03, 0.12, -0.12, 0.03, 0.18, -0.06, 0.09, -0.15, 0.00, 0.15, -0.09, 0.06, -0.18, -0.03, 0.12, -0.12, 0.03, 0.18, -0.06, 0.09, -0.15, 0.00, 0.15, -0.09, 0.06, -0.18, -0.03, 0.12, -0.12, 0.03, 0.18, -0.06, 0.09, -0.15, 0.00, 0.15, -0.09, 0.06, -0.18, -0.03, 0.12, -0.12, 0.03, 0.18, -0.06, 0.09, -0.15, 0.00, 0.15, -0.09, 0.06, -0.18, -0.03, 0.12, -0.12, 0.03, 0.18, -0.06, 0.09, -0.15, 0.00, 0.15, -0.09, 0.06, -0.18, -0.03, 0.12, -0.12, 0.03, 0.18, -0.06, 0.09, -0.15, 0.00, 0.15, -0.09, 0.06, -0.18, -0.03, 0.12, -0.12, 0.03, 0.18, -0.06, 0.09, -0.15, 0.00, 0.15, -0.09, 0.06, -0.18, -0.03, 0.12, -0.12, 0.03, 0.18, -0.06, 0.09, -0.15, 0.00, 0.15, -0.09, 0.06, -0.18, -0.03, 0.12, -0.12, 0.03, 0.18, -0.06, 0.09, -0.15, 0.00, 0.15, -0.09, 0.06, -0.18, -0.03, 0.12, -0.12, 0.03, 0.18, -0.06, 0.09, -0.15, 0.00, 0.15, -0.09, 0.06, -0.18, -0.03, 0.12, -0.12, 0.03, 0.18, -0.06, 0.09, -0.15, 0.00, 0.15, -0.09, 0.06, -0.18, -0.03, 0.12, -0.12, 0.03, 0.18, -0.06, 0.09, -0.15, 0.00, 0.15, -0.09, 0.06, -0.18, -0.03, 0.12, -0.12, 0.03, 0.18, -0.06, 0.09, -0.15, 0.00, 0.15, -0.09, 0.06, -0.18, -0.03, 0.12, -0.12, 0.03, 0.18, -0.06, 0.09, -0.15]>
+  %y, %h, %c = LSTM(%x, %w, %r) {hidden_size = 8} : f32[3,1,2,8], f32[1,2,8], f32[1,2,8]
+  return %y
+})",
+                            "lstm");
+  ASSERT_TRUE(pkg);
+  bool persistent = false;
+  for (const pkg::Kernel *k : *pkg->meta().kernels())
+    persistent |= k->cooperative();
+  ASSERT_TRUE(persistent) << "the test needs the persistent kernel";
+  rt::SessionOptions so;
+  so.device = rt::DeviceKind::Cuda;
+  so.cudaGraphs = false;
+  auto s = rt::Session::create(pkg, so);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  std::vector<float> x(24, 0.5f);
+  ASSERT_FALSE(bool((*s)->setInputBytes("x", x.data(), x.size() * 4)));
+  Status st = (*s)->run();
+  EXPECT_FALSE(bool(st)) << st.message();
+  EXPECT_EQ(S.cooperativeLaunches, 1);
+}
 
 TEST_F(CudaMock, TheCallersContextIsRestoredAndAnyThreadMayRun) {
   ctxStack.push_back(kUserCtx); // the application's own context is current
