@@ -417,7 +417,7 @@ static std::vector<uint32_t> inPlaceInputs(Lowering &l, const FusionGroup &g, Bu
         continue;
       BufferRef r = l.bufferOf(v);
       bool identity = r.offset == 0 && dtypeSize(v->dtype()) == es &&
-                      v->type().numElements() == total && readsAtOwnIndex(*n, k);
+                      v->type().numElements() == total && fusibility(*n).readsAtOwnIndex(*n, k);
       (identity ? yes : no).push_back(r.buffer);
     }
   std::vector<uint32_t> buffers;
@@ -499,7 +499,7 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
       const Value *v = n->operand(k);
       if (!v || g.computes(v) || isScalarConstant(v))
         continue;
-      vec &= v->dtype() == out->dtype() && readsAtOwnIndex(*n, k) &&
+      vec &= v->dtype() == out->dtype() && fusibility(*n).readsAtOwnIndex(*n, k) &&
              l.bufferOf(v).offset % vf.bytes() == 0 && !l.isInterface(v);
       if (std::find(externals.begin(), externals.end(), v) == externals.end())
         externals.push_back(v);

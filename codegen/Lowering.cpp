@@ -395,7 +395,7 @@ void Lowering::addCollectiveWaits() {
   p_.commitSteps += static_cast<uint32_t>(waitsInCommit);
 }
 
-/// The emu entry points of the kernels of one chunk (see include/dlc/runtime/EmuAbi.h).
+/// The emu entry points of the kernels of one chunk (see dlc/package/EmuAbi.h).
 static std::string emuSection(const std::vector<const KernelDesc *> &kernels) {
   CodeStream cs;
   cs.line("#ifdef DLC_EMU");

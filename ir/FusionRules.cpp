@@ -267,7 +267,7 @@ llvm::Expected<FusionGroup> classifyFusionGroup(const std::vector<Node *> &nodes
     for (unsigned k = 0; ok && k < n->numOperands(); ++k)
       if (const Value *v = n->operand(k); v && v->definingNode() && desc.count(v->definingNode())) {
         fromAnchor.insert(v->definingNode());
-        ok = f.role != Fusibility::Role::Elementwise || readsAtOwnIndex(*n, k);
+        ok = f.role != Fusibility::Role::Elementwise || f.readsAtOwnIndex(*n, k);
       }
     if (!ok)
       return errorf("{0} cannot be in the epilogue of {1}", ref(*n), ref(*fg.anchor));

@@ -100,13 +100,12 @@ std::string describeFusibility(const Fusibility &f) {
   return s + "(" + caps + ")";
 }
 
-bool readsAtOwnIndex(const Node &n, unsigned k) {
-  const Fusibility f = fusibility(n);
+bool Fusibility::readsAtOwnIndex(const Node &n, unsigned k) const {
   const Value *v = n.operand(k);
-  if (f.role == Fusibility::Role::Metadata)
+  if (role == Role::Metadata)
     return k == 0;
-  return f.role == Fusibility::Role::Elementwise && v &&
-         !(f.operandAccess && f.operandAccess(n, k)) && v->shape() == n.result()->shape();
+  return role == Role::Elementwise && v && !(operandAccess && operandAccess(n, k)) &&
+         v->shape() == n.result()->shape();
 }
 
 Fusibility fusibility(const Node &n) {

@@ -2,7 +2,7 @@
 //
 // One OpDef per op in ir/Ops.def, filled by the op's family file. The table is
 // the single source of truth used by the verifier, the parser, the interpreter,
-// the passes and (later) autodiff and the CUDA emitter.
+// the passes (fusion, precision, layout, autodiff, legalize) and code generation.
 //===----------------------------------------------------------------------===//
 #pragma once
 
@@ -139,6 +139,10 @@ struct Fusibility {
   bool inlinable() const {
     return role == Role::Metadata || role == Role::Elementwise || role == Role::Injective;
   }
+  /// Whether node n (of this fusibility), inlined, reads operand k at the element it
+  /// computes (a view's operand, or an element-wise operand of the result's shape
+  /// without an access of its own).
+  bool readsAtOwnIndex(const Node &n, unsigned k) const;
 };
 std::string_view fusionRoleName(Fusibility::Role r);
 /// "elementwise", "anchor(prologue, epilogue)", ... for `dlc ops`.
@@ -306,10 +310,6 @@ const OpDef &opDef(OpKind k);
 /// a node whose results other than the first are in use is opaque (they need memory
 /// of their own).
 Fusibility fusibility(const Node &n);
-/// Whether node n, inlined, reads operand k at the element it computes (a view's
-/// operand, or an element-wise operand of the result's shape without an access of
-/// its own).
-bool readsAtOwnIndex(const Node &n, unsigned k);
 
 /// Fluent helper used by the family files to fill an OpDef.
 class OpBuilder {

@@ -45,9 +45,10 @@ typedef struct dlc_emu_api {
    * (dlc_emu_set_checked): the runtime tracks initialisation and the last writer and
    * readers of each byte of shared memory. */
   void (*access)(const void *address, unsigned long long bytes, int write);
-  /* The current block's storage for the static __shared__ variable declared at `site`
-   * (the code generator lowers such declarations to calls of this): the same address for
-   * every thread of the block, fresh for each block. */
+  /* The current block's storage for the static shared variable declared at `site`
+   * (the kernel library's DLC_SHARED / DLC_SHARED_ALIGNED, which emu's prelude turns
+   * into calls of this): the same address for every thread of the block, fresh for
+   * each block. */
   void *(*static_shared)(const void *site, unsigned long long bytes, unsigned align);
 } dlc_emu_api;
 
