@@ -251,6 +251,9 @@ loadAndOptimize(const CompileOptions &o, const std::map<std::string, ir::Shape> 
     if (o.onNote)
       for (const std::string &note : r->notes)
         o.onNote(file + ": " + note);
+    if (o.onWarning)
+      for (const std::string &w : r->warnings)
+        o.onWarning(file + ": " + w);
     g = std::move(r->graph);
     log(o, llvm::formatv("import {0} (opset {1}{2}): {3} nodes, {4:f2} s", file, r->originalOpset,
                          r->opset != r->originalOpset ? " -> " + std::to_string(r->opset) : "",

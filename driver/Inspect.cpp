@@ -1,6 +1,8 @@
 //===- Inspect.cpp - What a package holds, and its modeled cost -------------===//
 #include "dlc/driver/Inspect.h"
 
+#include "dlc/ir/Graph.h"
+
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -415,11 +417,14 @@ void printReport(const Report &r, llvm::raw_ostream &os) {
                          r.shapeRanges->microsAtMax[i]);
     os << "\n";
   }
-  if (!r.checks.empty())
+  if (!r.checks.empty()) {
     os << "data checks: " << r.checks.size()
-       << " (launches that flag bad indices, loops that would pass their --loop-bound; "
-          "the run fails "
-          "naming the node)\n";
+       << " (launches that flag bad indices, loops that would pass their --loop-bound, "
+          "deferred If branches; the run fails naming the node)\n";
+    for (const Report::Check &c : r.checks)
+      if (c.what.find(ir::kDeferredBranchText) != std::string::npos)
+        os << "  deferred If branch: node '" << c.node << "': " << c.what << "\n";
+  }
   os << llvm::format("traffic: %.3f MB DRAM (lower bound %.3f MB, %.2fx), %.3f GFLOP\n",
                      (cost.bytesRead[h100] + cost.bytesWritten[h100]) / 1e6,
                      cost.lowerBoundBytes / 1e6,

@@ -4,6 +4,7 @@
 // inference -> ir::Graph through the handler table. Every failure is a value
 // whose message names the model file, node, op type and opset.
 //===----------------------------------------------------------------------===//
+#include "ModelChecks.h"
 #include "NodeImporter.h"
 
 #include "llvm/Support/MemoryBuffer.h"
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <google/protobuf/io/coded_stream.h>
 #include <onnx/checker.h>
+#include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 #include <onnx/version_converter/convert.h>
 #include <set>
@@ -39,30 +41,43 @@ static const std::vector<HandlerEntry> &handlerTable() {
     registerShapeHandlers(t);
     registerReduceHandlers(t);
     registerControlHandlers(t);
+    registerContribHandlers(t);
+    registerAttentionHandlers(t);
     return t;
   }();
   return table;
 }
 
-Handler findHandler(const std::string &opType, int64_t opset) {
+Handler findHandler(const std::string &domain, const std::string &opType, int64_t opset) {
+  std::string d = canonicalDomain(domain);
   for (const HandlerEntry &e : handlerTable())
-    if (opType == e.opType && opset >= e.sinceOpset && opset <= e.untilOpset)
+    if (opType == e.opType && d == e.domain && opset >= e.sinceOpset && opset <= e.untilOpset)
       return e.fn;
   return nullptr;
 }
 
-std::vector<std::string> supportedOnnxOps() {
+std::vector<std::string> supportedOnnxOps(const std::string &domain) {
   std::vector<std::string> ops;
   for (const HandlerEntry &e : handlerTable())
-    ops.push_back(e.opType);
+    if (domain == e.domain)
+      ops.push_back(e.opType);
   std::sort(ops.begin(), ops.end());
   ops.erase(std::unique(ops.begin(), ops.end()), ops.end());
   return ops;
 }
 
-bool hasHandler(const std::string &opType) {
+bool hasHandler(const std::string &domain, const std::string &opType) {
+  std::string d = canonicalDomain(domain);
   for (const HandlerEntry &e : handlerTable())
-    if (opType == e.opType)
+    if (opType == e.opType && d == e.domain)
+      return true;
+  return false;
+}
+
+bool knownDomain(const std::string &domain) {
+  std::string d = canonicalDomain(domain);
+  for (const HandlerEntry &e : handlerTable())
+    if (d == e.domain)
       return true;
   return false;
 }
@@ -137,7 +152,7 @@ const char *outOfScopeReason(const std::string &op) {
 //===----------------------------------------------------------------------===//
 
 int64_t Importer::opsetFor(const std::string &domain) const {
-  auto it = opsets_.find(domain == "ai.onnx" ? "" : domain);
+  auto it = opsets_.find(canonicalDomain(domain));
   return it == opsets_.end() ? -1 : it->second;
 }
 
@@ -176,7 +191,6 @@ llvm::Error Importer::importInitializers(const onnx::GraphProto &g, Scope &scope
 
 void Importer::importNodes(const onnx::GraphProto &g, Scope &scope) {
   for (const onnx::NodeProto &n : g.node()) {
-    bool defaultDomain = n.domain().empty() || n.domain() == "ai.onnx";
     int64_t opset = opsetFor(n.domain());
     auto poisonOutputs = [&] {
       for (const auto &o : n.output())
@@ -207,11 +221,11 @@ void Importer::importNodes(const onnx::GraphProto &g, Scope &scope) {
       poisonOutputs();
       continue;
     }
-    if (!defaultDomain) {
+    if (!knownDomain(n.domain())) {
       fail("unsupported op domain '" + n.domain() + "'");
       continue;
     }
-    Handler h = findHandler(n.op_type(), opset);
+    Handler h = findHandler(n.domain(), n.op_type(), opset);
     if (!h) {
       const char *why = outOfScopeReason(n.op_type());
       fail(why ? std::string("unsupported op: ") + why
@@ -220,7 +234,11 @@ void Importer::importNodes(const onnx::GraphProto &g, Scope &scope) {
     }
     NodeImporter ni(*this, scope, n, opset);
     if (auto e = h(ni)) {
-      fail(llvm::toString(std::move(e)));
+      fail(ni.attrError().empty() ? llvm::toString(std::move(e)) : ni.attrError());
+      continue;
+    }
+    if (!ni.attrError().empty()) {
+      fail(ni.attrError());
       continue;
     }
     for (int i = 0; i < n.output_size(); ++i)
@@ -400,53 +418,23 @@ void collectExternalTensors(const onnx::GraphProto &g,
     }
 }
 
-/// The structure the ONNX library's own passes take for granted (its version converter
-/// dereferences the producer of every graph output): every node input and graph
-/// output is defined, in order. Names in a subgraph may come from enclosing scopes.
-/// Returns the first problem, or an empty string.
-std::string structuralProblem(const onnx::GraphProto &g, std::set<std::string> scope) {
-  for (const auto &i : g.input())
-    scope.insert(i.name());
-  for (const auto &t : g.initializer())
-    scope.insert(t.name());
-  for (const auto &t : g.sparse_initializer())
-    scope.insert(t.values().name());
-  std::set<std::string> produced;
-  for (const auto &n : g.node())
-    for (const auto &o : n.output())
-      if (!o.empty())
-        produced.insert(o);
+/// Whether the ONNX library has a schema for every default-domain op of the graph at
+/// `opset` (ONNX Runtime's SimplifiedLayerNormalization is a default-domain op the
+/// library does not know; its checker would refuse the model).
+bool libraryKnowsOps(const onnx::GraphProto &g, int opset) {
   for (const auto &n : g.node()) {
-    std::string who = "node " + (n.name().empty() ? std::string() : "'" + n.name() + "' ") + "(" +
-                      n.op_type() + ")";
-    for (const auto &in : n.input()) {
-      if (in.empty() || scope.count(in))
-        continue;
-      if (produced.count(in))
-        return who + " uses '" + in +
-               "' before it is produced (the graph has a cycle or is not in topological order)";
-      return who + " uses '" + in + "', which no node, graph input or initializer defines";
-    }
+    if (canonicalDomain(n.domain()).empty() &&
+        !onnx::OpSchemaRegistry::Schema(n.op_type(), opset, ""))
+      return false;
     for (const auto &a : n.attribute()) {
-      std::vector<const onnx::GraphProto *> subs;
-      if (a.has_g())
-        subs.push_back(&a.g());
+      if (a.has_g() && !libraryKnowsOps(a.g(), opset))
+        return false;
       for (const auto &sg : a.graphs())
-        subs.push_back(&sg);
-      for (const onnx::GraphProto *sg : subs) {
-        std::string p = structuralProblem(*sg, scope);
-        if (!p.empty())
-          return who + ", subgraph '" + a.name() + "': " + p;
-      }
+        if (!libraryKnowsOps(sg, opset))
+          return false;
     }
-    for (const auto &o : n.output())
-      if (!o.empty())
-        scope.insert(o);
   }
-  for (const auto &o : g.output())
-    if (!scope.count(o.name()))
-      return "graph output '" + o.name() + "' is not produced by any node";
-  return "";
+  return true;
 }
 
 /// onnx::checker::check_model with the model's directory set, so that external data
@@ -697,30 +685,38 @@ llvm::Expected<ImportResult> importOnnxBytes(llvm::StringRef bytes, const std::s
   ImportResult result;
   std::unordered_map<std::string, int64_t> opsets;
   for (const auto &o : model.opset_import())
-    opsets[o.domain() == "ai.onnx" ? "" : o.domain()] = o.version();
+    opsets[canonicalDomain(o.domain())] = o.version();
   if (!opsets.count(""))
     return errorf("{0}: unsupported: the model imports no version of the default ONNX domain "
                   "(only {1})",
                   file, model.opset_import_size() ? model.opset_import(0).domain() : "nothing");
   result.originalOpset = opsets[""];
-  if (result.originalOpset < 1 || result.originalOpset > 21)
-    return errorf("{0}: opset {1} is not supported (dlc imports opsets 7 to 21)", file,
-                  result.originalOpset);
+  if (model.ir_version() < 3 || model.ir_version() > kMaxIrVersion)
+    return errorf("{0}: IR version {1} is not supported (dlc imports IR versions 3 to {2})", file,
+                  model.ir_version(), kMaxIrVersion);
+  if (result.originalOpset < 1 || result.originalOpset > kMaxOpset)
+    return errorf("{0}: opset {1} is not supported (dlc imports opsets 7 to {2})", file,
+                  result.originalOpset, kMaxOpset);
+  // The Debian ONNX library (IR 8, opset 17) checks, infers and converts the models
+  // it knows; newer ones get dlc's own checks (ownModelProblem), and their handlers
+  // take the opset as it is.
+  const bool useLibrary = result.originalOpset <= kLibraryMaxOpset &&
+                          model.ir_version() <= static_cast<int64_t>(onnx::IR_VERSION) &&
+                          libraryKnowsOps(model.graph(), static_cast<int>(result.originalOpset));
 
   // Unsupported ops first, all at once: that is what a user needs to know before
   // anything about shapes or types.
   {
     std::vector<std::string> unsupported;
     for (const auto &n : model.graph().node()) {
-      int64_t opset = opsets.count(n.domain() == "ai.onnx" ? "" : n.domain())
-                          ? opsets[n.domain() == "ai.onnx" ? "" : n.domain()]
-                          : -1;
+      auto it = opsets.find(canonicalDomain(n.domain()));
+      int64_t opset = it != opsets.end() ? it->second : -1;
       std::string where = describeOnnxNode(n, opset);
-      if (!n.domain().empty() && n.domain() != "ai.onnx")
+      if (!knownDomain(n.domain()))
         unsupported.push_back(where + ": unsupported op domain '" + n.domain() + "'");
       else if (const char *why = olderOpsetGap(n.op_type(), opset))
         unsupported.push_back(where + ": unsupported op: " + why);
-      else if (!hasHandler(n.op_type())) { // opset-specific gaps surface while importing
+      else if (!hasHandler(n.domain(), n.op_type())) { // opset gaps surface while importing
         const char *why = outOfScopeReason(n.op_type());
         unsupported.push_back(where + ": unsupported op" +
                               (why ? std::string(": ") + why : std::string()));
@@ -738,11 +734,21 @@ llvm::Expected<ImportResult> importOnnxBytes(llvm::StringRef bytes, const std::s
       if (auto e = ext.check(*t))
         return errorf("{0}: {1}", file, llvm::toString(std::move(e)));
   }
+  // Nodes out of order are sorted, as ONNX Runtime does; a real cycle is an error.
+  bool sorted = false;
+  if (std::string p = sortNodes(*model.mutable_graph(), sorted); !p.empty())
+    return errorf("{0}: {1}", file, p);
+  if (sorted)
+    result.notes.push_back("the graph's nodes are not in topological order; dlc sorted them, as "
+                           "ONNX Runtime does");
   if (std::string p = structuralProblem(model.graph(), {}); !p.empty())
     return errorf("{0}: {1}", file, p);
+  if (!useLibrary)
+    if (std::string p = ownModelProblem(model); !p.empty())
+      return errorf("{0}: invalid ONNX model: {1}", file, p);
   OnnxLibraryResult lib;
   lib.opset = opsets[""];
-  {
+  if (useLibrary) {
     WeightStash stash(*model.mutable_graph());
     onnx::ModelProto stripped;
     if (!stash.empty())
@@ -766,9 +772,10 @@ llvm::Expected<ImportResult> importOnnxBytes(llvm::StringRef bytes, const std::s
   result.notes.insert(result.notes.end(), lib.notes.begin(), lib.notes.end());
   opsets[""] = lib.opset;
   if (opsets[""] < 7)
-    return errorf("{0}: opset {1} is not supported (dlc imports opsets 7 to 21) and could not be "
-                  "converted: {2}",
-                  file, opsets[""], result.notes.empty() ? std::string() : result.notes.back());
+    return errorf("{0}: opset {1} is not supported (dlc imports opsets 7 to {2}) and could not be "
+                  "converted: {3}",
+                  file, opsets[""], kMaxOpset,
+                  result.notes.empty() ? std::string() : result.notes.back());
   result.opset = opsets[""];
 
   const onnx::GraphProto &gp = model.graph();
@@ -782,9 +789,28 @@ llvm::Expected<ImportResult> importOnnxBytes(llvm::StringRef bytes, const std::s
   auto isBound = [&](const std::string &name) {
     return opts.bindings.count(name) || opts.bindingText.count(name);
   };
+  // Names the graph reads: an input that no node (or subgraph) reads and no output
+  // returns may have a type dlc does not support; such an input is left out.
+  std::unordered_set<std::string> read;
+  for (const auto &o : gp.output())
+    read.insert(o.name());
+  {
+    onnx::GraphProto uses;
+    *uses.mutable_node() = gp.node();
+    std::unordered_set<std::string> free;
+    freeNames(uses, free);
+    read.insert(free.begin(), free.end());
+  }
+  std::vector<std::string> overridable;
   for (const auto &in : gp.input()) {
-    if (initNames.count(in.name()) && !isBound(in.name()))
-      continue; // an initializer listed as input (IR version < 4) is a constant
+    if (initNames.count(in.name()) && !isBound(in.name())) {
+      // An initializer listed as an input: before IR 4 every initializer is; from IR 4
+      // ONNX Runtime lets a feed override it. dlc compiles it as a constant, as
+      // TensorRT does (its value folds, converts and fuses like any weight).
+      if (model.ir_version() >= 4)
+        overridable.push_back(in.name());
+      continue;
+    }
     if (isBound(in.name())) {
       auto value = boundValue(in, opts);
       if (!value)
@@ -793,10 +819,29 @@ llvm::Expected<ImportResult> importOnnxBytes(llvm::StringRef bytes, const std::s
       g->addBoundInput(in.name(), *value);
       continue;
     }
-    auto t = valueType(in, opts, result.notes);
+    std::vector<std::string> typeNotes;
+    auto t = valueType(in, opts, typeNotes);
+    if (!t && !read.count(in.name())) {
+      std::string why = llvm::toString(t.takeError()), self = "input '" + in.name() + "' ";
+      if (llvm::StringRef(why).startswith(self))
+        why = why.substr(self.size());
+      result.notes.push_back(self + "is not used by the model and is left out (it " + why + ")");
+      continue;
+    }
     if (!t)
       return errorf("{0}: {1}", file, llvm::toString(t.takeError()));
+    result.notes.insert(result.notes.end(), typeNotes.begin(), typeNotes.end());
     scope.bind(in.name(), g->addInput(in.name(), *t));
+  }
+  if (!overridable.empty()) {
+    std::string names;
+    for (size_t i = 0; i < overridable.size() && i < 4; ++i)
+      names += (i ? ", '" : "'") + overridable[i] + "'";
+    if (overridable.size() > 4)
+      names += " and " + std::to_string(overridable.size() - 4) + " more";
+    result.notes.push_back(
+        std::to_string(overridable.size()) + " initializer(s) are also listed as graph inputs (" +
+        names + "); dlc compiles them as constants (ONNX Runtime would let a feed override them)");
   }
   std::vector<std::string> boundNames;
   for (const auto &[name, t] : opts.bindings)
@@ -830,6 +875,7 @@ llvm::Expected<ImportResult> importOnnxBytes(llvm::StringRef bytes, const std::s
     return errorf("{0}: internal error: the imported graph does not verify: {1}", file,
                   llvm::toString(std::move(e)));
   result.specializedInputs = imp.specialized();
+  result.warnings = imp.warnings();
   result.graph = std::move(g);
   return result;
 }

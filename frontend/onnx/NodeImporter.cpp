@@ -93,30 +93,43 @@ const onnx::AttributeProto *NodeImporter::attr(const std::string &name) const {
   return nullptr;
 }
 
-int64_t NodeImporter::attrInt(const std::string &name, int64_t dflt) const {
+const onnx::AttributeProto *NodeImporter::typedAttr(const std::string &name, int type) const {
   const auto *a = attr(name);
+  if (a && a->type() != onnx::AttributeProto::UNDEFINED && a->type() != type) {
+    if (attrError_.empty())
+      attrError_ = "attribute '" + name + "' must be " +
+                   onnx::AttributeProto::AttributeType_Name(
+                       static_cast<onnx::AttributeProto::AttributeType>(type)) +
+                   ", got " + onnx::AttributeProto::AttributeType_Name(a->type());
+    return nullptr;
+  }
+  return a;
+}
+
+int64_t NodeImporter::attrInt(const std::string &name, int64_t dflt) const {
+  const auto *a = typedAttr(name, onnx::AttributeProto::INT);
   return a ? a->i() : dflt;
 }
 float NodeImporter::attrFloat(const std::string &name, float dflt) const {
-  const auto *a = attr(name);
+  const auto *a = typedAttr(name, onnx::AttributeProto::FLOAT);
   return a ? a->f() : dflt;
 }
 std::string NodeImporter::attrString(const std::string &name, const std::string &dflt) const {
-  const auto *a = attr(name);
+  const auto *a = typedAttr(name, onnx::AttributeProto::STRING);
   return a ? a->s() : dflt;
 }
 std::vector<int64_t> NodeImporter::attrInts(const std::string &name,
                                             std::vector<int64_t> dflt) const {
-  const auto *a = attr(name);
+  const auto *a = typedAttr(name, onnx::AttributeProto::INTS);
   return a ? std::vector<int64_t>(a->ints().begin(), a->ints().end()) : dflt;
 }
 std::vector<float> NodeImporter::attrFloats(const std::string &name,
                                             std::vector<float> dflt) const {
-  const auto *a = attr(name);
+  const auto *a = typedAttr(name, onnx::AttributeProto::FLOATS);
   return a ? std::vector<float>(a->floats().begin(), a->floats().end()) : dflt;
 }
 std::vector<std::string> NodeImporter::attrStrings(const std::string &name) const {
-  const auto *a = attr(name);
+  const auto *a = typedAttr(name, onnx::AttributeProto::STRINGS);
   return a ? std::vector<std::string>(a->strings().begin(), a->strings().end())
            : std::vector<std::string>{};
 }

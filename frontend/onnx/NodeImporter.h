@@ -84,6 +84,10 @@ public:
   bool wantsOutput(size_t i) const { return i < numOutputs() && !node_.output(i).empty(); }
   void setOutput(size_t i, ir::Value *v);
 
+  /// The first attribute read with a type other than the one it holds (the accessors
+  /// then return their default); the importer reports it as the node's error.
+  const std::string &attrError() const { return attrError_; }
+
   // Errors; the importer prefixes file, node, op type and opset.
   llvm::Error error(const std::string &msg) const { return ir::makeError(msg); }
   llvm::Error unsupported(const std::string &what) const {
@@ -96,15 +100,30 @@ private:
   const onnx::NodeProto &node_;
   int64_t opset_;
   std::set<const ir::Value *> created_;
+  mutable std::string attrError_;
+  const onnx::AttributeProto *typedAttr(const std::string &name, int type) const;
 };
 
 using Handler = llvm::Error (*)(NodeImporter &);
 
+/// The newest default-domain opset and IR version dlc imports.
+constexpr int kMaxOpset = 23;
+constexpr int64_t kMaxIrVersion = 11;
+/// The newest opset the Debian ONNX library (1.12) knows: its checker, shape inference
+/// and version converter run only on models up to it (and its IR version, 8).
+constexpr int kLibraryMaxOpset = 17;
+/// The contrib ops' domain version the handlers take (ONNX Runtime's is 1).
+constexpr int kMaxContribOpset = 1;
+
+/// ONNX Runtime's contrib operator domain.
+inline constexpr const char *kMicrosoftDomain = "com.microsoft";
+
 struct HandlerEntry {
   const char *opType;
-  int sinceOpset; // inclusive
+  int sinceOpset; // inclusive, of the entry's domain
   int untilOpset; // inclusive
   Handler fn;
+  const char *domain = ""; // "" is the default ONNX domain
 };
 
 /// Registration per op family (frontend/onnx/handlers/*.cpp).
@@ -113,14 +132,23 @@ void registerNnHandlers(std::vector<HandlerEntry> &t);
 void registerShapeHandlers(std::vector<HandlerEntry> &t);
 void registerReduceHandlers(std::vector<HandlerEntry> &t);
 void registerControlHandlers(std::vector<HandlerEntry> &t);
+void registerContribHandlers(std::vector<HandlerEntry> &t);
+void registerAttentionHandlers(std::vector<HandlerEntry> &t);
 
 /// "node 'name' (OpType, opset N)" for messages.
 std::string describeOnnxNode(const onnx::NodeProto &n, int64_t opset);
 
-/// The handler for op type at opset, or null.
-Handler findHandler(const std::string &opType, int64_t opset);
-/// Whether any opset of the op type has a handler.
-bool hasHandler(const std::string &opType);
+/// The handler for op type at opset of `domain` ("" or "ai.onnx": the default
+/// domain), or null.
+Handler findHandler(const std::string &domain, const std::string &opType, int64_t opset);
+/// Whether any opset of the op type in `domain` has a handler.
+bool hasHandler(const std::string &domain, const std::string &opType);
+/// Whether any op of `domain` has a handler.
+bool knownDomain(const std::string &domain);
+/// "" for the default domain's spellings ("" and "ai.onnx"), else the domain.
+inline std::string canonicalDomain(const std::string &d) {
+  return d == "ai.onnx" ? "" : d;
+}
 /// A reason when the op type is known to be out of scope (quantized, sequences, ...).
 const char *outOfScopeReason(const std::string &opType);
 
@@ -144,6 +172,8 @@ public:
   llvm::Error importInitializers(onnx::GraphProto &g, Scope &scope);
   llvm::Error importInitializers(const onnx::GraphProto &g, Scope &scope);
   std::vector<std::string> &errors() { return errors_; }
+  /// Remarks the user must see (ImportResult::warnings).
+  std::vector<std::string> &warnings() { return warnings_; }
   std::vector<std::string> &specialized() { return specialized_; }
   /// Guards (ir::kGuardOutputPrefix) that become outputs of the graph after the
   /// model's own.
@@ -156,7 +186,7 @@ private:
   const ImportOptions &opts_;
   ExternalDataLoader &ext_;
   std::unordered_map<std::string, int64_t> opsets_;
-  std::vector<std::string> errors_;
+  std::vector<std::string> errors_, warnings_;
   std::vector<std::string> specialized_;
 };
 

@@ -88,6 +88,12 @@ template <OpKind K, class CT> auto binaryScalar(CT a, CT b) {
     return a <= b;
   } else if constexpr (K == OpKind::PRelu) {
     return a < CT(0) ? wrapMul(a, b) : a;
+  } else if constexpr (K == OpKind::BitwiseAnd || K == OpKind::BitwiseOr ||
+                       K == OpKind::BitwiseXor) {
+    if constexpr (std::is_integral_v<CT>)
+      return CT(K == OpKind::BitwiseAnd ? (a & b) : K == OpKind::BitwiseOr ? (a | b) : (a ^ b));
+    else
+      return a; // not reachable: verification takes integers only
   } else {
     static_assert(K == OpKind::And || K == OpKind::Or || K == OpKind::Xor, "unhandled binary op");
     return K == OpKind::And  ? (a != 0 && b != 0)
@@ -214,6 +220,8 @@ template <OpKind K, class CT> CT unaryScalar(CT x, const UnaryParams &p) {
     return x > CT(0) ? x : CT(0);
   } else if constexpr (K == OpKind::Not) {
     return x == CT(0) ? CT(1) : CT(0);
+  } else if constexpr (K == OpKind::BitwiseNot && std::is_integral_v<CT>) {
+    return CT(~x);
   } else if constexpr (K == OpKind::Sign) {
     return x > CT(0) ? CT(1) : (x < CT(0) ? wrapSub(CT(0), CT(1)) : CT(0));
   } else if constexpr (K == OpKind::Shrink) {
@@ -567,6 +575,7 @@ void binary(OpTable &t, unsigned types, bool boolResult, const char *expr, int m
       .layout(LayoutRule::agnostic())
       .verify(types == kNumeric ? verifySameTyped<kNumeric>
               : types == kBool  ? verifySameTyped<kBool>
+              : types == kInt   ? verifySameTyped<kInt>
                                 : verifySameTyped<kAny>)
       .infer(boolResult ? inferBroadcastBool : inferBroadcast)
       .reference(refBinary<K>);
@@ -582,6 +591,7 @@ template <OpKind K> OpBuilder unary(OpTable &t, unsigned types, Fp16Policy fp16,
       .verify(types == kFloat     ? verifyUnary<kFloat>
               : types == kSigned  ? verifyUnary<kSigned>
               : types == kNumeric ? verifyUnary<kNumeric>
+              : types == kInt     ? verifyUnary<kInt>
                                   : verifyUnary<kBool>)
       .infer(inferSameAsOperand0)
       .reference(refUnary<K>);
@@ -784,6 +794,11 @@ void defineElementwiseOps(OpTable &t) {
   binary<OpKind::And>(t, kBool, true, "($0 && $1)");
   binary<OpKind::Or>(t, kBool, true, "($0 || $1)");
   binary<OpKind::Xor>(t, kBool, true, "($0 != $1)");
+  binary<OpKind::BitwiseAnd>(t, kInt, false, "($T)($0 & $1)");
+  binary<OpKind::BitwiseOr>(t, kInt, false, "($T)($0 | $1)");
+  binary<OpKind::BitwiseXor>(t, kInt, false, "($T)($0 ^ $1)");
+  t[OpKind::BitwiseAnd].fp16 = t[OpKind::BitwiseOr].fp16 = t[OpKind::BitwiseXor].fp16 =
+      FP::Follow; // integers only
   binary<OpKind::GreaterOrEqual>(t, kNumeric, true, "($0 >= $1)");
   binary<OpKind::LessOrEqual>(t, kNumeric, true, "($0 <= $1)");
   binary<OpKind::PRelu>(t, kNumeric, false, "($0 < ($T)0 ? $0 * $1 : $0)");
@@ -829,6 +844,7 @@ void defineElementwiseOps(OpTable &t) {
   unary<OpKind::Sigmoid>(t, kFloat, FP::Allow, "($T)1 / (($T)1 + dlc::exp_(-$0))");
   unary<OpKind::Relu>(t, kSigned, FP::Allow, "($0 > ($T)0 ? $0 : ($T)0)");
   unary<OpKind::Not>(t, kBool, FP::Follow, "!$0");
+  unary<OpKind::BitwiseNot>(t, kInt, FP::Follow, "($T)(~$0)");
   unary<OpKind::LeakyRelu>(t, kFloat, FP::Allow, "($0 < ($T)0 ? ($T)${alpha} * $0 : $0)")
       .attr("alpha", AttrKind::Float, 0.01f);
   unary<OpKind::Elu>(t, kFloat, FP::Allow,

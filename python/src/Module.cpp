@@ -635,6 +635,7 @@ void compileModel(const std::string &model, const std::string &output,
   }
   check(driver::validate(o));
   o.onNote = [](const std::string &n) { llvm::errs() << "dlc: note: " << n << "\n"; };
+  o.onWarning = [](const std::string &w) { llvm::errs() << "dlc: warning: " << w << "\n"; };
   if (verbose)
     o.log = [](const std::string &line) { llvm::errs() << "dlc: " << line << "\n"; };
   llvm::Expected<driver::CompileResult> r = [&] {

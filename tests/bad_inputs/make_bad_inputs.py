@@ -46,6 +46,14 @@ save("initializer_size.onnx", model([helper.make_node("Add", ["x", "w"], ["y"], 
 save("undefined_output.onnx", model([helper.make_node("Relu", ["x"], ["y"], name="r")],
                                     [vi("x", TensorProto.FLOAT, [2])], [vi("nowhere", TensorProto.FLOAT, [2])]))
 
+# The same contradictions in a model above the ONNX library's IR 8 / opset 17, which
+# dlc checks itself.
+for name in ["dtype_mismatch", "shape_mismatch", "negative_dim", "initializer_size", "undefined_output"]:
+    m = onnx.load(os.path.join(out, name + ".onnx"))
+    m.opset_import[0].version = 18
+    m.ir_version = 9
+    save(name + "18.onnx", m)
+
 # Corrupted packages, from a good one.
 good = open(good_pkg, "rb").read()
 w = lambda name, data: open(os.path.join(out, name), "wb").write(data)

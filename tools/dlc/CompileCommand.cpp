@@ -15,6 +15,7 @@
 #include "llvm/Support/Path.h"
 
 #include <chrono>
+#include <set>
 #include <unistd.h>
 
 namespace dlc::tool {
@@ -250,7 +251,15 @@ int runCompile(const std::vector<std::string> &argv) {
                  << std::string(width - filled, '.') << "] " << done << "/" << total;
     barShown = true;
   };
-  o.onNote = [&](const std::string &note) { llvm::errs() << "dlc: note: " << note << "\n"; };
+  std::set<std::string> said; // a shape-range compile imports the model once per shape
+  o.onNote = [&](const std::string &note) {
+    if (said.insert("note: " + note).second)
+      llvm::errs() << "dlc: note: " << note << "\n";
+  };
+  o.onWarning = [&](const std::string &w) {
+    if (said.insert("warning: " + w).second)
+      llvm::errs() << "dlc: warning: " << w << "\n";
+  };
   if (!quiet)
     o.log = [&](const std::string &line) {
       if (barShown) {

@@ -14,16 +14,21 @@ int runOps(const std::vector<std::string> &argv) {
                    "autodiff differentiates them (rule, decomposed, or -), or\n"
                    "(--onnx) the ONNX op types the importer handles.",
                    {{"markdown", 0, false, false, "", "Print a Markdown table (as in the README)"},
-                    {"onnx", 0, false, false, "", "List the supported ONNX op types"}});
+                    {"onnx", 0, false, false, "",
+                     "List the supported ONNX op types (default domain and com.microsoft)"}});
   int exitCode = 0;
   auto args = parser.parseCommand(argv, exitCode);
   if (!args)
     return exitCode;
   if (args->has("onnx")) {
-    auto ops = frontend::supportedOnnxOps();
-    for (size_t i = 0; i < ops.size(); ++i)
-      llvm::outs() << (i ? (i % 10 ? ", " : ",\n") : "") << ops[i];
-    llvm::outs() << "\n";
+    for (const char *domain : {"", "com.microsoft"}) {
+      auto ops = frontend::supportedOnnxOps(domain);
+      if (*domain)
+        llvm::outs() << "\n" << domain << " (ONNX Runtime's contrib ops):\n";
+      for (size_t i = 0; i < ops.size(); ++i)
+        llvm::outs() << (i ? (i % 10 ? ", " : ",\n") : "") << ops[i];
+      llvm::outs() << "\n";
+    }
     return 0;
   }
   bool md = args->has("markdown");

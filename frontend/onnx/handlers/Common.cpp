@@ -11,6 +11,13 @@ std::vector<ir::Value *> allInputs(NodeImporter &ni) {
   return v;
 }
 
+llvm::Error single(NodeImporter &ni, llvm::Expected<ir::Value *> v) {
+  if (!v)
+    return v.takeError();
+  ni.setOutput(0, *v);
+  return llvm::Error::success();
+}
+
 std::vector<int64_t> wrapAxes(std::vector<int64_t> axes, int64_t rank) {
   for (auto &a : axes)
     if (a < 0)

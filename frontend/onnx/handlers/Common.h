@@ -24,6 +24,9 @@ template <ir::OpKind K> llvm::Error direct(NodeImporter &ni) {
   return llvm::Error::success();
 }
 
+/// Sets output 0 to the value, or returns its error.
+llvm::Error single(NodeImporter &ni, llvm::Expected<ir::Value *> v);
+
 /// Unwraps an Expected into `var` or returns its error from the enclosing function.
 #define DLC_TRY(var, expr)                                                                         \
   auto var##OrErr = (expr);                                                                        \
@@ -38,7 +41,5 @@ llvm::Expected<std::vector<int64_t>> resolvePads(NodeImporter &ni, const ir::Sha
 
 /// Normalized copy of an axis list (negative axes wrapped).
 std::vector<int64_t> wrapAxes(std::vector<int64_t> axes, int64_t rank);
-
-constexpr int kMaxOpset = 21;
 
 } // namespace dlc::frontend

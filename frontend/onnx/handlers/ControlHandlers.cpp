@@ -37,8 +37,17 @@ llvm::Error importConstant(NodeImporter &ni) {
   return llvm::Error::success();
 }
 
-/// Imports one branch of an If into the graph; returns its outputs.
-llvm::Expected<std::vector<Value *>> importBranch(NodeImporter &ni, const char *which) {
+/// One branch of an If imported into the graph: its outputs, or why it cannot be built
+/// at the shapes being compiled (`problems`, the importer's messages of its nodes).
+struct Branch {
+  std::vector<Value *> outputs;
+  std::vector<std::string> problems;
+  bool deferrable = true; // every problem is one of shapes or types, not a missing op
+};
+
+/// Imports one branch of an If into the graph. The importer's errors of the branch's
+/// nodes are taken out of its list and returned in the Branch.
+llvm::Expected<Branch> importBranch(NodeImporter &ni, const char *which) {
   const auto *branch = ni.attr(std::string(which) + "_branch");
   if (!branch || !branch->has_g())
     return ni.error(std::string("missing ") + which + " branch graph");
@@ -49,19 +58,32 @@ llvm::Expected<std::vector<Value *>> importBranch(NodeImporter &ni, const char *
   if (auto e = imp.importInitializers(g, inner))
     return e;
   imp.importNodes(g, inner);
-  if (imp.errors().size() != errorsBefore)
-    return ni.error(std::string("the ") + which + " branch could not be imported (see above)");
+  Branch b;
+  if (imp.errors().size() != errorsBefore) {
+    b.problems.assign(imp.errors().begin() + errorsBefore, imp.errors().end());
+    imp.errors().resize(errorsBefore);
+    for (const std::string &p : b.problems)
+      b.deferrable &= p.find("unsupported") == std::string::npos;
+    return b;
+  }
   if (g.output_size() != static_cast<int>(ni.numOutputs()))
     return ni.error(std::string("the ") + which + " branch has " + std::to_string(g.output_size()) +
                     " outputs, If has " + std::to_string(ni.numOutputs()));
-  std::vector<Value *> outs;
   for (int i = 0; i < g.output_size(); ++i) {
     Value *v = inner.lookup(g.output(i).name());
     if (!v)
       return ni.error("branch output '" + g.output(i).name() + "' is not defined");
-    outs.push_back(v);
+    b.outputs.push_back(v);
   }
-  return outs;
+  return b;
+}
+
+/// A branch that could not be imported, as the error of the If node.
+llvm::Error branchError(NodeImporter &ni, const char *which, const Branch &b) {
+  std::string msg = std::string("the ") + which + " branch could not be imported:";
+  for (const std::string &p : b.problems)
+    msg += "\n  " + p;
+  return ni.error(msg);
 }
 
 /// If. With a condition known at compile time (a constant, or an input bound with
@@ -69,32 +91,66 @@ llvm::Expected<std::vector<Value *>> importBranch(NodeImporter &ni, const char *
 /// inlined and each output is Where(cond, then, else): the branches must agree on
 /// each output's type (static shapes). The code generator runs the steps that feed
 /// only one side of such a Where when the condition selects it (Lowering::predicates).
+///
+/// A branch of a run-time If that cannot be built at the compiled shapes (a shape or
+/// type error, as Silero VAD's 8 kHz branch at 16 kHz input sizes) is deferred, as
+/// ONNX Runtime does: the If's outputs are the other branch's, and a guard
+/// (ir::kGuardOutputPrefix) fails the run with a data error naming the If node and the
+/// reason when the condition selects the deferred branch. The importer warns.
 llvm::Error importIf(NodeImporter &ni) {
   if (const Tensor *cond = ni.constInput(0)) {
     if (cond->numElements() != 1)
       return ni.error("the condition must have one element");
-    bool taken = cond->getDouble(0) != 0;
-    DLC_TRY(outs, importBranch(ni, taken ? "then" : "else"));
-    for (size_t i = 0; i < outs.size(); ++i)
-      ni.setOutput(i, outs[i]);
+    const char *which = cond->getDouble(0) != 0 ? "then" : "else";
+    DLC_TRY(b, importBranch(ni, which));
+    if (!b.problems.empty())
+      return branchError(ni, which, b);
+    for (size_t i = 0; i < b.outputs.size(); ++i)
+      ni.setOutput(i, b.outputs[i]);
     return llvm::Error::success();
   }
   Value *cond = ni.input(0);
   if (!cond || cond->dtype() != DType::Bool || cond->type().numElements() != 1)
     return ni.error("the condition must be one bool element");
-  DLC_TRY(thenOuts, importBranch(ni, "then"));
-  DLC_TRY(elseOuts, importBranch(ni, "else"));
+  DLC_TRY(thenB, importBranch(ni, "then"));
+  DLC_TRY(elseB, importBranch(ni, "else"));
   if (cond->rank() != 0) {
     DLC_TRY(scalar, ni.op(OpKind::Reshape, {cond}, {{"shape", Attribute(std::vector<int64_t>{})}}));
     cond = scalar;
   }
-  for (size_t i = 0; i < thenOuts.size(); ++i) {
-    if (thenOuts[i]->type() != elseOuts[i]->type())
-      return ni.unsupported("If with a run-time condition whose branches give output " +
-                            std::to_string(i) + " different types (" + thenOuts[i]->type().str() +
-                            " and " + elseOuts[i]->type().str() + "); dlc compiles static shapes" +
-                            ni.bindHint(0));
-    DLC_TRY(out, ni.op(OpKind::Where, {cond, thenOuts[i], elseOuts[i]}));
+  bool thenBad = !thenB.problems.empty(), elseBad = !elseB.problems.empty();
+  if (thenBad && (elseBad || !thenB.deferrable))
+    return branchError(ni, "then", thenB);
+  if (elseBad && !elseB.deferrable)
+    return branchError(ni, "else", elseB);
+  if (thenBad || elseBad) {
+    const char *which = thenBad ? "then" : "else";
+    const Branch &bad = thenBad ? thenB : elseB, &good = thenBad ? elseB : thenB;
+    std::string reason = bad.problems.front();
+    std::string what = std::string("the ") + which + " branch was taken, but it " +
+                       std::string(kDeferredBranchText) + " (" + reason + ")";
+    Value *taken = cond;
+    if (!thenBad) {
+      DLC_TRY(notCond, ni.op(OpKind::Not, {cond}));
+      taken = notCond;
+    }
+    std::string node = ni.proto().name().empty() ? ni.proto().output(0) : ni.proto().name();
+    ni.importer().addGuard(std::string(kGuardOutputPrefix) + node + ": " + what, taken);
+    ni.importer().warnings().push_back(describeOnnxNode(ni.proto(), ni.opset()) + ": the " + which +
+                                       " branch cannot be built at the compiled shapes and is "
+                                       "deferred: taking it at run time is an error (" +
+                                       reason + ")");
+    for (size_t i = 0; i < good.outputs.size(); ++i)
+      ni.setOutput(i, good.outputs[i]);
+    return llvm::Error::success();
+  }
+  for (size_t i = 0; i < thenB.outputs.size(); ++i) {
+    if (thenB.outputs[i]->type() != elseB.outputs[i]->type())
+      return ni.unsupported(
+          "If with a run-time condition whose branches give output " + std::to_string(i) +
+          " different types (" + thenB.outputs[i]->type().str() + " and " +
+          elseB.outputs[i]->type().str() + "); dlc compiles static shapes" + ni.bindHint(0));
+    DLC_TRY(out, ni.op(OpKind::Where, {cond, thenB.outputs[i], elseB.outputs[i]}));
     ni.setOutput(i, out);
   }
   return llvm::Error::success();

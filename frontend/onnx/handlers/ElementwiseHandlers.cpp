@@ -196,6 +196,10 @@ void registerElementwiseHandlers(std::vector<HandlerEntry> &t) {
   DIRECT(IsNaN);
   DIRECT(Mod);
   DIRECT(BitShift);
+  DIRECT(BitwiseAnd);
+  DIRECT(BitwiseOr);
+  DIRECT(BitwiseXor);
+  DIRECT(BitwiseNot);
 #undef DIRECT
   t.push_back({"PRelu", 7, kMaxOpset, importPRelu});
   t.push_back({"Clip", 6, kMaxOpset, importClip});

@@ -77,6 +77,64 @@ llvm::Error importConvTranspose(NodeImporter &ni) {
   return llvm::Error::success();
 }
 
+/// Col2Im (opset 18), the adjoint of im2col: input [N, C*K, L] (K = prod(block_shape),
+/// L sliding positions) is summed into [N, C, image_shape...]. That is a transposed
+/// convolution with one group per channel and a one-hot kernel: input channel c*K + k
+/// adds into channel c at block position k.
+llvm::Error importCol2Im(NodeImporter &ni) {
+  Value *x = ni.input(0);
+  DLC_TRY(image, ni.constInts(1, "image_shape"));
+  DLC_TRY(block, ni.constInts(2, "block_shape"));
+  int64_t k = static_cast<int64_t>(image.size());
+  if (x->rank() != 3 || k < 1 || block.size() != image.size())
+    return ni.error("input must be [N, C*prod(block_shape), L] and image_shape and block_shape "
+                    "must have one value per spatial dim");
+  auto strides = ni.attrInts("strides", Shape(k, 1));
+  auto dilations = ni.attrInts("dilations", Shape(k, 1));
+  Shape pads = ni.attrInts("pads", Shape(2 * k, 0));
+  if (strides.size() != size_t(k) || dilations.size() != size_t(k) || pads.size() != size_t(2 * k))
+    return ni.error("strides and dilations need one value per spatial dim, pads two");
+  int64_t blockSize = 1;
+  Shape positions, outPad(k);
+  for (int64_t d = 0; d < k; ++d) {
+    if (block[d] < 1 || image[d] < 1 || strides[d] < 1 || dilations[d] < 1)
+      return ni.error("image_shape, block_shape, strides and dilations must be positive");
+    blockSize *= block[d];
+    int64_t span = dilations[d] * (block[d] - 1) + 1;
+    int64_t n = (image[d] + pads[d] + pads[d + k] - span) / strides[d] + 1;
+    if (n < 1)
+      return ni.error("the block does not fit the padded image in dim " + std::to_string(d));
+    positions.push_back(n);
+    outPad[d] = image[d] - (strides[d] * (n - 1) + span - pads[d] - pads[d + k]);
+  }
+  const Shape &xs = x->shape();
+  int64_t total = 1;
+  for (int64_t n : positions)
+    total *= n;
+  if (xs[1] % blockSize || xs[2] != total)
+    return ni.error("input " + x->type().str() + " does not hold C*" + std::to_string(blockSize) +
+                    " channels of " + std::to_string(total) + " block positions");
+  int64_t c = xs[1] / blockSize;
+  Shape inShape{xs[0], xs[1]};
+  inShape.insert(inShape.end(), positions.begin(), positions.end());
+  DLC_TRY(in, ni.op(OpKind::Reshape, {x}, {{"shape", Attribute(inShape)}}));
+  Shape wShape{xs[1], 1};
+  wShape.insert(wShape.end(), block.begin(), block.end());
+  Tensor w(TensorType(x->dtype(), wShape));
+  std::vector<double> one(static_cast<size_t>(xs[1] * blockSize), 0.0);
+  for (int64_t ch = 0; ch < xs[1]; ++ch)
+    one[ch * blockSize + ch % blockSize] = 1.0;
+  w = Tensor::fromVector(w.type(), one);
+  AttrMap a{{"pads", Attribute(pads)},
+            {"strides", Attribute(strides)},
+            {"dilations", Attribute(dilations)},
+            {"output_padding", Attribute(outPad)},
+            {"group", Attribute(c)}};
+  DLC_TRY(r, ni.op(OpKind::ConvTranspose, {in, ni.constant(std::move(w), "col2im_kernel")}, a));
+  ni.setOutput(0, r);
+  return llvm::Error::success();
+}
+
 llvm::Error importPool(NodeImporter &ni) {
   bool isMax = ni.opType() == "MaxPool";
   Value *x = ni.input(0);
@@ -199,6 +257,7 @@ llvm::Error importRnn(NodeImporter &ni) {
 void registerNnHandlers(std::vector<HandlerEntry> &t) {
   t.push_back({"Conv", 1, kMaxOpset, importConv});
   t.push_back({"ConvTranspose", 1, kMaxOpset, importConvTranspose});
+  t.push_back({"Col2Im", 18, kMaxOpset, importCol2Im});
   t.push_back({"MaxPool", 1, kMaxOpset, importPool});
   t.push_back({"AveragePool", 1, kMaxOpset, importPool});
   t.push_back({"GlobalAveragePool", 1, kMaxOpset, direct<OpKind::GlobalAveragePool>});

@@ -33,8 +33,21 @@ llvm::Expected<AttrMap> reduceAttrs(NodeImporter &ni) {
 
 template <OpKind K> llvm::Error importReduce(NodeImporter &ni) {
   DLC_TRY(attrs, reduceAttrs(ni));
-  DLC_TRY(r, ni.op(K, {ni.input(0)}, attrs));
-  ni.setOutput(0, r);
+  Value *x = ni.input(0);
+  // Opset 20: ReduceMax/ReduceMin of bool (any/all), on 0/1 bytes.
+  bool boolean = (K == OpKind::ReduceMax || K == OpKind::ReduceMin) && x &&
+                 x->dtype() == DType::Bool && ni.opset() >= 20;
+  if (boolean) {
+    DLC_TRY(u8, ni.op(OpKind::Cast, {x}, {{"to", Attribute(std::string("u8"))}}));
+    x = u8;
+  }
+  DLC_TRY(r, ni.op(K, {x}, attrs));
+  Value *out = r;
+  if (boolean) {
+    DLC_TRY(b, ni.op(OpKind::Cast, {r}, {{"to", Attribute(std::string("bool"))}}));
+    out = b;
+  }
+  ni.setOutput(0, out);
   return llvm::Error::success();
 }
 

@@ -12,13 +12,6 @@ namespace {
 
 using namespace ir;
 
-llvm::Error single(NodeImporter &ni, llvm::Expected<Value *> v) {
-  if (!v)
-    return v.takeError();
-  ni.setOutput(0, *v);
-  return llvm::Error::success();
-}
-
 llvm::Error importReshape(NodeImporter &ni) {
   Value *x = ni.input(0);
   DLC_TRY(shape, ni.constInts(1, "the target shape"));
@@ -71,9 +64,27 @@ llvm::Error importSplit(NodeImporter &ni) {
     split = s;
   }
   unsigned outs = static_cast<unsigned>(ni.numOutputs());
-  if (ni.opset() >= 18 && ni.hasAttr("num_outputs"))
-    outs = static_cast<unsigned>(ni.attrInt("num_outputs", outs));
-  AttrMap a{{"axis", Attribute(ni.attrInt("axis", 0))}};
+  int64_t axis = ni.attrInt("axis", 0);
+  if (ni.opset() >= 18 && ni.hasAttr("num_outputs")) {
+    // Opset 18: num_outputs chunks of ceil(dim / n), the last one smaller.
+    int64_t n = ni.attrInt("num_outputs", 0);
+    if (n < 1 || n != static_cast<int64_t>(outs))
+      return ni.error("num_outputs is " + std::to_string(n) + " but the node has " +
+                      std::to_string(outs) + " outputs");
+    Value *x = ni.input(0);
+    int64_t ax = axis < 0 ? axis + x->rank() : axis;
+    if (ax < 0 || ax >= x->rank())
+      return ni.error("axis " + std::to_string(axis) + " is out of range for " + x->type().str());
+    if (split.empty()) {
+      int64_t dim = x->shape()[ax], chunk = (dim + n - 1) / n;
+      if (dim - chunk * (n - 1) < 0)
+        return ni.error("cannot split a dimension of " + std::to_string(dim) + " into " +
+                        std::to_string(n) + " chunks of " + std::to_string(chunk));
+      split.assign(n - 1, chunk);
+      split.push_back(dim - chunk * (n - 1));
+    }
+  }
+  AttrMap a{{"axis", Attribute(axis)}};
   if (!split.empty())
     a["split"] = Attribute(split);
   DLC_TRY(r, ni.opMulti(OpKind::Split, {ni.input(0)}, a, outs));

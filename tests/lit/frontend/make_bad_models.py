@@ -53,8 +53,8 @@ save("unknown_ops.onnx",
             helper.make_node("Defrobnicate", ["u"], ["y"], name="frob2")],
            [f32("x", [2])], [f32("y", [2])]))
 save("custom_domain.onnx",
-     model([helper.make_node("Gelu", ["x"], ["y"], name="ms_gelu", domain="com.microsoft")],
-           [f32("x", [2])], [f32("y", [2])], domains=["com.microsoft"]))
+     model([helper.make_node("Frob", ["x"], ["y"], name="frob", domain="com.example")],
+           [f32("x", [2])], [f32("y", [2])], domains=["com.example"]))
 # A while loop (no trip count): dlc unrolls loops at compile time, so without --loop-bound it is refused.
 save("loop.onnx", model([helper.make_node("Loop", ["", "c", "v"], ["y"], name="loop0",
                                           body=helper.make_graph(
@@ -77,8 +77,40 @@ save("dynamic_reshape.onnx",
            [f32("y", [3, 2])]))
 save("huge_dims.onnx", model([helper.make_node("Relu", ["x"], ["y"], name="r")],
                              [f32("x", [2**40, 2**40])], [f32("y", [2**40, 2**40])]))
-save("opset22.onnx", model([helper.make_node("Relu", ["x"], ["y"])], [f32("x", [2])],
-                           [f32("y", [2])], opset=22))
+save("opset24.onnx", model([helper.make_node("Relu", ["x"], ["y"])], [f32("x", [2])],
+                           [f32("y", [2])], opset=24))
+ir12 = model([helper.make_node("Relu", ["x"], ["y"])], [f32("x", [2])], [f32("y", [2])], opset=23)
+ir12.ir_version = 12
+save("ir12.onnx", ir12)
+# An input nothing reads, of a type dlc does not support, is left out (a note says so).
+save("unused_string_input.onnx",
+     model([helper.make_node("Relu", ["x"], ["y"], name="r")],
+           [f32("x", [2]), helper.make_tensor_value_info("s", TensorProto.STRING, [2])], [f32("y", [2])]))
+# Nodes out of order are sorted (a note says so).
+save("unsorted.onnx", model([helper.make_node("Relu", ["t"], ["y"], name="second"),
+                             helper.make_node("Neg", ["x"], ["t"], name="first")],
+                            [f32("x", [2])], [f32("y", [2])]))
+
+
+# Models the ONNX library (IR 8, opset 17) does not know get dlc's own checks.
+def model18(nodes, inputs, outputs, inits=()):
+    m = model(nodes, inputs, outputs, inits, opset=18)
+    m.ir_version = 9
+    return m
+
+
+save("ssa18.onnx", model18([helper.make_node("Relu", ["x"], ["y"], name="r1"),
+                            helper.make_node("Neg", ["x"], ["y"], name="r2")], [f32("x", [2])], [f32("y", [2])]))
+bad_attr = helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=1)
+bad_attr.attribute[0].type = onnx.AttributeProto.FLOAT
+save("attr_type18.onnx", model18([bad_attr], [f32("x", [2, 2])], [f32("y", [2, 2])]))
+no_type = helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=1)
+no_type.attribute[0].type = onnx.AttributeProto.UNDEFINED
+save("attr_notype18.onnx", model18([no_type], [f32("x", [2, 2])], [f32("y", [2, 2])]))
+save("cyclic18.onnx", model18([helper.make_node("Relu", ["z"], ["y"], name="a"),
+                               helper.make_node("Relu", ["y"], ["z"], name="b")], [f32("x", [2])], [f32("y", [2])]))
+save("undefined18.onnx", model18([helper.make_node("Add", ["x", "w"], ["y"], name="add_w")], [f32("x", [2])],
+                                 [f32("y", [2])]))
 
 
 def external_model(location, length=None, dims=(4,)):

@@ -147,6 +147,29 @@ TEST(Interpreter, RmsNormalization) {
   expectValues(run1(ir, {x, z}, 1), {0.75, 2, 0, 0});
 }
 
+TEST(Interpreter, BitwiseOps) {
+  const char *ir =
+      R"(graph @g(%a: i32[3], %b: i32[3], %u: u8[2]) -> ("and": i32[3], "or": i32[3], "xor": i32[3], "not": i32[3], "nu": u8[2]) {
+  %0 = BitwiseAnd(%a, %b) : i32[3]
+  %1 = BitwiseOr(%a, %b) : i32[3]
+  %2 = BitwiseXor(%a, %b) : i32[3]
+  %3 = BitwiseNot(%a) : i32[3]
+  %4 = BitwiseNot(%u) : u8[2]
+  return %0, %1, %2, %3, %4
+})";
+  auto i32 = [](std::vector<int64_t> v) {
+    return Tensor::fromVector(TensorType(DType::I32, {static_cast<int64_t>(v.size())}), v);
+  };
+  Tensor a = i32({12, -1, 5}), b = i32({10, 7, -6});
+  Tensor u = Tensor::fromVector(TensorType(DType::U8, {2}), std::vector<int64_t>{0, 0xF0});
+  // 12 = 0b1100, 10 = 0b1010; -1 is all ones; 5 = 0b0101 and -6 = ...11010.
+  expectValues(run1(ir, {a, b, u}, 0), {8, 7, 0});
+  expectValues(run1(ir, {a, b, u}, 1), {14, -1, -1});
+  expectValues(run1(ir, {a, b, u}, 2), {6, -8, -1});
+  expectValues(run1(ir, {a, b, u}, 3), {-13, 0, -6});
+  expectValues(run1(ir, {a, b, u}, 4), {255, 15});
+}
+
 TEST(Interpreter, MovementOps) {
   const char *ir =
       R"(graph @g(%x: f32[2,3]) -> ("t": f32[3,2], "s": f32[2,2], "p": f32[2,5], "g": f32[2,2], "c": f32[4,3]) {

@@ -92,8 +92,10 @@ struct CompileOptions {
 
   /// Progress: one line per phase (null: quiet), each compilation job, each shape
   /// of a shape-range package; remarks about the model (defaulted dimensions,
-  /// conversion fallbacks) go to `onNote` whether quiet or not.
-  std::function<void(const std::string &)> log, onNote;
+  /// conversion fallbacks) go to `onNote`, and what compiles differently from the
+  /// model's meaning (a deferred If branch) to `onWarning`, whether quiet or not.
+  /// A shape-range compile reports each distinct remark once.
+  std::function<void(const std::string &)> log, onNote, onWarning;
   std::function<void(size_t done, size_t total, const std::string &what)> onJob;
   std::function<void(size_t done, size_t total)> onShape;
 };

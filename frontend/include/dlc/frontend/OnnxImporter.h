@@ -59,6 +59,9 @@ struct ImportResult {
   int64_t opset = 0;              // default-domain opset the graph was imported at
   int64_t originalOpset = 0;      // as found in the file
   std::vector<std::string> notes; // non-fatal remarks (defaulted dims, conversion fallbacks)
+  /// What compiled differently from the model's meaning: a branch of a run-time If
+  /// that cannot be built at the compiled shapes, deferred to a run-time error.
+  std::vector<std::string> warnings;
   std::vector<std::string> specializedInputs; // inputs of `specializable` turned into constants
 };
 
@@ -82,8 +85,9 @@ llvm::Expected<std::string> replaceInitializers(llvm::StringRef modelBytes,
 /// Returns the tensor and its name.
 llvm::Expected<std::pair<std::string, ir::Tensor>> readTensorProtoFile(const std::string &path);
 
-/// The ONNX op types the importer handles (sorted, unique).
-std::vector<std::string> supportedOnnxOps();
+/// The op types the importer handles in `domain` ("": the default ONNX domain;
+/// "com.microsoft": ONNX Runtime's contrib ops), sorted and unique.
+std::vector<std::string> supportedOnnxOps(const std::string &domain = "");
 
 /// Names and types of the graph inputs of a model file (before importing), for
 /// tools that bind inputs by position.

@@ -173,6 +173,9 @@ inline constexpr std::string_view kShardedStatePrefix = "dlc.zero.";
 /// further). The code generator turns each into a check word (the run fails with a
 /// data error "node 'NODE': WHAT"); it is not an output of the package.
 inline constexpr std::string_view kGuardOutputPrefix = "dlc.guard.";
+/// In a guard's WHAT: the guard is a deferred branch of a run-time If (the importer
+/// could not build it at the compiled shapes), as `dlc inspect` lists it.
+inline constexpr std::string_view kDeferredBranchText = "cannot run at the shapes dlc compiled";
 
 struct GraphOutput {
   std::string name;
