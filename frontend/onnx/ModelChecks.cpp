@@ -1,6 +1,8 @@
 //===- ModelChecks.cpp - dlc's own checks of an ONNX model ----------------===//
 #include "ModelChecks.h"
 
+#include "OnnxUtil.h"
+
 #include <map>
 #include <queue>
 #include <unordered_map>
@@ -245,8 +247,7 @@ std::string attributeProblem(const onnx::AttributeProto &a) {
 }
 
 std::string tensorProblem(const onnx::TensorProto &t, const std::string &what) {
-  if (t.data_type() == onnx::TensorProto::UNDEFINED ||
-      !onnx::TensorProto::DataType_IsValid(t.data_type()))
+  if (!knownOnnxType(t.data_type()))
     return what + " '" + t.name() + "' has no valid element type";
   for (int64_t d : t.dims())
     if (d < 0)

@@ -18,6 +18,8 @@ std::optional<ir::DType> dtypeFromOnnx(int32_t elemType);
 int32_t dtypeToOnnx(ir::DType t);
 /// "FLOAT", "STRING", ... for messages.
 std::string onnxTypeName(int32_t elemType);
+/// Whether the element type is one ONNX defines (up to IR 11), supported or not.
+bool knownOnnxType(int32_t elemType);
 
 /// Loads external tensor data, confined to one model directory. Files are mapped
 /// once and shared by all tensors that live in them.

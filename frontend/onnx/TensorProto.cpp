@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 namespace dlc::frontend {
@@ -53,7 +54,17 @@ int32_t dtypeToOnnx(DType t) {
 std::string onnxTypeName(int32_t e) {
   if (onnx::TensorProto::DataType_IsValid(e))
     return onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(e));
+  // The types of IR 9-11, newer than the ONNX library's enum.
+  static const char *const newer[] = {"FLOAT8E4M3FN",   "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
+                                      "FLOAT8E5M2FNUZ", "UINT4",          "INT4",
+                                      "FLOAT4E2M1"};
+  if (e >= 17 && e < 17 + static_cast<int32_t>(std::size(newer)))
+    return newer[e - 17];
   return "type " + std::to_string(e);
+}
+
+bool knownOnnxType(int32_t e) {
+  return e > 0 && onnxTypeName(e).compare(0, 5, "type ") != 0;
 }
 
 llvm::Expected<ir::Tensor> takeTensorFromOnnx(onnx::TensorProto &t, ExternalDataLoader *ext) {

@@ -90,9 +90,55 @@ std::vector<double> cubicCoeffs(double r, double a) {
           ((a * ((1 - r) + 1) - 5 * a) * ((1 - r) + 1) + 8 * a) * ((1 - r) + 1) - 4 * a};
 }
 
+/// The interpolation filters of an antialiased resize at distance x (in input pixels,
+/// widened by the downscaling factor): the triangle (linear) and the Keys cubic.
+double antialiasFilter(bool cubic, double x, double a) {
+  x = std::abs(x);
+  if (!cubic)
+    return x < 1 ? 1 - x : 0;
+  if (x < 1)
+    return ((a + 2) * x - (a + 3)) * x * x + 1;
+  if (x < 2)
+    return (((x - 5) * x + 8) * x - 4) * a;
+  return 0;
+}
+
+/// Antialiased taps (Resize-18 antialias = 1, linear or cubic), as ONNX Runtime computes
+/// them: when downscaling by 1/scale, the filter is stretched by that factor (a
+/// support of 1 or 2 input pixels times it), centred on the output pixel's source
+/// coordinate, and its weights normalized. Taps past the edge clamp to it, or are
+/// dropped with exclude_outside.
+std::vector<Tap> antialiasTaps(const Node &n, double x, int64_t inLen, double scale) {
+  bool cubic = n.attrString("mode") == "cubic";
+  double down = 1.0 / scale, support = (cubic ? 2.0 : 1.0) * std::max(down, 1.0);
+  double invStretch = down >= 1 ? 1 / down : 1.0, center = x + 0.5;
+  int64_t window = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
+  int64_t lo = static_cast<int64_t>(std::floor(center - support + 0.5));
+  int64_t hi = static_cast<int64_t>(std::floor(center + support + 0.5));
+  hi = lo + std::clamp<int64_t>(hi - lo, 0, window);
+  bool exclude = n.attrInt("exclude_outside") != 0;
+  if (exclude) {
+    lo = std::clamp<int64_t>(lo, 0, inLen);
+    hi = std::clamp<int64_t>(hi, 0, inLen);
+  }
+  std::vector<Tap> t;
+  double total = 0;
+  for (int64_t i = lo; i < hi; ++i) {
+    double w =
+        antialiasFilter(cubic, (i - center + 0.5) * invStretch, n.attrFloat("cubic_coeff_a"));
+    t.push_back({std::clamp<int64_t>(i, 0, inLen - 1), w});
+    total += w;
+  }
+  for (Tap &tp : t)
+    tp.weight /= total == 0 ? 1.0 : total;
+  return t;
+}
+
 /// Taps for one output coordinate of one dim; empty means extrapolate.
-std::vector<Tap> taps(const Node &n, double x, int64_t inLen) {
+std::vector<Tap> taps(const Node &n, double x, int64_t inLen, double scale) {
   const std::string &mode = n.attrString("mode");
+  if (n.attrInt("antialias") && mode != "nearest")
+    return antialiasTaps(n, x, inLen, scale);
   std::vector<Tap> t;
   if (mode == "nearest") {
     const std::string &nm = n.attrString("nearest_mode");
@@ -205,7 +251,7 @@ std::vector<std::vector<std::vector<ResizeTap>>> resizeTapTable(const Node &n) {
                    ? std::optional<double>(x)
                    : sourceCoord(ctm, x, scales[d], is[d], os[d], rs, re);
       if (c)
-        table[d][x] = taps(n, *c, is[d]);
+        table[d][x] = taps(n, *c, is[d], scales[d]);
     }
   }
   return table;
@@ -214,6 +260,7 @@ std::vector<std::vector<std::vector<ResizeTap>>> resizeTapTable(const Node &n) {
 void defineResizeOps(OpTable &t) {
   t.def(OpKind::Resize)
       .operands(1)
+      .attr("antialias", AttrKind::Int, int64_t{0})
       .attr("coordinate_transformation_mode", AttrKind::String, "half_pixel")
       .attr("cubic_coeff_a", AttrKind::Float, -0.75f)
       .attr("exclude_outside", AttrKind::Int, int64_t{0})

@@ -4,7 +4,8 @@
 Models are built with onnx.helper at an explicit IR version and opset (Debian's onnx
 1.12 writes any opset and IR version; nothing here runs its checker):
   - one model per IR version 3..11, each at an opset of its time (7..23);
-  - every importer handler for the semantic changes of opsets 18-23 (Bitwise*, Split
+  - every importer handler for the semantic changes of opsets 18-23 (Bitwise*,
+    CenterCropPad, Split
     num_outputs, Reduce* axes as an input and bool ReduceMax/ReduceMin, Pad axes and
     wrap, Resize keep_aspect_ratio_policy/axes and half_pixel_symmetric, Col2Im,
     GroupNormalization 18 and 21, Gelu 20, AveragePool dilations, ScatterElements and
@@ -179,6 +180,14 @@ def _(m):
     m.output("a:3", "b:3")
 
 
+@case("centercroppad18", 18, 9)
+def _(m):
+    x = m.input("x", [3, 7, 6])
+    m.node("CenterCropPad", [x, m.const("s", [4, 9], dtype=np.int64)], ["a"], axes=[1, 2])
+    m.node("CenterCropPad", [x, m.const("t", [4, 4, 5], dtype=np.int64)], ["b"])
+    m.output("a:3", "b:3")
+
+
 @case("resize18_keep_aspect_ratio", 18, 9)
 def _(m):
     x = m.input("x", [1, 2, 6, 8])
@@ -187,6 +196,18 @@ def _(m):
                axes=[2, 3], keep_aspect_ratio_policy=policy)
     m.node("Resize", [x, "", m.const("scales", [0.75], dtype=np.float32)], ["y2"], mode="nearest", axes=[3])
     m.output("y0:4", "y1:4", "y2:4")
+
+
+@case("resize18_antialias", 18, 9)
+def _(m):
+    x = m.input("x", [1, 2, 9, 11])
+    m.node("Resize", [x, "", m.const("s0", [1, 1, 0.6, 0.45], dtype=np.float32)], ["lin"], mode="linear",
+           antialias=1)
+    m.node("Resize", [x, "", "", m.const("sz", [4, 5], dtype=np.int64)], ["cub"], mode="cubic", antialias=1,
+           axes=[2, 3])
+    m.node("Resize", [x, "", m.const("s1", [1, 1, 1.5, 0.5], dtype=np.float32)], ["mix"], mode="linear",
+           antialias=1, exclude_outside=1, coordinate_transformation_mode="pytorch_half_pixel")
+    m.output("lin:4", "cub:4", "mix:4")
 
 
 @case("resize19_half_pixel_symmetric", 19, 9)

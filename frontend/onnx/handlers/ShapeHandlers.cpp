@@ -168,6 +168,49 @@ llvm::Error importPad(NodeImporter &ni) {
                            {"mode", Attribute(ni.attrString("mode", "constant"))}}));
 }
 
+/// CenterCropPad (opset 18): each listed axis cropped or zero-padded to its target
+/// length around the centre (the odd element at the end), as a Slice then a Pad.
+llvm::Error importCenterCropPad(NodeImporter &ni) {
+  Value *x = ni.input(0);
+  DLC_TRY(target, ni.constInts(1, "shape"));
+  int64_t rank = x->rank();
+  std::vector<int64_t> axes = ni.attrInts("axes");
+  if (axes.empty()) {
+    axes.resize(rank);
+    std::iota(axes.begin(), axes.end(), 0);
+  }
+  if (target.size() != axes.size())
+    return ni.error("shape must have one length per axis");
+  std::vector<int64_t> starts, ends, sliced, pads(2 * rank, 0);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+    if (a < 0 || a >= rank || target[i] < 0)
+      return ni.error("axis " + std::to_string(axes[i]) + " or its length is out of range");
+    int64_t dim = x->shape()[a], len = target[i];
+    if (len < dim) {
+      sliced.push_back(a);
+      starts.push_back((dim - len) / 2);
+      ends.push_back((dim - len) / 2 + len);
+    } else if (len > dim) {
+      pads[a] = (len - dim) / 2;
+      pads[a + rank] = len - dim - pads[a];
+    }
+  }
+  if (!sliced.empty()) {
+    DLC_TRY(c, ni.op(OpKind::Slice, {x},
+                     {{"starts", Attribute(starts)},
+                      {"ends", Attribute(ends)},
+                      {"axes", Attribute(sliced)}}));
+    x = c;
+  }
+  if (std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p != 0; })) {
+    DLC_TRY(p, ni.op(OpKind::Pad, {x}, {{"pads", Attribute(pads)}}));
+    x = p;
+  }
+  ni.setOutput(0, x);
+  return llvm::Error::success();
+}
+
 /// Shapes are static, so Shape and Size are constants.
 llvm::Error importShape(NodeImporter &ni) {
   const Shape &s = ni.input(0)->shape();
@@ -384,9 +427,7 @@ llvm::Error resizeCommon(NodeImporter &ni, std::vector<float> scales, std::vecto
 }
 
 llvm::Error importResize(NodeImporter &ni) {
-  if (ni.attrInt("antialias", 0) != 0)
-    return ni.unsupported("Resize with antialias = 1");
-  auto attrs = ni.copyAttrs(OpKind::Resize, {"antialias", "axes", "keep_aspect_ratio_policy"});
+  auto attrs = ni.copyAttrs(OpKind::Resize, {"axes", "keep_aspect_ratio_policy"});
   if (!attrs)
     return attrs.takeError();
   std::vector<float> scales, roi;
@@ -472,6 +513,7 @@ void registerShapeHandlers(std::vector<HandlerEntry> &t) {
   t.push_back({"Expand", 8, kMaxOpset, importExpand});
   t.push_back({"Tile", 6, kMaxOpset, importTile});
   t.push_back({"Pad", 2, kMaxOpset, importPad});
+  t.push_back({"CenterCropPad", 18, kMaxOpset, importCenterCropPad});
   t.push_back({"Shape", 1, kMaxOpset, importShape});
   t.push_back({"Size", 1, kMaxOpset, importSize});
   t.push_back({"ConstantOfShape", 9, kMaxOpset, importConstantOfShape});

@@ -92,6 +92,25 @@ save("unsorted.onnx", model([helper.make_node("Relu", ["t"], ["y"], name="second
                             [f32("x", [2])], [f32("y", [2])]))
 
 
+# Types of IR 9-11 that are out of scope: float8 (17) and int4 (22) inputs, a float4
+# (23) initializer.
+f8 = model([helper.make_node("Relu", ["x"], ["y"])], [helper.make_tensor_value_info("x", 17, [2])],
+           [f32("y", [2])], opset=19)
+f8.ir_version = 9
+save("float8_input.onnx", f8)
+i4 = model([helper.make_node("Relu", ["x"], ["y"])], [helper.make_tensor_value_info("x", 22, [2])],
+           [f32("y", [2])], opset=21)
+i4.ir_version = 10
+save("int4_input.onnx", i4)
+f4_init = onnx.TensorProto()
+f4_init.name, f4_init.data_type = "w", 23
+f4_init.dims.extend([2])
+f4_init.raw_data = b"\x12"
+f4 = model([helper.make_node("Add", ["x", "w"], ["y"])], [f32("x", [2])], [f32("y", [2])], [f4_init],
+           opset=23)
+f4.ir_version = 11
+save("float4_initializer.onnx", f4)
+
 # Models the ONNX library (IR 8, opset 17) does not know get dlc's own checks.
 def model18(nodes, inputs, outputs, inits=()):
     m = model(nodes, inputs, outputs, inits, opset=18)
