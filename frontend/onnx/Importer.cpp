@@ -48,12 +48,40 @@ static const std::vector<HandlerEntry> &handlerTable() {
   return table;
 }
 
-Handler findHandler(const std::string &domain, const std::string &opType, int64_t opset) {
+const HandlerEntry *findHandler(const std::string &domain, const std::string &opType,
+                                int64_t opset) {
   std::string d = canonicalDomain(domain);
   for (const HandlerEntry &e : handlerTable())
     if (opType == e.opType && d == e.domain && opset >= e.sinceOpset && opset <= e.untilOpset)
-      return e.fn;
+      return &e;
   return nullptr;
+}
+
+/// The inputs node `n` must have: how many (the entry's count, else the ONNX library's
+/// schema's at the newest opset it knows, else none), and for each of them whether it
+/// may be given as "" (an optional input before a required one).
+struct RequiredInputs {
+  int count = 0;
+  std::vector<bool> mayBeAbsent;
+};
+RequiredInputs requiredInputs(const HandlerEntry &e, const onnx::NodeProto &n, int64_t opset) {
+  RequiredInputs r;
+  if (e.minInputs >= 0) {
+    r.count = e.minInputs;
+    r.mayBeAbsent.assign(r.count, false);
+    return r;
+  }
+  if (!canonicalDomain(n.domain()).empty())
+    return r;
+  const onnx::OpSchema *schema = onnx::OpSchemaRegistry::Schema(
+      n.op_type(), static_cast<int>(std::min<int64_t>(opset, kLibraryMaxOpset)), "");
+  if (!schema)
+    return r;
+  r.count = schema->min_input();
+  for (int i = 0; i < r.count; ++i)
+    r.mayBeAbsent.push_back(i < static_cast<int>(schema->inputs().size()) &&
+                            schema->inputs()[i].GetOption() == onnx::OpSchema::Optional);
+  return r;
 }
 
 std::vector<std::string> supportedOnnxOps(const std::string &domain) {
@@ -197,8 +225,9 @@ void Importer::importNodes(const onnx::GraphProto &g, Scope &scope) {
         if (!o.empty())
           scope.poison(o);
     };
-    auto fail = [&](const std::string &msg) {
+    auto fail = [&](const std::string &msg, ErrorKind kind = ErrorKind::ShapeOrType) {
       errors_.push_back(describeOnnxNode(n, opset) + ": " + msg);
+      errorKinds_.push_back(kind);
       poisonOutputs();
     };
     bool skip = false;
@@ -211,8 +240,9 @@ void Importer::importNodes(const onnx::GraphProto &g, Scope &scope) {
       }
       if (!scope.lookup(in)) {
         fail("input '" + in +
-             "' is not defined before this node (the graph is not "
-             "topologically sorted, has a cycle, or misses an initializer)");
+                 "' is not defined before this node (the graph is not "
+                 "topologically sorted, has a cycle, or misses an initializer)",
+             ErrorKind::Structure);
         skip = true;
         break;
       }
@@ -222,28 +252,48 @@ void Importer::importNodes(const onnx::GraphProto &g, Scope &scope) {
       continue;
     }
     if (!knownDomain(n.domain())) {
-      fail("unsupported op domain '" + n.domain() + "'");
+      fail("unsupported op domain '" + n.domain() + "'", ErrorKind::Unsupported);
       continue;
     }
-    Handler h = findHandler(n.domain(), n.op_type(), opset);
+    const HandlerEntry *h = findHandler(n.domain(), n.op_type(), opset);
     if (!h) {
       const char *why = outOfScopeReason(n.op_type());
       fail(why ? std::string("unsupported op: ") + why
-               : "unsupported op (no importer for " + n.op_type() + " at this opset)");
+               : "unsupported op (no importer for " + n.op_type() + " at this opset)",
+           ErrorKind::Unsupported);
+      continue;
+    }
+    RequiredInputs required = requiredInputs(*h, n, opset);
+    if (n.input_size() < required.count) {
+      fail("needs at least " + std::to_string(required.count) + " inputs, has " +
+               std::to_string(n.input_size()),
+           ErrorKind::Structure);
+      continue;
+    }
+    std::string absent;
+    for (int i = 0; i < required.count && absent.empty(); ++i)
+      if (n.input(i).empty() && !required.mayBeAbsent[i])
+        absent = "input " + std::to_string(i) + " is required but absent";
+    if (!absent.empty()) {
+      fail(absent, ErrorKind::Structure);
       continue;
     }
     NodeImporter ni(*this, scope, n, opset);
-    if (auto e = h(ni)) {
-      fail(ni.attrError().empty() ? llvm::toString(std::move(e)) : ni.attrError());
+    llvm::Error e = h->fn(ni);
+    if (!ni.attrError().empty()) {
+      llvm::consumeError(std::move(e));
+      fail(ni.attrError(), ErrorKind::Structure);
       continue;
     }
-    if (!ni.attrError().empty()) {
-      fail(ni.attrError());
+    if (e) {
+      std::string msg = llvm::toString(std::move(e));
+      fail(msg, msg.rfind("unsupported", 0) == 0 ? ErrorKind::Unsupported : ErrorKind::ShapeOrType);
       continue;
     }
     for (int i = 0; i < n.output_size(); ++i)
       if (!n.output(i).empty() && !scope.lookup(n.output(i)))
-        fail("internal error: output " + std::to_string(i) + " was not produced");
+        fail("internal error: output " + std::to_string(i) + " was not produced",
+             ErrorKind::Structure);
   }
 }
 

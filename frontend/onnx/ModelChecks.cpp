@@ -205,16 +205,16 @@ std::string attributeProblem(const onnx::AttributeProto &a) {
     matches = set == 0 || a.has_s();
     break;
   case A::TENSOR:
-    matches = a.has_t();
+    matches = set == 0 || a.has_t();
     break;
   case A::GRAPH:
-    matches = a.has_g();
+    matches = set == 0 || a.has_g();
     break;
   case A::SPARSE_TENSOR:
-    matches = a.has_sparse_tensor();
+    matches = set == 0 || a.has_sparse_tensor();
     break;
   case A::TYPE_PROTO:
-    matches = a.has_tp();
+    matches = set == 0 || a.has_tp();
     break;
   case A::FLOATS:
     matches = set == 0 || a.floats_size() > 0;
@@ -255,21 +255,17 @@ std::string tensorProblem(const onnx::TensorProto &t, const std::string &what) {
   return "";
 }
 
-std::string valueInfoProblem(const onnx::ValueInfoProto &v, const char *what) {
-  if (v.name().empty())
-    return std::string("a graph ") + what + " has no name";
-  if (!v.has_type())
-    return std::string("graph ") + what + " '" + v.name() + "' has no type";
-  return "";
-}
-
-/// Every value of the graph and its subgraphs is assigned once; `assigned` holds the
-/// names of the enclosing scopes (a subgraph may not redefine them either).
-std::string graphProblem(const onnx::GraphProto &g, std::unordered_set<std::string> assigned) {
-  auto assign = [&](const std::string &name, const std::string &who) -> std::string {
+/// Every value of the graph and its subgraphs is assigned once, as the ONNX checker
+/// has it: a node's outputs may not repeat a name of this graph or an enclosing one
+/// (`outer`); a subgraph's inputs and initializers may shadow enclosing names.
+std::string graphProblem(const onnx::GraphProto &g, const std::unordered_set<std::string> &outer,
+                         bool main) {
+  std::unordered_set<std::string> local;
+  auto assign = [&](const std::string &name, const std::string &who,
+                    bool againstOuter) -> std::string {
     if (name.empty())
       return "";
-    if (!assigned.insert(name).second)
+    if (!local.insert(name).second || (againstOuter && outer.count(name)))
       return who + " assigns '" + name +
              "', which is already defined (an ONNX graph assigns each value once)";
     return "";
@@ -282,15 +278,17 @@ std::string graphProblem(const onnx::GraphProto &g, std::unordered_set<std::stri
       return p;
     if (!inits.insert(t.name()).second)
       return "initializer '" + t.name() + "' is defined twice";
-    if (std::string p = assign(t.name(), "initializer '" + t.name() + "'"); !p.empty())
+    if (std::string p = assign(t.name(), "initializer '" + t.name() + "'", false); !p.empty())
       return p;
   }
   for (const auto &i : g.input()) {
-    if (std::string p = valueInfoProblem(i, "input"); !p.empty())
-      return p;
+    if (i.name().empty())
+      return "a graph input has no name";
+    if (main && !i.has_type())
+      return "graph input '" + i.name() + "' has no type";
     if (inits.count(i.name()))
       continue; // an initializer listed as an input too: its default value
-    if (std::string p = assign(i.name(), "graph input '" + i.name() + "'"); !p.empty())
+    if (std::string p = assign(i.name(), "graph input '" + i.name() + "'", false); !p.empty())
       return p;
   }
   for (const auto &o : g.output())
@@ -313,18 +311,15 @@ std::string graphProblem(const onnx::GraphProto &g, std::unordered_set<std::stri
         if (std::string p = tensorProblem(t, "tensor attribute"); !p.empty())
           return who + ": " + p;
     }
-    for (const auto &a : n.attribute()) {
-      std::vector<const onnx::GraphProto *> subs;
-      if (a.has_g())
-        subs.push_back(&a.g());
-      for (const auto &sg : a.graphs())
-        subs.push_back(&sg);
+    if (auto subs = subgraphs(n); !subs.empty()) {
+      std::unordered_set<std::string> visible = outer;
+      visible.insert(local.begin(), local.end());
       for (const onnx::GraphProto *sg : subs)
-        if (std::string p = graphProblem(*sg, assigned); !p.empty())
-          return who + ", subgraph '" + a.name() + "': " + p;
+        if (std::string p = graphProblem(*sg, visible, false); !p.empty())
+          return who + ", a subgraph: " + p;
     }
     for (const auto &o : n.output())
-      if (std::string p = assign(o, who); !p.empty())
+      if (std::string p = assign(o, who, true); !p.empty())
         return p;
   }
   return "";
@@ -342,7 +337,7 @@ std::string ownModelProblem(const onnx::ModelProto &m) {
       return "the model imports domain '" + o.domain() + "' at version " +
              std::to_string(o.version());
   }
-  return graphProblem(m.graph(), {});
+  return graphProblem(m.graph(), {}, true);
 }
 
 } // namespace dlc::frontend

@@ -124,6 +124,9 @@ struct HandlerEntry {
   int untilOpset; // inclusive
   Handler fn;
   const char *domain = ""; // "" is the default ONNX domain
+  /// How many leading inputs must be present (-1: as the ONNX library's schema of the
+  /// op says, where it has one). The importer checks them before the handler runs.
+  int minInputs = -1;
 };
 
 /// Registration per op family (frontend/onnx/handlers/*.cpp).
@@ -138,9 +141,10 @@ void registerAttentionHandlers(std::vector<HandlerEntry> &t);
 /// "node 'name' (OpType, opset N)" for messages.
 std::string describeOnnxNode(const onnx::NodeProto &n, int64_t opset);
 
-/// The handler for op type at opset of `domain` ("" or "ai.onnx": the default
+/// The handler entry for op type at opset of `domain` ("" or "ai.onnx": the default
 /// domain), or null.
-Handler findHandler(const std::string &domain, const std::string &opType, int64_t opset);
+const HandlerEntry *findHandler(const std::string &domain, const std::string &opType,
+                                int64_t opset);
 /// Whether any opset of the op type in `domain` has a handler.
 bool hasHandler(const std::string &domain, const std::string &opType);
 /// Whether any op of `domain` has a handler.
@@ -171,7 +175,19 @@ public:
   /// (the model's graph), or copying them (a subgraph).
   llvm::Error importInitializers(onnx::GraphProto &g, Scope &scope);
   llvm::Error importInitializers(const onnx::GraphProto &g, Scope &scope);
+  /// What kind of problem an error of errors() is: an If branch whose every problem
+  /// is of shapes or types can be deferred to run time (ControlHandlers.cpp).
+  enum class ErrorKind { Unsupported, Structure, ShapeOrType };
   std::vector<std::string> &errors() { return errors_; }
+  std::vector<ErrorKind> &errorKinds() { return errorKinds_; }
+  /// Guards and warnings of a branch that is dropped go with it: their counts now, and
+  /// a rollback to them.
+  size_t guardCount() const { return guards_.size(); }
+  void dropGuardsFrom(size_t n) { guards_.resize(n); }
+  /// The conditions under which the nodes being imported run (the taken sides of
+  /// enclosing run-time Ifs, the gates of unrolled loop iterations): a guard added
+  /// inside fails a run only when all of them hold.
+  std::vector<ir::Value *> &runConditions() { return runConditions_; }
   /// Remarks the user must see (ImportResult::warnings).
   std::vector<std::string> &warnings() { return warnings_; }
   std::vector<std::string> &specialized() { return specialized_; }
@@ -187,6 +203,8 @@ private:
   ExternalDataLoader &ext_;
   std::unordered_map<std::string, int64_t> opsets_;
   std::vector<std::string> errors_, warnings_;
+  std::vector<ErrorKind> errorKinds_;
+  std::vector<ir::Value *> runConditions_;
   std::vector<std::string> specialized_;
 };
 

@@ -69,6 +69,9 @@ Status CublasLt::load() {
 
 namespace {
 
+/// The largest kernel parameter space (CUDA 12.1 and later, Volta and newer).
+constexpr size_t kMaxParamBytes = 32764;
+
 /// Makes `ctx` current for a scope and restores whatever the calling thread had.
 class CtxGuard {
 public:
@@ -552,7 +555,12 @@ public:
                      &paramBytes, CU_LAUNCH_PARAM_END};
     // Every kernel of the library takes one argument struct, which is the parameter
     // buffer; a cooperative launch must pass it as kernelParams[0], since the driver
-    // refuses `extra` there (CUDA_ERROR_INVALID_VALUE, seen on an H200).
+    // refuses `extra` there (CUDA_ERROR_INVALID_VALUE, seen on an H200). The driver then
+    // copies as many bytes as the kernel's struct has, unchecked against the buffer:
+    // a buffer as large as the largest parameter space (32 KB) keeps a short one from a
+    // damaged package inside our memory.
+    if (k->cooperative())
+      params.resize(std::max<size_t>(params.size(), (kMaxParamBytes + 7) / sizeof(uint64_t)), 0);
     void *kernelParams[] = {params.data()};
     if (l.dynamic_smem() > 48 * 1024)
       DLC_RETURN_IF_ERROR(

@@ -37,6 +37,8 @@ CASES = [
     ("attr_notype18.onnx", "compile", "no type"),
     ("cyclic18.onnx", "compile", "cycle"),
     ("undefined18.onnx", "compile", "'w'"),
+    ("missing_input18.onnx", "compile", "needs at least 2 inputs"),
+    ("absent_input23.onnx", "compile", "input 1 is required"),
     ("ext_traversal.onnx", "compile", "contains '..'"),
     ("ext_absolute.onnx", "compile", "absolute"),
     ("ext_symlink.onnx", "compile", "outside the model directory"),

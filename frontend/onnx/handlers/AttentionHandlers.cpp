@@ -65,13 +65,27 @@ llvm::Expected<Value *> slice(NodeImporter &ni, Value *v, int64_t axis, int64_t 
                 {"axes", Attribute(std::vector<int64_t>{axis})}});
 }
 
-/// A constant bool [rows, cols] with visible(i, j).
-template <class F> Value *visibility(NodeImporter &ni, int64_t rows, int64_t cols, F visible) {
-  std::vector<double> v(static_cast<size_t>(rows * cols));
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j)
-      v[i * cols + j] = visible(i, j) ? 1.0 : 0.0;
-  return ni.constant(Tensor::fromVector(TensorType(DType::Bool, {rows, cols}), v), "visible");
+/// The positions 0..n-1 as a constant of `shape` (n elements: [n], [n, 1] or [1, n]).
+Value *positions(NodeImporter &ni, int64_t n, Shape shape, const char *name,
+                 DType dt = DType::I64) {
+  std::vector<double> r(static_cast<size_t>(n));
+  std::iota(r.begin(), r.end(), 0.0);
+  return ni.constant(Tensor::fromVector(TensorType(dt, std::move(shape)), r), name);
+}
+
+/// Causal visibility [rows, cols]: key j visible to query row i when j <= i + offset,
+/// and to the last row too when `lastRowSeesAll` (ONNX Runtime's contrib attention).
+/// Built from ops (folded when small), so a long sequence costs no host memory.
+llvm::Expected<Value *> causal(NodeImporter &ni, int64_t rows, int64_t cols, int64_t offset,
+                               bool lastRowSeesAll) {
+  Value *i = positions(ni, rows, {rows, 1}, "query_positions");
+  Value *j = positions(ni, cols, {cols}, "key_positions");
+  DLC_TRY(limit, ni.op(OpKind::Add, {i, ni.scalar(DType::I64, static_cast<double>(offset))}));
+  DLC_TRY(vis, ni.op(OpKind::LessOrEqual, {j, limit}));
+  if (!lastRowSeesAll)
+    return vis;
+  DLC_TRY(last, ni.op(OpKind::Equal, {i, ni.scalar(DType::I64, static_cast<double>(rows - 1))}));
+  return ni.op(OpKind::Or, {vis, last});
 }
 
 llvm::Expected<Value *> bothVisible(NodeImporter &ni, Value *a, Value *b) {
@@ -87,8 +101,9 @@ struct Scores {
   double softcap = 0;       // 0: none
   Value *bias = nullptr;    // added to the scores (broadcasts to [B, N, S, T])
   Value *visible = nullptr; // bool, broadcasts to [B, N, S, T]; hidden scores become lowest
-  /// A row may hide every key: such rows give zeros (ONNX Attention's rule).
-  bool zeroHiddenRows = false;
+  /// Bool [..., S, 1]: whether the row sees any key; rows that see none give zeros
+  /// (ONNX Attention's rule; null: every row sees one).
+  Value *rowSeesKey = nullptr;
   /// The scores after each stage, for ONNX Attention's qk_matmul_output.
   Value *raw = nullptr, *capped = nullptr, *masked = nullptr, *probs = nullptr;
 };
@@ -143,15 +158,21 @@ llvm::Expected<Value *> attend(NodeImporter &ni, Value *q, Value *k, Value *v, S
   DLC_TRY(p, ni.op(OpKind::Softmax, {s}, {{"axis", Attribute(int64_t{-1})}}));
   sc.probs = p;
   DLC_TRY(y, ni.op(OpKind::MatMul, {p, v}));
-  if (!sc.zeroHiddenRows || !sc.visible)
+  if (!sc.rowSeesKey)
     return y;
   // Rows that hide every key: zeros, not the uniform average of the lowest scores.
-  DLC_TRY(u8, ni.op(OpKind::Cast, {sc.visible}, {{"to", Attribute(std::string("u8"))}}));
+  DLC_TRY(p0, ni.op(OpKind::Where, {sc.rowSeesKey, p, ni.scalar(dt, 0.0)}));
+  sc.probs = p0;
+  return ni.op(OpKind::Where, {sc.rowSeesKey, y, ni.scalar(dt, 0.0)});
+}
+
+/// Whether each row of `keep` (bool [..., S, T]) has a true element, as [..., S, 1].
+llvm::Expected<Value *> anyOverKeys(NodeImporter &ni, Value *keep) {
+  DLC_TRY(u8, ni.op(OpKind::Cast, {keep}, {{"to", Attribute(std::string("u8"))}}));
   DLC_TRY(any, ni.op(OpKind::ReduceMax, {u8},
                      {{"axes", Attribute(std::vector<int64_t>{-1})},
                       {"keepdims", Attribute(int64_t{1})}}));
-  DLC_TRY(rowVisible, ni.op(OpKind::Cast, {any}, {{"to", Attribute(std::string("bool"))}}));
-  return ni.op(OpKind::Where, {rowVisible, y, ni.scalar(dt, 0.0)});
+  return ni.op(OpKind::Cast, {any}, {{"to", Attribute(std::string("bool"))}});
 }
 
 /// K or V after the past (both [B, kvN, ., H]) when the node has one.
@@ -196,17 +217,25 @@ llvm::Error importAttention(NodeImporter &ni) {
         mask->shape()[mask->rank() - 1] != t)
       return ni.error("attn_mask " + mask->type().str() + " must end in [" + std::to_string(sq) +
                       ", " + std::to_string(t) + "] (query and total key lengths)");
-    if (mask->dtype() == DType::Bool) {
+    if (mask->dtype() == DType::Bool)
       sc.visible = mask;
-      sc.zeroHiddenRows = true;
-    } else {
+    else
       sc.bias = mask;
-    }
   }
   if (ni.attrInt("is_causal", 0)) {
-    Value *causal = visibility(ni, sq, t, [&](int64_t i, int64_t j) { return j <= i + past; });
-    DLC_TRY(vis, bothVisible(ni, sc.visible, causal));
+    DLC_TRY(c, causal(ni, sq, t, past, false));
+    DLC_TRY(vis, bothVisible(ni, sc.visible, c));
     sc.visible = vis;
+  }
+  if (mask) { // a mask may hide every key of a row (a float one with -inf or lowest)
+    Value *keep = sc.visible;
+    if (sc.bias) {
+      DLC_TRY(k, ni.op(OpKind::Greater, {sc.bias, ni.scalar(sc.bias->dtype(), kLowest)}));
+      DLC_TRY(both, bothVisible(ni, k, sc.visible));
+      keep = both;
+    }
+    DLC_TRY(any, anyOverKeys(ni, keep));
+    sc.rowSeesKey = any;
   }
   DLC_TRY(y, attend(ni, q, kAll, vAll, sc));
   Value *out = y;
@@ -333,10 +362,7 @@ llvm::Error importRotaryEmbedding(NodeImporter &ni) {
 
 /// Positions p0 + s for s < S as [1, S] (the contrib ops' offset form).
 llvm::Expected<Value *> offsetPositions(NodeImporter &ni, Value *offset, int64_t s) {
-  std::vector<double> r(static_cast<size_t>(s));
-  std::iota(r.begin(), r.end(), 0.0);
-  Value *range = ni.constant(Tensor::fromVector(TensorType(offset->dtype(), {1, s}), r), "pos");
-  return ni.op(OpKind::Add, {range, offset});
+  return ni.op(OpKind::Add, {positions(ni, s, {1, s}, "positions", offset->dtype()), offset});
 }
 
 /// com.microsoft RotaryEmbedding(input, position_ids, cos_cache, sin_cache):
@@ -345,6 +371,8 @@ llvm::Error importContribRotaryEmbedding(NodeImporter &ni) {
   Value *x = ni.input(0), *pos = ni.input(1), *cos = ni.input(2), *sin = ni.input(3);
   if (!x || !pos || !cos || !sin || cos->rank() != 2)
     return ni.error("input, position_ids and 2-D cos and sin caches are required");
+  if (x->rank() != 3 && x->rank() != 4)
+    return ni.error("input must be [B, S, hidden] or [B, N, S, H], got " + x->type().str());
   int64_t seq = x->rank() == 4 ? x->shape()[2] : x->shape()[1];
   if (pos->rank() == 1 && pos->shape()[0] == 1) {
     DLC_TRY(p, offsetPositions(ni, pos, seq));
@@ -368,13 +396,6 @@ llvm::Error importContribRotaryEmbedding(NodeImporter &ni) {
 // com.microsoft Attention, MultiHeadAttention, GroupQueryAttention
 //===----------------------------------------------------------------------===//
 
-/// The key positions 0..T-1 as [T] of `dt`.
-Value *keyPositions(NodeImporter &ni, int64_t t, DType dt) {
-  std::vector<double> r(static_cast<size_t>(t));
-  std::iota(r.begin(), r.end(), 0.0);
-  return ni.constant(Tensor::fromVector(TensorType(dt, {t}), r), "key_positions");
-}
-
 /// The padding mask of contrib Attention (mask_index) and MultiHeadAttention
 /// (key_padding_mask) as the bool `keep` [B, 1, S|1, T]; null for the ignored forms.
 llvm::Expected<Value *> keptKeys(NodeImporter &ni, Value *mask, int64_t b, int64_t s, int64_t t,
@@ -382,7 +403,7 @@ llvm::Expected<Value *> keptKeys(NodeImporter &ni, Value *mask, int64_t b, int64
   const Shape &ms = mask->shape();
   Value *zero = ni.scalar(mask->dtype(), 0);
   if (mask->rank() == 1 && (ms[0] == b || (allowStartEnd && ms[0] == 2 * b))) {
-    Value *j = keyPositions(ni, t, mask->dtype());
+    Value *j = positions(ni, t, {t}, "key_positions", mask->dtype());
     DLC_TRY(end, slice(ni, mask, 0, 0, b));
     DLC_TRY(endB, reshape(ni, end, {b, 1, 1, 1}));
     DLC_TRY(keep, ni.op(OpKind::Less, {j, endB}));
@@ -427,9 +448,10 @@ llvm::Error contribMasks(NodeImporter &ni, Scores &sc, Value *mask, Value *attnB
     }
   }
   sc.bias = bias;
-  if (ni.attrInt("unidirectional", 0))
-    sc.visible =
-        visibility(ni, s, t, [&](int64_t i, int64_t j) { return i == s - 1 || j <= i + past; });
+  if (ni.attrInt("unidirectional", 0)) {
+    DLC_TRY(c, causal(ni, s, t, past, true));
+    sc.visible = c;
+  }
   return llvm::Error::success();
 }
 
@@ -493,6 +515,9 @@ llvm::Error importMultiHeadAttention(NodeImporter &ni) {
     return ni.error("past_key and past_value go together");
   int64_t d = q->shape()[2];
   bool bnsh = k->rank() == 4; // a cross-attention cache: already per head, no K/V bias
+  if (v->rank() != k->rank() || (k->rank() != 3 && !bnsh))
+    return ni.error("key and value must both be [B, L, hidden] or both [B, N, L, H], got " +
+                    k->type().str() + " and " + v->type().str());
   if (bias) {
     int64_t dv = bnsh ? 0 : v->shape()[2];
     if (bias->rank() != 1 || (!bnsh && bias->shape()[0] != 2 * d + dv))
@@ -575,11 +600,8 @@ llvm::Error importGroupQueryAttention(NodeImporter &ni) {
     Value *cos = ni.input(7), *sin = ni.input(8), *pos = ni.input(9);
     if (!cos || !sin || cos->rank() != 2)
       return ni.error("do_rotary needs 2-D cos_cache and sin_cache");
-    if (!pos) {
-      std::vector<double> r(static_cast<size_t>(s));
-      std::iota(r.begin(), r.end(), 0.0);
-      pos = ni.constant(Tensor::fromVector(TensorType(DType::I64, {1, s}), r), "pos");
-    }
+    if (!pos)
+      pos = positions(ni, s, {1, s}, "positions");
     DLC_TRY(c, cacheRows(ni, cos, pos));
     DLC_TRY(sn, cacheRows(ni, sin, pos));
     bool inter = ni.attrInt("rotary_interleaved", 0) != 0;
@@ -595,10 +617,8 @@ llvm::Error importGroupQueryAttention(NodeImporter &ni) {
   // Row i of batch b stands at position p = min(i, seqlens_k[b]) (a padded row at its
   // batch's last valid one) and sees keys p - window < j <= p.
   int64_t window = ni.attrInt("local_window_size", -1);
-  std::vector<double> rows(static_cast<size_t>(s));
-  std::iota(rows.begin(), rows.end(), 0.0);
-  Value *i = ni.constant(Tensor::fromVector(TensorType(seqlens->dtype(), {s, 1}), rows), "rows");
-  Value *j = keyPositions(ni, s, seqlens->dtype());
+  Value *i = positions(ni, s, {s, 1}, "query_positions", seqlens->dtype());
+  Value *j = positions(ni, s, {s}, "key_positions", seqlens->dtype());
   DLC_TRY(lens, reshape(ni, seqlens, {b, 1, 1, 1}));
   DLC_TRY(p, ni.op(OpKind::Min, {i, lens}));
   DLC_TRY(vis0, ni.op(OpKind::LessOrEqual, {j, p}));
@@ -630,8 +650,9 @@ llvm::Error importEmbedLayerNorm(NodeImporter &ni) {
   Value *ids = ni.input(0), *segIds = ni.input(1), *word = ni.input(2), *posEmb = ni.input(3);
   Value *segEmb = ni.input(4), *gamma = ni.input(5), *beta = ni.input(6), *mask = ni.input(7);
   Value *pos = ni.input(8);
-  if (!ids || ids->rank() != 2 || !word || !posEmb || !gamma || !beta)
-    return ni.error("input_ids [B, S], the word and position embeddings, gamma and beta are "
+  if (!ids || ids->rank() != 2 || !word || word->rank() != 2 || !posEmb || posEmb->rank() != 2 ||
+      !gamma || !beta || (segEmb && segEmb->rank() != 2))
+    return ni.error("input_ids [B, S], 2-D word and position embeddings, gamma and beta are "
                     "required");
   int64_t b = ids->shape()[0], s = ids->shape()[1];
   AttrMap axis0{{"axis", Attribute(int64_t{0})}};
@@ -680,16 +701,18 @@ llvm::Error importEmbedLayerNorm(NodeImporter &ni) {
 } // namespace
 
 void registerAttentionHandlers(std::vector<HandlerEntry> &t) {
-  t.push_back({"Attention", 23, kMaxOpset, importAttention});
-  t.push_back({"RotaryEmbedding", 23, kMaxOpset, importRotaryEmbedding});
-  auto ms = [&](const char *op, Handler h) {
-    t.push_back({op, 1, kMaxContribOpset, h, kMicrosoftDomain});
+  t.push_back({"Attention", 23, kMaxOpset, importAttention, "", 3});
+  t.push_back({"RotaryEmbedding", 23, kMaxOpset, importRotaryEmbedding, "", 3});
+  // The required inputs that are not a prefix (GroupQueryAttention's seqlens_k,
+  // EmbedLayerNormalization's embeddings) are the handlers' to check.
+  auto ms = [&](const char *op, Handler h, int minInputs) {
+    t.push_back({op, 1, kMaxContribOpset, h, kMicrosoftDomain, minInputs});
   };
-  ms("Attention", importContribAttention);
-  ms("MultiHeadAttention", importMultiHeadAttention);
-  ms("GroupQueryAttention", importGroupQueryAttention);
-  ms("RotaryEmbedding", importContribRotaryEmbedding);
-  ms("EmbedLayerNormalization", importEmbedLayerNorm);
+  ms("Attention", importContribAttention, 2);
+  ms("MultiHeadAttention", importMultiHeadAttention, 1);
+  ms("GroupQueryAttention", importGroupQueryAttention, 1);
+  ms("RotaryEmbedding", importContribRotaryEmbedding, 4);
+  ms("EmbedLayerNormalization", importEmbedLayerNorm, 1);
 }
 
 } // namespace dlc::frontend

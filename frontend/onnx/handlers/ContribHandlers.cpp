@@ -131,6 +131,12 @@ llvm::Error importSkipLayerNorm(NodeImporter &ni) {
 /// its output `invStdOutput`, 1 / sqrt(mean(x^2) + epsilon) over the same dims.
 llvm::Error rmsNorm(NodeImporter &ni, Value *x, Value *scale, int64_t axis, float epsilon,
                     size_t invStdOutput) {
+  // Y has the scale's type: an X of another float type is converted to it first.
+  if (isFloat(x->dtype()) && isFloat(scale->dtype()) && x->dtype() != scale->dtype()) {
+    DLC_TRY(c,
+            ni.op(OpKind::Cast, {x}, {{"to", Attribute(std::string(dtypeName(scale->dtype())))}}));
+    x = c;
+  }
   DLC_TRY(y, ni.op(OpKind::RMSNormalization, {x, scale},
                    {{"axis", Attribute(axis)}, {"epsilon", Attribute(epsilon)}}));
   ni.setOutput(0, y);
@@ -177,20 +183,20 @@ llvm::Error importSimplifiedLayerNorm(NodeImporter &ni) {
 } // namespace
 
 void registerContribHandlers(std::vector<HandlerEntry> &t) {
-  auto ms = [&](const char *op, Handler h) {
-    t.push_back({op, 1, kMaxContribOpset, h, kMicrosoftDomain});
+  auto ms = [&](const char *op, Handler h, int minInputs) {
+    t.push_back({op, 1, kMaxContribOpset, h, kMicrosoftDomain, minInputs});
   };
-  ms("Gelu", importGelu);
-  ms("BiasGelu", importGelu);
-  ms("FastGelu", importFastGelu);
-  ms("QuickGelu", importQuickGelu);
-  ms("BiasAdd", importBiasAdd);
-  ms("FusedMatMul", importFusedMatMul);
-  ms("SkipLayerNormalization", importSkipLayerNorm);
-  ms("SkipSimplifiedLayerNormalization", importSkipSimplifiedLayerNorm);
+  ms("Gelu", importGelu, 1);
+  ms("BiasGelu", importGelu, 2);
+  ms("FastGelu", importFastGelu, 1);
+  ms("QuickGelu", importQuickGelu, 1);
+  ms("BiasAdd", importBiasAdd, 3);
+  ms("FusedMatMul", importFusedMatMul, 2);
+  ms("SkipLayerNormalization", importSkipLayerNorm, 3);
+  ms("SkipSimplifiedLayerNormalization", importSkipSimplifiedLayerNorm, 3);
   // ONNX Runtime registers SimplifiedLayerNormalization in the default domain, where
   // its transformer optimizer writes it.
-  t.push_back({"SimplifiedLayerNormalization", 1, kMaxOpset, importSimplifiedLayerNorm});
+  t.push_back({"SimplifiedLayerNormalization", 1, kMaxOpset, importSimplifiedLayerNorm, "", 2});
 }
 
 } // namespace dlc::frontend

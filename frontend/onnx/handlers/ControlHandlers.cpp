@@ -37,6 +37,36 @@ llvm::Error importConstant(NodeImporter &ni) {
   return llvm::Error::success();
 }
 
+/// Adds a guard (a run fails when `failing` holds) that counts only where the nodes
+/// being imported run: under the taken sides of the enclosing run-time Ifs and the
+/// gates of the enclosing loop iterations.
+llvm::Error addGuard(NodeImporter &ni, const std::string &node, std::string what, Value *failing) {
+  Importer &imp = ni.importer();
+  for (Value *c : imp.runConditions()) {
+    DLC_TRY(both, ni.op(OpKind::And, {failing, c}));
+    failing = both;
+  }
+  if (failing->isConstant() && failing->data().getDouble(0) == 0)
+    return llvm::Error::success(); // it can never fail
+  std::string name = std::string(kGuardOutputPrefix) + node + ": " + what;
+  for (int k = 2; std::any_of(imp.guards().begin(), imp.guards().end(),
+                              [&](const auto &g) { return g.first == name; });
+       ++k)
+    name = std::string(kGuardOutputPrefix) + node + ": " + what + " [" + std::to_string(k) + "]";
+  imp.addGuard(std::move(name), failing);
+  return llvm::Error::success();
+}
+
+/// Runs f with `cond` (null: none) as one more run condition of the nodes it imports.
+template <class F> auto underCondition(Importer &imp, Value *cond, F f) {
+  if (cond)
+    imp.runConditions().push_back(cond);
+  auto r = f();
+  if (cond)
+    imp.runConditions().pop_back();
+  return r;
+}
+
 /// One branch of an If imported into the graph: its outputs, or why it cannot be built
 /// at the shapes being compiled (`problems`, the importer's messages of its nodes).
 struct Branch {
@@ -54,16 +84,21 @@ llvm::Expected<Branch> importBranch(NodeImporter &ni, const char *which) {
   const onnx::GraphProto &g = branch->g();
   Importer &imp = ni.importer();
   Scope inner(&ni.scope());
-  size_t errorsBefore = imp.errors().size();
+  size_t errorsBefore = imp.errors().size(), guardsBefore = imp.guardCount(),
+         warningsBefore = imp.warnings().size();
   if (auto e = imp.importInitializers(g, inner))
     return e;
   imp.importNodes(g, inner);
   Branch b;
   if (imp.errors().size() != errorsBefore) {
+    // The branch goes, with what its nodes reported and added.
     b.problems.assign(imp.errors().begin() + errorsBefore, imp.errors().end());
+    for (size_t i = errorsBefore; i < imp.errorKinds().size(); ++i)
+      b.deferrable &= imp.errorKinds()[i] == Importer::ErrorKind::ShapeOrType;
     imp.errors().resize(errorsBefore);
-    for (const std::string &p : b.problems)
-      b.deferrable &= p.find("unsupported") == std::string::npos;
+    imp.errorKinds().resize(errorsBefore);
+    imp.dropGuardsFrom(guardsBefore);
+    imp.warnings().resize(warningsBefore);
     return b;
   }
   if (g.output_size() != static_cast<int>(ni.numOutputs()))
@@ -78,11 +113,15 @@ llvm::Expected<Branch> importBranch(NodeImporter &ni, const char *which) {
   return b;
 }
 
-/// A branch that could not be imported, as the error of the If node.
-llvm::Error branchError(NodeImporter &ni, const char *which, const Branch &b) {
-  std::string msg = std::string("the ") + which + " branch could not be imported:";
-  for (const std::string &p : b.problems)
-    msg += "\n  " + p;
+/// Branches that could not be imported, as the error of the If node.
+llvm::Error branchError(NodeImporter &ni,
+                        std::vector<std::pair<const char *, const Branch *>> bad) {
+  std::string msg;
+  for (auto [which, b] : bad) {
+    msg += std::string(msg.empty() ? "" : "\n") + "the " + which + " branch could not be imported:";
+    for (const std::string &p : b->problems)
+      msg += "\n  " + p;
+  }
   return ni.error(msg);
 }
 
@@ -104,7 +143,7 @@ llvm::Error importIf(NodeImporter &ni) {
     const char *which = cond->getDouble(0) != 0 ? "then" : "else";
     DLC_TRY(b, importBranch(ni, which));
     if (!b.problems.empty())
-      return branchError(ni, which, b);
+      return branchError(ni, {{which, &b}});
     for (size_t i = 0; i < b.outputs.size(); ++i)
       ni.setOutput(i, b.outputs[i]);
     return llvm::Error::success();
@@ -112,30 +151,33 @@ llvm::Error importIf(NodeImporter &ni) {
   Value *cond = ni.input(0);
   if (!cond || cond->dtype() != DType::Bool || cond->type().numElements() != 1)
     return ni.error("the condition must be one bool element");
-  DLC_TRY(thenB, importBranch(ni, "then"));
-  DLC_TRY(elseB, importBranch(ni, "else"));
   if (cond->rank() != 0) {
     DLC_TRY(scalar, ni.op(OpKind::Reshape, {cond}, {{"shape", Attribute(std::vector<int64_t>{})}}));
     cond = scalar;
   }
+  DLC_TRY(notCond, ni.op(OpKind::Not, {cond}));
+  // Each branch's guards count only when it is taken.
+  Importer &imp = ni.importer();
+  DLC_TRY(thenB, underCondition(imp, cond, [&] { return importBranch(ni, "then"); }));
+  DLC_TRY(elseB, underCondition(imp, notCond, [&] { return importBranch(ni, "else"); }));
   bool thenBad = !thenB.problems.empty(), elseBad = !elseB.problems.empty();
-  if (thenBad && (elseBad || !thenB.deferrable))
-    return branchError(ni, "then", thenB);
+  if (thenBad && elseBad)
+    return branchError(ni, {{"then", &thenB}, {"else", &elseB}});
+  if (thenBad && !thenB.deferrable)
+    return branchError(ni, {{"then", &thenB}});
   if (elseBad && !elseB.deferrable)
-    return branchError(ni, "else", elseB);
+    return branchError(ni, {{"else", &elseB}});
   if (thenBad || elseBad) {
     const char *which = thenBad ? "then" : "else";
     const Branch &bad = thenBad ? thenB : elseB, &good = thenBad ? elseB : thenB;
     std::string reason = bad.problems.front();
     std::string what = std::string("the ") + which + " branch was taken, but it " +
                        std::string(kDeferredBranchText) + " (" + reason + ")";
-    Value *taken = cond;
-    if (!thenBad) {
-      DLC_TRY(notCond, ni.op(OpKind::Not, {cond}));
-      taken = notCond;
-    }
-    std::string node = ni.proto().name().empty() ? ni.proto().output(0) : ni.proto().name();
-    ni.importer().addGuard(std::string(kGuardOutputPrefix) + node + ": " + what, taken);
+    std::string node = !ni.proto().name().empty() ? ni.proto().name()
+                       : ni.numOutputs()          ? ni.proto().output(0)
+                                                  : std::string("If");
+    if (auto e = addGuard(ni, node, what, thenBad ? cond : notCond))
+      return e;
     ni.importer().warnings().push_back(describeOnnxNode(ni.proto(), ni.opset()) + ": the " + which +
                                        " branch cannot be built at the compiled shapes and is "
                                        "deferred: taking it at run time is an error (" +
@@ -252,7 +294,11 @@ llvm::Error importLoop(NodeImporter &ni) {
     size_t errorsBefore = imp.errors().size();
     if (auto e = imp.importInitializers(g, inner))
       return e;
-    imp.importNodes(g, inner);
+    // The body's guards count only when the iteration runs.
+    underCondition(imp, gate, [&] {
+      imp.importNodes(g, inner);
+      return 0;
+    });
     if (imp.errors().size() != errorsBefore)
       return ni.error("iteration " + std::to_string(k) +
                       " of the body could not be imported (see above)");
@@ -324,7 +370,8 @@ llvm::Error importLoop(NodeImporter &ni) {
       return ni.error("Loop never stops within --loop-bound " + std::to_string(m) +
                       " (its condition does not depend on run-time values)");
     if (!beyond->isConstant())
-      ni.importer().addGuard(std::string(kGuardOutputPrefix) + node + ": " + what, beyond);
+      if (auto e = addGuard(ni, node, what, beyond))
+        return e;
   }
   for (size_t j = 0; j < carriedCount; ++j)
     ni.setOutput(j, carried[j]);

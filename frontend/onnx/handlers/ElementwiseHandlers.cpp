@@ -137,7 +137,9 @@ llvm::Error importSumMean(NodeImporter &ni) {
 } // namespace
 
 void registerElementwiseHandlers(std::vector<HandlerEntry> &t) {
-#define DIRECT(NAME) t.push_back({#NAME, 7, kMaxOpset, direct<OpKind::NAME>})
+#define DIRECT(NAME)                                                                               \
+  t.push_back({#NAME, 7, kMaxOpset, direct<OpKind::NAME>, "",                                      \
+               static_cast<int>(opDef(OpKind::NAME).minOperands)})
   DIRECT(Add);
   DIRECT(Sub);
   DIRECT(Mul);

@@ -94,11 +94,20 @@ llvm::Error importCol2Im(NodeImporter &ni) {
   Shape pads = ni.attrInts("pads", Shape(2 * k, 0));
   if (strides.size() != size_t(k) || dilations.size() != size_t(k) || pads.size() != size_t(2 * k))
     return ni.error("strides and dilations need one value per spatial dim, pads two");
-  int64_t blockSize = 1;
+  const Shape &xs = x->shape();
+  int64_t blockSize = 1, total = 1;
   Shape positions, outPad(k);
   for (int64_t d = 0; d < k; ++d) {
-    if (block[d] < 1 || image[d] < 1 || strides[d] < 1 || dilations[d] < 1)
-      return ni.error("image_shape, block_shape, strides and dilations must be positive");
+    // Bounded so that the arithmetic below cannot overflow.
+    constexpr int64_t kLimit = int64_t{1} << 31;
+    auto in = [&](int64_t v, int64_t lo) { return v >= lo && v <= kLimit; };
+    if (!in(block[d], 1) || !in(image[d], 1) || !in(strides[d], 1) || !in(dilations[d], 1) ||
+        !in(pads[d], 0) || !in(pads[d + k], 0))
+      return ni.error("image_shape, block_shape, strides and dilations must be in 1..2^31, pads "
+                      "in 0..2^31");
+    if (block[d] > xs[1] / blockSize)
+      return ni.error("the blocks do not fit the " + std::to_string(xs[1]) + " channels of " +
+                      x->type().str());
     blockSize *= block[d];
     int64_t span = dilations[d] * (block[d] - 1) + 1;
     int64_t n = (image[d] + pads[d] + pads[d + k] - span) / strides[d] + 1;
@@ -106,14 +115,16 @@ llvm::Error importCol2Im(NodeImporter &ni) {
       return ni.error("the block does not fit the padded image in dim " + std::to_string(d));
     positions.push_back(n);
     outPad[d] = image[d] - (strides[d] * (n - 1) + span - pads[d] - pads[d + k]);
-  }
-  const Shape &xs = x->shape();
-  int64_t total = 1;
-  for (int64_t n : positions)
+    if (n > xs[2] / total)
+      return ni.error("input " + x->type().str() + " has fewer than the image's block positions");
     total *= n;
+  }
   if (xs[1] % blockSize || xs[2] != total)
     return ni.error("input " + x->type().str() + " does not hold C*" + std::to_string(blockSize) +
                     " channels of " + std::to_string(total) + " block positions");
+  if (xs[1] > (int64_t{1} << 26) / blockSize)
+    return ni.unsupported("Col2Im with " + std::to_string(xs[1]) + " channels of blocks of " +
+                          std::to_string(blockSize) + " (its one-hot kernel would be too large)");
   int64_t c = xs[1] / blockSize;
   Shape inShape{xs[0], xs[1]};
   inShape.insert(inShape.end(), positions.begin(), positions.end());
@@ -161,6 +172,85 @@ llvm::Error importPool(NodeImporter &ni) {
   for (unsigned i = 0; i < outs; ++i)
     ni.setOutput(i, r[i]);
   return llvm::Error::success();
+}
+
+/// RMSNormalization (opset 23). Y has the scale's type (ONNX's V): an X of another
+/// float type is converted to it first.
+llvm::Error importRmsNorm(NodeImporter &ni) {
+  Value *x = ni.input(0), *scale = ni.input(1);
+  if (isFloat(x->dtype()) && isFloat(scale->dtype()) && x->dtype() != scale->dtype()) {
+    DLC_TRY(c,
+            ni.op(OpKind::Cast, {x}, {{"to", Attribute(std::string(dtypeName(scale->dtype())))}}));
+    x = c;
+  }
+  DLC_TRY(attrs, ni.copyAttrs(OpKind::RMSNormalization));
+  return single(ni, ni.op(OpKind::RMSNormalization, {x, scale}, attrs));
+}
+
+/// |x|^p for the Lp pools (p = 1 and 2 without a power).
+llvm::Expected<Value *> absPow(NodeImporter &ni, Value *x, int64_t p) {
+  if (p == 2)
+    return ni.op(OpKind::Mul, {x, x});
+  DLC_TRY(a, ni.op(OpKind::Abs, {x}));
+  if (p == 1)
+    return a;
+  return ni.op(OpKind::Pow, {a, ni.scalar(x->dtype(), static_cast<double>(p))});
+}
+
+/// s^(1/p), the end of the Lp pools.
+llvm::Expected<Value *> rootP(NodeImporter &ni, Value *s, int64_t p) {
+  if (p == 1)
+    return s;
+  if (p == 2)
+    return ni.op(OpKind::Sqrt, {s});
+  return ni.op(OpKind::Pow, {s, ni.scalar(s->dtype(), 1.0 / static_cast<double>(p))});
+}
+
+/// LpPool: (sum over the window of |x|^p)^(1/p), padding counting as zeros: the
+/// average pool of |x|^p that counts padding, times the window size. With ceil_mode
+/// a last window can pass the padding and hold fewer elements, so it is refused.
+llvm::Error importLpPool(NodeImporter &ni) {
+  Value *x = ni.input(0);
+  int64_t p = ni.attrInt("p", 2);
+  if (p < 1)
+    return ni.error("p must be at least 1");
+  if (ni.attrInt("ceil_mode", 0))
+    return ni.unsupported("LpPool with ceil_mode = 1");
+  if (x->rank() < 3)
+    return ni.error("input must have rank >= 3, got " + x->type().str());
+  auto kernel = ni.attrInts("kernel_shape");
+  auto strides = ni.attrInts("strides"), dilations = ni.attrInts("dilations");
+  if (kernel.size() != size_t(x->rank() - 2))
+    return ni.error("kernel_shape must have one value per spatial dim");
+  DLC_TRY(pads, resolvePads(ni, spatialOf(x), kernel, strides, dilations));
+  AttrMap a{{"kernel_shape", Attribute(kernel)},
+            {"pads", Attribute(pads)},
+            {"count_include_pad", Attribute(int64_t{1})}};
+  if (!strides.empty())
+    a["strides"] = Attribute(strides);
+  if (!dilations.empty())
+    a["dilations"] = Attribute(dilations);
+  double window = 1;
+  for (int64_t k : kernel)
+    window *= static_cast<double>(k);
+  DLC_TRY(xp, absPow(ni, x, p));
+  DLC_TRY(avg, ni.op(OpKind::AveragePool, {xp}, a));
+  DLC_TRY(sum, ni.op(OpKind::Mul, {avg, ni.scalar(x->dtype(), window)}));
+  return single(ni, rootP(ni, sum, p));
+}
+
+/// GlobalLpPool: (sum over the spatial dims of |x|^p)^(1/p).
+llvm::Error importGlobalLpPool(NodeImporter &ni) {
+  Value *x = ni.input(0);
+  int64_t p = ni.attrInt("p", 2);
+  if (p < 1 || x->rank() < 3)
+    return ni.error("p must be at least 1 and the input of rank >= 3");
+  std::vector<int64_t> axes;
+  for (int64_t d = 2; d < x->rank(); ++d)
+    axes.push_back(d);
+  DLC_TRY(xp, absPow(ni, x, p));
+  DLC_TRY(sum, ni.op(OpKind::ReduceSum, {xp}, {{"axes", Attribute(axes)}}));
+  return single(ni, rootP(ni, sum, p));
 }
 
 llvm::Error importBatchNorm(NodeImporter &ni) {
@@ -257,15 +347,17 @@ llvm::Error importRnn(NodeImporter &ni) {
 void registerNnHandlers(std::vector<HandlerEntry> &t) {
   t.push_back({"Conv", 1, kMaxOpset, importConv});
   t.push_back({"ConvTranspose", 1, kMaxOpset, importConvTranspose});
-  t.push_back({"Col2Im", 18, kMaxOpset, importCol2Im});
+  t.push_back({"Col2Im", 18, kMaxOpset, importCol2Im, "", 3});
   t.push_back({"MaxPool", 1, kMaxOpset, importPool});
   t.push_back({"AveragePool", 1, kMaxOpset, importPool});
   t.push_back({"GlobalAveragePool", 1, kMaxOpset, direct<OpKind::GlobalAveragePool>});
+  t.push_back({"LpPool", 2, kMaxOpset, importLpPool});
+  t.push_back({"GlobalLpPool", 2, kMaxOpset, importGlobalLpPool});
   t.push_back({"GlobalMaxPool", 1, kMaxOpset, direct<OpKind::GlobalMaxPool>});
   t.push_back({"BatchNormalization", 7, kMaxOpset, importBatchNorm});
   t.push_back({"LayerNormalization", 17, kMaxOpset, direct<OpKind::LayerNormalization>});
   // Opset 23's op; files at opsets above kMaxOpset are refused before any handler runs.
-  t.push_back({"RMSNormalization", 23, std::max(23, kMaxOpset), direct<OpKind::RMSNormalization>});
+  t.push_back({"RMSNormalization", 23, kMaxOpset, importRmsNorm, "", 2});
   t.push_back({"InstanceNormalization", 6, kMaxOpset, direct<OpKind::InstanceNormalization>});
   t.push_back({"GroupNormalization", 18, kMaxOpset, importGroupNorm});
   t.push_back({"LRN", 1, kMaxOpset, direct<OpKind::LRN>});

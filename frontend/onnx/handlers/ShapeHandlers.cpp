@@ -513,7 +513,7 @@ void registerShapeHandlers(std::vector<HandlerEntry> &t) {
   t.push_back({"Expand", 8, kMaxOpset, importExpand});
   t.push_back({"Tile", 6, kMaxOpset, importTile});
   t.push_back({"Pad", 2, kMaxOpset, importPad});
-  t.push_back({"CenterCropPad", 18, kMaxOpset, importCenterCropPad});
+  t.push_back({"CenterCropPad", 18, kMaxOpset, importCenterCropPad, "", 2});
   t.push_back({"Shape", 1, kMaxOpset, importShape});
   t.push_back({"Size", 1, kMaxOpset, importSize});
   t.push_back({"ConstantOfShape", 9, kMaxOpset, importConstantOfShape});

@@ -128,6 +128,24 @@ no_type.attribute[0].type = onnx.AttributeProto.UNDEFINED
 save("attr_notype18.onnx", model18([no_type], [f32("x", [2, 2])], [f32("y", [2, 2])]))
 save("cyclic18.onnx", model18([helper.make_node("Relu", ["z"], ["y"], name="a"),
                                helper.make_node("Relu", ["y"], ["z"], name="b")], [f32("x", [2])], [f32("y", [2])]))
+# Valid: a Loop body's inputs shadow the outer graph's names, and its initializer
+# repeats an outer name (the ONNX checker allows both).
+body = helper.make_graph([helper.make_node("Add", ["x", "one"], ["x_out"], name="inc"),
+                          helper.make_node("Identity", ["c"], ["c_out"], name="keep")], "body",
+                         [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                          helper.make_tensor_value_info("c", TensorProto.BOOL, []), f32("x", [2])],
+                         [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), f32("x_out", [2])],
+                         [numpy_helper.from_array(np.ones(2, np.float32), "one")])
+save("shadow18.onnx", model18([helper.make_node("Loop", ["n", "", "x"], ["y"], name="loop", body=body)],
+                              [helper.make_tensor_value_info("n", TensorProto.INT64, []), f32("x", [2])],
+                              [f32("y", [2])], [numpy_helper.from_array(np.array(3, np.int64), "n"),
+                                                numpy_helper.from_array(np.zeros(2, np.float32), "one")]))
+save("missing_input18.onnx", model18([helper.make_node("Conv", ["x"], ["y"], name="conv")],
+                                    [f32("x", [1, 1, 3, 3])], [f32("y", [1, 1, 3, 3])]))
+absent = model([helper.make_node("Attention", ["q", "", "v"], ["y"], name="att")],
+               [f32("q", [1, 1, 2, 4]), f32("v", [1, 1, 2, 4])], [f32("y", [1, 1, 2, 4])], opset=23)
+absent.ir_version = 10
+save("absent_input23.onnx", absent)
 save("undefined18.onnx", model18([helper.make_node("Add", ["x", "w"], ["y"], name="add_w")], [f32("x", [2])],
                                  [f32("y", [2])]))
 
