@@ -126,14 +126,25 @@ InferResult inferLayerNorm(const Node &n) {
   return r;
 }
 
+/// LayerNormalization's and RMSNormalization's view of X: rows of the dims from `axis`
+/// on (`outer` rows of `inner` elements) and the scale broadcast over a row.
+struct NormRows {
+  Shape norm;
+  int64_t inner, outer;
+  std::vector<double> x, scale;
+  NormRows(const Node &n, const Inputs &in)
+      : norm(in[0]->shape().begin() + *normalizeAxis(n.attrInt("axis"), in[0]->rank()),
+             in[0]->shape().end()),
+        inner(product(norm)), outer(in[0]->numElements() / std::max<int64_t>(inner, 1)),
+        x(in[0]->toVector<double>()), scale(in[1]->toVector<double>()) {}
+};
+
 llvm::Error refLayerNorm(const Node &n, const Inputs &in, Outputs &out) {
-  const Shape &xs = in[0]->shape();
-  int64_t axis = *normalizeAxis(n.attrInt("axis"), in[0]->rank());
-  Shape norm(xs.begin() + axis, xs.end());
-  int64_t inner = product(norm), outer = in[0]->numElements() / std::max<int64_t>(inner, 1);
+  NormRows rows(n, in);
+  const Shape &norm = rows.norm;
+  int64_t inner = rows.inner, outer = rows.outer;
   double eps = n.attrFloat("epsilon");
-  auto x = in[0]->toVector<double>();
-  auto scale = in[1]->toVector<double>();
+  const std::vector<double> &x = rows.x, &scale = rows.scale;
   std::vector<double> bias;
   if (in.size() > 2 && in[2])
     bias = in[2]->toVector<double>();
@@ -173,13 +184,11 @@ llvm::Error refLayerNorm(const Node &n, const Inputs &in, Outputs &out) {
 //===----------------------------------------------------------------------===//
 
 llvm::Error refRmsNorm(const Node &n, const Inputs &in, Outputs &out) {
-  const Shape &xs = in[0]->shape();
-  int64_t axis = *normalizeAxis(n.attrInt("axis"), in[0]->rank());
-  Shape norm(xs.begin() + axis, xs.end());
-  int64_t inner = product(norm), outer = in[0]->numElements() / std::max<int64_t>(inner, 1);
+  NormRows rows(n, in);
+  const Shape &norm = rows.norm;
+  int64_t inner = rows.inner, outer = rows.outer;
   double eps = n.attrFloat("epsilon");
-  auto x = in[0]->toVector<double>();
-  auto scale = in[1]->toVector<double>();
+  const std::vector<double> &x = rows.x, &scale = rows.scale;
   BroadcastIndex is(in[1]->shape(), norm);
   std::vector<double> y(x.size());
   for (int64_t o = 0; o < outer; ++o) {

@@ -175,6 +175,19 @@ llvm::Expected<Value *> anyOverKeys(NodeImporter &ni, Value *keep) {
   return ni.op(OpKind::Cast, {any}, {{"to", Attribute(std::string("bool"))}});
 }
 
+/// The contrib attention ops' outputs: attention of the per-head Q, K, V merged back to
+/// [B, S, N*Hv], and K and V (after their past) as outputs 1 and 2 where wanted.
+llvm::Error attendAndMerge(NodeImporter &ni, Value *q, Value *k, Value *v, Scores &sc) {
+  DLC_TRY(y, attend(ni, q, k, v, sc));
+  DLC_TRY(out, mergeHeads(ni, y));
+  ni.setOutput(0, out);
+  if (ni.wantsOutput(1))
+    ni.setOutput(1, k);
+  if (ni.wantsOutput(2))
+    ni.setOutput(2, v);
+  return llvm::Error::success();
+}
+
 /// K or V after the past (both [B, kvN, ., H]) when the node has one.
 llvm::Expected<Value *> withPast(NodeImporter &ni, Value *past, Value *x) {
   if (!past)
@@ -547,13 +560,8 @@ llvm::Error importMultiHeadAttention(NodeImporter &ni) {
   Scores sc;
   if (auto e = contribMasks(ni, sc, ni.input(4), ni.input(5), q->dtype(), b, s, t, past, false))
     return e;
-  DLC_TRY(y, attend(ni, q4, kAll, vAll, sc));
-  DLC_TRY(out, mergeHeads(ni, y));
-  ni.setOutput(0, out);
-  if (ni.wantsOutput(1))
-    ni.setOutput(1, kAll);
-  if (ni.wantsOutput(2))
-    ni.setOutput(2, vAll);
+  if (auto e = attendAndMerge(ni, q4, kAll, vAll, sc))
+    return e;
   if (ni.wantsOutput(3))
     ni.setOutput(3, sc.masked);
   return llvm::Error::success();
@@ -630,14 +638,7 @@ llvm::Error importGroupQueryAttention(NodeImporter &ni) {
     vis = both;
   }
   sc.visible = vis;
-  DLC_TRY(y, attend(ni, qr, kr, v4, sc));
-  DLC_TRY(out, mergeHeads(ni, y));
-  ni.setOutput(0, out);
-  if (ni.wantsOutput(1))
-    ni.setOutput(1, kr);
-  if (ni.wantsOutput(2))
-    ni.setOutput(2, v4);
-  return llvm::Error::success();
+  return attendAndMerge(ni, qr, kr, v4, sc);
 }
 
 //===----------------------------------------------------------------------===//
@@ -705,14 +706,11 @@ void registerAttentionHandlers(std::vector<HandlerEntry> &t) {
   t.push_back({"RotaryEmbedding", 23, kMaxOpset, importRotaryEmbedding, "", 3});
   // The required inputs that are not a prefix (GroupQueryAttention's seqlens_k,
   // EmbedLayerNormalization's embeddings) are the handlers' to check.
-  auto ms = [&](const char *op, Handler h, int minInputs) {
-    t.push_back({op, 1, kMaxContribOpset, h, kMicrosoftDomain, minInputs});
-  };
-  ms("Attention", importContribAttention, 2);
-  ms("MultiHeadAttention", importMultiHeadAttention, 1);
-  ms("GroupQueryAttention", importGroupQueryAttention, 1);
-  ms("RotaryEmbedding", importContribRotaryEmbedding, 4);
-  ms("EmbedLayerNormalization", importEmbedLayerNorm, 1);
+  t.push_back(contribEntry("Attention", importContribAttention, 2));
+  t.push_back(contribEntry("MultiHeadAttention", importMultiHeadAttention, 1));
+  t.push_back(contribEntry("GroupQueryAttention", importGroupQueryAttention, 1));
+  t.push_back(contribEntry("RotaryEmbedding", importContribRotaryEmbedding, 4));
+  t.push_back(contribEntry("EmbedLayerNormalization", importEmbedLayerNorm, 1));
 }
 
 } // namespace dlc::frontend

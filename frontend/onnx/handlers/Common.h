@@ -24,6 +24,11 @@ template <ir::OpKind K> llvm::Error direct(NodeImporter &ni) {
   return llvm::Error::success();
 }
 
+/// A com.microsoft handler entry (domain version 1) needing `minInputs` inputs.
+inline HandlerEntry contribEntry(const char *op, Handler h, int minInputs) {
+  return {op, 1, kMaxContribOpset, h, kMicrosoftDomain, minInputs};
+}
+
 /// Sets output 0 to the value, or returns its error.
 llvm::Error single(NodeImporter &ni, llvm::Expected<ir::Value *> v);
 

@@ -183,17 +183,14 @@ llvm::Error importSimplifiedLayerNorm(NodeImporter &ni) {
 } // namespace
 
 void registerContribHandlers(std::vector<HandlerEntry> &t) {
-  auto ms = [&](const char *op, Handler h, int minInputs) {
-    t.push_back({op, 1, kMaxContribOpset, h, kMicrosoftDomain, minInputs});
-  };
-  ms("Gelu", importGelu, 1);
-  ms("BiasGelu", importGelu, 2);
-  ms("FastGelu", importFastGelu, 1);
-  ms("QuickGelu", importQuickGelu, 1);
-  ms("BiasAdd", importBiasAdd, 3);
-  ms("FusedMatMul", importFusedMatMul, 2);
-  ms("SkipLayerNormalization", importSkipLayerNorm, 3);
-  ms("SkipSimplifiedLayerNormalization", importSkipSimplifiedLayerNorm, 3);
+  t.push_back(contribEntry("Gelu", importGelu, 1));
+  t.push_back(contribEntry("BiasGelu", importGelu, 2));
+  t.push_back(contribEntry("FastGelu", importFastGelu, 1));
+  t.push_back(contribEntry("QuickGelu", importQuickGelu, 1));
+  t.push_back(contribEntry("BiasAdd", importBiasAdd, 3));
+  t.push_back(contribEntry("FusedMatMul", importFusedMatMul, 2));
+  t.push_back(contribEntry("SkipLayerNormalization", importSkipLayerNorm, 3));
+  t.push_back(contribEntry("SkipSimplifiedLayerNormalization", importSkipSimplifiedLayerNorm, 3));
   // ONNX Runtime registers SimplifiedLayerNormalization in the default domain, where
   // its transformer optimizer writes it.
   t.push_back({"SimplifiedLayerNormalization", 1, kMaxOpset, importSimplifiedLayerNorm, "", 2});

@@ -146,9 +146,9 @@ llvm::Error importCol2Im(NodeImporter &ni) {
   return llvm::Error::success();
 }
 
-llvm::Error importPool(NodeImporter &ni) {
-  bool isMax = ni.opType() == "MaxPool";
-  Value *x = ni.input(0);
+/// A pooling node's window as IR attributes: kernel_shape, explicit pads (auto_pad
+/// resolved), strides and dilations where given.
+llvm::Expected<AttrMap> poolWindow(NodeImporter &ni, Value *x) {
   if (x->rank() < 3)
     return ni.error("input must have rank >= 3, got " + x->type().str());
   auto kernel = ni.attrInts("kernel_shape");
@@ -161,6 +161,13 @@ llvm::Error importPool(NodeImporter &ni) {
     a["strides"] = Attribute(strides);
   if (!dilations.empty())
     a["dilations"] = Attribute(dilations);
+  return a;
+}
+
+llvm::Error importPool(NodeImporter &ni) {
+  bool isMax = ni.opType() == "MaxPool";
+  Value *x = ni.input(0);
+  DLC_TRY(a, poolWindow(ni, x));
   if (ni.attrInt("ceil_mode", 0))
     a["ceil_mode"] = Attribute(int64_t{1});
   if (isMax && ni.attrInt("storage_order", 0))
@@ -216,22 +223,10 @@ llvm::Error importLpPool(NodeImporter &ni) {
     return ni.error("p must be at least 1");
   if (ni.attrInt("ceil_mode", 0))
     return ni.unsupported("LpPool with ceil_mode = 1");
-  if (x->rank() < 3)
-    return ni.error("input must have rank >= 3, got " + x->type().str());
-  auto kernel = ni.attrInts("kernel_shape");
-  auto strides = ni.attrInts("strides"), dilations = ni.attrInts("dilations");
-  if (kernel.size() != size_t(x->rank() - 2))
-    return ni.error("kernel_shape must have one value per spatial dim");
-  DLC_TRY(pads, resolvePads(ni, spatialOf(x), kernel, strides, dilations));
-  AttrMap a{{"kernel_shape", Attribute(kernel)},
-            {"pads", Attribute(pads)},
-            {"count_include_pad", Attribute(int64_t{1})}};
-  if (!strides.empty())
-    a["strides"] = Attribute(strides);
-  if (!dilations.empty())
-    a["dilations"] = Attribute(dilations);
+  DLC_TRY(a, poolWindow(ni, x));
+  a["count_include_pad"] = Attribute(int64_t{1});
   double window = 1;
-  for (int64_t k : kernel)
+  for (int64_t k : a["kernel_shape"].ints())
     window *= static_cast<double>(k);
   DLC_TRY(xp, absPow(ni, x, p));
   DLC_TRY(avg, ni.op(OpKind::AveragePool, {xp}, a));
