@@ -5,6 +5,7 @@
 #include "MemoryPlan.h"
 #include "Toolchain.h"
 #include "dlc/package/Package.h"
+#include "dlc/support/HostKey.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -38,7 +39,8 @@ pkg::BufRef ref(const BufferRef &r) {
 
 /// The package image; its sections point into `p` and `modules`.
 pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModule> &modules,
-                               bool embedSource, const std::string &sourceModel) {
+                               bool embedSource, const std::string &sourceModel,
+                               CompileReport &rep) {
   pkg::PackageWriter w;
   auto &fb = w.builder();
   // Sections first: weights, modules, source.
@@ -54,6 +56,21 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
   std::vector<pkg::Section> variableSections;
   for (const VariableDesc &v : p.variables)
     variableSections.push_back(w.addSection(v.initial.raw(), v.initial.byteSize()));
+  // Host code (the emu module) is signed with this user's key, so that this user's
+  // sessions run it without asking (dlc/support/HostKey.h).
+  bool hostCode = std::any_of(modules.begin(), modules.end(), [](const CompiledModule &m) {
+    return m.kind == CompiledModule::EmuObject;
+  });
+  pkg::Section signature = hostCode ? w.reserveSignature() : pkg::Section(0, 0);
+  std::optional<HostKey> key;
+  if (hostCode) {
+    if (auto k = loadHostKey(/*create=*/true); k.ok())
+      key = *k;
+    else
+      rep.warnings.push_back(
+          "the package's host code (its emu module) is not signed: " + k.status().message() +
+          "; running it on emu will need --allow-host-code");
+  }
 
   auto buffersOf = [&](const std::vector<BufferDesc> &bs) {
     std::vector<flatbuffers::Offset<pkg::Buffer>> v;
@@ -234,8 +251,9 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
       p.checkBuffer, fb.CreateVector(variables), p.commitSteps,
       sourceModel.empty() ? nullptr : &model, evalOutputs,
       bound.empty() ? 0 : fb.CreateVector(bound), ranges.empty() ? 0 : fb.CreateVector(ranges),
-      variants.empty() ? 0 : fb.CreateVector(variants), p.bucketBytes, p.zeroRanks);
-  return w.finishImage(root);
+      variants.empty() ? 0 : fb.CreateVector(variants), p.bucketBytes, p.zeroRanks,
+      hostCode ? &signature : nullptr);
+  return w.finishImage(root, key ? &*key : nullptr);
 }
 
 /// The compilation of a program's chunks for every target as a set of jobs on a
@@ -534,7 +552,8 @@ llvm::Expected<pkg::PackageImage> compileProgram(std::shared_ptr<Program> progra
                llvm::formatv("{0:f2}", ph.seconds).str() + " s");
   }
   progress("package: writing");
-  pkg::PackageImage image = writePackage(*program, *modules, opts.embedSource, opts.sourceModel);
+  pkg::PackageImage image =
+      writePackage(*program, *modules, opts.embedSource, opts.sourceModel, rep);
   image.keepAlive(program);
   image.keepAlive(modules);
   rep.packageBytes = image.size();

@@ -3,6 +3,7 @@
 
 #include "Dot.h"
 #include "dlc/codegen/Artifacts.h"
+#include "dlc/driver/Tensors.h"
 #include "dlc/ir/Interpreter.h"
 #include "dlc/ir/TextIR.h"
 
@@ -228,10 +229,10 @@ loadAndOptimize(const CompileOptions &o, const std::map<std::string, ir::Shape> 
   if (!o.modelBytes && llvm::StringRef(file).endswith(".ir")) {
     if (!o.import.bindings.empty() || !o.import.bindingText.empty())
       return ir::errorf("--bind applies to ONNX models; in textual IR, write the input as a const");
-    auto buf = llvm::MemoryBuffer::getFileOrSTDIN(file);
+    auto buf = readInputFile(file);
     if (!buf)
-      return ir::errorf("cannot read '{0}': {1}", file, buf.getError().message());
-    auto parsed = ir::parseGraph((*buf)->getBuffer(), file);
+      return buf.takeError();
+    auto parsed = ir::parseGraph(*buf, file);
     if (!parsed)
       return parsed.takeError();
     if (auto e = ir::verifyGraph(**parsed, file))
@@ -375,10 +376,10 @@ llvm::Expected<CompileResult> compile(const CompileOptions &o) {
     if (o.modelBytes) {
       co.sourceModel = *o.modelBytes;
     } else {
-      auto bytes = llvm::MemoryBuffer::getFile(o.model);
+      auto bytes = readInputFile(o.model);
       if (!bytes)
-        return ir::errorf("cannot read '{0}': {1}", o.model, bytes.getError().message());
-      co.sourceModel = (*bytes)->getBuffer().str();
+        return bytes.takeError();
+      co.sourceModel = std::move(*bytes);
     }
   }
   co.useCache = o.useCache;
@@ -424,6 +425,9 @@ llvm::Expected<CompileResult> compile(const CompileOptions &o) {
   }
   if (!image)
     return image.takeError();
+  if (o.onWarning)
+    for (const std::string &w : result.report.warnings)
+      o.onWarning(o.output + ": " + w);
   if (llvm::StringRef parent = llvm::sys::path::parent_path(o.output); !parent.empty())
     if (auto ec = llvm::sys::fs::create_directories(parent))
       return ir::errorf("cannot create '{0}': {1}", parent, ec.message());

@@ -2,10 +2,26 @@
 #include "dlc/driver/Tensors.h"
 
 #include "dlc/frontend/OnnxImporter.h"
+#include "dlc/support/Files.h"
+
+#include "llvm/Support/MemoryBuffer.h"
 
 #include <cstring>
 
 namespace dlc::driver {
+
+llvm::Expected<std::string> readInputFile(const std::string &path) {
+  if (path == "-") {
+    auto in = llvm::MemoryBuffer::getSTDIN();
+    if (!in)
+      return ir::errorf("cannot read standard input: {0}", in.getError().message());
+    return (*in)->getBuffer().str();
+  }
+  auto bytes = readRegularFile(path);
+  if (!bytes.ok())
+    return ir::makeError(bytes.status().message());
+  return std::string(bytes->begin(), bytes->end());
+}
 
 Result<rt::HostTensor> readTensorFile(const std::string &path) {
   if (!llvm::StringRef(path).endswith(".pb"))

@@ -1,12 +1,12 @@
 #include "dlc/package/Package.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <set>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -154,13 +154,34 @@ const char *dtypeName(DType t) {
 //===----------------------------------------------------------------------===//
 
 Section PackageWriter::addSection(const void *data, size_t n) {
+  assert(!signature_ && "the signature is the last section");
   uint64_t off = alignUp(sectionsSize_, kSectionAlign);
   pending_.push_back({data, n, off});
   sectionsSize_ = off + n;
   return Section(off, n);
 }
 
-PackageImage PackageWriter::finishImage(flatbuffers::Offset<Package> root) {
+Section PackageWriter::reserveSignature() {
+  Section s = addSection(nullptr, sizeof(Digest));
+  signature_ = std::make_shared<Digest>();
+  pending_.back().data = signature_->data();
+  return s;
+}
+
+namespace {
+
+/// The host-code signature's MAC: header bytes [8, 48), then the file from byte 64 to
+/// the signature section, given piece by piece.
+template <class Pieces> Digest signatureOf(const HostKey &key, const uint8_t *header, Pieces each) {
+  HmacSha256 mac(key.data(), key.size());
+  mac.update(header + 8, 40);
+  each([&](const uint8_t *p, size_t n) { mac.update(p, n); });
+  return mac.finish();
+}
+
+} // namespace
+
+PackageImage PackageWriter::finishImage(flatbuffers::Offset<Package> root, const HostKey *key) {
   fbb_.Finish(root, PackageIdentifier());
   Header h{};
   std::memcpy(h.magic, kMagic, 8);
@@ -180,8 +201,22 @@ PackageImage PackageWriter::finishImage(flatbuffers::Offset<Package> root) {
     img.pieces_.push_back(
         {static_cast<const uint8_t *>(pending_[i].data), pending_[i].size, next - end});
   }
-  // The body's checksum, piece by piece.
   static const uint8_t zeros[kSectionAlign] = {};
+  if (signature_) {
+    std::memcpy(img.head_.data(), &h, kHeaderSize);
+    *signature_ =
+        key ? signatureOf(*key, img.head_.data(),
+                          [&](auto add) {
+                            add(img.head_.data() + kHeaderSize, img.head_.size() - kHeaderSize);
+                            for (size_t i = 0; i + 1 < img.pieces_.size(); ++i) {
+                              add(img.pieces_[i].data, img.pieces_[i].size);
+                              add(zeros, img.pieces_[i].padding);
+                            }
+                          })
+            : Digest{};
+    img.keepAlive(signature_);
+  }
+  // The body's checksum, piece by piece.
   uint32_t crc = crc32(img.head_.data() + kHeaderSize, img.head_.size() - kHeaderSize);
   for (const PackageImage::Piece &p : img.pieces_) {
     crc = crc32(p.data, p.size, crc);
@@ -215,10 +250,7 @@ std::vector<uint8_t> PackageImage::bytes() const {
 // Reader
 //===----------------------------------------------------------------------===//
 
-PackageFile::~PackageFile() {
-  if (mapping_)
-    munmap(mapping_, size_);
-}
+PackageFile::~PackageFile() = default;
 
 Result<std::shared_ptr<PackageFile>> PackageFile::load(const std::string &path) {
   return load(path, 0, 0);
@@ -226,7 +258,9 @@ Result<std::shared_ptr<PackageFile>> PackageFile::load(const std::string &path) 
 
 Result<std::shared_ptr<PackageFile>> PackageFile::load(const std::string &path, uint64_t offset,
                                                        uint64_t size) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO or a device opens at once and is refused as not a regular file,
+  // instead of blocking forever in open().
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     return Status(StatusCode::IoError, "cannot open '" + path + "': " + std::strerror(errno));
   struct stat st;
@@ -235,27 +269,43 @@ Result<std::shared_ptr<PackageFile>> PackageFile::load(const std::string &path, 
     return Status(StatusCode::IoError, "'" + path + "' is not a regular file");
   }
   uint64_t fileSize = static_cast<uint64_t>(st.st_size);
-  long page = ::sysconf(_SC_PAGESIZE);
-  if (offset > fileSize || (page > 0 && offset % static_cast<uint64_t>(page) != 0) ||
-      (size != 0 && size > fileSize - offset)) {
+  if (offset > fileSize || (size != 0 && size > fileSize - offset)) {
     ::close(fd);
     return Status(StatusCode::InvalidPackage, path + ": embedded package range [" +
                                                   std::to_string(offset) + ", +" +
                                                   std::to_string(size) + ") is outside the file");
   }
+  // Read into memory, not mapped: a session must not see the file change under it (a
+  // copy over it, a truncation that would end the process with SIGBUS).
   std::shared_ptr<PackageFile> pf(new PackageFile());
   pf->name_ = path;
-  pf->size_ = static_cast<size_t>(size ? size : fileSize - offset);
-  if (pf->size_ > 0) {
-    void *m = ::mmap(nullptr, pf->size_, PROT_READ, MAP_PRIVATE, fd, static_cast<off_t>(offset));
-    if (m == MAP_FAILED) {
+  size_t n = static_cast<size_t>(size ? size : fileSize - offset);
+  try {
+    pf->owned_.resize(n + kSectionAlign);
+  } catch (const std::bad_alloc &) {
+    ::close(fd);
+    return Status(StatusCode::IoError,
+                  "'" + path + "': not enough memory to read " + std::to_string(n) + " bytes");
+  }
+  size_t pad = (kSectionAlign - reinterpret_cast<uintptr_t>(pf->owned_.data()) % kSectionAlign) %
+               kSectionAlign;
+  uint8_t *dst = pf->owned_.data() + pad;
+  for (size_t done = 0; done < n;) {
+    ssize_t r = ::pread(fd, dst + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0 && (errno == EINTR || errno == EAGAIN))
+      continue;
+    if (r <= 0) {
+      int err = r < 0 ? errno : EIO;
       ::close(fd);
-      return Status(StatusCode::IoError, "cannot map '" + path + "': " + std::strerror(errno));
+      return Status(StatusCode::IoError,
+                    "cannot read '" + path + "': " +
+                        (r == 0 ? std::string("the file shrank while read") : std::strerror(err)));
     }
-    pf->mapping_ = m;
-    pf->data_ = static_cast<const uint8_t *>(m);
+    done += static_cast<size_t>(r);
   }
   ::close(fd);
+  pf->data_ = dst;
+  pf->size_ = n;
   if (Status s = pf->verify())
     return s;
   return pf;
@@ -289,6 +339,24 @@ Result<std::shared_ptr<PackageFile>> PackageFile::fromBytes(const void *data, si
   if (Status s = pf->verify())
     return s;
   return pf;
+}
+
+bool PackageFile::signedWith(const HostKey &key) const {
+  const Section *sig = meta_ ? meta_->host_signature() : nullptr;
+  if (!sig || sig->size() != sizeof(Digest))
+    return false;
+  Header h;
+  std::memcpy(&h, data_, kHeaderSize);
+  // The signature is the last section: everything before it is covered.
+  if (sig->offset() + sig->size() > size_ - h.sectionsOffset ||
+      alignUp(sig->offset() + sig->size(), kSectionAlign) != size_ - h.sectionsOffset)
+    return false;
+  Digest expect;
+  std::memcpy(expect.data(), data_sections_ + sig->offset(), expect.size());
+  Digest got = signatureOf(key, data_, [&](auto add) {
+    add(data_ + kHeaderSize, h.sectionsOffset + sig->offset() - kHeaderSize);
+  });
+  return digestsEqual(got, expect);
 }
 
 Status PackageFile::verify() {
@@ -340,6 +408,13 @@ Status PackageFile::verify() {
   };
   if (p.format_version() != kFormatVersion)
     return bad("metadata format version mismatch");
+  // Sizes a runtime can round and add without wrapping: far above any GPU's memory.
+  constexpr uint64_t kMaxRegionBytes = uint64_t{1} << 48;
+  if (p.arena_bytes() > kMaxRegionBytes || p.weight_bytes() > kMaxRegionBytes)
+    return bad("the arena or the weight region is larger than 2^48 bytes");
+  // The weight region holds what the file's weight sections hold, aligned.
+  if (p.weight_bytes() > size_ + kSectionAlign * (p.weights() ? p.weights()->size() + 1 : 1))
+    return bad("the weight region is larger than the file's weights");
   // The buffer table that BufRefs index: the package's, then each shape variant's.
   const flatbuffers::Vector<flatbuffers::Offset<Buffer>> *buffers = p.buffers();
   size_t nBuffers = 0;

@@ -204,6 +204,7 @@ dlc_status dlc_session_create(dlc_model *model, const dlc_session_options *optio
                     "unknown device " + std::to_string(options->device));
       so.device = static_cast<rt::DeviceKind>(options->device);
       so.emuThreads = options->emu_threads;
+      so.allowHostCode = options->allow_host_code != 0;
       so.cudaDevice = options->cuda_device;
       so.check = options->check != 0;
       so.cudaGraphs = options->no_cuda_graphs == 0;

@@ -135,11 +135,10 @@ Result<HostTensor> parseNpy(const uint8_t *data, size_t n, const std::string &na
 }
 
 Result<HostTensor> readNpy(const std::string &path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    return Status(StatusCode::IoError, "cannot read '" + path + "'");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return parseNpy(bytes.data(), bytes.size(), path);
+  auto bytes = readRegularFile(path);
+  if (!bytes.ok())
+    return bytes.status();
+  return parseNpy(bytes->data(), bytes->size(), path);
 }
 
 std::string encodeNpy(const HostTensor &t) {

@@ -37,10 +37,10 @@ Result<NpzArrays> readNpz(const std::string &path, const Inflater &inflate) {
   auto bad = [&](const std::string &why) {
     return Status(StatusCode::InvalidArgument, "'" + path + "': " + why);
   };
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    return Status(StatusCode::IoError, "cannot read '" + path + "'");
-  std::vector<uint8_t> d((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto file = readRegularFile(path);
+  if (!file.ok())
+    return file.status();
+  std::vector<uint8_t> &d = *file;
   size_t n = d.size();
   // The end of central directory record: 22 bytes plus a comment of up to 64 KiB.
   size_t eocd = std::string::npos;
@@ -88,6 +88,11 @@ Result<NpzArrays> readNpz(const std::string &path, const Inflater &inflate) {
     } else if (method == 8) {
       if (!inflate)
         return bad("member '" + name + "' is compressed (numpy.savez_compressed); use numpy.savez");
+      // Deflate makes at most 1032 bytes of each compressed byte: a larger recorded size
+      // is a lie, refused before any memory is taken for it.
+      if (usize > uint64_t{1032} * csize + 1024)
+        return bad("member '" + name + "' claims " + std::to_string(usize) + " bytes from " +
+                   std::to_string(csize) + " compressed ones, more than deflate can produce");
       bytes.resize(usize);
       if (!inflate(&d[data], csize, bytes.data(), usize))
         return bad("member '" + name + "' does not inflate to its recorded size");

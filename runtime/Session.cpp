@@ -76,6 +76,10 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const pkg::Pack
 
 Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> model,
                                                  const SessionOptions &opts) {
+  if (opts.emuThreads < 0 || opts.emuThreads > kMaxEmuThreads)
+    return Status(StatusCode::InvalidArgument, "emu threads must be 0 (one per core) to " +
+                                                   std::to_string(kMaxEmuThreads) + ", got " +
+                                                   std::to_string(opts.emuThreads));
   std::unique_ptr<Session> s(new Session());
   s->model_ = std::move(model);
   s->pkg_ = std::shared_ptr<const pkg::PackageFile>(s->model_, &s->model_->file());

@@ -66,6 +66,55 @@ Status AtomicFile::commit() {
   return Status::ok();
 }
 
+Result<int> openRegularFile(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0)
+    return Status(StatusCode::IoError, "cannot read '" + path + "': " + std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status(StatusCode::IoError, "'" + path + "' is not a regular file");
+  }
+  // Reads of a regular file do not block; clearing the flag keeps them plain.
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+Result<std::vector<uint8_t>> readRegularFile(const std::string &path, uint64_t maxBytes) {
+  auto fd = openRegularFile(path);
+  if (!fd.ok())
+    return fd.status();
+  struct stat st;
+  ::fstat(*fd, &st);
+  if (static_cast<uint64_t>(st.st_size) > maxBytes) {
+    ::close(*fd);
+    return Status(StatusCode::IoError,
+                  "'" + path + "' is larger than " + std::to_string(maxBytes) + " bytes");
+  }
+  std::vector<uint8_t> data;
+  try {
+    data.resize(static_cast<size_t>(st.st_size));
+  } catch (const std::bad_alloc &) {
+    ::close(*fd);
+    return Status(StatusCode::IoError, "'" + path + "': not enough memory to read it");
+  }
+  for (size_t done = 0; done < data.size();) {
+    ssize_t r = ::read(*fd, data.data() + done, data.size() - done);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0) {
+      int err = r < 0 ? errno : EIO;
+      ::close(*fd);
+      return Status(StatusCode::IoError,
+                    "cannot read '" + path + "': " +
+                        (r == 0 ? std::string("it shrank while read") : std::strerror(err)));
+    }
+    done += static_cast<size_t>(r);
+  }
+  ::close(*fd);
+  return data;
+}
+
 Status writeFileAtomically(const std::string &path, const void *data, size_t n, unsigned mode) {
   auto f = AtomicFile::open(path, mode);
   if (!f)

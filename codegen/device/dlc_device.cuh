@@ -278,14 +278,19 @@ template <class T> __device__ __forceinline__ T udiv(T a, T b) {
   return b == T(0) ? T(0) : T(a / b);
 }
 /// Integer modulo with the sign of the divisor (Python semantics; fmod = 0).
+// x % 0 is 0 here (ONNX leaves it undefined; no trap), and x % -1 is 0 (the hardware's
+// INT_MIN % -1 traps on x86).
+template <class T> __device__ __forceinline__ bool modByZeroOrMinusOne(T b) {
+  return b == T(0) || (T(-1) < T(0) && b == T(-1));
+}
 template <class T> __device__ __forceinline__ T imodFloor(T a, T b) {
-  if (b == T(0))
+  if (modByZeroOrMinusOne(b))
     return T(0);
   T m = a % b;
   return (m != T(0) && ((m < T(0)) != (b < T(0)))) ? T(m + b) : m;
 }
 template <class T> __device__ __forceinline__ T imodTrunc(T a, T b) {
-  return b == T(0) ? T(0) : T(a % b);
+  return modByZeroOrMinusOne(b) ? T(0) : T(a % b);
 }
 
 // Helpers named by the element-wise expression templates of the op table.

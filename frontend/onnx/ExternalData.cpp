@@ -67,7 +67,8 @@ ExternalDataLoader::map(const std::string &location) {
     return ir::errorf("external data location '{0}' resolves to '{1}', outside the model "
                       "directory (symlink escape)",
                       location, resolved);
-  int fd = ::open(resolved.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO is refused below instead of blocking open() forever.
+  int fd = ::open(resolved.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     return ir::errorf("cannot open external data file '{0}': {1}", location, std::strerror(errno));
   struct stat st;

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 #include "ModelChecks.h"
 #include "NodeImporter.h"
+#include "dlc/support/Files.h"
 
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -931,22 +932,23 @@ llvm::Expected<ImportResult> importOnnxBytes(llvm::StringRef bytes, const std::s
 }
 
 llvm::Expected<ImportResult> importOnnxFile(const std::string &path, const ImportOptions &opts) {
-  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
-  if (!buf)
-    return errorf("cannot read '{0}': {1}", path, buf.getError().message());
+  auto buf = readRegularFile(path);
+  if (!buf.ok())
+    return makeError(buf.status().message());
   llvm::SmallString<256> dir(path);
   llvm::sys::path::remove_filename(dir);
   if (dir.empty())
     dir = ".";
-  return importOnnxBytes((*buf)->getBuffer(), path, std::string(dir), opts);
+  return importOnnxBytes(llvm::StringRef(reinterpret_cast<const char *>(buf->data()), buf->size()),
+                         path, std::string(dir), opts);
 }
 
 llvm::Expected<std::vector<std::string>> onnxInputNames(const std::string &path) {
-  auto buf = llvm::MemoryBuffer::getFile(path, false, false);
-  if (!buf)
-    return errorf("cannot read '{0}': {1}", path, buf.getError().message());
+  auto buf = readRegularFile(path);
+  if (!buf.ok())
+    return makeError(buf.status().message());
   onnx::ModelProto model;
-  if (!model.ParseFromArray((*buf)->getBufferStart(), static_cast<int>((*buf)->getBufferSize())))
+  if (buf->size() > INT32_MAX || !model.ParseFromArray(buf->data(), static_cast<int>(buf->size())))
     return errorf("{0}: not a valid ONNX model", path);
   std::unordered_set<std::string> inits;
   for (const auto &i : model.graph().initializer())

@@ -1,6 +1,7 @@
 #include "OnnxUtil.h"
 #include "dlc/frontend/OnnxImporter.h"
 #include "dlc/ir/Graph.h"
+#include "dlc/support/Files.h"
 
 #include <cstring>
 #include <fstream>
@@ -159,13 +160,12 @@ llvm::Expected<ir::Tensor> tensorFromOnnx(const onnx::TensorProto &t, ExternalDa
 }
 
 llvm::Expected<std::pair<std::string, ir::Tensor>> readTensorProtoFile(const std::string &path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    return ir::errorf("cannot read '{0}'", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
+  auto bytes = readRegularFile(path);
+  if (!bytes.ok())
+    return ir::makeError(bytes.status().message());
   onnx::TensorProto t;
-  if (!t.ParseFromString(ss.str()))
+  if (bytes->size() > INT32_MAX ||
+      !t.ParseFromArray(bytes->data(), static_cast<int>(bytes->size())))
     return ir::errorf("'{0}' is not a serialized ONNX TensorProto", path);
   auto r = tensorFromOnnx(t, nullptr);
   if (!r)

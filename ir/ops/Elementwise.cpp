@@ -470,7 +470,9 @@ llvm::Error refMod(const Node &n, const Inputs &in, Outputs &out) {
       if constexpr (std::is_floating_point_v<CT>) {
         r[i] = std::fmod(x, y);
       } else {
-        if (y == 0) {
+        // x % 0 is 0 (undefined in ONNX; never a trap), and x % -1 is 0 (INT_MIN % -1
+        // traps on x86).
+        if (y == 0 || (std::is_signed_v<CT> && y == CT(-1))) {
           r[i] = 0;
           continue;
         }

@@ -153,11 +153,11 @@ class _Package:
     """What both session kinds share: the native session over a package given as a path
     or as bytes, and its inputs and outputs as NodeArgs."""
 
-    def _open(self, native, path_or_bytes, device, threads):
+    def _open(self, native, path_or_bytes, device, threads, allow_host_code):
         if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-            self._s = native(bytes(path_or_bytes), device, threads)
+            self._s = native(bytes(path_or_bytes), device, threads, allow_host_code)
         else:
-            self._s = native(os.fspath(path_or_bytes), device, threads)
+            self._s = native(os.fspath(path_or_bytes), device, threads, allow_host_code)
         self._inputs = [NodeArg(i, i["min_shape"] != i["max_shape"]) for i in self._s.inputs()]
         self._outputs = [NodeArg(o, False) for o in self._s.outputs()]
 
@@ -179,11 +179,13 @@ class InferenceSession(_Package):
     `compile_options` (dlc.compile's keywords; cached).
 
     device: "auto" (default), "cuda", "cuda:N" or "emu"; threads: emu worker threads
-    (0: one per core). providers, provider_options and sess_options are accepted for
-    ONNX Runtime compatibility and ignored."""
+    (0: one per core). allow_host_code: on emu, run the package's host code even though
+    another user or machine compiled it (it runs as you: only for packages you trust).
+    providers, provider_options and sess_options are accepted for ONNX Runtime
+    compatibility and ignored."""
 
     def __init__(self, path_or_bytes, sess_options=None, providers=None, provider_options=None, *, device="auto",
-                 threads=0, compile_options=None):
+                 threads=0, compile_options=None, allow_host_code=False):
         if providers:
             warnings.warn("dlc: providers= is ignored; dlc runs on the GPU when one is present, else on its emu "
                           "backend (choose with device='cuda' or device='emu')", stacklevel=2)
@@ -193,7 +195,7 @@ class InferenceSession(_Package):
             path_or_bytes = _cached_package(path_or_bytes, dict(compile_options or {}))
         elif compile_options:
             raise ValueError("compile_options apply to an ONNX model, not to a compiled package")
-        self._open(_Session, path_or_bytes, device, threads)
+        self._open(_Session, path_or_bytes, device, threads, allow_host_code)
 
     def get_providers(self):
         return ["DlcCuda" if self._s.device.startswith("cuda") else "DlcEmu"]
@@ -256,8 +258,8 @@ class TrainingSession(_Package):
     The feed holds the model's inputs and the label (default name "label"). Calls are
     serialized (one step at a time)."""
 
-    def __init__(self, path_or_bytes, *, device="auto", threads=0):
-        self._open(_TrainingSession, path_or_bytes, device, threads)
+    def __init__(self, path_or_bytes, *, device="auto", threads=0, allow_host_code=False):
+        self._open(_TrainingSession, path_or_bytes, device, threads, allow_host_code)
 
     def get_outputs(self):
         """The loss first, then the model's outputs."""

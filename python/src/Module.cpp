@@ -158,8 +158,9 @@ Status setInputs(rt::Session &s, const pkg::Package &m,
 }
 
 /// "auto" | "cuda" | "cuda:N" | "emu", and the emu threads, as session options.
-rt::SessionOptions sessionOptions(const std::string &device, int threads) {
+rt::SessionOptions sessionOptions(const std::string &device, int threads, bool allowHostCode) {
   rt::SessionOptions o;
+  o.allowHostCode = allowHostCode;
   if (device == "auto" || device == "emu" || device == "cuda")
     o.device = device == "auto"  ? rt::DeviceKind::Auto
                : device == "emu" ? rt::DeviceKind::Emu
@@ -170,8 +171,9 @@ rt::SessionOptions sessionOptions(const std::string &device, int threads) {
     o.cudaDevice = std::stoi(device.substr(5));
   } else
     throw py::value_error("device must be 'auto', 'cuda', 'cuda:N' or 'emu', got '" + device + "'");
-  if (threads < 0)
-    throw py::value_error("threads must be >= 0");
+  if (threads < 0 || threads > rt::kMaxEmuThreads)
+    throw py::value_error("threads must be 0 (one per core) to " +
+                          std::to_string(rt::kMaxEmuThreads));
   o.emuThreads = threads;
   return o;
 }
@@ -209,9 +211,10 @@ py::list describe(const pkg::Package &m, const Tensors *list, bool inputs) {
 /// An inference session: one model, a pool of runtime sessions (see the top).
 class Session {
 public:
-  Session(std::shared_ptr<const pkg::PackageFile> pf, const std::string &device, int threads)
+  Session(std::shared_ptr<const pkg::PackageFile> pf, const std::string &device, int threads,
+          bool allowHostCode)
       : model_(std::make_shared<const rt::Model>(std::move(pf))),
-        opts_(sessionOptions(device, threads)) {
+        opts_(sessionOptions(device, threads, allowHostCode)) {
     auto s = createSession(model_, opts_);
     device_ = s->backendDescription();
     // Emu by choice or because no GPU is there: the first session says which.
@@ -373,13 +376,13 @@ private:
 class TrainingSession {
 public:
   TrainingSession(std::shared_ptr<const pkg::PackageFile> pf, const std::string &device,
-                  int threads)
+                  int threads, bool allowHostCode)
       : model_(std::make_shared<const rt::Model>(std::move(pf))) {
     if (!model_->meta().variables() || model_->meta().variables()->size() == 0)
       throw py::value_error(
           "this package has no variables: it is not a training package (compile the model "
           "with dlc compile --train)");
-    s_ = createSession(model_, sessionOptions(device, threads));
+    s_ = createSession(model_, sessionOptions(device, threads, allowHostCode));
   }
 
   std::string device() const { return s_->backendDescription(); }
@@ -556,14 +559,18 @@ std::shared_ptr<const pkg::PackageFile> loadBytes(const py::bytes &b) {
 /// Both constructors of a session class: from bytes (first: pybind11 would also
 /// convert bytes to the path's std::string) and from a path.
 template <class T> void constructors(py::class_<T> &c) {
-  c.def(py::init([](const py::bytes &data, const std::string &device, int threads) {
-          return std::make_unique<T>(loadBytes(data), device, threads);
-        }),
-        py::arg("data"), py::arg("device") = "auto", py::arg("threads") = 0)
-      .def(py::init([](const std::string &path, const std::string &device, int threads) {
-             return std::make_unique<T>(loadPath(path), device, threads);
+  c.def(py::init(
+            [](const py::bytes &data, const std::string &device, int threads, bool allowHostCode) {
+              return std::make_unique<T>(loadBytes(data), device, threads, allowHostCode);
+            }),
+        py::arg("data"), py::arg("device") = "auto", py::arg("threads") = 0,
+        py::arg("allow_host_code") = false)
+      .def(py::init([](const std::string &path, const std::string &device, int threads,
+                       bool allowHostCode) {
+             return std::make_unique<T>(loadPath(path), device, threads, allowHostCode);
            }),
-           py::arg("path"), py::arg("device") = "auto", py::arg("threads") = 0);
+           py::arg("path"), py::arg("device") = "auto", py::arg("threads") = 0,
+           py::arg("allow_host_code") = false);
 }
 
 /// dlc.compile: driver::compile with the Python layer's options (checked there for

@@ -202,8 +202,10 @@ Result<Opened> open(const Parsed &p, const CliContext &ctx) {
   }
   rt::SessionOptions so;
   DLC_RETURN_IF_ERROR(device(p.get("device", "auto"), so));
+  // An executable's own package is part of the program the user runs.
+  so.allowHostCode = p.has("allow-host-code") || ctx.package;
   int64_t threads = 0;
-  DLC_RETURN_IF_ERROR(intOption(p, "threads", 0, 0, 4096, threads));
+  DLC_RETURN_IF_ERROR(intOption(p, "threads", 0, 0, rt::kMaxEmuThreads, threads));
   so.emuThreads = static_cast<int>(threads);
   so.check = p.has("check");
   std::string order = p.get("thread-order", "forward");
@@ -383,7 +385,7 @@ Status realOption(const Parsed &p, const std::string &key, double dflt, double &
 int runMain(const std::vector<std::string> &args, const CliContext &ctx) {
   Parsed p = parse(
       args, {"input", "device", "threads", "output-dir", "thread-order", "expect", "rtol", "atol"},
-      {"quiet", "help", "check", "no-cuda-graphs"},
+      {"quiet", "help", "check", "no-cuda-graphs", "allow-host-code"},
       {{"-i", "--input"}, {"-q", "--quiet"}, {"-h", "--help"}});
   if (p.has("help")) {
     std::printf(
@@ -391,7 +393,7 @@ int runMain(const std::vector<std::string> &args, const CliContext &ctx) {
         "auto|cuda[:N]|emu]\n"
         "       [--threads N] [--check] [--thread-order forward|reverse|random] "
         "[--no-cuda-graphs]\n"
-        "       [--expect DIR [--rtol R] [--atol A]] [--quiet]\n\n"
+        "       [--expect DIR [--rtol R] [--atol A]] [--allow-host-code] [--quiet]\n\n"
         "Runs the model and writes one NAME.npy per output.\n\n"
         "  --expect DIR       compare each output with DIR/NAME.npy: exit status 3 when an\n"
         "                     element is off by more than atol + rtol * |expected| (defaults\n"
@@ -400,7 +402,10 @@ int runMain(const std::vector<std::string> &args, const CliContext &ctx) {
         "                     (memory starts as NaN bytes, ...); barriers, warp masks and\n"
         "                     alignment are always checked\n"
         "  --thread-order     emu: the order of a block's threads between barriers\n"
-        "  --no-cuda-graphs   cuda: launch step by step instead of replaying a CUDA graph\n",
+        "  --no-cuda-graphs   cuda: launch step by step instead of replaying a CUDA graph\n"
+        "  --allow-host-code  emu: run the package's host code (its emu module) even though\n"
+        "                     another user or machine compiled it: only for packages you\n"
+        "                     trust, as it runs as you\n",
         ctx.program.c_str(), ctx.package ? "" : "PACKAGE.dlc ");
     return 0;
   }
@@ -456,13 +461,14 @@ int benchMain(const std::vector<std::string> &args, const CliContext &ctx) {
   Parsed p = parse(
       args,
       {"input", "device", "threads", "warmup", "iterations", "batch", "thread-order", "shape"},
-      {"help", "check", "no-cuda-graphs"}, {{"-i", "--input"}, {"-h", "--help"}});
+      {"help", "check", "no-cuda-graphs", "allow-host-code"},
+      {{"-i", "--input"}, {"-h", "--help"}});
   if (p.has("help")) {
     std::printf(
         "usage: %s %s[--warmup N] [--iterations N] [--batch N] [--device auto|cuda[:N]|emu]\n"
         "       [--threads N] [--check] [--thread-order O] [--no-cuda-graphs] [--input NAME=FILE "
         "...]\n"
-        "       [--shape NAME=D0,D1,... ...]\n\n"
+        "       [--shape NAME=D0,D1,... ...] [--allow-host-code]\n\n"
         "Measures latency (min/median/p90/p99/max) and throughput, with host-to-device and\n"
         "device-to-host copies timed apart from compute. Inputs without a file are random.\n"
         "--shape: the shape of a random input (a package compiled with --input-shape ranges\n"

@@ -13,6 +13,7 @@
 #include "dlc/package/EmuAbi.h"
 #include "dlc/support/Gelu.h"
 #include "dlc/support/Half.h"
+#include "dlc/support/HostKey.h"
 
 #include <chrono>
 #include <cmath>
@@ -148,11 +149,21 @@ struct AlignedBuffer {
   /// `fill`: the byte every allocated byte starts as (0xff under --check: every float
   /// reads as NaN, every index as -1, as uninitialised GPU memory would mislead).
   bool allocate(size_t bytes, uint8_t fill = 0) {
+    // More than the machine's memory fails here rather than in the allocator, and a
+    // size near 2^64 cannot wrap the rounding.
+    if (bytes > hostMemoryBytes())
+      return false;
     n = bytes;
-    p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+    size_t total = (bytes + 255) / 256 * 256 + 256;
+    p = std::aligned_alloc(256, total);
     if (p)
-      std::memset(p, fill, (bytes + 255) / 256 * 256 + 256);
+      std::memset(p, fill, total);
     return p != nullptr;
+  }
+  static size_t hostMemoryBytes() {
+    long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page)
+                                 : size_t{1} << 40;
   }
 };
 
@@ -212,6 +223,7 @@ public:
     buffers_ = p.meta().buffers();
     const pkg::Package &m = p.meta();
     if (m.kernels() && m.kernels()->size()) {
+      DLC_RETURN_IF_ERROR(checkHostCodeTrust(p));
       std::map<std::string, EmuKernel> thunks;
       if (m.modules())
         for (const pkg::Module *x : *m.modules())
@@ -241,7 +253,10 @@ public:
       return Status(StatusCode::InvalidArgument, "emu ranks average their gradients through MPI: "
                                                  "start them with mpirun or `dlc train --nproc`");
     if (!arena_.allocate(m.arena_bytes(), opts_.check ? 0xff : 0))
-      return Status(StatusCode::Internal, "out of host memory for the arena");
+      return Status(StatusCode::Internal,
+                    p.name() + ": cannot allocate the arena of " + std::to_string(m.arena_bytes()) +
+                        " bytes (this machine has " +
+                        std::to_string(AlignedBuffer::hostMemoryBytes()) + " bytes of memory)");
     // Weights: one copy per model, shared by its emu sessions.
     weights_ = std::static_pointer_cast<EmuWeights>(
         model.weights(DeviceKind::Emu, 0, [&]() -> std::shared_ptr<WeightStore> {
@@ -529,6 +544,26 @@ private:
             d[r * g.ldc() + j] = conv.fromFloat(c[r * g.ldc() + j]);
       }
     }
+  }
+
+  /// The package's host code runs only when this user compiled it here (its signature
+  /// verifies with this user's key) or with the user's consent.
+  Status checkHostCodeTrust(const pkg::PackageFile &p) {
+    if (opts_.allowHostCode)
+      return Status::ok();
+    auto key = loadHostKey(/*create=*/false);
+    if (key.ok() && p.signedWith(*key))
+      return Status::ok();
+    return Status(StatusCode::InvalidPackage,
+                  p.name() +
+                      ": the package carries host code (its emu module) that was not compiled "
+                      "by this user on this machine (" +
+                      (key.ok() ? "its signature does not verify with " + hostKeyPath()
+                                : key.status().message()) +
+                      "); dlc runs it only with --allow-host-code (SessionOptions::allowHostCode, "
+                      "the C API's dlc_session_options.allow_host_code, Python's "
+                      "allow_host_code=True). Run the package on a GPU, where only its GPU code "
+                      "runs, or compile the model on this machine");
   }
 
   Status loadModule(EmuModule &mod, const uint8_t *data, size_t n,

@@ -1,6 +1,7 @@
 //===- InterpretCommand.cpp - `dlc interpret`: run IR on the reference -----===//
 #include "Args.h"
 #include "Commands.h"
+#include "dlc/driver/Tensors.h"
 #include "dlc/ir/Interpreter.h"
 #include "dlc/ir/TextIR.h"
 #include "dlc/runtime/Cli.h"
@@ -44,12 +45,12 @@ int runInterpret(const std::vector<std::string> &argv) {
   if (!args)
     return exitCode;
   const std::string &file = args->positionals()[0];
-  auto buf = llvm::MemoryBuffer::getFileOrSTDIN(file);
+  auto buf = driver::readInputFile(file);
   if (!buf) {
-    reportError(ir::errorf("cannot read '{0}': {1}", file, buf.getError().message()));
+    reportError(buf.takeError());
     return 1;
   }
-  auto g = ir::parseGraph((*buf)->getBuffer(), file);
+  auto g = ir::parseGraph(*buf, file);
   llvm::Error err = g ? ir::verifyGraph(**g, file) : g.takeError();
   if (err) {
     reportError(std::move(err));

@@ -1,6 +1,7 @@
 //===- OptCommand.cpp - `dlc opt`: run passes on textual IR ----------------===//
 #include "Commands.h"
 #include "Options.h"
+#include "dlc/driver/Tensors.h"
 #include "dlc/ir/TextIR.h"
 #include "dlc/passes/Pass.h"
 #include "dlc/passes/Training.h"
@@ -112,16 +113,16 @@ int runOpt(const std::vector<std::string> &argv) {
   if (auto n = args->get("elide-constants"))
     printOpts.elideConstantsAbove = std::atoll(n->c_str());
 
-  auto buf = llvm::MemoryBuffer::getFileOrSTDIN(file);
+  auto buf = driver::readInputFile(file);
   if (!buf) {
-    reportError(ir::errorf("cannot read '{0}': {1}", file, buf.getError().message()));
+    reportError(buf.takeError());
     return 1;
   }
   std::vector<std::pair<unsigned, std::string>> chunks;
   if (args->has("split-input-file"))
-    chunks = splitInput((*buf)->getBuffer());
+    chunks = splitInput(*buf);
   else
-    chunks.push_back({1, (*buf)->getBuffer().str()});
+    chunks.push_back({1, *buf});
 
   std::string output;
   bool failed = false;

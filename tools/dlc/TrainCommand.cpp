@@ -185,6 +185,9 @@ int runTrain(const std::vector<std::string> &argv) {
        {"log", 0, true, false, "FILE.jsonl", "One JSON line per step: epoch, step, loss"},
        {"device", 0, true, false, "D", "auto (default), cuda or emu"},
        {"threads", 0, true, false, "N", "emu: worker threads (default: all cores)"},
+       {"allow-host-code", 0, false, false, "",
+        "emu: run the package's host code even though another user or machine compiled it\n"
+        "(it runs as you: only for packages you trust)"},
        {"quiet", 'q', false, false, "", "Only errors and the final summary"},
        {"nproc", 0, true, false, "N",
         "Data parallel: start N ranks on this machine (one per GPU, or N emu ranks through\n"
@@ -210,8 +213,9 @@ int runTrain(const std::vector<std::string> &argv) {
     return x;
   };
   auto epochs = num("epochs", 1, 1), seed = num("seed", 0, 0), threads = num("threads", 0, 0);
-  if (!epochs || !seed || !threads) {
-    reportError(ir::makeError("train: --epochs must be >= 1, --seed and --threads >= 0"));
+  if (!epochs || !seed || !threads || *threads > rt::kMaxEmuThreads) {
+    reportError(ir::makeError("train: --epochs must be >= 1, --seed >= 0 and --threads 0 to " +
+                              std::to_string(rt::kMaxEmuThreads)));
     return 2;
   }
   bool quiet = args->has("quiet");
@@ -309,6 +313,7 @@ int runTrain(const std::vector<std::string> &argv) {
   else if (dev != "auto")
     return failRank("--device must be auto, cuda or emu, got '" + dev + "'");
   so.emuThreads = static_cast<int>(*threads);
+  so.allowHostCode = args->has("allow-host-code");
   if (ranks.distributed()) {
     so.rank = ranks.info;
     so.communicator = ranks.comm;

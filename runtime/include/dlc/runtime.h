@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-#define DLC_RUNTIME_API_VERSION 4
+#define DLC_RUNTIME_API_VERSION 5
 
 typedef struct dlc_model dlc_model;
 typedef struct dlc_session dlc_session;
@@ -84,6 +84,10 @@ typedef struct dlc_session_options {
   /* Since API version 2 (zero-initialise the struct: 0 is every default). */
   int check;          /* emu: the checks that cost time (memory starts as NaN bytes, ...) */
   int no_cuda_graphs; /* cuda: launch step by step instead of replaying a CUDA graph */
+  /* Since API version 5. emu: run the package's host code (its emu module) even when
+   * another user or machine compiled it. That code runs as you: only for packages
+   * from sources you trust. */
+  int allow_host_code;
 } dlc_session_options;
 
 /* The message of this thread's last failing call ("" if none). */

@@ -2,6 +2,8 @@
 #include "../Testing.h"
 #include "dlc/ir/OpHelpers.h"
 
+#include <limits>
+
 using namespace dlc;
 using namespace dlc::ir;
 using dlc::test::errorOf;
@@ -55,6 +57,31 @@ TEST(Interpreter, IntegerDivisionTruncatesAndNeverTraps) {
 })",
                   {ints({7, -7, 5, 3}), ints({2, 2, 0, -3})});
   expectValues(r, {3, -3, 0, -1});
+}
+
+// INT64_MIN % -1 and INT64_MIN / -1 overflow (x86 traps on them): Mod gives 0, Div wraps.
+TEST(Interpreter, Int64ModAndDivOfTheMinimumByMinusOne) {
+  auto i64 = [](std::vector<int64_t> v) {
+    return Tensor::fromVector(TensorType(DType::I64, {int64_t(v.size())}), v);
+  };
+  const int64_t lo = std::numeric_limits<int64_t>::min();
+  const char *ir = R"(graph @g(%a: i64[3], %b: i64[3]) -> ("m": i64[3], "f": i64[3], "d": i64[3]) {
+  %0 = Mod(%a, %b) : i64[3]
+  %1 = Mod(%a, %b) {fmod = 1} : i64[3]
+  %2 = Div(%a, %b) : i64[3]
+  return %0, %1, %2
+})";
+  Tensor a = i64({lo, 7, -7}), b = i64({-1, -1, 0});
+  for (unsigned out : {0u, 1u}) {
+    Tensor r = run1(ir, {a, b}, out);
+    ASSERT_EQ(r.numElements(), 3);
+    for (int64_t i = 0; i < 3; ++i)
+      EXPECT_EQ(r.getInt(i), 0) << "output " << out << " element " << i;
+  }
+  Tensor d = run1(ir, {a, b}, 2);
+  EXPECT_EQ(d.getInt(0), lo); // wraps, as two's complement
+  EXPECT_EQ(d.getInt(1), -7);
+  EXPECT_EQ(d.getInt(2), 0);
 }
 
 TEST(Interpreter, MatMulBatchedBroadcast) {

@@ -3,9 +3,14 @@
 
 #include "dlc/codegen/Compiler.h"
 #include "dlc/ir/TextIR.h"
+#include "dlc/runtime/Runtime.h"
+#include "dlc/support/Files.h"
+#include "dlc/support/HostKey.h"
+#include "dlc/support/Sha256.h"
 
 #include "llvm/Support/Error.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <gtest/gtest.h>
 #include <random>
@@ -119,4 +124,124 @@ TEST(Package, WrongMagicAndVersionAreNamed) {
                                        std::to_string(pkg::kFormatVersion)),
             std::string::npos)
       << pf.status().message();
+}
+
+namespace {
+
+std::string hexOf(const Digest &d) {
+  return hex(d);
+}
+
+/// A key file of this test's own (the user's key stays untouched) holding `fill`.
+std::string testKeyFile(const char *name, uint8_t fill) {
+  std::string path = testing::TempDir() + name;
+  HostKey k;
+  k.fill(fill);
+  EXPECT_FALSE(writeFileAtomically(path, k.data(), k.size(), 0600));
+  return path;
+}
+
+} // namespace
+
+// FIPS 180-4 / NIST examples and RFC 4231 test cases 1, 2 and 6.
+TEST(Sha256, KnownAnswers) {
+  EXPECT_EQ(hexOf(sha256("abc", 3)),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(hexOf(sha256("", 0)),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  const char *two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  EXPECT_EQ(hexOf(sha256(two, std::strlen(two))),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  Sha256 million; // one million 'a', fed in uneven pieces
+  std::string chunk(777, 'a');
+  size_t left = 1000000;
+  while (left) {
+    size_t n = std::min(left, chunk.size());
+    million.update(chunk.data(), n);
+    left -= n;
+  }
+  EXPECT_EQ(hexOf(million.finish()),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  std::string k1(20, '\x0b');
+  HmacSha256 h1(k1.data(), k1.size());
+  h1.update("Hi There", 8);
+  EXPECT_EQ(hexOf(h1.finish()), "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  HmacSha256 h2("Jefe", 4);
+  const char *d2 = "what do ya want for nothing?";
+  h2.update(d2, std::strlen(d2));
+  EXPECT_EQ(hexOf(h2.finish()), "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  std::string k6(131, '\xaa');
+  HmacSha256 h6(k6.data(), k6.size());
+  const char *d6 = "Test Using Larger Than Block-Size Key - Hash Key First";
+  h6.update(d6, std::strlen(d6));
+  EXPECT_EQ(hexOf(h6.finish()), "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+}
+
+// A package with host code is signed with the compiling user's key: the signature
+// verifies with that key only, and any change to what it covers breaks it.
+TEST(Package, HostCodeSignatureCoversTheWholePackage) {
+  std::string mine = testKeyFile("mine.key", 1), other = testKeyFile("other.key", 2);
+  ASSERT_EQ(::setenv("DLC_HOST_KEY_FILE", mine.c_str(), 1), 0);
+  auto bytes = samplePackage();
+  ::unsetenv("DLC_HOST_KEY_FILE");
+  HostKey k1, k2;
+  k1.fill(1);
+  k2.fill(2);
+  auto pf = pkg::PackageFile::fromBytes(bytes.data(), bytes.size(), "signed.dlc");
+  ASSERT_TRUE(pf.ok()) << pf.status().message();
+  EXPECT_TRUE((*pf)->signedWith(k1));
+  EXPECT_FALSE((*pf)->signedWith(k2));
+  uint64_t metaSize;
+  std::memcpy(&metaSize, bytes.data() + 24, 8);
+  std::mt19937 rng(7);
+  int verified = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    auto bad = bytes;
+    size_t at = trial % 2 ? pkg::kHeaderSize + rng() % metaSize            // metadata
+                          : bytes.size() / 2 + rng() % (bytes.size() / 4); // sections
+    bad[at] ^= static_cast<uint8_t>(1 + rng() % 255);
+    resign(bad);
+    auto b = pkg::PackageFile::fromBytes(bad.data(), bad.size(), "changed.dlc");
+    if (b.ok()) {
+      ++verified;
+      EXPECT_FALSE((*b)->signedWith(k1)) << "a change at byte " << at << " kept the signature";
+    }
+  }
+  EXPECT_GT(verified, 50);
+}
+
+// 10,000 re-signed (checksums recomputed) metadata mutations of a package with host
+// code: each is refused by the verifier or by the host-code check before any of it
+// runs, and nothing crashes.
+TEST(Package, ResignedMutationsNeverRunHostCode) {
+  std::string mine = testKeyFile("mutations.key", 3);
+  ASSERT_EQ(::setenv("DLC_HOST_KEY_FILE", mine.c_str(), 1), 0);
+  auto bytes = samplePackage();
+  uint64_t metaSize;
+  std::memcpy(&metaSize, bytes.data() + 24, 8);
+  std::mt19937 rng(11);
+  int refusedHostCode = 0, refusedPackage = 0;
+  for (int trial = 0; trial < 10000; ++trial) {
+    auto bad = bytes;
+    for (int k = 0; k < 1 + trial % 3; ++k)
+      bad[pkg::kHeaderSize + rng() % metaSize] ^= static_cast<uint8_t>(1 + rng() % 255);
+    resign(bad);
+    auto pf = pkg::PackageFile::fromBytes(bad.data(), bad.size(), "mutated.dlc");
+    if (!pf.ok()) {
+      ++refusedPackage;
+      continue;
+    }
+    rt::SessionOptions so;
+    so.device = rt::DeviceKind::Emu;
+    so.emuThreads = 1;
+    auto s = rt::Session::create(std::shared_ptr<const pkg::PackageFile>(*pf), so);
+    if (!s.ok() && s.status().message().find("carries host code") != std::string::npos) {
+      ++refusedHostCode;
+    } else if (s.ok()) { // a change that left no kernel to run: nothing of the package's runs
+      EXPECT_EQ((*pf)->meta().kernels() ? (*pf)->meta().kernels()->size() : 0, 0u);
+    }
+  }
+  ::unsetenv("DLC_HOST_KEY_FILE");
+  EXPECT_GT(refusedHostCode, 1000);
+  EXPECT_GT(refusedPackage, 1000);
 }

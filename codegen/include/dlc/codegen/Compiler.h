@@ -72,6 +72,8 @@ struct CompileReport {
   /// Shape-range packages: the schedules in the package (one per shape point), and
   /// the kernels that only other shapes than the opt one need.
   size_t variants = 1, variantKernels = 0;
+  /// What the user must know about the package (its host code left unsigned).
+  std::vector<std::string> warnings;
 };
 
 /// Lowers the graph, compiles it for every target and returns the package bytes.

@@ -1,4 +1,4 @@
-//===- Tensors.h - Tensors between files, the runtime and the IR -*- C++ -*-===//
+//===- Tensors.h - Files, and tensors between files, runtime and IR -*- C++ -*-===//
 #pragma once
 
 #include "dlc/ir/Tensor.h"
@@ -9,6 +9,10 @@
 #include <string>
 
 namespace dlc::driver {
+
+/// The contents of a model or text file; "-" is standard input. Anything but a regular
+/// file (a FIFO, a device) is refused without waiting on it.
+llvm::Expected<std::string> readInputFile(const std::string &path);
 
 /// Reads a tensor file: .npy, or a serialized ONNX TensorProto (.pb).
 Result<rt::HostTensor> readTensorFile(const std::string &path);

@@ -13,6 +13,8 @@
 #pragma once
 
 #include "dlc/package/package_generated.h"
+#include "dlc/support/HostKey.h"
+#include "dlc/support/Sha256.h"
 #include "dlc/support/Status.h"
 
 #include <cstdint>
@@ -97,9 +99,12 @@ public:
   /// Appends a 256-byte aligned section and returns its location in the file. The
   /// bytes are not copied: they must stay valid as long as the image.
   Section addSection(const void *data, size_t n);
+  /// The section of the host-code signature (Package.host_signature), after every
+  /// other section: no section may be added after it.
+  Section reserveSignature();
   flatbuffers::FlatBufferBuilder &builder() { return fbb_; }
-  /// Finishes with the root table.
-  PackageImage finishImage(flatbuffers::Offset<Package> root);
+  /// Finishes with the root table; a reserved signature is computed with `key`.
+  PackageImage finishImage(flatbuffers::Offset<Package> root, const HostKey *key = nullptr);
   /// Finishes with the root table and returns the whole file.
   std::vector<uint8_t> finish(flatbuffers::Offset<Package> root) {
     return finishImage(root).bytes();
@@ -114,15 +119,17 @@ private:
   };
   std::vector<Pending> pending_;
   uint64_t sectionsSize_ = 0;
+  std::shared_ptr<Digest> signature_; // the reserved signature's bytes
 };
 
-/// A loaded, verified package. Owns (or maps) the file bytes.
+/// A loaded, verified package. Owns the file's bytes (read, not mapped: a change to the
+/// file cannot reach a session), or refers to bytes that outlive it.
 class PackageFile {
 public:
   /// Reads and verifies a file. Errors name the file and what is wrong.
   static Result<std::shared_ptr<PackageFile>> load(const std::string &path);
-  /// Maps `size` bytes at `offset` (a multiple of the page size) of a file: a package
-  /// embedded in an executable. size == 0: to the end of the file.
+  /// Reads `size` bytes at `offset` of a file: a package embedded in an executable.
+  /// size == 0: to the end of the file.
   static Result<std::shared_ptr<PackageFile>> load(const std::string &path, uint64_t offset,
                                                    uint64_t size);
   /// Verifies bytes in memory (copied).
@@ -139,6 +146,8 @@ public:
   /// Bytes of a section (offsets are relative to the section area).
   const uint8_t *section(const Section *s) const { return data_sections_ + s->offset(); }
   const std::string &name() const { return name_; }
+  /// Whether the package has a host-code signature that verifies with `key`.
+  bool signedWith(const HostKey &key) const;
 
   ~PackageFile();
 
@@ -150,7 +159,6 @@ private:
   const uint8_t *data_sections_ = nullptr;
   size_t size_ = 0;
   std::vector<uint8_t> owned_;
-  void *mapping_ = nullptr;
   const Package *meta_ = nullptr;
 };
 

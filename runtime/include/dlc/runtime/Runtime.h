@@ -31,9 +31,18 @@ struct HostTensor {
 enum class DeviceKind { Auto, Cuda, Emu };
 const char *deviceKindName(DeviceKind k);
 
+/// The most worker threads an emu session may ask for.
+inline constexpr int kMaxEmuThreads = 1024;
+
 struct SessionOptions {
   DeviceKind device = DeviceKind::Auto;
-  /// Worker threads of the emu backend (0: one per hardware thread).
+  /// emu: run the package's host code (its emu module) even when it was not compiled
+  /// by this user on this machine (its signature does not verify with this user's
+  /// key, dlc/support/HostKey.h). Running a package's host code runs whatever its
+  /// author put there, as the user: consent for packages from trusted sources only.
+  bool allowHostCode = false;
+  /// Worker threads of the emu backend (0: one per hardware thread; at most
+  /// kMaxEmuThreads).
   int emuThreads = 0;
   /// CUDA device ordinal (cuDeviceGet) for the cuda backend.
   int cudaDevice = 0;

@@ -8,7 +8,9 @@
 
 #include "dlc/support/Status.h"
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace dlc {
 
@@ -39,6 +41,14 @@ private:
   unsigned mode_;
   Status error_;
 };
+
+/// Opens `path` for reading without blocking on it (a FIFO or a device is refused at
+/// once, never waited on) and checks that it is a regular file. Returns the descriptor,
+/// which the caller closes.
+Result<int> openRegularFile(const std::string &path);
+/// The whole of a regular file (openRegularFile), at most `maxBytes` of it.
+Result<std::vector<uint8_t>> readRegularFile(const std::string &path,
+                                             uint64_t maxBytes = UINT64_MAX);
 
 /// Writes `n` bytes to `path` through an AtomicFile.
 Status writeFileAtomically(const std::string &path, const void *data, size_t n,
