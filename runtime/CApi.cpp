@@ -235,14 +235,18 @@ dlc_status dlc_session_set_input(dlc_session *s, const char *name, const void *d
   });
 }
 
+/// The largest rank the C API takes: a caller's shape array is read up to `rank`.
+constexpr int kMaxRank = 64;
+
 dlc_status dlc_session_set_input_tensor(dlc_session *s, const char *name, dlc_dtype dtype,
                                         const long *shape, int rank, const void *data) {
   return guarded([&] {
     if (!s || !name)
       return fail(DLC_ERROR_INVALID_ARGUMENT, "null session or name");
-    if (rank < 0 || (rank > 0 && !shape))
-      return fail(DLC_ERROR_INVALID_ARGUMENT,
-                  "input '" + std::string(name) + "': null shape or negative rank");
+    if (rank < 0 || rank > kMaxRank || (rank > 0 && !shape))
+      return fail(DLC_ERROR_INVALID_ARGUMENT, "input '" + std::string(name) +
+                                                  "': null shape, or a rank outside 0.." +
+                                                  std::to_string(kMaxRank));
     int i = s->session->inputIndex(name);
     if (i < 0)
       return fail(DLC_ERROR_INVALID_ARGUMENT,

@@ -505,6 +505,7 @@ Status Session::setStream(void *stream) {
 }
 
 Status Session::getOutputBytes(const std::string &name, void *data, size_t size) const {
+  DLC_RETURN_IF_ERROR(checkOutputsReady());
   const pkg::TensorInfo *o = nullptr;
   DLC_RETURN_IF_ERROR(hostTransfer(outputList(), outputIndex(name), "output", name, data, size, o));
   return backend_->download(data, pkg::BufRef(o->buffer(), 0), size);
@@ -548,11 +549,24 @@ Status Session::setInput(const std::string &name, const HostTensor &t) {
 }
 
 Status Session::run() {
-  return runSteps(false);
+  outputsReady_ = false;
+  Status s = runSteps(false);
+  outputsReady_ = s.isOk();
+  return s;
 }
 
 Status Session::evaluate() {
-  return runSteps(true);
+  outputsReady_ = false;
+  Status s = runSteps(true);
+  outputsReady_ = s.isOk();
+  return s;
+}
+
+Status Session::checkOutputsReady() const {
+  if (outputsReady_)
+    return Status::ok();
+  return Status(StatusCode::InvalidArgument,
+                "no outputs to read: the session has not run yet, or its last run failed");
 }
 
 Status Session::runSteps(bool evaluation) {
@@ -681,6 +695,7 @@ Status Session::checkDataErrors() const {
 }
 
 Result<HostTensor> Session::getOutput(const std::string &name) const {
+  DLC_RETURN_IF_ERROR(checkOutputsReady());
   if (const auto *outs = outputList())
     for (const pkg::TensorInfo *o : *outs) {
       if (o->name()->str() != name)

@@ -332,14 +332,18 @@ Status compareWithReference(const std::string &name, const rt::HostTensor &got,
     double a = element(got, i), b = element(*ref, i);
     if (std::isnan(a) && std::isnan(b))
       continue;
-    double err = std::fabs(a - b);
-    if (std::isnan(err)) // NaN against a number, or infinities of opposite signs
-      err = INFINITY;
-    else if (a == b)
-      err = 0; // equal infinities
+    double err, excess;
+    if (!std::isfinite(a) || !std::isfinite(b)) {
+      // A NaN or an infinity matches only itself (a tolerance cannot reach it).
+      err = excess = a == b ? 0 : INFINITY;
+    } else {
+      err = std::fabs(a - b);
+      excess = err - (atol + rtol * std::fabs(b));
+      maxRel = std::max(maxRel, err / (std::fabs(b) + atol / rtol));
+    }
     maxAbs = std::max(maxAbs, err);
-    maxRel = std::max(maxRel, err / (std::fabs(b) + atol / rtol));
-    double excess = err - (atol + rtol * std::fabs(b));
+    if (err == INFINITY)
+      maxRel = INFINITY;
     if (excess > 0) {
       ++bad;
       if (worst < 0 || excess > worstExcess) {

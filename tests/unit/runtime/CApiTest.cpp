@@ -177,6 +177,32 @@ TEST(CApi, RunBeforeInputsAreSetIsAnError) {
   EXPECT_NE(std::string(dlc_last_error()).find("'k'"), std::string::npos) << dlc_last_error();
 }
 
+// Reading outputs before any run gave zeros with DLC_OK; a huge rank read far past the
+// caller's shape array while building the error; emu_threads had no bound.
+TEST(CApi, OutputsBeforeARunHugeRanksAndThreadCounts) {
+  Handles h;
+  ASSERT_TRUE(h.session);
+  float y[6];
+  EXPECT_EQ(dlc_session_get_output(h.session, "y", y, sizeof y), DLC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dlc_last_error()).find("has not run yet"), std::string::npos)
+      << dlc_last_error();
+  long shape[2] = {2, 3};
+  EXPECT_EQ(dlc_session_set_input_tensor(h.session, "x", DLC_F32, shape, 1 << 30, kX.data()),
+            DLC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dlc_last_error()).find("a rank outside 0..64"), std::string::npos)
+      << dlc_last_error();
+  dlc_session_options o;
+  std::memset(&o, 0, sizeof o);
+  o.device = DLC_DEVICE_EMU;
+  o.emu_threads = 100000;
+  dlc_session *s = nullptr;
+  EXPECT_EQ(dlc_session_create(h.model, &o, &s), DLC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(s, nullptr);
+  EXPECT_NE(std::string(dlc_last_error()).find("emu threads must be 0 (one per core) to 1024"),
+            std::string::npos)
+      << dlc_last_error();
+}
+
 TEST(CApi, CudaOnlyCallsAndDevicesOnEmu) {
   Handles h;
   ASSERT_TRUE(h.session);

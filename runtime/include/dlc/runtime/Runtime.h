@@ -200,6 +200,9 @@ private:
   std::unique_ptr<Backend> backend_;
   SessionOptions opts_;
   std::vector<bool> inputSet_;
+  /// Whether the last run (or evaluation) finished: only then are there outputs.
+  bool outputsReady_ = false;
+  Status checkOutputsReady() const;
   std::vector<StepTime> profile_;
   using Tensors = flatbuffers::Vector<flatbuffers::Offset<pkg::TensorInfo>>;
   /// A schedule: the package's own (index 0), or a shape variant's.
