@@ -9,6 +9,8 @@
 #include "EmbeddedHeaders.h"
 #include "dlc/ir/Graph.h"
 #include "dlc/support/Files.h"
+#include "dlc/support/HostKey.h"
+#include "dlc/support/Sha256.h"
 
 #include "llvm/ADT/Optional.h"
 #include "llvm/ADT/ScopeExit.h"
@@ -65,19 +67,63 @@ std::string hashKey(const std::vector<std::string> &parts) {
 }
 
 bool readFile(const std::string &path, std::vector<uint8_t> &out) {
-  auto buf = llvm::MemoryBuffer::getFile(path, false, false);
-  if (!buf)
+  auto bytes = readRegularFile(path);
+  if (!bytes.ok())
     return false;
-  out.assign((*buf)->getBufferStart(), (*buf)->getBufferEnd());
+  out = std::move(*bytes);
   return true;
 }
 
-/// A cache entry, written whole or not at all; a failure only costs the entry.
+/// The key that authenticates cache entries: this user's host-code key (the cache
+/// holds host code, the emu objects). Without one, nothing is cached.
+const HostKey *cacheMacKey() {
+  static const std::optional<HostKey> key = []() -> std::optional<HostKey> {
+    auto k = loadHostKey(/*create=*/true);
+    return k.ok() ? std::optional<HostKey>(*k) : std::nullopt;
+  }();
+  return key ? &*key : nullptr;
+}
+
+/// HMAC-SHA256 of an entry's file name and contents.
+Digest entryMac(const HostKey &key, const std::string &path, const void *data, size_t n) {
+  HmacSha256 mac(key.data(), key.size());
+  std::string name = llvm::sys::path::filename(path).str();
+  mac.update(name.data(), name.size() + 1);
+  mac.update(data, n);
+  return mac.finish();
+}
+
+/// A cache entry, written whole or not at all (a failure only costs the entry), ending
+/// in its MAC: an entry someone else wrote or damaged is a miss, not code that goes
+/// into the next package.
 void writeCacheFile(const std::string &path, const void *data, size_t n) {
+  const HostKey *key = cacheMacKey();
+  if (!key)
+    return;
   llvm::SmallString<256> dir(path);
   llvm::sys::path::remove_filename(dir);
   llvm::sys::fs::create_directories(dir);
-  (void)writeFileAtomically(path, data, n);
+  auto f = AtomicFile::open(path);
+  if (!f)
+    return;
+  Digest mac = entryMac(*key, path, data, n);
+  if (f->write(data, n) || f->write(mac.data(), mac.size()))
+    return;
+  (void)f->commit();
+}
+
+/// Reads a cache entry and checks its MAC.
+bool readCacheFile(const std::string &path, std::vector<uint8_t> &out) {
+  const HostKey *key = cacheMacKey();
+  if (!key || !readFile(path, out) || out.size() < sizeof(Digest))
+    return false;
+  size_t n = out.size() - sizeof(Digest);
+  Digest stored;
+  std::memcpy(stored.data(), out.data() + n, stored.size());
+  if (!digestsEqual(stored, entryMac(*key, path, out.data(), n)))
+    return false;
+  out.resize(n);
+  return true;
 }
 
 std::string cachePath(const ToolchainOptions &o, const std::string &key) {
@@ -91,7 +137,7 @@ bool cacheGet(const ToolchainOptions &o, const std::string &key,
     return false;
   parts.assign(exts.size(), {});
   for (size_t i = 0; i < exts.size(); ++i)
-    if (!readFile(cachePath(o, key) + "." + exts[i], parts[i]))
+    if (!readCacheFile(cachePath(o, key) + "." + exts[i], parts[i]))
       return false;
   return true;
 }

@@ -6,6 +6,7 @@
 #include "dlc/driver/Tensors.h"
 #include "dlc/ir/Interpreter.h"
 #include "dlc/ir/TextIR.h"
+#include "dlc/support/Files.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -323,6 +324,11 @@ loadAndOptimize(const CompileOptions &o, const std::map<std::string, ir::Shape> 
 llvm::Error validate(const CompileOptions &o) {
   if (o.output.empty())
     return ir::makeError("compile: no output path");
+  if (Status s = refuseOverwrite(o.output, "compile: the output", {{o.model, "model"}}))
+    return ir::makeError(s.message());
+  if (!o.dumpDot.empty())
+    if (Status s = refuseOverwrite(o.dumpDot, "compile: --dump-dot", {{o.model, "model"}}))
+      return ir::makeError(s.message());
   if (o.checkAccuracy && !o.precision)
     return ir::makeError("compile: --check-accuracy needs --fp16 or --bf16");
   if ((o.emit == Emit::Executable || o.emit == Emit::Library) && o.companion.empty())

@@ -1,7 +1,9 @@
 #include "Backend.h"
+#include "dlc/support/Half.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -14,6 +16,54 @@ int64_t HostTensor::numElements() const {
   for (int64_t d : shape)
     n *= d;
   return n;
+}
+
+double HostTensor::element(int64_t i) const {
+  const uint8_t *p = data.data();
+  auto rd = [&](auto v) {
+    std::memcpy(&v, p + i * sizeof(v), sizeof(v));
+    return static_cast<double>(v);
+  };
+  switch (dtype) {
+  case pkg::DType::F32:
+    return rd(float{});
+  case pkg::DType::F64:
+    return rd(double{});
+  case pkg::DType::I64:
+    return rd(int64_t{});
+  case pkg::DType::I32:
+    return rd(int32_t{});
+  case pkg::DType::I16:
+    return rd(int16_t{});
+  case pkg::DType::I8:
+    return rd(int8_t{});
+  case pkg::DType::U8:
+  case pkg::DType::Bool:
+    return rd(uint8_t{});
+  case pkg::DType::U16:
+    return rd(uint16_t{});
+  case pkg::DType::U32:
+    return rd(uint32_t{});
+  case pkg::DType::U64:
+    return rd(uint64_t{});
+  case pkg::DType::F16:
+  case pkg::DType::BF16: {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, 2);
+    return dtype == pkg::DType::F16 ? halfToFloat(h) : bf16ToFloat(h);
+  }
+  }
+  return 0;
+}
+
+int64_t HostTensor::firstNonFinite() const {
+  if (dtype != pkg::DType::F32 && dtype != pkg::DType::F64 && dtype != pkg::DType::F16 &&
+      dtype != pkg::DType::BF16)
+    return -1;
+  for (int64_t i = 0, n = numElements(); i < n; ++i)
+    if (!std::isfinite(element(i)))
+      return i;
+  return -1;
 }
 
 HostTensor HostTensor::zeros(pkg::DType dt, std::vector<int64_t> shape) {
@@ -246,6 +296,11 @@ Status Session::saveCheckpoint(const std::string &path) const {
           opts_.communicator->allGather(v->data.data(), all.data.data(), v->data.size()));
       v = std::move(all);
     }
+    // A diverged run keeps the last good checkpoint instead of replacing it.
+    if (int64_t bad = v->firstNonFinite(); bad >= 0)
+      return Status(StatusCode::DataError,
+                    "variable '" + name + "' holds a non-finite value (element " +
+                        std::to_string(bad) + "): the checkpoint '" + path + "' is not written");
     vars[name] = std::move(*v);
   }
   return opts_.rank.rank == 0 ? writeNpz(path, vars) : Status::ok();

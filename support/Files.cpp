@@ -4,13 +4,43 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 namespace dlc {
 
+namespace {
+
+/// Removes temporaries of `path` (path.tmp-XXXXXX) that a killed writer left: those
+/// untouched for ten minutes (a live writer's file changes as it writes).
+void removeStaleTemporaries(const std::string &path) {
+  size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  std::string prefix = (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp-";
+  DIR *d = ::opendir(dir.c_str());
+  if (!d)
+    return;
+  time_t now = ::time(nullptr);
+  while (const dirent *e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (name.size() != prefix.size() + 6 || name.compare(0, prefix.size(), prefix) != 0)
+      continue;
+    std::string full = (slash == std::string::npos ? std::string() : dir) + name;
+    struct stat st;
+    if (::lstat(full.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::getuid() &&
+        now - st.st_mtime > 600)
+      ::unlink(full.c_str());
+  }
+  ::closedir(d);
+}
+
+} // namespace
+
 Result<AtomicFile> AtomicFile::open(const std::string &path, unsigned mode) {
+  removeStaleTemporaries(path);
   // mkstemp's unique name keeps concurrent writers of one path (ranks, compilers
   // sharing a cache) apart.
   std::string tmp = path + ".tmp-XXXXXX";
@@ -113,6 +143,21 @@ Result<std::vector<uint8_t>> readRegularFile(const std::string &path, uint64_t m
   }
   ::close(*fd);
   return data;
+}
+
+bool sameFile(const std::string &a, const std::string &b) {
+  struct stat sa, sb;
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
+}
+
+Status refuseOverwrite(const std::string &output, const std::string &what,
+                       std::initializer_list<std::pair<std::string, std::string>> inputs) {
+  for (const auto &[path, name] : inputs)
+    if (!path.empty() && sameFile(output, path))
+      return Status(StatusCode::InvalidArgument, what + " '" + output + "' is the " + name +
+                                                     " itself: writing it would destroy it");
+  return Status::ok();
 }
 
 Status writeFileAtomically(const std::string &path, const void *data, size_t n, unsigned mode) {

@@ -1,6 +1,8 @@
 //===- Cli.cpp - `run` and `bench` front ends (runtime-only) ---------------===//
 #include "dlc/runtime/Cli.h"
 
+#include "dlc/support/Files.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -87,59 +89,6 @@ int fail(const CliContext &ctx, const std::string &msg, int rc = 1) {
   return rc;
 }
 
-double halfBits(uint16_t h) {
-  int e = (h >> 10) & 31, m = h & 1023;
-  double v = e == 0    ? std::ldexp(m, -24)
-             : e == 31 ? (m ? NAN : INFINITY)
-                       : std::ldexp(m + 1024, e - 25);
-  return (h & 0x8000) ? -v : v;
-}
-
-double element(const rt::HostTensor &t, int64_t i) {
-  const uint8_t *p = t.data.data();
-  auto rd = [&](auto v) {
-    std::memcpy(&v, p + i * sizeof(v), sizeof(v));
-    return static_cast<double>(v);
-  };
-  switch (t.dtype) {
-  case pkg::DType::F32:
-    return rd(float{});
-  case pkg::DType::F64:
-    return rd(double{});
-  case pkg::DType::I64:
-    return rd(int64_t{});
-  case pkg::DType::I32:
-    return rd(int32_t{});
-  case pkg::DType::I16:
-    return rd(int16_t{});
-  case pkg::DType::I8:
-    return rd(int8_t{});
-  case pkg::DType::U8:
-  case pkg::DType::Bool:
-    return rd(uint8_t{});
-  case pkg::DType::U16:
-    return rd(uint16_t{});
-  case pkg::DType::U32:
-    return rd(uint32_t{});
-  case pkg::DType::U64:
-    return rd(uint64_t{});
-  case pkg::DType::F16: {
-    uint16_t h;
-    std::memcpy(&h, p + 2 * i, 2);
-    return halfBits(h);
-  }
-  case pkg::DType::BF16: {
-    uint16_t h;
-    std::memcpy(&h, p + 2 * i, 2);
-    uint32_t u = static_cast<uint32_t>(h) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-  }
-  return 0;
-}
-
 void summary(const std::string &name, const rt::HostTensor &t) {
   std::printf("%s: %s[", name.c_str(), pkg::dtypeName(t.dtype));
   for (size_t i = 0; i < t.shape.size(); ++i)
@@ -147,14 +96,14 @@ void summary(const std::string &name, const rt::HostTensor &t) {
   std::printf("] [");
   int64_t n = t.numElements(), shown = std::min<int64_t>(n, 8);
   for (int64_t i = 0; i < shown; ++i)
-    std::printf("%s%.6g", i ? ", " : "", element(t, i));
+    std::printf("%s%.6g", i ? ", " : "", t.element(i));
   std::printf(n > shown ? ", ...]" : "]");
   bool fp = t.dtype == pkg::DType::F32 || t.dtype == pkg::DType::F16 ||
             t.dtype == pkg::DType::F64 || t.dtype == pkg::DType::BF16;
   if (n > 1 && fp) {
     int64_t best = 0;
     for (int64_t i = 1; i < n; ++i)
-      if (element(t, i) > element(t, best))
+      if (t.element(i) > t.element(best))
         best = i;
     std::printf("  argmax=%" PRId64, best);
   }
@@ -329,7 +278,7 @@ Status compareWithReference(const std::string &name, const rt::HostTensor &got,
     n *= d;
   double maxAbs = 0, maxRel = 0, worstExcess = 0;
   for (int64_t i = 0; i < n; ++i) {
-    double a = element(got, i), b = element(*ref, i);
+    double a = got.element(i), b = ref->element(i);
     if (std::isnan(a) && std::isnan(b))
       continue;
     double err, excess;
@@ -358,7 +307,7 @@ Status compareWithReference(const std::string &name, const rt::HostTensor &got,
                   "%" PRId64 " of %" PRId64
                   " elements differ beyond rtol %g, atol %g (worst: element %" PRId64
                   ", got %.9g, expected %.9g)",
-                  bad, n, rtol, atol, worst, element(got, worst), element(*ref, worst));
+                  bad, n, rtol, atol, worst, got.element(worst), ref->element(worst));
     return Status(StatusCode::InvalidArgument,
                   "output '" + name + "' does not match " + refPath + ": " + buf);
   }
@@ -437,17 +386,38 @@ int runMain(const std::vector<std::string> &args, const CliContext &ctx) {
   std::string dir = p.get("output-dir", ".");
   ::mkdir(dir.c_str(), 0777);
   const pkg::Package &m = o->pkg->meta();
+  // Every output goes to a temporary file first; they are renamed into place only when
+  // all are written (a full disk left some outputs new and others missing).
+  std::vector<AtomicFile> files;
   if (m.outputs())
     for (const pkg::TensorInfo *out : *m.outputs()) {
       auto t = o->session->getOutput(out->name()->str());
       if (!t)
         return fail(ctx, t.status().message());
       std::string path = dir + "/" + outputFileName(out->name()->str());
-      if (Status s = rt::writeNpy(path, *t))
+      for (const std::string &spec : o->inputSpecs)
+        if (Status s =
+                refuseOverwrite(path, "output", {{spec.substr(spec.find('=') + 1), "input"}}))
+          return fail(ctx, s.message());
+      if (p.has("expect"))
+        if (Status s =
+                refuseOverwrite(path, "output",
+                                {{p.get("expect", ".") + "/" + outputFileName(out->name()->str()),
+                                  "reference of --expect"}}))
+          return fail(ctx, s.message());
+      auto f = AtomicFile::open(path);
+      if (!f)
+        return fail(ctx, f.status().message());
+      std::string bytes = rt::encodeNpy(*t);
+      if (Status s = f->write(bytes.data(), bytes.size()))
         return fail(ctx, s.message());
+      files.push_back(std::move(*f));
       if (!quiet)
         summary(out->name()->str(), *t);
     }
+  for (AtomicFile &f : files)
+    if (Status s = f.commit())
+      return fail(ctx, s.message());
   if (p.has("expect") && m.outputs())
     for (const pkg::TensorInfo *out : *m.outputs()) {
       auto t = o->session->getOutput(out->name()->str());

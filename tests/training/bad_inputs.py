@@ -47,6 +47,9 @@ def main():
     np.savez(j("wrong_ckpt.npz"), **{k: np.zeros((1,), np.float32) for k in ["0.weight", "0.bias", "2.weight", "2.bias"]})
     open(j("truncated.npz"), "wb").write(open(j("good.npz"), "rb").read()[:100])
     np.savez(j("out_of_range.npz"), x=np.ones((2, 4), np.float32), label=np.array([0, 7], np.int64))
+    nan_x = np.ones((4, 4), np.float32)
+    nan_x[2, 1] = np.nan
+    np.savez(j("nan.npz"), x=nan_x, label=np.array([0, 1, 2, 0], np.int64))
 
     out = j("out")
     compile_ = lambda m, *f: [a.dlc, "compile", j(m), "--train", "--target", "emu", "-o", os.path.join(out, "p.dlc"), *f]  # noqa: E731
@@ -89,6 +92,16 @@ def main():
         ("a negative --timeout", train("good.npz", "--timeout", "-1"), "--timeout must be"),
         ("ranks of a package without --data-parallel", train("good.npz"), "--data-parallel"),
         ("a bad DLC_WORLD_SIZE", train("good.npz"), "DLC_WORLD_SIZE"),
+        ("a NaN in the training data", train("nan.npz"), "array 'x' holds a NaN or an infinity (sample 2)"),
+        ("--log naming the package", train("good.npz", "--log", j("mlp.dlc")), "is the package itself"),
+        ("--checkpoint naming the data", [a.dlc, "train", j("mlp.dlc"), "--data", j("good.npz"), "--device", "emu",
+                                          "--checkpoint", j("good.npz")], "is the training data itself"),
+        ("export -o naming the checkpoint", [a.dlc, "export", j("mlp.dlc"), "--checkpoint", j("bad_ckpt.npz"),
+                                             "-o", j("bad_ckpt.npz")], "is the checkpoint itself"),
+        ("compile -o naming the model", [a.dlc, "compile", j("mlp.onnx"), "--target", "emu", "-o", j("mlp.onnx")],
+         "is the model itself"),
+        ("inspect -o naming the package", [a.dlc, "inspect", j("mlp.dlc"), "--json", "-o", j("mlp.dlc")],
+         "is the package itself"),
     ]
     # Cases that need an environment of their own (the rank of a launcher).
     envs = {"ranks of a package without --data-parallel": {"DLC_RANK": "0", "DLC_WORLD_SIZE": "2"},
@@ -115,6 +128,11 @@ def main():
         for pr in problems:
             print("       " + pr)
         failures += bool(problems)
+    # The files the refused commands named are intact.
+    for f in ["mlp.dlc", "good.npz", "bad_ckpt.npz", "mlp.onnx"]:
+        if os.path.getsize(j(f)) == 0:
+            print(f"FAIL {f} was clobbered")
+            failures += 1
     print(f"{len(cases) - failures}/{len(cases)} bad training inputs gave one clean error")
     return 1 if failures else 0
 

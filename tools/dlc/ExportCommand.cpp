@@ -7,6 +7,7 @@
 #include "Commands.h"
 #include "dlc/codegen/Artifacts.h"
 #include "dlc/driver/Export.h"
+#include "dlc/support/Files.h"
 
 namespace dlc::tool {
 
@@ -25,12 +26,17 @@ int runExport(const std::vector<std::string> &argv) {
     reportError("export: expected PACKAGE.dlc --checkpoint CKPT.npz -o MODEL.onnx");
     return 2;
   }
+  std::string checkpoint = args->getOr("checkpoint", ""), out = args->getOr("output", "");
+  if (Status s = refuseOverwrite(
+          out, "export: -o", {{args->positionals()[0], "package"}, {checkpoint, "checkpoint"}})) {
+    reportError(s.message());
+    return 2;
+  }
   auto file = pkg::PackageFile::load(args->positionals()[0]);
   if (!file) {
     reportError(file.status().message());
     return 1;
   }
-  std::string checkpoint = args->getOr("checkpoint", ""), out = args->getOr("output", "");
   auto values = rt::readNpz(checkpoint);
   if (!values) {
     reportError(values.status().message());

@@ -2,6 +2,7 @@
 #include "Args.h"
 #include "Commands.h"
 #include "dlc/driver/Inspect.h"
+#include "dlc/support/Files.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -22,6 +23,11 @@ int runInspect(const std::vector<std::string> &argv) {
     return exitCode;
   if (args->has("output") && !args->has("json")) {
     reportError("inspect: -o goes with --json");
+    return 2;
+  }
+  if (Status s = refuseOverwrite(args->getOr("output", ""), "inspect: -o",
+                                 {{args->positionals()[0], "package"}})) {
+    reportError(s.message());
     return 2;
   }
   auto pf = pkg::PackageFile::load(args->positionals()[0]);

@@ -10,6 +10,7 @@
 #include "Commands.h"
 #include "Ranks.h"
 #include "dlc/passes/Training.h"
+#include "dlc/support/Files.h"
 
 #include "llvm/Support/Format.h"
 #include "llvm/Support/JSON.h"
@@ -137,6 +138,12 @@ Result<DataSet> loadData(const std::string &path, const pkg::Package &m) {
                         "')");
     d.samples = n;
     first = false;
+    if (int64_t bad = a.firstNonFinite(); bad >= 0) {
+      int64_t perSample = n ? a.numElements() / static_cast<int64_t>(n) : 1;
+      return Status(StatusCode::InvalidArgument,
+                    "'" + path + "': array '" + name + "' holds a NaN or an infinity (sample " +
+                        std::to_string(perSample ? bad / perSample : 0) + ")");
+    }
   }
   return d;
 }
@@ -267,6 +274,17 @@ int runTrain(const std::vector<std::string> &argv) {
   if (!ranks.lead())
     quiet = true;
 
+  // What train writes must not be what it reads (--log p.dlc truncated the package).
+  for (const char *out : {"log", "checkpoint"})
+    if (auto o = args->get(out))
+      if (Status s = refuseOverwrite(*o, std::string("train: --") + out,
+                                     {{pkgPath, "package"},
+                                      {args->getOr("data", ""), "training data"},
+                                      {args->getOr("eval-data", ""), "evaluation data"}}))
+        return failRank(s.message());
+  if (auto l = args->get("log");
+      l && args->has("checkpoint") && *l == args->getOr("checkpoint", ""))
+    return failRank("train: --log and --checkpoint are the same file");
   auto file = pkg::PackageFile::load(pkgPath);
   if (!file)
     return failRank(file.status().message());

@@ -12,8 +12,13 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
 #include <gtest/gtest.h>
 #include <random>
+#include <sys/stat.h>
 
 using namespace dlc;
 
@@ -244,4 +249,29 @@ TEST(Package, ResignedMutationsNeverRunHostCode) {
   ::unsetenv("DLC_HOST_KEY_FILE");
   EXPECT_GT(refusedHostCode, 1000);
   EXPECT_GT(refusedPackage, 1000);
+}
+
+// A writer killed between mkstemp and rename leaves `out.tmp-XXXXXX`; the next write of
+// `out` removes such files once they are ten minutes stale, and leaves fresh ones (a
+// concurrent writer's) alone.
+TEST(Files, StaleTemporariesAreRemovedByTheNextWriter) {
+  std::string dir = ::testing::TempDir() + "/dlc-stale-tmp";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::string out = dir + "/model.dlcpkg";
+  std::string stale = out + ".tmp-abc123", fresh = out + ".tmp-def456",
+              other = dir + "/other.tmp-abc123";
+  for (const std::string &p : {stale, fresh, other})
+    std::ofstream(p) << "partial";
+  struct timespec times[2] = {{::time(nullptr) - 3600, 0}, {::time(nullptr) - 3600, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, stale.c_str(), times, 0), 0);
+  ASSERT_EQ(::utimensat(AT_FDCWD, other.c_str(), times, 0), 0);
+  ASSERT_TRUE(dlc::writeFileAtomically(out, "x", 1).isOk());
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  EXPECT_TRUE(std::filesystem::exists(fresh)) << "a live writer's temporary was removed";
+  EXPECT_TRUE(std::filesystem::exists(other)) << "another file's temporary was removed";
+  EXPECT_TRUE(dlc::sameFile(out, out));
+  EXPECT_FALSE(dlc::sameFile(out, fresh));
+  EXPECT_FALSE(dlc::refuseOverwrite(out, "-o", {{out, "model"}}).isOk());
+  EXPECT_TRUE(dlc::refuseOverwrite(out, "-o", {{fresh, "model"}, {"", "data"}}).isOk());
 }

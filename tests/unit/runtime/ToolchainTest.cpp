@@ -1,6 +1,7 @@
 #include "Toolchain.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
 
@@ -56,6 +57,38 @@ TEST(Toolchain, CachedCompilationsAreReused) {
   EXPECT_TRUE(b->cached);
   EXPECT_EQ(a->image, b->image);
   EXPECT_EQ(b->resources.at("k").registers, a->resources.at("k").registers);
+}
+
+// Cache entries end in an HMAC under this user's host key: an entry another user wrote
+// or a disk damaged is a miss that recompiles, never code that goes into a package.
+TEST(Toolchain, DamagedCacheEntriesAreMisses) {
+  ToolchainOptions o;
+  o.cacheDir = ::testing::TempDir() + "/dlc-cache-poison-test";
+  std::error_code ec;
+  std::filesystem::remove_all(o.cacheDir, ec);
+  const char *src = "extern \"C\" __global__ void k(float *p) { p[threadIdx.x] += 3.0f; }\n";
+  auto a = compileWithNvrtc(src, "sm_86", o);
+  ASSERT_TRUE(bool(a)) << llvm::toString(a.takeError());
+  int entries = 0;
+  for (const auto &e : std::filesystem::recursive_directory_iterator(o.cacheDir)) {
+    if (!e.is_regular_file())
+      continue;
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    char c;
+    f.seekg(0);
+    f.get(c);
+    f.seekp(0);
+    f.put(char(c ^ 1));
+    ++entries;
+  }
+  ASSERT_GT(entries, 0);
+  auto b = compileWithNvrtc(src, "sm_86", o);
+  ASSERT_TRUE(bool(b)) << llvm::toString(b.takeError());
+  EXPECT_FALSE(b->cached) << "a damaged entry was trusted";
+  EXPECT_EQ(a->image, b->image);
+  auto c = compileWithNvrtc(src, "sm_86", o);
+  ASSERT_TRUE(bool(c));
+  EXPECT_TRUE(c->cached) << "the recompilation rewrote the entry";
 }
 
 // Static shared memory is declared with DLC_SHARED (dlc_device.cuh), which emu maps to

@@ -25,6 +25,10 @@ struct HostTensor {
 
   int64_t numElements() const;
   size_t byteSize() const { return static_cast<size_t>(numElements()) * pkg::dtypeSize(dtype); }
+  /// Element i as a double (FP16 and BF16 widened, integers converted).
+  double element(int64_t i) const;
+  /// The index of the first NaN or infinity of a float tensor, else -1.
+  int64_t firstNonFinite() const;
   static HostTensor zeros(pkg::DType dt, std::vector<int64_t> shape);
 };
 

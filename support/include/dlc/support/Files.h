@@ -9,6 +9,7 @@
 #include "dlc/support/Status.h"
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,13 @@ Result<int> openRegularFile(const std::string &path);
 /// The whole of a regular file (openRegularFile), at most `maxBytes` of it.
 Result<std::vector<uint8_t>> readRegularFile(const std::string &path,
                                              uint64_t maxBytes = UINT64_MAX);
+
+/// Whether two paths name one existing file (the same device and inode, through any
+/// links).
+bool sameFile(const std::string &a, const std::string &b);
+/// An error when `output` would overwrite one of `inputs` ("--log is the package").
+Status refuseOverwrite(const std::string &output, const std::string &what,
+                       std::initializer_list<std::pair<std::string, std::string>> inputs);
 
 /// Writes `n` bytes to `path` through an AtomicFile.
 Status writeFileAtomically(const std::string &path, const void *data, size_t n,
