@@ -85,6 +85,37 @@ ShapeBounds inputShapeBounds(const Package &m, uint32_t index) {
   return b;
 }
 
+std::string inputShapeProblem(const Package &m, uint32_t index, const std::vector<int64_t> &shape) {
+  std::string name = m.inputs()->Get(index)->name()->str();
+  ShapeBounds b = inputShapeBounds(m, index);
+  auto dims = [](const std::vector<int64_t> &s) {
+    std::string r = "[";
+    for (size_t i = 0; i < s.size(); ++i)
+      r += (i ? "," : "") + std::to_string(s[i]);
+    return r + "]";
+  };
+  std::string expect = "[";
+  for (size_t a = 0; a < b.min.size(); ++a)
+    expect += (a ? "," : "") + std::to_string(b.min[a]) +
+              (b.min[a] != b.max[a] ? ".." + std::to_string(b.max[a]) : std::string());
+  expect += "]";
+  std::string wrongShape =
+      "input '" + name + "' has shape " + dims(shape) + ", the model expects " + expect;
+  if (shape.size() != b.min.size())
+    return wrongShape;
+  for (size_t a = 0; a < b.min.size(); ++a) {
+    if (shape[a] >= b.min[a] && shape[a] <= b.max[a])
+      continue;
+    if (b.min[a] == b.max[a])
+      return wrongShape;
+    return "input '" + name + "' dimension " + std::to_string(a) + " is " +
+           std::to_string(shape[a]) + ", outside the range " + std::to_string(b.min[a]) + ".." +
+           std::to_string(b.max[a]) + " the package was compiled for (shape " + dims(shape) +
+           ", the model expects " + expect + ")";
+  }
+  return "";
+}
+
 std::string unknownInputMessage(const Package &m, const std::string &name) {
   if (m.bound_inputs())
     for (const BoundInput *b : *m.bound_inputs())

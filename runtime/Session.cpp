@@ -403,31 +403,8 @@ Status Session::checkRangedInput(int index, const HostTensor &t) const {
     return Status(StatusCode::InvalidArgument,
                   "input '" + name + "' has dtype " + pkg::dtypeName(t.dtype) +
                       ", the model expects " + pkg::dtypeName(in->dtype()));
-  pkg::ShapeBounds b = pkg::inputShapeBounds(m, static_cast<uint32_t>(index));
-  std::string expect = "[";
-  for (size_t a = 0; a < b.min.size(); ++a)
-    expect += (a ? "," : "") + std::to_string(b.min[a]) +
-              (b.min[a] != b.max[a] ? ".." + std::to_string(b.max[a]) : std::string());
-  expect += "]";
-  auto wrongShape = [&] {
-    return Status(StatusCode::InvalidArgument, "input '" + name + "' has shape " +
-                                                   shapeString(t.shape) + ", the model expects " +
-                                                   expect);
-  };
-  if (t.shape.size() != b.min.size())
-    return wrongShape();
-  for (size_t a = 0; a < b.min.size(); ++a) {
-    if (t.shape[a] >= b.min[a] && t.shape[a] <= b.max[a])
-      continue;
-    if (b.min[a] == b.max[a])
-      return wrongShape();
-    return Status(StatusCode::InvalidArgument,
-                  "input '" + name + "' dimension " + std::to_string(a) + " is " +
-                      std::to_string(t.shape[a]) + ", outside the range " +
-                      std::to_string(b.min[a]) + ".." + std::to_string(b.max[a]) +
-                      " the package was compiled for (shape " + shapeString(t.shape) +
-                      ", the model expects " + expect + ")");
-  }
+  if (std::string p = pkg::inputShapeProblem(m, static_cast<uint32_t>(index), t.shape); !p.empty())
+    return Status(StatusCode::InvalidArgument, p);
   if (t.data.size() != t.byteSize())
     return Status(StatusCode::InvalidArgument,
                   "input '" + name + "' holds " + std::to_string(t.data.size()) +

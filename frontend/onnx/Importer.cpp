@@ -576,18 +576,50 @@ void runOnnxLibrary(onnx::ModelProto &model, const std::string &modelDir, const 
 /// them into the sandbox's reply and parsing them back costs seconds on big models.
 /// They are set aside (a 16-byte stub stays, so that each tensor still holds data) and
 /// put back into the transformed model by name.
+///
+/// External initializers are set aside the same way (the converter does not keep
+/// external-data fields: it would return them empty), their fields restored after;
+/// small ones, which shape inference may read (a Reshape's shape), are read in and
+/// become inline.
 class WeightStash {
 public:
   static constexpr size_t kMinBytes = 4096, kStubBytes = 16;
-  explicit WeightStash(onnx::GraphProto &g) {
-    for (onnx::TensorProto &t : *g.mutable_initializer())
-      if (t.has_raw_data() && t.raw_data().size() > kMinBytes) {
+  WeightStash() = default;
+  /// Sets `g`'s weights aside; an error when an external tensor cannot be read.
+  llvm::Error stash(onnx::GraphProto &g, ExternalDataLoader &ext) {
+    for (onnx::TensorProto &t : *g.mutable_initializer()) {
+      if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+        auto dt = dtypeFromOnnx(t.data_type());
+        if (!dt)
+          continue; // the importer names the type
+        ir::TensorType type(*dt, ir::Shape(t.dims().begin(), t.dims().end()));
+        auto n = type.checkedNumElements();
+        if (!n || *n > (int64_t{1} << 40))
+          continue; // and the dimensions
+        if (type.byteSize() > kMinBytes) {
+          Entry &e = bytes_[t.name()];
+          e.dims.assign(t.dims().begin(), t.dims().end());
+          e.dtype = t.data_type();
+          e.external.Swap(t.mutable_external_data());
+          t.set_data_location(onnx::TensorProto::DEFAULT);
+          t.set_raw_data(std::string(kStubBytes, '\0'));
+          continue;
+        }
+        auto loaded = ext.load(t, type);
+        if (!loaded)
+          return loaded.takeError();
+        t.clear_external_data();
+        t.set_data_location(onnx::TensorProto::DEFAULT);
+        t.set_raw_data(static_cast<const char *>(loaded->raw()), loaded->byteSize());
+      } else if (t.has_raw_data() && t.raw_data().size() > kMinBytes) {
         Entry &e = bytes_[t.name()];
         e.dims.assign(t.dims().begin(), t.dims().end());
         e.dtype = t.data_type();
         e.data.swap(*t.mutable_raw_data());
         t.set_raw_data(e.data.substr(0, kStubBytes));
       }
+    }
+    return llvm::Error::success();
   }
   /// Puts the bytes back; false if a set-aside tensor came back with another type or
   /// shape (the converter rewrote it), in which case nothing is restored.
@@ -602,8 +634,15 @@ public:
     }
     for (onnx::TensorProto &t : *g.mutable_initializer()) {
       auto it = bytes_.find(t.name());
-      if (it != bytes_.end())
+      if (it == bytes_.end())
+        continue;
+      if (it->second.external.empty()) {
         t.mutable_raw_data()->swap(it->second.data);
+        continue;
+      }
+      t.clear_raw_data();
+      t.mutable_external_data()->CopyFrom(it->second.external);
+      t.set_data_location(onnx::TensorProto::EXTERNAL);
     }
     return true;
   }
@@ -613,7 +652,8 @@ private:
   struct Entry {
     std::vector<int64_t> dims;
     int32_t dtype = 0;
-    std::string data;
+    std::string data;                                                          // inline weights
+    google::protobuf::RepeatedPtrField<onnx::StringStringEntryProto> external; // or these
   };
   std::unordered_map<std::string, Entry> bytes_;
 };
@@ -800,7 +840,9 @@ llvm::Expected<ImportResult> importOnnxBytes(llvm::StringRef bytes, const std::s
   OnnxLibraryResult lib;
   lib.opset = opsets[""];
   if (useLibrary) {
-    WeightStash stash(*model.mutable_graph());
+    WeightStash stash;
+    if (auto e = stash.stash(*model.mutable_graph(), ext))
+      return errorf("{0}: {1}", file, llvm::toString(std::move(e)));
     onnx::ModelProto stripped;
     if (!stash.empty())
       stripped = model; // small: the weights are set aside
@@ -958,6 +1000,22 @@ llvm::Expected<std::vector<std::string>> onnxInputNames(const std::string &path)
     if (!inits.count(in.name()))
       names.push_back(in.name());
   return names;
+}
+
+llvm::Expected<std::vector<std::string>> onnxExternalDataFiles(llvm::StringRef modelBytes) {
+  onnx::ModelProto model;
+  if (modelBytes.size() > INT32_MAX ||
+      !model.ParseFromArray(modelBytes.data(), static_cast<int>(modelBytes.size())))
+    return makeError("not a valid ONNX model");
+  std::vector<const onnx::TensorProto *> external;
+  collectExternalTensors(model.graph(), external);
+  std::vector<std::string> files;
+  std::unordered_set<std::string> seen;
+  for (const onnx::TensorProto *t : external)
+    for (const auto &kv : t->external_data())
+      if (kv.key() == "location" && seen.insert(kv.value()).second)
+        files.push_back(kv.value());
+  return files;
 }
 
 } // namespace dlc::frontend

@@ -133,7 +133,21 @@ def _cached_package(model_path_or_bytes, options):
     # The build of dlc is part of the key: another compiler may make another package.
     ext = os.stat(_dlc_module.__file__)
     stamp = "%d:%d:%d:%d" % (runtime_api_version, package_format_version, ext.st_size, ext.st_mtime_ns)
-    key = hashlib.sha256(data + repr(sorted(options.items())).encode() + stamp.encode()).hexdigest()
+    h = hashlib.sha256(data + repr(sorted(options.items())).encode() + stamp.encode())
+    # So are the external-data files the model names (beside a model file; in the
+    # current folder for bytes): changed weights make another package.
+    from_path = not isinstance(model_path_or_bytes, (bytes, bytearray, memoryview)) and not hasattr(
+        model_path_or_bytes, "SerializeToString")
+    folder = os.path.dirname(os.path.abspath(os.fspath(model_path_or_bytes))) if from_path else os.getcwd()
+    for location in _dlc_module.external_data_files(data):
+        h.update(b"\0external:" + location.encode() + b"\0")
+        try:
+            with open(os.path.join(folder, location), "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+        except OSError:
+            pass  # the compiler names the missing or unreadable file
+    key = h.hexdigest()
     # The kernel cache's root (codegen/Toolchain.cpp), packages in packages/.
     root = os.environ.get("DLC_CACHE_DIR") or (os.path.join(os.environ["XDG_CACHE_HOME"], "dlc") if
                                                os.environ.get("XDG_CACHE_HOME") else
@@ -141,8 +155,7 @@ def _cached_package(model_path_or_bytes, options):
     out = os.path.join(root, "packages", key[:32] + ".dlc")
     if not os.path.exists(out):
         os.makedirs(os.path.dirname(out), exist_ok=True)
-        if isinstance(model_path_or_bytes, (bytes, bytearray, memoryview)) or hasattr(model_path_or_bytes,
-                                                                                      "SerializeToString"):
+        if not from_path:
             compile(data, out, **options)
         else:  # from its own path, so that external data beside it is found
             compile(model_path_or_bytes, out, **options)

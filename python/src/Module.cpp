@@ -23,6 +23,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -100,8 +101,19 @@ int indexOf(const Tensors *list, const std::string &n) {
   return -1;
 }
 
-/// A numpy array as a host tensor of `dt` (copied, in C order); `what` names it.
-rt::HostTensor tensorOf(const std::string &what, const py::handle &value, pkg::DType dt) {
+std::string dimsString(const std::vector<int64_t> &dims) {
+  std::string r;
+  for (int64_t d : dims)
+    r += (r.empty() ? "" : ",") + std::to_string(d);
+  return "[" + r + "]";
+}
+
+/// A numpy array as a host tensor of `dt` (copied, in C order and native byte order);
+/// `what` names it. Its dtype and shape (`shapeProblem`) are checked before anything is
+/// copied: a small view of a huge broadcast shape is refused, not expanded.
+rt::HostTensor
+tensorOf(const std::string &what, const py::handle &value, pkg::DType dt,
+         const std::function<std::string(const std::vector<int64_t> &)> &shapeProblem) {
   if (!py::isinstance<py::array>(value))
     throw py::value_error(what + " must be a numpy array, got " +
                           std::string(py::str(py::type::of(value).attr("__name__"))));
@@ -111,10 +123,14 @@ rt::HostTensor tensorOf(const std::string &what, const py::handle &value, pkg::D
     throw py::value_error(what + " has dtype " + std::string(py::str(a.dtype())) +
                           ", the model expects " + std::string(py::str(want)) +
                           (dt == pkg::DType::BF16 ? " (bfloat16 bit patterns)" : ""));
-  a = py::array::ensure(a, py::array::c_style);
+  std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
+  if (std::string p = shapeProblem(shape); !p.empty())
+    throw py::value_error(p);
+  // One copy into C order and this machine's byte order ('>f4' on x86 is swapped).
+  a = py::module_::import("numpy").attr("ascontiguousarray")(a, want.attr("newbyteorder")("="));
   rt::HostTensor t;
   t.dtype = dt;
-  t.shape.assign(a.shape(), a.shape() + a.ndim());
+  t.shape = std::move(shape);
   const auto *bytes = static_cast<const uint8_t *>(a.data());
   t.data.assign(bytes, bytes + a.nbytes());
   return t;
@@ -139,7 +155,10 @@ std::vector<rt::HostTensor> tensorsOf(const pkg::Package &m, const py::dict &fee
     if (i < 0)
       throw py::value_error(pkg::unknownInputMessage(m, name));
     tensors[static_cast<size_t>(i)] =
-        tensorOf("input '" + name + "'", value, m.inputs()->Get(static_cast<uint32_t>(i))->dtype());
+        tensorOf("input '" + name + "'", value, m.inputs()->Get(static_cast<uint32_t>(i))->dtype(),
+                 [&](const std::vector<int64_t> &shape) {
+                   return pkg::inputShapeProblem(m, static_cast<uint32_t>(i), shape);
+                 });
     given[static_cast<size_t>(i)] = true;
   }
   for (size_t i = 0; i < ni; ++i)
@@ -456,18 +475,15 @@ public:
           var = v;
       if (!var)
         throw py::value_error("the package has no variable named '" + name + "'");
-      rt::HostTensor t = tensorOf("variable '" + name + "'", value, var->dtype());
       std::vector<int64_t> want;
       if (var->shape())
         want.assign(var->shape()->begin(), var->shape()->end());
-      if (t.shape != want) {
-        std::string w, g;
-        for (int64_t d : want)
-          w += (w.empty() ? "" : ",") + std::to_string(d);
-        for (int64_t d : t.shape)
-          g += (g.empty() ? "" : ",") + std::to_string(d);
-        throw py::value_error("variable '" + name + "' has shape [" + w + "], got [" + g + "]");
-      }
+      rt::HostTensor t = tensorOf(
+          "variable '" + name + "'", value, var->dtype(), [&](const std::vector<int64_t> &s) {
+            return s == want ? std::string()
+                             : "variable '" + name + "' has shape " + dimsString(s) +
+                                   ", the model expects " + dimsString(want);
+          });
       ts.emplace_back(name, std::move(t));
     }
     locked([&] {
@@ -653,6 +669,15 @@ void compileModel(const std::string &model, const std::string &output,
     raise(r.takeError(), compileErrorType);
 }
 
+/// The external-data files a serialized ONNX model names (the cache key covers them).
+std::vector<std::string> externalDataFiles(const py::bytes &model) {
+  std::string_view bytes = model;
+  auto r = frontend::onnxExternalDataFiles(llvm::StringRef(bytes.data(), bytes.size()));
+  if (!r)
+    raise(r.takeError(), compileErrorType);
+  return *r;
+}
+
 } // namespace
 } // namespace dlc::python
 
@@ -671,6 +696,8 @@ PYBIND11_MODULE(_dlc, m) {
         py::arg("input_shapes"), py::arg("opt_level"), py::arg("cache_dir"), py::arg("verbose"),
         py::arg("train"),
         "driver::compile: the model (a path, or its bytes in `data`) into a package at `output`");
+  m.def("external_data_files", &externalDataFiles, py::arg("model"),
+        "the external-data locations a serialized ONNX model names");
   py::class_<Session> session(m, "Session");
   constructors(session);
   session.def_property_readonly("device", &Session::device)

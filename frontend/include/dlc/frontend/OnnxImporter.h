@@ -93,4 +93,9 @@ std::vector<std::string> supportedOnnxOps(const std::string &domain = "");
 /// tools that bind inputs by position.
 llvm::Expected<std::vector<std::string>> onnxInputNames(const std::string &path);
 
+/// The external-data locations a serialized model names (relative to its folder, as
+/// written, each once in first-use order), subgraphs included: what a cache of compiled
+/// models must key on besides the model's own bytes.
+llvm::Expected<std::vector<std::string>> onnxExternalDataFiles(llvm::StringRef modelBytes);
+
 } // namespace dlc::frontend

@@ -65,6 +65,9 @@ struct ShapeBounds {
   std::vector<int64_t> min, max;
 };
 ShapeBounds inputShapeBounds(const Package &m, uint32_t index);
+/// Why `shape` does not fit input `index` ("input 'x' has shape [5,4], the model expects
+/// [1..4,4]", or which dimension is outside its range), or "" when it fits.
+std::string inputShapeProblem(const Package &m, uint32_t index, const std::vector<int64_t> &shape);
 /// Whether a step runs when the package's steps for `arch` (chooseStepArch) are chosen.
 bool stepRunsOn(const Step &s, int arch);
 
