@@ -9,12 +9,19 @@
 // The file protocol: rank 0 writes PATH.tmp.<pid> and renames it to PATH (so the
 // others never see a partial file); each other rank reads PATH and creates
 // PATH.ack.<rank>; rank 0 removes PATH and the acknowledgements once all are there.
-// The TCP protocol: each other rank connects and sends "DLCR" and its rank; rank 0
-// answers with the length of the bytes (8 bytes) and the bytes.
+// The TCP protocol: rank 0 listens on HOST's address only (not on every interface);
+// each other rank connects and sends a hello: "DLCR", its rank, a fresh 16-byte nonce
+// and an HMAC-SHA256 of those under the job's secret (DLC_RENDEZVOUS_SECRET, the same
+// on every rank; `dlc train --nproc` makes one for its ranks). Rank 0 drops a hello
+// whose MAC is wrong, whose nonce it has seen, or whose rank it has served, and answers
+// the others with the length of the bytes (8 bytes), the bytes encrypted with an HMAC
+// keystream bound to the nonce, and a MAC over all of it, which the rank checks: no
+// one without the secret learns NCCL's id or poses as rank 0 or as a rank.
 //===----------------------------------------------------------------------===//
 #include "CommUtil.h"
 #include "dlc/runtime/Collectives.h"
 #include "dlc/support/Files.h"
+#include "dlc/support/Sha256.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -27,6 +34,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <set>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <thread>
@@ -214,7 +222,36 @@ Status fileReceive(const std::string &path, const RankInfo &me, void *bytes, siz
 //===----------------------------------------------------------------------===//
 
 constexpr char kHelloMagic[4] = {'D', 'L', 'C', 'R'};
-constexpr size_t kHelloSize = 8; // magic, then the rank (int32, host order: one machine type)
+constexpr size_t kNonceSize = 16;
+// The magic, the rank (int32, host order: one machine type), the nonce, the MAC.
+constexpr size_t kHelloSize = 8 + kNonceSize + sizeof(Digest);
+constexpr const char *kSecretVar = "DLC_RENDEZVOUS_SECRET";
+
+/// HMAC-SHA256 under the job's secret of a label and pieces of data.
+Digest secretMac(const std::string &secret, const char *label,
+                 std::initializer_list<std::pair<const void *, size_t>> pieces) {
+  HmacSha256 mac(secret.data(), secret.size());
+  mac.update(label, std::strlen(label) + 1);
+  for (const auto &[data, n] : pieces)
+    mac.update(data, n);
+  return mac.finish();
+}
+
+/// XORs `n` bytes with the keystream of `nonce` (HMAC blocks under the secret, counter
+/// mode): encrypts and decrypts.
+void applyKeystream(const std::string &secret, const uint8_t *nonce, uint8_t *data, size_t n) {
+  for (uint64_t block = 0; block * 32 < n; ++block) {
+    Digest k = secretMac(secret, "dlc-rendezvous-key", {{nonce, kNonceSize}, {&block, 8}});
+    for (size_t i = 0; i < 32 && block * 32 + i < n; ++i)
+      data[block * 32 + i] ^= k[i];
+  }
+}
+
+/// The MAC of rank 0's answer to the hello with `nonce`.
+Digest answerMac(const std::string &secret, const uint8_t *nonce, int32_t rank,
+                 const uint8_t *answer, size_t n) {
+  return secretMac(secret, "dlc-rendezvous-answer", {{nonce, kNonceSize}, {&rank, 4}, {answer, n}});
+}
 
 /// A socket closed at the end of its scope.
 class Socket {
@@ -304,28 +341,40 @@ std::string recvAll(int fd, void *data, size_t n, const Deadline &deadline) {
   return "";
 }
 
-Status tcpPublish(const std::string &spec, int port, const RankInfo &me, const void *bytes,
-                  size_t n, double timeout) {
+/// HOST:PORT's IPv4 addresses.
+Result<std::unique_ptr<addrinfo, void (*)(addrinfo *)>> resolve(const std::string &host, int port,
+                                                                const RankInfo &me) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo *addrs = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &addrs))
+    return Status(StatusCode::Unavailable, rankPrefix(me) + "cannot resolve the rendezvous host '" +
+                                               host + "': " + ::gai_strerror(rc));
+  return std::unique_ptr<addrinfo, void (*)(addrinfo *)>(addrs, ::freeaddrinfo);
+}
+
+Status tcpPublish(const std::string &spec, const std::string &host, int port, const RankInfo &me,
+                  const std::string &secret, const void *bytes, size_t n, double timeout) {
   Deadline deadline(timeout);
+  auto addrs = resolve(host, port, me);
+  if (!addrs.ok())
+    return addrs.status();
   Socket listener(newSocket());
   if (listener.fd() < 0)
     return Status(StatusCode::IoError, "rank 0: cannot create a socket: " + errnoText());
   int one = 1;
   ::setsockopt(listener.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (::bind(listener.fd(), reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0 ||
+  // HOST's address only: the rendezvous is not offered on every interface.
+  const addrinfo *a = addrs->get();
+  if (::bind(listener.fd(), a->ai_addr, a->ai_addrlen) != 0 ||
       ::listen(listener.fd(), me.size) != 0)
-    return Status(StatusCode::Unavailable, "rank 0: cannot listen on port " + std::to_string(port) +
-                                               " for the rendezvous " + spec + ": " + errnoText());
-
-  // The answer: the length of the bytes, then the bytes.
-  std::vector<char> answer(8 + n);
-  uint64_t len = n;
-  std::memcpy(answer.data(), &len, 8);
-  std::memcpy(answer.data() + 8, bytes, n);
+    return Status(StatusCode::Unavailable, "rank 0: cannot listen on " + host + ":" +
+                                               std::to_string(port) + " for the rendezvous " +
+                                               spec + ": " + errnoText() +
+                                               " (HOST must be an address of rank 0's machine)");
+  const auto *payload = static_cast<const uint8_t *>(bytes);
+  std::set<std::string> nonces; // a replayed hello is dropped
 
   // Connections that have not said which rank they are yet. A connection that is not
   // a rank (or a rank that sends garbage) is dropped without counting.
@@ -363,11 +412,27 @@ Status tcpPublish(const std::string &spec, int port, const RankInfo &me, const v
         continue;
       int32_t rank;
       std::memcpy(&rank, p.hello + 4, 4);
+      const auto *hello = reinterpret_cast<const uint8_t *>(p.hello);
+      Digest mac;
+      std::memcpy(mac.data(), hello + 8 + kNonceSize, mac.size());
+      std::string nonce(p.hello + 8, kNonceSize);
       if (std::memcmp(p.hello, kHelloMagic, 4) != 0 || rank < 1 || rank >= me.size ||
-          served[static_cast<size_t>(rank)]) {
+          served[static_cast<size_t>(rank)] ||
+          !digestsEqual(mac,
+                        secretMac(secret, "dlc-rendezvous-hello", {{hello, 8 + kNonceSize}})) ||
+          !nonces.insert(nonce).second) {
         p.s.reset();
         continue;
       }
+      // The length, the bytes under this hello's keystream, and the MAC of both.
+      std::vector<uint8_t> answer(8 + n + sizeof(Digest));
+      uint64_t len = n;
+      std::memcpy(answer.data(), &len, 8);
+      if (n)
+        std::memcpy(answer.data() + 8, payload, n);
+      applyKeystream(secret, hello + 8, answer.data() + 8, n);
+      Digest am = answerMac(secret, hello + 8, rank, answer.data(), 8 + n);
+      std::memcpy(answer.data() + 8 + n, am.data(), am.size());
       std::string err = sendAll(p.s.fd(), answer.data(), answer.size(), deadline);
       if (!err.empty())
         return Status(StatusCode::Unavailable, "rank 0: cannot send the rendezvous to rank " +
@@ -398,16 +463,12 @@ Status tcpPublish(const std::string &spec, int port, const RankInfo &me, const v
 }
 
 Status tcpReceive(const std::string &spec, const std::string &host, int port, const RankInfo &me,
-                  void *bytes, size_t n, double timeout) {
+                  const std::string &secret, void *bytes, size_t n, double timeout) {
   Deadline deadline(timeout);
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo *addrs = nullptr;
-  if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &addrs))
-    return Status(StatusCode::Unavailable, rankPrefix(me) + "cannot resolve the rendezvous host '" +
-                                               host + "': " + ::gai_strerror(rc));
-  std::unique_ptr<addrinfo, void (*)(addrinfo *)> freeAddrs(addrs, ::freeaddrinfo);
+  auto resolved = resolve(host, port, me);
+  if (!resolved.ok())
+    return resolved.status();
+  addrinfo *addrs = resolved->get();
 
   // Rank 0 may not listen yet: retry until the deadline, each attempt bounded too
   // (an unreachable host would otherwise hold a connect for minutes).
@@ -441,24 +502,52 @@ Status tcpReceive(const std::string &spec, const std::string &host, int port, co
     return Status(StatusCode::Unavailable, rankPrefix(me) + "no rendezvous at " + spec + " after " +
                                                secondsText(timeout) + " (" + lastError + ")");
 
-  char hello[kHelloSize];
+  uint8_t hello[kHelloSize];
   int32_t rank = me.rank;
   std::memcpy(hello, kHelloMagic, 4);
   std::memcpy(hello + 4, &rank, 4);
-  uint64_t len = 0;
+  int urandom = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  bool haveNonce = urandom >= 0 && ::read(urandom, hello + 8, kNonceSize) == ssize_t(kNonceSize);
+  if (urandom >= 0)
+    ::close(urandom);
+  if (!haveNonce)
+    return Status(StatusCode::IoError, rankPrefix(me) +
+                                           "cannot read /dev/urandom for the "
+                                           "rendezvous nonce: " +
+                                           errnoText());
+  Digest mac = secretMac(secret, "dlc-rendezvous-hello", {{hello, 8 + kNonceSize}});
+  std::memcpy(hello + 8 + kNonceSize, mac.data(), mac.size());
+  std::vector<uint8_t> answer(8 + n + sizeof(Digest));
   std::string err = sendAll(s.fd(), hello, kHelloSize, deadline);
   if (err.empty())
-    err = recvAll(s.fd(), &len, 8, deadline);
-  if (err.empty() && len != n)
+    err = recvAll(s.fd(), answer.data(), 8, deadline);
+  if (!err.empty())
+    return Status(StatusCode::Unavailable,
+                  rankPrefix(me) + "the rendezvous at " + spec + " failed: " + err +
+                      (err.rfind("the connection was closed", 0) == 0
+                           ? " (rank 0 refused this rank: is " + std::string(kSecretVar) +
+                                 " the same on every rank, and is this rank not already served?)"
+                           : std::string()));
+  uint64_t len = 0;
+  std::memcpy(&len, answer.data(), 8);
+  if (len != n)
     return Status(StatusCode::Unavailable, rankPrefix(me) + "rank 0 published " +
                                                std::to_string(len) + " bytes at " + spec +
                                                ", expected " + std::to_string(n) +
                                                " (are all ranks the same version of dlc?)");
-  if (err.empty())
-    err = recvAll(s.fd(), bytes, n, deadline);
+  err = recvAll(s.fd(), answer.data() + 8, n + sizeof(Digest), deadline);
   if (!err.empty())
     return Status(StatusCode::Unavailable,
                   rankPrefix(me) + "the rendezvous at " + spec + " failed: " + err);
+  Digest got;
+  std::memcpy(got.data(), answer.data() + 8 + n, got.size());
+  if (!digestsEqual(got, answerMac(secret, hello + 8, rank, answer.data(), 8 + n)))
+    return Status(StatusCode::Unavailable,
+                  rankPrefix(me) + "the answer at " + spec +
+                      " is not authentic (not rank 0 of this job, or another " + kSecretVar + ")");
+  applyKeystream(secret, hello + 8, answer.data() + 8, n);
+  if (n)
+    std::memcpy(bytes, answer.data() + 8, n);
   return Status::ok();
 }
 
@@ -492,8 +581,17 @@ Status rendezvousExchange(const std::string &spec, const RankInfo &me, void *byt
     return me.rank == 0 ? filePublish(path, me, bytes, n, timeoutSeconds)
                         : fileReceive(path, me, bytes, n, timeoutSeconds);
   }
-  return me.rank == 0 ? tcpPublish(spec, port, me, bytes, n, timeoutSeconds)
-                      : tcpReceive(spec, host, port, me, bytes, n, timeoutSeconds);
+  const char *secret = std::getenv(kSecretVar);
+  if (!secret || std::strlen(secret) < 16)
+    return Status(StatusCode::InvalidArgument,
+                  rankPrefix(me) + "the rendezvous " + spec + " needs " + kSecretVar +
+                      ": a secret of at least 16 characters, the same on every rank of the job "
+                      "(for example `export " +
+                      kSecretVar +
+                      "=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n')`; dlc "
+                      "train --nproc makes one for the ranks it starts)");
+  return me.rank == 0 ? tcpPublish(spec, host, port, me, secret, bytes, n, timeoutSeconds)
+                      : tcpReceive(spec, host, port, me, secret, bytes, n, timeoutSeconds);
 }
 
 } // namespace dlc::rt

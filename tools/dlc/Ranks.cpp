@@ -25,6 +25,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <map>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -112,6 +113,24 @@ int forkRanks(const std::vector<std::string> &rest, int nproc, const LaunchOptio
     dir = tmpl;
     rendezvous = "file:" + dir + "/nccl-id";
   }
+  // The ranks of one job share a secret that authenticates a tcp: rendezvous
+  // (Communicator.cpp); one given in the environment is kept (ranks on other machines).
+  std::string secret;
+  if (const char *given = std::getenv("DLC_RENDEZVOUS_SECRET"); given && *given) {
+    secret = given;
+  } else {
+    uint8_t raw[16];
+    int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    bool ok = fd >= 0 && ::read(fd, raw, sizeof raw) == ssize_t(sizeof raw);
+    if (fd >= 0)
+      ::close(fd);
+    if (!ok)
+      return fail(std::string("cannot read /dev/urandom for the rendezvous secret: ") +
+                  std::strerror(errno));
+    static const char digits[] = "0123456789abcdef";
+    for (uint8_t b : raw)
+      secret += {digits[b >> 4], digits[b & 15]};
+  }
   std::string self = selfPath();
   std::map<pid_t, int> ranks;
   llvm::errs().flush();
@@ -134,6 +153,7 @@ int forkRanks(const std::vector<std::string> &rest, int nproc, const LaunchOptio
       ::setenv("DLC_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
       ::setenv("DLC_LOCAL_RANK", std::to_string(r).c_str(), 1);
       ::setenv("DLC_RENDEZVOUS", rendezvous.c_str(), 1);
+      ::setenv("DLC_RENDEZVOUS_SECRET", secret.c_str(), 1);
       std::vector<std::string> cmd{self, "train"};
       cmd.insert(cmd.end(), rest.begin(), rest.end());
       std::vector<char *> cargv;

@@ -378,6 +378,7 @@ std::string tempPath(const char *name) {
 }
 
 int runRendezvous(const char *spec) {
+  ::setenv("DLC_RENDEZVOUS_SECRET", "a-test-secret-of-this-job", 0);
   std::vector<std::string> specs;
   if (spec)
     specs.push_back(spec);
@@ -393,6 +394,72 @@ int runRendezvous(const char *spec) {
       fail("rank 0 left " + s.substr(5) + " behind");
   }
   return failures ? 1 : 0;
+}
+
+/// Connects to 127.0.0.1:port, sends `hello`, and returns how many answer bytes came
+/// back before rank 0 closed the connection (-1: no connection).
+int probeRankZero(int port, const std::vector<uint8_t> &hello) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0) {
+      ::close(fd);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    timeval tv{1, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    (void)!::write(fd, hello.data(), hello.size());
+    char buf[256];
+    int total = 0;
+    for (ssize_t r; (r = ::read(fd, buf, sizeof buf)) > 0;)
+      total += static_cast<int>(r);
+    ::close(fd);
+    return total;
+  }
+  return -1;
+}
+
+/// Clients without the job's secret get nothing from rank 0: a hello from an old
+/// client (magic and rank only), one with a forged MAC, and a rank with another secret
+/// are all dropped, and rank 0 keeps waiting for its real ranks.
+bool runUntrustedClients() {
+  int port = freePort();
+  std::string spec = "tcp:127.0.0.1:" + std::to_string(port);
+  pid_t zero = ::fork();
+  if (zero == 0) {
+    unsigned char id[16];
+    std::memset(id, 0x5a, sizeof id);
+    Status s = rendezvousExchange(spec, RankInfo{0, 2, 0}, id, sizeof id, 5);
+    ::_exit(s ? 0 : 1); // the real rank never came: rank 0 must time out
+  }
+  std::vector<uint8_t> old{'D', 'L', 'C', 'R', 1, 0, 0, 0};
+  std::vector<uint8_t> forged = old;
+  forged.resize(8 + 16 + 32, 0xab);
+  int a = probeRankZero(port, old), b = probeRankZero(port, forged);
+  if (a != 0 || b != 0)
+    fail("rank 0 answered a client without the secret (" + std::to_string(a) + " and " +
+         std::to_string(b) + " bytes)");
+  ::setenv("DLC_RENDEZVOUS_SECRET", "another-job-with-another-secret", 1);
+  unsigned char got[16] = {};
+  expectError(rendezvousExchange(spec, RankInfo{1, 2, 0}, got, sizeof got, 1),
+              StatusCode::Unavailable,
+              "(rank 0 refused this rank: is DLC_RENDEZVOUS_SECRET the same on every rank",
+              "a rank with another secret");
+  ::setenv("DLC_RENDEZVOUS_SECRET", "the-secret-of-the-errors-job", 1);
+  for (unsigned char c : got)
+    if (c)
+      fail("a rank with another secret received bytes");
+  int status = 0;
+  ::waitpid(zero, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail("rank 0 did not time out waiting for its real rank 1");
+  if (!failures)
+    std::printf("untrusted clients refused\n");
+  return failures == 0;
 }
 
 int runErrors() {
@@ -458,6 +525,14 @@ int runErrors() {
               "rank 1: no rendezvous at file:" + path + " after 0.3 s (did rank 0 start?)",
               "a file without rank 0");
   std::string tcp = "tcp:127.0.0.1:" + std::to_string(freePort());
+  ::unsetenv("DLC_RENDEZVOUS_SECRET");
+  expectError(rendezvousExchange(tcp, one, bytes, 16, 0.3), StatusCode::InvalidArgument,
+              "rank 1: the rendezvous " + tcp + " needs DLC_RENDEZVOUS_SECRET",
+              "a tcp rendezvous without a secret");
+  ::setenv("DLC_RENDEZVOUS_SECRET", "short", 1);
+  expectError(rendezvousExchange(tcp, one, bytes, 16, 0.3), StatusCode::InvalidArgument,
+              "needs DLC_RENDEZVOUS_SECRET: a secret of at least 16 characters", "a short secret");
+  ::setenv("DLC_RENDEZVOUS_SECRET", "the-secret-of-the-errors-job", 1);
   expectError(rendezvousExchange(tcp, one, bytes, 16, 0.3), StatusCode::Unavailable,
               "rank 1: no rendezvous at " + tcp + " after 0.3 s", "a port without rank 0");
   if (secondsSince(t0) > 1.5)
@@ -472,6 +547,16 @@ int runErrors() {
   expectError(rendezvousExchange(tcp, zero, bytes, 16, 0.3), StatusCode::Unavailable,
               "rank 0: ranks 1 and 2 did not connect to the rendezvous " + tcp,
               "a port without the others");
+  // Rank 0 listens on HOST's address, not on every interface: an address of another
+  // machine (TEST-NET-1) cannot be bound.
+  expectError(
+      rendezvousExchange("tcp:192.0.2.1:" + std::to_string(freePort()), zero, bytes, 16, 0.3),
+      StatusCode::Unavailable, "(HOST must be an address of rank 0's machine)",
+      "a HOST that is not this machine");
+  if (failures)
+    return 1;
+  if (!runUntrustedClients())
+    return 1;
   // A file left by an earlier run.
   if (FILE *f = std::fopen(path.c_str(), "w"))
     std::fclose(f);
