@@ -13,11 +13,36 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
+#include <algorithm>
 #include <chrono>
+#include <unistd.h>
 
 namespace dlc::driver {
 
 namespace {
+
+/// The most memory any GPU has (NVIDIA B300: 288 GB of HBM3e).
+constexpr uint64_t kLargestGpuBytes = 288ull * 1000 * 1000 * 1000;
+
+/// A warning when the package cannot fit: its arena and weights together are more
+/// than any GPU's memory, or (for emu) this machine's. It still compiles (a bigger
+/// GPU may come), but nobody is surprised at load time.
+std::string memoryWarning(const codegen::CompileReport &r,
+                          const std::vector<std::string> &targets) {
+  uint64_t needs = r.arenaBytes + r.weightBytes;
+  auto gb = [](uint64_t b) { return llvm::formatv("{0:f1} GB", b / 1e9).str(); };
+  std::string what = "the package needs " + gb(needs) + " of memory (arena " + gb(r.arenaBytes) +
+                     ", weights " + gb(r.weightBytes) + ")";
+  if (needs > kLargestGpuBytes)
+    return what + ", more than any GPU has (the largest, NVIDIA B300, has 288 GB): loading it "
+                  "will fail";
+  bool emu = targets.empty() || std::find(targets.begin(), targets.end(), "emu") != targets.end();
+  long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  uint64_t host = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+  if (emu && host && needs > host)
+    return what + ", more than this machine's " + gb(host) + ": emu will fail to load it here";
+  return "";
+}
 
 double seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -431,6 +456,8 @@ llvm::Expected<CompileResult> compile(const CompileOptions &o) {
   }
   if (!image)
     return image.takeError();
+  if (std::string w = memoryWarning(result.report, o.targets); !w.empty())
+    result.report.warnings.push_back(w);
   if (o.onWarning)
     for (const std::string &w : result.report.warnings)
       o.onWarning(o.output + ": " + w);

@@ -191,6 +191,15 @@ llvm::Expected<Node *> Graph::createInferred(OpKind kind, std::vector<Value *> o
     if (types->size() != n->numResults())
       return fail(errorf("{0}: shape inference produced {1} results, expected {2}", n->describe(),
                          types->size(), n->numResults()));
+    // Shape arithmetic is checked here once for every op: a result whose element
+    // count is negative or past 2^48 (an expanded, tiled or resized shape) is an
+    // error naming the node, never a wrapped size.
+    for (unsigned i = 0; i < n->numResults(); ++i) {
+      auto count = (*types)[i].checkedNumElements();
+      if (!count || *count > kMaxTensorElements)
+        return fail(errorf("result {0} would have type {1}, {2}", i, (*types)[i].str(),
+                           count ? "more than 2^48 elements" : "whose size overflows"));
+    }
     for (unsigned i = 0; i < n->numResults(); ++i)
       n->results_[i]->type_ = (*types)[i];
     return n;

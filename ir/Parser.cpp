@@ -131,7 +131,7 @@ private:
     }
     ++pos_;
     TensorType type(*dt, std::move(shape));
-    if (!type.checkedNumElements() || *type.checkedNumElements() > (int64_t{1} << 48))
+    if (!type.checkedNumElements() || *type.checkedNumElements() > kMaxTensorElements)
       return errorAt(t, "type " + type.str() + " has too many elements");
     return type;
   }

@@ -106,6 +106,11 @@ public:
     std::vector<int> ipdom = postDominators(dg);
     parent_.resize(n);
     std::iota(parent_.begin(), parent_.end(), 0);
+    members_.assign(n, {});
+    for (size_t i = 0; i < n; ++i)
+      members_[i] = {static_cast<int>(i)};
+    seen_.assign(n, 0);
+    stamp_ = 0;
     // Nodes that join no kernel: variable updates, each lowered as part of a
     // multi-tensor kernel, and the Where of an If with a run-time condition (its
     // branches' steps run only on their side, so neither side may share its kernel).
@@ -123,7 +128,7 @@ public:
       for (Node *c : attentionCore(*dg.nodes[i])) {
         int ci = dg.index.at(c);
         core[ci] = attention[i] = true;
-        parent_[find(ci)] = find(static_cast<int>(i));
+        unite(static_cast<int>(i), ci);
       }
     auto inlinable = [&](int s) { return fusibility(*dg.nodes[s]).inlinable(); };
     // Where a producer may join: an anchor that takes a prologue (the attention
@@ -196,17 +201,29 @@ private:
     return x;
   }
 
-  /// Nodes on the paths from `from` to its post-dominator `to` (excluding `from`).
+  /// Joins b's group into a's (their members lists too).
+  void unite(int a, int b) {
+    a = find(a);
+    b = find(b);
+    if (a == b)
+      return;
+    parent_[b] = a;
+    members_[a].insert(members_[a].end(), members_[b].begin(), members_[b].end());
+    members_[b] = {};
+  }
+
+  /// Nodes on the paths from `from` to its post-dominator `to` (excluding `from`). The
+  /// visited marks are stamps, so a call costs its paths, not the graph.
   std::vector<int> pathTo(int from, int to) {
     std::vector<int> out, stack = {from};
-    std::vector<bool> seen(dg_->nodes.size(), false);
+    ++stamp_;
     while (!stack.empty()) {
       int v = stack.back();
       stack.pop_back();
       for (int u : dg_->users[v]) {
-        if (seen[u])
+        if (seen_[u] == stamp_)
           continue;
-        seen[u] = true;
+        seen_[u] = stamp_;
         out.push_back(u);
         if (u != to)
           stack.push_back(u);
@@ -215,7 +232,9 @@ private:
     return out;
   }
 
-  /// Merges the groups of `members` if the result is a valid group.
+  /// Merges the groups of `members` if the result is a valid group. It costs the
+  /// groups' sizes (at most kMaxGroupNodes), not the graph's: long chains fuse in
+  /// linear time.
   void tryMerge(const std::vector<int> &members) {
     std::vector<int> roots;
     for (int m : members)
@@ -224,19 +243,25 @@ private:
     roots.erase(std::unique(roots.begin(), roots.end()), roots.end());
     if (roots.size() == 1)
       return;
-    std::vector<Node *> merged;
-    for (size_t i = 0; i < dg_->nodes.size() && merged.size() <= kMaxGroupNodes; ++i)
-      if (std::binary_search(roots.begin(), roots.end(), find(static_cast<int>(i))))
-        merged.push_back(dg_->nodes[i]);
-    if (merged.size() > kMaxGroupNodes)
+    size_t total = 0;
+    for (int r : roots)
+      total += members_[r].size();
+    if (total > kMaxGroupNodes)
       return;
+    std::vector<int> indices;
+    for (int r : roots)
+      indices.insert(indices.end(), members_[r].begin(), members_[r].end());
+    std::sort(indices.begin(), indices.end()); // the graph's (topological) order
+    std::vector<Node *> merged;
+    for (int i : indices)
+      merged.push_back(dg_->nodes[i]);
     auto fg = classifyFusionGroup(merged);
     if (!fg) {
       llvm::consumeError(fg.takeError());
       return;
     }
     for (int r : roots)
-      parent_[r] = roots[0];
+      unite(roots[0], r);
   }
 
   /// Kahn's algorithm over groups, picking the ready group with the earliest node.
@@ -271,6 +296,9 @@ private:
 
   const DataflowGraph *dg_ = nullptr;
   std::vector<int> parent_;
+  std::vector<std::vector<int>> members_; // of each root: its group's nodes
+  std::vector<unsigned> seen_;            // pathTo's visit stamps
+  unsigned stamp_ = 0;
 };
 
 } // namespace

@@ -130,6 +130,14 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> mo
     return Status(StatusCode::InvalidArgument, "emu threads must be 0 (one per core) to " +
                                                    std::to_string(kMaxEmuThreads) + ", got " +
                                                    std::to_string(opts.emuThreads));
+  if (const pkg::Package &m = model->file().meta();
+      opts.maxMemoryBytes && m.arena_bytes() + m.weight_bytes() > opts.maxMemoryBytes)
+    return Status(StatusCode::InvalidArgument,
+                  model->file().name() + " needs " +
+                      std::to_string(m.arena_bytes() + m.weight_bytes()) + " bytes (arena " +
+                      std::to_string(m.arena_bytes()) + ", weights " +
+                      std::to_string(m.weight_bytes()) + "), more than the session's limit of " +
+                      std::to_string(opts.maxMemoryBytes) + " bytes");
   std::unique_ptr<Session> s(new Session());
   s->model_ = std::move(model);
   s->pkg_ = std::shared_ptr<const pkg::PackageFile>(s->model_, &s->model_->file());

@@ -985,6 +985,16 @@ llvm::Expected<ImportResult> importOnnxFile(const std::string &path, const Impor
                          path, std::string(dir), opts);
 }
 
+llvm::Error Importer::chargeUnrolled(int64_t nodes) {
+  unrolledNodes_ += std::max<int64_t>(nodes, 1);
+  if (unrolledNodes_ <= opts_.maxUnrolledNodes)
+    return llvm::Error::success();
+  return errorf("unrolling the model's Loops and Scans would import more than {0} nodes "
+                "(nested loops multiply their trip counts); raise the budget with "
+                "--max-unrolled-nodes",
+                opts_.maxUnrolledNodes);
+}
+
 llvm::Expected<std::vector<std::string>> onnxInputNames(const std::string &path) {
   auto buf = readRegularFile(path);
   if (!buf.ok())

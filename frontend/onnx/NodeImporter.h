@@ -195,8 +195,12 @@ public:
   /// model's own.
   void addGuard(std::string name, ir::Value *v) { guards_.emplace_back(std::move(name), v); }
   const std::vector<std::pair<std::string, ir::Value *>> &guards() const { return guards_; }
+  /// Charges one unrolled iteration of a body of `nodes` nodes against
+  /// ImportOptions::maxUnrolledNodes; an error once the budget is spent.
+  llvm::Error chargeUnrolled(int64_t nodes);
 
 private:
+  int64_t unrolledNodes_ = 0;
   std::vector<std::pair<std::string, ir::Value *>> guards_;
   ir::Graph &g_;
   const ImportOptions &opts_;

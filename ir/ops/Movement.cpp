@@ -432,7 +432,9 @@ InferResult inferTile(const Node &n) {
   for (size_t i = 0; i < s.size(); ++i) {
     if (rep[i] < 0)
       return makeError("repeats must be non-negative");
-    s[i] *= rep[i];
+    if (__builtin_mul_overflow(s[i], rep[i], &s[i]))
+      return errorf("dimension {0} ({1}) repeated {2} times overflows", i, n.operand(0)->shape()[i],
+                    rep[i]);
   }
   return TypeList{{n.operand(0)->dtype(), s}};
 }

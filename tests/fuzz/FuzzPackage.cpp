@@ -1,9 +1,12 @@
 // libFuzzer target: the .dlc reader (header, checksums, FlatBuffers verifier, every
-// reference check) and a walk over the metadata the runtime would read. A mutation
+// reference check), a walk over the metadata the runtime would read, and an emu
+// session with default options (the trust gate: a mutated package's host code must
+// never load, and whatever the session reads first must not crash it). A mutation
 // almost never keeps the checksums right, so each input is also tried re-signed
 // (current format version, both checksums recomputed): that copy reaches the
 // FlatBuffers verifier and the reference checks with the mutated metadata.
 #include "dlc/package/Package.h"
+#include "dlc/runtime/Runtime.h"
 
 #include <cstdint>
 #include <cstring>
@@ -32,6 +35,13 @@ void readPackage(const uint8_t *data, size_t size) {
   if (m.inputs() && m.inputs()->size())
     sink = sink + dlc::pkg::unknownInputMessage(m, m.inputs()->Get(0)->name()->str()).size();
   (void)sink;
+  // As `dlc run` would open it on a machine without a GPU (bounded memory, one thread).
+  dlc::rt::SessionOptions o;
+  o.device = dlc::rt::DeviceKind::Emu;
+  o.emuThreads = 1;
+  o.maxMemoryBytes = uint64_t{64} << 20;
+  auto session = dlc::rt::Session::create(*pf, o);
+  (void)session;
 }
 
 } // namespace

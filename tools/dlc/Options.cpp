@@ -23,6 +23,9 @@ std::vector<OptSpec> importOptionSpecs() {
            "the package"},
           {"max-loop-unroll", 0, true, false, "N",
            "Loops are unrolled at compile time; a trip count above N is an error (default 256)"},
+          {"max-unrolled-nodes", 0, true, false, "N",
+           "All unrolled loop bodies together (nested loops multiply) import at most N nodes\n"
+           "(default 200000)"},
           {"loop-bound", 0, true, false, "N",
            "Loops whose trip count is known only at run time (an input, a while loop) run up to N\n"
            "iterations, unrolled and gated; a run that needs more fails naming the loop (default: "
@@ -77,6 +80,12 @@ importOptionsFromArgs(const Args &args, std::vector<driver::InputShape> *ranges)
     if (llvm::StringRef(v).getAsInteger(10, opts.maxLoopUnroll) || opts.maxLoopUnroll < 0 ||
         opts.maxLoopUnroll > 100000)
       return ir::errorf("--max-loop-unroll expects an integer in [0, 100000], got '{0}'", v);
+  }
+  if (args.has("max-unrolled-nodes")) {
+    std::string v = args.getOr("max-unrolled-nodes", "");
+    if (llvm::StringRef(v).getAsInteger(10, opts.maxUnrolledNodes) || opts.maxUnrolledNodes < 1 ||
+        opts.maxUnrolledNodes > 10000000)
+      return ir::errorf("--max-unrolled-nodes expects an integer in [1, 10000000], got '{0}'", v);
   }
   if (args.has("loop-bound")) {
     std::string v = args.getOr("loop-bound", "");

@@ -5,6 +5,8 @@
 //===----------------------------------------------------------------------===//
 #include "Common.h"
 
+#include "llvm/Support/FormatVariadic.h"
+
 #include <numeric>
 
 namespace dlc::frontend {
@@ -399,8 +401,15 @@ llvm::Error resizeCommon(NodeImporter &ni, std::vector<float> scales, std::vecto
     if (static_cast<int64_t>(scales.size()) != rank)
       return ni.error("scales must have one value per dimension");
     sizes.resize(rank);
-    for (int64_t i = 0; i < rank; ++i)
-      sizes[i] = static_cast<int64_t>(std::floor(in[i] * static_cast<double>(scales[i])));
+    for (int64_t i = 0; i < rank; ++i) {
+      double size = std::floor(in[i] * static_cast<double>(scales[i]));
+      if (!(size >= 0 && size <= static_cast<double>(int64_t{1} << 48)))
+        return ni.error(llvm::formatv("scale {0:e} of dimension {1} gives a length of {2:e} "
+                                      "(at most 2^48)",
+                                      scales[i], i, size)
+                            .str());
+      sizes[i] = static_cast<int64_t>(size);
+    }
   } else {
     return ni.error("one of scales or sizes must be given");
   }

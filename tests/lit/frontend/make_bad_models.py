@@ -190,3 +190,45 @@ save("ext_big.onnx",
      model([helper.make_node("Slice", ["big", "starts", "ends"], ["head"], name="head"),
             helper.make_node("Add", ["x", "head"], ["y"], name="add_head")],
            [f32("x", [4])], [f32("y", [4])], inits=[t, starts, ends]))
+
+
+# Loops nested 30 deep, 4 trips each: 4^30 unrolled bodies. The budget on all unrolled
+# nodes together refuses it at once (each loop alone is under --max-loop-unroll).
+def nested_loop(depth):
+    i64 = lambda name: helper.make_tensor_value_info(name, TensorProto.INT64, [])
+    b = lambda name: helper.make_tensor_value_info(name, TensorProto.BOOL, [])
+    trip = helper.make_tensor("trip", TensorProto.INT64, [], [4])
+    if depth == 0:
+        nodes = [helper.make_node("Identity", ["ci"], ["co"]), helper.make_node("Relu", ["vi"], ["vo"])]
+    else:
+        nodes = [helper.make_node("Constant", [], ["m%d" % depth], value=trip),
+                 helper.make_node("Identity", ["ci%d" % depth], ["co%d" % depth]),
+                 helper.make_node("Loop", ["m%d" % depth, "", "vi%d" % depth], ["vo%d" % depth], name="loop%d" % depth,
+                                  body=nested_loop(depth - 1))]
+        return helper.make_graph(nodes, "body%d" % depth, [i64("i%d" % depth), b("ci%d" % depth), f32("vi%d" % depth, [2])],
+                                 [b("co%d" % depth), f32("vo%d" % depth, [2])])
+    return helper.make_graph(nodes, "body%d" % depth, [i64("i"), b("ci"), f32("vi", [2])], [b("co"), f32("vo", [2])])
+
+
+save("nested_loops.onnx", model([helper.make_node("Loop", ["m", "", "x"], ["y"], name="outer", body=nested_loop(29))],
+                                [f32("x", [2])], [f32("y", [2])],
+                                [helper.make_tensor("m", TensorProto.INT64, [], [4])]))
+
+# Shape arithmetic past int64: each is an error naming the node, never a wrapped size.
+i64c = lambda name, vals: numpy_helper.from_array(np.array(vals, np.int64), name)
+save("tile_huge.onnx", model([helper.make_node("Tile", ["x", "r"], ["y"], name="tile")], [f32("x", [2])],
+                             [f32("y", ["a"])], [i64c("r", [1 << 62])]))
+save("expand_huge.onnx", model([helper.make_node("Expand", ["x", "s"], ["y"], name="expand")], [f32("x", [1, 1])],
+                               [f32("y", ["a", "b"])], [i64c("s", [1 << 40, 1 << 40])]))
+save("constantofshape_huge.onnx",
+     model([helper.make_node("ConstantOfShape", ["s"], ["y"], name="cos")], [f32("x", [1])], [f32("y", ["a", "b", "c"])],
+           [i64c("s", [1 << 31, 1 << 31, 1 << 31])]))
+save("reshape_huge.onnx", model([helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")], [f32("x", [4])],
+                                [f32("y", ["a", "b", "c", "d"])], [i64c("s", [1 << 62, 4, 1, -1])]))
+save("resize_huge.onnx",
+     model([helper.make_node("Resize", ["x", "", "sc"], ["y"], name="resize", mode="nearest")], [f32("x", [1, 1, 2, 2])],
+           [f32("y", ["a", "b", "c", "d"])], [numpy_helper.from_array(np.array([1, 1, 1e30, 1e30], np.float32), "sc")]))
+
+# Valid, but its arena (two 275 GB tensors) is more than any GPU's memory: compile warns.
+save("huge_arena.onnx", model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [f32("x", [1 << 36])],
+                              [f32("y", [1 << 36])]))

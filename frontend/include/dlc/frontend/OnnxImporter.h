@@ -36,6 +36,9 @@ struct ImportOptions {
   /// Loops are unrolled at compile time: a trip count above this is an error
   /// (`--max-loop-unroll`), never a hang or a runaway compile.
   int64_t maxLoopUnroll = 256;
+  /// And all unrolling together imports at most this many body nodes (nested Loops
+  /// and Scans multiply: 4 trips at depth 8 are 65536 bodies): `--max-unrolled-nodes`.
+  int64_t maxUnrolledNodes = 200000;
   /// A Loop whose trip count is known only at run time (an input, or none: a while
   /// loop) is unrolled to this many iterations, each gated by its trip count and
   /// condition; a run that would go further fails with a data error naming the

@@ -13,6 +13,9 @@
 namespace dlc::ir {
 
 using Shape = std::vector<int64_t>;
+/// The most elements a tensor may have (2^48): past it, a shape is an error, so that
+/// byte sizes never overflow.
+constexpr int64_t kMaxTensorElements = int64_t{1} << 48;
 
 /// The static type of a value: element type and shape (rank 0 = scalar).
 struct TensorType {

@@ -45,6 +45,10 @@ struct SessionOptions {
   /// key, dlc/support/HostKey.h). Running a package's host code runs whatever its
   /// author put there, as the user: consent for packages from trusted sources only.
   bool allowHostCode = false;
+  /// The most memory the session may take for the package's arena and weights
+  /// together, checked before anything is allocated (0: no limit but the machine's or
+  /// the GPU's memory). For servers that admit packages from elsewhere.
+  uint64_t maxMemoryBytes = 0;
   /// Worker threads of the emu backend (0: one per hardware thread; at most
   /// kMaxEmuThreads).
   int emuThreads = 0;
