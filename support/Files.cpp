@@ -40,6 +40,10 @@ void removeStaleTemporaries(const std::string &path) {
 } // namespace
 
 Result<AtomicFile> AtomicFile::open(const std::string &path, unsigned mode) {
+  // What the rename would fail on is found now, before anything is written.
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    return Status(StatusCode::IoError, "cannot write '" + path + "': it is a directory");
   removeStaleTemporaries(path);
   // mkstemp's unique name keeps concurrent writers of one path (ranks, compilers
   // sharing a cache) apart.
@@ -143,6 +147,23 @@ Result<std::vector<uint8_t>> readRegularFile(const std::string &path, uint64_t m
   }
   ::close(*fd);
   return data;
+}
+
+Status commitAll(std::vector<AtomicFile> &files) {
+  std::vector<bool> existed;
+  for (const AtomicFile &f : files) {
+    struct stat st;
+    existed.push_back(::lstat(f.path().c_str(), &st) == 0);
+  }
+  for (size_t i = 0; i < files.size(); ++i)
+    if (Status s = files[i].commit()) {
+      // The ones already renamed into place, where nothing was before, go again.
+      for (size_t j = 0; j < i; ++j)
+        if (!existed[j])
+          ::unlink(files[j].path().c_str());
+      return s;
+    }
+  return Status::ok();
 }
 
 bool sameFile(const std::string &a, const std::string &b) {

@@ -415,9 +415,8 @@ int runMain(const std::vector<std::string> &args, const CliContext &ctx) {
       if (!quiet)
         summary(out->name()->str(), *t);
     }
-  for (AtomicFile &f : files)
-    if (Status s = f.commit())
-      return fail(ctx, s.message());
+  if (Status s = commitAll(files))
+    return fail(ctx, s.message());
   if (p.has("expect") && m.outputs())
     for (const pkg::TensorInfo *out : *m.outputs()) {
       auto t = o->session->getOutput(out->name()->str());

@@ -5,6 +5,7 @@ Packages are compiled once per run with the dlc binary ($DLC_BIN) for emu; the m
 is imported from $PYTHONPATH (build/python).
 """
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -193,6 +194,24 @@ def test_a_huge_broadcast_view_is_refused_before_it_is_copied(digits):
     small = np.lib.stride_tricks.as_strided(image[..., :1, :1], shape=image.shape, strides=(0, 0, 0, 0))
     np.testing.assert_array_equal(s.run(None, {"image": small})[0],
                                   s.run(None, {"image": np.full(image.shape, image.flat[0], np.float32)})[0])
+
+
+def test_a_served_package_may_change_under_its_session(digits, tmp_path):
+    # The session reads the package into memory: truncating the file (once SIGBUS) or
+    # copying another package over it (once read live) changes nothing in the session.
+    served = tmp_path / "served.dlc"
+    shutil.copy(digits, served)
+    s = dlc.InferenceSession(str(served), device="emu")
+    image = next(iter(digit_images().values()))
+    before = s.run(None, {"image": image})
+    with open(served, "r+b") as f:
+        f.truncate(0)
+    for x, y in zip(before, s.run(None, {"image": image})):
+        np.testing.assert_array_equal(x, y)
+    with open(served, "wb") as f:
+        f.write(open(digits, "rb").read()[::-1])
+    for x, y in zip(before, s.run(None, {"image": image})):
+        np.testing.assert_array_equal(x, y)
 
 
 # --- numpy round trips for every dtype ------------------------------------------------

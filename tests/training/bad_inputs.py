@@ -51,6 +51,31 @@ def main():
     nan_x[2, 1] = np.nan
     np.savez(j("nan.npz"), x=nan_x, label=np.array([0, 1, 2, 0], np.int64))
 
+    # Hostile files: FIFOs where files belong (an open() once blocked forever), and an
+    # .npz whose member claims 4 GB from 20 compressed bytes (once inflated first).
+    for f in ["fifo.onnx", "fifo.dlc", "fifo.npz", "fifo.npy", "ext/weights.bin"]:
+        os.makedirs(os.path.dirname(j(f)), exist_ok=True)
+        os.mkfifo(j(f))
+    ext = helper.make_model(helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])], "ext", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [helper.make_tensor("w", TensorProto.FLOAT, [4], np.zeros(4, np.float32).tobytes(), raw=True)]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    w_init = ext.graph.initializer[0]
+    w_init.ClearField("raw_data")
+    w_init.data_location = TensorProto.EXTERNAL
+    for k, v in [("location", "weights.bin"), ("offset", "0"), ("length", "16")]:
+        e = w_init.external_data.add()
+        e.key, e.value = k, v
+    onnx.save(ext, j("ext", "fifo_weights.onnx"))
+    np.savez_compressed(j("bomb.npz"), x=np.zeros((4, 4), np.float32), label=np.zeros(4, np.int64))
+    bomb = bytearray(open(j("bomb.npz"), "rb").read())
+    for sig, field in [(b"PK\x03\x04", 22), (b"PK\x01\x02", 24)]:  # uncompressed size: local and central
+        at = bomb.find(sig)
+        bomb[at + field:at + field + 4] = (0xF0000000).to_bytes(4, "little")
+    open(j("bomb.npz"), "wb").write(bomb)
+    np.save(j("x23.npy"), np.ones((2, 3), np.float32))
+
     out = j("out")
     compile_ = lambda m, *f: [a.dlc, "compile", j(m), "--train", "--target", "emu", "-o", os.path.join(out, "p.dlc"), *f]  # noqa: E731
     train = lambda d, *f: [a.dlc, "train", j("mlp.dlc"), "--data", j(d), "--device", "emu",  # noqa: E731
@@ -102,6 +127,15 @@ def main():
          "is the model itself"),
         ("inspect -o naming the package", [a.dlc, "inspect", j("mlp.dlc"), "--json", "-o", j("mlp.dlc")],
          "is the package itself"),
+        ("a FIFO as the model", [a.dlc, "compile", j("fifo.onnx"), "--target", "emu", "-o", os.path.join(out, "p.dlc")],
+         "is not a regular file"),
+        ("a FIFO as the package", [a.dlc, "run", j("fifo.dlc"), "--device", "emu"], "is not a regular file"),
+        ("a FIFO as the training data", train("fifo.npz"), "is not a regular file"),
+        ("a FIFO as an input", [a.dlc, "run", j("relu.dlc"), "--device", "emu", "--output-dir", out,
+                                "x=" + j("fifo.npy")], "is not a regular file"),
+        ("a FIFO as external data", [a.dlc, "compile", j("ext", "fifo_weights.onnx"), "--target", "emu", "-o",
+                                     os.path.join(out, "p.dlc")], "weights.bin"),
+        ("an .npz member claiming 4 GB", train("bomb.npz"), "more than deflate can produce"),
     ]
     # Cases that need an environment of their own (the rank of a launcher).
     envs = {"ranks of a package without --data-parallel": {"DLC_RANK": "0", "DLC_WORLD_SIZE": "2"},
@@ -110,7 +144,13 @@ def main():
     for what, cmd, expect in cases:
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, **envs.get(what, {})))
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                               env=dict(os.environ, **envs.get(what, {})))
+        except subprocess.TimeoutExpired:
+            print(f"FAIL {what:40} hung for 120 s")
+            failures += 1
+            continue
         lines = [l for l in p.stderr.splitlines() if l.startswith("dlc: error:")]
         others = [l for l in p.stderr.splitlines() if l.strip() and not l.startswith("dlc: ")]
         problems = []
@@ -128,12 +168,29 @@ def main():
         for pr in problems:
             print("       " + pr)
         failures += bool(problems)
+    # dlc run writes its outputs only when all of them are written: with the second
+    # output's path taken by a directory, the first is not left behind either.
+    two = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["b"])], "two",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, [2, 3])]), opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(two, j("two.onnx"))
+    subprocess.run([a.dlc, "compile", j("two.onnx"), "--target", "emu", "-o", j("two.dlc"), "-q"], check=True)
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(os.path.join(out, "b.npy"))
+    p = subprocess.run([a.dlc, "run", j("two.dlc"), "--device", "emu", "--output-dir", out, "-q",
+                        "x=" + j("x23.npy")], capture_output=True, text=True, timeout=120)
+    left = sorted(os.listdir(out))
+    ok = p.returncode not in (0,) and p.returncode < 128 and left == ["b.npy"]
+    print(f"{'ok  ' if ok else 'FAIL'} {'an output that cannot be written':40} exit {p.returncode}, left {left}")
+    failures += not ok
     # The files the refused commands named are intact.
     for f in ["mlp.dlc", "good.npz", "bad_ckpt.npz", "mlp.onnx"]:
         if os.path.getsize(j(f)) == 0:
             print(f"FAIL {f} was clobbered")
             failures += 1
-    print(f"{len(cases) - failures}/{len(cases)} bad training inputs gave one clean error")
+    print(f"{len(cases) + 1 - failures}/{len(cases) + 1} bad inputs gave one clean error")
     return 1 if failures else 0
 
 

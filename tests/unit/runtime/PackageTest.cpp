@@ -275,3 +275,28 @@ TEST(Files, StaleTemporariesAreRemovedByTheNextWriter) {
   EXPECT_FALSE(dlc::refuseOverwrite(out, "-o", {{out, "model"}}).isOk());
   EXPECT_TRUE(dlc::refuseOverwrite(out, "-o", {{fresh, "model"}, {"", "data"}}).isOk());
 }
+
+// A set of outputs is all or nothing: when the second cannot be renamed into place,
+// the first (new) one is removed again; one that existed before is left alone.
+TEST(Files, CommitAllRollsBackNewFiles) {
+  std::string dir = ::testing::TempDir() + "/dlc-commit-all";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::string a = dir + "/a.npy", b = dir + "/b.npy", old = dir + "/old.npy";
+  std::ofstream(old) << "before";
+  auto refused = dlc::AtomicFile::open(dir);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("it is a directory"), std::string::npos);
+  std::vector<dlc::AtomicFile> files;
+  for (const std::string &p : {old, a, b}) {
+    auto f = dlc::AtomicFile::open(p);
+    ASSERT_TRUE(f.ok()) << f.status().message();
+    ASSERT_TRUE(f->write("new", 3).isOk());
+    files.push_back(std::move(*f));
+  }
+  std::filesystem::create_directories(b + "/in-the-way"); // after the open: the rename fails
+  EXPECT_FALSE(dlc::commitAll(files).isOk());
+  EXPECT_FALSE(std::filesystem::exists(a)) << "a new output was left behind";
+  EXPECT_TRUE(std::filesystem::exists(old)) << "an output that existed before was removed";
+  EXPECT_TRUE(std::filesystem::is_directory(b));
+}

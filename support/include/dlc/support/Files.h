@@ -43,6 +43,10 @@ private:
   Status error_;
 };
 
+/// Commits every file, in order; when one fails, the files this call had already put
+/// where nothing was before are removed again, and the error is returned.
+Status commitAll(std::vector<AtomicFile> &files);
+
 /// Opens `path` for reading without blocking on it (a FIFO or a device is refused at
 /// once, never waited on) and checks that it is a regular file. Returns the descriptor,
 /// which the caller closes.
