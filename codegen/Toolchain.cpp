@@ -87,6 +87,8 @@ const HostKey *cacheMacKey() {
 /// HMAC-SHA256 of an entry's file name and contents.
 Digest entryMac(const HostKey &key, const std::string &path, const void *data, size_t n) {
   HmacSha256 mac(key.data(), key.size());
+  static const char kLabel[] = "dlc kernel cache entry"; // not a package signature
+  mac.update(kLabel, sizeof kLabel);
   std::string name = llvm::sys::path::filename(path).str();
   mac.update(name.data(), name.size() + 1);
   mac.update(data, n);

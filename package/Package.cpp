@@ -378,9 +378,12 @@ bool PackageFile::signedWith(const HostKey &key) const {
     return false;
   Header h;
   std::memcpy(&h, data_, kHeaderSize);
-  // The signature is the last section: everything before it is covered.
-  if (sig->offset() + sig->size() > size_ - h.sectionsOffset ||
-      alignUp(sig->offset() + sig->size(), kSectionAlign) != size_ - h.sectionsOffset)
+  // The signature is the last section: everything before it is covered. (verify()
+  // placed it inside the file; checked again here without any sum that could wrap.)
+  uint64_t sectionsSize = size_ - h.sectionsOffset;
+  if (sig->offset() % kSectionAlign || sig->offset() > sectionsSize ||
+      sectionsSize - sig->offset() < sizeof(Digest) ||
+      alignUp(sig->offset() + sizeof(Digest), kSectionAlign) != sectionsSize)
     return false;
   Digest expect;
   std::memcpy(expect.data(), data_sections_ + sig->offset(), expect.size());
@@ -561,6 +564,7 @@ Status PackageFile::verify() {
         return bad("module " + std::to_string(i) + " is incomplete");
     }
   DLC_RETURN_IF_ERROR(checkSection(p.cuda_source(), "the CUDA source"));
+  DLC_RETURN_IF_ERROR(checkSection(p.host_signature(), "the host-code signature"));
   auto checkLaunch = [&](const Launch &l, const std::string &label) -> Status {
     if (l.kernel() >= nKernels)
       return bad(label + " launches kernel " + std::to_string(l.kernel()) + " of " +

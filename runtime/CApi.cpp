@@ -191,8 +191,10 @@ dlc_status dlc_model_output_info(const dlc_model *m, int index, dlc_tensor_info 
   return tensorInfo(m, index, true, info);
 }
 
-dlc_status dlc_session_create(dlc_model *model, const dlc_session_options *options,
-                              dlc_session **out) {
+namespace {
+
+dlc_status createSession(dlc_model *model, const dlc_session_options *options, bool allowHostCode,
+                         dlc_session **out) {
   return guarded([&] {
     if (!model || !out)
       return fail(DLC_ERROR_INVALID_ARGUMENT, "null model or output pointer");
@@ -204,11 +206,11 @@ dlc_status dlc_session_create(dlc_model *model, const dlc_session_options *optio
                     "unknown device " + std::to_string(options->device));
       so.device = static_cast<rt::DeviceKind>(options->device);
       so.emuThreads = options->emu_threads;
-      so.allowHostCode = options->allow_host_code != 0;
       so.cudaDevice = options->cuda_device;
       so.check = options->check != 0;
       so.cudaGraphs = options->no_cuda_graphs == 0;
     }
+    so.allowHostCode = allowHostCode;
     auto s = rt::Session::create(model->model, so);
     if (!s)
       return report(s.status());
@@ -217,6 +219,19 @@ dlc_status dlc_session_create(dlc_model *model, const dlc_session_options *optio
     *out = h;
     return report(Status::ok());
   });
+}
+
+} // namespace
+
+dlc_status dlc_session_create(dlc_model *model, const dlc_session_options *options,
+                              dlc_session **out) {
+  return createSession(model, options, /*allowHostCode=*/false, out);
+}
+
+dlc_status dlc_session_create_allowing_host_code(dlc_model *model,
+                                                 const dlc_session_options *options,
+                                                 dlc_session **out) {
+  return createSession(model, options, /*allowHostCode=*/true, out);
 }
 
 void dlc_session_free(dlc_session *session) {

@@ -2,6 +2,8 @@
 # Builds the libFuzzer targets (clang-14, ASan + UBSan) into build-fuzz and runs each
 # for SECONDS (default 60) from its seed corpus (tests/fuzz/seeds/<target>).
 #   scripts/fuzz.sh [SECONDS] [TARGET ...]     TARGET: onnx package npy textir
+# DLC_FUZZ_RUNS=N stops a target after N executions (if SECONDS have not passed first):
+#   DLC_FUZZ_RUNS=1000000 scripts/fuzz.sh 3600     the long run the README reports
 # Crashing inputs are kept in build-fuzz/crashes/<target>/; minimize one, fix the bug
 # and copy it to tests/fuzz/regressions/<target>/ (ctest -L fuzz replays them).
 set -euo pipefail
@@ -27,7 +29,7 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus" "$crashes"
   log="$out/fuzz-$t.log"
   ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1 \
-    "$out/tests/fuzz/fuzz_${name[$t]}" -max_total_time="$secs" -rss_limit_mb=4096 -timeout=30 \
+    "$out/tests/fuzz/fuzz_${name[$t]}" -max_total_time="$secs" ${DLC_FUZZ_RUNS:+-runs="$DLC_FUZZ_RUNS"} -rss_limit_mb=4096 -timeout=30 \
     -print_final_stats=1 -artifact_prefix="$crashes/" "$corpus" "$root/tests/fuzz/seeds/$t" > "$log" 2>&1 || true
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
   rate=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)

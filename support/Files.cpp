@@ -94,8 +94,17 @@ Status AtomicFile::commit() {
     return error_ ? error_ : failure(EBADF);
   int fd = fd_;
   fd_ = -1;
-  if (::fchmod(fd, mode_) != 0 || ::close(fd) != 0 || ::rename(tmp_.c_str(), path_.c_str()) != 0)
-    return failure(errno);
+  int err = ::fchmod(fd, mode_) != 0 ? errno : 0;
+  if (::close(fd) != 0 && !err)
+    err = errno;
+  if (!err && ::rename(tmp_.c_str(), path_.c_str()) != 0)
+    err = errno;
+  if (err) {
+    Status s = failure(err);
+    ::unlink(tmp_.c_str());
+    tmp_.clear();
+    return s;
+  }
   tmp_.clear(); // renamed: nothing to remove
   return Status::ok();
 }
@@ -150,20 +159,45 @@ Result<std::vector<uint8_t>> readRegularFile(const std::string &path, uint64_t m
 }
 
 Status commitAll(std::vector<AtomicFile> &files) {
+  // A file that exists now keeps a second name (a hard link, named like a temporary so
+  // that a crash leaves nothing the next writer does not remove) until all are in place.
   std::vector<bool> existed;
+  std::vector<std::string> backups;
   for (const AtomicFile &f : files) {
     struct stat st;
     existed.push_back(::lstat(f.path().c_str(), &st) == 0);
-  }
-  for (size_t i = 0; i < files.size(); ++i)
-    if (Status s = files[i].commit()) {
-      // The ones already renamed into place, where nothing was before, go again.
-      for (size_t j = 0; j < i; ++j)
-        if (!existed[j])
-          ::unlink(files[j].path().c_str());
-      return s;
+    std::string backup;
+    if (existed.back() && S_ISREG(st.st_mode)) {
+      backup = f.path() + ".tmp-XXXXXX";
+      int fd = ::mkostemp(backup.data(), O_CLOEXEC);
+      bool linked = fd >= 0 && ::close(fd) == 0 && ::unlink(backup.c_str()) == 0 &&
+                    ::link(f.path().c_str(), backup.c_str()) == 0;
+      if (!linked) {
+        if (fd >= 0)
+          ::unlink(backup.c_str());
+        backup.clear();
+      }
     }
-  return Status::ok();
+    backups.push_back(std::move(backup));
+  }
+  Status result;
+  size_t done = 0;
+  for (; done < files.size(); ++done)
+    if (Status s = files[done].commit()) {
+      result = s;
+      break;
+    }
+  for (size_t j = 0; j < files.size(); ++j) {
+    if (!result || j >= done) { // success, or not replaced: the second name goes
+      if (!backups[j].empty())
+        ::unlink(backups[j].c_str());
+    } else if (!backups[j].empty()) { // replaced: the old file comes back
+      ::rename(backups[j].c_str(), files[j].path().c_str());
+    } else if (!existed[j]) { // new: it goes again
+      ::unlink(files[j].path().c_str());
+    }
+  }
+  return result;
 }
 
 bool sameFile(const std::string &a, const std::string &b) {

@@ -985,8 +985,26 @@ llvm::Expected<ImportResult> importOnnxFile(const std::string &path, const Impor
                          path, std::string(dir), opts);
 }
 
-llvm::Error Importer::chargeUnrolled(int64_t nodes) {
-  unrolledNodes_ += std::max<int64_t>(nodes, 1);
+int64_t Importer::bodyCost(const onnx::GraphProto &g) {
+  auto [it, fresh] = bodyCosts_.emplace(&g, 0);
+  if (!fresh)
+    return it->second;
+  int64_t cost = g.node_size() + g.initializer_size();
+  for (const auto &n : g.node()) {
+    if (n.op_type() == "Loop" || n.op_type() == "Scan")
+      continue; // unrolled, they charge their own iterations
+    for (const auto &a : n.attribute()) {
+      if (a.has_g())
+        cost += bodyCost(a.g());
+      for (const auto &sg : a.graphs())
+        cost += bodyCost(sg);
+    }
+  }
+  return bodyCosts_[&g] = std::max<int64_t>(cost, 1);
+}
+
+llvm::Error Importer::chargeUnrolled(const onnx::GraphProto &body) {
+  unrolledNodes_ += bodyCost(body);
   if (unrolledNodes_ <= opts_.maxUnrolledNodes)
     return llvm::Error::success();
   return errorf("unrolling the model's Loops and Scans would import more than {0} nodes "

@@ -195,12 +195,16 @@ public:
   /// model's own.
   void addGuard(std::string name, ir::Value *v) { guards_.emplace_back(std::move(name), v); }
   const std::vector<std::pair<std::string, ir::Value *>> &guards() const { return guards_; }
-  /// Charges one unrolled iteration of a body of `nodes` nodes against
-  /// ImportOptions::maxUnrolledNodes; an error once the budget is spent.
-  llvm::Error chargeUnrolled(int64_t nodes);
+  /// Charges one unrolled iteration of `body` against ImportOptions::maxUnrolledNodes:
+  /// its nodes and initializers, and those of the subgraphs it imports with it (If
+  /// branches; a nested Loop or Scan charges its own iterations). An error once the
+  /// budget is spent.
+  llvm::Error chargeUnrolled(const onnx::GraphProto &body);
 
 private:
+  int64_t bodyCost(const onnx::GraphProto &g);
   int64_t unrolledNodes_ = 0;
+  std::unordered_map<const onnx::GraphProto *, int64_t> bodyCosts_;
   std::vector<std::pair<std::string, ir::Value *>> guards_;
   ir::Graph &g_;
   const ImportOptions &opts_;

@@ -23,6 +23,7 @@ A session may be used from several threads at once: each call runs on its own ar
 (sessions are pooled; the weights are loaded once), with the GIL released.
 """
 import os
+import stat
 import warnings
 
 import hashlib
@@ -121,6 +122,28 @@ def compile(model, output=None, *, target=None, fp16=False, bf16=False, layout="
     return os.fspath(output)
 
 
+def _hash_external_file(h, folder, location):
+    """Adds an external-data file's bytes to `h`, under the importer's rules: a relative
+    path inside `folder` (no "..", no link out of it) to a regular file, opened without
+    blocking. Anything else is left to the compiler, which names the problem."""
+    parts = location.replace("\\", "/").split("/")
+    if not location or "\0" in location or os.path.isabs(location) or ".." in parts:
+        return
+    path = os.path.join(folder, location)
+    root = os.path.realpath(folder)
+    if os.path.commonpath([os.path.realpath(path), root]) != root:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+
+
 def _cached_package(model_path_or_bytes, options):
     """The package compiled from an ONNX model with `options`, compiled on first use and
     kept in the packages/ folder of dlc's cache ($DLC_CACHE_DIR, $XDG_CACHE_HOME/dlc or
@@ -141,12 +164,7 @@ def _cached_package(model_path_or_bytes, options):
     folder = os.path.dirname(os.path.abspath(os.fspath(model_path_or_bytes))) if from_path else os.getcwd()
     for location in _dlc_module.external_data_files(data):
         h.update(b"\0external:" + location.encode() + b"\0")
-        try:
-            with open(os.path.join(folder, location), "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    h.update(block)
-        except OSError:
-            pass  # the compiler names the missing or unreadable file
+        _hash_external_file(h, folder, location)
     key = h.hexdigest()
     # The kernel cache's root (codegen/Toolchain.cpp), packages in packages/.
     root = os.environ.get("DLC_CACHE_DIR") or (os.path.join(os.environ["XDG_CACHE_HOME"], "dlc") if

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
@@ -374,23 +375,39 @@ Status tcpPublish(const std::string &spec, const std::string &host, int port, co
                                                spec + ": " + errnoText() +
                                                " (HOST must be an address of rank 0's machine)");
   const auto *payload = static_cast<const uint8_t *>(bytes);
+  bool loopback =
+      a->ai_family == AF_INET &&
+      (ntohl(reinterpret_cast<const sockaddr_in *>(a->ai_addr)->sin_addr.s_addr) >> 24) == 127;
   std::set<std::string> nonces; // a replayed hello is dropped
 
   // Connections that have not said which rank they are yet. A connection that is not
-  // a rank (or a rank that sends garbage) is dropped without counting.
+  // a rank (or a rank that sends garbage) is dropped without counting; so is one that
+  // has not sent its hello within kHelloSeconds, and the oldest when more than
+  // kMaxPending wait (whoever opens connections cannot hold rank 0's descriptors).
+  using Clock = std::chrono::steady_clock;
+  constexpr double kHelloSeconds = 10;
+  const size_t kMaxPending = 4 * static_cast<size_t>(me.size) + 16;
   struct Pending {
     Socket s;
     char hello[kHelloSize];
     size_t got = 0;
+    Clock::time_point since = Clock::now();
   };
   std::vector<Pending> pending;
   std::vector<bool> served(static_cast<size_t>(me.size), false);
   int left = me.size - 1;
   while (left > 0 && !deadline.passed()) {
+    pending.erase(
+        std::remove_if(pending.begin(), pending.end(),
+                       [&](const Pending &p) {
+                         return std::chrono::duration<double>(Clock::now() - p.since).count() >
+                                kHelloSeconds;
+                       }),
+        pending.end());
     std::vector<pollfd> fds{{listener.fd(), POLLIN, 0}};
     for (Pending &p : pending)
       fds.push_back({p.s.fd(), POLLIN, 0});
-    int r = ::poll(fds.data(), fds.size(), deadline.remainingMs());
+    int r = ::poll(fds.data(), fds.size(), std::min(deadline.remainingMs(), 1000));
     if (r < 0 && errno != EINTR)
       return Status(StatusCode::IoError,
                     "rank 0: poll failed during the rendezvous: " + errnoText());
@@ -446,8 +463,11 @@ Status tcpPublish(const std::string &spec, const std::string &host, int port, co
                   pending.end());
     if (fds[0].revents & POLLIN) {
       int c = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (c >= 0)
-        pending.push_back(Pending{Socket(c), {}, 0});
+      if (c >= 0) {
+        if (pending.size() >= kMaxPending)
+          pending.erase(pending.begin());
+        pending.push_back(Pending{Socket(c), {}, 0, Clock::now()});
+      }
     }
   }
   if (left == 0)
@@ -459,7 +479,11 @@ Status tcpPublish(const std::string &spec, const std::string &host, int port, co
   return Status(StatusCode::Unavailable,
                 "rank 0: rank" + std::string(missing.size() > 1 ? "s " : " ") + listRanks(missing) +
                     " did not connect to the rendezvous " + spec + " within " +
-                    secondsText(timeout) + " (did they start, with the same rendezvous?)");
+                    secondsText(timeout) + " (did they start, with the same rendezvous?" +
+                    (loopback ? " " + host +
+                                    " is a loopback address: ranks on other machines cannot "
+                                    "reach it; give an address of this machine's network)"
+                              : std::string(")")));
 }
 
 Status tcpReceive(const std::string &spec, const std::string &host, int port, const RankInfo &me,

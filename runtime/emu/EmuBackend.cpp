@@ -561,7 +561,7 @@ private:
                       (key.ok() ? "its signature does not verify with " + hostKeyPath()
                                 : key.status().message()) +
                       "); dlc runs it only with --allow-host-code (SessionOptions::allowHostCode, "
-                      "the C API's dlc_session_options.allow_host_code, Python's "
+                      "the C API's dlc_session_create_allowing_host_code, Python's "
                       "allow_host_code=True). Run the package on a GPU, where only its GPU code "
                       "runs, or compile the model on this machine");
   }

@@ -5,6 +5,7 @@ Packages are compiled once per run with the dlc binary ($DLC_BIN) for emu; the m
 is imported from $PYTHONPATH (build/python).
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -185,7 +186,7 @@ def test_big_endian_inputs_are_swapped(digits):
 
 def test_a_huge_broadcast_view_is_refused_before_it_is_copied(digits):
     s = dlc.InferenceSession(digits, device="emu")
-    # 8 bytes of data viewed as 1.6e9 elements: copying it first would take 6.4 GB.
+    # 4 bytes of data viewed as 1.6e9 elements: copying it first would take 6.4 GB.
     view = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), shape=(40000, 1, 200, 200),
                                            strides=(0, 0, 0, 0))
     with pytest.raises(ValueError, match=r"input 'image' has shape \[40000,1,200,200\], the model expects"):
@@ -396,6 +397,35 @@ def test_the_cache_key_covers_external_data(tmp_path, monkeypatch):
     second = dlc.InferenceSession(path, device="emu", compile_options={"target": "emu"}).run(None, {"x": x})[0]
     np.testing.assert_allclose(second, x @ (w * 10) + b * 10, rtol=1e-6)
     assert len(os.listdir(tmp_path / "cache" / "packages")) == 2
+
+
+def test_the_cache_key_never_blocks_or_leaves_the_folder(tmp_path, monkeypatch):
+    # The cache key reads external data only as the importer would: a FIFO is not read
+    # (it once blocked forever), a path out of the folder is not read either; the
+    # compiler then names the problem.
+    monkeypatch.setenv("DLC_CACHE_DIR", str(tmp_path / "cache"))
+    for location, needle in [("pipe.bin", "is not a regular file"), ("../outside.bin", "contains '..'")]:
+        folder = tmp_path / ("m-" + location.replace("/", "_").replace(".", "_"))
+        folder.mkdir()
+        if location == "pipe.bin":
+            os.mkfifo(folder / location)
+        graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "ext",
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+                                  [helper.make_tensor("w", TensorProto.FLOAT, [4], np.zeros(4, np.float32).tobytes(),
+                                                      raw=True)])
+        w = graph.initializer[0]
+        w.ClearField("raw_data")
+        w.data_location = TensorProto.EXTERNAL
+        for k, v in [("location", location), ("offset", "0"), ("length", "16")]:
+            e = w.external_data.add()
+            e.key, e.value = k, v
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        path = str(folder / "m.onnx")
+        onnx.save(model, path)
+        with pytest.raises(dlc.CompileError, match=re.escape(needle)):
+            dlc.InferenceSession(path, device="emu", compile_options={"target": "emu"})
 
 
 # --- training ---------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 exactly one "dlc: error:" line naming the problem, and nothing written where the
 command would have written (the package, the checkpoint)."""
 import argparse
+import hashlib
 import os
 import shutil
 import subprocess
@@ -75,6 +76,9 @@ def main():
         bomb[at + field:at + field + 4] = (0xF0000000).to_bytes(4, "little")
     open(j("bomb.npz"), "wb").write(bomb)
     np.save(j("x23.npy"), np.ones((2, 3), np.float32))
+
+    digests = {f: hashlib.sha256(open(j(f), "rb").read()).hexdigest()
+               for f in ["mlp.dlc", "good.npz", "bad_ckpt.npz", "mlp.onnx"]}
 
     out = j("out")
     compile_ = lambda m, *f: [a.dlc, "compile", j(m), "--train", "--target", "emu", "-o", os.path.join(out, "p.dlc"), *f]  # noqa: E731
@@ -185,9 +189,9 @@ def main():
     ok = p.returncode not in (0,) and p.returncode < 128 and left == ["b.npy"]
     print(f"{'ok  ' if ok else 'FAIL'} {'an output that cannot be written':40} exit {p.returncode}, left {left}")
     failures += not ok
-    # The files the refused commands named are intact.
-    for f in ["mlp.dlc", "good.npz", "bad_ckpt.npz", "mlp.onnx"]:
-        if os.path.getsize(j(f)) == 0:
+    # The files the refused commands named are intact, byte for byte.
+    for f, digest in digests.items():
+        if hashlib.sha256(open(j(f), "rb").read()).hexdigest() != digest:
             print(f"FAIL {f} was clobbered")
             failures += 1
     print(f"{len(cases) + 1 - failures}/{len(cases) + 1} bad inputs gave one clean error")

@@ -282,7 +282,7 @@ llvm::Error importLoop(NodeImporter &ni) {
     return ni.op(OpKind::And, {active, less});
   };
   for (int64_t k = 0; k < m && !stopped; ++k) {
-    if (auto e = imp.chargeUnrolled(g.node_size()))
+    if (auto e = imp.chargeUnrolled(g))
       return ni.error(llvm::toString(std::move(e)));
     DLC_TRY(gate, gateFor(k));
     Scope inner(&ni.scope());
@@ -458,7 +458,7 @@ llvm::Error importScan(NodeImporter &ni) {
   std::vector<std::vector<Value *>> elems(scanOuts);
   Importer &imp = ni.importer();
   for (int64_t t = 0; t < length; ++t) {
-    if (auto e = imp.chargeUnrolled(g.node_size()))
+    if (auto e = imp.chargeUnrolled(g))
       return ni.error(llvm::toString(std::move(e)));
     Scope inner(&ni.scope());
     for (size_t j = 0; j < states; ++j)

@@ -84,10 +84,6 @@ typedef struct dlc_session_options {
   /* Since API version 2 (zero-initialise the struct: 0 is every default). */
   int check;          /* emu: the checks that cost time (memory starts as NaN bytes, ...) */
   int no_cuda_graphs; /* cuda: launch step by step instead of replaying a CUDA graph */
-  /* Since API version 5. emu: run the package's host code (its emu module) even when
-   * another user or machine compiled it. That code runs as you: only for packages
-   * from sources you trust. */
-  int allow_host_code;
 } dlc_session_options;
 
 /* The message of this thread's last failing call ("" if none). */
@@ -109,6 +105,14 @@ dlc_status dlc_model_output_info(const dlc_model *model, int index, dlc_tensor_i
 /* options may be NULL (defaults). */
 dlc_status dlc_session_create(dlc_model *model, const dlc_session_options *options,
                               dlc_session **out);
+/* Since API version 5. As dlc_session_create, and on emu the package's host code (its
+ * emu module) runs even when another user or machine compiled it (dlc_session_create
+ * refuses such a package). That code runs as you: only for packages from sources you
+ * trust. A function of its own, not an options field, so that no caller built against
+ * an older, shorter dlc_session_options can give this consent by accident. */
+dlc_status dlc_session_create_allowing_host_code(dlc_model *model,
+                                                 const dlc_session_options *options,
+                                                 dlc_session **out);
 void dlc_session_free(dlc_session *session);
 /* "cuda (NVIDIA A100, sm_80)" or "emu (...)"; valid while the session lives. */
 const char *dlc_session_device(const dlc_session *session);

@@ -232,3 +232,35 @@ save("resize_huge.onnx",
 # Valid, but its arena (two 275 GB tensors) is more than any GPU's memory: compile warns.
 save("huge_arena.onnx", model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [f32("x", [1 << 36])],
                               [f32("y", [1 << 36])]))
+
+
+# The budget counts the If branches a loop body imports: Loop(256) -> If -> Loop(256) ->
+# If with a 10,000-node branch would import 655 million nodes if only each body's own
+# nodes were charged.
+def if_around(body_nodes, tag):
+    branch = helper.make_graph(body_nodes, "branch" + tag, [], [f32("o" + tag, [2])])
+    other = helper.make_graph([helper.make_node("Identity", ["vi" + tag], ["p" + tag])], "other" + tag, [],
+                              [f32("p" + tag, [2])])
+    return helper.make_node("If", ["c"], ["vo" + tag], name="if" + tag, then_branch=branch, else_branch=other)
+
+
+def loop_of(trips, node, tag):
+    i64 = helper.make_tensor_value_info("i" + tag, TensorProto.INT64, [])
+    body = helper.make_graph([helper.make_node("Identity", ["ci" + tag], ["co" + tag]), node], "body" + tag,
+                             [i64, helper.make_tensor_value_info("ci" + tag, TensorProto.BOOL, []), f32("vi" + tag, [2])],
+                             [helper.make_tensor_value_info("co" + tag, TensorProto.BOOL, []), f32("vo" + tag, [2])])
+    return body
+
+
+big = [helper.make_node("Relu", ["vib"], ["r0"])] + [helper.make_node("Relu", ["r%d" % k], ["r%d" % (k + 1)])
+                                                      for k in range(9998)] + [helper.make_node("Relu", ["r9998"], ["ob"])]
+inner_body = loop_of(256, if_around(big, "b"), "b")
+inner_loop = helper.make_node("Loop", ["m", "", "via"], ["o_a"], name="inner", body=inner_body)
+outer_if = helper.make_node("If", ["c"], ["voa"], name="ifa",
+                            then_branch=helper.make_graph([inner_loop], "then_a", [], [f32("o_a", [2])]),
+                            else_branch=helper.make_graph([helper.make_node("Identity", ["via"], ["pa"])], "else_a", [],
+                                                          [f32("pa", [2])]))
+save("loop_if_loop.onnx", model([helper.make_node("Loop", ["m", "", "x"], ["y"], name="outer",
+                                                  body=loop_of(256, outer_if, "a"))],
+                                [helper.make_tensor_value_info("c", TensorProto.BOOL, []), f32("x", [2])],
+                                [f32("y", [2])], [helper.make_tensor("m", TensorProto.INT64, [], [256])]))

@@ -7,8 +7,11 @@
 #include "dlc/runtime.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <thread>
 
 namespace {
@@ -311,4 +314,32 @@ TEST(CApi, TwoModelsInOneProcess) {
   for (size_t i = 0; i < kX.size(); ++i)
     neg[i] = -kX[i];
   EXPECT_EQ(sb.output<float>("y"), neg);
+}
+
+// A package this user did not compile (here: checked against another key) is refused by
+// dlc_session_create on emu; dlc_session_create_allowing_host_code is the consent.
+TEST(CApi, HostCodeNeedsItsOwnCall) {
+  const std::vector<uint8_t> &bytes = package(); // compiled and signed with this user's key
+  std::string other = ::testing::TempDir() + "capi-other.key";
+  {
+    std::ofstream f(other, std::ios::binary);
+    f << std::string(32, '\x5a');
+  }
+  ::chmod(other.c_str(), 0600);
+  ASSERT_EQ(::setenv("DLC_HOST_KEY_FILE", other.c_str(), 1), 0);
+  dlc_model *model = nullptr;
+  ASSERT_EQ(dlc_model_load_memory(bytes.data(), bytes.size(), &model), DLC_OK);
+  dlc_session_options o;
+  std::memset(&o, 0, sizeof o);
+  o.device = DLC_DEVICE_EMU;
+  o.emu_threads = 1;
+  dlc_session *s = nullptr;
+  EXPECT_NE(dlc_session_create(model, &o, &s), DLC_OK);
+  EXPECT_NE(std::string(dlc_last_error()).find("carries host code"), std::string::npos)
+      << dlc_last_error();
+  EXPECT_EQ(s, nullptr);
+  EXPECT_EQ(dlc_session_create_allowing_host_code(model, &o, &s), DLC_OK) << dlc_last_error();
+  dlc_session_free(s);
+  dlc_model_free(model);
+  ::unsetenv("DLC_HOST_KEY_FILE");
 }

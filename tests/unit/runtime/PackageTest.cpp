@@ -276,8 +276,8 @@ TEST(Files, StaleTemporariesAreRemovedByTheNextWriter) {
   EXPECT_TRUE(dlc::refuseOverwrite(out, "-o", {{fresh, "model"}, {"", "data"}}).isOk());
 }
 
-// A set of outputs is all or nothing: when the second cannot be renamed into place,
-// the first (new) one is removed again; one that existed before is left alone.
+// A set of outputs is all or nothing: when one cannot be renamed into place, a new one
+// already in place is removed again and a replaced one is restored.
 TEST(Files, CommitAllRollsBackNewFiles) {
   std::string dir = ::testing::TempDir() + "/dlc-commit-all";
   std::filesystem::remove_all(dir);
@@ -297,6 +297,15 @@ TEST(Files, CommitAllRollsBackNewFiles) {
   std::filesystem::create_directories(b + "/in-the-way"); // after the open: the rename fails
   EXPECT_FALSE(dlc::commitAll(files).isOk());
   EXPECT_FALSE(std::filesystem::exists(a)) << "a new output was left behind";
-  EXPECT_TRUE(std::filesystem::exists(old)) << "an output that existed before was removed";
+  std::string kept;
+  std::getline(std::ifstream(old), kept);
+  EXPECT_EQ(kept, "before") << "an output that existed before was not restored";
   EXPECT_TRUE(std::filesystem::is_directory(b));
+  size_t entries = 0;
+  for (const auto &e : std::filesystem::directory_iterator(dir))
+    entries += e.path().filename().string().find(".tmp-") == std::string::npos;
+  EXPECT_EQ(entries, 2u) << "old.npy and b.npy only";
+  for (const auto &e : std::filesystem::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos)
+        << "left behind: " << e.path();
 }

@@ -43,8 +43,9 @@ private:
   Status error_;
 };
 
-/// Commits every file, in order; when one fails, the files this call had already put
-/// where nothing was before are removed again, and the error is returned.
+/// Commits every file, in order, all or nothing: when one fails, the files this call had
+/// already put in place are undone (a new one removed, a replaced one restored from a
+/// hard link kept until the end), and the error is returned.
 Status commitAll(std::vector<AtomicFile> &files);
 
 /// Opens `path` for reading without blocking on it (a FIFO or a device is refused at
