@@ -223,6 +223,14 @@ public:
     buffers_ = p.meta().buffers();
     const pkg::Package &m = p.meta();
     if (m.kernels() && m.kernels()->size()) {
+      bool hasEmuModule = false;
+      if (m.modules())
+        for (const pkg::Module *x : *m.modules())
+          hasEmuModule |= x->kind() == pkg::ModuleKind::EmuSharedObject;
+      if (!hasEmuModule)
+        return Status(StatusCode::Unavailable,
+                      p.name() +
+                          ": the package has no emu module (compile with --target including emu)");
       DLC_RETURN_IF_ERROR(checkHostCodeTrust(p));
       std::map<std::string, EmuKernel> thunks;
       if (m.modules())

@@ -39,6 +39,8 @@ def main():
     subprocess.run([a.dlc, "compile", j("mlp.onnx"), "--train", "--target", "emu", "-o", j("mlp.dlc"), "-q"],
                    check=True)
     subprocess.run([a.dlc, "compile", j("no_params.onnx"), "--target", "emu", "-o", j("relu.dlc"), "-q"], check=True)
+    subprocess.run([a.dlc, "compile", j("no_params.onnx"), "--target", "sm_90", "-o", j("relu90.dlc"), "-q"],
+                   check=True)
     np.savez(j("good.npz"), x=np.ones((4, 4), np.float32), label=np.array([0, 1, 2, 0], np.int64))
     np.savez(j("float_label.npz"), x=np.ones((4, 4), np.float32), label=np.zeros(4, np.float32))
     np.savez(j("label_shape.npz"), x=np.ones((4, 4), np.float32), label=np.zeros((4, 2), np.int64))
@@ -140,6 +142,8 @@ def main():
         ("a FIFO as external data", [a.dlc, "compile", j("ext", "fifo_weights.onnx"), "--target", "emu", "-o",
                                      os.path.join(out, "p.dlc")], "weights.bin"),
         ("an .npz member claiming 4 GB", train("bomb.npz"), "more than deflate can produce"),
+        ("a GPU-only package on emu", [a.dlc, "run", j("relu90.dlc"), "--device", "emu", "--output-dir", out,
+                                       "x=" + j("x23.npy")], "has no emu module"),
     ]
     # Cases that need an environment of their own (the rank of a launcher).
     envs = {"ranks of a package without --data-parallel": {"DLC_RANK": "0", "DLC_WORLD_SIZE": "2"},
