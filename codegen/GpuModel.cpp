@@ -1,21 +1,181 @@
-//===- GpuModel.cpp - Representative GPUs, occupancy and SM fill ----------===//
+//===- GpuModel.cpp - GPU profiles, occupancy and SM fill ----------------===//
 #include "dlc/codegen/GpuModel.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <type_traits>
 
 namespace dlc::codegen {
 
+// Sources. Peaks, SM counts, clocks, memory sizes and bandwidths: NVIDIA's data sheets
+// and architecture whitepapers (A100: "NVIDIA A100 Tensor Core GPU Architecture", 2020,
+// SXM4 80 GB at 1410 MHz; A10 and L4: product data sheets, 1695 and 2040 MHz boost;
+// H100: "NVIDIA H100 Tensor Core GPU Architecture", SXM5, 1980 MHz max boost; H200:
+// data sheet, the H100's SM with 141 GB HBM3e at 4.8 TB/s). The per-clock pipe rates
+// are those peaks divided by SMs x clock x FLOPs per warp instruction, and agree with
+// the whitepapers' per-SM unit counts (A100: 64 FP32 lanes, 2 warp FFMA per clock;
+// GA10x, AD10x, GH100: 128, 4), 16 special-function lanes per SM (0.5 MUFU per clock).
+// mmaSyncFraction: Hopper's dense FP16 peak needs wgmma, which issues twice the
+// mma.sync rate; mma.sync reaches about half (published microbenchmarks and user
+// reports; `dlc calibrate` measures it). Estimates, until `dlc calibrate` replaces them
+// with measurements (docs/ARCHITECTURE.md "Kernel facts and bounds"): the achievable
+// DRAM fraction (STREAM-like copies reach 85-90% of the data sheet), L2 bandwidth,
+// load latencies, launch and graph-node overheads, and cuBLASLt's large-GEMM
+// efficiency. Launch and graph-node overheads were checked against the H200 GPU kit run
+// (the digits model: 21.8 us measured for 9 graph nodes).
 const std::vector<GpuModel> &gpuModels() {
-  // Data-sheet peaks (dense) and bandwidths; shared memory per SM as a kernel can use it.
-  // Links: NVLink 3 (A100 SXM) and 4 (H100 SXM) per direction; PCIe 4 x16 for A10 and L4.
   static const std::vector<GpuModel> models = {
-      {"A100", "sm_80", 108, 2048, 32, 65536, 164 * 1024, 19.5e12, 312e12, 156e12, 2039e9, 2.0,
-       300e9},
-      {"A10", "sm_86", 72, 1536, 16, 65536, 100 * 1024, 31.2e12, 125e12, 62.5e12, 600e9, 2.0, 32e9},
-      {"L4", "sm_89", 58, 1536, 24, 65536, 100 * 1024, 30.3e12, 121e12, 60e12, 300e9, 2.0, 32e9},
-      {"H100", "sm_90", 132, 2048, 32, 65536, 228 * 1024, 66.9e12, 989e12, 495e12, 3350e9, 2.0,
-       450e9},
+      {"A100",
+       "sm_80",
+       108,
+       2048,
+       32,
+       65536,
+       164 * 1024,
+       1.41e9,
+       19.5e12,
+       312e12,
+       156e12,
+       1.0,
+       2,
+       4,
+       1,
+       2,
+       0.5,
+       128,
+       2039e9,
+       0.87,
+       4.0e12,
+       40e6,
+       200,
+       480,
+       2.0,
+       1.0,
+       0.85,
+       300e9,
+       "data sheet and estimates"},
+      {"A10",
+       "sm_86",
+       72,
+       1536,
+       16,
+       65536,
+       100 * 1024,
+       1.695e9,
+       31.2e12,
+       125e12,
+       62.5e12,
+       1.0,
+       4,
+       2,
+       0.0625,
+       2,
+       0.5,
+       128,
+       600e9,
+       0.85,
+       1.5e12,
+       6e6,
+       200,
+       480,
+       2.0,
+       1.0,
+       0.80,
+       32e9,
+       "data sheet and estimates"},
+      {"L4",
+       "sm_89",
+       58,
+       1536,
+       24,
+       65536,
+       100 * 1024,
+       2.04e9,
+       30.3e12,
+       121e12,
+       60e12,
+       1.0,
+       4,
+       2,
+       0.0625,
+       2,
+       0.5,
+       128,
+       300e9,
+       0.85,
+       1.5e12,
+       48e6,
+       200,
+       480,
+       2.0,
+       1.0,
+       0.80,
+       32e9,
+       "data sheet and estimates"},
+      {"H100",
+       "sm_90",
+       132,
+       2048,
+       32,
+       65536,
+       228 * 1024,
+       1.98e9,
+       66.9e12,
+       989e12,
+       495e12,
+       0.5,
+       4,
+       4,
+       2,
+       2,
+       0.5,
+       128,
+       3350e9,
+       0.90,
+       5.5e12,
+       50e6,
+       260,
+       600,
+       2.0,
+       1.0,
+       0.70,
+       450e9,
+       "data sheet and estimates"},
+      {"H200",
+       "sm_90",
+       132,
+       2048,
+       32,
+       65536,
+       228 * 1024,
+       1.98e9,
+       66.9e12,
+       989e12,
+       495e12,
+       0.5,
+       4,
+       4,
+       2,
+       2,
+       0.5,
+       128,
+       4800e9,
+       0.90,
+       5.5e12,
+       50e6,
+       260,
+       600,
+       2.0,
+       1.0,
+       0.70,
+       450e9,
+       "data sheet and estimates"},
   };
   return models;
 }
@@ -24,11 +184,122 @@ const GpuModel &gpuModelFor(const std::string &arch) {
   for (const GpuModel &g : gpuModels())
     if (arch == g.arch)
       return g;
-  return gpuModels().back();
+  return gpuModels()[3];
+}
+
+const GpuModel *gpuModelNamed(const std::string &name) {
+  for (const GpuModel &g : gpuModels())
+    if (name == g.name)
+      return &g;
+  return nullptr;
 }
 
 std::vector<const GpuModel *> reportedGpus() {
   return {&gpuModels()[0], &gpuModels()[3]};
+}
+
+namespace {
+
+/// Every numeric field of a profile by its JSON name.
+template <typename F> void forEachField(GpuModel &g, F &&f) {
+  f("sms", g.sms);
+  f("max_threads_per_sm", g.maxThreadsPerSm);
+  f("max_blocks_per_sm", g.maxBlocksPerSm);
+  f("registers_per_sm", g.regsPerSm);
+  f("shared_memory_per_sm", g.smemPerSm);
+  f("clock_hz", g.clockHz);
+  f("fp32_flops", g.fp32Flops);
+  f("tensor_flops", g.tensorFlops);
+  f("tf32_flops", g.tf32Flops);
+  f("mma_sync_fraction", g.mmaSyncFraction);
+  f("fp32_per_clock", g.fp32PerClock);
+  f("fp16x2_per_clock", g.fp16x2PerClock);
+  f("fp64_per_clock", g.fp64PerClock);
+  f("int_per_clock", g.intPerClock);
+  f("mufu_per_clock", g.mufuPerClock);
+  f("lsu_bytes_per_clock", g.lsuBytesPerClock);
+  f("dram_bytes_per_second", g.dramBytesPerSecond);
+  f("dram_achievable", g.dramAchievable);
+  f("l2_bytes_per_second", g.l2BytesPerSecond);
+  f("l2_bytes", g.l2Bytes);
+  f("l2_latency_cycles", g.l2LatencyCycles);
+  f("dram_latency_cycles", g.dramLatencyCycles);
+  f("launch_us", g.launchMicros);
+  f("graph_node_us", g.graphNodeMicros);
+  f("library_efficiency", g.libraryEfficiency);
+  f("link_bytes_per_second", g.linkBytesPerSecond);
+}
+
+llvm::Error profileError(const std::string &path, const std::string &why) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), "GPU profile '%s': %s",
+                                 path.c_str(), why.c_str());
+}
+
+} // namespace
+
+llvm::Expected<GpuModel> loadGpuProfile(const std::string &path) {
+  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  if (!buf)
+    return profileError(path, buf.getError().message());
+  if ((*buf)->getBufferSize() > (1 << 20))
+    return profileError(path, "larger than 1 MiB; not a profile");
+  llvm::Expected<llvm::json::Value> v = llvm::json::parse((*buf)->getBuffer());
+  if (!v)
+    return profileError(path, "not JSON: " + llvm::toString(v.takeError()));
+  const llvm::json::Object *o = v->getAsObject();
+  if (!o)
+    return profileError(path, "not a JSON object");
+  auto name = o->getString("name");
+  auto arch = o->getString("arch");
+  if (!name || !arch || name->empty())
+    return profileError(path, "needs \"name\" and \"arch\" strings");
+  const GpuModel *base = gpuModelNamed(name->str());
+  if (!base)
+    for (const GpuModel &g : gpuModels())
+      if (g.arch == *arch) {
+        base = &g;
+        break;
+      }
+  if (!base)
+    return profileError(path, "architecture '" + arch->str() +
+                                  "' has no built-in profile to start from (sm_80, sm_86, "
+                                  "sm_89, sm_90)");
+  GpuModel g = *base;
+  g.name = name->str();
+  g.arch = arch->str();
+  if (auto s = o->getString("source"))
+    g.source = s->str();
+  std::string bad;
+  std::vector<std::string> known = {"name", "arch", "source"};
+  forEachField(g, [&](const char *key, auto &field) {
+    known.push_back(key);
+    if (const llvm::json::Value *x = o->get(key)) {
+      auto d = x->getAsNumber();
+      if (!d || !std::isfinite(*d) || *d <= 0 || *d > 1e18)
+        bad = std::string("\"") + key + "\" must be a positive number";
+      else
+        field = static_cast<std::remove_reference_t<decltype(field)>>(*d);
+    }
+  });
+  if (!bad.empty())
+    return profileError(path, bad);
+  for (const auto &kv : *o)
+    if (std::find(known.begin(), known.end(), kv.first.str()) == known.end())
+      return profileError(path, "unknown field \"" + kv.first.str() + "\"");
+  if (g.sms < 1 || g.maxThreadsPerSm < 32 || g.maxBlocksPerSm < 1 || g.regsPerSm < 256)
+    return profileError(path, "SM counts and limits must be at least 1 (threads 32, registers "
+                              "256)");
+  return g;
+}
+
+std::string gpuProfileJson(const GpuModel &g) {
+  llvm::json::Object o{{"name", g.name}, {"arch", g.arch}, {"source", g.source}};
+  GpuModel copy = g;
+  forEachField(copy, [&](const char *key, auto &field) { o[key] = static_cast<double>(field); });
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(o))) << "\n";
+  return s;
 }
 
 int blocksPerSm(const GpuModel &g, int threads, int registers, int smemBytes) {
@@ -55,7 +326,8 @@ double smFill(const GpuModel &g, uint64_t blocks, int perSm) {
 
 double modeledMicros(const GpuModel &g, double flops, double bytes, double fill, double peak) {
   double p = (peak > 0 ? peak : g.fp32Flops) * std::max(fill, 1e-6);
-  return 1e6 * std::max(flops / p, bytes / g.dramBytesPerSecond) + g.launchMicros;
+  return 1e6 * std::max(flops / p, bytes / (g.dramBytesPerSecond * g.dramAchievable)) +
+         g.launchMicros;
 }
 
 } // namespace dlc::codegen

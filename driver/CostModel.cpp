@@ -40,24 +40,145 @@ int staticSmemOf(const pkg::Kernel &k, const GpuModel &g) {
 
 } // namespace
 
-PackageCost costOf(const pkg::PackageFile &pf, int variant) {
+const codegen::sass::KernelFacts *PackageCost::factsOf(const std::string &arch,
+                                                       const std::string &symbol) const {
+  auto a = facts.find(arch);
+  if (a == facts.end())
+    return nullptr;
+  auto k = a->second.find(symbol);
+  return k == a->second.end() ? nullptr : &k->second;
+}
+
+namespace {
+
+using codegen::sass::Class;
+using codegen::sass::Mix;
+
+/// Decodes every cubin of the package once, by architecture and symbol.
+void decodeModules(const pkg::PackageFile &pf, PackageCost &c) {
+  const pkg::Package &m = pf.meta();
+  if (!m.modules())
+    return;
+  for (const pkg::Module *mod : *m.modules()) {
+    if (mod->kind() != pkg::ModuleKind::Cubin || !mod->target())
+      continue;
+    llvm::ArrayRef<uint8_t> image(pf.section(mod->data()), mod->data()->size());
+    llvm::Expected<std::map<std::string, codegen::sass::KernelFacts>> f =
+        codegen::sass::decodeCubin(image);
+    if (!f) {
+      c.decodeErrors[mod->target()->str()] = llvm::toString(f.takeError());
+      continue;
+    }
+    for (auto &[symbol, facts] : *f)
+      c.facts[mod->target()->str()][symbol] = std::move(facts);
+  }
+}
+
+double classCount(const Mix &m, Class c) {
+  return static_cast<double>(m.of(c));
+}
+
+} // namespace
+
+Bounds launchBounds(const GpuModel &g, const codegen::sass::KernelFacts *f, const LaunchShape &s) {
+  Bounds b;
+  double achievable = g.dramBytesPerSecond * g.dramAchievable;
+  double bytes = s.bytesRead + s.bytesWritten;
+  if (!f) {
+    double peak = s.tf32     ? g.tf32Flops * g.mmaSyncFraction
+                  : s.tensor ? g.tensorFlops * g.mmaSyncFraction
+                             : g.fp32Flops;
+    b.issue = 1e6 * s.flops / (peak * std::max(s.fill, 1e-6));
+    b.memory = 1e6 * bytes / achievable;
+    b.limit = b.issue >= b.memory ? "peak" : "memory";
+    return b;
+  }
+  const Mix *main = f->main();
+  const Mix &straight = f->straight;
+  int threads = std::max(s.threads, 1);
+  double lanes = std::min(threads, 32);
+  double warps = static_cast<double>(s.blocks) * ((threads + 31) / 32);
+  // Warp-iterations of the main loop: as many as the launch's FLOPs need, or its bytes
+  // when the loop reads more than its arithmetic accounts for.
+  double iterations = 0;
+  if (main) {
+    double fmaFlops = (2.0 * main->ffma + 4.0 * main->hfma2) * lanes;
+    double perIterFlops = main->mmaFlops > 0 ? main->mmaFlops : fmaFlops;
+    double perIterBytes = (main->globalLoadBytes + main->cpAsyncBytes) * lanes;
+    if (perIterFlops > 0)
+      iterations = s.flops / perIterFlops;
+    if (perIterBytes > 0)
+      iterations = std::max(iterations, s.bytesRead / perIterBytes);
+  }
+  auto total = [&](Class c) {
+    return iterations * (main ? classCount(*main, c) : 0.0) + warps * classCount(straight, c);
+  };
+  double instructions =
+      iterations * (main ? main->instructions : 0) + warps * straight.instructions;
+  double tensor = iterations * (main ? main->tensorEquiv : 0) + warps * straight.tensorEquiv;
+  double lsu = iterations * (main ? main->lsuCycles : 0) + warps * straight.lsuCycles;
+  // Cycles summed over all SMs, by pipe; the busiest pipe (or issue itself) limits.
+  double cycles =
+      std::max({instructions / 4.0, tensor / std::max(g.hmmaPerClock(), 1e-9),
+                total(Class::Fp32) / g.fp32PerClock, total(Class::Fp16x2) / g.fp16x2PerClock,
+                total(Class::Fp64) / g.fp64PerClock,
+                (total(Class::IntMad) + total(Class::Alu)) / g.intPerClock,
+                (total(Class::Mufu) + total(Class::Convert)) / g.mufuPerClock,
+                lsu * 128.0 / g.lsuBytesPerClock});
+  double busySms = g.sms * std::max(s.fill, 1e-6);
+  b.issue = 1e6 * cycles / busySms / g.clockHz;
+  // Passes over the data: a kernel without tensor-core work and with little arithmetic
+  // per byte reads its input once per loop that loads it (softmax: max, sum, write).
+  int passes = 1;
+  if (f->whole.mmaFlops == 0 && s.flops <= 8 * s.bytesRead)
+    passes = std::max(1, f->loadLoops);
+  double reread = (passes - 1) * s.bytesRead;
+  double rereadRate = s.bytesRead * passes <= g.l2Bytes / 2 ? g.l2BytesPerSecond : achievable;
+  b.memory = 1e6 * (bytes / achievable + reread / rereadRate);
+  // Each warp's own chain, wave after wave: a loop that waits for its own loads (no
+  // cp.async pipeline) pays at least an L2 hit per iteration.
+  double waves = std::ceil(static_cast<double>(s.blocks) /
+                           (static_cast<double>(g.sms) * std::max(s.blocksPerSm, 1)));
+  double perIteration = 0;
+  if (main) {
+    bool waitsOnLoads =
+        main->of(Class::GlobalLoad) + main->of(Class::Atomic) + main->of(Class::LocalMemory) > 0;
+    bool pipelined = main->of(Class::CpAsync) > 0;
+    perIteration = main->instructions + (waitsOnLoads && !pipelined ? g.l2LatencyCycles : 0);
+  }
+  double chain = (warps > 0 ? iterations / warps : 0) * perIteration + straight.instructions +
+                 (straight.of(Class::GlobalLoad) ? g.dramLatencyCycles : 0);
+  b.latency = 1e6 * waves * chain / g.clockHz;
+  double worst = b.worst();
+  b.limit = worst == b.issue ? "issue" : worst == b.memory ? "memory" : "latency";
+  return b;
+}
+
+PackageCost costOf(const pkg::PackageFile &pf, int variant,
+                   const std::vector<codegen::GpuModel> &gpuList) {
   const pkg::Package &m = pf.meta();
   const pkg::ShapeVariant *v =
       variant >= 0 ? m.variants()->Get(static_cast<uint32_t>(variant)) : nullptr;
   const auto *schedule = v ? v->steps() : m.steps();
-  std::vector<const GpuModel *> gpus = codegen::reportedGpus();
-  size_t ng = gpus.size();
   PackageCost c;
+  if (gpuList.empty())
+    for (const GpuModel *g : codegen::reportedGpus())
+      c.gpus.push_back(*g);
+  else
+    c.gpus = gpuList;
+  size_t ng = c.gpus.size();
+  decodeModules(pf, c);
   c.micros.assign(ng, 0);
   c.roofline.assign(ng, 0);
   c.flops.assign(ng, 0);
   c.tensorFlops.assign(ng, 0);
   c.bytesRead.assign(ng, 0);
   c.bytesWritten.assign(ng, 0);
+  c.peakPriced.assign(ng, 0);
   // The steps that run on each GPU, as the runtime chooses them.
   std::vector<int> arch(ng), planned = pkg::stepArchs(m);
   for (size_t i = 0; i < ng; ++i)
-    arch[i] = pkg::chooseStepArch(planned, pkg::archNumber(gpus[i]->arch));
+    arch[i] = pkg::chooseStepArch(planned, pkg::archNumber(c.gpus[i].arch));
   if (schedule)
     for (const pkg::Step *s : *schedule) {
       if (!(s->schedules() & 1)) // a training package's evaluation: not part of a step
@@ -66,6 +187,7 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant) {
       sc.node = s->node() ? s->node()->str() : "";
       const pkg::Launch *l = s->op_as_Launch();
       const pkg::Gemm *gm = s->op_as_Gemm();
+      const pkg::Kernel *kernel = nullptr;
       uint64_t gemmM = 0, gemmN = 0, gemmK = 0, batch = 1;
       if (l) {
         sc.kind = "launch";
@@ -73,8 +195,9 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant) {
         sc.bytesRead = l->bytes_read();
         sc.bytesWritten = l->bytes_written();
         sc.flops = l->flops();
-        sc.tensor = m.kernels() && l->kernel() < m.kernels()->size() &&
-                    m.kernels()->Get(l->kernel())->tensor_core();
+        if (m.kernels() && l->kernel() < m.kernels()->size())
+          kernel = m.kernels()->Get(l->kernel());
+        sc.tensor = kernel && kernel->tensor_core();
         sc.blocks = uint64_t(l->grid()->x()) * l->grid()->y() * l->grid()->z();
       } else if (gm) {
         sc.kind = "gemm";
@@ -109,16 +232,29 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant) {
         sc.kind = "wait";
       }
       for (size_t i = 0; i < ng; ++i) {
-        const GpuModel &g = *gpus[i];
+        const GpuModel &g = c.gpus[i];
         bool runs = pkg::stepRunsOn(*s, arch[i]);
+        double peak = sc.tf32 ? g.tf32Flops : sc.tensor ? g.tensorFlops : g.fp32Flops;
+        double achievable = g.dramBytesPerSecond * g.dramAchievable;
+        Bounds b;
         double fill = 1;
-        if (l && m.kernels() && l->kernel() < m.kernels()->size()) {
-          const pkg::Kernel &k = *m.kernels()->Get(l->kernel());
-          int threads = static_cast<int>(l->block()->x() * l->block()->y() * l->block()->z());
-          int perSm =
-              codegen::blocksPerSm(g, threads, registersOf(k, g),
-                                   staticSmemOf(k, g) + static_cast<int>(l->dynamic_smem()));
-          fill = codegen::smFill(g, sc.blocks, perSm);
+        if (kernel) {
+          LaunchShape ls;
+          ls.blocks = sc.blocks;
+          ls.threads = static_cast<int>(l->block()->x() * l->block()->y() * l->block()->z());
+          ls.blocksPerSm =
+              codegen::blocksPerSm(g, ls.threads, registersOf(*kernel, g),
+                                   staticSmemOf(*kernel, g) + static_cast<int>(l->dynamic_smem()));
+          fill = ls.fill = codegen::smFill(g, sc.blocks, ls.blocksPerSm);
+          ls.flops = sc.flops;
+          ls.bytesRead = static_cast<double>(sc.bytesRead);
+          ls.bytesWritten = static_cast<double>(sc.bytesWritten);
+          ls.tensor = sc.tensor;
+          const codegen::sass::KernelFacts *f =
+              kernel->symbol() ? c.factsOf(g.arch, kernel->symbol()->str()) : nullptr;
+          b = launchBounds(g, f, ls);
+          if (runs && !f)
+            ++c.peakPriced[i];
         } else if (gm) {
           // cuBLASLt splits K when the output tiles leave SMs idle.
           uint64_t blocks = sc.blocks;
@@ -126,18 +262,23 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant) {
             blocks *= std::min<uint64_t>((g.sms + blocks - 1) / blocks,
                                          std::max<uint64_t>(1, gemmK / 256));
           fill = codegen::smFill(g, blocks, 1);
+          double k = static_cast<double>(gemmK);
+          double efficiency = g.libraryEfficiency * k / (k + 128.0);
+          b.issue = 1e6 * sc.flops / (peak * efficiency * std::max(fill, 1e-6));
+          b.memory = 1e6 * static_cast<double>(sc.bytes()) / achievable;
+          b.limit = "library";
+        } else {
+          b.memory = 1e6 * static_cast<double>(sc.bytes()) / achievable;
+          b.limit = "copy";
         }
-        double peak = sc.tf32 ? g.tf32Flops : sc.tensor ? g.tensorFlops : g.fp32Flops;
         double roof =
             1e6 * std::max(static_cast<double>(sc.bytes()) / g.dramBytesPerSecond, sc.flops / peak);
-        double t =
-            sc.kind == "wait"
-                ? 0.0
-                : codegen::modeledMicros(g, sc.flops, static_cast<double>(sc.bytes()), fill, peak);
+        double t = sc.kind == "wait" ? 0.0 : b.worst() + g.graphNodeMicros;
         sc.runs.push_back(runs);
         sc.fill.push_back(fill);
         sc.micros.push_back(t);
         sc.roofline.push_back(roof);
+        sc.bounds.push_back(std::move(b));
         if (runs) {
           c.micros[i] += t;
           c.roofline[i] += roof;
@@ -162,7 +303,6 @@ DataParallelCost dataParallelCostOf(const pkg::PackageFile &pf, const PackageCos
                                     int ranks) {
   DataParallelCost d;
   d.ranks = ranks;
-  std::vector<const codegen::GpuModel *> gpus = codegen::reportedGpus();
   const pkg::Package &m = pf.meta();
   std::vector<const pkg::Step *> steps; // those costOf modeled, in the same order
   if (m.steps())
@@ -179,8 +319,8 @@ DataParallelCost dataParallelCostOf(const pkg::PackageFile &pf, const PackageCos
         for (uint64_t b : *ar->sizes())
           d.allReduceBytes += b;
     }
-  for (size_t i = 0; i < gpus.size(); ++i) {
-    const codegen::GpuModel &g = *gpus[i];
+  for (size_t i = 0; i < cost.gpus.size(); ++i) {
+    const codegen::GpuModel &g = cost.gpus[i];
     double t = 0, commFree = 0, comm = 0, exposed = 0;
     std::map<uint32_t, double> done;
     for (size_t k = 0; k < steps.size() && k < cost.steps.size(); ++k) {

@@ -41,22 +41,73 @@ RangeSchedules rangeSchedules(const pkg::Package &m) {
   return r;
 }
 
+llvm::json::Object boundsJson(const Bounds &b) {
+  return llvm::json::Object{
+      {"issue", b.issue}, {"memory", b.memory}, {"latency", b.latency}, {"limit", b.limit}};
+}
+
+llvm::json::Object widthsJson(const std::map<int, int> &w) {
+  llvm::json::Object o;
+  for (const auto &[bytes, count] : w)
+    o[std::to_string(8 * bytes)] = count;
+  return o;
+}
+
+/// A mix as JSON: issued instructions and each class's count, the access widths in
+/// bits with their counts.
+llvm::json::Object mixJson(const codegen::sass::Mix &m) {
+  using codegen::sass::Class;
+  llvm::json::Object classes;
+  for (int c = 0; c < static_cast<int>(Class::Count); ++c)
+    if (m.count[c])
+      classes[codegen::sass::className(static_cast<Class>(c))] = m.count[c];
+  return llvm::json::Object{{"instructions", m.instructions},
+                            {"mma", m.of(Class::Tensor)},
+                            {"mma_flops_per_warp", m.mmaFlops},
+                            {"ffma", m.ffma},
+                            {"hfma2", m.hfma2},
+                            {"integer", m.integerOps()},
+                            {"global_load_bits", widthsJson(m.globalLoadWidths)},
+                            {"global_store_bits", widthsJson(m.globalStoreWidths)},
+                            {"cp_async_bits", widthsJson(m.cpAsyncWidths)},
+                            {"shared_load_bits", widthsJson(m.sharedLoadWidths)},
+                            {"shared_store_bits", widthsJson(m.sharedStoreWidths)},
+                            {"ldmatrix", m.of(Class::Ldsm)},
+                            {"barriers", m.of(Class::Barrier)},
+                            {"classes", std::move(classes)}};
+}
+
+llvm::json::Object factsJson(const codegen::sass::KernelFacts &f) {
+  llvm::json::Value main = nullptr;
+  if (const codegen::sass::Mix *m = f.main()) {
+    llvm::json::Object o = mixJson(*m);
+    o["instructions_per_mma"] = f.instructionsPerMma();
+    o["begin"] = f.loops[static_cast<size_t>(f.mainLoop)].begin;
+    o["end"] = f.loops[static_cast<size_t>(f.mainLoop)].end;
+    main = std::move(o);
+  }
+  return llvm::json::Object{{"instructions", f.whole.instructions},
+                            {"loops", static_cast<int64_t>(f.loops.size())},
+                            {"load_loops", f.loadLoops},
+                            {"main_loop", std::move(main)},
+                            {"outside_loops", mixJson(f.straight)}};
+}
+
 } // namespace
 
-Report inspect(const pkg::PackageFile &pf) {
+Report inspect(const pkg::PackageFile &pf, const std::vector<codegen::GpuModel> &gpus) {
   const pkg::Package &m = pf.meta();
   Report r;
   r.packageName = pf.name();
   r.packageBytes = pf.size();
   r.model = m.model() ? m.model()->str() : "";
-  std::vector<const codegen::GpuModel *> gpus = codegen::reportedGpus();
-  size_t ng = gpus.size(), h100 = ng - 1;
-  for (const codegen::GpuModel *g : gpus)
-    r.gpus.push_back(g->name);
   if (m.modules())
     for (const pkg::Module *mod : *m.modules())
       r.modules.push_back({mod->target()->str(), mod->chunk(), mod->data()->size()});
-  r.cost = costOf(pf);
+  r.cost = costOf(pf, -1, gpus);
+  size_t ng = r.cost.gpus.size(), h100 = ng - 1;
+  for (const codegen::GpuModel &g : r.cost.gpus)
+    r.gpus.push_back(g.name);
   size_t nk = m.kernels() ? m.kernels()->size() : 0;
   for (size_t i = 0; i < nk; ++i) {
     const pkg::Kernel *k = m.kernels()->Get(static_cast<uint32_t>(i));
@@ -76,6 +127,11 @@ Report inspect(const pkg::PackageFile &pf) {
     kr.launches.assign(ng, 0);
     kr.minFill.assign(ng, 1.0);
     kr.micros.assign(ng, 0);
+    kr.bounds.assign(ng, Bounds{});
+    if (k->symbol())
+      for (const auto &[arch, byName] : r.cost.facts)
+        if (auto f = byName.find(k->symbol()->str()); f != byName.end())
+          kr.facts[arch] = f->second;
     r.kernels.push_back(std::move(kr));
   }
   // Per unique kernel, over its launches on each GPU: count, blocks, lowest SM fill,
@@ -97,6 +153,13 @@ Report inspect(const pkg::PackageFile &pf) {
       ++k.launches[i];
       k.minFill[i] = std::min(k.minFill[i], sc.fill[i]);
       k.micros[i] += sc.micros[i];
+      Bounds &b = k.bounds[i];
+      const Bounds &sb = sc.bounds[i];
+      b.issue += sb.issue;
+      b.memory += sb.memory;
+      b.latency += sb.latency;
+      if (sb.limit == "peak")
+        b.limit = "peak";
       if (i == h100) {
         k.blocks.push_back(sc.blocks);
         k.flops += sc.flops;
@@ -104,6 +167,10 @@ Report inspect(const pkg::PackageFile &pf) {
       }
     }
   }
+  for (KernelReport &k : r.kernels)
+    for (Bounds &b : k.bounds)
+      if (b.limit.empty())
+        b.limit = b.worst() == b.issue ? "issue" : b.worst() == b.memory ? "memory" : "latency";
   r.arenaBytes = m.arena_bytes();
   r.naiveBytes = m.arena_naive_bytes();
   r.maxLiveBytes = m.arena_max_live_bytes();
@@ -171,8 +238,8 @@ Report inspect(const pkg::PackageFile &pf) {
     if (sr.schedules > 1) {
       // Modeled latency at the smallest and largest shape.
       RangeSchedules at = rangeSchedules(m);
-      sr.microsAtMin = costOf(pf, at.min).micros;
-      sr.microsAtMax = costOf(pf, at.max).micros;
+      sr.microsAtMin = costOf(pf, at.min, r.cost.gpus).micros;
+      sr.microsAtMax = costOf(pf, at.max, r.cost.gpus).micros;
       r.shapeRanges = std::move(sr);
     }
   }
@@ -205,6 +272,11 @@ llvm::json::Value toJson(const Report &r) {
     llvm::json::Array blocks;
     for (uint64_t b : k.blocks)
       blocks.push_back(static_cast<int64_t>(b));
+    llvm::json::Object bounds, sass;
+    for (size_t i = 0; i < ng; ++i)
+      bounds[r.gpus[i]] = boundsJson(k.bounds[i]);
+    for (const auto &[arch, f] : k.facts)
+      sass[arch] = factsJson(f);
     kernels.push_back(llvm::json::Object{{"name", k.name},
                                          {"template", k.templateName},
                                          {"symbol", k.symbol},
@@ -216,6 +288,8 @@ llvm::json::Value toJson(const Report &r) {
                                          {"blocks", std::move(blocks)},
                                          {"sm_fill", perGpu(k.minFill)},
                                          {"modeled_us", perGpu(k.micros)},
+                                         {"bounds_us", std::move(bounds)},
+                                         {"sass", std::move(sass)},
                                          {"needs_sync", k.needsSync},
                                          {"cooperative", k.cooperative},
                                          {"tensor_core", k.tensorCore},
@@ -227,6 +301,9 @@ llvm::json::Value toJson(const Report &r) {
     llvm::json::Object runs;
     for (size_t i = 0; i < ng; ++i)
       runs[r.gpus[i]] = static_cast<bool>(sc.runs[i]);
+    llvm::json::Object stepBounds;
+    for (size_t i = 0; i < ng; ++i)
+      stepBounds[r.gpus[i]] = boundsJson(sc.bounds[i]);
     llvm::json::Object o{{"node", sc.node},
                          {"kind", sc.kind},
                          {"blocks", static_cast<int64_t>(sc.blocks)},
@@ -235,6 +312,7 @@ llvm::json::Value toJson(const Report &r) {
                          {"runs_on", std::move(runs)},
                          {"sm_fill", perGpu(sc.fill)},
                          {"modeled_us", perGpu(sc.micros)},
+                         {"bounds_us", std::move(stepBounds)},
                          {"roofline_us", perGpu(sc.roofline)}};
     if (sc.kernel >= 0)
       o["kernel"] = r.kernels[sc.kernel].name;
@@ -307,6 +385,9 @@ llvm::json::Value toJson(const Report &r) {
                   "CollectiveWait"},
         {"scaling", std::move(scaling)}};
   }
+  llvm::json::Object profiles;
+  for (const codegen::GpuModel &g : cost.gpus)
+    profiles[g.name] = llvm::json::Object{{"arch", g.arch}, {"source", g.source}};
   return llvm::json::Object{
       {"model", r.model},
       {"data_parallel", std::move(dataParallel)},
@@ -338,10 +419,15 @@ llvm::json::Value toJson(const Report &r) {
       {"modeled_latency_us", perGpu(cost.micros)},
       {"roofline_us", perGpu(cost.roofline)},
       {"latency_model",
-       "a model, not a measurement: per launch max(FLOPs / (peak x SM fill), bytes / DRAM "
-       "bandwidth) + 2 us launch overhead; SM fill from blocks, waves and the blocks an SM "
-       "holds (ptxas registers, shared memory, threads); A100-SXM4 108 SMs 19.5 TFLOP/s FP32 "
-       "2039 GB/s, H100-SXM5 132 SMs 66.9 TFLOP/s 3350 GB/s; traffic and FLOPs of the H100 plan"},
+       "a model, not a measurement, from the compiled code: per kernel launch the largest of "
+       "an issue bound (the SASS main loop's instructions per pipe, run as often as the "
+       "launch's FLOPs or bytes need, over the busy SMs), a memory bound (each pass over the "
+       "data at achievable DRAM bandwidth, re-reads at L2 bandwidth) and a latency bound "
+       "(each warp's chain of iterations, wave by wave), plus one CUDA-graph node; library "
+       "calls from an efficiency curve; launches without a cubin for the GPU at peak x SM "
+       "fill (limit 'peak'); docs/ARCHITECTURE.md 'Kernel facts and bounds'"},
+      {"gpu_profiles", std::move(profiles)},
+      {"launches_priced_at_peak", perGpuInt(cost.peakPriced)},
       {"roofline_model", "the optimistic bound: per step max(bytes / bandwidth, FLOPs / peak), no "
                          "SM fill, no launch overhead"},
       {"targets", std::move(targets)},
@@ -361,7 +447,8 @@ void printReport(const Report &r, llvm::raw_ostream &os) {
      << " unique kernels, " << r.callsOn[h100] << " library calls, " << r.otherSteps
      << " copies/memsets";
   if (r.packageLaunches != r.launchesOn[h100])
-    os << " (on H100; " << r.launchesOn[0] << " launches on A100: tiles planned per architecture)";
+    os << " (on " << r.gpus[h100] << "; " << r.launchesOn[0] << " launches on " << r.gpus[0]
+       << ": tiles planned per architecture)";
   os << "\nmemory: arena " << r.arenaBytes << " bytes";
   if (r.maxLiveBytes)
     os << llvm::format(" (%.2fx the live-set bound %llu; %llu without a plan)",
@@ -436,24 +523,43 @@ void printReport(const Report &r, llvm::raw_ostream &os) {
     os << llvm::format("tensor cores: %.1f%% of the FLOPs (%.3f GFLOP)\n",
                        100.0 * cost.tensorFlops[h100] / cost.flops[h100],
                        cost.tensorFlops[h100] / 1e9);
-  os << "modeled latency (a model, not a measurement):";
+  const std::string &main = r.gpus[h100];
+  const std::string &mainArch = cost.gpus[h100].arch;
+  os << "modeled latency (a model, not a measurement; bounds from the compiled code):";
   for (size_t i = 0; i < ng; ++i)
     os << llvm::format(" %s %.1f us", r.gpus[i].c_str(), cost.micros[i]);
   os << "; roofline bound:";
   for (size_t i = 0; i < ng; ++i)
     os << llvm::format(" %s %.1f us", r.gpus[i].c_str(), cost.roofline[i]);
-  os << "\nkernels (launches on H100, lowest SM fill on H100, modeled H100 time):\n";
+  os << "\n";
+  for (size_t i = 0; i < ng; ++i)
+    if (cost.peakPriced[i])
+      os << "  " << r.gpus[i] << ": " << cost.peakPriced[i]
+         << " launches priced at peak x SM fill ("
+         << (cost.decodeErrors.count(cost.gpus[i].arch)
+                 ? cost.decodeErrors.at(cost.gpus[i].arch)
+                 : "the package has no " + cost.gpus[i].arch + " cubin")
+         << ")\n";
+  os << "kernels (launches on " << main << ", lowest SM fill, modeled time, the limiting bound, "
+     << mainArch << " main loop):\n";
   for (const KernelReport &k : r.kernels) {
     os << "  " << llvm::left_justify(k.name, 30)
-       << llvm::format(" x%-3d fill %.2f %8.1f us", static_cast<int>(k.launches[h100]),
-                       k.minFill[h100], k.micros[h100])
-       << (k.tensorCore ? "  tensor cores" : "");
+       << llvm::format(" x%-3d fill %.2f %8.1f us %-7s", static_cast<int>(k.launches[h100]),
+                       k.minFill[h100], k.micros[h100], k.bounds[h100].limit.c_str());
+    if (auto f = k.facts.find(mainArch); f != k.facts.end() && f->second.main()) {
+      const codegen::sass::Mix &mix = *f->second.main();
+      if (f->second.instructionsPerMma() > 0)
+        os << llvm::format(" %.1f instr/MMA", f->second.instructionsPerMma());
+      else
+        os << " " << mix.instructions << " instr/iter";
+    }
+    os << (k.tensorCore ? "  tensor cores" : "");
     for (const KernelReport::Resources &a : k.resources)
       os << "  " << a.arch << ":" << a.registers << "r/" << a.spillBytes << "s/" << a.staticSmem
          << "B";
     os << "\n";
   }
-  // The layers that cost the most on H100, with their fill.
+  // The layers that cost the most on the main GPU, with their fill and limit.
   std::vector<const StepCost *> byTime;
   for (const StepCost &sc : cost.steps)
     if (sc.runs[h100])
@@ -461,14 +567,15 @@ void printReport(const Report &r, llvm::raw_ostream &os) {
   std::stable_sort(byTime.begin(), byTime.end(), [&](const StepCost *a, const StepCost *b) {
     return a->micros[h100] > b->micros[h100];
   });
-  os << "costliest steps on H100:\n";
+  os << "costliest steps on " << main << ":\n";
   for (size_t i = 0; i < std::min<size_t>(byTime.size(), 10); ++i) {
     const StepCost &sc = *byTime[i];
     std::string what = sc.kernel >= 0 ? r.kernels[sc.kernel].name : sc.kind;
     if (sc.tensor)
       what += sc.tf32 ? " (tf32)" : " (tc)";
-    os << llvm::format("  %8.1f us  fill %.2f  %6llu blocks  %8.3f GFLOP  ", sc.micros[h100],
-                       sc.fill[h100], static_cast<unsigned long long>(sc.blocks), sc.flops / 1e9)
+    os << llvm::format("  %8.1f us  %-7s fill %.2f  %6llu blocks  %8.3f GFLOP  ", sc.micros[h100],
+                       sc.bounds[h100].limit.c_str(), sc.fill[h100],
+                       static_cast<unsigned long long>(sc.blocks), sc.flops / 1e9)
        << llvm::left_justify(what, 30) << " " << sc.node << "\n";
   }
 }

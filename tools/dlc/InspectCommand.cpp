@@ -4,19 +4,30 @@
 #include "dlc/driver/Inspect.h"
 #include "dlc/support/Files.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
 
 namespace dlc::tool {
 
 int runInspect(const std::vector<std::string> &argv) {
   ArgParser parser(
-      "inspect", "PACKAGE.dlc [--json [-o FILE]]",
+      "inspect", "PACKAGE.dlc [--json [-o FILE]] [--gpu LIST] [--gpu-profile FILE]",
       "Lists the kernels (unique instantiations of the kernel library, with their\n"
-      "launches, registers, spills and shared memory per architecture), library calls\n"
-      "and the memory plan of a package, with a latency model for A100 and H100.",
+      "launches, registers, spills and shared memory per architecture, and the main\n"
+      "loop of their SASS), library calls and the memory plan of a package, with a\n"
+      "latency model built on the compiled code (issue, memory and latency bounds per\n"
+      "kernel) for A100 and H100.",
       {{"json", 0, false, false, "", "Machine-readable output"},
        {"output", 'o', true, false, "FILE",
-        "--json: write the report to FILE (atomically) instead of stdout"}});
+        "--json: write the report to FILE (atomically) instead of stdout"},
+       {"gpu", 0, true, false, "LIST",
+        "GPU profiles to model, comma-separated: A100, A10, L4, H100, H200 (default "
+        "A100,H100; the last is detailed)"},
+       {"gpu-profile", 0, true, true, "FILE",
+        "a profile measured by `dlc calibrate`: replaces the profile of its name, else "
+        "is added last (repeatable)"}});
   int exitCode = 0;
   auto args = parser.parseCommand(argv, exitCode, "package file");
   if (!args)
@@ -35,7 +46,30 @@ int runInspect(const std::vector<std::string> &argv) {
     reportError(pf.status().message());
     return 1;
   }
-  driver::Report report = driver::inspect(**pf);
+  std::vector<codegen::GpuModel> gpus;
+  for (llvm::StringRef name : llvm::split(args->getOr("gpu", "A100,H100"), ',')) {
+    const codegen::GpuModel *g = codegen::gpuModelNamed(name.trim().str());
+    if (!g) {
+      reportError("inspect: --gpu: no profile named '" + name.trim().str() +
+                  "' (A100, A10, L4, H100, H200)");
+      return 2;
+    }
+    gpus.push_back(*g);
+  }
+  for (const std::string &file : args->getAll("gpu-profile")) {
+    llvm::Expected<codegen::GpuModel> g = codegen::loadGpuProfile(file);
+    if (!g) {
+      reportError(g.takeError());
+      return 2;
+    }
+    auto same = std::find_if(gpus.begin(), gpus.end(),
+                             [&](const codegen::GpuModel &x) { return x.name == g->name; });
+    if (same != gpus.end())
+      *same = std::move(*g);
+    else
+      gpus.push_back(std::move(*g));
+  }
+  driver::Report report = driver::inspect(**pf, gpus);
   if (args->has("json"))
     return writeReport(*args, llvm::formatv("{0:2}", driver::toJson(report)).str() + "\n");
   driver::printReport(report, llvm::outs());

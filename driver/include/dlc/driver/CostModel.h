@@ -1,29 +1,48 @@
 //===- CostModel.h - Modeled latency, traffic and FLOPs of a package --*- C++ -*-===//
 //
-// A model, not a measurement. For each GPU that `dlc inspect` reports (A100, H100;
-// codegen/GpuModel.h) it takes the steps that run there (per-architecture steps
-// filtered as the runtime filters them) and models each:
-//  - a kernel launch: SM fill from its blocks, the waves they make and the blocks an
-//    SM holds (registers from ptxas for that architecture, shared memory, threads);
-//    time = max(FLOPs / (FP32 peak x fill), bytes / DRAM bandwidth) + launch overhead;
-//  - a GEMM (cuBLASLt): blocks of 128x128 output tiles, split along K when that fills
-//    more SMs (as cuBLASLt's heuristics do); FP32 on CUDA cores, FP16/BF16 on tensor
-//    cores, TF32 (--tf32) at the TF32 tensor-core peak; a kernel that declares
-//    tensor cores (package Kernel.tensor_core) at the FP16 tensor-core peak;
-//  - copies and memsets: bytes / bandwidth + overhead (an all-reduce's pack is copies);
+// A model, not a measurement, built on what the compiled code does. For each GPU
+// profile (codegen/GpuModel.h; A100 and H100 by default) it takes the steps that run
+// there (per-architecture steps filtered as the runtime filters them) and bounds each:
+//  - a kernel launch, from its SASS for that architecture (codegen/Sass.h: the main
+//    loop's instruction mix, the code outside loops), its grid and its traffic:
+//      issue bound:   warp instructions per SM at each pipe's rate (4 issued per clock;
+//                     HMMA, FP32, FP16x2, FP64, integer, MUFU, shared/L1 bytes), the
+//                     main loop run as often as the launch's FLOPs (else its bytes) need;
+//      memory bound:  every pass over the data at achievable DRAM bandwidth, passes
+//                     after the first at L2 bandwidth when the data fits in L2;
+//      latency bound: each warp's chain (main-loop iterations x (instructions + an L2
+//                     load latency when the loop waits on its own loads)) per wave;
+//    modeled time = max(issue, memory, latency) + one CUDA-graph node's overhead.
+//    A launch whose code cannot be read (no cubin for the architecture) falls back to
+//    FLOPs / (peak x SM fill), marked "peak" rather than "issue";
+//  - a GEMM (cuBLASLt): an efficiency curve (profile libraryEfficiency x K / (K + 128))
+//    times the peak that applies, over 128x128 output tiles split along K when that
+//    fills more SMs, marked "library";
+//  - copies and memsets: bytes / achievable bandwidth + overhead;
 //  - data-parallel steps: the all-reduces beside the schedule (dataParallelCostOf).
-// The old roofline (max(bytes / bandwidth, FLOPs / peak) per step, no fill, no
-// launch cost) is kept beside it: it is the optimistic bound.
+// The roofline (max(bytes / bandwidth, FLOPs / peak) per step, no fill, no launch
+// cost) is kept beside it as the optimistic bound.
 //===----------------------------------------------------------------------===//
 #pragma once
 
 #include "dlc/codegen/GpuModel.h"
+#include "dlc/codegen/Sass.h"
 #include "dlc/package/Package.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
 namespace dlc::driver {
+
+/// The three bounds of one step on one GPU, in microseconds, and which one limits it.
+struct Bounds {
+  double issue = 0, memory = 0, latency = 0;
+  /// "issue", "memory", "latency"; "peak" (no code to read: FLOPs at peak x fill),
+  /// "library" (cuBLASLt's efficiency curve), "copy".
+  std::string limit;
+  double worst() const { return std::max({issue, memory, latency}); }
+};
 
 struct StepCost {
   std::string node, kind; // "launch", "gemm", "copy", "memset"
@@ -32,26 +51,51 @@ struct StepCost {
   double flops = 0;
   bool tensor = false; // on tensor cores
   bool tf32 = false;   // ... in TF32
-  /// Per reported GPU (codegen::reportedGpus()): whether the step runs there, its SM
-  /// fill, modeled time and roofline time (microseconds).
+  /// Per GPU profile (PackageCost::gpus): whether the step runs there, its SM fill,
+  /// bounds, modeled time and roofline time (microseconds).
   std::vector<bool> runs;
   std::vector<double> fill, micros, roofline;
+  std::vector<Bounds> bounds;
   uint64_t bytes() const { return bytesRead + bytesWritten; }
 };
 
 struct PackageCost {
+  std::vector<codegen::GpuModel> gpus;
   std::vector<StepCost> steps;
   uint64_t lowerBoundBytes = 0;
-  /// Per reported GPU: totals over the steps that run there.
+  /// Per GPU: totals over the steps that run there.
   std::vector<double> micros, roofline, flops;
   /// The FLOPs of steps on tensor cores (tensor-core kernels, FP16/BF16/TF32 GEMMs).
   std::vector<double> tensorFlops;
   std::vector<uint64_t> bytesRead, bytesWritten;
+  /// Per GPU: launches priced at peak because their code could not be read.
+  std::vector<size_t> peakPriced;
+  /// Decoded kernels by architecture ("sm_90") and symbol; why a module could not be
+  /// decoded, by target.
+  std::map<std::string, std::map<std::string, codegen::sass::KernelFacts>> facts;
+  std::map<std::string, std::string> decodeErrors;
+  const codegen::sass::KernelFacts *factsOf(const std::string &arch,
+                                            const std::string &symbol) const;
 };
 
 /// The package's own schedule, or with `variant` >= 0 that shape variant's
-/// (pkg::Package::variants, shape-range packages).
-PackageCost costOf(const pkg::PackageFile &pf, int variant = -1);
+/// (pkg::Package::variants, shape-range packages), on `gpus` (empty: the reported
+/// GPUs, codegen::reportedGpus()).
+PackageCost costOf(const pkg::PackageFile &pf, int variant = -1,
+                   const std::vector<codegen::GpuModel> &gpus = {});
+
+/// The shape of one kernel launch, as the bounds need it.
+struct LaunchShape {
+  uint64_t blocks = 0;
+  int threads = 0;     // per block
+  int blocksPerSm = 1; // resident
+  double fill = 1;     // codegen::smFill
+  double flops = 0, bytesRead = 0, bytesWritten = 0;
+  bool tensor = false, tf32 = false; // for the peak fallback
+};
+/// The bounds of one launch on `g` from its kernel's facts (null: the peak fallback).
+Bounds launchBounds(const codegen::GpuModel &g, const codegen::sass::KernelFacts *facts,
+                    const LaunchShape &s);
 
 /// A data-parallel training step on `ranks` GPUs of one machine: each bucket's ring
 /// all-reduce (2 (N-1)/N of its bytes over the GPU link, plus 2 (N-1) hops of
@@ -62,8 +106,8 @@ struct DataParallelCost {
   int ranks = 0;
   size_t buckets = 0;
   uint64_t allReduceBytes = 0; // gradient bytes per rank and step
-  /// Per reported GPU (microseconds): all-reduce time, the part the step waits for,
-  /// and the whole step.
+  /// Per GPU (microseconds): all-reduce time, the part the step waits for, and the
+  /// whole step.
   std::vector<double> commMicros, exposedMicros, stepMicros;
   double overlap(size_t gpu) const {
     return commMicros[gpu] > 0 ? 1 - exposedMicros[gpu] / commMicros[gpu] : 1;

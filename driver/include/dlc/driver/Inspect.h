@@ -13,6 +13,7 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +32,10 @@ struct KernelReport {
   /// Per reported GPU (Report::gpus): launches, the lowest SM fill, modeled time.
   std::vector<size_t> launches;
   std::vector<double> minFill, micros;
+  /// Per reported GPU: the bounds summed over its launches, the limit of the largest.
+  std::vector<Bounds> bounds;
+  /// The decoded SASS per architecture ("sm_90"), where the package has a cubin.
+  std::map<std::string, codegen::sass::KernelFacts> facts;
   /// On the last GPU (H100): each launch's blocks, and the FLOPs and DRAM bytes.
   std::vector<uint64_t> blocks;
   double flops = 0;
@@ -40,8 +45,8 @@ struct KernelReport {
 struct Report {
   std::string packageName, model;
   uint64_t packageBytes = 0;
-  /// The GPUs the model reports (codegen::reportedGpus()); per-GPU figures are in
-  /// this order, the last is H100.
+  /// The GPUs the model reports (PackageCost::gpus); per-GPU figures are in this
+  /// order, and the last (H100 by default) is the one the text details.
   std::vector<std::string> gpus;
   struct Module {
     std::string target;
@@ -99,7 +104,8 @@ struct Report {
   std::optional<ShapeRanges> shapeRanges;
 };
 
-Report inspect(const pkg::PackageFile &pf);
+/// The report on `gpus` (empty: codegen::reportedGpus(), A100 and H100).
+Report inspect(const pkg::PackageFile &pf, const std::vector<codegen::GpuModel> &gpus = {});
 /// `dlc inspect --json`.
 llvm::json::Value toJson(const Report &r);
 /// `dlc inspect`.

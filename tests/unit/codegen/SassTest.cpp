@@ -1,0 +1,262 @@
+// The SASS decoder (codegen/Sass.h) and the bounds built on it (driver/CostModel.h),
+// checked against kernels compiled here by NVRTC and ptxas whose instructions are
+// known from their source: inline PTX that ptxas must keep (volatile asm in loops that
+// are not unrolled), loads of known widths, loops of known nesting. Expected counts
+// come from the source, not from the decoder.
+#include "dlc/codegen/Sass.h"
+
+#include "Toolchain.h"
+#include "dlc/driver/CostModel.h"
+
+#include <gtest/gtest.h>
+#include <random>
+
+using namespace dlc;
+using codegen::sass::Class;
+using codegen::sass::KernelFacts;
+
+namespace {
+
+const char *kArchs[] = {"sm_80", "sm_86", "sm_89", "sm_90"};
+
+std::map<std::string, KernelFacts> compile(const std::string &source, const std::string &arch,
+                                           std::vector<uint8_t> *image = nullptr) {
+  codegen::ToolchainOptions opts;
+  opts.useCache = false;
+  llvm::Expected<codegen::CompiledModule> m = codegen::compileWithNvrtc(source, arch, opts);
+  EXPECT_TRUE(static_cast<bool>(m)) << (m ? "" : llvm::toString(m.takeError()));
+  if (!m)
+    return {};
+  if (image)
+    *image = m->image;
+  llvm::Expected<std::map<std::string, KernelFacts>> f = codegen::sass::decodeCubin(m->image);
+  EXPECT_TRUE(static_cast<bool>(f)) << (f ? "" : llvm::toString(f.takeError()));
+  return f ? *f : std::map<std::string, KernelFacts>{};
+}
+
+// One iteration: a 128-bit load, a 16-byte cp.async with its commit and wait, a
+// barrier, an ldmatrix.x4, two m16n8k16 FP16 MMAs and one m16n8k8 TF32 MMA.
+const char *kProbe = R"(
+extern "C" __global__ void probe(const uint4 *g, float *out, int n) {
+  __shared__ __align__(16) unsigned short sm[4096];
+  float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(sm + threadIdx.x * 8));
+#pragma unroll 1
+  for (int i = 0; i < n; ++i) {
+    uint4 v = g[i * blockDim.x + threadIdx.x];
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(g + i));
+    asm volatile("cp.async.commit_group;");
+    asm volatile("cp.async.wait_group 0;");
+    __syncthreads();
+    unsigned r0, r1, r2, r3;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(s));
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(a0), "+f"(a1), "+f"(a2), "+f"(a3)
+                 : "r"(r0 ^ v.x), "r"(r1 ^ v.y), "r"(r2), "r"(r3), "r"(v.z), "r"(v.w));
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(a0), "+f"(a1), "+f"(a2), "+f"(a3)
+                 : "r"(r3), "r"(r2), "r"(r1), "r"(r0), "r"(v.w), "r"(v.z));
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(a0), "+f"(a1), "+f"(a2), "+f"(a3)
+                 : "r"(r0), "r"(r1), "r"(r2), "r"(r3), "r"(v.x), "r"(v.y));
+    __syncthreads();
+  }
+  out[threadIdx.x] = a0 + a1 + a2 + a3;
+}
+)";
+
+} // namespace
+
+TEST(Sass, ProbeInstructionsDecodeOnEveryArchitecture) {
+  for (const char *arch : kArchs) {
+    SCOPED_TRACE(arch);
+    auto facts = compile(kProbe, arch);
+    ASSERT_EQ(facts.count("probe"), 1u);
+    const KernelFacts &f = facts.at("probe");
+    ASSERT_EQ(f.loops.size(), 1u);
+    ASSERT_NE(f.main(), nullptr);
+    const codegen::sass::Mix &m = *f.main();
+    EXPECT_EQ(m.of(Class::Tensor), 3);
+    EXPECT_EQ(m.mmaFlops, 2 * 4096 + 2048);
+    EXPECT_DOUBLE_EQ(m.tensorEquiv, 2 + 1.0); // TF32 m16n8k8 costs as much as FP16 m16n8k16
+    EXPECT_EQ(m.globalLoadWidths, (std::map<int, int>{{16, 1}}));
+    EXPECT_EQ(m.cpAsyncWidths, (std::map<int, int>{{16, 1}}));
+    EXPECT_EQ(m.of(Class::Ldsm), 1);
+    EXPECT_EQ(m.ldsmBytes, 16);
+    // Two bar.sync, cp.async.commit_group (LDGDEPBAR) and wait_group (DEPBAR).
+    EXPECT_EQ(m.of(Class::Barrier), 4);
+    EXPECT_EQ(m.of(Class::Other), 0);
+    EXPECT_NEAR(f.instructionsPerMma(), double(m.instructions) / 3, 1e-12);
+    // Outside the loop: the store of the sum (32 bits), no tensor-core work.
+    EXPECT_EQ(f.straight.globalStoreWidths, (std::map<int, int>{{4, 1}}));
+    EXPECT_EQ(f.straight.of(Class::Tensor), 0);
+  }
+}
+
+TEST(Sass, LoadAndStoreWidths) {
+  const char *src = R"(
+extern "C" __global__ void widths(const unsigned char *b, const unsigned short *h,
+                                  const unsigned *w, const uint2 *d, const uint4 *q,
+                                  unsigned short *oh, uint4 *oq, int n) {
+  unsigned acc = 0;
+  uint4 sum = {0, 0, 0, 0};
+#pragma unroll 1
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    acc += b[i] + h[i] + w[i] + d[i].x + d[i].y;
+    uint4 v = q[i];
+    sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+    oh[i] = static_cast<unsigned short>(acc);
+  }
+  oq[threadIdx.x] = sum;
+}
+)";
+  for (const char *arch : kArchs) {
+    SCOPED_TRACE(arch);
+    auto facts = compile(src, arch);
+    const KernelFacts &f = facts.at("widths");
+    ASSERT_NE(f.main(), nullptr);
+    EXPECT_EQ(f.main()->globalLoadWidths,
+              (std::map<int, int>{{1, 1}, {2, 1}, {4, 1}, {8, 1}, {16, 1}}));
+    EXPECT_EQ(f.main()->globalStoreWidths, (std::map<int, int>{{2, 1}}));
+    EXPECT_EQ(f.main()->globalLoadBytes, 1 + 2 + 4 + 8 + 16);
+    EXPECT_EQ(f.straight.globalStoreWidths, (std::map<int, int>{{16, 1}}));
+  }
+}
+
+TEST(Sass, BackwardBranchesAreLoops) {
+  // Two loops one after the other, each reading global memory, and a nest: the inner
+  // loop of the nest is its main loop (the most FFMAs), and three loops read memory.
+  const char *src = R"(
+extern "C" __global__ void loops(const float *x, float *y, int n, int m) {
+  float s = 0, t = 1;
+#pragma unroll 1
+  for (int i = threadIdx.x; i < n; i += blockDim.x) s += x[i];
+#pragma unroll 1
+  for (int i = threadIdx.x; i < n; i += blockDim.x) t *= x[i] + s;
+#pragma unroll 1
+  for (int j = 0; j < m; ++j) {
+    float a = x[j];
+#pragma unroll 1
+    for (int k = 0; k < m; ++k) a = fmaf(a, x[k], t), a = fmaf(a, s, t);
+    y[j] = a;
+  }
+}
+)";
+  for (const char *arch : kArchs) {
+    SCOPED_TRACE(arch);
+    auto facts = compile(src, arch);
+    const KernelFacts &f = facts.at("loops");
+    ASSERT_EQ(f.loops.size(), 4u);
+    int innermost = 0;
+    for (const codegen::sass::Loop &l : f.loops)
+      innermost += l.innermost;
+    EXPECT_EQ(innermost, 3);
+    ASSERT_NE(f.main(), nullptr);
+    EXPECT_TRUE(f.loops[static_cast<size_t>(f.mainLoop)].innermost);
+    EXPECT_EQ(f.main()->ffma, 2);
+    EXPECT_EQ(f.loadLoops, 3);
+  }
+}
+
+// The issue's self-check: the same elementwise work written badly (16-bit loads, two
+// integer divisions per element) and well (128-bit loads, no division). The facts
+// must show the difference, and the model must rank them.
+const char *kBadAndGood = R"(
+#include <cuda_fp16.h>
+extern "C" __global__ void bad(const __half *x, __half *y, int n, int c, int hw) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    int ch = (i / hw) % c;
+    y[i] = __float2half(__half2float(x[i]) * (1.0f + ch));
+  }
+}
+extern "C" __global__ void good(const uint4 *x, uint4 *y, int n8, __half2 scale) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += gridDim.x * blockDim.x) {
+    uint4 v = x[i];
+    __half2 *h = reinterpret_cast<__half2 *>(&v);
+    for (int k = 0; k < 4; ++k)
+      h[k] = __hmul2(h[k], scale);
+    y[i] = v;
+  }
+}
+)";
+
+TEST(Sass, TheModelRanksAGoodKernelAboveABadOne) {
+  auto facts = compile(kBadAndGood, "sm_90");
+  ASSERT_TRUE(facts.count("bad") && facts.count("good"));
+  const KernelFacts &bad = facts.at("bad"), &good = facts.at("good");
+  ASSERT_NE(bad.main(), nullptr);
+  ASSERT_NE(good.main(), nullptr);
+  for (const auto &[bytes, count] : bad.main()->globalLoadWidths)
+    EXPECT_EQ(bytes, 2) << count;
+  for (const auto &[bytes, count] : good.main()->globalLoadWidths)
+    EXPECT_EQ(bytes, 16) << count;
+  // Integer division is a reciprocal on the MUFU pipe with conversions around it (ptxas
+  // hoists what it can of a loop-invariant divisor), then IMAD.HI and fix-ups.
+  EXPECT_GE(bad.main()->of(Class::Mufu), 1);
+  EXPECT_GE(bad.main()->of(Class::Convert), 1);
+  EXPECT_EQ(good.main()->of(Class::Mufu), 0);
+  // Integer work per byte loaded: the divisions cost tens of instructions per element.
+  double badPerByte = double(bad.main()->integerOps()) / bad.main()->globalLoadBytes;
+  double goodPerByte = double(good.main()->integerOps()) / good.main()->globalLoadBytes;
+  EXPECT_GT(badPerByte, 10 * goodPerByte);
+
+  // 16M halves in and out on H100, four blocks of 256 threads per SM.
+  const codegen::GpuModel &h100 = *codegen::gpuModelNamed("H100");
+  driver::LaunchShape s;
+  s.blocks = 4 * 132;
+  s.threads = 256;
+  s.blocksPerSm = 4;
+  s.fill = 1;
+  s.bytesRead = s.bytesWritten = 2.0 * (1 << 24);
+  s.flops = 1 << 24;
+  driver::Bounds b = driver::launchBounds(h100, &bad, s), g = driver::launchBounds(h100, &good, s);
+  EXPECT_EQ(b.memory, g.memory); // the same bytes
+  EXPECT_EQ(g.limit, "memory");
+  EXPECT_EQ(b.limit, "issue");
+  EXPECT_GT(b.worst(), 1.5 * g.worst());
+  // The memory bound is the bytes at the profile's achievable bandwidth.
+  EXPECT_NEAR(g.memory, 1e6 * 4.0 * (1 << 24) / (3350e9 * 0.90), 1e-9);
+}
+
+TEST(Sass, DamagedCubinsAreErrorsNotCrashes) {
+  std::vector<uint8_t> image;
+  auto facts = compile(kBadAndGood, "sm_80", &image);
+  ASSERT_FALSE(facts.empty());
+  EXPECT_EQ(codegen::sass::cubinArch(image), 80);
+  auto expectError = [](std::vector<uint8_t> b, const char *what) {
+    llvm::Expected<std::map<std::string, KernelFacts>> f = codegen::sass::decodeCubin(b);
+    ASSERT_FALSE(static_cast<bool>(f));
+    EXPECT_NE(llvm::toString(f.takeError()).find(what), std::string::npos);
+  };
+  expectError({}, "not a CUDA cubin");
+  expectError(std::vector<uint8_t>(image.begin(), image.begin() + 100), "damaged");
+  std::vector<uint8_t> sm75 = image;
+  sm75[49] = 75; // e_flags' SM field (ELF ABI 8)
+  expectError(sm75, "sm_75");
+  // Random damage decodes or fails; it never reads outside the image.
+  std::mt19937 rng(7);
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<uint8_t> b = image;
+    for (int k = 0; k < 8; ++k)
+      b[rng() % b.size()] = static_cast<uint8_t>(rng());
+    llvm::Expected<std::map<std::string, KernelFacts>> f = codegen::sass::decodeCubin(b);
+    if (!f)
+      llvm::consumeError(f.takeError());
+  }
+}
+
+TEST(GpuProfiles, EveryProfileIsConsistentWithItsDataSheetPeaks) {
+  for (const codegen::GpuModel &g : codegen::gpuModels()) {
+    SCOPED_TRACE(g.name);
+    // FP32 peak = SMs x clock x FFMA per clock x 32 lanes x 2 FLOPs, within 1%.
+    EXPECT_NEAR(g.sms * g.clockHz * g.fp32PerClock * 64 / g.fp32Flops, 1.0, 0.01);
+    EXPECT_GT(g.hmmaPerClock(), 0);
+    EXPECT_LE(g.dramAchievable, 1.0);
+  }
+  EXPECT_EQ(codegen::gpuModelFor("sm_90").name, "H100");
+  EXPECT_NEAR(codegen::gpuModelNamed("H200")->dramBytesPerSecond, 4.8e12, 1);
+}

@@ -1,0 +1,182 @@
+// The cost model of `dlc inspect` on packages compiled here for sm_80 and sm_90: every
+// launch is priced from its decoded SASS (none at peak), no launch is modeled faster
+// than its own issue bound or than the arithmetic peak that applies to it, and a GPU
+// profile file replaces a built-in profile.
+#include "dlc/driver/Compile.h"
+#include "dlc/driver/Inspect.h"
+
+#include "llvm/Support/FileSystem.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+using namespace dlc;
+
+namespace {
+
+std::string tempPath(const std::string &name) {
+  return testing::TempDir() + "/dlc_cost_" + std::to_string(::getpid()) + "_" + name;
+}
+
+// Convolutions (a 3x3 and a 1x1), softmax over rows, a layer norm: tensor-core kernels
+// in FP16, reductions with several passes over their rows.
+std::string dense(size_t n, float step) {
+  std::string hex = "0x";
+  char buf[9];
+  for (size_t i = 0; i < n; ++i) {
+    float v = step * static_cast<float>(static_cast<int>(i % 7) - 3);
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    for (int b = 0; b < 4; ++b) { // little-endian bytes
+      std::snprintf(buf, sizeof buf, "%02X", (bits >> (8 * b)) & 0xff);
+      hex += buf;
+    }
+  }
+  return hex;
+}
+
+const std::string kModel =
+    R"(graph @net(%x: f32[4,16,16,16]) -> ("y": f32[4,32,16,16], "s": f32[128,256]) {
+  %w = const f32[32,16,3,3] dense<)" +
+    dense(32 * 16 * 9, 0.01f) + R"(>
+  %b = const f32[32] dense<)" +
+    dense(32, 0.1f) + R"(>
+  %c = Conv(%x, %w, %b) {pads = [1, 1, 1, 1]} : f32[4,32,16,16]
+  %y = Relu(%c) : f32[4,32,16,16]
+  %r = Reshape(%y) {shape = [128, 256]} : f32[128,256]
+  %s = Softmax(%r) {axis = -1} : f32[128,256]
+  return %y, %s
+}
+)";
+
+std::shared_ptr<pkg::PackageFile> compileModel(bool fp16) {
+  std::string model = tempPath("net.ir"), out = tempPath(fp16 ? "net16.dlc" : "net32.dlc");
+  std::ofstream(model) << kModel;
+  driver::CompileOptions o;
+  o.model = model;
+  o.output = out;
+  o.targets = {"sm_80", "sm_90"};
+  o.useCache = false;
+  if (fp16)
+    o.precision = passes::PrecisionOptions{};
+  llvm::Expected<driver::CompileResult> r = driver::compile(o);
+  EXPECT_TRUE(static_cast<bool>(r)) << (r ? "" : llvm::toString(r.takeError()));
+  if (!r)
+    return nullptr;
+  auto pf = pkg::PackageFile::load(out);
+  EXPECT_TRUE(pf.ok()) << pf.status().message();
+  return pf.ok() ? *pf : nullptr;
+}
+
+} // namespace
+
+TEST(CostModel, LaunchesAreBoundedByTheirCodeAndThePeak) {
+  for (bool fp16 : {false, true}) {
+    SCOPED_TRACE(fp16 ? "fp16" : "fp32");
+    auto pf = compileModel(fp16);
+    ASSERT_TRUE(pf);
+    driver::PackageCost c = driver::costOf(*pf);
+    ASSERT_EQ(c.gpus.size(), 2u);
+    EXPECT_EQ(c.gpus[0].name, "A100");
+    EXPECT_EQ(c.gpus[1].name, "H100");
+    EXPECT_TRUE(c.decodeErrors.empty());
+    size_t launches = 0, tensorLaunches = 0;
+    for (size_t i = 0; i < c.gpus.size(); ++i) {
+      const codegen::GpuModel &g = c.gpus[i];
+      EXPECT_EQ(c.peakPriced[i], 0u) << g.name;
+      for (const driver::StepCost &sc : c.steps) {
+        if (!sc.runs[i] || sc.kind != "launch")
+          continue;
+        ++launches;
+        const driver::Bounds &b = sc.bounds[i];
+        EXPECT_TRUE(b.limit == "issue" || b.limit == "memory" || b.limit == "latency") << b.limit;
+        // Never faster than its own bounds, plus one graph node.
+        EXPECT_GE(sc.micros[i], b.issue + g.graphNodeMicros - 1e-9) << sc.node;
+        EXPECT_GE(sc.micros[i], b.memory + g.graphNodeMicros - 1e-9) << sc.node;
+        EXPECT_GE(sc.micros[i], b.latency + g.graphNodeMicros - 1e-9) << sc.node;
+        // Never faster than the arithmetic peak that applies, nor the DRAM bandwidth.
+        double peak = sc.tensor ? g.tensorFlops * g.mmaSyncFraction : g.fp32Flops;
+        EXPECT_GE(b.issue, 1e6 * sc.flops / peak * (1 - 1e-9)) << sc.node;
+        EXPECT_GE(b.memory, 1e6 * double(sc.bytes()) / g.dramBytesPerSecond) << sc.node;
+        tensorLaunches += sc.tensor;
+        // The kernel's facts are there for this architecture, and its main loop
+        // holds the tensor-core instructions when it runs on tensor cores.
+        const pkg::Kernel *k = pf->meta().kernels()->Get(static_cast<uint32_t>(sc.kernel));
+        const codegen::sass::KernelFacts *f = c.factsOf(g.arch, k->symbol()->str());
+        ASSERT_NE(f, nullptr) << k->name()->str();
+        if (sc.tensor) {
+          ASSERT_NE(f->main(), nullptr);
+          EXPECT_GT(f->main()->of(codegen::sass::Class::Tensor), 0);
+        }
+      }
+    }
+    EXPECT_GT(launches, 0u);
+    EXPECT_EQ(tensorLaunches > 0, fp16);
+  }
+}
+
+TEST(CostModel, SoftmaxPaysForEachPassOverItsRows) {
+  auto pf = compileModel(false);
+  ASSERT_TRUE(pf);
+  driver::PackageCost c = driver::costOf(*pf);
+  const codegen::GpuModel &h100 = c.gpus[1];
+  bool found = false;
+  for (const driver::StepCost &sc : c.steps) {
+    if (sc.kind != "launch")
+      continue;
+    const pkg::Kernel *k = pf->meta().kernels()->Get(static_cast<uint32_t>(sc.kernel));
+    if (k->name()->str().find("softmax") == std::string::npos)
+      continue;
+    found = true;
+    const codegen::sass::KernelFacts *f = c.factsOf("sm_90", k->symbol()->str());
+    ASSERT_NE(f, nullptr);
+    // The kernel reads its row more than once (max, then sum, then the output)...
+    EXPECT_GE(f->loadLoops, 2);
+    // ... and the memory bound charges the re-reads (at L2 bandwidth: 128 KB fits).
+    double once = 1e6 * double(sc.bytes()) / (h100.dramBytesPerSecond * h100.dramAchievable);
+    double rereads = 1e6 * (f->loadLoops - 1) * double(sc.bytesRead) / h100.l2BytesPerSecond;
+    EXPECT_NEAR(sc.bounds[1].memory, once + rereads, 1e-9);
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(CostModel, AProfileFileReplacesTheBuiltInOne) {
+  std::string path = tempPath("h100.json");
+  std::ofstream(path) << R"({"name": "H100", "arch": "sm_90", "source": "test",
+                             "dram_bytes_per_second": 1e12, "clock_hz": 1e9})";
+  llvm::Expected<codegen::GpuModel> g = codegen::loadGpuProfile(path);
+  ASSERT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError());
+  EXPECT_EQ(g->source, "test");
+  EXPECT_EQ(g->dramBytesPerSecond, 1e12);
+  EXPECT_EQ(g->sms, 132); // from the built-in H100
+  // The written profile reads back the same.
+  std::string again = tempPath("again.json");
+  std::ofstream(again) << codegen::gpuProfileJson(*g);
+  llvm::Expected<codegen::GpuModel> g2 = codegen::loadGpuProfile(again);
+  ASSERT_TRUE(static_cast<bool>(g2));
+  EXPECT_EQ(codegen::gpuProfileJson(*g2), codegen::gpuProfileJson(*g));
+
+  auto pf = compileModel(false);
+  ASSERT_TRUE(pf);
+  driver::PackageCost slow = driver::costOf(*pf, -1, {*g});
+  driver::PackageCost fast = driver::costOf(*pf, -1, {*codegen::gpuModelNamed("H100")});
+  EXPECT_GT(slow.micros[0], fast.micros[0]);
+
+  auto refused = [&](const char *text, const char *why) {
+    std::ofstream(path) << text;
+    llvm::Expected<codegen::GpuModel> bad = codegen::loadGpuProfile(path);
+    ASSERT_FALSE(static_cast<bool>(bad)) << text;
+    EXPECT_NE(llvm::toString(bad.takeError()).find(why), std::string::npos) << text;
+  };
+  refused("[1, 2]", "not a JSON object");
+  refused("{\"name\": \"X\"}", "needs \"name\" and \"arch\"");
+  refused("{\"name\": \"X\", \"arch\": \"sm_75\"}", "no built-in profile");
+  refused("{\"name\": \"X\", \"arch\": \"sm_90\", \"sms\": -3}", "\"sms\" must be a positive");
+  refused("{\"name\": \"X\", \"arch\": \"sm_90\", \"clock\": 1}", "unknown field \"clock\"");
+  refused("{\"name\": ", "not JSON");
+  llvm::sys::fs::remove(path);
+  llvm::sys::fs::remove(again);
+}
