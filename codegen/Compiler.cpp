@@ -27,6 +27,14 @@ const std::vector<std::string> &defaultGpuTargets() {
   return t;
 }
 
+llvm::Expected<std::vector<uint8_t>> compileCubin(const std::string &source,
+                                                  const std::string &arch) {
+  llvm::Expected<CompiledModule> m = compileWithNvrtc(source, arch, ToolchainOptions{});
+  if (!m)
+    return m.takeError();
+  return std::move(m->image);
+}
+
 namespace {
 
 double since(std::chrono::steady_clock::time_point t0) {

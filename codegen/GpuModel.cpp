@@ -27,156 +27,98 @@ namespace dlc::codegen {
 // with measurements (docs/ARCHITECTURE.md "Kernel facts and bounds"): the achievable
 // DRAM fraction (STREAM-like copies reach 85-90% of the data sheet), L2 bandwidth,
 // load latencies, launch and graph-node overheads, and cuBLASLt's large-GEMM
-// efficiency. Launch and graph-node overheads were checked against the H200 GPU kit run
-// (the digits model: 21.8 us measured for 9 graph nodes).
+// efficiency. The per-run overhead (a CUDA graph's launch and the host waking up at
+// its end) is sized by the H200 GPU kit run: the digits model measured 21.8 us of
+// compute median for 5 steps of about 2 us each.
 const std::vector<GpuModel> &gpuModels() {
-  static const std::vector<GpuModel> models = {
-      {"A100",
-       "sm_80",
-       108,
-       2048,
-       32,
-       65536,
-       164 * 1024,
-       1.41e9,
-       19.5e12,
-       312e12,
-       156e12,
-       1.0,
-       2,
-       4,
-       1,
-       2,
-       0.5,
-       128,
-       2039e9,
-       0.87,
-       4.0e12,
-       40e6,
-       200,
-       480,
-       2.0,
-       1.0,
-       0.85,
-       300e9,
-       "data sheet and estimates"},
-      {"A10",
-       "sm_86",
-       72,
-       1536,
-       16,
-       65536,
-       100 * 1024,
-       1.695e9,
-       31.2e12,
-       125e12,
-       62.5e12,
-       1.0,
-       4,
-       2,
-       0.0625,
-       2,
-       0.5,
-       128,
-       600e9,
-       0.85,
-       1.5e12,
-       6e6,
-       200,
-       480,
-       2.0,
-       1.0,
-       0.80,
-       32e9,
-       "data sheet and estimates"},
-      {"L4",
-       "sm_89",
-       58,
-       1536,
-       24,
-       65536,
-       100 * 1024,
-       2.04e9,
-       30.3e12,
-       121e12,
-       60e12,
-       1.0,
-       4,
-       2,
-       0.0625,
-       2,
-       0.5,
-       128,
-       300e9,
-       0.85,
-       1.5e12,
-       48e6,
-       200,
-       480,
-       2.0,
-       1.0,
-       0.80,
-       32e9,
-       "data sheet and estimates"},
-      {"H100",
-       "sm_90",
-       132,
-       2048,
-       32,
-       65536,
-       228 * 1024,
-       1.98e9,
-       66.9e12,
-       989e12,
-       495e12,
-       0.5,
-       4,
-       4,
-       2,
-       2,
-       0.5,
-       128,
-       3350e9,
-       0.90,
-       5.5e12,
-       50e6,
-       260,
-       600,
-       2.0,
-       1.0,
-       0.70,
-       450e9,
-       "data sheet and estimates"},
-      {"H200",
-       "sm_90",
-       132,
-       2048,
-       32,
-       65536,
-       228 * 1024,
-       1.98e9,
-       66.9e12,
-       989e12,
-       495e12,
-       0.5,
-       4,
-       4,
-       2,
-       2,
-       0.5,
-       128,
-       4800e9,
-       0.90,
-       5.5e12,
-       50e6,
-       260,
-       600,
-       2.0,
-       1.0,
-       0.70,
-       450e9,
-       "data sheet and estimates"},
-  };
+  static const std::vector<GpuModel> models = [] {
+    GpuModel a100{.name = "A100",
+                  .arch = "sm_80",
+                  .sms = 108,
+                  .maxThreadsPerSm = 2048,
+                  .maxBlocksPerSm = 32,
+                  .regsPerSm = 65536,
+                  .smemPerSm = 164 * 1024,
+                  .clockHz = 1.41e9,
+                  .fp32Flops = 19.5e12,
+                  .tensorFlops = 312e12,
+                  .tf32Flops = 156e12,
+                  .mmaSyncFraction = 1.0,
+                  .fp32PerClock = 2,   // 64 FP32 lanes per SM
+                  .fp16x2PerClock = 4, // 78 TFLOP/s FP16 (non-tensor)
+                  .fp64PerClock = 1,   // 9.7 TFLOP/s
+                  .intPerClock = 2,
+                  .mufuPerClock = 0.5,
+                  .lsuBytesPerClock = 128,
+                  .dramBytesPerSecond = 2039e9,
+                  .dramAchievable = 0.87,
+                  .l2BytesPerSecond = 4.0e12,
+                  .l2Bytes = 40e6,
+                  .l2LatencyCycles = 200,
+                  .dramLatencyCycles = 480,
+                  .launchMicros = 2.0,
+                  .graphNodeMicros = 1.0,
+                  .runOverheadMicros = 10.0,
+                  .libraryEfficiency = 0.85,
+                  .linkBytesPerSecond = 300e9, // NVLink 3, each direction
+                  .source = "data sheet and estimates"};
+    GpuModel a10 = a100;
+    a10.name = "A10";
+    a10.arch = "sm_86";
+    a10.sms = 72;
+    a10.maxThreadsPerSm = 1536;
+    a10.maxBlocksPerSm = 16;
+    a10.smemPerSm = 100 * 1024;
+    a10.clockHz = 1.695e9;
+    a10.fp32Flops = 31.2e12;
+    a10.tensorFlops = 125e12;
+    a10.tf32Flops = 62.5e12;
+    a10.fp32PerClock = 4;   // 128 FP32 lanes per SM
+    a10.fp16x2PerClock = 2; // FP16 (non-tensor) at the FP32 rate
+    a10.fp64PerClock = 0.0625;
+    a10.dramBytesPerSecond = 600e9;
+    a10.dramAchievable = 0.85;
+    a10.l2BytesPerSecond = 1.5e12;
+    a10.l2Bytes = 6e6;
+    a10.libraryEfficiency = 0.80;
+    a10.linkBytesPerSecond = 32e9; // PCIe 4 x16
+    GpuModel l4 = a10;
+    l4.name = "L4";
+    l4.arch = "sm_89";
+    l4.sms = 58;
+    l4.maxBlocksPerSm = 24;
+    l4.clockHz = 2.04e9;
+    l4.fp32Flops = 30.3e12;
+    l4.tensorFlops = 121e12;
+    l4.tf32Flops = 60e12;
+    l4.dramBytesPerSecond = 300e9;
+    l4.l2Bytes = 48e6;
+    GpuModel h100 = a100;
+    h100.name = "H100";
+    h100.arch = "sm_90";
+    h100.sms = 132;
+    h100.smemPerSm = 228 * 1024;
+    h100.clockHz = 1.98e9;
+    h100.fp32Flops = 66.9e12;
+    h100.tensorFlops = 989e12;
+    h100.tf32Flops = 495e12;
+    h100.mmaSyncFraction = 0.5; // wgmma issues twice the mma.sync rate
+    h100.fp32PerClock = 4;
+    h100.fp16x2PerClock = 4; // 133.8 TFLOP/s FP16 (non-tensor)
+    h100.fp64PerClock = 2;   // 33.5 TFLOP/s
+    h100.dramBytesPerSecond = 3350e9;
+    h100.dramAchievable = 0.90;
+    h100.l2BytesPerSecond = 5.5e12;
+    h100.l2Bytes = 50e6;
+    h100.l2LatencyCycles = 260;
+    h100.dramLatencyCycles = 600;
+    h100.libraryEfficiency = 0.70;
+    h100.linkBytesPerSecond = 450e9; // NVLink 4, each direction
+    GpuModel h200 = h100;
+    h200.name = "H200";
+    h200.dramBytesPerSecond = 4800e9; // HBM3e
+    return std::vector<GpuModel>{a100, a10, l4, h100, h200};
+  }();
   return models;
 }
 
@@ -226,6 +168,7 @@ template <typename F> void forEachField(GpuModel &g, F &&f) {
   f("dram_latency_cycles", g.dramLatencyCycles);
   f("launch_us", g.launchMicros);
   f("graph_node_us", g.graphNodeMicros);
+  f("run_overhead_us", g.runOverheadMicros);
   f("library_efficiency", g.libraryEfficiency);
   f("link_bytes_per_second", g.linkBytesPerSecond);
 }
@@ -281,6 +224,24 @@ llvm::Expected<GpuModel> loadGpuProfile(const std::string &path) {
         field = static_cast<std::remove_reference_t<decltype(field)>>(*d);
     }
   });
+  // What `dlc calibrate` measures against the data sheet: mma.sync per clock per SM
+  // (the fraction of the tensor-core peak it reaches) and a streaming copy's bandwidth
+  // (the achievable fraction of the data sheet's).
+  for (const char *key : {"hmma_per_clock", "dram_measured_bytes_per_second"}) {
+    known.push_back(key);
+    const llvm::json::Value *x = o->get(key);
+    if (!x)
+      continue;
+    auto d = x->getAsNumber();
+    if (!d || !std::isfinite(*d) || *d <= 0 || *d > 1e18) {
+      bad = std::string("\"") + key + "\" must be a positive number";
+      break;
+    }
+    if (std::string(key) == "hmma_per_clock")
+      g.mmaSyncFraction = *d * g.sms * g.clockHz * 4096.0 / g.tensorFlops;
+    else
+      g.dramAchievable = *d / g.dramBytesPerSecond;
+  }
   if (!bad.empty())
     return profileError(path, bad);
   for (const auto &kv : *o)

@@ -291,6 +291,9 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
       }
       c.steps.push_back(std::move(sc));
     }
+  for (size_t i = 0; i < ng; ++i)
+    if (!c.steps.empty())
+      c.micros[i] += c.gpus[i].runOverheadMicros;
   c.lowerBoundBytes = m.weight_bytes();
   for (const auto *list : {v ? v->inputs() : m.inputs(), v ? v->outputs() : m.outputs()})
     if (list)

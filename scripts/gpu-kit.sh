@@ -10,7 +10,11 @@
 #                             left out (47 and 101 MB of weights)
 #   OUTDIR/cases/FAMILY/      one package per kernel family, awkward extents
 #                             (scripts/gpu_kit_cases.py), and the bad-index inputs
-#   OUTDIR/bin/dlc-run        the runtime as a package runner (the exe stub)
+#   OUTDIR/*/NAME/modeled.tsv dlc inspect's modeled time of each step on A100, H100 and
+#                             H200 (scripts/gpu_kit_modeled.py), for model vs measured
+#   OUTDIR/calibrate/         `dlc calibrate`'s microbenchmarks for sm_80 ... sm_90
+#   OUTDIR/bin/dlc-run        the runtime as a package runner (the exe stub); with
+#                             --calibrate it measures the GPU for the cost model
 #   OUTDIR/torch/             PyTorch eager / torch.compile timing of the same models
 #   OUTDIR/run.sh             runs everything, prints one table (scripts/gpu_kit_run.sh)
 #
@@ -28,7 +32,7 @@ models=(digits gpt gru lstm mobilenet_v2 squeezenet1_1 transformer)
 limit=$((60 * 1024 * 1024))
 
 rm -rf "$out"
-mkdir -p "$out/models" "$out/cases" "$out/bin" "$out/torch"
+mkdir -p "$out/models" "$out/cases" "$out/bin" "$out/torch" "$out/calibrate"
 out="$(cd "$out" && pwd)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -51,6 +55,10 @@ for m in "${models[@]}"; do
   d="$out/models/$m"
   mkdir -p "$d"
   "$dlc" compile "$case_dir/model.onnx" --target "$targets" --emit exe -o "$d/$m" --quiet
+  # The same kernels as a package, for the modeled times (from the compile cache).
+  "$dlc" compile "$case_dir/model.onnx" --target sm_80,sm_86,sm_89,sm_90 -o "$tmp/$m.dlc" --quiet
+  "$dlc" inspect "$tmp/$m.dlc" --gpu A100,H100,H200 --json -o "$tmp/$m.json"
+  "$py" "$root/scripts/gpu_kit_modeled.py" "$tmp/$m.json" "$d/modeled.tsv"
   # Inputs and references as .npy, named as the runtime names its outputs.
   "$py" "$root/scripts/gpu_kit_cases.py" --suite-case "$case_dir" --out "$d"
   echo "  $m: $(du -sh "$d" | cut -f1)"
@@ -62,9 +70,13 @@ for c in "$tmp"/cases/*/; do
   n="$(basename "$c")"
   cp -r "$c" "$out/cases/$n"
   "$dlc" compile "$c/model.onnx" --target "$targets" -o "$out/cases/$n/model.dlc" --quiet
+  "$dlc" inspect "$out/cases/$n/model.dlc" --gpu A100,H100,H200 --json -o "$tmp/$n.json"
+  "$py" "$root/scripts/gpu_kit_modeled.py" "$tmp/$n.json" "$out/cases/$n/modeled.tsv"
   rm "$out/cases/$n/model.onnx"
 done
 
+echo "gpu-kit: calibration microbenchmarks"
+"$dlc" calibrate --emit-kernels "$out/calibrate" >/dev/null
 cp "$build/tools/dlc-exe-stub" "$out/bin/dlc-run"
 cp "$root/tests/models/export_models.py" "$root/examples/digits/digits_model.py" "$out/torch/"
 cp "$root/scripts/gpu_kit_torch_bench.py" "$out/torch/torch_bench.py"

@@ -11,7 +11,10 @@
 # python3 with a CUDA torch is present, times PyTorch eager and torch.compile on the
 # same models. On emu every run has --check (initcheck, racecheck, alignment, masks).
 # Then the bad-index case must fail with a data error naming the node. Prints one table;
-# exits 1 if any row failed.
+# exits 1 if any row failed. On a GPU it then runs `dlc-run --calibrate` (the cost
+# model's microbenchmarks; the profile it prints is what `dlc inspect --gpu-profile`
+# takes) and prints dlc inspect's modeled time beside the measured one, per package and
+# for each package's costliest steps (host-timed per step by --bench --profile).
 set -uo pipefail
 kit="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 device=cuda bench=1 sanitizer=1
@@ -38,7 +41,11 @@ if [ "$device" != emu ] && [ "$bench" = 1 ] && command -v python3 >/dev/null 2>&
   torch_times="$(cd "$kit/torch" && python3 torch_bench.py $(ls "$kit/models") 2>"$work/torch.log")"
 fi
 
-rows=() failed=0
+rows=() failed=0 gpu_name="" modeled_rows=()
+# modeled_profile: the kit's modeled.tsv column for this GPU (H100's for unknown GPUs).
+modeled_profile() {
+  case "$gpu_name" in *H200*) echo H200 ;; *A100*) echo A100 ;; *) echo H100 ;; esac
+}
 # input_args DIR: --input NAME=DIR/FILE for each NAME=FILE line of DIR/inputs.txt, into args.
 input_args() {
   args=()
@@ -77,9 +84,17 @@ run_case() {
     fi
   fi
   if [ "$bench" = 1 ]; then
-    ms="$("${cmd[@]}" --bench "${inputs[@]}" --device "$device" --iterations "$([ "$device" = emu ] && echo 3 || echo 100)" \
-      --warmup "$([ "$device" = emu ] && echo 1 || echo 20)" 2>/dev/null | sed -n 's/^compute .*median *\([0-9.]*\).*/\1/p')"
+    "${cmd[@]}" --bench "${inputs[@]}" --device "$device" --iterations "$([ "$device" = emu ] && echo 3 || echo 100)" \
+      --warmup "$([ "$device" = emu ] && echo 1 || echo 20)" >"$out/bench.log" 2>/dev/null
+    ms="$(sed -n 's/^compute .*median *\([0-9.]*\).*/\1/p' "$out/bench.log")"
     [ -z "$ms" ] && ms="-"
+    [ -z "$gpu_name" ] && gpu_name="$(sed -n 's/^device: cuda (\(.*\)/\1/p' "$out/bench.log" | head -1)"
+    if [ "$device" != emu ] && [ -f "$dir/modeled.tsv" ]; then
+      # The per-step profile, for the model-vs-measured table below.
+      "${cmd[@]}" --bench --profile "${inputs[@]}" --device "$device" --iterations 20 --warmup 3 \
+        >"$out/profile.log" 2>/dev/null || true
+      modeled_rows+=("$name $dir/modeled.tsv $out/profile.log $ms")
+    fi
     if [ -n "$torch_times" ]; then
       eager="$(printf '%s\n' "$torch_times" | sed -n "s/^$name eager \([^ ]*\) compiled \([^ ]*\)$/\1/p")"
       compiled="$(printf '%s\n' "$torch_times" | sed -n "s/^$name eager \([^ ]*\) compiled \([^ ]*\)$/\2/p")"
@@ -132,5 +147,45 @@ echo "|----------------------|--------|-----------|-----------|-----------|-----
 printf '%s\n' "${rows[@]}"
 if [ "$device" = emu ]; then
   echo "(emu: CPU timings of emulated kernels, not GPU timings)"
+fi
+
+if [ "$device" != emu ] && [ "$bench" = 1 ]; then
+  echo
+  echo "calibration (dlc-run --calibrate; save the JSON as a profile for dlc inspect --gpu-profile):"
+  dev=0
+  case "$device" in cuda:*) dev="${device#cuda:}" ;; esac
+  if ! "$kit/bin/dlc-run" --calibrate "$kit/calibrate" --device "$dev" 2>"$work/calibrate.log"; then
+    sed 's/^/    /' "$work/calibrate.log" | tail -3
+  fi
+  gpu="$(modeled_profile)"
+  echo
+  echo "model vs measured on $gpu_name (modeled with dlc's built-in $gpu profile; per step: host-timed"
+  echo "with a synchronization after each step, so small steps measure ~10 us more than they take):"
+  echo "| case                 | modeled us | measured us (compute median) | measured / modeled |"
+  echo "|----------------------|------------|------------------------------|--------------------|"
+  for r in "${modeled_rows[@]}"; do
+    set -- $r
+    modeled="$(awk -F'\t' -v g="$gpu" '$1 == g && $2 == "total" { print $4 }' "$2")"
+    awk -v n="$1" -v m="$modeled" -v ms="$4" 'BEGIN {
+      if (ms == "-" || m == "" || m == 0) r = "-"; else r = sprintf("%.2f", ms * 1000 / m);
+      printf "| %-20s | %10s | %28s | %18s |\n", n, m, (ms == "-" ? "-" : sprintf("%.1f", ms * 1000)), r }'
+  done
+  echo
+  echo "costliest measured steps per case (step, kind, limiting bound, modeled us, measured us):"
+  for r in "${modeled_rows[@]}"; do
+    set -- $r
+    awk -F'\t' -v g="$gpu" -v n="$1" '
+      FNR == NR { if ($1 == g && $2 != "total") { model[$2] = $4; limit[$2] = $5; node[$2] = $6 } next }
+      /^step / { split($0, f, " "); k = f[2]; us[k] = f[4]; kind[k] = f[3]; if (!(k in model)) mismatch = 1 }
+      END {
+        if (mismatch) { printf "  %s: the profile has steps the model does not (different schedule)\n", n; exit }
+        for (i = 0; i < 3; i++) {
+          best = ""; for (k in us) if (!(k in done) && (best == "" || us[k] + 0 > us[best] + 0)) best = k
+          if (best == "") break
+          done[best] = 1
+          printf "  %-20s step %-4s %-7s %-8s modeled %9s  measured %9s  %s\n", n, best, kind[best], limit[best], model[best], us[best], node[best]
+        }
+      }' "$2" "$3"
+  done
 fi
 exit $failed

@@ -1,6 +1,7 @@
 //===- Cli.cpp - `run` and `bench` front ends (runtime-only) ---------------===//
 #include "dlc/runtime/Cli.h"
 
+#include "dlc/runtime/Calibrate.h"
 #include "dlc/support/Files.h"
 
 #include <algorithm>
@@ -165,6 +166,7 @@ Result<Opened> open(const Parsed &p, const CliContext &ctx) {
                       : order == "random" ? rt::SessionOptions::ThreadOrder::Random
                                           : rt::SessionOptions::ThreadOrder::Forward;
   so.cudaGraphs = !p.has("no-cuda-graphs");
+  so.profile = p.has("profile");
   auto s = rt::Session::create(o.pkg, so);
   if (!s)
     return s.takeStatus();
@@ -434,20 +436,23 @@ int benchMain(const std::vector<std::string> &args, const CliContext &ctx) {
   Parsed p = parse(
       args,
       {"input", "device", "threads", "warmup", "iterations", "batch", "thread-order", "shape"},
-      {"help", "check", "no-cuda-graphs", "allow-host-code"},
+      {"help", "check", "no-cuda-graphs", "allow-host-code", "profile"},
       {{"-i", "--input"}, {"-h", "--help"}});
   if (p.has("help")) {
     std::printf(
         "usage: %s %s[--warmup N] [--iterations N] [--batch N] [--device auto|cuda[:N]|emu]\n"
         "       [--threads N] [--check] [--thread-order O] [--no-cuda-graphs] [--input NAME=FILE "
         "...]\n"
-        "       [--shape NAME=D0,D1,... ...] [--allow-host-code]\n\n"
+        "       [--shape NAME=D0,D1,... ...] [--allow-host-code] [--profile]\n\n"
         "Measures latency (min/median/p90/p99/max) and throughput, with host-to-device and\n"
         "device-to-host copies timed apart from compute. Inputs without a file are random.\n"
         "--shape: the shape of a random input (a package compiled with --input-shape ranges\n"
         "takes any shape in them; default: its opt shape).\n"
         "--batch: samples per inference for throughput (default: the first input's leading\n"
-        "dimension as run).\n",
+        "dimension as run).\n"
+        "--profile: the median time of each step instead (host-timed: the device is\n"
+        "synchronized after every step, without a CUDA graph; about 10 us of that is\n"
+        "synchronization, so it is a per-step upper bound).\n",
         ctx.program.c_str(), ctx.package ? "" : "PACKAGE.dlc ");
     return 0;
   }
@@ -480,6 +485,38 @@ int benchMain(const std::vector<std::string> &args, const CliContext &ctx) {
       upload.emplace_back(
           in->name()->str(),
           rt::HostTensor::zeros(in->dtype(), o->session->inputShape(in->name()->str())));
+  if (p.has("profile")) {
+    std::vector<std::vector<double>> perStep;
+    std::vector<rt::StepTime> names;
+    for (int64_t i = 0; i < warmup + iters; ++i) {
+      for (const auto &[name, tensor] : upload)
+        if (Status s = o->session->setInput(name, tensor))
+          return fail(ctx, s.message());
+      if (Status s = o->session->run())
+        return fail(ctx, s.message());
+      const std::vector<rt::StepTime> &prof = o->session->lastProfile();
+      if (i < warmup)
+        continue;
+      if (perStep.empty()) {
+        perStep.resize(prof.size());
+        names = prof;
+      }
+      for (size_t k = 0; k < prof.size() && k < perStep.size(); ++k)
+        perStep[k].push_back(prof[k].microseconds);
+    }
+    std::printf("device: %s\n", o->session->backendDescription().c_str());
+    std::printf("per-step median over %" PRId64 " runs (host-timed, synchronized per step):\n",
+                iters);
+    double total = 0;
+    for (size_t k = 0; k < perStep.size(); ++k) {
+      double med = rt::benchStats(perStep[k]).median;
+      total += med;
+      std::printf("step %4zu %-8s %10.2f us  %s\n", k, names[k].kind.c_str(), med,
+                  names[k].node.c_str());
+    }
+    std::printf("sum of step medians: %.2f us\n", total);
+    return 0;
+  }
   auto times = rt::benchmark(*o->session, upload, warmup, iters);
   if (!times)
     return fail(ctx, times.status().message());
@@ -503,6 +540,68 @@ int benchMain(const std::vector<std::string> &args, const CliContext &ctx) {
   double med = rt::benchStats(times->compute).median;
   std::printf("throughput: %.2f inferences/s, %.2f samples/s (compute median)\n", 1000.0 / med,
               1000.0 * static_cast<double>(batch) / med);
+  return 0;
+}
+
+int calibrateMain(const std::vector<std::string> &args, const CliContext &ctx) {
+  Parsed p = parse(args, {"calibrate", "device", "name", "output"}, {"help"},
+                   {{"-o", "--output"}, {"-h", "--help"}});
+  if (p.has("help")) {
+    std::printf("usage: %s --calibrate DIR [--device N] [--name NAME] [-o FILE]\n\n"
+                "Measures this GPU for dlc's cost model with the microbenchmarks in DIR\n"
+                "(`dlc calibrate --emit-kernels DIR`) and prints a profile for `dlc inspect\n"
+                "--gpu-profile` (or writes it to FILE).\n",
+                ctx.program.c_str());
+    return 0;
+  }
+  if (!p.error.empty())
+    return fail(ctx, p.error, 2);
+  if (!p.positionals.empty())
+    return fail(ctx, "--calibrate takes no package", 2);
+  int64_t device = 0;
+  if (Status s = intOption(p, "device", 0, 0, 1024, device))
+    return fail(ctx, s.message(), 2);
+  auto cc = rt::cudaComputeCapability(static_cast<int>(device));
+  if (!cc)
+    return fail(ctx, "--calibrate needs a GPU: " + cc.status().message());
+  std::string arch = "sm_" + std::to_string(cc->first * 10 + cc->second);
+  std::string path = p.get("calibrate", ".") + "/calibrate_" + arch + ".cubin";
+  std::vector<uint8_t> cubin;
+  if (FILE *f = std::fopen(path.c_str(), "rb")) {
+    uint8_t buf[1 << 16];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0 && cubin.size() < (64u << 20))
+      cubin.insert(cubin.end(), buf, buf + n);
+    std::fclose(f);
+  }
+  if (cubin.empty())
+    return fail(ctx, "cannot read " + path + " (dlc calibrate --emit-kernels writes it)");
+  auto c = rt::calibrate(static_cast<int>(device), cubin, [](const std::string &what) {
+    std::fprintf(stderr, "calibrate: %s\n", what.c_str());
+  });
+  if (!c)
+    return fail(ctx, c.status().message());
+  std::printf("device: %s (%s, %d SMs)\n", c->device.c_str(), arch.c_str(), c->sms);
+  std::string name = p.get("name", "");
+  for (const char *known : {"H200", "H100", "A100", "L4"})
+    if (name.empty() && c->device.find(known) != std::string::npos)
+      name = known;
+  if (name.empty())
+    name = c->device;
+  std::string json = rt::calibrationProfileJson(*c, name);
+  if (!p.has("output")) {
+    std::fputs(json.c_str(), stdout);
+    return 0;
+  }
+  auto out = AtomicFile::open(p.get("output", ""));
+  if (!out)
+    return fail(ctx, out.status().message());
+  Status s = out->write(json.data(), json.size());
+  if (!s)
+    s = out->commit();
+  if (s)
+    return fail(ctx, s.message());
+  std::printf("wrote %s\n", p.get("output", "").c_str());
   return 0;
 }
 

@@ -3,7 +3,8 @@
 // Runs the package appended to this executable: `./mymodel --input x=in.npy
 // --output-dir out/`, `./mymodel --bench`, `./mymodel --info`. With nothing appended it
 // is a runner for package files, needing only libc: `dlc-exe-stub MODEL.dlc ...`
-// (as `dlc run`) or `dlc-exe-stub --bench MODEL.dlc ...` (as `dlc bench`).
+// (as `dlc run`) or `dlc-exe-stub --bench MODEL.dlc ...` (as `dlc bench`), and
+// `dlc-exe-stub --calibrate DIR` measures the GPU as `dlc calibrate` does.
 //===----------------------------------------------------------------------===//
 #include "dlc/package/ExeFormat.h"
 #include "dlc/runtime/Cli.h"
@@ -71,6 +72,14 @@ int main(int argc, char **argv) {
   for (const std::string &a : args)
     if (a.size() > 4 && a.compare(a.size() - 4, 4, ".dlc") == 0 && a[0] != '-')
       packageArgument = true;
+  bool calibrate = false;
+  for (const std::string &a : args)
+    calibrate |= a == "--calibrate" || a.rfind("--calibrate=", 0) == 0;
+  if (!pf && calibrate) {
+    cli::CliContext ctx;
+    ctx.program = prog;
+    return cli::calibrateMain(args, ctx);
+  }
   if (!pf && !packageArgument) {
     std::fprintf(stderr, "%s: error: %s\n", prog.c_str(), pf.status().message().c_str());
     return 1;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "../Backend.h"
+#include "dlc/runtime/Calibrate.h"
 
 #include <cublasLt.h>
 #include <cuda.h>
@@ -54,6 +55,8 @@ namespace dlc::rt::cuda {
   X(cuGraphExecDestroy) \
   X(cuEventCreate) \
   X(cuEventRecord) \
+  X(cuEventSynchronize) \
+  X(cuEventElapsedTime) \
   X(cuEventDestroy) \
   X(cuStreamWaitEvent) \
   X(cuStreamQuery)
@@ -104,5 +107,9 @@ void overrideTablesForTesting(const Driver *drv, const CublasLt *lt);
 /// package has GEMMs). The tables must outlive the backend.
 Result<std::unique_ptr<Backend>> createBackend(const Driver &drv, const CublasLt *lt,
                                                const SessionOptions &opts);
+
+/// `dlc calibrate` over the given table (rt::calibrate loads the real one).
+Result<Calibration> calibrateWith(const Driver &drv, int device, const std::vector<uint8_t> &cubin,
+                                  const std::function<void(const std::string &)> &progress);
 
 } // namespace dlc::rt::cuda

@@ -17,5 +17,6 @@ int runInspect(const std::vector<std::string> &args);
 int runBench(const std::vector<std::string> &args);
 int runTrain(const std::vector<std::string> &args);
 int runExport(const std::vector<std::string> &args);
+int runCalibrate(const std::vector<std::string> &args);
 
 } // namespace dlc::tool

@@ -22,6 +22,8 @@ const Command kCommands[] = {
     {"export", "Write the trained model (ONNX) from a training package and a checkpoint",
      dlc::tool::runExport},
     {"inspect", "Show the kernels, resources and memory plan of a package", dlc::tool::runInspect},
+    {"calibrate", "Measure this GPU for the cost model (writes a profile for inspect)",
+     dlc::tool::runCalibrate},
     {"import", "Import an ONNX model and print its IR", dlc::tool::runImport},
     {"opt", "Run graph passes on textual IR", dlc::tool::runOpt},
     {"interpret", "Run textual IR on the reference interpreter", dlc::tool::runInterpret},

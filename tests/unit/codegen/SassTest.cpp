@@ -7,6 +7,7 @@
 
 #include "Toolchain.h"
 #include "dlc/driver/CostModel.h"
+#include "dlc/runtime/Calibrate.h"
 
 #include <gtest/gtest.h>
 #include <random>
@@ -259,4 +260,29 @@ TEST(GpuProfiles, EveryProfileIsConsistentWithItsDataSheetPeaks) {
   }
   EXPECT_EQ(codegen::gpuModelFor("sm_90").name, "H100");
   EXPECT_NEAR(codegen::gpuModelNamed("H200")->dramBytesPerSecond, 4.8e12, 1);
+}
+
+TEST(Sass, CalibrationKernelsIssueWhatTheyMeasure) {
+  // `dlc calibrate` divides work by time: the work must be what the code issues.
+  for (const char *arch : {"sm_80", "sm_90"}) {
+    SCOPED_TRACE(arch);
+    auto facts = compile(rt::calibrationKernelSource(), arch);
+    auto main = [&](const char *k) -> const codegen::sass::Mix & {
+      static const codegen::sass::Mix none;
+      auto f = facts.find(k);
+      EXPECT_TRUE(f != facts.end() && f->second.main()) << k;
+      return f != facts.end() && f->second.main() ? *f->second.main() : none;
+    };
+    // 64 FFMA per iteration and little else (the loop counter and branch).
+    EXPECT_EQ(main("dlc_cal_ffma").ffma, 64);
+    EXPECT_LE(main("dlc_cal_ffma").instructions, 64 + 4);
+    EXPECT_EQ(main("dlc_cal_hfma2").hfma2, 64);
+    EXPECT_LE(main("dlc_cal_hfma2").instructions, 64 + 4);
+    EXPECT_EQ(main("dlc_cal_mma").of(Class::Tensor), 8);
+    EXPECT_EQ(main("dlc_cal_mma").mmaFlops, 8 * 4096);
+    EXPECT_EQ(main("dlc_cal_copy").globalLoadWidths, (std::map<int, int>{{16, 1}}));
+    EXPECT_EQ(main("dlc_cal_copy").globalStoreWidths, (std::map<int, int>{{16, 1}}));
+    EXPECT_EQ(main("dlc_cal_l2").globalLoadWidths.count(16), 1u);
+    EXPECT_EQ(main("dlc_cal_chase").globalLoadWidths, (std::map<int, int>{{4, 1}}));
+  }
 }

@@ -4,6 +4,7 @@
 // profile file replaces a built-in profile.
 #include "dlc/driver/Compile.h"
 #include "dlc/driver/Inspect.h"
+#include "dlc/runtime/Calibrate.h"
 
 #include "llvm/Support/FileSystem.h"
 
@@ -179,4 +180,37 @@ TEST(CostModel, AProfileFileReplacesTheBuiltInOne) {
   refused("{\"name\": ", "not JSON");
   llvm::sys::fs::remove(path);
   llvm::sys::fs::remove(again);
+}
+
+TEST(CostModel, ACalibratedProfileSetsTheMeasuredFractions) {
+  rt::Calibration c;
+  c.device = "NVIDIA H100 80GB HBM3";
+  c.ccMajor = 9;
+  c.sms = 132;
+  c.clockHz = 1.755e9;
+  c.ffmaPerClock = 3.9;
+  c.hfma2PerClock = 3.8;
+  c.hmmaPerClock = 0.5;
+  c.dramBytesPerSecond = 2.9e12;
+  c.l2BytesPerSecond = 6.1e12;
+  c.l2LatencyCycles = 270;
+  c.dramLatencyCycles = 820;
+  c.launchMicros = 2.5;
+  c.graphNodeMicros = 0.8;
+  c.runOverheadMicros = 9.5;
+  std::string path = tempPath("calibrated.json");
+  std::ofstream(path) << rt::calibrationProfileJson(c, "H100");
+  llvm::Expected<codegen::GpuModel> g = codegen::loadGpuProfile(path);
+  llvm::sys::fs::remove(path);
+  ASSERT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError());
+  EXPECT_EQ(g->source, "dlc calibrate on NVIDIA H100 80GB HBM3");
+  EXPECT_DOUBLE_EQ(g->clockHz, 1.755e9);
+  EXPECT_DOUBLE_EQ(g->fp32PerClock, 3.9);
+  // 0.5 HMMA.16816 per clock per SM at 1.755 GHz on 132 SMs, of the data sheet's 989 TFLOP/s.
+  EXPECT_NEAR(g->mmaSyncFraction, 0.5 * 132 * 1.755e9 * 4096 / 989e12, 1e-6);
+  EXPECT_NEAR(g->hmmaPerClock(), 0.5, 1e-6);
+  EXPECT_NEAR(g->dramAchievable, 2.9e12 / 3350e9, 1e-6);
+  EXPECT_DOUBLE_EQ(g->graphNodeMicros, 0.8);
+  EXPECT_DOUBLE_EQ(g->dramLatencyCycles, 820);
+  EXPECT_DOUBLE_EQ(g->runOverheadMicros, 9.5);
 }

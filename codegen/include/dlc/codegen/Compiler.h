@@ -15,6 +15,12 @@ namespace dlc::codegen {
 /// GPU targets compiled by default, plus PTX for the newest virtual architecture.
 const std::vector<std::string> &defaultGpuTargets();
 
+/// A standalone CUDA C++ translation unit (extern "C" kernels) compiled by NVRTC and
+/// ptxas into a cubin for `arch` ("sm_90"), through the compile cache; errors carry
+/// the compiler's log. `dlc calibrate` compiles its microbenchmarks with it.
+llvm::Expected<std::vector<uint8_t>> compileCubin(const std::string &source,
+                                                  const std::string &arch);
+
 struct CompileOptions {
   /// "sm_80", "sm_86", "sm_89", "sm_90", "compute_90", "emu". Empty: the defaults
   /// (all GPU targets, plus emu when a host compiler is present).

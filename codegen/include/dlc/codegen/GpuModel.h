@@ -42,6 +42,7 @@ struct GpuModel {
   double l2LatencyCycles, dramLatencyCycles; // a dependent load that hits L2 / misses
   double launchMicros;       // per kernel launch or library call (back to back on a stream)
   double graphNodeMicros;    // per kernel node of a CUDA graph
+  double runOverheadMicros;  // per run: the graph's launch and the host's synchronization
   double libraryEfficiency;  // the fraction of peak cuBLASLt reaches on large GEMMs
   double linkBytesPerSecond; // GPU-to-GPU in one machine, each direction (NVLink, else PCIe)
   std::string source;        // "data sheet" or what measured it (dlc calibrate)
@@ -63,7 +64,10 @@ std::vector<const GpuModel *> reportedGpus();
 /// A profile from a JSON file (what `dlc calibrate` writes): an object with "name"
 /// and "arch" and any of the fields above by their snake_case names ("clock_hz",
 /// "dram_bytes_per_second", ...); fields it leaves out come from the built-in profile
-/// of the same name, else of the same architecture. Unknown fields are an error.
+/// of the same name, else of the same architecture. Two measured fields set fractions
+/// of the data-sheet peaks: "hmma_per_clock" (mma.sync m16n8k16 per clock per SM) sets
+/// mmaSyncFraction, "dram_measured_bytes_per_second" sets dramAchievable. Unknown
+/// fields are an error.
 llvm::Expected<GpuModel> loadGpuProfile(const std::string &path);
 /// The same profile as JSON text (every field).
 std::string gpuProfileJson(const GpuModel &g);

@@ -19,7 +19,8 @@
 //    times the peak that applies, over 128x128 output tiles split along K when that
 //    fills more SMs, marked "library";
 //  - copies and memsets: bytes / achievable bandwidth + overhead;
-//  - data-parallel steps: the all-reduces beside the schedule (dataParallelCostOf).
+//  - data-parallel steps: the all-reduces beside the schedule (dataParallelCostOf);
+//  - once per run: the graph's launch and the host's synchronization at its end.
 // The roofline (max(bytes / bandwidth, FLOPs / peak) per step, no fill, no launch
 // cost) is kept beside it as the optimistic bound.
 //===----------------------------------------------------------------------===//
@@ -63,7 +64,7 @@ struct PackageCost {
   std::vector<codegen::GpuModel> gpus;
   std::vector<StepCost> steps;
   uint64_t lowerBoundBytes = 0;
-  /// Per GPU: totals over the steps that run there.
+  /// Per GPU: totals over the steps that run there (micros: plus the per-run overhead).
   std::vector<double> micros, roofline, flops;
   /// The FLOPs of steps on tensor cores (tensor-core kernels, FP16/BF16/TF32 GEMMs).
   std::vector<double> tensorFlops;

@@ -27,6 +27,12 @@ int runMain(const std::vector<std::string> &args, const CliContext &ctx);
 /// `bench`: [PACKAGE] [--warmup N] [--iterations N] [--batch N] [--device D] [--input ...]
 int benchMain(const std::vector<std::string> &args, const CliContext &ctx);
 
+/// `--calibrate DIR [--device N] [--name NAME] [-o FILE]`: the microbenchmarks of
+/// `dlc calibrate` from DIR/calibrate_sm_XX.cubin (written by `dlc calibrate
+/// --emit-kernels DIR`) on this machine's GPU; prints what it measured and the profile
+/// (or writes it to FILE, atomically). For the package runner, which has no compiler.
+int calibrateMain(const std::vector<std::string> &args, const CliContext &ctx);
+
 /// The file an output is written to by `--output-dir`: NAME.npy with the name
 /// sanitized to [A-Za-z0-9_.-].
 std::string outputFileName(const std::string &name);
