@@ -12,7 +12,9 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <map>
 
 namespace dlc::codegen::sass {
 
@@ -273,6 +275,48 @@ bool hotter(const Loop &a, const Loop &b) {
   return a.end - a.begin < b.end - b.begin;
 }
 
+/// How many times a kernel reads its data, from its loops (sorted by address): the
+/// innermost loops that load from global memory, grouped by the loop that encloses
+/// them (none: the kernel's top level). Within a group, in address order:
+///  - ptxas unrolls a loop with an unknown trip count and follows it with loops of
+///    fewer copies of the same body (x16, then x4, then the remainder): a chain of
+///    load loops close together, each reading less per iteration, is one pass;
+///  - a chain that reads less than half as much per iteration as the group's largest
+///    is a tail (the elements a vectorized loop leaves), not a pass.
+/// Groups are alternatives (ptxas versions a loop for the cases it can tell apart), so
+/// the kernel's count is the largest group's: softmax's max, sum and write loops over
+/// a row are three passes; a reduction's unrolled loop and its remainder are one.
+int passesOverData(const std::vector<Loop> &loops) {
+  std::map<int64_t, std::vector<const Loop *>> groups; // by the enclosing loop's begin
+  for (const Loop &l : loops) {
+    if (!l.innermost || l.mix.globalLoadBytes + l.mix.cpAsyncBytes == 0)
+      continue;
+    int64_t parent = -1, parentSize = INT64_MAX;
+    for (const Loop &o : loops)
+      if (&o != &l && o.begin <= l.begin && o.end >= l.end && o.end - o.begin < parentSize)
+        parent = o.begin, parentSize = o.end - o.begin;
+    groups[parent].push_back(&l);
+  }
+  int passes = 0;
+  for (const auto &[parent, members] : groups) {
+    std::vector<int> chains; // each chain's bytes per iteration (its first, largest loop)
+    const Loop *prev = nullptr;
+    for (const Loop *l : members) {
+      int bytes = l->mix.globalLoadBytes + l->mix.cpAsyncBytes;
+      int prevBytes = prev ? prev->mix.globalLoadBytes + prev->mix.cpAsyncBytes : 0;
+      if (!(prev && bytes < prevBytes && l->begin - prev->end <= 64 * 16))
+        chains.push_back(bytes);
+      prev = l;
+    }
+    int largest = *std::max_element(chains.begin(), chains.end());
+    int counted = 0;
+    for (int bytes : chains)
+      counted += 2 * bytes >= largest;
+    passes = std::max(passes, counted);
+  }
+  return passes;
+}
+
 KernelFacts analyze(const std::string &symbol, int arch, llvm::ArrayRef<uint8_t> text) {
   KernelFacts f;
   f.symbol = symbol;
@@ -311,26 +355,10 @@ KernelFacts analyze(const std::string &symbol, int arch, llvm::ArrayRef<uint8_t>
       f.straight.add(code[i]);
   std::sort(f.loops.begin(), f.loops.end(),
             [](const Loop &a, const Loop &b) { return a.begin < b.begin; });
-  const Loop *prev = nullptr;
-  for (size_t k = 0; k < f.loops.size(); ++k) {
-    const Loop &l = f.loops[k];
-    if (f.mainLoop < 0 || hotter(l, f.loops[static_cast<size_t>(f.mainLoop)]))
+  for (size_t k = 0; k < f.loops.size(); ++k)
+    if (f.mainLoop < 0 || hotter(f.loops[k], f.loops[static_cast<size_t>(f.mainLoop)]))
       f.mainLoop = static_cast<int>(k);
-    if (!l.innermost)
-      continue;
-    int bytes = l.mix.globalLoadBytes + l.mix.cpAsyncBytes;
-    if (bytes == 0)
-      continue;
-    // ptxas unrolls a loop with an unknown trip count and follows it with a remainder
-    // loop of the same accesses: one pass over the data, not two.
-    int prevBytes = prev ? prev->mix.globalLoadBytes + prev->mix.cpAsyncBytes : 0;
-    bool remainder = prev && prevBytes > bytes && prevBytes % bytes == 0 &&
-                     l.begin - prev->end <= 48 * 16 &&
-                     l.mix.globalLoadWidths.size() == prev->mix.globalLoadWidths.size();
-    if (!remainder)
-      ++f.loadLoops;
-    prev = &l;
-  }
+  f.loadLoops = passesOverData(f.loops);
   return f;
 }
 

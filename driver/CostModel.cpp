@@ -10,7 +10,9 @@ namespace dlc::driver {
 /// NCCL's per-hop latency of a ring step in one machine (a few microseconds).
 constexpr double kLinkLatencyMicros = 3.0;
 
+using codegen::Bounds;
 using codegen::GpuModel;
+using codegen::LaunchShape;
 
 namespace {
 
@@ -51,9 +53,6 @@ const codegen::sass::KernelFacts *PackageCost::factsOf(const std::string &arch,
 
 namespace {
 
-using codegen::sass::Class;
-using codegen::sass::Mix;
-
 /// Decodes every cubin of the package once, by architecture and symbol.
 void decodeModules(const pkg::PackageFile &pf, PackageCost &c) {
   const pkg::Package &m = pf.meta();
@@ -74,85 +73,7 @@ void decodeModules(const pkg::PackageFile &pf, PackageCost &c) {
   }
 }
 
-double classCount(const Mix &m, Class c) {
-  return static_cast<double>(m.of(c));
-}
-
 } // namespace
-
-Bounds launchBounds(const GpuModel &g, const codegen::sass::KernelFacts *f, const LaunchShape &s) {
-  Bounds b;
-  double achievable = g.dramBytesPerSecond * g.dramAchievable;
-  double bytes = s.bytesRead + s.bytesWritten;
-  if (!f) {
-    double peak = s.tf32     ? g.tf32Flops * g.mmaSyncFraction
-                  : s.tensor ? g.tensorFlops * g.mmaSyncFraction
-                             : g.fp32Flops;
-    b.issue = 1e6 * s.flops / (peak * std::max(s.fill, 1e-6));
-    b.memory = 1e6 * bytes / achievable;
-    b.limit = b.issue >= b.memory ? "peak" : "memory";
-    return b;
-  }
-  const Mix *main = f->main();
-  const Mix &straight = f->straight;
-  int threads = std::max(s.threads, 1);
-  double lanes = std::min(threads, 32);
-  double warps = static_cast<double>(s.blocks) * ((threads + 31) / 32);
-  // Warp-iterations of the main loop: as many as the launch's FLOPs need, or its bytes
-  // when the loop reads more than its arithmetic accounts for.
-  double iterations = 0;
-  if (main) {
-    double fmaFlops = (2.0 * main->ffma + 4.0 * main->hfma2) * lanes;
-    double perIterFlops = main->mmaFlops > 0 ? main->mmaFlops : fmaFlops;
-    double perIterBytes = (main->globalLoadBytes + main->cpAsyncBytes) * lanes;
-    if (perIterFlops > 0)
-      iterations = s.flops / perIterFlops;
-    if (perIterBytes > 0)
-      iterations = std::max(iterations, s.bytesRead / perIterBytes);
-  }
-  auto total = [&](Class c) {
-    return iterations * (main ? classCount(*main, c) : 0.0) + warps * classCount(straight, c);
-  };
-  double instructions =
-      iterations * (main ? main->instructions : 0) + warps * straight.instructions;
-  double tensor = iterations * (main ? main->tensorEquiv : 0) + warps * straight.tensorEquiv;
-  double lsu = iterations * (main ? main->lsuCycles : 0) + warps * straight.lsuCycles;
-  // Cycles summed over all SMs, by pipe; the busiest pipe (or issue itself) limits.
-  double cycles =
-      std::max({instructions / 4.0, tensor / std::max(g.hmmaPerClock(), 1e-9),
-                total(Class::Fp32) / g.fp32PerClock, total(Class::Fp16x2) / g.fp16x2PerClock,
-                total(Class::Fp64) / g.fp64PerClock,
-                (total(Class::IntMad) + total(Class::Alu)) / g.intPerClock,
-                (total(Class::Mufu) + total(Class::Convert)) / g.mufuPerClock,
-                lsu * 128.0 / g.lsuBytesPerClock});
-  double busySms = g.sms * std::max(s.fill, 1e-6);
-  b.issue = 1e6 * cycles / busySms / g.clockHz;
-  // Passes over the data: a kernel without tensor-core work and with little arithmetic
-  // per byte reads its input once per loop that loads it (softmax: max, sum, write).
-  int passes = 1;
-  if (f->whole.mmaFlops == 0 && s.flops <= 8 * s.bytesRead)
-    passes = std::max(1, f->loadLoops);
-  double reread = (passes - 1) * s.bytesRead;
-  double rereadRate = s.bytesRead * passes <= g.l2Bytes / 2 ? g.l2BytesPerSecond : achievable;
-  b.memory = 1e6 * (bytes / achievable + reread / rereadRate);
-  // Each warp's own chain, wave after wave: a loop that waits for its own loads (no
-  // cp.async pipeline) pays at least an L2 hit per iteration.
-  double waves = std::ceil(static_cast<double>(s.blocks) /
-                           (static_cast<double>(g.sms) * std::max(s.blocksPerSm, 1)));
-  double perIteration = 0;
-  if (main) {
-    bool waitsOnLoads =
-        main->of(Class::GlobalLoad) + main->of(Class::Atomic) + main->of(Class::LocalMemory) > 0;
-    bool pipelined = main->of(Class::CpAsync) > 0;
-    perIteration = main->instructions + (waitsOnLoads && !pipelined ? g.l2LatencyCycles : 0);
-  }
-  double chain = (warps > 0 ? iterations / warps : 0) * perIteration + straight.instructions +
-                 (straight.of(Class::GlobalLoad) ? g.dramLatencyCycles : 0);
-  b.latency = 1e6 * waves * chain / g.clockHz;
-  double worst = b.worst();
-  b.limit = worst == b.issue ? "issue" : worst == b.memory ? "memory" : "latency";
-  return b;
-}
 
 PackageCost costOf(const pkg::PackageFile &pf, int variant,
                    const std::vector<codegen::GpuModel> &gpuList) {
@@ -252,7 +173,7 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
           ls.tensor = sc.tensor;
           const codegen::sass::KernelFacts *f =
               kernel->symbol() ? c.factsOf(g.arch, kernel->symbol()->str()) : nullptr;
-          b = launchBounds(g, f, ls);
+          b = codegen::launchBounds(g, f, ls);
           if (runs && !f)
             ++c.peakPriced[i];
         } else if (gm) {

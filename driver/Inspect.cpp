@@ -41,7 +41,7 @@ RangeSchedules rangeSchedules(const pkg::Package &m) {
   return r;
 }
 
-llvm::json::Object boundsJson(const Bounds &b) {
+llvm::json::Object boundsJson(const codegen::Bounds &b) {
   return llvm::json::Object{
       {"issue", b.issue}, {"memory", b.memory}, {"latency", b.latency}, {"limit", b.limit}};
 }
@@ -86,11 +86,19 @@ llvm::json::Object factsJson(const codegen::sass::KernelFacts &f) {
     o["end"] = f.loops[static_cast<size_t>(f.mainLoop)].end;
     main = std::move(o);
   }
-  return llvm::json::Object{{"instructions", f.whole.instructions},
-                            {"loops", static_cast<int64_t>(f.loops.size())},
-                            {"load_loops", f.loadLoops},
-                            {"main_loop", std::move(main)},
-                            {"outside_loops", mixJson(f.straight)}};
+  llvm::json::Array loops; // every loop: its byte range and what one iteration issues
+  for (const codegen::sass::Loop &l : f.loops)
+    loops.push_back(llvm::json::Object{{"begin", l.begin},
+                                       {"end", l.end},
+                                       {"innermost", l.innermost},
+                                       {"instructions", l.mix.instructions},
+                                       {"global_load_bytes", l.mix.globalLoadBytes},
+                                       {"mma", l.mix.of(codegen::sass::Class::Tensor)},
+                                       {"ffma", l.mix.ffma}});
+  return llvm::json::Object{
+      {"instructions", f.whole.instructions}, {"loops", static_cast<int64_t>(f.loops.size())},
+      {"loop_list", std::move(loops)},        {"load_loops", f.loadLoops},
+      {"main_loop", std::move(main)},         {"outside_loops", mixJson(f.straight)}};
 }
 
 } // namespace
@@ -127,7 +135,7 @@ Report inspect(const pkg::PackageFile &pf, const std::vector<codegen::GpuModel> 
     kr.launches.assign(ng, 0);
     kr.minFill.assign(ng, 1.0);
     kr.micros.assign(ng, 0);
-    kr.bounds.assign(ng, Bounds{});
+    kr.bounds.assign(ng, codegen::Bounds{});
     if (k->symbol())
       for (const auto &[arch, byName] : r.cost.facts)
         if (auto f = byName.find(k->symbol()->str()); f != byName.end())
@@ -153,8 +161,8 @@ Report inspect(const pkg::PackageFile &pf, const std::vector<codegen::GpuModel> 
       ++k.launches[i];
       k.minFill[i] = std::min(k.minFill[i], sc.fill[i]);
       k.micros[i] += sc.micros[i];
-      Bounds &b = k.bounds[i];
-      const Bounds &sb = sc.bounds[i];
+      codegen::Bounds &b = k.bounds[i];
+      const codegen::Bounds &sb = sc.bounds[i];
       b.issue += sb.issue;
       b.memory += sb.memory;
       b.latency += sb.latency;
@@ -168,7 +176,7 @@ Report inspect(const pkg::PackageFile &pf, const std::vector<codegen::GpuModel> 
     }
   }
   for (KernelReport &k : r.kernels)
-    for (Bounds &b : k.bounds)
+    for (codegen::Bounds &b : k.bounds)
       if (b.limit.empty())
         b.limit = b.worst() == b.issue ? "issue" : b.worst() == b.memory ? "memory" : "latency";
   r.arenaBytes = m.arena_bytes();

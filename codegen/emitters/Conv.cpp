@@ -1,15 +1,17 @@
 //===- Conv.cpp - Convolutions through the kernel library -------------------===//
 //
 // Conv with one group (floating point) is the implicit GEMM of dlc_conv.cuh; the
-// tile and the split of K are chosen per GPU architecture from a model of SM fill
-// (GpuModel.h): the configuration with the least modeled time, where time is the
-// padded tile work over the FP32 peak times SM fill times the tile's efficiency, plus
-// the split-K reduction's traffic and launch. Grouped and depthwise convolutions use
-// the direct kernel; ConvTranspose the gather kernel. Bias and the fused epilogue
-// (activation, residual add, ...) are applied as each output is stored.
+// tile and the split of K are chosen per GPU architecture by the model `dlc inspect`
+// uses (codegen/Bounds.h): each tile's main loop, as decoded from its SASS
+// (ConvTiles.h), run over the padded work at the GPU profile's issue rates, with SM
+// fill, waves and load latency; plus the split-K reduction's traffic and launch. Grouped and
+// depthwise convolutions use the direct kernel; ConvTranspose the gather kernel. Bias and the fused
+// epilogue (activation, residual add, ...) are applied as each output is stored.
 //===----------------------------------------------------------------------===//
 #include "../Fused.h"
+#include "ConvTiles.h"
 #include "Window.h"
+#include "dlc/codegen/Bounds.h"
 #include "dlc/codegen/GpuModel.h"
 
 #include <cmath>
@@ -29,30 +31,6 @@ Shape spatialKernel(const Value *w) {
 bool isChannelsLast(const Node &n) {
   return n.attrInt("channels_last") != 0;
 }
-
-/// A tile of conv_igemm (ConvTile<BM, BN, TM, TN>, 256 threads); `registers` is an
-/// estimate for the occupancy model (ptxas reports the real count later) and
-/// `efficiency` the fraction of peak a busy SM reaches with it (larger per-thread
-/// tiles load fewer shared-memory words per FMA).
-struct ConvTileConfig {
-  int bm, bn, tm, tn, registers;
-  double efficiency;
-};
-constexpr ConvTileConfig kConvTiles[] = {
-    {128, 128, 8, 8, 112, 1.0}, {128, 64, 8, 4, 80, 0.9}, {64, 128, 4, 8, 80, 0.9},
-    {64, 64, 4, 4, 56, 0.8},    {64, 32, 4, 2, 48, 0.6},  {32, 64, 2, 4, 48, 0.6},
-    {32, 32, 2, 2, 40, 0.45},   {16, 64, 1, 4, 40, 0.4},  {16, 32, 1, 2, 36, 0.3},
-};
-constexpr int kConvBK = 16, kConvThreads = 256;
-/// Tensor-core tiles of conv_igemm_tc (ConvTcTile<BM, BN, WM, WN>: tm, tn are the warp
-/// tile WM x WN; 4 warps each), for FP16/BF16.
-constexpr ConvTileConfig kConvTcTiles[] = {
-    {128, 64, 64, 32, 128, 1.0},
-    {64, 64, 32, 32, 96, 0.85},
-    {32, 64, 16, 32, 72, 0.6},
-    {32, 32, 16, 16, 56, 0.45},
-};
-constexpr int kConvTcBK = 32;
 
 /// The tiles of one kernel: CUDA-core (conv_igemm) or tensor-core (conv_igemm_tc).
 struct ConvFamily {
@@ -91,17 +69,21 @@ constexpr double kReuseAdvantage = 0.9;
 
 /// The tile and split-K factor with the least modeled time on `arch`, among those that
 /// launch at least one block per SM when any does; `known(t)` says whether tile t's
-/// kernel is instantiated already.
+/// kernel is instantiated already. The time of a plan is codegen::launchBounds of the
+/// tile's main loop (ConvTiles.h) over the padded work, the same model `dlc inspect`
+/// applies to the compiled kernel.
 ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K,
-                        const std::string &arch, size_t accBytes,
+                        const std::string &arch, size_t accBytes, size_t operandBytes,
                         const std::function<bool(int)> &known) {
   const GpuModel &g = gpuModelFor(arch);
   ConvPlan best;
   double bestTime = INFINITY;
   bool bestFills = false;
   const int BK = fam.bk();
+  const double achievable = g.dramBytesPerSecond * g.dramAchievable;
   for (int t = 0; t < fam.count; ++t) {
     const ConvTileConfig &c = fam.tiles[t];
+    const sass::KernelFacts facts = tileFacts(c);
     int64_t tiles = ceilDiv(M, c.bm) * ceilDiv(NP, c.bn);
     int perSm = blocksPerSm(g, fam.threads(c), c.registers, fam.smem(c, accBytes));
     for (int64_t s : kSplits) {
@@ -110,13 +92,19 @@ ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K,
       if (splits != s || (s > 1 && kPer < 2 * BK))
         continue;
       uint64_t blocks = static_cast<uint64_t>(tiles * splits);
-      double fill = smFill(g, blocks, perSm);
-      double work =
+      LaunchShape ls;
+      ls.blocks = blocks;
+      ls.threads = fam.threads(c);
+      ls.blocksPerSm = perSm;
+      ls.fill = smFill(g, blocks, perSm);
+      ls.flops =
           2.0 * static_cast<double>(tiles) * c.bm * c.bn * static_cast<double>(splits * kPer);
-      double time = work / ((fam.tensor ? g.tensorFlops : g.fp32Flops) * fill * c.efficiency);
-      if (splits > 1) // partial sums written and read back, and the reduction's launch
-        time += 2.0 * static_cast<double>(splits * M * NP) * accBytes / g.dramBytesPerSecond +
-                g.launchMicros * 1e-6;
+      ls.bytesRead = static_cast<double>((M * K + K * NP) * static_cast<int64_t>(operandBytes));
+      ls.bytesWritten = static_cast<double>(splits * M * NP) * accBytes;
+      double time = launchBounds(g, &facts, ls).worst() * 1e-6;
+      if (splits > 1) // the partial sums read back, and the reduction's launch
+        time +=
+            static_cast<double>(splits * M * NP) * accBytes / achievable + g.graphNodeMicros * 1e-6;
       if (known(t))
         time *= kReuseAdvantage;
       bool fills = blocks >= static_cast<uint64_t>(g.sms);
@@ -233,7 +221,7 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     return inst;
   };
   auto plans = l.perArch<ConvPlan>([&](const std::string &arch) {
-    return chooseConvPlan(fam, M, s.NP, s.K, arch, accBytes,
+    return chooseConvPlan(fam, M, s.NP, s.K, arch, accBytes, dtypeSize(x->dtype()),
                           [&](int t) { return l.instantiated(igemm(t, 1)); });
   });
   // The split-K partial sums (a temporary of this node's steps), sized for the largest

@@ -6,8 +6,9 @@
 #include "dlc/codegen/Sass.h"
 
 #include "Toolchain.h"
-#include "dlc/driver/CostModel.h"
+#include "dlc/codegen/Bounds.h"
 #include "dlc/runtime/Calibrate.h"
+#include "emitters/ConvTiles.h"
 
 #include <gtest/gtest.h>
 #include <random>
@@ -130,7 +131,9 @@ extern "C" __global__ void widths(const unsigned char *b, const unsigned short *
 
 TEST(Sass, BackwardBranchesAreLoops) {
   // Two loops one after the other, each reading global memory, and a nest: the inner
-  // loop of the nest is its main loop (the most FFMAs), and three loops read memory.
+  // loop of the nest is its main loop (the most FFMAs). The two top-level loops are two
+  // passes over x; the nest's inner loop is a group of its own, and groups count as
+  // alternatives (ptxas's loop versions), so the kernel makes two passes.
   const char *src = R"(
 extern "C" __global__ void loops(const float *x, float *y, int n, int m) {
   float s = 0, t = 1;
@@ -159,7 +162,7 @@ extern "C" __global__ void loops(const float *x, float *y, int n, int m) {
     ASSERT_NE(f.main(), nullptr);
     EXPECT_TRUE(f.loops[static_cast<size_t>(f.mainLoop)].innermost);
     EXPECT_EQ(f.main()->ffma, 2);
-    EXPECT_EQ(f.loadLoops, 3);
+    EXPECT_EQ(f.loadLoops, 2);
   }
 }
 
@@ -207,14 +210,15 @@ TEST(Sass, TheModelRanksAGoodKernelAboveABadOne) {
 
   // 16M halves in and out on H100, four blocks of 256 threads per SM.
   const codegen::GpuModel &h100 = *codegen::gpuModelNamed("H100");
-  driver::LaunchShape s;
+  codegen::LaunchShape s;
   s.blocks = 4 * 132;
   s.threads = 256;
   s.blocksPerSm = 4;
   s.fill = 1;
   s.bytesRead = s.bytesWritten = 2.0 * (1 << 24);
   s.flops = 1 << 24;
-  driver::Bounds b = driver::launchBounds(h100, &bad, s), g = driver::launchBounds(h100, &good, s);
+  codegen::Bounds b = codegen::launchBounds(h100, &bad, s),
+                  g = codegen::launchBounds(h100, &good, s);
   EXPECT_EQ(b.memory, g.memory); // the same bytes
   EXPECT_EQ(g.limit, "memory");
   EXPECT_EQ(b.limit, "issue");
@@ -284,5 +288,70 @@ TEST(Sass, CalibrationKernelsIssueWhatTheyMeasure) {
     EXPECT_EQ(main("dlc_cal_copy").globalStoreWidths, (std::map<int, int>{{16, 1}}));
     EXPECT_EQ(main("dlc_cal_l2").globalLoadWidths.count(16), 1u);
     EXPECT_EQ(main("dlc_cal_chase").globalLoadWidths, (std::map<int, int>{{4, 1}}));
+  }
+}
+
+// Tile choice prices conv tiles from the facts in ConvTiles.h: they must be what the
+// tiles' code issues. Each tile is instantiated here with plain load/store functors
+// (a convolution without fused work), compiled for sm_90 and decoded.
+TEST(Sass, ConvTileTableHoldsWhatTheCodeIssues) {
+  std::string src = R"(#include "dlc_kernels.cuh"
+struct XH { typedef float Value; struct Params { const __half *__restrict__ a0; };
+  template <class I> static __device__ __forceinline__ Value load(const Params &P, I i) {
+    return dlc::ld<float>(P.a0, i); } };
+struct YH { typedef float Value; struct Params { __half *__restrict__ a0; };
+  template <class I> static __device__ __forceinline__ void store(const Params &P, I i, Value v) {
+    dlc::st(P.a0, i, v); } };
+struct XF { typedef float Value; struct Params { const float *__restrict__ a0; };
+  template <class I> static __device__ __forceinline__ Value load(const Params &P, I i) {
+    return dlc::ld<float>(P.a0, i); } };
+struct YF { typedef float Value; struct Params { float *__restrict__ a0; };
+  template <class I> static __device__ __forceinline__ void store(const Params &P, I i, Value v) {
+    dlc::st(P.a0, i, v); } };
+)";
+  auto tile = [](const codegen::ConvTileConfig &c) {
+    return std::to_string(c.bm) + ", " + std::to_string(c.bn) + ", " + std::to_string(c.tm) + ", " +
+           std::to_string(c.tn);
+  };
+  std::vector<std::pair<std::string, const codegen::ConvTileConfig *>> kernels;
+  // Each instantiation is found by its tile in the mangled name.
+  auto mangled = [](const char *kind, const codegen::ConvTileConfig &c) {
+    return std::string(kind) + "ILi" + std::to_string(c.bm) + "ELi" + std::to_string(c.bn) + "ELi" +
+           std::to_string(c.tm) + "ELi" + std::to_string(c.tn) + "EE";
+  };
+  for (const codegen::ConvTileConfig &c : codegen::kConvTcTiles) {
+    src += "template __global__ void dlc::conv_igemm_tc<dlc::ConvTcTile<" + tile(c) +
+           ">, false, true, dlc::idx32, __half, __half, XH, YH>(dlc::ConvArgs<XH, YH>);\n";
+    kernels.emplace_back(mangled("10ConvTcTile", c), &c);
+  }
+  for (const codegen::ConvTileConfig &c : codegen::kConvTiles) {
+    src += "template __global__ void dlc::conv_igemm<dlc::ConvTile<" + tile(c) +
+           ">, false, false, dlc::idx32, float, XF, YF>(dlc::ConvArgs<XF, YF>);\n";
+    kernels.emplace_back(mangled("8ConvTile", c), &c);
+  }
+  auto decoded = compile(src, "sm_90");
+  ASSERT_EQ(decoded.size(), kernels.size());
+  std::map<std::string, KernelFacts> facts;
+  for (const auto &[name, c] : kernels)
+    for (const auto &[symbol, f] : decoded)
+      if (symbol.find(name) != std::string::npos)
+        facts[name] = f;
+  auto near = [](double table, double code) {
+    return std::abs(table - code) <= 0.05 * std::max(std::abs(code), 1.0);
+  };
+  for (const auto &[name, c] : kernels) {
+    const KernelFacts &f = facts.at(name);
+    ASSERT_NE(f.main(), nullptr) << name;
+    const codegen::sass::Mix &m = *f.main();
+    int integer = m.of(Class::IntMad) + m.of(Class::Alu);
+    bool ok = near(c->instructions, m.instructions) && c->mma == m.of(Class::Tensor) &&
+              c->ffma == m.ffma && near(c->integer, integer) &&
+              near(c->loads, m.of(Class::GlobalLoad)) && near(c->loadBytes, m.globalLoadBytes) &&
+              near(c->lsuCycles, m.lsuCycles) && near(c->straight, f.straight.instructions);
+    EXPECT_TRUE(ok) << name << ": codegen/emitters/ConvTiles.h should read\n    {" << c->bm << ", "
+                    << c->bn << ", " << c->tm << ", " << c->tn << ", " << c->registers << ", "
+                    << m.instructions << ", " << m.of(Class::Tensor) << ", " << m.ffma << ", "
+                    << integer << ", " << m.of(Class::GlobalLoad) << ", " << m.globalLoadBytes
+                    << ", " << m.lsuCycles << ", " << f.straight.instructions << "},";
   }
 }

@@ -92,7 +92,7 @@ TEST(CostModel, LaunchesAreBoundedByTheirCodeAndThePeak) {
         if (!sc.runs[i] || sc.kind != "launch")
           continue;
         ++launches;
-        const driver::Bounds &b = sc.bounds[i];
+        const codegen::Bounds &b = sc.bounds[i];
         EXPECT_TRUE(b.limit == "issue" || b.limit == "memory" || b.limit == "latency") << b.limit;
         // Never faster than its own bounds, plus one graph node.
         EXPECT_GE(sc.micros[i], b.issue + g.graphNodeMicros - 1e-9) << sc.node;

@@ -106,7 +106,7 @@ struct KernelFacts {
   Mix straight; // instructions outside every loop
   std::vector<Loop> loops;
   int mainLoop = -1; // index into loops; -1: no loop
-  int loadLoops = 0; // innermost loops that read global memory (passes over the data)
+  int loadLoops = 0; // passes over the data: see passesOverData in Sass.cpp
   const Mix *main() const { return mainLoop >= 0 ? &loops[mainLoop].mix : nullptr; }
   /// Issued instructions per tensor-core instruction in the main loop (0: none).
   double instructionsPerMma() const;

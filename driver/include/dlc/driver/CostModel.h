@@ -26,6 +26,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "dlc/codegen/Bounds.h"
 #include "dlc/codegen/GpuModel.h"
 #include "dlc/codegen/Sass.h"
 #include "dlc/package/Package.h"
@@ -35,15 +36,6 @@
 #include <vector>
 
 namespace dlc::driver {
-
-/// The three bounds of one step on one GPU, in microseconds, and which one limits it.
-struct Bounds {
-  double issue = 0, memory = 0, latency = 0;
-  /// "issue", "memory", "latency"; "peak" (no code to read: FLOPs at peak x fill),
-  /// "library" (cuBLASLt's efficiency curve), "copy".
-  std::string limit;
-  double worst() const { return std::max({issue, memory, latency}); }
-};
 
 struct StepCost {
   std::string node, kind; // "launch", "gemm", "copy", "memset"
@@ -56,7 +48,7 @@ struct StepCost {
   /// bounds, modeled time and roofline time (microseconds).
   std::vector<bool> runs;
   std::vector<double> fill, micros, roofline;
-  std::vector<Bounds> bounds;
+  std::vector<codegen::Bounds> bounds;
   uint64_t bytes() const { return bytesRead + bytesWritten; }
 };
 
@@ -84,19 +76,6 @@ struct PackageCost {
 /// GPUs, codegen::reportedGpus()).
 PackageCost costOf(const pkg::PackageFile &pf, int variant = -1,
                    const std::vector<codegen::GpuModel> &gpus = {});
-
-/// The shape of one kernel launch, as the bounds need it.
-struct LaunchShape {
-  uint64_t blocks = 0;
-  int threads = 0;     // per block
-  int blocksPerSm = 1; // resident
-  double fill = 1;     // codegen::smFill
-  double flops = 0, bytesRead = 0, bytesWritten = 0;
-  bool tensor = false, tf32 = false; // for the peak fallback
-};
-/// The bounds of one launch on `g` from its kernel's facts (null: the peak fallback).
-Bounds launchBounds(const codegen::GpuModel &g, const codegen::sass::KernelFacts *facts,
-                    const LaunchShape &s);
 
 /// A data-parallel training step on `ranks` GPUs of one machine: each bucket's ring
 /// all-reduce (2 (N-1)/N of its bytes over the GPU link, plus 2 (N-1) hops of

@@ -33,7 +33,7 @@ struct KernelReport {
   std::vector<size_t> launches;
   std::vector<double> minFill, micros;
   /// Per reported GPU: the bounds summed over its launches, the limit of the largest.
-  std::vector<Bounds> bounds;
+  std::vector<codegen::Bounds> bounds;
   /// The decoded SASS per architecture ("sm_90"), where the package has a cubin.
   std::map<std::string, codegen::sass::KernelFacts> facts;
   /// On the last GPU (H100): each launch's blocks, and the FLOPs and DRAM bytes.
