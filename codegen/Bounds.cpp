@@ -31,7 +31,7 @@ Bounds launchBounds(const GpuModel &g, const sass::KernelFacts *f, const LaunchS
   }
   const Mix *main = f->main();
   const Mix &straight = f->straight;
-  int threads = std::max(s.threads, 1);
+  int threads = std::clamp(s.threads, 1, 1 << 20);
   double lanes = std::min(threads, 32);
   double warps = static_cast<double>(s.blocks) * ((threads + 31) / 32);
   // Warp-iterations of the main loop: as many as the launch's FLOPs need, or its bytes
@@ -85,6 +85,9 @@ Bounds launchBounds(const GpuModel &g, const sass::KernelFacts *f, const LaunchS
   double chain = (warps > 0 ? iterations / warps : 0) * perIteration + straight.instructions +
                  (straight.of(Class::GlobalLoad) ? g.dramLatencyCycles : 0);
   b.latency = 1e6 * waves * chain / g.clockHz;
+  for (double *x : {&b.issue, &b.memory, &b.latency})
+    if (!std::isfinite(*x) || *x < 0)
+      *x = 0; // damaged inputs: no bound rather than NaN in the report
   double worst = b.worst();
   b.limit = worst == b.issue ? "issue" : worst == b.memory ? "memory" : "latency";
   return b;

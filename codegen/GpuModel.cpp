@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <optional>
 #include <type_traits>
 
@@ -142,35 +143,36 @@ std::vector<const GpuModel *> reportedGpus() {
 
 namespace {
 
-/// Every numeric field of a profile by its JSON name.
+/// Every numeric field of a profile by its JSON name, with the range a file may give
+/// it (wide, but no zero rates, no NaN or infinity, counts that fit an int).
 template <typename F> void forEachField(GpuModel &g, F &&f) {
-  f("sms", g.sms);
-  f("max_threads_per_sm", g.maxThreadsPerSm);
-  f("max_blocks_per_sm", g.maxBlocksPerSm);
-  f("registers_per_sm", g.regsPerSm);
-  f("shared_memory_per_sm", g.smemPerSm);
-  f("clock_hz", g.clockHz);
-  f("fp32_flops", g.fp32Flops);
-  f("tensor_flops", g.tensorFlops);
-  f("tf32_flops", g.tf32Flops);
-  f("mma_sync_fraction", g.mmaSyncFraction);
-  f("fp32_per_clock", g.fp32PerClock);
-  f("fp16x2_per_clock", g.fp16x2PerClock);
-  f("fp64_per_clock", g.fp64PerClock);
-  f("int_per_clock", g.intPerClock);
-  f("mufu_per_clock", g.mufuPerClock);
-  f("lsu_bytes_per_clock", g.lsuBytesPerClock);
-  f("dram_bytes_per_second", g.dramBytesPerSecond);
-  f("dram_achievable", g.dramAchievable);
-  f("l2_bytes_per_second", g.l2BytesPerSecond);
-  f("l2_bytes", g.l2Bytes);
-  f("l2_latency_cycles", g.l2LatencyCycles);
-  f("dram_latency_cycles", g.dramLatencyCycles);
-  f("launch_us", g.launchMicros);
-  f("graph_node_us", g.graphNodeMicros);
-  f("run_overhead_us", g.runOverheadMicros);
-  f("library_efficiency", g.libraryEfficiency);
-  f("link_bytes_per_second", g.linkBytesPerSecond);
+  f("sms", g.sms, 1, 1e5);
+  f("max_threads_per_sm", g.maxThreadsPerSm, 32, 1e5);
+  f("max_blocks_per_sm", g.maxBlocksPerSm, 1, 1e4);
+  f("registers_per_sm", g.regsPerSm, 256, 1e8);
+  f("shared_memory_per_sm", g.smemPerSm, 1024, 1e9);
+  f("clock_hz", g.clockHz, 1e7, 1e11);
+  f("fp32_flops", g.fp32Flops, 1e9, 1e18);
+  f("tensor_flops", g.tensorFlops, 1e9, 1e18);
+  f("tf32_flops", g.tf32Flops, 1e9, 1e18);
+  f("mma_sync_fraction", g.mmaSyncFraction, 1e-3, 10);
+  f("fp32_per_clock", g.fp32PerClock, 1e-3, 1e3);
+  f("fp16x2_per_clock", g.fp16x2PerClock, 1e-3, 1e3);
+  f("fp64_per_clock", g.fp64PerClock, 1e-3, 1e3);
+  f("int_per_clock", g.intPerClock, 1e-3, 1e3);
+  f("mufu_per_clock", g.mufuPerClock, 1e-3, 1e3);
+  f("lsu_bytes_per_clock", g.lsuBytesPerClock, 1, 1e5);
+  f("dram_bytes_per_second", g.dramBytesPerSecond, 1e8, 1e15);
+  f("dram_achievable", g.dramAchievable, 1e-3, 10);
+  f("l2_bytes_per_second", g.l2BytesPerSecond, 1e8, 1e15);
+  f("l2_bytes", g.l2Bytes, 1e3, 1e12);
+  f("l2_latency_cycles", g.l2LatencyCycles, 1, 1e6);
+  f("dram_latency_cycles", g.dramLatencyCycles, 1, 1e6);
+  f("launch_us", g.launchMicros, 1e-3, 1e6);
+  f("graph_node_us", g.graphNodeMicros, 1e-3, 1e6);
+  f("run_overhead_us", g.runOverheadMicros, 1e-3, 1e6);
+  f("library_efficiency", g.libraryEfficiency, 1e-3, 10);
+  f("link_bytes_per_second", g.linkBytesPerSecond, 1e6, 1e15);
 }
 
 llvm::Error profileError(const std::string &path, const std::string &why) {
@@ -214,14 +216,19 @@ llvm::Expected<GpuModel> loadGpuProfile(const std::string &path) {
     g.source = s->str();
   std::string bad;
   std::vector<std::string> known = {"name", "arch", "source"};
-  forEachField(g, [&](const char *key, auto &field) {
+  forEachField(g, [&](const char *key, auto &field, double lo, double hi) {
     known.push_back(key);
     if (const llvm::json::Value *x = o->get(key)) {
+      using T = std::remove_reference_t<decltype(field)>;
       auto d = x->getAsNumber();
-      if (!d || !std::isfinite(*d) || *d <= 0 || *d > 1e18)
-        bad = std::string("\"") + key + "\" must be a positive number";
-      else
-        field = static_cast<std::remove_reference_t<decltype(field)>>(*d);
+      if (!d || !std::isfinite(*d) || *d < lo || *d > hi ||
+          (std::is_integral_v<T> && *d != std::floor(*d))) {
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "\"%s\" must be a%s number from %g to %g", key,
+                      std::is_integral_v<T> ? "n integer" : "", lo, hi);
+        bad = buf;
+      } else
+        field = static_cast<T>(*d);
     }
   });
   // What `dlc calibrate` measures against the data sheet: mma.sync per clock per SM
@@ -233,8 +240,8 @@ llvm::Expected<GpuModel> loadGpuProfile(const std::string &path) {
     if (!x)
       continue;
     auto d = x->getAsNumber();
-    if (!d || !std::isfinite(*d) || *d <= 0 || *d > 1e18) {
-      bad = std::string("\"") + key + "\" must be a positive number";
+    if (!d || !std::isfinite(*d) || *d < 1e-6 || *d > 1e18) {
+      bad = std::string("\"") + key + "\" must be a number from 1e-6 to 1e18";
       break;
     }
     if (std::string(key) == "hmma_per_clock")
@@ -247,16 +254,19 @@ llvm::Expected<GpuModel> loadGpuProfile(const std::string &path) {
   for (const auto &kv : *o)
     if (std::find(known.begin(), known.end(), kv.first.str()) == known.end())
       return profileError(path, "unknown field \"" + kv.first.str() + "\"");
-  if (g.sms < 1 || g.maxThreadsPerSm < 32 || g.maxBlocksPerSm < 1 || g.regsPerSm < 256)
-    return profileError(path, "SM counts and limits must be at least 1 (threads 32, registers "
-                              "256)");
+  if (!(g.mmaSyncFraction > 0 && g.mmaSyncFraction <= 10 && g.dramAchievable > 0 &&
+        g.dramAchievable <= 10))
+    return profileError(path, "the measured rates put mma.sync or DRAM at an implausible "
+                              "fraction of the data sheet's peak");
   return g;
 }
 
 std::string gpuProfileJson(const GpuModel &g) {
   llvm::json::Object o{{"name", g.name}, {"arch", g.arch}, {"source", g.source}};
   GpuModel copy = g;
-  forEachField(copy, [&](const char *key, auto &field) { o[key] = static_cast<double>(field); });
+  forEachField(copy, [&](const char *key, auto &field, double, double) {
+    o[key] = static_cast<double>(field);
+  });
   std::string s;
   llvm::raw_string_ostream os(s);
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(o))) << "\n";
@@ -264,14 +274,17 @@ std::string gpuProfileJson(const GpuModel &g) {
 }
 
 int blocksPerSm(const GpuModel &g, int threads, int registers, int smemBytes) {
-  threads = std::max(threads, 1);
-  int warps = (threads + 31) / 32;
-  int byThreads = g.maxThreadsPerSm / (warps * 32);
+  // 64-bit, clamped: a damaged package's block size or register count must not
+  // overflow (or divide by zero).
+  int64_t t = std::clamp<int64_t>(threads, 1, 1 << 20);
+  int64_t warps = (t + 31) / 32;
+  int64_t byThreads = g.maxThreadsPerSm / (warps * 32);
   // Registers are allocated per warp in units of 256 (8 per thread).
-  int regs = std::max(8, (registers + 7) / 8 * 8);
-  int byRegs = g.regsPerSm / (regs * warps * 32);
-  int bySmem = smemBytes > 0 ? g.smemPerSm / smemBytes : g.maxBlocksPerSm;
-  return std::max(1, std::min({byThreads, byRegs, bySmem, g.maxBlocksPerSm}));
+  int64_t regs = std::max<int64_t>(8, (std::clamp(registers, 0, 1 << 16) + 7) / 8 * 8);
+  int64_t byRegs = g.regsPerSm / (regs * warps * 32);
+  int64_t bySmem = smemBytes > 0 ? g.smemPerSm / smemBytes : g.maxBlocksPerSm;
+  return static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>({byThreads, byRegs, bySmem, g.maxBlocksPerSm})));
 }
 
 double smFill(const GpuModel &g, uint64_t blocks, int perSm) {

@@ -3,7 +3,7 @@
 // The opcode table below was derived, not copied: each entry is the 9-bit opcode that
 // appears when a PTX probe kernel gains one instruction (ptxas 13.0, sm_80/86/89/90;
 // the probes are described in docs/ARCHITECTURE.md, "Kernel facts"), and
-// codegen/tests/SassTest.cpp recompiles kernels with known instructions and checks the
+// tests/unit/codegen/SassTest.cpp recompiles kernels with known instructions and checks the
 // classes, widths and loop structure decoded here.
 //===----------------------------------------------------------------------===//
 #include "dlc/codegen/Sass.h"
@@ -32,7 +32,7 @@ namespace {
 
 /// Bytes per thread of a load/store by the size field (bits 73-75): U8, S8, U16, S16,
 /// 32, 64, 128 (probes: ld.global.u8/u16/u32/v2.u32/v4.u32, and the same for stores and
-/// shared memory).
+/// shared memory); code 7 (256 bits) was not seen in any probe.
 int accessBytes(uint64_t hi) {
   static const int bytes[] = {1, 1, 2, 2, 4, 8, 16, 32};
   return bytes[(hi >> 9) & 7];
@@ -112,6 +112,7 @@ Class classOf(uint16_t op) {
     return Class::Branch;
   case 0x1c3: // S2UR
   case 0x119: // S2R
+  case 0x182: // LDC (kernel parameters and constants; sm_90 loads them in loops)
     return Class::Uniform;
   default:
     break;
@@ -258,9 +259,11 @@ template <typename T> bool read(llvm::ArrayRef<uint8_t> b, uint64_t off, T &v) {
 /// as written), else the most global-memory bytes (loads and cp.async), else the
 /// smaller.
 bool hotter(const Loop &a, const Loop &b) {
+  // FLOPs per lane: FFMA 2, FADD/FMUL 1, HFMA2 4, HADD2/HMUL2 2.
   auto arithmetic = [](const Loop &l) {
     const Mix &m = l.mix;
-    return std::make_pair(m.mmaFlops, m.ffma + 2 * m.hfma2 + m.of(Class::Fp32));
+    return std::make_pair(m.mmaFlops, int64_t(m.ffma) + m.of(Class::Fp32) + 2 * m.hfma2 +
+                                          2 * int64_t(m.of(Class::Fp16x2)));
   };
   if (arithmetic(a) != arithmetic(b))
     return arithmetic(a) > arithmetic(b);
@@ -317,7 +320,8 @@ int passesOverData(const std::vector<Loop> &loops) {
   return passes;
 }
 
-KernelFacts analyze(const std::string &symbol, int arch, llvm::ArrayRef<uint8_t> text) {
+KernelFacts analyze(const std::string &symbol, int arch, llvm::ArrayRef<uint8_t> text,
+                    Budget &budget) {
   KernelFacts f;
   f.symbol = symbol;
   f.arch = arch;
@@ -328,41 +332,55 @@ KernelFacts analyze(const std::string &symbol, int arch, llvm::ArrayRef<uint8_t>
     std::memcpy(&lo, text.data() + 16 * i, 8);
     std::memcpy(&hi, text.data() + 16 * i + 8, 8);
     code[i] = decode(lo, hi, arch);
-    f.whole.add(code[i]);
-    if (code[i].opcode == 0x147) {
-      int64_t target = static_cast<int64_t>(16 * (i + 1)) + code[i].branchTarget;
-      code[i].branchTarget = target;
-      // A backward branch to an earlier instruction is a loop; a branch to itself is
-      // the trap after EXIT.
-      if (target >= 0 && target % 16 == 0 && target < static_cast<int64_t>(16 * i))
-        f.loops.push_back({target, static_cast<int64_t>(16 * i), true, {}});
-    } else {
-      code[i].branchTarget = -1;
-    }
+    code[i].branchTarget =
+        code[i].opcode == 0x147 ? static_cast<int64_t>(16 * (i + 1)) + code[i].branchTarget : -1;
   }
-  std::vector<bool> inLoop(n, false);
-  for (Loop &l : f.loops) {
-    for (int64_t pc = l.begin; pc <= l.end; pc += 16) {
-      l.mix.add(code[static_cast<size_t>(pc / 16)]);
-      inLoop[static_cast<size_t>(pc / 16)] = true;
-    }
-    for (const Loop &o : f.loops)
-      if (&o != &l && o.begin >= l.begin && o.end <= l.end && (o.end - o.begin) < (l.end - l.begin))
-        l.innermost = false;
-  }
-  for (size_t i = 0; i < n; ++i)
-    if (!inLoop[i])
-      f.straight.add(code[i]);
-  std::sort(f.loops.begin(), f.loops.end(),
-            [](const Loop &a, const Loop &b) { return a.begin < b.begin; });
-  for (size_t k = 0; k < f.loops.size(); ++k)
-    if (f.mainLoop < 0 || hotter(f.loops[k], f.loops[static_cast<size_t>(f.mainLoop)]))
-      f.mainLoop = static_cast<int>(k);
-  f.loadLoops = passesOverData(f.loops);
+  finishFacts(f, code, budget);
   return f;
 }
 
 } // namespace
+
+void finishFacts(KernelFacts &f, const std::vector<Instr> &code, Budget &budget) {
+  size_t n = code.size();
+  constexpr size_t kMaxLoops = 4096;
+  for (size_t i = 0; i < n; ++i) {
+    f.whole.add(code[i]);
+    int64_t target = code[i].branchTarget;
+    // A backward branch to an earlier instruction is a loop; a branch to itself is the
+    // trap after EXIT.
+    if (target < 0 || target % 16 != 0 || target >= static_cast<int64_t>(16 * i))
+      continue;
+    size_t length = i - static_cast<size_t>(target / 16) + 1;
+    if (f.loops.size() < kMaxLoops && budget.loops > 0 && length <= budget.visits) {
+      --budget.loops;
+      budget.visits -= length;
+      f.loops.push_back({target, static_cast<int64_t>(16 * i), true, {}});
+    }
+  }
+  std::vector<bool> inLoop(n, false);
+  for (Loop &l : f.loops)
+    for (int64_t pc = l.begin; pc <= l.end; pc += 16) {
+      l.mix.add(code[static_cast<size_t>(pc / 16)]);
+      inLoop[static_cast<size_t>(pc / 16)] = true;
+    }
+  std::sort(f.loops.begin(), f.loops.end(), [](const Loop &a, const Loop &b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end > b.end;
+  });
+  // A loop holding a smaller loop is not innermost (loops sorted by start, outer first).
+  for (size_t k = 0; k < f.loops.size(); ++k)
+    for (size_t j = k + 1; j < f.loops.size() && f.loops[j].begin <= f.loops[k].end; ++j)
+      if (f.loops[j].end <= f.loops[k].end &&
+          f.loops[j].end - f.loops[j].begin < f.loops[k].end - f.loops[k].begin)
+        f.loops[k].innermost = false;
+  for (size_t i = 0; i < n; ++i)
+    if (!inLoop[i])
+      f.straight.add(code[i]);
+  for (size_t k = 0; k < f.loops.size(); ++k)
+    if (f.mainLoop < 0 || hotter(f.loops[k], f.loops[static_cast<size_t>(f.mainLoop)]))
+      f.mainLoop = static_cast<int>(k);
+  f.loadLoops = passesOverData(f.loops);
+}
 
 int cubinArch(llvm::ArrayRef<uint8_t> b) {
   uint8_t abiVersion = 0;
@@ -383,6 +401,12 @@ int cubinArch(llvm::ArrayRef<uint8_t> b) {
 }
 
 llvm::Expected<std::map<std::string, KernelFacts>> decodeCubin(llvm::ArrayRef<uint8_t> b) {
+  Budget budget;
+  return decodeCubin(b, budget);
+}
+
+llvm::Expected<std::map<std::string, KernelFacts>> decodeCubin(llvm::ArrayRef<uint8_t> b,
+                                                               Budget &budget) {
   auto bad = [](const std::string &why) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s", why.c_str());
   };
@@ -415,18 +439,29 @@ llvm::Expected<std::map<std::string, KernelFacts>> decodeCubin(llvm::ArrayRef<ui
     secs.push_back(s);
   }
   const Sec &strtab = secs[shstrndx];
-  std::map<std::string, KernelFacts> out;
+  std::vector<std::pair<std::string, const Sec *>> texts;
   for (const Sec &s : secs) {
     if (s.name >= strtab.size)
       continue;
     const char *p = reinterpret_cast<const char *>(b.data() + strtab.off + s.name);
     size_t maxLen = strtab.size - s.name;
     std::string name(p, strnlen(p, maxLen));
-    if (name.rfind(".text.", 0) != 0 || s.size % 16 != 0)
-      continue;
-    std::string symbol = name.substr(6);
-    out[symbol] = analyze(symbol, arch, b.slice(s.off, s.size));
+    if (name.rfind(".text.", 0) == 0 && s.size % 16 == 0 && s.size > 0)
+      texts.emplace_back(name.substr(6), &s);
   }
+  // Each kernel's code is its own: overlapping or repeated text sections are damage
+  // (and would multiply the work).
+  std::vector<const Sec *> byOffset;
+  for (const auto &t : texts)
+    byOffset.push_back(t.second);
+  std::sort(byOffset.begin(), byOffset.end(),
+            [](const Sec *x, const Sec *y) { return x->off < y->off; });
+  for (size_t i = 1; i < byOffset.size(); ++i)
+    if (byOffset[i]->off < byOffset[i - 1]->off + byOffset[i - 1]->size)
+      return bad("damaged ELF: overlapping text sections");
+  std::map<std::string, KernelFacts> out;
+  for (const auto &[symbol, s] : texts)
+    out[symbol] = analyze(symbol, arch, b.slice(s->off, s->size), budget);
   return out;
 }
 

@@ -42,8 +42,8 @@ int staticSmemOf(const pkg::Kernel &k, const GpuModel &g) {
 
 } // namespace
 
-const codegen::sass::KernelFacts *PackageCost::factsOf(const std::string &arch,
-                                                       const std::string &symbol) const {
+const codegen::sass::KernelFacts *PackageFacts::factsOf(const std::string &arch,
+                                                        const std::string &symbol) const {
   auto a = facts.find(arch);
   if (a == facts.end())
     return nullptr;
@@ -51,19 +51,27 @@ const codegen::sass::KernelFacts *PackageCost::factsOf(const std::string &arch,
   return k == a->second.end() ? nullptr : &k->second;
 }
 
-namespace {
-
-/// Decodes every cubin of the package once, by architecture and symbol.
-void decodeModules(const pkg::PackageFile &pf, PackageCost &c) {
+PackageFacts decodePackage(const pkg::PackageFile &pf) {
+  PackageFacts c;
   const pkg::Package &m = pf.meta();
+  codegen::sass::Budget budget; // for the whole package
   if (!m.modules())
-    return;
+    return c;
   for (const pkg::Module *mod : *m.modules()) {
-    if (mod->kind() != pkg::ModuleKind::Cubin || !mod->target())
+    if (!mod->target())
       continue;
     llvm::ArrayRef<uint8_t> image(pf.section(mod->data()), mod->data()->size());
+    if (mod->kind() == pkg::ModuleKind::Ptx) {
+      llvm::StringRef text(reinterpret_cast<const char *>(image.data()), image.size());
+      text = text.take_until([](char ch) { return ch == 0; });
+      for (auto &[symbol, facts] : codegen::sass::analyzePtx(text, budget))
+        c.facts[mod->target()->str()][symbol] = std::move(facts);
+      continue;
+    }
+    if (mod->kind() != pkg::ModuleKind::Cubin)
+      continue;
     llvm::Expected<std::map<std::string, codegen::sass::KernelFacts>> f =
-        codegen::sass::decodeCubin(image);
+        codegen::sass::decodeCubin(image, budget);
     if (!f) {
       c.decodeErrors[mod->target()->str()] = llvm::toString(f.takeError());
       continue;
@@ -71,12 +79,11 @@ void decodeModules(const pkg::PackageFile &pf, PackageCost &c) {
     for (auto &[symbol, facts] : *f)
       c.facts[mod->target()->str()][symbol] = std::move(facts);
   }
+  return c;
 }
 
-} // namespace
-
 PackageCost costOf(const pkg::PackageFile &pf, int variant,
-                   const std::vector<codegen::GpuModel> &gpuList) {
+                   const std::vector<codegen::GpuModel> &gpuList, const PackageFacts *decoded) {
   const pkg::Package &m = pf.meta();
   const pkg::ShapeVariant *v =
       variant >= 0 ? m.variants()->Get(static_cast<uint32_t>(variant)) : nullptr;
@@ -88,7 +95,7 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
   else
     c.gpus = gpuList;
   size_t ng = c.gpus.size();
-  decodeModules(pf, c);
+  static_cast<PackageFacts &>(c) = decoded ? *decoded : decodePackage(pf);
   c.micros.assign(ng, 0);
   c.roofline.assign(ng, 0);
   c.flops.assign(ng, 0);
@@ -96,6 +103,7 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
   c.bytesRead.assign(ng, 0);
   c.bytesWritten.assign(ng, 0);
   c.peakPriced.assign(ng, 0);
+  c.ptxPriced.assign(ng, 0);
   // The steps that run on each GPU, as the runtime chooses them.
   std::vector<int> arch(ng), planned = pkg::stepArchs(m);
   for (size_t i = 0; i < ng; ++i)
@@ -115,7 +123,8 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
         sc.kernel = static_cast<int>(l->kernel());
         sc.bytesRead = l->bytes_read();
         sc.bytesWritten = l->bytes_written();
-        sc.flops = l->flops();
+        // A damaged package's FLOPs are not a number to divide by.
+        sc.flops = std::isfinite(l->flops()) && l->flops() > 0 ? l->flops() : 0.0;
         if (m.kernels() && l->kernel() < m.kernels()->size())
           kernel = m.kernels()->Get(l->kernel());
         sc.tensor = kernel && kernel->tensor_core();
@@ -162,7 +171,8 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
         if (kernel) {
           LaunchShape ls;
           ls.blocks = sc.blocks;
-          ls.threads = static_cast<int>(l->block()->x() * l->block()->y() * l->block()->z());
+          uint64_t threads = uint64_t(l->block()->x()) * l->block()->y() * l->block()->z();
+          ls.threads = static_cast<int>(std::min<uint64_t>(threads, 1 << 20));
           ls.blocksPerSm =
               codegen::blocksPerSm(g, ls.threads, registersOf(*kernel, g),
                                    staticSmemOf(*kernel, g) + static_cast<int>(l->dynamic_smem()));
@@ -171,11 +181,18 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
           ls.bytesRead = static_cast<double>(sc.bytesRead);
           ls.bytesWritten = static_cast<double>(sc.bytesWritten);
           ls.tensor = sc.tensor;
+          // The module the runtime loads on this GPU (pkg::pickModule): a cubin, or PTX
+          // that the driver compiles.
+          const pkg::Module *mod = pkg::pickModule(m, kernel->chunk(), pkg::archNumber(g.arch));
           const codegen::sass::KernelFacts *f =
-              kernel->symbol() ? c.factsOf(g.arch, kernel->symbol()->str()) : nullptr;
+              mod && kernel->symbol() ? c.factsOf(mod->target()->str(), kernel->symbol()->str())
+                                      : nullptr;
+          bool fromPtx = f && mod->kind() == pkg::ModuleKind::Ptx;
           b = codegen::launchBounds(g, f, ls);
           if (runs && !f)
             ++c.peakPriced[i];
+          if (runs && fromPtx)
+            ++c.ptxPriced[i];
         } else if (gm) {
           // cuBLASLt splits K when the output tiles leave SMs idle.
           uint64_t blocks = sc.blocks;

@@ -246,8 +246,8 @@ Report inspect(const pkg::PackageFile &pf, const std::vector<codegen::GpuModel> 
     if (sr.schedules > 1) {
       // Modeled latency at the smallest and largest shape.
       RangeSchedules at = rangeSchedules(m);
-      sr.microsAtMin = costOf(pf, at.min, r.cost.gpus).micros;
-      sr.microsAtMax = costOf(pf, at.max, r.cost.gpus).micros;
+      sr.microsAtMin = costOf(pf, at.min, r.cost.gpus, &r.cost).micros;
+      sr.microsAtMax = costOf(pf, at.max, r.cost.gpus, &r.cost).micros;
       r.shapeRanges = std::move(sr);
     }
   }
@@ -280,11 +280,11 @@ llvm::json::Value toJson(const Report &r) {
     llvm::json::Array blocks;
     for (uint64_t b : k.blocks)
       blocks.push_back(static_cast<int64_t>(b));
-    llvm::json::Object bounds, sass;
+    llvm::json::Object bounds, sass, ptx;
     for (size_t i = 0; i < ng; ++i)
       bounds[r.gpus[i]] = boundsJson(k.bounds[i]);
-    for (const auto &[arch, f] : k.facts)
-      sass[arch] = factsJson(f);
+    for (const auto &[target, f] : k.facts)
+      (target.rfind("compute_", 0) == 0 ? ptx : sass)[target] = factsJson(f);
     kernels.push_back(llvm::json::Object{{"name", k.name},
                                          {"template", k.templateName},
                                          {"symbol", k.symbol},
@@ -298,6 +298,7 @@ llvm::json::Value toJson(const Report &r) {
                                          {"modeled_us", perGpu(k.micros)},
                                          {"bounds_us", std::move(bounds)},
                                          {"sass", std::move(sass)},
+                                         {"ptx", std::move(ptx)},
                                          {"needs_sync", k.needsSync},
                                          {"cooperative", k.cooperative},
                                          {"tensor_core", k.tensorCore},
@@ -436,6 +437,7 @@ llvm::json::Value toJson(const Report &r) {
        "fill (limit 'peak'); docs/ARCHITECTURE.md 'Kernel facts and bounds'"},
       {"gpu_profiles", std::move(profiles)},
       {"launches_priced_at_peak", perGpuInt(cost.peakPriced)},
+      {"launches_priced_from_ptx", perGpuInt(cost.ptxPriced)},
       {"roofline_model", "the optimistic bound: per step max(bytes / bandwidth, FLOPs / peak), no "
                          "SM fill, no launch overhead"},
       {"targets", std::move(targets)},
@@ -540,6 +542,10 @@ void printReport(const Report &r, llvm::raw_ostream &os) {
   for (size_t i = 0; i < ng; ++i)
     os << llvm::format(" %s %.1f us", r.gpus[i].c_str(), cost.roofline[i]);
   os << "\n";
+  for (size_t i = 0; i < ng; ++i)
+    if (cost.ptxPriced[i])
+      os << "  " << r.gpus[i] << ": " << cost.ptxPriced[i] << " launches priced from PTX (no "
+         << cost.gpus[i].arch << " cubin runs there; ptxas will change the instruction counts)\n";
   for (size_t i = 0; i < ng; ++i)
     if (cost.peakPriced[i])
       os << "  " << r.gpus[i] << ": " << cost.peakPriced[i]

@@ -41,6 +41,26 @@ int archNumber(const std::string &target) {
   return us == std::string::npos ? 0 : std::atoi(target.c_str() + us + 1);
 }
 
+const Module *pickModule(const Package &m, uint32_t chunk, int cc) {
+  if (!m.modules())
+    return nullptr;
+  int bestCubin = -1, bestPtx = -1;
+  const Module *cubin = nullptr, *ptx = nullptr;
+  for (const Module *x : *m.modules()) {
+    if (x->chunk() != chunk || !x->target())
+      continue;
+    int v = archNumber(x->target()->str());
+    if (x->kind() == ModuleKind::Cubin && v / 10 == cc / 10 && v <= cc && v > bestCubin) {
+      bestCubin = v;
+      cubin = x;
+    } else if (x->kind() == ModuleKind::Ptx && v <= cc && v > bestPtx) {
+      bestPtx = v;
+      ptx = x;
+    }
+  }
+  return cubin ? cubin : ptx;
+}
+
 std::vector<int> stepArchs(const Package &m) {
   std::vector<int> archs;
   if (m.steps())

@@ -93,7 +93,7 @@ run_case() {
       # The per-step profile, for the model-vs-measured table below.
       "${cmd[@]}" --bench --profile "${inputs[@]}" --device "$device" --iterations 20 --warmup 3 \
         >"$out/profile.log" 2>/dev/null || true
-      modeled_rows+=("$name $dir/modeled.tsv $out/profile.log $ms")
+      modeled_rows+=("$name"$'\t'"$dir/modeled.tsv"$'\t'"$out/profile.log"$'\t'"$ms")
     fi
     if [ -n "$torch_times" ]; then
       eager="$(printf '%s\n' "$torch_times" | sed -n "s/^$name eager \([^ ]*\) compiled \([^ ]*\)$/\1/p")"
@@ -164,7 +164,8 @@ if [ "$device" != emu ] && [ "$bench" = 1 ]; then
   echo "| case                 | modeled us | measured us (compute median) | measured / modeled |"
   echo "|----------------------|------------|------------------------------|--------------------|"
   for r in "${modeled_rows[@]}"; do
-    set -- $r
+    IFS=$'\t' read -r n tsv prof ms <<<"$r"
+    set -- "$n" "$tsv" "$prof" "$ms"
     modeled="$(awk -F'\t' -v g="$gpu" '$1 == g && $2 == "total" { print $4 }' "$2")"
     awk -v n="$1" -v m="$modeled" -v ms="$4" 'BEGIN {
       if (ms == "-" || m == "" || m == 0) r = "-"; else r = sprintf("%.2f", ms * 1000 / m);
@@ -173,12 +174,13 @@ if [ "$device" != emu ] && [ "$bench" = 1 ]; then
   echo
   echo "costliest measured steps per case (step, kind, limiting bound, modeled us, measured us):"
   for r in "${modeled_rows[@]}"; do
-    set -- $r
+    IFS=$'\t' read -r n tsv prof ms <<<"$r"
+    set -- "$n" "$tsv" "$prof" "$ms"
     awk -F'\t' -v g="$gpu" -v n="$1" '
-      FNR == NR { if ($1 == g && $2 != "total") { model[$2] = $4; limit[$2] = $5; node[$2] = $6 } next }
-      /^step / { split($0, f, " "); k = f[2]; us[k] = f[4]; kind[k] = f[3]; if (!(k in model)) mismatch = 1 }
+      FNR == NR { if ($1 == g && $2 != "total") { model[$2] = $4; limit[$2] = $5; node[$2] = $6; nm++ } next }
+      /^step / { split($0, f, " "); k = f[2]; us[k] = f[4]; kind[k] = f[3]; np++; if (!(k in model)) mismatch = 1 }
       END {
-        if (mismatch) { printf "  %s: the profile has steps the model does not (different schedule)\n", n; exit }
+        if (mismatch || nm != np) { printf "  %s: %d steps ran, %d modeled (a different schedule)\n", n, np, nm; exit }
         for (i = 0; i < 3; i++) {
           best = ""; for (k in us) if (!(k in done) && (best == "" || us[k] + 0 > us[best] + 0)) best = k
           if (best == "") break

@@ -69,11 +69,11 @@ constexpr double kReuseAdvantage = 0.9;
 
 /// The tile and split-K factor with the least modeled time on `arch`, among those that
 /// launch at least one block per SM when any does; `known(t)` says whether tile t's
-/// kernel is instantiated already. The time of a plan is codegen::launchBounds of the
-/// tile's main loop (ConvTiles.h) over the padded work, the same model `dlc inspect`
-/// applies to the compiled kernel.
+/// kernel is instantiated already; `operandBytes`: the input's and the weights' bytes. The time of
+/// a plan is codegen::launchBounds of the tile's main loop (ConvTiles.h) over the padded work, the
+/// same model `dlc inspect` applies to the compiled kernel.
 ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K,
-                        const std::string &arch, size_t accBytes, size_t operandBytes,
+                        const std::string &arch, size_t accBytes, double operandBytes,
                         const std::function<bool(int)> &known) {
   const GpuModel &g = gpuModelFor(arch);
   ConvPlan best;
@@ -99,7 +99,7 @@ ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K,
       ls.fill = smFill(g, blocks, perSm);
       ls.flops =
           2.0 * static_cast<double>(tiles) * c.bm * c.bn * static_cast<double>(splits * kPer);
-      ls.bytesRead = static_cast<double>((M * K + K * NP) * static_cast<int64_t>(operandBytes));
+      ls.bytesRead = operandBytes; // the input and the weights, each once (as inspect counts)
       ls.bytesWritten = static_cast<double>(splits * M * NP) * accBytes;
       double time = launchBounds(g, &facts, ls).worst() * 1e-6;
       if (splits > 1) // the partial sums read back, and the reduction's launch
@@ -221,7 +221,10 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     return inst;
   };
   auto plans = l.perArch<ConvPlan>([&](const std::string &arch) {
-    return chooseConvPlan(fam, M, s.NP, s.K, arch, accBytes, dtypeSize(x->dtype()),
+    double operandBytes =
+        static_cast<double>(x->type().numElements()) * static_cast<double>(dtypeSize(x->dtype())) +
+        static_cast<double>(wt->type().numElements()) * static_cast<double>(dtypeSize(wt->dtype()));
+    return chooseConvPlan(fam, M, s.NP, s.K, arch, accBytes, operandBytes,
                           [&](int t) { return l.instantiated(igemm(t, 1)); });
   });
   // The split-K partial sums (a temporary of this node's steps), sized for the largest

@@ -582,12 +582,15 @@ int calibrateMain(const std::vector<std::string> &args, const CliContext &ctx) {
   if (!c)
     return fail(ctx, c.status().message());
   std::printf("device: %s (%s, %d SMs)\n", c->device.c_str(), arch.c_str(), c->sms);
-  std::string name = p.get("name", "");
-  for (const char *known : {"H200", "H100", "A100", "L4"})
-    if (name.empty() && c->device.find(known) != std::string::npos)
-      name = known;
+  std::string name = p.get("name", rt::profileNameFor(c->device));
   if (name.empty())
     name = c->device;
+  if (cc->first * 10 + cc->second != 80 && cc->first * 10 + cc->second != 86 &&
+      cc->first * 10 + cc->second != 89 && cc->first * 10 + cc->second != 90)
+    std::fprintf(stderr,
+                 "note: dlc has no built-in profile for %s; dlc inspect loads profiles "
+                 "of sm_80, sm_86, sm_89 and sm_90 only\n",
+                 arch.c_str());
   std::string json = rt::calibrationProfileJson(*c, name);
   if (!p.has("output")) {
     std::fputs(json.c_str(), stdout);

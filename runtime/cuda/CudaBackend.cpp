@@ -789,26 +789,9 @@ private:
                                                      &biasStride, sizeof(biasStride));
   }
 
-  /// For one chunk: the exact cubin, else a cubin of the same major version and a lower
-  /// minor, else PTX of an equal or older virtual architecture (JIT-compiled by the driver).
+  /// For one chunk: pkg::pickModule's choice for this GPU.
   const pkg::Module *pickModule(const pkg::Package &m, uint32_t chunk) const {
-    if (!m.modules())
-      return nullptr;
-    int cc = major_ * 10 + minor_, bestCubin = -1, bestPtx = -1;
-    const pkg::Module *cubin = nullptr, *ptx = nullptr;
-    for (const pkg::Module *x : *m.modules()) {
-      if (x->chunk() != chunk)
-        continue;
-      int v = archNumber(x->target()->str());
-      if (x->kind() == pkg::ModuleKind::Cubin && v / 10 == major_ && v <= cc && v > bestCubin) {
-        bestCubin = v;
-        cubin = x;
-      } else if (x->kind() == pkg::ModuleKind::Ptx && v <= cc && v > bestPtx) {
-        bestPtx = v;
-        ptx = x;
-      }
-    }
-    return cubin ? cubin : ptx;
+    return pkg::pickModule(m, chunk, major_ * 10 + minor_);
   }
 
   /// No module runs on this GPU: say which targets would (targets dlc compiles).

@@ -17,18 +17,6 @@ namespace dlc::tool {
 
 namespace {
 
-/// The built-in profile a device name matches ("NVIDIA H100 80GB HBM3": H100), or "".
-std::string profileNameOf(const std::string &device) {
-  for (const char *name : {"H200", "H100", "A100", "A10", "L4"}) {
-    size_t at = device.find(name);
-    // "A10" must not match "A100": the name ends at a non-digit.
-    if (at != std::string::npos &&
-        (at + std::strlen(name) == device.size() || !std::isdigit(device[at + std::strlen(name)])))
-      return name;
-  }
-  return "";
-}
-
 llvm::Expected<std::vector<uint8_t>> compileKernels(const std::string &arch) {
   return codegen::compileCubin(rt::calibrationKernelSource(), arch);
 }
@@ -105,14 +93,16 @@ int runCalibrate(const std::vector<std::string> &argv) {
     reportError(c.status().message());
     return 1;
   }
-  std::string name = args->getOr("name", profileNameOf(c->device));
+  std::string name = args->getOr("name", rt::profileNameFor(c->device));
   if (name.empty())
     name = c->device;
   const codegen::GpuModel *base = codegen::gpuModelNamed(name);
+  for (const codegen::GpuModel &g : codegen::gpuModels())
+    if (!base && g.arch == arch) // the first of the architecture, as loadGpuProfile takes
+      base = &g;
   if (!base)
-    for (const codegen::GpuModel &g : codegen::gpuModels())
-      if (g.arch == arch)
-        base = &g;
+    llvm::errs() << "dlc: note: no built-in profile for " << arch
+                 << "; dlc inspect loads profiles of sm_80, sm_86, sm_89 and sm_90 only\n";
   llvm::outs() << "device: " << c->device << " (" << arch << ", " << c->sms << " SMs)\n";
   std::string profileColumn = base ? "profile " + base->name : "no profile";
   llvm::outs() << llvm::format("%-32s %14s %14s\n", static_cast<const char *>("measured"),

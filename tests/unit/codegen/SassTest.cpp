@@ -10,6 +10,7 @@
 #include "dlc/runtime/Calibrate.h"
 #include "emitters/ConvTiles.h"
 
+#include <cstring>
 #include <gtest/gtest.h>
 #include <random>
 
@@ -242,6 +243,47 @@ TEST(Sass, DamagedCubinsAreErrorsNotCrashes) {
   std::vector<uint8_t> sm75 = image;
   sm75[49] = 75; // e_flags' SM field (ELF ABI 8)
   expectError(sm75, "sm_75");
+  // A text section that overlaps another is refused (each would be analyzed again).
+  {
+    // Find the section header table and point the second .text section at the first's
+    // offset.
+    uint64_t shoff;
+    uint16_t shentsize, shnum;
+    std::memcpy(&shoff, image.data() + 0x28, 8);
+    std::memcpy(&shentsize, image.data() + 0x3a, 2);
+    std::memcpy(&shnum, image.data() + 0x3c, 2);
+    std::vector<size_t> texts; // header offsets of sections with code (SHT_PROGBITS, size > 0,
+                               // executable)
+    for (uint16_t i = 0; i < shnum; ++i) {
+      size_t h = shoff + size_t(i) * shentsize;
+      uint64_t flags;
+      std::memcpy(&flags, image.data() + h + 8, 8);
+      if (flags & 4) // SHF_EXECINSTR
+        texts.push_back(h);
+    }
+    ASSERT_GE(texts.size(), 2u); // bad and good
+    std::vector<uint8_t> overlap = image;
+    std::memcpy(overlap.data() + texts[1] + 0x18, image.data() + texts[0] + 0x18, 8);
+    expectError(overlap, "overlapping text sections");
+  }
+  // Code made of backward branches: the loops stop at the budget, quickly.
+  {
+    std::vector<codegen::sass::Instr> code(1 << 16);
+    for (size_t i = 0; i < code.size(); ++i) {
+      code[i].opcode = 0x147;
+      code[i].cls = Class::Branch;
+      code[i].branchTarget = 0; // each branch closes a loop from the start
+    }
+    codegen::sass::Budget budget;
+    KernelFacts f;
+    codegen::sass::finishFacts(f, code, budget);
+    EXPECT_LE(f.loops.size(), 4096u);
+    EXPECT_EQ(f.whole.of(Class::Branch), 1 << 16);
+    size_t visited = 0;
+    for (const codegen::sass::Loop &l : f.loops)
+      visited += static_cast<size_t>((l.end - l.begin) / 16 + 1);
+    EXPECT_LE(visited, size_t(1) << 27);
+  }
   // Random damage decodes or fails; it never reads outside the image.
   std::mt19937 rng(7);
   for (int i = 0; i < 2000; ++i) {
@@ -340,6 +382,7 @@ struct YF { typedef float Value; struct Params { float *__restrict__ a0; };
     return std::abs(table - code) <= 0.05 * std::max(std::abs(code), 1.0);
   };
   for (const auto &[name, c] : kernels) {
+    ASSERT_EQ(facts.count(name), 1u) << name;
     const KernelFacts &f = facts.at(name);
     ASSERT_NE(f.main(), nullptr) << name;
     const codegen::sass::Mix &m = *f.main();
@@ -354,4 +397,32 @@ struct YF { typedef float Value; struct Params { float *__restrict__ a0; };
                     << integer << ", " << m.of(Class::GlobalLoad) << ", " << m.globalLoadBytes
                     << ", " << m.lsuCycles << ", " << f.straight.instructions << "},";
   }
+}
+
+// Where a package has no cubin for a GPU, the model reads its PTX: the probe's PTX
+// statements classify as the SASS they become.
+TEST(Sass, PtxStatementsClassifyAsTheirSass) {
+  codegen::ToolchainOptions opts;
+  opts.useCache = false;
+  llvm::Expected<codegen::CompiledModule> m = codegen::compileWithNvrtc(kProbe, "compute_80", opts);
+  ASSERT_TRUE(static_cast<bool>(m)) << llvm::toString(m.takeError());
+  std::string ptx(m->image.begin(), m->image.end());
+  codegen::sass::Budget budget;
+  auto facts = codegen::sass::analyzePtx(ptx.c_str(), budget);
+  ASSERT_EQ(facts.count("probe"), 1u);
+  const KernelFacts &f = facts.at("probe");
+  ASSERT_EQ(f.loops.size(), 1u);
+  ASSERT_NE(f.main(), nullptr);
+  const codegen::sass::Mix &mix = *f.main();
+  EXPECT_EQ(mix.of(Class::Tensor), 3);
+  EXPECT_EQ(mix.mmaFlops, 2 * 4096 + 2048);
+  EXPECT_EQ(mix.globalLoadWidths, (std::map<int, int>{{16, 1}}));
+  EXPECT_EQ(mix.cpAsyncWidths, (std::map<int, int>{{16, 1}}));
+  EXPECT_EQ(mix.of(Class::Ldsm), 1);
+  EXPECT_EQ(mix.of(Class::Barrier), 4);
+  EXPECT_EQ(f.straight.globalStoreWidths, (std::map<int, int>{{4, 1}}));
+  // Damaged text: whatever is found, nothing is read outside it.
+  for (llvm::StringRef bad : {".entry", ".entry x(", ".entry x() {",
+                              ".entry x() { bra L; L: ", ".entry y() { L: L: bra L; }"})
+    codegen::sass::analyzePtx(bad, budget);
 }

@@ -915,6 +915,17 @@ TEST_F(CudaMock, CalibrateRecoversTheRatesOfAFakeGpu) {
     EXPECT_NE(json.find(field), std::string::npos) << field << "\n" << json;
 }
 
+TEST(Calibrate, ADeviceNameNamesAProfileAsAWholeWord) {
+  EXPECT_EQ(rt::profileNameFor("NVIDIA H100 80GB HBM3"), "H100");
+  EXPECT_EQ(rt::profileNameFor("NVIDIA H200"), "H200");
+  EXPECT_EQ(rt::profileNameFor("NVIDIA A100-SXM4-80GB"), "A100");
+  EXPECT_EQ(rt::profileNameFor("NVIDIA A10"), "A10");
+  EXPECT_EQ(rt::profileNameFor("NVIDIA A10G"), "");
+  EXPECT_EQ(rt::profileNameFor("NVIDIA L4"), "L4");
+  EXPECT_EQ(rt::profileNameFor("NVIDIA L40S"), "");
+  EXPECT_EQ(rt::profileNameFor("Tesla V100"), "");
+}
+
 TEST_F(CudaMock, CalibrateWithAModuleForAnotherGpuFailsCleanly) {
   cuda::Driver d = calib::fakeGpu();
   calib::failModule = true;

@@ -7,7 +7,7 @@
 //            FP32, FP16x2, FP64, integer, MUFU, shared/L1 bytes), the main loop run as
 //            often as the launch's FLOPs (else its bytes) need, over the busy SMs;
 //   memory:  every pass over the data at achievable DRAM bandwidth, passes after the
-//            first at L2 bandwidth when the data fits in L2;
+//            first at L2 bandwidth when all passes' reads fit in half of L2;
 //   latency: each warp's chain (main-loop iterations x (instructions + an L2 load
 //            latency when the loop waits on its own loads)), wave by wave.
 // A launch takes the largest. docs/ARCHITECTURE.md "Kernel facts and bounds".

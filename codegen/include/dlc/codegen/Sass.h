@@ -4,17 +4,18 @@
 // per instruction on sm_80 ... sm_90 (Ampere, Ada, Hopper). This decodes only what the
 // cost model needs: each instruction's class (from the 9-bit opcode in bits 0-8), the
 // access width of loads and stores (bits 73-75), the shape and type of tensor-core
-// instructions, and the targets of branches (a signed byte offset in bits 34-81 from
-// the next instruction). No disassembler ships with the toolkit; every field was found
-// by compiling PTX probes that differ in one instruction with ptxas for sm_80, sm_86,
-// sm_89 and sm_90 and comparing the cubins, and codegen/tests/SassTest.cpp checks each
-// one against kernels compiled by NVRTC in the test itself (docs/ARCHITECTURE.md,
-// "Kernel facts").
+// instructions, and the targets of branches (a signed offset from the next
+// instruction: bytes in bits 32-63 up to sm_89; 4-byte units in bits 16-23 and 34-63 on
+// sm_90). No disassembler ships with the toolkit; every field was found by compiling
+// PTX probes that differ in one instruction with ptxas for sm_80, sm_86, sm_89 and
+// sm_90 and comparing the cubins, and tests/unit/codegen/SassTest.cpp checks each one
+// against kernels compiled by NVRTC in the test itself (docs/ARCHITECTURE.md, "Kernel
+// facts and bounds").
 //
-// From the decoded code, per kernel: the loops (backward branches), the main loop (the
-// loop with the most tensor-core FLOPs, else FMAs, else global-load bytes per
-// iteration; the smallest among equals) and its instruction mix per iteration; the instructions
-// outside loops; and how many loops read global memory.
+// From the decoded code, per kernel: the loops (backward branches); the main loop (the
+// most tensor-core FLOPs per iteration, else the most FP arithmetic, a nested loop
+// before the loop around it, then the most global-load bytes) and its instruction mix
+// per iteration; the instructions outside loops; and the passes over the data.
 //===----------------------------------------------------------------------===//
 #pragma once
 
@@ -38,7 +39,7 @@ enum class Class : uint8_t {
   Convert,     // F2F, F2I, I2F, I2FP, F2FP
   IntMad,      // IMAD and its forms (integer multiply-add, also moves and shifts by ptxas)
   Alu,         // IADD3, LOP3, SHF, LEA, ISETP, SEL, MOV, PRMT, float compares, ...
-  Uniform,     // the uniform datapath (U* instructions, S2UR): once per warp
+  Uniform,     // the uniform datapath (U* instructions, S2UR), S2R, LDC: once per warp
   GlobalLoad,  // LDG, LD
   GlobalStore, // STG, ST
   LocalMemory, // LDL, STL (spills, local arrays)
@@ -74,7 +75,7 @@ Instr decode(uint64_t lo, uint64_t hi, int arch);
 struct Mix {
   int instructions = 0; // issued (NOPs excluded)
   int count[static_cast<int>(Class::Count)] = {};
-  int mmaFlops = 0; // tensor FLOPs per warp per pass over the range
+  int64_t mmaFlops = 0; // tensor FLOPs per warp per pass over the range
   /// Tensor-core time in HMMA.16816 FP16 equivalents (TF32 at half, IMMA.16832 at the
   /// FP16 rate: the data sheets' dense ratios).
   double tensorEquiv = 0;
@@ -85,8 +86,8 @@ struct Mix {
   /// Bytes per thread by class and width: loads/stores as {width: count}.
   std::map<int, int> globalLoadWidths, globalStoreWidths, sharedLoadWidths, sharedStoreWidths,
       cpAsyncWidths;
-  int globalLoadBytes = 0, globalStoreBytes = 0, sharedBytes = 0, cpAsyncBytes = 0;
-  int ldsmBytes = 0;
+  int64_t globalLoadBytes = 0, globalStoreBytes = 0, sharedBytes = 0, cpAsyncBytes = 0;
+  int64_t ldsmBytes = 0;
   int of(Class c) const { return count[static_cast<int>(c)]; }
   /// Integer overhead: IMAD, ALU and uniform instructions.
   int integerOps() const { return of(Class::IntMad) + of(Class::Alu) + of(Class::Uniform); }
@@ -112,9 +113,30 @@ struct KernelFacts {
   double instructionsPerMma() const;
 };
 
+/// The work a decoder may do on one package, whatever its contents: loops found and
+/// instructions counted into loop mixes. What is past the budget is not analyzed (a
+/// kernel of ours has a few dozen loops of a few hundred instructions).
+struct Budget {
+  size_t loops = size_t(1) << 16, visits = size_t(1) << 27;
+};
+
+/// Completes `f` (its symbol and arch set) from a kernel's code, one Instr per 16
+/// bytes, whose branches carry absolute targets (branchTarget; -1: not a branch): the
+/// whole mix, loops, main loop, code outside loops and passes over the data, within
+/// `budget` (and at most 4096 loops per kernel).
+void finishFacts(KernelFacts &f, const std::vector<Instr> &code, Budget &budget);
+
 /// The facts of every kernel in a cubin, by symbol. Errors: not an ELF file, not a
 /// CUDA cubin, or an architecture this decoder does not know (its opcodes may differ).
+/// Text sections must not overlap. `budget`: shared by the modules of one package.
+llvm::Expected<std::map<std::string, KernelFacts>> decodeCubin(llvm::ArrayRef<uint8_t> image,
+                                                               Budget &budget);
 llvm::Expected<std::map<std::string, KernelFacts>> decodeCubin(llvm::ArrayRef<uint8_t> image);
+
+/// The facts of every .entry of a PTX module (arch 0): its statements classified as
+/// the SASS classes they become (ptxas unrolls and expands them, so counts are the
+/// PTX's). For GPUs whose architecture has no cubin in a package.
+std::map<std::string, KernelFacts> analyzePtx(llvm::StringRef ptx, Budget &budget);
 
 /// The architecture a cubin was compiled for (80 for sm_80), or 0.
 int cubinArch(llvm::ArrayRef<uint8_t> image);

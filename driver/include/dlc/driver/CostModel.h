@@ -13,8 +13,9 @@
 //      latency bound: each warp's chain (main-loop iterations x (instructions + an L2
 //                     load latency when the loop waits on its own loads)) per wave;
 //    modeled time = max(issue, memory, latency) + one CUDA-graph node's overhead.
-//    A launch whose code cannot be read (no cubin for the architecture) falls back to
-//    FLOPs / (peak x SM fill), marked "peak" rather than "issue";
+//    Without a cubin for the architecture, the facts of the package's PTX (the newest
+//    compute_XX the GPU runs; counted in ptxPriced); without either, FLOPs / (peak x
+//    SM fill), marked "peak" rather than "issue";
 //  - a GEMM (cuBLASLt): an efficiency curve (profile libraryEfficiency x K / (K + 128))
 //    times the peak that applies, over 128x128 output tiles split along K when that
 //    fills more SMs, marked "library";
@@ -52,7 +53,19 @@ struct StepCost {
   uint64_t bytes() const { return bytesRead + bytesWritten; }
 };
 
-struct PackageCost {
+/// The decoded code of a package's modules (cubins by decodeCubin, PTX by analyzePtx),
+/// within one work budget for the whole package.
+struct PackageFacts {
+  /// Decoded kernels by target ("sm_90" from cubins, "compute_80" from PTX) and symbol;
+  /// why a module could not be decoded, by target.
+  std::map<std::string, std::map<std::string, codegen::sass::KernelFacts>> facts;
+  std::map<std::string, std::string> decodeErrors;
+  const codegen::sass::KernelFacts *factsOf(const std::string &target,
+                                            const std::string &symbol) const;
+};
+PackageFacts decodePackage(const pkg::PackageFile &pf);
+
+struct PackageCost : PackageFacts {
   std::vector<codegen::GpuModel> gpus;
   std::vector<StepCost> steps;
   uint64_t lowerBoundBytes = 0;
@@ -61,21 +74,19 @@ struct PackageCost {
   /// The FLOPs of steps on tensor cores (tensor-core kernels, FP16/BF16/TF32 GEMMs).
   std::vector<double> tensorFlops;
   std::vector<uint64_t> bytesRead, bytesWritten;
-  /// Per GPU: launches priced at peak because their code could not be read.
-  std::vector<size_t> peakPriced;
-  /// Decoded kernels by architecture ("sm_90") and symbol; why a module could not be
-  /// decoded, by target.
-  std::map<std::string, std::map<std::string, codegen::sass::KernelFacts>> facts;
-  std::map<std::string, std::string> decodeErrors;
-  const codegen::sass::KernelFacts *factsOf(const std::string &arch,
-                                            const std::string &symbol) const;
+  /// Per GPU: launches priced at peak because their code could not be read, and
+  /// launches priced from PTX facts because the package has no cubin for the GPU.
+  std::vector<size_t> peakPriced, ptxPriced;
 };
 
 /// The package's own schedule, or with `variant` >= 0 that shape variant's
 /// (pkg::Package::variants, shape-range packages), on `gpus` (empty: the reported
-/// GPUs, codegen::reportedGpus()).
+/// GPUs, codegen::reportedGpus()). Each kernel is priced from the module the runtime
+/// would load on that GPU (pkg::pickModule). `decoded`: the package's decodePackage()
+/// (null: decoded here).
 PackageCost costOf(const pkg::PackageFile &pf, int variant = -1,
-                   const std::vector<codegen::GpuModel> &gpus = {});
+                   const std::vector<codegen::GpuModel> &gpus = {},
+                   const PackageFacts *decoded = nullptr);
 
 /// A data-parallel training step on `ranks` GPUs of one machine: each bucket's ring
 /// all-reduce (2 (N-1)/N of its bytes over the GPU link, plus 2 (N-1) hops of

@@ -54,6 +54,11 @@ std::vector<int> stepArchs(const Package &m);
 /// Of `archs`, the one to run on a device of compute capability `cc`: the newest not
 /// newer than cc, else the oldest (0 when archs is empty).
 int chooseStepArch(const std::vector<int> &archs, int cc);
+/// The module of `chunk` a GPU of compute capability `cc` (86 for sm_86) loads: the
+/// exact cubin, else a cubin of the same major version and a lower minor, else the PTX
+/// of the newest virtual architecture not newer than cc (which the driver compiles);
+/// null when none runs there.
+const Module *pickModule(const Package &m, uint32_t chunk, int cc);
 /// An input bound at compile time as "i64[2] 0, 2".
 std::string describeBoundInput(const BoundInput &b);
 /// The error for setting an input the package does not have: one bound at compile

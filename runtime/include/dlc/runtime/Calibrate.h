@@ -43,7 +43,7 @@ Result<std::pair<int, int>> cudaComputeCapability(int device);
 
 /// Runs the microbenchmarks from `cubin` (calibrationKernelSource() compiled for the
 /// device's architecture) on CUDA device `device`. `progress` gets one line per
-/// measurement as it starts. Needs about 600 MB of free GPU memory and a few seconds.
+/// measurement as it starts. Needs about 800 MB of free GPU memory and a few seconds.
 Result<Calibration> calibrate(int device, const std::vector<uint8_t> &cubin,
                               const std::function<void(const std::string &)> &progress = {});
 
@@ -51,5 +51,9 @@ Result<Calibration> calibrate(int device, const std::vector<uint8_t> &cubin,
 /// measured number by the profile's field names (codegen/GpuModel.h; the loader keeps
 /// the built-in profile's data-sheet peaks and derives what it measured against them).
 std::string calibrationProfileJson(const Calibration &c, const std::string &name);
+
+/// The built-in profile a device's name names as a whole word ("NVIDIA H100 80GB HBM3":
+/// "H100"; "NVIDIA L40S": none), or "".
+std::string profileNameFor(const std::string &device);
 
 } // namespace dlc::rt
