@@ -54,7 +54,11 @@ def main():
         pkg = os.path.join(work, f"dp-{mib}.dlc")
         run([a.dlc, "compile", model, "--train", "--optimizer", "adam", "--lr", "0.003", "--target", "emu",
              "--data-parallel", "--bucket-mb", mib, "-o", pkg, "-q"])
-        dp = json.loads(run([a.dlc, "inspect", pkg, "--json"]).stdout)["data_parallel"]
+        # The model prices the compiled code: the same training step for the GPU targets.
+        gpu_pkg = os.path.join(work, f"dp-{mib}-gpu.dlc")
+        run([a.dlc, "compile", model, "--train", "--optimizer", "adam", "--lr", "0.003", "--target",
+             "sm_80,sm_90", "--data-parallel", "--bucket-mb", mib, "-o", gpu_pkg, "-q"])
+        dp = json.loads(run([a.dlc, "inspect", gpu_pkg, "--json"]).stdout)["data_parallel"]
         modeled = " / ".join(f"{100 * s['overlap_fraction']['H100']:.0f}%" for s in dp["scaling"])
         for n in a.ranks.split(","):
             cmd = [a.dlc, "train", pkg, "--data", os.path.join(work, "train.npz"), "--epochs", a.epochs,
