@@ -302,18 +302,18 @@ int passesOverData(const std::vector<Loop> &loops) {
   }
   int passes = 0;
   for (const auto &[parent, members] : groups) {
-    std::vector<int> chains; // each chain's bytes per iteration (its first, largest loop)
+    std::vector<int64_t> chains; // each chain's bytes per iteration (its first, largest loop)
     const Loop *prev = nullptr;
     for (const Loop *l : members) {
-      int bytes = l->mix.globalLoadBytes + l->mix.cpAsyncBytes;
-      int prevBytes = prev ? prev->mix.globalLoadBytes + prev->mix.cpAsyncBytes : 0;
+      int64_t bytes = l->mix.globalLoadBytes + l->mix.cpAsyncBytes;
+      int64_t prevBytes = prev ? prev->mix.globalLoadBytes + prev->mix.cpAsyncBytes : 0;
       if (!(prev && bytes < prevBytes && l->begin - prev->end <= 64 * 16))
         chains.push_back(bytes);
       prev = l;
     }
-    int largest = *std::max_element(chains.begin(), chains.end());
+    int64_t largest = *std::max_element(chains.begin(), chains.end());
     int counted = 0;
-    for (int bytes : chains)
+    for (int64_t bytes : chains)
       counted += 2 * bytes >= largest;
     passes = std::max(passes, counted);
   }
@@ -356,6 +356,8 @@ void finishFacts(KernelFacts &f, const std::vector<Instr> &code, Budget &budget)
       --budget.loops;
       budget.visits -= length;
       f.loops.push_back({target, static_cast<int64_t>(16 * i), true, {}});
+    } else {
+      f.truncated = true;
     }
   }
   std::vector<bool> inLoop(n, false);

@@ -18,22 +18,22 @@ namespace {
 
 /// Registers per thread of a kernel on `g`: ptxas's count for its architecture, else
 /// the largest count the package has, else a guess.
-int registersOf(const pkg::Kernel &k, const GpuModel &g) {
+int registersOf(const pkg::Kernel &k, const std::string &arch) {
   int any = 0;
   if (k.resources())
     for (const pkg::ArchResources *r : *k.resources()) {
-      if (r->arch() && r->arch()->str() == g.arch)
+      if (r->arch() && r->arch()->str() == arch)
         return r->registers();
       any = std::max(any, r->registers());
     }
   return any ? any : 32;
 }
 
-int staticSmemOf(const pkg::Kernel &k, const GpuModel &g) {
+int staticSmemOf(const pkg::Kernel &k, const std::string &arch) {
   int any = 0;
   if (k.resources())
     for (const pkg::ArchResources *r : *k.resources()) {
-      if (r->arch() && r->arch()->str() == g.arch)
+      if (r->arch() && r->arch()->str() == arch)
         return r->static_smem();
       any = std::max(any, r->static_smem());
     }
@@ -173,20 +173,27 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
           ls.blocks = sc.blocks;
           uint64_t threads = uint64_t(l->block()->x()) * l->block()->y() * l->block()->z();
           ls.threads = static_cast<int>(std::min<uint64_t>(threads, 1 << 20));
-          ls.blocksPerSm =
-              codegen::blocksPerSm(g, ls.threads, registersOf(*kernel, g),
-                                   staticSmemOf(*kernel, g) + static_cast<int>(l->dynamic_smem()));
+          // The module the runtime loads on this GPU (pkg::pickModule): a cubin, or PTX
+          // that the driver compiles.
+          const pkg::Module *mod = pkg::pickModule(m, kernel->chunk(), pkg::archNumber(g.arch));
+          // ptxas's resources for the cubin that runs (sm_80's on an A10).
+          std::string resArch =
+              mod && mod->kind() == pkg::ModuleKind::Cubin ? mod->target()->str() : g.arch;
+          int64_t smem = std::min<int64_t>(int64_t(staticSmemOf(*kernel, resArch)) +
+                                               int64_t(l->dynamic_smem()),
+                                           int64_t(1) << 30);
+          ls.blocksPerSm = codegen::blocksPerSm(g, ls.threads, registersOf(*kernel, resArch),
+                                                static_cast<int>(smem));
           fill = ls.fill = codegen::smFill(g, sc.blocks, ls.blocksPerSm);
           ls.flops = sc.flops;
           ls.bytesRead = static_cast<double>(sc.bytesRead);
           ls.bytesWritten = static_cast<double>(sc.bytesWritten);
           ls.tensor = sc.tensor;
-          // The module the runtime loads on this GPU (pkg::pickModule): a cubin, or PTX
-          // that the driver compiles.
-          const pkg::Module *mod = pkg::pickModule(m, kernel->chunk(), pkg::archNumber(g.arch));
           const codegen::sass::KernelFacts *f =
               mod && kernel->symbol() ? c.factsOf(mod->target()->str(), kernel->symbol()->str())
                                       : nullptr;
+          if (f && f->truncated) // incomplete facts: no better than none
+            f = nullptr;
           bool fromPtx = f && mod->kind() == pkg::ModuleKind::Ptx;
           b = codegen::launchBounds(g, f, ls);
           if (runs && !f)

@@ -15,7 +15,13 @@ kill the CUDA context).
 `--suite-case CASE --out DIR` instead writes the inputs and references of one exported
 model-suite case (tests/models/export_models.py layout) in the same layout.
 
-usage: /usr/bin/python3 scripts/gpu_kit_cases.py --out DIR [--suite-case CASE]
+`--templates --out DIR` instead writes the timing cases of `dlc calibrate`'s kernel
+comparison: each kernel-library template at three shapes (ResNet-50's and a
+transformer's), OUT/<template>_<i>/model.onnx and a `flags` file of extra `dlc compile`
+flags (--fp16). No inputs or references: the kit times them with random inputs and
+prints dlc inspect's modeled time beside the measured one.
+
+usage: /usr/bin/python3 scripts/gpu_kit_cases.py --out DIR [--suite-case CASE | --templates]
 """
 import argparse
 import copy
@@ -147,6 +153,76 @@ CASES = {
 }
 
 
+class ConvLayer(nn.Module):
+    def __init__(self, cin, cout, k):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, k, padding=k // 2)
+
+    def forward(self, x):
+        return (torch.relu(self.conv(x)),)
+
+
+class MatMul(nn.Module):
+    def forward(self, a, b):
+        return (torch.matmul(a, b),)
+
+
+class SoftmaxRows(nn.Module):
+    def forward(self, x):
+        return (torch.softmax(x, dim=-1),)
+
+
+class LayerNormRows(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.ln = nn.LayerNorm(d)
+
+    def forward(self, x):
+        return (self.ln(x),)
+
+
+class AddRelu(nn.Module):
+    def forward(self, a, b):
+        return (torch.relu(a + b),)
+
+
+class GlobalPool(nn.Module):
+    def forward(self, x):
+        return (x.mean(dim=(2, 3)),)
+
+
+# Each template at three shapes: (module factory, input shapes, compile flags).
+TEMPLATES = {
+    "conv3x3_fp16": [(lambda c=c: ConvLayer(c, c, 3), [(n, c, h, h)], ["--fp16"])
+                     for n, c, h in [(1, 64, 56), (1, 256, 14), (8, 128, 28)]],
+    "conv3x3_fp32": [(lambda c=c: ConvLayer(c, c, 3), [(n, c, h, h)], [])
+                     for n, c, h in [(1, 64, 56), (1, 256, 14), (8, 128, 28)]],
+    "conv1x1_fp16": [(lambda ci=ci, co=co: ConvLayer(ci, co, 1), [(n, ci, h, h)], ["--fp16"])
+                     for n, ci, co, h in [(1, 256, 64, 56), (1, 1024, 256, 14), (8, 512, 128, 28)]],
+    "matmul_fp16": [(MatMul, [a, b], ["--fp16"])
+                    for a, b in [((128, 768), (768, 768)), ((2048, 1024), (1024, 1024)),
+                                 ((8, 512, 64), (8, 64, 512))]],
+    "softmax": [(SoftmaxRows, [s], []) for s in [(128, 1000), (2048, 512), (64, 8192)]],
+    "layernorm": [(lambda d=s[-1]: LayerNormRows(d), [s], []) for s in [(128, 768), (2048, 1024), (64, 8192)]],
+    "add_relu": [(AddRelu, [s, s], []) for s in [(1, 64, 56, 56), (8, 256, 28, 28), (16, 512, 14, 14)]],
+    "global_pool": [(GlobalPool, [s], []) for s in [(1, 2048, 7, 7), (32, 2048, 7, 7), (8, 512, 28, 28)]],
+}
+
+
+def write_templates(out):
+    for name, shapes in TEMPLATES.items():
+        for i, (make, in_shapes, flags) in enumerate(shapes):
+            torch.manual_seed(i)
+            d = os.path.join(out, f"{name}_{i}")
+            os.makedirs(d, exist_ok=True)
+            inputs = tuple(torch.randn(*s) for s in in_shapes)
+            names = [f"in{k}" for k in range(len(inputs))]
+            torch.onnx.export(make().eval(), inputs, os.path.join(d, "model.onnx"), input_names=names,
+                              output_names=["out"], opset_version=17)
+            with open(os.path.join(d, "flags"), "w") as f:
+                f.write(" ".join(flags) + "\n")
+
+
 def sanitize(name):
     """The file name the runtime's CLI gives an output (runtime/cli/Cli.cpp)."""
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
@@ -198,9 +274,12 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
     p.add_argument("--suite-case")
+    p.add_argument("--templates", action="store_true")
     args = p.parse_args()
     if args.suite_case:
         return write_suite_case(args.suite_case, args.out)
+    if args.templates:
+        return write_templates(args.out)
     torch.manual_seed(0)
     for name, (cls, in_names, make_inputs, out_names) in CASES.items():
         torch.manual_seed(len(name))

@@ -157,19 +157,33 @@ if [ "$device" != emu ] && [ "$bench" = 1 ]; then
   if ! "$kit/bin/dlc-run" --calibrate "$kit/calibrate" --device "$dev" 2>"$work/calibrate.log"; then
     sed 's/^/    /' "$work/calibrate.log" | tail -3
   fi
+  # Each kernel template at three shapes: timed with random inputs, no reference.
+  for d in "$kit"/templates/*/; do
+    [ -f "$d/model.dlc" ] || continue
+    n="$(basename "$d")" out="$work/$n"
+    mkdir -p "$out"
+    "$kit/bin/dlc-run" "$d/model.dlc" --bench --device "$device" --iterations 100 --warmup 20 \
+      >"$out/bench.log" 2>/dev/null
+    ms="$(sed -n 's/^compute .*median *\([0-9.]*\).*/\1/p' "$out/bench.log")"
+    "$kit/bin/dlc-run" "$d/model.dlc" --bench --profile --device "$device" --iterations 20 --warmup 3 \
+      >"$out/profile.log" 2>/dev/null || true
+    modeled_rows+=("$n"$'\t'"$d/modeled.tsv"$'\t'"$out/profile.log"$'\t'"${ms:--}")
+  done
   gpu="$(modeled_profile)"
   echo
   echo "model vs measured on $gpu_name (modeled with dlc's built-in $gpu profile; per step: host-timed"
   echo "with a synchronization after each step, so small steps measure ~10 us more than they take):"
-  echo "| case                 | modeled us | measured us (compute median) | measured / modeled |"
-  echo "|----------------------|------------|------------------------------|--------------------|"
+  echo "| case                 | modeled us | measured us (compute median) | measured / modeled | TFLOP/s measured |"
+  echo "|----------------------|------------|------------------------------|--------------------|------------------|"
   for r in "${modeled_rows[@]}"; do
     IFS=$'\t' read -r n tsv prof ms <<<"$r"
     set -- "$n" "$tsv" "$prof" "$ms"
     modeled="$(awk -F'\t' -v g="$gpu" '$1 == g && $2 == "total" { print $4 }' "$2")"
-    awk -v n="$1" -v m="$modeled" -v ms="$4" 'BEGIN {
+    flops="$(awk -F'\t' -v g="$gpu" '$1 == g && $2 == "total" { print $7 }' "$2")"
+    awk -v n="$1" -v m="$modeled" -v ms="$4" -v fl="${flops:-0}" 'BEGIN {
       if (ms == "-" || m == "" || m == 0) r = "-"; else r = sprintf("%.2f", ms * 1000 / m);
-      printf "| %-20s | %10s | %28s | %18s |\n", n, m, (ms == "-" ? "-" : sprintf("%.1f", ms * 1000)), r }'
+      tf = (ms == "-" || ms == 0 || fl == 0) ? "-" : sprintf("%.2f", fl / (ms * 1e-3) / 1e12);
+      printf "| %-20s | %10s | %28s | %18s | %16s |\n", n, m, (ms == "-" ? "-" : sprintf("%.1f", ms * 1000)), r, tf }'
   done
   echo
   echo "costliest measured steps per case (step, kind, limiting bound, modeled us, measured us):"

@@ -28,7 +28,7 @@ int runCalibrate(const std::vector<std::string> &argv) {
       "calibrate", "[-o PROFILE.json] [--device N] [--name NAME] | --emit-kernels DIR",
       "Measures this machine's GPU for the cost model of `dlc inspect`: the sustained\n"
       "SM clock, FFMA, HFMA2 and mma.sync throughput, DRAM and L2 bandwidth, load\n"
-      "latencies, launch and CUDA-graph overheads (a few seconds, about 600 MB of GPU\n"
+      "latencies, launch and CUDA-graph overheads (a few seconds, about 800 MB of GPU\n"
       "memory). Prints them beside the built-in profile and writes a profile that\n"
       "`dlc inspect --gpu-profile FILE` uses (commit it per GPU model). Needs a GPU;\n"
       "--emit-kernels compiles the microbenchmarks for every architecture instead (for\n"

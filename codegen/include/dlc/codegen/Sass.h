@@ -108,14 +108,17 @@ struct KernelFacts {
   std::vector<Loop> loops;
   int mainLoop = -1; // index into loops; -1: no loop
   int loadLoops = 0; // passes over the data: see passesOverData in Sass.cpp
+  /// Loops were left out (the work budget ran out): the facts are incomplete, and the
+  /// cost model does not price from them.
+  bool truncated = false;
   const Mix *main() const { return mainLoop >= 0 ? &loops[mainLoop].mix : nullptr; }
   /// Issued instructions per tensor-core instruction in the main loop (0: none).
   double instructionsPerMma() const;
 };
 
 /// The work a decoder may do on one package, whatever its contents: loops found and
-/// instructions counted into loop mixes. What is past the budget is not analyzed (a
-/// kernel of ours has a few dozen loops of a few hundred instructions).
+/// instructions counted into loop mixes. A kernel whose loops do not fit is marked
+/// `truncated` (a kernel of ours has a few dozen loops of a few hundred instructions).
 struct Budget {
   size_t loops = size_t(1) << 16, visits = size_t(1) << 27;
 };
