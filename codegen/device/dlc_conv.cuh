@@ -149,8 +149,12 @@ __global__ void __launch_bounds__(Tile::Threads) conv_igemm(const ConvArgs<X, Ou
       acc[i][j] = T(0);
   for (I kBase = kBegin; kBase < kEnd; kBase += BK) {
     // A: weights [M, K] row-major, transposed into As[k][m]; adjacent threads read adjacent k.
+    // (A fixed trip count, so that the loop unrolls: a stage is one loop body.)
 #pragma unroll
-    for (int e = tid; e < BK * BM; e += NT) {
+    for (int i = 0; i < (BK * BM + NT - 1) / NT; ++i) {
+      const int e = tid + i * NT;
+      if ((BK * BM) % NT != 0 && e >= BK * BM)
+        break;
       const int r = e / BK, c = e % BK;
       const I m = mBase + r, kk = kBase + c;
       As[c][r] = (m < M && kk < kEnd) ? ld<T>(w, m * K + kk) : T(0);
@@ -208,6 +212,60 @@ template <int BM_, int BN_, int WM_, int WN_> struct ConvTcTile {
                        FN = WN / 16;
 };
 
+/// The K loop of conv_igemm_tc: stage the A (weights) and B (im2col) tiles in shared
+/// memory, then the warps' WMMA products.
+template <class Tile, bool Pointwise, bool CL, class I, class MT, class WT, class X, int LDA,
+          int LDB>
+__device__ __forceinline__ void convTcMainLoop(
+    const typename X::Params &x, const ConvShape &s, const WT *w, MT *As, MT *Bs,
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> (&acc)[Tile::FM][Tile::FN],
+    const ConvColumn<Pointwise, CL, I> &col, int tid, int wm, int wn, I mBase, I M, I K, I kBegin,
+    I kEnd, int bRow0, int bCol) {
+  typedef typename X::Value T;
+  constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, NT = Tile::Threads, FM = Tile::FM,
+                FN = Tile::FN;
+  constexpr int RowsPerPass = NT / BN, BRows = BK / RowsPerPass;
+  for (I kBase = kBegin; kBase < kEnd; kBase += BK) {
+    // A: adjacent threads read adjacent k of one weight row (a fixed trip count, so
+    // that the loop unrolls).
+#pragma unroll
+    for (int i = 0; i < (BM * BK + NT - 1) / NT; ++i) {
+      const int e = tid + i * NT;
+      if ((BM * BK) % NT != 0 && e >= BM * BK)
+        break;
+      const int r = e / BK, c = e % BK;
+      const I m = mBase + r, kk = kBase + c;
+      As[r * LDA + c] = Cvt<MT, T>::run((m < M && kk < kEnd) ? ld<T>(w, m * K + kk) : T(0));
+    }
+#pragma unroll
+    for (int t = 0; t < BRows; ++t) {
+      const int r = bRow0 + t * RowsPerPass;
+      const I kk = kBase + r;
+      Bs[r * LDB + bCol] = Cvt<MT, T>::run(kk < kEnd ? col.template load<X>(x, s, kk) : T(0));
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, MT, nvcuda::wmma::row_major>
+          fa[FM];
+      nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, MT, nvcuda::wmma::row_major>
+          fb[FN];
+#pragma unroll
+      for (int i = 0; i < FM; ++i)
+        nvcuda::wmma::load_matrix_sync(fa[i], As + (wm * Tile::WM + i * 16) * LDA + kk, LDA);
+#pragma unroll
+      for (int j = 0; j < FN; ++j)
+        nvcuda::wmma::load_matrix_sync(fb[j], Bs + kk * LDB + wn * Tile::WN + j * 16, LDB);
+#pragma unroll
+      for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j)
+          nvcuda::wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+}
+
 template <class Tile, bool Pointwise, bool CL, class I, class MT, class WT, class X, class Out>
 __global__ void __launch_bounds__(Tile::Threads) conv_igemm_tc(const ConvArgs<X, Out> a) {
   typedef typename X::Value T; // float
@@ -241,41 +299,8 @@ __global__ void __launch_bounds__(Tile::Threads) conv_igemm_tc(const ConvArgs<X,
 #pragma unroll
     for (int j = 0; j < FN; ++j)
       nvcuda::wmma::fill_fragment(acc[i][j], 0.0f);
-  for (I kBase = kBegin; kBase < kEnd; kBase += BK) {
-    // A: adjacent threads read adjacent k of one weight row.
-#pragma unroll
-    for (int e = tid; e < BM * BK; e += NT) {
-      const int r = e / BK, c = e % BK;
-      const I m = mBase + r, kk = kBase + c;
-      As[r * LDA + c] = Cvt<MT, T>::run((m < M && kk < kEnd) ? ld<T>(w, m * K + kk) : T(0));
-    }
-#pragma unroll
-    for (int t = 0; t < BRows; ++t) {
-      const int r = bRow0 + t * RowsPerPass;
-      const I kk = kBase + r;
-      Bs[r * LDB + bCol] = Cvt<MT, T>::run(kk < kEnd ? col.template load<X>(a.x, s, kk) : T(0));
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
-      nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, MT, nvcuda::wmma::row_major>
-          fa[FM];
-      nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, MT, nvcuda::wmma::row_major>
-          fb[FN];
-#pragma unroll
-      for (int i = 0; i < FM; ++i)
-        nvcuda::wmma::load_matrix_sync(fa[i], As + (wm * Tile::WM + i * 16) * LDA + kk, LDA);
-#pragma unroll
-      for (int j = 0; j < FN; ++j)
-        nvcuda::wmma::load_matrix_sync(fb[j], Bs + kk * LDB + wn * Tile::WN + j * 16, LDB);
-#pragma unroll
-      for (int i = 0; i < FM; ++i)
-#pragma unroll
-        for (int j = 0; j < FN; ++j)
-          nvcuda::wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
-    }
-    __syncthreads();
-  }
+  convTcMainLoop<Tile, Pointwise, CL, I, MT, WT, X, LDA, LDB>(
+      a.x, s, w, As, Bs, acc, col, tid, wm, wn, mBase, M, K, kBegin, kEnd, bRow0, bCol);
 #pragma unroll
   for (int i = 0; i < FM; ++i)
 #pragma unroll
