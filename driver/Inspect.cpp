@@ -136,10 +136,6 @@ Report inspect(const pkg::PackageFile &pf, const std::vector<codegen::GpuModel> 
     kr.minFill.assign(ng, 1.0);
     kr.micros.assign(ng, 0);
     kr.bounds.assign(ng, codegen::Bounds{});
-    if (k->symbol())
-      for (const auto &[arch, byName] : r.cost.facts)
-        if (auto f = byName.find(k->symbol()->str()); f != byName.end())
-          kr.facts[arch] = f->second;
     r.kernels.push_back(std::move(kr));
   }
   // Per unique kernel, over its launches on each GPU: count, blocks, lowest SM fill,
@@ -283,8 +279,9 @@ llvm::json::Value toJson(const Report &r) {
     llvm::json::Object bounds, sass, ptx;
     for (size_t i = 0; i < ng; ++i)
       bounds[r.gpus[i]] = boundsJson(k.bounds[i]);
-    for (const auto &[target, f] : k.facts)
-      (target.rfind("compute_", 0) == 0 ? ptx : sass)[target] = factsJson(f);
+    for (const auto &[target, byName] : r.cost.facts)
+      if (auto f = byName.find(k.symbol); f != byName.end())
+        (target.rfind("compute_", 0) == 0 ? ptx : sass)[target] = factsJson(f->second);
     kernels.push_back(llvm::json::Object{{"name", k.name},
                                          {"template", k.templateName},
                                          {"symbol", k.symbol},
@@ -560,10 +557,10 @@ void printReport(const Report &r, llvm::raw_ostream &os) {
     os << "  " << llvm::left_justify(k.name, 30)
        << llvm::format(" x%-3d fill %.2f %8.1f us %-7s", static_cast<int>(k.launches[h100]),
                        k.minFill[h100], k.micros[h100], k.bounds[h100].limit.c_str());
-    if (auto f = k.facts.find(mainArch); f != k.facts.end() && f->second.main()) {
-      const codegen::sass::Mix &mix = *f->second.main();
-      if (f->second.instructionsPerMma() > 0)
-        os << llvm::format(" %.1f instr/MMA", f->second.instructionsPerMma());
+    if (const codegen::sass::KernelFacts *f = cost.factsOf(mainArch, k.symbol); f && f->main()) {
+      const codegen::sass::Mix &mix = *f->main();
+      if (f->instructionsPerMma() > 0)
+        os << llvm::format(" %.1f instr/MMA", f->instructionsPerMma());
       else
         os << " " << mix.instructions << " instr/iter";
     }

@@ -213,26 +213,22 @@ Result<Calibration> calibrateWith(const Driver &d, int ordinal, const std::vecto
     double warps = blocks * (threads / 32.0);
     c.ffmaPerClock = warps * iters * 64.0 / (best * 1e-3 * c.clockHz * sms);
   }
+  // One wave of `f` (iters iterations of `perIteration` warp instructions per warp),
+  // the least of 5 runs: warp instructions per clock per SM.
+  auto rate = [&](CUfunction f, void *seed, int iters, double perIteration, double &out) {
+    unsigned blocks = 0;
+    DLC_RETURN_IF_ERROR(b.wave(f, c.sms, threads, blocks));
+    void *p[] = {&b.out_, seed, &iters};
+    DLC_RETURN_IF_ERROR(b.time([&] { return b.launch(f, blocks, threads, p); }, 5, ms));
+    out = blocks * (threads / 32.0) * iters * perIteration / (ms * 1e-3 * c.clockHz * sms);
+    return Status::ok();
+  };
   say("HFMA2 throughput");
-  {
-    unsigned blocks = 0;
-    DLC_RETURN_IF_ERROR(b.wave(hfma2, c.sms, threads, blocks));
-    float seed = 1.0f;
-    int iters = 1 << 14;
-    void *p[] = {&b.out_, &seed, &iters};
-    DLC_RETURN_IF_ERROR(b.time([&] { return b.launch(hfma2, blocks, threads, p); }, 5, ms));
-    c.hfma2PerClock = blocks * (threads / 32.0) * iters * 64.0 / (ms * 1e-3 * c.clockHz * sms);
-  }
+  float halfSeed = 1.0f;
+  DLC_RETURN_IF_ERROR(rate(hfma2, &halfSeed, 1 << 14, 64, c.hfma2PerClock));
   say("mma.sync m16n8k16 throughput");
-  {
-    unsigned blocks = 0;
-    DLC_RETURN_IF_ERROR(b.wave(mma, c.sms, threads, blocks));
-    unsigned seed = 7;
-    int iters = 1 << 13;
-    void *p[] = {&b.out_, &seed, &iters};
-    DLC_RETURN_IF_ERROR(b.time([&] { return b.launch(mma, blocks, threads, p); }, 5, ms));
-    c.hmmaPerClock = blocks * (threads / 32.0) * iters * 8.0 / (ms * 1e-3 * c.clockHz * sms);
-  }
+  unsigned mmaSeed = 7;
+  DLC_RETURN_IF_ERROR(rate(mma, &mmaSeed, 1 << 13, 8, c.hmmaPerClock));
   say("DRAM bandwidth (a 2 x 256 MiB copy)");
   {
     uint64_t n = (256ull << 20) / 16;

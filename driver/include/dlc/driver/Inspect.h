@@ -34,8 +34,6 @@ struct KernelReport {
   std::vector<double> minFill, micros;
   /// Per reported GPU: the bounds summed over its launches, the limit of the largest.
   std::vector<codegen::Bounds> bounds;
-  /// The decoded SASS per architecture ("sm_90"), where the package has a cubin.
-  std::map<std::string, codegen::sass::KernelFacts> facts;
   /// On the last GPU (H100): each launch's blocks, and the FLOPs and DRAM bytes.
   std::vector<uint64_t> blocks;
   double flops = 0;
