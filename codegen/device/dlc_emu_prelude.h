@@ -413,3 +413,205 @@ inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, 
 }
 } // namespace wmma
 } // namespace nvcuda
+
+// PTX's warp-level matrix instructions (ldmatrix, mma.sync) and cp.async, as the PTX
+// ISA documents them per lane (dlc_mma.cuh calls these on emu). A warp-wide operation
+// runs once for the warp (dlc_emu_api.warp_op): the last lane to arrive reads every
+// lane's operands, computes all 32 lanes' results and hands them back.
+namespace dlc_emu_ptx {
+using u64 = unsigned long long;
+
+inline void asLane(int lane) {
+  if (dlc_emu_checked_bytes) // only --check attributes accesses
+    dlc_emu_api_ptr->access_as_lane(lane);
+}
+
+/// ldmatrix.sync.aligned.m8n8.x{num}{.trans}.shared.b16 for a warp: row j of matrix i
+/// is 16 bytes at addr[8 i + j]; lane l receives in r[l][i] the elements (l / 4,
+/// 2 (l % 4)) and (l / 4, 2 (l % 4) + 1) of matrix i (transposed with .trans: (2 (l % 4),
+/// l / 4) and (2 (l % 4) + 1, l / 4)), the first in the low half.
+inline void ldmatrixWarp(const u64 *addr, int num, bool trans, unsigned (*r)[4]) {
+  unsigned short m[4][8][8];
+  for (int i = 0; i < num; ++i)
+    for (int j = 0; j < 8; ++j) {
+      const u64 a = addr[8 * i + j];
+      if (a % 16)
+        dlc_emu_api_ptr->trap("ldmatrix: a row address that is not 16-byte aligned");
+      asLane(8 * i + j);
+      const u64 *p = reinterpret_cast<const u64 *>(a);
+      const u64 lo = p[0], hi = p[1];
+      for (int c = 0; c < 4; ++c) {
+        m[i][j][c] = static_cast<unsigned short>(lo >> (16 * c));
+        m[i][j][4 + c] = static_cast<unsigned short>(hi >> (16 * c));
+      }
+    }
+  asLane(-1);
+  for (int l = 0; l < 32; ++l)
+    for (int i = 0; i < num; ++i) {
+      const int g = l / 4, c = 2 * (l % 4);
+      const unsigned e0 = trans ? m[i][c][g] : m[i][g][c], e1 = trans ? m[i][c + 1][g] : m[i][g][c + 1];
+      r[l][i] = e0 | (e1 << 16);
+    }
+}
+
+inline float halfBits(unsigned short h, bool bf16) {
+  if (bf16) {
+    const unsigned u = static_cast<unsigned>(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  __half x;
+  std::memcpy(&x, &h, 2);
+  return __half2float(x);
+}
+
+/// D = A B + D over one 16 x 8 tile (m16n8k16 with 16-bit A and B, or m16n8k8 with
+/// TF32), from the per-lane fragments: A[r][k], B[k][n] gathered by the PTX ISA's
+/// fragment tables (groupID g = lane / 4, t = lane % 4), D[g + 8 (i / 2)][2 t + i % 2]
+/// in d[lane][i]. Each element is D plus the exact products summed in double and
+/// rounded once to FP32 (the tensor core's adder keeps more than FP32; the rounding
+/// of its adder tree is not documented).
+inline void mmaTile(const double (&A)[16][16], const double (&B)[16][8], int K, float (*d)[4]) {
+  for (int l = 0; l < 32; ++l)
+    for (int i = 0; i < 4; ++i) {
+      const int row = l / 4 + 8 * (i / 2), col = 2 * (l % 4) + i % 2;
+      double s = d[l][i];
+      for (int k = 0; k < K; ++k)
+        s += A[row][k] * B[k][col];
+      d[l][i] = static_cast<float>(s);
+    }
+}
+/// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32, D += A B: lane
+/// (g, t) holds A (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..) in a[0..3] and
+/// B (2t..2t+1, g), (2t+8..2t+9, g) in b[0..1].
+inline void mma16816Warp(bool bf16, const unsigned (*a)[4], const unsigned (*b)[2], float (*d)[4]) {
+  double A[16][16], B[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int h = 0; h < 2; ++h) {
+      A[g][2 * t + h] = halfBits(static_cast<unsigned short>(a[l][0] >> (16 * h)), bf16);
+      A[g + 8][2 * t + h] = halfBits(static_cast<unsigned short>(a[l][1] >> (16 * h)), bf16);
+      A[g][2 * t + 8 + h] = halfBits(static_cast<unsigned short>(a[l][2] >> (16 * h)), bf16);
+      A[g + 8][2 * t + 8 + h] = halfBits(static_cast<unsigned short>(a[l][3] >> (16 * h)), bf16);
+      B[2 * t + h][g] = halfBits(static_cast<unsigned short>(b[l][0] >> (16 * h)), bf16);
+      B[2 * t + 8 + h][g] = halfBits(static_cast<unsigned short>(b[l][1] >> (16 * h)), bf16);
+    }
+  }
+  mmaTile(A, B, 16, d);
+}
+/// A TF32 operand: the FP32 bits with the low 13 mantissa bits ignored.
+inline double tf32Bits(unsigned u) {
+  u &= 0xffffe000u;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+/// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, D += A B: lane (g, t) holds A
+/// (g, t), (g+8, t), (g, t+4), (g+8, t+4) in a[0..3], B (t, g), (t+4, g) in b[0..1].
+inline void mma1688Tf32Warp(const unsigned (*a)[4], const unsigned (*b)[2], float (*d)[4]) {
+  double A[16][16], B[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    A[g][t] = tf32Bits(a[l][0]);
+    A[g + 8][t] = tf32Bits(a[l][1]);
+    A[g][t + 4] = tf32Bits(a[l][2]);
+    A[g + 8][t + 4] = tf32Bits(a[l][3]);
+    B[t][g] = tf32Bits(b[l][0]);
+    B[t + 4][g] = tf32Bits(b[l][1]);
+  }
+  mmaTile(A, B, 8, d);
+}
+
+template <class Lane> inline Lane &lane(void *const *lanes, int l) {
+  return *static_cast<Lane *>(lanes[l]);
+}
+inline void warpOp(void *operands, void (*op)(void *const *, unsigned)) {
+  dlc_emu_api_ptr->warp_op(operands, 0xffffffffu, op);
+}
+
+struct LdsmLane {
+  u64 addr;
+  unsigned r[4];
+};
+template <int Num, bool Trans> void ldsmOp(void *const *lanes, unsigned) {
+  u64 addr[32];
+  unsigned r[32][4];
+  for (int l = 0; l < 32; ++l)
+    addr[l] = lane<LdsmLane>(lanes, l).addr;
+  ldmatrixWarp(addr, Num, Trans, r);
+  for (int l = 0; l < 32; ++l)
+    for (int i = 0; i < Num; ++i)
+      lane<LdsmLane>(lanes, l).r[i] = r[l][i];
+}
+template <int Num, bool Trans> inline void ldmatrix(unsigned *r, u64 addr) {
+  LdsmLane me{addr, {}};
+  warpOp(&me, ldsmOp<Num, Trans>);
+  for (int i = 0; i < Num; ++i)
+    r[i] = me.r[i];
+}
+
+struct MmaLane {
+  unsigned a[4], b[2];
+  float d[4];
+};
+template <int Kind> void mmaOp(void *const *lanes, unsigned) { // 0 f16, 1 bf16, 2 tf32
+  unsigned a[32][4], b[32][2];
+  float d[32][4];
+  for (int l = 0; l < 32; ++l) {
+    const MmaLane &x = lane<MmaLane>(lanes, l);
+    std::memcpy(a[l], x.a, sizeof(x.a));
+    std::memcpy(b[l], x.b, sizeof(x.b));
+    std::memcpy(d[l], x.d, sizeof(x.d));
+  }
+  if (Kind == 2)
+    mma1688Tf32Warp(a, b, d);
+  else
+    mma16816Warp(Kind == 1, a, b, d);
+  for (int l = 0; l < 32; ++l)
+    std::memcpy(lane<MmaLane>(lanes, l).d, d[l], sizeof(d[l]));
+}
+template <int Kind> inline void mma(float *d, const unsigned *a, const unsigned *b) {
+  MmaLane me;
+  std::memcpy(me.a, a, sizeof(me.a));
+  std::memcpy(me.b, b, sizeof(me.b));
+  std::memcpy(me.d, d, sizeof(me.d));
+  warpOp(&me, mmaOp<Kind>);
+  std::memcpy(d, me.d, sizeof(me.d));
+}
+
+/// A warp's step of an MI x NI tile of m16n8k16 products (dlc::warpTileMma): the A
+/// fragments by ldmatrix.x4 at aRow[i], the B fragments of n-tiles 2 jj and 2 jj + 1
+/// by ldmatrix.x4 at bRow[jj], then every product, as one warp operation.
+template <int MI, int NI> struct TileLane {
+  u64 aRow[MI], bRow[NI / 2];
+  float *acc; // [MI][NI][4]
+};
+template <int MI, int NI, bool Bf16> void tileOp(void *const *lanes, unsigned) {
+  unsigned ra[MI][32][4], rb[NI / 2][32][4], a[32][4], b[32][2];
+  float d[32][4];
+  u64 addr[32];
+  for (int i = 0; i < MI; ++i) {
+    for (int l = 0; l < 32; ++l)
+      addr[l] = lane<TileLane<MI, NI>>(lanes, l).aRow[i];
+    ldmatrixWarp(addr, 4, false, ra[i]);
+  }
+  for (int j = 0; j < NI / 2; ++j) {
+    for (int l = 0; l < 32; ++l)
+      addr[l] = lane<TileLane<MI, NI>>(lanes, l).bRow[j];
+    ldmatrixWarp(addr, 4, false, rb[j]);
+  }
+  for (int i = 0; i < MI; ++i)
+    for (int j = 0; j < NI; ++j) {
+      for (int l = 0; l < 32; ++l) {
+        std::memcpy(a[l], ra[i][l], sizeof(a[l]));
+        b[l][0] = rb[j / 2][l][2 * (j % 2)];
+        b[l][1] = rb[j / 2][l][2 * (j % 2) + 1];
+        std::memcpy(d[l], lane<TileLane<MI, NI>>(lanes, l).acc + (i * NI + j) * 4, sizeof(d[l]));
+      }
+      mma16816Warp(Bf16, a, b, d);
+      for (int l = 0; l < 32; ++l)
+        std::memcpy(lane<TileLane<MI, NI>>(lanes, l).acc + (i * NI + j) * 4, d[l], sizeof(d[l]));
+    }
+}
+} // namespace dlc_emu_ptx

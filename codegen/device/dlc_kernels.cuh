@@ -7,6 +7,7 @@
 
 #include "dlc_attention.cuh"
 #include "dlc_conv.cuh"
+#include "dlc_conv_mma.cuh"
 #include "dlc_device.cuh"
 #include "dlc_elementwise.cuh"
 #include "dlc_movement.cuh"

@@ -121,6 +121,7 @@ struct ConvShape {
   i64 splits;
   Divmod dKSize, dK2, dK1, dP, dNP, dOut2, dOut1, dOut0, dM, dMg;
   Divmod dCg; // channels-last: K is (tap, channel), channel fastest
+  const void *x; // the input, for kernels that copy it as it is (conv_fprop_mma), else null
 };
 
 /// ConvTranspose as a gather: y[n, m, y] = b[m] + sum x[n, c, (y + pad - k * dil) / stride] * w[c,

@@ -32,23 +32,45 @@ bool isChannelsLast(const Node &n) {
   return n.attrInt("channels_last") != 0;
 }
 
-/// The tiles of one kernel: CUDA-core (conv_igemm) or tensor-core (conv_igemm_tc).
+/// The tiles of one kernel: CUDA-core (conv_igemm), tensor-core through WMMA
+/// (conv_igemm_tc: BM channels x BN positions), or through cp.async, ldmatrix and
+/// mma.sync (conv_fprop_mma: BM positions x BN channels).
 struct ConvFamily {
+  enum Kind { CudaCore, Wmma, Mma };
   const ConvTileConfig *tiles;
   int count;
-  bool tensor;
-  int bk() const { return tensor ? kConvTcBK : kConvBK; }
+  Kind kind;
+  bool tensor() const { return kind != CudaCore; }
+  int bk() const { return kind == CudaCore ? kConvBK : kind == Wmma ? kConvTcBK : kConvMmaBK; }
   int threads(const ConvTileConfig &c) const {
-    return tensor ? (c.bm / c.tm) * (c.bn / c.tn) * 32 : kConvThreads;
+    return tensor() ? (c.bm / c.tm) * (c.bn / c.tn) * 32 : kConvThreads;
   }
   int smem(const ConvTileConfig &c, size_t accBytes) const {
-    if (!tensor)
+    if (kind == CudaCore)
       return 2 * kConvBK * (c.bm + c.bn) * static_cast<int>(accBytes);
+    if (kind == Mma)
+      return convMmaSmem(c);
     return std::max(c.bm * (kConvTcBK + 8) * 2 + kConvTcBK * (c.bn + 8) * 2, c.bm * (c.bn + 4) * 4);
   }
+  /// The output channels and positions of one tile.
+  int64_t channels(const ConvTileConfig &c) const { return kind == Mma ? c.bn : c.bm; }
+  int64_t positions(const ConvTileConfig &c) const { return kind == Mma ? c.bm : c.bn; }
+  const char *kernel() const {
+    return kind == CudaCore ? "dlc::conv_igemm" : kind == Wmma ? "dlc::conv_igemm_tc" : "dlc::conv_fprop_mma";
+  }
+  std::string tile(const ConvTileConfig &c) const {
+    std::string t = std::string(kind == CudaCore ? "dlc::ConvTile<" : kind == Wmma ? "dlc::ConvTcTile<" : "dlc::ConvMmaTile<") +
+                    std::to_string(c.bm) + ", " + std::to_string(c.bn) + ", " + std::to_string(c.tm) +
+                    ", " + std::to_string(c.tn);
+    return t + (kind == Mma ? ", " + std::to_string(c.stages) : std::string()) + ">";
+  }
 };
-constexpr ConvFamily kCudaCoreConv{kConvTiles, static_cast<int>(std::size(kConvTiles)), false};
-constexpr ConvFamily kTensorCoreConv{kConvTcTiles, static_cast<int>(std::size(kConvTcTiles)), true};
+constexpr ConvFamily kCudaCoreConv{kConvTiles, static_cast<int>(std::size(kConvTiles)),
+                                   ConvFamily::CudaCore};
+constexpr ConvFamily kTensorCoreConv{kConvTcTiles, static_cast<int>(std::size(kConvTcTiles)),
+                                     ConvFamily::Wmma};
+constexpr ConvFamily kMmaConv{kConvMmaTiles, static_cast<int>(std::size(kConvMmaTiles)),
+                              ConvFamily::Mma};
 constexpr int64_t kSplits[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
 
 struct ConvPlan {
@@ -84,7 +106,7 @@ ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K,
   for (int t = 0; t < fam.count; ++t) {
     const ConvTileConfig &c = fam.tiles[t];
     const sass::KernelFacts facts = tileFacts(c);
-    int64_t tiles = ceilDiv(M, c.bm) * ceilDiv(NP, c.bn);
+    int64_t tiles = ceilDiv(M, fam.channels(c)) * ceilDiv(NP, fam.positions(c));
     int perSm = blocksPerSm(g, fam.threads(c), c.registers, fam.smem(c, accBytes));
     for (int64_t s : kSplits) {
       int64_t kPer = ceilDiv(ceilDiv(K, s), BK) * BK;
@@ -166,6 +188,13 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   Functor &fx = io->in, &fo = io->out;
   std::string xn = io->inName, on = io->outName, wtype = cudaType(wt->dtype());
   std::string argsType = "dlc::ConvArgs<" + xn + ", " + on + ">";
+  // FP16/BF16 operands: tensor cores (FP32 accumulators); channels-last with whole
+  // 16-byte chunks of channels, read as they are, through cp.async and mma.sync.
+  auto reduced = [](DType t) { return t == DType::F16 || t == DType::BF16; };
+  const bool tensor = reduced(x->dtype()) && reduced(wt->dtype()) && x->dtype() == wt->dtype();
+  const bool mma = tensor && cl && s.Cg % 8 == 0 && s.kSize <= 32 && !(l.group() && l.group()->computes(x)) &&
+                   l.bufferOf(x).offset % 16 == 0 && l.bufferOf(wt).offset % 16 == 0 &&
+                   (!b || b->dtype() == wt->dtype());
   // The arguments of the GEMM kernel and of the split-K reduction are the same struct;
   // what each launch touches (the cost model's traffic) differs.
   enum Role { Whole, SplitGemm, SplitReduce };
@@ -180,7 +209,10 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
                 role != SplitGemm);
     if (partial)
       a.pointer(offsetof(ConvShape, partial), *partial, partialBytes, role == SplitGemm);
-    a.functor(fx, role != SplitReduce);
+    if (mma) // the kernel copies x as it is
+      a.pointer(offsetof(ConvShape, x), l.bufferOf(x), x->type().byteSize(), false,
+                role != SplitReduce);
+    a.functor(fx, !mma && role != SplitReduce);
     a.functor(fo, role != SplitGemm);
     return a;
   };
@@ -197,25 +229,23 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     return llvm::Error::success();
   }
   size_t accBytes = dt == DType::F64 ? 8 : 4;
-  // FP16/BF16 operands: tensor cores (WMMA, FP32 accumulators).
-  auto reduced = [](DType t) { return t == DType::F16 || t == DType::BF16; };
-  const bool tensor = reduced(x->dtype()) && reduced(wt->dtype()) && x->dtype() == wt->dtype();
-  const ConvFamily &fam = tensor ? kTensorCoreConv : kCudaCoreConv;
+  const ConvFamily &fam = mma ? kMmaConv : tensor ? kTensorCoreConv : kCudaCoreConv;
   bool pointwise = w.kSize() == 1 && s.P == s.inSize;
   for (int d = 0; d < 3; ++d)
     pointwise &= w.stride[d] == 1 && w.padB[d] == 0;
   auto igemm = [&](int t, int64_t splits) {
     const ConvTileConfig &c = fam.tiles[t];
-    std::string tile = std::string(tensor ? "dlc::ConvTcTile<" : "dlc::ConvTile<") +
-                       std::to_string(c.bm) + ", " + std::to_string(c.bn) + ", " +
-                       std::to_string(c.tm) + ", " + std::to_string(c.tn) + ">";
-    std::vector<std::string> targs = {tile, pointwise ? "true" : "false", layout,
-                                      l.indexType(std::max(maxIndex, splits * M * s.NP))};
-    if (tensor)
-      targs.push_back(cudaType(x->dtype()));
-    targs.insert(targs.end(), {wtype, xn, on});
-    Instantiation inst{
-        tensor ? "dlc::conv_igemm_tc" : "dlc::conv_igemm", targs, argsType, {xn, on}};
+    std::string index = l.indexType(std::max(maxIndex, splits * M * s.NP));
+    std::vector<std::string> targs = {fam.tile(c)};
+    if (fam.kind == ConvFamily::Mma) {
+      targs.insert(targs.end(), {index, cudaType(x->dtype()), xn, on});
+    } else {
+      targs.insert(targs.end(), {pointwise ? "true" : "false", layout, index});
+      if (tensor)
+        targs.push_back(cudaType(x->dtype()));
+      targs.insert(targs.end(), {wtype, xn, on});
+    }
+    Instantiation inst{fam.kernel(), targs, argsType, {xn, on}};
     inst.needsSync = true;
     inst.tensorCore = tensor;
     return inst;
@@ -247,9 +277,11 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     uint64_t partialBytes = static_cast<uint64_t>(plan.splits * M * s.NP) * accBytes;
     LaunchArgs a = args(ps, plan.splits > 1 ? partial : std::nullopt, partialBytes,
                         plan.splits > 1 ? SplitGemm : Whole);
-    l.launch(n, k, a, static_cast<uint32_t>(ceilDiv(s.NP, c.bn)),
-             static_cast<uint32_t>(fam.threads(c)), 0, flops,
-             static_cast<uint32_t>(ceilDiv(M, c.bm)), static_cast<uint32_t>(plan.splits), archs);
+    l.launch(n, k, a, static_cast<uint32_t>(ceilDiv(s.NP, fam.positions(c))),
+             static_cast<uint32_t>(fam.threads(c)),
+             fam.kind == ConvFamily::Mma ? static_cast<uint32_t>(fam.smem(c, accBytes)) : 0, flops,
+             static_cast<uint32_t>(ceilDiv(M, fam.channels(c))), static_cast<uint32_t>(plan.splits),
+             archs);
     if (plan.splits > 1) {
       Instantiation red{
           "dlc::conv_splitk_reduce", {layout, index, wtype, xn, on}, argsType, {xn, on}};

@@ -25,6 +25,7 @@ struct ConvTileConfig {
   int instructions, mma, ffma, integer, loads, loadBytes;
   double lsuCycles;
   int straight;
+  int stages = 0; // conv_fprop_mma: shared-memory stages
 };
 
 /// conv_igemm: 256 threads, BK 16 (FP32 and FP64 operands).
@@ -50,6 +51,22 @@ inline constexpr ConvTileConfig kConvTcTiles[] = {
     {32, 32, 16, 16, 56, 436, 4, 0, 329, 16, 32, 48, 293},
 };
 inline constexpr int kConvTcBK = 32;
+
+/// conv_fprop_mma (ConvMmaTile<BM, BN, WM, WN, Stages>: BM positions x BN channels, warp
+/// tile tm x tn), FP16/BF16 operands, FP32 accumulators, BK 32.
+inline constexpr ConvTileConfig kConvMmaTiles[] = {
+    {128, 128, 64, 64, 232, 196, 64, 0, 88, 0, 0, 99, 2275, 4},
+    {128, 64, 64, 64, 232, 190, 64, 0, 78, 0, 0, 115, 2967, 4},
+    {64, 128, 64, 64, 232, 221, 64, 0, 109, 0, 0, 115, 2349, 4},
+    {64, 64, 64, 32, 168, 138, 32, 0, 66, 0, 0, 83, 1605, 4},
+    {128, 256, 64, 64, 232, 188, 64, 0, 82, 0, 0, 91, 1927, 3},
+    {256, 128, 64, 64, 232, 184, 64, 0, 78, 0, 0, 91, 2180, 3},
+};
+inline constexpr int kConvMmaBK = 32;
+/// conv_fprop_mma's dynamic shared memory: Stages x (BM + BN) rows of 64 bytes.
+inline constexpr int convMmaSmem(const ConvTileConfig &c) {
+  return c.stages * (c.bm + c.bn) * kConvMmaBK * 2;
+}
 
 /// The decoded-kernel facts a tile's row stands for (one loop: the main loop).
 inline sass::KernelFacts tileFacts(const ConvTileConfig &c) {

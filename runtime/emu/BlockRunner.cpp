@@ -53,6 +53,17 @@ struct EmuThread {
   unsigned mask = 0;
   bool ballot = false;
   const void *site = nullptr; // the __syncthreads it waits at
+  // A warp-wide operation it waits at (dlc_emu_api.warp_op), and its operands.
+  void (*op)(void *const *, unsigned) = nullptr;
+  void *operands = nullptr;
+  // cp.async copies not yet complete, and the number of groups committed.
+  struct AsyncCopy {
+    uint8_t *dst;
+    const uint8_t *src;
+    uint32_t bytes, srcBytes, group;
+  };
+  std::vector<AsyncCopy> copies;
+  uint32_t groups = 0;
 };
 
 thread_local FiberScheduler *tlsRunner = nullptr;
@@ -132,6 +143,8 @@ public:
     perBlock_ = perBlock;
     blocks_ = blocks;
     error_.reset();
+    accessAs_ = nullptr;
+    readied_ = false;
     if (smemBytes * blocks > kDynamicArea || size_t(blocks) * kStaticSmemLimit > kStaticArea)
       return "the emu backend has no room for the shared memory of " + std::to_string(blocks) +
              " co-resident blocks of " + std::to_string(smemBytes) + " bytes";
@@ -150,6 +163,9 @@ public:
       th.t.dynamicSmem = smem + (i / perBlock) * smemBytes;
       th.t.scheduler = this;
       th.state = EmuThread::Ready;
+      th.op = nullptr;
+      th.copies.clear();
+      th.groups = 0;
     }
     beginRun(l, smem, smemBytes);
     makeOrder(n);
@@ -159,8 +175,10 @@ public:
         l.setThread(&current_->t);
         // A failing thread (a trap, a misaligned access) jumps back here: the code
         // after the fault must not run (a misaligned vector load would fault the host).
-        if (setjmp(escape_) == 0)
+        if (setjmp(escape_) == 0) {
           l.thunk(l.params);
+          completeCopies(*current_, ~0u);
+        }
       }
       return error_;
     }
@@ -174,6 +192,7 @@ public:
               return std::move(c);
             th.caller = std::move(c);
             l.thunk(l.params);
+            completeCopies(th, ~0u);
             th.state = EmuThread::Done;
             return std::move(th.caller);
           });
@@ -199,8 +218,10 @@ public:
       }
       if (allDone)
         return std::nullopt;
-      bool released = false;
-      if (allAtGrid && anyAtGrid) {
+      // A warp operation run by its last lane released the warp already.
+      bool released = readied_;
+      readied_ = false;
+      if (allAtGrid && anyAtGrid && !released) {
         for (EmuThread &th : threads_)
           if (th.state == EmuThread::AtGridBarrier)
             th.state = EmuThread::Ready;
@@ -254,7 +275,7 @@ public:
   /// accesses with no barrier between them, as compute-sanitizer's initcheck and
   /// racecheck do.
   void access(uintptr_t p, uint64_t n, bool write) {
-    unsigned me = static_cast<unsigned>(current_ - threads_.data());
+    unsigned me = static_cast<unsigned>((accessAs_ ? accessAs_ : current_) - threads_.data());
     for (int r = 0; r < 2; ++r) {
       uint64_t off = p - checkBase_[r];
       if (off >= checkBytes_[r])
@@ -266,6 +287,100 @@ public:
           fail(describeHazard(h, r, off, shadowAt(r, o), n, me, write));
       return;
     }
+  }
+
+  /// A warp-wide operation (see dlc_emu_api.warp_op): the last lane of `mask` to arrive
+  /// runs it for the warp.
+  void warpOp(void *operands, unsigned mask, void (*op)(void *const *, unsigned)) {
+    if (!fibers_)
+      fail("kernel uses a warp-wide operation but was compiled as barrier-free");
+    EmuThread *me = current_;
+    const unsigned i = static_cast<unsigned>(me - threads_.data()), first = i / perBlock_ * perBlock_;
+    const unsigned lo = first + (i % perBlock_) / 32 * 32, hi = std::min(first + perBlock_, lo + 32);
+    if (!((mask >> (i - lo)) & 1u))
+      fail("lane " + std::to_string(i - lo) + " calls a warp-wide operation with a mask that " +
+           "excludes it");
+    if (hi - lo < 32 && (mask >> (hi - lo)) != 0)
+      fail("a warp-wide operation names lanes that do not exist (the block has " +
+           std::to_string(hi - lo) + " threads in this warp)");
+    bool all = true;
+    for (unsigned j = lo; j < hi; ++j) {
+      const EmuThread &o = threads_[j];
+      if (j == i || !((mask >> (j - lo)) & 1u))
+        continue;
+      if (o.state == EmuThread::Done)
+        fail("a warp-wide operation names lane " + std::to_string(j - lo) + ", which has exited");
+      if (o.state != EmuThread::AtWarpBarrier || !o.op)
+        all = false;
+      else if (o.op != op || o.mask != mask)
+        fail("lanes of a warp wait at different warp-wide operations");
+    }
+    me->op = op;
+    me->operands = operands;
+    me->mask = mask;
+    if (!all) {
+      block(EmuThread::AtWarpBarrier);
+      return; // the last lane ran the operation
+    }
+    void *lanes[32] = {};
+    for (unsigned j = lo; j < hi; ++j)
+      if ((mask >> (j - lo)) & 1u)
+        lanes[j - lo] = threads_[j].operands;
+    laneBase_ = lo;
+    op(lanes, mask);
+    accessAs_ = nullptr;
+    for (unsigned j = lo; j < hi; ++j)
+      if ((mask >> (j - lo)) & 1u) {
+        threads_[j].op = nullptr;
+        if (j != i)
+          threads_[j].state = EmuThread::Ready;
+      }
+    ++warpEpoch_[warpOf(i)];
+    readied_ = true;
+  }
+  /// Inside a warp operation: attributes the accesses that follow to `lane`.
+  void accessAsLane(int lane) {
+    accessAs_ = lane < 0 ? nullptr : &threads_[laneBase_ + static_cast<unsigned>(lane)];
+  }
+
+  /// cp.async by the current thread: recorded, completed at its wait (or exit).
+  void cpAsync(void *dst, const void *src, unsigned bytes, unsigned srcBytes) {
+    EmuThread &th = *current_;
+    if (bytes != 4 && bytes != 8 && bytes != 16)
+      fail("cp.async copies 4, 8 or 16 bytes, not " + std::to_string(bytes));
+    if (srcBytes > bytes)
+      fail("cp.async's source size exceeds its copy size");
+    if (reinterpret_cast<uintptr_t>(dst) % bytes || (srcBytes && reinterpret_cast<uintptr_t>(src) % bytes))
+      fail("misaligned cp.async of " + std::to_string(bytes) + " bytes");
+    uintptr_t d = reinterpret_cast<uintptr_t>(dst);
+    bool inShared = false;
+    for (int r = 0; r < 2; ++r)
+      inShared |= d - sharedBase_[r] < sharedBytes_[r];
+    if (!inShared)
+      fail("cp.async's destination is not shared memory");
+    if (check_) {
+      unsigned me = static_cast<unsigned>(current_ - threads_.data());
+      for (int r = 0; r < 2; ++r) {
+        uint64_t off = d - checkBase_[r];
+        if (off >= checkBytes_[r])
+          continue;
+        for (uint64_t o = off; o < off + bytes && o < checkBytes_[r]; ++o) {
+          ShadowByte &b = fresh(shadowAt(r, o));
+          if (Hazard h = b.asyncPending ? Hazard::AsyncPending : onWrite(b, me); h != Hazard::None)
+            fail(describeHazard(h, r, off, b, bytes, me, true));
+          b.asyncPending = true;
+          b.writer = me;
+        }
+      }
+    }
+    th.copies.push_back({static_cast<uint8_t *>(dst), static_cast<const uint8_t *>(src), bytes,
+                         srcBytes, th.groups});
+  }
+  void cpAsyncCommit() { ++current_->groups; }
+  /// Completes the current thread's copies of all but its `n` most recent committed groups.
+  void cpAsyncWait(unsigned n) {
+    EmuThread &th = *current_;
+    completeCopies(th, th.groups > n ? th.groups - n : 0);
   }
 
   /// Ends the current emulated thread with an error; does not return.
@@ -296,6 +411,7 @@ private:
       ReadersInSeveralWarps
     } readers = NoReader;
     bool written = false;
+    bool asyncPending = false; // the destination of a cp.async not yet waited for
   };
 
   ShadowByte &shadowAt(int region, uint64_t offset) {
@@ -322,9 +438,18 @@ private:
       b = ShadowByte{gen_};
     return b;
   }
-  enum class Hazard { None, Uninitialised, ReadAfterWrite, WriteAfterWrite, WriteAfterRead };
+  enum class Hazard {
+    None,
+    Uninitialised,
+    ReadAfterWrite,
+    WriteAfterWrite,
+    WriteAfterRead,
+    AsyncPending
+  };
   Hazard onRead(ShadowByte &raw, unsigned me) {
     ShadowByte &b = fresh(raw);
+    if (b.asyncPending)
+      return Hazard::AsyncPending;
     if (!b.written)
       return Hazard::Uninitialised;
     if (!ordered(b.writer, b.writeEpoch, b.writeWarpEpoch, me))
@@ -346,6 +471,8 @@ private:
   }
   Hazard onWrite(ShadowByte &raw, unsigned me) {
     ShadowByte &b = fresh(raw);
+    if (b.asyncPending)
+      return Hazard::AsyncPending;
     if (b.written && !ordered(b.writer, b.writeEpoch, b.writeWarpEpoch, me))
       return Hazard::WriteAfterWrite;
     uint32_t epoch = blockEpoch_[me / perBlock_], warpEpoch = warpEpoch_[warpOf(me)];
@@ -378,6 +505,10 @@ private:
     uint64_t shown = region == 0 ? (smemBytes_ ? off % smemBytes_ : off) : off % kStaticSmemLimit;
     std::string where = std::to_string(n) + " bytes at offset " + std::to_string(shown) + " of " +
                         (region == 0 ? "dynamic" : "static") + " shared memory";
+    if (hazard == Hazard::AsyncPending)
+      return "shared memory race, cp.async not waited for (racecheck): " + who(me) +
+             (write ? " writes " : " reads ") + where + ", the destination of a cp.async by " +
+             who(b.writer) + " that has not completed (no cp.async.wait_group for it)";
     if (hazard == Hazard::Uninitialised)
       return "uninitialised shared memory read (initcheck): " + who(me) + " reads " + where +
              ", which no thread of the block has written";
@@ -408,6 +539,10 @@ private:
       shadow_[0].reserve((smemBytes * blocks_) * sizeof(ShadowByte));
       shadow_[1].reserve(size_t(blocks_) * kStaticSmemLimit * sizeof(ShadowByte));
     }
+    sharedBase_[0] = reinterpret_cast<uintptr_t>(smem);
+    sharedBytes_[0] = smemBytes * blocks_;
+    sharedBase_[1] = reinterpret_cast<uintptr_t>(statics_);
+    sharedBytes_[1] = size_t(blocks_) * kStaticSmemLimit;
     checkBase_[0] = reinterpret_cast<uintptr_t>(smem);
     checkBytes_[0] = l.check ? smemBytes * blocks_ : 0;
     checkBase_[1] = reinterpret_cast<uintptr_t>(statics_);
@@ -446,6 +581,40 @@ private:
         rng_ ^= rng_ << 17;
         std::swap(perm_[i - 1], perm_[rng_ % i]);
       }
+  }
+
+  /// Lands thread th's copies of groups before `group` (~0u: all, uncommitted too).
+  void completeCopies(EmuThread &th, uint32_t group) {
+    if (th.copies.empty())
+      return;
+    unsigned me = static_cast<unsigned>(&th - threads_.data());
+    size_t kept = 0;
+    for (const EmuThread::AsyncCopy &c : th.copies) {
+      if (group != ~0u && c.group >= group) {
+        th.copies[kept++] = c;
+        continue;
+      }
+      std::memcpy(c.dst, c.src, c.srcBytes);
+      std::memset(c.dst + c.srcBytes, 0, c.bytes - c.srcBytes);
+      if (!check_)
+        continue;
+      uintptr_t d = reinterpret_cast<uintptr_t>(c.dst);
+      for (int r = 0; r < 2; ++r) {
+        uint64_t off = d - checkBase_[r];
+        if (off >= checkBytes_[r])
+          continue;
+        for (uint64_t o = off; o < off + c.bytes && o < checkBytes_[r]; ++o) {
+          ShadowByte &b = fresh(shadowAt(r, o));
+          b.asyncPending = false;
+          b.written = true;
+          b.writer = me;
+          b.writeEpoch = blockEpoch_[me / perBlock_];
+          b.writeWarpEpoch = warpEpoch_[warpOf(me)];
+          b.readers = ShadowByte::NoReader;
+        }
+      }
+    }
+    th.copies.resize(kept);
   }
 
   void block(EmuThread::State s) {
@@ -527,6 +696,12 @@ private:
           return false;
         }
     }
+    for (unsigned i = lo; i < hi; ++i)
+      if (threads_[i].state == EmuThread::AtWarpBarrier && threads_[i].op) {
+        error_ = "lanes of a warp wait at a warp-wide operation and at a shuffle, ballot or "
+                 "__syncwarp";
+        return false;
+      }
     for (unsigned i = lo; i < hi; ++i) {
       EmuThread &th = threads_[i];
       if (th.state != EmuThread::AtWarpBarrier)
@@ -566,6 +741,10 @@ private:
   SessionOptions::ThreadOrder order_ = SessionOptions::ThreadOrder::Forward;
   uint64_t rng_ = 1;
   EmuThread *current_ = nullptr;
+  EmuThread *accessAs_ = nullptr; // inside a warp operation: whose accesses these are
+  unsigned laneBase_ = 0;         // inside a warp operation: the warp's first thread
+  bool readied_ = false;          // a warp operation made threads ready this round
+  uint64_t sharedBase_[2] = {}, sharedBytes_[2] = {}; // the run's dynamic, static shared memory
   unsigned perBlock_ = 0, blocks_ = 0;
   // --check
   std::vector<uint32_t> blockEpoch_, warpEpoch_;
@@ -615,9 +794,26 @@ void apiAccess(const void *p, unsigned long long n, int write) {
 void *apiStaticShared(const void *site, unsigned long long bytes, unsigned align) {
   return tlsRunner->staticShared(site, bytes, align);
 }
+void apiWarpOp(void *operands, unsigned mask, void (*op)(void *const *, unsigned)) {
+  tlsRunner->warpOp(operands, mask, op);
+}
+void apiAccessAsLane(int lane) {
+  tlsRunner->accessAsLane(lane);
+}
+void apiCpAsync(void *dst, const void *src, unsigned bytes, unsigned srcBytes) {
+  tlsRunner->cpAsync(dst, src, bytes, srcBytes);
+}
+void apiCpAsyncCommit() {
+  tlsRunner->cpAsyncCommit();
+}
+void apiCpAsyncWait(unsigned n) {
+  tlsRunner->cpAsyncWait(n);
+}
 
-const dlc_emu_api kApiTable = {apiSyncthreads, apiSyncwarp, apiExchange, apiBallot,
-                               apiTrap,        apiGridsync, apiAccess,   apiStaticShared};
+const dlc_emu_api kApiTable = {apiSyncthreads,  apiSyncwarp,      apiExchange,      apiBallot,
+                               apiTrap,         apiGridsync,      apiAccess,        apiStaticShared,
+                               apiWarpOp,       apiAccessAsLane,  apiCpAsync,       apiCpAsyncCommit,
+                               apiCpAsyncWait};
 
 } // namespace
 

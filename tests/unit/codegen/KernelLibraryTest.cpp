@@ -278,7 +278,7 @@ TEST(KernelLibrary, ChannelsLastConvolutionAndPooling) {
   %y = Conv(%x, %w, %b) {channels_last = 1, pads = [1, 1, 1, 1]} : f16[1,3,3,6]
   return %y
 })",
-         {"dlc::conv_igemm_tc", "dlc::conv_splitk_reduce"},
+         {"dlc::conv_fprop_mma", "dlc::conv_splitk_reduce"},
          {},
          2,
          true,
@@ -302,6 +302,65 @@ TEST(KernelLibrary, ChannelsLastConvolutionAndPooling) {
        {"dlc::pool_window", "dlc::reduce"},
        {},
        1});
+}
+
+// Channels-last FP16/BF16 convolutions whose channels come in 16-byte chunks run
+// conv_fprop_mma (cp.async stages, ldmatrix, mma.sync; emu emulates each per the PTX
+// ISA): odd positions and output channels (tiles cut at both edges), fewer channels than
+// a stage's K (several taps per stage), strides, dilations, 3-D windows, a pointwise
+// conv, the fused epilogue, and more than one tile of K.
+TEST(KernelLibrary, MmaSyncConvolution) {
+  check({"nhwc f16 3x3 s2, 16 -> 10 channels, bias and relu",
+         R"(graph @g(%x: f16[2,9,9,16], %w: f16[10,3,3,16], %b: f16[10]) -> ("y": f16[2,5,5,10]) {
+  %c = Conv(%x, %w, %b) {channels_last = 1, pads = [1, 1, 1, 1], strides = [2, 2]} : f16[2,5,5,10]
+  %y = Relu(%c) : f16[2,5,5,10]
+  return %y
+})",
+         {"dlc::conv_fprop_mma"},
+         {},
+         2,
+         true,
+         4e-3});
+  check({"nhwc bf16 5x3 dilated, 24 -> 70 channels",
+         R"(graph @g(%x: bf16[1,11,7,24], %w: bf16[70,5,3,24]) -> ("y": bf16[1,5,5,70]) {
+  %y = Conv(%x, %w) {channels_last = 1, dilations = [2, 1], pads = [1, 0, 0, 0]} : bf16[1,5,5,70]
+  return %y
+})",
+         {"dlc::conv_fprop_mma"},
+         {},
+         2,
+         true,
+         2e-2});
+  check({"nhwc f16 pointwise, 8 -> 130 channels over 143 positions",
+         R"(graph @g(%x: f16[1,13,11,8], %w: f16[130,1,1,8], %b: f16[130]) -> ("y": f16[1,13,11,130]) {
+  %y = Conv(%x, %w, %b) {channels_last = 1} : f16[1,13,11,130]
+  return %y
+})",
+         {"dlc::conv_fprop_mma"},
+         {},
+         2,
+         true,
+         4e-3});
+  check({"nhwc f16 3-D, 3x3x3 window",
+         R"(graph @g(%x: f16[1,4,5,6,8], %w: f16[12,3,3,3,8]) -> ("y": f16[1,4,5,6,12]) {
+  %y = Conv(%x, %w) {channels_last = 1, pads = [1, 1, 1, 1, 1, 1]} : f16[1,4,5,6,12]
+  return %y
+})",
+         {"dlc::conv_fprop_mma"},
+         {},
+         2,
+         true,
+         4e-3});
+  check({"nhwc f16 K of 9 stages, 64 -> 64 channels",
+         R"(graph @g(%x: f16[1,6,5,64], %w: f16[64,3,3,64]) -> ("y": f16[1,6,5,64]) {
+  %y = Conv(%x, %w) {channels_last = 1, pads = [1, 1, 1, 1]} : f16[1,6,5,64]
+  return %y
+})",
+         {"dlc::conv_fprop_mma"},
+         {},
+         2,
+         true,
+         4e-3});
 }
 
 // What runs on a GPU: the FP16 convolution's PTX multiplies on tensor cores.

@@ -334,6 +334,16 @@ TEST(Sass, CalibrationKernelsIssueWhatTheyMeasure) {
   }
 }
 
+/// A loop's instructions by class, for failure messages.
+std::string mixText(const codegen::sass::Mix &m) {
+  std::string out;
+  for (int k = 0; k < static_cast<int>(Class::Count); ++k)
+    if (m.count[k])
+      out += std::string(out.empty() ? "" : " ") + codegen::sass::className(static_cast<Class>(k)) +
+             "=" + std::to_string(m.count[k]);
+  return out;
+}
+
 // Tile choice prices conv tiles from the facts in ConvTiles.h: they must be what the
 // tiles' code issues. Each tile is instantiated here with plain load/store functors
 // (a convolution without fused work), compiled for sm_90 and decoded.
@@ -367,6 +377,13 @@ struct YF { typedef float Value; struct Params { float *__restrict__ a0; };
            ">, false, true, dlc::idx32, __half, __half, XH, YH>(dlc::ConvArgs<XH, YH>);\n";
     kernels.emplace_back(mangled("10ConvTcTile", c), &c);
   }
+  for (const codegen::ConvTileConfig &c : codegen::kConvMmaTiles) {
+    const std::string stages = std::to_string(c.stages);
+    src += "template __global__ void dlc::conv_fprop_mma<dlc::ConvMmaTile<" + tile(c) + ", " +
+           stages + ">, dlc::idx32, __half, XH, YH>(dlc::ConvArgs<XH, YH>);\n";
+    std::string name = mangled("11ConvMmaTile", c);
+    kernels.emplace_back(name.substr(0, name.size() - 2) + "ELi" + stages + "EE", &c);
+  }
   for (const codegen::ConvTileConfig &c : codegen::kConvTiles) {
     src += "template __global__ void dlc::conv_igemm<dlc::ConvTile<" + tile(c) +
            ">, false, false, dlc::idx32, float, XF, YF>(dlc::ConvArgs<XF, YF>);\n";
@@ -396,7 +413,9 @@ struct YF { typedef float Value; struct Params { float *__restrict__ a0; };
                     << c->bn << ", " << c->tm << ", " << c->tn << ", " << c->registers << ", "
                     << m.instructions << ", " << m.of(Class::Tensor) << ", " << m.ffma << ", "
                     << integer << ", " << m.of(Class::GlobalLoad) << ", " << m.globalLoadBytes
-                    << ", " << m.lsuCycles << ", " << f.straight.instructions << "},";
+                    << ", " << m.lsuCycles << ", " << f.straight.instructions
+                    << (c->stages ? ", " + std::to_string(c->stages) : std::string()) << "},"
+                    << "\n  (main loop: " << mixText(m) << ")";
   }
 }
 

@@ -428,3 +428,220 @@ extern "C" __global__ void warp_exchange(float *out) {
   EXPECT_EQ((*r)[0][5], 10.0f);
   EXPECT_EQ((*r)[0][40], 80.0f);
 }
+
+// PTX's warp-level matrix instructions on emu (dlc_mma.cuh over dlc_emu_prelude.h),
+// checked against the fragment layouts of the PTX ISA ("Warp-level matrix fragment"
+// figures for ldmatrix and mma.m16n8k16 / m16n8k8), with expectations worked out by
+// hand from those tables: lane l = 4 g + t.
+namespace {
+const char *kLdmatrix = R"(
+#include "dlc_mma.cuh"
+extern "C" __global__ void ldsm(float *out) {
+  DLC_SHARED_ALIGNED(16, unsigned short, tile, [256]);
+  for (int i = threadIdx.x; i < 256; i += 32) tile[i] = (unsigned short)i; // matrix i/64, row, col
+  __syncthreads();
+  const int l = threadIdx.x;
+  unsigned r4[4], t4[4], r2[2], r1[1];
+  // x4: lane 8 i + j gives row j of stored matrix 3 - i (so matrix i of the result is
+  // stored matrix 3 - i).
+  const dlc::SmemAddr a = dlc::smemAddr(&tile[((3 - l / 8) * 8 + l % 8) * 8]);
+  dlc::ldmatrix<4, false>(r4, a);
+  dlc::ldmatrix<4, true>(t4, a);
+  dlc::ldmatrix<2, false>(r2, dlc::smemAddr(&tile[(l % 16) * 8]));
+  dlc::ldmatrix<1, true>(r1, dlc::smemAddr(&tile[(l % 8) * 8]));
+  float *o = out + l * 11;
+  for (int i = 0; i < 4; ++i) { o[i] = (float)r4[i]; o[4 + i] = (float)t4[i]; }
+  o[8] = (float)r2[0]; o[9] = (float)r2[1]; o[10] = (float)r1[0];
+}
+)";
+
+// Two 16-bit values as ldmatrix and mma hold them in a 32-bit register (the first in
+// the low half).
+float pair(unsigned lo, unsigned hi) {
+  return static_cast<float>(lo | (hi << 16));
+}
+} // namespace
+
+TEST(Emu, LdmatrixFollowsThePtxFragmentLayout) {
+  auto pkg = buildTestPackage(kLdmatrix, {{"out", 32 * 11}},
+                              {TestLaunch{"ldsm", {1, 1, 1}, {32, 1, 1}, 0, {0}}});
+  auto r = runOnEmu(pkg, {}, {"out"});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const std::vector<float> &o = (*r)[0];
+  auto at = [&](int lane, int k) { return o[lane * 11 + k]; };
+  // Element (row, col) of stored matrix m is m * 64 + row * 8 + col.
+  // Lane 0 (row 0, cols 0-1); result matrix 0 is stored matrix 3: 192, 193.
+  EXPECT_EQ(at(0, 0), pair(192, 193));
+  // Lane 5 (row 1, cols 2-3): matrix 1 = stored 2: 128 + 8 + 2.
+  EXPECT_EQ(at(5, 1), pair(138, 139));
+  // Lane 31 (row 7, cols 6-7) of matrix 3 = stored 0: 62, 63.
+  EXPECT_EQ(at(31, 3), pair(62, 63));
+  // .trans: lane 5 holds (row 2, col 1) and (row 3, col 1); matrix 0 = stored 3.
+  EXPECT_EQ(at(5, 4), pair(192 + 17, 192 + 25));
+  // .trans, lane 31: (6, 7), (7, 7) of matrix 3 = stored 0.
+  EXPECT_EQ(at(31, 7), pair(55, 63));
+  // x2 in order: lane 9 (row 2, cols 2-3) of matrices 0 and 1.
+  EXPECT_EQ(at(9, 8), pair(18, 19));
+  EXPECT_EQ(at(9, 9), pair(64 + 18, 64 + 19));
+  // x1 .trans: lane 14 (g 3, t 2) holds (4, 3), (5, 3).
+  EXPECT_EQ(at(14, 10), pair(35, 43));
+  // And every lane, by the table's formula.
+  for (int l = 0; l < 32; ++l)
+    for (int i = 0; i < 4; ++i) {
+      const unsigned g = l / 4, c = 2 * (l % 4), m = (3 - i) * 64;
+      EXPECT_EQ(at(l, i), pair(m + g * 8 + c, m + g * 8 + c + 1)) << l << " " << i;
+      EXPECT_EQ(at(l, 4 + i), pair(m + c * 8 + g, m + (c + 1) * 8 + g)) << l << " " << i;
+    }
+}
+
+namespace {
+// mma.sync with fragments built from the PTX ISA's tables in the kernel: A (16 x K)
+// and B (K x 8) are functions of (row, col), packed per lane as the tables place them.
+const char *kMma = R"(
+#include "dlc_mma.cuh"
+__device__ unsigned bits16(float v, bool bf) {
+  unsigned short u;
+  if (bf) { __nv_bfloat16 h = __float2bfloat16(v); memcpy(&u, &h, 2); }
+  else { __half h = __float2half(v); memcpy(&u, &h, 2); }
+  return u;
+}
+__device__ unsigned pack(float lo, float hi, bool bf) { return bits16(lo, bf) | (bits16(hi, bf) << 16); }
+__device__ float A(int c, int r, int k) { return c == 0 ? (r == k ? 1.f : 0.f) : (float)(r * 16 + k); }
+__device__ float B(int c, int k, int n) { return c == 0 ? (float)(k * 8 + n) : (k == n + 8 ? 1.f : 0.f); }
+__device__ float AT(int r, int k) { return r == k ? 1.0f + 1.0f / 4096 : 0.f; } // 1 + 2^-12: not TF32
+__device__ float BT(int k, int n) { return (float)(k * 8 + n) + 0.5f; }
+__device__ unsigned f32(float v) { unsigned u; memcpy(&u, &v, 4); return u; }
+extern "C" __global__ void mma(float *out) {
+  const int l = threadIdx.x, g = l / 4, t = l % 4;
+  for (int c = 0; c < 3; ++c) { // 0, 1: f16 cases; 2: the bf16 form of case 1
+    const bool bf = c == 2;
+    const int cs = c == 2 ? 1 : c;
+    unsigned a[4] = {pack(A(cs, g, 2 * t), A(cs, g, 2 * t + 1), bf),
+                     pack(A(cs, g + 8, 2 * t), A(cs, g + 8, 2 * t + 1), bf),
+                     pack(A(cs, g, 2 * t + 8), A(cs, g, 2 * t + 9), bf),
+                     pack(A(cs, g + 8, 2 * t + 8), A(cs, g + 8, 2 * t + 9), bf)};
+    unsigned b[2] = {pack(B(cs, 2 * t, g), B(cs, 2 * t + 1, g), bf),
+                     pack(B(cs, 2 * t + 8, g), B(cs, 2 * t + 9, g), bf)};
+    float d[4] = {0.5f, 0.5f, 0.5f, 0.5f};
+    if (bf) dlc::mma16816<__nv_bfloat16>(d, a, b);
+    else dlc::mma16816<__half>(d, a, b);
+    for (int i = 0; i < 4; ++i) out[(c * 32 + l) * 4 + i] = d[i];
+  }
+  unsigned a[4] = {f32(AT(g, t)), f32(AT(g + 8, t)), f32(AT(g, t + 4)), f32(AT(g + 8, t + 4))};
+  unsigned b[2] = {f32(BT(t, g)), f32(BT(t + 4, g))};
+  float d[4] = {0, 0, 0, 0};
+  dlc::mma1688Tf32(d, a, b);
+  for (int i = 0; i < 4; ++i) out[(3 * 32 + l) * 4 + i] = d[i];
+  const float probes[4] = {1.0f + 1.0f / 2048, 1.0f + 1.0f / 2048 - 1.0f / 1048576, -1.0f - 3.0f / 2048, 1.0f + 3.0f / 8192};
+  for (int i = 0; i < 4; ++i) {
+    const unsigned r = dlc::toTf32(probes[i]);
+    float f; memcpy(&f, &r, 4);
+    out[4 * 32 * 4 + l * 4 + i] = f;
+  }
+}
+)";
+} // namespace
+
+TEST(Emu, MmaSyncFollowsThePtxFragmentLayout) {
+  auto pkg = buildTestPackage(kMma, {{"out", 5 * 32 * 4}},
+                              {TestLaunch{"mma", {1, 1, 1}, {32, 1, 1}, 0, {0}}});
+  auto r = runOnEmu(pkg, {}, {"out"});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const std::vector<float> &o = (*r)[0];
+  auto d = [&](int c, int lane, int i) { return o[(c * 32 + lane) * 4 + i]; };
+  // Case 0: A = I, B(k, n) = 8 k + n, D = 0.5 + B(row, col); lane (g, t) holds rows g,
+  // g + 8 and cols 2t, 2t + 1.
+  EXPECT_EQ(d(0, 0, 0), 0.5f);
+  EXPECT_EQ(d(0, 0, 3), 65.5f);  // (8, 1)
+  EXPECT_EQ(d(0, 5, 0), 10.5f);  // g 1, t 1: (1, 2)
+  EXPECT_EQ(d(0, 5, 2), 74.5f);  // (9, 2)
+  EXPECT_EQ(d(0, 31, 1), 63.5f); // (7, 7)
+  EXPECT_EQ(d(0, 31, 3), 127.5f); // (15, 7)
+  // Case 1: A(r, k) = 16 r + k, B picks k = n + 8: D = 0.5 + 16 r + n + 8 (A's k 8-15
+  // halves, registers a2 and a3).
+  EXPECT_EQ(d(1, 5, 0), 26.5f);  // (1, 2)
+  EXPECT_EQ(d(1, 5, 3), 155.5f); // (9, 3)
+  EXPECT_EQ(d(1, 30, 2), 252.5f); // g 7, t 2: (15, 4): 240 + 4 + 8
+  for (int l = 0; l < 32; ++l)
+    for (int i = 0; i < 4; ++i) {
+      const int row = l / 4 + 8 * (i / 2), col = 2 * (l % 4) + i % 2;
+      EXPECT_EQ(d(0, l, i), 0.5f + row * 8 + col) << l << " " << i;
+      EXPECT_EQ(d(1, l, i), 0.5f + row * 16 + col + 8) << l << " " << i;
+      EXPECT_EQ(d(2, l, i), d(1, l, i)) << "bf16 " << l << " " << i; // exact in bf16 too
+    }
+  // TF32 m16n8k8: A (16 x 8) = (1 + 2^-12) I, which TF32 reads as I (the low 13 bits
+  // ignored); B(k, n) = 8 k + n + 0.5. Rows 8-15 of A are zero.
+  EXPECT_EQ(d(3, 0, 0), 0.5f);   // (0, 0)
+  EXPECT_EQ(d(3, 5, 0), 10.5f);  // (1, 2)
+  EXPECT_EQ(d(3, 31, 1), 63.5f); // (7, 7)
+  EXPECT_EQ(d(3, 5, 2), 0.0f);   // (9, 2)
+  EXPECT_EQ(d(3, 31, 3), 0.0f);  // (15, 7)
+  // Rounding to TF32 (cvt.rna): a tie goes away from zero, less than a tie down.
+  auto tf = [&](int lane, int i) { return o[4 * 32 * 4 + lane * 4 + i]; };
+  EXPECT_EQ(tf(3, 0), 1.0f + 1.0f / 1024);
+  EXPECT_EQ(tf(3, 1), 1.0f);
+  EXPECT_EQ(tf(3, 2), -1.0f - 2.0f / 1024);
+  EXPECT_EQ(tf(3, 3), 1.0f);
+}
+
+namespace {
+// cp.async with a zero-filled chunk; and, under --check, a read before the wait.
+const char *kCpAsync = R"(
+#include "dlc_mma.cuh"
+extern "C" __global__ void cpa(const float *in, float *out) {
+  DLC_SHARED_ALIGNED(16, float, s, [128]);
+  const int l = threadIdx.x;
+  dlc::cpAsync16(dlc::smemAddr(&s[4 * l]), in + 4 * l, l % 3 != 0); // lanes 0, 3, ...: zeros
+  dlc::cpAsyncCommit();
+  dlc::cpAsyncWait<0>();
+  __syncthreads();
+  for (int i = 0; i < 4; ++i) out[4 * l + i] = s[4 * ((l + 1) % 32) + i];
+}
+extern "C" __global__ void early(const float *in, float *out) {
+  DLC_SHARED_ALIGNED(16, float, s, [128]);
+  const int l = threadIdx.x;
+  dlc::cpAsync16(dlc::smemAddr(&s[4 * l]), in + 4 * l, true);
+  dlc::cpAsyncCommit();
+  out[l] = s[4 * l]; // no cp.async.wait_group
+}
+extern "C" __global__ void waited(const float *in, float *out) {
+  DLC_SHARED_ALIGNED(16, float, s, [256]);
+  const int l = threadIdx.x;
+  dlc::cpAsync16(dlc::smemAddr(&s[4 * l]), in + 4 * l, true);
+  dlc::cpAsyncCommit();
+  dlc::cpAsync16(dlc::smemAddr(&s[128 + 4 * l]), in + 4 * l, true);
+  dlc::cpAsyncCommit();
+  dlc::cpAsyncWait<1>(); // the first group has landed, the second may not have
+  out[l] = s[4 * l] + s[128 + 4 * l];
+}
+)";
+} // namespace
+
+TEST(Emu, CpAsyncCopiesZeroFillsAndLandsAtTheWait) {
+  auto pkg = buildTestPackage(kCpAsync, {{"in", 128}, {"out", 128}},
+                              {TestLaunch{"cpa", {1, 1, 1}, {32, 1, 1}, 0, {0, 1}}});
+  std::vector<float> in(128);
+  std::iota(in.begin(), in.end(), 1.0f);
+  for (const rt::SessionOptions &o : {rt::SessionOptions{}, checked()}) {
+    auto r = runOnEmu(pkg, {in}, {"out"}, o);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    for (int l = 0; l < 32; ++l)
+      for (int i = 0; i < 4; ++i) {
+        const int src = (l + 1) % 32;
+        EXPECT_EQ((*r)[0][4 * l + i], src % 3 == 0 ? 0.0f : in[4 * src + i]) << l << " " << i;
+      }
+  }
+}
+
+TEST(Emu, ReadingACpAsyncDestinationBeforeTheWaitIsARace) {
+  for (const char *kernel : {"early", "waited"}) {
+    SCOPED_TRACE(kernel);
+    auto pkg = buildTestPackage(kCpAsync, {{"in", 128}, {"out", 128}},
+                                {TestLaunch{kernel, {1, 1, 1}, {32, 1, 1}, 0, {0, 1}}});
+    auto r = runOnEmu(pkg, {std::vector<float>(128, 1.0f)}, {"out"}, checked());
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("cp.async not waited for (racecheck): thread (0,0,0)"),
+              std::string::npos)
+        << r.status().message();
+  }
+}

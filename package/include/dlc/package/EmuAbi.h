@@ -12,7 +12,7 @@
 extern "C" {
 #endif
 
-#define DLC_EMU_ABI_VERSION 4
+#define DLC_EMU_ABI_VERSION 5
 
 typedef struct dlc_emu_dim3 {
   unsigned x, y, z;
@@ -50,6 +50,24 @@ typedef struct dlc_emu_api {
    * into calls of this): the same address for every thread of the block, fresh for
    * each block. */
   void *(*static_shared)(const void *site, unsigned long long bytes, unsigned align);
+  /* A warp-wide operation (ldmatrix, mma.sync), run once for the warp rather than once
+   * per lane: each lane of `mask` deposits `operands` (its registers, on its own stack,
+   * valid while it waits) and, once every lane of the mask has arrived, the last to
+   * arrive calls op(lanes, mask), lanes[l] being lane l's operands (null outside the
+   * mask); then the warp goes on. Lanes of one warp at different operations deadlock. */
+  void (*warp_op)(void *operands, unsigned mask, void (*op)(void *const *lanes, unsigned mask));
+  /* Inside a warp_op: the shared-memory accesses that follow are lane `lane`'s for
+   * --check (-1: the calling thread's again). */
+  void (*access_as_lane)(int lane);
+  /* cp.async: copies `bytes` from global `src` to shared `dst` asynchronously, the
+   * bytes past `src_bytes` zero (cp.async's src-size). The copy lands when the thread
+   * waits for its group (cp_async_wait); under --check a read or write of the bytes
+   * before then is reported. */
+  void (*cp_async)(void *dst, const void *src, unsigned bytes, unsigned src_bytes);
+  /* cp.async.commit_group: the thread's copies since the last commit form a group. */
+  void (*cp_async_commit)(void);
+  /* cp.async.wait_group n: completes all but the n most recent committed groups. */
+  void (*cp_async_wait)(unsigned n);
 } dlc_emu_api;
 
 typedef struct dlc_emu_kernel {

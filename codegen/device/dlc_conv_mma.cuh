@@ -1,0 +1,269 @@
+// conv_fprop_mma: the channels-last (NHWC) implicit-GEMM convolution on tensor cores
+// for FP16/BF16, in the Ampere style (sm_80+).
+//
+// The GEMM: rows are the N*P output positions, columns the M output channels, and K =
+// kSize * C runs over (tap, channel), channel fastest, so that both operands are
+// K-contiguous in memory: the im2col row of a position is the input's channels at each
+// tap, and the weights are [M, k..., C]. A block computes a BM x BN tile; its warps
+// WM x WN each, in m16n8k16 products (mma.sync) from fragments loaded by ldmatrix.
+//
+// The main loop stages BK = 32 of K at a time in a ring of Stages shared-memory stages
+// filled by 16-byte cp.async (8 channels of one tap), Stages - 1 tiles ahead of the
+// products: one cp.async.wait_group and one barrier per stage. Each thread copies the
+// same 16-byte column of a few rows of every stage: it decomposes its positions once
+// (window origin, and which taps of its window are inside the image, as a bit mask) and
+// advances its (tap, channel) by BK with adds, never a division; a chunk outside the
+// image or past K is zero-filled by cp.async itself (src-size 0). Rows of a stage are 64 bytes, the four 16-byte chunks of row r
+// XOR-swizzled by (r / 2) % 4: the 8 rows an ldmatrix phase reads, and the chunks a
+// warp's cp.async writes, fall in distinct banks.
+//
+// Requirements (the emitter checks them): channels-last, one group, C a multiple of 8,
+// at most 32 taps, x and w 16-byte aligned and read as they are (no fused prologue). The epilogue adds
+// the bias and applies the fused store functor on the accumulator fragments, or writes
+// the split-K partial sums for conv_splitk_reduce.
+#pragma once
+
+#include "dlc_conv.cuh"
+#include "dlc_mma.cuh"
+
+namespace dlc {
+
+/// BM positions x BN channels per block, (BM / WM) x (BN / WN) warps, Stages stages.
+template <int BM_, int BN_, int WM_, int WN_, int Stages_> struct ConvMmaTile {
+  static constexpr int BM = BM_, BN = BN_, WM = WM_, WN = WN_, Stages = Stages_, BK = 32;
+  static constexpr int WarpsM = BM / WM, WarpsN = BN / WN, Threads = WarpsM * WarpsN * 32;
+  static constexpr int MI = WM / 16, NI = WN / 8;     // m16n8 tiles per warp
+  static constexpr int RowBytes = BK * 2;             // one row of a stage: 4 chunks
+  static constexpr int StageBytes = (BM + BN) * RowBytes, SmemBytes = Stages * StageBytes;
+  static constexpr int RowStep = Threads / 4;         // rows between a thread's chunks
+  static constexpr int ARows = BM / RowStep, BRows = BN / RowStep;
+  static_assert(BM % WM == 0 && BN % WN == 0 && WM % 16 == 0 && WN % 16 == 0, "warp tile");
+  static_assert(BM % RowStep == 0 && BN % RowStep == 0 && RowStep % 8 == 0, "copy rows");
+  static_assert(Stages >= 2, "a pipeline needs two stages");
+};
+
+/// One thread's share of filling a stage: its 16-byte column of ARows positions (the
+/// im2col rows) and BRows output channels (the weight rows), and where in K it is.
+/// Which taps of a position's window lie inside the image is a mask computed once
+/// (bit tap, kSize <= 32), so that a copy's predicate is one AND.
+template <class Tile, class I, class MT> struct ConvMmaLoader {
+  static constexpr int ARows = Tile::ARows, BRows = Tile::BRows;
+  const MT *x, *w;
+  I aOff[ARows];         // each position's window origin in x (may be < 0)
+  unsigned aMask[ARows]; // bit t: tap t of the window is inside the image
+  unsigned bMask;        // bit r: weight row r is a channel (< M)
+  I wOff, wRows;         // this thread's chunk of weight row 0, and the rows' spacing
+  I k, kEnd;             // this thread's chunk of K, and the split's end
+  int c, t1, t2, tap;    // k as (tap (t0, t1, t2), its index; channel c)
+  int C, k1, k2;
+  I tapOff;              // the tap's offset in x, plus c
+  I step2, wrap2, wrap1; // tapOff's change as t2 advances, as t2 wraps, as t1 wraps
+  unsigned bit;          // 1 << tap, 0 past kEnd
+  SmemAddr sts;          // this thread's chunk in a stage's A rows
+
+  __device__ __forceinline__ ConvMmaLoader(const ConvShape &s, I pBase, I mBase, I kBegin,
+                                           I kEnd_, int tid, SmemAddr base)
+      : x(static_cast<const MT *>(s.x)), w(static_cast<const MT *>(s.w)), kEnd(kEnd_) {
+    const int j = tid & 3, row = tid >> 2;
+    sts = base + row * Tile::RowBytes + ((j ^ ((row >> 1) & 3)) << 4);
+    const I C_ = static_cast<I>(s.C), K = static_cast<I>(s.K);
+    const int in0 = static_cast<int>(s.in[0]), in1 = static_cast<int>(s.in[1]),
+              in2 = static_cast<int>(s.in[2]), k1_ = static_cast<int>(s.k[1]),
+              k2_ = static_cast<int>(s.k[2]), kSize = static_cast<int>(s.kSize);
+#pragma unroll
+    for (int r = 0; r < ARows; ++r) {
+      I p = pBase + row + r * Tile::RowStep;
+      aOff[r] = 0;
+      aMask[r] = 0; // a position past the end reads zeros
+      if (p < static_cast<I>(s.NP)) {
+        I o = s.dP.split(p); // p: the image
+        const I o2 = s.dOut2.split(o), o1 = s.dOut1.split(o);
+        const int h0 = static_cast<int>(o * static_cast<I>(s.stride[0]) - static_cast<I>(s.pad[0])),
+                  h1 = static_cast<int>(o1 * static_cast<I>(s.stride[1]) - static_cast<I>(s.pad[1])),
+                  h2 = static_cast<int>(o2 * static_cast<I>(s.stride[2]) - static_cast<I>(s.pad[2]));
+        aOff[r] = (p * static_cast<I>(s.inSize) +
+                   (static_cast<I>(h0) * static_cast<I>(in1) + static_cast<I>(h1)) *
+                       static_cast<I>(in2) +
+                   static_cast<I>(h2)) *
+                  C_;
+        int q0 = 0, q1 = 0, q2 = 0;
+        for (int t = 0; t < kSize; ++t) {
+          const int i0 = h0 + q0 * static_cast<int>(s.dil[0]),
+                    i1 = h1 + q1 * static_cast<int>(s.dil[1]),
+                    i2 = h2 + q2 * static_cast<int>(s.dil[2]);
+          if (static_cast<unsigned>(i0) < static_cast<unsigned>(in0) &&
+              static_cast<unsigned>(i1) < static_cast<unsigned>(in1) &&
+              static_cast<unsigned>(i2) < static_cast<unsigned>(in2))
+            aMask[r] |= 1u << t;
+          if (++q2 == k2_) {
+            q2 = 0;
+            if (++q1 == k1_) {
+              q1 = 0;
+              ++q0;
+            }
+          }
+        }
+      }
+    }
+    k = kBegin + 8 * j;
+    I kt = k;
+    c = static_cast<int>(s.dCg.split(kt));
+    tap = static_cast<int>(kt);
+    t2 = static_cast<int>(s.dK2.split(kt));
+    t1 = static_cast<int>(s.dK1.split(kt));
+    const I t0 = kt;
+    C = static_cast<int>(s.C);
+    k1 = k1_;
+    k2 = k2_;
+    // The offset of a tap's displacement: dStep0 t0 + dStep1 t1 + dStep2 t2.
+    const I dStep2 = static_cast<I>(s.dil[2]) * C_,
+            dStep1 = static_cast<I>(s.dil[1]) * static_cast<I>(in2) * C_,
+            dStep0 = static_cast<I>(s.dil[0]) * static_cast<I>(in1) * static_cast<I>(in2) * C_;
+    tapOff = t0 * dStep0 + static_cast<I>(t1) * dStep1 + static_cast<I>(t2) * dStep2 +
+             static_cast<I>(c);
+    step2 = dStep2 - C_;
+    wrap2 = dStep1 - static_cast<I>(k2) * dStep2;
+    wrap1 = dStep0 - static_cast<I>(k1) * dStep1;
+    bit = k < kEnd ? 1u << tap : 0u;
+    bMask = 0;
+#pragma unroll
+    for (int r = 0; r < BRows; ++r)
+      if (mBase + row + r * Tile::RowStep < static_cast<I>(s.M))
+        bMask |= 1u << r;
+    wRows = static_cast<I>(Tile::RowStep) * K;
+    wOff = (mBase + row) * K + k;
+  }
+
+  /// Issues this thread's copies into the stage at byte offset `stage` from the base.
+  __device__ __forceinline__ void load(int stage) const {
+    const SmemAddr dst = sts + stage;
+#pragma unroll
+    for (int r = 0; r < ARows; ++r) // (src-size 0 reads nothing: any address will do)
+      cpAsync16(dst + r * Tile::RowStep * Tile::RowBytes, x + (aOff[r] + tapOff),
+                (aMask[r] & bit) != 0);
+#pragma unroll
+    for (int r = 0; r < BRows; ++r)
+      cpAsync16(dst + (Tile::BM + r * Tile::RowStep) * Tile::RowBytes, w + (wOff + r * wRows),
+                bit != 0 && ((bMask >> r) & 1u));
+  }
+
+  /// Moves this thread's chunk BK further along K: adds, and a carry into the next tap
+  /// (several when C < BK).
+  __device__ __forceinline__ void advance() {
+    k += Tile::BK;
+    wOff += Tile::BK;
+    c += Tile::BK;
+    tapOff += Tile::BK;
+    while (c >= C) {
+      c -= C;
+      ++tap;
+      tapOff += step2;
+      if (++t2 == k2) {
+        t2 = 0;
+        tapOff += wrap2;
+        if (++t1 == k1) {
+          t1 = 0;
+          tapOff += wrap1;
+        }
+      }
+    }
+    bit = k < kEnd ? 1u << tap : 0u;
+  }
+};
+
+template <class Tile, class I, class MT, class X, class Out>
+__global__ void __launch_bounds__(Tile::Threads) conv_fprop_mma(const ConvArgs<X, Out> a) {
+  typedef typename Out::Value T; // the compute type (float)
+  constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, Stages = Tile::Stages;
+  constexpr int MI = Tile::MI, NI = Tile::NI, RowBytes = Tile::RowBytes;
+  DLC_DYNAMIC_SMEM(unsigned char, smem);
+  const ConvShape &s = a.s;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp % Tile::WarpsM, wn = warp / Tile::WarpsM;
+  const ConvBlock<I> blk(s, BN, BM); // (for its slice of K)
+  const I pBase = static_cast<I>(blockIdx.x) * BM, mBase = static_cast<I>(blockIdx.y) * BN;
+  const SmemAddr base = smemAddr(smem);
+  ConvMmaLoader<Tile, I, MT> copier(s, pBase, mBase, blk.kBegin, blk.kEnd, tid, base);
+  // Where this lane's ldmatrix rows lie in a stage, for each k16 half of BK: A rows
+  // (lanes 0-7 rows 0-7 of k 0-7, lanes 8-15 rows 8-15, lanes 16-31 the same of k 8-15)
+  // and B rows (lanes 0-7 channels 0-7 of k 0-7, 8-15 of k 8-15, 16-31 channels 8-15).
+  const int ar = (lane & 7) + (lane & 8), br = (lane & 7) + ((lane >> 4) << 3);
+  SmemAddr aLd[2], bLd[2];
+#pragma unroll
+  for (int ks = 0; ks < 2; ++ks) {
+    aLd[ks] = base + (wm * Tile::WM + ar) * RowBytes +
+              (((2 * ks + (lane >> 4)) ^ ((ar >> 1) & 3)) << 4);
+    bLd[ks] = base + (BM + wn * Tile::WN + br) * RowBytes +
+              (((2 * ks + ((lane >> 3) & 1)) ^ ((br >> 1) & 3)) << 4);
+  }
+  float acc[MI][NI][4];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        acc[i][j][e] = 0.0f;
+  const int tiles = static_cast<int>((blk.kEnd - blk.kBegin + BK - 1) / BK);
+  // The prologue: the first Stages - 1 tiles in flight.
+#pragma unroll
+  for (int st = 0; st < Stages - 1; ++st) {
+    if (st < tiles) {
+      copier.load(st * Tile::StageBytes);
+      copier.advance();
+    }
+    cpAsyncCommit();
+  }
+  int readStage = 0, writeStage = Stages - 1;
+  for (int kt = 0; kt < tiles; ++kt) {
+    cpAsyncWait<Stages - 2>(); // tile kt has landed (this thread's copies)
+    __syncthreads();           // ... everyone's; and stage kt - 1 is read by all
+    if (kt + Stages - 1 < tiles) {
+      copier.load(writeStage * Tile::StageBytes);
+      copier.advance();
+    }
+    cpAsyncCommit();
+    const int stage = readStage * Tile::StageBytes;
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks) {
+      SmemAddr aRow[MI], bRow[NI / 2];
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+        aRow[i] = aLd[ks] + stage + i * 16 * RowBytes;
+#pragma unroll
+      for (int j = 0; j < NI / 2; ++j)
+        bRow[j] = bLd[ks] + stage + j * 16 * RowBytes;
+      warpTileMma<MT, MI, NI>(acc, aRow, bRow);
+    }
+    readStage = readStage + 1 == Stages ? 0 : readStage + 1;
+    writeStage = writeStage + 1 == Stages ? 0 : writeStage + 1;
+  }
+  // The epilogue, on the fragments: lane (g, t) of m16n8 tile (i, j) holds positions
+  // g and g + 8 of channels 2t and 2t + 1.
+  T *partial = static_cast<T *>(s.partial);
+  const I M = static_cast<I>(s.M), NP = static_cast<I>(s.NP);
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int j = 0; j < NI; ++j) {
+    const I m0 = mBase + wn * Tile::WN + 8 * j + 2 * t;
+    T bias[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+      bias[e] = (!partial && s.bias && m0 + e < M) ? ld<T>(static_cast<const MT *>(s.bias), m0 + e)
+                                                   : T(0);
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const I p = pBase + wm * Tile::WM + 16 * i + g + 8 * (e >> 1), m = m0 + (e & 1);
+        if (p >= NP || m >= M)
+          continue;
+        if (partial)
+          partial[(static_cast<I>(blockIdx.z) * M + m) * NP + p] = acc[i][j][e];
+        else
+          Out::store(a.out, p * M + m, acc[i][j][e] + bias[e & 1]);
+      }
+  }
+}
+
+} // namespace dlc

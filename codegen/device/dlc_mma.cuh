@@ -1,0 +1,193 @@
+// PTX's warp-level matrix instructions and asynchronous copies (sm_80+), as inline
+// PTX on the GPU and as the emu prelude's emulation of their documented per-lane
+// semantics (dlc_emu_prelude.h, namespace dlc_emu_ptx) on emu.
+//
+//   cpAsync16        cp.async.cg.shared.global, 16 bytes, zero-filled when !full
+//   cpAsyncCommit    cp.async.commit_group
+//   cpAsyncWait<N>   cp.async.wait_group N
+//   ldmatrix<N, T>   ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16
+//   mma16816<MT>     mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32
+//   mma1688Tf32      mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32
+//   toTf32           cvt.rna.tf32.f32
+//   warpTileMma      a warp's MI x NI tile of m16n8k16 products for one k16 step:
+//                    ldmatrix.x4 of its A and B fragments, then every mma (on emu one
+//                    warp operation for all of it, which keeps emu fast)
+//
+// Shared-memory operands are SmemAddr: a 32-bit shared-window address on the GPU (what
+// ldmatrix and cp.async take), the pointer itself on emu; both advance by byte offsets.
+#pragma once
+
+#include "dlc_device.cuh"
+
+namespace dlc {
+
+#ifdef DLC_EMU
+typedef unsigned long long SmemAddr;
+__device__ __forceinline__ SmemAddr smemAddr(const void *p) {
+  return reinterpret_cast<SmemAddr>(p);
+}
+#else
+typedef unsigned SmemAddr;
+__device__ __forceinline__ SmemAddr smemAddr(const void *p) {
+  return static_cast<SmemAddr>(__cvta_generic_to_shared(p));
+}
+#endif
+
+/// Copies 16 bytes from global `src` to shared `dst` asynchronously; when !full, writes
+/// 16 zero bytes instead and reads nothing (cp.async's src-size 0), so `src` need only
+/// be some valid address.
+__device__ __forceinline__ void cpAsync16(SmemAddr dst, const void *src, bool full) {
+#ifdef DLC_EMU
+  dlc_emu_api_ptr->cp_async(reinterpret_cast<void *>(dst), src, 16, full ? 16 : 0);
+#else
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(full ? 16 : 0));
+#endif
+}
+__device__ __forceinline__ void cpAsyncCommit() {
+#ifdef DLC_EMU
+  dlc_emu_api_ptr->cp_async_commit();
+#else
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+/// Waits until at most N of this thread's committed groups are pending.
+template <int N> __device__ __forceinline__ void cpAsyncWait() {
+#ifdef DLC_EMU
+  dlc_emu_api_ptr->cp_async_wait(N);
+#else
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+/// ldmatrix of Num (1, 2, 4) 8x8 matrices of 16-bit elements; lane 8 i + j gives the
+/// address of row j of matrix i.
+template <int Num, bool Trans>
+__device__ __forceinline__ void ldmatrix(unsigned (&r)[Num], SmemAddr addr) {
+  static_assert(Num == 1 || Num == 2 || Num == 4, "ldmatrix loads 1, 2 or 4 matrices");
+#ifdef DLC_EMU
+  dlc_emu_ptx::ldmatrix<Num, Trans>(r, addr);
+#else
+  if constexpr (Num == 1) {
+    if constexpr (Trans)
+      asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n"
+                   : "=r"(r[0])
+                   : "r"(addr));
+    else
+      asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n"
+                   : "=r"(r[0])
+                   : "r"(addr));
+  } else if constexpr (Num == 2) {
+    if constexpr (Trans)
+      asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+                   : "=r"(r[0]), "=r"(r[1])
+                   : "r"(addr));
+    else
+      asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+                   : "=r"(r[0]), "=r"(r[1])
+                   : "r"(addr));
+  } else {
+    if constexpr (Trans)
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                   : "r"(addr));
+    else
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                   : "r"(addr));
+  }
+#endif
+}
+
+template <class MT> struct MmaKind;
+template <> struct MmaKind<__half> {
+  static constexpr int value = 0;
+};
+template <> struct MmaKind<__nv_bfloat16> {
+  static constexpr int value = 1;
+};
+
+/// d += a b over a 16 x 8 tile, k 16, 16-bit MT operands, FP32 accumulators.
+template <class MT>
+__device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4],
+                                         const unsigned (&b)[2]) {
+#ifdef DLC_EMU
+  dlc_emu_ptx::mma<MmaKind<MT>::value>(d, a, b);
+#else
+  if constexpr (MmaKind<MT>::value == 0)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+/// d += a b over a 16 x 8 tile, k 8, TF32 operands (FP32 bits, see toTf32).
+__device__ __forceinline__ void mma1688Tf32(float (&d)[4], const unsigned (&a)[4],
+                                            const unsigned (&b)[2]) {
+#ifdef DLC_EMU
+  dlc_emu_ptx::mma<2>(d, a, b);
+#else
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
+               "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+/// FP32 -> TF32 (cvt.rna.tf32.f32): the nearest value with 10 mantissa bits, ties away
+/// from zero, as FP32 bits with the low 13 bits zero; infinities and NaN kept.
+__device__ __forceinline__ unsigned toTf32(float f) {
+#ifdef DLC_EMU
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) // infinity kept; NaN stays a (quiet) NaN
+    return (u & 0x7fffffu) ? (u | 0x400000u) & 0xffffe000u : u;
+  return (u + 0x1000u) & 0xffffe000u;
+#else
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(f));
+  return r;
+#endif
+}
+
+/// One k16 step of a warp's MI x NI tile of m16n8 products: lane l gives aRow[i], the
+/// address of its row of A fragment i's ldmatrix.x4 (rows 0-7 then 8-15 of k 0-7, then of
+/// k 8-15), and bRow[j], that of the B fragments of n-tiles 2 j and 2 j + 1 (stored [n][k]:
+/// n 0-7 of k 0-7, of k 8-15, then n 8-15 likewise); acc[i][j] += A_i B_j.
+template <class MT, int MI, int NI>
+__device__ __forceinline__ void warpTileMma(float (&acc)[MI][NI][4], const SmemAddr (&aRow)[MI],
+                                            const SmemAddr (&bRow)[NI / 2]) {
+  static_assert(NI % 2 == 0, "n-tiles come in pairs");
+#ifdef DLC_EMU
+  dlc_emu_ptx::TileLane<MI, NI> me;
+  for (int i = 0; i < MI; ++i)
+    me.aRow[i] = aRow[i];
+  for (int j = 0; j < NI / 2; ++j)
+    me.bRow[j] = bRow[j];
+  me.acc = &acc[0][0][0];
+  dlc_emu_ptx::warpOp(&me, dlc_emu_ptx::tileOp<MI, NI, MmaKind<MT>::value == 1>);
+#else
+  unsigned a[MI][4], b[NI / 2][4];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+    ldmatrix<4, false>(a[i], aRow[i]);
+#pragma unroll
+  for (int j = 0; j < NI / 2; ++j)
+    ldmatrix<4, false>(b[j], bRow[j]);
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+      const unsigned bj[2] = {b[j / 2][2 * (j % 2)], b[j / 2][2 * (j % 2) + 1]};
+      mma16816<MT>(acc[i][j], a[i], bj);
+    }
+#endif
+}
+
+} // namespace dlc
