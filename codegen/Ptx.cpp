@@ -91,11 +91,14 @@ Instr classify(llvm::StringRef op, llvm::StringRef operands) {
     in.cls = Class::Barrier;
   } else if (op.startswith("cp.async")) {
     in.cls = Class::CpAsync;
-    // cp.async.ca.shared.global [dst], [src], 16;
-    size_t comma = operands.rfind(',');
+    // cp.async.ca.shared.global [dst], [src], 16{, src-size};: the size follows the
+    // source address.
+    size_t close = operands.rfind(']');
     unsigned size = 4;
-    if (comma != llvm::StringRef::npos)
-      operands.substr(comma + 1).trim().getAsInteger(10, size);
+    if (close != llvm::StringRef::npos) {
+      llvm::StringRef rest = operands.substr(close + 1).ltrim(" \t,");
+      rest.substr(0, rest.find(',')).trim().getAsInteger(10, size);
+    }
     in.bytes = static_cast<uint8_t>(std::min(size, 16u));
     return in;
   } else if (op.startswith("atom") || op.startswith("red")) {

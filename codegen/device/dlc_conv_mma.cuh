@@ -13,12 +13,15 @@
 // same 16-byte column of a few rows of every stage: it decomposes its positions once
 // (window origin, and which taps of its window are inside the image, as a bit mask) and
 // advances its (tap, channel) by BK with adds, never a division; a chunk outside the
-// image or past K is zero-filled by cp.async itself (src-size 0). Rows of a stage are 64 bytes, the four 16-byte chunks of row r
-// XOR-swizzled by (r / 2) % 4: the 8 rows an ldmatrix phase reads, and the chunks a
-// warp's cp.async writes, fall in distinct banks.
+// image or past K is zero-filled by cp.async itself (src-size 0). Rows of a stage are 64 bytes, the
+// four 16-byte chunks of row r XOR-swizzled by (r / 2) % 4: the 8 rows an ldmatrix phase reads, and
+// the chunks a warp's cp.async writes, fall in distinct banks.
 //
 // Requirements (the emitter checks them): channels-last, one group, C a multiple of 8,
-// at most 32 taps, x and w 16-byte aligned and read as they are (no fused prologue). The epilogue adds
+// at most 32 taps (64 with a 64-bit Mask), x and w 16-byte aligned and read as they
+// are. Where they are not (C = 3 of an RGB stem, a fused prologue), conv_pack first
+// writes the operand as [rows, C rounded up to 8] with zero channels: the weights at
+// every run (they are small), the input through the prologue. The epilogue adds
 // the bias and applies the fused store functor on the accumulator fragments, or writes
 // the split-K partial sums for conv_splitk_reduce.
 #pragma once
@@ -32,10 +35,10 @@ namespace dlc {
 template <int BM_, int BN_, int WM_, int WN_, int Stages_> struct ConvMmaTile {
   static constexpr int BM = BM_, BN = BN_, WM = WM_, WN = WN_, Stages = Stages_, BK = 32;
   static constexpr int WarpsM = BM / WM, WarpsN = BN / WN, Threads = WarpsM * WarpsN * 32;
-  static constexpr int MI = WM / 16, NI = WN / 8;     // m16n8 tiles per warp
-  static constexpr int RowBytes = BK * 2;             // one row of a stage: 4 chunks
+  static constexpr int MI = WM / 16, NI = WN / 8; // m16n8 tiles per warp
+  static constexpr int RowBytes = BK * 2;         // one row of a stage: 4 chunks
   static constexpr int StageBytes = (BM + BN) * RowBytes, SmemBytes = Stages * StageBytes;
-  static constexpr int RowStep = Threads / 4;         // rows between a thread's chunks
+  static constexpr int RowStep = Threads / 4; // rows between a thread's chunks
   static constexpr int ARows = BM / RowStep, BRows = BN / RowStep;
   static_assert(BM % WM == 0 && BN % WN == 0 && WM % 16 == 0 && WN % 16 == 0, "warp tile");
   static_assert(BM % RowStep == 0 && BN % RowStep == 0 && RowStep % 8 == 0, "copy rows");
@@ -46,30 +49,32 @@ template <int BM_, int BN_, int WM_, int WN_, int Stages_> struct ConvMmaTile {
 /// im2col rows) and BRows output channels (the weight rows), and where in K it is.
 /// Which taps of a position's window lie inside the image is a mask computed once
 /// (bit tap, kSize <= 32), so that a copy's predicate is one AND.
-template <class Tile, class I, class MT> struct ConvMmaLoader {
+template <class Tile, class I, class MT, class Mask> struct ConvMmaLoader {
   static constexpr int ARows = Tile::ARows, BRows = Tile::BRows;
   const MT *x, *w;
-  I aOff[ARows];         // each position's window origin in x (may be < 0)
-  unsigned aMask[ARows]; // bit t: tap t of the window is inside the image
-  unsigned bMask;        // bit r: weight row r is a channel (< M)
-  I wOff, wRows;         // this thread's chunk of weight row 0, and the rows' spacing
-  I k, kEnd;             // this thread's chunk of K, and the split's end
-  int c, t1, t2, tap;    // k as (tap (t0, t1, t2), its index; channel c)
+  I aOff[ARows];      // each position's window origin in x (may be < 0)
+  Mask aMask[ARows];  // bit t: tap t of the window is inside the image
+  unsigned bMask;     // bit r: weight row r is a channel (< M)
+  I wOff, wRows;      // this thread's chunk of weight row 0, and the rows' spacing
+  I k, kEnd;          // this thread's chunk of K, and the split's end
+  int c, t1, t2, tap; // k as (tap (t0, t1, t2), its index; channel c)
   int C, k1, k2;
   I tapOff;              // the tap's offset in x, plus c
   I step2, wrap2, wrap1; // tapOff's change as t2 advances, as t2 wraps, as t1 wraps
-  unsigned bit;          // 1 << tap, 0 past kEnd
+  Mask bit;              // 1 << tap, 0 past kEnd
   SmemAddr sts;          // this thread's chunk in a stage's A rows
 
-  __device__ __forceinline__ ConvMmaLoader(const ConvShape &s, I pBase, I mBase, I kBegin,
-                                           I kEnd_, int tid, SmemAddr base)
+  __device__ __forceinline__ ConvMmaLoader(const ConvShape &s, I pBase, I mBase, I kBegin, I kEnd_,
+                                           int tid, SmemAddr base)
       : x(static_cast<const MT *>(s.x)), w(static_cast<const MT *>(s.w)), kEnd(kEnd_) {
     const int j = tid & 3, row = tid >> 2;
     sts = base + row * Tile::RowBytes + ((j ^ ((row >> 1) & 3)) << 4);
     const I C_ = static_cast<I>(s.C), K = static_cast<I>(s.K);
     const int in0 = static_cast<int>(s.in[0]), in1 = static_cast<int>(s.in[1]),
               in2 = static_cast<int>(s.in[2]), k1_ = static_cast<int>(s.k[1]),
-              k2_ = static_cast<int>(s.k[2]), kSize = static_cast<int>(s.kSize);
+              k2_ = static_cast<int>(s.k[2]), kSize = static_cast<int>(s.kSize),
+              dil0 = static_cast<int>(s.dil[0]), dil1 = static_cast<int>(s.dil[1]),
+              dil2 = static_cast<int>(s.dil[2]);
 #pragma unroll
     for (int r = 0; r < ARows; ++r) {
       I p = pBase + row + r * Tile::RowStep;
@@ -79,27 +84,31 @@ template <class Tile, class I, class MT> struct ConvMmaLoader {
         I o = s.dP.split(p); // p: the image
         const I o2 = s.dOut2.split(o), o1 = s.dOut1.split(o);
         const int h0 = static_cast<int>(o * static_cast<I>(s.stride[0]) - static_cast<I>(s.pad[0])),
-                  h1 = static_cast<int>(o1 * static_cast<I>(s.stride[1]) - static_cast<I>(s.pad[1])),
-                  h2 = static_cast<int>(o2 * static_cast<I>(s.stride[2]) - static_cast<I>(s.pad[2]));
-        aOff[r] = (p * static_cast<I>(s.inSize) +
-                   (static_cast<I>(h0) * static_cast<I>(in1) + static_cast<I>(h1)) *
-                       static_cast<I>(in2) +
-                   static_cast<I>(h2)) *
-                  C_;
-        int q0 = 0, q1 = 0, q2 = 0;
+                  h1 =
+                      static_cast<int>(o1 * static_cast<I>(s.stride[1]) - static_cast<I>(s.pad[1])),
+                  h2 =
+                      static_cast<int>(o2 * static_cast<I>(s.stride[2]) - static_cast<I>(s.pad[2]));
+        aOff[r] =
+            (p * static_cast<I>(s.inSize) +
+             (static_cast<I>(h0) * static_cast<I>(in1) + static_cast<I>(h1)) * static_cast<I>(in2) +
+             static_cast<I>(h2)) *
+            C_;
+        // Tap by tap, the window's coordinates carried along with adds.
+        int q1 = 0, q2 = 0, i0 = h0, i1 = h1, i2 = h2;
         for (int t = 0; t < kSize; ++t) {
-          const int i0 = h0 + q0 * static_cast<int>(s.dil[0]),
-                    i1 = h1 + q1 * static_cast<int>(s.dil[1]),
-                    i2 = h2 + q2 * static_cast<int>(s.dil[2]);
           if (static_cast<unsigned>(i0) < static_cast<unsigned>(in0) &&
               static_cast<unsigned>(i1) < static_cast<unsigned>(in1) &&
               static_cast<unsigned>(i2) < static_cast<unsigned>(in2))
-            aMask[r] |= 1u << t;
+            aMask[r] |= Mask(1) << t;
+          i2 += dil2;
           if (++q2 == k2_) {
             q2 = 0;
+            i2 = h2;
+            i1 += dil1;
             if (++q1 == k1_) {
               q1 = 0;
-              ++q0;
+              i1 = h1;
+              i0 += dil0;
             }
           }
         }
@@ -119,12 +128,12 @@ template <class Tile, class I, class MT> struct ConvMmaLoader {
     const I dStep2 = static_cast<I>(s.dil[2]) * C_,
             dStep1 = static_cast<I>(s.dil[1]) * static_cast<I>(in2) * C_,
             dStep0 = static_cast<I>(s.dil[0]) * static_cast<I>(in1) * static_cast<I>(in2) * C_;
-    tapOff = t0 * dStep0 + static_cast<I>(t1) * dStep1 + static_cast<I>(t2) * dStep2 +
-             static_cast<I>(c);
+    tapOff =
+        t0 * dStep0 + static_cast<I>(t1) * dStep1 + static_cast<I>(t2) * dStep2 + static_cast<I>(c);
     step2 = dStep2 - C_;
     wrap2 = dStep1 - static_cast<I>(k2) * dStep2;
     wrap1 = dStep0 - static_cast<I>(k1) * dStep1;
-    bit = k < kEnd ? 1u << tap : 0u;
+    bit = k < kEnd ? Mask(1) << tap : Mask(0);
     bMask = 0;
 #pragma unroll
     for (int r = 0; r < BRows; ++r)
@@ -167,11 +176,11 @@ template <class Tile, class I, class MT> struct ConvMmaLoader {
         }
       }
     }
-    bit = k < kEnd ? 1u << tap : 0u;
+    bit = k < kEnd ? Mask(1) << tap : Mask(0);
   }
 };
 
-template <class Tile, class I, class MT, class X, class Out>
+template <class Tile, class I, class MT, class Mask, class X, class Out>
 __global__ void __launch_bounds__(Tile::Threads) conv_fprop_mma(const ConvArgs<X, Out> a) {
   typedef typename Out::Value T; // the compute type (float)
   constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, Stages = Tile::Stages;
@@ -183,7 +192,7 @@ __global__ void __launch_bounds__(Tile::Threads) conv_fprop_mma(const ConvArgs<X
   const ConvBlock<I> blk(s, BN, BM); // (for its slice of K)
   const I pBase = static_cast<I>(blockIdx.x) * BM, mBase = static_cast<I>(blockIdx.y) * BN;
   const SmemAddr base = smemAddr(smem);
-  ConvMmaLoader<Tile, I, MT> copier(s, pBase, mBase, blk.kBegin, blk.kEnd, tid, base);
+  ConvMmaLoader<Tile, I, MT, Mask> copier(s, pBase, mBase, blk.kBegin, blk.kEnd, tid, base);
   // Where this lane's ldmatrix rows lie in a stage, for each k16 half of BK: A rows
   // (lanes 0-7 rows 0-7 of k 0-7, lanes 8-15 rows 8-15, lanes 16-31 the same of k 8-15)
   // and B rows (lanes 0-7 channels 0-7 of k 0-7, 8-15 of k 8-15, 16-31 channels 8-15).
@@ -191,8 +200,8 @@ __global__ void __launch_bounds__(Tile::Threads) conv_fprop_mma(const ConvArgs<X
   SmemAddr aLd[2], bLd[2];
 #pragma unroll
   for (int ks = 0; ks < 2; ++ks) {
-    aLd[ks] = base + (wm * Tile::WM + ar) * RowBytes +
-              (((2 * ks + (lane >> 4)) ^ ((ar >> 1) & 3)) << 4);
+    aLd[ks] =
+        base + (wm * Tile::WM + ar) * RowBytes + (((2 * ks + (lane >> 4)) ^ ((ar >> 1) & 3)) << 4);
     bLd[ks] = base + (BM + wn * Tile::WN + br) * RowBytes +
               (((2 * ks + ((lane >> 3) & 1)) ^ ((br >> 1) & 3)) << 4);
   }
@@ -263,6 +272,29 @@ __global__ void __launch_bounds__(Tile::Threads) conv_fprop_mma(const ConvArgs<X
         else
           Out::store(a.out, p * M + m, acc[i][j][e] + bias[e & 1]);
       }
+  }
+}
+
+template <class X> struct ConvPackArgs {
+  ConvPackShape s;
+  typename X::Params x;
+};
+
+/// conv_fprop_mma's operand [rows, C] as [rows, Cp]: channel c of row r is the source's
+/// (through X, the fused prologue, when s.w is null), zero for c >= C.
+template <class I, class MT, class X>
+__global__ void __launch_bounds__(256) conv_pack(const ConvPackArgs<X> a) {
+  typedef typename X::Value T;
+  const ConvPackShape &s = a.s;
+  MT *out = static_cast<MT *>(s.out);
+  const MT *w = static_cast<const MT *>(s.w);
+  DLC_GRID_STRIDE(i, static_cast<I>(s.total)) {
+    I r = i;
+    const I c = s.dCp.split(r), src = r * static_cast<I>(s.C) + c;
+    T v = T(0);
+    if (c < static_cast<I>(s.C))
+      v = w ? ld<T>(w, src) : X::load(a.x, src);
+    out[i] = Cvt<MT, T>::run(v);
   }
 }
 

@@ -449,7 +449,8 @@ inline void ldmatrixWarp(const u64 *addr, int num, bool trans, unsigned (*r)[4])
   for (int l = 0; l < 32; ++l)
     for (int i = 0; i < num; ++i) {
       const int g = l / 4, c = 2 * (l % 4);
-      const unsigned e0 = trans ? m[i][c][g] : m[i][g][c], e1 = trans ? m[i][c + 1][g] : m[i][g][c + 1];
+      const unsigned e0 = trans ? m[i][c][g] : m[i][g][c],
+                     e1 = trans ? m[i][c + 1][g] : m[i][g][c + 1];
       r[l][i] = e0 | (e1 << 16);
     }
 }

@@ -100,12 +100,8 @@ __device__ __forceinline__ void ldmatrix(unsigned (&r)[Num], SmemAddr addr) {
 }
 
 template <class MT> struct MmaKind;
-template <> struct MmaKind<__half> {
-  static constexpr int value = 0;
-};
-template <> struct MmaKind<__nv_bfloat16> {
-  static constexpr int value = 1;
-};
+template <> struct MmaKind<__half> { static constexpr int value = 0; };
+template <> struct MmaKind<__nv_bfloat16> { static constexpr int value = 1; };
 
 /// d += a b over a 16 x 8 tile, k 16, 16-bit MT operands, FP32 accumulators.
 template <class MT>

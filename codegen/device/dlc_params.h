@@ -120,8 +120,17 @@ struct ConvShape {
   i64 kPerSplit; // reduction slice per split (a multiple of the tile's BK)
   i64 splits;
   Divmod dKSize, dK2, dK1, dP, dNP, dOut2, dOut1, dOut0, dM, dMg;
-  Divmod dCg; // channels-last: K is (tap, channel), channel fastest
+  Divmod dCg;    // channels-last: K is (tap, channel), channel fastest
   const void *x; // the input, for kernels that copy it as it is (conv_fprop_mma), else null
+};
+
+/// conv_pack: an operand of conv_fprop_mma rewritten as [rows, Cp], channels padded with
+/// zeros to a multiple of 8 (Cp >= C) and any fused prologue applied.
+struct ConvPackShape {
+  void *out;        // [rows, Cp]
+  const void *w;    // the source [rows, C] read as it is (weights), or null: through X
+  i64 C, Cp, total; // total = rows * Cp
+  Divmod dCp;
 };
 
 /// ConvTranspose as a gather: y[n, m, y] = b[m] + sum x[n, c, (y + pad - k * dil) / stride] * w[c,

@@ -56,12 +56,16 @@ struct ConvFamily {
   int64_t channels(const ConvTileConfig &c) const { return kind == Mma ? c.bn : c.bm; }
   int64_t positions(const ConvTileConfig &c) const { return kind == Mma ? c.bm : c.bn; }
   const char *kernel() const {
-    return kind == CudaCore ? "dlc::conv_igemm" : kind == Wmma ? "dlc::conv_igemm_tc" : "dlc::conv_fprop_mma";
+    return kind == CudaCore ? "dlc::conv_igemm"
+           : kind == Wmma   ? "dlc::conv_igemm_tc"
+                            : "dlc::conv_fprop_mma";
   }
   std::string tile(const ConvTileConfig &c) const {
-    std::string t = std::string(kind == CudaCore ? "dlc::ConvTile<" : kind == Wmma ? "dlc::ConvTcTile<" : "dlc::ConvMmaTile<") +
-                    std::to_string(c.bm) + ", " + std::to_string(c.bn) + ", " + std::to_string(c.tm) +
-                    ", " + std::to_string(c.tn);
+    std::string t = std::string(kind == CudaCore ? "dlc::ConvTile<"
+                                : kind == Wmma   ? "dlc::ConvTcTile<"
+                                                 : "dlc::ConvMmaTile<") +
+                    std::to_string(c.bm) + ", " + std::to_string(c.bn) + ", " +
+                    std::to_string(c.tm) + ", " + std::to_string(c.tn);
     return t + (kind == Mma ? ", " + std::to_string(c.stages) : std::string()) + ">";
   }
 };
@@ -188,13 +192,53 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   Functor &fx = io->in, &fo = io->out;
   std::string xn = io->inName, on = io->outName, wtype = cudaType(wt->dtype());
   std::string argsType = "dlc::ConvArgs<" + xn + ", " + on + ">";
-  // FP16/BF16 operands: tensor cores (FP32 accumulators); channels-last with whole
-  // 16-byte chunks of channels, read as they are, through cp.async and mma.sync.
+  // FP16/BF16 operands: tensor cores (FP32 accumulators). Channels-last: cp.async,
+  // ldmatrix and mma.sync (conv_fprop_mma), which copies whole 16-byte chunks of
+  // channels as they are; an operand that is not that (C = 3, a fused prologue, an
+  // unaligned view) is first rewritten by conv_pack, channels padded to a multiple of 8.
   auto reduced = [](DType t) { return t == DType::F16 || t == DType::BF16; };
   const bool tensor = reduced(x->dtype()) && reduced(wt->dtype()) && x->dtype() == wt->dtype();
-  const bool mma = tensor && cl && s.Cg % 8 == 0 && s.kSize <= 32 && !(l.group() && l.group()->computes(x)) &&
-                   l.bufferOf(x).offset % 16 == 0 && l.bufferOf(wt).offset % 16 == 0 &&
-                   (!b || b->dtype() == wt->dtype());
+  const bool mma =
+      tensor && cl && groups == 1 && s.kSize <= 64 && (!b || b->dtype() == wt->dtype());
+  const bool packX = mma && (s.C % 8 != 0 || (l.group() && l.group()->computes(x)) ||
+                             l.bufferOf(x).offset % 16 != 0);
+  const bool packW = mma && (s.C % 8 != 0 || l.bufferOf(wt).offset % 16 != 0);
+  const int64_t C = s.C, Cp = (s.C + 7) / 8 * 8, pixels = w.N * w.inSize();
+  std::optional<BufferRef> xPacked, wPacked;
+  if (packX || packW) {
+    s.C = s.Cg = Cp;
+    s.K = s.kSize * Cp;
+    s.kPerSplit = s.K;
+    s.dCg = Divmod::make(Cp);
+  }
+  auto pack = [&](bool isX) {
+    const uint64_t rows = static_cast<uint64_t>(isX ? pixels : M * s.kSize),
+                   bytes = rows * static_cast<uint64_t>(Cp) * dtypeSize(x->dtype());
+    BufferRef dst = l.temp(bytes, n.result()->name() + (isX ? ".x_packed" : ".w_packed"));
+    ConvPackShape ps{};
+    ps.C = C;
+    ps.Cp = Cp;
+    ps.total = static_cast<int64_t>(rows) * Cp;
+    ps.dCp = Divmod::make(Cp);
+    Instantiation inst{"dlc::conv_pack",
+                       {l.indexType(std::max<int64_t>(ps.total, static_cast<int64_t>(rows) * C)),
+                        cudaType(x->dtype()), xn},
+                       "dlc::ConvPackArgs<" + xn + ">",
+                       {xn}};
+    uint32_t k = l.instantiate(inst);
+    LaunchArgs a;
+    a.shape(ps);
+    a.pointer(offsetof(ConvPackShape, out), dst, bytes, true);
+    if (!isX)
+      a.pointer(offsetof(ConvPackShape, w), l.bufferOf(wt), wt->type().byteSize(), false);
+    a.functor(fx, isX);
+    l.launch(n, k, a, gridFor(static_cast<uint64_t>(ps.total), 256), 256, 0, 0);
+    return dst;
+  };
+  if (packX)
+    xPacked = pack(true);
+  if (packW)
+    wPacked = pack(false);
   // The arguments of the GEMM kernel and of the split-K reduction are the same struct;
   // what each launch touches (the cost model's traffic) differs.
   enum Role { Whole, SplitGemm, SplitReduce };
@@ -202,15 +246,16 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
                   Role role) {
     LaunchArgs a;
     a.shape(shape);
-    a.pointer(offsetof(ConvShape, w), l.bufferOf(wt), wt->type().byteSize(), false,
-              role != SplitReduce);
+    a.pointer(offsetof(ConvShape, w), wPacked ? *wPacked : l.bufferOf(wt),
+              static_cast<uint64_t>(M * s.K) * dtypeSize(wt->dtype()), false, role != SplitReduce);
     if (b)
       a.pointer(offsetof(ConvShape, bias), l.bufferOf(b), b->type().byteSize(), false,
                 role != SplitGemm);
     if (partial)
       a.pointer(offsetof(ConvShape, partial), *partial, partialBytes, role == SplitGemm);
     if (mma) // the kernel copies x as it is
-      a.pointer(offsetof(ConvShape, x), l.bufferOf(x), x->type().byteSize(), false,
+      a.pointer(offsetof(ConvShape, x), xPacked ? *xPacked : l.bufferOf(x),
+                static_cast<uint64_t>(pixels * s.C) * dtypeSize(x->dtype()), false,
                 role != SplitReduce);
     a.functor(fx, !mma && role != SplitReduce);
     a.functor(fo, role != SplitGemm);
@@ -218,8 +263,8 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   };
   double flops =
       2.0 * static_cast<double>(M) * static_cast<double>(s.NP) * static_cast<double>(s.K);
-  int64_t maxIndex = std::max(
-      {x->type().numElements(), y->type().numElements(), wt->type().numElements(), s.K * s.NP});
+  int64_t maxIndex = std::max({x->type().numElements(), y->type().numElements(),
+                               wt->type().numElements(), s.K * s.NP, pixels * s.C, M * s.K});
   if (groups != 1 || !floating) {
     Instantiation inst{
         "dlc::conv_direct", {layout, l.indexType(maxIndex), wtype, xn, on}, argsType, {xn, on}};
@@ -238,7 +283,8 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     std::string index = l.indexType(std::max(maxIndex, splits * M * s.NP));
     std::vector<std::string> targs = {fam.tile(c)};
     if (fam.kind == ConvFamily::Mma) {
-      targs.insert(targs.end(), {index, cudaType(x->dtype()), xn, on});
+      targs.insert(targs.end(), {index, cudaType(x->dtype()),
+                                 s.kSize > 32 ? "unsigned long long" : "unsigned", xn, on});
     } else {
       targs.insert(targs.end(), {pointwise ? "true" : "false", layout, index});
       if (tensor)

@@ -295,8 +295,10 @@ public:
     if (!fibers_)
       fail("kernel uses a warp-wide operation but was compiled as barrier-free");
     EmuThread *me = current_;
-    const unsigned i = static_cast<unsigned>(me - threads_.data()), first = i / perBlock_ * perBlock_;
-    const unsigned lo = first + (i % perBlock_) / 32 * 32, hi = std::min(first + perBlock_, lo + 32);
+    const unsigned i = static_cast<unsigned>(me - threads_.data()),
+                   first = i / perBlock_ * perBlock_;
+    const unsigned lo = first + (i % perBlock_) / 32 * 32,
+                   hi = std::min(first + perBlock_, lo + 32);
     if (!((mask >> (i - lo)) & 1u))
       fail("lane " + std::to_string(i - lo) + " calls a warp-wide operation with a mask that " +
            "excludes it");
@@ -350,7 +352,8 @@ public:
       fail("cp.async copies 4, 8 or 16 bytes, not " + std::to_string(bytes));
     if (srcBytes > bytes)
       fail("cp.async's source size exceeds its copy size");
-    if (reinterpret_cast<uintptr_t>(dst) % bytes || (srcBytes && reinterpret_cast<uintptr_t>(src) % bytes))
+    if (reinterpret_cast<uintptr_t>(dst) % bytes ||
+        (srcBytes && reinterpret_cast<uintptr_t>(src) % bytes))
       fail("misaligned cp.async of " + std::to_string(bytes) + " bytes");
     uintptr_t d = reinterpret_cast<uintptr_t>(dst);
     bool inShared = false;
@@ -810,9 +813,9 @@ void apiCpAsyncWait(unsigned n) {
   tlsRunner->cpAsyncWait(n);
 }
 
-const dlc_emu_api kApiTable = {apiSyncthreads,  apiSyncwarp,      apiExchange,      apiBallot,
-                               apiTrap,         apiGridsync,      apiAccess,        apiStaticShared,
-                               apiWarpOp,       apiAccessAsLane,  apiCpAsync,       apiCpAsyncCommit,
+const dlc_emu_api kApiTable = {apiSyncthreads, apiSyncwarp,     apiExchange, apiBallot,
+                               apiTrap,        apiGridsync,     apiAccess,   apiStaticShared,
+                               apiWarpOp,      apiAccessAsLane, apiCpAsync,  apiCpAsyncCommit,
                                apiCpAsyncWait};
 
 } // namespace

@@ -258,7 +258,7 @@ TEST(KernelLibrary, ChannelsLastConvolutionAndPooling) {
   %y = Relu(%c) : f16[2,5,5,10]
   return %y
 })",
-         {"dlc::conv_igemm_tc"},
+         {"dlc::conv_fprop_mma", "dlc::conv_pack"},
          {},
          2,
          true,
@@ -268,7 +268,7 @@ TEST(KernelLibrary, ChannelsLastConvolutionAndPooling) {
   %y = Conv(%x, %w) {channels_last = 1} : bf16[1,5,5,3]
   return %y
 })",
-         {"dlc::conv_igemm_tc"},
+         {"dlc::conv_fprop_mma", "dlc::conv_pack"},
          {},
          2,
          true,
@@ -331,9 +331,20 @@ TEST(KernelLibrary, MmaSyncConvolution) {
          2,
          true,
          2e-2});
-  check({"nhwc f16 pointwise, 8 -> 130 channels over 143 positions",
-         R"(graph @g(%x: f16[1,13,11,8], %w: f16[130,1,1,8], %b: f16[130]) -> ("y": f16[1,13,11,130]) {
+  check(
+      {"nhwc f16 pointwise, 8 -> 130 channels over 143 positions",
+       R"(graph @g(%x: f16[1,13,11,8], %w: f16[130,1,1,8], %b: f16[130]) -> ("y": f16[1,13,11,130]) {
   %y = Conv(%x, %w, %b) {channels_last = 1} : f16[1,13,11,130]
+  return %y
+})",
+       {"dlc::conv_fprop_mma"},
+       {},
+       2,
+       true,
+       4e-3});
+  check({"nhwc f16 3-D, 3x3x3 window",
+         R"(graph @g(%x: f16[1,4,5,6,8], %w: f16[12,3,3,3,8]) -> ("y": f16[1,4,5,6,12]) {
+  %y = Conv(%x, %w) {channels_last = 1, pads = [1, 1, 1, 1, 1, 1]} : f16[1,4,5,6,12]
   return %y
 })",
          {"dlc::conv_fprop_mma"},
@@ -341,9 +352,23 @@ TEST(KernelLibrary, MmaSyncConvolution) {
          2,
          true,
          4e-3});
-  check({"nhwc f16 3-D, 3x3x3 window",
-         R"(graph @g(%x: f16[1,4,5,6,8], %w: f16[12,3,3,3,8]) -> ("y": f16[1,4,5,6,12]) {
-  %y = Conv(%x, %w) {channels_last = 1, pads = [1, 1, 1, 1, 1, 1]} : f16[1,4,5,6,12]
+  // Channels not a multiple of 8 (an RGB stem: 7x7, 49 taps, a 64-bit tap mask):
+  // conv_pack rewrites the operands first.
+  check({"nhwc f16 7x7 s2 stem, 3 -> 10 channels",
+         R"(graph @g(%x: f16[1,13,11,3], %w: f16[10,7,7,3], %b: f16[10]) -> ("y": f16[1,7,6,10]) {
+  %y = Conv(%x, %w, %b) {channels_last = 1, pads = [3, 3, 3, 3], strides = [2, 2]} : f16[1,7,6,10]
+  return %y
+})",
+         {"dlc::conv_fprop_mma", "dlc::conv_pack"},
+         {},
+         2,
+         true,
+         4e-3});
+  // A view into another tensor (Split along the batch: the second image's offset).
+  check({"nhwc f16 conv of a split's second part",
+         R"(graph @g(%x: f16[3,5,6,16], %w: f16[9,3,3,16]) -> ("y": f16[2,5,6,9]) {
+  %a, %v = Split(%x) {axis = 0, split = [1, 2]} : f16[1,5,6,16], f16[2,5,6,16]
+  %y = Conv(%v, %w) {channels_last = 1, pads = [1, 1, 1, 1]} : f16[2,5,6,9]
   return %y
 })",
          {"dlc::conv_fprop_mma"},

@@ -380,7 +380,7 @@ struct YF { typedef float Value; struct Params { float *__restrict__ a0; };
   for (const codegen::ConvTileConfig &c : codegen::kConvMmaTiles) {
     const std::string stages = std::to_string(c.stages);
     src += "template __global__ void dlc::conv_fprop_mma<dlc::ConvMmaTile<" + tile(c) + ", " +
-           stages + ">, dlc::idx32, __half, XH, YH>(dlc::ConvArgs<XH, YH>);\n";
+           stages + ">, dlc::idx32, __half, unsigned, XH, YH>(dlc::ConvArgs<XH, YH>);\n";
     std::string name = mangled("11ConvMmaTile", c);
     kernels.emplace_back(name.substr(0, name.size() - 2) + "ELi" + stages + "EE", &c);
   }
@@ -390,7 +390,7 @@ struct YF { typedef float Value; struct Params { float *__restrict__ a0; };
     kernels.emplace_back(mangled("8ConvTile", c), &c);
   }
   auto decoded = compile(src, "sm_90");
-  ASSERT_EQ(decoded.size(), kernels.size());
+  ASSERT_GE(decoded.size(), kernels.size()); // (and the device functions they call)
   std::map<std::string, KernelFacts> facts;
   for (const auto &[name, c] : kernels)
     for (const auto &[symbol, f] : decoded)

@@ -237,10 +237,15 @@ TEST(CostModel, WithoutACubinTheModelReadsThePtx) {
   EXPECT_EQ(c.peakPriced[1], 0u);
   EXPECT_EQ(c.ptxPriced[1], launches);
   ASSERT_EQ(c.facts.count("compute_80"), 1u);
-  // The tensor-core convolution's PTX main loop holds its WMMA.
+  // The tensor-core convolution's PTX main loop holds its mma.sync, its ldmatrix and its
+  // 16-byte cp.async copies.
   bool tensor = false;
   for (const auto &[symbol, f] : c.facts.at("compute_80"))
-    if (symbol.find("conv_igemm_tc") != std::string::npos && f.main())
-      tensor |= f.main()->of(codegen::sass::Class::Tensor) > 0;
+    if (symbol.find("conv_fprop_mma") != std::string::npos && f.main()) {
+      const codegen::sass::Mix &m = *f.main();
+      tensor = m.of(codegen::sass::Class::Tensor) > 0 && m.of(codegen::sass::Class::Ldsm) > 0 &&
+               m.of(codegen::sass::Class::CpAsync) > 0 &&
+               m.cpAsyncBytes == 16 * m.of(codegen::sass::Class::CpAsync);
+    }
   EXPECT_TRUE(tensor);
 }

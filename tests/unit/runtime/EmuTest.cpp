@@ -552,15 +552,15 @@ TEST(Emu, MmaSyncFollowsThePtxFragmentLayout) {
   // Case 0: A = I, B(k, n) = 8 k + n, D = 0.5 + B(row, col); lane (g, t) holds rows g,
   // g + 8 and cols 2t, 2t + 1.
   EXPECT_EQ(d(0, 0, 0), 0.5f);
-  EXPECT_EQ(d(0, 0, 3), 65.5f);  // (8, 1)
-  EXPECT_EQ(d(0, 5, 0), 10.5f);  // g 1, t 1: (1, 2)
-  EXPECT_EQ(d(0, 5, 2), 74.5f);  // (9, 2)
-  EXPECT_EQ(d(0, 31, 1), 63.5f); // (7, 7)
+  EXPECT_EQ(d(0, 0, 3), 65.5f);   // (8, 1)
+  EXPECT_EQ(d(0, 5, 0), 10.5f);   // g 1, t 1: (1, 2)
+  EXPECT_EQ(d(0, 5, 2), 74.5f);   // (9, 2)
+  EXPECT_EQ(d(0, 31, 1), 63.5f);  // (7, 7)
   EXPECT_EQ(d(0, 31, 3), 127.5f); // (15, 7)
   // Case 1: A(r, k) = 16 r + k, B picks k = n + 8: D = 0.5 + 16 r + n + 8 (A's k 8-15
   // halves, registers a2 and a3).
-  EXPECT_EQ(d(1, 5, 0), 26.5f);  // (1, 2)
-  EXPECT_EQ(d(1, 5, 3), 155.5f); // (9, 3)
+  EXPECT_EQ(d(1, 5, 0), 26.5f);   // (1, 2)
+  EXPECT_EQ(d(1, 5, 3), 155.5f);  // (9, 3)
   EXPECT_EQ(d(1, 30, 2), 252.5f); // g 7, t 2: (15, 4): 240 + 4 + 8
   for (int l = 0; l < 32; ++l)
     for (int i = 0; i < 4; ++i) {
