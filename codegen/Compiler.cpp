@@ -509,6 +509,7 @@ llvm::Expected<Program> lowerFor(const Graph &g, const std::vector<std::string> 
       lo.archs.push_back(t);
   lo.persistentRnn = opts.persistentRnn;
   lo.wideIndices = opts.wideIndices;
+  lo.forceConvTile = opts.forceConvTile;
   lo.tf32 = opts.tf32;
   Lowering lowering(g, lo);
   return lowering.run();

@@ -284,6 +284,8 @@ struct LoweringOptions {
   bool persistentRnn = true;
   /// 64-bit indices everywhere (tests: the wide instantiations on small shapes).
   bool wideIndices = false;
+  /// Tests: every implicit-GEMM convolution takes this tile of its table (-1: the model's).
+  int forceConvTile = -1;
   /// FP32 GEMMs on tensor cores in TF32 (cuBLASLt's fast-TF32 compute).
   bool tf32 = false;
 };

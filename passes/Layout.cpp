@@ -206,7 +206,7 @@ public:
   std::string_view name() const override { return "layout"; }
 
   bool run(Graph &g, PassContext &ctx) override {
-    if (!wantsChannelsLast(g, ctx.layout))
+    if (!wantsChannelsLast(g, ctx.layout, ctx.tf32))
       return false;
     bool changed = false;
     for (Node *n : g.nodeList())
@@ -242,14 +242,16 @@ private:
     return std::nullopt;
   }
 
-  static bool wantsChannelsLast(const Graph &g, LayoutMode mode) {
+  /// Auto: conv nets whose convolutions run on tensor cores (FP16/BF16, or FP32 in TF32).
+  static bool wantsChannelsLast(const Graph &g, LayoutMode mode, bool tf32) {
     if (mode == LayoutMode::NCHW)
       return false;
     for (const Node &n : g.nodes())
       if (auto perm = seedPerm(n)) {
         DType t = n.operand(0)->dtype();
         if (mode == LayoutMode::NHWC ||
-            (perm->size() == 4 && (t == DType::F16 || t == DType::BF16)))
+            (perm->size() == 4 &&
+             (t == DType::F16 || t == DType::BF16 || (tf32 && t == DType::F32))))
           return true;
       }
     return false;

@@ -1,11 +1,12 @@
 #!/usr/bin/python3
-"""FP32 against FP16 and BF16 on the model suite (issue: mixed precision).
+"""FP32 against TF32, FP16 and BF16 on the model suite (issue: mixed precision).
 
 For each model it compiles an FP32, an FP16 and a BF16 package for emu (and the
 GPU targets, so `dlc inspect` can model H100 latency and the tensor-core FLOP
 fraction), runs every package on the same N random inputs through the C API
 (libdlcrt, emu backend), and prints per precision:
   - max relative error against FP32 (max |a - b| / max |b| per output, worst input);
+  - (tf32: FP32 with --tf32, convolutions and GEMMs on tensor cores in TF32);
   - top-1 agreement with FP32 over the N inputs (classifiers: outputs with a class axis);
   - tensor_core_flop_fraction and modeled H100 latency from `dlc inspect --json`.
 
@@ -118,7 +119,7 @@ def main():
         rng = np.random.default_rng(0)
         feeds = [random_feed(model, rng) for _ in range(a.inputs)]
         results, inspect = {}, {}
-        configs = [("fp32", []), ("fp16", ["--fp16"]), ("bf16", ["--bf16"])]
+        configs = [("fp32", []), ("tf32", ["--tf32"]), ("fp16", ["--fp16"]), ("bf16", ["--bf16"])]
         if a.nchw:
             configs.append(("fp16-nchw", ["--fp16", "--layout", "nchw"]))
         for prec, flags in configs:

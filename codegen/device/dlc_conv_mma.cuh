@@ -1,29 +1,35 @@
-// conv_fprop_mma: the channels-last (NHWC) implicit-GEMM convolution on tensor cores
-// for FP16/BF16, in the Ampere style (sm_80+).
+// conv_fprop_mma: the channels-last (NHWC) implicit-GEMM convolution on tensor cores,
+// in the Ampere style (sm_80+): FP16/BF16 operands (mma.sync m16n8k16) or FP32 operands
+// rounded to TF32 (m16n8k8), FP32 accumulators.
 //
 // The GEMM: rows are the N*P output positions, columns the M output channels, and K =
 // kSize * C runs over (tap, channel), channel fastest, so that both operands are
 // K-contiguous in memory: the im2col row of a position is the input's channels at each
 // tap, and the weights are [M, k..., C]. A block computes a BM x BN tile; its warps
-// WM x WN each, in m16n8k16 products (mma.sync) from fragments loaded by ldmatrix.
+// WM x WN each, in m16n8 products (mma.sync) from fragments loaded by ldmatrix.
 //
-// The main loop stages BK = 32 of K at a time in a ring of Stages shared-memory stages
-// filled by 16-byte cp.async (8 channels of one tap), Stages - 1 tiles ahead of the
-// products: one cp.async.wait_group and one barrier per stage. Each thread copies the
-// same 16-byte column of a few rows of every stage: it decomposes its positions once
-// (window origin, and which taps of its window are inside the image, as a bit mask) and
-// advances its (tap, channel) by BK with adds, never a division; a chunk outside the
-// image or past K is zero-filled by cp.async itself (src-size 0). Rows of a stage are 64 bytes, the
-// four 16-byte chunks of row r XOR-swizzled by (r / 2) % 4: the 8 rows an ldmatrix phase reads, and
-// the chunks a warp's cp.async writes, fall in distinct banks.
+// The main loop stages 64 bytes of K per row at a time (BK = 32 FP16 or 16 FP32 values)
+// in a ring of Stages shared-memory stages filled by 16-byte cp.async (8 or 4 channels
+// of one tap), Stages - 1 tiles ahead of the products: one cp.async.wait_group and one
+// barrier per stage. Each thread copies the same 16-byte column of a few rows of every
+// stage: it decomposes its positions once (window origin, and which taps of its window
+// are inside the image, as a bit mask) and advances its (tap, channel) by BK with adds,
+// never a division; a chunk outside the image or past K is zero-filled by cp.async
+// itself (src-size 0). Rows of a stage are 64 bytes, the four 16-byte chunks of row r
+// XOR-swizzled by (r / 2) % 4: the 8 rows an ldmatrix phase reads, and the chunks a
+// warp's cp.async writes, fall in distinct banks.
 //
-// Requirements (the emitter checks them): channels-last, one group, C a multiple of 8,
-// at most 32 taps (64 with a 64-bit Mask), x and w 16-byte aligned and read as they
-// are. Where they are not (C = 3 of an RGB stem, a fused prologue), conv_pack first
-// writes the operand as [rows, C rounded up to 8] with zero channels: the weights at
-// every run (they are small), the input through the prologue. The epilogue adds
-// the bias and applies the fused store functor on the accumulator fragments, or writes
-// the split-K partial sums for conv_splitk_reduce.
+// Grouped convolutions (group width Cg a multiple of a chunk) batch the groups into the
+// grid: blockIdx.y is (group, tile of its Mg channels), and a block reads its group's
+// Cg input channels of each pixel and writes only its group's channels.
+//
+// Requirements (the emitter checks them): channels-last, Cg a multiple of a chunk
+// (8 or 4), at most 32 taps (64 with a 64-bit Mask), x and w 16-byte aligned and
+// read as they are. Where they are not (C = 3 of an RGB stem, a fused prologue),
+// conv_pack first writes the operand as [rows, C rounded up to a chunk] with zero
+// channels: the weights at every run (they are small), the input through the prologue.
+// The epilogue adds the bias and applies the fused store functor on the accumulator
+// fragments, or writes the split-K partial sums for conv_splitk_reduce.
 #pragma once
 
 #include "dlc_conv.cuh"
@@ -33,10 +39,10 @@ namespace dlc {
 
 /// BM positions x BN channels per block, (BM / WM) x (BN / WN) warps, Stages stages.
 template <int BM_, int BN_, int WM_, int WN_, int Stages_> struct ConvMmaTile {
-  static constexpr int BM = BM_, BN = BN_, WM = WM_, WN = WN_, Stages = Stages_, BK = 32;
+  static constexpr int BM = BM_, BN = BN_, WM = WM_, WN = WN_, Stages = Stages_;
   static constexpr int WarpsM = BM / WM, WarpsN = BN / WN, Threads = WarpsM * WarpsN * 32;
   static constexpr int MI = WM / 16, NI = WN / 8; // m16n8 tiles per warp
-  static constexpr int RowBytes = BK * 2;         // one row of a stage: 4 chunks
+  static constexpr int RowBytes = 64;             // one row of a stage: 4 chunks of K
   static constexpr int StageBytes = (BM + BN) * RowBytes, SmemBytes = Stages * StageBytes;
   static constexpr int RowStep = Threads / 4; // rows between a thread's chunks
   static constexpr int ARows = BM / RowStep, BRows = BN / RowStep;
@@ -48,24 +54,29 @@ template <int BM_, int BN_, int WM_, int WN_, int Stages_> struct ConvMmaTile {
 /// One thread's share of filling a stage: its 16-byte column of ARows positions (the
 /// im2col rows) and BRows output channels (the weight rows), and where in K it is.
 /// Which taps of a position's window lie inside the image is a mask computed once
-/// (bit tap, kSize <= 32), so that a copy's predicate is one AND.
+/// (bit tap: kSize <= 32 bits of Mask, 64 for unsigned long long), so that a copy's
+/// predicate is one AND.
 template <class Tile, class I, class MT, class Mask> struct ConvMmaLoader {
   static constexpr int ARows = Tile::ARows, BRows = Tile::BRows;
+  // Channels per 16-byte chunk, and K per stage, in elements.
+  static constexpr int Elems = 16 / int(sizeof(MT)), BK = Tile::RowBytes / int(sizeof(MT));
   const MT *x, *w;
   I aOff[ARows];      // each position's window origin in x (may be < 0)
   Mask aMask[ARows];  // bit t: tap t of the window is inside the image
-  unsigned bMask;     // bit r: weight row r is a channel (< M)
+  unsigned bMask;     // bit r: weight row r is a channel (of the block's group)
   I wOff, wRows;      // this thread's chunk of weight row 0, and the rows' spacing
   I k, kEnd;          // this thread's chunk of K, and the split's end
-  int c, t1, t2, tap; // k as (tap (t0, t1, t2), its index; channel c)
-  int C, k1, k2;
+  int c, t1, t2, tap; // k as (tap (t0, t1, t2), its index; channel c of the group)
+  int Cg, k1, k2;
   I tapOff;              // the tap's offset in x, plus c
   I step2, wrap2, wrap1; // tapOff's change as t2 advances, as t2 wraps, as t1 wraps
   Mask bit;              // 1 << tap, 0 past kEnd
   SmemAddr sts;          // this thread's chunk in a stage's A rows
 
-  __device__ __forceinline__ ConvMmaLoader(const ConvShape &s, I pBase, I mBase, I kBegin, I kEnd_,
-                                           int tid, SmemAddr base)
+  /// Rows pBase... and channels mBase... (< mEnd) of the group whose input channels
+  /// start at cBase.
+  __device__ __forceinline__ ConvMmaLoader(const ConvShape &s, I pBase, I mBase, I mEnd, I cBase,
+                                           I kBegin, I kEnd_, int tid, SmemAddr base)
       : x(static_cast<const MT *>(s.x)), w(static_cast<const MT *>(s.w)), kEnd(kEnd_) {
     const int j = tid & 3, row = tid >> 2;
     sts = base + row * Tile::RowBytes + ((j ^ ((row >> 1) & 3)) << 4);
@@ -92,7 +103,8 @@ template <class Tile, class I, class MT, class Mask> struct ConvMmaLoader {
             (p * static_cast<I>(s.inSize) +
              (static_cast<I>(h0) * static_cast<I>(in1) + static_cast<I>(h1)) * static_cast<I>(in2) +
              static_cast<I>(h2)) *
-            C_;
+                C_ +
+            cBase;
         // Tap by tap, the window's coordinates carried along with adds.
         int q1 = 0, q2 = 0, i0 = h0, i1 = h1, i2 = h2;
         for (int t = 0; t < kSize; ++t) {
@@ -114,14 +126,14 @@ template <class Tile, class I, class MT, class Mask> struct ConvMmaLoader {
         }
       }
     }
-    k = kBegin + 8 * j;
+    k = kBegin + Elems * j;
     I kt = k;
     c = static_cast<int>(s.dCg.split(kt));
     tap = static_cast<int>(kt);
     t2 = static_cast<int>(s.dK2.split(kt));
     t1 = static_cast<int>(s.dK1.split(kt));
     const I t0 = kt;
-    C = static_cast<int>(s.C);
+    Cg = static_cast<int>(s.Cg);
     k1 = k1_;
     k2 = k2_;
     // The offset of a tap's displacement: dStep0 t0 + dStep1 t1 + dStep2 t2.
@@ -130,14 +142,14 @@ template <class Tile, class I, class MT, class Mask> struct ConvMmaLoader {
             dStep0 = static_cast<I>(s.dil[0]) * static_cast<I>(in1) * static_cast<I>(in2) * C_;
     tapOff =
         t0 * dStep0 + static_cast<I>(t1) * dStep1 + static_cast<I>(t2) * dStep2 + static_cast<I>(c);
-    step2 = dStep2 - C_;
+    step2 = dStep2 - static_cast<I>(Cg);
     wrap2 = dStep1 - static_cast<I>(k2) * dStep2;
     wrap1 = dStep0 - static_cast<I>(k1) * dStep1;
     bit = k < kEnd ? Mask(1) << tap : Mask(0);
     bMask = 0;
 #pragma unroll
     for (int r = 0; r < BRows; ++r)
-      if (mBase + row + r * Tile::RowStep < static_cast<I>(s.M))
+      if (mBase + row + r * Tile::RowStep < mEnd)
         bMask |= 1u << r;
     wRows = static_cast<I>(Tile::RowStep) * K;
     wOff = (mBase + row) * K + k;
@@ -159,12 +171,12 @@ template <class Tile, class I, class MT, class Mask> struct ConvMmaLoader {
   /// Moves this thread's chunk BK further along K: adds, and a carry into the next tap
   /// (several when C < BK).
   __device__ __forceinline__ void advance() {
-    k += Tile::BK;
-    wOff += Tile::BK;
-    c += Tile::BK;
-    tapOff += Tile::BK;
-    while (c >= C) {
-      c -= C;
+    k += BK;
+    wOff += BK;
+    c += BK;
+    tapOff += BK;
+    while (c >= Cg) {
+      c -= Cg;
       ++tap;
       tapOff += step2;
       if (++t2 == k2) {
@@ -183,16 +195,25 @@ template <class Tile, class I, class MT, class Mask> struct ConvMmaLoader {
 template <class Tile, class I, class MT, class Mask, class X, class Out>
 __global__ void __launch_bounds__(Tile::Threads) conv_fprop_mma(const ConvArgs<X, Out> a) {
   typedef typename Out::Value T; // the compute type (float)
-  constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, Stages = Tile::Stages;
+  constexpr int BM = Tile::BM, BN = Tile::BN, Stages = Tile::Stages;
+  constexpr int BK = ConvMmaLoader<Tile, I, MT, Mask>::BK; // K per stage, in elements
   constexpr int MI = Tile::MI, NI = Tile::NI, RowBytes = Tile::RowBytes;
   DLC_DYNAMIC_SMEM(unsigned char, smem);
   const ConvShape &s = a.s;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp % Tile::WarpsM, wn = warp / Tile::WarpsM;
   const ConvBlock<I> blk(s, BN, BM); // (for its slice of K)
-  const I pBase = static_cast<I>(blockIdx.x) * BM, mBase = static_cast<I>(blockIdx.y) * BN;
+  // blockIdx.y: the group, then the tile of its Mg output channels (one division, once).
+  const int perGroup = static_cast<int>((s.Mg + BN - 1) / BN),
+            group = static_cast<int>(blockIdx.y) / perGroup,
+            mTile = static_cast<int>(blockIdx.y) - group * perGroup;
+  const I pBase = static_cast<I>(blockIdx.x) * BM,
+          mFirst = static_cast<I>(group) * static_cast<I>(s.Mg),
+          mBase = mFirst + static_cast<I>(mTile) * BN, mEnd = mFirst + static_cast<I>(s.Mg);
   const SmemAddr base = smemAddr(smem);
-  ConvMmaLoader<Tile, I, MT, Mask> copier(s, pBase, mBase, blk.kBegin, blk.kEnd, tid, base);
+  ConvMmaLoader<Tile, I, MT, Mask> copier(s, pBase, mBase, mEnd,
+                                          static_cast<I>(group) * static_cast<I>(s.Cg), blk.kBegin,
+                                          blk.kEnd, tid, base);
   // Where this lane's ldmatrix rows lie in a stage, for each k16 half of BK: A rows
   // (lanes 0-7 rows 0-7 of k 0-7, lanes 8-15 rows 8-15, lanes 16-31 the same of k 8-15)
   // and B rows (lanes 0-7 channels 0-7 of k 0-7, 8-15 of k 8-15, 16-31 channels 8-15).
@@ -258,14 +279,15 @@ __global__ void __launch_bounds__(Tile::Threads) conv_fprop_mma(const ConvArgs<X
     T bias[2];
 #pragma unroll
     for (int e = 0; e < 2; ++e)
-      bias[e] = (!partial && s.bias && m0 + e < M) ? ld<T>(static_cast<const MT *>(s.bias), m0 + e)
-                                                   : T(0);
+      bias[e] = (!partial && s.bias && m0 + e < mEnd)
+                    ? ld<T>(static_cast<const MT *>(s.bias), m0 + e)
+                    : T(0);
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const I p = pBase + wm * Tile::WM + 16 * i + g + 8 * (e >> 1), m = m0 + (e & 1);
-        if (p >= NP || m >= M)
+        if (p >= NP || m >= mEnd) // (mEnd <= M: the end of the block's group)
           continue;
         if (partial)
           partial[(static_cast<I>(blockIdx.z) * M + m) * NP + p] = acc[i][j][e];

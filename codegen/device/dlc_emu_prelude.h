@@ -287,6 +287,16 @@ inline float __fdividef(float a, float b) {
 inline float rsqrtf(float x) {
   return 1.0f / sqrtf(x);
 }
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
 inline double rsqrt(double x) {
   return 1.0 / sqrt(x);
 }
@@ -501,6 +511,13 @@ inline void mma16816Warp(bool bf16, const unsigned (*a)[4], const unsigned (*b)[
   }
   mmaTile(A, B, 16, d);
 }
+/// cvt.rna.tf32.f32 on FP32 bits: the nearest value with 10 mantissa bits, ties away
+/// from zero, the low 13 bits zero; infinities kept, NaN stays a (quiet) NaN.
+inline unsigned rnaTf32(unsigned u) {
+  if ((u & 0x7f800000u) == 0x7f800000u)
+    return (u & 0x7fffffu) ? (u | 0x400000u) & 0xffffe000u : u;
+  return (u + 0x1000u) & 0xffffe000u;
+}
 /// A TF32 operand: the FP32 bits with the low 13 mantissa bits ignored.
 inline double tf32Bits(unsigned u) {
   u &= 0xffffe000u;
@@ -581,14 +598,15 @@ template <int Kind> inline void mma(float *d, const unsigned *a, const unsigned 
   std::memcpy(d, me.d, sizeof(me.d));
 }
 
-/// A warp's step of an MI x NI tile of m16n8k16 products (dlc::warpTileMma): the A
+/// A warp's step of an MI x NI tile of m16n8 products (dlc::warpTileMma): the A
 /// fragments by ldmatrix.x4 at aRow[i], the B fragments of n-tiles 2 jj and 2 jj + 1
-/// by ldmatrix.x4 at bRow[jj], then every product, as one warp operation.
+/// by ldmatrix.x4 at bRow[jj], then every product (Kind 0, 1: m16n8k16 f16, bf16;
+/// 2: every register rounded by cvt.rna.tf32, then m16n8k8 tf32), as one warp operation.
 template <int MI, int NI> struct TileLane {
   u64 aRow[MI], bRow[NI / 2];
   float *acc; // [MI][NI][4]
 };
-template <int MI, int NI, bool Bf16> void tileOp(void *const *lanes, unsigned) {
+template <int MI, int NI, int Kind> void tileOp(void *const *lanes, unsigned) {
   unsigned ra[MI][32][4], rb[NI / 2][32][4], a[32][4], b[32][2];
   float d[32][4];
   u64 addr[32];
@@ -602,6 +620,14 @@ template <int MI, int NI, bool Bf16> void tileOp(void *const *lanes, unsigned) {
       addr[l] = lane<TileLane<MI, NI>>(lanes, l).bRow[j];
     ldmatrixWarp(addr, 4, false, rb[j]);
   }
+  if (Kind == 2)
+    for (int l = 0; l < 32; ++l)
+      for (int r = 0; r < 4; ++r) {
+        for (int i = 0; i < MI; ++i)
+          ra[i][l][r] = rnaTf32(ra[i][l][r]);
+        for (int j = 0; j < NI / 2; ++j)
+          rb[j][l][r] = rnaTf32(rb[j][l][r]);
+      }
   for (int i = 0; i < MI; ++i)
     for (int j = 0; j < NI; ++j) {
       for (int l = 0; l < 32; ++l) {
@@ -610,7 +636,10 @@ template <int MI, int NI, bool Bf16> void tileOp(void *const *lanes, unsigned) {
         b[l][1] = rb[j / 2][l][2 * (j % 2) + 1];
         std::memcpy(d[l], lane<TileLane<MI, NI>>(lanes, l).acc + (i * NI + j) * 4, sizeof(d[l]));
       }
-      mma16816Warp(Bf16, a, b, d);
+      if (Kind == 2)
+        mma1688Tf32Warp(a, b, d);
+      else
+        mma16816Warp(Kind == 1, a, b, d);
       for (int l = 0; l < 32; ++l)
         std::memcpy(lane<TileLane<MI, NI>>(lanes, l).acc + (i * NI + j) * 4, d[l], sizeof(d[l]));
     }

@@ -102,6 +102,7 @@ __device__ __forceinline__ void ldmatrix(unsigned (&r)[Num], SmemAddr addr) {
 template <class MT> struct MmaKind;
 template <> struct MmaKind<__half> { static constexpr int value = 0; };
 template <> struct MmaKind<__nv_bfloat16> { static constexpr int value = 1; };
+template <> struct MmaKind<float> { static constexpr int value = 2; }; // TF32
 
 /// d += a b over a 16 x 8 tile, k 16, 16-bit MT operands, FP32 accumulators.
 template <class MT>
@@ -140,11 +141,7 @@ __device__ __forceinline__ void mma1688Tf32(float (&d)[4], const unsigned (&a)[4
 /// from zero, as FP32 bits with the low 13 bits zero; infinities and NaN kept.
 __device__ __forceinline__ unsigned toTf32(float f) {
 #ifdef DLC_EMU
-  unsigned u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7f800000u) == 0x7f800000u) // infinity kept; NaN stays a (quiet) NaN
-    return (u & 0x7fffffu) ? (u | 0x400000u) & 0xffffe000u : u;
-  return (u + 0x1000u) & 0xffffe000u;
+  return dlc_emu_ptx::rnaTf32(__float_as_uint(f));
 #else
   unsigned r;
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(f));
@@ -152,10 +149,14 @@ __device__ __forceinline__ unsigned toTf32(float f) {
 #endif
 }
 
-/// One k16 step of a warp's MI x NI tile of m16n8 products: lane l gives aRow[i], the
-/// address of its row of A fragment i's ldmatrix.x4 (rows 0-7 then 8-15 of k 0-7, then of
-/// k 8-15), and bRow[j], that of the B fragments of n-tiles 2 j and 2 j + 1 (stored [n][k]:
-/// n 0-7 of k 0-7, of k 8-15, then n 8-15 likewise); acc[i][j] += A_i B_j.
+/// One k step (32 bytes of K: k16 of FP16/BF16, k8 of TF32) of a warp's MI x NI tile of
+/// m16n8 products: lane l gives aRow[i], the address of its row of A fragment i's
+/// ldmatrix.x4 (rows 0-7 then 8-15 of the first 16 bytes of K, then of the next 16), and
+/// bRow[j], that of the B fragments of n-tiles 2 j and 2 j + 1 (stored [n][k]: n 0-7 of
+/// the first 16 bytes, of the next, then n 8-15 likewise); acc[i][j] += A_i B_j. FP32
+/// operands (MT float) are rounded to TF32 (cvt.rna) on the way: ldmatrix of 32-bit
+/// elements as pairs of 16-bit ones gives lane (g, t) element t of row g, which is the
+/// m16n8k8 TF32 fragment.
 template <class MT, int MI, int NI>
 __device__ __forceinline__ void warpTileMma(float (&acc)[MI][NI][4], const SmemAddr (&aRow)[MI],
                                             const SmemAddr (&bRow)[NI / 2]) {
@@ -167,7 +168,7 @@ __device__ __forceinline__ void warpTileMma(float (&acc)[MI][NI][4], const SmemA
   for (int j = 0; j < NI / 2; ++j)
     me.bRow[j] = bRow[j];
   me.acc = &acc[0][0][0];
-  dlc_emu_ptx::warpOp(&me, dlc_emu_ptx::tileOp<MI, NI, MmaKind<MT>::value == 1>);
+  dlc_emu_ptx::warpOp(&me, dlc_emu_ptx::tileOp<MI, NI, MmaKind<MT>::value>);
 #else
   unsigned a[MI][4], b[NI / 2][4];
 #pragma unroll
@@ -176,12 +177,26 @@ __device__ __forceinline__ void warpTileMma(float (&acc)[MI][NI][4], const SmemA
 #pragma unroll
   for (int j = 0; j < NI / 2; ++j)
     ldmatrix<4, false>(b[j], bRow[j]);
+  if constexpr (MmaKind<MT>::value == 2) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+        a[i][r] = toTf32(__uint_as_float(a[i][r]));
+#pragma unroll
+      for (int j = 0; j < NI / 2; ++j)
+        b[j][r] = toTf32(__uint_as_float(b[j][r]));
+    }
+  }
 #pragma unroll
   for (int i = 0; i < MI; ++i)
 #pragma unroll
     for (int j = 0; j < NI; ++j) {
       const unsigned bj[2] = {b[j / 2][2 * (j % 2)], b[j / 2][2 * (j % 2) + 1]};
-      mma16816<MT>(acc[i][j], a[i], bj);
+      if constexpr (MmaKind<MT>::value == 2)
+        mma1688Tf32(acc[i][j], a[i], bj);
+      else
+        mma16816<MT>(acc[i][j], a[i], bj);
     }
 #endif
 }

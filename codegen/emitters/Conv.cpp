@@ -40,8 +40,14 @@ struct ConvFamily {
   const ConvTileConfig *tiles;
   int count;
   Kind kind;
+  bool tf32 = false; // conv_fprop_mma on FP32 operands: K per stage is 16 (64 bytes)
   bool tensor() const { return kind != CudaCore; }
-  int bk() const { return kind == CudaCore ? kConvBK : kind == Wmma ? kConvTcBK : kConvMmaBK; }
+  int bk() const {
+    return kind == CudaCore ? kConvBK
+           : kind == Wmma   ? kConvTcBK
+           : tf32           ? kConvMmaBK / 2
+                            : kConvMmaBK;
+  }
   int threads(const ConvTileConfig &c) const {
     return tensor() ? (c.bm / c.tm) * (c.bn / c.tn) * 32 : kConvThreads;
   }
@@ -75,6 +81,8 @@ constexpr ConvFamily kTensorCoreConv{kConvTcTiles, static_cast<int>(std::size(kC
                                      ConvFamily::Wmma};
 constexpr ConvFamily kMmaConv{kConvMmaTiles, static_cast<int>(std::size(kConvMmaTiles)),
                               ConvFamily::Mma};
+constexpr ConvFamily kMmaTf32Conv{kConvMmaTf32Tiles, static_cast<int>(std::size(kConvMmaTf32Tiles)),
+                                  ConvFamily::Mma, true};
 constexpr int64_t kSplits[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
 
 struct ConvPlan {
@@ -98,9 +106,9 @@ constexpr double kReuseAdvantage = 0.9;
 /// kernel is instantiated already; `operandBytes`: the input's and the weights' bytes. The time of
 /// a plan is codegen::launchBounds of the tile's main loop (ConvTiles.h) over the padded work, the
 /// same model `dlc inspect` applies to the compiled kernel.
-ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K,
+ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K, int64_t groups,
                         const std::string &arch, size_t accBytes, double operandBytes,
-                        const std::function<bool(int)> &known) {
+                        const std::function<bool(int)> &known, int force) {
   const GpuModel &g = gpuModelFor(arch);
   ConvPlan best;
   double bestTime = INFINITY;
@@ -108,9 +116,11 @@ ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K,
   const int BK = fam.bk();
   const double achievable = g.dramBytesPerSecond * g.dramAchievable;
   for (int t = 0; t < fam.count; ++t) {
+    if (force >= 0 && force < fam.count && t != force)
+      continue;
     const ConvTileConfig &c = fam.tiles[t];
-    const sass::KernelFacts facts = tileFacts(c);
-    int64_t tiles = ceilDiv(M, fam.channels(c)) * ceilDiv(NP, fam.positions(c));
+    const sass::KernelFacts facts = tileFacts(c, fam.tf32);
+    int64_t tiles = groups * ceilDiv(M / groups, fam.channels(c)) * ceilDiv(NP, fam.positions(c));
     int perSm = blocksPerSm(g, fam.threads(c), c.registers, fam.smem(c, accBytes));
     for (int64_t s : kSplits) {
       int64_t kPer = ceilDiv(ceilDiv(K, s), BK) * BK;
@@ -192,36 +202,46 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   Functor &fx = io->in, &fo = io->out;
   std::string xn = io->inName, on = io->outName, wtype = cudaType(wt->dtype());
   std::string argsType = "dlc::ConvArgs<" + xn + ", " + on + ">";
-  // FP16/BF16 operands: tensor cores (FP32 accumulators). Channels-last: cp.async,
-  // ldmatrix and mma.sync (conv_fprop_mma), which copies whole 16-byte chunks of
-  // channels as they are; an operand that is not that (C = 3, a fused prologue, an
-  // unaligned view) is first rewritten by conv_pack, channels padded to a multiple of 8.
+  // FP16/BF16 operands, and FP32 ones with --tf32: tensor cores (FP32 accumulators).
+  // Channels-last: cp.async, ldmatrix and mma.sync (conv_fprop_mma), which copies whole
+  // 16-byte chunks of channels as they are; an operand that is not that is first
+  // rewritten by conv_pack, channels padded to a whole chunk: C = 3, a fused prologue,
+  // an unaligned view, or a graph input or output (a caller may bind those at any
+  // element-aligned address: Session::bindDevice).
   auto reduced = [](DType t) { return t == DType::F16 || t == DType::BF16; };
   const bool tensor = reduced(x->dtype()) && reduced(wt->dtype()) && x->dtype() == wt->dtype();
-  const bool mma =
-      tensor && cl && groups == 1 && s.kSize <= 64 && (!b || b->dtype() == wt->dtype());
-  const bool packX = mma && (s.C % 8 != 0 || (l.group() && l.group()->computes(x)) ||
-                             l.bufferOf(x).offset % 16 != 0);
-  const bool packW = mma && (s.C % 8 != 0 || l.bufferOf(wt).offset % 16 != 0);
-  const int64_t C = s.C, Cp = (s.C + 7) / 8 * 8, pixels = w.N * w.inSize();
+  const bool tf32 = l.options().tf32 && x->dtype() == DType::F32 && wt->dtype() == DType::F32;
+  // Grouped convolutions too, when each group is whole 16-byte chunks of channels and
+  // has at least 8 output channels (depthwise ones stay direct).
+  const int64_t chunk = 16 / static_cast<int64_t>(dtypeSize(x->dtype()));
+  const bool mma = (tensor || tf32) && cl && s.kSize <= 64 && (!b || b->dtype() == wt->dtype()) &&
+                   (groups == 1 || (s.Cg % chunk == 0 && s.Mg >= 8));
+  const bool packX = mma && (s.C % chunk != 0 || (l.group() && l.group()->computes(x)) ||
+                             l.isInterface(x) || l.bufferOf(x).offset % 16 != 0);
+  const bool packW =
+      mma && (s.C % chunk != 0 || l.isInterface(wt) || l.bufferOf(wt).offset % 16 != 0);
+  const int64_t C = s.C, Cp = (s.C + chunk - 1) / chunk * chunk, pixels = w.N * w.inSize(),
+                Cg = s.Cg; // (Cp == C unless there is one group: then Cg == C)
   std::optional<BufferRef> xPacked, wPacked;
-  if (packX || packW) {
+  if (mma && Cp != C) { // (one group: a group is whole chunks)
     s.C = s.Cg = Cp;
     s.K = s.kSize * Cp;
     s.kPerSplit = s.K;
     s.dCg = Divmod::make(Cp);
   }
   auto pack = [&](bool isX) {
+    // x: [pixels, C]; the weights: [M * taps, Cg].
+    const int64_t from = isX ? C : Cg, to = isX ? Cp : (Cp != C ? Cp : Cg);
     const uint64_t rows = static_cast<uint64_t>(isX ? pixels : M * s.kSize),
-                   bytes = rows * static_cast<uint64_t>(Cp) * dtypeSize(x->dtype());
+                   bytes = rows * static_cast<uint64_t>(to) * dtypeSize(x->dtype());
     BufferRef dst = l.temp(bytes, n.result()->name() + (isX ? ".x_packed" : ".w_packed"));
     ConvPackShape ps{};
-    ps.C = C;
-    ps.Cp = Cp;
-    ps.total = static_cast<int64_t>(rows) * Cp;
-    ps.dCp = Divmod::make(Cp);
+    ps.C = from;
+    ps.Cp = to;
+    ps.total = static_cast<int64_t>(rows) * to;
+    ps.dCp = Divmod::make(to);
     Instantiation inst{"dlc::conv_pack",
-                       {l.indexType(std::max<int64_t>(ps.total, static_cast<int64_t>(rows) * C)),
+                       {l.indexType(std::max<int64_t>(ps.total, static_cast<int64_t>(rows) * from)),
                         cudaType(x->dtype()), xn},
                        "dlc::ConvPackArgs<" + xn + ">",
                        {xn}};
@@ -265,7 +285,7 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
       2.0 * static_cast<double>(M) * static_cast<double>(s.NP) * static_cast<double>(s.K);
   int64_t maxIndex = std::max({x->type().numElements(), y->type().numElements(),
                                wt->type().numElements(), s.K * s.NP, pixels * s.C, M * s.K});
-  if (groups != 1 || !floating) {
+  if ((groups != 1 && !mma) || !floating) {
     Instantiation inst{
         "dlc::conv_direct", {layout, l.indexType(maxIndex), wtype, xn, on}, argsType, {xn, on}};
     uint32_t k = l.instantiate(inst);
@@ -274,7 +294,9 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     return llvm::Error::success();
   }
   size_t accBytes = dt == DType::F64 ? 8 : 4;
-  const ConvFamily &fam = mma ? kMmaConv : tensor ? kTensorCoreConv : kCudaCoreConv;
+  const ConvFamily &fam = mma      ? (tf32 ? kMmaTf32Conv : kMmaConv)
+                          : tensor ? kTensorCoreConv
+                                   : kCudaCoreConv;
   bool pointwise = w.kSize() == 1 && s.P == s.inSize;
   for (int d = 0; d < 3; ++d)
     pointwise &= w.stride[d] == 1 && w.padB[d] == 0;
@@ -293,15 +315,16 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     }
     Instantiation inst{fam.kernel(), targs, argsType, {xn, on}};
     inst.needsSync = true;
-    inst.tensorCore = tensor;
+    inst.tensorCore = tensor || mma;
     return inst;
   };
   auto plans = l.perArch<ConvPlan>([&](const std::string &arch) {
     double operandBytes =
         static_cast<double>(x->type().numElements()) * static_cast<double>(dtypeSize(x->dtype())) +
         static_cast<double>(wt->type().numElements()) * static_cast<double>(dtypeSize(wt->dtype()));
-    return chooseConvPlan(fam, M, s.NP, s.K, arch, accBytes, operandBytes,
-                          [&](int t) { return l.instantiated(igemm(t, 1)); });
+    return chooseConvPlan(
+        fam, M, s.NP, s.K, groups, arch, accBytes, operandBytes,
+        [&](int t) { return l.instantiated(igemm(t, 1)); }, l.options().forceConvTile);
   });
   // The split-K partial sums (a temporary of this node's steps), sized for the largest
   // plan.
@@ -326,8 +349,8 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     l.launch(n, k, a, static_cast<uint32_t>(ceilDiv(s.NP, fam.positions(c))),
              static_cast<uint32_t>(fam.threads(c)),
              fam.kind == ConvFamily::Mma ? static_cast<uint32_t>(fam.smem(c, accBytes)) : 0, flops,
-             static_cast<uint32_t>(ceilDiv(M, fam.channels(c))), static_cast<uint32_t>(plan.splits),
-             archs);
+             static_cast<uint32_t>(groups * ceilDiv(s.Mg, fam.channels(c))),
+             static_cast<uint32_t>(plan.splits), archs);
     if (plan.splits > 1) {
       Instantiation red{
           "dlc::conv_splitk_reduce", {layout, index, wtype, xn, on}, argsType, {xn, on}};

@@ -25,7 +25,8 @@ struct ConvTileConfig {
   int instructions, mma, ffma, integer, loads, loadBytes;
   double lsuCycles;
   int straight;
-  int stages = 0; // conv_fprop_mma: shared-memory stages
+  int stages = 0;       // conv_fprop_mma: shared-memory stages
+  int cpAsyncBytes = 0; // ... and the bytes its cp.async copy per thread and iteration
 };
 
 /// conv_igemm: 256 threads, BK 16 (FP32 and FP64 operands).
@@ -55,15 +56,30 @@ inline constexpr int kConvTcBK = 32;
 /// conv_fprop_mma (ConvMmaTile<BM, BN, WM, WN, Stages>: BM positions x BN channels, warp
 /// tile tm x tn), FP16/BF16 operands, FP32 accumulators, BK 32.
 inline constexpr ConvTileConfig kConvMmaTiles[] = {
-    {128, 128, 64, 64, 232, 196, 64, 0, 88, 0, 0, 99, 2275, 4},
-    {128, 64, 64, 64, 232, 190, 64, 0, 78, 0, 0, 115, 2967, 4},
-    {64, 128, 64, 64, 232, 221, 64, 0, 109, 0, 0, 115, 2349, 4},
-    {64, 64, 64, 32, 168, 132, 32, 0, 60, 0, 0, 83, 1571, 4},
-    {128, 256, 64, 64, 232, 188, 64, 0, 82, 0, 0, 91, 1927, 3},
-    {256, 128, 64, 64, 232, 184, 64, 0, 78, 0, 0, 91, 2180, 3},
-    {64, 32, 32, 32, 128, 108, 16, 0, 58, 0, 0, 59, 1274, 4},
-    {32, 64, 32, 32, 128, 104, 16, 0, 54, 0, 0, 59, 1004, 4},
-    {32, 32, 32, 32, 128, 112, 16, 0, 60, 0, 0, 67, 1300, 4},
+    {128, 128, 64, 64, 232, 196, 64, 0, 88, 0, 0, 99, 2275, 4, 128},
+    {128, 64, 64, 64, 232, 190, 64, 0, 78, 0, 0, 115, 2967, 4, 192},
+    {64, 128, 64, 64, 232, 221, 64, 0, 109, 0, 0, 115, 2349, 4, 192},
+    {64, 64, 64, 32, 168, 138, 32, 0, 66, 0, 0, 83, 1632, 4, 128},
+    {128, 256, 64, 64, 232, 188, 64, 0, 82, 0, 0, 91, 1927, 3, 96},
+    {256, 128, 64, 64, 232, 184, 64, 0, 78, 0, 0, 91, 2180, 3, 96},
+    {64, 32, 32, 32, 128, 108, 16, 0, 58, 0, 0, 59, 1274, 4, 96},
+    {32, 64, 32, 32, 128, 104, 16, 0, 54, 0, 0, 59, 1004, 4, 96},
+    {32, 32, 32, 32, 128, 118, 16, 0, 66, 0, 0, 67, 1349, 4, 128},
+};
+
+/// conv_fprop_mma with FP32 operands rounded to TF32 (m16n8k8): the same tiles, BK 16;
+/// mma = HMMA.1688 (2048 FLOPs each), and cvt.rna.tf32 of every fragment register on
+/// the integer pipe.
+inline constexpr ConvTileConfig kConvMmaTf32Tiles[] = {
+    {128, 128, 64, 64, 232, 325, 64, 0, 217, 0, 0, 99, 2131, 4, 128},
+    {128, 64, 64, 64, 232, 319, 64, 0, 207, 0, 0, 115, 2823, 4, 192},
+    {64, 128, 64, 64, 232, 350, 64, 0, 238, 0, 0, 115, 2212, 4, 192},
+    {64, 64, 64, 32, 168, 229, 32, 0, 157, 0, 0, 83, 1500, 4, 128},
+    {128, 256, 64, 64, 232, 317, 64, 0, 211, 0, 0, 91, 1782, 3, 96},
+    {256, 128, 64, 64, 232, 313, 64, 0, 207, 0, 0, 91, 2037, 3, 96},
+    {64, 32, 32, 32, 128, 173, 16, 0, 123, 0, 0, 59, 1195, 4, 96},
+    {32, 64, 32, 32, 128, 169, 16, 0, 119, 0, 0, 59, 921, 4, 96},
+    {32, 32, 32, 32, 128, 177, 16, 0, 125, 0, 0, 67, 1206, 4, 128},
 };
 inline constexpr int kConvMmaBK = 32;
 /// conv_fprop_mma's dynamic shared memory: Stages x (BM + BN) rows of 64 bytes.
@@ -71,21 +87,24 @@ inline constexpr int convMmaSmem(const ConvTileConfig &c) {
   return c.stages * (c.bm + c.bn) * kConvMmaBK * 2;
 }
 
-/// The decoded-kernel facts a tile's row stands for (one loop: the main loop).
-inline sass::KernelFacts tileFacts(const ConvTileConfig &c) {
+/// The decoded-kernel facts a tile's row stands for (one loop: the main loop). `tf32`:
+/// its mma are HMMA.1688 on TF32 (half the FLOPs of an HMMA.16816, at half the rate).
+inline sass::KernelFacts tileFacts(const ConvTileConfig &c, bool tf32 = false) {
   sass::KernelFacts f;
   f.arch = 90;
   sass::Loop loop;
   sass::Mix &m = loop.mix;
   m.instructions = c.instructions;
   m.count[static_cast<int>(sass::Class::Tensor)] = c.mma;
-  m.mmaFlops = 4096 * c.mma;
+  m.mmaFlops = (tf32 ? 2048 : 4096) * c.mma;
   m.tensorEquiv = c.mma;
   m.ffma = c.ffma;
   m.count[static_cast<int>(sass::Class::Fp32)] = c.ffma;
   m.count[static_cast<int>(sass::Class::Alu)] = c.integer;
   m.count[static_cast<int>(sass::Class::GlobalLoad)] = c.loads;
   m.globalLoadBytes = c.loadBytes;
+  m.count[static_cast<int>(sass::Class::CpAsync)] = c.cpAsyncBytes / 16;
+  m.cpAsyncBytes = c.cpAsyncBytes;
   m.lsuCycles = c.lsuCycles;
   f.loops.push_back(loop);
   f.mainLoop = 0;

@@ -358,9 +358,10 @@ public:
     uintptr_t d = reinterpret_cast<uintptr_t>(dst);
     bool inShared = false;
     for (int r = 0; r < 2; ++r)
-      inShared |= d - sharedBase_[r] < sharedBytes_[r];
+      inShared |=
+          d - sharedBase_[r] < sharedBytes_[r] && d + bytes - sharedBase_[r] <= sharedBytes_[r];
     if (!inShared)
-      fail("cp.async's destination is not shared memory");
+      fail("cp.async's destination is not inside the block's shared memory");
     if (check_) {
       unsigned me = static_cast<unsigned>(current_ - threads_.data());
       for (int r = 0; r < 2; ++r) {

@@ -10,6 +10,7 @@
 #include "dlc/ir/TextIR.h"
 #include "dlc/passes/Pass.h"
 #include "dlc/runtime/Runtime.h"
+#include "emitters/ConvTiles.h"
 
 #include <cmath>
 #include <cstring>
@@ -33,6 +34,10 @@ struct KernelCase {
   int opt = 2;
   bool persistentRnn = true;
   double tol = 1e-5;
+  bool tf32 = false; // FP32 convolutions and GEMMs on tensor cores in TF32
+  /// Library templates the package must not instantiate.
+  std::set<std::string> absent = {};
+  int forceConvTile = -1; // the convolutions' tile (codegen::CompileOptions::forceConvTile)
 };
 
 rt::HostTensor hostTensor(const ir::Tensor &t) {
@@ -62,6 +67,8 @@ void run(const KernelCase &c, bool wide) {
   co.targets = {"emu-check"};
   co.wideIndices = wide;
   co.persistentRnn = c.persistentRnn;
+  co.tf32 = c.tf32;
+  co.forceConvTile = c.forceConvTile;
   codegen::CompileReport rep;
   auto bytes = codegen::compileGraph(*g, co, &rep);
   ASSERT_TRUE(bool(bytes)) << llvm::toString(bytes.takeError());
@@ -73,6 +80,8 @@ void run(const KernelCase &c, bool wide) {
     used.insert(k->template_name()->str());
   for (const std::string &t : c.templates)
     EXPECT_TRUE(used.count(t)) << "the package does not instantiate " << t;
+  for (const std::string &t : c.absent)
+    EXPECT_FALSE(used.count(t)) << "the package instantiates " << t;
   // Every instantiation names its index type; these shapes get 32-bit indices unless
   // 64-bit ones are forced.
   std::regex inst(R"(template __global__ void ([\w:]+)<(.*)>\()");
@@ -107,6 +116,24 @@ void run(const KernelCase &c, bool wide) {
 void check(const KernelCase &c) {
   run(c, false);
   run(c, true);
+}
+
+/// A constant of the textual IR ("const f16[2,3] dense<0x...>") with random values in
+/// [-1, 1] (fixed seed): weights that are not a graph input.
+std::string randomConst(ir::DType dt, const ir::Shape &shape, unsigned seed) {
+  ir::Tensor t(ir::TensorType(dt, shape));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  for (int64_t i = 0; i < t.numElements(); ++i)
+    ir::storeElement<double>(dt, t.mutableRaw(), i, u(rng));
+  std::string s = "const " + ir::TensorType(dt, shape).str() + " dense<0x";
+  const uint8_t *p = static_cast<const uint8_t *>(t.raw());
+  static const char *digits = "0123456789ABCDEF";
+  for (size_t i = 0; i < t.byteSize(); ++i) {
+    s += digits[p[i] >> 4];
+    s += digits[p[i] & 15];
+  }
+  return s + ">";
 }
 
 ir::Tensor ints(ir::DType dt, ir::Shape shape, std::vector<int64_t> values) {
@@ -364,10 +391,12 @@ TEST(KernelLibrary, MmaSyncConvolution) {
          2,
          true,
          4e-3});
-  // A view into another tensor (Split along the batch: the second image's offset).
+  // A view into an intermediate (Split along the batch: the second image's offset), read
+  // as it is; and a graph input, which a caller may bind anywhere: packed.
   check({"nhwc f16 conv of a split's second part",
          R"(graph @g(%x: f16[3,5,6,16], %w: f16[9,3,3,16]) -> ("y": f16[2,5,6,9]) {
-  %a, %v = Split(%x) {axis = 0, split = [1, 2]} : f16[1,5,6,16], f16[2,5,6,16]
+  %r = Relu(%x) : f16[3,5,6,16]
+  %a, %v = Split(%r) {axis = 0, split = [1, 2]} : f16[1,5,6,16], f16[2,5,6,16]
   %y = Conv(%v, %w) {channels_last = 1, pads = [1, 1, 1, 1]} : f16[2,5,6,9]
   return %y
 })",
@@ -376,7 +405,122 @@ TEST(KernelLibrary, MmaSyncConvolution) {
          2,
          true,
          4e-3});
-  check({"nhwc f16 K of 9 stages, 64 -> 64 channels",
+  // FP32 with --tf32: the same kernel on m16n8k8 TF32 products (operands rounded by
+  // cvt.rna), 4 channels per 16-byte chunk; C = 3 is packed to 4. TF32 keeps 10 bits of
+  // mantissa: the tolerance is that of a 2^-11 relative error per operand.
+  check({"nhwc f32 tf32 3x3 s2, 12 -> 20 channels, bias and relu",
+         R"(graph @g(%x: f32[2,9,7,12], %w: f32[20,3,3,12], %b: f32[20]) -> ("y": f32[2,5,4,20]) {
+  %c = Conv(%x, %w, %b) {channels_last = 1, pads = [1, 1, 1, 1], strides = [2, 2]} : f32[2,5,4,20]
+  %y = Relu(%c) : f32[2,5,4,20]
+  return %y
+})",
+         {"dlc::conv_fprop_mma"},
+         {},
+         2,
+         true,
+         3e-3,
+         true});
+  check({"nhwc f32 tf32 3 -> 70 channels",
+         R"(graph @g(%x: f32[1,9,9,3], %w: f32[70,3,3,3]) -> ("y": f32[1,9,9,70]) {
+  %y = Conv(%x, %w) {channels_last = 1, pads = [1, 1, 1, 1]} : f32[1,9,9,70]
+  return %y
+})",
+         {"dlc::conv_fprop_mma", "dlc::conv_pack"},
+         {},
+         2,
+         true,
+         3e-3,
+         true});
+  // K = 4608: outputs of magnitude ~20 carry TF32's 2^-11 relative error per product,
+  // about 1e-2 absolute.
+  check({"nhwc f32 tf32 split-K over 512 channels",
+         R"(graph @g(%v: f32[1,3,3,512], %u: f32[6,3,3,512]) -> ("z": f32[1,3,3,6]) {
+  %z = Conv(%v, %u) {channels_last = 1, pads = [1, 1, 1, 1]} : f32[1,3,3,6]
+  return %z
+})",
+         {"dlc::conv_fprop_mma", "dlc::conv_splitk_reduce"},
+         {},
+         2,
+         true,
+         3e-2,
+         true});
+  // Weights that are constants (a model's initializers): read as they are.
+  const std::string constW =
+      R"(graph @g(%x: f16[2,5,7,16]) -> ("y": f16[2,5,7,24]) {
+  %w = )" +
+      randomConst(ir::DType::F16, {24, 3, 3, 16}, 5) + R"(
+  %r = Relu(%x) : f16[2,5,7,16]
+  %y = Conv(%r, %w) {channels_last = 1, pads = [1, 1, 1, 1]} : f16[2,5,7,24]
+  return %y
+})";
+  check({"nhwc f16 conv with constant weights",
+         constW.c_str(),
+         {"dlc::conv_fprop_mma"},
+         {},
+         2,
+         true,
+         4e-3,
+         false,
+         {"dlc::conv_pack"}});
+  // Grouped convolutions on tensor cores: groups batched into the grid (blockIdx.y), each
+  // block reading its group's channels; depthwise ones stay direct.
+  check({"nhwc f16 grouped, 4 groups of 16 -> 12 channels",
+         R"(graph @g(%x: f16[2,7,6,64], %w: f16[48,3,3,16], %b: f16[48]) -> ("y": f16[2,7,6,48]) {
+  %r = Relu(%x) : f16[2,7,6,64]
+  %y = Conv(%r, %w, %b) {channels_last = 1, group = 4, pads = [1, 1, 1, 1]} : f16[2,7,6,48]
+  return %y
+})",
+         {"dlc::conv_fprop_mma"},
+         {},
+         2,
+         true,
+         4e-3,
+         false,
+         {"dlc::conv_direct"}});
+  check({"nhwc bf16 grouped s2 of a graph input, 3 groups of 8 -> 10 channels",
+         R"(graph @g(%x: bf16[1,9,11,24], %w: bf16[30,3,3,8]) -> ("y": bf16[1,5,6,30]) {
+  %y = Conv(%x, %w) {channels_last = 1, group = 3, pads = [1, 1, 1, 1], strides = [2, 2]} : bf16[1,5,6,30]
+  return %y
+})",
+         {"dlc::conv_fprop_mma", "dlc::conv_pack"},
+         {},
+         2,
+         true,
+         2e-2});
+  check({"nhwc f32 tf32 grouped, 2 groups of 4 -> 8 channels",
+         R"(graph @g(%x: f32[1,6,5,8], %w: f32[16,3,3,4]) -> ("y": f32[1,6,5,16]) {
+  %y = Conv(%x, %w) {channels_last = 1, group = 2, pads = [1, 1, 1, 1]} : f32[1,6,5,16]
+  return %y
+})",
+         {"dlc::conv_fprop_mma"},
+         {},
+         2,
+         true,
+         3e-3,
+         true});
+  check({"nhwc f16 depthwise stays direct",
+         R"(graph @g(%x: f16[1,6,5,16], %w: f16[16,3,3,1]) -> ("y": f16[1,6,5,16]) {
+  %y = Conv(%x, %w) {channels_last = 1, group = 16, pads = [1, 1, 1, 1]} : f16[1,6,5,16]
+  return %y
+})",
+         {"dlc::conv_direct"},
+         {},
+         2,
+         true,
+         4e-3,
+         false,
+         {"dlc::conv_fprop_mma"}});
+  check({"nhwc f16 conv of a graph input",
+         R"(graph @g(%x: f16[1,5,6,16], %w: f16[9,3,3,16]) -> ("y": f16[1,5,6,9]) {
+  %y = Conv(%x, %w) {channels_last = 1, pads = [1, 1, 1, 1]} : f16[1,5,6,9]
+  return %y
+})",
+         {"dlc::conv_fprop_mma", "dlc::conv_pack"},
+         {},
+         2,
+         true,
+         4e-3});
+  check({"nhwc f16 K of 18 stages, 64 -> 64 channels",
          R"(graph @g(%x: f16[1,6,5,64], %w: f16[64,3,3,64]) -> ("y": f16[1,6,5,64]) {
   %y = Conv(%x, %w) {channels_last = 1, pads = [1, 1, 1, 1]} : f16[1,6,5,64]
   return %y
@@ -386,6 +530,32 @@ TEST(KernelLibrary, MmaSyncConvolution) {
          2,
          true,
          4e-3});
+}
+
+// Every tile of conv_fprop_mma (ConvTiles.h), FP16 and TF32, on one shape that cuts
+// each at both edges: 143 positions, 40 channels, K = 216 over 24 channels (several taps
+// per stage). The cost model would pick only a few of them for small shapes.
+TEST(KernelLibrary, MmaSyncConvolutionEveryTile) {
+  const char *f16 =
+      R"(graph @g(%x: f16[1,13,11,24], %w: f16[40,3,3,24], %b: f16[40]) -> ("y": f16[1,13,11,40]) {
+  %y = Conv(%x, %w, %b) {channels_last = 1, pads = [1, 1, 1, 1]} : f16[1,13,11,40]
+  return %y
+})";
+  const char *f32 =
+      R"(graph @g(%x: f32[1,13,11,24], %w: f32[40,3,3,24], %b: f32[40]) -> ("y": f32[1,13,11,40]) {
+  %y = Conv(%x, %w, %b) {channels_last = 1, pads = [1, 1, 1, 1]} : f32[1,13,11,40]
+  return %y
+})";
+  for (int t = 0; t < static_cast<int>(std::size(codegen::kConvMmaTiles)); ++t) {
+    const codegen::ConvTileConfig &c = codegen::kConvMmaTiles[t];
+    const std::string name = "tile " + std::to_string(c.bm) + "x" + std::to_string(c.bn) +
+                             " warp " + std::to_string(c.tm) + "x" + std::to_string(c.tn) + ", " +
+                             std::to_string(c.stages) + " stages";
+    run({name.c_str(), f16, {"dlc::conv_fprop_mma"}, {}, 2, true, 4e-3, false, {}, t}, false);
+    if (t % 3 == 0) // TF32 (a third of them): 2^-11 per operand over K = 216, ~4 sigma
+      run({(name + " tf32").c_str(), f32, {"dlc::conv_fprop_mma"}, {}, 2, true, 1e-2, true, {}, t},
+          false);
+  }
 }
 
 // What runs on a GPU: the FP16 convolution's PTX multiplies on tensor cores.

@@ -377,13 +377,22 @@ struct YF { typedef float Value; struct Params { float *__restrict__ a0; };
            ">, false, true, dlc::idx32, __half, __half, XH, YH>(dlc::ConvArgs<XH, YH>);\n";
     kernels.emplace_back(mangled("10ConvTcTile", c), &c);
   }
-  for (const codegen::ConvTileConfig &c : codegen::kConvMmaTiles) {
-    const std::string stages = std::to_string(c.stages);
-    src += "template __global__ void dlc::conv_fprop_mma<dlc::ConvMmaTile<" + tile(c) + ", " +
-           stages + ">, dlc::idx32, __half, unsigned, XH, YH>(dlc::ConvArgs<XH, YH>);\n";
-    std::string name = mangled("11ConvMmaTile", c);
-    kernels.emplace_back(name.substr(0, name.size() - 2) + "ELi" + stages + "EE", &c);
-  }
+  // conv_fprop_mma in FP16 and TF32 (the mangled name's "i6__halfj" / "ifj": the index,
+  // operand and mask types).
+  for (bool tf32 : {false, true})
+    for (const codegen::ConvTileConfig &c :
+         tf32 ? codegen::kConvMmaTf32Tiles : codegen::kConvMmaTiles) {
+      const std::string stages = std::to_string(c.stages);
+      src += "template __global__ void dlc::conv_fprop_mma<dlc::ConvMmaTile<" + tile(c) + ", " +
+             stages + ">, dlc::idx32, " +
+             (tf32 ? "float, unsigned, XF, YF>(dlc::ConvArgs<XF, YF>"
+                   : "__half, unsigned, XH, YH>(dlc::ConvArgs<XH, YH>") +
+             ");\n";
+      std::string name = mangled("11ConvMmaTile", c);
+      kernels.emplace_back(name.substr(0, name.size() - 2) + "ELi" + stages + "EEEi" +
+                               (tf32 ? "fj" : "6__halfj"),
+                           &c);
+    }
   for (const codegen::ConvTileConfig &c : codegen::kConvTiles) {
     src += "template __global__ void dlc::conv_igemm<dlc::ConvTile<" + tile(c) +
            ">, false, false, dlc::idx32, float, XF, YF>(dlc::ConvArgs<XF, YF>);\n";
@@ -408,13 +417,17 @@ struct YF { typedef float Value; struct Params { float *__restrict__ a0; };
     bool ok = near(c->instructions, m.instructions) && c->mma == m.of(Class::Tensor) &&
               c->ffma == m.ffma && near(c->integer, integer) &&
               near(c->loads, m.of(Class::GlobalLoad)) && near(c->loadBytes, m.globalLoadBytes) &&
-              near(c->lsuCycles, m.lsuCycles) && near(c->straight, f.straight.instructions);
+              near(c->lsuCycles, m.lsuCycles) && near(c->straight, f.straight.instructions) &&
+              near(c->cpAsyncBytes, m.cpAsyncBytes);
     EXPECT_TRUE(ok) << name << ": codegen/emitters/ConvTiles.h should read\n    {" << c->bm << ", "
                     << c->bn << ", " << c->tm << ", " << c->tn << ", " << c->registers << ", "
                     << m.instructions << ", " << m.of(Class::Tensor) << ", " << m.ffma << ", "
                     << integer << ", " << m.of(Class::GlobalLoad) << ", " << m.globalLoadBytes
                     << ", " << m.lsuCycles << ", " << f.straight.instructions
-                    << (c->stages ? ", " + std::to_string(c->stages) : std::string()) << "},"
+                    << (c->stages ? ", " + std::to_string(c->stages) + ", " +
+                                        std::to_string(m.cpAsyncBytes)
+                                  : std::string())
+                    << "},"
                     << "\n  (main loop: " << mixText(m) << ")";
   }
 }

@@ -645,3 +645,48 @@ TEST(Emu, ReadingACpAsyncDestinationBeforeTheWaitIsARace) {
         << r.status().message();
   }
 }
+
+namespace {
+const char *kWarpOpErrors = R"(
+#include "dlc_mma.cuh"
+extern "C" __global__ void exited(float *out) {
+  DLC_SHARED_ALIGNED(16, unsigned short, tile, [64]);
+  for (int i = threadIdx.x; i < 64; i += 32) tile[i] = (unsigned short)i;
+  __syncthreads();
+  if (threadIdx.x >= 16) return; // half the warp leaves before the ldmatrix
+  unsigned r[1];
+  dlc::ldmatrix<1, false>(r, dlc::smemAddr(&tile[(threadIdx.x % 8) * 8]));
+  out[threadIdx.x] = (float)r[0];
+}
+extern "C" __global__ void overwrite(const float *in, float *out) {
+  DLC_SHARED_ALIGNED(16, float, s, [4]);
+  if (threadIdx.x < 4) s[threadIdx.x] = 1.0f;
+  __syncthreads();
+  if (threadIdx.x == 0) out[0] = s[0];   // warp 0 reads ...
+  if (threadIdx.x == 32) {               // ... while warp 1 copies over it, no barrier between
+    dlc::cpAsync16(dlc::smemAddr(s), in, true);
+    dlc::cpAsyncWait<0>();
+  }
+}
+)";
+} // namespace
+
+TEST(Emu, WarpOperationWithAnExitedLaneIsAnError) {
+  auto pkg = buildTestPackage(kWarpOpErrors, {{"in", 4}, {"out", 32}},
+                              {TestLaunch{"exited", {1, 1, 1}, {32, 1, 1}, 0, {1}}});
+  auto r = runOnEmu(pkg, {}, {"out"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("names lane 16 in its mask, which has exited"),
+            std::string::npos)
+      << r.status().message();
+}
+
+TEST(Emu, CpAsyncOverSharedMemoryAnotherWarpReadsIsARace) {
+  auto pkg = buildTestPackage(kWarpOpErrors, {{"in", 4}, {"out", 32}},
+                              {TestLaunch{"overwrite", {1, 1, 1}, {64, 1, 1}, 0, {0, 1}}});
+  auto r = runOnEmu(pkg, {std::vector<float>(4, 2.0f)}, {"out"}, checked());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("write after read (racecheck): thread (32,0,0)"),
+            std::string::npos)
+      << r.status().message();
+}

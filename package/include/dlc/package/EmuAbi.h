@@ -54,7 +54,8 @@ typedef struct dlc_emu_api {
    * per lane: each lane of `mask` deposits `operands` (its registers, on its own stack,
    * valid while it waits) and, once every lane of the mask has arrived, the last to
    * arrive calls op(lanes, mask), lanes[l] being lane l's operands (null outside the
-   * mask); then the warp goes on. Lanes of one warp at different operations deadlock. */
+   * mask); then the warp goes on. Lanes of one warp at different operations, or a lane
+   * of the mask that has exited, are an error. */
   void (*warp_op)(void *operands, unsigned mask, void (*op)(void *const *lanes, unsigned mask));
   /* Inside a warp_op: the shared-memory accesses that follow are lane `lane`'s for
    * --check (-1: the calling thread's again). */

@@ -39,6 +39,9 @@ struct PassContext {
   int64_t foldElementLimit = int64_t{1} << 22;
   PrecisionOptions precision;
   LayoutMode layout = LayoutMode::Auto;
+  /// FP32 convolutions and GEMMs will run on tensor cores in TF32 (`--tf32`): the
+  /// layout pass's auto mode then moves FP32 conv nets to channels-last too.
+  bool tf32 = false;
   /// The training step's options (`dlc compile --train`): the training passes
   /// (Training.h) need them, and count what they did in `trainingSummary`.
   const TrainingOptions *training = nullptr;
@@ -81,10 +84,10 @@ using Pipeline = std::vector<PipelineStage>;
 /// and a clean-up follow (transpose chains cancel, permuted weights fold). Then, at
 /// every level, `legalize`; from -O2, `fuse`.
 Pipeline defaultPipeline(int optLevel, bool mixedPrecision = false, bool layout = false);
-/// Whether a pipeline needs the layout stage for this mode (auto only acts on
-/// reduced-precision graphs).
-inline bool needsLayoutPass(LayoutMode m, bool mixedPrecision) {
-  return m == LayoutMode::NHWC || (m == LayoutMode::Auto && mixedPrecision);
+/// Whether a pipeline needs the layout stage for this mode (auto only acts on graphs whose
+/// convolutions run on tensor cores: reduced precision, or FP32 in TF32).
+inline bool needsLayoutPass(LayoutMode m, bool mixedPrecision, bool tf32 = false) {
+  return m == LayoutMode::NHWC || (m == LayoutMode::Auto && (mixedPrecision || tf32));
 }
 /// Parses "a,b,c" into one Once stage; unknown names are an error.
 llvm::Expected<Pipeline> parsePipeline(std::string_view spec);
