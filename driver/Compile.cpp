@@ -307,7 +307,7 @@ loadAndOptimize(const CompileOptions &o, const std::map<std::string, ir::Shape> 
   passes::PassManager pm(o.passManager);
   passes::PassContext ctx;
   ctx.layout = o.layout;
-  ctx.tf32 = o.tf32;
+  ctx.tf32 = o.tf32 && !o.training; // (training graphs keep their layout, as with --fp16)
   if (o.precision) {
     ctx.precision = *o.precision;
     std::set<std::string, std::less<>> names;
@@ -319,7 +319,7 @@ loadAndOptimize(const CompileOptions &o, const std::map<std::string, ir::Shape> 
   }
   bool lowerPrecision = o.precision && !o.training;
   for (const passes::PipelineStage &stage : passes::defaultPipeline(
-           o.optLevel, lowerPrecision, passes::needsLayoutPass(o.layout, lowerPrecision, o.tf32))) {
+           o.optLevel, lowerPrecision, passes::needsLayoutPass(o.layout, lowerPrecision, ctx.tf32))) {
     if (o.checkAccuracy && stage.passes.front() == "precision") {
       auto inputs = accuracyInputs(*g, *o.checkAccuracy);
       if (!inputs)
