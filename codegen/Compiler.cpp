@@ -120,7 +120,7 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
     }
     kernels.push_back(pkg::CreateKernel(fb, fb.CreateString(k.name), fb.CreateString(k.symbol),
                                         k.chunk, k.needsSync, k.cooperative, fb.CreateVector(res),
-                                        fb.CreateString(k.templateName), k.tensorCore));
+                                        fb.CreateString(k.templateName), k.tensorCore, k.tf32));
   }
   std::vector<flatbuffers::Offset<pkg::Module>> mods;
   for (size_t i = 0; i < modules.size(); ++i) {

@@ -105,6 +105,8 @@ struct Instantiation {
   bool needsSync = false, cooperative = false;
   /// Runs its multiply-adds on tensor cores (WMMA/mma): inspect and the cost model.
   bool tensorCore = false;
+  /// ... in TF32 (FP32 operands): priced at the TF32 rate.
+  bool tf32 = false;
 };
 
 /// Grid size for a grid-stride kernel over n items with `block` threads.

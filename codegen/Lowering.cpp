@@ -204,6 +204,7 @@ uint32_t Lowering::instantiate(const Instantiation &inst) {
   k.needsSync = inst.needsSync || inst.cooperative;
   k.cooperative = inst.cooperative;
   k.tensorCore = inst.tensorCore;
+  k.tf32 = inst.tf32;
   p_.kernels.push_back(std::move(k));
   uint32_t index = static_cast<uint32_t>(p_.kernels.size() - 1);
   instances_[full] = index;

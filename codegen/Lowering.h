@@ -110,7 +110,7 @@ struct KernelDesc {
   std::string key;
   bool needsSync = false;
   bool cooperative = false;
-  bool tensorCore = false;
+  bool tensorCore = false, tf32 = false;
   uint32_t chunk = 0;
   std::string node;
 };

@@ -318,8 +318,9 @@ loadAndOptimize(const CompileOptions &o, const std::map<std::string, ir::Shape> 
         return ir::errorf("--fp32-nodes: the model has no node named '{0}'", n);
   }
   bool lowerPrecision = o.precision && !o.training;
-  for (const passes::PipelineStage &stage : passes::defaultPipeline(
-           o.optLevel, lowerPrecision, passes::needsLayoutPass(o.layout, lowerPrecision, ctx.tf32))) {
+  for (const passes::PipelineStage &stage :
+       passes::defaultPipeline(o.optLevel, lowerPrecision,
+                               passes::needsLayoutPass(o.layout, lowerPrecision, ctx.tf32))) {
     if (o.checkAccuracy && stage.passes.front() == "precision") {
       auto inputs = accuracyInputs(*g, *o.checkAccuracy);
       if (!inputs)

@@ -128,6 +128,7 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
         if (m.kernels() && l->kernel() < m.kernels()->size())
           kernel = m.kernels()->Get(l->kernel());
         sc.tensor = kernel && kernel->tensor_core();
+        sc.tf32 = kernel && kernel->tf32();
         sc.blocks = uint64_t(l->grid()->x()) * l->grid()->y() * l->grid()->z();
       } else if (gm) {
         sc.kind = "gemm";
@@ -189,6 +190,7 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
           ls.bytesRead = static_cast<double>(sc.bytesRead);
           ls.bytesWritten = static_cast<double>(sc.bytesWritten);
           ls.tensor = sc.tensor;
+          ls.tf32 = sc.tf32;
           const codegen::sass::KernelFacts *f =
               mod && kernel->symbol() ? c.factsOf(mod->target()->str(), kernel->symbol()->str())
                                       : nullptr;

@@ -197,8 +197,6 @@ TEMPLATES = {
                      for n, c, h in [(1, 64, 56), (1, 256, 14), (8, 128, 28)]],
     "conv3x3_fp32": [(lambda c=c: ConvLayer(c, c, 3), [(n, c, h, h)], [])
                      for n, c, h in [(1, 64, 56), (1, 256, 14), (8, 128, 28)]],
-    "conv3x3_tf32": [(lambda c=c: ConvLayer(c, c, 3), [(n, c, h, h)], ["--tf32"])
-                     for n, c, h in [(1, 64, 56), (1, 256, 14), (8, 128, 28)]],
     "conv1x1_fp16": [(lambda ci=ci, co=co: ConvLayer(ci, co, 1), [(n, ci, h, h)], ["--fp16"])
                      for n, ci, co, h in [(1, 256, 64, 56), (1, 1024, 256, 14), (8, 512, 128, 28)]],
     "matmul_fp16": [(MatMul, [a, b], ["--fp16"])

@@ -169,7 +169,7 @@ template <class Tile, class I, class MT, class Mask> struct ConvMmaLoader {
   }
 
   /// Moves this thread's chunk BK further along K: adds, and a carry into the next tap
-  /// (several when C < BK).
+  /// (several when Cg < BK).
   __device__ __forceinline__ void advance() {
     k += BK;
     wOff += BK;
@@ -214,9 +214,10 @@ __global__ void __launch_bounds__(Tile::Threads) conv_fprop_mma(const ConvArgs<X
   ConvMmaLoader<Tile, I, MT, Mask> copier(s, pBase, mBase, mEnd,
                                           static_cast<I>(group) * static_cast<I>(s.Cg), blk.kBegin,
                                           blk.kEnd, tid, base);
-  // Where this lane's ldmatrix rows lie in a stage, for each k16 half of BK: A rows
-  // (lanes 0-7 rows 0-7 of k 0-7, lanes 8-15 rows 8-15, lanes 16-31 the same of k 8-15)
-  // and B rows (lanes 0-7 channels 0-7 of k 0-7, 8-15 of k 8-15, 16-31 channels 8-15).
+  // Where this lane's ldmatrix rows lie in a stage, for each 32-byte half of a row (a k
+  // step): A rows (lanes 0-7 rows 0-7 of the first 16 bytes, lanes 8-15 rows 8-15, lanes
+  // 16-31 the same of the next 16) and B rows (lanes 0-7 channels 0-7 of the first 16
+  // bytes, 8-15 of the next, 16-31 channels 8-15).
   const int ar = (lane & 7) + (lane & 8), br = (lane & 7) + ((lane >> 4) << 3);
   SmemAddr aLd[2], bLd[2];
 #pragma unroll

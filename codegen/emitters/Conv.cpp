@@ -1,12 +1,17 @@
 //===- Conv.cpp - Convolutions through the kernel library -------------------===//
 //
-// Conv with one group (floating point) is the implicit GEMM of dlc_conv.cuh; the
-// tile and the split of K are chosen per GPU architecture by the model `dlc inspect`
-// uses (codegen/Bounds.h): each tile's main loop, as decoded from its SASS
-// (ConvTiles.h), run over the padded work at the GPU profile's issue rates, with SM
-// fill, waves and load latency; plus the split-K reduction's traffic and launch. Grouped and
-// depthwise convolutions use the direct kernel; ConvTranspose the gather kernel. Bias and the fused
-// epilogue (activation, residual add, ...) are applied as each output is stored.
+// Floating-point Conv is an implicit GEMM: channels-last FP16/BF16 (and FP32 with
+// --tf32), grouped too when each group is whole 16-byte chunks of channels, on
+// conv_fprop_mma (dlc_conv_mma.cuh: cp.async, ldmatrix, mma.sync), after conv_pack
+// where an operand cannot be copied as it is; other FP16/BF16 convolutions on
+// conv_igemm_tc (WMMA), FP32/FP64 on conv_igemm (dlc_conv.cuh). The tile and the split
+// of K are chosen per GPU architecture by the model `dlc inspect` uses
+// (codegen/Bounds.h): each tile's main loop, as decoded from its SASS (ConvTiles.h),
+// run over the padded work at the GPU profile's issue rates, with SM fill, waves and
+// load latency; plus the split-K reduction's traffic and launch. Other grouped and
+// depthwise convolutions use the direct kernel; ConvTranspose the gather kernel. Bias
+// and the fused epilogue (activation, residual add, ...) are applied as each output is
+// stored.
 //===----------------------------------------------------------------------===//
 #include "../Fused.h"
 #include "ConvTiles.h"
@@ -316,6 +321,7 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     Instantiation inst{fam.kernel(), targs, argsType, {xn, on}};
     inst.needsSync = true;
     inst.tensorCore = tensor || mma;
+    inst.tf32 = mma && tf32;
     return inst;
   };
   auto plans = l.perArch<ConvPlan>([&](const std::string &arch) {

@@ -38,6 +38,8 @@ struct KernelCase {
   /// Library templates the package must not instantiate.
   std::set<std::string> absent = {};
   int forceConvTile = -1; // the convolutions' tile (codegen::CompileOptions::forceConvTile)
+  /// Text the generated CUDA source must contain (the forced tile's instantiation).
+  std::string sourceHas = "";
 };
 
 rt::HostTensor hostTensor(const ir::Tensor &t) {
@@ -94,6 +96,7 @@ void run(const KernelCase &c, bool wide) {
     EXPECT_TRUE(wide ? has64 && !has32 : has32 && !has64) << (*it)[0];
   }
   EXPECT_EQ(count, (*pf)->meta().kernels()->size());
+  EXPECT_NE(rep.cudaSource.find(c.sourceHas), std::string::npos) << c.sourceHas;
 
   rt::SessionOptions so;
   so.device = rt::DeviceKind::Emu;
@@ -498,6 +501,38 @@ TEST(KernelLibrary, MmaSyncConvolution) {
          true,
          3e-3,
          true});
+  // More than one tile of channels per group (Mg 72 on the 32x32 tile), and split-K
+  // over a group's 512 channels.
+  const codegen::ConvTileConfig &t32 =
+      codegen::kConvMmaTiles[std::size(codegen::kConvMmaTiles) - 1];
+  ASSERT_EQ(t32.bn, 32);
+  check({"nhwc f16 grouped, 2 groups of 72 channels on 32-channel tiles",
+         R"(graph @g(%x: f16[1,5,6,16], %w: f16[144,3,3,8]) -> ("y": f16[1,5,6,144]) {
+  %r = Relu(%x) : f16[1,5,6,16]
+  %y = Conv(%r, %w) {channels_last = 1, group = 2, pads = [1, 1, 1, 1]} : f16[1,5,6,144]
+  return %y
+})",
+         {"dlc::conv_fprop_mma"},
+         {},
+         2,
+         true,
+         4e-3,
+         false,
+         {},
+         static_cast<int>(std::size(codegen::kConvMmaTiles)) - 1,
+         "dlc::ConvMmaTile<32, 32, 32, 32, 4>"});
+  check(
+      {"nhwc f16 grouped split-K, 2 groups of 512 channels",
+       R"(graph @g(%x: f16[1,3,3,1024], %w: f16[16,3,3,512], %b: f16[16]) -> ("y": f16[1,3,3,16]) {
+  %r = Relu(%x) : f16[1,3,3,1024]
+  %y = Conv(%r, %w, %b) {channels_last = 1, group = 2, pads = [1, 1, 1, 1]} : f16[1,3,3,16]
+  return %y
+})",
+       {"dlc::conv_fprop_mma", "dlc::conv_splitk_reduce"},
+       {},
+       2,
+       true,
+       4e-3});
   check({"nhwc f16 depthwise stays direct",
          R"(graph @g(%x: f16[1,6,5,16], %w: f16[16,3,3,1]) -> ("y": f16[1,6,5,16]) {
   %y = Conv(%x, %w) {channels_last = 1, group = 16, pads = [1, 1, 1, 1]} : f16[1,6,5,16]
@@ -533,8 +568,8 @@ TEST(KernelLibrary, MmaSyncConvolution) {
 }
 
 // Every tile of conv_fprop_mma (ConvTiles.h), FP16 and TF32, on one shape that cuts
-// each at both edges: 143 positions, 40 channels, K = 216 over 24 channels (several taps
-// per stage). The cost model would pick only a few of them for small shapes.
+// each at both edges: 143 positions, 40 channels, K = 216 over 24 channels (in FP16
+// several taps per stage). The cost model would pick only a few of them for small shapes.
 TEST(KernelLibrary, MmaSyncConvolutionEveryTile) {
   const char *f16 =
       R"(graph @g(%x: f16[1,13,11,24], %w: f16[40,3,3,24], %b: f16[40]) -> ("y": f16[1,13,11,40]) {
@@ -551,9 +586,22 @@ TEST(KernelLibrary, MmaSyncConvolutionEveryTile) {
     const std::string name = "tile " + std::to_string(c.bm) + "x" + std::to_string(c.bn) +
                              " warp " + std::to_string(c.tm) + "x" + std::to_string(c.tn) + ", " +
                              std::to_string(c.stages) + " stages";
-    run({name.c_str(), f16, {"dlc::conv_fprop_mma"}, {}, 2, true, 4e-3, false, {}, t}, false);
+    const std::string inst = "dlc::ConvMmaTile<" + std::to_string(c.bm) + ", " +
+                             std::to_string(c.bn) + ", " + std::to_string(c.tm) + ", " +
+                             std::to_string(c.tn) + ", " + std::to_string(c.stages) + ">";
+    run({name.c_str(), f16, {"dlc::conv_fprop_mma"}, {}, 2, true, 4e-3, false, {}, t, inst}, false);
     if (t % 3 == 0) // TF32 (a third of them): 2^-11 per operand over K = 216, ~4 sigma
-      run({(name + " tf32").c_str(), f32, {"dlc::conv_fprop_mma"}, {}, 2, true, 1e-2, true, {}, t},
+      run({(name + " tf32").c_str(),
+           f32,
+           {"dlc::conv_fprop_mma"},
+           {},
+           2,
+           true,
+           1e-2,
+           true,
+           {},
+           t,
+           inst},
           false);
   }
 }

@@ -5,6 +5,7 @@
 #include "dlc/driver/Compile.h"
 #include "dlc/driver/Export.h"
 #include "dlc/driver/Inspect.h"
+#include "dlc/package/Package.h"
 #include "dlc/runtime/Runtime.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <set>
 #include <unistd.h>
 
 using namespace dlc;
@@ -205,4 +207,32 @@ TEST(Driver, BenchStatsAreNearestRank) {
   rt::BenchStats one = rt::benchStats({2.5});
   EXPECT_EQ(one.min, 2.5);
   EXPECT_EQ(one.p99, 2.5);
+}
+
+// --tf32: FP32 conv nets go channels-last (auto layout) and their convolutions run on
+// tensor cores (conv_fprop_mma in TF32); without it they stay NCHW on conv_igemm.
+TEST(Driver, Tf32MovesFp32ConvNetsToTensorCores) {
+  const char *net = R"(graph @net(%x: f32[1,8,6,6], %w: f32[16,8,3,3]) -> ("y": f32[1,16,6,6]) {
+  %c = Conv(%x, %w) {pads = [1, 1, 1, 1]} : f32[1,16,6,6]
+  %y = Relu(%c) : f32[1,16,6,6]
+  return %y
+}
+)";
+  std::string model = writeModel("net.ir", net);
+  for (bool tf32 : {false, true}) {
+    SCOPED_TRACE(tf32 ? "tf32" : "fp32");
+    std::string out = tempPath(tf32 ? "net_tf32.dlc" : "net_fp32.dlc");
+    driver::CompileOptions o = emuOptions(model, out);
+    o.tf32 = tf32;
+    auto r = driver::compile(o);
+    ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
+    auto pf = pkg::PackageFile::load(out);
+    ASSERT_TRUE(pf.ok()) << pf.status().message();
+    std::set<std::string> used;
+    for (const pkg::Kernel *k : *(*pf)->meta().kernels())
+      used.insert(k->template_name()->str());
+    EXPECT_EQ(used.count("dlc::conv_fprop_mma"), tf32 ? 1u : 0u);
+    EXPECT_EQ(used.count("dlc::conv_igemm"), tf32 ? 0u : 1u);
+    llvm::sys::fs::remove(out);
+  }
 }
