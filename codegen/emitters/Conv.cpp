@@ -219,8 +219,10 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   // Grouped convolutions too, when each group is whole 16-byte chunks of channels and
   // has at least 8 output channels (depthwise ones stay direct).
   const int64_t chunk = 16 / static_cast<int64_t>(dtypeSize(x->dtype()));
+  // (blockIdx.y holds every group's channel tiles: at most 65535 of the narrowest.)
   const bool mma = (tensor || tf32) && cl && s.kSize <= 64 && (!b || b->dtype() == wt->dtype()) &&
-                   (groups == 1 || (s.Cg % chunk == 0 && s.Mg >= 8));
+                   (groups == 1 || (s.Cg % chunk == 0 && s.Mg >= 8)) &&
+                   groups * ceilDiv(s.Mg, 32) <= 65535;
   const bool packX = mma && (s.C % chunk != 0 || (l.group() && l.group()->computes(x)) ||
                              l.isInterface(x) || l.bufferOf(x).offset % 16 != 0);
   const bool packW =
