@@ -245,16 +245,18 @@ __global__ void __launch_bounds__(Tile::Threads) conv_fprop_mma(const ConvArgs<X
     }
     cpAsyncCommit();
   }
-  int readStage = 0, writeStage = Stages - 1;
+  // The stages read and written, as byte offsets from the base.
+  constexpr int Ring = Stages * Tile::StageBytes;
+  int readStage = 0, writeStage = (Stages - 1) * Tile::StageBytes;
   for (int kt = 0; kt < tiles; ++kt) {
     cpAsyncWait<Stages - 2>(); // tile kt has landed (this thread's copies)
     __syncthreads();           // ... everyone's; and stage kt - 1 is read by all
     if (kt + Stages - 1 < tiles) {
-      copier.load(writeStage * Tile::StageBytes);
+      copier.load(writeStage);
       copier.advance();
     }
     cpAsyncCommit();
-    const int stage = readStage * Tile::StageBytes;
+    const int stage = readStage;
 #pragma unroll
     for (int ks = 0; ks < 2; ++ks) {
       SmemAddr aRow[MI], bRow[NI / 2];
@@ -266,8 +268,8 @@ __global__ void __launch_bounds__(Tile::Threads) conv_fprop_mma(const ConvArgs<X
         bRow[j] = bLd[ks] + stage + j * 16 * RowBytes;
       warpTileMma<MT, MI, NI>(acc, aRow, bRow);
     }
-    readStage = readStage + 1 == Stages ? 0 : readStage + 1;
-    writeStage = writeStage + 1 == Stages ? 0 : writeStage + 1;
+    readStage = readStage + Tile::StageBytes == Ring ? 0 : readStage + Tile::StageBytes;
+    writeStage = writeStage + Tile::StageBytes == Ring ? 0 : writeStage + Tile::StageBytes;
   }
   // The epilogue, on the fragments: lane (g, t) of m16n8 tile (i, j) holds positions
   // g and g + 8 of channels 2t and 2t + 1.
