@@ -288,14 +288,10 @@ inline float rsqrtf(float x) {
   return 1.0f / sqrtf(x);
 }
 inline float __uint_as_float(unsigned u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+  return __int_as_float(static_cast<int>(u));
 }
 inline unsigned __float_as_uint(float f) {
-  unsigned u;
-  std::memcpy(&u, &f, 4);
-  return u;
+  return static_cast<unsigned>(__float_as_int(f));
 }
 inline double rsqrt(double x) {
   return 1.0 / sqrt(x);

@@ -276,17 +276,10 @@ public:
   /// racecheck do.
   void access(uintptr_t p, uint64_t n, bool write) {
     unsigned me = static_cast<unsigned>((accessAs_ ? accessAs_ : current_) - threads_.data());
-    for (int r = 0; r < 2; ++r) {
-      uint64_t off = p - checkBase_[r];
-      if (off >= checkBytes_[r])
-        continue; // (or another runner's: the module's range covers every runner)
-      uint64_t end = std::min<uint64_t>(checkBytes_[r], off + n);
-      for (uint64_t o = off; o < end; ++o)
-        if (Hazard h = write ? onWrite(shadowAt(r, o), me) : onRead(shadowAt(r, o), me);
-            h != Hazard::None)
-          fail(describeHazard(h, r, off, shadowAt(r, o), n, me, write));
-      return;
-    }
+    forCheckedBytes(p, n, [&](int r, uint64_t off, ShadowByte &b) {
+      if (Hazard h = write ? onWrite(b, me) : onRead(b, me); h != Hazard::None)
+        fail(describeHazard(h, r, off, b, n, me, write));
+    });
   }
 
   /// A warp-wide operation (see dlc_emu_api.warp_op): the last lane of `mask` to arrive
@@ -364,18 +357,13 @@ public:
       fail("cp.async's destination is not inside the block's shared memory");
     if (check_) {
       unsigned me = static_cast<unsigned>(current_ - threads_.data());
-      for (int r = 0; r < 2; ++r) {
-        uint64_t off = d - checkBase_[r];
-        if (off >= checkBytes_[r])
-          continue;
-        for (uint64_t o = off; o < off + bytes && o < checkBytes_[r]; ++o) {
-          ShadowByte &b = fresh(shadowAt(r, o));
-          if (Hazard h = b.asyncPending ? Hazard::AsyncPending : onWrite(b, me); h != Hazard::None)
-            fail(describeHazard(h, r, off, b, bytes, me, true));
-          b.asyncPending = true;
-          b.writer = me;
-        }
-      }
+      forCheckedBytes(d, bytes, [&](int r, uint64_t off, ShadowByte &raw) {
+        ShadowByte &b = fresh(raw);
+        if (Hazard h = b.asyncPending ? Hazard::AsyncPending : onWrite(b, me); h != Hazard::None)
+          fail(describeHazard(h, r, off, b, bytes, me, true));
+        b.asyncPending = true;
+        b.writer = me;
+      });
     }
     th.copies.push_back({static_cast<uint8_t *>(dst), static_cast<const uint8_t *>(src), bytes,
                          srcBytes, th.groups});
@@ -418,6 +406,21 @@ private:
     bool asyncPending = false; // the destination of a cp.async not yet waited for
   };
 
+  /// Calls f(region, offset of p in it, record) for each byte of [p, p + n) in the run's
+  /// shared memory, under --check (without it, nothing is tracked).
+  template <class F> void forCheckedBytes(uintptr_t p, uint64_t n, F f) {
+    if (!check_)
+      return;
+    for (int r = 0; r < 2; ++r) {
+      uint64_t off = p - sharedBase_[r];
+      if (off >= sharedBytes_[r])
+        continue; // (or another runner's: the module's range covers every runner)
+      uint64_t end = std::min<uint64_t>(sharedBytes_[r], off + n);
+      for (uint64_t o = off; o < end; ++o)
+        f(r, off, shadowAt(r, o));
+      return;
+    }
+  }
   ShadowByte &shadowAt(int region, uint64_t offset) {
     return reinterpret_cast<ShadowByte *>(shadow_[region].data())[offset];
   }
@@ -547,10 +550,6 @@ private:
     sharedBytes_[0] = smemBytes * blocks_;
     sharedBase_[1] = reinterpret_cast<uintptr_t>(statics_);
     sharedBytes_[1] = size_t(blocks_) * kStaticSmemLimit;
-    checkBase_[0] = reinterpret_cast<uintptr_t>(smem);
-    checkBytes_[0] = l.check ? smemBytes * blocks_ : 0;
-    checkBase_[1] = reinterpret_cast<uintptr_t>(statics_);
-    checkBytes_[1] = l.check ? size_t(blocks_) * kStaticSmemLimit : 0;
   }
 
 public:
@@ -602,21 +601,16 @@ private:
       std::memset(c.dst + c.srcBytes, 0, c.bytes - c.srcBytes);
       if (!check_)
         continue;
-      uintptr_t d = reinterpret_cast<uintptr_t>(c.dst);
-      for (int r = 0; r < 2; ++r) {
-        uint64_t off = d - checkBase_[r];
-        if (off >= checkBytes_[r])
-          continue;
-        for (uint64_t o = off; o < off + c.bytes && o < checkBytes_[r]; ++o) {
-          ShadowByte &b = fresh(shadowAt(r, o));
-          b.asyncPending = false;
-          b.written = true;
-          b.writer = me;
-          b.writeEpoch = blockEpoch_[me / perBlock_];
-          b.writeWarpEpoch = warpEpoch_[warpOf(me)];
-          b.readers = ShadowByte::NoReader;
-        }
-      }
+      forCheckedBytes(reinterpret_cast<uintptr_t>(c.dst), c.bytes,
+                      [&](int, uint64_t, ShadowByte &raw) {
+                        ShadowByte &b = fresh(raw);
+                        b.asyncPending = false;
+                        b.written = true;
+                        b.writer = me;
+                        b.writeEpoch = blockEpoch_[me / perBlock_];
+                        b.writeWarpEpoch = warpEpoch_[warpOf(me)];
+                        b.readers = ShadowByte::NoReader;
+                      });
     }
     th.copies.resize(kept);
   }
@@ -759,8 +753,6 @@ private:
   };
   uint8_t *dynamic_ = nullptr,
           *statics_ = nullptr; // this runner's areas of the backend's shared memory
-  uint64_t checkBase_[2] = {},
-           checkBytes_[2] = {}; // --check: the run's dynamic, static shared memory
   std::vector<StaticSite> staticSites_;
   std::vector<size_t> staticUsed_;
   Reserve shadow_[2]; // ShadowByte records: dynamic, static shared memory

@@ -1,0 +1,490 @@
+// The kernel library's convolutions on the emu backend against the reference
+// interpreter (KernelLibraryTest.cpp has the other kernel kinds): the CUDA-core, WMMA
+// and cp.async/ldmatrix/mma.sync implicit GEMMs, channels-first and channels-last, the
+// direct and transposed kernels, at odd extents and with 32- and 64-bit indices.
+#include "KernelLibraryTestUtil.h"
+#include "device/dlc_params.h"
+#include "dlc/codegen/Compiler.h"
+#include "dlc/ir/TextIR.h"
+#include "dlc/package/Package.h"
+#include "dlc/passes/Pass.h"
+#include "dlc/runtime/Runtime.h"
+#include "emitters/ConvTiles.h"
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <random>
+#include <set>
+
+using namespace dlc;
+using namespace dlc::test;
+
+TEST(KernelLibrary, ImplicitGemmConvolution) {
+  // 7 output channels and 25 positions per image: partial tiles on both GEMM axes.
+  check({"conv 3x3 stride 2",
+         R"(graph @g(%x: f32[2,5,9,9], %w: f32[7,5,3,3], %b: f32[7]) -> ("y": f32[2,7,5,5]) {
+  %c = Conv(%x, %w, %b) {pads = [1, 1, 1, 1], strides = [2, 2]} : f32[2,7,5,5]
+  %y = Relu(%c) : f32[2,7,5,5]
+  return %y
+})",
+         {"dlc::conv_igemm"}});
+  check({"pointwise conv, 1-D and length-1 dims",
+         R"(graph @g(%x: f32[1,3,1,11], %w: f32[5,3,1,1]) -> ("y": f32[1,5,1,11]) {
+  %y = Conv(%x, %w) : f32[1,5,1,11]
+  return %y
+})",
+         {"dlc::conv_igemm"}});
+  check({"dilated 3-D conv",
+         R"(graph @g(%x: f32[1,2,5,6,7], %w: f32[3,2,2,3,2]) -> ("y": f32[1,3,4,2,6]) {
+  %y = Conv(%x, %w) {dilations = [1, 2, 1], pads = [0, 0, 0, 0, 0, 0]} : f32[1,3,4,2,6]
+  return %y
+})",
+         {"dlc::conv_igemm"}});
+  // A long reduction over few outputs: split along K, partial sums reduced in order.
+  check({"split-K",
+         R"(graph @g(%x: f32[1,96,3,3], %w: f32[6,96,3,3], %b: f32[6]) -> ("y": f32[1,6,3,3]) {
+  %y = Conv(%x, %w, %b) {pads = [1, 1, 1, 1]} : f32[1,6,3,3]
+  return %y
+})",
+         {"dlc::conv_igemm", "dlc::conv_splitk_reduce"},
+         {},
+         2,
+         true,
+         1e-4});
+}
+
+// FP16/BF16 convolutions run on tensor cores (conv_igemm_tc: WMMA fragments, which
+// the emu prelude implements as warp collectives): odd channel counts (3, 10: not
+// multiples of 8 or 16), a fused epilogue, 1x1, and split-K. The reference rounds
+// once from exact sums; the kernel sums exact products in FP32, then rounds.
+TEST(KernelLibrary, TensorCoreConvolution) {
+  check({"f16 conv 3x3, 3 -> 10 channels",
+         R"(graph @g(%x: f16[2,3,9,9], %w: f16[10,3,3,3], %b: f16[10]) -> ("y": f16[2,10,5,5]) {
+  %c = Conv(%x, %w, %b) {pads = [1, 1, 1, 1], strides = [2, 2]} : f16[2,10,5,5]
+  %y = Relu(%c) : f16[2,10,5,5]
+  return %y
+})",
+         {"dlc::conv_igemm_tc"},
+         {},
+         2,
+         true,
+         4e-3});
+  check({"bf16 conv, 10 -> 3 channels",
+         R"(graph @g(%x: bf16[1,10,7,7], %w: bf16[3,10,3,3]) -> ("y": bf16[1,3,5,5]) {
+  %y = Conv(%x, %w) : bf16[1,3,5,5]
+  return %y
+})",
+         {"dlc::conv_igemm_tc"},
+         {},
+         2,
+         true,
+         2e-2});
+  check({"f16 pointwise conv",
+         R"(graph @g(%x: f16[1,10,1,11], %w: f16[3,10,1,1]) -> ("y": f16[1,3,1,11]) {
+  %y = Conv(%x, %w) : f16[1,3,1,11]
+  return %y
+})",
+         {"dlc::conv_igemm_tc"},
+         {},
+         2,
+         true,
+         4e-3});
+  check({"f16 split-K",
+         R"(graph @g(%x: f16[1,2048,3,3], %w: f16[6,2048,3,3], %b: f16[6]) -> ("y": f16[1,6,3,3]) {
+  %y = Conv(%x, %w, %b) {pads = [1, 1, 1, 1]} : f16[1,6,3,3]
+  return %y
+})",
+         {"dlc::conv_igemm_tc", "dlc::conv_splitk_reduce"},
+         {},
+         2,
+         true,
+         4e-3});
+}
+
+// Channels-last (the layout pass's NHWC: x [N, H, W, C], weights [M, kh, kw, C/g]):
+// the tensor-core and CUDA-core implicit GEMMs with odd channel counts, split-K, the
+// direct kernel for depthwise convolutions, and window and global pooling. The
+// interpreter's reference transposes to NCHW and back.
+TEST(KernelLibrary, ChannelsLastConvolutionAndPooling) {
+  check({"nhwc f16 conv 3x3, 3 -> 10 channels",
+         R"(graph @g(%x: f16[2,9,9,3], %w: f16[10,3,3,3], %b: f16[10]) -> ("y": f16[2,5,5,10]) {
+  %c = Conv(%x, %w, %b) {channels_last = 1, pads = [1, 1, 1, 1], strides = [2, 2]} : f16[2,5,5,10]
+  %y = Relu(%c) : f16[2,5,5,10]
+  return %y
+})",
+         {"dlc::conv_fprop_mma", "dlc::conv_pack"},
+         {},
+         2,
+         true,
+         4e-3});
+  check({"nhwc bf16 conv, 10 -> 3 channels",
+         R"(graph @g(%x: bf16[1,7,7,10], %w: bf16[3,3,3,10]) -> ("y": bf16[1,5,5,3]) {
+  %y = Conv(%x, %w) {channels_last = 1} : bf16[1,5,5,3]
+  return %y
+})",
+         {"dlc::conv_fprop_mma", "dlc::conv_pack"},
+         {},
+         2,
+         true,
+         2e-2});
+  check({"nhwc f16 split-K",
+         R"(graph @g(%x: f16[1,3,3,2048], %w: f16[6,3,3,2048], %b: f16[6]) -> ("y": f16[1,3,3,6]) {
+  %y = Conv(%x, %w, %b) {channels_last = 1, pads = [1, 1, 1, 1]} : f16[1,3,3,6]
+  return %y
+})",
+         {"dlc::conv_fprop_mma", "dlc::conv_splitk_reduce"},
+         {},
+         2,
+         true,
+         4e-3});
+  check(
+      {"nhwc f32 conv and depthwise conv",
+       R"(graph @g(%x: f32[1,6,7,3], %w: f32[10,3,2,3], %d: f32[10,3,3,1]) -> ("y": f32[1,5,7,10]) {
+  %c = Conv(%x, %w) {channels_last = 1, pads = [1, 0, 0, 1]} : f32[1,5,7,10]
+  %y = Conv(%c, %d) {channels_last = 1, group = 10, pads = [1, 1, 1, 1]} : f32[1,5,7,10]
+  return %y
+})",
+       {"dlc::conv_igemm", "dlc::conv_direct"}});
+  check(
+      {"nhwc pooling",
+       R"(graph @g(%x: f32[2,5,6,10]) -> ("m": f32[2,3,3,10], "a": f32[2,3,3,10], "g": f32[2,1,1,10]) {
+  %m = MaxPool(%x) {channels_last = 1, kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]} : f32[2,3,3,10]
+  %a = AveragePool(%x) {channels_last = 1, count_include_pad = 1, kernel_shape = [3, 2], pads = [1, 0, 1, 0], strides = [2, 2]} : f32[2,3,3,10]
+  %g = GlobalAveragePool(%x) {channels_last = 1} : f32[2,1,1,10]
+  return %m, %a, %g
+})",
+       {"dlc::pool_window", "dlc::reduce"},
+       {},
+       1});
+}
+
+// Channels-last FP16/BF16 convolutions whose channels come in 16-byte chunks run
+// conv_fprop_mma (cp.async stages, ldmatrix, mma.sync; emu emulates each per the PTX
+// ISA): odd positions and output channels (tiles cut at both edges), fewer channels than
+// a stage's K (several taps per stage), strides, dilations, 3-D windows, a pointwise
+// conv, the fused epilogue, and more than one tile of K.
+TEST(KernelLibrary, MmaSyncConvolution) {
+  check({"nhwc f16 3x3 s2, 16 -> 10 channels, bias and relu",
+         R"(graph @g(%x: f16[2,9,9,16], %w: f16[10,3,3,16], %b: f16[10]) -> ("y": f16[2,5,5,10]) {
+  %c = Conv(%x, %w, %b) {channels_last = 1, pads = [1, 1, 1, 1], strides = [2, 2]} : f16[2,5,5,10]
+  %y = Relu(%c) : f16[2,5,5,10]
+  return %y
+})",
+         {"dlc::conv_fprop_mma"},
+         {},
+         2,
+         true,
+         4e-3});
+  check({"nhwc bf16 5x3 dilated, 24 -> 70 channels",
+         R"(graph @g(%x: bf16[1,11,7,24], %w: bf16[70,5,3,24]) -> ("y": bf16[1,5,5,70]) {
+  %y = Conv(%x, %w) {channels_last = 1, dilations = [2, 1], pads = [1, 0, 0, 0]} : bf16[1,5,5,70]
+  return %y
+})",
+         {"dlc::conv_fprop_mma"},
+         {},
+         2,
+         true,
+         2e-2});
+  check(
+      {"nhwc f16 pointwise, 8 -> 130 channels over 143 positions",
+       R"(graph @g(%x: f16[1,13,11,8], %w: f16[130,1,1,8], %b: f16[130]) -> ("y": f16[1,13,11,130]) {
+  %y = Conv(%x, %w, %b) {channels_last = 1} : f16[1,13,11,130]
+  return %y
+})",
+       {"dlc::conv_fprop_mma"},
+       {},
+       2,
+       true,
+       4e-3});
+  check({"nhwc f16 3-D, 3x3x3 window",
+         R"(graph @g(%x: f16[1,4,5,6,8], %w: f16[12,3,3,3,8]) -> ("y": f16[1,4,5,6,12]) {
+  %y = Conv(%x, %w) {channels_last = 1, pads = [1, 1, 1, 1, 1, 1]} : f16[1,4,5,6,12]
+  return %y
+})",
+         {"dlc::conv_fprop_mma"},
+         {},
+         2,
+         true,
+         4e-3});
+  // Channels not a multiple of 8 (an RGB stem: 7x7, 49 taps, a 64-bit tap mask):
+  // conv_pack rewrites the operands first.
+  check({"nhwc f16 7x7 s2 stem, 3 -> 10 channels",
+         R"(graph @g(%x: f16[1,13,11,3], %w: f16[10,7,7,3], %b: f16[10]) -> ("y": f16[1,7,6,10]) {
+  %y = Conv(%x, %w, %b) {channels_last = 1, pads = [3, 3, 3, 3], strides = [2, 2]} : f16[1,7,6,10]
+  return %y
+})",
+         {"dlc::conv_fprop_mma", "dlc::conv_pack"},
+         {},
+         2,
+         true,
+         4e-3});
+  // A view into an intermediate (Split along the batch: the second image's offset), read
+  // as it is; and a graph input, which a caller may bind anywhere: packed.
+  check({"nhwc f16 conv of a split's second part",
+         R"(graph @g(%x: f16[3,5,6,16], %w: f16[9,3,3,16]) -> ("y": f16[2,5,6,9]) {
+  %r = Relu(%x) : f16[3,5,6,16]
+  %a, %v = Split(%r) {axis = 0, split = [1, 2]} : f16[1,5,6,16], f16[2,5,6,16]
+  %y = Conv(%v, %w) {channels_last = 1, pads = [1, 1, 1, 1]} : f16[2,5,6,9]
+  return %y
+})",
+         {"dlc::conv_fprop_mma"},
+         {},
+         2,
+         true,
+         4e-3});
+  // FP32 with --tf32: the same kernel on m16n8k8 TF32 products (operands rounded by
+  // cvt.rna), 4 channels per 16-byte chunk; C = 3 is packed to 4. TF32 keeps 10 bits of
+  // mantissa: the tolerance is that of a 2^-11 relative error per operand.
+  check({"nhwc f32 tf32 3x3 s2, 12 -> 20 channels, bias and relu",
+         R"(graph @g(%x: f32[2,9,7,12], %w: f32[20,3,3,12], %b: f32[20]) -> ("y": f32[2,5,4,20]) {
+  %c = Conv(%x, %w, %b) {channels_last = 1, pads = [1, 1, 1, 1], strides = [2, 2]} : f32[2,5,4,20]
+  %y = Relu(%c) : f32[2,5,4,20]
+  return %y
+})",
+         {"dlc::conv_fprop_mma"},
+         {},
+         2,
+         true,
+         3e-3,
+         true});
+  check({"nhwc f32 tf32 3 -> 70 channels",
+         R"(graph @g(%x: f32[1,9,9,3], %w: f32[70,3,3,3]) -> ("y": f32[1,9,9,70]) {
+  %y = Conv(%x, %w) {channels_last = 1, pads = [1, 1, 1, 1]} : f32[1,9,9,70]
+  return %y
+})",
+         {"dlc::conv_fprop_mma", "dlc::conv_pack"},
+         {},
+         2,
+         true,
+         3e-3,
+         true});
+  // K = 4608: outputs of magnitude ~20 carry TF32's 2^-11 relative error per product,
+  // about 1e-2 absolute.
+  check({"nhwc f32 tf32 split-K over 512 channels",
+         R"(graph @g(%v: f32[1,3,3,512], %u: f32[6,3,3,512]) -> ("z": f32[1,3,3,6]) {
+  %z = Conv(%v, %u) {channels_last = 1, pads = [1, 1, 1, 1]} : f32[1,3,3,6]
+  return %z
+})",
+         {"dlc::conv_fprop_mma", "dlc::conv_splitk_reduce"},
+         {},
+         2,
+         true,
+         3e-2,
+         true});
+  // Weights that are constants (a model's initializers): read as they are.
+  const std::string constW =
+      R"(graph @g(%x: f16[2,5,7,16]) -> ("y": f16[2,5,7,24]) {
+  %w = )" +
+      randomConst(ir::DType::F16, {24, 3, 3, 16}, 5) + R"(
+  %r = Relu(%x) : f16[2,5,7,16]
+  %y = Conv(%r, %w) {channels_last = 1, pads = [1, 1, 1, 1]} : f16[2,5,7,24]
+  return %y
+})";
+  check({"nhwc f16 conv with constant weights",
+         constW.c_str(),
+         {"dlc::conv_fprop_mma"},
+         {},
+         2,
+         true,
+         4e-3,
+         false,
+         {"dlc::conv_pack"}});
+  // Grouped convolutions on tensor cores: groups batched into the grid (blockIdx.y), each
+  // block reading its group's channels; depthwise ones stay direct.
+  check({"nhwc f16 grouped, 4 groups of 16 -> 12 channels",
+         R"(graph @g(%x: f16[2,7,6,64], %w: f16[48,3,3,16], %b: f16[48]) -> ("y": f16[2,7,6,48]) {
+  %r = Relu(%x) : f16[2,7,6,64]
+  %y = Conv(%r, %w, %b) {channels_last = 1, group = 4, pads = [1, 1, 1, 1]} : f16[2,7,6,48]
+  return %y
+})",
+         {"dlc::conv_fprop_mma"},
+         {},
+         2,
+         true,
+         4e-3,
+         false,
+         {"dlc::conv_direct"}});
+  check({"nhwc bf16 grouped s2 of a graph input, 3 groups of 8 -> 10 channels",
+         R"(graph @g(%x: bf16[1,9,11,24], %w: bf16[30,3,3,8]) -> ("y": bf16[1,5,6,30]) {
+  %y = Conv(%x, %w) {channels_last = 1, group = 3, pads = [1, 1, 1, 1], strides = [2, 2]} : bf16[1,5,6,30]
+  return %y
+})",
+         {"dlc::conv_fprop_mma", "dlc::conv_pack"},
+         {},
+         2,
+         true,
+         2e-2});
+  check({"nhwc f32 tf32 grouped, 2 groups of 4 -> 8 channels",
+         R"(graph @g(%x: f32[1,6,5,8], %w: f32[16,3,3,4]) -> ("y": f32[1,6,5,16]) {
+  %y = Conv(%x, %w) {channels_last = 1, group = 2, pads = [1, 1, 1, 1]} : f32[1,6,5,16]
+  return %y
+})",
+         {"dlc::conv_fprop_mma"},
+         {},
+         2,
+         true,
+         3e-3,
+         true});
+  // More than one tile of channels per group (Mg 72 on the 32x32 tile), and split-K
+  // over a group's 512 channels.
+  const codegen::ConvTileConfig &t32 =
+      codegen::kConvMmaTiles[std::size(codegen::kConvMmaTiles) - 1];
+  ASSERT_EQ(t32.bn, 32);
+  check({"nhwc f16 grouped, 2 groups of 72 channels on 32-channel tiles",
+         R"(graph @g(%x: f16[1,5,6,16], %w: f16[144,3,3,8]) -> ("y": f16[1,5,6,144]) {
+  %r = Relu(%x) : f16[1,5,6,16]
+  %y = Conv(%r, %w) {channels_last = 1, group = 2, pads = [1, 1, 1, 1]} : f16[1,5,6,144]
+  return %y
+})",
+         {"dlc::conv_fprop_mma"},
+         {},
+         2,
+         true,
+         4e-3,
+         false,
+         {},
+         static_cast<int>(std::size(codegen::kConvMmaTiles)) - 1,
+         "dlc::ConvMmaTile<32, 32, 32, 32, 4>"});
+  check(
+      {"nhwc f16 grouped split-K, 2 groups of 512 channels",
+       R"(graph @g(%x: f16[1,3,3,1024], %w: f16[16,3,3,512], %b: f16[16]) -> ("y": f16[1,3,3,16]) {
+  %r = Relu(%x) : f16[1,3,3,1024]
+  %y = Conv(%r, %w, %b) {channels_last = 1, group = 2, pads = [1, 1, 1, 1]} : f16[1,3,3,16]
+  return %y
+})",
+       {"dlc::conv_fprop_mma", "dlc::conv_splitk_reduce"},
+       {},
+       2,
+       true,
+       4e-3});
+  check({"nhwc f16 depthwise stays direct",
+         R"(graph @g(%x: f16[1,6,5,16], %w: f16[16,3,3,1]) -> ("y": f16[1,6,5,16]) {
+  %y = Conv(%x, %w) {channels_last = 1, group = 16, pads = [1, 1, 1, 1]} : f16[1,6,5,16]
+  return %y
+})",
+         {"dlc::conv_direct"},
+         {},
+         2,
+         true,
+         4e-3,
+         false,
+         {"dlc::conv_fprop_mma"}});
+  check({"nhwc f16 conv of a graph input",
+         R"(graph @g(%x: f16[1,5,6,16], %w: f16[9,3,3,16]) -> ("y": f16[1,5,6,9]) {
+  %y = Conv(%x, %w) {channels_last = 1, pads = [1, 1, 1, 1]} : f16[1,5,6,9]
+  return %y
+})",
+         {"dlc::conv_fprop_mma", "dlc::conv_pack"},
+         {},
+         2,
+         true,
+         4e-3});
+  check({"nhwc f16 K of 18 stages, 64 -> 64 channels",
+         R"(graph @g(%x: f16[1,6,5,64], %w: f16[64,3,3,64]) -> ("y": f16[1,6,5,64]) {
+  %y = Conv(%x, %w) {channels_last = 1, pads = [1, 1, 1, 1]} : f16[1,6,5,64]
+  return %y
+})",
+         {"dlc::conv_fprop_mma"},
+         {},
+         2,
+         true,
+         4e-3});
+}
+
+// Every tile of conv_fprop_mma (ConvTiles.h), FP16 and TF32, on one shape that cuts
+// each at both edges: 143 positions, 40 channels, K = 216 over 24 channels (in FP16
+// several taps per stage). The cost model would pick only a few of them for small shapes.
+TEST(KernelLibrary, MmaSyncConvolutionEveryTile) {
+  const char *f16 =
+      R"(graph @g(%x: f16[1,13,11,24], %w: f16[40,3,3,24], %b: f16[40]) -> ("y": f16[1,13,11,40]) {
+  %y = Conv(%x, %w, %b) {channels_last = 1, pads = [1, 1, 1, 1]} : f16[1,13,11,40]
+  return %y
+})";
+  const char *f32 =
+      R"(graph @g(%x: f32[1,13,11,24], %w: f32[40,3,3,24], %b: f32[40]) -> ("y": f32[1,13,11,40]) {
+  %y = Conv(%x, %w, %b) {channels_last = 1, pads = [1, 1, 1, 1]} : f32[1,13,11,40]
+  return %y
+})";
+  for (int t = 0; t < static_cast<int>(std::size(codegen::kConvMmaTiles)); ++t) {
+    const codegen::ConvTileConfig &c = codegen::kConvMmaTiles[t];
+    const std::string name = "tile " + std::to_string(c.bm) + "x" + std::to_string(c.bn) +
+                             " warp " + std::to_string(c.tm) + "x" + std::to_string(c.tn) + ", " +
+                             std::to_string(c.stages) + " stages";
+    const std::string inst = "dlc::ConvMmaTile<" + std::to_string(c.bm) + ", " +
+                             std::to_string(c.bn) + ", " + std::to_string(c.tm) + ", " +
+                             std::to_string(c.tn) + ", " + std::to_string(c.stages) + ">";
+    run({name.c_str(), f16, {"dlc::conv_fprop_mma"}, {}, 2, true, 4e-3, false, {}, t, inst}, false);
+    if (t % 3 == 0) // TF32 (a third of them): 2^-11 per operand over K = 216, ~4 sigma
+      run({(name + " tf32").c_str(),
+           f32,
+           {"dlc::conv_fprop_mma"},
+           {},
+           2,
+           true,
+           1e-2,
+           true,
+           {},
+           t,
+           inst},
+          false);
+  }
+}
+
+// What runs on a GPU: the FP16 convolution's PTX multiplies on tensor cores.
+TEST(KernelLibrary, TensorCoreConvolutionPtxUsesMma) {
+  for (const char *dt : {"f16", "bf16"}) {
+    std::string ir = std::string(R"(graph @g(%x: )") + dt + R"([1,10,9,9], %w: )" + dt +
+                     R"([10,10,3,3]) -> ("y": )" + dt + R"([1,10,7,7]) {
+  %y = Conv(%x, %w) : )" +
+                     dt + R"([1,10,7,7]
+  return %y
+})";
+    auto g = ir::parseGraph(ir, "tc");
+    ASSERT_TRUE(bool(g)) << llvm::toString(g.takeError());
+    codegen::CompileOptions co;
+    co.targets = {"compute_80"};
+    co.useCache = false;
+    auto bytes = codegen::compileGraph(**g, co);
+    ASSERT_TRUE(bool(bytes)) << llvm::toString(bytes.takeError());
+    auto pf = pkg::PackageFile::fromBytes(bytes->data(), bytes->size(), "tc");
+    ASSERT_TRUE(pf.ok()) << pf.status().message();
+    std::string ptx;
+    for (const pkg::Module *m : *(*pf)->meta().modules())
+      if (m->kind() == pkg::ModuleKind::Ptx)
+        ptx.append(reinterpret_cast<const char *>((*pf)->section(m->data())), m->data()->size());
+    EXPECT_NE(ptx.find("wmma.mma.sync"), std::string::npos) << dt << ": no WMMA in the PTX";
+    EXPECT_NE(ptx.find(std::string(".") + dt), std::string::npos)
+        << dt << ": the MMA is not on " << dt;
+    bool tc = false;
+    for (const pkg::Kernel *k : *(*pf)->meta().kernels())
+      tc |= k->tensor_core();
+    EXPECT_TRUE(tc) << "no kernel declares tensor cores";
+  }
+}
+
+// FP16/BF16 element-wise groups between two kernels (here two GEMMs; arena buffers,
+// 4-byte aligned) move __half2 / __nv_bfloat162 pairs. An odd element count falls
+// back to one element per thread.
+
+TEST(KernelLibrary, DirectAndTransposedConvolution) {
+  check({"depthwise",
+         R"(graph @g(%x: f32[1,6,7,5], %w: f32[6,1,3,3], %b: f32[6]) -> ("y": f32[1,6,7,5]) {
+  %y = Conv(%x, %w, %b) {group = 6, pads = [1, 1, 1, 1]} : f32[1,6,7,5]
+  return %y
+})",
+         {"dlc::conv_direct"}});
+  check({"grouped",
+         R"(graph @g(%x: f32[2,4,5,5], %w: f32[6,2,2,2]) -> ("y": f32[2,6,4,4]) {
+  %y = Conv(%x, %w) {group = 2} : f32[2,6,4,4]
+  return %y
+})",
+         {"dlc::conv_direct"}});
+  check({"conv transpose",
+         R"(graph @g(%x: f32[1,4,3,5], %w: f32[4,3,3,3], %b: f32[3]) -> ("y": f32[1,3,7,11]) {
+  %y = ConvTranspose(%x, %w, %b) {strides = [2, 2]} : f32[1,3,7,11]
+  return %y
+})",
+         {"dlc::conv_transpose"}});
+}
