@@ -796,6 +796,7 @@ std::map<CUevent, double> recorded;
 uint64_t lastRingBytes = 0;
 int capturedNodes = 0, liveAllocations = 0, moduleLoads = 0;
 bool failModule = false;
+double tickRate = 1; // clock64's rate as a fraction of the SM clock
 
 template <typename T> T param(void **p, int i) {
   return *static_cast<T *>(p[i]);
@@ -807,6 +808,7 @@ cuda::Driver fakeGpu() {
     *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR   ? 9
          : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? 0
          : a == CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE            ? kL2Bytes
+         : a == CU_DEVICE_ATTRIBUTE_CLOCK_RATE               ? static_cast<int>(kClock / 1e3)
                                                              : static_cast<int>(kSms);
     return CUDA_SUCCESS;
   };
@@ -855,7 +857,7 @@ cuda::Driver fakeGpu() {
     auto *out = reinterpret_cast<uint64_t *>(param<CUdeviceptr>(p, 0));
     if (k == "dlc_cal_ffma" || k == "dlc_cal_hfma2") {
       t = warps * param<int>(p, 2) * 64 / ((k == "dlc_cal_ffma" ? kFfma : kHfma2) * kClock * kSms);
-      out[0] = static_cast<uint64_t>(t * kClock + 0.5);
+      out[0] = static_cast<uint64_t>(t * kClock * tickRate + 0.5);
     } else if (k == "dlc_cal_mma") {
       t = warps * param<int>(p, 2) * 8 / (kHmma * kClock * kSms);
     } else if (k == "dlc_cal_copy") {
@@ -865,7 +867,8 @@ cuda::Driver fakeGpu() {
     } else if (k == "dlc_cal_ring") {
       lastRingBytes = uint64_t(param<unsigned>(p, 2)) * 4;
     } else if (k == "dlc_cal_chase") {
-      out[0] = static_cast<uint64_t>(lastRingBytes <= uint64_t(kL2Bytes) ? kL2Lat : kDramLat);
+      out[0] = static_cast<uint64_t>((lastRingBytes <= uint64_t(kL2Bytes) ? kL2Lat : kDramLat) *
+                                     tickRate);
     } else if (k == "dlc_cal_empty") {
       if (S.capturing)
         ++capturedNodes;
@@ -913,6 +916,29 @@ TEST_F(CudaMock, CalibrateRecoversTheRatesOfAFakeGpu) {
   for (const char *field : {"\"name\": \"H100\"", "\"arch\": \"sm_90\"", "\"hmma_per_clock\": 1",
                             "\"dram_measured_bytes_per_second\": 3e+12", "\"graph_node_us\": 1"})
     EXPECT_NE(json.find(field), std::string::npos) << field << "\n" << json;
+}
+
+// A clock64 that advances at 0.42 of the SM clock (what one warp's span read on an H100). The clock
+// is the device's attribute, the per-clock rates follow from it, and the latencies are SM cycles.
+TEST_F(CudaMock, CalibrateTakesTheSmClockWhereClock64CountsSlower) {
+  cuda::Driver d = calib::fakeGpu();
+  calib::tickRate = 0.42;
+  std::vector<std::string> steps;
+  auto c = cuda::calibrateWith(d, 0, std::vector<uint8_t>(16, 1),
+                               [&](const std::string &s) { steps.push_back(s); });
+  calib::tickRate = 1;
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  auto near = [](double got, double want) { return std::abs(got / want - 1) < 1e-5; };
+  EXPECT_PRED2(near, c->clockHz, calib::kClock);
+  EXPECT_PRED2(near, c->ffmaPerClock, calib::kFfma);
+  EXPECT_PRED2(near, c->hmmaPerClock, calib::kHmma);
+  EXPECT_EQ(c->l2LatencyCycles, calib::kL2Lat);
+  EXPECT_EQ(c->dramLatencyCycles, calib::kDramLat);
+  bool said = false;
+  for (const std::string &s : steps)
+    said |= s.find("clock64 counts at 63") != std::string::npos &&
+            s.find("MHz, the SM clock is 1500 MHz") != std::string::npos;
+  EXPECT_TRUE(said);
 }
 
 TEST(Calibrate, ADeviceNameNamesAProfileAsAWholeWord) {
