@@ -405,6 +405,7 @@ llvm::Expected<CompileResult> compile(const CompileOptions &o) {
   codegen::CompileOptions co;
   co.targets = o.targets;
   co.tf32 = o.tf32;
+  co.convTile = o.convTile;
   if (o.training && !llvm::StringRef(o.model).endswith(".ir")) { // kept for `dlc export`
     if (o.modelBytes) {
       co.sourceModel = *o.modelBytes;

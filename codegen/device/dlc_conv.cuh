@@ -101,6 +101,15 @@ __device__ __forceinline__ I convOutIndex(const ConvShape &s, I m, I pp) {
   return (q * static_cast<I>(s.M) + m) * static_cast<I>(s.P) + o;
 }
 
+/// Where split z's partial sum of channel m at GEMM column pp is kept: [z][M][NP]
+/// channels-first, [z][NP][M] channels-last, so that conv_splitk_reduce reads them in the
+/// order it writes the output.
+template <bool CL, class I>
+__device__ __forceinline__ I convPartialIndex(const ConvShape &s, I z, I m, I pp) {
+  const I M = static_cast<I>(s.M), NP = static_cast<I>(s.NP);
+  return CL ? (z * NP + pp) * M + m : (z * M + m) * NP + pp;
+}
+
 /// Which column of the B tile a thread stages, and its first row: channels-first,
 /// adjacent threads take adjacent positions (contiguous in NCHW); channels-last,
 /// adjacent threads take adjacent rows (consecutive channels, contiguous in NHWC).
@@ -197,7 +206,7 @@ __global__ void __launch_bounds__(Tile::Threads) conv_igemm(const ConvArgs<X, Ou
       if (pp >= NP)
         continue;
       if (partial)
-        partial[(static_cast<I>(blockIdx.z) * M + m) * NP + pp] = acc[i][j];
+        partial[convPartialIndex<CL>(s, static_cast<I>(blockIdx.z), m, pp)] = acc[i][j];
       else
         Out::store(a.out, convOutIndex<CL>(s, m, pp), acc[i][j] + bias);
     }
@@ -318,7 +327,7 @@ __global__ void __launch_bounds__(Tile::Threads) conv_igemm_tc(const ConvArgs<X,
       continue;
     const T v = Cs[r * LDC + c];
     if (partial)
-      partial[(static_cast<I>(blockIdx.z) * M + m) * NP + pp] = v;
+      partial[convPartialIndex<CL>(s, static_cast<I>(blockIdx.z), m, pp)] = v;
     else
       Out::store(a.out, convOutIndex<CL>(s, m, pp),
                  v + (s.bias ? ld<T>(static_cast<const WT *>(s.bias), m) : T(0)));
@@ -326,7 +335,8 @@ __global__ void __launch_bounds__(Tile::Threads) conv_igemm_tc(const ConvArgs<X,
 }
 
 /// Split-K: sums the partial products of every split in order, adds the bias and
-/// applies the epilogue. One thread per output.
+/// applies the epilogue. One thread per output, in the output's order (channels fastest
+/// channels-last): reads and writes coalesced.
 template <bool CL, class I, class WT, class X, class Out>
 __global__ void __launch_bounds__(256) conv_splitk_reduce(const ConvArgs<X, Out> a) {
   typedef typename X::Value T;
@@ -336,8 +346,11 @@ __global__ void __launch_bounds__(256) conv_splitk_reduce(const ConvArgs<X, Out>
   const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
   for (I e = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
        e < total; e += step) {
-    I m = e;
-    const I pp = s.dNP.split(m);
+    I m = e, pp = e;
+    if (CL)
+      m = s.dM.split(pp);
+    else
+      pp = s.dNP.split(m);
     T acc = s.bias ? ld<T>(static_cast<const WT *>(s.bias), m) : T(0);
     for (I z = 0; z < static_cast<I>(s.splits); ++z)
       acc += partial[z * MNP + e];

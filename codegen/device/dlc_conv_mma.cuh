@@ -11,10 +11,11 @@
 // The main loop stages 64 bytes of K per row at a time (BK = 32 FP16 or 16 FP32 values)
 // in a ring of Stages shared-memory stages filled by 16-byte cp.async (8 or 4 channels
 // of one tap), Stages - 1 tiles ahead of the products: one cp.async.wait_group and one
-// barrier per stage. Each thread copies the same 16-byte column of a few rows of every
-// stage: it decomposes its positions once (window origin, and which taps of its window
-// are inside the image, as a bit mask) and advances its (tap, channel) by BK with adds,
-// never a division; a chunk outside the image or past K is zero-filled by cp.async
+// barrier per stage, placed between the stage's two k steps; each k step's fragments
+// are loaded (ldmatrix) before the previous step's products are issued. Each thread copies the same
+// 16-byte column of a few rows of every stage: it decomposes its positions once (window origin, and
+// which taps of its window are inside the image, as a bit mask) and advances its (tap, channel) by
+// BK with adds, never a division; a chunk outside the image or past K is zero-filled by cp.async
 // itself (src-size 0). Rows of a stage are 64 bytes, the four 16-byte chunks of row r
 // XOR-swizzled by (r / 2) % 4: the 8 rows an ldmatrix phase reads, and the chunks a
 // warp's cp.async writes, fall in distinct banks.
@@ -28,7 +29,8 @@
 // read as they are. Where they are not (C = 3 of an RGB stem, a fused prologue),
 // conv_pack first writes the operand as [rows, C rounded up to a chunk] with zero
 // channels: the weights at every run (they are small), the input through the prologue.
-// The epilogue adds the bias and applies the fused store functor on the accumulator
+// The accumulators start at the bias (loaded before the main loop, so that its latency
+// hides there); the epilogue applies the fused store functor on the accumulator
 // fragments, or writes the split-K partial sums for conv_splitk_reduce.
 #pragma once
 
@@ -42,7 +44,10 @@ template <int BM_, int BN_, int WM_, int WN_, int Stages_> struct ConvMmaTile {
   static constexpr int BM = BM_, BN = BN_, WM = WM_, WN = WN_, Stages = Stages_;
   static constexpr int WarpsM = BM / WM, WarpsN = BN / WN, Threads = WarpsM * WarpsN * 32;
   static constexpr int MI = WM / 16, NI = WN / 8; // m16n8 tiles per warp
-  static constexpr int RowBytes = 64;             // one row of a stage: 4 chunks of K
+  // Eight warps of at most 64x32 keep two blocks per SM (sixteen warps): ptxas holds
+  // them to 128 registers.
+  static constexpr int MinBlocks = Threads == 256 && WM * WN <= 64 * 32 ? 2 : 1;
+  static constexpr int RowBytes = 64; // one row of a stage: 4 chunks of K
   static constexpr int StageBytes = (BM + BN) * RowBytes, SmemBytes = Stages * StageBytes;
   static constexpr int RowStep = Threads / 4; // rows between a thread's chunks
   static constexpr int ARows = BM / RowStep, BRows = BN / RowStep;
@@ -193,7 +198,8 @@ template <class Tile, class I, class MT, class Mask> struct ConvMmaLoader {
 };
 
 template <class Tile, class I, class MT, class Mask, class X, class Out>
-__global__ void __launch_bounds__(Tile::Threads) conv_fprop_mma(const ConvArgs<X, Out> a) {
+__global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
+    conv_fprop_mma(const ConvArgs<X, Out> a) {
   typedef typename Out::Value T; // the compute type (float)
   constexpr int BM = Tile::BM, BN = Tile::BN, Stages = Tile::Stages;
   constexpr int BK = ConvMmaLoader<Tile, I, MT, Mask>::BK; // K per stage, in elements
@@ -227,14 +233,25 @@ __global__ void __launch_bounds__(Tile::Threads) conv_fprop_mma(const ConvArgs<X
     bLd[ks] = base + (BM + wn * Tile::WN + br) * RowBytes +
               (((2 * ks + ((lane >> 3) & 1)) ^ ((br >> 1) & 3)) << 4);
   }
+  // The accumulators start at the bias (lane (g, t) of n-tile j holds channels 2t and
+  // 2t + 1 of its rows): its loads are issued before the main loop, not waited for
+  // after it. Split-K partial sums start at 0 (conv_splitk_reduce adds the bias).
+  T *partial = static_cast<T *>(s.partial);
+  const int g = lane >> 2, t = lane & 3;
   float acc[MI][NI][4];
 #pragma unroll
-  for (int i = 0; i < MI; ++i)
+  for (int j = 0; j < NI; ++j) {
+    const I m0 = mBase + wn * Tile::WN + 8 * j + 2 * t;
 #pragma unroll
-    for (int j = 0; j < NI; ++j)
+    for (int e = 0; e < 2; ++e) {
+      const float b = (!partial && s.bias && m0 + e < mEnd)
+                          ? ld<float>(static_cast<const MT *>(s.bias), m0 + e)
+                          : 0.0f;
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        acc[i][j][e] = 0.0f;
+      for (int i = 0; i < MI; ++i)
+        acc[i][j][e] = acc[i][j][e + 2] = b;
+    }
+  }
   const int tiles = static_cast<int>((blk.kEnd - blk.kBegin + BK - 1) / BK);
   // The prologue: the first Stages - 1 tiles in flight.
 #pragma unroll
@@ -248,43 +265,52 @@ __global__ void __launch_bounds__(Tile::Threads) conv_fprop_mma(const ConvArgs<X
   // The stages read and written, as byte offsets from the base.
   constexpr int Ring = Stages * Tile::StageBytes;
   int readStage = 0, writeStage = (Stages - 1) * Tile::StageBytes;
+  // A k step's fragments, by the lane's ldmatrix rows: step ks of the stage at `stage`.
+  auto loadStep = [&](WarpFrags<MI, NI> &f, int stage, int ks) {
+    SmemAddr aRow[MI], bRow[NI / 2];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+      aRow[i] = aLd[ks] + stage + i * 16 * RowBytes;
+#pragma unroll
+    for (int j = 0; j < NI / 2; ++j)
+      bRow[j] = bLd[ks] + stage + j * 16 * RowBytes;
+    warpTileLoad<MT, MI, NI>(f, aRow, bRow);
+  };
+  // Software-pipelined as the CUTLASS multistage main loop: a k step's products are
+  // issued after the next step's fragment loads, and the wait for the next stage comes
+  // between a stage's two steps, so neither ldmatrix's latency nor the barrier stalls
+  // the tensor cores with nothing queued.
+  WarpFrags<MI, NI> frag[2];
+  cpAsyncWait<Stages - 2>(); // tile 0 has landed (this thread's copies)
+  __syncthreads();           // ... everyone's
+  if (tiles > 0)
+    loadStep(frag[0], readStage, 0);
   for (int kt = 0; kt < tiles; ++kt) {
-    cpAsyncWait<Stages - 2>(); // tile kt has landed (this thread's copies)
-    __syncthreads();           // ... everyone's; and stage kt - 1 is read by all
+    loadStep(frag[1], readStage, 1);
+    // Tile kt + Stages - 1 into the stage tile kt - 1 was read from: every warp passed
+    // the barrier after its last ldmatrix there.
     if (kt + Stages - 1 < tiles) {
       copier.load(writeStage);
       copier.advance();
     }
     cpAsyncCommit();
-    const int stage = readStage;
-#pragma unroll
-    for (int ks = 0; ks < 2; ++ks) {
-      SmemAddr aRow[MI], bRow[NI / 2];
-#pragma unroll
-      for (int i = 0; i < MI; ++i)
-        aRow[i] = aLd[ks] + stage + i * 16 * RowBytes;
-#pragma unroll
-      for (int j = 0; j < NI / 2; ++j)
-        bRow[j] = bLd[ks] + stage + j * 16 * RowBytes;
-      warpTileMma<MT, MI, NI>(acc, aRow, bRow);
-    }
-    readStage = readStage + Tile::StageBytes == Ring ? 0 : readStage + Tile::StageBytes;
+    warpTileMma<MT, MI, NI>(acc, frag[0]);
+    cpAsyncWait<Stages - 2>(); // tile kt + 1 has landed (this thread's copies)
+    __syncthreads();           // ... everyone's; and stage kt's step 0 is read by all
+    const int next = readStage + Tile::StageBytes == Ring ? 0 : readStage + Tile::StageBytes;
+    // (After the last tile, a harmless reload of its stage: unconditional loads keep
+    // the fragments in place, where a branch around them costs register copies.)
+    loadStep(frag[0], kt + 1 < tiles ? next : readStage, 0);
+    readStage = next;
     writeStage = writeStage + Tile::StageBytes == Ring ? 0 : writeStage + Tile::StageBytes;
+    warpTileMma<MT, MI, NI>(acc, frag[1]);
   }
   // The epilogue, on the fragments: lane (g, t) of m16n8 tile (i, j) holds positions
   // g and g + 8 of channels 2t and 2t + 1.
-  T *partial = static_cast<T *>(s.partial);
   const I M = static_cast<I>(s.M), NP = static_cast<I>(s.NP);
-  const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int j = 0; j < NI; ++j) {
     const I m0 = mBase + wn * Tile::WN + 8 * j + 2 * t;
-    T bias[2];
-#pragma unroll
-    for (int e = 0; e < 2; ++e)
-      bias[e] = (!partial && s.bias && m0 + e < mEnd)
-                    ? ld<T>(static_cast<const MT *>(s.bias), m0 + e)
-                    : T(0);
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -293,9 +319,9 @@ __global__ void __launch_bounds__(Tile::Threads) conv_fprop_mma(const ConvArgs<X
         if (p >= NP || m >= mEnd) // (mEnd <= M: the end of the block's group)
           continue;
         if (partial)
-          partial[(static_cast<I>(blockIdx.z) * M + m) * NP + p] = acc[i][j][e];
+          partial[convPartialIndex<true>(s, static_cast<I>(blockIdx.z), m, p)] = acc[i][j][e];
         else
-          Out::store(a.out, p * M + m, acc[i][j][e] + bias[e & 1]);
+          Out::store(a.out, p * M + m, acc[i][j][e]);
       }
   }
 }

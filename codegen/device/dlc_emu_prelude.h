@@ -594,43 +594,51 @@ template <int Kind> inline void mma(float *d, const unsigned *a, const unsigned 
   std::memcpy(d, me.d, sizeof(me.d));
 }
 
-/// A warp's step of an MI x NI tile of m16n8 products (dlc::warpTileMma): the A
-/// fragments by ldmatrix.x4 at aRow[i], the B fragments of n-tiles 2 jj and 2 jj + 1
-/// by ldmatrix.x4 at bRow[jj], then every product (Kind 0, 1: m16n8k16 f16, bf16;
-/// 2: every register rounded by cvt.rna.tf32, then m16n8k8 tf32), as one warp operation.
-template <int MI, int NI> struct TileLane {
+/// A warp's fragments of an MI x NI tile of m16n8 products for one k step
+/// (dlc::WarpFrags): lane l's registers of A fragment i and of the B fragments of n-tiles
+/// 2 jj and 2 jj + 1.
+template <int MI, int NI> struct FragLane {
   u64 aRow[MI], bRow[NI / 2];
-  float *acc; // [MI][NI][4]
+  unsigned (*a)[4], (*b)[4]; // [MI][4], [NI / 2][4]
 };
-template <int MI, int NI, int Kind> void tileOp(void *const *lanes, unsigned) {
-  unsigned ra[MI][32][4], rb[NI / 2][32][4], a[32][4], b[32][2];
-  float d[32][4];
+/// dlc::warpTileLoad: the A fragments by ldmatrix.x4 at aRow[i], the B fragments by
+/// ldmatrix.x4 at bRow[jj]; Kind 2 (TF32) rounds every register by cvt.rna.tf32.
+template <int MI, int NI, int Kind> void fragLoadOp(void *const *lanes, unsigned) {
+  unsigned r[32][4];
   u64 addr[32];
-  for (int i = 0; i < MI; ++i) {
-    for (int l = 0; l < 32; ++l)
-      addr[l] = lane<TileLane<MI, NI>>(lanes, l).aRow[i];
-    ldmatrixWarp(addr, 4, false, ra[i]);
+  for (int i = 0; i < MI + NI / 2; ++i) { // the A fragments, then the B pairs
+    const bool isA = i < MI;
+    const int k = isA ? i : i - MI;
+    for (int l = 0; l < 32; ++l) {
+      const FragLane<MI, NI> &x = lane<FragLane<MI, NI>>(lanes, l);
+      addr[l] = isA ? x.aRow[k] : x.bRow[k];
+    }
+    ldmatrixWarp(addr, 4, false, r);
+    for (int l = 0; l < 32; ++l) {
+      const FragLane<MI, NI> &x = lane<FragLane<MI, NI>>(lanes, l);
+      unsigned *dst = isA ? x.a[k] : x.b[k];
+      for (int e = 0; e < 4; ++e)
+        dst[e] = Kind == 2 ? rnaTf32(r[l][e]) : r[l][e];
+    }
   }
-  for (int j = 0; j < NI / 2; ++j) {
-    for (int l = 0; l < 32; ++l)
-      addr[l] = lane<TileLane<MI, NI>>(lanes, l).bRow[j];
-    ldmatrixWarp(addr, 4, false, rb[j]);
-  }
-  if (Kind == 2)
-    for (int l = 0; l < 32; ++l)
-      for (int r = 0; r < 4; ++r) {
-        for (int i = 0; i < MI; ++i)
-          ra[i][l][r] = rnaTf32(ra[i][l][r]);
-        for (int j = 0; j < NI / 2; ++j)
-          rb[j][l][r] = rnaTf32(rb[j][l][r]);
-      }
+}
+template <int MI, int NI> struct TileLane {
+  const unsigned (*a)[4], (*b)[4]; // [MI][4], [NI / 2][4]
+  float *acc;                      // [MI][NI][4]
+};
+/// dlc::warpTileMma: acc[i][j] += A_i B_j for every (i, j) (Kind 0, 1: m16n8k16 f16,
+/// bf16; 2: m16n8k8 tf32), as one warp operation.
+template <int MI, int NI, int Kind> void tileOp(void *const *lanes, unsigned) {
+  unsigned a[32][4], b[32][2];
+  float d[32][4];
   for (int i = 0; i < MI; ++i)
     for (int j = 0; j < NI; ++j) {
       for (int l = 0; l < 32; ++l) {
-        std::memcpy(a[l], ra[i][l], sizeof(a[l]));
-        b[l][0] = rb[j / 2][l][2 * (j % 2)];
-        b[l][1] = rb[j / 2][l][2 * (j % 2) + 1];
-        std::memcpy(d[l], lane<TileLane<MI, NI>>(lanes, l).acc + (i * NI + j) * 4, sizeof(d[l]));
+        const TileLane<MI, NI> &x = lane<TileLane<MI, NI>>(lanes, l);
+        std::memcpy(a[l], x.a[i], sizeof(a[l]));
+        b[l][0] = x.b[j / 2][2 * (j % 2)];
+        b[l][1] = x.b[j / 2][2 * (j % 2) + 1];
+        std::memcpy(d[l], x.acc + (i * NI + j) * 4, sizeof(d[l]));
       }
       if (Kind == 2)
         mma1688Tf32Warp(a, b, d);

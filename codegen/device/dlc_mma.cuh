@@ -9,9 +9,11 @@
 //   mma16816<MT>     mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32
 //   mma1688Tf32      mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32
 //   toTf32           cvt.rna.tf32.f32
-//   warpTileMma      a warp's MI x NI tile of m16n8k16 products for one k16 step:
-//                    ldmatrix.x4 of its A and B fragments, then every mma (on emu one
-//                    warp operation for all of it, which keeps emu fast)
+//   warpTileLoad     a warp's A and B fragments of an MI x NI tile for one k step:
+//                    ldmatrix.x4 each (on emu one warp operation for all of them)
+//   warpTileMma      the tile's MI x NI m16n8 products from those fragments (on emu
+//                    one warp operation), so that a k step's loads overlap the last
+//                    one's products
 //
 // Shared-memory operands are SmemAddr: a 32-bit shared-window address on the GPU (what
 // ldmatrix and cp.async take), the pointer itself on emu; both advance by byte offsets.
@@ -149,54 +151,71 @@ __device__ __forceinline__ unsigned toTf32(float f) {
 #endif
 }
 
-/// One k step (32 bytes of K: k16 of FP16/BF16, k8 of TF32) of a warp's MI x NI tile of
-/// m16n8 products: lane l gives aRow[i], the address of its row of A fragment i's
-/// ldmatrix.x4 (rows 0-7 then 8-15 of the first 16 bytes of K, then of the next 16), and
-/// bRow[j], that of the B fragments of n-tiles 2 j and 2 j + 1 (stored [n][k]: n 0-7 of
-/// the first 16 bytes, of the next, then n 8-15 likewise); acc[i][j] += A_i B_j. FP32
+/// A warp's operand fragments of an MI x NI tile of m16n8 products for one k step (32
+/// bytes of K: k16 of FP16/BF16, k8 of TF32): lane (g, t)'s registers of A fragment i
+/// and of the B fragments of n-tiles 2 j and 2 j + 1 (registers 0-1 and 2-3).
+template <int MI, int NI> struct WarpFrags {
+  static_assert(NI % 2 == 0, "n-tiles come in pairs");
+  unsigned a[MI][4], b[NI / 2][4];
+};
+
+/// Loads a k step's fragments: lane l gives aRow[i], the address of its row of A
+/// fragment i's ldmatrix.x4 (rows 0-7 then 8-15 of the first 16 bytes of K, then of the
+/// next 16), and bRow[j], that of the B fragments of n-tiles 2 j and 2 j + 1 (stored
+/// [n][k]: n 0-7 of the first 16 bytes, of the next, then n 8-15 likewise). FP32
 /// operands (MT float) are rounded to TF32 (cvt.rna) on the way: ldmatrix of 32-bit
 /// elements as pairs of 16-bit ones gives lane (g, t) element t of row g, which is the
-/// m16n8k8 TF32 fragment.
+/// m16n8k8 TF32 fragment. On emu one warp operation.
 template <class MT, int MI, int NI>
-__device__ __forceinline__ void warpTileMma(float (&acc)[MI][NI][4], const SmemAddr (&aRow)[MI],
-                                            const SmemAddr (&bRow)[NI / 2]) {
-  static_assert(NI % 2 == 0, "n-tiles come in pairs");
+__device__ __forceinline__ void warpTileLoad(WarpFrags<MI, NI> &f, const SmemAddr (&aRow)[MI],
+                                             const SmemAddr (&bRow)[NI / 2]) {
 #ifdef DLC_EMU
-  dlc_emu_ptx::TileLane<MI, NI> me;
+  dlc_emu_ptx::FragLane<MI, NI> me;
   for (int i = 0; i < MI; ++i)
     me.aRow[i] = aRow[i];
   for (int j = 0; j < NI / 2; ++j)
     me.bRow[j] = bRow[j];
-  me.acc = &acc[0][0][0];
-  dlc_emu_ptx::warpOp(&me, dlc_emu_ptx::tileOp<MI, NI, MmaKind<MT>::value>);
+  me.a = f.a;
+  me.b = f.b;
+  dlc_emu_ptx::warpOp(&me, dlc_emu_ptx::fragLoadOp<MI, NI, MmaKind<MT>::value>);
 #else
-  unsigned a[MI][4], b[NI / 2][4];
 #pragma unroll
   for (int i = 0; i < MI; ++i)
-    ldmatrix<4, false>(a[i], aRow[i]);
+    ldmatrix<4, false>(f.a[i], aRow[i]);
 #pragma unroll
   for (int j = 0; j < NI / 2; ++j)
-    ldmatrix<4, false>(b[j], bRow[j]);
+    ldmatrix<4, false>(f.b[j], bRow[j]);
   if constexpr (MmaKind<MT>::value == 2) {
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
 #pragma unroll
       for (int i = 0; i < MI; ++i)
-        a[i][r] = toTf32(__uint_as_float(a[i][r]));
+        f.a[i][r] = toTf32(__uint_as_float(f.a[i][r]));
 #pragma unroll
       for (int j = 0; j < NI / 2; ++j)
-        b[j][r] = toTf32(__uint_as_float(b[j][r]));
+        f.b[j][r] = toTf32(__uint_as_float(f.b[j][r]));
     }
   }
+#endif
+}
+
+/// A k step of a warp's MI x NI tile: acc[i][j] += A_i B_j for every (i, j), from
+/// fragments warpTileLoad loaded (on emu one warp operation).
+template <class MT, int MI, int NI>
+__device__ __forceinline__ void warpTileMma(float (&acc)[MI][NI][4], const WarpFrags<MI, NI> &f) {
+#ifdef DLC_EMU
+  dlc_emu_ptx::TileLane<MI, NI> me{f.a, f.b, &acc[0][0][0]};
+  dlc_emu_ptx::warpOp(&me, dlc_emu_ptx::tileOp<MI, NI, MmaKind<MT>::value>);
+#else
 #pragma unroll
   for (int i = 0; i < MI; ++i)
 #pragma unroll
     for (int j = 0; j < NI; ++j) {
-      const unsigned bj[2] = {b[j / 2][2 * (j % 2)], b[j / 2][2 * (j % 2) + 1]};
+      const unsigned bj[2] = {f.b[j / 2][2 * (j % 2)], f.b[j / 2][2 * (j % 2) + 1]};
       if constexpr (MmaKind<MT>::value == 2)
-        mma1688Tf32(acc[i][j], a[i], bj);
+        mma1688Tf32(acc[i][j], f.a[i], bj);
       else
-        mma16816<MT>(acc[i][j], a[i], bj);
+        mma16816<MT>(acc[i][j], f.a[i], bj);
     }
 #endif
 }

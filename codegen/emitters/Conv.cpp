@@ -143,9 +143,13 @@ ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K,
       ls.bytesRead = operandBytes; // the input and the weights, each once (as inspect counts)
       ls.bytesWritten = static_cast<double>(splits * M * NP) * accBytes;
       double time = launchBounds(g, &facts, ls).worst() * 1e-6;
-      if (splits > 1) // the partial sums read back, and the reduction's launch
-        time +=
-            static_cast<double>(splits * M * NP) * accBytes / achievable + g.graphNodeMicros * 1e-6;
+      // The partial sums read back by conv_splitk_reduce, a launch of its own: it moved
+      // 16 MB in 10.7 us on an H100 (half the achievable DRAM rate), and no launch took
+      // under ~4 us there (2026-11-26, Nsight Compute).
+      if (splits > 1)
+        time += std::max(static_cast<double>(splits * M * NP) * accBytes / (0.5 * achievable),
+                         g.launchMicros * 1e-6) +
+                g.graphNodeMicros * 1e-6;
       if (known(t))
         time *= kReuseAdvantage;
       bool fills = blocks >= static_cast<uint64_t>(g.sms);
@@ -326,13 +330,17 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     inst.tf32 = mma && tf32;
     return inst;
   };
+  int forced = l.options().forceConvTile;
+  for (int t = 0; !l.options().convTile.empty() && t < fam.count; ++t)
+    if (convTileName(fam.tiles[t]) == l.options().convTile)
+      forced = t;
   auto plans = l.perArch<ConvPlan>([&](const std::string &arch) {
     double operandBytes =
         static_cast<double>(x->type().numElements()) * static_cast<double>(dtypeSize(x->dtype())) +
         static_cast<double>(wt->type().numElements()) * static_cast<double>(dtypeSize(wt->dtype()));
     return chooseConvPlan(
         fam, M, s.NP, s.K, groups, arch, accBytes, operandBytes,
-        [&](int t) { return l.instantiated(igemm(t, 1)); }, l.options().forceConvTile);
+        [&](int t) { return l.instantiated(igemm(t, 1)); }, forced);
   });
   // The split-K partial sums (a temporary of this node's steps), sized for the largest
   // plan.

@@ -13,6 +13,8 @@
 
 #include "dlc/codegen/Sass.h"
 
+#include <string>
+
 namespace dlc::codegen {
 
 struct ConvTileConfig {
@@ -54,37 +56,48 @@ inline constexpr ConvTileConfig kConvTcTiles[] = {
 inline constexpr int kConvTcBK = 32;
 
 /// conv_fprop_mma (ConvMmaTile<BM, BN, WM, WN, Stages>: BM positions x BN channels, warp
-/// tile tm x tn), FP16/BF16 operands, FP32 accumulators, BK 32.
+/// tile tm x tn), FP16/BF16 operands, FP32 accumulators, BK 32. Measured on an H100
+/// (2026-11-26, scripts/gpu_conv_bench.py): the 128x64 and 64x128 blocks run faster as
+/// eight 32x32 warps than as two 64x64 warps on all three ResNet-50 3x3 layers tried
+/// (by 1-23%), so the two-warp forms are not offered, nor 64x64 as two 64x32 warps
+/// (64x64 is four 32x32 warps); 128x128/64x32 spilled at the 128 registers two blocks
+/// per SM allow and ran slowest.
 inline constexpr ConvTileConfig kConvMmaTiles[] = {
-    {128, 128, 64, 64, 232, 191, 64, 0, 77, 0, 0, 99, 2313, 4, 128},
-    {128, 64, 64, 64, 232, 186, 64, 0, 68, 0, 0, 115, 3009, 4, 192},
-    {64, 128, 64, 64, 232, 212, 64, 0, 94, 0, 0, 115, 2390, 4, 192},
-    {64, 64, 64, 32, 168, 134, 32, 0, 56, 0, 0, 83, 1629, 4, 128},
-    {128, 256, 64, 64, 232, 183, 64, 0, 71, 0, 0, 91, 1966, 3, 96},
-    {256, 128, 64, 64, 232, 181, 64, 0, 69, 0, 0, 91, 2220, 3, 96},
-    {64, 32, 32, 32, 128, 104, 16, 0, 48, 0, 0, 59, 1317, 4, 96},
-    {32, 64, 32, 32, 128, 100, 16, 0, 44, 0, 0, 59, 1043, 4, 96},
-    {32, 32, 32, 32, 128, 114, 16, 0, 56, 0, 0, 67, 1348, 4, 128},
+    {128, 128, 64, 64, 232, 186, 64, 0, 68, 0, 0, 99, 2363, 4, 128},
+    {128, 256, 64, 64, 232, 178, 64, 0, 62, 0, 0, 91, 2017, 3, 96},
+    {256, 128, 64, 64, 232, 176, 64, 0, 60, 0, 0, 91, 2271, 3, 96},
+    {64, 32, 32, 32, 128, 109, 16, 0, 49, 0, 0, 59, 1265, 4, 96},
+    {32, 64, 32, 32, 128, 113, 16, 0, 50, 0, 0, 59, 996, 4, 96},
+    {32, 32, 32, 32, 128, 119, 16, 0, 57, 0, 0, 67, 1302, 4, 128},
+    {128, 64, 32, 32, 128, 107, 16, 0, 50, 0, 0, 47, 954, 4, 48},
+    {64, 128, 32, 32, 128, 108, 16, 0, 51, 0, 0, 47, 766, 4, 48},
+    {64, 64, 32, 32, 128, 112, 16, 0, 54, 0, 0, 51, 979, 4, 64},
 };
 
 /// conv_fprop_mma with FP32 operands rounded to TF32 (m16n8k8): the same tiles, BK 16;
 /// mma = HMMA.1688 (2048 FLOPs each), and cvt.rna.tf32 of every fragment register on
 /// the integer pipe.
 inline constexpr ConvTileConfig kConvMmaTf32Tiles[] = {
-    {128, 128, 64, 64, 232, 320, 64, 0, 206, 0, 0, 99, 2168, 4, 128},
-    {128, 64, 64, 64, 232, 315, 64, 0, 197, 0, 0, 115, 2870, 4, 192},
-    {64, 128, 64, 64, 232, 341, 64, 0, 223, 0, 0, 115, 2245, 4, 192},
-    {64, 64, 64, 32, 168, 229, 32, 0, 157, 0, 0, 83, 1500, 4, 128},
-    {128, 256, 64, 64, 232, 312, 64, 0, 200, 0, 0, 91, 1820, 3, 96},
-    {256, 128, 64, 64, 232, 313, 64, 0, 207, 0, 0, 91, 2037, 3, 96},
-    {64, 32, 32, 32, 128, 169, 16, 0, 113, 0, 0, 59, 1231, 4, 96},
-    {32, 64, 32, 32, 128, 165, 16, 0, 109, 0, 0, 59, 962, 4, 96},
-    {32, 32, 32, 32, 128, 177, 16, 0, 125, 0, 0, 67, 1206, 4, 128},
+    {128, 128, 64, 64, 232, 348, 64, 0, 230, 0, 0, 99, 2395, 4, 128},
+    {128, 256, 64, 64, 232, 350, 64, 0, 234, 0, 0, 91, 1947, 3, 96},
+    {256, 128, 64, 64, 232, 348, 64, 0, 232, 0, 0, 91, 2196, 3, 96},
+    {64, 32, 32, 32, 128, 196, 16, 0, 136, 0, 0, 59, 1261, 4, 96},
+    {32, 64, 32, 32, 128, 192, 16, 0, 132, 0, 0, 59, 1008, 4, 96},
+    {32, 32, 32, 32, 128, 201, 16, 0, 139, 0, 0, 67, 1312, 4, 128},
+    {128, 64, 32, 32, 128, 189, 16, 0, 132, 0, 0, 47, 965, 4, 48},
+    {64, 128, 32, 32, 128, 190, 16, 0, 133, 0, 0, 47, 775, 4, 48},
+    {64, 64, 32, 32, 128, 194, 16, 0, 136, 0, 0, 51, 988, 4, 64},
 };
 inline constexpr int kConvMmaBK = 32;
 /// conv_fprop_mma's dynamic shared memory: Stages x (BM + BN) rows of 64 bytes.
 inline constexpr int convMmaSmem(const ConvTileConfig &c) {
   return c.stages * (c.bm + c.bn) * kConvMmaBK * 2;
+}
+
+/// A tile's name, "BMxBN/TMxTN" (--conv-tile).
+inline std::string convTileName(const ConvTileConfig &c) {
+  return std::to_string(c.bm) + "x" + std::to_string(c.bn) + "/" + std::to_string(c.tm) + "x" +
+         std::to_string(c.tn);
 }
 
 /// The decoded-kernel facts a tile's row stands for (one loop: the main loop). `tf32`:

@@ -15,6 +15,7 @@
 #include "llvm/Support/Path.h"
 
 #include <chrono>
+#include <cstdio>
 #include <set>
 #include <unistd.h>
 
@@ -161,6 +162,14 @@ llvm::Expected<driver::CompileOptions> optionsFromArgs(const Args &args) {
       o.targets.push_back(p.trim().str());
   }
   o.tf32 = args.has("tf32");
+  o.convTile = args.getOr("conv-tile", "");
+  if (!o.convTile.empty()) {
+    unsigned bm, bn, wm, wn;
+    char tail;
+    if (std::sscanf(o.convTile.c_str(), "%ux%u/%ux%u%c", &bm, &bn, &wm, &wn, &tail) != 4)
+      return ir::makeError("compile: --conv-tile takes BMxBN/WMxWN (e.g. 128x128/64x32), not '" +
+                           o.convTile + "'");
+  }
   o.useCache = !args.has("no-cache");
   o.cacheDir = args.getOr("cache-dir", "");
   o.dumpDot = args.getOr("dump-dot", "");
@@ -185,6 +194,9 @@ int runCompile(const std::vector<std::string> &argv) {
        {"dump-dot", 0, true, false, "FILE",
         "Write the optimized graph as Graphviz, kernels as clusters"},
        {"no-cache", 0, false, false, "", "Do not use the compilation cache"},
+       {"conv-tile", 0, true, false, "BMxBN/WMxWN",
+        "Benchmarking: implicit-GEMM convolutions use this tile where their kernel family has it\n"
+        "(block x warp tile, codegen/emitters/ConvTiles.h), not the cost model's choice"},
        {"cache-dir", 0, true, false, "DIR", "Compilation cache (default ~/.cache/dlc)"},
        {"print-ir-after-all", 0, false, false, "", "Print the IR after every pass"},
        {"verify-each", 0, false, false, "", "Verify the IR after every pass"},

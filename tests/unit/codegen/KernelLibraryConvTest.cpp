@@ -329,9 +329,11 @@ TEST(KernelLibrary, MmaSyncConvolution) {
          true});
   // More than one tile of channels per group (Mg 72 on the 32x32 tile), and split-K
   // over a group's 512 channels.
-  const codegen::ConvTileConfig &t32 =
-      codegen::kConvMmaTiles[std::size(codegen::kConvMmaTiles) - 1];
-  ASSERT_EQ(t32.bn, 32);
+  int t32 = 0;
+  while (t32 < static_cast<int>(std::size(codegen::kConvMmaTiles)) &&
+         (codegen::kConvMmaTiles[t32].bm != 32 || codegen::kConvMmaTiles[t32].bn != 32))
+    ++t32;
+  ASSERT_LT(t32, static_cast<int>(std::size(codegen::kConvMmaTiles)));
   check({"nhwc f16 grouped, 2 groups of 72 channels on 32-channel tiles",
          R"(graph @g(%x: f16[1,5,6,16], %w: f16[144,3,3,8]) -> ("y": f16[1,5,6,144]) {
   %r = Relu(%x) : f16[1,5,6,16]
@@ -345,7 +347,7 @@ TEST(KernelLibrary, MmaSyncConvolution) {
          4e-3,
          false,
          {},
-         static_cast<int>(std::size(codegen::kConvMmaTiles)) - 1,
+         t32,
          "dlc::ConvMmaTile<32, 32, 32, 32, 4>"});
   check(
       {"nhwc f16 grouped split-K, 2 groups of 512 channels",

@@ -46,6 +46,9 @@ struct CompileOptions {
   /// Tests: the implicit-GEMM convolutions use tile `forceConvTile` of their family's
   /// table (ConvTiles.h) when it has one, instead of the cost model's choice.
   int forceConvTile = -1;
+  /// Benchmarks (--conv-tile): the implicit-GEMM convolutions use the tile named
+  /// "BMxBN/WMxWN" (block, warp or thread tile) where their family has it.
+  std::string convTile;
   /// FP32 GEMMs on tensor cores in TF32 (--tf32).
   bool tf32 = false;
   /// Training packages: the model file's bytes, kept for `dlc export`.

@@ -85,6 +85,9 @@ struct CompileOptions {
   /// compiler is present), TF32 GEMMs, the compilation cache.
   std::vector<std::string> targets;
   bool tf32 = false;
+  /// Benchmarks: implicit-GEMM convolutions take this tile ("BMxBN/WMxWN") where their
+  /// family has it (codegen::CompileOptions::convTile).
+  std::string convTile;
   bool useCache = true;
   std::string cacheDir;
   /// The optimized graph as Graphviz (empty: none).
