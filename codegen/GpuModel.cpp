@@ -22,15 +22,13 @@ namespace dlc::codegen {
 // are those peaks divided by SMs x clock x FLOPs per warp instruction, and agree with
 // the whitepapers' per-SM unit counts (A100: 64 FP32 lanes, 2 warp FFMA per clock;
 // GA10x, AD10x, GH100: 128, 4), 16 special-function lanes per SM (0.5 MUFU per clock).
-// mmaSyncFraction: Hopper's dense FP16 peak needs wgmma, which issues twice the
-// mma.sync rate; mma.sync reaches about half (published microbenchmarks and user
-// reports; `dlc calibrate` measures it). Estimates, until `dlc calibrate` replaces them
-// with measurements (docs/ARCHITECTURE.md "Kernel facts and bounds"): the achievable
-// DRAM fraction (STREAM-like copies reach 85-90% of the data sheet), L2 bandwidth,
-// load latencies, launch and graph-node overheads, and cuBLASLt's large-GEMM
-// efficiency. The per-run overhead (a CUDA graph's launch and the host waking up at
-// its end) is sized by the H200 GPU kit run: the digits model measured 21.8 us of
-// compute median for 5 steps of about 2 us each.
+// mmaSyncFraction: Hopper's dense FP16 peak needs wgmma; mma.sync reached 0.65 of it on
+// an H100 (`dlc calibrate`; the H100's measured rows below are marked). Estimates, until `dlc
+// calibrate` replaces them with measurements (docs/ARCHITECTURE.md "Kernel facts and bounds"): the
+// achievable DRAM fraction (STREAM-like copies reach 85-90% of the data sheet), L2 bandwidth, load
+// latencies, launch and graph-node overheads, and cuBLASLt's large-GEMM efficiency. The per-run
+// overhead (a CUDA graph's launch and the host waking up at its end) is sized by the H200 GPU kit
+// run: the digits model measured 21.8 us of compute median for 5 steps of about 2 us each.
 const std::vector<GpuModel> &gpuModels() {
   static const std::vector<GpuModel> models = [] {
     GpuModel a100{.name = "A100",
@@ -103,16 +101,25 @@ const std::vector<GpuModel> &gpuModels() {
     h100.fp32Flops = 66.9e12;
     h100.tensorFlops = 989e12;
     h100.tf32Flops = 495e12;
-    h100.mmaSyncFraction = 0.5; // wgmma issues twice the mma.sync rate
+    // Measured by `dlc calibrate` on an H100 80GB HBM3 (SXM, driver 580.159.04,
+    // 2026-11-26): mma.sync m16n8k16 at 0.60 per clock per SM (642 TFLOP/s, 0.65 of
+    // the wgmma peak), HFMA2 at 1.97 per clock (half the data sheet's non-tensor FP16
+    // rate), a 2 x 256 MiB copy at 2.80 TB/s, L2 reads at 6.7 TB/s, dependent loads
+    // 334 (L2) and 690 (DRAM) cycles, launches 3.1-4.6 us apart (median of three runs
+    // 3.3), CUDA-graph nodes 0.79 us, a graph run's overhead 6.1-7.4 us.
+    h100.mmaSyncFraction = 0.65;
     h100.fp32PerClock = 4;
-    h100.fp16x2PerClock = 4; // 133.8 TFLOP/s FP16 (non-tensor)
-    h100.fp64PerClock = 2;   // 33.5 TFLOP/s
+    h100.fp16x2PerClock = 2;
+    h100.fp64PerClock = 2; // 33.5 TFLOP/s
     h100.dramBytesPerSecond = 3350e9;
-    h100.dramAchievable = 0.90;
-    h100.l2BytesPerSecond = 5.5e12;
+    h100.dramAchievable = 0.84;
+    h100.l2BytesPerSecond = 6.7e12;
     h100.l2Bytes = 50e6;
-    h100.l2LatencyCycles = 260;
-    h100.dramLatencyCycles = 600;
+    h100.l2LatencyCycles = 334;
+    h100.dramLatencyCycles = 690;
+    h100.launchMicros = 3.3;
+    h100.graphNodeMicros = 0.79;
+    h100.runOverheadMicros = 6.5;
     h100.libraryEfficiency = 0.70;
     h100.linkBytesPerSecond = 450e9; // NVLink 4, each direction
     GpuModel h200 = h100;

@@ -224,8 +224,8 @@ TEST(Sass, TheModelRanksAGoodKernelAboveABadOne) {
   EXPECT_EQ(g.limit, "memory");
   EXPECT_EQ(b.limit, "issue");
   EXPECT_GT(b.worst(), 1.5 * g.worst());
-  // The memory bound is the bytes at the profile's achievable bandwidth.
-  EXPECT_NEAR(g.memory, 1e6 * 4.0 * (1 << 24) / (3350e9 * 0.90), 1e-9);
+  // The memory bound is the bytes at the profile's achievable bandwidth (2.80 TB/s measured).
+  EXPECT_NEAR(g.memory, 1e6 * 4.0 * (1 << 24) / (3350e9 * 0.84), 1e-9);
 }
 
 TEST(Sass, DamagedCubinsAreErrorsNotCrashes) {

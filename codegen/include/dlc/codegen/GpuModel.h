@@ -45,7 +45,12 @@ struct GpuModel {
   double runOverheadMicros;  // per run: the graph's launch and the host's synchronization
   double libraryEfficiency;  // the fraction of peak cuBLASLt reaches on large GEMMs
   double linkBytesPerSecond; // GPU-to-GPU in one machine, each direction (NVLink, else PCIe)
-  std::string source;        // "data sheet" or what measured it (dlc calibrate)
+  /// Tensor-core main loops (mma.sync fed by ldmatrix and cp.async) issue at most
+  /// mmaIssuePeak x min(1, w / mmaWarpsToHide)^mmaIssueExponent instructions per
+  /// scheduler and clock with w resident warps per scheduler: each warp mostly waits on
+  /// its own loads, barriers and products. Fitted on an H100 (launchBounds says where).
+  double mmaIssuePeak = 0.52, mmaWarpsToHide = 8, mmaIssueExponent = 0.55;
+  std::string source; // "data sheet" or what measured it (dlc calibrate)
 
   /// HMMA.16816 (FP16, m16n8k16: 4096 FLOPs) per clock per SM that mma.sync sustains.
   double hmmaPerClock() const { return tensorFlops * mmaSyncFraction / (sms * clockHz * 4096.0); }
