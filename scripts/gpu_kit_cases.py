@@ -48,6 +48,23 @@ class Conv(nn.Module):
         return (torch.relu(self.strided(x)), self.pointwise(self.depthwise(x)), self.transposed(x))
 
 
+class ConvTc(nn.Module):
+    """Convolutions for conv_fprop_mma (channels-last, tensor cores): an RGB stem (C = 3,
+    packed; 49 taps, the 64-bit mask), a dilated 3x3, a grouped 3x3 (8 channels a group)
+    and a pointwise one, at odd extents."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 32, 7, stride=2, padding=3)
+        self.dilated = nn.Conv2d(32, 40, 3, padding=2, dilation=2)
+        self.grouped = nn.Conv2d(40, 40, 3, padding=1, groups=5)
+        self.pointwise = nn.Conv2d(40, 24, 1)
+
+    def forward(self, x):
+        s = torch.relu(self.stem(x))
+        return (s, self.pointwise(torch.relu(self.grouped(torch.relu(self.dilated(s))))))
+
+
 class Pool(nn.Module):
     def forward(self, x):
         return (nn.functional.max_pool2d(x, 3, stride=2, padding=1), nn.functional.avg_pool2d(x, 2),
@@ -136,6 +153,8 @@ def rng_inputs(seed, *shapes):
 
 CASES = {
     "conv": (Conv, ["x"], lambda: rng_inputs(1, (1, 5, 13, 11)), ["strided", "depthwise_pointwise", "transposed"]),
+    "conv_tc_fp16": (ConvTc, ["x"], lambda: rng_inputs(12, (2, 3, 29, 31)), ["stem", "out"]),
+    "conv_tc_tf32": (ConvTc, ["x"], lambda: rng_inputs(12, (2, 3, 29, 31)), ["stem", "out"]),
     "pool": (Pool, ["x"], lambda: rng_inputs(2, (2, 3, 17, 15)), ["max", "avg", "global"]),
     "reduce": (Reduce, ["x"], lambda: rng_inputs(3, (3, 37, 5)), ["mean", "max", "sum"]),
     "norm": (Norm, ["seq", "img", "grp"], lambda: rng_inputs(4, (2, 7, 45), (2, 3, 5, 9), (2, 9, 3, 7)),
@@ -154,9 +173,9 @@ CASES = {
 
 
 class ConvLayer(nn.Module):
-    def __init__(self, cin, cout, k):
+    def __init__(self, cin, cout, k, groups=1):
         super().__init__()
-        self.conv = nn.Conv2d(cin, cout, k, padding=k // 2)
+        self.conv = nn.Conv2d(cin, cout, k, padding=k // 2, groups=groups)
 
     def forward(self, x):
         return (torch.relu(self.conv(x)),)
@@ -191,14 +210,28 @@ class GlobalPool(nn.Module):
         return (x.mean(dim=(2, 3)),)
 
 
+# Cases compiled with more flags (a `flags` file), compared with looser tolerances (an
+# `expect_args` file, for the reference and for emu: FP16 and TF32 round differently
+# from float64, and the GPU's products may sum in another order than emu's).
+CASE_FLAGS = {
+    "conv_tc_fp16": (["--fp16"], ["--rtol", "1e-2", "--atol", "1e-2"]),
+    "conv_tc_tf32": (["--tf32"], ["--rtol", "3e-3", "--atol", "3e-3"]),
+}
+
+
 # Each template at three shapes: (module factory, input shapes, compile flags).
 TEMPLATES = {
     "conv3x3_fp16": [(lambda c=c: ConvLayer(c, c, 3), [(n, c, h, h)], ["--fp16"])
-                     for n, c, h in [(1, 64, 56), (1, 256, 14), (8, 128, 28)]],
+                     for n, c, h in [(1, 64, 56), (1, 256, 14), (8, 128, 28), (32, 128, 28)]],
+    "conv3x3_tf32": [(lambda c=c: ConvLayer(c, c, 3), [(n, c, h, h)], ["--tf32"])
+                     for n, c, h in [(1, 64, 56), (8, 128, 28), (32, 128, 28)]],
+    "conv3x3_g8_fp16": [(lambda c=c: ConvLayer(c, c, 3, groups=8), [(n, c, h, h)], ["--fp16"])
+                        for n, c, h in [(1, 128, 28), (8, 256, 14), (32, 128, 28)]],
     "conv3x3_fp32": [(lambda c=c: ConvLayer(c, c, 3), [(n, c, h, h)], [])
                      for n, c, h in [(1, 64, 56), (1, 256, 14), (8, 128, 28)]],
     "conv1x1_fp16": [(lambda ci=ci, co=co: ConvLayer(ci, co, 1), [(n, ci, h, h)], ["--fp16"])
-                     for n, ci, co, h in [(1, 256, 64, 56), (1, 1024, 256, 14), (8, 512, 128, 28)]],
+                     for n, ci, co, h in [(1, 256, 64, 56), (1, 1024, 256, 14), (8, 512, 128, 28),
+                                          (32, 256, 1024, 14)]],
     "matmul_fp16": [(MatMul, [a, b], ["--fp16"])
                     for a, b in [((128, 768), (768, 768)), ((2048, 1024), (1024, 1024)),
                                  ((8, 512, 64), (8, 64, 512))]],
@@ -288,6 +321,11 @@ def main():
             module.bn.running_mean.uniform_(-0.5, 0.5)
             module.bn.running_var.uniform_(0.5, 2.0)
         write_case(args.out, name, module, in_names, make_inputs(), out_names)
+        flags, expect = CASE_FLAGS.get(name, ([], []))
+        for file, words in (("flags", flags), ("expect_args", expect)):
+            if words:
+                with open(os.path.join(args.out, name, file), "w") as f:
+                    f.write(" ".join(words) + "\n")
     # The bad-index case: the gather model, with an index past the table's 10 rows.
     bad = os.path.join(args.out, "gather", "bad_inputs")
     os.makedirs(bad, exist_ok=True)

@@ -3,7 +3,7 @@
 # Needs only a CUDA driver (and bash and coreutils): the models are executables, the
 # kernel-family cases packages run by bin/dlc-run; both carry the runtime.
 #
-#   ./run.sh [--device cuda|emu] [--no-bench] [--no-sanitizer]
+#   ./run.sh [--device cuda|emu] [--no-bench] [--no-sanitizer] [--no-torch]
 #
 # For every model and case: runs it on the device and compares each output with the
 # PyTorch (float64) reference; on cuda also with emu's outputs, under compute-sanitizer
@@ -17,13 +17,14 @@
 # for each package's costliest steps (host-timed per step by --bench --profile).
 set -uo pipefail
 kit="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-device=cuda bench=1 sanitizer=1
+device=cuda bench=1 sanitizer=1 torch=1
 while [ $# -gt 0 ]; do
   case "$1" in
   --device) device="$2"; shift 2 ;;
   --device=*) device="${1#*=}"; shift ;;
   --no-bench) bench=0; shift ;;
   --no-sanitizer) sanitizer=0; shift ;;
+  --no-torch) torch=0; shift ;;
   -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
   *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -36,7 +37,7 @@ check=()
 have_sanitizer=0
 [ "$device" != emu ] && [ "$sanitizer" = 1 ] && command -v compute-sanitizer >/dev/null 2>&1 && have_sanitizer=1
 torch_times=""
-if [ "$device" != emu ] && [ "$bench" = 1 ] && command -v python3 >/dev/null 2>&1 &&
+if [ "$device" != emu ] && [ "$bench" = 1 ] && [ "$torch" = 1 ] && command -v python3 >/dev/null 2>&1 &&
   python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   torch_times="$(cd "$kit/torch" && python3 torch_bench.py $(ls "$kit/models") 2>"$work/torch.log")"
 fi
@@ -56,12 +57,14 @@ run_case() {
   local name="$1" dir="$2"
   shift 2
   # The kit's packages are ours, compiled on another machine: their emu code may run.
-  local -a cmd=("$@" --allow-host-code) inputs
+  local -a cmd=("$@" --allow-host-code) inputs tol=()
   input_args "$dir"
+  # Looser tolerances for reduced precision (the case's expect_args: --rtol R --atol A).
+  [ -f "$dir/expect_args" ] && read -r -a tol <"$dir/expect_args"
   inputs=("${args[@]}")
   local out="$work/$name" status=pass err="-" vsemu="-" san="-" ms="-" eager="-" compiled="-"
   mkdir -p "$out/dev" "$out/emu"
-  if ! "${cmd[@]}" "${inputs[@]}" --device "$device" "${check[@]}" --expect "$dir/expected" \
+  if ! "${cmd[@]}" "${inputs[@]}" --device "$device" "${check[@]}" --expect "$dir/expected" "${tol[@]}" \
     --output-dir "$out/dev" >"$out/log" 2>&1; then
     status=FAIL
     sed 's/^/    /' "$out/log" | tail -3 >&2
@@ -69,7 +72,8 @@ run_case() {
   err="$(sed -n 's/.*max rel error \([^ ]*\)$/\1/p' "$out/log" | sort -g | tail -1)"
   if [ "$device" != emu ]; then
     if "${cmd[@]}" "${inputs[@]}" --device emu --output-dir "$out/emu" --quiet >"$out/emu.log" 2>&1 &&
-      "${cmd[@]}" "${inputs[@]}" --device "$device" --expect "$out/emu" --output-dir "$out/dev2" >"$out/vs.log" 2>&1; then
+      "${cmd[@]}" "${inputs[@]}" --device "$device" --expect "$out/emu" "${tol[@]}" --output-dir "$out/dev2" \
+        >"$out/vs.log" 2>&1; then
       vsemu="$(sed -n 's/.*max rel error \([^ ]*\)$/\1/p' "$out/vs.log" | sort -g | tail -1)"
     else
       vsemu=FAIL status=FAIL
@@ -103,6 +107,7 @@ run_case() {
   [ "$status" = FAIL ] && failed=1
   rows+=("$(printf '| %-20s | %-6s | %-9s | %-9s | %-9s | %-8s | %-10s | %-10s | %-10s |' "$name" "$status" "${err:--}" \
     "${vsemu:--}" "$san" "${ms:--}" "${eager:--}" "${compiled:--}" "${device}")")
+  echo "${rows[-1]}" >&2 # as it comes, so that a run cut short still shows its rows
 }
 
 for d in "$kit"/models/*/; do
