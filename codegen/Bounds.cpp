@@ -65,9 +65,9 @@ Bounds launchBounds(const GpuModel &g, const sass::KernelFacts *f, const LaunchS
   // leave the schedulers idle unless many warps are resident. Fitted to conv_fprop_mma
   // on an H100 (2026-11-26, Nsight Compute kernel times of ResNet-50's 3x3 convolutions
   // at batch 32 (64 channels at 56x56, 128 at 28x28, 256 at 14x14) on the tiles
-  // 128x64/64x64, 128x64/32x32 and 128x128/64x64: seven launches of 39-72 us, issuing
-  // 0.16-0.37 instructions per scheduler and clock at 1-4 warps per scheduler; this
-  // bound is within 25% of each).
+  // 128x64/64x64 (since dropped), 128x64/32x32 and 128x128/64x64: seven launches of 39-72 us,
+  // issuing 0.16-0.37 instructions per scheduler and clock at 1-4 warps per scheduler; this bound
+  // is within 25% of each).
   if (main && main->tensorEquiv > 0 && warps > 0) {
     double warpsPerBlock = (threads + 31) / 32;
     double resident = std::min<double>(std::max(s.blocksPerSm, 1),

@@ -22,12 +22,12 @@ for k, v in json.load(open(sys.argv[1])).items():
 PY
 while IFS=$'\t' read -r name chain fl; do
   pkg="$dir/$name.dlc"
-  "$run" "$pkg" --allow-host-code --bench --device cuda --iterations 100 --warmup 20 >"$logs/$name.bench" 2>&1
+  "$run" "$pkg" --allow-host-code --bench --device cuda --iterations 100 --warmup 20 >"$logs/$name.bench" 2>&1 </dev/null
   us="$(sed -n 's/^compute .*median *\([0-9.]*\).*/\1/p' "$logs/$name.bench" | awk '{ printf "%.1f", $1 * 1000 }')"
   kus="-"
   if [ "$have_ncu" = 1 ]; then
     ncu --clock-control none --metrics gpu__time_duration.sum --csv "$run" "$pkg" --allow-host-code --bench \
-      --device cuda --iterations 1 --warmup 0 --no-cuda-graphs >"$logs/$name.ncu" 2>&1
+      --device cuda --iterations 1 --warmup 0 --no-cuda-graphs >"$logs/$name.ncu" 2>&1 </dev/null
     # The convolution kernels' time in one run (the last run's launches: iterations 1).
     # Each conv kernel's duration (ncu's CSV: "ID",...,"Kernel Name" 5th,...,unit, value with
     # thousands separators), in microseconds.

@@ -319,9 +319,9 @@ __global__ void __launch_bounds__(Tile::Threads) conv_igemm_tc(const ConvArgs<X,
   __syncthreads();
   T *partial = static_cast<T *>(s.partial);
   // Adjacent threads store adjacent positions of one output channel (channels-last:
-  // adjacent channels of one position).
+  // adjacent channels of one position, in the output and the partial sums alike).
   for (int e = tid; e < BM * BN; e += NT) {
-    const int r = CL && !partial ? e % BM : e / BN, c = CL && !partial ? e / BM : e % BN;
+    const int r = CL ? e % BM : e / BN, c = CL ? e / BM : e % BN;
     const I m = mBase + r, pp = pBase + c;
     if (m >= M || pp >= NP)
       continue;

@@ -17,11 +17,13 @@
 #include "ConvTiles.h"
 #include "Window.h"
 #include "dlc/codegen/Bounds.h"
+#include "dlc/codegen/Compiler.h"
 #include "dlc/codegen/GpuModel.h"
 
 #include <cmath>
 #include <cstddef>
 #include <functional>
+#include <set>
 
 namespace dlc::codegen {
 
@@ -428,6 +430,14 @@ llvm::Error lowerConvTranspose(Lowering &l, const Node &n) {
 }
 
 } // namespace
+
+std::vector<std::string> convTileNames() {
+  std::set<std::string> names;
+  for (const ConvFamily *f : {&kCudaCoreConv, &kTensorCoreConv, &kMmaConv, &kMmaTf32Conv})
+    for (int t = 0; t < f->count; ++t)
+      names.insert(convTileName(f->tiles[t]));
+  return {names.begin(), names.end()};
+}
 
 void registerConvLowerings(LoweringRegistry &r) {
   r.op(OpKind::Conv, lowerConvForward);

@@ -7,6 +7,7 @@
 #include "Commands.h"
 #include "Options.h"
 #include "dlc/codegen/Artifacts.h"
+#include "dlc/codegen/Compiler.h"
 #include "dlc/driver/Compile.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -14,6 +15,7 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <set>
@@ -163,12 +165,15 @@ llvm::Expected<driver::CompileOptions> optionsFromArgs(const Args &args) {
   }
   o.tf32 = args.has("tf32");
   o.convTile = args.getOr("conv-tile", "");
-  if (!o.convTile.empty()) {
-    unsigned bm, bn, wm, wn;
-    char tail;
-    if (std::sscanf(o.convTile.c_str(), "%ux%u/%ux%u%c", &bm, &bn, &wm, &wn, &tail) != 4)
-      return ir::makeError("compile: --conv-tile takes BMxBN/WMxWN (e.g. 128x128/64x32), not '" +
-                           o.convTile + "'");
+  if (args.has("conv-tile")) {
+    std::vector<std::string> tiles = codegen::convTileNames();
+    if (std::find(tiles.begin(), tiles.end(), o.convTile) == tiles.end()) {
+      std::string known;
+      for (const std::string &t : tiles)
+        known += (known.empty() ? "" : ", ") + t;
+      return ir::makeError("compile: --conv-tile '" + o.convTile +
+                           "' is no tile; the tiles: " + known);
+    }
   }
   o.useCache = !args.has("no-cache");
   o.cacheDir = args.getOr("cache-dir", "");

@@ -106,4 +106,8 @@ llvm::Expected<pkg::PackageImage> compileShapeRangeImage(
     const std::vector<ShapeRangeDesc> &ranges, const CompileOptions &opts,
     CompileReport *report = nullptr, const std::function<void(size_t, size_t)> &onVariant = {});
 
+/// Every implicit-GEMM convolution tile by name ("BMxBN/WMxWN": block, then warp or
+/// thread tile), of all kernel families, sorted: what CompileOptions::convTile names.
+std::vector<std::string> convTileNames();
+
 } // namespace dlc::codegen
