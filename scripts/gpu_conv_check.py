@@ -2,7 +2,7 @@
 """conv_fprop_mma on a GPU against emu: every tile and feature, the same inputs.
 
   gpu_conv_check.py OUTDIR [--dlc PATH] [--run PATH]   (here: models, packages, emu outputs)
-  OUTDIR/run.sh DLC_RUN                                (on the GPU machine)
+  OUTDIR/run.sh OUTDIR/dlc-run                         (on the GPU machine)
 
 Each case is compiled for sm_90 and emu with the tile pinned (--conv-tile); emu's
 outputs on seeded random inputs are the reference the GPU's must match (dlc-run
@@ -10,6 +10,7 @@ outputs on seeded random inputs are the reference the GPU's must match (dlc-run
 cp.async as emu models them, on the kernels dlc emits.
 """
 import os
+import shutil
 import subprocess
 import sys
 
@@ -69,6 +70,7 @@ def main():
                 'then echo "pass $n $(grep -o "max rel error.*" "/tmp/gcc_$n.log" | tail -1)"; '
                 'else echo "FAIL $n"; tail -3 "/tmp/gcc_$n.log"; fails=1; fi\ndone\nexit $fails\n')
     os.chmod(os.path.join(out, "run.sh"), 0o755)
+    shutil.copy(run, os.path.join(out, "dlc-run"))  # the folder is all the GPU needs
     return 0
 
 
