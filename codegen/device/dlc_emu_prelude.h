@@ -222,6 +222,26 @@ inline unsigned atomicOr(unsigned *a, unsigned v) {
 inline unsigned long long atomicAdd(unsigned long long *a, unsigned long long v) {
   return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);
 }
+// 16-bit atomic adds (FP16, BF16) under one lock: a CAS on the 32-bit word around the
+// element could reach past the end of an allocation.
+template <class H> H dlc_emu_atomic_add16(H *a, H v, H (*add)(H, H)) {
+  static int lock = 0;
+  while (__atomic_exchange_n(&lock, 1, __ATOMIC_ACQUIRE))
+    ;
+  const H old = *a;
+  *a = add(old, v);
+  __atomic_store_n(&lock, 0, __ATOMIC_RELEASE);
+  return old;
+}
+inline __half atomicAdd(__half *a, __half v) {
+  return dlc_emu_atomic_add16<__half>(
+      a, v, [](__half x, __half y) { return __float2half(__half2float(x) + __half2float(y)); });
+}
+inline __nv_bfloat16 atomicAdd(__nv_bfloat16 *a, __nv_bfloat16 v) {
+  return dlc_emu_atomic_add16<__nv_bfloat16>(a, v, [](__nv_bfloat16 x, __nv_bfloat16 y) {
+    return __float2bfloat16(__bfloat162float(x) + __bfloat162float(y));
+  });
+}
 inline int atomicMax(int *a, int v) {
   return dlc_emu_atomic_cas_loop<int>(a, v, [](int x, int y) { return x > y ? x : y; });
 }

@@ -113,8 +113,15 @@ template <int Red, class T> DLC_HD T scatterCombine(T cur, T u) {
   return u;
 }
 
-/// The element loop of a scatter: grid-stride in parallel, or (with a reduction) one
-/// thread in index order, which is what the reference computes.
+/// Adds v to *p atomically: scatter-add in parallel. FP32 and FP64 add in their own
+/// type; FP16 and BF16 round each sum to theirs, as the one-thread loop's stores do.
+template <class DT, class T> __device__ __forceinline__ void scatterAtomicAdd(DT *p, T v) {
+  atomicAdd(p, cvt<DT>(v));
+}
+
+/// The element loop of a scatter: grid-stride in parallel, or (with a reduction that
+/// is not an atomic add) one thread in index order, which is what the reference
+/// computes.
 template <bool Serial, class I> struct ScatterLoop {
   I first, step, end;
   DLC_HD explicit ScatterLoop(I total) {
@@ -137,18 +144,23 @@ __global__ void __launch_bounds__(256) gather_elements(const IndexShape s) {
 }
 
 /// ScatterElements (y holds a copy of x already). Without a reduction the writes run
-/// in parallel (duplicate indices are undefined in ONNX); with one, a single thread
-/// applies them in index order, as the reference does.
-template <int Red, class I, class DT, class IT>
+/// in parallel (duplicate indices are undefined in ONNX); an add with Atomic (floating
+/// types: MaxPool's and Gather's gradients) runs in parallel with atomic adds, whose
+/// order is not fixed; any other reduction runs on a single thread in index order, as
+/// the reference does.
+template <int Red, bool Atomic, class I, class DT, class IT>
 __global__ void __launch_bounds__(256) scatter_elements(const IndexShape s) {
   typedef typename Compute<DT>::type T;
   const IT *idx = static_cast<const IT *>(s.idx);
   const DT *upd = static_cast<const DT *>(s.upd);
   DT *y = static_cast<DT *>(s.y);
-  ScatterLoop<Red != kScatterNone, I> loop(static_cast<I>(s.total));
+  ScatterLoop<Red != kScatterNone && !Atomic, I> loop(static_cast<I>(s.total));
   for (I i = loop.first; i < loop.end; i += loop.step) {
     const I at = elementsOffset(s, idx, i);
-    st(y, at, scatterCombine<Red>(ld<T>(y, at), ld<T>(upd, i)));
+    if constexpr (Atomic)
+      scatterAtomicAdd(y + at, ld<T>(upd, i));
+    else
+      st(y, at, scatterCombine<Red>(ld<T>(y, at), ld<T>(upd, i)));
   }
 }
 
@@ -165,18 +177,22 @@ __global__ void __launch_bounds__(256) gather_nd(const IndexShape s) {
   }
 }
 
-template <int Red, class I, class DT, class IT>
+/// ScatterND, as scatter_elements (Atomic: an add in parallel).
+template <int Red, bool Atomic, class I, class DT, class IT>
 __global__ void __launch_bounds__(256) scatter_nd(const IndexShape s) {
   typedef typename Compute<DT>::type T;
   const IT *idx = static_cast<const IT *>(s.idx);
   const DT *upd = static_cast<const DT *>(s.upd);
   DT *y = static_cast<DT *>(s.y);
-  ScatterLoop<Red != kScatterNone, I> loop(static_cast<I>(s.total));
+  ScatterLoop<Red != kScatterNone && !Atomic, I> loop(static_cast<I>(s.total));
   for (I i = loop.first; i < loop.end; i += loop.step) {
     I t = i;
     const I j = s.dSlice.split(t);
     const I at = j + tupleOffset(s, idx, t);
-    st(y, at, scatterCombine<Red>(ld<T>(y, at), ld<T>(upd, i)));
+    if constexpr (Atomic)
+      scatterAtomicAdd(y + at, ld<T>(upd, i));
+    else
+      st(y, at, scatterCombine<Red>(ld<T>(y, at), ld<T>(upd, i)));
   }
 }
 

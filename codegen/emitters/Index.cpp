@@ -79,7 +79,8 @@ void launchIndex(Lowering &l, const Node &n, const char *tmpl, std::vector<std::
 }
 
 /// ScatterElements and ScatterND: the data copied to the output, then the scatter
-/// (parallel, or one thread in index order with a reduction).
+/// (parallel, with atomic adds for a floating-point add, or one thread in index order
+/// with another reduction).
 llvm::Error lowerScatter(Lowering &l, const Node &n, const char *tmpl,
                          const std::function<llvm::Expected<IndexShape>(int64_t total)> &shape,
                          int64_t total) {
@@ -93,8 +94,12 @@ llvm::Error lowerScatter(Lowering &l, const Node &n, const char *tmpl,
   if (!s)
     return s.takeError();
   const char *red = scatterReduction(n.attrString("reduction"));
-  launchIndex(l, n, tmpl, {red}, *s, x, idx, upd, y,
-              std::string(red) == "dlc::kScatterNone" ? total : 1);
+  // An add of floating-point updates runs in parallel with atomic adds (sm_80+ add
+  // FP16 and BF16 atomically too); other reductions apply the updates in index order
+  // on one thread.
+  const bool atomic = std::string(red) == "dlc::kScatterAdd" && isFloat(x->dtype());
+  launchIndex(l, n, tmpl, {red, atomic ? "true" : "false"}, *s, x, idx, upd, y,
+              std::string(red) == "dlc::kScatterNone" || atomic ? total : 1);
   return llvm::Error::success();
 }
 

@@ -380,6 +380,65 @@ TEST(KernelLibrary, GatherScatterFamily) {
         {"l", ints(ir::DType::I64, {3}, {4, 1, 3})}}});
 }
 
+// Scatter-add of floating-point updates runs in parallel with atomic adds (MaxPool's
+// and Gather's gradients): many updates to each element, from many blocks (emu runs
+// blocks on several threads), in FP32, FP16 and BF16, ScatterElements and ScatterND; a
+// multiply stays on one thread, in index order.
+TEST(KernelLibrary, ScatterAddRunsInParallelWithAtomics) {
+  std::vector<int64_t> rows(256 * 64), cells(512 * 2);
+  for (size_t k = 0; k < rows.size(); ++k)
+    rows[k] = static_cast<int64_t>((k * 7 + k / 64) % 4) - (k % 3 == 0 ? 4 : 0); // -4..3
+  for (size_t k = 0; k < cells.size(); ++k)
+    cells[k] = static_cast<int64_t>(k % 2 ? (k * 5) % 6 : (k * 3) % 4);
+  check({"scatter elements add f32, 64 updates per element",
+         R"(graph @g(%x: f32[4,64], %i: i64[256,64], %u: f32[256,64]) -> ("s": f32[4,64]) {
+  %s = ScatterElements(%x, %i, %u) {axis = 0, reduction = "add"} : f32[4,64]
+  return %s
+})",
+         {"dlc::scatter_elements"},
+         {{"i", ints(ir::DType::I64, {256, 64}, rows)}},
+         2,
+         true,
+         1e-4,
+         false,
+         {},
+         -1,
+         "dlc::scatter_elements<dlc::kScatterAdd, true,"});
+  check(
+      {"scatter elements add f16 and bf16",
+       R"(graph @g(%x: f16[4,64], %y: bf16[4,64], %i: i64[256,64], %u: f16[256,64], %v: bf16[256,64]) -> ("s": f16[4,64], "t": bf16[4,64]) {
+  %s = ScatterElements(%x, %i, %u) {axis = 0, reduction = "add"} : f16[4,64]
+  %t = ScatterElements(%y, %i, %v) {axis = 0, reduction = "add"} : bf16[4,64]
+  return %s, %t
+})",
+       {"dlc::scatter_elements"},
+       {{"i", ints(ir::DType::I64, {256, 64}, rows)}},
+       2,
+       true,
+       0.15,
+       false,
+       {},
+       -1,
+       "dlc::scatter_elements<dlc::kScatterAdd, true,"});
+  check(
+      {"scatter nd add f32 (whole rows, duplicates), mul on one thread",
+       R"(graph @g(%x: f32[4,6,8], %i: i64[512,2], %u: f32[512,8], %w: i64[3,1], %m: f32[3,6,8]) -> ("s": f32[4,6,8], "p": f32[4,6,8]) {
+  %s = ScatterND(%x, %i, %u) {reduction = "add"} : f32[4,6,8]
+  %p = ScatterND(%x, %w, %m) {reduction = "mul"} : f32[4,6,8]
+  return %s, %p
+})",
+       {"dlc::scatter_nd"},
+       {{"i", ints(ir::DType::I64, {512, 2}, cells)},
+        {"w", ints(ir::DType::I64, {3, 1}, {1, 3, 1})}},
+       2,
+       true,
+       1e-4,
+       false,
+       {},
+       -1,
+       "dlc::scatter_nd<dlc::kScatterMul, false,"});
+}
+
 TEST(KernelLibrary, ResizeUnpoolFill) {
   check({"resize linear",
          R"(graph @g(%x: f32[1,2,3,5]) -> ("y": f32[1,2,7,4]) {
