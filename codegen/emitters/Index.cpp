@@ -2,8 +2,9 @@
 //
 // The index templates of dlc_movement.cuh, one thread per output element. Scatters
 // copy the data first; a scatter without reduction writes in parallel (duplicates
-// are undefined in ONNX), one with a reduction runs in a single thread in index
-// order, which matches the reference exactly. An out-of-range index is reported through
+// are undefined in ONNX), an add of floating-point updates in parallel with atomic
+// adds (in no fixed order), any other reduction in a single thread in index order,
+// which matches the reference exactly. An out-of-range index is reported through
 // the launch's check word (the run fails, naming the node); the kernel reads or writes
 // index 0 instead, never outside a buffer.
 //===----------------------------------------------------------------------===//
