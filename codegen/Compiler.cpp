@@ -509,7 +509,6 @@ llvm::Expected<Program> lowerFor(const Graph &g, const std::vector<std::string> 
       lo.archs.push_back(t);
   lo.persistentRnn = opts.persistentRnn;
   lo.wideIndices = opts.wideIndices;
-  lo.forceConvTile = opts.forceConvTile;
   lo.convTile = opts.convTile;
   lo.tf32 = opts.tf32;
   Lowering lowering(g, lo);

@@ -284,10 +284,8 @@ struct LoweringOptions {
   bool persistentRnn = true;
   /// 64-bit indices everywhere (tests: the wide instantiations on small shapes).
   bool wideIndices = false;
-  /// Tests: every implicit-GEMM convolution takes this tile of its table (-1: the model's).
-  int forceConvTile = -1;
-  /// --conv-tile: every implicit-GEMM convolution takes the tile of this name
-  /// ("BMxBN/WMxWN") where its family has one.
+  /// --conv-tile (and tests): every implicit-GEMM convolution takes the tile of this
+  /// name ("BMxBN/WMxWN") where its family has one (empty: the model's choice).
   std::string convTile;
   /// FP32 GEMMs on tensor cores in TF32 (cuBLASLt's fast-TF32 compute).
   bool tf32 = false;

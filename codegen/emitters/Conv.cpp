@@ -332,7 +332,7 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     inst.tf32 = mma && tf32;
     return inst;
   };
-  int forced = l.options().forceConvTile;
+  int forced = -1;
   for (int t = 0; !l.options().convTile.empty() && t < fam.count; ++t)
     if (convTileName(fam.tiles[t]) == l.options().convTile)
       forced = t;

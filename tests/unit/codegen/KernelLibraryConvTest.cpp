@@ -329,11 +329,6 @@ TEST(KernelLibrary, MmaSyncConvolution) {
          true});
   // More than one tile of channels per group (Mg 72 on the 32x32 tile), and split-K
   // over a group's 512 channels.
-  int t32 = 0;
-  while (t32 < static_cast<int>(std::size(codegen::kConvMmaTiles)) &&
-         (codegen::kConvMmaTiles[t32].bm != 32 || codegen::kConvMmaTiles[t32].bn != 32))
-    ++t32;
-  ASSERT_LT(t32, static_cast<int>(std::size(codegen::kConvMmaTiles)));
   check({"nhwc f16 grouped, 2 groups of 72 channels on 32-channel tiles",
          R"(graph @g(%x: f16[1,5,6,16], %w: f16[144,3,3,8]) -> ("y": f16[1,5,6,144]) {
   %r = Relu(%x) : f16[1,5,6,16]
@@ -347,7 +342,7 @@ TEST(KernelLibrary, MmaSyncConvolution) {
          4e-3,
          false,
          {},
-         t32,
+         "32x32/32x32",
          "dlc::ConvMmaTile<32, 32, 32, 32, 4>"});
   check(
       {"nhwc f16 grouped split-K, 2 groups of 512 channels",
@@ -411,13 +406,13 @@ TEST(KernelLibrary, MmaSyncConvolutionEveryTile) {
 })";
   for (int t = 0; t < static_cast<int>(std::size(codegen::kConvMmaTiles)); ++t) {
     const codegen::ConvTileConfig &c = codegen::kConvMmaTiles[t];
-    const std::string name = "tile " + std::to_string(c.bm) + "x" + std::to_string(c.bn) +
-                             " warp " + std::to_string(c.tm) + "x" + std::to_string(c.tn) + ", " +
-                             std::to_string(c.stages) + " stages";
+    const std::string tile = codegen::convTileName(c),
+                      name = "tile " + tile + ", " + std::to_string(c.stages) + " stages";
     const std::string inst = "dlc::ConvMmaTile<" + std::to_string(c.bm) + ", " +
                              std::to_string(c.bn) + ", " + std::to_string(c.tm) + ", " +
                              std::to_string(c.tn) + ", " + std::to_string(c.stages) + ">";
-    run({name.c_str(), f16, {"dlc::conv_fprop_mma"}, {}, 2, true, 4e-3, false, {}, t, inst}, false);
+    run({name.c_str(), f16, {"dlc::conv_fprop_mma"}, {}, 2, true, 4e-3, false, {}, tile, inst},
+        false);
     if (t % 3 == 0) // TF32 (a third of them): 2^-11 per operand over K = 216, ~4 sigma
       run({(name + " tf32").c_str(),
            f32,
@@ -428,7 +423,7 @@ TEST(KernelLibrary, MmaSyncConvolutionEveryTile) {
            1e-2,
            true,
            {},
-           t,
+           tile,
            inst},
           false);
   }

@@ -402,7 +402,7 @@ TEST(KernelLibrary, ScatterAddRunsInParallelWithAtomics) {
          1e-4,
          false,
          {},
-         -1,
+         "",
          "dlc::scatter_elements<dlc::kScatterAdd, true,"});
   check(
       {"scatter elements add f16 and bf16",
@@ -418,7 +418,7 @@ TEST(KernelLibrary, ScatterAddRunsInParallelWithAtomics) {
        0.15,
        false,
        {},
-       -1,
+       "",
        "dlc::scatter_elements<dlc::kScatterAdd, true,"});
   check(
       {"scatter nd add f32 (whole rows, duplicates), mul on one thread",
@@ -435,7 +435,7 @@ TEST(KernelLibrary, ScatterAddRunsInParallelWithAtomics) {
        1e-4,
        false,
        {},
-       -1,
+       "",
        "dlc::scatter_nd<dlc::kScatterMul, false,"});
 }
 

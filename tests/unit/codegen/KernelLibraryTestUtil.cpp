@@ -43,7 +43,7 @@ void run(const KernelCase &c, bool wide) {
   co.wideIndices = wide;
   co.persistentRnn = c.persistentRnn;
   co.tf32 = c.tf32;
-  co.forceConvTile = c.forceConvTile;
+  co.convTile = c.convTile;
   codegen::CompileReport rep;
   auto bytes = codegen::compileGraph(*g, co, &rep);
   ASSERT_TRUE(bool(bytes)) << llvm::toString(bytes.takeError());

@@ -28,7 +28,8 @@ struct KernelCase {
   bool tf32 = false; // FP32 convolutions and GEMMs on tensor cores in TF32
   /// Library templates the package must not instantiate.
   std::set<std::string> absent = {};
-  int forceConvTile = -1; // the convolutions' tile (codegen::CompileOptions::forceConvTile)
+  /// The convolutions' tile, "BMxBN/WMxWN" (codegen::CompileOptions::convTile).
+  std::string convTile = "";
   /// Text the generated CUDA source must contain (the forced tile's instantiation).
   std::string sourceHas = "";
 };

@@ -43,11 +43,9 @@ struct CompileOptions {
   bool persistentRnn = true;
   /// 64-bit indices in every kernel (tests of the wide instantiations).
   bool wideIndices = false;
-  /// Tests: the implicit-GEMM convolutions use tile `forceConvTile` of their family's
-  /// table (ConvTiles.h) when it has one, instead of the cost model's choice.
-  int forceConvTile = -1;
-  /// Benchmarks (--conv-tile): the implicit-GEMM convolutions use the tile named
-  /// "BMxBN/WMxWN" (block, warp or thread tile) where their family has it.
+  /// Tests and benchmarks (--conv-tile): the implicit-GEMM convolutions use the tile
+  /// named "BMxBN/WMxWN" (block, warp or thread tile; convTileNames()) where their
+  /// family has it, instead of the cost model's choice.
   std::string convTile;
   /// FP32 GEMMs on tensor cores in TF32 (--tf32).
   bool tf32 = false;
