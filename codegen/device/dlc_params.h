@@ -164,8 +164,9 @@ struct PoolShape {
 //===----------------------------------------------------------------------===//
 
 /// Reduce*: output element o reads x at kept.offset(o) + red.offset(r), r < len.
+/// reduce_cols: x is [outCount / inner, len, inner] (kept and red unused).
 struct ReduceShape {
-  i64 outCount, len;
+  i64 outCount, len, inner;
   Strided kept, red;
 };
 

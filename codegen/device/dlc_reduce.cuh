@@ -3,7 +3,9 @@
 // reduce: output o combines x at kept.offset(o) + red.offset(r) for r < len (Contig:
 // o * len + r). Short rows (<= 64) take one thread per output; long ones a block per
 // output with a warp-shuffle + shared-memory reduction. Accumulation is in the compute
-// type (float for f16/bf16). softmax: rows of an [outer, len, inner] view.
+// type (float for f16/bf16). reduce_cols: the middle axis of [outer, len, inner] with a
+// contiguous inner axis (channels-last pooling), 32 columns per block, coalesced.
+// softmax: rows of an [outer, len, inner] view.
 #pragma once
 
 #include "dlc_device.cuh"
@@ -63,6 +65,45 @@ __global__ void __launch_bounds__(256) reduce(const ReduceArgs<X, Out> a) {
     acc = blockReduce(acc, Op(), Op::template identity<T>(), smem);
     if (threadIdx.x == 0)
       Out::store(a.out, o, finish(acc));
+  }
+}
+
+/// A reduction over the middle axis of [outer, len, inner] with inner contiguous (NHWC
+/// global pooling; ReduceMean over H and W): output (p, c) at p * inner + c. A block
+/// takes 32 adjacent columns and 8 slices of the rows: each warp reads 32 consecutive
+/// elements per row, walking the rows by adding a stride (no index division per
+/// element); the slices' partial results meet in shared memory.
+template <int Kind, class I, class X, class Out>
+__global__ void __launch_bounds__(256) reduce_cols(const ReduceArgs<X, Out> a) {
+  typedef typename X::Value T;
+  typedef ReduceOp<Kind> Op;
+  constexpr int kSlices = 8;
+  const ReduceShape &s = a.s;
+  const I len = static_cast<I>(s.len), inner = static_cast<I>(s.inner),
+          outer = static_cast<I>(s.outCount) / inner, tilesPerRow = (inner + 31) / 32;
+  const I lane = static_cast<I>(threadIdx.x) & 31, slice = static_cast<I>(threadIdx.x) >> 5;
+  DLC_SHARED(T, part, [kSlices][32]);
+  for (I t = static_cast<I>(blockIdx.x); t < outer * tilesPerRow; t += static_cast<I>(gridDim.x)) {
+    const I p = t / tilesPerRow, c = (t - p * tilesPerRow) * 32 + lane;
+    T acc = Op::template identity<T>();
+    if (c < inner) {
+      const I step = kSlices * inner;
+      I at = (p * len + slice) * inner + c;
+#pragma unroll 4
+      for (I r = slice; r < len; r += kSlices, at += step)
+        acc = Op()(acc, X::load(a.x, at));
+    }
+    part[slice][lane] = acc;
+    __syncthreads();
+    if (slice == 0 && c < inner) {
+#pragma unroll
+      for (int j = 1; j < kSlices; ++j)
+        acc = Op()(acc, part[j][lane]);
+      if (Kind == kReduceMean && len)
+        acc = acc / static_cast<T>(len);
+      Out::store(a.out, p * inner + c, acc);
+    }
+    __syncthreads();
   }
 }
 

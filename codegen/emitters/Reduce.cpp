@@ -2,7 +2,8 @@
 //
 // The templates of dlc_reduce.cuh: Reduce* over any set of axes (a kept view and a
 // reduced view, strided; contiguous rows skip the index arithmetic), short rows (<= 64)
-// with a thread per output and long ones with a block per output; the softmax family
+// with a thread per output and long ones with a block per output; reduce_cols where the
+// kept axes after the reduced ones are at least 16 wide (channels-last pooling); the softmax family
 // over an [outer, len, inner] view; ArgMax/ArgMin, TopK and CumSum without fusion.
 //===----------------------------------------------------------------------===//
 #include "../Fused.h"
@@ -56,7 +57,11 @@ const char *reduceKind(OpKind k) {
   }
 }
 
-/// Launches the reduce template: x viewed as kept x reduced.
+/// Columns at least this wide take reduce_cols (a warp per 32 adjacent columns).
+constexpr int64_t kColumnReduction = 16;
+
+/// Launches the reduce template: x viewed as kept x reduced; or reduce_cols when x is
+/// [outer, len, inner] reduced over len with s.inner >= kColumnReduction.
 llvm::Error emitReduce(Lowering &l, const Node &n, const Value *x, const Value *out,
                        const ReduceShape &s, bool contig, const char *kind) {
   auto io = anchorFunctors(l, x, out);
@@ -66,6 +71,22 @@ llvm::Error emitReduce(Lowering &l, const Node &n, const Value *x, const Value *
   std::string xn = io->inName, on = io->outName;
   bool isShort = s.len <= kShortReduction;
   int64_t maxIndex = std::max(x->type().numElements(), out->type().numElements());
+  double flops = static_cast<double>(x->type().numElements());
+  if (s.inner >= kColumnReduction) {
+    Instantiation inst{"dlc::reduce_cols",
+                       {kind, l.indexType(maxIndex + s.inner * 8), xn, on},
+                       "dlc::ReduceArgs<" + xn + ", " + on + ">",
+                       {xn, on}};
+    inst.needsSync = true;
+    uint32_t k = l.instantiate(inst);
+    LaunchArgs a;
+    a.shape(s);
+    a.functor(fx);
+    a.functor(fo);
+    int64_t tiles = s.outCount / s.inner * ((s.inner + 31) / 32);
+    l.launch(n, k, a, static_cast<uint32_t>(std::min<int64_t>(tiles, 1 << 20)), 256, 0, flops);
+    return llvm::Error::success();
+  }
   Instantiation inst{
       "dlc::reduce",
       {kind, isShort ? "true" : "false", contig ? "true" : "false", l.indexType(maxIndex), xn, on},
@@ -77,7 +98,6 @@ llvm::Error emitReduce(Lowering &l, const Node &n, const Value *x, const Value *
   a.shape(s);
   a.functor(fx);
   a.functor(fo);
-  double flops = static_cast<double>(x->type().numElements());
   if (isShort)
     l.launch(n, k, a, gridFor(s.outCount, 256), 256, 0, flops);
   else
@@ -121,6 +141,21 @@ llvm::Error lowerReduction(Lowering &l, const Node &n) {
     return rv.takeError();
   s.kept = *kv;
   s.red = *rv;
+  // One run of reduced axes (size-1 axes aside) with kept axes after it: the columns
+  // of [outer, len, inner].
+  int64_t first = -1, last = -1;
+  bool oneRun = true;
+  for (size_t d = 0; d < xs.size(); ++d) {
+    if (!red[d] || xs[d] == 1)
+      continue;
+    if (first < 0)
+      first = static_cast<int64_t>(d);
+    else if (last + 1 != static_cast<int64_t>(d))
+      oneRun = false;
+    last = static_cast<int64_t>(d);
+  }
+  if (oneRun && first >= 0)
+    s.inner = product(Shape(xs.begin() + last + 1, xs.end()));
   return emitReduce(l, n, x, out, s, contig, kind);
 }
 
@@ -274,6 +309,7 @@ llvm::Error lowerGlobalReduction(Lowering &l, const Node &n, const Value *x, con
   if (channelsLast) {
     s.kept = llvm::cantFail(stridedView({images, channels}, {len * channels, 1}));
     s.red = llvm::cantFail(stridedView({len}, {channels}));
+    s.inner = channels;
   } else {
     s.kept = llvm::cantFail(stridedView({rows}, {len}));
     s.red = llvm::cantFail(stridedView({len}, {1}));

@@ -170,6 +170,42 @@ TEST(KernelLibrary, Reductions) {
          {"dlc::reduce"}});
 }
 
+// Reductions over the middle of [outer, len, inner] with inner >= 16 take reduce_cols:
+// columns cut at a warp's edge (33, 40, 48), rows longer than a block's 8 slices, a
+// fused Relu prologue, FP16 accumulated in FP32, and channels-last global pooling.
+TEST(KernelLibrary, ColumnReductions) {
+  check(
+      {"columns of [outer, len, inner]",
+       R"(graph @g(%x: f32[3,130,48], %y: f32[2,3,9,33], %z: f32[700,20]) -> ("a": f32[3,48], "b": f32[2,1,1,33], "c": f32[20], "d": f32[3,1,48]) {
+  %a = ReduceMax(%x) {axes = [1], keepdims = 0} : f32[3,48]
+  %b = ReduceSum(%y) {axes = [1, 2], keepdims = 1} : f32[2,1,1,33]
+  %c = ReduceMean(%z) {axes = [0], keepdims = 0} : f32[20]
+  %r = Relu(%x) : f32[3,130,48]
+  %d = ReduceMin(%r) {axes = [1], keepdims = 1} : f32[3,1,48]
+  return %a, %b, %c, %d
+})",
+       {"dlc::reduce_cols"},
+       {},
+       2,
+       true,
+       1e-4,
+       false,
+       {"dlc::reduce"}});
+  check({"nhwc f16 global pools over 40 channels",
+         R"(graph @g(%x: f16[2,5,7,40]) -> ("a": f16[2,1,1,40], "m": f16[2,1,1,40]) {
+  %a = GlobalAveragePool(%x) {channels_last = 1} : f16[2,1,1,40]
+  %m = GlobalMaxPool(%x) {channels_last = 1} : f16[2,1,1,40]
+  return %a, %m
+})",
+         {"dlc::reduce_cols"},
+         {},
+         2,
+         true,
+         4e-3,
+         false,
+         {"dlc::reduce"}});
+}
+
 TEST(KernelLibrary, SoftmaxFamily) {
   check({"softmax over a middle axis",
          R"(graph @g(%x: f32[2,9,3]) -> ("y": f32[2,9,3], "l": f32[2,9,3], "h": f32[2,9,3]) {
