@@ -28,7 +28,8 @@
 // (8 or 4), at most 32 taps (64 with a 64-bit Mask), x and w 16-byte aligned and
 // read as they are. Where they are not (C = 3 of an RGB stem, a fused prologue),
 // conv_pack first writes the operand as [rows, C rounded up to a chunk] with zero
-// channels: the weights at every run (they are small), the input through the prologue.
+// channels: constant weights when the package is compiled, variable ones (training)
+// at every run, the input through the prologue.
 // The accumulators start at the bias (loaded before the main loop, so that its latency
 // hides there); the epilogue applies the fused store functor on the accumulator
 // fragments, or writes the split-K partial sums for conv_splitk_reduce.

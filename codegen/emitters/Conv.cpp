@@ -22,6 +22,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <functional>
 #include <set>
 
@@ -247,6 +248,15 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     const int64_t from = isX ? C : Cg, to = isX ? Cp : (Cp != C ? Cp : Cg);
     const uint64_t rows = static_cast<uint64_t>(isX ? pixels : M * s.kSize),
                    bytes = rows * static_cast<uint64_t>(to) * dtypeSize(x->dtype());
+    if (!isX && wt->isConstant()) { // constant weights: packed here, once
+      const size_t es = dtypeSize(wt->dtype());
+      Tensor packed(TensorType(wt->dtype(), {static_cast<int64_t>(rows), to}));
+      const auto *src = static_cast<const uint8_t *>(wt->data().raw());
+      auto *dst = static_cast<uint8_t *>(packed.mutableRaw());
+      for (uint64_t r = 0; r < rows; ++r)
+        std::memcpy(dst + r * to * es, src + r * from * es, from * es);
+      return l.constantBuffer(packed, n.result()->name() + ".w_packed");
+    }
     BufferRef dst = l.temp(bytes, n.result()->name() + (isX ? ".x_packed" : ".w_packed"));
     ConvPackShape ps{};
     ps.C = from;

@@ -291,6 +291,24 @@ TEST(KernelLibrary, MmaSyncConvolution) {
          4e-3,
          false,
          {"dlc::conv_pack"}});
+  // Constant weights whose channels are not whole chunks (an RGB stem) are padded when
+  // the package is compiled: one conv_pack launch (the input's), not two.
+  const std::string constStem =
+      R"(graph @g(%x: f16[1,9,8,3]) -> ("y": f16[1,5,4,10]) {
+  %w = )" +
+      randomConst(ir::DType::F16, {10, 3, 3, 3}, 7) + R"(
+  %y = Conv(%x, %w) {channels_last = 1, pads = [1, 1, 1, 1], strides = [2, 2]} : f16[1,5,4,10]
+  return %y
+})";
+  KernelCase stem{"nhwc f16 stem with constant weights, 3 -> 10 channels",
+                  constStem.c_str(),
+                  {"dlc::conv_fprop_mma", "dlc::conv_pack"},
+                  {},
+                  2,
+                  true,
+                  4e-3};
+  stem.launches = 2;
+  check(stem);
   // Grouped convolutions on tensor cores: groups batched into the grid (blockIdx.y), each
   // block reading its group's channels; depthwise ones stay direct.
   check({"nhwc f16 grouped, 4 groups of 16 -> 12 channels",

@@ -57,6 +57,12 @@ void run(const KernelCase &c, bool wide) {
     EXPECT_TRUE(used.count(t)) << "the package does not instantiate " << t;
   for (const std::string &t : c.absent)
     EXPECT_FALSE(used.count(t)) << "the package instantiates " << t;
+  if (c.launches >= 0) {
+    int launches = 0;
+    for (const pkg::Step *st : *(*pf)->meta().steps())
+      launches += st->op_type() == pkg::StepKind::Launch;
+    EXPECT_EQ(launches, c.launches);
+  }
   // Every instantiation names its index type; these shapes get 32-bit indices unless
   // 64-bit ones are forced.
   std::regex inst(R"(template __global__ void ([\w:]+)<(.*)>\()");

@@ -32,6 +32,8 @@ struct KernelCase {
   std::string convTile = "";
   /// Text the generated CUDA source must contain (the forced tile's instantiation).
   std::string sourceHas = "";
+  /// The schedule's kernel launches, where >= 0.
+  int launches = -1;
 };
 
 /// Compiles the case (32-bit or 64-bit index instantiations), runs it on emu and
