@@ -528,9 +528,15 @@ llvm::Expected<pkg::PackageImage> compileProgram(std::shared_ptr<Program> progra
   rep.codegenSeconds = since(t0);
   rep.kernels = program->kernels.size();
   rep.steps = program->steps.size();
+  std::set<std::string> tf32Seen;
   for (const StepDesc &s : program->steps) {
     rep.launches += std::holds_alternative<LaunchStep>(s.op);
     rep.libraryCalls += std::holds_alternative<GemmStep>(s.op);
+    const auto *launch = std::get_if<LaunchStep>(&s.op);
+    const auto *gemm = std::get_if<GemmStep>(&s.op);
+    bool tf32 = (launch && program->kernels[launch->kernel].tf32) || (gemm && gemm->tf32);
+    if (tf32 && tf32Seen.insert(s.node).second)
+      rep.tf32Layers.push_back(s.node);
   }
   rep.arenaBytes = program->arenaBytes;
   rep.naiveArenaBytes = program->naiveArenaBytes;

@@ -119,7 +119,7 @@ def main():
         rng = np.random.default_rng(0)
         feeds = [random_feed(model, rng) for _ in range(a.inputs)]
         results, inspect = {}, {}
-        configs = [("fp32", []), ("tf32", ["--tf32"]), ("fp16", ["--fp16"]), ("bf16", ["--bf16"])]
+        configs = [("fp32", ["--no-tf32"]), ("tf32", ["--tf32"]), ("fp16", ["--fp16"]), ("bf16", ["--bf16"])]
         if a.nchw:
             configs.append(("fp16-nchw", ["--fp16", "--layout", "nchw"]))
         for prec, flags in configs:

@@ -227,7 +227,7 @@ TEMPLATES = {
                      for n, c, h in [(1, 64, 56), (8, 128, 28), (32, 128, 28)]],
     "conv3x3_g8_fp16": [(lambda c=c: ConvLayer(c, c, 3, groups=8), [(n, c, h, h)], ["--fp16"])
                         for n, c, h in [(1, 128, 28), (8, 256, 14), (32, 128, 28)]],
-    "conv3x3_fp32": [(lambda c=c: ConvLayer(c, c, 3), [(n, c, h, h)], [])
+    "conv3x3_fp32": [(lambda c=c: ConvLayer(c, c, 3), [(n, c, h, h)], ["--no-tf32"])
                      for n, c, h in [(1, 64, 56), (1, 256, 14), (8, 128, 28)]],
     "conv1x1_fp16": [(lambda ci=ci, co=co: ConvLayer(ci, co, 1), [(n, ci, h, h)], ["--fp16"])
                      for n, ci, co, h in [(1, 256, 64, 56), (1, 1024, 256, 14), (8, 512, 128, 28),
@@ -321,7 +321,8 @@ def main():
             module.bn.running_mean.uniform_(-0.5, 0.5)
             module.bn.running_var.uniform_(0.5, 2.0)
         write_case(args.out, name, module, in_names, make_inputs(), out_names)
-        flags, expect = CASE_FLAGS.get(name, ([], []))
+        # (FP32 cases are strict FP32: they are compared with float64 at 1e-3.)
+        flags, expect = CASE_FLAGS.get(name, (["--no-tf32"], []))
         for file, words in (("flags", flags), ("expect_args", expect)):
             if words:
                 with open(os.path.join(args.out, name, file), "w") as f:

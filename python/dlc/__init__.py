@@ -82,7 +82,7 @@ def _train_options(train, loss, label, optimizer, lr, momentum, weight_decay):
 
 def compile(model, output=None, *, target=None, fp16=False, bf16=False, layout="auto", input_shapes=None,
             opt_level=2, cache_dir=None, verbose=False, train=False, loss=None, label=None, optimizer=None, lr=None,
-            momentum=None, weight_decay=None):
+            momentum=None, weight_decay=None, tf32=None):
     """Compiles an ONNX model (a path, its bytes or an onnx.ModelProto) into a .dlc
     package and returns the package's path (default: the model's path with .dlc).
 
@@ -93,11 +93,15 @@ def compile(model, output=None, *, target=None, fp16=False, bf16=False, layout="
     (default ~/.cache/dlc); verbose: dlc's progress on stderr. train=True compiles the
     training step (for TrainingSession) with loss ("cross-entropy", "mse", "none"),
     label (the label input's name), optimizer ("sgd", "momentum", "adam", "adamw"), lr,
-    momentum and weight_decay (dlc compile --train's options and defaults). Errors raise
-    dlc.CompileError with dlc's message; bad options raise ValueError."""
+    momentum and weight_decay (dlc compile --train's options and defaults). tf32: FP32
+    convolutions and GEMMs on tensor cores in TF32 (None: on, except with train=True;
+    False: strict FP32, dlc compile --no-tf32). Errors raise dlc.CompileError with dlc's
+    message; bad options raise ValueError."""
     training = _train_options(train, loss, label, optimizer, lr, momentum, weight_decay)
     if fp16 and bf16:
         raise ValueError("fp16 and bf16 exclude each other")
+    if tf32 not in (None, True, False):
+        raise ValueError("tf32 must be None, True or False, got %r" % (tf32,))
     if layout not in ("auto", "nchw", "nhwc"):
         raise ValueError("layout must be 'auto', 'nchw' or 'nhwc', got %r" % (layout,))
     if not isinstance(opt_level, int) or not 0 <= opt_level <= 3:
@@ -118,7 +122,8 @@ def compile(model, output=None, *, target=None, fp16=False, bf16=False, layout="
     else:
         path = "<bytes>"
     _compile(path, os.fspath(output), data, targets, bool(fp16), bool(bf16), layout, shapes, opt_level,
-             os.fspath(cache_dir) if cache_dir else "", bool(verbose), training)
+             os.fspath(cache_dir) if cache_dir else "", bool(verbose), training,
+             None if tf32 is None else bool(tf32))
     return os.fspath(output)
 
 
@@ -204,6 +209,21 @@ class _Package:
         return list(self._outputs)
 
 
+def _providers_use_tf32(providers, provider_options):
+    """Whether ONNX Runtime would run FP32 convolutions and GEMMs in TF32 with these
+    providers: only its CUDA provider does, unless its `use_tf32` option is 0. None: no
+    preference (dlc's default, TF32)."""
+    if not providers:
+        return True
+    for i, p in enumerate(providers):
+        name, opts = (p[0], p[1] if len(p) > 1 else {}) if isinstance(p, (tuple, list)) else (p, {})
+        if provider_options and i < len(provider_options) and provider_options[i]:
+            opts = dict(opts or {}, **provider_options[i])
+        if name == "CUDAExecutionProvider":
+            return str((opts or {}).get("use_tf32", "1")) not in ("0", "False", "false")
+    return False
+
+
 class InferenceSession(_Package):
     """A compiled package (a path to a .dlc file, or its bytes), ready to run; or an
     ONNX model (a path ending in .onnx, or an onnx.ModelProto), compiled first with
@@ -213,17 +233,24 @@ class InferenceSession(_Package):
     (0: one per core). allow_host_code: on emu, run the package's host code even though
     another user or machine compiled it (it runs as you: only for packages you trust).
     providers, provider_options and sess_options are accepted for ONNX Runtime
-    compatibility and ignored."""
+    compatibility; dlc picks the device. An ONNX model is compiled with ONNX Runtime's
+    numerics for the providers asked for: strict FP32 when they do not include
+    CUDAExecutionProvider (its CPU provider has no TF32), or when its `use_tf32` option
+    is 0; TF32 otherwise (compile_options={"tf32": ...} decides when given)."""
 
     def __init__(self, path_or_bytes, sess_options=None, providers=None, provider_options=None, *, device="auto",
                  threads=0, compile_options=None, allow_host_code=False):
         if providers:
-            warnings.warn("dlc: providers= is ignored; dlc runs on the GPU when one is present, else on its emu "
+            warnings.warn("dlc: providers= is ignored for the device (they set TF32 as in ONNX Runtime); dlc runs on the GPU "
+                          "when one is present, else on its emu "
                           "backend (choose with device='cuda' or device='emu')", stacklevel=2)
         if hasattr(path_or_bytes, "SerializeToString") or (
                 not isinstance(path_or_bytes, (bytes, bytearray, memoryview))
                 and os.fspath(path_or_bytes).endswith(".onnx")):
-            path_or_bytes = _cached_package(path_or_bytes, dict(compile_options or {}))
+            options = dict(compile_options or {})
+            if "tf32" not in options and not _providers_use_tf32(providers, provider_options):
+                options["tf32"] = False
+            path_or_bytes = _cached_package(path_or_bytes, options)
         elif compile_options:
             raise ValueError("compile_options apply to an ONNX model, not to a compiled package")
         self._open(_Session, path_or_bytes, device, threads, allow_host_code)

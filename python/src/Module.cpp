@@ -596,7 +596,8 @@ void compileModel(const std::string &model, const std::string &output,
                   const std::optional<py::bytes> &data, const std::vector<std::string> &targets,
                   bool fp16, bool bf16, const std::string &layout,
                   const std::map<std::string, std::vector<std::string>> &inputShapes, int optLevel,
-                  const std::string &cacheDir, bool verbose, const std::optional<py::dict> &train) {
+                  const std::string &cacheDir, bool verbose, const std::optional<py::dict> &train,
+                  std::optional<bool> tf32) {
   auto check = [](llvm::Error e) {
     if (e)
       throw py::value_error(llvm::toString(std::move(e)));
@@ -609,6 +610,7 @@ void compileModel(const std::string &model, const std::string &output,
   o.targets = targets;
   o.optLevel = optLevel;
   o.cacheDir = cacheDir;
+  o.tf32 = tf32;
   if (fp16 || bf16) {
     passes::PrecisionOptions po;
     po.reduced = bf16 ? ir::DType::BF16 : ir::DType::F16;
@@ -694,7 +696,7 @@ PYBIND11_MODULE(_dlc, m) {
   m.def("compile", &compileModel, py::arg("model"), py::arg("output"), py::arg("data"),
         py::arg("targets"), py::arg("fp16"), py::arg("bf16"), py::arg("layout"),
         py::arg("input_shapes"), py::arg("opt_level"), py::arg("cache_dir"), py::arg("verbose"),
-        py::arg("train"),
+        py::arg("train"), py::arg("tf32"),
         "driver::compile: the model (a path, or its bytes in `data`) into a package at `output`");
   m.def("external_data_files", &externalDataFiles, py::arg("model"),
         "the external-data locations a serialized ONNX model names");

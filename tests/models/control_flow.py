@@ -259,7 +259,7 @@ def main():
     torch.onnx.export(torch.jit.script(model), (x0, torch.tensor(True)), onnx_path, input_names=["x", "use_a"],
                       output_names=["y", "acc"], opset_version=17)
     pkg = os.path.join(a.work, "gate.dlc")
-    sh([a.dlc, "compile", onnx_path, "--target", "emu", "-o", pkg, "-q"])
+    sh([a.dlc, "compile", onnx_path, "--target", "emu", "--no-tf32", "-o", pkg, "-q"])
     limited = os.path.join(a.work, "limit.dlc")
     if os.path.exists(limited):
         os.remove(limited)

@@ -390,11 +390,12 @@ def test_the_cache_key_covers_external_data(tmp_path, monkeypatch):
     onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location="weights.bin",
                     size_threshold=0)
     x = np.array([[1, 2]], np.float32)
-    first = dlc.InferenceSession(path, device="emu", compile_options={"target": "emu"}).run(None, {"x": x})[0]
+    opts = {"target": "emu", "tf32": False}
+    first = dlc.InferenceSession(path, device="emu", compile_options=opts).run(None, {"x": x})[0]
     np.testing.assert_allclose(first, x @ w + b, rtol=1e-6)
     with open(folder / "weights.bin", "wb") as f:  # new weights, same model file
         f.write((w * 10).tobytes() + (b * 10).tobytes())
-    second = dlc.InferenceSession(path, device="emu", compile_options={"target": "emu"}).run(None, {"x": x})[0]
+    second = dlc.InferenceSession(path, device="emu", compile_options=opts).run(None, {"x": x})[0]
     np.testing.assert_allclose(second, x @ (w * 10) + b * 10, rtol=1e-6)
     assert len(os.listdir(tmp_path / "cache" / "packages")) == 2
 
@@ -580,3 +581,50 @@ def test_the_training_example_learns_the_digits():
                        capture_output=True, text=True, check=True)
     acc = [l for l in r.stdout.splitlines() if l.startswith("test accuracy:")]
     assert acc and float(acc[0].split()[2]) > 0.9, r.stdout
+
+
+def _tf32(a):
+    """float32 values rounded to TF32 as tensor cores take them (10-bit mantissa, to
+    nearest with ties away from zero: cvt.rna.tf32.f32)."""
+    b = a.astype(np.float32).view(np.uint32)
+    return ((b + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def test_tf32_is_the_default_and_follows_the_providers(tmp_path, monkeypatch):
+    # y = x @ W with x = ones: each output sums a column of W, whose values need all 23
+    # mantissa bits; in TF32 the sum is of the rounded values.
+    monkeypatch.setenv("DLC_CACHE_DIR", str(tmp_path / "cache"))
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((64, 8)) * (1 + 2.0 ** -12)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+                              [numpy_helper.from_array(w, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = str(tmp_path / "mm.onnx")
+    onnx.save_model(model, path)
+    x = np.ones((1, 64), np.float32)
+    strict = w.astype(np.float64).sum(0)
+    rounded = _tf32(w).astype(np.float64).sum(0)
+    assert np.abs(strict - rounded).max() > 1e-3  # the two references differ (FP32 sums: < 1e-4)
+
+    def run(path_or_pkg, **kw):
+        return dlc.InferenceSession(path_or_pkg, device="emu", **kw).run(None, {"x": x})[0][0]
+
+    for tf32, want in ((None, rounded), (True, rounded), (False, strict)):
+        pkg = dlc.compile(path, str(tmp_path / f"mm_{tf32}.dlc"), target="emu", tf32=tf32)
+        np.testing.assert_allclose(run(pkg), want, rtol=1e-5, atol=1e-4, err_msg=f"tf32={tf32}")
+    with pytest.raises(ValueError, match="tf32 must be"):
+        dlc.compile(path, str(tmp_path / "bad.dlc"), target="emu", tf32="yes")
+    # ONNX Runtime's numerics for the providers asked for: only its CUDA provider uses TF32.
+    opts = {"target": "emu"}
+    with pytest.warns(UserWarning):
+        cpu = run(path, providers=["CPUExecutionProvider"], compile_options=opts)
+    with pytest.warns(UserWarning):
+        cuda = run(path, providers=["CUDAExecutionProvider", "CPUExecutionProvider"], compile_options=opts)
+    with pytest.warns(UserWarning):
+        cuda_strict = run(path, providers=[("CUDAExecutionProvider", {"use_tf32": 0})], compile_options=opts)
+    np.testing.assert_allclose(cpu, strict, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(cuda, rounded, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(cuda_strict, strict, rtol=1e-5, atol=1e-4)

@@ -144,15 +144,7 @@ llvm::Expected<driver::CompileOptions> optionsFromArgs(const Args &args) {
         return t.takeError();
       check.inputs[name] = {path, std::move(*t)};
     }
-    bool json = args.has("json");
-    check.report = [json](const passes::AccuracyReport &rep, const passes::AccuracyOptions &ao) {
-      if (json)
-        llvm::outs() << llvm::formatv("{0:2}", rep.toJson()) << "\n";
-      else
-        rep.print(llvm::outs(), ao.target);
-      llvm::outs().flush();
-    };
-    o.checkAccuracy = std::move(check);
+    o.checkAccuracy = std::move(check); // (runCompile prints the report)
   } else if (args.has("input") || args.has("json") || args.has("seed")) {
     return ir::makeError("compile: --input, --seed and --json go with --check-accuracy");
   }
@@ -163,7 +155,10 @@ llvm::Expected<driver::CompileOptions> optionsFromArgs(const Args &args) {
     for (llvm::StringRef p : parts)
       o.targets.push_back(p.trim().str());
   }
-  o.tf32 = args.has("tf32");
+  if (args.has("tf32") && args.has("no-tf32"))
+    return ir::makeError("compile: --tf32 and --no-tf32 exclude each other");
+  if (args.has("tf32") || args.has("no-tf32"))
+    o.tf32 = args.has("tf32");
   o.convTile = args.getOr("conv-tile", "");
   if (args.has("conv-tile")) {
     std::vector<std::string> tiles = codegen::convTileNames();
@@ -179,6 +174,22 @@ llvm::Expected<driver::CompileOptions> optionsFromArgs(const Args &args) {
   o.cacheDir = args.getOr("cache-dir", "");
   o.dumpDot = args.getOr("dump-dot", "");
   return o;
+}
+
+/// The layers in TF32, one line: their count and (`all`, or up to 4) their names.
+std::string tf32Summary(const std::vector<std::string> &layers, bool all) {
+  if (layers.empty())
+    return "tf32: none (no FP32 convolution or GEMM runs on tensor cores)";
+  std::string names;
+  size_t shown = all ? layers.size() : std::min<size_t>(layers.size(), 4);
+  for (size_t i = 0; i < shown; ++i)
+    names += (i ? ", " : "") + layers[i];
+  if (shown < layers.size())
+    names += ", ...";
+  return "tf32: " + std::to_string(layers.size()) + (layers.size() == 1 ? " layer" : " layers") +
+         " multiply FP32 inputs rounded to TF32 (10-bit mantissa) on tensor cores, --no-tf32 "
+         "for strict FP32: " +
+         names;
 }
 
 } // namespace
@@ -309,12 +320,38 @@ int runCompile(const std::vector<std::string> &argv) {
       }
     };
 
+  // The accuracy report is printed once the package is built, with the layers that
+  // run in TF32 (known after code generation); or without them if that fails.
+  std::optional<std::pair<passes::AccuracyReport, double>> accuracy;
+  if (o.checkAccuracy)
+    o.checkAccuracy->report = [&](const passes::AccuracyReport &rep,
+                                  const passes::AccuracyOptions &ao) {
+      accuracy.emplace(rep, ao.target);
+    };
+  auto printAccuracy = [&](const std::vector<std::string> *tf32) {
+    if (!accuracy)
+      return;
+    if (args->has("json")) {
+      llvm::json::Value v = accuracy->first.toJson();
+      if (tf32 && v.getAsObject())
+        (*v.getAsObject())["tf32_layers"] = llvm::json::Array(*tf32);
+      llvm::outs() << llvm::formatv("{0:2}", v) << "\n";
+    } else {
+      accuracy->first.print(llvm::outs(), accuracy->second);
+      if (tf32)
+        llvm::outs() << tf32Summary(*tf32, true) << "\n";
+    }
+    llvm::outs().flush();
+  };
+
   auto t0 = std::chrono::steady_clock::now();
   auto result = driver::compile(o);
   if (!result) {
+    printAccuracy(nullptr);
     reportError(result.takeError());
     return 1;
   }
+  printAccuracy(&result->report.tf32Layers);
   if (quiet)
     return 0;
   const codegen::CompileReport &rep = result->report;
@@ -331,6 +368,8 @@ int runCompile(const std::vector<std::string> &argv) {
                << ", weights " << megabytes(rep.weightBytes) << "; targets " << targets << "; max "
                << rep.maxRegisters << " registers, " << rep.totalSpills << " spill bytes; "
                << llvm::format("%.2f", seconds(t0)) << " s\n";
+  if (!rep.tf32Layers.empty() && !o.checkAccuracy)
+    llvm::errs() << "dlc: " << tf32Summary(rep.tf32Layers, false) << "\n";
   if (rep.variants > 1)
     llvm::errs() << "dlc: " << rep.variants
                  << " shapes in one package: arena sized for the largest plan, "

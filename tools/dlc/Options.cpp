@@ -117,9 +117,13 @@ std::vector<OptSpec> precisionOptionSpecs(bool withTf32) {
        "Keep these nodes in FP32 (comma-separated node names)"},
       {"layout", 0, true, false, "auto|nchw|nhwc",
        "Tensor layout of convolution regions (default auto: NHWC for conv nets in FP16/BF16)"}};
-  if (withTf32)
-    s.push_back(
-        {"tf32", 0, false, false, "", "FP32 GEMMs and convolutions on tensor cores in TF32"});
+  if (withTf32) {
+    s.push_back({"tf32", 0, false, false, "",
+                 "FP32 GEMMs and convolutions on tensor cores in TF32 (the default, except "
+                 "with --train)"});
+    s.push_back({"no-tf32", 0, false, false, "",
+                 "Strict FP32: no TF32 rounding of FP32 GEMM and convolution inputs"});
+  }
   return s;
 }
 

@@ -65,6 +65,8 @@ std::shared_ptr<pkg::PackageFile> compileModel(bool fp16, std::vector<std::strin
   o.useCache = false;
   if (fp16)
     o.precision = passes::PrecisionOptions{};
+  else
+    o.tf32 = false; // strict FP32: CUDA-core kernels
   llvm::Expected<driver::CompileResult> r = driver::compile(o);
   EXPECT_TRUE(static_cast<bool>(r)) << (r ? "" : llvm::toString(r.takeError()));
   if (!r)

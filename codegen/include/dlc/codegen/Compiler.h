@@ -84,6 +84,9 @@ struct CompileReport {
   size_t variants = 1, variantKernels = 0;
   /// What the user must know about the package (its host code left unsigned).
   std::vector<std::string> warnings;
+  /// The nodes whose FP32 products run on tensor cores in TF32 (CompileOptions::tf32),
+  /// in schedule order.
+  std::vector<std::string> tf32Layers;
 };
 
 /// Lowers the graph, compiles it for every target and returns the package bytes.

@@ -82,9 +82,14 @@ struct CompileOptions {
   std::optional<AccuracyCheck> checkAccuracy;
 
   /// Code generation: targets (default: every GPU architecture, plus emu when a host
-  /// compiler is present), TF32 GEMMs, the compilation cache.
+  /// compiler is present), TF32, the compilation cache.
   std::vector<std::string> targets;
-  bool tf32 = false;
+  /// FP32 convolutions and GEMMs on tensor cores in TF32 (inputs rounded to 10 mantissa
+  /// bits, FP32 accumulation). Unset: on for inference, as ONNX Runtime's CUDA EP and
+  /// TensorRT default to on sm_80+ (every dlc target); off for training (--train keeps
+  /// FP32 strict unless asked). false: strict FP32 (--no-tf32).
+  std::optional<bool> tf32;
+  bool useTf32() const { return tf32.value_or(!training); }
   /// Benchmarks: implicit-GEMM convolutions take this tile ("BMxBN/WMxWN") where their
   /// family has it (codegen::CompileOptions::convTile).
   std::string convTile;
