@@ -18,7 +18,10 @@
 // bias and epilogue are applied per element as conv_igemm does (or the partial sums
 // are written for conv_splitk_reduce).
 //
-// conv_direct: one thread per output (grouped and depthwise convolutions).
+// conv_direct: one thread per output (grouped convolutions, and depthwise ones that
+// conv_depthwise does not take).
+// conv_depthwise: channels-last depthwise convolutions, V channels per thread with
+// vector loads and the filter in registers.
 // conv_transpose: ConvTranspose as a gather, one thread per output.
 #pragma once
 
@@ -398,6 +401,88 @@ __global__ void __launch_bounds__(256) conv_direct(const ConvArgs<X, Out> a) {
                        [&](I cell, I tap) { acc += X::load(a.x, xb + cell) * ld<T>(w, wb + tap); });
     }
     Out::store(a.out, i, acc);
+  }
+}
+
+/// Depthwise convolution, channels-last (1D or 2D windows of at most 7x7): x [N, H, W, C]
+/// read as it is from s.x, weights repacked when compiling as [KH * KW, C]. A thread
+/// keeps V adjacent channels (V-wide loads: 16 bytes for FP32 3x3) and their filter
+/// and bias in FP32 registers, and walks output positions g / (C / V), + threads /
+/// (C / V), ...: two divisions per position, none per tap. Out-of-window taps are
+/// skipped; results go through the fused store functor per channel.
+template <int KH, int KW, int V, class I, class MT, class X, class Out>
+__global__ void __launch_bounds__(256) conv_depthwise(const ConvArgs<X, Out> a) {
+  typedef typename Out::Value T;
+  typedef VecOf<MT, V> Vec;
+  const ConvShape &s = a.s;
+  const MT *x = static_cast<const MT *>(s.x);
+  const MT *w = static_cast<const MT *>(s.w);
+  const I C = static_cast<I>(s.C), CV = C / V;
+  const I threads = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+  const I g = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+  const I pstep = threads / CV; // the emitter launches at least C / V threads
+  if (g >= pstep * CV)
+    return;
+  const I c0 = (g % CV) * V;
+  float wr[KH * KW][V], bias[V];
+#pragma unroll
+  for (int t = 0; t < KH * KW; ++t) {
+    const Vec wv = *reinterpret_cast<const Vec *>(w + static_cast<I>(t) * C + c0);
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      wr[t][j] = Cvt<float, MT>::run(wv.v[j]);
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j)
+    bias[j] = s.bias ? Cvt<float, MT>::run(static_cast<const MT *>(s.bias)[c0 + j]) : 0.f;
+  const I in1 = static_cast<I>(s.in[1]), in2 = static_cast<I>(s.in[2]);
+  const I st1 = static_cast<I>(s.stride[1]), st2 = static_cast<I>(s.stride[2]);
+  const I dl1 = static_cast<I>(s.dil[1]), dl2 = static_cast<I>(s.dil[2]);
+  const I pd1 = static_cast<I>(s.pad[1]), pd2 = static_cast<I>(s.pad[2]);
+  const I imageElems = static_cast<I>(s.inSize) * C;
+  // Each tap's offset from the window's corner, once per thread (indices are signed: the
+  // corner may lie in the padding, only in-window taps are read).
+  I tapOff[KH * KW];
+#pragma unroll
+  for (int kh = 0; kh < KH; ++kh)
+#pragma unroll
+    for (int kw = 0; kw < KW; ++kw)
+      tapOff[kh * KW + kw] = (kh * dl1 * in2 + kw * dl2) * C;
+  const I lastH = (KH - 1) * dl1, lastW = (KW - 1) * dl2;
+  for (I p = g / CV; p < static_cast<I>(s.NP); p += pstep) {
+    I r = p;
+    const I o2 = s.dOut2.split(r), o1 = s.dOut1.split(r); // r: the image (out[0] is 1)
+    const I h0 = o1 * st1 - pd1, w0 = o2 * st2 - pd2;
+    const I corner = r * imageElems + (h0 * in2 + w0) * C + c0;
+    float acc[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      acc[j] = bias[j];
+    auto tap = [&](int t) {
+      const Vec xv = *reinterpret_cast<const Vec *>(x + (corner + tapOff[t]));
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        acc[j] += Cvt<float, MT>::run(xv.v[j]) * wr[t][j];
+    };
+    if (h0 >= 0 && w0 >= 0 && h0 + lastH < in1 && w0 + lastW < in2) { // inside: no checks
+#pragma unroll
+      for (int t = 0; t < KH * KW; ++t)
+        tap(t);
+    } else {
+#pragma unroll
+      for (int kh = 0; kh < KH; ++kh) {
+        const I h = h0 + kh * dl1;
+#pragma unroll
+        for (int kw = 0; kw < KW; ++kw) {
+          const I ww = w0 + kw * dl2;
+          if (h >= 0 && h < in1 && ww >= 0 && ww < in2)
+            tap(kh * KW + kw);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      Out::store(a.out, p * C + c0 + j, static_cast<T>(acc[j]));
   }
 }
 

@@ -148,6 +148,9 @@ template <class T, bool Wide> struct Accum { typedef T type; };
 template <> struct Accum<float, true> { typedef double type; };
 
 /// Identities of max and min.
+/// V elements of T as one aligned access (16 bytes: one LDG.128 / STG.128).
+template <class T, int V> struct alignas(sizeof(T) * V) VecOf { T v[V]; };
+
 template <class T> struct Limits;
 template <> struct Limits<float> {
   static __device__ __forceinline__ float lowest() { return -__int_as_float(0x7f800000); }

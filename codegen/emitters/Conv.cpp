@@ -308,6 +308,60 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
       2.0 * static_cast<double>(M) * static_cast<double>(s.NP) * static_cast<double>(s.K);
   int64_t maxIndex = std::max({x->type().numElements(), y->type().numElements(),
                                wt->type().numElements(), s.K * s.NP, pixels * s.C, M * s.K});
+  // Depthwise, channels-last, with constant weights and a window of at most 7x7 in the
+  // last two dimensions: conv_depthwise, its weights repacked here as [taps, C].
+  const bool depthwise = cl && groups > 1 && groups == s.C && M == groups && wt->isConstant() &&
+                         (dt == DType::F32 || dt == DType::F16 || dt == DType::BF16) &&
+                         x->dtype() == wt->dtype() && (!b || b->dtype() == wt->dtype()) &&
+                         w.k[0] == 1 && w.in[0] == 1 && w.k[1] <= 7 && w.k[2] <= 7 &&
+                         !(l.group() && l.group()->computes(x));
+  if (depthwise) {
+    const int64_t es = static_cast<int64_t>(dtypeSize(x->dtype())), taps = w.k[1] * w.k[2];
+    // V channels per thread: 16 bytes where the channel count and the input's address
+    // allow (a graph input may be bound at any element-aligned address), the filter
+    // slice within 64 FP32 registers (3x3 FP16 at V = 8 took 148 registers, one block
+    // per SM; at V = 4, 83 and three: the model prices them alike at batch 32), and
+    // enough threads left to fill the largest GPU twice over (132 SMs x 512: small
+    // layers at batch 1 want threads more than width).
+    constexpr int64_t kFillThreads = 132 * 512;
+    int64_t v = 16 / es;
+    while (v > 1 && (s.C % v != 0 || taps * v > 64 || l.isInterface(x) ||
+                     l.bufferOf(x).offset % static_cast<uint64_t>(v * es) != 0 ||
+                     s.NP * s.C / v < kFillThreads))
+      v /= 2;
+    Tensor packed(TensorType(wt->dtype(), {taps, s.C}));
+    const auto *src = static_cast<const uint8_t *>(wt->data().raw());
+    auto *dst = static_cast<uint8_t *>(packed.mutableRaw());
+    for (int64_t m = 0; m < s.C; ++m)
+      for (int64_t t = 0; t < taps; ++t)
+        std::memcpy(dst + (t * s.C + m) * es, src + (m * taps + t) * es, es);
+    BufferRef wTaps = l.constantBuffer(packed, n.result()->name() + ".w_taps");
+    // (Tap offsets from a window's corner, which may lie in the padding: signed indices
+    // with this much headroom.)
+    const int64_t reach = ((w.k[1] - 1) * w.dil[1] * w.in[2] + (w.k[2] - 1) * w.dil[2] +
+                           w.padB[1] * w.in[2] + w.padB[2]) *
+                          s.C;
+    Instantiation inst{"dlc::conv_depthwise",
+                       {std::to_string(w.k[1]), std::to_string(w.k[2]), std::to_string(v),
+                        l.indexType(maxIndex + reach), cudaType(x->dtype()), xn, on},
+                       argsType,
+                       {xn, on}};
+    uint32_t k = l.instantiate(inst);
+    LaunchArgs a;
+    a.shape(s);
+    a.pointer(offsetof(ConvShape, w), wTaps, packed.byteSize(), false);
+    if (b)
+      a.pointer(offsetof(ConvShape, bias), l.bufferOf(b), b->type().byteSize(), false);
+    a.pointer(offsetof(ConvShape, x), l.bufferOf(x), x->type().byteSize(), false);
+    a.functor(fx, false);
+    a.functor(fo);
+    // (At least C / V threads: each keeps one channel vector.)
+    const int64_t cv = s.C / v,
+                  blocks =
+                      std::max(ceilDiv(cv, 256), std::min<int64_t>(ceilDiv(s.NP * cv, 256), 65535));
+    l.launch(n, k, a, static_cast<uint32_t>(blocks), 256, 0, flops);
+    return llvm::Error::success();
+  }
   if ((groups != 1 && !mma) || !floating) {
     Instantiation inst{
         "dlc::conv_direct", {layout, l.indexType(maxIndex), wtype, xn, on}, argsType, {xn, on}};

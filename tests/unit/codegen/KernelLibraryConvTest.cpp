@@ -160,6 +160,80 @@ TEST(KernelLibrary, ChannelsLastConvolutionAndPooling) {
        1});
 }
 
+// Depthwise convolutions with constant weights: conv_depthwise, V channels per thread
+// (16-byte loads where the channels and the address allow, fewer where the filter
+// would not fit 128 registers or the input is a graph input), the filter in registers;
+// windows cut at every edge, strides, dilations, bias, a fused ReLU6, 1D windows.
+TEST(KernelLibrary, DepthwiseConvolution) {
+  // Graph inputs (x, u, v, q: one channel per thread, a caller may bind them anywhere).
+  const std::string dw =
+      R"(graph @g(%x: f16[2,9,7,24], %u: f32[1,11,9,20], %v: bf16[1,6,10,12], %q: f16[2,1,13,16]) -> ("a": f16[2,5,4,24], "b": f32[1,11,9,20], "c": bf16[1,6,10,12], "d": f16[2,1,7,16]) {
+  %w1 = )" +
+      randomConst(ir::DType::F16, {24, 3, 3, 1}, 11) + R"(
+  %b1 = )" +
+      randomConst(ir::DType::F16, {24}, 12) + R"(
+  %w2 = )" +
+      randomConst(ir::DType::F32, {20, 5, 5, 1}, 13) + R"(
+  %w3 = )" +
+      randomConst(ir::DType::BF16, {12, 7, 7, 1}, 14) + R"(
+  %w4 = )" +
+      randomConst(ir::DType::F16, {16, 1, 3, 1}, 15) + R"(
+  %c1 = Conv(%x, %w1, %b1) {channels_last = 1, group = 24, pads = [1, 1, 1, 1], strides = [2, 2]} : f16[2,5,4,24]
+  %lo = const f16[] dense<[0.0]>
+  %hi = const f16[] dense<[6.0]>
+  %a = Clip(%c1, %lo, %hi) : f16[2,5,4,24]
+  %b = Conv(%u, %w2) {channels_last = 1, group = 20, pads = [4, 4, 4, 4], dilations = [2, 2]} : f32[1,11,9,20]
+  %c = Conv(%v, %w3) {channels_last = 1, group = 12, pads = [3, 3, 3, 3]} : bf16[1,6,10,12]
+  %d = Conv(%q, %w4) {channels_last = 1, group = 16, pads = [0, 1, 0, 1], strides = [1, 2]} : f16[2,1,7,16]
+  return %a, %b, %c, %d
+})";
+  KernelCase inputs{"nhwc depthwise of graph inputs",
+                    dw.c_str(),
+                    {"dlc::conv_depthwise"},
+                    {},
+                    2,
+                    true,
+                    2e-2,
+                    false,
+                    {"dlc::conv_direct"}};
+  inputs.sourceHas = "dlc::conv_depthwise<7, 7, 1,";
+  check(inputs);
+  // An intermediate (a ReLU with three users, not fused) with enough positions to keep
+  // threads for the whole GPU at 8 FP16 channels per thread: 16-byte loads for a 1x7
+  // filter; 3x3 and 5x5 ones hold 4 and 2 channels (their filters within 64 registers).
+  const std::string wide =
+      R"(graph @g(%x: f16[1,80,80,96]) -> ("y": f16[1,80,80,96], "t": f16[1,80,80,96], "h": f16[1,80,80,96]) {
+  %w = )" +
+      randomConst(ir::DType::F16, {96, 3, 3, 1}, 17) + R"(
+  %w5 = )" +
+      randomConst(ir::DType::F16, {96, 5, 5, 1}, 18) + R"(
+  %w7 = )" +
+      randomConst(ir::DType::F16, {96, 1, 7, 1}, 20) + R"(
+  %b = )" +
+      randomConst(ir::DType::F16, {96}, 19) + R"(
+  %r = Relu(%x) : f16[1,80,80,96]
+  %y = Conv(%r, %w, %b) {channels_last = 1, group = 96, pads = [1, 1, 1, 1]} : f16[1,80,80,96]
+  %t = Conv(%r, %w5) {channels_last = 1, group = 96, pads = [2, 2, 2, 2]} : f16[1,80,80,96]
+  %h = Conv(%r, %w7) {channels_last = 1, group = 96, pads = [0, 3, 0, 3]} : f16[1,80,80,96]
+  return %y, %t, %h
+})";
+  KernelCase vec{"nhwc depthwise, 8, 4 and 2 channels per thread",
+                 wide.c_str(),
+                 {"dlc::conv_depthwise"},
+                 {},
+                 2,
+                 true,
+                 2e-2,
+                 false,
+                 {"dlc::conv_direct"}};
+  vec.sourceHas = "dlc::conv_depthwise<1, 7, 8,";
+  check(vec);
+  for (const char *other : {"dlc::conv_depthwise<3, 3, 4,", "dlc::conv_depthwise<5, 5, 2,"}) {
+    vec.sourceHas = other;
+    run(vec, false);
+  }
+}
+
 // Channels-last FP16/BF16 convolutions whose channels come in 16-byte chunks run
 // conv_fprop_mma (cp.async stages, ldmatrix, mma.sync; emu emulates each per the PTX
 // ISA): odd positions and output channels (tiles cut at both edges), fewer channels than
