@@ -176,6 +176,8 @@ struct AxisShape {
   void *out2; // TopK: the indices output (int64)
   i64 rows, len, inner, k;
   Divmod dInner, dLen;
+  const void *x; // softmax_rows: the input read as it is
+  void *y;       // softmax_rows: the output written as it is, or null (through Out)
 };
 
 //===----------------------------------------------------------------------===//

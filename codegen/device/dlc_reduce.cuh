@@ -5,7 +5,8 @@
 // output with a warp-shuffle + shared-memory reduction. Accumulation is in the compute
 // type (float for f16/bf16). reduce_cols: the middle axis of [outer, len, inner] with a
 // contiguous inner axis (channels-last pooling), 32 columns per block, coalesced.
-// softmax: rows of an [outer, len, inner] view.
+// softmax: rows of an [outer, len, inner] view; softmax_rows: contiguous long rows in
+// one pass, vector loads and stores.
 #pragma once
 
 #include "dlc_device.cuh"
@@ -128,6 +129,87 @@ template <class I> struct AxisRows {
 };
 
 enum SoftmaxKind { kSoftmax, kLogSoftmax, kHardmax };
+
+/// Softmax and LogSoftmax of contiguous rows longer than 64 (inner = 1), a block per
+/// row, x read as it is (no fused prologue) V elements at a time (16 bytes where the
+/// row length and addresses allow). One pass keeps a running max and a sum rescaled to
+/// it (online softmax); the first R vectors of each thread stay in registers, so rows up
+/// to R * blockDim * V elements are read once and written once (longer ones re-read the
+/// rest). RawOut: written V at a time as it is (no fused epilogue), else through Out.
+template <int Kind, int V, int R, bool RawOut, class I, class MT, class X, class Out>
+__global__ void __launch_bounds__(256) softmax_rows(const AxisArgs<X, Out> a) {
+  typedef VecOf<MT, V> Vec;
+  typedef typename Out::Value T;
+  const AxisShape &s = a.s;
+  const I len = static_cast<I>(s.len), nv = len / V, B = static_cast<I>(blockDim.x),
+          tid = static_cast<I>(threadIdx.x);
+  DLC_SHARED(float, smem, [32]);
+  for (I row = static_cast<I>(blockIdx.x); row < static_cast<I>(s.rows);
+       row += static_cast<I>(gridDim.x)) {
+    const Vec *xr = reinterpret_cast<const Vec *>(static_cast<const MT *>(s.x) + row * len);
+    float cache[R][V];
+    float m = Limits<float>::lowest(), sum = 0.f;
+    auto load = [&](I j, float(&v)[V]) {
+      const Vec t = xr[j];
+#pragma unroll
+      for (int q = 0; q < V; ++q)
+        v[q] = Cvt<float, MT>::run(t.v[q]);
+    };
+    auto take = [&](const float(&v)[V]) { // the running max and the sum rescaled to it
+      float nm = m;
+#pragma unroll
+      for (int q = 0; q < V; ++q)
+        nm = maxNan(nm, v[q]);
+      float add = 0.f;
+#pragma unroll
+      for (int q = 0; q < V; ++q)
+        add += exp_(v[q] - nm);
+      sum = sum * exp_(m - nm) + add;
+      m = nm;
+    };
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (tid + r * B < nv) {
+        load(tid + r * B, cache[r]);
+        take(cache[r]);
+      }
+    for (I j = tid + R * B; j < nv; j += B) {
+      float v[V];
+      load(j, v);
+      take(v);
+    }
+    const float M = blockReduce(m, MaxOp(), Limits<float>::lowest(), smem);
+    sum *= exp_(m - M);
+    const float S = blockReduce(sum, SumOp(), 0.f, smem), ls = log_(S);
+    auto put = [&](I j, const float(&v)[V]) {
+      const I e = row * len + j * V;
+      float o[V];
+#pragma unroll
+      for (int q = 0; q < V; ++q)
+        o[q] = Kind == kLogSoftmax ? v[q] - M - ls : exp_(v[q] - M) / S;
+      if (RawOut) {
+        Vec w;
+#pragma unroll
+        for (int q = 0; q < V; ++q)
+          w.v[q] = Cvt<MT, float>::run(o[q]);
+        *reinterpret_cast<Vec *>(static_cast<MT *>(s.y) + e) = w;
+      } else {
+#pragma unroll
+        for (int q = 0; q < V; ++q)
+          Out::store(a.out, e + q, static_cast<T>(o[q]));
+      }
+    };
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (tid + r * B < nv)
+        put(tid + r * B, cache[r]);
+    for (I j = tid + R * B; j < nv; j += B) {
+      float v[V];
+      load(j, v);
+      put(j, v);
+    }
+  }
+}
 
 /// Softmax, LogSoftmax, Hardmax along the middle axis of [outer, len, inner]: the max,
 /// the sum of exponentials, then the writes; each pass re-reads x through X.

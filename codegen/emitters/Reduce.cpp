@@ -202,6 +202,42 @@ llvm::Error lowerSoftmaxLike(Lowering &l, const Node &n) {
     return io.takeError();
   Functor &fx = io->in, &fo = io->out;
   std::string xn = io->inName, on = io->outName;
+  double flops = 5.0 * static_cast<double>(x->type().numElements());
+  // Contiguous long rows of an input read as it is: softmax_rows, V elements at a time
+  // (16 bytes where the row length and the buffers' addresses allow; a graph input or
+  // output may be bound at any element-aligned address).
+  const FusionGroup *fg = l.group();
+  const DType dt = x->dtype();
+  if (!isShort && v.inner == 1 && (dt == DType::F32 || dt == DType::F16 || dt == DType::BF16) &&
+      !(fg && fg->computes(x))) {
+    const int64_t es = static_cast<int64_t>(dtypeSize(dt));
+    auto aligned = [&](const Value *t, int64_t vec) {
+      return !l.isInterface(t) && l.bufferOf(t).offset % static_cast<uint64_t>(vec * es) == 0;
+    };
+    int64_t vec = 16 / es;
+    while (vec > 1 && (v.len % vec != 0 || !aligned(x, vec)))
+      vec /= 2;
+    const bool rawOut = (!fg || fg->epilogue.empty()) && out->dtype() == dt && aligned(out, vec);
+    constexpr int kCached = 4; // vectors per thread kept in registers
+    Instantiation inst{"dlc::softmax_rows",
+                       {kind, std::to_string(vec), std::to_string(kCached),
+                        rawOut ? "true" : "false", l.indexType(x->type().numElements()),
+                        cudaType(dt), xn, on},
+                       "dlc::AxisArgs<" + xn + ", " + on + ">",
+                       {xn, on}};
+    inst.needsSync = true;
+    uint32_t k = l.instantiate(inst);
+    LaunchArgs a;
+    a.shape(v.shape());
+    a.pointer(offsetof(AxisShape, x), l.bufferOf(x), x->type().byteSize(), false);
+    if (rawOut)
+      a.pointer(offsetof(AxisShape, y), l.bufferOf(out), out->type().byteSize(), true);
+    a.functor(fx, false);
+    a.functor(fo, !rawOut);
+    l.launch(n, k, a, static_cast<uint32_t>(std::min<int64_t>(rows, 1 << 20)),
+             blockFor(v.len / vec), 0, flops);
+    return llvm::Error::success();
+  }
   Instantiation inst{
       "dlc::softmax",
       {kind, isShort ? "true" : "false", l.indexType(x->type().numElements()), xn, on},
@@ -213,7 +249,6 @@ llvm::Error lowerSoftmaxLike(Lowering &l, const Node &n) {
   a.shape(v.shape());
   a.functor(fx);
   a.functor(fo);
-  double flops = 5.0 * static_cast<double>(x->type().numElements());
   if (isShort)
     l.launch(n, k, a, gridFor(rows, 256), 256, 0, flops);
   else

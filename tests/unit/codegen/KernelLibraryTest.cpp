@@ -215,12 +215,45 @@ TEST(KernelLibrary, SoftmaxFamily) {
   return %y, %l, %h
 })",
          {"dlc::softmax"}});
+  // Contiguous rows longer than 64: softmax_rows, one pass (online max and sum), a
+  // graph input read an element at a time (it may be bound anywhere).
   check({"long rows",
-         R"(graph @g(%x: f32[3,257]) -> ("y": f32[3,257]) {
+         R"(graph @g(%x: f32[3,257]) -> ("y": f32[3,257], "l": f32[3,257]) {
   %y = Softmax(%x) {axis = 1} : f32[3,257]
-  return %y
+  %l = LogSoftmax(%x) {axis = -1} : f32[3,257]
+  return %y, %l
 })",
+         {"dlc::softmax_rows"},
+         {},
+         2,
+         true,
+         1e-5,
+         false,
          {"dlc::softmax"}});
+  // Intermediates: 16-byte loads and stores (8 FP16 values), rows that stay in
+  // registers (1000) and rows longer than 4 x 256 x 8 that re-read their tail (9000, BF16),
+  // a fused epilogue (through Out).
+  KernelCase rows{
+      "long rows of intermediates, 16-byte accesses",
+      R"(graph @g(%a: f16[3,16], %w: f16[16,1000], %v: f16[1000,8], %b: bf16[2,16], %u: bf16[16,9000]) -> ("y": f16[3,8], "z": bf16[2,9000]) {
+  %h = MatMul(%a, %w) : f16[3,1000]
+  %p = Softmax(%h) {axis = -1} : f16[3,1000]
+  %y = MatMul(%p, %v) : f16[3,8]
+  %g = MatMul(%b, %u) : bf16[2,9000]
+  %q = LogSoftmax(%g) {axis = 1} : bf16[2,9000]
+  %ten = const bf16[] dense<[10.0]>
+  %z = Mul(%q, %ten) : bf16[2,9000]
+  return %y, %z
+})",
+      {"dlc::softmax_rows"},
+      {},
+      2,
+      true,
+      2e-2,
+      false,
+      {"dlc::softmax"}};
+  rows.sourceHas = "dlc::softmax_rows<dlc::kSoftmax, 8, 4, true,";
+  check(rows);
 }
 
 TEST(KernelLibrary, ArgTopKCumSum) {
