@@ -1,7 +1,8 @@
 // Normalizations over rows: LayerNormalization, InstanceNormalization and
 // GroupNormalization (one block per row, or one thread per short row): the mean, the
 // variance around it (two passes, FP32 or wider accumulation), then the normalized,
-// scaled row through the epilogue. BatchNormalization in training mode and LRN have
+// scaled row through the epilogue. row_norm_rows: LayerNorm rows longer than 64 read
+// once into registers, 16-byte loads and stores. BatchNormalization in training mode and LRN have
 // kernels of their own (no fusion).
 #pragma once
 
@@ -134,6 +135,106 @@ template <class I, class DT> __global__ void __launch_bounds__(256) lrn(const Ch
       sq += v * v;
     }
     st(y, i, ld<double>(x, i) / pow(s.bias0 + s.alpha / s.size * sq, s.beta));
+  }
+}
+
+/// LayerNormalization of contiguous rows longer than 64 whose scale and bias cover the
+/// row (no broadcasting): a block per row, x read as it is (no fused prologue) V
+/// elements at a time (16 bytes where the row length and addresses allow), the first R
+/// vectors of each thread kept in registers: the mean, then the variance around it from
+/// the registers, so rows up to R * blockDim * V elements are read once (longer ones
+/// re-read the rest). RawOut: written V at a time as it is (no fused epilogue), else
+/// through Out.
+template <int V, int R, bool RawOut, class I, class MT, class PT, class ST, class X, class Out>
+__global__ void __launch_bounds__(256) row_norm_rows(const NormArgs<X, Out> a) {
+  typedef VecOf<MT, V> Vec;
+  typedef VecOf<PT, V> PVec;
+  typedef typename Out::Value T;
+  const NormShape &s = a.s;
+  const PT *scale = static_cast<const PT *>(s.scale), *bias = static_cast<const PT *>(s.bias);
+  const I len = static_cast<I>(s.len), nv = len / V, B = static_cast<I>(blockDim.x),
+          tid = static_cast<I>(threadIdx.x);
+  DLC_SHARED(float, smem, [32]);
+  for (I row = static_cast<I>(blockIdx.x); row < static_cast<I>(s.rows);
+       row += static_cast<I>(gridDim.x)) {
+    const Vec *xr = reinterpret_cast<const Vec *>(static_cast<const MT *>(s.x) + row * len);
+    auto load = [&](I j, float(&v)[V]) {
+      const Vec t = xr[j];
+#pragma unroll
+      for (int q = 0; q < V; ++q)
+        v[q] = Cvt<float, MT>::run(t.v[q]);
+    };
+    float cache[R][V], sum = 0.f;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (tid + r * B < nv) {
+        load(tid + r * B, cache[r]);
+#pragma unroll
+        for (int q = 0; q < V; ++q)
+          sum += cache[r][q];
+      }
+    for (I j = tid + R * B; j < nv; j += B) {
+      float v[V];
+      load(j, v);
+#pragma unroll
+      for (int q = 0; q < V; ++q)
+        sum += v[q];
+    }
+    const float m = blockReduce(sum, SumOp(), 0.f, smem) / static_cast<float>(len);
+    float var = 0.f;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (tid + r * B < nv)
+#pragma unroll
+        for (int q = 0; q < V; ++q)
+          var += (cache[r][q] - m) * (cache[r][q] - m);
+    for (I j = tid + R * B; j < nv; j += B) {
+      float v[V];
+      load(j, v);
+#pragma unroll
+      for (int q = 0; q < V; ++q)
+        var += (v[q] - m) * (v[q] - m);
+    }
+    var = blockReduce(var, SumOp(), 0.f, smem);
+    const float inv = 1.f / sqrt_(var / static_cast<float>(len) + static_cast<float>(s.eps));
+    auto put = [&](I j, const float(&v)[V]) {
+      const PVec sc = reinterpret_cast<const PVec *>(scale)[j];
+      PVec bi;
+      if (bias)
+        bi = reinterpret_cast<const PVec *>(bias)[j];
+      float o[V];
+#pragma unroll
+      for (int q = 0; q < V; ++q)
+        o[q] = (v[q] - m) * inv * Cvt<float, PT>::run(sc.v[q]) +
+               (bias ? Cvt<float, PT>::run(bi.v[q]) : 0.f);
+      const I e = row * len + j * V;
+      if (RawOut) {
+        Vec w;
+#pragma unroll
+        for (int q = 0; q < V; ++q)
+          w.v[q] = Cvt<MT, float>::run(o[q]);
+        *reinterpret_cast<Vec *>(static_cast<MT *>(s.y) + e) = w;
+      } else {
+#pragma unroll
+        for (int q = 0; q < V; ++q)
+          Out::store(a.out, e + q, static_cast<T>(o[q]));
+      }
+    };
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (tid + r * B < nv)
+        put(tid + r * B, cache[r]);
+    for (I j = tid + R * B; j < nv; j += B) {
+      float v[V];
+      load(j, v);
+      put(j, v);
+    }
+    if (threadIdx.x == 0) {
+      if (s.mean)
+        st(static_cast<ST *>(s.mean), row, m);
+      if (s.invStd)
+        st(static_cast<ST *>(s.invStd), row, inv);
+    }
   }
 }
 

@@ -193,6 +193,8 @@ struct NormShape {
   double eps;
   Divmod rowMod;
   Strided param;
+  const void *x; // row_norm_rows: the input read as it is
+  void *y;       // row_norm_rows: the output written as it is, or null (through Out)
 };
 
 /// BatchNormalization in training mode: batch statistics per channel, running

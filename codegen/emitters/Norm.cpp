@@ -3,8 +3,9 @@
 // Inference BatchNormalization is a per-channel affine map (a one-node fusion
 // group). LayerNormalization, InstanceNormalization and GroupNormalization are the
 // row_norm template: rows of contiguous elements, the scale/bias element of
-// (row, j) given by a strided view of j plus a per-row term. BatchNormalization in
-// training mode and LRN have their own kernels.
+// (row, j) given by a strided view of j plus a per-row term; LayerNorm rows longer than
+// 64 with unbroadcast parameters take row_norm_rows (one read, vector accesses).
+// BatchNormalization in training mode and LRN have their own kernels.
 //===----------------------------------------------------------------------===//
 #include "../Fused.h"
 #include "EmitterUtils.h"
@@ -20,6 +21,9 @@ namespace {
 struct RowNorm {
   NormShape s{};
   const Value *x, *scale, *bias, *y, *meanOut = nullptr, *invOut = nullptr;
+  /// The scale and bias hold element j of every row at j (LayerNorm without
+  /// broadcasting): row_norm_rows may read them V at a time.
+  bool contiguousParams = false;
 };
 
 llvm::Error emitRowNorm(Lowering &l, const Node &n, RowNorm &r) {
@@ -30,9 +34,62 @@ llvm::Error emitRowNorm(Lowering &l, const Node &n, RowNorm &r) {
   Functor &fx = io->in, &fo = io->out;
   std::string xn = io->inName, on = io->outName;
   bool isShort = r.s.len <= 64;
+  double flops = 8.0 * static_cast<double>(r.s.rows * r.s.len);
+  std::string statType = stat ? cudaType(stat->dtype()) : "float";
+  // Long rows of an input read as it is, with parameters along the row: row_norm_rows,
+  // V elements at a time (16 bytes where the row length and every buffer's address
+  // allow; a graph input or output may be bound at any element-aligned address).
+  const FusionGroup *fg = l.group();
+  const DType dt = r.x->dtype();
+  if (!isShort && r.contiguousParams && !(fg && fg->computes(r.x)) &&
+      (dt == DType::F32 || dt == DType::F16 || dt == DType::BF16) &&
+      (r.scale->dtype() == DType::F32 || r.scale->dtype() == DType::F16 ||
+       r.scale->dtype() == DType::BF16)) {
+    auto aligned = [&](const Value *t, int64_t bytes) {
+      return !l.isInterface(t) && l.bufferOf(t).offset % static_cast<uint64_t>(bytes) == 0;
+    };
+    const int64_t es = static_cast<int64_t>(dtypeSize(dt)),
+                  ps = static_cast<int64_t>(dtypeSize(r.scale->dtype()));
+    int64_t vec = 16 / es;
+    while (vec > 1 && (r.s.len % vec != 0 || !aligned(r.x, vec * es) ||
+                       !aligned(r.scale, vec * ps) || (r.bias && !aligned(r.bias, vec * ps))))
+      vec /= 2;
+    const bool rawOut =
+        (!fg || fg->epilogue.empty()) && r.y->dtype() == dt && aligned(r.y, vec * es);
+    constexpr int kCached = 4; // vectors per thread kept in registers
+    Instantiation inst{"dlc::row_norm_rows",
+                       {std::to_string(vec), std::to_string(kCached), rawOut ? "true" : "false",
+                        l.indexType(r.x->type().numElements()), cudaType(dt),
+                        cudaType(r.scale->dtype()), statType, xn, on},
+                       "dlc::NormArgs<" + xn + ", " + on + ">",
+                       {xn, on}};
+    inst.needsSync = true;
+    uint32_t k = l.instantiate(inst);
+    LaunchArgs a;
+    a.shape(r.s);
+    a.pointer(offsetof(NormShape, scale), l.bufferOf(r.scale), r.scale->type().byteSize(), false);
+    if (r.bias)
+      a.pointer(offsetof(NormShape, bias), l.bufferOf(r.bias), r.bias->type().byteSize(), false);
+    if (r.meanOut)
+      a.pointer(offsetof(NormShape, mean), l.bufferOf(r.meanOut), r.meanOut->type().byteSize(),
+                true);
+    if (r.invOut)
+      a.pointer(offsetof(NormShape, invStd), l.bufferOf(r.invOut), r.invOut->type().byteSize(),
+                true);
+    a.pointer(offsetof(NormShape, x), l.bufferOf(r.x), r.x->type().byteSize(), false);
+    if (rawOut)
+      a.pointer(offsetof(NormShape, y), l.bufferOf(r.y), r.y->type().byteSize(), true);
+    a.functor(fx, false);
+    a.functor(fo, !rawOut);
+    uint32_t block = 32;
+    while (block < 256 && block < r.s.len / vec)
+      block *= 2;
+    l.launch(n, k, a, static_cast<uint32_t>(std::min<int64_t>(r.s.rows, 1 << 20)), block, 0, flops);
+    return llvm::Error::success();
+  }
   Instantiation inst{"dlc::row_norm",
                      {isShort ? "true" : "false", l.indexType(r.x->type().numElements()),
-                      cudaType(r.scale->dtype()), stat ? cudaType(stat->dtype()) : "float", xn, on},
+                      cudaType(r.scale->dtype()), statType, xn, on},
                      "dlc::NormArgs<" + xn + ", " + on + ">",
                      {xn, on}};
   inst.needsSync = !isShort;
@@ -48,7 +105,6 @@ llvm::Error emitRowNorm(Lowering &l, const Node &n, RowNorm &r) {
     a.pointer(offsetof(NormShape, invStd), l.bufferOf(r.invOut), r.invOut->type().byteSize(), true);
   a.functor(fx);
   a.functor(fo);
-  double flops = 8.0 * static_cast<double>(r.s.rows * r.s.len);
   if (isShort)
     l.launch(n, k, a, gridFor(r.s.rows, 256), 256, 0, flops);
   else
@@ -93,6 +149,7 @@ llvm::Error lowerLayerNorm(Lowering &l, const Node &n) {
     return view.takeError();
   r.s.param = *view;
   r.s.rowMod = Divmod::make(1);
+  r.contiguousParams = product(ps) == r.s.len;
   return emitRowNorm(l, n, r);
 }
 

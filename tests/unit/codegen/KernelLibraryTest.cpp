@@ -296,6 +296,37 @@ TEST(KernelLibrary, Normalizations) {
        2,
        true,
        1e-4});
+  // LayerNorm rows longer than 64 of intermediates with unbroadcast constant parameters:
+  // row_norm_rows, 16-byte loads and stores (8 FP16 values) and the row in registers;
+  // BF16 rows longer than 4 x 256 x 8 re-read their tail, with the mean and inverse
+  // standard deviation outputs and a fused epilogue (through Out), parameters that are
+  // graph inputs read an element at a time.
+  const std::string ln =
+      R"(graph @g(%a: f16[4,16], %w: f16[16,768], %v: f16[768,8], %c: bf16[2,16], %u: bf16[16,9000], %t: bf16[9000]) -> ("y": f16[4,8], "z": bf16[2,9000], "m": f32[2,1], "i": f32[2,1]) {
+  %s = )" +
+      randomConst(ir::DType::F16, {768}, 21) + R"(
+  %b = )" +
+      randomConst(ir::DType::F16, {768}, 22) + R"(
+  %h = MatMul(%a, %w) : f16[4,768]
+  %n = LayerNormalization(%h, %s, %b) {axis = -1} : f16[4,768]
+  %y = MatMul(%n, %v) : f16[4,8]
+  %g = MatMul(%c, %u) : bf16[2,9000]
+  %q, %m, %i = LayerNormalization(%g, %t) {axis = 1} : bf16[2,9000], f32[2,1], f32[2,1]
+  %two = const bf16[] dense<[2.0]>
+  %z = Mul(%q, %two) : bf16[2,9000]
+  return %y, %z, %m, %i
+})";
+  KernelCase rows{"layer norm rows of intermediates, 16-byte accesses",
+                  ln.c_str(),
+                  {"dlc::row_norm_rows"},
+                  {},
+                  2,
+                  true,
+                  3e-2,
+                  false,
+                  {"dlc::row_norm"}};
+  rows.sourceHas = "dlc::row_norm_rows<8, 4, true,";
+  check(rows);
   check(
       {"group and instance norm",
        R"(graph @g(%x: f32[2,6,3,5], %s: f32[6], %b: f32[6]) -> ("g": f32[2,6,3,5], "i": f32[2,6,3,5]) {
