@@ -307,7 +307,8 @@ loadAndOptimize(const CompileOptions &o, const std::map<std::string, ir::Shape> 
   passes::PassManager pm(o.passManager);
   passes::PassContext ctx;
   ctx.layout = o.layout;
-  ctx.tf32 = o.useTf32() && !o.training; // (training graphs keep their layout, as with --fp16)
+  ctx.tf32 =
+      o.useTf32(g.get()) && !o.training; // (training graphs keep their layout, as with --fp16)
   if (o.precision) {
     ctx.precision = *o.precision;
     std::set<std::string, std::less<>> names;
@@ -404,7 +405,7 @@ llvm::Expected<CompileResult> compile(const CompileOptions &o) {
   }
   codegen::CompileOptions co;
   co.targets = o.targets;
-  co.tf32 = o.useTf32();
+  co.tf32 = o.useTf32(graph.get()); // (shape ranges: ONNX, whose import has no parameters)
   co.convTile = o.convTile;
   if (o.training && !llvm::StringRef(o.model).endswith(".ir")) { // kept for `dlc export`
     if (o.modelBytes) {

@@ -155,6 +155,12 @@ __global__ void __launch_bounds__(256) softmax_rows(const AxisArgs<X, Out> a) {
       for (int q = 0; q < V; ++q)
         v[q] = Cvt<float, MT>::run(t.v[q]);
     };
+    // exp(a - b) with exp(-inf - -inf) = 0: a thread whose values so far are all -inf
+    // (a masked part of the row) has added nothing yet. (+inf still gives NaN, and a
+    // row of -inf NaN, as the three-pass kernel and PyTorch do.)
+    auto expDiff = [](float a, float b) {
+      return a == b && isinf_(a) && a < 0.f ? 0.f : exp_(a - b);
+    };
     auto take = [&](const float(&v)[V]) { // the running max and the sum rescaled to it
       float nm = m;
 #pragma unroll
@@ -163,8 +169,8 @@ __global__ void __launch_bounds__(256) softmax_rows(const AxisArgs<X, Out> a) {
       float add = 0.f;
 #pragma unroll
       for (int q = 0; q < V; ++q)
-        add += exp_(v[q] - nm);
-      sum = sum * exp_(m - nm) + add;
+        add += expDiff(v[q], nm);
+      sum = sum * expDiff(m, nm) + add;
       m = nm;
     };
 #pragma unroll
@@ -179,7 +185,7 @@ __global__ void __launch_bounds__(256) softmax_rows(const AxisArgs<X, Out> a) {
       take(v);
     }
     const float M = blockReduce(m, MaxOp(), Limits<float>::lowest(), smem);
-    sum *= exp_(m - M);
+    sum *= expDiff(m, M);
     const float S = blockReduce(sum, SumOp(), 0.f, smem), ls = log_(S);
     auto put = [&](I j, const float(&v)[V]) {
       const I e = row * len + j * V;

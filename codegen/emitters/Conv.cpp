@@ -313,8 +313,8 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   const bool depthwise = cl && groups > 1 && groups == s.C && M == groups && wt->isConstant() &&
                          (dt == DType::F32 || dt == DType::F16 || dt == DType::BF16) &&
                          x->dtype() == wt->dtype() && (!b || b->dtype() == wt->dtype()) &&
-                         w.k[0] == 1 && w.in[0] == 1 && w.k[1] <= 7 && w.k[2] <= 7 &&
-                         !(l.group() && l.group()->computes(x));
+                         w.k[0] == 1 && w.in[0] == 1 && w.out[0] == 1 && w.k[1] <= 7 &&
+                         w.k[2] <= 7 && !(l.group() && l.group()->computes(x));
   if (depthwise) {
     const int64_t es = static_cast<int64_t>(dtypeSize(x->dtype())), taps = w.k[1] * w.k[2];
     // V channels per thread: 16 bytes where the channel count and the input's address

@@ -61,7 +61,8 @@ const char *reduceKind(OpKind k) {
 constexpr int64_t kColumnReduction = 16;
 
 /// Launches the reduce template: x viewed as kept x reduced; or reduce_cols when x is
-/// [outer, len, inner] reduced over len with s.inner >= kColumnReduction.
+/// [outer, len, inner] reduced over len with s.inner >= kColumnReduction, and either
+/// enough column tiles (32) to spread or short columns (128).
 llvm::Error emitReduce(Lowering &l, const Node &n, const Value *x, const Value *out,
                        const ReduceShape &s, bool contig, const char *kind) {
   auto io = anchorFunctors(l, x, out);
@@ -72,7 +73,10 @@ llvm::Error emitReduce(Lowering &l, const Node &n, const Value *x, const Value *
   bool isShort = s.len <= kShortReduction;
   int64_t maxIndex = std::max(x->type().numElements(), out->type().numElements());
   double flops = static_cast<double>(x->type().numElements());
-  if (s.inner >= kColumnReduction) {
+  // (Few column tiles over long columns: a block per output walks them in parallel;
+  // reduce_cols would leave each tile's 8 slices to walk len / 8 rows alone.)
+  const int64_t tiles = s.inner ? s.outCount / s.inner * ((s.inner + 31) / 32) : 0;
+  if (s.inner >= kColumnReduction && (tiles >= 32 || s.len <= 128)) {
     Instantiation inst{"dlc::reduce_cols",
                        {kind, l.indexType(maxIndex + s.inner * 8), xn, on},
                        "dlc::ReduceArgs<" + xn + ", " + on + ">",
@@ -83,7 +87,6 @@ llvm::Error emitReduce(Lowering &l, const Node &n, const Value *x, const Value *
     a.shape(s);
     a.functor(fx);
     a.functor(fo);
-    int64_t tiles = s.outCount / s.inner * ((s.inner + 31) / 32);
     l.launch(n, k, a, static_cast<uint32_t>(std::min<int64_t>(tiles, 1 << 20)), 256, 0, flops);
     return llvm::Error::success();
   }

@@ -211,15 +211,18 @@ class _Package:
 
 def _providers_use_tf32(providers, provider_options):
     """Whether ONNX Runtime would run FP32 convolutions and GEMMs in TF32 with these
-    providers: only its CUDA provider does, unless its `use_tf32` option is 0. None: no
-    preference (dlc's default, TF32)."""
+    providers: its first CPU, CUDA or TensorRT provider decides (ONNX Runtime gives the
+    earlier ones priority); CUDA and TensorRT use TF32 unless their `use_tf32` option is
+    0, the CPU provider never does. None: no preference (dlc's default, TF32)."""
     if not providers:
         return True
     for i, p in enumerate(providers):
         name, opts = (p[0], p[1] if len(p) > 1 else {}) if isinstance(p, (tuple, list)) else (p, {})
         if provider_options and i < len(provider_options) and provider_options[i]:
             opts = dict(opts or {}, **provider_options[i])
-        if name == "CUDAExecutionProvider":
+        if name == "CPUExecutionProvider":
+            return False
+        if name in ("CUDAExecutionProvider", "TensorrtExecutionProvider"):
             return str((opts or {}).get("use_tf32", "1")) not in ("0", "False", "false")
     return False
 
@@ -234,9 +237,10 @@ class InferenceSession(_Package):
     another user or machine compiled it (it runs as you: only for packages you trust).
     providers, provider_options and sess_options are accepted for ONNX Runtime
     compatibility; dlc picks the device. An ONNX model is compiled with ONNX Runtime's
-    numerics for the providers asked for: strict FP32 when they do not include
-    CUDAExecutionProvider (its CPU provider has no TF32), or when its `use_tf32` option
-    is 0; TF32 otherwise (compile_options={"tf32": ...} decides when given)."""
+    numerics for the providers asked for: TF32 when the first CPU/CUDA/TensorRT provider
+    is CUDA or TensorRT (unless its `use_tf32` option is 0) or no providers are given,
+    strict FP32 otherwise (its CPU provider has no TF32); compile_options={"tf32": ...}
+    decides when given."""
 
     def __init__(self, path_or_bytes, sess_options=None, providers=None, provider_options=None, *, device="auto",
                  threads=0, compile_options=None, allow_host_code=False):

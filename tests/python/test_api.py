@@ -625,6 +625,9 @@ def test_tf32_is_the_default_and_follows_the_providers(tmp_path, monkeypatch):
         cuda = run(path, providers=["CUDAExecutionProvider", "CPUExecutionProvider"], compile_options=opts)
     with pytest.warns(UserWarning):
         cuda_strict = run(path, providers=[("CUDAExecutionProvider", {"use_tf32": 0})], compile_options=opts)
+    with pytest.warns(UserWarning):  # the first provider wins, as in ONNX Runtime
+        cpu_first = run(path, providers=["CPUExecutionProvider", "CUDAExecutionProvider"], compile_options=opts)
+    np.testing.assert_allclose(cpu_first, strict, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(cpu, strict, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(cuda, rounded, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(cuda_strict, strict, rtol=1e-5, atol=1e-4)

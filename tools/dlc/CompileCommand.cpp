@@ -339,7 +339,8 @@ int runCompile(const std::vector<std::string> &argv) {
     } else {
       accuracy->first.print(llvm::outs(), accuracy->second);
       if (tf32)
-        llvm::outs() << tf32Summary(*tf32, true) << "\n";
+        llvm::outs() << tf32Summary(*tf32, true)
+                     << (tf32->empty() ? "" : " (the check above ran them in strict FP32)") << "\n";
     }
     llvm::outs().flush();
   };

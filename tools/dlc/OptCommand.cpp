@@ -54,7 +54,7 @@ int runOpt(const std::vector<std::string> &argv) {
        "Treat '// -----' lines as separators between independent graphs"},
       {"elide-constants", 0, true, false, "N",
        "Print constants with more than N elements as dense<elided>"}};
-  auto prec = precisionOptionSpecs(false);
+  auto prec = precisionOptionSpecs(true);
   specs.insert(specs.end(), prec.begin(), prec.end());
   // The training passes' options (train-step, optimizer, ...): --train and the rest.
   auto train = trainingOptionSpecs();
@@ -83,6 +83,12 @@ int runOpt(const std::vector<std::string> &argv) {
   }
   if (*training)
     (*training)->precision = *precision;
+  if (args->has("tf32") && args->has("no-tf32")) {
+    reportError(ir::makeError("opt: --tf32 and --no-tf32 exclude each other"));
+    return 2;
+  }
+  // As dlc compile: TF32 (and so channels-last FP32 conv nets) unless --no-tf32 or --train.
+  const bool tf32 = args->has("tf32") || (!args->has("no-tf32") && !*training);
   passes::Pipeline pipeline;
   if (auto spec = args->get("passes")) {
     auto p = passes::parsePipeline(*spec);
@@ -94,7 +100,7 @@ int runOpt(const std::vector<std::string> &argv) {
   } else {
     int level = std::atoi(args->getOr("O", "1").c_str());
     pipeline = passes::defaultPipeline(level, bool(*precision),
-                                       passes::needsLayoutPass(*layout, bool(*precision)));
+                                       passes::needsLayoutPass(*layout, bool(*precision), tf32));
   }
   passes::PassManagerOptions pmOpts = passManagerFromArgs(*args);
   for (const std::string &p : args->getAll("print-ir-after"))
@@ -135,6 +141,7 @@ int runOpt(const std::vector<std::string> &argv) {
       if (*precision)
         ctx.precision = **precision;
       ctx.layout = *layout;
+      ctx.tf32 = tf32 && !*training && (args->has("tf32") || (*g)->parameters().empty());
       passes::TrainingSummary summary;
       if (*training) {
         ctx.training = &**training;

@@ -116,7 +116,8 @@ std::vector<OptSpec> precisionOptionSpecs(bool withTf32) {
       {"fp32-nodes", 0, true, true, "NAMES",
        "Keep these nodes in FP32 (comma-separated node names)"},
       {"layout", 0, true, false, "auto|nchw|nhwc",
-       "Tensor layout of convolution regions (default auto: NHWC for conv nets in FP16/BF16)"}};
+       "Tensor layout of convolution regions (default auto: NHWC for conv nets in "
+       "FP16/BF16, or in FP32 with TF32)"}};
   if (withTf32) {
     s.push_back({"tf32", 0, false, false, "",
                  "FP32 GEMMs and convolutions on tensor cores in TF32 (the default, except "

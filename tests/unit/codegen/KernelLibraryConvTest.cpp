@@ -162,7 +162,7 @@ TEST(KernelLibrary, ChannelsLastConvolutionAndPooling) {
 
 // Depthwise convolutions with constant weights: conv_depthwise, V channels per thread
 // (16-byte loads where the channels and the address allow, fewer where the filter
-// would not fit 128 registers or the input is a graph input), the filter in registers;
+// would not fit 64 FP32 registers or the input is a graph input), the filter in registers;
 // windows cut at every edge, strides, dilations, bias, a fused ReLU6, 1D windows.
 TEST(KernelLibrary, DepthwiseConvolution) {
   // Graph inputs (x, u, v, q: one channel per thread, a caller may bind them anywhere).

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <limits>
 #include <random>
 #include <set>
 
@@ -170,17 +171,18 @@ TEST(KernelLibrary, Reductions) {
          {"dlc::reduce"}});
 }
 
-// Reductions over the middle of [outer, len, inner] with inner >= 16 take reduce_cols:
-// columns cut at a warp's edge (33, 40, 48), rows longer than a block's 8 slices, a
-// fused Relu prologue, FP16 accumulated in FP32, and channels-last global pooling.
+// Reductions over the middle of [outer, len, inner] with inner >= 16 take reduce_cols
+// when the columns are short or spread over enough tiles: columns cut at a warp's edge
+// (33, 40, 48), rows longer than a block's 8 slices, a fused Relu prologue, FP16
+// accumulated in FP32, and channels-last global pooling.
 TEST(KernelLibrary, ColumnReductions) {
   check(
       {"columns of [outer, len, inner]",
-       R"(graph @g(%x: f32[3,130,48], %y: f32[2,3,9,33], %z: f32[700,20]) -> ("a": f32[3,48], "b": f32[2,1,1,33], "c": f32[20], "d": f32[3,1,48]) {
+       R"(graph @g(%x: f32[3,120,48], %y: f32[2,3,9,33], %z: f32[100,20]) -> ("a": f32[3,48], "b": f32[2,1,1,33], "c": f32[20], "d": f32[3,1,48]) {
   %a = ReduceMax(%x) {axes = [1], keepdims = 0} : f32[3,48]
   %b = ReduceSum(%y) {axes = [1, 2], keepdims = 1} : f32[2,1,1,33]
   %c = ReduceMean(%z) {axes = [0], keepdims = 0} : f32[20]
-  %r = Relu(%x) : f32[3,130,48]
+  %r = Relu(%x) : f32[3,120,48]
   %d = ReduceMin(%r) {axes = [1], keepdims = 1} : f32[3,1,48]
   return %a, %b, %c, %d
 })",
@@ -191,6 +193,19 @@ TEST(KernelLibrary, ColumnReductions) {
        1e-4,
        false,
        {"dlc::reduce"}});
+  // Long columns in few tiles (a bias gradient's shape) stay on a block per output.
+  check({"long columns, few tiles",
+         R"(graph @g(%z: f32[700,20]) -> ("c": f32[20]) {
+  %c = ReduceSum(%z) {axes = [0], keepdims = 0} : f32[20]
+  return %c
+})",
+         {"dlc::reduce"},
+         {},
+         2,
+         true,
+         1e-4,
+         false,
+         {"dlc::reduce_cols"}});
   check({"nhwc f16 global pools over 40 channels",
          R"(graph @g(%x: f16[2,5,7,40]) -> ("a": f16[2,1,1,40], "m": f16[2,1,1,40]) {
   %a = GlobalAveragePool(%x) {channels_last = 1} : f16[2,1,1,40]
@@ -216,20 +231,27 @@ TEST(KernelLibrary, SoftmaxFamily) {
 })",
          {"dlc::softmax"}});
   // Contiguous rows longer than 64: softmax_rows, one pass (online max and sum), a
-  // graph input read an element at a time (it may be bound anywhere).
-  check({"long rows",
-         R"(graph @g(%x: f32[3,257]) -> ("y": f32[3,257], "l": f32[3,257]) {
+  // graph input read an element at a time (it may be bound anywhere); masked (-inf)
+  // stretches, whole threads' worth of them, give 0 and leave the rest finite.
+  std::vector<float> masked(3 * 257);
+  for (size_t i = 0; i < masked.size(); ++i)
+    masked[i] = i % 257 < 150 && i / 257 != 1 ? -std::numeric_limits<float>::infinity()
+                                              : static_cast<float>((i * 37) % 11) * 0.25f - 1.f;
+  check(
+      {"long rows",
+       R"(graph @g(%x: f32[3,257], %w: f32[3,257]) -> ("y": f32[3,257], "l": f32[3,257], "m": f32[3,257]) {
   %y = Softmax(%x) {axis = 1} : f32[3,257]
   %l = LogSoftmax(%x) {axis = -1} : f32[3,257]
-  return %y, %l
+  %m = Softmax(%w) {axis = 1} : f32[3,257]
+  return %y, %l, %m
 })",
-         {"dlc::softmax_rows"},
-         {},
-         2,
-         true,
-         1e-5,
-         false,
-         {"dlc::softmax"}});
+       {"dlc::softmax_rows"},
+       {{"w", ir::Tensor::fromVector(ir::TensorType(ir::DType::F32, {3, 257}), masked)}},
+       2,
+       true,
+       1e-5,
+       false,
+       {"dlc::softmax"}});
   // Intermediates: 16-byte loads and stores (8 FP16 values), rows that stay in
   // registers (1000) and rows longer than 4 x 256 x 8 that re-read their tail (9000, BF16),
   // a fused epilogue (through Out).

@@ -86,10 +86,14 @@ struct CompileOptions {
   std::vector<std::string> targets;
   /// FP32 convolutions and GEMMs on tensor cores in TF32 (inputs rounded to 10 mantissa
   /// bits, FP32 accumulation). Unset: on for inference, as ONNX Runtime's CUDA EP and
-  /// TensorRT default to on sm_80+ (every dlc target); off for training (--train keeps
-  /// FP32 strict unless asked). false: strict FP32 (--no-tf32).
+  /// TensorRT default to on sm_80+ (every dlc target); off for training (--train, or a
+  /// graph that already is a training step: one with parameters) unless asked. false:
+  /// strict FP32 (--no-tf32).
   std::optional<bool> tf32;
-  bool useTf32() const { return tf32.value_or(!training); }
+  /// Whether `g` (the loaded graph; null: not known yet, an ONNX model) runs in TF32.
+  bool useTf32(const ir::Graph *g = nullptr) const {
+    return tf32.value_or(!training && (!g || g->parameters().empty()));
+  }
   /// Benchmarks: implicit-GEMM convolutions take this tile ("BMxBN/WMxWN") where their
   /// family has it (codegen::CompileOptions::convTile).
   std::string convTile;
