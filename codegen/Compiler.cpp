@@ -511,6 +511,7 @@ llvm::Expected<Program> lowerFor(const Graph &g, const std::vector<std::string> 
   lo.wideIndices = opts.wideIndices;
   lo.convTile = opts.convTile;
   lo.tf32 = opts.tf32;
+  lo.tf32Everywhere = opts.tf32Everywhere;
   Lowering lowering(g, lo);
   return lowering.run();
 }

@@ -406,6 +406,7 @@ llvm::Expected<CompileResult> compile(const CompileOptions &o) {
   codegen::CompileOptions co;
   co.targets = o.targets;
   co.tf32 = o.useTf32(graph.get()); // (shape ranges: ONNX, whose import has no parameters)
+  co.tf32Everywhere = o.tf32.value_or(false);
   co.convTile = o.convTile;
   if (o.training && !llvm::StringRef(o.model).endswith(".ir")) { // kept for `dlc export`
     if (o.modelBytes) {

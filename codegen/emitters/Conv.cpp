@@ -116,7 +116,8 @@ constexpr double kReuseAdvantage = 0.9;
 /// same model `dlc inspect` applies to the compiled kernel.
 ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K, int64_t groups,
                         const std::string &arch, size_t accBytes, double operandBytes,
-                        const std::function<bool(int)> &known, int force) {
+                        const std::function<bool(int)> &known, int force,
+                        double *timeOut = nullptr) {
   const GpuModel &g = gpuModelFor(arch);
   ConvPlan best;
   double bestTime = INFINITY;
@@ -163,6 +164,8 @@ ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K,
       }
     }
   }
+  if (timeOut)
+    *timeOut = bestTime;
   return best;
 }
 
@@ -227,9 +230,34 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   // has at least 8 output channels (depthwise ones stay direct).
   const int64_t chunk = 16 / static_cast<int64_t>(dtypeSize(x->dtype()));
   // (blockIdx.y holds every group's channel tiles: at most 65535 of the narrowest.)
-  const bool mma = (tensor || tf32) && cl && s.kSize <= 64 && (!b || b->dtype() == wt->dtype()) &&
-                   (groups == 1 || (s.Cg % chunk == 0 && s.Mg >= 8)) &&
-                   groups * ceilDiv(s.Mg, 32) <= 65535;
+  bool mma = (tensor || tf32) && cl && s.kSize <= 64 && (!b || b->dtype() == wt->dtype()) &&
+             (groups == 1 || (s.Cg % chunk == 0 && s.Mg >= 8)) &&
+             groups * ceilDiv(s.Mg, 32) <= 65535;
+  // TF32 is a choice, not a necessity: FP32 operands stay on the CUDA-core implicit GEMM
+  // where the model prices it faster on every planned architecture (small layers at
+  // batch 1, where TF32 pays for its operand padding and wide tiles), unless TF32 was
+  // asked for explicitly (tf32Everywhere: dlc compile --tf32).
+  if (mma && tf32 && groups == 1 && !l.options().tf32Everywhere && l.options().convTile.empty()) {
+    const int64_t Cp = (s.C + chunk - 1) / chunk * chunk;
+    const double operandBytes =
+        static_cast<double>(x->type().numElements() + wt->type().numElements()) * 4.0;
+    const bool padded = s.C % chunk != 0;
+    bool cudaCoreEverywhere = true;
+    for (const std::string &arch :
+         l.options().archs.empty() ? std::vector<std::string>{"sm_90"} : l.options().archs) {
+      double tMma = 0, tCuda = 0;
+      auto never = [](int) { return false; };
+      chooseConvPlan(kMmaTf32Conv, M, s.NP, s.kSize * Cp, 1, arch, 4, operandBytes, never, -1,
+                     &tMma);
+      chooseConvPlan(kCudaCoreConv, M, s.NP, s.K, 1, arch, 4, operandBytes, never, -1, &tCuda);
+      // (A padded operand costs conv_pack launches: a launch's floor each.)
+      if (padded)
+        tMma += 2 * gpuModelFor(arch).launchMicros * 1e-6;
+      cudaCoreEverywhere &= tCuda < tMma;
+    }
+    if (cudaCoreEverywhere)
+      mma = false;
+  }
   const bool packX = mma && (s.C % chunk != 0 || (l.group() && l.group()->computes(x)) ||
                              l.isInterface(x) || l.bufferOf(x).offset % 16 != 0);
   const bool packW =

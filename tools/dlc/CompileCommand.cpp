@@ -183,7 +183,7 @@ std::string tf32Summary(const std::vector<std::string> &layers, bool all) {
   std::string names;
   size_t shown = all ? layers.size() : std::min<size_t>(layers.size(), 4);
   for (size_t i = 0; i < shown; ++i)
-    names += (i ? ", " : "") + layers[i];
+    names += (i ? ", " : "") + (layers[i].empty() ? std::string("(unnamed)") : layers[i]);
   if (shown < layers.size())
     names += ", ...";
   return "tf32: " + std::to_string(layers.size()) + (layers.size() == 1 ? " layer" : " layers") +

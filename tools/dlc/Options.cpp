@@ -120,8 +120,9 @@ std::vector<OptSpec> precisionOptionSpecs(bool withTf32) {
        "FP16/BF16, or in FP32 with TF32)"}};
   if (withTf32) {
     s.push_back({"tf32", 0, false, false, "",
-                 "FP32 GEMMs and convolutions on tensor cores in TF32 (the default, except "
-                 "with --train)"});
+                 "Every FP32 GEMM and eligible convolution on tensor cores in TF32 (default, "
+                 "except with --train: GEMMs, and convolutions where the model prices TF32 "
+                 "faster)"});
     s.push_back({"no-tf32", 0, false, false, "",
                  "Strict FP32: no TF32 rounding of FP32 GEMM and convolution inputs"});
   }

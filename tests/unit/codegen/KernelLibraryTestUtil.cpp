@@ -42,7 +42,7 @@ void run(const KernelCase &c, bool wide) {
   co.targets = {"emu-check"};
   co.wideIndices = wide;
   co.persistentRnn = c.persistentRnn;
-  co.tf32 = c.tf32;
+  co.tf32 = co.tf32Everywhere = c.tf32;
   co.convTile = c.convTile;
   codegen::CompileReport rep;
   auto bytes = codegen::compileGraph(*g, co, &rep);

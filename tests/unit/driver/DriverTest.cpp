@@ -236,3 +236,39 @@ TEST(Driver, Tf32MovesFp32ConvNetsToTensorCores) {
     llvm::sys::fs::remove(out);
   }
 }
+
+// TF32 by default (unset): FP32 conv nets go channels-last and each convolution takes
+// the kernel the cost model prices faster: TF32 tensor cores for a 64-channel 3x3 layer
+// at batch 8, the CUDA-core implicit GEMM for an 8-channel one at 6x6; the report names
+// the one TF32 layer. --no-tf32 (false) keeps both on CUDA cores in NCHW.
+TEST(Driver, DefaultTf32IsChosenPerConvolution) {
+  const char *net =
+      R"(graph @net(%x: f32[8,64,28,28], %w: f32[64,64,3,3], %s: f32[1,8,6,6], %v: f32[16,8,3,3]) -> ("y": f32[8,64,28,28], "z": f32[1,16,6,6]) {
+  %c = Conv(%x, %w) {pads = [1, 1, 1, 1]} : f32[8,64,28,28] loc("big")
+  %y = Relu(%c) : f32[8,64,28,28]
+  %d = Conv(%s, %v) {pads = [1, 1, 1, 1]} : f32[1,16,6,6] loc("small")
+  %z = Relu(%d) : f32[1,16,6,6]
+  return %y, %z
+}
+)";
+  std::string model = writeModel("pernet.ir", net);
+  for (bool strict : {false, true}) {
+    SCOPED_TRACE(strict ? "--no-tf32" : "default");
+    std::string out = tempPath(strict ? "pernet_strict.dlc" : "pernet.dlc");
+    driver::CompileOptions o = emuOptions(model, out);
+    if (strict)
+      o.tf32 = false;
+    auto r = driver::compile(o);
+    ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
+    EXPECT_EQ(r->report.tf32Layers,
+              strict ? std::vector<std::string>{} : std::vector<std::string>{"big"});
+    auto pf = pkg::PackageFile::load(out);
+    ASSERT_TRUE(pf.ok()) << pf.status().message();
+    std::map<std::string, int> used;
+    for (const pkg::Kernel *k : *(*pf)->meta().kernels())
+      ++used[k->template_name()->str()];
+    EXPECT_EQ(used["dlc::conv_fprop_mma"], strict ? 0 : 1);
+    EXPECT_EQ(used["dlc::conv_igemm"], strict ? 2 : 1);
+    llvm::sys::fs::remove(out);
+  }
+}

@@ -47,8 +47,10 @@ struct CompileOptions {
   /// named "BMxBN/WMxWN" (block, warp or thread tile; convTileNames()) where their
   /// family has it, instead of the cost model's choice.
   std::string convTile;
-  /// FP32 GEMMs on tensor cores in TF32 (--tf32).
-  bool tf32 = false;
+  /// FP32 GEMMs and convolutions on tensor cores in TF32: GEMMs always, convolutions
+  /// where the cost model prices the TF32 kernel faster than the CUDA-core one, or
+  /// always with tf32Everywhere (dlc compile --tf32 asked explicitly; tests).
+  bool tf32 = false, tf32Everywhere = false;
   /// Training packages: the model file's bytes, kept for `dlc export`.
   std::string sourceModel;
 };

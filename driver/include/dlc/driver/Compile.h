@@ -86,9 +86,10 @@ struct CompileOptions {
   std::vector<std::string> targets;
   /// FP32 convolutions and GEMMs on tensor cores in TF32 (inputs rounded to 10 mantissa
   /// bits, FP32 accumulation). Unset: on for inference, as ONNX Runtime's CUDA EP and
-  /// TensorRT default to on sm_80+ (every dlc target); off for training (--train, or a
-  /// graph that already is a training step: one with parameters) unless asked. false:
-  /// strict FP32 (--no-tf32).
+  /// TensorRT default to on sm_80+ (every dlc target), GEMMs always and convolutions
+  /// where the cost model prices TF32 faster than the CUDA-core kernel; off for training
+  /// (--train, or a graph that already is a training step: one with parameters). true
+  /// (--tf32): every eligible convolution too. false: strict FP32 (--no-tf32).
   std::optional<bool> tf32;
   /// Whether `g` (the loaded graph; null: not known yet, an ONNX model) runs in TF32.
   bool useTf32(const ir::Graph *g = nullptr) const {
