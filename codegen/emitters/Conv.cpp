@@ -241,7 +241,11 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     const int64_t Cp = (s.C + chunk - 1) / chunk * chunk;
     const double operandBytes =
         static_cast<double>(x->type().numElements() + wt->type().numElements()) * 4.0;
-    const bool padded = s.C % chunk != 0;
+    // (conv_pack launches the TF32 kernel would need first, as decided below.)
+    const int packs = (s.C % chunk != 0 || (l.group() && l.group()->computes(x)) ||
+                       l.isInterface(x) || l.bufferOf(x).offset % 16 != 0) +
+                      (!wt->isConstant() &&
+                       (s.C % chunk != 0 || l.isInterface(wt) || l.bufferOf(wt).offset % 16 != 0));
     bool cudaCoreEverywhere = true;
     for (const std::string &arch :
          l.options().archs.empty() ? std::vector<std::string>{"sm_90"} : l.options().archs) {
@@ -250,9 +254,7 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
       chooseConvPlan(kMmaTf32Conv, M, s.NP, s.kSize * Cp, 1, arch, 4, operandBytes, never, -1,
                      &tMma);
       chooseConvPlan(kCudaCoreConv, M, s.NP, s.K, 1, arch, 4, operandBytes, never, -1, &tCuda);
-      // (A padded operand costs conv_pack launches: a launch's floor each.)
-      if (padded)
-        tMma += 2 * gpuModelFor(arch).launchMicros * 1e-6;
+      tMma += packs * gpuModelFor(arch).launchMicros * 1e-6; // (a launch's floor each)
       cudaCoreEverywhere &= tCuda < tMma;
     }
     if (cudaCoreEverywhere)
