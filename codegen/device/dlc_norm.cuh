@@ -1,8 +1,8 @@
 // Normalizations over rows: LayerNormalization, InstanceNormalization and
 // GroupNormalization (one block per row, or one thread per short row): the mean, the
 // variance around it (two passes, FP32 or wider accumulation), then the normalized,
-// scaled row through the epilogue. row_norm_rows: LayerNorm rows longer than 64 read
-// once into registers, 16-byte loads and stores. BatchNormalization in training mode and LRN have
+// scaled row through the epilogue. row_norm_rows: rows longer than 64 read once into
+// registers, 16-byte loads and stores. BatchNormalization in training mode and LRN have
 // kernels of their own (no fusion).
 #pragma once
 
@@ -139,13 +139,16 @@ template <class I, class DT> __global__ void __launch_bounds__(256) lrn(const Ch
 }
 
 /// LayerNormalization of contiguous rows longer than 64 whose scale and bias cover the
-/// row (no broadcasting): a block per row, x read as it is (no fused prologue) V
+/// row (no broadcasting; read V at a time), and GroupNormalization/InstanceNormalization
+/// rows (PerChannel: each vector within one channel, whose scale and bias it reads
+/// once): a block per row, x read as it is (no fused prologue) V
 /// elements at a time (16 bytes where the row length and addresses allow), the first R
 /// vectors of each thread kept in registers: the mean, then the variance around it from
 /// the registers, so rows up to R * blockDim * V elements are read once (longer ones
 /// re-read the rest). RawOut: written V at a time as it is (no fused epilogue), else
 /// through Out.
-template <int V, int R, bool RawOut, class I, class MT, class PT, class ST, class X, class Out>
+template <int V, int R, bool RawOut, bool PerChannel, class I, class MT, class PT, class ST,
+          class X, class Out>
 __global__ void __launch_bounds__(256) row_norm_rows(const NormArgs<X, Out> a) {
   typedef VecOf<MT, V> Vec;
   typedef VecOf<PT, V> PVec;
@@ -198,15 +201,30 @@ __global__ void __launch_bounds__(256) row_norm_rows(const NormArgs<X, Out> a) {
     var = blockReduce(var, SumOp(), 0.f, smem);
     const float inv = 1.f / sqrt_(var / static_cast<float>(len) + static_cast<float>(s.eps));
     auto put = [&](I j, const float(&v)[V]) {
-      const PVec sc = reinterpret_cast<const PVec *>(scale)[j];
-      PVec bi;
-      if (bias)
-        bi = reinterpret_cast<const PVec *>(bias)[j];
+      float sc[V], bi[V];
+      if (PerChannel) { // one channel's parameters for the whole vector
+        const I at = s.rowMod.mod(row) * static_cast<I>(s.rowMul) + s.param.offset(j * V);
+        const float c = ld<float>(scale, at), d = bias ? ld<float>(bias, at) : 0.f;
+#pragma unroll
+        for (int q = 0; q < V; ++q) {
+          sc[q] = c;
+          bi[q] = d;
+        }
+      } else {
+        const PVec pv = reinterpret_cast<const PVec *>(scale)[j];
+        PVec bv;
+        if (bias)
+          bv = reinterpret_cast<const PVec *>(bias)[j];
+#pragma unroll
+        for (int q = 0; q < V; ++q) {
+          sc[q] = Cvt<float, PT>::run(pv.v[q]);
+          bi[q] = bias ? Cvt<float, PT>::run(bv.v[q]) : 0.f;
+        }
+      }
       float o[V];
 #pragma unroll
       for (int q = 0; q < V; ++q)
-        o[q] = (v[q] - m) * inv * Cvt<float, PT>::run(sc.v[q]) +
-               (bias ? Cvt<float, PT>::run(bi.v[q]) : 0.f);
+        o[q] = (v[q] - m) * inv * sc[q] + bi[q];
       const I e = row * len + j * V;
       if (RawOut) {
         Vec w;

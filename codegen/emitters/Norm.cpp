@@ -3,8 +3,9 @@
 // Inference BatchNormalization is a per-channel affine map (a one-node fusion
 // group). LayerNormalization, InstanceNormalization and GroupNormalization are the
 // row_norm template: rows of contiguous elements, the scale/bias element of
-// (row, j) given by a strided view of j plus a per-row term; LayerNorm rows longer than
-// 64 with unbroadcast parameters take row_norm_rows (one read, vector accesses).
+// (row, j) given by a strided view of j plus a per-row term; rows longer than 64 take
+// row_norm_rows (one read, vector accesses) for LayerNorm with unbroadcast parameters
+// and for group/instance norm.
 // BatchNormalization in training mode and LRN have their own kernels.
 //===----------------------------------------------------------------------===//
 #include "../Fused.h"
@@ -24,6 +25,9 @@ struct RowNorm {
   /// The scale and bias hold element j of every row at j (LayerNorm without
   /// broadcasting): row_norm_rows may read them V at a time.
   bool contiguousParams = false;
+  /// Group/instance norm: elements per channel (a row is channels x channelSize), so
+  /// row_norm_rows reads one parameter per vector when V divides it.
+  int64_t channelSize = 0;
 };
 
 llvm::Error emitRowNorm(Lowering &l, const Node &n, RowNorm &r) {
@@ -41,7 +45,7 @@ llvm::Error emitRowNorm(Lowering &l, const Node &n, RowNorm &r) {
   // allow; a graph input or output may be bound at any element-aligned address).
   const FusionGroup *fg = l.group();
   const DType dt = r.x->dtype();
-  if (!isShort && r.contiguousParams && !(fg && fg->computes(r.x)) &&
+  if (!isShort && (r.contiguousParams || r.channelSize > 0) && !(fg && fg->computes(r.x)) &&
       (dt == DType::F32 || dt == DType::F16 || dt == DType::BF16) &&
       (r.scale->dtype() == DType::F32 || r.scale->dtype() == DType::F16 ||
        r.scale->dtype() == DType::BF16)) {
@@ -51,16 +55,19 @@ llvm::Error emitRowNorm(Lowering &l, const Node &n, RowNorm &r) {
     const int64_t es = static_cast<int64_t>(dtypeSize(dt)),
                   ps = static_cast<int64_t>(dtypeSize(r.scale->dtype()));
     int64_t vec = 16 / es;
-    while (vec > 1 && (r.s.len % vec != 0 || !aligned(r.x, vec * es) ||
-                       !aligned(r.scale, vec * ps) || (r.bias && !aligned(r.bias, vec * ps))))
+    const bool perChannel = !r.contiguousParams;
+    while (vec > 1 &&
+           (r.s.len % vec != 0 || !aligned(r.x, vec * es) ||
+            (perChannel ? r.channelSize % vec != 0
+                        : !aligned(r.scale, vec * ps) || (r.bias && !aligned(r.bias, vec * ps)))))
       vec /= 2;
     const bool rawOut =
         (!fg || fg->epilogue.empty()) && r.y->dtype() == dt && aligned(r.y, vec * es);
     constexpr int kCached = 4; // vectors per thread kept in registers
     Instantiation inst{"dlc::row_norm_rows",
                        {std::to_string(vec), std::to_string(kCached), rawOut ? "true" : "false",
-                        l.indexType(r.x->type().numElements()), cudaType(dt),
-                        cudaType(r.scale->dtype()), statType, xn, on},
+                        perChannel ? "true" : "false", l.indexType(r.x->type().numElements()),
+                        cudaType(dt), cudaType(r.scale->dtype()), statType, xn, on},
                        "dlc::NormArgs<" + xn + ", " + on + ">",
                        {xn, on}};
     inst.needsSync = true;
@@ -173,6 +180,7 @@ llvm::Error lowerChannelNorm(Lowering &l, const Node &n) {
   r.s.rowMod = Divmod::make(G);
   r.s.rowMul = cpg;
   r.s.param = llvm::cantFail(stridedView({cpg, S}, {1, 0}));
+  r.channelSize = S;
   return emitRowNorm(l, n, r);
 }
 

@@ -349,6 +349,36 @@ TEST(KernelLibrary, Normalizations) {
                   {"dlc::row_norm"}};
   rows.sourceHas = "dlc::row_norm_rows<8, 4, true,";
   check(rows);
+  // Group and instance norm rows longer than 64: row_norm_rows reading one scale and
+  // bias per vector (8 FP16 values of one channel), or per element where the channel
+  // size (81) is odd.
+  const std::string gn =
+      R"(graph @g(%x: f16[2,16,16,16], %u: f32[2,3,9,9], %us: f32[3], %ub: f32[3]) -> ("y": f16[2,8,16,16], "i": f32[2,3,9,9]) {
+  %wp = )" +
+      randomConst(ir::DType::F16, {16, 16, 1, 1}, 23) + R"(
+  %w2 = )" +
+      randomConst(ir::DType::F16, {8, 16, 1, 1}, 24) + R"(
+  %s = )" +
+      randomConst(ir::DType::F16, {16}, 25) + R"(
+  %b = )" +
+      randomConst(ir::DType::F16, {16}, 26) + R"(
+  %p = Conv(%x, %wp) : f16[2,16,16,16]
+  %n = GroupNormalization(%p, %s, %b) {num_groups = 4} : f16[2,16,16,16]
+  %y = Conv(%n, %w2) : f16[2,8,16,16]
+  %i = InstanceNormalization(%u, %us, %ub) : f32[2,3,9,9]
+  return %y, %i
+})";
+  KernelCase channels{"group and instance norm rows, one parameter per vector",
+                      gn.c_str(),
+                      {"dlc::row_norm_rows"},
+                      {},
+                      2,
+                      true,
+                      3e-2,
+                      false,
+                      {"dlc::row_norm"}};
+  channels.sourceHas = "dlc::row_norm_rows<8, 4, true, true,";
+  check(channels);
   check(
       {"group and instance norm",
        R"(graph @g(%x: f32[2,6,3,5], %s: f32[6], %b: f32[6]) -> ("g": f32[2,6,3,5], "i": f32[2,6,3,5]) {
