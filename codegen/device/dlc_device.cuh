@@ -416,4 +416,69 @@ __device__ __forceinline__ T blockReduce(T v, Op op, T identity, T *smem) {
   return warpReduce(v, op);
 }
 
+/// A block's walk over one contiguous row of `len` values of MT, V at a time (len a
+/// multiple of V, the row 16-byte aligned where V * sizeof(MT) is): thread t takes
+/// vectors t, t + blockDim, ...; its first R stay in registers (FP32), later ones are
+/// read again on each walk. The row kernels (softmax_rows, row_norm_rows) read a row
+/// once when it has at most R * blockDim * V values.
+template <int V, int R, class I, class MT> struct CachedRow {
+  typedef VecOf<MT, V> Vec;
+  const Vec *x;
+  I nv, B, tid;
+  float cache[R][V];
+  __device__ __forceinline__ CachedRow(const MT *row, I len)
+      : x(reinterpret_cast<const Vec *>(row)), nv(len / V), B(static_cast<I>(blockDim.x)),
+        tid(static_cast<I>(threadIdx.x)) {}
+  __device__ __forceinline__ void load(I j, float (&v)[V]) const {
+    const Vec t = x[j];
+#pragma unroll
+    for (int q = 0; q < V; ++q)
+      v[q] = Cvt<float, MT>::run(t.v[q]);
+  }
+  /// The first walk: loads this thread's vectors (caching the first R), f(v) on each.
+  template <class F> __device__ __forceinline__ void fill(F f) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (tid + r * B < nv) {
+        load(tid + r * B, cache[r]);
+        f(cache[r]);
+      }
+    for (I j = tid + R * B; j < nv; j += B) {
+      float v[V];
+      load(j, v);
+      f(v);
+    }
+  }
+  /// Another walk: f(j, v) on each of this thread's vectors (vector j of the row).
+  template <class F> __device__ __forceinline__ void each(F f) const {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (tid + r * B < nv)
+        f(tid + r * B, cache[r]);
+    for (I j = tid + R * B; j < nv; j += B) {
+      float v[V];
+      load(j, v);
+      f(j, v);
+    }
+  }
+};
+
+/// Stores V values at element e of a row kernel's output: as MT, V at a time into `y`
+/// (Raw: no fused epilogue, the output aligned), else one by one through Out.
+template <bool Raw, class MT, class Out, int V, class I>
+__device__ __forceinline__ void storeRow(void *y, const typename Out::Params &out, I e,
+                                         const float (&o)[V]) {
+  if (Raw) {
+    VecOf<MT, V> w;
+#pragma unroll
+    for (int q = 0; q < V; ++q)
+      w.v[q] = Cvt<MT, float>::run(o[q]);
+    *reinterpret_cast<VecOf<MT, V> *>(static_cast<MT *>(y) + e) = w;
+  } else {
+#pragma unroll
+    for (int q = 0; q < V; ++q)
+      Out::store(out, e + q, static_cast<typename Out::Value>(o[q]));
+  }
+}
+
 } // namespace dlc

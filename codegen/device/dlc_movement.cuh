@@ -113,10 +113,15 @@ template <int Red, class T> DLC_HD T scatterCombine(T cur, T u) {
   return u;
 }
 
-/// Adds v to *p atomically: scatter-add in parallel. FP32 and FP64 add in their own
-/// type; FP16 and BF16 round each sum to theirs, as the one-thread loop's stores do.
-template <class DT, class T> __device__ __forceinline__ void scatterAtomicAdd(DT *p, T v) {
-  atomicAdd(p, cvt<DT>(v));
+/// Applies update u to y[at]: an atomic add with Atomic (scatter-add in parallel; FP32
+/// and FP64 add in their own type, FP16 and BF16 round each sum to theirs, as the
+/// one-thread loop's stores do), else the reduction Red on a read and a store.
+template <int Red, bool Atomic, class DT, class I, class T>
+__device__ __forceinline__ void scatterUpdate(DT *y, I at, T u) {
+  if constexpr (Atomic)
+    atomicAdd(y + at, cvt<DT>(u));
+  else
+    st(y, at, scatterCombine<Red>(ld<T>(y, at), u));
 }
 
 /// The element loop of a scatter: grid-stride in parallel, or (with a reduction that
@@ -156,11 +161,7 @@ __global__ void __launch_bounds__(256) scatter_elements(const IndexShape s) {
   DT *y = static_cast<DT *>(s.y);
   ScatterLoop<Red != kScatterNone && !Atomic, I> loop(static_cast<I>(s.total));
   for (I i = loop.first; i < loop.end; i += loop.step) {
-    const I at = elementsOffset(s, idx, i);
-    if constexpr (Atomic)
-      scatterAtomicAdd(y + at, ld<T>(upd, i));
-    else
-      st(y, at, scatterCombine<Red>(ld<T>(y, at), ld<T>(upd, i)));
+    scatterUpdate<Red, Atomic>(y, elementsOffset(s, idx, i), ld<T>(upd, i));
   }
 }
 
@@ -188,11 +189,7 @@ __global__ void __launch_bounds__(256) scatter_nd(const IndexShape s) {
   for (I i = loop.first; i < loop.end; i += loop.step) {
     I t = i;
     const I j = s.dSlice.split(t);
-    const I at = j + tupleOffset(s, idx, t);
-    if constexpr (Atomic)
-      scatterAtomicAdd(y + at, ld<T>(upd, i));
-    else
-      st(y, at, scatterCombine<Red>(ld<T>(y, at), ld<T>(upd, i)));
+    scatterUpdate<Red, Atomic>(y, j + tupleOffset(s, idx, t), ld<T>(upd, i));
   }
 }
 

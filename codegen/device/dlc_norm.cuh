@@ -150,57 +150,30 @@ template <class I, class DT> __global__ void __launch_bounds__(256) lrn(const Ch
 template <int V, int R, bool RawOut, bool PerChannel, class I, class MT, class PT, class ST,
           class X, class Out>
 __global__ void __launch_bounds__(256) row_norm_rows(const NormArgs<X, Out> a) {
-  typedef VecOf<MT, V> Vec;
   typedef VecOf<PT, V> PVec;
-  typedef typename Out::Value T;
   const NormShape &s = a.s;
   const PT *scale = static_cast<const PT *>(s.scale), *bias = static_cast<const PT *>(s.bias);
-  const I len = static_cast<I>(s.len), nv = len / V, B = static_cast<I>(blockDim.x),
-          tid = static_cast<I>(threadIdx.x);
+  const I len = static_cast<I>(s.len);
   DLC_SHARED(float, smem, [32]);
   for (I row = static_cast<I>(blockIdx.x); row < static_cast<I>(s.rows);
        row += static_cast<I>(gridDim.x)) {
-    const Vec *xr = reinterpret_cast<const Vec *>(static_cast<const MT *>(s.x) + row * len);
-    auto load = [&](I j, float(&v)[V]) {
-      const Vec t = xr[j];
-#pragma unroll
-      for (int q = 0; q < V; ++q)
-        v[q] = Cvt<float, MT>::run(t.v[q]);
-    };
-    float cache[R][V], sum = 0.f;
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (tid + r * B < nv) {
-        load(tid + r * B, cache[r]);
-#pragma unroll
-        for (int q = 0; q < V; ++q)
-          sum += cache[r][q];
-      }
-    for (I j = tid + R * B; j < nv; j += B) {
-      float v[V];
-      load(j, v);
+    CachedRow<V, R, I, MT> x(static_cast<const MT *>(s.x) + row * len, len);
+    float sum = 0.f;
+    x.fill([&](const float(&v)[V]) {
 #pragma unroll
       for (int q = 0; q < V; ++q)
         sum += v[q];
-    }
+    });
     const float m = blockReduce(sum, SumOp(), 0.f, smem) / static_cast<float>(len);
     float var = 0.f;
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (tid + r * B < nv)
-#pragma unroll
-        for (int q = 0; q < V; ++q)
-          var += (cache[r][q] - m) * (cache[r][q] - m);
-    for (I j = tid + R * B; j < nv; j += B) {
-      float v[V];
-      load(j, v);
+    x.each([&](I, const float(&v)[V]) {
 #pragma unroll
       for (int q = 0; q < V; ++q)
         var += (v[q] - m) * (v[q] - m);
-    }
+    });
     var = blockReduce(var, SumOp(), 0.f, smem);
     const float inv = 1.f / sqrt_(var / static_cast<float>(len) + static_cast<float>(s.eps));
-    auto put = [&](I j, const float(&v)[V]) {
+    x.each([&](I j, const float(&v)[V]) {
       float sc[V], bi[V];
       if (PerChannel) { // one channel's parameters for the whole vector
         const I at = s.rowMod.mod(row) * static_cast<I>(s.rowMul) + s.param.offset(j * V);
@@ -225,28 +198,8 @@ __global__ void __launch_bounds__(256) row_norm_rows(const NormArgs<X, Out> a) {
 #pragma unroll
       for (int q = 0; q < V; ++q)
         o[q] = (v[q] - m) * inv * sc[q] + bi[q];
-      const I e = row * len + j * V;
-      if (RawOut) {
-        Vec w;
-#pragma unroll
-        for (int q = 0; q < V; ++q)
-          w.v[q] = Cvt<MT, float>::run(o[q]);
-        *reinterpret_cast<Vec *>(static_cast<MT *>(s.y) + e) = w;
-      } else {
-#pragma unroll
-        for (int q = 0; q < V; ++q)
-          Out::store(a.out, e + q, static_cast<T>(o[q]));
-      }
-    };
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (tid + r * B < nv)
-        put(tid + r * B, cache[r]);
-    for (I j = tid + R * B; j < nv; j += B) {
-      float v[V];
-      load(j, v);
-      put(j, v);
-    }
+      storeRow<RawOut, MT, Out>(s.y, a.out, row * len + j * V, o);
+    });
     if (threadIdx.x == 0) {
       if (s.mean)
         st(static_cast<ST *>(s.mean), row, m);

@@ -138,82 +138,44 @@ enum SoftmaxKind { kSoftmax, kLogSoftmax, kHardmax };
 /// rest). RawOut: written V at a time as it is (no fused epilogue), else through Out.
 template <int Kind, int V, int R, bool RawOut, class I, class MT, class X, class Out>
 __global__ void __launch_bounds__(256) softmax_rows(const AxisArgs<X, Out> a) {
-  typedef VecOf<MT, V> Vec;
-  typedef typename Out::Value T;
   const AxisShape &s = a.s;
-  const I len = static_cast<I>(s.len), nv = len / V, B = static_cast<I>(blockDim.x),
-          tid = static_cast<I>(threadIdx.x);
+  const I len = static_cast<I>(s.len);
   DLC_SHARED(float, smem, [32]);
+  // exp(a - b) with exp(-inf - -inf) = 0: a thread whose values so far are all -inf
+  // (a masked part of the row) has added nothing yet. (+inf still gives NaN, and a row
+  // of -inf NaN, as the three-pass kernel and PyTorch do.)
+  auto expDiff = [](float a, float b) {
+    return a == b && isinf_(a) && a < 0.f ? 0.f : exp_(a - b);
+  };
+  const float minusInf = Limits<float>::lowest();
   for (I row = static_cast<I>(blockIdx.x); row < static_cast<I>(s.rows);
        row += static_cast<I>(gridDim.x)) {
-    const Vec *xr = reinterpret_cast<const Vec *>(static_cast<const MT *>(s.x) + row * len);
-    float cache[R][V];
+    CachedRow<V, R, I, MT> x(static_cast<const MT *>(s.x) + row * len, len);
     float m = Limits<float>::lowest(), sum = 0.f;
-    auto load = [&](I j, float(&v)[V]) {
-      const Vec t = xr[j];
-#pragma unroll
-      for (int q = 0; q < V; ++q)
-        v[q] = Cvt<float, MT>::run(t.v[q]);
-    };
-    // exp(a - b) with exp(-inf - -inf) = 0: a thread whose values so far are all -inf
-    // (a masked part of the row) has added nothing yet. (+inf still gives NaN, and a
-    // row of -inf NaN, as the three-pass kernel and PyTorch do.)
-    auto expDiff = [](float a, float b) {
-      return a == b && isinf_(a) && a < 0.f ? 0.f : exp_(a - b);
-    };
-    auto take = [&](const float(&v)[V]) { // the running max and the sum rescaled to it
+    x.fill([&](const float(&v)[V]) { // the running max and the sum rescaled to it
       float nm = m;
 #pragma unroll
       for (int q = 0; q < V; ++q)
         nm = maxNan(nm, v[q]);
+      if (nm == minusInf) // every value so far -inf: nothing to add (v - nm would be NaN)
+        return;
       float add = 0.f;
 #pragma unroll
       for (int q = 0; q < V; ++q)
-        add += expDiff(v[q], nm);
-      sum = sum * expDiff(m, nm) + add;
+        add += exp_(v[q] - nm);
+      sum = sum * exp_(m - nm) + add; // (exp(-inf) = 0 while m is still -inf)
       m = nm;
-    };
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (tid + r * B < nv) {
-        load(tid + r * B, cache[r]);
-        take(cache[r]);
-      }
-    for (I j = tid + R * B; j < nv; j += B) {
-      float v[V];
-      load(j, v);
-      take(v);
-    }
+    });
     const float M = blockReduce(m, MaxOp(), Limits<float>::lowest(), smem);
     sum *= expDiff(m, M);
     const float S = blockReduce(sum, SumOp(), 0.f, smem), ls = log_(S);
-    auto put = [&](I j, const float(&v)[V]) {
-      const I e = row * len + j * V;
+    x.each([&](I j, const float(&v)[V]) {
       float o[V];
 #pragma unroll
       for (int q = 0; q < V; ++q)
         o[q] = Kind == kLogSoftmax ? v[q] - M - ls : exp_(v[q] - M) / S;
-      if (RawOut) {
-        Vec w;
-#pragma unroll
-        for (int q = 0; q < V; ++q)
-          w.v[q] = Cvt<MT, float>::run(o[q]);
-        *reinterpret_cast<Vec *>(static_cast<MT *>(s.y) + e) = w;
-      } else {
-#pragma unroll
-        for (int q = 0; q < V; ++q)
-          Out::store(a.out, e + q, static_cast<T>(o[q]));
-      }
-    };
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (tid + r * B < nv)
-        put(tid + r * B, cache[r]);
-    for (I j = tid + R * B; j < nv; j += B) {
-      float v[V];
-      load(j, v);
-      put(j, v);
-    }
+      storeRow<RawOut, MT, Out>(s.y, a.out, row * len + j * V, o);
+    });
   }
 }
 

@@ -233,6 +233,12 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   bool mma = (tensor || tf32) && cl && s.kSize <= 64 && (!b || b->dtype() == wt->dtype()) &&
              (groups == 1 || (s.Cg % chunk == 0 && s.Mg >= 8)) &&
              groups * ceilDiv(s.Mg, 32) <= 65535;
+  // The operands conv_pack rewrites first (above), asked only on the mma path: bufferOf
+  // would put constant weights that another kernel repacks into the package.
+  auto xNeedsPack = [&] {
+    return s.C % chunk != 0 || (l.group() && l.group()->computes(x)) || !fixedAligned(l, x, 16);
+  };
+  auto wNeedsPack = [&] { return s.C % chunk != 0 || !fixedAligned(l, wt, 16); };
   // TF32 is a choice, not a necessity: FP32 operands stay on the CUDA-core implicit GEMM
   // where the model prices it faster on every planned architecture (small layers at
   // batch 1, where TF32 pays for its operand padding and wide tiles), unless TF32 was
@@ -241,11 +247,9 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     const int64_t Cp = (s.C + chunk - 1) / chunk * chunk;
     const double operandBytes =
         static_cast<double>(x->type().numElements() + wt->type().numElements()) * 4.0;
-    // (conv_pack launches the TF32 kernel would need first, as decided below.)
-    const int packs = (s.C % chunk != 0 || (l.group() && l.group()->computes(x)) ||
-                       l.isInterface(x) || l.bufferOf(x).offset % 16 != 0) +
-                      (!wt->isConstant() &&
-                       (s.C % chunk != 0 || l.isInterface(wt) || l.bufferOf(wt).offset % 16 != 0));
+    // (The conv_pack launches the TF32 kernel would need first; constant weights are
+    // packed when compiling.)
+    const int packs = xNeedsPack() + (!wt->isConstant() && wNeedsPack());
     bool cudaCoreEverywhere = true;
     for (const std::string &arch :
          l.options().archs.empty() ? std::vector<std::string>{"sm_90"} : l.options().archs) {
@@ -260,10 +264,7 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     if (cudaCoreEverywhere)
       mma = false;
   }
-  const bool packX = mma && (s.C % chunk != 0 || (l.group() && l.group()->computes(x)) ||
-                             l.isInterface(x) || l.bufferOf(x).offset % 16 != 0);
-  const bool packW =
-      mma && (s.C % chunk != 0 || l.isInterface(wt) || l.bufferOf(wt).offset % 16 != 0);
+  const bool packX = mma && xNeedsPack(), packW = mma && wNeedsPack();
   const int64_t C = s.C, Cp = (s.C + chunk - 1) / chunk * chunk, pixels = w.N * w.inSize(),
                 Cg = s.Cg; // (Cp == C unless there is one group: then Cg == C)
   std::optional<BufferRef> xPacked, wPacked;
@@ -355,9 +356,9 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     // layers at batch 1 want threads more than width).
     constexpr int64_t kFillThreads = 132 * 512;
     int64_t v = 16 / es;
-    while (v > 1 && (s.C % v != 0 || taps * v > 64 || l.isInterface(x) ||
-                     l.bufferOf(x).offset % static_cast<uint64_t>(v * es) != 0 ||
-                     s.NP * s.C / v < kFillThreads))
+    while (v > 1 &&
+           (s.C % v != 0 || taps * v > 64 || !fixedAligned(l, x, static_cast<uint64_t>(v * es)) ||
+            s.NP * s.C / v < kFillThreads))
       v /= 2;
     Tensor packed(TensorType(wt->dtype(), {taps, s.C}));
     const auto *src = static_cast<const uint8_t *>(wt->data().raw());

@@ -3,6 +3,8 @@
 
 #include "../Lowering.h"
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,5 +25,29 @@ llvm::Expected<std::string> expandExpr(const ir::Node &n, const std::vector<std:
 llvm::Error emitStridedCopy(Lowering &l, const ir::Node &n, const ir::Value *x, int64_t base,
                             BufferRef dst, uint64_t dstBytes, const ir::Shape &dims,
                             const std::vector<int64_t> &strides);
+
+/// Whether `v`'s memory sits at a multiple of `bytes` for every run: not a graph input
+/// or output (a caller may bind those at any element-aligned address) and at such an
+/// offset in its buffer (buffers are 256-byte aligned). Kernels that read or write v
+/// as it is, several elements at a time, ask this.
+bool fixedAligned(Lowering &l, const ir::Value *v, uint64_t bytes);
+
+/// Threads per block for a block-per-row kernel over `len` items: a power of two from
+/// 32 to 256.
+uint32_t blockFor(int64_t len);
+
+/// How a block-per-row kernel that reads x as it is (no fused prologue) accesses rows
+/// of `len` elements: V elements at a time (16 bytes where len, x's address and
+/// `allows(V)` permit), and whether it may write y as it is too (no fused epilogue,
+/// x's dtype, aligned to V). None where x is not F32/F16/BF16 or the group computes
+/// it.
+struct RowAccess {
+  /// Vectors per thread the row kernels keep in registers (their R).
+  static constexpr int kCached = 4;
+  int64_t vec = 1;
+  bool rawOut = false;
+};
+std::optional<RowAccess> rowAccess(Lowering &l, const ir::Value *x, const ir::Value *y, int64_t len,
+                                   const std::function<bool(int64_t)> &allows = nullptr);
 
 } // namespace dlc::codegen

@@ -40,38 +40,8 @@ llvm::Error emitRowNorm(Lowering &l, const Node &n, RowNorm &r) {
   bool isShort = r.s.len <= 64;
   double flops = 8.0 * static_cast<double>(r.s.rows * r.s.len);
   std::string statType = stat ? cudaType(stat->dtype()) : "float";
-  // Long rows of an input read as it is, with parameters along the row: row_norm_rows,
-  // V elements at a time (16 bytes where the row length and every buffer's address
-  // allow; a graph input or output may be bound at any element-aligned address).
-  const FusionGroup *fg = l.group();
-  const DType dt = r.x->dtype();
-  if (!isShort && (r.contiguousParams || r.channelSize > 0) && !(fg && fg->computes(r.x)) &&
-      (dt == DType::F32 || dt == DType::F16 || dt == DType::BF16) &&
-      (r.scale->dtype() == DType::F32 || r.scale->dtype() == DType::F16 ||
-       r.scale->dtype() == DType::BF16)) {
-    auto aligned = [&](const Value *t, int64_t bytes) {
-      return !l.isInterface(t) && l.bufferOf(t).offset % static_cast<uint64_t>(bytes) == 0;
-    };
-    const int64_t es = static_cast<int64_t>(dtypeSize(dt)),
-                  ps = static_cast<int64_t>(dtypeSize(r.scale->dtype()));
-    int64_t vec = 16 / es;
-    const bool perChannel = !r.contiguousParams;
-    while (vec > 1 &&
-           (r.s.len % vec != 0 || !aligned(r.x, vec * es) ||
-            (perChannel ? r.channelSize % vec != 0
-                        : !aligned(r.scale, vec * ps) || (r.bias && !aligned(r.bias, vec * ps)))))
-      vec /= 2;
-    const bool rawOut =
-        (!fg || fg->epilogue.empty()) && r.y->dtype() == dt && aligned(r.y, vec * es);
-    constexpr int kCached = 4; // vectors per thread kept in registers
-    Instantiation inst{"dlc::row_norm_rows",
-                       {std::to_string(vec), std::to_string(kCached), rawOut ? "true" : "false",
-                        perChannel ? "true" : "false", l.indexType(r.x->type().numElements()),
-                        cudaType(dt), cudaType(r.scale->dtype()), statType, xn, on},
-                       "dlc::NormArgs<" + xn + ", " + on + ">",
-                       {xn, on}};
-    inst.needsSync = true;
-    uint32_t k = l.instantiate(inst);
+  // The arguments both kernels take: the parameters and the statistics outputs.
+  auto args = [&]() {
     LaunchArgs a;
     a.shape(r.s);
     a.pointer(offsetof(NormShape, scale), l.bufferOf(r.scale), r.scale->type().byteSize(), false);
@@ -83,15 +53,38 @@ llvm::Error emitRowNorm(Lowering &l, const Node &n, RowNorm &r) {
     if (r.invOut)
       a.pointer(offsetof(NormShape, invStd), l.bufferOf(r.invOut), r.invOut->type().byteSize(),
                 true);
+    return a;
+  };
+  // Long rows of an input read as it is: row_norm_rows, V elements at a time, the
+  // parameters along the row (read V at a time too: aligned) or one per vector (group
+  // and instance norm: V divides the channel size).
+  const bool perChannel = !r.contiguousParams;
+  const uint64_t ps = dtypeSize(r.scale->dtype());
+  std::optional<RowAccess> ra;
+  if (!isShort && (r.contiguousParams || r.channelSize > 0) && r.scale->dtype() != DType::F64)
+    ra = rowAccess(l, r.x, r.y, r.s.len, [&](int64_t vec) {
+      return perChannel ? r.channelSize % vec == 0
+                        : fixedAligned(l, r.scale, vec * ps) &&
+                              (!r.bias || fixedAligned(l, r.bias, vec * ps));
+    });
+  if (ra) {
+    Instantiation inst{"dlc::row_norm_rows",
+                       {std::to_string(ra->vec), std::to_string(RowAccess::kCached),
+                        ra->rawOut ? "true" : "false", perChannel ? "true" : "false",
+                        l.indexType(r.x->type().numElements()), cudaType(r.x->dtype()),
+                        cudaType(r.scale->dtype()), statType, xn, on},
+                       "dlc::NormArgs<" + xn + ", " + on + ">",
+                       {xn, on}};
+    inst.needsSync = true;
+    uint32_t k = l.instantiate(inst);
+    LaunchArgs a = args();
     a.pointer(offsetof(NormShape, x), l.bufferOf(r.x), r.x->type().byteSize(), false);
-    if (rawOut)
+    if (ra->rawOut)
       a.pointer(offsetof(NormShape, y), l.bufferOf(r.y), r.y->type().byteSize(), true);
     a.functor(fx, false);
-    a.functor(fo, !rawOut);
-    uint32_t block = 32;
-    while (block < 256 && block < r.s.len / vec)
-      block *= 2;
-    l.launch(n, k, a, static_cast<uint32_t>(std::min<int64_t>(r.s.rows, 1 << 20)), block, 0, flops);
+    a.functor(fo, !ra->rawOut);
+    l.launch(n, k, a, static_cast<uint32_t>(std::min<int64_t>(r.s.rows, 1 << 20)),
+             blockFor(r.s.len / ra->vec), 0, flops);
     return llvm::Error::success();
   }
   Instantiation inst{"dlc::row_norm",
@@ -101,15 +94,7 @@ llvm::Error emitRowNorm(Lowering &l, const Node &n, RowNorm &r) {
                      {xn, on}};
   inst.needsSync = !isShort;
   uint32_t k = l.instantiate(inst);
-  LaunchArgs a;
-  a.shape(r.s);
-  a.pointer(offsetof(NormShape, scale), l.bufferOf(r.scale), r.scale->type().byteSize(), false);
-  if (r.bias)
-    a.pointer(offsetof(NormShape, bias), l.bufferOf(r.bias), r.bias->type().byteSize(), false);
-  if (r.meanOut)
-    a.pointer(offsetof(NormShape, mean), l.bufferOf(r.meanOut), r.meanOut->type().byteSize(), true);
-  if (r.invOut)
-    a.pointer(offsetof(NormShape, invStd), l.bufferOf(r.invOut), r.invOut->type().byteSize(), true);
+  LaunchArgs a = args();
   a.functor(fx);
   a.functor(fo);
   if (isShort)

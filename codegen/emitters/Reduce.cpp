@@ -19,13 +19,6 @@ namespace {
 
 constexpr int64_t kShortReduction = 64;
 
-uint32_t blockFor(int64_t len) {
-  uint32_t b = 32;
-  while (b < 256 && b < len)
-    b *= 2;
-  return b;
-}
-
 std::vector<bool> reducedAxes(const Node &n) {
   int64_t rank = n.operand(0)->rank();
   std::vector<bool> red(rank, false);
@@ -206,26 +199,17 @@ llvm::Error lowerSoftmaxLike(Lowering &l, const Node &n) {
   Functor &fx = io->in, &fo = io->out;
   std::string xn = io->inName, on = io->outName;
   double flops = 5.0 * static_cast<double>(x->type().numElements());
-  // Contiguous long rows of an input read as it is: softmax_rows, V elements at a time
-  // (16 bytes where the row length and the buffers' addresses allow; a graph input or
-  // output may be bound at any element-aligned address).
-  const FusionGroup *fg = l.group();
-  const DType dt = x->dtype();
-  if (!isShort && v.inner == 1 && (dt == DType::F32 || dt == DType::F16 || dt == DType::BF16) &&
-      !(fg && fg->computes(x))) {
-    const int64_t es = static_cast<int64_t>(dtypeSize(dt));
-    auto aligned = [&](const Value *t, int64_t vec) {
-      return !l.isInterface(t) && l.bufferOf(t).offset % static_cast<uint64_t>(vec * es) == 0;
-    };
-    int64_t vec = 16 / es;
-    while (vec > 1 && (v.len % vec != 0 || !aligned(x, vec)))
-      vec /= 2;
-    const bool rawOut = (!fg || fg->epilogue.empty()) && out->dtype() == dt && aligned(out, vec);
-    constexpr int kCached = 4; // vectors per thread kept in registers
+  // Contiguous long rows of an input read as it is: softmax_rows, V elements at a time.
+  std::optional<RowAccess> ra;
+  if (!isShort && v.inner == 1)
+    ra = rowAccess(l, x, out, v.len);
+  if (ra) {
+    const int64_t vec = ra->vec;
+    const bool rawOut = ra->rawOut;
     Instantiation inst{"dlc::softmax_rows",
-                       {kind, std::to_string(vec), std::to_string(kCached),
+                       {kind, std::to_string(vec), std::to_string(RowAccess::kCached),
                         rawOut ? "true" : "false", l.indexType(x->type().numElements()),
-                        cudaType(dt), xn, on},
+                        cudaType(x->dtype()), xn, on},
                        "dlc::AxisArgs<" + xn + ", " + on + ">",
                        {xn, on}};
     inst.needsSync = true;

@@ -48,6 +48,11 @@ def max_rel(a, b):
     return float(err), bool(ok)
 
 
+def npy_name(output):
+    """The file `dlc run --output-dir` writes an output to."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", output) + ".npy"
+
+
 def ensure_ort():
     if not os.path.isdir(os.path.join(ORT, "node_modules", "onnxruntime-node")):
         env = dict(os.environ, ONNXRUNTIME_NODE_INSTALL="skip")
@@ -98,9 +103,8 @@ def check(dlc, case, work, table):
             row["ok"] = False
             row["detail"] += f" reference output {i} is degenerate (max |x| = {np.abs(ref).max():.2g});"
     for i, n in enumerate(out_names):
-        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", n)
-        got = np.load(os.path.join(w, "dlc", safe + ".npy"))
-        ort = np.load(os.path.join(w, "ort", safe + ".npy"))
+        got = np.load(os.path.join(w, "dlc", npy_name(n)))
+        ort = np.load(os.path.join(w, "ort", npy_name(n)))
         for key, (a, b) in {"vs_torch": (got, torch_out[i]), "vs_ort": (got, ort),
                             "ort_vs_torch": (ort, torch_out[i])}.items():
             if a.shape != b.shape:
@@ -118,7 +122,7 @@ def check(dlc, case, work, table):
         sh([dlc, "run", tf32, "-q", "--device", "emu", "--output-dir", os.path.join(w, "tf32")] + specs)
         row["tf32"] = 0.0
         for i, n in enumerate(out_names):
-            got = np.load(os.path.join(w, "tf32", re.sub(r"[^A-Za-z0-9_.-]", "_", n) + ".npy"))
+            got = np.load(os.path.join(w, "tf32", npy_name(n)))
             ref = torch_out[i].astype(np.float64)
             err = float(np.abs(got - ref).max() / np.abs(ref).max()) if got.shape == ref.shape else np.inf
             row["tf32"] = max(row["tf32"], err)
