@@ -510,6 +510,7 @@ llvm::Expected<Program> lowerFor(const Graph &g, const std::vector<std::string> 
   lo.persistentRnn = opts.persistentRnn;
   lo.wideIndices = opts.wideIndices;
   lo.convTile = opts.convTile;
+  lo.attentionKernel = opts.attentionKernel;
   lo.tf32 = opts.tf32;
   lo.tf32Everywhere = opts.tf32Everywhere;
   Lowering lowering(g, lo);

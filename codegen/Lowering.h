@@ -287,6 +287,8 @@ struct LoweringOptions {
   /// --conv-tile (and tests): every implicit-GEMM convolution takes the tile of this
   /// name ("BMxBN/WMxWN") where its family has one (empty: the model's choice).
   std::string convTile;
+  /// --attention-kernel: "mma", "cuda-core", or "" (the model's choice).
+  std::string attentionKernel;
   /// FP32 GEMMs on tensor cores in TF32 (cuBLASLt's fast-TF32 compute), and FP32
   /// convolutions where the model prices TF32 faster (always with tf32Everywhere).
   bool tf32 = false, tf32Everywhere = false;

@@ -408,6 +408,7 @@ llvm::Expected<CompileResult> compile(const CompileOptions &o) {
   co.tf32 = o.useTf32(graph.get()); // (shape ranges: ONNX, whose import has no parameters)
   co.tf32Everywhere = o.tf32.value_or(false);
   co.convTile = o.convTile;
+  co.attentionKernel = o.attentionKernel;
   if (o.training && !llvm::StringRef(o.model).endswith(".ir")) { // kept for `dlc export`
     if (o.modelBytes) {
       co.sourceModel = *o.modelBytes;

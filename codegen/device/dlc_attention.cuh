@@ -11,6 +11,7 @@
 #pragma once
 
 #include "dlc_device.cuh"
+#include "dlc_mma.cuh"
 
 namespace dlc {
 
@@ -96,6 +97,280 @@ __global__ void __launch_bounds__(32 * Warps) attention(const AttentionArgs<Q, K
       if (d < hdv)
         Out::store(a.out, (bh * Sq + qi) * hdv + d, acc[r] / lsum);
     }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// attention_mma: the same attention on tensor cores (sm_80+), FlashAttention-2 style,
+// for FP16/BF16 operands with FP32 accumulation and softmax.
+//
+// A block takes BM = 16 Warps query rows of one (batch, head); each warp owns 16 of
+// them. Q's tile is copied to shared memory once; K and V tiles of BN keys stream
+// through two shared-memory stages by 16-byte cp.async, the next tile's copies issued
+// (after the one barrier per tile) before this tile's products. Per key tile a warp
+// computes S = Q K^T (ldmatrix, mma.sync m16n8k16) into FP32 accumulators, applies
+// the fused score chain (Chain) and the online softmax on them (a row's running max
+// and sum over the 4 lanes that hold it; exp2 with log2(e) folded in), rescales its O
+// accumulators, and adds P V: the S accumulators of two adjacent n-tiles, rounded to
+// MT, are exactly the A fragment of a k16 step (lane (g, t) holds columns 2t, 2t+1 of
+// rows g and g + 8 in both), and V's B fragments come from its [key][d] tile by
+// ldmatrix.trans. The score matrix never leaves registers.
+//
+// Q, K and V are read as rows of hd contiguous MT values (s.q, s.k, s.v: strided views
+// of the graph's values through the head split's slices, reshapes and transposes), or,
+// where the group computes them otherwise (a fused scale, a broadcast reshaped), as
+// attention_pack wrote them. hd and hdv are multiples of 8 (16-byte chunks), rounded
+// up to HD, HDV (multiples of 16) with zero-filled chunks. Rows of a tile are an odd
+// number of 16-byte chunks apart, so that the 8 rows an ldmatrix phase reads fall in
+// distinct banks. Keys past Sk score -inf; a row whose scores are all -inf gives NaN
+// (0 / 0), as the unfused graph and the CUDA-core kernel do.
+//===----------------------------------------------------------------------===//
+
+template <int HD_, int HDV_, int Warps_, int BN_> struct AttentionMmaTile {
+  static constexpr int HD = HD_, HDV = HDV_, Warps = Warps_, BN = BN_;
+  static constexpr int BM = 16 * Warps, Threads = 32 * Warps;
+  static constexpr int QPitch = 2 * HD + 16, VPitch = 2 * HDV + 16; // bytes
+  static constexpr int QBytes = BM * QPitch, KBytes = BN * QPitch, VBytes = BN * VPitch;
+  static constexpr int SmemBytes = QBytes + 2 * (KBytes + VBytes);
+  static_assert(HD % 16 == 0 && HDV % 16 == 0 && BN % 16 == 0, "k16 steps, n-tile pairs");
+};
+
+template <class Sc, class Out> struct AttentionMmaArgs {
+  AttentionShape s;
+  typename Sc::Params sc;
+  typename Out::Params out;
+};
+
+/// Operand o's rows of (batch, head) bh.
+template <class I, class MT>
+__device__ __forceinline__ const MT *attentionRows(const AttentionOperand &o, I bh) {
+  I bo = bh;
+  const I bi = o.dInner.split(bo);
+  return static_cast<const MT *>(o.p) +
+         (bo * static_cast<I>(o.sOuter) + bi * static_cast<I>(o.sInner));
+}
+
+/// Issues cp.async copies of rows [row0, row0 + Rows) (< rows) of len MT values, ld
+/// apart, at src into shared memory at dst (Pitch bytes per row), Chunks 16-byte chunks
+/// per row; rows past `rows` and chunks past `len` are zero-filled.
+template <int Rows, int Chunks, int Pitch, int Threads, class I, class MT>
+__device__ __forceinline__ void attentionCopy(SmemAddr dst, const MT *src, I row0, I rows, I len,
+                                              I ld, int tid) {
+#pragma unroll
+  for (int e0 = 0; e0 < Rows * Chunks; e0 += Threads) {
+    const int e = e0 + tid;
+    if ((Rows * Chunks) % Threads == 0 || e < Rows * Chunks) {
+      const int r = e / Chunks, c = e - r * Chunks;
+      const I row = row0 + static_cast<I>(r);
+      const bool full = row < rows && static_cast<I>(8 * c) < len;
+      cpAsync16(dst + r * Pitch + 16 * c, full ? src + (row * ld + static_cast<I>(8 * c)) : src,
+                full);
+    }
+  }
+}
+
+template <class Tile, class I, class MT, bool Chain, class Sc, class Out>
+__global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMmaArgs<Sc, Out> a) {
+  constexpr int BM = Tile::BM, BN = Tile::BN, HD = Tile::HD, HDV = Tile::HDV;
+  constexpr int NS = BN / 8, NO = HDV / 8; // a warp's n-tiles of S (keys) and O (values)
+  // O's n-tiles in groups of NC per P V product (B fragments of at most 8 in registers).
+  constexpr int NC = NO <= 8 ? NO : NO % 8 == 0 ? 8 : NO % 6 == 0 ? 6 : NO % 4 == 0 ? 4 : 2;
+  constexpr int QP = Tile::QPitch, VP = Tile::VPitch, T = Tile::Threads;
+  constexpr float kLog2e = 1.4426950408889634f;
+  const float kNegInf = -(1.0f / 0.0f);
+  const AttentionShape &s = a.s;
+  const I Sq = static_cast<I>(s.Sq), Sk = static_cast<I>(s.Sk), hd = static_cast<I>(s.hd),
+          hdv = static_cast<I>(s.hdv);
+  DLC_DYNAMIC_SMEM(unsigned char, smem);
+  const SmemAddr qS = smemAddr(smem), kS = qS + Tile::QBytes, vS = kS + 2 * Tile::KBytes;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const I bh = static_cast<I>(blockIdx.y), q0 = static_cast<I>(blockIdx.x) * BM;
+  const MT *qg = attentionRows<I, MT>(s.q, bh), *kg = attentionRows<I, MT>(s.k, bh),
+           *vg = attentionRows<I, MT>(s.v, bh);
+  const I qld = static_cast<I>(s.q.sRow), kld = static_cast<I>(s.k.sRow),
+          vld = static_cast<I>(s.v.sRow);
+  attentionCopy<BM, HD / 8, QP, T>(qS, qg, q0, Sq, hd, qld, tid);
+  attentionCopy<BN, HD / 8, QP, T>(kS, kg, I(0), Sk, hd, kld, tid);
+  attentionCopy<BN, HDV / 8, VP, T>(vS, vg, I(0), Sk, hdv, vld, tid);
+  cpAsyncCommit();
+  // This lane's ldmatrix rows (lane 8 i + r gives row r of matrix i): Q's A fragments
+  // (rows 8 (i % 2) + r of the warp's 16, 16-byte column i / 2 of the k step), K's B
+  // fragments ([key][d]: keys 8 (i / 2) + r, column i % 2) and V's ([key][d], read
+  // transposed: keys 8 (i % 2) + r, d column i / 2 of the n-tile pair).
+  const int r8 = lane & 7, i1 = (lane >> 3) & 1, i2 = lane >> 4;
+  const SmemAddr qLd = qS + (warp * 16 + 8 * i1 + r8) * QP + 16 * i2;
+  const int kLd = (8 * i2 + r8) * QP + 16 * i1, vLd = (8 * i1 + r8) * VP + 16 * i2;
+  float o[NO / NC][1][NC][4]; // n-tile c NC + n in o[c][0][n]
+#pragma unroll
+  for (int n = 0; n < NO; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      o[n / NC][0][n % NC][e] = 0.0f;
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f}; // rows g and g + 8
+  const I rowG = q0 + static_cast<I>(warp * 16 + g);
+  // Where the score chain reads rows g and g + 8 (clamped to the last row).
+  I rowOff[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const I row = rowG + static_cast<I>(8 * h);
+    rowOff[h] = (bh * Sq + (row < Sq ? row : Sq - 1)) * Sk;
+  }
+  const int tiles = static_cast<int>((Sk + BN - 1) / BN);
+  for (int kt = 0; kt < tiles; ++kt) {
+    cpAsyncWait<0>(); // tile kt has landed (this thread's copies)
+    __syncthreads();  // ... everyone's; and every warp is done with tile kt - 1
+    const int st = kt & 1;
+    if (kt + 1 < tiles) {
+      const I next = static_cast<I>(kt + 1) * BN;
+      attentionCopy<BN, HD / 8, QP, T>(kS + (st ^ 1) * Tile::KBytes, kg, next, Sk, hd, kld, tid);
+      attentionCopy<BN, HDV / 8, VP, T>(vS + (st ^ 1) * Tile::VBytes, vg, next, Sk, hdv, vld, tid);
+    }
+    cpAsyncCommit();
+    // S = Q K^T: HD / 16 k steps, each step's fragments loaded before the last one's
+    // products are issued.
+    float sc[1][NS][4];
+#pragma unroll
+    for (int j = 0; j < NS; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        sc[0][j][e] = 0.0f;
+    const SmemAddr kTile = kS + st * Tile::KBytes + kLd;
+    auto loadS = [&](WarpFrags<1, NS> &f, int ks) {
+      const SmemAddr aRow[1] = {qLd + 32 * ks};
+      SmemAddr bRow[NS / 2];
+#pragma unroll
+      for (int j = 0; j < NS / 2; ++j)
+        bRow[j] = kTile + j * 16 * QP + 32 * ks;
+      warpTileLoad<MT, 1, NS>(f, aRow, bRow);
+    };
+    WarpFrags<1, NS> f[2];
+    loadS(f[0], 0);
+#pragma unroll
+    for (int ks = 0; ks < HD / 16; ++ks) {
+      if (ks + 1 < HD / 16)
+        loadS(f[(ks + 1) & 1], ks + 1);
+      warpTileMma<MT, 1, NS>(sc, f[ks & 1]);
+    }
+    // The score chain and the online softmax: lane (g, t) holds keys 8 j + 2 t + (e & 1)
+    // of rows g (e < 2) and g + 8. The chain reads at clamped indices (inside the
+    // scores for every lane, so that its loads need no branch and loop-invariant ones
+    // are hoisted); keys past Sk, only in the last tile, score -inf.
+    const I key0 = static_cast<I>(kt) * BN;
+    if constexpr (Chain) {
+#pragma unroll
+      for (int j = 0; j < NS; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const I key = key0 + static_cast<I>(8 * j + 2 * t + (e & 1));
+          sc[0][j][e] = static_cast<float>(
+              Sc::apply(a.sc, rowOff[e >> 1] + (key < Sk ? key : Sk - 1), sc[0][j][e]));
+        }
+    }
+    if (key0 + BN > Sk) {
+#pragma unroll
+      for (int j = 0; j < NS; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (key0 + static_cast<I>(8 * j + 2 * t + (e & 1)) >= Sk)
+            sc[0][j][e] = kNegInf;
+    }
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int j = 0; j < NS; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        mx[e >> 1] = fmaxf(mx[e >> 1], sc[0][j][e]);
+    float base[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      base[h] = mx[h] == kNegInf ? 0.0f : mx[h] * kLog2e; // (all -inf so far: p = 0)
+      const float corr = exp2Approx(m[h] * kLog2e - base[h]);
+      m[h] = mx[h];
+      l[h] *= corr;
+#pragma unroll
+      for (int n = 0; n < NO; ++n) {
+        o[n / NC][0][n % NC][2 * h] *= corr;
+        o[n / NC][0][n % NC][2 * h + 1] *= corr;
+      }
+    }
+    unsigned p[BN / 16][4]; // P's A fragments, one per k16 step of keys
+#pragma unroll
+    for (int j = 0; j < NS; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float pe = exp2Approx(fmaf(sc[0][j][e], kLog2e, -base[e >> 1]));
+        l[e >> 1] += pe;
+        sc[0][j][e] = pe;
+      }
+      p[j / 2][2 * (j % 2)] = packPair<MT>(sc[0][j][0], sc[0][j][1]);
+      p[j / 2][2 * (j % 2) + 1] = packPair<MT>(sc[0][j][2], sc[0][j][3]);
+    }
+    // O += P V, k16 step by step.
+    const SmemAddr vTile = vS + st * Tile::VBytes + vLd;
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+      for (int c = 0; c < NO / NC; ++c) {
+        WarpFrags<1, NC> pv;
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          pv.a[0][r] = p[kk][r];
+        SmemAddr bRow[NC / 2];
+#pragma unroll
+        for (int j = 0; j < NC / 2; ++j)
+          bRow[j] = vTile + kk * 16 * VP + 16 * (c * NC + 2 * j);
+        warpLoadBTrans<NC / 2>(pv.b, bRow);
+        warpTileMma<MT, 1, NC>(o[c], pv);
+      }
+  }
+  cpAsyncWait<0>(); // (the last, empty group)
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+#pragma unroll
+  for (int n = 0; n < NO; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const I row = rowG + static_cast<I>(8 * (e >> 1)),
+              d = static_cast<I>(8 * n + 2 * t + (e & 1));
+      if (row < Sq && d < hdv)
+        Out::store(a.out, (bh * Sq + row) * hdv + d, o[n / NC][0][n % NC][e] / l[e >> 1]);
+    }
+}
+
+template <class Q, class K, class V> struct AttentionPackArgs {
+  AttentionPackShape s;
+  typename Q::Params q;
+  typename K::Params k;
+  typename V::Params v;
+};
+
+/// Writes attention_mma's operands through their fused producers: blockIdx.y picks Q,
+/// K or V (skipped when s.out is null), each [BH, S, hd] contiguous MT.
+template <class I, class MT, class Q, class K, class V>
+__global__ void __launch_bounds__(256) attention_pack(const AttentionPackArgs<Q, K, V> a) {
+  const AttentionPackShape &s = a.s;
+  const int j = static_cast<int>(blockIdx.y);
+  MT *out = static_cast<MT *>(s.out[j]);
+  if (!out)
+    return;
+  DLC_GRID_STRIDE(i, static_cast<I>(s.n[j])) {
+    float v;
+    if (j == 0) {
+      v = static_cast<float>(Q::load(a.q, i));
+    } else if (j == 2) {
+      v = static_cast<float>(V::load(a.v, i));
+    } else { // element (bh, key, d) of K is (bh, d, key) of K'
+      I r = i;
+      const I d = s.dKd.split(r), key = s.dKs.split(r);
+      v = static_cast<float>(
+          K::load(a.k, (r * static_cast<I>(s.hd) + d) * static_cast<I>(s.Sk) + key));
+    }
+    out[i] = Cvt<MT, float>::run(v);
   }
 }
 

@@ -642,6 +642,23 @@ template <int MI, int NI, int Kind> void fragLoadOp(void *const *lanes, unsigned
     }
   }
 }
+template <int NP> struct TransLane {
+  u64 bRow[NP];
+  unsigned (*b)[4]; // [NP][4]
+};
+/// dlc::warpLoadBTrans: ldmatrix.x4.trans at bRow[j] for each pair j, as one warp
+/// operation.
+template <int NP> void transLoadOp(void *const *lanes, unsigned) {
+  unsigned r[32][4];
+  u64 addr[32];
+  for (int j = 0; j < NP; ++j) {
+    for (int l = 0; l < 32; ++l)
+      addr[l] = lane<TransLane<NP>>(lanes, l).bRow[j];
+    ldmatrixWarp(addr, 4, true, r);
+    for (int l = 0; l < 32; ++l)
+      std::memcpy(lane<TransLane<NP>>(lanes, l).b[j], r[l], sizeof(r[l]));
+  }
+}
 template <int MI, int NI> struct TileLane {
   const unsigned (*a)[4], (*b)[4]; // [MI][4], [NI / 2][4]
   float *acc;                      // [MI][NI][4]

@@ -14,6 +14,10 @@
 //   warpTileMma      the tile's MI x NI m16n8 products from those fragments (on emu
 //                    one warp operation), so that a k step's loads overlap the last
 //                    one's products
+//   warpLoadBTrans   B fragments of a k step from a [k][n] tile: ldmatrix.x4.trans
+//                    each pair of n-tiles (on emu one warp operation)
+//   exp2Approx       ex2.approx.ftz.f32
+//   packPair         two FP32 values as a 16-bit pair (an A fragment register)
 //
 // Shared-memory operands are SmemAddr: a 32-bit shared-window address on the GPU (what
 // ldmatrix and cp.async take), the pointer itself on emu; both advance by byte offsets.
@@ -217,6 +221,57 @@ __device__ __forceinline__ void warpTileMma(float (&acc)[MI][NI][4], const WarpF
       else
         mma16816<MT>(acc[i][j], f.a[i], bj);
     }
+#endif
+}
+
+/// The B fragments of NP pairs of n-tiles for one k16 step, from a tile stored [k][n]
+/// (k rows of 16-bit n values: attention's V): ldmatrix.x4.trans, lane 8 i + r giving
+/// bRow[j], the address of row k = 8 (i % 2) + r at n = 16 j + 8 (i / 2). Registers 0-1
+/// of b[j] are n-tile 2 j's fragment, 2-3 n-tile 2 j + 1's, as in WarpFrags.
+template <int NP>
+__device__ __forceinline__ void warpLoadBTrans(unsigned (&b)[NP][4], const SmemAddr (&bRow)[NP]) {
+#ifdef DLC_EMU
+  dlc_emu_ptx::TransLane<NP> me;
+  for (int j = 0; j < NP; ++j)
+    me.bRow[j] = bRow[j];
+  me.b = b;
+  dlc_emu_ptx::warpOp(&me, dlc_emu_ptx::transLoadOp<NP>);
+#else
+#pragma unroll
+  for (int j = 0; j < NP; ++j)
+    ldmatrix<4, true>(b[j], bRow[j]);
+#endif
+}
+
+/// 2^x as ex2.approx.ftz (MUFU.EX2 alone: results below 2^-126 flush to 0); exp2f on
+/// emu.
+__device__ __forceinline__ float exp2Approx(float x) {
+#ifdef DLC_EMU
+  return exp2f(x);
+#else
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+#endif
+}
+
+/// (lo, hi) rounded to MT (FP16 or BF16, to nearest even) in one register, lo in the low
+/// half: the A fragment register of two adjacent columns.
+template <class MT> __device__ __forceinline__ unsigned packPair(float lo, float hi) {
+#ifdef DLC_EMU
+  const MT a = Cvt<MT, float>::run(lo), b = Cvt<MT, float>::run(hi);
+  unsigned short x, y;
+  std::memcpy(&x, &a, 2);
+  std::memcpy(&y, &b, 2);
+  return x | (static_cast<unsigned>(y) << 16);
+#else
+  if constexpr (MmaKind<MT>::value == 0) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const unsigned *>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const unsigned *>(&h);
+  }
 #endif
 }
 

@@ -211,9 +211,31 @@ struct ChannelShape {
 // Attention
 //===----------------------------------------------------------------------===//
 
+/// An operand of attention_mma: row r of (batch, head) bh = bo inner + bi (dInner
+/// splits it) at element bo sOuter + bi sInner + r sRow of p, its values contiguous.
+struct AttentionOperand {
+  const void *p;
+  i64 sOuter, sInner, sRow;
+  Divmod dInner;
+};
+
 struct AttentionShape {
   i64 BH, Sq, Sk, hd, hdv;
   Divmod dHd, dHdv;
+  // attention_mma: Q [BH, Sq, hd], K [BH, Sk, hd] and V [BH, Sk, hdv], as views of the
+  // graph's values (the head split's slices and transposes) or as attention_pack
+  // wrote them.
+  AttentionOperand q, k, v;
+};
+
+/// attention_pack: operand j (0 Q, 1 K, 2 V) as attention_mma reads it, n[j] elements
+/// to out[j] (null: not packed). K is read transposed (the graph's K' is [BH, hd, Sk]):
+/// element (bh, key, d) from (bh, d, key), dKd and dKs splitting d and key.
+struct AttentionPackShape {
+  i64 n[3];
+  void *out[3];
+  i64 Sk, hd;
+  Divmod dKd, dKs;
 };
 
 //===----------------------------------------------------------------------===//

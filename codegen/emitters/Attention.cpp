@@ -10,11 +10,220 @@
 #include "EmitterUtils.h"
 #include "dlc/codegen/GpuModel.h"
 
+#include <cstddef>
+#include <optional>
+
 namespace dlc::codegen {
 
 using namespace ir;
 
 namespace {
+
+constexpr int kCudaCoreKeys = 32; // dlc_attention.cuh: kAttentionKeys
+
+/// The attention's FLOPs: both products, and about 5 per score (chain, softmax).
+double flops(const AttentionShape &s) {
+  return 2.0 * static_cast<double>(s.BH * s.Sq * s.Sk) * static_cast<double>(s.hd + s.hdv) +
+         5.0 * static_cast<double>(s.BH * s.Sq * s.Sk);
+}
+
+/// An operand as attention_mma reads it (rows of contiguous values), and where.
+struct MmaOperand {
+  AttentionOperand o{};
+  BufferRef at;
+  bool packed = false;
+  int64_t sourceElements = 0;
+};
+
+/// Operand x ([batch..., rows, cols], or [batch..., cols, rows] when `transposed`: K')
+/// as a strided view of a value the group does not compute, whose values are
+/// contiguous, every row 16-byte aligned, its batch dims at most two strided ones
+/// after merging contiguous neighbours; or, where it is not that, packed by
+/// attention_pack into [BH, rows, cols] (`packedAt`).
+MmaOperand mmaOperand(Lowering &l, const Value *x, bool transposed, int64_t BH,
+                      std::optional<BufferRef> packedAt) {
+  const Shape &xs = x->shape();
+  const int64_t r = x->rank(), es = static_cast<int64_t>(dtypeSize(x->dtype()));
+  const int64_t rowDim = transposed ? r - 1 : r - 2, colDim = transposed ? r - 2 : r - 1;
+  MmaOperand m;
+  if (!packedAt) {
+    auto a = stridedAccess(l, x);
+    if (a && a->source->dtype() == x->dtype() && fixedAligned(l, a->source, 16) &&
+        a->strides[static_cast<size_t>(colDim)] == 1 && a->offset >= 0) {
+      std::vector<std::pair<int64_t, int64_t>> batch; // (size, stride), merged
+      bool ok = true;
+      for (int64_t d = 0; d < r - 2; ++d) {
+        const int64_t n = xs[d], st = a->strides[static_cast<size_t>(d)];
+        ok &= st >= 0;
+        if (n == 1)
+          continue;
+        if (!batch.empty() && batch.back().second == n * st) {
+          batch.back().first *= n;
+          batch.back().second = st;
+        } else {
+          batch.push_back({n, st});
+        }
+      }
+      const int64_t sRow = a->strides[static_cast<size_t>(rowDim)];
+      ok &= batch.size() <= 2 && sRow >= 0;
+      for (int64_t st : {sRow, a->offset, batch.empty() ? 0 : batch.back().second,
+                         batch.size() == 2 ? batch[0].second : 0})
+        ok &= (st * es) % 16 == 0;
+      if (ok) {
+        m.o.sRow = sRow;
+        m.o.sInner = batch.empty() ? 0 : batch.back().second;
+        m.o.sOuter = batch.size() == 2 ? batch[0].second : 0;
+        m.o.dInner = Divmod::make(batch.empty() ? 1 : batch.back().first);
+        m.at = l.bufferOf(a->source);
+        m.at.offset += static_cast<uint64_t>(a->offset * es);
+        m.sourceElements = a->source->type().numElements();
+        return m;
+      }
+    }
+    return m; // (packed: the caller gives it a buffer)
+  }
+  const int64_t rows = xs[rowDim], cols = xs[colDim];
+  m.packed = true;
+  m.o.sRow = cols;
+  m.o.sInner = rows * cols;
+  m.o.sOuter = 0;
+  m.o.dInner = Divmod::make(BH);
+  m.at = *packedAt;
+  m.sourceElements = BH * rows * cols;
+  return m;
+}
+
+/// attention_mma's configuration for one attention.
+struct MmaPlan {
+  int64_t HD, HDV;
+  int warps, keys;
+};
+
+/// attention_mma where it applies and the model prices it faster than the CUDA-core
+/// kernel on every target: FP16/BF16 operands, head sizes whole 16-byte chunks of at
+/// most 256 values. `packs`: how many operands attention_pack must write first.
+std::optional<MmaPlan> mmaPlan(Lowering &l, const FusionGroup &g, const AttentionShape &s,
+                               int64_t sms, int packs) {
+  const DType dt = g.core.front()->operand(0)->dtype();
+  if ((dt != DType::F16 && dt != DType::BF16) || s.hd % 8 != 0 || s.hdv % 8 != 0)
+    return std::nullopt;
+  MmaPlan p;
+  p.HD = (s.hd + 15) / 16 * 16;
+  p.HDV = (s.hdv + 15) / 16 * 16;
+  if (p.HD > 256 || p.HDV > 256 || l.options().attentionKernel == "cuda-core")
+    return std::nullopt;
+  // Head sizes above 128: 2 warps and 32 keys per tile, to keep the two K/V stages
+  // within the 99 KB of shared memory a block may have on sm_86/sm_89 (and the
+  // accumulators within the registers); else 4 warps and 64 keys, halved while that
+  // leaves SMs idle on the largest target.
+  const bool wide = std::max(p.HD, p.HDV) > 128;
+  p.warps = wide ? 2 : 4;
+  p.keys = wide ? 32 : 64;
+  while (p.warps > 1 && (s.Sq + 16 * p.warps - 1) / (16 * p.warps) * s.BH < sms)
+    p.warps /= 2;
+  if (l.options().attentionKernel == "mma")
+    return p;
+  // The model's comparison. The CUDA-core kernel issues about 30 + (hd + hdv) / 4 warp
+  // instructions per (query, key) pair (63 at head size 64, read from its sm_90 SASS),
+  // 4 per clock per SM at best; attention_mma runs its padded products at half the
+  // mma.sync rate (its softmax between them), over the SMs its blocks fill, after
+  // attention_pack where an operand needs it (a launch, and its operands read and
+  // written once).
+  const double pairs = static_cast<double>(s.BH * s.Sq * s.Sk);
+  const double packBytes =
+      packs ? 2.0 * 2.0 * static_cast<double>(s.BH * (s.Sq + 2 * s.Sk) * std::max(s.hd, s.hdv))
+            : 0.0;
+  const double blocks = static_cast<double>((s.Sq + 16 * p.warps - 1) / (16 * p.warps) * s.BH);
+  for (const std::string &arch :
+       l.archs().empty() ? std::vector<std::string>{"sm_90"} : l.archs()) {
+    const GpuModel &m = gpuModelFor(arch);
+    const double launch = m.launchMicros * 1e-6;
+    const double tCuda = launch + pairs * (30.0 + static_cast<double>(s.hd + s.hdv) / 4.0) /
+                                      (static_cast<double>(m.sms) * 4.0 * m.clockHz);
+    const double fill = std::min(1.0, blocks / static_cast<double>(m.sms));
+    const double tMma = (packs ? 2.0 : 1.0) * launch +
+                        packBytes / (m.dramBytesPerSecond * m.dramAchievable) +
+                        2.0 * pairs * static_cast<double>(p.HD + p.HDV) /
+                            (0.5 * m.tensorFlops * m.mmaSyncFraction * fill);
+    if (tMma >= tCuda)
+      return std::nullopt;
+  }
+  return p;
+}
+
+/// attention_pack for the operands that need it, then attention_mma.
+llvm::Error lowerAttentionMma(Lowering &l, const FusionGroup &g, AttentionShape s, const MmaPlan &p,
+                              MmaOperand ops[3], const std::vector<const Functor *> &f,
+                              int64_t maxIndex) {
+  const Node &mm2 = *g.anchor, &mm1 = *g.core.front();
+  const std::string mt = cudaType(mm1.operand(0)->dtype());
+  const size_t es = dtypeSize(mm1.operand(0)->dtype());
+  const int64_t rows[3] = {s.Sq, s.Sk, s.Sk}, cols[3] = {s.hd, s.hd, s.hdv};
+  const std::string name = mm2.result()->name();
+  const char *suffix[3] = {".q_packed", ".k_packed", ".v_packed"};
+  for (int j = 0; j < 3; ++j) {
+    maxIndex = std::max(maxIndex, ops[j].sourceElements);
+    if (ops[j].packed)
+      ops[j].at = l.temp(static_cast<uint64_t>(s.BH * rows[j] * cols[j]) * es, name + suffix[j]);
+  }
+  if (ops[0].packed || ops[1].packed || ops[2].packed) {
+    AttentionPackShape ps{};
+    for (int j = 0; j < 3; ++j)
+      ps.n[j] = ops[j].packed ? s.BH * rows[j] * cols[j] : 0;
+    ps.Sk = s.Sk;
+    ps.hd = s.hd;
+    ps.dKd = Divmod::make(s.hd);
+    ps.dKs = Divmod::make(s.Sk);
+    std::string qn = l.functorName(*f[0]), kn = l.functorName(*f[1]), vn = l.functorName(*f[2]);
+    Instantiation inst{"dlc::attention_pack",
+                       {l.indexType(maxIndex), mt, qn, kn, vn},
+                       "dlc::AttentionPackArgs<" + qn + ", " + kn + ", " + vn + ">",
+                       {qn, kn, vn}};
+    uint32_t kernel = l.instantiate(inst);
+    LaunchArgs a;
+    a.shape(ps);
+    for (int j = 0; j < 3; ++j)
+      if (ops[j].packed)
+        a.pointer(offsetof(AttentionPackShape, out) + j * sizeof(void *), ops[j].at,
+                  static_cast<uint64_t>(ps.n[j]) * es, true);
+    for (int j = 0; j < 3; ++j)
+      a.functor(*f[j], ops[j].packed);
+    const uint64_t most = static_cast<uint64_t>(std::max({ps.n[0], ps.n[1], ps.n[2]}));
+    l.launch(mm2, kernel, a, gridFor(most, 256), 256, 0, 0, 3);
+  }
+  s.q = ops[0].o;
+  s.k = ops[1].o;
+  s.v = ops[2].o;
+  s.q.p = s.k.p = s.v.p = nullptr;
+  const bool chain = g.core.size() > 2; // (MatMul, the chain, Softmax)
+  const int64_t bm = 16 * p.warps;
+  const int smem =
+      static_cast<int>(bm * (2 * p.HD + 16) + 2 * p.keys * ((2 * p.HD + 16) + (2 * p.HDV + 16)));
+  std::string sn = l.functorName(*f[3]), on = l.functorName(*f[4]);
+  const std::string tile = "dlc::AttentionMmaTile<" + std::to_string(p.HD) + ", " +
+                           std::to_string(p.HDV) + ", " + std::to_string(p.warps) + ", " +
+                           std::to_string(p.keys) + ">";
+  Instantiation inst{"dlc::attention_mma",
+                     {tile, l.indexType(maxIndex), mt, chain ? "true" : "false", sn, on},
+                     "dlc::AttentionMmaArgs<" + sn + ", " + on + ">",
+                     {sn, on}};
+  inst.needsSync = true;
+  inst.tensorCore = true;
+  uint32_t kernel = l.instantiate(inst);
+  LaunchArgs a;
+  a.shape(s);
+  const size_t field[3] = {offsetof(AttentionShape, q), offsetof(AttentionShape, k),
+                           offsetof(AttentionShape, v)};
+  for (int j = 0; j < 3; ++j)
+    a.pointer(field[j] + offsetof(AttentionOperand, p), ops[j].at,
+              static_cast<uint64_t>(s.BH * rows[j] * cols[j]) * es, false);
+  a.functor(*f[3], chain);
+  a.functor(*f[4]);
+  l.launch(mm2, kernel, a, static_cast<uint32_t>((s.Sq + bm - 1) / bm),
+           32 * static_cast<uint32_t>(p.warps), static_cast<uint32_t>(smem), flops(s),
+           static_cast<uint32_t>(s.BH));
+  return llvm::Error::success();
+}
 
 llvm::Error lowerAttention(Lowering &l, const FusionGroup &g) {
   const Node &mm2 = *g.anchor, &mm1 = *g.core.front(), &softmax = *g.core.back();
@@ -45,11 +254,26 @@ llvm::Error lowerAttention(Lowering &l, const FusionGroup &g) {
   int64_t maxIndex =
       std::max({q->type().numElements(), k->type().numElements(), v->type().numElements(),
                 out->type().numElements(), s.BH * s.Sq * s.Sk});
-  // A warp per query row; 4 rows per block share the staged K/V tiles, unless that
-  // leaves SMs idle on the largest target (then 2 or 1).
   int64_t sms = 0;
   for (const std::string &a : l.archs())
     sms = std::max<int64_t>(sms, gpuModelFor(a).sms);
+  {
+    const Value *q = mm1.operand(0), *k = mm1.operand(1), *v = mm2.operand(1);
+    MmaOperand ops[3] = {mmaOperand(l, q, false, s.BH, std::nullopt),
+                         mmaOperand(l, k, true, s.BH, std::nullopt),
+                         mmaOperand(l, v, false, s.BH, std::nullopt)};
+    const Value *vals[3] = {q, k, v};
+    int packs = 0;
+    for (int j = 0; j < 3; ++j)
+      if (!ops[j].sourceElements) { // no view: attention_pack writes it
+        ops[j] = mmaOperand(l, vals[j], j == 1, s.BH, BufferRef{});
+        ++packs;
+      }
+    if (auto plan = mmaPlan(l, g, s, sms, packs))
+      return lowerAttentionMma(l, g, s, *plan, ops, {&*fq, &*fk, &*fv, &*fs, &*fo}, maxIndex);
+  }
+  // A warp per query row; 4 rows per block share the staged K/V tiles, unless that
+  // leaves SMs idle on the largest target (then 2 or 1).
   int warps = 4;
   while (warps > 1 && ((s.Sq + warps - 1) / warps) * s.BH < sms)
     warps /= 2;
@@ -65,12 +289,9 @@ llvm::Error lowerAttention(Lowering &l, const FusionGroup &g) {
   a.shape(s);
   for (const Functor *f : {&*fq, &*fk, &*fv, &*fs, &*fo})
     a.functor(*f);
-  constexpr int kKeys = 32;
-  double flops = 2.0 * static_cast<double>(s.BH * s.Sq * s.Sk) * static_cast<double>(s.hd + s.hdv) +
-                 5.0 * static_cast<double>(s.BH * s.Sq * s.Sk);
   l.launch(mm2, kernel, a, static_cast<uint32_t>((s.Sq + warps - 1) / warps),
            32 * static_cast<uint32_t>(warps),
-           static_cast<uint32_t>(kKeys * (s.hd + s.hdv) * sizeof(float)), flops,
+           static_cast<uint32_t>(kCudaCoreKeys * (s.hd + s.hdv) * sizeof(float)), flops(s),
            static_cast<uint32_t>(s.BH));
   return llvm::Error::success();
 }

@@ -25,6 +25,96 @@ bool fixedAligned(Lowering &l, const Value *v, uint64_t bytes) {
   return !l.isInterface(v) && l.bufferOf(v).offset % bytes == 0;
 }
 
+namespace {
+/// A strided view of shape `from` reshaped to `to` (same element count), where every
+/// group of dims the reshape merges or splits is contiguous in the view (numpy's
+/// no-copy reshape); none otherwise.
+std::optional<std::vector<int64_t>>
+reshapeStrides(const Shape &from, const std::vector<int64_t> &strides, const Shape &to) {
+  std::vector<int64_t> os, ost; // `from` without its size-1 dims
+  for (size_t d = 0; d < from.size(); ++d)
+    if (from[d] != 1) {
+      os.push_back(from[d]);
+      ost.push_back(strides[d]);
+    }
+  std::vector<int64_t> out(to.size(), 0);
+  size_t oi = 0, ni = 0;
+  while (ni < to.size() && oi < os.size()) {
+    if (to[ni] == 1) {
+      ++ni;
+      continue;
+    }
+    size_t oj = oi + 1, nj = ni + 1;
+    int64_t op = os[oi], np = to[ni];
+    while (op != np) {
+      if (np < op) {
+        if (nj == to.size())
+          return std::nullopt;
+        np *= to[nj++];
+      } else {
+        if (oj == os.size())
+          return std::nullopt;
+        op *= os[oj++];
+      }
+    }
+    for (size_t k = oi; k + 1 < oj; ++k)
+      if (ost[k] != os[k + 1] * ost[k + 1])
+        return std::nullopt;
+    out[nj - 1] = ost[oj - 1];
+    for (size_t k = nj - 1; k > ni; --k)
+      out[k - 1] = out[k] * to[k];
+    ni = nj;
+    oi = oj;
+  }
+  return out;
+}
+} // namespace
+
+std::optional<StridedAccess> stridedAccess(Lowering &l, const Value *v) {
+  const FusionGroup *fg = l.group();
+  if (!fg || !fg->computes(v)) {
+    StridedAccess a;
+    a.source = v;
+    Shape st = stridesOf(v->shape());
+    a.strides.assign(st.begin(), st.end());
+    return a;
+  }
+  const Node &n = *v->definingNode();
+  const Fusibility f = fusibility(n);
+  if (f.role == Fusibility::Role::Metadata) {
+    auto a = stridedAccess(l, n.operand(0));
+    if (!a)
+      return std::nullopt;
+    auto st = reshapeStrides(n.operand(0)->shape(), a->strides, v->shape());
+    if (!st)
+      return std::nullopt;
+    a->strides = std::move(*st);
+    return a;
+  }
+  if (f.role != Fusibility::Role::Injective)
+    return std::nullopt;
+  const IndexMap m = f.indexMap(n);
+  if (m.kind != IndexMap::Kind::Affine)
+    return std::nullopt;
+  auto a = stridedAccess(l, n.operand(m.access.operand));
+  if (!a)
+    return std::nullopt;
+  StridedAccess r;
+  r.source = a->source;
+  r.offset = a->offset;
+  r.strides.assign(static_cast<size_t>(v->rank()), 0);
+  for (size_t d = 0; d < m.access.dims.size(); ++d) {
+    const DimAccess &da = m.access.dims[d];
+    if (da.dim < 0) // (a broadcast dim: stride 0)
+      continue;
+    if (da.modulus != 0)
+      return std::nullopt;
+    r.offset += da.start * a->strides[static_cast<size_t>(da.dim)];
+    r.strides[d] = da.step * a->strides[static_cast<size_t>(da.dim)];
+  }
+  return r;
+}
+
 uint32_t blockFor(int64_t len) {
   uint32_t b = 32;
   while (b < 256 && b < len)

@@ -32,6 +32,18 @@ llvm::Error emitStridedCopy(Lowering &l, const ir::Node &n, const ir::Value *x, 
 /// as it is, several elements at a time, ask this.
 bool fixedAligned(Lowering &l, const ir::Value *v, uint64_t bytes);
 
+/// A value as a strided view of one the current group does not compute (`source`):
+/// element c of the value's shape is source's element offset + sum_d c_d strides[d].
+struct StridedAccess {
+  const ir::Value *source = nullptr;
+  int64_t offset = 0;
+  std::vector<int64_t> strides;
+};
+/// `v` as such a view, through the group's metadata ops (reshapes, where the dims they
+/// merge are contiguous) and affine index maps (transposes, slices, broadcasts); none
+/// where an element-wise op or any other producer computes it.
+std::optional<StridedAccess> stridedAccess(Lowering &l, const ir::Value *v);
+
 /// Threads per block for a block-per-row kernel over `len` items: a power of two from
 /// 32 to 256.
 uint32_t blockFor(int64_t len);

@@ -170,6 +170,12 @@ llvm::Expected<driver::CompileOptions> optionsFromArgs(const Args &args) {
                            "' is no tile; the tiles: " + known);
     }
   }
+  o.attentionKernel = args.getOr("attention-kernel", "auto");
+  if (o.attentionKernel != "auto" && o.attentionKernel != "mma" && o.attentionKernel != "cuda-core")
+    return ir::makeError("compile: --attention-kernel '" + o.attentionKernel +
+                         "' is not auto, mma or cuda-core");
+  if (o.attentionKernel == "auto")
+    o.attentionKernel.clear();
   o.useCache = !args.has("no-cache");
   o.cacheDir = args.getOr("cache-dir", "");
   o.dumpDot = args.getOr("dump-dot", "");
@@ -213,6 +219,9 @@ int runCompile(const std::vector<std::string> &argv) {
        {"conv-tile", 0, true, false, "BMxBN/WMxWN",
         "Benchmarking: implicit-GEMM convolutions use this tile where their kernel family has it\n"
         "(block x warp tile, codegen/emitters/ConvTiles.h), not the cost model's choice"},
+       {"attention-kernel", 0, true, false, "auto|mma|cuda-core",
+        "Benchmarking: fused attentions on tensor cores (attention_mma, FP16/BF16 with head sizes\n"
+        "a multiple of 8) or CUDA cores, not the cost model's choice (default auto)"},
        {"cache-dir", 0, true, false, "DIR", "Compilation cache (default ~/.cache/dlc)"},
        {"print-ir-after-all", 0, false, false, "", "Print the IR after every pass"},
        {"verify-each", 0, false, false, "", "Verify the IR after every pass"},

@@ -44,6 +44,7 @@ void run(const KernelCase &c, bool wide) {
   co.persistentRnn = c.persistentRnn;
   co.tf32 = co.tf32Everywhere = c.tf32;
   co.convTile = c.convTile;
+  co.attentionKernel = c.attentionKernel;
   codegen::CompileReport rep;
   auto bytes = codegen::compileGraph(*g, co, &rep);
   ASSERT_TRUE(bool(bytes)) << llvm::toString(bytes.takeError());

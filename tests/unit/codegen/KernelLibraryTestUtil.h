@@ -30,6 +30,8 @@ struct KernelCase {
   std::set<std::string> absent = {};
   /// The convolutions' tile, "BMxBN/WMxWN" (codegen::CompileOptions::convTile).
   std::string convTile = "";
+  /// Fused attentions' kernel, "mma" or "cuda-core" (codegen::CompileOptions).
+  std::string attentionKernel = "";
   /// Text the generated CUDA source must contain (the forced tile's instantiation).
   std::string sourceHas = "";
   /// The schedule's kernel launches, where >= 0.

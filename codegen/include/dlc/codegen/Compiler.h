@@ -47,6 +47,10 @@ struct CompileOptions {
   /// named "BMxBN/WMxWN" (block, warp or thread tile; convTileNames()) where their
   /// family has it, instead of the cost model's choice.
   std::string convTile;
+  /// Tests and benchmarks (--attention-kernel): fused attentions use "mma"
+  /// (attention_mma, where it applies) or "cuda-core" (attention) instead of the cost
+  /// model's choice ("" or "auto").
+  std::string attentionKernel;
   /// FP32 GEMMs and convolutions on tensor cores in TF32: GEMMs always, convolutions
   /// where the cost model prices the TF32 kernel faster than the CUDA-core one, or
   /// always with tf32Everywhere (dlc compile --tf32 asked explicitly; tests).

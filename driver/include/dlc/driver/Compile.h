@@ -98,6 +98,9 @@ struct CompileOptions {
   /// Benchmarks: implicit-GEMM convolutions take this tile ("BMxBN/WMxWN") where their
   /// family has it (codegen::CompileOptions::convTile).
   std::string convTile;
+  /// Benchmarks: fused attentions on "mma" or "cuda-core" kernels, not the model's
+  /// choice (codegen::CompileOptions::attentionKernel).
+  std::string attentionKernel;
   bool useCache = true;
   std::string cacheDir;
   /// The optimized graph as Graphviz (empty: none).

@@ -27,7 +27,7 @@ namespace dlc::ir {
 /// Ops the code generator can fold into one kernel: at most this many nodes.
 inline constexpr size_t kMaxGroupNodes = 64;
 /// Largest head size the fused attention kernel handles.
-inline constexpr int64_t kMaxAttentionHeadSize = 128;
+inline constexpr int64_t kMaxAttentionHeadSize = 256;
 
 /// The group `nodes` (in graph order, at least two) would form, with its kind,
 /// anchor, prologue, epilogue and matched pattern filled in; or an error saying why
