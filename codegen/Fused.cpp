@@ -62,12 +62,24 @@ std::string FusedAccess::fail(const Node &n, const std::string &why) {
   return "0";
 }
 
+void FusedAccess::splitIndex(CodeStream &b, const std::string &i, const std::string &row,
+                             const std::string &col, int64_t cols) {
+  b.line("const I " + i + " = " + row + " * (I)" + num(cols) + " + " + col + ";");
+  split_ = {i, row, col, cols};
+}
+
 std::string FusedAccess::coords(CodeStream &b, const Shape &s, const std::string &idx) {
   std::string prefix = fresh("c");
   if (s.empty())
     return prefix;
-  b.line("I " + prefix + "q = " + idx + ";");
-  for (size_t d = s.size(); d-- > 1;)
+  size_t d = s.size();
+  if (idx == split_.idx && !split_.idx.empty() && s.size() > 1 && s.back() == split_.cols) {
+    b.line("I " + prefix + "q = " + split_.row + ";");
+    b.line("const I " + prefix + std::to_string(--d) + " = " + split_.col + ";");
+  } else {
+    b.line("I " + prefix + "q = " + idx + ";");
+  }
+  while (d-- > 1)
     b.line("const I " + prefix + std::to_string(d) + " = " +
            (s[d] == 1 ? std::string("0") : params_.divmod(s[d]) + ".split(" + prefix + "q)") + ";");
   b.line("const I " + prefix + "0 = " + prefix + "q;");
@@ -377,10 +389,22 @@ llvm::Expected<AnchorFunctors> anchorFunctors(Lowering &l, const Value *in, cons
 
 llvm::Expected<Functor> boundFunctor(Lowering &l, const FusionGroup *g, const Value *v,
                                      const Value *bound) {
+  // Two methods of one functor (one Params): the body written twice.
+  const int64_t cols = v->rank() ? v->shape().back() : 1;
   return functorWith(
       l, g, v, "Value apply(const Params &P, I i, Value x)", [&](CodeStream &b, FusedAccess &fa) {
         b.line("return " + (v == bound ? std::string("x") : fa.loadBound(b, v, "i", bound, "x")) +
                ";");
+        b.unindent();
+        b.line("}");
+        b.line(std::string(kMethodHead) + "Value apply2(const Params &P, I row, I col, Value x) {");
+        b.indent();
+        if (v == bound) {
+          b.line("return x;");
+          return;
+        }
+        fa.splitIndex(b, "i", "row", "col", cols);
+        b.line("return " + fa.loadBound(b, v, "i", bound, "x") + ";");
       });
 }
 

@@ -44,6 +44,11 @@ public:
   /// Several values at one index, computed together (shared subexpressions once).
   std::vector<std::string> loadAll(CodeStream &b, const std::vector<const ir::Value *> &vs,
                                    const std::string &idx);
+  /// Declares `const I i = row * cols + col;` and lets every split of i into
+  /// coordinates whose last dim is `cols` take (row, col) as they are: a kernel that
+  /// holds rows and columns (attention's score chain) spares the division.
+  void splitIndex(CodeStream &b, const std::string &i, const std::string &row,
+                  const std::string &col, int64_t cols);
   /// Per-lane override for vectorized kernels: external value -> expression.
   void setExternalOverride(std::map<const ir::Value *, std::string> o) { override_ = std::move(o); }
   /// The pointer field of an external value (added on first use).
@@ -96,6 +101,10 @@ private:
   std::map<const ir::Node *, std::string> checks_;
   const ir::Value *bound_ = nullptr;
   std::string boundIdx_, boundExpr_;
+  struct SplitHint {
+    std::string idx, row, col;
+    int64_t cols = 0;
+  } split_;
   int counter_ = 0;
 };
 
@@ -114,7 +123,8 @@ struct AnchorFunctors {
 };
 llvm::Expected<AnchorFunctors> anchorFunctors(Lowering &l, const ir::Value *in,
                                               const ir::Value *out);
-/// Sc::apply(P, i, x): `v` at index i where `bound` is x (attention's score chain).
+/// Sc::apply(P, i, x): `v` at index i where `bound` is x (attention's score chain);
+/// Sc::apply2(P, row, col, x) the same at i = row * cols + col, cols the last dim.
 llvm::Expected<Functor> boundFunctor(Lowering &l, const ir::FusionGroup *g, const ir::Value *v,
                                      const ir::Value *bound);
 

@@ -53,6 +53,8 @@ public:
       cs.line("}");
     }
   };
+  void indent() { ++indent_; }
+  void unindent() { --indent_; }
   std::string str() const { return os_.str(); }
 
 private:

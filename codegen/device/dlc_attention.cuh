@@ -123,7 +123,10 @@ __global__ void __launch_bounds__(32 * Warps) attention(const AttentionArgs<Q, K
 // up to HD, HDV (multiples of 16) with zero-filled chunks. Rows of a tile are an odd
 // number of 16-byte chunks apart, so that the 8 rows an ldmatrix phase reads fall in
 // distinct banks. Keys past Sk score -inf; a row whose scores are all -inf gives NaN
-// (0 / 0), as the unfused graph and the CUDA-core kernel do.
+// (0 / 0), as the unfused graph and the CUDA-core kernel do. Where the score chain
+// masks every key past query + s.keyReach (a causal mask, found by the emitter), key
+// tiles past the block's last row + keyReach are not visited: their scores are -inf,
+// their weights exactly 0.
 //===----------------------------------------------------------------------===//
 
 template <int HD_, int HDV_, int Warps_, int BN_> struct AttentionMmaTile {
@@ -208,14 +211,20 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
       o[n / NC][0][n % NC][e] = 0.0f;
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f}; // rows g and g + 8
   const I rowG = q0 + static_cast<I>(warp * 16 + g);
-  // Where the score chain reads rows g and g + 8 (clamped to the last row).
-  I rowOff[2];
+  // The score rows the chain reads for rows g and g + 8 (clamped to the last row).
+  I rowAt[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const I row = rowG + static_cast<I>(8 * h);
-    rowOff[h] = (bh * Sq + (row < Sq ? row : Sq - 1)) * Sk;
+    rowAt[h] = bh * Sq + (row < Sq ? row : Sq - 1);
   }
-  const int tiles = static_cast<int>((Sk + BN - 1) / BN);
+  // The keys any of the block's rows leave unmasked (a causal mask: the tiles above
+  // the diagonal are never read).
+  const I lastRow = (q0 + BM < Sq ? q0 + BM : Sq) - 1,
+          keyEnd = lastRow + static_cast<I>(s.keyReach) + 1 < Sk
+                       ? lastRow + static_cast<I>(s.keyReach) + 1
+                       : Sk;
+  const int tiles = static_cast<int>((keyEnd + BN - 1) / BN);
   for (int kt = 0; kt < tiles; ++kt) {
     cpAsyncWait<0>(); // tile kt has landed (this thread's copies)
     __syncthreads();  // ... everyone's; and every warp is done with tile kt - 1
@@ -252,9 +261,10 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
       warpTileMma<MT, 1, NS>(sc, f[ks & 1]);
     }
     // The score chain and the online softmax: lane (g, t) holds keys 8 j + 2 t + (e & 1)
-    // of rows g (e < 2) and g + 8. The chain reads at clamped indices (inside the
+    // of rows g (e < 2) and g + 8. The chain reads at clamped (row, key) (inside the
     // scores for every lane, so that its loads need no branch and loop-invariant ones
-    // are hoisted); keys past Sk, only in the last tile, score -inf.
+    // are hoisted; a row's coordinates are split once, not per key); keys past Sk,
+    // only in the last tile, score -inf.
     const I key0 = static_cast<I>(kt) * BN;
     if constexpr (Chain) {
 #pragma unroll
@@ -263,7 +273,7 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
         for (int e = 0; e < 4; ++e) {
           const I key = key0 + static_cast<I>(8 * j + 2 * t + (e & 1));
           sc[0][j][e] = static_cast<float>(
-              Sc::apply(a.sc, rowOff[e >> 1] + (key < Sk ? key : Sk - 1), sc[0][j][e]));
+              Sc::apply2(a.sc, rowAt[e >> 1], key < Sk ? key : Sk - 1, sc[0][j][e]));
         }
     }
     if (key0 + BN > Sk) {

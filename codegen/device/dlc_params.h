@@ -222,6 +222,10 @@ struct AttentionOperand {
 struct AttentionShape {
   i64 BH, Sq, Sk, hd, hdv;
   Divmod dHd, dHdv;
+  // attention_mma: keys past query row + keyReach are masked for every row (a causal
+  // mask: 0, or Sk - Sq), so the key tiles past a block's last row + keyReach are
+  // skipped (Sk: none are).
+  i64 keyReach;
   // attention_mma: Q [BH, Sq, hd], K [BH, Sk, hd] and V [BH, Sk, hdv], as views of the
   // graph's values (the head split's slices and transposes) or as attention_pack
   // wrote them.

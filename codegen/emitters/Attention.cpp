@@ -10,6 +10,7 @@
 #include "EmitterUtils.h"
 #include "dlc/codegen/GpuModel.h"
 
+#include <cmath>
 #include <cstddef>
 #include <optional>
 
@@ -25,6 +26,95 @@ constexpr int kCudaCoreKeys = 32; // dlc_attention.cuh: kAttentionKeys
 double flops(const AttentionShape &s) {
   return 2.0 * static_cast<double>(s.BH * s.Sq * s.Sk) * static_cast<double>(s.hd + s.hdv) +
          5.0 * static_cast<double>(s.BH * s.Sq * s.Sk);
+}
+
+/// The reach of a causal mask in the score chain: the largest key - query that some
+/// row leaves unmasked, where the chain only scales by positive constants, casts, and
+/// masks with constants that do not depend on the (batch, head): Add of a [Sq, Sk]
+/// (broadcast) constant holding -inf, or Where selecting a -inf scalar by a constant
+/// condition. Lowest finite values (finfo.min, as some exporters write) count as
+/// masks when every row keeps a key (their exp underflows to exactly 0 beside it).
+/// Sk where the chain is not that or masks nothing past the diagonal.
+int64_t causalReach(const FusionGroup &g, const AttentionShape &s) {
+  const int64_t Sq = s.Sq, Sk = s.Sk;
+  std::vector<uint8_t> masked(static_cast<size_t>(Sq * Sk), 0);
+  bool finiteMask = false;
+  // How a constant's element at (query i, key j) is found: broadcast from its last two
+  // dims, every other dim 1.
+  auto at = [&](const Value *c) -> std::optional<std::pair<int64_t, int64_t>> {
+    const Shape &cs = c->shape();
+    for (size_t d = 0; d + 2 < cs.size(); ++d)
+      if (cs[d] != 1)
+        return std::nullopt;
+    const int64_t r = c->rank(), rows = r >= 2 ? cs[r - 2] : 1, cols = r >= 1 ? cs[r - 1] : 1;
+    if ((rows != 1 && rows != Sq) || (cols != 1 && cols != Sk))
+      return std::nullopt;
+    return std::make_pair(rows == 1 ? 0 : cols, cols == 1 ? 0 : 1); // strides of (i, j)
+  };
+  auto isMaskValue = [&](double v) {
+    if (std::isinf(v) && v < 0)
+      return true;
+    // FP32, FP16 and BF16's lowest finite values.
+    if (v == -3.4028234663852886e38 || v == -65504.0 || v == -3.3895313892515355e38) {
+      finiteMask = true;
+      return true;
+    }
+    return false;
+  };
+  for (size_t k = 1; k + 1 < g.core.size(); ++k) {
+    const Node &n = *g.core[k];
+    const OpKind op = n.kind();
+    if (op == OpKind::Cast)
+      continue;
+    if (op == OpKind::Mul || op == OpKind::Div) {
+      bool ok = false;
+      for (const Value *v : n.operands())
+        if (v && v->isConstant() && v->type().numElements() == 1)
+          ok |= loadElement<double>(v->dtype(), v->data().raw(), 0) > 0;
+      if (!ok)
+        return Sk;
+      continue;
+    }
+    const Value *c = nullptr, *fill = nullptr;
+    bool whenTrue = true;
+    if (op == OpKind::Add) {
+      for (const Value *v : n.operands())
+        if (v && v->isConstant())
+          c = v;
+    } else if (op == OpKind::Where) {
+      c = n.operand(0);
+      for (int b = 1; b <= 2; ++b)
+        if (n.operand(b)->isConstant() && n.operand(b)->type().numElements() == 1) {
+          fill = n.operand(b);
+          whenTrue = b == 1;
+        }
+      if (!fill || !isMaskValue(loadElement<double>(fill->dtype(), fill->data().raw(), 0)))
+        return Sk;
+    }
+    if (!c || !c->isConstant())
+      return Sk;
+    auto st = at(c);
+    if (!st)
+      return Sk;
+    const void *raw = c->data().raw();
+    for (int64_t i = 0; i < Sq; ++i)
+      for (int64_t j = 0; j < Sk; ++j) {
+        const double v = loadElement<double>(c->dtype(), raw, i * st->first + j * st->second);
+        if (fill ? (v != 0) == whenTrue : isMaskValue(v))
+          masked[static_cast<size_t>(i * Sk + j)] = 1;
+      }
+  }
+  int64_t reach = -Sk;
+  for (int64_t i = 0; i < Sq; ++i) {
+    int64_t last = -1;
+    for (int64_t j = 0; j < Sk; ++j)
+      if (!masked[static_cast<size_t>(i * Sk + j)])
+        last = j;
+    if (last < 0 && finiteMask) // (a row of lowest values averages every key)
+      return Sk;
+    reach = std::max(reach, last - i);
+  }
+  return std::min(reach, Sk);
 }
 
 /// An operand as attention_mma reads it (rows of contiguous values), and where.
@@ -191,6 +281,7 @@ llvm::Error lowerAttentionMma(Lowering &l, const FusionGroup &g, AttentionShape 
     const uint64_t most = static_cast<uint64_t>(std::max({ps.n[0], ps.n[1], ps.n[2]}));
     l.launch(mm2, kernel, a, gridFor(most, 256), 256, 0, 0, 3);
   }
+  s.keyReach = causalReach(g, s);
   s.q = ops[0].o;
   s.k = ops[1].o;
   s.v = ops[2].o;
@@ -219,9 +310,17 @@ llvm::Error lowerAttentionMma(Lowering &l, const FusionGroup &g, AttentionShape 
               static_cast<uint64_t>(s.BH * rows[j] * cols[j]) * es, false);
   a.functor(*f[3], chain);
   a.functor(*f[4]);
+  // (The products of the key tiles a causal mask skips are not counted.)
+  double visited = 0;
+  for (int64_t q0 = 0; q0 < s.Sq; q0 += bm) {
+    const int64_t last = std::min(q0 + bm, s.Sq) - 1,
+                  keys = std::min(s.Sk, std::max<int64_t>(0, last + s.keyReach + 1));
+    visited += static_cast<double>((last - q0 + 1) *
+                                   std::min(s.Sk, (keys + p.keys - 1) / p.keys * p.keys));
+  }
   l.launch(mm2, kernel, a, static_cast<uint32_t>((s.Sq + bm - 1) / bm),
-           32 * static_cast<uint32_t>(p.warps), static_cast<uint32_t>(smem), flops(s),
-           static_cast<uint32_t>(s.BH));
+           32 * static_cast<uint32_t>(p.warps), static_cast<uint32_t>(smem),
+           flops(s) * visited / static_cast<double>(s.Sq * s.Sk), static_cast<uint32_t>(s.BH));
   return llvm::Error::success();
 }
 

@@ -560,6 +560,49 @@ TEST(KernelLibrary, AttentionOnTensorCores) {
   }
 }
 
+TEST(KernelLibrary, AttentionOnTensorCoresConstantCausalMask) {
+  // Causal masks as constants, as exporters write them: GPT's Where(mask, -inf, scores)
+  // and an additive [Sq, Sk] mask of -inf (the kernel then skips the key tiles above
+  // the diagonal: the results must not change), and one with lowest finite values
+  // instead (finfo.min).
+  const int64_t S = 150, H = 2, hd = 64, D = H * hd;
+  ir::Tensor cond(ir::TensorType(ir::DType::Bool, {S, S}));
+  for (int64_t i = 0; i < S; ++i)
+    for (int64_t j = 0; j < S; ++j)
+      ir::storeElement<int64_t>(ir::DType::Bool, cond.mutableRaw(), i * S + j, j > i);
+  for (const char *form : {"where", "add -inf", "add lowest"}) {
+    const std::string f = form;
+    ir::Tensor add = causalMask(ir::DType::F16, S, S), ninf(ir::TensorType(ir::DType::F16, {}));
+    ir::storeElement<double>(ir::DType::F16, ninf.mutableRaw(), 0,
+                             -std::numeric_limits<double>::infinity());
+    if (f == "add lowest")
+      for (int64_t i = 0; i < add.numElements(); ++i)
+        if (std::isinf(ir::loadElement<double>(ir::DType::F16, add.raw(), i)))
+          ir::storeElement<double>(ir::DType::F16, add.mutableRaw(), i, -65504.0);
+    std::string ir = attentionIr("f16", 1, S, S, H, hd, true, true);
+    const std::string from = ", %mask: f16[150,150]"; // (the mask is a constant)
+    ir.erase(ir.find(from), from.size());
+    std::string consts = "  %mask = " + constText(add) + "\n";
+    if (f == "where") {
+      consts = "  %cond = " + constText(cond) + "\n  %ninf = " + constText(ninf) + "\n";
+      const std::string addLine = "  %sm = Add(%ss, %mask)";
+      ir.replace(ir.find(addLine), addLine.size(), "  %sm = Where(%cond, %ninf, %ss)");
+    }
+    ir.insert(ir.find("{\n") + 2, consts);
+    KernelCase k{
+        form,
+        ir.c_str(),
+        {"dlc::attention_mma"},
+        {{"xq", ir::randomTensor(ir::TensorType(ir::DType::F16, {1, S, D}), 3, -0.2, 0.2)}},
+        2,
+        true,
+        1e-2};
+    k.absent = {"dlc::attention", "dlc::attention_pack"};
+    k.attentionKernel = "mma";
+    check(k);
+  }
+}
+
 TEST(KernelLibrary, AttentionOnTensorCoresMultiQuery) {
   // One K/V head broadcast to four query heads (Expand: a stride-0 view), the keys
   // projected; Q a graph input (packed).

@@ -107,7 +107,11 @@ std::string randomConst(ir::DType dt, const ir::Shape &shape, unsigned seed) {
   std::uniform_real_distribution<double> u(-1.0, 1.0);
   for (int64_t i = 0; i < t.numElements(); ++i)
     ir::storeElement<double>(dt, t.mutableRaw(), i, u(rng));
-  std::string s = "const " + ir::TensorType(dt, shape).str() + " dense<0x";
+  return constText(t);
+}
+
+std::string constText(const ir::Tensor &t) {
+  std::string s = "const " + t.type().str() + " dense<0x";
   const uint8_t *p = static_cast<const uint8_t *>(t.raw());
   static const char *digits = "0123456789ABCDEF";
   for (size_t i = 0; i < t.byteSize(); ++i) {

@@ -46,6 +46,8 @@ void check(const KernelCase &c);
 /// A constant of the textual IR ("const f16[2,3] dense<0x...>") with random values in
 /// [-1, 1] (fixed seed): weights that are not a graph input.
 std::string randomConst(ir::DType dt, const ir::Shape &shape, unsigned seed);
+/// A constant of the textual IR holding t.
+std::string constText(const ir::Tensor &t);
 /// A tensor of the given integer values.
 ir::Tensor ints(ir::DType dt, ir::Shape shape, std::vector<int64_t> values);
 
