@@ -123,7 +123,11 @@ __global__ void __launch_bounds__(32 * Warps) attention(const AttentionArgs<Q, K
 // up to HD, HDV (multiples of 16) with zero-filled chunks. Rows of a tile are an odd
 // number of 16-byte chunks apart, so that the 8 rows an ldmatrix phase reads fall in
 // distinct banks. Keys past Sk score -inf; a row whose scores are all -inf gives NaN
-// (0 / 0), as the unfused graph and the CUDA-core kernel do. Where the score chain
+// (0 / 0), as the unfused graph and the CUDA-core kernel do. A chain that only scales
+// by a positive constant is not a functor: s.scale multiplies log2(e) (the scores are
+// then not rounded to MT between the product and the softmax, which is closer to the
+// exact result than the unfused graph). Likewise an exact causal mask in the chain
+// (s.causal): the tiles that cross the diagonal compare key and row instead. Where the score chain
 // masks every key past query + s.keyReach (a causal mask, found by the emitter), key
 // tiles past the block's last row + keyReach are not visited: their scores are -inf,
 // their weights exactly 0.
@@ -179,11 +183,11 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
   // O's n-tiles in groups of NC per P V product (B fragments of at most 8 in registers).
   constexpr int NC = NO <= 8 ? NO : NO % 8 == 0 ? 8 : NO % 6 == 0 ? 6 : NO % 4 == 0 ? 4 : 2;
   constexpr int QP = Tile::QPitch, VP = Tile::VPitch, T = Tile::Threads;
-  constexpr float kLog2e = 1.4426950408889634f;
   const float kNegInf = -(1.0f / 0.0f);
   const AttentionShape &s = a.s;
   const I Sq = static_cast<I>(s.Sq), Sk = static_cast<I>(s.Sk), hd = static_cast<I>(s.hd),
           hdv = static_cast<I>(s.hdv);
+  const float kLog2e = 1.4426950408889634f * (Chain ? 1.0f : s.scale);
   DLC_DYNAMIC_SMEM(unsigned char, smem);
   const SmemAddr qS = smemAddr(smem), kS = qS + Tile::QBytes, vS = kS + 2 * Tile::KBytes;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -225,6 +229,7 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
                        ? lastRow + static_cast<I>(s.keyReach) + 1
                        : Sk;
   const int tiles = static_cast<int>((keyEnd + BN - 1) / BN);
+  const I reach = static_cast<I>(s.keyReach);
   for (int kt = 0; kt < tiles; ++kt) {
     cpAsyncWait<0>(); // tile kt has landed (this thread's copies)
     __syncthreads();  // ... everyone's; and every warp is done with tile kt - 1
@@ -275,6 +280,15 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
           sc[0][j][e] = static_cast<float>(
               Sc::apply2(a.sc, rowAt[e >> 1], key < Sk ? key : Sk - 1, sc[0][j][e]));
         }
+    }
+    if (!Chain && s.causal && key0 + BN - 1 > q0 + static_cast<I>(warp * 16) + reach) {
+#pragma unroll
+      for (int j = 0; j < NS; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (key0 + static_cast<I>(8 * j + 2 * t + (e & 1)) >
+              rowG + static_cast<I>(8 * (e >> 1)) + reach)
+            sc[0][j][e] = kNegInf;
     }
     if (key0 + BN > Sk) {
 #pragma unroll

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstddef>
 #include <optional>
+#include <set>
 
 namespace dlc::codegen {
 
@@ -34,9 +35,18 @@ double flops(const AttentionShape &s) {
 /// (broadcast) constant holding -inf, or Where selecting a -inf scalar by a constant
 /// condition. Lowest finite values (finfo.min, as some exporters write) count as
 /// masks when every row keeps a key (their exp underflows to exactly 0 beside it).
-/// Sk where the chain is not that or masks nothing past the diagonal.
-int64_t causalReach(const FusionGroup &g, const AttentionShape &s) {
+/// Sk where the chain is not that or masks nothing past the diagonal. `exact`: the
+/// masks are exactly "key > query + reach" (nodes: the chain's masking nodes).
+struct CausalMask {
+  int64_t reach;
+  bool exact = false;
+  std::set<const Node *> nodes;
+};
+CausalMask causalMask(const FusionGroup &g, const AttentionShape &s) {
   const int64_t Sq = s.Sq, Sk = s.Sk;
+  CausalMask none;
+  none.reach = Sk;
+  std::set<const Node *> nodes;
   std::vector<uint8_t> masked(static_cast<size_t>(Sq * Sk), 0);
   bool finiteMask = false;
   // How a constant's element at (query i, key j) is found: broadcast from its last two
@@ -72,7 +82,7 @@ int64_t causalReach(const FusionGroup &g, const AttentionShape &s) {
         if (v && v->isConstant() && v->type().numElements() == 1)
           ok |= loadElement<double>(v->dtype(), v->data().raw(), 0) > 0;
       if (!ok)
-        return Sk;
+        return none;
       continue;
     }
     const Value *c = nullptr, *fill = nullptr;
@@ -89,13 +99,14 @@ int64_t causalReach(const FusionGroup &g, const AttentionShape &s) {
           whenTrue = b == 1;
         }
       if (!fill || !isMaskValue(loadElement<double>(fill->dtype(), fill->data().raw(), 0)))
-        return Sk;
+        return none;
     }
     if (!c || !c->isConstant())
-      return Sk;
+      return none;
+    nodes.insert(&n);
     auto st = at(c);
     if (!st)
-      return Sk;
+      return none;
     const void *raw = c->data().raw();
     for (int64_t i = 0; i < Sq; ++i)
       for (int64_t j = 0; j < Sk; ++j) {
@@ -111,10 +122,47 @@ int64_t causalReach(const FusionGroup &g, const AttentionShape &s) {
       if (!masked[static_cast<size_t>(i * Sk + j)])
         last = j;
     if (last < 0 && finiteMask) // (a row of lowest values averages every key)
-      return Sk;
+      return none;
     reach = std::max(reach, last - i);
   }
-  return std::min(reach, Sk);
+  CausalMask r;
+  r.reach = std::min(reach, Sk);
+  r.exact = reach < Sk - 1 && !nodes.empty();
+  for (int64_t i = 0; i < Sq && r.exact; ++i)
+    for (int64_t j = 0; j < Sk && r.exact; ++j)
+      r.exact = (masked[static_cast<size_t>(i * Sk + j)] != 0) == (j > i + reach);
+  if (r.exact)
+    r.nodes = std::move(nodes);
+  return r;
+}
+
+/// The positive constant a score chain of only Mul or Div by a scalar constant (and
+/// Casts, and the masking nodes of an exact causal mask, which attention_mma applies
+/// itself) scales by, which attention_mma folds into its softmax; none for any other
+/// chain.
+std::optional<float> chainScale(const FusionGroup &g, const std::set<const Node *> &masks) {
+  double scale = 1;
+  bool any = false;
+  for (size_t k = 1; k + 1 < g.core.size(); ++k) {
+    const Node &n = *g.core[k];
+    any = true;
+    if (n.kind() == OpKind::Cast || masks.count(&n))
+      continue;
+    if (n.kind() != OpKind::Mul && n.kind() != OpKind::Div)
+      return std::nullopt;
+    const Value *c = n.operand(1), *x = n.operand(0);
+    if (n.kind() == OpKind::Mul && (!c->isConstant() || c->type().numElements() != 1))
+      std::swap(c, x);
+    if (!c->isConstant() || c->type().numElements() != 1 || x->isConstant())
+      return std::nullopt;
+    const double v = loadElement<double>(c->dtype(), c->data().raw(), 0);
+    if (!(v > 0) || std::isinf(v))
+      return std::nullopt;
+    scale = n.kind() == OpKind::Mul ? scale * v : scale / v;
+  }
+  if (!any)
+    return std::nullopt;
+  return static_cast<float>(scale);
 }
 
 /// An operand as attention_mma reads it (rows of contiguous values), and where.
@@ -281,12 +329,17 @@ llvm::Error lowerAttentionMma(Lowering &l, const FusionGroup &g, AttentionShape 
     const uint64_t most = static_cast<uint64_t>(std::max({ps.n[0], ps.n[1], ps.n[2]}));
     l.launch(mm2, kernel, a, gridFor(most, 256), 256, 0, 0, 3);
   }
-  s.keyReach = causalReach(g, s);
+  const CausalMask causal = causalMask(g, s);
+  s.keyReach = causal.reach;
   s.q = ops[0].o;
   s.k = ops[1].o;
   s.v = ops[2].o;
   s.q.p = s.k.p = s.v.p = nullptr;
-  const bool chain = g.core.size() > 2; // (MatMul, the chain, Softmax)
+  // (core: MatMul, the chain, Softmax)
+  const std::optional<float> scale = chainScale(g, causal.nodes);
+  const bool chain = g.core.size() > 2 && !scale;
+  s.scale = scale.value_or(1.0f);
+  s.causal = !chain && causal.exact;
   const int64_t bm = 16 * p.warps;
   const int smem =
       static_cast<int>(bm * (2 * p.HD + 16) + 2 * p.keys * ((2 * p.HD + 16) + (2 * p.HDV + 16)));

@@ -562,25 +562,40 @@ TEST(KernelLibrary, AttentionOnTensorCores) {
 
 TEST(KernelLibrary, AttentionOnTensorCoresConstantCausalMask) {
   // Causal masks as constants, as exporters write them: GPT's Where(mask, -inf, scores)
-  // and an additive [Sq, Sk] mask of -inf (the kernel then skips the key tiles above
-  // the diagonal: the results must not change), and one with lowest finite values
-  // instead (finfo.min).
-  const int64_t S = 150, H = 2, hd = 64, D = H * hd;
-  ir::Tensor cond(ir::TensorType(ir::DType::Bool, {S, S}));
-  for (int64_t i = 0; i < S; ++i)
-    for (int64_t j = 0; j < S; ++j)
-      ir::storeElement<int64_t>(ir::DType::Bool, cond.mutableRaw(), i * S + j, j > i);
-  for (const char *form : {"where", "add -inf", "add lowest"}) {
-    const std::string f = form;
-    ir::Tensor add = causalMask(ir::DType::F16, S, S), ninf(ir::TensorType(ir::DType::F16, {}));
+  // and an additive [Sq, Sk] mask of -inf (the kernel then applies the mask itself and
+  // skips the key tiles above the diagonal: the results must not change), one with
+  // lowest finite values instead (finfo.min), one with past keys (Sk > Sq: the diagonal
+  // offset by Sk - Sq), and a constant mask that is not causal (random -inf entries:
+  // applied through the chain functor, every tile visited).
+  const int64_t H = 2, hd = 64, D = H * hd;
+  struct Case {
+    const char *form;
+    int64_t sq, sk;
+  };
+  for (const Case &c :
+       {Case{"where", 150, 150}, Case{"add -inf", 150, 150}, Case{"add lowest", 150, 150},
+        Case{"add -inf, past keys", 40, 170}, Case{"add random -inf", 100, 100}}) {
+    const std::string f = c.form;
+    const int64_t sq = c.sq, sk = c.sk;
+    ir::Tensor add = causalMask(ir::DType::F16, sq, sk), ninf(ir::TensorType(ir::DType::F16, {}));
+    ir::Tensor cond(ir::TensorType(ir::DType::Bool, {sq, sk}));
+    for (int64_t i = 0; i < sq; ++i)
+      for (int64_t j = 0; j < sk; ++j)
+        ir::storeElement<int64_t>(ir::DType::Bool, cond.mutableRaw(), i * sk + j, j > i);
     ir::storeElement<double>(ir::DType::F16, ninf.mutableRaw(), 0,
                              -std::numeric_limits<double>::infinity());
-    if (f == "add lowest")
-      for (int64_t i = 0; i < add.numElements(); ++i)
-        if (std::isinf(ir::loadElement<double>(ir::DType::F16, add.raw(), i)))
-          ir::storeElement<double>(ir::DType::F16, add.mutableRaw(), i, -65504.0);
-    std::string ir = attentionIr("f16", 1, S, S, H, hd, true, true);
-    const std::string from = ", %mask: f16[150,150]"; // (the mask is a constant)
+    std::mt19937 rng(7);
+    for (int64_t i = 0; i < add.numElements(); ++i) {
+      const bool inf = std::isinf(ir::loadElement<double>(ir::DType::F16, add.raw(), i));
+      if (f == "add lowest" && inf)
+        ir::storeElement<double>(ir::DType::F16, add.mutableRaw(), i, -65504.0);
+      if (f == "add random -inf") // (the diagonal kept: no row is all -inf)
+        ir::storeElement<double>(
+            ir::DType::F16, add.mutableRaw(), i,
+            i / sk != i % sk && rng() % 3 == 0 ? -std::numeric_limits<double>::infinity() : 0.0);
+    }
+    std::string ir = attentionIr("f16", 1, sq, sk, H, hd, true, true);
+    const std::string from = ", %mask: " + add.type().str(); // (the mask is a constant)
     ir.erase(ir.find(from), from.size());
     std::string consts = "  %mask = " + constText(add) + "\n";
     if (f == "where") {
@@ -589,14 +604,11 @@ TEST(KernelLibrary, AttentionOnTensorCoresConstantCausalMask) {
       ir.replace(ir.find(addLine), addLine.size(), "  %sm = Where(%cond, %ninf, %ss)");
     }
     ir.insert(ir.find("{\n") + 2, consts);
-    KernelCase k{
-        form,
-        ir.c_str(),
-        {"dlc::attention_mma"},
-        {{"xq", ir::randomTensor(ir::TensorType(ir::DType::F16, {1, S, D}), 3, -0.2, 0.2)}},
-        2,
-        true,
-        1e-2};
+    std::map<std::string, ir::Tensor> in = {
+        {"xq", ir::randomTensor(ir::TensorType(ir::DType::F16, {1, sq, D}), 3, -0.2, 0.2)}};
+    if (sq != sk)
+      in["xm"] = ir::randomTensor(ir::TensorType(ir::DType::F16, {1, sk, D}), 4, -0.2, 0.2);
+    KernelCase k{c.form, ir.c_str(), {"dlc::attention_mma"}, in, 2, true, 1e-2};
     k.absent = {"dlc::attention", "dlc::attention_pack"};
     k.attentionKernel = "mma";
     check(k);
