@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(32 * Warps) attention(const AttentionArgs<Q, K
 // by a positive constant is not a functor: s.scale multiplies log2(e) (the scores are
 // then not rounded to MT between the product and the softmax, which is closer to the
 // exact result than the unfused graph). Likewise an exact causal mask in the chain
-// (s.causal): the tiles that cross the diagonal compare key and row instead. Where the score chain
+// (Causal): the tiles that cross the diagonal compare key and row instead. Where the score chain
 // masks every key past query + s.keyReach (a causal mask, found by the emitter), key
 // tiles past the block's last row + keyReach are not visited: their scores are -inf,
 // their weights exactly 0.
@@ -176,7 +176,7 @@ __device__ __forceinline__ void attentionCopy(SmemAddr dst, const MT *src, I row
   }
 }
 
-template <class Tile, class I, class MT, bool Chain, class Sc, class Out>
+template <class Tile, class I, class MT, bool Chain, bool Causal, class Sc, class Out>
 __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMmaArgs<Sc, Out> a) {
   constexpr int BM = Tile::BM, BN = Tile::BN, HD = Tile::HD, HDV = Tile::HDV;
   constexpr int NS = BN / 8, NO = HDV / 8; // a warp's n-tiles of S (keys) and O (values)
@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
               Sc::apply2(a.sc, rowAt[e >> 1], key < Sk ? key : Sk - 1, sc[0][j][e]));
         }
     }
-    if (!Chain && s.causal && key0 + BN - 1 > q0 + static_cast<I>(warp * 16) + reach) {
+    if (Causal && key0 + BN - 1 > q0 + static_cast<I>(warp * 16) + reach) {
 #pragma unroll
       for (int j = 0; j < NS; ++j)
 #pragma unroll

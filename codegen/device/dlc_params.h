@@ -229,9 +229,6 @@ struct AttentionShape {
   // attention_mma without a chain functor: the scores' scale (a chain that only
   // multiplies by a positive constant), folded into the softmax's exp2.
   float scale, unused;
-  // attention_mma without a chain functor: keys past query + keyReach score -inf
-  // (an exact causal mask, found in the chain and applied here instead).
-  i64 causal;
   // attention_mma: Q [BH, Sq, hd], K [BH, Sk, hd] and V [BH, Sk, hdv], as views of the
   // graph's values (the head split's slices and transposes) or as attention_pack
   // wrote them.

@@ -266,7 +266,10 @@ std::optional<MmaPlan> mmaPlan(Lowering &l, const FusionGroup &g, const Attentio
   // 4 per clock per SM at best; attention_mma runs its padded products at half the
   // mma.sync rate (its softmax between them), over the SMs its blocks fill, after
   // attention_pack where an operand needs it (a launch, and its operands read and
-  // written once).
+  // written once); its pipeline takes a DRAM round trip to fill and one per key tile
+  // (a block's first tile and its copies' wait), which decides at small shapes, where
+  // either kernel is a launch and a few loads (GPT-2 small's 16 x 16 scores: the
+  // CUDA-core kernel).
   const double pairs = static_cast<double>(s.BH * s.Sq * s.Sk);
   const double packBytes =
       packs ? 2.0 * 2.0 * static_cast<double>(s.BH * (s.Sq + 2 * s.Sk) * std::max(s.hd, s.hdv))
@@ -279,7 +282,9 @@ std::optional<MmaPlan> mmaPlan(Lowering &l, const FusionGroup &g, const Attentio
     const double tCuda = launch + pairs * (30.0 + static_cast<double>(s.hd + s.hdv) / 4.0) /
                                       (static_cast<double>(m.sms) * 4.0 * m.clockHz);
     const double fill = std::min(1.0, blocks / static_cast<double>(m.sms));
+    const double tiles = static_cast<double>((s.Sk + p.keys - 1) / p.keys);
     const double tMma = (packs ? 2.0 : 1.0) * launch +
+                        (1.0 + tiles) * m.dramLatencyCycles / m.clockHz +
                         packBytes / (m.dramBytesPerSecond * m.dramAchievable) +
                         2.0 * pairs * static_cast<double>(p.HD + p.HDV) /
                             (0.5 * m.tensorFlops * m.mmaSyncFraction * fill);
@@ -339,7 +344,8 @@ llvm::Error lowerAttentionMma(Lowering &l, const FusionGroup &g, AttentionShape 
   const std::optional<float> scale = chainScale(g, causal.nodes);
   const bool chain = g.core.size() > 2 && !scale;
   s.scale = scale.value_or(1.0f);
-  s.causal = !chain && causal.exact;
+  // (An exact causal mask the kernel applies itself: keys past query + keyReach.)
+  const bool applyCausal = !chain && causal.exact;
   const int64_t bm = 16 * p.warps;
   const int smem =
       static_cast<int>(bm * (2 * p.HD + 16) + 2 * p.keys * ((2 * p.HD + 16) + (2 * p.HDV + 16)));
@@ -348,7 +354,8 @@ llvm::Error lowerAttentionMma(Lowering &l, const FusionGroup &g, AttentionShape 
                            std::to_string(p.HDV) + ", " + std::to_string(p.warps) + ", " +
                            std::to_string(p.keys) + ">";
   Instantiation inst{"dlc::attention_mma",
-                     {tile, l.indexType(maxIndex), mt, chain ? "true" : "false", sn, on},
+                     {tile, l.indexType(maxIndex), mt, chain ? "true" : "false",
+                      applyCausal ? "true" : "false", sn, on},
                      "dlc::AttentionMmaArgs<" + sn + ", " + on + ">",
                      {sn, on}};
   inst.needsSync = true;
