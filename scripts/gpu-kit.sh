@@ -99,6 +99,7 @@ echo "gpu-kit: calibration microbenchmarks"
 cp "$build/tools/dlc-exe-stub" "$out/bin/dlc-run"
 cp "$root/tests/models/export_models.py" "$root/examples/digits/digits_model.py" "$out/torch/"
 cp "$root/scripts/gpu_kit_torch_bench.py" "$out/torch/torch_bench.py"
+cp "$root/scripts/gpu_kit_torch_kernels.py" "$out/torch/torch_kernels.py"
 cp "$root/scripts/gpu_kit_run.sh" "$out/run.sh"
 chmod +x "$out/run.sh" "$out/bin/dlc-run"
 

@@ -205,6 +205,23 @@ class AddRelu(nn.Module):
         return (torch.relu(a + b),)
 
 
+class AttentionHeads(nn.Module):
+    """softmax(q k' / sqrt(hd)) v over [B, H, S, hd] inputs, as exporters write scaled
+    dot-product attention; causal: GPT's constant mask (Where of -inf above the
+    diagonal)."""
+
+    def __init__(self, s, causal):
+        super().__init__()
+        self.causal = causal
+        self.register_buffer("mask", torch.triu(torch.ones(s, s, dtype=torch.bool), 1))
+
+    def forward(self, q, k, v):
+        scores = torch.matmul(q, k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
+        if self.causal:
+            scores = scores.masked_fill(self.mask, float("-inf"))
+        return (torch.matmul(torch.softmax(scores, dim=-1), v),)
+
+
 class GlobalPool(nn.Module):
     def forward(self, x):
         return (x.mean(dim=(2, 3)),)
@@ -236,6 +253,13 @@ TEMPLATES = {
                     for a, b in [((128, 768), (768, 768)), ((2048, 1024), (1024, 1024)),
                                  ((8, 512, 64), (8, 64, 512))]],
     "softmax": [(SoftmaxRows, [s], []) for s in [(128, 1000), (2048, 512), (64, 8192)]],
+    # (scripts/gpu_kit_torch_kernels.py times PyTorch's scaled_dot_product_attention at
+    # these shapes: keep the two lists alike.)
+    "attention_fp16": [(lambda s=s: AttentionHeads(s, False), [(b, h, s, d)] * 3, ["--fp16"])
+                       for b, h, s, d in [(1, 12, 512, 64), (8, 16, 1024, 64), (4, 8, 2048, 128),
+                                          (2, 8, 1024, 256)]],
+    "attention_causal_fp16": [(lambda s=s: AttentionHeads(s, True), [(b, h, s, d)] * 3, ["--fp16"])
+                              for b, h, s, d in [(1, 12, 512, 64), (8, 16, 1024, 64), (4, 32, 2048, 128)]],
     "layernorm": [(lambda d=s[-1]: LayerNormRows(d), [s], []) for s in [(128, 768), (2048, 1024), (64, 8192)]],
     "add_relu": [(AddRelu, [s, s], []) for s in [(1, 64, 56, 56), (8, 256, 28, 28), (16, 512, 14, 14)]],
     "global_pool": [(GlobalPool, [s], []) for s in [(1, 2048, 7, 7), (32, 2048, 7, 7), (8, 512, 28, 28)]],

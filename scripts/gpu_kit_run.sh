@@ -36,10 +36,12 @@ check=()
 [ "$device" = emu ] && check=(--check) bench=0 # (emu timings are not GPU timings)
 have_sanitizer=0
 [ "$device" != emu ] && [ "$sanitizer" = 1 ] && command -v compute-sanitizer >/dev/null 2>&1 && have_sanitizer=1
-torch_times=""
+torch_times="" torch_kernels=""
 if [ "$device" != emu ] && [ "$bench" = 1 ] && [ "$torch" = 1 ] && command -v python3 >/dev/null 2>&1 &&
   python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   torch_times="$(cd "$kit/torch" && python3 torch_bench.py $(ls "$kit/models") 2>"$work/torch.log")"
+  # PyTorch's SDPA, LayerNorm and softmax at the kernel templates' shapes.
+  torch_kernels="$(cd "$kit/torch" && python3 torch_kernels.py 2>"$work/torch_kernels.log")"
 fi
 
 rows=() failed=0 gpu_name="" modeled_rows=()
@@ -178,17 +180,22 @@ if [ "$device" != emu ] && [ "$bench" = 1 ]; then
   echo
   echo "model vs measured on $gpu_name (modeled with dlc's built-in $gpu profile; per step: host-timed"
   echo "with a synchronization after each step, so small steps measure ~10 us more than they take):"
-  echo "| case                 | modeled us | measured us (compute median) | measured / modeled | TFLOP/s measured |"
-  echo "|----------------------|------------|------------------------------|--------------------|------------------|"
+  echo "(torch: PyTorch's own kernel at the same shape where torch/torch_kernels.py has one: SDPA in FP16,"
+  echo "LayerNorm, softmax; its attention TFLOP/s count the causal half.)"
+  echo "| case                 | modeled us | measured us (compute median) | measured / modeled | TFLOP/s measured | torch us   | torch TFLOP/s |"
+  echo "|----------------------|------------|------------------------------|--------------------|------------------|------------|---------------|"
   for r in "${modeled_rows[@]}"; do
     IFS=$'\t' read -r n tsv prof ms <<<"$r"
     set -- "$n" "$tsv" "$prof" "$ms"
     modeled="$(awk -F'\t' -v g="$gpu" '$1 == g && $2 == "total" { print $4 }' "$2")"
     flops="$(awk -F'\t' -v g="$gpu" '$1 == g && $2 == "total" { print $7 }' "$2")"
-    awk -v n="$1" -v m="$modeled" -v ms="$4" -v fl="${flops:-0}" 'BEGIN {
+    tms="$(printf '%s\n' "$torch_kernels" | awk -v n="$1" '$1 == n && $2 == "torch" { print $3 }')"
+    ttf="$(printf '%s\n' "$torch_kernels" | awk -v n="$1" '$1 == n && $2 == "torch" { print $4 }')"
+    awk -v n="$1" -v m="$modeled" -v ms="$4" -v fl="${flops:-0}" -v tms="${tms:--}" -v ttf="${ttf:--}" 'BEGIN {
       if (ms == "-" || m == "" || m == 0) r = "-"; else r = sprintf("%.2f", ms * 1000 / m);
       tf = (ms == "-" || ms == 0 || fl == 0) ? "-" : sprintf("%.2f", fl / (ms * 1e-3) / 1e12);
-      printf "| %-20s | %10s | %28s | %18s | %16s |\n", n, m, (ms == "-" ? "-" : sprintf("%.1f", ms * 1000)), r, tf }'
+      tu = tms == "-" ? "-" : sprintf("%.1f", tms * 1000);
+      printf "| %-20s | %10s | %28s | %18s | %16s | %10s | %13s |\n", n, m, (ms == "-" ? "-" : sprintf("%.1f", ms * 1000)), r, tf, tu, ttf }'
   done
   echo
   echo "costliest measured steps per case (step, kind, limiting bound, modeled us, measured us):"

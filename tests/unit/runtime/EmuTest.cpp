@@ -495,6 +495,54 @@ TEST(Emu, LdmatrixFollowsThePtxFragmentLayout) {
 }
 
 namespace {
+// attention_mma's B fragments of V (warpLoadBTrans: ldmatrix.x4.trans per pair of
+// n-tiles, one warp operation for all pairs) and its P fragments (packPair).
+const char *kTransPairs = R"(
+#include "dlc_mma.cuh"
+extern "C" __global__ void trans(float *out) {
+  DLC_SHARED_ALIGNED(16, unsigned short, tile, [16 * 32]); // [k 16][n 32]: k * 32 + n
+  for (int i = threadIdx.x; i < 512; i += 32) tile[i] = (unsigned short)i;
+  __syncthreads();
+  const int l = threadIdx.x;
+  // Pair j: lane 8 i + r gives row k = 8 (i % 2) + r at n = 16 j + 8 (i / 2).
+  dlc::SmemAddr rows[2];
+  for (int j = 0; j < 2; ++j)
+    rows[j] = dlc::smemAddr(&tile[(8 * ((l / 8) % 2) + l % 8) * 32 + 16 * j + 8 * (l / 16)]);
+  unsigned b[2][4];
+  dlc::warpLoadBTrans<2>(b, rows);
+  for (int j = 0; j < 2; ++j)
+    for (int i = 0; i < 4; ++i) out[l * 9 + 4 * j + i] = (float)b[j][i];
+  out[l * 9 + 8] = (float)dlc::packPair<__half>(1.0f, -2.0f + l / 4096.0f);
+}
+)";
+} // namespace
+
+TEST(Emu, BatchedTransposedLdmatrixGivesMmaBFragments) {
+  auto pkg = buildTestPackage(kTransPairs, {{"out", 32 * 9}},
+                              {TestLaunch{"trans", {1, 1, 1}, {32, 1, 1}, 0, {0}}});
+  auto r = runOnEmu(pkg, {}, {"out"});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const std::vector<float> &o = (*r)[0];
+  // mma.m16n8k16's B fragment (the PTX ISA's table): lane (g, t) holds B(2t, g),
+  // B(2t + 1, g) in register 0 and B(2t + 8, g), B(2t + 9, g) in register 1; n-tile
+  // 2 j + h of pair j is n = 16 j + 8 h + g. B(k, n) is stored at k * 32 + n.
+  for (int l = 0; l < 32; ++l) {
+    const unsigned g = l / 4, t = l % 4;
+    for (int j = 0; j < 2; ++j)
+      for (int h = 0; h < 2; ++h) {
+        const unsigned n = 16 * j + 8 * h + g;
+        EXPECT_EQ(o[l * 9 + 4 * j + 2 * h], pair(2 * t * 32 + n, (2 * t + 1) * 32 + n)) << l;
+        EXPECT_EQ(o[l * 9 + 4 * j + 2 * h + 1], pair((2 * t + 8) * 32 + n, (2 * t + 9) * 32 + n))
+            << l;
+      }
+  }
+  // packPair<__half>(1, -2): 0x3C00 in the low half, 0xC000 in the high one (lane 0;
+  // -2 + 1/4096 rounds to -2 in FP16 too: lane 1).
+  EXPECT_EQ(o[8], static_cast<float>(0x3C00u | (0xC000u << 16)));
+  EXPECT_EQ(o[9 + 8], static_cast<float>(0x3C00u | (0xC000u << 16)));
+}
+
+namespace {
 // mma.sync with fragments built from the PTX ISA's tables in the kernel: A (16 x K)
 // and B (K x 8) are functions of (row, col), packed per lane as the tables place them.
 const char *kMma = R"(

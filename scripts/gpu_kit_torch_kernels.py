@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Times PyTorch's own kernels at the GPU kit's template shapes (copied into the kit as
+torch/torch_kernels.py): scaled_dot_product_attention in FP16 (FlashAttention-2 or
+memory-efficient, as PyTorch picks; causal where the template is), LayerNorm and
+softmax in FP32. Prints `TEMPLATE_I torch MS TFLOPS` per shape (TFLOP/s of the
+attention's two products; `-` for the norms): the median of 100 iterations after 20
+warm-up ones, the inputs random on the GPU. Keep the shapes as gpu_kit_cases.py's
+TEMPLATES.
+
+usage: python3 torch_kernels.py   (needs torch >= 2.0 with CUDA for the attention rows)
+"""
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+ATTENTION = {
+    "attention_fp16": ([(1, 12, 512, 64), (8, 16, 1024, 64), (4, 8, 2048, 128), (2, 8, 1024, 256)], False),
+    "attention_causal_fp16": ([(1, 12, 512, 64), (8, 16, 1024, 64), (4, 32, 2048, 128)], True),
+}
+ROWS = {
+    "softmax": ([(128, 1000), (2048, 512), (64, 8192)], lambda x: torch.softmax(x, dim=-1)),
+    "layernorm": ([(128, 768), (2048, 1024), (64, 8192)], lambda x: F.layer_norm(x, x.shape[-1:])),
+}
+
+
+def median_ms(f, warmup=20, iters=100):
+    for _ in range(warmup):
+        f()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        f()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def main():
+    with torch.no_grad():
+        for name, (shapes, causal) in ATTENTION.items():
+            if not hasattr(F, "scaled_dot_product_attention"):
+                break
+            for i, (b, h, s, d) in enumerate(shapes):
+                q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.float16) for _ in range(3))
+                ms = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+                print(f"{name}_{i} torch {ms:.4f} {flops / (ms * 1e-3) / 1e12:.2f}", flush=True)
+        for name, (shapes, f) in ROWS.items():
+            for i, shape in enumerate(shapes):
+                x = torch.randn(*shape, device="cuda")
+                print(f"{name}_{i} torch {median_ms(lambda: f(x)):.4f} -", flush=True)
+
+
+if __name__ == "__main__":
+    main()
