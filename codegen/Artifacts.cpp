@@ -249,6 +249,9 @@ std::string formatSchedule(const pkg::PackageFile &pf) {
       os << llvm::formatv("  {0,4}  ", i++);
       if (evaluation && s->schedules() != 1)
         os << (s->schedules() == 2 ? "[eval] " : "[both] ");
+      // Alternatives: 1 where the device holds the persistent kernel's grid, else 2.
+      if (s->alt_group())
+        os << "[alt " << s->alt_group() << (s->alt() == 1 ? ": persistent] " : ": per-step] ");
       if (const pkg::Launch *l = s->op_as_Launch()) {
         const pkg::Kernel *k = m.kernels() && l->kernel() < m.kernels()->size()
                                    ? m.kernels()->Get(l->kernel())

@@ -152,7 +152,8 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
         cond = ref(s.predicate->cond);
       auto step = [&](pkg::StepKind kind, flatbuffers::Offset<void> op) {
         steps.push_back(pkg::CreateStep(fb, kind, op, node, archs, s.schedules,
-                                        cond ? &*cond : nullptr, s.predicate && s.predicate->when));
+                                        cond ? &*cond : nullptr, s.predicate && s.predicate->when,
+                                        s.altGroup, s.alt));
       };
       if (const auto *l = std::get_if<LaunchStep>(&s.op)) {
         step(pkg::StepKind::Launch, launchOf(*l).Union());
@@ -511,6 +512,7 @@ llvm::Expected<Program> lowerFor(const Graph &g, const std::vector<std::string> 
   lo.wideIndices = opts.wideIndices;
   lo.convTile = opts.convTile;
   lo.attentionKernel = opts.attentionKernel;
+  lo.deterministic = opts.deterministic;
   lo.tf32 = opts.tf32;
   lo.tf32Everywhere = opts.tf32Everywhere;
   Lowering lowering(g, lo);

@@ -196,6 +196,10 @@ struct StepDesc {
   std::vector<std::string> archs; // empty: every architecture
   uint8_t schedules = kMainSchedule;
   std::optional<StepPredicate> predicate = std::nullopt;
+  /// pkg::Step::alt_group and alt: 1 runs where the group's cooperative launch fits
+  /// the device at once, 2 where it does not.
+  uint32_t altGroup = 0;
+  uint8_t alt = 0;
 };
 
 struct TensorDesc {
@@ -291,6 +295,9 @@ struct LoweringOptions {
   std::string convTile;
   /// --attention-kernel: "mma", "cuda-core", or "" (the model's choice).
   std::string attentionKernel;
+  /// --deterministic: floating-point scatter-adds (MaxPool's and Gather's gradients)
+  /// give the same bits on every run (fixed-point sums), not atomic float adds.
+  bool deterministic = false;
   /// FP32 GEMMs on tensor cores in TF32 (cuBLASLt's fast-TF32 compute), and FP32
   /// convolutions where the model prices TF32 faster (always with tf32Everywhere).
   bool tf32 = false, tf32Everywhere = false;
@@ -370,6 +377,17 @@ public:
   /// when they fit in 32 bits (with room for a grid-stride step), else "dlc::idx64".
   const char *indexType(int64_t maxIndex) const;
 
+  /// Alternative schedules of one node (StepDesc::altGroup): a new group, the steps
+  /// appended so far, and marking steps [from, now) as alternative `alt` of `group`.
+  uint32_t newAltGroup() { return ++altGroups_; }
+  size_t stepCount() const { return p_.steps.size(); }
+  void markAlt(size_t from, uint32_t group, uint8_t alt) {
+    for (size_t s = from; s < p_.steps.size(); ++s) {
+      p_.steps[s].altGroup = group;
+      p_.steps[s].alt = alt;
+    }
+  }
+
   /// Plans something per target architecture (`plan(arch)`, a comparable value) and
   /// groups the architectures that get the same plan. With one group, its
   /// architecture list is empty: its steps run everywhere.
@@ -407,6 +425,7 @@ private:
   const ir::Graph &g_;
   LoweringOptions opts_;
   Program p_;
+  uint32_t altGroups_ = 0;
   std::map<const ir::Value *, BufferRef> valueBuffers_;
   std::set<const ir::Value *> interface_;
   std::map<std::string, uint32_t> instances_;  // instantiation key -> kernel

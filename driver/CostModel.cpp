@@ -108,6 +108,39 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
   std::vector<int> arch(ng), planned = pkg::stepArchs(m);
   for (size_t i = 0; i < ng; ++i)
     arch[i] = pkg::chooseStepArch(planned, pkg::archNumber(c.gpus[i].arch));
+  // Alternatives (pkg::Step::alt_group), as the session chooses them: a persistent
+  // kernel's steps where the GPU holds its cooperative grid at once (the model's
+  // resident blocks per SM from ptxas's registers and the shared memory), else the
+  // per-step schedule.
+  std::vector<std::map<uint32_t, uint8_t>> alt(ng);
+  if (schedule)
+    for (const pkg::Step *s : *schedule) {
+      const pkg::Launch *l = s->op_as_Launch();
+      if (!s->alt_group() || s->alt() != 1 || !l || !m.kernels() ||
+          l->kernel() >= m.kernels()->size() || !m.kernels()->Get(l->kernel())->cooperative())
+        continue;
+      const pkg::Kernel *k = m.kernels()->Get(l->kernel());
+      for (size_t i = 0; i < ng; ++i) {
+        const GpuModel &g = c.gpus[i];
+        const pkg::Module *mod = pkg::pickModule(m, k->chunk(), pkg::archNumber(g.arch));
+        const std::string resArch =
+            mod && mod->kind() == pkg::ModuleKind::Cubin ? mod->target()->str() : g.arch;
+        const uint64_t threads = uint64_t(l->block()->x()) * l->block()->y() * l->block()->z(),
+                       blocks = uint64_t(l->grid()->x()) * l->grid()->y() * l->grid()->z();
+        const int64_t smem = std::min<int64_t>(
+            int64_t(staticSmemOf(*k, resArch)) + int64_t(l->dynamic_smem()), int64_t(1) << 30);
+        const int perSm =
+            codegen::blocksPerSm(g, static_cast<int>(std::min<uint64_t>(threads, 1 << 20)),
+                                 registersOf(*k, resArch), static_cast<int>(smem));
+        alt[i][s->alt_group()] = blocks <= uint64_t(std::max(perSm, 0)) * uint64_t(g.sms) ? 1 : 2;
+      }
+    }
+  auto altRuns = [&](const pkg::Step &s, size_t i) {
+    if (!s.alt_group())
+      return true;
+    auto it = alt[i].find(s.alt_group());
+    return s.alt() == (it == alt[i].end() ? 2 : it->second);
+  };
   if (schedule)
     for (const pkg::Step *s : *schedule) {
       if (!(s->schedules() & 1)) // a training package's evaluation: not part of a step
@@ -164,7 +197,7 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
       }
       for (size_t i = 0; i < ng; ++i) {
         const GpuModel &g = c.gpus[i];
-        bool runs = pkg::stepRunsOn(*s, arch[i]);
+        bool runs = pkg::stepRunsOn(*s, arch[i]) && altRuns(*s, i);
         double peak = sc.tf32 ? g.tf32Flops : sc.tensor ? g.tensorFlops : g.fp32Flops;
         double achievable = g.dramBytesPerSecond * g.dramAchievable;
         Bounds b;

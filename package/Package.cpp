@@ -623,6 +623,9 @@ Status PackageFile::verify() {
       for (size_t i = 0; i < steps->size(); ++i) {
         const Step *s = steps->Get(i);
         std::string label = where + "step " + std::to_string(i);
+        if ((s->alt_group() == 0) != (s->alt() == 0) || s->alt() > 2)
+          return bad(label + " has an invalid alternative (" + std::to_string(s->alt_group()) +
+                     ", " + std::to_string(s->alt()) + ")");
         switch (s->op_type()) {
         case StepKind::Launch:
           DLC_RETURN_IF_ERROR(checkLaunch(*s->op_as_Launch(), label));

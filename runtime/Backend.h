@@ -54,6 +54,15 @@ public:
   virtual Status upload(const pkg::BufRef &dst, const void *src, size_t n) = 0;
   virtual Status download(void *dst, const pkg::BufRef &src, size_t n) = 0;
   virtual Status launch(const pkg::Launch &l, const std::string &node) = 0;
+  /// Whether this device holds the whole grid of cooperative launch `l` at once (a
+  /// grid barrier needs it); `why` says how many blocks fit. Emu runs a cooperative
+  /// grid on one thread: always.
+  virtual Status fitsResident(const pkg::Launch &l, bool &fits, std::string &why) {
+    (void)l;
+    fits = true;
+    why.clear();
+    return Status();
+  }
   /// Runs a GEMM step. `epilogueApplied` comes back false when the backend ran it
   /// without its bias/activation (no algorithm applies them); the session then runs
   /// the step's fallback launch.

@@ -176,8 +176,39 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> mo
   s->inputSet_.assign(m.inputs() ? m.inputs()->size() : 0, false);
   // Steps planned for another architecture (tile choices) do not run here.
   int arch = chooseStepArch(stepArchs(m), s->backend_->computeCapability());
+  // Alternatives (pkg::Step::alt_group): a persistent kernel's steps where this device
+  // holds its cooperative grid at once, else the per-step schedule.
+  auto chooseAlternatives = [&](const auto *steps, std::map<uint32_t, uint8_t> &chosen) {
+    if (!steps)
+      return;
+    for (const pkg::Step *st : *steps) {
+      if (!st->alt_group() || chosen.count(st->alt_group()) || st->alt() != 1 ||
+          !stepRunsOn(*st, arch) || st->op_type() != pkg::StepKind::Launch)
+        continue;
+      const pkg::Launch *l = st->op_as_Launch();
+      if (!m.kernels() || l->kernel() >= m.kernels()->size() ||
+          !m.kernels()->Get(l->kernel())->cooperative())
+        continue;
+      bool fits = false;
+      std::string why;
+      Status f = s->backend_->fitsResident(*l, fits, why);
+      if (f)
+        why = f.message();
+      const std::string node = st->node() ? st->node()->str() : "?";
+      chosen[st->alt_group()] = fits ? 1 : 2;
+      std::string note =
+          fits ? "'" + node + "' runs its persistent kernel (" + why + ")"
+               : "'" + node + "' runs step by step: its persistent kernel's grid does not fit " +
+                     "this device at once (" + why + ")";
+      if (std::find(s->scheduleNotes_.begin(), s->scheduleNotes_.end(), note) ==
+          s->scheduleNotes_.end())
+        s->scheduleNotes_.push_back(note);
+    }
+  };
   auto add = [&](const Tensors *inputs, const Tensors *outputs, const auto *buffers,
                  const auto *steps, const auto *checks, uint32_t checkBuffer) {
+    std::map<uint32_t, uint8_t> chosen;
+    chooseAlternatives(steps, chosen);
     Schedule sc;
     sc.inputs = inputs;
     sc.outputs = outputs;
@@ -186,7 +217,10 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> mo
     sc.checkBuffer = checkBuffer;
     if (steps)
       for (const pkg::Step *st : *steps)
-        if (stepRunsOn(*st, arch)) {
+        if (stepRunsOn(*st, arch) &&
+            (!st->alt_group() ||
+             st->alt() ==
+                 (chosen.count(st->alt_group()) ? chosen.at(st->alt_group()) : uint8_t{2}))) {
           if (st->schedules() & 1)
             sc.steps.push_back(st);
           if (st->schedules() & 2)

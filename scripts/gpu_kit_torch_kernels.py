@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 
 ATTENTION = {
-    "attention_fp16": ([(1, 12, 512, 64), (8, 16, 1024, 64), (4, 8, 2048, 128), (2, 8, 1024, 256)], False),
-    "attention_causal_fp16": ([(1, 12, 512, 64), (8, 16, 1024, 64), (4, 32, 2048, 128)], True),
+    "attention_fp16": ([(1, 12, 512, 64), (8, 16, 1024, 64), (4, 8, 2048, 128)], False),
+    "attention_causal_fp16": ([(1, 12, 512, 64), (16, 16, 512, 128)], True),
 }
 ROWS = {
     "softmax": ([(128, 1000), (2048, 512), (64, 8192)], lambda x: torch.softmax(x, dim=-1)),

@@ -245,6 +245,10 @@ inline __nv_bfloat16 atomicAdd(__nv_bfloat16 *a, __nv_bfloat16 v) {
 inline int atomicMax(int *a, int v) {
   return dlc_emu_atomic_cas_loop<int>(a, v, [](int x, int y) { return x > y ? x : y; });
 }
+inline unsigned atomicMax(unsigned *a, unsigned v) {
+  return dlc_emu_atomic_cas_loop<unsigned>(a, v,
+                                           [](unsigned x, unsigned y) { return x > y ? x : y; });
+}
 inline int atomicMin(int *a, int v) {
   return dlc_emu_atomic_cas_loop<int>(a, v, [](int x, int y) { return x < y ? x : y; });
 }

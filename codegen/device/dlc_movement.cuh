@@ -113,15 +113,42 @@ template <int Red, class T> DLC_HD T scatterCombine(T cur, T u) {
   return u;
 }
 
-/// Applies update u to y[at]: an atomic add with Atomic (scatter-add in parallel; FP32
-/// and FP64 add in their own type, FP16 and BF16 round each sum to theirs, as the
-/// one-thread loop's stores do), else the reduction Red on a read and a store.
-template <int Red, bool Atomic, class DT, class I, class T>
-__device__ __forceinline__ void scatterUpdate(DT *y, I at, T u) {
-  if constexpr (Atomic)
+/// How a scatter applies its updates: a store or the reduction on one thread in index
+/// order (Plain), atomic adds in parallel (Atomic: in no fixed order), or the
+/// deterministic add (Fixed: --deterministic).
+enum ScatterMode { kScatterPlain, kScatterAtomic, kScatterFixed };
+
+/// The deterministic scatter-add's scale: 2^e with the largest finite |update| times
+/// the update count below 2^62, so that every sum of scaled updates fits a 64-bit
+/// integer (integer adds give the same bits in any order).
+template <class I> __device__ __forceinline__ int scatterFixedExponent(const IndexShape &s) {
+  const float m = __uint_as_float(*s.amax);
+  if (!(m > 0.0f))
+    return 0;
+  int e = 0;
+  frexp(static_cast<double>(m) * static_cast<double>(s.total), &e); // m total < 2^e
+  return 62 - e;
+}
+
+/// Applies update u to y[at]: an atomic add (Atomic: scatter-add in parallel; FP32 and
+/// FP64 add in their own type, FP16 and BF16 round each sum to theirs, as the one-thread
+/// loop's stores do), the fixed-point add of u 2^e (Fixed; non-finite updates add into
+/// s.special, where only infinities and NaN meet, in any order alike), else the
+/// reduction Red on a read and a store.
+template <int Red, int Mode, class DT, class I, class T>
+__device__ __forceinline__ void scatterUpdate(const IndexShape &s, DT *y, I at, T u, int e) {
+  if constexpr (Mode == kScatterAtomic) {
     atomicAdd(y + at, cvt<DT>(u));
-  else
+  } else if constexpr (Mode == kScatterFixed) {
+    const double v = static_cast<double>(u);
+    if (!isnan_(v) && !isinf_(v))
+      atomicAdd(reinterpret_cast<unsigned long long *>(s.fixedSum + at),
+                static_cast<unsigned long long>(llrint(ldexp(v, e))));
+    else
+      atomicAdd(s.special + at, static_cast<float>(v));
+  } else {
     st(y, at, scatterCombine<Red>(ld<T>(y, at), u));
+  }
 }
 
 /// The element loop of a scatter: grid-stride in parallel, or (with a reduction that
@@ -153,15 +180,16 @@ __global__ void __launch_bounds__(256) gather_elements(const IndexShape s) {
 /// types: MaxPool's and Gather's gradients) runs in parallel with atomic adds, whose
 /// order is not fixed; any other reduction runs on a single thread in index order, as
 /// the reference does.
-template <int Red, bool Atomic, class I, class DT, class IT>
+template <int Red, int Mode, class I, class DT, class IT>
 __global__ void __launch_bounds__(256) scatter_elements(const IndexShape s) {
   typedef typename Compute<DT>::type T;
   const IT *idx = static_cast<const IT *>(s.idx);
   const DT *upd = static_cast<const DT *>(s.upd);
   DT *y = static_cast<DT *>(s.y);
-  ScatterLoop<Red != kScatterNone && !Atomic, I> loop(static_cast<I>(s.total));
+  const int e = Mode == kScatterFixed ? scatterFixedExponent<I>(s) : 0;
+  ScatterLoop<Red != kScatterNone && Mode == kScatterPlain, I> loop(static_cast<I>(s.total));
   for (I i = loop.first; i < loop.end; i += loop.step) {
-    scatterUpdate<Red, Atomic>(y, elementsOffset(s, idx, i), ld<T>(upd, i));
+    scatterUpdate<Red, Mode>(s, y, elementsOffset(s, idx, i), ld<T>(upd, i), e);
   }
 }
 
@@ -178,18 +206,55 @@ __global__ void __launch_bounds__(256) gather_nd(const IndexShape s) {
   }
 }
 
-/// ScatterND, as scatter_elements (Atomic: an add in parallel).
-template <int Red, bool Atomic, class I, class DT, class IT>
+/// ScatterND, as scatter_elements (Mode: how an add runs in parallel).
+template <int Red, int Mode, class I, class DT, class IT>
 __global__ void __launch_bounds__(256) scatter_nd(const IndexShape s) {
   typedef typename Compute<DT>::type T;
   const IT *idx = static_cast<const IT *>(s.idx);
   const DT *upd = static_cast<const DT *>(s.upd);
   DT *y = static_cast<DT *>(s.y);
-  ScatterLoop<Red != kScatterNone && !Atomic, I> loop(static_cast<I>(s.total));
+  const int e = Mode == kScatterFixed ? scatterFixedExponent<I>(s) : 0;
+  ScatterLoop<Red != kScatterNone && Mode == kScatterPlain, I> loop(static_cast<I>(s.total));
   for (I i = loop.first; i < loop.end; i += loop.step) {
     I t = i;
     const I j = s.dSlice.split(t);
-    scatterUpdate<Red, Atomic>(y, j + tupleOffset(s, idx, t), ld<T>(upd, i));
+    scatterUpdate<Red, Mode>(s, y, j + tupleOffset(s, idx, t), ld<T>(upd, i), e);
+  }
+}
+
+/// The deterministic scatter-add's first pass: the largest finite |update| (an atomic
+/// max of non-negative FP32 bits, which order as the values do).
+template <class I, class DT>
+__global__ void __launch_bounds__(256) scatter_fixed_max(const IndexShape s) {
+  typedef typename Compute<DT>::type T;
+  const DT *upd = static_cast<const DT *>(s.upd);
+  float m = 0.0f;
+  DLC_GRID_STRIDE(i, static_cast<I>(s.total)) {
+    const double v = fabs(static_cast<double>(ld<T>(upd, i)));
+    if (!isnan_(v) && !isinf_(v))
+      m = fmaxf(m, static_cast<float>(v) * 1.0000001f); // (rounded up: m bounds |v|)
+  }
+  if (m > 0.0f)
+    atomicMax(s.amax, __float_as_uint(m));
+}
+
+/// Its last pass, over the output's s.depth elements: y += the fixed-point sum 2^-e
+/// (rounded once) and the non-finite sum (any NaN as the canonical one).
+template <class I, class DT>
+__global__ void __launch_bounds__(256) scatter_fixed_finish(const IndexShape s) {
+  typedef typename Compute<DT>::type T;
+  DT *y = static_cast<DT *>(s.y);
+  const int e = scatterFixedExponent<I>(s);
+  DLC_GRID_STRIDE(i, static_cast<I>(s.depth)) {
+    const long long q = s.fixedSum[i];
+    const float sp = s.special[i];
+    if (q == 0 && sp == 0.0f)
+      continue;
+    double v = static_cast<double>(ld<T>(y, i)) + ldexp(static_cast<double>(q), -e) +
+               static_cast<double>(sp);
+    if (isnan_(v))
+      v = __longlong_as_double(0x7ff8000000000000ll);
+    st(y, i, static_cast<T>(v));
   }
 }
 

@@ -3,7 +3,8 @@
 // The index templates of dlc_movement.cuh, one thread per output element. Scatters
 // copy the data first; a scatter without reduction writes in parallel (duplicates
 // are undefined in ONNX), an add of floating-point updates in parallel with atomic
-// adds (in no fixed order), any other reduction in a single thread in index order,
+// adds (in no fixed order; with --deterministic as 64-bit fixed-point integer sums,
+// the same bits in any order), any other reduction in a single thread in index order,
 // which matches the reference exactly. An out-of-range index is reported through
 // the launch's check word (the run fails, naming the node); the kernel reads or writes
 // index 0 instead, never outside a buffer.
@@ -61,9 +62,12 @@ struct IndexLaunch {
 /// `data` (x), `idx`, `upd` (if any) and the output.
 void launchIndex(Lowering &l, const Node &n, const char *tmpl, std::vector<std::string> targs,
                  const IndexShape &s, const Value *data, const Value *idx, const Value *upd,
-                 const Value *y, int64_t threads, bool checksIndices = true) {
+                 const Value *y, int64_t threads, bool checksIndices = true,
+                 const std::function<void(LaunchArgs &)> &more = nullptr) {
   IndexLaunch il{l, n, {}};
   il.a.shape(s);
+  if (more)
+    more(il.a);
   if (checksIndices)
     il.a.pointer(offsetof(IndexShape, err), l.checkWord(n, "index out of range"), 4, true);
   if (data && data->type().numElements() && !upd)
@@ -99,8 +103,48 @@ llvm::Error lowerScatter(Lowering &l, const Node &n, const char *tmpl,
   // FP16 and BF16 atomically too); other reductions apply the updates in index order
   // on one thread.
   const bool atomic = std::string(red) == "dlc::kScatterAdd" && isFloat(x->dtype());
-  launchIndex(l, n, tmpl, {red, atomic ? "true" : "false"}, *s, x, idx, upd, y,
-              std::string(red) == "dlc::kScatterNone" || atomic ? total : 1);
+  if (atomic && l.options().deterministic) {
+    // --deterministic: the largest finite |update| first, then 64-bit fixed-point sums
+    // (integer atomics: the same bits in any order), then y += sum 2^-e, rounded once.
+    const int64_t outs = y->type().numElements();
+    BufferRef sums = l.temp(static_cast<uint64_t>(outs) * 8, y->name() + ".fixed_sum"),
+              special = l.temp(static_cast<uint64_t>(outs) * 4, y->name() + ".special"),
+              amax = l.temp(4, y->name() + ".amax");
+    l.addMemset(sums, static_cast<uint64_t>(outs) * 8, 0, n);
+    l.addMemset(special, static_cast<uint64_t>(outs) * 4, 0, n);
+    l.addMemset(amax, 4, 0, n);
+    IndexShape fs = *s;
+    fs.depth = outs; // (scatter_fixed_finish's extent)
+    auto pass = [&](const char *kernel, int64_t threads, bool updates) {
+      LaunchArgs a;
+      a.shape(fs);
+      if (updates)
+        a.pointer(offsetof(IndexShape, upd), l.bufferOf(upd), upd->type().byteSize(), false);
+      else
+        a.pointer(offsetof(IndexShape, y), yb, y->type().byteSize(), true);
+      a.pointer(offsetof(IndexShape, amax), amax, 4, updates);
+      if (!updates) {
+        a.pointer(offsetof(IndexShape, fixedSum), sums, static_cast<uint64_t>(outs) * 8, false);
+        a.pointer(offsetof(IndexShape, special), special, static_cast<uint64_t>(outs) * 4, false);
+      }
+      const int64_t maxIndex = std::max(total, outs);
+      uint32_t k = l.instantiate(
+          {kernel, {l.indexType(maxIndex), cudaType(x->dtype())}, "dlc::IndexShape", {}});
+      l.launch(n, k, a, gridFor(static_cast<uint64_t>(threads), 256), 256);
+    };
+    pass("dlc::scatter_fixed_max", total, true);
+    launchIndex(
+        l, n, tmpl, {red, "dlc::kScatterFixed"}, *s, x, idx, upd, y, total, true,
+        [&](LaunchArgs &la) {
+          la.pointer(offsetof(IndexShape, fixedSum), sums, static_cast<uint64_t>(outs) * 8, true);
+          la.pointer(offsetof(IndexShape, special), special, static_cast<uint64_t>(outs) * 4, true);
+          la.pointer(offsetof(IndexShape, amax), amax, 4, false);
+        });
+    pass("dlc::scatter_fixed_finish", outs, false);
+    return llvm::Error::success();
+  }
+  launchIndex(l, n, tmpl, {red, atomic ? "dlc::kScatterAtomic" : "dlc::kScatterPlain"}, *s, x, idx,
+              upd, y, std::string(red) == "dlc::kScatterNone" || atomic ? total : 1);
   return llvm::Error::success();
 }
 

@@ -2,10 +2,14 @@
 //
 // Per direction: one GEMM computes X W^T for all time steps. Then, when the
 // recurrent weights of every block's hidden units fit in shared memory and the grid
-// fits on the smallest target GPU at once, one cooperative launch of the persistent
-// kernel runs every step (dlc_rnn.cuh); otherwise, per step, a GEMM computes h R^T
-// and a cell kernel applies the gates (GRU without linear_before_reset: two stages
-// around a second GEMM), with h ping-ponging between two buffers.
+// can be resident at once on some target GPU, one cooperative launch of the
+// persistent kernel runs every step (dlc_rnn.cuh); and, as its alternative (or alone),
+// per step, a GEMM computes h R^T and a cell kernel applies the gates (GRU without
+// linear_before_reset: two stages around a second GEMM), with h ping-ponging between
+// two buffers. The package carries both (StepDesc::alt 1 and 2); the session runs the
+// persistent one only where the device at hand holds its whole grid (occupancy), so
+// that a GPU with fewer SMs than the targets (an A30, a MIG slice, an MPS limit) runs
+// the per-step schedule instead of failing.
 // sequence_lens freezes a batch entry's state after its length (Y stays zero).
 //===----------------------------------------------------------------------===//
 #include "../Library.h"
@@ -66,18 +70,23 @@ static llvm::Error lowerRecurrent(Lowering &l, const Node &n) {
   int64_t units = std::min<int64_t>(H, 256 / std::max<int64_t>(B, 1));
   while (units > 0 && (G * H * units + B * H) * static_cast<int64_t>(es) > kPersistentSmem)
     --units;
-  int64_t minSms = INT64_MAX;
-  for (const std::string &a : l.archs())
-    minSms = std::min<int64_t>(minSms, gpuModelFor(a).sms);
+  // The most blocks any target holds at once (by shared memory, one per SM at least).
+  const int64_t blockSmem = (G * H * units + B * H) * static_cast<int64_t>(es);
+  int64_t maxResident = 0;
+  for (const std::string &a : l.archs()) {
+    const GpuModel &m = gpuModelFor(a);
+    maxResident = std::max<int64_t>(
+        maxResident, m.sms * std::clamp<int64_t>(m.smemPerSm / std::max<int64_t>(blockSmem, 1), 1,
+                                                 m.maxBlocksPerSm));
+  }
   int64_t blocks = units > 0 ? (H + units - 1) / units : 0;
-  bool persistent = l.options().persistentRnn && units > 0 && B <= 256 && blocks <= minSms;
+  const bool persistent =
+      l.options().persistentRnn && units > 0 && B <= 256 && blocks <= maxResident;
   BufferRef hr, rhIn, rhOut, barrier;
-  if (!persistent)
-    hr = l.temp(B * G * H * es, Y->name() + ".hr");
+  hr = l.temp(B * G * H * es, Y->name() + ".hr");
   if (!lstm && !lbr) {
     rhIn = l.temp(B * H * es, Y->name() + ".rh");
-    if (!persistent)
-      rhOut = l.temp(B * H * es, Y->name() + ".rhR");
+    rhOut = l.temp(B * H * es, Y->name() + ".rhR");
   }
   if (persistent)
     barrier = l.temp(8, Y->name() + ".barrier");
@@ -111,15 +120,16 @@ static llvm::Error lowerRecurrent(Lowering &l, const Node &n) {
     BufferRef wRef = l.bufferOf(W), rRef = l.bufferOf(R);
     wRef.offset += d * G * H * I * es;
     rRef.offset += d * G * H * H * es;
-    // The pointers of one launch; hCur/hNext/step vary per launch.
-    auto args = [&](const RnnShape &shape, BufferRef cur, BufferRef next) {
+    // The pointers of one launch; hCur/hNext/step vary per launch. `pers`: the
+    // persistent kernel's.
+    auto args = [&](const RnnShape &shape, BufferRef cur, BufferRef next, bool pers) {
       LaunchArgs a;
       a.shape(shape);
       auto ptr = [&](size_t off, BufferRef r, uint64_t bytes, bool write) {
         a.pointer(off, r, bytes, write);
       };
       ptr(offsetof(RnnShape, xw), xw, S * B * G * H * es, false);
-      if (!persistent)
+      if (!pers)
         ptr(offsetof(RnnShape, hr), hr, B * G * H * es, false);
       if (Bv) {
         BufferRef b = l.bufferOf(Bv);
@@ -140,10 +150,10 @@ static llvm::Error lowerRecurrent(Lowering &l, const Node &n) {
       ptr(offsetof(RnnShape, y), yb, Y->type().byteSize(), true);
       if (!lstm && !lbr) {
         ptr(offsetof(RnnShape, rh), rhIn, B * H * es, true);
-        if (!persistent)
+        if (!pers)
           ptr(offsetof(RnnShape, rhR), rhOut, B * H * es, false);
       }
-      if (persistent)
+      if (pers)
         ptr(offsetof(RnnShape, barrier), barrier, 8, true);
       if (h0)
         ptr(offsetof(RnnShape, h0), l.bufferOf(h0), h0->type().byteSize(), false);
@@ -176,20 +186,27 @@ static llvm::Error lowerRecurrent(Lowering &l, const Node &n) {
     g.ldc = G * H;
     l.addGemm(g, n);
 
-    LaunchArgs init = args(s, hs[1], hs[0]);
-    l.launch(n, plain("dlc::rnn_init"), init, gridFor(B * H, 256), 256);
-
+    // The persistent kernel and, as its alternative, the per-step schedule.
+    const uint32_t group = persistent ? l.newAltGroup() : 0;
+    size_t from = l.stepCount();
     if (persistent) {
+      LaunchArgs init = args(s, hs[1], hs[0], true);
+      l.launch(n, plain("dlc::rnn_init"), init, gridFor(B * H, 256), 256);
       l.addMemset(barrier, 8, 0, n);
       Instantiation inst{
           lstm ? "dlc::lstm_persistent" : "dlc::gru_persistent", targs, "dlc::RnnShape", {}};
       inst.cooperative = true;
       uint32_t k = l.instantiate(inst);
-      LaunchArgs a = args(s, hs[0], hs[1]);
+      LaunchArgs a = args(s, hs[0], hs[1], true);
       uint32_t threads = static_cast<uint32_t>((units * B + 31) / 32 * 32);
-      uint32_t smem = static_cast<uint32_t>((G * H * units + B * H) * es);
+      uint32_t smem = static_cast<uint32_t>(blockSmem);
       l.launch(n, k, a, static_cast<uint32_t>(blocks), threads, smem, 2.0 * S * B * G * H * H);
-    } else {
+      l.markAlt(from, group, 1);
+      from = l.stepCount();
+    }
+    {
+      LaunchArgs init = args(s, hs[1], hs[0], false);
+      l.launch(n, plain("dlc::rnn_init"), init, gridFor(B * H, 256), 256);
       uint32_t cell = 0, cell2 = 0;
       std::vector<std::string> t1 = targs, t2 = targs;
       if (lstm) {
@@ -219,7 +236,7 @@ static llvm::Error lowerRecurrent(Lowering &l, const Node &n) {
         l.addGemm(hg, n);
         RnnShape ss = s;
         ss.step = st;
-        LaunchArgs a = args(ss, cur, next);
+        LaunchArgs a = args(ss, cur, next, false);
         l.launch(n, cell, a, gridFor(B * H, 256), 256, 0, 10.0 * B * H);
         if (!lstm && !lbr) {
           // GRU stage 2 (without linear_before_reset): hh = g(xh + (r*h) Rh^T + Rbh).
@@ -237,14 +254,16 @@ static llvm::Error lowerRecurrent(Lowering &l, const Node &n) {
           rg.ldb = H;
           rg.ldc = H;
           l.addGemm(rg, n);
-          LaunchArgs a2 = args(ss, cur, next);
+          LaunchArgs a2 = args(ss, cur, next, false);
           l.launch(n, cell2, a2, gridFor(B * H, 256), 256, 0, 5.0 * B * H);
         }
       }
+      if (persistent)
+        l.markAlt(from, group, 2);
     }
     // Final states of this direction.
     if (Yh || Yc) {
-      LaunchArgs fin = args(s, hs[S % 2], hs[(S + 1) % 2]);
+      LaunchArgs fin = args(s, hs[S % 2], hs[(S + 1) % 2], false);
       l.launch(n, plain("dlc::rnn_final"), fin, gridFor(B * H, 256), 256);
     }
   }

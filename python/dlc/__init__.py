@@ -82,7 +82,7 @@ def _train_options(train, loss, label, optimizer, lr, momentum, weight_decay):
 
 def compile(model, output=None, *, target=None, fp16=False, bf16=False, layout="auto", input_shapes=None,
             opt_level=2, cache_dir=None, verbose=False, train=False, loss=None, label=None, optimizer=None, lr=None,
-            momentum=None, weight_decay=None, tf32=None):
+            momentum=None, weight_decay=None, tf32=None, deterministic=False):
     """Compiles an ONNX model (a path, its bytes or an onnx.ModelProto) into a .dlc
     package and returns the package's path (default: the model's path with .dlc).
 
@@ -95,7 +95,9 @@ def compile(model, output=None, *, target=None, fp16=False, bf16=False, layout="
     label (the label input's name), optimizer ("sgd", "momentum", "adam", "adamw"), lr,
     momentum and weight_decay (dlc compile --train's options and defaults). tf32: FP32
     convolutions and GEMMs on tensor cores in TF32 (None: on, except with train=True;
-    False: strict FP32, dlc compile --no-tf32). Errors raise dlc.CompileError with dlc's
+    False: strict FP32, dlc compile --no-tf32). deterministic: the same bits on every run
+    (floating-point scatter-adds, training's MaxPool and Gather gradients, as fixed-point
+    sums; dlc compile --deterministic). Errors raise dlc.CompileError with dlc's
     message; bad options raise ValueError."""
     training = _train_options(train, loss, label, optimizer, lr, momentum, weight_decay)
     if fp16 and bf16:
@@ -123,7 +125,7 @@ def compile(model, output=None, *, target=None, fp16=False, bf16=False, layout="
         path = "<bytes>"
     _compile(path, os.fspath(output), data, targets, bool(fp16), bool(bf16), layout, shapes, opt_level,
              os.fspath(cache_dir) if cache_dir else "", bool(verbose), training,
-             None if tf32 is None else bool(tf32))
+             None if tf32 is None else bool(tf32), bool(deterministic))
     return os.fspath(output)
 
 

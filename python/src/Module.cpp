@@ -597,7 +597,7 @@ void compileModel(const std::string &model, const std::string &output,
                   bool fp16, bool bf16, const std::string &layout,
                   const std::map<std::string, std::vector<std::string>> &inputShapes, int optLevel,
                   const std::string &cacheDir, bool verbose, const std::optional<py::dict> &train,
-                  std::optional<bool> tf32) {
+                  std::optional<bool> tf32, bool deterministic) {
   auto check = [](llvm::Error e) {
     if (e)
       throw py::value_error(llvm::toString(std::move(e)));
@@ -611,6 +611,7 @@ void compileModel(const std::string &model, const std::string &output,
   o.optLevel = optLevel;
   o.cacheDir = cacheDir;
   o.tf32 = tf32;
+  o.deterministic = deterministic;
   if (fp16 || bf16) {
     passes::PrecisionOptions po;
     po.reduced = bf16 ? ir::DType::BF16 : ir::DType::F16;
@@ -696,7 +697,7 @@ PYBIND11_MODULE(_dlc, m) {
   m.def("compile", &compileModel, py::arg("model"), py::arg("output"), py::arg("data"),
         py::arg("targets"), py::arg("fp16"), py::arg("bf16"), py::arg("layout"),
         py::arg("input_shapes"), py::arg("opt_level"), py::arg("cache_dir"), py::arg("verbose"),
-        py::arg("train"), py::arg("tf32"),
+        py::arg("train"), py::arg("tf32"), py::arg("deterministic"),
         "driver::compile: the model (a path, or its bytes in `data`) into a package at `output`");
   m.def("external_data_files", &externalDataFiles, py::arg("model"),
         "the external-data locations a serialized ONNX model names");

@@ -376,9 +376,12 @@ int runMain(const std::vector<std::string> &args, const CliContext &ctx) {
   if (!o)
     return fail(ctx, o.status().message());
   bool quiet = p.has("quiet");
-  if (!quiet)
+  if (!quiet) {
     std::fprintf(stderr, "%s: running on %s\n", ctx.program.c_str(),
                  o->session->backendDescription().c_str());
+    for (const std::string &n : o->session->scheduleNotes())
+      std::fprintf(stderr, "%s: %s\n", ctx.program.c_str(), n.c_str());
+  }
   if (Status s = setInputs(*o, ctx, false))
     return fail(ctx, s.message());
   if (Status s = o->session->run())

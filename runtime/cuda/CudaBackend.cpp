@@ -543,6 +543,29 @@ public:
     return check(drv_.cuGraphLaunch_(graphs_.front().second, stream()), "launching the CUDA graph");
   }
 
+  Status fitsResident(const pkg::Launch &l, bool &fits, std::string &why) override {
+    fits = false;
+    if (l.kernel() >= functions_.size())
+      return Status(StatusCode::InvalidArgument, "no kernel " + std::to_string(l.kernel()));
+    CtxGuard g(drv_, ctx_);
+    CUfunction f = functions_[l.kernel()];
+    if (l.dynamic_smem() > 48 * 1024)
+      DLC_RETURN_IF_ERROR(
+          check(drv_.cuFuncSetAttribute_(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                         static_cast<int>(l.dynamic_smem())),
+                "opting in to dynamic shared memory"));
+    int perSm = 0;
+    const uint64_t threads = uint64_t(l.block()->x()) * l.block()->y() * l.block()->z(),
+                   blocks = uint64_t(l.grid()->x()) * l.grid()->y() * l.grid()->z();
+    DLC_RETURN_IF_ERROR(check(drv_.cuOccupancyMaxActiveBlocksPerMultiprocessor_(
+                                  &perSm, f, static_cast<int>(threads), l.dynamic_smem()),
+                              "occupancy"));
+    fits = blocks <= uint64_t(perSm) * uint64_t(sms_);
+    why = std::to_string(blocks) + " blocks; the GPU holds " + std::to_string(perSm) +
+          " per multiprocessor x " + std::to_string(sms_) + " multiprocessors";
+    return Status();
+  }
+
   Status launch(const pkg::Launch &l, const std::string &node) override {
     DLC_RETURN_IF_ERROR(checkLaunchLimits(*pkg_, l));
     CtxGuard g(drv_, ctx_);

@@ -176,6 +176,7 @@ llvm::Expected<driver::CompileOptions> optionsFromArgs(const Args &args) {
                          "' is not auto, mma or cuda-core");
   if (o.attentionKernel == "auto")
     o.attentionKernel.clear();
+  o.deterministic = args.has("deterministic");
   o.useCache = !args.has("no-cache");
   o.cacheDir = args.getOr("cache-dir", "");
   o.dumpDot = args.getOr("dump-dot", "");
@@ -219,6 +220,10 @@ int runCompile(const std::vector<std::string> &argv) {
        {"conv-tile", 0, true, false, "BMxBN/WMxWN",
         "Benchmarking: implicit-GEMM convolutions use this tile where their kernel family has it\n"
         "(block x warp tile, codegen/emitters/ConvTiles.h), not the cost model's choice"},
+       {"deterministic", 0, false, false, "",
+        "Bit-identical results on every run: floating-point scatter-adds (training's MaxPool and\n"
+        "Gather/embedding gradients) as 64-bit fixed-point sums instead of atomic float adds,\n"
+        "which sum in no fixed order (three more launches per scatter)"},
        {"attention-kernel", 0, true, false, "auto|mma|cuda-core",
         "Benchmarking: fused attentions on tensor cores (attention_mma, FP16/BF16 with head sizes\n"
         "a multiple of 8) or CUDA cores, not the cost model's choice (default auto)"},

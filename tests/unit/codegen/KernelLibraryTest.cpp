@@ -764,7 +764,7 @@ TEST(KernelLibrary, ScatterAddRunsInParallelWithAtomics) {
          false,
          {},
          "",
-         "dlc::scatter_elements<dlc::kScatterAdd, true,"});
+         "dlc::scatter_elements<dlc::kScatterAdd, dlc::kScatterAtomic,"});
   check(
       {"scatter elements add f16 and bf16",
        R"(graph @g(%x: f16[4,64], %y: bf16[4,64], %i: i64[256,64], %u: f16[256,64], %v: bf16[256,64]) -> ("s": f16[4,64], "t": bf16[4,64]) {
@@ -780,7 +780,7 @@ TEST(KernelLibrary, ScatterAddRunsInParallelWithAtomics) {
        false,
        {},
        "",
-       "dlc::scatter_elements<dlc::kScatterAdd, true,"});
+       "dlc::scatter_elements<dlc::kScatterAdd, dlc::kScatterAtomic,"});
   check(
       {"scatter nd add f32 (whole rows, duplicates), mul on one thread",
        R"(graph @g(%x: f32[4,6,8], %i: i64[512,2], %u: f32[512,8], %w: i64[3,1], %m: f32[3,6,8]) -> ("s": f32[4,6,8], "p": f32[4,6,8]) {
@@ -797,7 +797,52 @@ TEST(KernelLibrary, ScatterAddRunsInParallelWithAtomics) {
        false,
        {},
        "",
-       "dlc::scatter_nd<dlc::kScatterMul, false,"});
+       "dlc::scatter_nd<dlc::kScatterMul, dlc::kScatterPlain,"});
+}
+
+// --deterministic: the same scatter-adds as 64-bit fixed-point sums (scatter_fixed_max,
+// the scatter, scatter_fixed_finish), whose bits must not change with the emu thread
+// count or order; with infinities and a NaN among the updates, and in FP16.
+TEST(KernelLibrary, DeterministicScatterAddGivesTheSameBitsInAnyOrder) {
+  std::vector<int64_t> rows(256 * 64), cells(512 * 2);
+  for (size_t k = 0; k < rows.size(); ++k)
+    rows[k] = static_cast<int64_t>((k * 7 + k / 64) % 4) - (k % 3 == 0 ? 4 : 0);
+  for (size_t k = 0; k < cells.size(); ++k)
+    cells[k] = static_cast<int64_t>(k % 2 ? (k * 5) % 6 : (k * 3) % 4);
+  ir::Tensor u = ir::randomTensor(ir::TensorType(ir::DType::F32, {256, 64}), 9, -1e3, 1e3);
+  ir::storeElement<double>(ir::DType::F32, u.mutableRaw(), 5,
+                           std::numeric_limits<double>::infinity()); // row 3, column 5
+  ir::storeElement<double>(ir::DType::F32, u.mutableRaw(), 64 * 9 + 7,
+                           std::numeric_limits<double>::quiet_NaN());
+  KernelCase k{
+      "deterministic scatter elements add, f32 and f16",
+      R"(graph @g(%x: f32[4,64], %h: f16[4,64], %i: i64[256,64], %u: f32[256,64], %v: f16[256,64]) -> ("s": f32[4,64], "t": f16[4,64]) {
+  %s = ScatterElements(%x, %i, %u) {axis = 0, reduction = "add"} : f32[4,64]
+  %t = ScatterElements(%h, %i, %v) {axis = 0, reduction = "add"} : f16[4,64]
+  return %s, %t
+})",
+      {"dlc::scatter_elements", "dlc::scatter_fixed_max", "dlc::scatter_fixed_finish"},
+      {{"i", ints(ir::DType::I64, {256, 64}, rows)}, {"u", u}},
+      2,
+      true,
+      1e-5};
+  k.sourceHas = "dlc::scatter_elements<dlc::kScatterAdd, dlc::kScatterFixed,";
+  k.deterministic = true;
+  // (FP16 sums of 64 updates: the interpreter rounds after each add, this once.)
+  k.tol = 2e-2;
+  check(k);
+  KernelCase nd{"deterministic scatter nd add",
+                R"(graph @g(%x: f32[4,6,8], %i: i64[512,2], %u: f32[512,8]) -> ("s": f32[4,6,8]) {
+  %s = ScatterND(%x, %i, %u) {reduction = "add"} : f32[4,6,8]
+  return %s
+})",
+                {"dlc::scatter_nd", "dlc::scatter_fixed_max", "dlc::scatter_fixed_finish"},
+                {{"i", ints(ir::DType::I64, {512, 2}, cells)}},
+                2,
+                true,
+                1e-5};
+  nd.deterministic = true;
+  check(nd);
 }
 
 TEST(KernelLibrary, ResizeUnpoolFill) {

@@ -45,6 +45,7 @@ void run(const KernelCase &c, bool wide) {
   co.tf32 = co.tf32Everywhere = c.tf32;
   co.convTile = c.convTile;
   co.attentionKernel = c.attentionKernel;
+  co.deterministic = c.deterministic;
   codegen::CompileReport rep;
   auto bytes = codegen::compileGraph(*g, co, &rep);
   ASSERT_TRUE(bool(bytes)) << llvm::toString(bytes.takeError());
@@ -78,21 +79,44 @@ void run(const KernelCase &c, bool wide) {
   EXPECT_EQ(count, (*pf)->meta().kernels()->size());
   EXPECT_NE(rep.cudaSource.find(c.sourceHas), std::string::npos) << c.sourceHas;
 
+  // Runs the package once with `so`; the outputs' bytes by name.
+  auto runWith = [&](const rt::SessionOptions &so,
+                     std::map<std::string, std::vector<uint8_t>> &out) {
+    auto s = rt::Session::create(*pf, so);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    for (const auto &[name, t] : inputs)
+      ASSERT_FALSE((*s)->setInput(name, hostTensor(t))) << name;
+    Status st = (*s)->run();
+    ASSERT_FALSE(st) << st.message();
+    for (const auto &[name, want] : *expected) {
+      auto got = (*s)->getOutput(name);
+      ASSERT_TRUE(got.ok()) << got.status().message();
+      out[name] = got->data;
+    }
+  };
   rt::SessionOptions so;
   so.device = rt::DeviceKind::Emu;
-  auto s = rt::Session::create(*pf, so);
-  ASSERT_TRUE(s.ok()) << s.status().message();
-  for (const auto &[name, t] : inputs)
-    ASSERT_FALSE((*s)->setInput(name, hostTensor(t))) << name;
-  Status st = (*s)->run();
-  ASSERT_FALSE(st) << st.message();
+  std::map<std::string, std::vector<uint8_t>> first;
+  runWith(so, first);
   for (const auto &[name, want] : *expected) {
-    auto got = (*s)->getOutput(name);
-    ASSERT_TRUE(got.ok()) << got.status().message();
     ir::Tensor t(want.type());
-    std::memcpy(t.mutableRaw(), got->data.data(), got->data.size());
+    ASSERT_EQ(first[name].size(), t.byteSize()) << name;
+    std::memcpy(t.mutableRaw(), first[name].data(), first[name].size());
     ir::Comparison cmp = ir::compareTensors(t, want, c.tol, c.tol);
     EXPECT_TRUE(cmp.ok) << name << ": " << cmp.message;
+  }
+  if (!c.deterministic)
+    return;
+  using Order = rt::SessionOptions::ThreadOrder;
+  for (auto [threads, order] :
+       {std::pair{1, Order::Reverse}, std::pair{3, Order::Random}, std::pair{3, Order::Reverse}}) {
+    rt::SessionOptions o = so;
+    o.emuThreads = threads;
+    o.emuThreadOrder = order;
+    std::map<std::string, std::vector<uint8_t>> again;
+    runWith(o, again);
+    for (const auto &[name, bytes] : first)
+      EXPECT_TRUE(again[name] == bytes) << name << " differs with " << threads << " emu threads";
   }
 }
 

@@ -32,6 +32,10 @@ struct KernelCase {
   std::string convTile = "";
   /// Fused attentions' kernel, "mma" or "cuda-core" (codegen::CompileOptions).
   std::string attentionKernel = "";
+  /// codegen::CompileOptions::deterministic; and then every output must come out with
+  /// the same bits when the package runs again on 1 and 3 emu threads, the threads of
+  /// each block in reverse and random orders.
+  bool deterministic = false;
   /// Text the generated CUDA source must contain (the forced tile's instantiation).
   std::string sourceHas = "";
   /// The schedule's kernel launches, where >= 0.

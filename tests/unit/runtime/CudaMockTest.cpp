@@ -42,6 +42,7 @@ CUcontext const kUserCtx = reinterpret_cast<CUcontext>(0x2000);
 struct FakeState {
   std::mutex mu;
   int major = 9, minor = 0, driverVersion = 13000;
+  int sms = 132, blocksPerSm = 8; // the device's multiprocessors, and the occupancy API's answer
   std::vector<std::string> calls; // in order
   int callsWithoutContext = 0;    // device work while the primary context was not current
   struct Copy {
@@ -66,6 +67,7 @@ struct FakeState {
   FakeState() = default;
   FakeState &operator=(const FakeState &o) {
     major = o.major, minor = o.minor, driverVersion = o.driverVersion;
+    sms = o.sms, blocksPerSm = o.blocksPerSm;
     calls.clear(), pending.clear(), functions.clear(), launched.clear(), alignments.clear();
     reduceStreams.clear(), reduceCounts.clear();
     callsWithoutContext = captures = graphLaunches = heuristicCalls = matmuls = streams = 0;
@@ -113,6 +115,7 @@ cuda::Driver makeDriver() {
   d.cuDeviceGetAttribute_ = [](int *v, CUdevice_attribute a, CUdevice) {
     *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR   ? S.major
          : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? S.minor
+         : a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT     ? S.sms
                                                              : 132;
     return CUDA_SUCCESS;
   };
@@ -221,7 +224,7 @@ cuda::Driver makeDriver() {
     return CUDA_SUCCESS;
   };
   d.cuOccupancyMaxActiveBlocksPerMultiprocessor_ = [](int *n, CUfunction, int, size_t) {
-    *n = 8;
+    *n = S.blocksPerSm;
     return CUDA_SUCCESS;
   };
   d.cuStreamBeginCapture_ = [](CUstream, CUstreamCaptureMode) {
@@ -436,6 +439,53 @@ TEST_F(CudaMock, APersistentRecurrentKernelIsACooperativeLaunch) {
   Status st = (*s)->run();
   EXPECT_FALSE(bool(st)) << st.message();
   EXPECT_EQ(S.cooperativeLaunches, 1);
+}
+
+TEST_F(CudaMock, APersistentRecurrentKernelRunsOnlyWhereItsGridFits) {
+  // 256 hidden units over a batch of 64: 4 units per block, 64 blocks of 80 KB of
+  // shared memory, one per multiprocessor. The package carries the persistent kernel
+  // and the per-step schedule; a 40-SM GPU (an A30, a MIG slice) cannot hold the grid
+  // and runs the steps (a GEMM and a cell launch per time step), a 132-SM one runs the
+  // persistent kernel alone. The session says which.
+  auto pkg = compileForSm90(
+      R"(graph @lstm(%x: f32[2,64,4], %w: f32[1,1024,4], %r: f32[1,1024,256]) -> ("y": f32[2,1,64,256]) {
+  %y, %h, %c = LSTM(%x, %w, %r) {hidden_size = 256} : f32[2,1,64,256], f32[1,64,256], f32[1,64,256]
+  return %y
+})",
+      "lstm");
+  ASSERT_TRUE(pkg);
+  for (int sms : {40, 132}) {
+    SCOPED_TRACE(std::to_string(sms) + " SMs");
+    S.reset();
+    S.sms = sms;
+    S.blocksPerSm = 1;
+    rt::SessionOptions so;
+    so.device = rt::DeviceKind::Cuda;
+    so.cudaGraphs = false;
+    auto s = rt::Session::create(pkg, so);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    std::vector<float> x(2 * 64 * 4, 0.5f), w(1024 * 4, 0.1f), r(1024 * 256, 0.01f);
+    ASSERT_FALSE(bool((*s)->setInputBytes("x", x.data(), x.size() * 4)));
+    ASSERT_FALSE(bool((*s)->setInputBytes("w", w.data(), w.size() * 4)));
+    ASSERT_FALSE(bool((*s)->setInputBytes("r", r.data(), r.size() * 4)));
+    Status st = (*s)->run();
+    ASSERT_FALSE(bool(st)) << st.message();
+    const bool fits = sms == 132;
+    EXPECT_EQ(S.cooperativeLaunches, fits ? 1 : 0);
+    const auto cells =
+        std::count_if(S.launched.begin(), S.launched.end(), [](const std::string &k) {
+          return k.find("lstm_cell") != std::string::npos;
+        });
+    EXPECT_EQ(cells, fits ? 0 : 2); // one per time step
+    ASSERT_EQ((*s)->scheduleNotes().size(), 1u);
+    const std::string &note = (*s)->scheduleNotes()[0];
+    EXPECT_NE(note.find(fits ? "runs its persistent kernel" : "runs step by step"),
+              std::string::npos)
+        << note;
+    EXPECT_NE(note.find("64 blocks; the GPU holds 1 per multiprocessor x " + std::to_string(sms)),
+              std::string::npos)
+        << note;
+  }
 }
 
 TEST_F(CudaMock, TheCallersContextIsRestoredAndAnyThreadMayRun) {

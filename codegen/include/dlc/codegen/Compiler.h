@@ -51,6 +51,10 @@ struct CompileOptions {
   /// (attention_mma, where it applies) or "cuda-core" (attention) instead of the cost
   /// model's choice ("" or "auto").
   std::string attentionKernel;
+  /// Floating-point scatter-adds (training's MaxPool and Gather gradients) as 64-bit
+  /// fixed-point sums, which give the same bits on every run and in any thread order,
+  /// instead of atomic float adds (dlc compile --deterministic).
+  bool deterministic = false;
   /// FP32 GEMMs and convolutions on tensor cores in TF32: GEMMs always, convolutions
   /// where the cost model prices the TF32 kernel faster than the CUDA-core one, or
   /// always with tf32Everywhere (dlc compile --tf32 asked explicitly; tests).

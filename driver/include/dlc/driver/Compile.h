@@ -101,6 +101,9 @@ struct CompileOptions {
   /// Benchmarks: fused attentions on "mma" or "cuda-core" kernels, not the model's
   /// choice (codegen::CompileOptions::attentionKernel).
   std::string attentionKernel;
+  /// Bit-identical results on every run: deterministic scatter-adds
+  /// (codegen::CompileOptions::deterministic).
+  bool deterministic = false;
   bool useCache = true;
   std::string cacheDir;
   /// The optimized graph as Graphviz (empty: none).

@@ -194,6 +194,10 @@ public:
   /// What the backend chose to do differently from its default (a CUDA graph that
   /// could not be captured, ...); empty when nothing.
   std::string backendNote() const;
+  /// The alternatives the session chose when it started (a persistent recurrent
+  /// kernel, or its per-step schedule where the device cannot hold its grid), one line
+  /// each; empty when the package has none.
+  const std::vector<std::string> &scheduleNotes() const { return scheduleNotes_; }
 
 private:
   Session() = default;
@@ -225,6 +229,7 @@ private:
     uint32_t checkBuffer = 0;
   };
   std::vector<Schedule> schedules_;
+  std::vector<std::string> scheduleNotes_;
   size_t current_ = 0;
   const Schedule &schedule() const { return schedules_[current_]; }
   /// Shape-range packages: inputs are kept on the host as set and uploaded by run()
