@@ -1,7 +1,8 @@
 //===- Legalize.cpp - Ops without a kernel, as their decomposition ----------===//
 //
 // An op whose OpDef has a `legalize` hook has no kernel of its own (RMSNormalization
-// is ONNX's function body: Cast, Mul, ReduceMean, Add, Sqrt, Div, Mul). The pass
+// is ONNX's function body: Cast, Mul, ReduceMean, Add, Sqrt, Div, Mul), except the
+// nodes its `hasKernel` accepts (RMSNormalization with an FP32 stash: row_norm). The pass
 // runs at every -O level, after the precision and layout passes, so the
 // decomposition sees the node's final dtypes (a reduced-precision RMSNormalization
 // still accumulates in FP32, as its stash_type says), and before fusion, which
@@ -25,7 +26,7 @@ public:
     bool changed = false;
     for (ir::Node *n : g.nodeList()) {
       ir::DecomposeFn legalize = n->def().legalize;
-      if (!legalize)
+      if (!legalize || (n->def().hasKernel && n->def().hasKernel(*n)))
         continue;
       b.begin(*n, {}, {});
       auto parts = legalize(b, *n);

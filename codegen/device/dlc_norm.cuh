@@ -1,7 +1,8 @@
 // Normalizations over rows: LayerNormalization, InstanceNormalization and
 // GroupNormalization (one block per row, or one thread per short row): the mean, the
 // variance around it (two passes, FP32 or wider accumulation), then the normalized,
-// scaled row through the epilogue. row_norm_rows: rows longer than 64 read once into
+// scaled row through the epilogue. Rms (RMSNormalization): no mean, the mean of
+// squares in one pass, no bias. row_norm_rows: rows longer than 64 read once into
 // registers, 16-byte loads and stores. BatchNormalization in training mode and LRN have
 // kernels of their own (no fusion).
 #pragma once
@@ -16,7 +17,7 @@ template <class X, class Out> struct NormArgs {
   typename Out::Params out;
 };
 
-template <bool Short, class I, class PT, class ST, class X, class Out>
+template <bool Short, bool Rms, class I, class PT, class ST, class X, class Out>
 __global__ void __launch_bounds__(256) row_norm(const NormArgs<X, Out> a) {
   typedef typename Accum<typename X::Value, false>::type T; // float, or double for f64
   const NormShape &s = a.s;
@@ -42,9 +43,11 @@ __global__ void __launch_bounds__(256) row_norm(const NormArgs<X, Out> a) {
              static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
          row < static_cast<I>(s.rows); row += step) {
       T m = T(0);
-      for (I j = 0; j < len; ++j)
-        m += static_cast<T>(X::load(a.x, row * len + j));
-      m /= static_cast<T>(len);
+      if (!Rms) {
+        for (I j = 0; j < len; ++j)
+          m += static_cast<T>(X::load(a.x, row * len + j));
+        m /= static_cast<T>(len);
+      }
       T v = T(0);
       for (I j = 0; j < len; ++j) {
         const T d = static_cast<T>(X::load(a.x, row * len + j)) - m;
@@ -61,9 +64,11 @@ __global__ void __launch_bounds__(256) row_norm(const NormArgs<X, Out> a) {
   for (I row = static_cast<I>(blockIdx.x); row < static_cast<I>(s.rows);
        row += static_cast<I>(gridDim.x)) {
     T m = T(0);
-    for (I j = static_cast<I>(threadIdx.x); j < len; j += static_cast<I>(blockDim.x))
-      m += static_cast<T>(X::load(a.x, row * len + j));
-    m = blockReduce(m, SumOp(), T(0), smem) / static_cast<T>(len);
+    if (!Rms) {
+      for (I j = static_cast<I>(threadIdx.x); j < len; j += static_cast<I>(blockDim.x))
+        m += static_cast<T>(X::load(a.x, row * len + j));
+      m = blockReduce(m, SumOp(), T(0), smem) / static_cast<T>(len);
+    }
     T v = T(0);
     for (I j = static_cast<I>(threadIdx.x); j < len; j += static_cast<I>(blockDim.x)) {
       const T d = static_cast<T>(X::load(a.x, row * len + j)) - m;
@@ -147,8 +152,8 @@ template <class I, class DT> __global__ void __launch_bounds__(256) lrn(const Ch
 /// the registers, so rows up to R * blockDim * V elements are read once (longer ones
 /// re-read the rest). RawOut: written V at a time as it is (no fused epilogue), else
 /// through Out.
-template <int V, int R, bool RawOut, bool PerChannel, class I, class MT, class PT, class ST,
-          class X, class Out>
+template <int V, int R, bool RawOut, bool PerChannel, bool Rms, class I, class MT, class PT,
+          class ST, class X, class Out>
 __global__ void __launch_bounds__(256) row_norm_rows(const NormArgs<X, Out> a) {
   typedef VecOf<PT, V> PVec;
   const NormShape &s = a.s;
@@ -158,20 +163,25 @@ __global__ void __launch_bounds__(256) row_norm_rows(const NormArgs<X, Out> a) {
   for (I row = static_cast<I>(blockIdx.x); row < static_cast<I>(s.rows);
        row += static_cast<I>(gridDim.x)) {
     CachedRow<V, R, I, MT> x(static_cast<const MT *>(s.x) + row * len, len);
+    // The sum (Rms: of squares) on the first walk; then the variance around the mean.
     float sum = 0.f;
     x.fill([&](const float(&v)[V]) {
 #pragma unroll
       for (int q = 0; q < V; ++q)
-        sum += v[q];
+        sum += Rms ? v[q] * v[q] : v[q];
     });
-    const float m = blockReduce(sum, SumOp(), 0.f, smem) / static_cast<float>(len);
-    float var = 0.f;
-    x.each([&](I, const float(&v)[V]) {
+    sum = blockReduce(sum, SumOp(), 0.f, smem);
+    const float m = Rms ? 0.f : sum / static_cast<float>(len);
+    float var = sum;
+    if (!Rms) {
+      var = 0.f;
+      x.each([&](I, const float(&v)[V]) {
 #pragma unroll
-      for (int q = 0; q < V; ++q)
-        var += (v[q] - m) * (v[q] - m);
-    });
-    var = blockReduce(var, SumOp(), 0.f, smem);
+        for (int q = 0; q < V; ++q)
+          var += (v[q] - m) * (v[q] - m);
+      });
+      var = blockReduce(var, SumOp(), 0.f, smem);
+    }
     const float inv = 1.f / sqrt_(var / static_cast<float>(len) + static_cast<float>(s.eps));
     x.each([&](I j, const float(&v)[V]) {
       float sc[V], bi[V];

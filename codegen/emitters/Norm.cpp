@@ -1,12 +1,12 @@
 //===- Norm.cpp - Batch, layer, instance and group normalization, LRN ------===//
 //
 // Inference BatchNormalization is a per-channel affine map (a one-node fusion
-// group). LayerNormalization, InstanceNormalization and GroupNormalization are the
-// row_norm template: rows of contiguous elements, the scale/bias element of
-// (row, j) given by a strided view of j plus a per-row term; rows longer than 64 take
-// row_norm_rows (one read, vector accesses) for LayerNorm with unbroadcast parameters
-// and for group/instance norm.
-// BatchNormalization in training mode and LRN have their own kernels.
+// group). LayerNormalization, RMSNormalization (where legalize keeps it),
+// InstanceNormalization and GroupNormalization are the row_norm template: rows of contiguous
+// elements, the scale/bias element of (row, j) given by a strided view of j plus a per-row term;
+// rows longer than 64 take row_norm_rows (one read, vector accesses) for LayerNorm with unbroadcast
+// parameters and for group/instance norm. BatchNormalization in training mode and LRN have their
+// own kernels.
 //===----------------------------------------------------------------------===//
 #include "../Fused.h"
 #include "EmitterUtils.h"
@@ -28,6 +28,8 @@ struct RowNorm {
   /// Group/instance norm: elements per channel (a row is channels x channelSize), so
   /// row_norm_rows reads one parameter per vector when V divides it.
   int64_t channelSize = 0;
+  /// RMSNormalization: no mean (x / sqrt(mean(x^2) + eps) * scale).
+  bool rms = false;
 };
 
 llvm::Error emitRowNorm(Lowering &l, const Node &n, RowNorm &r) {
@@ -71,8 +73,8 @@ llvm::Error emitRowNorm(Lowering &l, const Node &n, RowNorm &r) {
     Instantiation inst{"dlc::row_norm_rows",
                        {std::to_string(ra->vec), std::to_string(RowAccess::kCached),
                         ra->rawOut ? "true" : "false", perChannel ? "true" : "false",
-                        l.indexType(r.x->type().numElements()), cudaType(r.x->dtype()),
-                        cudaType(r.scale->dtype()), statType, xn, on},
+                        r.rms ? "true" : "false", l.indexType(r.x->type().numElements()),
+                        cudaType(r.x->dtype()), cudaType(r.scale->dtype()), statType, xn, on},
                        "dlc::NormArgs<" + xn + ", " + on + ">",
                        {xn, on}};
     inst.needsSync = true;
@@ -88,8 +90,9 @@ llvm::Error emitRowNorm(Lowering &l, const Node &n, RowNorm &r) {
     return llvm::Error::success();
   }
   Instantiation inst{"dlc::row_norm",
-                     {isShort ? "true" : "false", l.indexType(r.x->type().numElements()),
-                      cudaType(r.scale->dtype()), statType, xn, on},
+                     {isShort ? "true" : "false", r.rms ? "true" : "false",
+                      l.indexType(r.x->type().numElements()), cudaType(r.scale->dtype()), statType,
+                      xn, on},
                      "dlc::NormArgs<" + xn + ", " + on + ">",
                      {xn, on}};
   inst.needsSync = !isShort;
@@ -105,6 +108,7 @@ llvm::Error emitRowNorm(Lowering &l, const Node &n, RowNorm &r) {
 }
 
 llvm::Error lowerLayerNorm(Lowering &l, const Node &n) {
+  const bool rms = n.kind() == OpKind::RMSNormalization;
   const Value *x = n.operand(0);
   int64_t rank = x->rank(), axis = n.attrInt("axis");
   if (axis < 0)
@@ -116,7 +120,8 @@ llvm::Error lowerLayerNorm(Lowering &l, const Node &n) {
   r.s.eps = n.attrFloat("epsilon");
   r.x = x;
   r.scale = n.operand(1);
-  r.bias = n.operand(2);
+  r.bias = rms ? nullptr : n.operand(2);
+  r.rms = rms;
   r.y = n.result(0);
   l.allocate(r.y);
   if (n.numResults() > 1)
@@ -257,6 +262,7 @@ llvm::Error lowerLRN(Lowering &l, const Node &n) {
 void registerNormLowerings(LoweringRegistry &r) {
   r.op(OpKind::BatchNormalization, lowerBatchNorm);
   r.op(OpKind::LayerNormalization, lowerLayerNorm);
+  r.op(OpKind::RMSNormalization, lowerLayerNorm); // (the nodes legalize keeps)
   r.op(OpKind::InstanceNormalization, lowerChannelNorm);
   r.op(OpKind::GroupNormalization, lowerChannelNorm);
   r.op(OpKind::LRN, lowerLRN);

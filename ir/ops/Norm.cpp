@@ -178,9 +178,10 @@ llvm::Error refLayerNorm(const Node &n, const Inputs &in, Outputs &out) {
 //===----------------------------------------------------------------------===//
 // RMSNormalization(X, scale) (ONNX opset 23) over the dims from `axis` on:
 // Y = X / sqrt(mean(X^2) + epsilon) * scale, computed in FP32 when stash_type is 1
-// (ONNX's FLOAT), else in X's dtype. It has no kernel of its own: its decomposition,
-// ONNX's function body, is both its lowering (`legalize`) and what autodiff
-// differentiates (`decompose`).
+// (ONNX's FLOAT), else in X's dtype. With stash_type 1 and FP32/FP16/BF16 data it is
+// the row_norm kernels' RMS form (one read of each row, the scaling in FP32 and one
+// rounding); otherwise its decomposition, ONNX's function body, is its lowering
+// (`legalize`). Autodiff differentiates the decomposition (`decompose`).
 //===----------------------------------------------------------------------===//
 
 llvm::Error refRmsNorm(const Node &n, const Inputs &in, Outputs &out) {
@@ -202,6 +203,12 @@ llvm::Error refRmsNorm(const Node &n, const Inputs &in, Outputs &out) {
   }
   out[0] = Tensor::fromVector(out[0].type(), y);
   return ok();
+}
+
+bool rmsNormHasKernel(const Node &n) {
+  auto floating = [](DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; };
+  return n.attrInt("stash_type") == 1 && n.numResults() == 1 && floating(n.operand(0)->dtype()) &&
+         floating(n.operand(1)->dtype());
 }
 
 llvm::Expected<std::vector<Value *>> decomposeRmsNorm(GradBuilder &b, const Node &n) {
@@ -485,14 +492,14 @@ void defineNormOps(OpTable &t) {
       .attr("axis", AttrKind::Int, int64_t{-1})
       .attr("epsilon", AttrKind::Float, 1e-5f)
       .attr("stash_type", AttrKind::Int, int64_t{1})
-      .fusible(Fusibility::opaque()) // legalized into fusible ops before fusion
-      .fp16(Fp16Policy::Allow)       // the decomposition accumulates in stash_type
+      .fusible(fusibleLayerNorm()) // (or legalized into fusible ops before fusion)
+      .fp16(Fp16Policy::Allow)     // either form accumulates in stash_type
       .layout(LayoutRule::axisAttrs())
       .verify(verifyLayerNorm)
       .infer(inferSameAsOperand0)
       .reference(refRmsNorm)
       .decompose(decomposeRmsNorm)
-      .legalize(decomposeRmsNorm);
+      .legalize(decomposeRmsNorm, rmsNormHasKernel);
   t.def(OpKind::InstanceNormalization)
       .operands(3)
       .attr("epsilon", AttrKind::Float, 1e-5f)

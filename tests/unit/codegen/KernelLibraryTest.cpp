@@ -305,6 +305,43 @@ TEST(KernelLibrary, ArgTopKCumSum) {
          {"dlc::cumsum"}});
 }
 
+TEST(KernelLibrary, RmsNormalization) {
+  // RMSNormalization as row_norm's RMS form (no mean, no bias): short rows (one thread
+  // per row), long rows read once by row_norm_rows (16-byte loads, a residual Add as
+  // its prologue falls back to row_norm), a scale broadcast over the last two dims, and
+  // FP16 data with an FP32 scale (Y takes the scale's type).
+  check(
+      {"rms norm, short rows and long rows",
+       R"(graph @g(%x: f32[5,7,24], %s: f32[24], %t: f32[7,24], %u: f32[6,1000], %v: f32[1000], %r: f32[6,1000]) -> ("a": f32[5,7,24], "b": f32[5,7,24], "c": f32[6,1000], "d": f32[6,1000]) {
+  %a = RMSNormalization(%x, %s) {epsilon = 0.01} : f32[5,7,24]
+  %b = RMSNormalization(%x, %t) {axis = 1} : f32[5,7,24]
+  %c = RMSNormalization(%u, %v) : f32[6,1000]
+  %ur = Add(%u, %r) : f32[6,1000]
+  %d = RMSNormalization(%ur, %v) : f32[6,1000]
+  return %a, %b, %c, %d
+})",
+       {"dlc::row_norm", "dlc::row_norm_rows"},
+       {},
+       2,
+       true,
+       1e-5,
+       false,
+       {"dlc::reduce"}});
+  check(
+      {"rms norm, f16 data",
+       R"(graph @g(%x: f16[4,520], %s: f16[520], %w: f32[520]) -> ("a": f16[4,520], "b": f32[4,520]) {
+  %a = RMSNormalization(%x, %s) : f16[4,520]
+  %b = RMSNormalization(%x, %w) : f32[4,520]
+  return %a, %b
+})",
+       {"dlc::row_norm_rows"},
+       {},
+       2,
+       true,
+       // (the interpreter computes in double, the kernel in FP32 and rounds once)
+       2e-3});
+}
+
 TEST(KernelLibrary, Normalizations) {
   check(
       {"layer norm, broadcast scale, short and long rows",

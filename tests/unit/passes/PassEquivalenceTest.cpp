@@ -340,33 +340,33 @@ TEST(Layout, AxisRemapsMatchTheInterpreter) {
 }
 
 TEST(Legalize, RmsNormalizationBecomesItsFunctionBody) {
-  // FP32, over the last dim and over the last two; then in FP16 after the precision
-  // pass, where stash_type = 1 keeps the mean of squares in FP32.
+  // FP64 (no kernel), over the last dim and over the last two; FP32 with an FP32 stash
+  // stays (row_norm's RMS form).
   auto g = test::expectEquivalentAfter(
-      R"(graph @g(%x: f32[3,4,8], %s: f32[8], %t: f32[4,8]) -> ("a": f32[3,4,8], "b": f32[3,4,8]) {
-  %a = RMSNormalization(%x, %s) {epsilon = 0.01} : f32[3,4,8]
-  %b = RMSNormalization(%x, %t) {axis = 1} : f32[3,4,8]
-  return %a, %b
+      R"(graph @g(%x: f64[3,4,8], %s: f64[8], %t: f64[4,8], %z: f32[3,4,8], %w: f32[8]) -> ("a": f64[3,4,8], "b": f64[3,4,8], "c": f32[3,4,8]) {
+  %a = RMSNormalization(%x, %s) {epsilon = 0.01} : f64[3,4,8]
+  %b = RMSNormalization(%x, %t) {axis = 1} : f64[3,4,8]
+  %c = RMSNormalization(%z, %w) : f32[3,4,8]
+  return %a, %b, %c
 })",
       "legalize");
   ASSERT_TRUE(g);
-  EXPECT_EQ(countOps(*g, OpKind::RMSNormalization), 0u);
+  EXPECT_EQ(countOps(*g, OpKind::RMSNormalization), 1u) << "the FP32 one has a kernel";
   EXPECT_EQ(countOps(*g, OpKind::ReduceMean), 2u);
   EXPECT_EQ(countOps(*g, OpKind::Sqrt), 2u);
-  EXPECT_EQ(countOps(*g, OpKind::Cast), 0u) << "no casts in FP32: " << printGraph(*g);
 
+  // In FP16 after the precision pass: another stash_type decomposes in FP16, and
+  // stash_type = 1 keeps the node (its kernel accumulates in FP32).
   passes::PassContext fp16;
   fp16.precision.reduced = DType::F16;
   auto h = test::expectEquivalentAfter(
-      R"(graph @g(%x: f32[2,64], %s: f32[64]) -> ("y": f32[2,64]) {
+      R"(graph @g(%x: f32[2,64], %s: f32[64]) -> ("y": f32[2,64], "z": f32[2,64]) {
   %y = RMSNormalization(%x, %s) : f32[2,64]
-  return %y
+  %z = RMSNormalization(%x, %s) {stash_type = 10} : f32[2,64]
+  return %y, %z
 })",
       "precision,legalize,canonicalize,cse,dce", 3, 1e-2, 1e-2, fp16);
   ASSERT_TRUE(h);
-  for (const Node &n : h->nodes()) {
-    if (n.kind() == OpKind::ReduceMean) {
-      EXPECT_EQ(n.result()->dtype(), DType::F32) << "stash_type = 1 accumulates in FP32";
-    }
-  }
+  EXPECT_EQ(countOps(*h, OpKind::RMSNormalization), 1u);
+  EXPECT_EQ(countOps(*h, OpKind::ReduceMean), 1u);
 }

@@ -138,15 +138,23 @@ TEST(Fusion, ReductionAndLayerNormWithNeighbours) {
 }
 
 TEST(Fusion, RmsNormalizationLegalizedAndFused) {
-  // RMSNormalization has no kernel of its own: `legalize` writes its function body,
-  // whose mean of squares is a reduction with the square as its prologue and the
-  // epsilon and square root as its epilogue, and whose scaling is one element-wise
-  // kernel. The residual Add feeds both, so it is a kernel of its own (fusion never
-  // duplicates a producer).
+  // In FP32 (FP16, BF16) RMSNormalization is the row_norm kernel's RMS form, the
+  // residual Add fused in as its prologue: one kernel.
   check({"rmsnorm",
          R"(graph @g(%x: f32[2,3,96], %r: f32[2,3,96], %w: f32[96]) -> ("y": f32[2,3,96]) {
   %s = Add(%x, %r) : f32[2,3,96]
   %n = RMSNormalization(%s, %w) {epsilon = 1.0e-06} : f32[2,3,96]
+  return %n
+})",
+         1, 0});
+  // In FP64 it has no kernel: `legalize` writes its function body, whose mean of
+  // squares is a reduction with the square as its prologue and the epsilon and square
+  // root as its epilogue, and whose scaling is one element-wise kernel. The residual
+  // Add feeds both, so it is a kernel of its own (fusion never duplicates a producer).
+  check({"rmsnorm f64",
+         R"(graph @g(%x: f64[2,3,96], %r: f64[2,3,96], %w: f64[96]) -> ("y": f64[2,3,96]) {
+  %s = Add(%x, %r) : f64[2,3,96]
+  %n = RMSNormalization(%s, %w) {epsilon = 1.0e-06} : f64[2,3,96]
   return %n
 })",
          3, 0});

@@ -278,8 +278,11 @@ struct OpDef {
   DecomposeFn decompose = nullptr;
   /// The op has no kernel of its own: the `legalize` pass (before fusion, at every
   /// -O level, after the precision and layout passes have settled its dtypes and
-  /// layout) replaces each node by what this builds. Codegen never sees the op.
+  /// layout) replaces each node by what this builds. Codegen never sees the op...
   DecomposeFn legalize = nullptr;
+  /// ... except the nodes for which this says true: those the code generator has a
+  /// kernel for (RMSNormalization in FP32/FP16/BF16 with an FP32 stash: row_norm).
+  bool (*hasKernel)(const Node &) = nullptr;
   /// Training and inference forms, where an op has both (null: the same in both).
   TrainingFormFn trainingForm = nullptr;
   InferenceFormFn inferenceForm = nullptr;
@@ -341,7 +344,11 @@ public:
   }
   OpBuilder &gradient(GradFn f) { return d_.gradient = f, *this; }
   OpBuilder &decompose(DecomposeFn f) { return d_.decompose = f, *this; }
-  OpBuilder &legalize(DecomposeFn f) { return d_.legalize = f, *this; }
+  OpBuilder &legalize(DecomposeFn f, bool (*hasKernel)(const Node &) = nullptr) {
+    d_.legalize = f;
+    d_.hasKernel = hasKernel;
+    return *this;
+  }
   OpBuilder &modes(TrainingFormFn training, InferenceFormFn inference) {
     return d_.trainingForm = training, d_.inferenceForm = inference, *this;
   }
