@@ -13,7 +13,10 @@
 //  - Split becomes one Slice per result (slices fuse into their consumers);
 //  - a LayerNorm spelled out in primitives (opset < 17 exports: ReduceMean, Sub,
 //    Pow, ReduceMean, Add eps, Sqrt, Div) becomes LayerNormalization, and a constant
-//    per-feature Mul/Add after a LayerNormalization folds into its scale and bias.
+//    per-feature Mul/Add after a LayerNormalization folds into its scale and bias;
+//  - an RMSNorm spelled out in primitives (LLaMA/T5 exports: Pow or Mul, ReduceMean,
+//    Add eps, Sqrt, then Div, or Reciprocal and Mul) becomes RMSNormalization, and a
+//    constant per-feature Mul after it folds into its scale.
 //===----------------------------------------------------------------------===//
 #include "dlc/ir/OpHelpers.h"
 #include "dlc/passes/Pass.h"
@@ -288,6 +291,66 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
     return replaceWith(n, rw, OpKind::LayerNormalization, {x, one, zero},
                        {{"axis", Attribute(int64_t{-1})},
                         {"epsilon", Attribute(static_cast<float>(eps->data().getDouble(0)))}});
+  });
+
+  // y = x / sqrt(mean(x^2) + eps) (or x * (1 / sqrt(...))), the mean over the last
+  // axis: RMSNormalization with a scale of ones (FP32: its kernel; the FP32 stash).
+  auto rmsFromParts = [](Node &n, PatternRewriter &rw, Value *x, Value *denominator) {
+    Node *sqrt = definedBy(denominator, OpKind::Sqrt);
+    Node *add = sqrt ? definedBy(sqrt->operand(0), OpKind::Add) : nullptr;
+    Node *mean = add ? definedBy(add->operand(0), OpKind::ReduceMean) : nullptr;
+    Value *eps = add ? add->operand(1) : nullptr;
+    if (!mean || mean->attrInt("keepdims") != 1 || mean->attrInts("axes").size() != 1 ||
+        !eps->isConstant() || eps->type().numElements() != 1)
+      return false;
+    const int64_t a = mean->attrInts("axes")[0], r = x->rank();
+    if (a != -1 && a != r - 1)
+      return false;
+    const Node *pow = definedBy(mean->operand(0), OpKind::Pow),
+               *mul = definedBy(mean->operand(0), OpKind::Mul);
+    const bool squares = (pow && isSplatConstant(pow->operand(1), 2.0) && pow->operand(0) == x) ||
+                         (mul && mul->operand(0) == x && mul->operand(1) == x);
+    if (!squares || x->dtype() != DType::F32 || n.result()->type() != x->type())
+      return false;
+    const int64_t d = x->shape().back();
+    Value *one = rw.createConstant(
+        "rms.scale", Tensor::fromVector(TensorType(DType::F32, {d}), std::vector<float>(d, 1.0f)));
+    return replaceWith(n, rw, OpKind::RMSNormalization, {x, one},
+                       {{"axis", Attribute(int64_t{-1})},
+                        {"epsilon", Attribute(static_cast<float>(eps->data().getDouble(0)))}});
+  };
+  add("rmsnorm-from-parts", OpKind::Div, [rmsFromParts](Node &n, PatternRewriter &rw) {
+    return rmsFromParts(n, rw, n.operand(0), n.operand(1));
+  });
+  add("rmsnorm-from-reciprocal", OpKind::Mul, [rmsFromParts](Node &n, PatternRewriter &rw) {
+    for (unsigned side = 0; side < 2; ++side)
+      if (Node *rec = definedBy(n.operand(1 - side), OpKind::Reciprocal))
+        if (rmsFromParts(n, rw, n.operand(side), rec->operand(0)))
+          return true;
+    return false;
+  });
+  // A constant per-feature Mul after an RMSNormalization with a constant scale folds
+  // into it.
+  add("fold-rmsnorm-scale", OpKind::Mul, [](Node &n, PatternRewriter &rw) {
+    for (unsigned side = 0; side < 2; ++side) {
+      Value *v = n.operand(side), *c = n.operand(1 - side);
+      Node *rms = definedBy(v, OpKind::RMSNormalization);
+      if (!rms || v->uses().size() != 1 || rw.graph().isOutput(v) || !c->isConstant() ||
+          n.result()->type() != v->type() || v->dtype() != DType::F32)
+        continue;
+      const int64_t axis = rms->attrInt("axis"), d = v->shape().back();
+      Value *scale = rms->operand(1);
+      if ((axis != -1 && axis != v->rank() - 1) || !scale->isConstant() ||
+          scale->shape() != Shape{d} || scale->dtype() != DType::F32 ||
+          c->type().numElements() != d || c->shape().back() != d || c->dtype() != DType::F32)
+        continue;
+      std::vector<float> s = scale->data().toVector<float>(), cv = c->data().toVector<float>();
+      for (int64_t i = 0; i < d; ++i)
+        s[i] *= cv[i];
+      Value *ns = rw.createConstant("rms.scale", Tensor::fromVector(scale->type(), s));
+      return replaceWith(n, rw, OpKind::RMSNormalization, {rms->operand(0), ns}, rms->attrs());
+    }
+    return false;
   });
 
   // A constant per-feature Mul or Add after a LayerNormalization with constant
