@@ -8,6 +8,9 @@
 // and V are read through their fused producers (the head split's slices, reshapes
 // and transposes); the output goes through the fused epilogue (the head merge).
 // QR and VR: head sizes in chunks of 32 (a lane holds one element per chunk).
+// Split (split-KV, for few query rows: decoding's one): blockIdx.z takes a slice of
+// the keys and writes partial results that attention_combine merges, so that a
+// handful of (batch, head) rows still fill the GPU.
 #pragma once
 
 #include "dlc_device.cuh"
@@ -26,7 +29,8 @@ template <class Q, class K, class V, class Sc, class Out> struct AttentionArgs {
 
 inline constexpr int kAttentionKeys = 32;
 
-template <int Warps, int QR, int VR, class I, class Q, class K, class V, class Sc, class Out>
+template <int Warps, int QR, int VR, bool Split, class I, class Q, class K, class V, class Sc,
+          class Out>
 __global__ void __launch_bounds__(32 * Warps) attention(const AttentionArgs<Q, K, V, Sc, Out> a) {
   const AttentionShape &s = a.s;
   const I Sq = static_cast<I>(s.Sq), Sk = static_cast<I>(s.Sk), hd = static_cast<I>(s.hd),
@@ -48,21 +52,26 @@ __global__ void __launch_bounds__(32 * Warps) attention(const AttentionArgs<Q, K
 #pragma unroll
   for (int r = 0; r < VR; ++r)
     acc[r] = 0.0f;
-  for (I kt = 0; kt < Sk; kt += kAttentionKeys) {
+  // The keys of this block: all, or (Split) its slice.
+  const I kBegin = Split ? static_cast<I>(blockIdx.z) * static_cast<I>(s.splitKeys) : I(0);
+  const I kEnd = Split && kBegin + static_cast<I>(s.splitKeys) < Sk
+                     ? kBegin + static_cast<I>(s.splitKeys)
+                     : Sk;
+  for (I kt = kBegin; kt < kEnd; kt += kAttentionKeys) {
     // Stage K' (read as [hd, Sk]) and V ([Sk, hdv]) tiles; rows past Sk are zero.
     for (I e = threadIdx.x; e < kAttentionKeys * hd; e += 32 * Warps) {
       I j = e;
       const I d = s.dHd.split(j), key = kt + j;
-      Ks[e] = key < Sk ? static_cast<float>(K::load(a.k, (bh * hd + d) * Sk + key)) : 0.0f;
+      Ks[e] = key < kEnd ? static_cast<float>(K::load(a.k, (bh * hd + d) * Sk + key)) : 0.0f;
     }
     for (I e = threadIdx.x; e < kAttentionKeys * hdv; e += 32 * Warps) {
       I j = e;
       const I d = s.dHdv.split(j), key = kt + j;
-      Vs[e] = key < Sk ? static_cast<float>(V::load(a.v, (bh * Sk + key) * hdv + d)) : 0.0f;
+      Vs[e] = key < kEnd ? static_cast<float>(V::load(a.v, (bh * Sk + key) * hdv + d)) : 0.0f;
     }
     __syncthreads();
     if (active) {
-      const int kn = static_cast<int>(Sk - kt < kAttentionKeys ? Sk - kt : kAttentionKeys);
+      const int kn = static_cast<int>(kEnd - kt < kAttentionKeys ? kEnd - kt : kAttentionKeys);
       for (int j = 0; j < kn; ++j) {
         float part = 0.0f;
 #pragma unroll
@@ -90,13 +99,57 @@ __global__ void __launch_bounds__(32 * Warps) attention(const AttentionArgs<Q, K
     }
     __syncthreads();
   }
-  if (active) {
+  if (active && Split) { // this slice's unnormalized output, its max and sum
+    const I rows = static_cast<I>(s.BH) * Sq, row = bh * Sq + qi, z = static_cast<I>(blockIdx.z);
+#pragma unroll
+    for (int r = 0; r < VR; ++r) {
+      const I d = lane + 32 * r;
+      if (d < hdv)
+        s.partial[(z * rows + row) * hdv + d] = acc[r];
+    }
+    if (lane == 0) {
+      float *stats = s.partial + static_cast<I>(s.splits) * rows * hdv + (z * rows + row) * 2;
+      stats[0] = m;
+      stats[1] = lsum;
+    }
+  } else if (active) {
 #pragma unroll
     for (int r = 0; r < VR; ++r) {
       const I d = lane + 32 * r;
       if (d < hdv)
         Out::store(a.out, (bh * Sq + qi) * hdv + d, acc[r] / lsum);
     }
+  }
+}
+
+template <class Out> struct AttentionCombineArgs {
+  AttentionShape s;
+  typename Out::Params out;
+};
+
+/// Split-KV's second kernel: output element (row, d) = sum_z e^(m_z - M) o_z / sum_z
+/// e^(m_z - M) l_z over the splits z (M the largest m_z; a split whose keys were all
+/// masked has m_z = -inf and adds nothing), through the epilogue.
+template <class I, class Out>
+__global__ void __launch_bounds__(256) attention_combine(const AttentionCombineArgs<Out> a) {
+  const AttentionShape &s = a.s;
+  const I hdv = static_cast<I>(s.hdv), rows = static_cast<I>(s.BH) * static_cast<I>(s.Sq),
+          splits = static_cast<I>(s.splits);
+  const float *stats = s.partial + splits * rows * hdv;
+  DLC_GRID_STRIDE(i, rows * hdv) {
+    I row = i;
+    const I d = s.dHdv.split(row);
+    float M = -(1.0f / 0.0f);
+    for (I z = 0; z < splits; ++z)
+      M = fmaxf(M, stats[(z * rows + row) * 2]);
+    float num = 0.0f, den = 0.0f;
+    for (I z = 0; z < splits; ++z) {
+      const float mz = stats[(z * rows + row) * 2];
+      const float w = mz == -(1.0f / 0.0f) ? 0.0f : exp_(mz - M);
+      num += w * s.partial[(z * rows + row) * hdv + d];
+      den += w * stats[(z * rows + row) * 2 + 1];
+    }
+    Out::store(a.out, i, num / den);
   }
 }
 

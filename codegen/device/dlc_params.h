@@ -229,6 +229,12 @@ struct AttentionShape {
   // attention_mma without a chain functor: the scores' scale (a chain that only
   // multiplies by a positive constant), folded into the softmax's exp2.
   float scale, unused;
+  // attention with Split (split-KV, for few query rows): block z takes keys [z
+  // splitKeys, (z + 1) splitKeys) and writes its unnormalized output and (max, sum) to
+  // partial ([splits][BH Sq][hdv], then [splits][BH Sq][2], FP32); attention_combine
+  // merges the splits.
+  i64 splits, splitKeys;
+  float *partial;
   // attention_mma: Q [BH, Sq, hd], K [BH, Sk, hd] and V [BH, Sk, hdv], as views of the
   // graph's values (the head split's slices and transposes) or as attention_pack
   // wrote them.

@@ -436,9 +436,29 @@ llvm::Error lowerAttention(Lowering &l, const FusionGroup &g) {
   int warps = 4;
   while (warps > 1 && ((s.Sq + warps - 1) / warps) * s.BH < sms)
     warps /= 2;
+  // Split-KV where the rows leave most SMs idle (decoding's one query row): slices of
+  // at least 128 keys, enough of them for 16 warps per SM on the largest target (its
+  // loads are latency-bound: warps hide it).
+  const int64_t blocks = (s.Sq + warps - 1) / warps * s.BH;
+  int64_t splits = 1;
+  if (blocks * 2 < sms && s.Sk >= 256) {
+    splits = std::min((16 * sms + blocks * warps - 1) / (blocks * warps), s.Sk / 128);
+    s.splitKeys = (s.Sk + splits - 1) / splits;
+    s.splitKeys = (s.splitKeys + kCudaCoreKeys - 1) / kCudaCoreKeys * kCudaCoreKeys;
+    splits = (s.Sk + s.splitKeys - 1) / s.splitKeys;
+  }
+  const bool split = splits > 1;
+  s.splits = splits;
+  const uint64_t partialBytes =
+      split ? static_cast<uint64_t>(splits * s.BH * s.Sq * (s.hdv + 2)) * sizeof(float) : 0;
+  std::optional<BufferRef> partial;
+  if (split)
+    partial = l.temp(partialBytes, mm2.result()->name() + ".split_kv");
   Instantiation inst{"dlc::attention",
                      {std::to_string(warps), std::to_string((s.hd + 31) / 32),
-                      std::to_string((s.hdv + 31) / 32), l.indexType(maxIndex), qn, kn, vn, sn, on},
+                      std::to_string((s.hdv + 31) / 32), split ? "true" : "false",
+                      l.indexType(std::max<int64_t>(maxIndex, splits * s.BH * s.Sq * (s.hdv + 2))),
+                      qn, kn, vn, sn, on},
                      "dlc::AttentionArgs<" + qn + ", " + kn + ", " + vn + ", " + sn + ", " + on +
                          ">",
                      {qn, kn, vn, sn, on}};
@@ -446,12 +466,29 @@ llvm::Error lowerAttention(Lowering &l, const FusionGroup &g) {
   uint32_t kernel = l.instantiate(inst);
   LaunchArgs a;
   a.shape(s);
-  for (const Functor *f : {&*fq, &*fk, &*fv, &*fs, &*fo})
+  if (split)
+    a.pointer(offsetof(AttentionShape, partial), *partial, partialBytes, true);
+  for (const Functor *f : {&*fq, &*fk, &*fv, &*fs})
     a.functor(*f);
+  a.functor(*fo, !split);
   l.launch(mm2, kernel, a, static_cast<uint32_t>((s.Sq + warps - 1) / warps),
            32 * static_cast<uint32_t>(warps),
            static_cast<uint32_t>(kCudaCoreKeys * (s.hd + s.hdv) * sizeof(float)), flops(s),
-           static_cast<uint32_t>(s.BH));
+           static_cast<uint32_t>(s.BH), static_cast<uint32_t>(splits));
+  if (split) {
+    Instantiation comb{
+        "dlc::attention_combine",
+        {l.indexType(std::max<int64_t>(maxIndex, splits * s.BH * s.Sq * (s.hdv + 2))), on},
+        "dlc::AttentionCombineArgs<" + on + ">",
+        {on}};
+    uint32_t ck = l.instantiate(comb);
+    LaunchArgs c;
+    c.shape(s);
+    c.pointer(offsetof(AttentionShape, partial), *partial, partialBytes, false);
+    c.functor(*fo);
+    l.launch(mm2, ck, c, gridFor(static_cast<uint64_t>(s.BH * s.Sq * s.hdv), 256), 256, 0,
+             3.0 * static_cast<double>(splits * s.BH * s.Sq * s.hdv));
+  }
   return llvm::Error::success();
 }
 

@@ -652,6 +652,37 @@ TEST(KernelLibrary, AttentionOnTensorCoresConstantCausalMask) {
   }
 }
 
+TEST(KernelLibrary, SplitKvAttentionForOneQueryRow) {
+  // Decoding: one query row per (batch, head) over 700 keys: 4 blocks would leave the
+  // GPU idle, so the CUDA-core kernel splits the keys (5 slices of 160) and
+  // attention_combine merges them. The mask hides the first 200 keys (the whole first
+  // slice: its max is -inf, it adds nothing) and a few more.
+  ir::Tensor mask(ir::TensorType(ir::DType::F32, {1, 700}));
+  for (int64_t j = 0; j < 700; ++j)
+    ir::storeElement<double>(ir::DType::F32, mask.mutableRaw(), j,
+                             j < 200 || j % 97 == 5 ? -std::numeric_limits<double>::infinity()
+                                                    : 0.0);
+  KernelCase k{
+      "split-kv attention",
+      R"(graph @g(%q: f32[1,4,1,64], %k: f32[1,4,700,64], %v: f32[1,4,700,64], %mask: f32[1,700]) -> ("y": f32[1,4,1,64]) {
+  %kt = Transpose(%k) {perm = [0, 1, 3, 2]} : f32[1,4,64,700]
+  %s = MatMul(%q, %kt) : f32[1,4,1,700]
+  %scale = const f32[] dense<[0.125]>
+  %ss = Mul(%s, %scale) : f32[1,4,1,700]
+  %sm = Add(%ss, %mask) : f32[1,4,1,700]
+  %p = Softmax(%sm) {axis = -1} : f32[1,4,1,700]
+  %y = MatMul(%p, %v) : f32[1,4,1,64]
+  return %y
+})",
+      {"dlc::attention", "dlc::attention_combine"},
+      {{"mask", mask}},
+      2,
+      true,
+      1e-5};
+  k.sourceHas = "dlc::attention<1, 2, 2, true,";
+  check(k);
+}
+
 TEST(KernelLibrary, AttentionOnTensorCoresMultiQuery) {
   // One K/V head broadcast to four query heads (Expand: a stride-0 view), the keys
   // projected; Q a graph input (packed).
