@@ -121,6 +121,8 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
         continue;
       const pkg::Kernel *k = m.kernels()->Get(l->kernel());
       for (size_t i = 0; i < ng; ++i) {
+        if (!pkg::stepRunsOn(*s, arch[i]))
+          continue;
         const GpuModel &g = c.gpus[i];
         const pkg::Module *mod = pkg::pickModule(m, k->chunk(), pkg::archNumber(g.arch));
         const std::string resArch =

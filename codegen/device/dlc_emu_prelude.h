@@ -245,6 +245,10 @@ inline __nv_bfloat16 atomicAdd(__nv_bfloat16 *a, __nv_bfloat16 v) {
 inline int atomicMax(int *a, int v) {
   return dlc_emu_atomic_cas_loop<int>(a, v, [](int x, int y) { return x > y ? x : y; });
 }
+inline unsigned long long atomicMax(unsigned long long *a, unsigned long long v) {
+  return dlc_emu_atomic_cas_loop<unsigned long long>(
+      a, v, [](unsigned long long x, unsigned long long y) { return x > y ? x : y; });
+}
 inline unsigned atomicMax(unsigned *a, unsigned v) {
   return dlc_emu_atomic_cas_loop<unsigned>(a, v,
                                            [](unsigned x, unsigned y) { return x > y ? x : y; });

@@ -122,12 +122,13 @@ enum ScatterMode { kScatterPlain, kScatterAtomic, kScatterFixed };
 /// the update count below 2^62, so that every sum of scaled updates fits a 64-bit
 /// integer (integer adds give the same bits in any order).
 template <class I> __device__ __forceinline__ int scatterFixedExponent(const IndexShape &s) {
-  const float m = __uint_as_float(*s.amax);
-  if (!(m > 0.0f))
+  const double m = __longlong_as_double(static_cast<long long>(*s.amax));
+  if (!(m > 0.0))
     return 0;
-  int e = 0;
-  frexp(static_cast<double>(m) * static_cast<double>(s.total), &e); // m total < 2^e
-  return 62 - e;
+  int em = 0, et = 0;
+  frexp(m, &em);                            // m < 2^em
+  frexp(static_cast<double>(s.total), &et); // total < 2^et
+  return 62 - em - et;
 }
 
 /// Applies update u to y[at]: an atomic add (Atomic: scatter-add in parallel; FP32 and
@@ -223,23 +224,24 @@ __global__ void __launch_bounds__(256) scatter_nd(const IndexShape s) {
 }
 
 /// The deterministic scatter-add's first pass: the largest finite |update| (an atomic
-/// max of non-negative FP32 bits, which order as the values do).
+/// max of non-negative FP64 bits, which order as the values do).
 template <class I, class DT>
 __global__ void __launch_bounds__(256) scatter_fixed_max(const IndexShape s) {
   typedef typename Compute<DT>::type T;
   const DT *upd = static_cast<const DT *>(s.upd);
-  float m = 0.0f;
+  double m = 0.0;
   DLC_GRID_STRIDE(i, static_cast<I>(s.total)) {
     const double v = fabs(static_cast<double>(ld<T>(upd, i)));
     if (!isnan_(v) && !isinf_(v))
-      m = fmaxf(m, static_cast<float>(v) * 1.0000001f); // (rounded up: m bounds |v|)
+      m = fmax(m, v);
   }
-  if (m > 0.0f)
-    atomicMax(s.amax, __float_as_uint(m));
+  if (m > 0.0)
+    atomicMax(s.amax, static_cast<unsigned long long>(__double_as_longlong(m)));
 }
 
 /// Its last pass, over the output's s.depth elements: y += the fixed-point sum 2^-e
-/// (rounded once) and the non-finite sum (any NaN as the canonical one).
+/// and the non-finite sum (any NaN as the canonical one), added in FP64 and rounded
+/// to the output's compute type (FP32 or FP64; FP16 and BF16 round once more).
 template <class I, class DT>
 __global__ void __launch_bounds__(256) scatter_fixed_finish(const IndexShape s) {
   typedef typename Compute<DT>::type T;

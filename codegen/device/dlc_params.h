@@ -310,11 +310,11 @@ struct IndexShape {
   void *y;
   unsigned *err; // the launch's check word (dlc_device.cuh: reportDataError)
   // The deterministic scatter-add (--deterministic): per output element a 64-bit
-  // fixed-point sum and an FP32 sum of the non-finite updates, and the largest finite
-  // |update| as FP32 bits.
+  // fixed-point sum and an FP32 sum of the non-finite updates, and a bound on the
+  // largest finite |update| as FP64 bits.
   long long *fixedSum;
   float *special;
-  unsigned *amax;
+  unsigned long long *amax;
   i64 total, rank, axis, axisDim, q, slice, perBatch, batchStride, depth;
   i64 xStride[kMaxRank], xDim[kMaxRank];
   Divmod dims[kMaxRank], dSlice, dPerBatch;

@@ -36,7 +36,9 @@ double flops(const AttentionShape &s) {
 /// condition. Lowest finite values (finfo.min, as some exporters write) count as
 /// masks when every row keeps a key (their exp underflows to exactly 0 beside it).
 /// Sk where the chain is not that or masks nothing past the diagonal. `exact`: the
-/// masks are exactly "key > query + reach" (nodes: the chain's masking nodes).
+/// masks are exactly "key > query + reach"; `nodes`: then the masking nodes that do
+/// nothing else (an Add whose other values are all 0, a Where), which attention_mma
+/// may apply itself instead of the chain's functor.
 struct CausalMask {
   int64_t reach;
   bool exact = false;
@@ -46,21 +48,17 @@ CausalMask causalMask(const FusionGroup &g, const AttentionShape &s) {
   const int64_t Sq = s.Sq, Sk = s.Sk;
   CausalMask none;
   none.reach = Sk;
-  std::set<const Node *> nodes;
-  std::vector<uint8_t> masked(static_cast<size_t>(Sq * Sk), 0);
-  bool finiteMask = false;
-  // How a constant's element at (query i, key j) is found: broadcast from its last two
-  // dims, every other dim 1.
-  auto at = [&](const Value *c) -> std::optional<std::pair<int64_t, int64_t>> {
-    const Shape &cs = c->shape();
-    for (size_t d = 0; d + 2 < cs.size(); ++d)
-      if (cs[d] != 1)
-        return std::nullopt;
-    const int64_t r = c->rank(), rows = r >= 2 ? cs[r - 2] : 1, cols = r >= 1 ? cs[r - 1] : 1;
-    if ((rows != 1 && rows != Sq) || (cols != 1 && cols != Sk))
-      return std::nullopt;
-    return std::make_pair(rows == 1 ? 0 : cols, cols == 1 ? 0 : 1); // strides of (i, j)
+  // A mask: its constant, where (i, j) is in it (strides), and what marks a masked cell.
+  struct Mask {
+    const Node *node;
+    const Value *c;
+    int64_t si, sj;
+    const Value *fill; // Where: the -inf scalar (masked where cond == whenTrue)
+    bool whenTrue;
+    bool onlyMasks; // an Add whose unmasked values are all 0 (set below), or a Where
   };
+  std::vector<Mask> masks;
+  bool finiteMask = false;
   auto isMaskValue = [&](double v) {
     if (std::isinf(v) && v < 0)
       return true;
@@ -76,64 +74,91 @@ CausalMask causalMask(const FusionGroup &g, const AttentionShape &s) {
     const OpKind op = n.kind();
     if (op == OpKind::Cast)
       continue;
-    if (op == OpKind::Mul || op == OpKind::Div) {
-      bool ok = false;
-      for (const Value *v : n.operands())
-        if (v && v->isConstant() && v->type().numElements() == 1)
-          ok |= loadElement<double>(v->dtype(), v->data().raw(), 0) > 0;
-      if (!ok)
+    if (op == OpKind::Mul || op == OpKind::Div) { // by a positive scalar constant
+      const Value *c = n.operand(1);
+      if (op == OpKind::Mul && !(c->isConstant() && c->type().numElements() == 1))
+        c = n.operand(0);
+      if (!c->isConstant() || c->type().numElements() != 1 ||
+          !(loadElement<double>(c->dtype(), c->data().raw(), 0) > 0))
         return none;
       continue;
     }
-    const Value *c = nullptr, *fill = nullptr;
-    bool whenTrue = true;
+    Mask m{&n, nullptr, 0, 0, nullptr, true, true};
     if (op == OpKind::Add) {
       for (const Value *v : n.operands())
         if (v && v->isConstant())
-          c = v;
+          m.c = v;
     } else if (op == OpKind::Where) {
-      c = n.operand(0);
+      m.c = n.operand(0);
       for (int b = 1; b <= 2; ++b)
         if (n.operand(b)->isConstant() && n.operand(b)->type().numElements() == 1) {
-          fill = n.operand(b);
-          whenTrue = b == 1;
+          m.fill = n.operand(b);
+          m.whenTrue = b == 1;
         }
-      if (!fill || !isMaskValue(loadElement<double>(fill->dtype(), fill->data().raw(), 0)))
+      if (!m.fill || !isMaskValue(loadElement<double>(m.fill->dtype(), m.fill->data().raw(), 0)))
         return none;
     }
-    if (!c || !c->isConstant())
+    if (!m.c || !m.c->isConstant())
       return none;
-    nodes.insert(&n);
-    auto st = at(c);
-    if (!st)
+    // Broadcast from its last two dims, every other dim 1.
+    const Shape &cs = m.c->shape();
+    for (size_t d = 0; d + 2 < cs.size(); ++d)
+      if (cs[d] != 1)
+        return none;
+    const int64_t r = m.c->rank(), rows = r >= 2 ? cs[r - 2] : 1, cols = r >= 1 ? cs[r - 1] : 1;
+    if ((rows != 1 && rows != Sq) || (cols != 1 && cols != Sk))
       return none;
-    const void *raw = c->data().raw();
-    for (int64_t i = 0; i < Sq; ++i)
-      for (int64_t j = 0; j < Sk; ++j) {
-        const double v = loadElement<double>(c->dtype(), raw, i * st->first + j * st->second);
-        if (fill ? (v != 0) == whenTrue : isMaskValue(v))
-          masked[static_cast<size_t>(i * Sk + j)] = 1;
-      }
+    m.si = rows == 1 ? 0 : cols;
+    m.sj = cols == 1 ? 0 : 1;
+    masks.push_back(m);
   }
+  // (Scanning Sq x Sk cells per mask: skipped for masks beyond 64M cells.)
+  if (masks.empty() || Sq * Sk > (int64_t(1) << 26))
+    return none;
+  std::vector<uint8_t> row(static_cast<size_t>(Sk));
+  std::vector<int64_t> last(static_cast<size_t>(Sq));
   int64_t reach = -Sk;
-  for (int64_t i = 0; i < Sq; ++i) {
-    int64_t last = -1;
-    for (int64_t j = 0; j < Sk; ++j)
-      if (!masked[static_cast<size_t>(i * Sk + j)])
-        last = j;
-    if (last < 0 && finiteMask) // (a row of lowest values averages every key)
-      return none;
-    reach = std::max(reach, last - i);
+  for (int pass = 0; pass < 2; ++pass) { // the reach, then whether the mask is exact
+    bool exact = true;
+    for (int64_t i = 0; i < Sq; ++i) {
+      std::fill(row.begin(), row.end(), 0);
+      for (Mask &m : masks) {
+        const void *raw = m.c->data().raw();
+        for (int64_t j = 0; j < Sk; ++j) {
+          const double v = loadElement<double>(m.c->dtype(), raw, i * m.si + j * m.sj);
+          const bool masked = m.fill ? (v != 0) == m.whenTrue : isMaskValue(v);
+          row[static_cast<size_t>(j)] |= masked;
+          if (!m.fill && !masked && v != 0)
+            m.onlyMasks = false; // (a bias as well: its functor must run)
+        }
+      }
+      if (pass == 0) {
+        int64_t l = -1;
+        for (int64_t j = 0; j < Sk; ++j)
+          if (!row[static_cast<size_t>(j)])
+            l = j;
+        if (l < 0 && finiteMask) // (a row of lowest values averages every key)
+          return none;
+        reach = std::max(reach, l - i);
+      } else {
+        for (int64_t j = 0; j < Sk && exact; ++j)
+          exact = (row[static_cast<size_t>(j)] != 0) == (j > i + reach);
+        if (!exact)
+          break;
+      }
+    }
+    if (pass == 1) {
+      CausalMask r;
+      r.reach = std::min(reach, Sk);
+      r.exact = exact && reach < Sk - 1;
+      if (r.exact)
+        for (const Mask &m : masks)
+          if (m.onlyMasks)
+            r.nodes.insert(m.node);
+      return r;
+    }
   }
-  CausalMask r;
-  r.reach = std::min(reach, Sk);
-  r.exact = reach < Sk - 1 && !nodes.empty();
-  for (int64_t i = 0; i < Sq && r.exact; ++i)
-    for (int64_t j = 0; j < Sk && r.exact; ++j)
-      r.exact = (masked[static_cast<size_t>(i * Sk + j)] != 0) == (j > i + reach);
-  if (r.exact)
-    r.nodes = std::move(nodes);
-  return r;
+  return none;
 }
 
 /// The positive constant a score chain of only Mul or Div by a scalar constant (and

@@ -109,10 +109,10 @@ llvm::Error lowerScatter(Lowering &l, const Node &n, const char *tmpl,
     const int64_t outs = y->type().numElements();
     BufferRef sums = l.temp(static_cast<uint64_t>(outs) * 8, y->name() + ".fixed_sum"),
               special = l.temp(static_cast<uint64_t>(outs) * 4, y->name() + ".special"),
-              amax = l.temp(4, y->name() + ".amax");
+              amax = l.temp(8, y->name() + ".amax");
     l.addMemset(sums, static_cast<uint64_t>(outs) * 8, 0, n);
     l.addMemset(special, static_cast<uint64_t>(outs) * 4, 0, n);
-    l.addMemset(amax, 4, 0, n);
+    l.addMemset(amax, 8, 0, n);
     IndexShape fs = *s;
     fs.depth = outs; // (scatter_fixed_finish's extent)
     auto pass = [&](const char *kernel, int64_t threads, bool updates) {
@@ -122,7 +122,7 @@ llvm::Error lowerScatter(Lowering &l, const Node &n, const char *tmpl,
         a.pointer(offsetof(IndexShape, upd), l.bufferOf(upd), upd->type().byteSize(), false);
       else
         a.pointer(offsetof(IndexShape, y), yb, y->type().byteSize(), true);
-      a.pointer(offsetof(IndexShape, amax), amax, 4, updates);
+      a.pointer(offsetof(IndexShape, amax), amax, 8, updates);
       if (!updates) {
         a.pointer(offsetof(IndexShape, fixedSum), sums, static_cast<uint64_t>(outs) * 8, false);
         a.pointer(offsetof(IndexShape, special), special, static_cast<uint64_t>(outs) * 4, false);
@@ -138,7 +138,7 @@ llvm::Error lowerScatter(Lowering &l, const Node &n, const char *tmpl,
         [&](LaunchArgs &la) {
           la.pointer(offsetof(IndexShape, fixedSum), sums, static_cast<uint64_t>(outs) * 8, true);
           la.pointer(offsetof(IndexShape, special), special, static_cast<uint64_t>(outs) * 4, true);
-          la.pointer(offsetof(IndexShape, amax), amax, 4, false);
+          la.pointer(offsetof(IndexShape, amax), amax, 8, false);
         });
     pass("dlc::scatter_fixed_finish", outs, false);
     return llvm::Error::success();

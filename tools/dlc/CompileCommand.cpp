@@ -223,7 +223,7 @@ int runCompile(const std::vector<std::string> &argv) {
        {"deterministic", 0, false, false, "",
         "Bit-identical results on every run: floating-point scatter-adds (training's MaxPool and\n"
         "Gather/embedding gradients) as 64-bit fixed-point sums instead of atomic float adds,\n"
-        "which sum in no fixed order (three more launches per scatter)"},
+        "which sum in no fixed order (two more kernels and three memsets per scatter)"},
        {"attention-kernel", 0, true, false, "auto|mma|cuda-core",
         "Benchmarking: fused attentions on tensor cores (attention_mma, FP16/BF16 with head sizes\n"
         "a multiple of 8) or CUDA cores, not the cost model's choice (default auto)"},

@@ -45,10 +45,12 @@ int runOps(const std::vector<std::string> &argv) {
     const char *grad = d.gradient ? "rule" : d.decompose ? "decomposed" : "-";
     // "*": some nodes of the op are opaque (BatchNormalization in training mode).
     // "legalized": no kernel of its own; the `legalize` pass writes its decomposition,
-    // whose ops fuse.
-    std::string fusion =
-        d.legalize ? std::string("legalized")
-                   : ir::describeFusibility(d.fusibility) + (d.fusibility.opaqueWhen ? "*" : "");
+    // whose ops fuse. "legalized*": some nodes have a kernel (OpDef::hasKernel), shown
+    // with their fusibility.
+    std::string fusion = d.legalize && !d.hasKernel ? std::string("legalized")
+                                                    : ir::describeFusibility(d.fusibility) +
+                                                          (d.fusibility.opaqueWhen ? "*" : "") +
+                                                          (d.legalize ? ", else legalized" : "");
     if (md)
       os << "| " << d.name << " | " << fusion << " | " << fp16 << " | " << layout << " | " << grad
          << " |\n";

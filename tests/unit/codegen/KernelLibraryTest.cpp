@@ -602,16 +602,17 @@ TEST(KernelLibrary, AttentionOnTensorCoresConstantCausalMask) {
   // and an additive [Sq, Sk] mask of -inf (the kernel then applies the mask itself and
   // skips the key tiles above the diagonal: the results must not change), one with
   // lowest finite values instead (finfo.min), one with past keys (Sk > Sq: the diagonal
-  // offset by Sk - Sq), and a constant mask that is not causal (random -inf entries:
-  // applied through the chain functor, every tile visited).
+  // offset by Sk - Sq), a constant mask that is not causal (random -inf entries:
+  // applied through the chain functor, every tile visited), and a causal mask that
+  // also adds a bias (tiles skipped, the functor kept for the bias).
   const int64_t H = 2, hd = 64, D = H * hd;
   struct Case {
     const char *form;
     int64_t sq, sk;
   };
-  for (const Case &c :
-       {Case{"where", 150, 150}, Case{"add -inf", 150, 150}, Case{"add lowest", 150, 150},
-        Case{"add -inf, past keys", 40, 170}, Case{"add random -inf", 100, 100}}) {
+  for (const Case &c : {Case{"where", 150, 150}, Case{"add -inf", 150, 150},
+                        Case{"add lowest", 150, 150}, Case{"add -inf, past keys", 40, 170},
+                        Case{"add random -inf", 100, 100}, Case{"add -inf and a bias", 150, 150}}) {
     const std::string f = c.form;
     const int64_t sq = c.sq, sk = c.sk;
     ir::Tensor add = causalMask(ir::DType::F16, sq, sk), ninf(ir::TensorType(ir::DType::F16, {}));
@@ -626,6 +627,8 @@ TEST(KernelLibrary, AttentionOnTensorCoresConstantCausalMask) {
       const bool inf = std::isinf(ir::loadElement<double>(ir::DType::F16, add.raw(), i));
       if (f == "add lowest" && inf)
         ir::storeElement<double>(ir::DType::F16, add.mutableRaw(), i, -65504.0);
+      if (f == "add -inf and a bias" && !inf) // (causal, and a position bias: kept)
+        ir::storeElement<double>(ir::DType::F16, add.mutableRaw(), i, 0.5 * ((i % sk) % 7) - 1.0);
       if (f == "add random -inf") // (the diagonal kept: no row is all -inf)
         ir::storeElement<double>(
             ir::DType::F16, add.mutableRaw(), i,
