@@ -327,6 +327,22 @@ TEST(KernelLibrary, RmsNormalization) {
        1e-5,
        false,
        {"dlc::reduce"}});
+  // A fused residual Add: row_norm keeps each thread's first 8 values in registers;
+  // rows of 2500 (> 8 x 256) re-read their tail.
+  check(
+      {"rms and layer norm with a residual prologue, rows past the register cache",
+       R"(graph @g(%x: f32[3,2500], %r: f32[3,2500], %s: f32[2500], %b: f32[2500]) -> ("a": f32[3,2500], "l": f32[3,2500]) {
+  %h = Add(%x, %r) : f32[3,2500]
+  %a = RMSNormalization(%h, %s) : f32[3,2500]
+  %h2 = Sub(%x, %r) : f32[3,2500]
+  %l = LayerNormalization(%h2, %s, %b) : f32[3,2500]
+  return %a, %l
+})",
+       {"dlc::row_norm"},
+       {},
+       2,
+       true,
+       1e-5});
   check(
       {"rms norm, f16 data",
        R"(graph @g(%x: f16[4,520], %s: f16[520], %w: f32[520]) -> ("a": f16[4,520], "b": f32[4,520]) {
