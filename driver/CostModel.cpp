@@ -40,6 +40,29 @@ int staticSmemOf(const pkg::Kernel &k, const std::string &arch) {
   return any;
 }
 
+/// Launch l of kernel k on g: the module the runtime loads there (pkg::pickModule: a
+/// cubin, or PTX the driver compiles), threads per block, and the blocks per SM its
+/// registers (ptxas's, for the cubin that runs: sm_80's on an A10) and shared memory
+/// allow.
+struct Residency {
+  const pkg::Module *mod;
+  int threads, blocksPerSm;
+};
+Residency residencyOf(const pkg::Package &m, const pkg::Kernel &k, const pkg::Launch &l,
+                      const GpuModel &g) {
+  Residency r;
+  r.mod = pkg::pickModule(m, k.chunk(), pkg::archNumber(g.arch));
+  const std::string resArch =
+      r.mod && r.mod->kind() == pkg::ModuleKind::Cubin ? r.mod->target()->str() : g.arch;
+  const uint64_t threads = uint64_t(l.block()->x()) * l.block()->y() * l.block()->z();
+  r.threads = static_cast<int>(std::min<uint64_t>(threads, 1 << 20));
+  const int64_t smem = std::min<int64_t>(
+      int64_t(staticSmemOf(k, resArch)) + int64_t(l.dynamic_smem()), int64_t(1) << 30);
+  r.blocksPerSm =
+      codegen::blocksPerSm(g, r.threads, registersOf(k, resArch), static_cast<int>(smem));
+  return r;
+}
+
 } // namespace
 
 const codegen::sass::KernelFacts *PackageFacts::factsOf(const std::string &arch,
@@ -124,16 +147,8 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
         if (!pkg::stepRunsOn(*s, arch[i]))
           continue;
         const GpuModel &g = c.gpus[i];
-        const pkg::Module *mod = pkg::pickModule(m, k->chunk(), pkg::archNumber(g.arch));
-        const std::string resArch =
-            mod && mod->kind() == pkg::ModuleKind::Cubin ? mod->target()->str() : g.arch;
-        const uint64_t threads = uint64_t(l->block()->x()) * l->block()->y() * l->block()->z(),
-                       blocks = uint64_t(l->grid()->x()) * l->grid()->y() * l->grid()->z();
-        const int64_t smem = std::min<int64_t>(
-            int64_t(staticSmemOf(*k, resArch)) + int64_t(l->dynamic_smem()), int64_t(1) << 30);
-        const int perSm =
-            codegen::blocksPerSm(g, static_cast<int>(std::min<uint64_t>(threads, 1 << 20)),
-                                 registersOf(*k, resArch), static_cast<int>(smem));
+        const uint64_t blocks = uint64_t(l->grid()->x()) * l->grid()->y() * l->grid()->z();
+        const int perSm = residencyOf(m, *k, *l, g).blocksPerSm;
         alt[i][s->alt_group()] = blocks <= uint64_t(std::max(perSm, 0)) * uint64_t(g.sms) ? 1 : 2;
       }
     }
@@ -207,19 +222,10 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
         if (kernel) {
           LaunchShape ls;
           ls.blocks = sc.blocks;
-          uint64_t threads = uint64_t(l->block()->x()) * l->block()->y() * l->block()->z();
-          ls.threads = static_cast<int>(std::min<uint64_t>(threads, 1 << 20));
-          // The module the runtime loads on this GPU (pkg::pickModule): a cubin, or PTX
-          // that the driver compiles.
-          const pkg::Module *mod = pkg::pickModule(m, kernel->chunk(), pkg::archNumber(g.arch));
-          // ptxas's resources for the cubin that runs (sm_80's on an A10).
-          std::string resArch =
-              mod && mod->kind() == pkg::ModuleKind::Cubin ? mod->target()->str() : g.arch;
-          int64_t smem = std::min<int64_t>(int64_t(staticSmemOf(*kernel, resArch)) +
-                                               int64_t(l->dynamic_smem()),
-                                           int64_t(1) << 30);
-          ls.blocksPerSm = codegen::blocksPerSm(g, ls.threads, registersOf(*kernel, resArch),
-                                                static_cast<int>(smem));
+          const Residency res = residencyOf(m, *kernel, *l, g);
+          const pkg::Module *mod = res.mod;
+          ls.threads = res.threads;
+          ls.blocksPerSm = res.blocksPerSm;
           fill = ls.fill = codegen::smFill(g, sc.blocks, ls.blocksPerSm);
           ls.flops = sc.flops;
           ls.bytesRead = static_cast<double>(sc.bytesRead);

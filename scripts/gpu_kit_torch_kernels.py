@@ -9,11 +9,10 @@ TEMPLATES.
 
 usage: python3 torch_kernels.py   (needs torch >= 2.0 with CUDA for the attention rows)
 """
-import statistics
-import time
-
 import torch
 import torch.nn.functional as F
+
+from torch_bench import median_ms  # (beside it in the kit's torch/ folder)
 
 ATTENTION = {
     "attention_fp16": ([(1, 12, 512, 64), (8, 16, 1024, 64), (4, 8, 2048, 128)], False),
@@ -23,19 +22,6 @@ ROWS = {
     "softmax": ([(128, 1000), (2048, 512), (64, 8192)], lambda x: torch.softmax(x, dim=-1)),
     "layernorm": ([(128, 768), (2048, 1024), (64, 8192)], lambda x: F.layer_norm(x, x.shape[-1:])),
 }
-
-
-def median_ms(f, warmup=20, iters=100):
-    for _ in range(warmup):
-        f()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        f()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
 
 
 def main():

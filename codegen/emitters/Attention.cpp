@@ -201,49 +201,45 @@ struct MmaOperand {
 /// Operand x ([batch..., rows, cols], or [batch..., cols, rows] when `transposed`: K')
 /// as a strided view of a value the group does not compute, whose values are
 /// contiguous, every row 16-byte aligned, its batch dims at most two strided ones
-/// after merging contiguous neighbours; or, where it is not that, packed by
-/// attention_pack into [BH, rows, cols] (`packedAt`).
-MmaOperand mmaOperand(Lowering &l, const Value *x, bool transposed, int64_t BH,
-                      std::optional<BufferRef> packedAt) {
+/// after merging contiguous neighbours; or, where it is not that, `packed`: the
+/// [BH, rows, cols] layout attention_pack writes (the caller gives it its buffer).
+MmaOperand mmaOperand(Lowering &l, const Value *x, bool transposed, int64_t BH) {
   const Shape &xs = x->shape();
   const int64_t r = x->rank(), es = static_cast<int64_t>(dtypeSize(x->dtype()));
   const int64_t rowDim = transposed ? r - 1 : r - 2, colDim = transposed ? r - 2 : r - 1;
   MmaOperand m;
-  if (!packedAt) {
-    auto a = stridedAccess(l, x);
-    if (a && a->source->dtype() == x->dtype() && fixedAligned(l, a->source, 16) &&
-        a->strides[static_cast<size_t>(colDim)] == 1 && a->offset >= 0) {
-      std::vector<std::pair<int64_t, int64_t>> batch; // (size, stride), merged
-      bool ok = true;
-      for (int64_t d = 0; d < r - 2; ++d) {
-        const int64_t n = xs[d], st = a->strides[static_cast<size_t>(d)];
-        ok &= st >= 0;
-        if (n == 1)
-          continue;
-        if (!batch.empty() && batch.back().second == n * st) {
-          batch.back().first *= n;
-          batch.back().second = st;
-        } else {
-          batch.push_back({n, st});
-        }
-      }
-      const int64_t sRow = a->strides[static_cast<size_t>(rowDim)];
-      ok &= batch.size() <= 2 && sRow >= 0;
-      for (int64_t st : {sRow, a->offset, batch.empty() ? 0 : batch.back().second,
-                         batch.size() == 2 ? batch[0].second : 0})
-        ok &= (st * es) % 16 == 0;
-      if (ok) {
-        m.o.sRow = sRow;
-        m.o.sInner = batch.empty() ? 0 : batch.back().second;
-        m.o.sOuter = batch.size() == 2 ? batch[0].second : 0;
-        m.o.dInner = Divmod::make(batch.empty() ? 1 : batch.back().first);
-        m.at = l.bufferOf(a->source);
-        m.at.offset += static_cast<uint64_t>(a->offset * es);
-        m.sourceElements = a->source->type().numElements();
-        return m;
+  auto a = stridedAccess(l, x);
+  if (a && a->source->dtype() == x->dtype() && fixedAligned(l, a->source, 16) &&
+      a->strides[static_cast<size_t>(colDim)] == 1 && a->offset >= 0) {
+    std::vector<std::pair<int64_t, int64_t>> batch; // (size, stride), merged
+    bool ok = true;
+    for (int64_t d = 0; d < r - 2; ++d) {
+      const int64_t n = xs[d], st = a->strides[static_cast<size_t>(d)];
+      ok &= st >= 0;
+      if (n == 1)
+        continue;
+      if (!batch.empty() && batch.back().second == n * st) {
+        batch.back().first *= n;
+        batch.back().second = st;
+      } else {
+        batch.push_back({n, st});
       }
     }
-    return m; // (packed: the caller gives it a buffer)
+    const int64_t sRow = a->strides[static_cast<size_t>(rowDim)];
+    ok &= batch.size() <= 2 && sRow >= 0;
+    for (int64_t st : {sRow, a->offset, batch.empty() ? 0 : batch.back().second,
+                       batch.size() == 2 ? batch[0].second : 0})
+      ok &= (st * es) % 16 == 0;
+    if (ok) {
+      m.o.sRow = sRow;
+      m.o.sInner = batch.empty() ? 0 : batch.back().second;
+      m.o.sOuter = batch.size() == 2 ? batch[0].second : 0;
+      m.o.dInner = Divmod::make(batch.empty() ? 1 : batch.back().first);
+      m.at = l.bufferOf(a->source);
+      m.at.offset += static_cast<uint64_t>(a->offset * es);
+      m.sourceElements = a->source->type().numElements();
+      return m;
+    }
   }
   const int64_t rows = xs[rowDim], cols = xs[colDim];
   m.packed = true;
@@ -251,7 +247,6 @@ MmaOperand mmaOperand(Lowering &l, const Value *x, bool transposed, int64_t BH,
   m.o.sInner = rows * cols;
   m.o.sOuter = 0;
   m.o.dInner = Divmod::make(BH);
-  m.at = *packedAt;
   m.sourceElements = BH * rows * cols;
   return m;
 }
@@ -443,16 +438,9 @@ llvm::Error lowerAttention(Lowering &l, const FusionGroup &g) {
     sms = std::max<int64_t>(sms, gpuModelFor(a).sms);
   {
     const Value *q = mm1.operand(0), *k = mm1.operand(1), *v = mm2.operand(1);
-    MmaOperand ops[3] = {mmaOperand(l, q, false, s.BH, std::nullopt),
-                         mmaOperand(l, k, true, s.BH, std::nullopt),
-                         mmaOperand(l, v, false, s.BH, std::nullopt)};
-    const Value *vals[3] = {q, k, v};
-    int packs = 0;
-    for (int j = 0; j < 3; ++j)
-      if (!ops[j].sourceElements) { // no view: attention_pack writes it
-        ops[j] = mmaOperand(l, vals[j], j == 1, s.BH, BufferRef{});
-        ++packs;
-      }
+    MmaOperand ops[3] = {mmaOperand(l, q, false, s.BH), mmaOperand(l, k, true, s.BH),
+                         mmaOperand(l, v, false, s.BH)};
+    const int packs = ops[0].packed + ops[1].packed + ops[2].packed;
     if (auto plan = mmaPlan(l, g, s, sms, packs))
       return lowerAttentionMma(l, g, s, *plan, ops, {&*fq, &*fk, &*fv, &*fs, &*fo}, maxIndex);
   }
@@ -474,19 +462,19 @@ llvm::Error lowerAttention(Lowering &l, const FusionGroup &g) {
   }
   const bool split = splits > 1;
   s.splits = splits;
+  const std::string index =
+      l.indexType(std::max<int64_t>(maxIndex, splits * s.BH * s.Sq * (s.hdv + 2)));
   const uint64_t partialBytes =
       split ? static_cast<uint64_t>(splits * s.BH * s.Sq * (s.hdv + 2)) * sizeof(float) : 0;
   std::optional<BufferRef> partial;
   if (split)
     partial = l.temp(partialBytes, mm2.result()->name() + ".split_kv");
-  Instantiation inst{"dlc::attention",
-                     {std::to_string(warps), std::to_string((s.hd + 31) / 32),
-                      std::to_string((s.hdv + 31) / 32), split ? "true" : "false",
-                      l.indexType(std::max<int64_t>(maxIndex, splits * s.BH * s.Sq * (s.hdv + 2))),
-                      qn, kn, vn, sn, on},
-                     "dlc::AttentionArgs<" + qn + ", " + kn + ", " + vn + ", " + sn + ", " + on +
-                         ">",
-                     {qn, kn, vn, sn, on}};
+  Instantiation inst{
+      "dlc::attention",
+      {std::to_string(warps), std::to_string((s.hd + 31) / 32), std::to_string((s.hdv + 31) / 32),
+       split ? "true" : "false", index, qn, kn, vn, sn, on},
+      "dlc::AttentionArgs<" + qn + ", " + kn + ", " + vn + ", " + sn + ", " + on + ">",
+      {qn, kn, vn, sn, on}};
   inst.needsSync = true;
   uint32_t kernel = l.instantiate(inst);
   LaunchArgs a;
@@ -502,10 +490,7 @@ llvm::Error lowerAttention(Lowering &l, const FusionGroup &g) {
            static_cast<uint32_t>(s.BH), static_cast<uint32_t>(splits));
   if (split) {
     Instantiation comb{
-        "dlc::attention_combine",
-        {l.indexType(std::max<int64_t>(maxIndex, splits * s.BH * s.Sq * (s.hdv + 2))), on},
-        "dlc::AttentionCombineArgs<" + on + ">",
-        {on}};
+        "dlc::attention_combine", {index, on}, "dlc::AttentionCombineArgs<" + on + ">", {on}};
     uint32_t ck = l.instantiate(comb);
     LaunchArgs c;
     c.shape(s);

@@ -554,6 +554,12 @@ public:
           check(drv_.cuFuncSetAttribute_(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                          static_cast<int>(l.dynamic_smem())),
                 "opting in to dynamic shared memory"));
+    return resident(f, l, fits, why);
+  }
+
+  /// Whether l's whole grid is resident at once with f's occupancy (after the
+  /// shared-memory opt-in), and the figures.
+  Status resident(CUfunction f, const pkg::Launch &l, bool &fits, std::string &why) {
     int perSm = 0;
     const uint64_t threads = uint64_t(l.block()->x()) * l.block()->y() * l.block()->z(),
                    blocks = uint64_t(l.grid()->x()) * l.grid()->y() * l.grid()->z();
@@ -602,19 +608,13 @@ public:
     cfg.hStream = stream();
     if (k->cooperative()) {
       // A grid barrier needs every block resident: check before the driver refuses.
-      int perSm = 0;
-      uint32_t threads = cfg.blockDimX * cfg.blockDimY * cfg.blockDimZ;
-      DLC_RETURN_IF_ERROR(check(drv_.cuOccupancyMaxActiveBlocksPerMultiprocessor_(
-                                    &perSm, f, static_cast<int>(threads), l.dynamic_smem()),
-                                "occupancy of kernel " + k->name()->str()));
-      uint64_t blocks = uint64_t(cfg.gridDimX) * cfg.gridDimY * cfg.gridDimZ;
-      if (blocks > uint64_t(perSm) * uint64_t(sms_))
+      bool fits = false;
+      std::string why;
+      DLC_RETURN_IF_ERROR(resident(f, l, fits, why));
+      if (!fits)
         return Status(StatusCode::LaunchFailure,
-                      "kernel '" + k->name()->str() + "' (node '" + node + "') needs " +
-                          std::to_string(blocks) +
-                          " resident blocks for its grid barrier; this GPU holds " +
-                          std::to_string(perSm) + " per multiprocessor x " + std::to_string(sms_) +
-                          " multiprocessors");
+                      "kernel '" + k->name()->str() + "' (node '" + node +
+                          "') needs every block resident for its grid barrier (" + why + ")");
       coop.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
       coop.value.cooperative = 1;
       cfg.attrs = &coop;
