@@ -626,6 +626,9 @@ Status PackageFile::verify() {
         if ((s->alt_group() == 0) != (s->alt() == 0) || s->alt() > 2)
           return bad(label + " has an invalid alternative (" + std::to_string(s->alt_group()) +
                      ", " + std::to_string(s->alt()) + ")");
+        // A union's type without its value passes the flatbuffers verifier.
+        if (!s->op())
+          return bad(label + " has no operation");
         switch (s->op_type()) {
         case StepKind::Launch:
           DLC_RETURN_IF_ERROR(checkLaunch(*s->op_as_Launch(), label));

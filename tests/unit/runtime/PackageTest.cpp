@@ -114,6 +114,25 @@ TEST(Package, ResignedMetadataDamageNeverCrashes) {
   EXPECT_GT(rejected, 100);
 }
 
+// A step whose union names its kind but holds no value (the vtable entry of `op` cleared)
+// passes the flatbuffers verifier; the package check must name it (found by fuzz_Package).
+TEST(Package, AStepWithoutItsOperationIsRejected) {
+  auto bytes = samplePackage();
+  auto pf = pkg::PackageFile::fromBytes(bytes.data(), bytes.size(), "ok.dlc");
+  ASSERT_TRUE(pf.ok()) << pf.status().message();
+  const pkg::Step *step = (*pf)->meta().steps()->Get(0);
+  const uint8_t *vtable = reinterpret_cast<const flatbuffers::Table *>(step)->GetVTable();
+  size_t entry = vtable - (*pf)->data() + pkg::Step::VT_OP;
+  ASSERT_LT(entry + 2, bytes.size());
+  auto bad = bytes;
+  bad[entry] = bad[entry + 1] = 0;
+  resign(bad);
+  pf = pkg::PackageFile::fromBytes(bad.data(), bad.size(), "noop.dlc");
+  ASSERT_FALSE(pf.ok());
+  EXPECT_NE(pf.status().message().find("step 0 has no operation"), std::string::npos)
+      << pf.status().message();
+}
+
 TEST(Package, WrongMagicAndVersionAreNamed) {
   auto bytes = samplePackage();
   auto bad = bytes;
