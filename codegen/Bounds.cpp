@@ -109,4 +109,23 @@ Bounds launchBounds(const GpuModel &g, const sass::KernelFacts *f, const LaunchS
   return b;
 }
 
+Bounds libraryGemmBounds(const GpuModel &g, const LibraryGemm &gm, double *fillOut) {
+  // cuBLASLt splits K when the output tiles leave SMs idle.
+  uint64_t blocks = ((gm.m + 127) / 128) * ((gm.n + 127) / 128) * gm.batch;
+  if (blocks && blocks < static_cast<uint64_t>(g.sms))
+    blocks *= std::min<uint64_t>((g.sms + blocks - 1) / blocks, std::max<uint64_t>(1, gm.k / 256));
+  const double fill = smFill(g, blocks, 1);
+  if (fillOut)
+    *fillOut = fill;
+  const double peak = gm.tf32 ? g.tf32Flops : gm.tensor ? g.tensorFlops : g.fp32Flops;
+  const double k = static_cast<double>(gm.k), flops = 2.0 * static_cast<double>(gm.batch) *
+                                                      static_cast<double>(gm.m) *
+                                                      static_cast<double>(gm.n) * k;
+  Bounds b;
+  b.issue = 1e6 * flops / (peak * g.libraryEfficiency * k / (k + 128.0) * std::max(fill, 1e-6));
+  b.memory = 1e6 * gm.bytes / (g.dramBytesPerSecond * g.dramAchievable);
+  b.limit = "library";
+  return b;
+}
+
 } // namespace dlc::codegen

@@ -244,17 +244,15 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
           if (runs && fromPtx)
             ++c.ptxPriced[i];
         } else if (gm) {
-          // cuBLASLt splits K when the output tiles leave SMs idle.
-          uint64_t blocks = sc.blocks;
-          if (blocks < static_cast<uint64_t>(g.sms))
-            blocks *= std::min<uint64_t>((g.sms + blocks - 1) / blocks,
-                                         std::max<uint64_t>(1, gemmK / 256));
-          fill = codegen::smFill(g, blocks, 1);
-          double k = static_cast<double>(gemmK);
-          double efficiency = g.libraryEfficiency * k / (k + 128.0);
-          b.issue = 1e6 * sc.flops / (peak * efficiency * std::max(fill, 1e-6));
-          b.memory = 1e6 * static_cast<double>(sc.bytes()) / achievable;
-          b.limit = "library";
+          codegen::LibraryGemm lg;
+          lg.m = gemmM;
+          lg.n = gemmN;
+          lg.k = gemmK;
+          lg.batch = batch;
+          lg.bytes = static_cast<double>(sc.bytes());
+          lg.tensor = sc.tensor;
+          lg.tf32 = sc.tf32;
+          b = codegen::libraryGemmBounds(g, lg, &fill);
         } else {
           b.memory = 1e6 * static_cast<double>(sc.bytes()) / achievable;
           b.limit = "copy";

@@ -13,13 +13,18 @@
 //     which moves on to the users. An op without a hook (Reshape, Flatten, MatMul)
 //     keeps the transpose in front of it.
 //  3. In NHWC a 1x1 convolution with stride 1 and no padding is a GEMM over the
-//     channels: MatMul by the [C, M] weights (+ Add bias), for cuBLASLt.
+//     channels: MatMul by the [C, M] weights (+ Add bias), for cuBLASLt, when
+//     cuBLASLt applies its epilogue too. Conversely an FP16/BF16 MatMul by constant
+//     weights with an epilogue cuBLASLt cannot apply becomes such a convolution (in
+//     any graph, with or without convolutions): the kernel library's implicit GEMM
+//     stores through any element-wise epilogue.
 // Graph inputs and outputs keep their layout: the transposes left at the boundary
 // (and in front of layout barriers) are the only ones executed; the clean-up after
 // this pass cancels Transpose pairs and folds the permuted weights.
 //
-// Auto mode acts on graphs with a 2-D FP16/BF16 convolution; nhwc on any graph
-// with a convolution; nchw does nothing.
+// Auto mode moves graphs with a 2-D FP16/BF16 convolution to NHWC (nhwc: any graph
+// with a convolution) and rewrites the products of any graph it runs on (step 3);
+// nchw does nothing.
 //===----------------------------------------------------------------------===//
 #include "dlc/ir/FusionRules.h"
 #include "dlc/ir/OpHelpers.h"
@@ -45,6 +50,18 @@ bool isTransposeBy(const Value *v, const std::vector<int64_t> &perm) {
 
 Attribute permAttr(const std::vector<int64_t> &p) {
   return Attribute(std::vector<int64_t>(p));
+}
+
+/// The result of a new node of kind k placed before `before`; null if it does not
+/// verify (not reached: the patterns create nodes that verify by construction).
+Value *create(PatternRewriter &rw, OpKind k, std::vector<Value *> ops, AttrMap attrs,
+              Node &before) {
+  auto c = rw.create(k, std::move(ops), std::move(attrs), &before);
+  if (!c) {
+    llvm::consumeError(c.takeError());
+    return nullptr;
+  }
+  return (*c)->result();
 }
 
 /// Moves Transpose(perm) below a node whose op's remap hook accepts it.
@@ -126,25 +143,47 @@ public:
     rw.replaceNode(n, results);
     return true;
   }
-
-private:
-  static Value *create(PatternRewriter &rw, OpKind k, std::vector<Value *> ops, AttrMap attrs,
-                       Node &before) {
-    auto c = rw.create(k, std::move(ops), std::move(attrs), &before);
-    if (!c) {
-      llvm::consumeError(c.takeError());
-      return nullptr;
-    }
-    return (*c)->result();
-  }
 };
+
+/// Whether the chain of single-use element-wise consumers that fusion would put after
+/// `product` (a MatMul, or a Conv that could be one) is one cuBLASLt applies itself:
+/// bias, residual add, ReLU or tanh-GELU (FusionRules' matchGemmEpilogue). A reshape
+/// followed by element-wise work is not (cuBLASLt's epilogue does not reach through
+/// it; a convolution's does).
+bool epilogueFitsGemm(const Node &product) {
+  std::vector<const Node *> chain;
+  const Graph &g = *product.graph();
+  const Value *cur = product.result();
+  auto soleUser = [&](const Value *v) -> const Node * {
+    return v->uses().size() == 1 && !g.isOutput(v) ? v->uses().front().user : nullptr;
+  };
+  auto elementwise = [](const Node *u, const Value *in) {
+    Fusibility f = fusibility(*u);
+    return f.role == Fusibility::Role::Elementwise && !f.operandAccess && u->numResults() == 1 &&
+           u->result()->shape() == in->shape();
+  };
+  while (const Node *u = soleUser(cur)) {
+    if (fusibility(*u).role == Fusibility::Role::Metadata && u->numResults() == 1) {
+      const Node *next = soleUser(u->result());
+      if (next && elementwise(next, u->result()))
+        return false;
+      break;
+    }
+    if (!elementwise(u, cur))
+      break;
+    chain.push_back(u);
+    cur = u->result();
+  }
+  return chain.empty() || matchGemmEpilogue(product.result(), chain,
+                                            [&](const Value *v) { return v == product.result(); });
+}
 
 /// In NHWC, a 1x1 convolution (stride 1, no padding, one group) is [N*H*W, C] x
 /// [C, M]: a MatMul by the reshaped, transposed weights (folded at compile time), for
-/// cuBLASLt, when cuBLASLt can also apply what follows it (bias, residual add, ReLU or
-/// GELU: FusionRules' matchGemmEpilogue). With another element-wise consumer (ReLU6's
-/// Clip) the Conv stays: the kernel library's pointwise implicit GEMM fuses any
-/// element-wise epilogue, where cuBLASLt would need a kernel of its own after it.
+/// cuBLASLt, when cuBLASLt can also apply what follows it (epilogueFitsGemm). With
+/// another element-wise consumer (ReLU6's Clip) the Conv stays: the kernel library's
+/// implicit GEMM fuses any element-wise epilogue, where cuBLASLt would need a kernel of
+/// its own after it.
 class PointwiseConvToMatMul : public RewritePattern {
 public:
   std::string_view name() const override { return "pointwise-conv-to-matmul"; }
@@ -161,44 +200,73 @@ public:
     const Shape &ws = w->shape(); // [M, 1..., C]
     if (!all(Shape(ws.begin() + 1, ws.end() - 1), 1) || !epilogueFitsGemm(n))
       return false;
-    auto wm = rw.create(OpKind::Reshape, {w}, {{"shape", Attribute(Shape{ws[0], ws.back()})}}, &n);
-    if (!wm)
-      return llvm::consumeError(wm.takeError()), false;
-    auto wt = rw.create(OpKind::Transpose, {(*wm)->result()}, {{"perm", permAttr({1, 0})}}, &n);
-    if (!wt)
-      return llvm::consumeError(wt.takeError()), false;
-    auto mm = rw.create(OpKind::MatMul, {x, (*wt)->result()}, {}, &n);
-    if (!mm)
-      return llvm::consumeError(mm.takeError()), false;
-    Value *y = (*mm)->result();
-    if (b) {
-      auto add = rw.create(OpKind::Add, {y, b}, {}, &n);
-      if (!add)
-        return llvm::consumeError(add.takeError()), false;
-      y = (*add)->result();
+    Value *wm =
+        create(rw, OpKind::Reshape, {w}, {{"shape", Attribute(Shape{ws[0], ws.back()})}}, n);
+    Value *wt = wm ? create(rw, OpKind::Transpose, {wm}, {{"perm", permAttr({1, 0})}}, n) : nullptr;
+    Value *y = wt ? create(rw, OpKind::MatMul, {x, wt}, {}, n) : nullptr;
+    if (y && b)
+      y = create(rw, OpKind::Add, {y, b}, {}, n);
+    if (!y)
+      return false;
+    rw.replaceNode(n, {y});
+    return true;
+  }
+};
+
+/// The converse: an FP16/BF16 MatMul by constant [K, N] weights whose element-wise
+/// consumers cuBLASLt cannot apply (Clip, exact GELU, SiLU's Mul, a Cast) runs as a
+/// channels-last 1x1 convolution, [rows, K] x [K, N] on the kernel library's implicit
+/// GEMM on tensor cores, which stores through the whole fused epilogue: one kernel
+/// where cuBLASLt needs a second. A of rank 3 to 5 is the convolution's input as it is
+/// ([N, D..., C]); other ranks are reshaped to [1, rows, K] and back. K is whole
+/// 16-byte chunks of channels and A is computed by the graph (a graph input may be
+/// bound at any address): else the convolution would repack A on every run. Where
+/// the cost model prices cuBLASLt plus a kernel for the epilogue faster
+/// (PassContext::ownGemm; --gemm-epilogue library|fused decides instead), the MatMul
+/// stays.
+class MatMulToPointwiseConv : public RewritePattern {
+public:
+  explicit MatMulToPointwiseConv(const PassContext &ctx) : ctx_(ctx) {}
+  std::string_view name() const override { return "matmul-to-pointwise-conv"; }
+  std::optional<OpKind> root() const override { return OpKind::MatMul; }
+
+  bool matchAndRewrite(Node &n, PatternRewriter &rw) const override {
+    Value *a = n.operand(0), *b = n.operand(1);
+    const DType t = n.result()->dtype();
+    if ((t != DType::F16 && t != DType::BF16) || a->dtype() != t || b->dtype() != t ||
+        !b->isConstant() || b->rank() != 2 || a->rank() < 2 || !a->definingNode())
+      return false;
+    const int64_t K = b->shape()[0], N = b->shape()[1];
+    const int64_t rows = a->type().numElements() / std::max<int64_t>(K, 1);
+    if (K % 8 != 0 || N == 0 || rows == 0 || epilogueFitsGemm(n) ||
+        ctx_.gemmEpilogue == GemmEpilogueMode::Library ||
+        (ctx_.gemmEpilogue == GemmEpilogueMode::Auto &&
+         !(ctx_.ownGemm && ctx_.ownGemm(rows, K, N, t))))
+      return false;
+    const bool reshape = a->rank() > 5 || a->rank() == 2;
+    Value *x = a;
+    if (reshape) {
+      Shape s = {1, rows, K};
+      x = create(rw, OpKind::Reshape, {a}, {{"shape", Attribute(s)}}, n);
     }
+    // The weights [N, 1..., K] (OHWI), folded at compile time.
+    Shape ws(static_cast<size_t>(x->rank()), 1);
+    ws.front() = N;
+    ws.back() = K;
+    Value *wt = create(rw, OpKind::Transpose, {b}, {{"perm", permAttr({1, 0})}}, n);
+    Value *w = wt ? create(rw, OpKind::Reshape, {wt}, {{"shape", Attribute(ws)}}, n) : nullptr;
+    Value *y =
+        x && w ? create(rw, OpKind::Conv, {x, w}, {{"channels_last", Attribute(1)}}, n) : nullptr;
+    if (y && reshape)
+      y = create(rw, OpKind::Reshape, {y}, {{"shape", Attribute(n.result()->shape())}}, n);
+    if (!y)
+      return false; // not reached: the created nodes verify by construction
     rw.replaceNode(n, {y});
     return true;
   }
 
 private:
-  /// The chain of single-use element-wise consumers fusion would put after the conv
-  /// is one cuBLASLt applies itself.
-  static bool epilogueFitsGemm(const Node &conv) {
-    std::vector<const Node *> chain;
-    const Value *cur = conv.result();
-    while (cur->uses().size() == 1 && !conv.graph()->isOutput(cur)) {
-      const Node *u = cur->uses().front().user;
-      Fusibility f = fusibility(*u);
-      if (f.role != Fusibility::Role::Elementwise || f.operandAccess || u->numResults() != 1 ||
-          u->result()->shape() != cur->shape())
-        break;
-      chain.push_back(u);
-      cur = u->result();
-    }
-    return chain.empty() || matchGemmEpilogue(conv.result(), chain,
-                                              [&](const Value *v) { return v == conv.result(); });
-  }
+  const PassContext &ctx_;
 };
 
 class Layout : public Pass {
@@ -206,17 +274,22 @@ public:
   std::string_view name() const override { return "layout"; }
 
   bool run(Graph &g, PassContext &ctx) override {
-    if (!wantsChannelsLast(g, ctx.layout, ctx.tf32))
+    if (ctx.layout == LayoutMode::NCHW)
       return false;
     bool changed = false;
-    for (Node *n : g.nodeList())
-      changed |= seed(g, *n);
-    // Sink first, so that the GEMM rewrite sees each conv's final consumers.
-    std::vector<std::unique_ptr<RewritePattern>> sink, gemm;
-    sink.push_back(std::make_unique<SinkTranspose>());
+    if (wantsChannelsLast(g, ctx.layout, ctx.tf32)) {
+      for (Node *n : g.nodeList())
+        changed |= seed(g, *n);
+      std::vector<std::unique_ptr<RewritePattern>> sink;
+      sink.push_back(std::make_unique<SinkTranspose>());
+      changed |= applyPatternsGreedily(g, sink, ctx);
+      findPass("dce")->create()->run(g, ctx); // the transposes sinking left behind
+    }
+    // After sinking, so that the GEMM rewrites see each product's final consumers (the
+    // two never undo each other: epilogueFitsGemm decides both).
+    std::vector<std::unique_ptr<RewritePattern>> gemm;
     gemm.push_back(std::make_unique<PointwiseConvToMatMul>());
-    changed |= applyPatternsGreedily(g, sink, ctx);
-    findPass("dce")->create()->run(g, ctx); // the transposes sinking left behind
+    gemm.push_back(std::make_unique<MatMulToPointwiseConv>(ctx));
     changed |= applyPatternsGreedily(g, gemm, ctx);
     if (changed)
       g.topologicalSort();

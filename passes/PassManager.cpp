@@ -13,6 +13,16 @@ llvm::Expected<LayoutMode> parseLayoutMode(std::string_view s) {
   return ir::errorf("--layout must be auto, nchw or nhwc, got '{0}'", s);
 }
 
+llvm::Expected<GemmEpilogueMode> parseGemmEpilogueMode(std::string_view s) {
+  if (s == "auto")
+    return GemmEpilogueMode::Auto;
+  if (s == "library")
+    return GemmEpilogueMode::Library;
+  if (s == "fused")
+    return GemmEpilogueMode::Fused;
+  return ir::errorf("--gemm-epilogue must be auto, library or fused, got '{0}'", s);
+}
+
 #define PASS(NAME, CLASS, SUMMARY) std::unique_ptr<Pass> create##CLASS();
 #include "Passes.def"
 

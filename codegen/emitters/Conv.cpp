@@ -115,10 +115,9 @@ constexpr double kReuseAdvantage = 0.9;
 /// a plan is codegen::launchBounds of the tile's main loop (ConvTiles.h) over the padded work, the
 /// same model `dlc inspect` applies to the compiled kernel.
 ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K, int64_t groups,
-                        const std::string &arch, size_t accBytes, double operandBytes,
-                        const std::function<bool(int)> &known, int force,
-                        double *timeOut = nullptr) {
-  const GpuModel &g = gpuModelFor(arch);
+                        const GpuModel &g, size_t accBytes, double operandBytes,
+                        const std::function<bool(int)> &known, int force, double *timeOut = nullptr,
+                        Bounds *boundsOut = nullptr) {
   ConvPlan best;
   double bestTime = INFINITY;
   bool bestFills = false;
@@ -146,7 +145,8 @@ ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K,
           2.0 * static_cast<double>(tiles) * c.bm * c.bn * static_cast<double>(splits * kPer);
       ls.bytesRead = operandBytes; // the input and the weights, each once (as inspect counts)
       ls.bytesWritten = static_cast<double>(splits * M * NP) * accBytes;
-      double time = launchBounds(g, &facts, ls).worst() * 1e-6;
+      const Bounds bounds = launchBounds(g, &facts, ls);
+      double time = bounds.worst() * 1e-6;
       // The partial sums read back by conv_splitk_reduce, a launch of its own: it moved
       // 16 MB in 10.7 us on an H100 (half the achievable DRAM rate), and no launch took
       // under ~4 us there (2026-11-26, Nsight Compute).
@@ -161,6 +161,8 @@ ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K,
         bestTime = time;
         bestFills = fills;
         best = {t, splits, splits > 1 ? kPer : ceilDiv(K, BK) * BK};
+        if (boundsOut)
+          *boundsOut = bounds;
       }
     }
   }
@@ -255,9 +257,10 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
          l.options().archs.empty() ? std::vector<std::string>{"sm_90"} : l.options().archs) {
       double tMma = 0, tCuda = 0;
       auto never = [](int) { return false; };
-      chooseConvPlan(kMmaTf32Conv, M, s.NP, s.kSize * Cp, 1, arch, 4, operandBytes, never, -1,
-                     &tMma);
-      chooseConvPlan(kCudaCoreConv, M, s.NP, s.K, 1, arch, 4, operandBytes, never, -1, &tCuda);
+      chooseConvPlan(kMmaTf32Conv, M, s.NP, s.kSize * Cp, 1, gpuModelFor(arch), 4, operandBytes,
+                     never, -1, &tMma);
+      chooseConvPlan(kCudaCoreConv, M, s.NP, s.K, 1, gpuModelFor(arch), 4, operandBytes, never, -1,
+                     &tCuda);
       tMma += packs * gpuModelFor(arch).launchMicros * 1e-6; // (a launch's floor each)
       cudaCoreEverywhere &= tCuda < tMma;
     }
@@ -436,7 +439,7 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
         static_cast<double>(x->type().numElements()) * static_cast<double>(dtypeSize(x->dtype())) +
         static_cast<double>(wt->type().numElements()) * static_cast<double>(dtypeSize(wt->dtype()));
     return chooseConvPlan(
-        fam, M, s.NP, s.K, groups, arch, accBytes, operandBytes,
+        fam, M, s.NP, s.K, groups, gpuModelFor(arch), accBytes, operandBytes,
         [&](int t) { return l.instantiated(igemm(t, 1)); }, forced);
   });
   // The split-K partial sums (a temporary of this node's steps), sized for the largest
@@ -532,6 +535,44 @@ std::vector<std::string> convTileNames() {
     for (int t = 0; t < f->count; ++t)
       names.insert(convTileName(f->tiles[t]));
   return {names.begin(), names.end()};
+}
+
+bool ownGemmIsFaster(const GpuModel &g, int64_t rows, int64_t K, int64_t N, DType dt) {
+  const double es = static_cast<double>(dtypeSize(dt)),
+               operandBytes = static_cast<double>(rows * K + K * N) * es,
+               outBytes = static_cast<double>(rows * N) * es;
+  // Both routes run a main loop over the same K; the library's model has no latency
+  // bound, so each side is priced by its issue and memory bounds (our latency chain is
+  // one cuBLASLt's kernel has too), the library's route plus what it adds: a kernel
+  // for the epilogue, a graph node and a pass over the output.
+  double own = 0;
+  Bounds ob;
+  chooseConvPlan(
+      kMmaConv, N, rows, K, 1, g, 4, operandBytes, [](int) { return false; }, -1, &own, &ob);
+  own = own * 1e6 - ob.worst() + std::max(ob.issue, ob.memory);
+  LibraryGemm lg;
+  lg.m = static_cast<uint64_t>(rows);
+  lg.n = static_cast<uint64_t>(N);
+  lg.k = static_cast<uint64_t>(K);
+  lg.bytes = operandBytes + outBytes;
+  lg.tensor = true;
+  const Bounds lb = libraryGemmBounds(g, lg);
+  const double library = std::max(lb.issue, lb.memory) + g.graphNodeMicros +
+                         1e6 * 2 * outBytes / (g.dramBytesPerSecond * g.dramAchievable);
+  return own < library;
+}
+
+bool ownGemmIsFaster(const std::vector<std::string> &targets, int64_t rows, int64_t K, int64_t N,
+                     DType dt) {
+  std::vector<std::string> archs;
+  for (const std::string &t : targets)
+    if (t.rfind("sm_", 0) == 0)
+      archs.push_back(t);
+  if (archs.empty())
+    archs = {"sm_90"};
+  return std::all_of(archs.begin(), archs.end(), [&](const std::string &arch) {
+    return ownGemmIsFaster(gpuModelFor(arch), rows, K, N, dt);
+  });
 }
 
 void registerConvLowerings(LoweringRegistry &r) {

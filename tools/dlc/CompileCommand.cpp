@@ -125,6 +125,10 @@ llvm::Expected<driver::CompileOptions> optionsFromArgs(const Args &args) {
   if (!layout)
     return layout.takeError();
   o.layout = *layout;
+  auto gemmEpilogue = gemmEpilogueFromArgs(args);
+  if (!gemmEpilogue)
+    return gemmEpilogue.takeError();
+  o.gemmEpilogue = *gemmEpilogue;
   auto training = trainingFromArgs(args);
   if (!training)
     return training.takeError();

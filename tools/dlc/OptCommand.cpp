@@ -1,6 +1,7 @@
 //===- OptCommand.cpp - `dlc opt`: run passes on textual IR ----------------===//
 #include "Commands.h"
 #include "Options.h"
+#include "dlc/codegen/Compiler.h"
 #include "dlc/driver/Tensors.h"
 #include "dlc/ir/TextIR.h"
 #include "dlc/passes/Pass.h"
@@ -76,6 +77,11 @@ int runOpt(const std::vector<std::string> &argv) {
     reportError(layout.takeError());
     return 2;
   }
+  auto gemmEpilogue = gemmEpilogueFromArgs(*args);
+  if (!gemmEpilogue) {
+    reportError(gemmEpilogue.takeError());
+    return 2;
+  }
   auto training = trainingFromArgs(*args);
   if (!training) {
     reportError(training.takeError());
@@ -141,6 +147,10 @@ int runOpt(const std::vector<std::string> &argv) {
       if (*precision)
         ctx.precision = **precision;
       ctx.layout = *layout;
+      ctx.gemmEpilogue = *gemmEpilogue;
+      ctx.ownGemm = [](int64_t rows, int64_t k, int64_t n, ir::DType dt) { // as dlc compile's
+        return codegen::ownGemmIsFaster(codegen::defaultGpuTargets(), rows, k, n, dt);
+      };
       ctx.tf32 = tf32 && !*training && (args->has("tf32") || (*g)->parameters().empty());
       passes::TrainingSummary summary;
       if (*training) {

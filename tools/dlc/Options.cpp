@@ -117,7 +117,12 @@ std::vector<OptSpec> precisionOptionSpecs(bool withTf32) {
        "Keep these nodes in FP32 (comma-separated node names)"},
       {"layout", 0, true, false, "auto|nchw|nhwc",
        "Tensor layout of convolution regions (default auto: NHWC for conv nets in "
-       "FP16/BF16, or in FP32 with TF32)"}};
+       "FP16/BF16, or in FP32 with TF32)"},
+      {"gemm-epilogue", 0, true, false, "auto|library|fused",
+       "FP16/BF16 MatMuls by constant weights followed by element-wise work cuBLASLt cannot\n"
+       "apply (Clip, exact GELU, a Cast): cuBLASLt plus a kernel for that work (library), or\n"
+       "the kernel library's implicit GEMM with it fused (fused); default auto: the cost\n"
+       "model's choice"}};
   if (withTf32) {
     s.push_back({"tf32", 0, false, false, "",
                  "Every FP32 GEMM and eligible convolution on tensor cores in TF32 (default, "
@@ -170,6 +175,10 @@ llvm::Expected<std::optional<passes::PrecisionOptions>> precisionFromArgs(const 
 
 llvm::Expected<passes::LayoutMode> layoutFromArgs(const Args &args) {
   return passes::parseLayoutMode(args.getOr("layout", "auto"));
+}
+
+llvm::Expected<passes::GemmEpilogueMode> gemmEpilogueFromArgs(const Args &args) {
+  return passes::parseGemmEpilogueMode(args.getOr("gemm-epilogue", "auto"));
 }
 
 passes::PassManagerOptions passManagerFromArgs(const Args &args) {

@@ -34,6 +34,7 @@ std::vector<OptSpec> precisionOptionSpecs(bool withTf32);
 llvm::Expected<std::optional<passes::PrecisionOptions>> precisionFromArgs(const Args &args);
 /// --layout auto|nchw|nhwc (default auto).
 llvm::Expected<passes::LayoutMode> layoutFromArgs(const Args &args);
+llvm::Expected<passes::GemmEpilogueMode> gemmEpilogueFromArgs(const Args &args);
 
 /// --train, --loss, --label, --optimizer, --lr, --momentum, --beta1, --beta2, --eps,
 /// --weight-decay, --freeze, --loss-scale, --data-parallel, --bucket-mb, --zero,

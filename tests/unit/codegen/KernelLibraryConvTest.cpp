@@ -482,6 +482,52 @@ TEST(KernelLibrary, MmaSyncConvolution) {
          4e-3});
 }
 
+// A MatMul by constant weights whose epilogue cuBLASLt cannot apply (bias + ReLU6,
+// exact GELU) runs as a 1x1 channels-last convolution (the layout pass): one
+// conv_fprop_mma launch stores through the whole epilogue, after the ReLU producing A
+// (no GEMM step, no conv_pack, no separate element-wise kernel). Rank 3 reads A as it
+// is; rank 2 through a reshape. Odd rows (14, 13) and 40 / 20 output columns.
+TEST(KernelLibrary, MatMulWithAnEpilogueOnTheImplicitGemm) {
+  const std::string rank3 =
+      R"(graph @g(%x: f16[2,7,24]) -> ("y": f16[2,7,40]) {
+  %w = )" +
+      randomConst(ir::DType::F16, {24, 40}, 21) +
+      R"(
+  %b = )" +
+      randomConst(ir::DType::F16, {40}, 22) +
+      R"(
+  %lo = const f16[] dense<[0.0]>
+  %hi = const f16[] dense<[0.5]>
+  %p = Relu(%x) : f16[2,7,24]
+  %m = MatMul(%p, %w) : f16[2,7,40]
+  %a = Add(%m, %b) : f16[2,7,40]
+  %y = Clip(%a, %lo, %hi) : f16[2,7,40]
+  return %y
+})";
+  KernelCase c3{"f16 [2,7,24] x [24,40] + bias, clip", rank3.c_str(), {"dlc::conv_fprop_mma"}};
+  c3.tol = 4e-3;
+  c3.absent = {"dlc::conv_pack"};
+  c3.layout = true;
+  c3.launches = 2;
+  check(c3);
+  const std::string rank2 =
+      R"(graph @g(%x: bf16[13,16]) -> ("y": bf16[13,20]) {
+  %w = )" +
+      randomConst(ir::DType::BF16, {16, 20}, 23) +
+      R"(
+  %p = Relu(%x) : bf16[13,16]
+  %m = MatMul(%p, %w) : bf16[13,20]
+  %y = Gelu(%m) : bf16[13,20]
+  return %y
+})";
+  KernelCase c2{"bf16 [13,16] x [16,20], exact gelu", rank2.c_str(), {"dlc::conv_fprop_mma"}};
+  c2.tol = 2e-2;
+  c2.absent = {"dlc::conv_pack"};
+  c2.layout = true;
+  c2.launches = 2;
+  check(c2);
+}
+
 // Every tile of conv_fprop_mma (ConvTiles.h), FP16 and TF32, on one shape that cuts
 // each at both edges: 143 positions, 40 channels, K = 216 over 24 channels (in FP16
 // several taps per stage). The cost model would pick only a few of them for small shapes.

@@ -37,7 +37,8 @@ void run(const KernelCase &c, bool wide) {
 
   passes::PassManager pm;
   passes::PassContext ctx;
-  ASSERT_FALSE(bool(pm.run(*g, passes::defaultPipeline(c.opt), ctx)));
+  ctx.gemmEpilogue = passes::GemmEpilogueMode::Fused;
+  ASSERT_FALSE(bool(pm.run(*g, passes::defaultPipeline(c.opt, false, c.layout), ctx)));
   codegen::CompileOptions co;
   co.targets = {"emu-check"};
   co.wideIndices = wide;

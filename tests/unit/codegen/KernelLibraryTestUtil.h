@@ -40,6 +40,9 @@ struct KernelCase {
   std::string sourceHas = "";
   /// The schedule's kernel launches, where >= 0.
   int launches = -1;
+  /// Runs the layout pass too (channels-last regions; MatMul <-> 1x1 Conv rewrites, with
+  /// --gemm-epilogue fused).
+  bool layout = false;
 };
 
 /// Compiles the case (32-bit or 64-bit index instantiations), runs it on emu and

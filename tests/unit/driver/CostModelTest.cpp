@@ -2,6 +2,7 @@
 // launch is priced from its decoded SASS (none at peak), no launch is modeled faster
 // than its own issue bound or than the arithmetic peak that applies to it, and a GPU
 // profile file replaces a built-in profile.
+#include "dlc/codegen/Compiler.h"
 #include "dlc/driver/Compile.h"
 #include "dlc/driver/Inspect.h"
 #include "dlc/runtime/Calibrate.h"
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <tuple>
 #include <unistd.h>
 
 using namespace dlc;
@@ -250,4 +252,20 @@ TEST(CostModel, WithoutACubinTheModelReadsThePtx) {
                 m.cpAsyncBytes == 16 * m.of(codegen::sass::Class::CpAsync);
     }
   EXPECT_TRUE(tensor);
+}
+
+// The layout pass's choice for a MatMul whose epilogue cuBLASLt cannot apply follows
+// the model. With the built-in profiles it stays on cuBLASLt (the library at 0.70-0.85
+// of the tensor peak, mma.sync at most 0.65 of it on an H100) plus a kernel for the
+// epilogue, small products and BERT-large's FFN at 8192 tokens alike. A profile whose
+// library reached 0.3 of peak moves the large product to the implicit GEMM (its tiles
+// are full there) and keeps the small one (128 rows: half-empty tiles, low occupancy).
+TEST(CostModel, AnUnfusableGemmEpilogueRunsOnTheImplicitGemmWhereThatIsFaster) {
+  const std::vector<std::string> all = codegen::defaultGpuTargets();
+  EXPECT_FALSE(codegen::ownGemmIsFaster(all, 128, 768, 3072, ir::DType::F16));
+  EXPECT_FALSE(codegen::ownGemmIsFaster(all, 8192, 1024, 4096, ir::DType::F16));
+  codegen::GpuModel slowLibrary = *codegen::gpuModelNamed("H100");
+  slowLibrary.libraryEfficiency = 0.3;
+  EXPECT_TRUE(codegen::ownGemmIsFaster(slowLibrary, 8192, 1024, 4096, ir::DType::BF16));
+  EXPECT_FALSE(codegen::ownGemmIsFaster(slowLibrary, 128, 768, 3072, ir::DType::BF16));
 }

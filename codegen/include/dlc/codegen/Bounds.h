@@ -44,4 +44,16 @@ struct LaunchShape {
 /// The bounds of one launch on `g` from its kernel's facts (null: the peak fallback).
 Bounds launchBounds(const GpuModel &g, const sass::KernelFacts *facts, const LaunchShape &s);
 
+/// A GEMM on the vendor library (cuBLASLt): batch x [m, k] x [k, n].
+struct LibraryGemm {
+  uint64_t m = 0, n = 0, k = 0, batch = 1;
+  double bytes = 0; // read and written
+  bool tensor = false, tf32 = false;
+};
+/// Its bounds on `g` (limit "library"): the FLOPs at the profile's libraryEfficiency
+/// of peak, less for short K (efficiency x k / (k + 128)), over the SMs its 128x128
+/// tiles fill (K split where they leave SMs idle); and its bytes at achievable DRAM
+/// bandwidth. `fill` (optional) receives the fraction of SMs busy.
+Bounds libraryGemmBounds(const GpuModel &g, const LibraryGemm &gemm, double *fill = nullptr);
+
 } // namespace dlc::codegen

@@ -12,6 +12,8 @@
 
 namespace dlc::codegen {
 
+struct GpuModel;
+
 /// GPU targets compiled by default, plus PTX for the newest virtual architecture.
 const std::vector<std::string> &defaultGpuTargets();
 
@@ -120,5 +122,16 @@ llvm::Expected<pkg::PackageImage> compileShapeRangeImage(
 /// Every implicit-GEMM convolution tile by name ("BMxBN/WMxWN": block, then warp or
 /// thread tile), of all kernel families, sorted: what CompileOptions::convTile names.
 std::vector<std::string> convTileNames();
+
+/// Whether a [rows, K] x [K, N] product in `dt` (FP16/BF16) followed by an element-wise
+/// epilogue the GEMM library cannot apply is modeled faster on the kernel library's
+/// implicit GEMM, the epilogue fused into its stores (conv_fprop_mma as a 1x1
+/// convolution, its best tile and split of K), than as the library GEMM plus an
+/// element-wise kernel over its output, on every GPU architecture among `targets`
+/// (sm_90 when they name none). The layout pass asks it (passes::PassContext::ownGemm).
+bool ownGemmIsFaster(const std::vector<std::string> &targets, int64_t rows, int64_t K, int64_t N,
+                     ir::DType dt);
+/// The same on one GPU's profile.
+bool ownGemmIsFaster(const GpuModel &g, int64_t rows, int64_t K, int64_t N, ir::DType dt);
 
 } // namespace dlc::codegen

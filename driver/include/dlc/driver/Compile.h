@@ -77,6 +77,8 @@ struct CompileOptions {
   int optLevel = 2;
   std::optional<passes::PrecisionOptions> precision;
   passes::LayoutMode layout = passes::LayoutMode::Auto;
+  /// MatMuls with an epilogue cuBLASLt cannot apply (passes::GemmEpilogueMode).
+  passes::GemmEpilogueMode gemmEpilogue = passes::GemmEpilogueMode::Auto;
   std::optional<passes::TrainingOptions> training;
   passes::PassManagerOptions passManager;
   std::optional<AccuracyCheck> checkAccuracy;

@@ -6,6 +6,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -29,6 +30,13 @@ struct PrecisionOptions {
 enum class LayoutMode { Auto, NCHW, NHWC };
 /// "auto", "nchw" or "nhwc".
 llvm::Expected<LayoutMode> parseLayoutMode(std::string_view s);
+/// FP16/BF16 MatMuls by constant weights whose element-wise epilogue the GEMM library
+/// cannot apply (`--gemm-epilogue`): where the cost model says (auto), always on
+/// cuBLASLt plus a kernel for the epilogue (library), or always on the kernel library's
+/// implicit GEMM with the epilogue fused (fused).
+enum class GemmEpilogueMode { Auto, Library, Fused };
+/// Parses "auto", "library" or "fused".
+llvm::Expected<GemmEpilogueMode> parseGemmEpilogueMode(std::string_view s);
 
 struct TrainingOptions; // dlc/passes/Training.h
 struct TrainingSummary;
@@ -42,6 +50,13 @@ struct PassContext {
   /// FP32 convolutions and GEMMs will run on tensor cores in TF32 (`--tf32`): the
   /// layout pass's auto mode then moves FP32 conv nets to channels-last too.
   bool tf32 = false;
+  /// Where the layout pass rewrites such a MatMul as a 1x1 convolution (the kernel
+  /// library's implicit GEMM, the epilogue fused): in auto mode, where `ownGemm` says
+  /// an FP16/BF16 [rows, k] x [k, n] product runs faster so than as the library's GEMM
+  /// plus a kernel for the epilogue (codegen::ownGemmIsFaster for the compile's
+  /// targets; unset: never).
+  GemmEpilogueMode gemmEpilogue = GemmEpilogueMode::Auto;
+  std::function<bool(int64_t rows, int64_t k, int64_t n, ir::DType dt)> ownGemm;
   /// The training step's options (`dlc compile --train`): the training passes
   /// (Training.h) need them, and count what they did in `trainingSummary`.
   const TrainingOptions *training = nullptr;
