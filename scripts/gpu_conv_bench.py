@@ -34,7 +34,7 @@ CASES = {
 
 
 # Tile variants (--conv-tile) compiled beside the cost model's choice for these cases.
-TILES = ["128x128/64x64", "128x64/32x32", "64x128/32x32"]
+TILES = ["128x128/64x64", "128x64/32x32", "64x128/32x32", "128x64/32x32/128B", "64x128/32x32/128B"]
 TILED = ["r50_3x3_c64_56_b32", "r50_3x3_c128_28_b32"]  # (the 256-channel weights are 4.7 MB a copy)
 
 

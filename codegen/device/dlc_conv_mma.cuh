@@ -8,17 +8,20 @@
 // tap, and the weights are [M, k..., C]. A block computes a BM x BN tile; its warps
 // WM x WN each, in m16n8 products (mma.sync) from fragments loaded by ldmatrix.
 //
-// The main loop stages 64 bytes of K per row at a time (BK = 32 FP16 or 16 FP32 values)
-// in a ring of Stages shared-memory stages filled by 16-byte cp.async (8 or 4 channels
-// of one tap), Stages - 1 tiles ahead of the products: one cp.async.wait_group and one
-// barrier per stage, placed between the stage's two k steps; each k step's fragments
-// are loaded (ldmatrix) before the previous step's products are issued. Each thread copies the same
-// 16-byte column of a few rows of every stage: it decomposes its positions once (window origin, and
-// which taps of its window are inside the image, as a bit mask) and advances its (tap, channel) by
-// BK with adds, never a division; a chunk outside the image or past K is zero-filled by cp.async
-// itself (src-size 0). Rows of a stage are 64 bytes, the four 16-byte chunks of row r
-// XOR-swizzled by (r / 2) % 4: the 8 rows an ldmatrix phase reads, and the chunks a
-// warp's cp.async writes, fall in distinct banks.
+// The main loop stages RowBytes (64 or 128) bytes of K per row at a time (BK = 32 or 64
+// FP16, 16 or 32 FP32 values) in a ring of Stages shared-memory stages filled by 16-byte
+// cp.async (8 or 4 channels of one tap), Stages - 1 tiles ahead of the products: one
+// cp.async.wait_group and one barrier per stage, placed before its last k step (a k step
+// is 32 bytes of K); each k step's fragments are loaded (ldmatrix) before the previous
+// step's products are issued. Each thread copies the same 16-byte column of a few rows
+// of every stage: it decomposes its positions once (window origin, and which taps of its
+// window are inside the image, as a bit mask) and advances its (tap, channel) by BK with
+// adds, never a division; a chunk outside the image or past K is zero-filled by cp.async
+// itself (src-size 0). The 16-byte chunks of row r are XOR-swizzled by (r / 2) % 4 (64-byte
+// rows, two to a 128-byte line of banks) or r % 8 (128-byte rows): the 8 rows an ldmatrix
+// phase reads, and the chunks a warp's cp.async writes, fall in distinct banks. 128-byte
+// rows halve the per-stage work (barrier, wait, commit, the copies' advance, the loop)
+// per HMMA.
 //
 // Grouped convolutions (group width Cg a multiple of a chunk) batch the groups into the
 // grid: blockIdx.y is (group, tile of its Mg channels), and a block reads its group's
@@ -40,21 +43,28 @@
 
 namespace dlc {
 
-/// BM positions x BN channels per block, (BM / WM) x (BN / WN) warps, Stages stages.
-template <int BM_, int BN_, int WM_, int WN_, int Stages_> struct ConvMmaTile {
+/// BM positions x BN channels per block, (BM / WM) x (BN / WN) warps, Stages stages of
+/// RowBytes (64 or 128) bytes of K per row.
+template <int BM_, int BN_, int WM_, int WN_, int Stages_, int RowBytes_ = 64> struct ConvMmaTile {
   static constexpr int BM = BM_, BN = BN_, WM = WM_, WN = WN_, Stages = Stages_;
   static constexpr int WarpsM = BM / WM, WarpsN = BN / WN, Threads = WarpsM * WarpsN * 32;
   static constexpr int MI = WM / 16, NI = WN / 8; // m16n8 tiles per warp
   // Eight warps of at most 64x32 keep two blocks per SM (sixteen warps): ptxas holds
   // them to 128 registers.
   static constexpr int MinBlocks = Threads == 256 && WM * WN <= 64 * 32 ? 2 : 1;
-  static constexpr int RowBytes = 64; // one row of a stage: 4 chunks of K
+  // One row of a stage: Chunks 16-byte chunks of K, read in KSteps k steps of 32 bytes.
+  static constexpr int RowBytes = RowBytes_, Chunks = RowBytes / 16, KSteps = RowBytes / 32;
   static constexpr int StageBytes = (BM + BN) * RowBytes, SmemBytes = Stages * StageBytes;
-  static constexpr int RowStep = Threads / 4; // rows between a thread's chunks
+  static constexpr int RowStep = Threads / Chunks; // rows between a thread's chunks
   static constexpr int ARows = BM / RowStep, BRows = BN / RowStep;
+  static_assert(RowBytes == 64 || RowBytes == 128, "rows of 64 or 128 bytes");
   static_assert(BM % WM == 0 && BN % WN == 0 && WM % 16 == 0 && WN % 16 == 0, "warp tile");
   static_assert(BM % RowStep == 0 && BN % RowStep == 0 && RowStep % 8 == 0, "copy rows");
   static_assert(Stages >= 2, "a pipeline needs two stages");
+  /// The swizzle of chunk j of row r: chunk j ^ swizzle(r). The 8 rows an ldmatrix phase
+  /// reads, and the rows a warp's cp.async write, then fall in distinct banks (two
+  /// 64-byte rows share a 128-byte line of banks: rows pair up).
+  static __device__ __forceinline__ int swizzle(int r) { return (r / (8 / Chunks)) % Chunks; }
 };
 
 /// One thread's share of filling a stage: its 16-byte column of ARows positions (the
@@ -84,8 +94,8 @@ template <class Tile, class I, class MT, class Mask> struct ConvMmaLoader {
   __device__ __forceinline__ ConvMmaLoader(const ConvShape &s, I pBase, I mBase, I mEnd, I cBase,
                                            I kBegin, I kEnd_, int tid, SmemAddr base)
       : x(static_cast<const MT *>(s.x)), w(static_cast<const MT *>(s.w)), kEnd(kEnd_) {
-    const int j = tid & 3, row = tid >> 2;
-    sts = base + row * Tile::RowBytes + ((j ^ ((row >> 1) & 3)) << 4);
+    const int j = tid % Tile::Chunks, row = tid / Tile::Chunks;
+    sts = base + row * Tile::RowBytes + ((j ^ Tile::swizzle(row)) << 4);
     const I C_ = static_cast<I>(s.C), K = static_cast<I>(s.K);
     const int in0 = static_cast<int>(s.in[0]), in1 = static_cast<int>(s.in[1]),
               in2 = static_cast<int>(s.in[2]), k1_ = static_cast<int>(s.k[1]),
@@ -225,14 +235,16 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   // step): A rows (lanes 0-7 rows 0-7 of the first 16 bytes, lanes 8-15 rows 8-15, lanes
   // 16-31 the same of the next 16) and B rows (lanes 0-7 channels 0-7 of the first 16
   // bytes, 8-15 of the next, 16-31 channels 8-15).
+  // (Rows 16 apart share a swizzle.)
+  constexpr int KSteps = Tile::KSteps;
   const int ar = (lane & 7) + (lane & 8), br = (lane & 7) + ((lane >> 4) << 3);
-  SmemAddr aLd[2], bLd[2];
+  SmemAddr aLd[KSteps], bLd[KSteps];
 #pragma unroll
-  for (int ks = 0; ks < 2; ++ks) {
-    aLd[ks] =
-        base + (wm * Tile::WM + ar) * RowBytes + (((2 * ks + (lane >> 4)) ^ ((ar >> 1) & 3)) << 4);
+  for (int ks = 0; ks < KSteps; ++ks) {
+    aLd[ks] = base + (wm * Tile::WM + ar) * RowBytes +
+              (((2 * ks + (lane >> 4)) ^ Tile::swizzle(ar)) << 4);
     bLd[ks] = base + (BM + wn * Tile::WN + br) * RowBytes +
-              (((2 * ks + ((lane >> 3) & 1)) ^ ((br >> 1) & 3)) << 4);
+              (((2 * ks + ((lane >> 3) & 1)) ^ Tile::swizzle(br)) << 4);
   }
   // The accumulators start at the bias (lane (g, t) of n-tile j holds channels 2t and
   // 2t + 1 of its rows): its loads are issued before the main loop, not waited for
@@ -287,24 +299,29 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   if (tiles > 0)
     loadStep(frag[0], readStage, 0);
   for (int kt = 0; kt < tiles; ++kt) {
-    loadStep(frag[1], readStage, 1);
-    // Tile kt + Stages - 1 into the stage tile kt - 1 was read from: every warp passed
-    // the barrier after its last ldmatrix there.
-    if (kt + Stages - 1 < tiles) {
-      copier.load(writeStage);
-      copier.advance();
+#pragma unroll
+    for (int ks = 0; ks < KSteps - 1; ++ks) {
+      loadStep(frag[(ks + 1) & 1], readStage, ks + 1);
+      if (ks == 0) {
+        // Tile kt + Stages - 1 into the stage tile kt - 1 was read from: every warp
+        // passed the barrier after its last ldmatrix there.
+        if (kt + Stages - 1 < tiles) {
+          copier.load(writeStage);
+          copier.advance();
+        }
+        cpAsyncCommit();
+      }
+      warpTileMma<MT, MI, NI>(acc, frag[ks & 1]);
     }
-    cpAsyncCommit();
-    warpTileMma<MT, MI, NI>(acc, frag[0]);
     cpAsyncWait<Stages - 2>(); // tile kt + 1 has landed (this thread's copies)
-    __syncthreads();           // ... everyone's; and stage kt's step 0 is read by all
+    __syncthreads();           // ... everyone's; and stage kt is read by all
     const int next = readStage + Tile::StageBytes == Ring ? 0 : readStage + Tile::StageBytes;
     // (After the last tile, a harmless reload of its stage: unconditional loads keep
     // the fragments in place, where a branch around them costs register copies.)
-    loadStep(frag[0], kt + 1 < tiles ? next : readStage, 0);
+    loadStep(frag[KSteps & 1], kt + 1 < tiles ? next : readStage, 0);
     readStage = next;
     writeStage = writeStage + Tile::StageBytes == Ring ? 0 : writeStage + Tile::StageBytes;
-    warpTileMma<MT, MI, NI>(acc, frag[1]);
+    warpTileMma<MT, MI, NI>(acc, frag[(KSteps - 1) & 1]);
   }
   // The epilogue, on the fragments: lane (g, t) of m16n8 tile (i, j) holds positions
   // g and g + 8 of channels 2t and 2t + 1.

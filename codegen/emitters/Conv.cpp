@@ -48,13 +48,11 @@ struct ConvFamily {
   const ConvTileConfig *tiles;
   int count;
   Kind kind;
-  bool tf32 = false; // conv_fprop_mma on FP32 operands: K per stage is 16 (64 bytes)
+  bool tf32 = false; // conv_fprop_mma on FP32 operands: K per stage is RowBytes / 4
   bool tensor() const { return kind != CudaCore; }
-  int bk() const {
-    return kind == CudaCore ? kConvBK
-           : kind == Wmma   ? kConvTcBK
-           : tf32           ? kConvMmaBK / 2
-                            : kConvMmaBK;
+  /// K per stage (elements).
+  int bk(const ConvTileConfig &c) const {
+    return kind == CudaCore ? kConvBK : kind == Wmma ? kConvTcBK : c.rowBytes / (tf32 ? 4 : 2);
   }
   int threads(const ConvTileConfig &c) const {
     return tensor() ? (c.bm / c.tm) * (c.bn / c.tn) * 32 : kConvThreads;
@@ -80,7 +78,10 @@ struct ConvFamily {
                                                  : "dlc::ConvMmaTile<") +
                     std::to_string(c.bm) + ", " + std::to_string(c.bn) + ", " +
                     std::to_string(c.tm) + ", " + std::to_string(c.tn);
-    return t + (kind == Mma ? ", " + std::to_string(c.stages) : std::string()) + ">";
+    return t +
+           (kind == Mma ? ", " + std::to_string(c.stages) + ", " + std::to_string(c.rowBytes)
+                        : std::string()) +
+           ">";
   }
 };
 constexpr ConvFamily kCudaCoreConv{kConvTiles, static_cast<int>(std::size(kConvTiles)),
@@ -121,12 +122,12 @@ ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K,
   ConvPlan best;
   double bestTime = INFINITY;
   bool bestFills = false;
-  const int BK = fam.bk();
   const double achievable = g.dramBytesPerSecond * g.dramAchievable;
   for (int t = 0; t < fam.count; ++t) {
     if (force >= 0 && force < fam.count && t != force)
       continue;
     const ConvTileConfig &c = fam.tiles[t];
+    const int BK = fam.bk(c);
     const sass::KernelFacts facts = tileFacts(c, fam.tf32);
     int64_t tiles = groups * ceilDiv(M / groups, fam.channels(c)) * ceilDiv(NP, fam.positions(c));
     int perSm = blocksPerSm(g, fam.threads(c), c.registers, fam.smem(c, accBytes));

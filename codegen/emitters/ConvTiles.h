@@ -29,6 +29,7 @@ struct ConvTileConfig {
   int straight;
   int stages = 0;       // conv_fprop_mma: shared-memory stages
   int cpAsyncBytes = 0; // ... and the bytes its cp.async copy per thread and iteration
+  int rowBytes = 64;    // ... and the bytes of K per row of a stage (64 or 128)
 };
 
 /// conv_igemm: 256 threads, BK 16 (FP32 and FP64 operands).
@@ -55,8 +56,17 @@ inline constexpr ConvTileConfig kConvTcTiles[] = {
 };
 inline constexpr int kConvTcBK = 32;
 
-/// conv_fprop_mma (ConvMmaTile<BM, BN, WM, WN, Stages>: BM positions x BN channels, warp
-/// tile tm x tn), FP16/BF16 operands, FP32 accumulators, BK 32. Measured on an H100
+/// conv_fprop_mma (ConvMmaTile<BM, BN, WM, WN, Stages, RowBytes>: BM positions x BN
+/// channels, warp tile tm x tn), FP16/BF16 operands, FP32 accumulators, BK = RowBytes / 2.
+/// The tiles of 32x32 warps come in two forms: 64 bytes of K per row (BK 32), and 128
+/// ("/128B", BK 64): one barrier, wait, commit and copy advance per 32 HMMA instead of
+/// 16 (4.0-4.9 issued instructions per HMMA in the main loop instead of 6.4-7.0,
+/// sm_90), where a K of few channels would pad a stage of 64 to waste (MobileNet's 1x1
+/// layers of 16-32 channels): the model picks per layer. With 256 threads the 128-byte
+/// form has 3 stages, so that two blocks still fit an A100's shared memory; the one-warp
+/// 32x32 tile has only 64-byte rows (its 4 rows between a thread's chunks would break
+/// the 128-byte swizzle's period of 8).
+/// Measured on an H100
 /// (2026-11-26, scripts/gpu_conv_bench.py): the 128x64 and 64x128 blocks run faster as
 /// eight 32x32 warps than as two 64x64 warps on all three ResNet-50 3x3 layers tried
 /// (by 1-23%), so the two-warp forms are not offered, nor 64x64 as two 64x32 warps
@@ -64,40 +74,51 @@ inline constexpr int kConvTcBK = 32;
 /// per SM allow and ran slowest.
 inline constexpr ConvTileConfig kConvMmaTiles[] = {
     {128, 128, 64, 64, 232, 186, 64, 0, 68, 0, 0, 99, 2363, 4, 128},
-    {128, 256, 64, 64, 232, 178, 64, 0, 62, 0, 0, 91, 2017, 3, 96},
-    {256, 128, 64, 64, 232, 176, 64, 0, 60, 0, 0, 91, 2271, 3, 96},
-    {64, 32, 32, 32, 128, 109, 16, 0, 49, 0, 0, 59, 1265, 4, 96},
-    {32, 64, 32, 32, 128, 113, 16, 0, 50, 0, 0, 59, 996, 4, 96},
-    {32, 32, 32, 32, 128, 119, 16, 0, 57, 0, 0, 67, 1302, 4, 128},
-    {128, 64, 32, 32, 128, 107, 16, 0, 50, 0, 0, 47, 954, 4, 48},
-    {64, 128, 32, 32, 128, 108, 16, 0, 51, 0, 0, 47, 766, 4, 48},
-    {64, 64, 32, 32, 128, 112, 16, 0, 54, 0, 0, 51, 979, 4, 64},
+    {128, 256, 64, 64, 232, 175, 64, 0, 59, 0, 0, 91, 2102, 3, 96},
+    {256, 128, 64, 64, 232, 173, 64, 0, 57, 0, 0, 91, 2358, 3, 96},
+    {64, 32, 32, 32, 128, 103, 16, 0, 43, 0, 0, 59, 1273, 4, 96},
+    {32, 64, 32, 32, 128, 105, 16, 0, 45, 0, 0, 59, 1018, 4, 96},
+    {32, 32, 32, 32, 128, 113, 16, 0, 51, 0, 0, 67, 1307, 4, 128},
+    {128, 64, 32, 32, 128, 90, 16, 0, 33, 0, 0, 47, 967, 4, 48},
+    {64, 128, 32, 32, 128, 102, 16, 0, 45, 0, 0, 47, 776, 4, 48},
+    {64, 64, 32, 32, 128, 106, 16, 0, 48, 0, 0, 51, 975, 4, 64},
+    {64, 32, 32, 32, 128, 153, 32, 0, 63, 0, 0, 115, 1913, 4, 192, 128},
+    {32, 64, 32, 32, 128, 157, 32, 0, 67, 0, 0, 115, 1404, 4, 192, 128},
+    {128, 64, 32, 32, 128, 127, 32, 0, 43, 0, 0, 91, 1245, 3, 96, 128},
+    {64, 128, 32, 32, 128, 152, 32, 0, 68, 0, 0, 91, 971, 3, 96, 128},
+    {64, 64, 32, 32, 128, 137, 32, 0, 51, 0, 0, 99, 1325, 4, 128, 128},
 };
 
-/// conv_fprop_mma with FP32 operands rounded to TF32 (m16n8k8): the same tiles, BK 16;
+/// conv_fprop_mma with FP32 operands rounded to TF32 (m16n8k8): the same tiles, BK =
+/// RowBytes / 4;
 /// mma = HMMA.1688 (2048 FLOPs each), and cvt.rna.tf32 of every fragment register on
 /// the integer pipe.
 inline constexpr ConvTileConfig kConvMmaTf32Tiles[] = {
     {128, 128, 64, 64, 232, 348, 64, 0, 230, 0, 0, 99, 2395, 4, 128},
-    {128, 256, 64, 64, 232, 350, 64, 0, 234, 0, 0, 91, 1947, 3, 96},
-    {256, 128, 64, 64, 232, 348, 64, 0, 232, 0, 0, 91, 2196, 3, 96},
-    {64, 32, 32, 32, 128, 196, 16, 0, 136, 0, 0, 59, 1261, 4, 96},
+    {128, 256, 64, 64, 232, 337, 64, 0, 221, 0, 0, 91, 2055, 3, 96},
+    {256, 128, 64, 64, 232, 335, 64, 0, 219, 0, 0, 91, 2311, 3, 96},
+    {64, 32, 32, 32, 128, 185, 16, 0, 125, 0, 0, 59, 1286, 4, 96},
     {32, 64, 32, 32, 128, 192, 16, 0, 132, 0, 0, 59, 1008, 4, 96},
     {32, 32, 32, 32, 128, 201, 16, 0, 139, 0, 0, 67, 1312, 4, 128},
-    {128, 64, 32, 32, 128, 189, 16, 0, 132, 0, 0, 47, 965, 4, 48},
+    {128, 64, 32, 32, 128, 172, 16, 0, 115, 0, 0, 47, 981, 4, 48},
     {64, 128, 32, 32, 128, 190, 16, 0, 133, 0, 0, 47, 775, 4, 48},
     {64, 64, 32, 32, 128, 194, 16, 0, 136, 0, 0, 51, 988, 4, 64},
+    {64, 32, 32, 32, 128, 299, 32, 0, 209, 0, 0, 115, 1929, 4, 192, 128},
+    {32, 64, 32, 32, 128, 303, 32, 0, 213, 0, 0, 115, 1417, 4, 192, 128},
+    {128, 64, 32, 32, 128, 273, 32, 0, 189, 0, 0, 91, 1258, 3, 96, 128},
+    {64, 128, 32, 32, 128, 298, 32, 0, 214, 0, 0, 91, 980, 3, 96, 128},
+    {64, 64, 32, 32, 128, 283, 32, 0, 197, 0, 0, 99, 1337, 4, 128, 128},
 };
-inline constexpr int kConvMmaBK = 32;
-/// conv_fprop_mma's dynamic shared memory: Stages x (BM + BN) rows of 64 bytes.
+/// conv_fprop_mma's dynamic shared memory: Stages x (BM + BN) rows of RowBytes.
 inline constexpr int convMmaSmem(const ConvTileConfig &c) {
-  return c.stages * (c.bm + c.bn) * kConvMmaBK * 2;
+  return c.stages * (c.bm + c.bn) * c.rowBytes;
 }
 
-/// A tile's name, "BMxBN/TMxTN" (--conv-tile).
+/// A tile's name, "BMxBN/TMxTN", and "/128B" for conv_fprop_mma's 128-byte rows
+/// (--conv-tile).
 inline std::string convTileName(const ConvTileConfig &c) {
   return std::to_string(c.bm) + "x" + std::to_string(c.bn) + "/" + std::to_string(c.tm) + "x" +
-         std::to_string(c.tn);
+         std::to_string(c.tn) + (c.rowBytes != 64 ? "/" + std::to_string(c.rowBytes) + "B" : "");
 }
 
 /// The decoded-kernel facts a tile's row stands for (one loop: the main loop). `tf32`:

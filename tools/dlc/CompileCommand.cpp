@@ -221,9 +221,10 @@ int runCompile(const std::vector<std::string> &argv) {
        {"dump-dot", 0, true, false, "FILE",
         "Write the optimized graph as Graphviz, kernels as clusters"},
        {"no-cache", 0, false, false, "", "Do not use the compilation cache"},
-       {"conv-tile", 0, true, false, "BMxBN/WMxWN",
+       {"conv-tile", 0, true, false, "BMxBN/WMxWN[/128B]",
         "Benchmarking: implicit-GEMM convolutions use this tile where their kernel family has it\n"
-        "(block x warp tile, codegen/emitters/ConvTiles.h), not the cost model's choice"},
+        "(block x warp tile, /128B: 128 bytes of K per stage row; codegen/emitters/ConvTiles.h),\n"
+        "not the cost model's choice"},
        {"deterministic", 0, false, false, "",
         "Bit-identical results on every run: floating-point scatter-adds (training's MaxPool and\n"
         "Gather/embedding gradients) as 64-bit fixed-point sums instead of atomic float adds,\n"

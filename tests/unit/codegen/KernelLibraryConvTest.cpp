@@ -435,7 +435,7 @@ TEST(KernelLibrary, MmaSyncConvolution) {
          false,
          {},
          "32x32/32x32",
-         "dlc::ConvMmaTile<32, 32, 32, 32, 4>"});
+         "dlc::ConvMmaTile<32, 32, 32, 32, 4, 64>"});
   check(
       {"nhwc f16 grouped split-K, 2 groups of 512 channels",
        R"(graph @g(%x: f16[1,3,3,1024], %w: f16[16,3,3,512], %b: f16[16]) -> ("y": f16[1,3,3,16]) {
@@ -548,7 +548,8 @@ TEST(KernelLibrary, MmaSyncConvolutionEveryTile) {
                       name = "tile " + tile + ", " + std::to_string(c.stages) + " stages";
     const std::string inst = "dlc::ConvMmaTile<" + std::to_string(c.bm) + ", " +
                              std::to_string(c.bn) + ", " + std::to_string(c.tm) + ", " +
-                             std::to_string(c.tn) + ", " + std::to_string(c.stages) + ">";
+                             std::to_string(c.tn) + ", " + std::to_string(c.stages) + ", " +
+                             std::to_string(c.rowBytes) + ">";
     run({name.c_str(), f16, {"dlc::conv_fprop_mma"}, {}, 2, true, 4e-3, false, {}, tile, inst},
         false);
     if (t % 3 == 0) // TF32 (a third of them): 2^-11 per operand over K = 216, ~4 sigma

@@ -382,15 +382,15 @@ struct YF { typedef float Value; struct Params { float *__restrict__ a0; };
   for (bool tf32 : {false, true})
     for (const codegen::ConvTileConfig &c :
          tf32 ? codegen::kConvMmaTf32Tiles : codegen::kConvMmaTiles) {
-      const std::string stages = std::to_string(c.stages);
+      const std::string stages = std::to_string(c.stages), rows = std::to_string(c.rowBytes);
       src += "template __global__ void dlc::conv_fprop_mma<dlc::ConvMmaTile<" + tile(c) + ", " +
-             stages + ">, dlc::idx32, " +
+             stages + ", " + rows + ">, dlc::idx32, " +
              (tf32 ? "float, unsigned, XF, YF>(dlc::ConvArgs<XF, YF>"
                    : "__half, unsigned, XH, YH>(dlc::ConvArgs<XH, YH>") +
              ");\n";
       std::string name = mangled("11ConvMmaTile", c);
-      kernels.emplace_back(name.substr(0, name.size() - 2) + "ELi" + stages + "EEEi" +
-                               (tf32 ? "fj" : "6__halfj"),
+      kernels.emplace_back(name.substr(0, name.size() - 2) + "ELi" + stages + "ELi" + rows +
+                               "EEEi" + (tf32 ? "fj" : "6__halfj"),
                            &c);
     }
   for (const codegen::ConvTileConfig &c : codegen::kConvTiles) {
@@ -425,7 +425,9 @@ struct YF { typedef float Value; struct Params { float *__restrict__ a0; };
                     << integer << ", " << m.of(Class::GlobalLoad) << ", " << m.globalLoadBytes
                     << ", " << m.lsuCycles << ", " << f.straight.instructions
                     << (c->stages ? ", " + std::to_string(c->stages) + ", " +
-                                        std::to_string(m.cpAsyncBytes)
+                                        std::to_string(m.cpAsyncBytes) +
+                                        (c->rowBytes != 64 ? ", " + std::to_string(c->rowBytes)
+                                                           : std::string())
                                   : std::string())
                     << "},"
                     << "\n  (main loop: " << mixText(m) << ")";
