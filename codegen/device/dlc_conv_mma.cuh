@@ -171,13 +171,21 @@ template <class Tile, class I, class MT, class Mask> struct ConvMmaLoader {
     wOff = (mBase + row) * K + k;
   }
 
+  /// A mask as cpAsync16's word: nonzero where it is (32-bit masks as they are).
+  static __device__ __forceinline__ unsigned word(Mask m) {
+    if constexpr (sizeof(Mask) <= sizeof(unsigned))
+      return static_cast<unsigned>(m);
+    else
+      return m != 0;
+  }
+
   /// Issues this thread's copies into the stage at byte offset `stage` from the base.
   __device__ __forceinline__ void load(int stage) const {
     const SmemAddr dst = sts + stage;
 #pragma unroll
-    for (int r = 0; r < ARows; ++r) // (src-size 0 reads nothing: any address will do)
+    for (int r = 0; r < ARows; ++r) // (an ignored source is not read: any address will do)
       cpAsync16(dst + r * Tile::RowStep * Tile::RowBytes, x + (aOff[r] + tapOff),
-                (aMask[r] & bit) != 0);
+                word(aMask[r] & bit));
 #pragma unroll
     for (int r = 0; r < BRows; ++r)
       cpAsync16(dst + (Tile::BM + r * Tile::RowStep) * Tile::RowBytes, w + (wOff + r * wRows),

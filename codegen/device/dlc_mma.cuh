@@ -2,7 +2,7 @@
 // PTX on the GPU and as the emu prelude's emulation of their documented per-lane
 // semantics (dlc_emu_prelude.h, namespace dlc_emu_ptx) on emu.
 //
-//   cpAsync16        cp.async.cg.shared.global, 16 bytes, zero-filled when !full
+//   cpAsync16        cp.async.cg.shared.global, 16 bytes, zero-filled (ignore-src) when !full
 //   cpAsyncCommit    cp.async.commit_group
 //   cpAsyncWait<N>   cp.async.wait_group N
 //   ldmatrix<N, T>   ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16
@@ -39,15 +39,17 @@ __device__ __forceinline__ SmemAddr smemAddr(const void *p) {
 }
 #endif
 
-/// Copies 16 bytes from global `src` to shared `dst` asynchronously; when !full, writes
-/// 16 zero bytes instead and reads nothing (cp.async's src-size 0), so `src` need only
-/// be some valid address.
-__device__ __forceinline__ void cpAsync16(SmemAddr dst, const void *src, bool full) {
+/// Copies 16 bytes from global `src` to shared `dst` asynchronously; when `full` is 0,
+/// writes 16 zero bytes instead and reads nothing (cp.async's ignore-src predicate), so
+/// `src` need only be some valid address. (`full` is any word, nonzero to copy: a mask
+/// AND becomes the predicate in one instruction, with no select of a src-size.)
+__device__ __forceinline__ void cpAsync16(SmemAddr dst, const void *src, unsigned full) {
 #ifdef DLC_EMU
   dlc_emu_api_ptr->cp_async(reinterpret_cast<void *>(dst), src, 16, full ? 16 : 0);
 #else
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(full ? 16 : 0));
+  asm volatile("{\n .reg .pred ignore;\n setp.eq.u32 ignore, %2, 0;\n"
+               " cp.async.cg.shared.global [%0], [%1], 16, ignore;\n}\n" ::"r"(dst),
+               "l"(src), "r"(full));
 #endif
 }
 __device__ __forceinline__ void cpAsyncCommit() {
