@@ -186,6 +186,28 @@ void FusedAccess::store(CodeStream &b, const Value *anchorOut, const std::string
   b.line("dlc::st(" + outputPointer(out) + ", " + at + ", " + r + ");");
 }
 
+void FusedAccess::store2(CodeStream &b, const Value *anchorOut, const std::string &idx,
+                         const std::string &v0, const std::string &v1, bool pairs) {
+  const Value *out = stored(anchorOut);
+  const std::string idx1 = "(" + idx + " + 1)";
+  std::string at[2] = {idx, idx1}, r[2] = {v0, v1};
+  if (out != anchorOut)
+    for (int e = 0; e < 2; ++e) {
+      const std::string &i = e ? idx1 : idx;
+      std::string bound = fresh("a");
+      b.line(std::string("const ") + computeType(anchorOut->dtype()) + " " + bound + " = " + r[e] +
+             ";");
+      at[e] = forwardIndex(b, anchorOut, i);
+      r[e] = valueWithBound(b, out, at[e], anchorOut, i, bound);
+    }
+  if (pairs && at[0] == idx) {
+    b.line("dlc::st2(" + outputPointer(out) + ", " + idx + ", " + r[0] + ", " + r[1] + ");");
+    return;
+  }
+  for (int e = 0; e < 2; ++e)
+    b.line("dlc::st(" + outputPointer(out) + ", " + at[e] + ", " + r[e] + ");");
+}
+
 std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::string &idx,
                                  Memo &memo) {
   if (isScalarConstant(v))
@@ -372,6 +394,21 @@ llvm::Expected<Functor> loadFunctor(Lowering &l, const FusionGroup *g, const Val
 llvm::Expected<Functor> storeFunctor(Lowering &l, const FusionGroup *g, const Value *anchorOut) {
   return functorWith(l, g, anchorOut, "void store(const Params &P, I i, Value v)",
                      [&](CodeStream &b, FusedAccess &fa) { fa.store(b, anchorOut, "i", "v"); });
+}
+
+llvm::Expected<Functor> storePairFunctor(Lowering &l, const FusionGroup *g, const Value *anchorOut,
+                                         bool pairs) {
+  // Two methods of one functor (one Params): the second written after the first.
+  return functorWith(l, g, anchorOut, "void store(const Params &P, I i, Value v)",
+                     [&](CodeStream &b, FusedAccess &fa) {
+                       fa.store(b, anchorOut, "i", "v");
+                       b.unindent();
+                       b.line("}");
+                       b.line(std::string(kMethodHead) +
+                              "void store2(const Params &P, I i, Value v0, Value v1) {");
+                       b.indent();
+                       fa.store2(b, anchorOut, "i", "v0", "v1", pairs);
+                     });
 }
 
 llvm::Expected<AnchorFunctors> anchorFunctors(Lowering &l, const Value *in, const Value *out) {

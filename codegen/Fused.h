@@ -39,6 +39,10 @@ public:
   /// Writes the anchor's result `value` at linear index `idx` through the epilogue.
   void store(CodeStream &b, const ir::Value *anchorOut, const std::string &idx,
              const std::string &value);
+  /// The same for `v0` at `idx` and `v1` at idx + 1: one paired store (dlc::st2) where
+  /// `pairs` and the epilogue keeps the index (no permutation), else two.
+  void store2(CodeStream &b, const ir::Value *anchorOut, const std::string &idx,
+              const std::string &v0, const std::string &v1, bool pairs);
   /// The value store() writes (the group's root result, or anchorOut alone).
   const ir::Value *stored(const ir::Value *anchorOut) const;
   /// Several values at one index, computed together (shared subexpressions once).
@@ -115,6 +119,11 @@ llvm::Expected<Functor> loadFunctor(Lowering &l, const ir::FusionGroup *g, const
 /// index i, and the store of the group's output.
 llvm::Expected<Functor> storeFunctor(Lowering &l, const ir::FusionGroup *g,
                                      const ir::Value *anchorOut);
+/// storeFunctor with a second method, Out::store2(P, i, x0, x1): elements i and i + 1
+/// (i even), in one paired store of the output where `pairs` (its buffer holds pairs
+/// aligned: AnchorFunctors' caller checks) and the epilogue keeps the index.
+llvm::Expected<Functor> storePairFunctor(Lowering &l, const ir::FusionGroup *g,
+                                         const ir::Value *anchorOut, bool pairs);
 /// An anchor of the current group that reads `in` and writes `out`: its prologue
 /// (loadFunctor) and epilogue (storeFunctor), and their type names in the source.
 struct AnchorFunctors {

@@ -91,8 +91,8 @@ Instr classify(llvm::StringRef op, llvm::StringRef operands) {
     in.cls = Class::Barrier;
   } else if (op.startswith("cp.async")) {
     in.cls = Class::CpAsync;
-    // cp.async.ca.shared.global [dst], [src], 16{, src-size};: the size follows the
-    // source address.
+    // cp.async.ca.shared.global [dst], [src], 16{, src-size or ignore-src};: the size
+    // follows the source address.
     size_t close = operands.rfind(']');
     unsigned size = 4;
     if (close != llvm::StringRef::npos) {

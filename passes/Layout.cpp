@@ -214,7 +214,8 @@ public:
 };
 
 /// The converse: an FP16/BF16 MatMul by constant [K, N] weights whose element-wise
-/// consumers cuBLASLt cannot apply (Clip, exact GELU, SiLU's Mul, a Cast) runs as a
+/// consumers cuBLASLt cannot apply (a chain: Clip, exact GELU as one op, a Cast; not a
+/// diamond such as x * sigmoid(x), which stays with cuBLASLt) runs as a
 /// channels-last 1x1 convolution, [rows, K] x [K, N] on the kernel library's implicit
 /// GEMM on tensor cores, which stores through the whole fused epilogue: one kernel
 /// where cuBLASLt needs a second. A of rank 3 to 5 is the convolution's input as it is
@@ -234,7 +235,7 @@ public:
     Value *a = n.operand(0), *b = n.operand(1);
     const DType t = n.result()->dtype();
     if ((t != DType::F16 && t != DType::BF16) || a->dtype() != t || b->dtype() != t ||
-        !b->isConstant() || b->rank() != 2 || a->rank() < 2 || !a->definingNode())
+        !b->isConstant() || b->rank() != 2 || a->rank() < 2 || boundByCaller(a))
       return false;
     const int64_t K = b->shape()[0], N = b->shape()[1];
     const int64_t rows = a->type().numElements() / std::max<int64_t>(K, 1);
@@ -248,6 +249,8 @@ public:
     if (reshape) {
       Shape s = {1, rows, K};
       x = create(rw, OpKind::Reshape, {a}, {{"shape", Attribute(s)}}, n);
+      if (!x)
+        return false; // not reached: the created nodes verify by construction
     }
     // The weights [N, 1..., K] (OHWI), folded at compile time.
     Shape ws(static_cast<size_t>(x->rank()), 1);
@@ -255,8 +258,7 @@ public:
     ws.back() = K;
     Value *wt = create(rw, OpKind::Transpose, {b}, {{"perm", permAttr({1, 0})}}, n);
     Value *w = wt ? create(rw, OpKind::Reshape, {wt}, {{"shape", Attribute(ws)}}, n) : nullptr;
-    Value *y =
-        x && w ? create(rw, OpKind::Conv, {x, w}, {{"channels_last", Attribute(1)}}, n) : nullptr;
+    Value *y = w ? create(rw, OpKind::Conv, {x, w}, {{"channels_last", Attribute(1)}}, n) : nullptr;
     if (y && reshape)
       y = create(rw, OpKind::Reshape, {y}, {{"shape", Attribute(n.result()->shape())}}, n);
     if (!y)
@@ -266,6 +268,23 @@ public:
   }
 
 private:
+  /// Whether v is a graph input or output, or a view of one (metadata ops): memory a
+  /// caller may bind at any element-aligned address, which the convolution would
+  /// repack on every run.
+  static bool boundByCaller(const Value *v) {
+    const Graph &g = *v->graph();
+    for (;;) {
+      if (g.isOutput(v))
+        return true;
+      const Node *d = v->definingNode();
+      if (!d)
+        return !v->isConstant();
+      if (fusibility(*d).role != Fusibility::Role::Metadata || d->numOperands() < 1)
+        return false;
+      v = d->operand(0);
+    }
+  }
+
   const PassContext &ctx_;
 };
 
@@ -285,8 +304,11 @@ public:
       changed |= applyPatternsGreedily(g, sink, ctx);
       findPass("dce")->create()->run(g, ctx); // the transposes sinking left behind
     }
-    // After sinking, so that the GEMM rewrites see each product's final consumers (the
-    // two never undo each other: epilogueFitsGemm decides both).
+    // After sinking, so that the GEMM rewrites see each product's final consumers (one
+    // run never undoes itself: epilogueFitsGemm decides both, and the MatMul that
+    // pointwise-conv-to-matmul makes has no constant weights for the converse; it
+    // judges the conv's consumers, not its bias, so a conv whose bias and a following
+    // per-channel Add fill cuBLASLt's one bias slot becomes GEMM + a kernel).
     std::vector<std::unique_ptr<RewritePattern>> gemm;
     gemm.push_back(std::make_unique<PointwiseConvToMatMul>());
     gemm.push_back(std::make_unique<MatMulToPointwiseConv>(ctx));

@@ -17,7 +17,7 @@
 // of every stage: it decomposes its positions once (window origin, and which taps of its
 // window are inside the image, as a bit mask) and advances its (tap, channel) by BK with
 // adds, never a division; a chunk outside the image or past K is zero-filled by cp.async
-// itself (src-size 0). The 16-byte chunks of row r are XOR-swizzled by (r / 2) % 4 (64-byte
+// itself (ignore-src). The 16-byte chunks of row r are XOR-swizzled by (r / 2) % 4 (64-byte
 // rows, two to a 128-byte line of banks) or r % 8 (128-byte rows): the 8 rows an ldmatrix
 // phase reads, and the chunks a warp's cp.async writes, fall in distinct banks. 128-byte
 // rows halve the per-stage work (barrier, wait, commit, the copies' advance, the loop)
@@ -216,7 +216,7 @@ template <class Tile, class I, class MT, class Mask> struct ConvMmaLoader {
   }
 };
 
-template <class Tile, class I, class MT, class Mask, class X, class Out>
+template <class Tile, class I, class MT, class Mask, bool Pairs, class X, class Out>
 __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
     conv_fprop_mma(const ConvArgs<X, Out> a) {
   typedef typename Out::Value T; // the compute type (float)
@@ -332,7 +332,9 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
     warpTileMma<MT, MI, NI>(acc, frag[(KSteps - 1) & 1]);
   }
   // The epilogue, on the fragments: lane (g, t) of m16n8 tile (i, j) holds positions
-  // g and g + 8 of channels 2t and 2t + 1.
+  // g and g + 8 of channels 2t and 2t + 1, adjacent in the output: with Pairs (M and
+  // the group width even, so every pair is whole and starts at an even index) one
+  // Out::store2 each.
   const I M = static_cast<I>(s.M), NP = static_cast<I>(s.NP);
 #pragma unroll
   for (int j = 0; j < NI; ++j) {
@@ -340,14 +342,26 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const I p = pBase + wm * Tile::WM + 16 * i + g + 8 * (e >> 1), m = m0 + (e & 1);
-        if (p >= NP || m >= mEnd) // (mEnd <= M: the end of the block's group)
+      for (int h = 0; h < 2; ++h) {
+        const I p = pBase + wm * Tile::WM + 16 * i + g + 8 * h;
+        if (p >= NP || m0 >= mEnd) // (mEnd <= M: the end of the block's group)
           continue;
-        if (partial)
-          partial[convPartialIndex<true>(s, static_cast<I>(blockIdx.z), m, p)] = acc[i][j][e];
-        else
-          Out::store(a.out, p * M + m, acc[i][j][e]);
+        const float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+        const bool both = m0 + 1 < mEnd;
+        if (partial) {
+          partial[convPartialIndex<true>(s, static_cast<I>(blockIdx.z), m0, p)] = v0;
+          if (both)
+            partial[convPartialIndex<true>(s, static_cast<I>(blockIdx.z), m0 + 1, p)] = v1;
+          continue;
+        }
+        const I o = p * M + m0;
+        if constexpr (Pairs) {
+          Out::store2(a.out, o, v0, v1);
+        } else {
+          Out::store(a.out, o, v0);
+          if (both)
+            Out::store(a.out, o + 1, v1);
+        }
       }
   }
 }

@@ -212,6 +212,14 @@ template <class C, class S, class I> __device__ __forceinline__ C ld(const S *p,
 template <class S, class C, class I> __device__ __forceinline__ void st(S *p, I i, C v) {
   p[i] = cvt<S>(v);
 }
+/// Stores compute values a and b as elements i and i + 1 in one access (p + i aligned
+/// to two elements).
+template <class S, class C, class I> __device__ __forceinline__ void st2(S *p, I i, C a, C b) {
+  VecOf<S, 2> w;
+  w.v[0] = cvt<S>(a);
+  w.v[1] = cvt<S>(b);
+  *reinterpret_cast<VecOf<S, 2> *>(p + i) = w;
+}
 
 //===----------------------------------------------------------------------===//
 // Math on float and double (element-wise expression templates call these).

@@ -268,6 +268,21 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     if (cudaCoreEverywhere)
       mma = false;
   }
+  // conv_fprop_mma stores a lane's two adjacent channels at once (Out::store2) where
+  // every pair is whole and starts at an even index (M and the group width even); one
+  // access where the output's buffer holds aligned pairs, else two.
+  bool pairs = false;
+  if (mma && M % 2 == 0 && s.Mg % 2 == 0) {
+    const Value *outV = l.group() ? l.group()->root()->result() : y;
+    auto pf =
+        storePairFunctor(l, l.group(), y, fixedAligned(l, outV, 2 * dtypeSize(outV->dtype())));
+    if (!pf)
+      return pf.takeError();
+    pairs = true;
+    fo = std::move(*pf);
+    on = l.functorName(fo);
+    argsType = "dlc::ConvArgs<" + xn + ", " + on + ">";
+  }
   const bool packX = mma && xNeedsPack(), packW = mma && wNeedsPack();
   const int64_t C = s.C, Cp = (s.C + chunk - 1) / chunk * chunk, pixels = w.N * w.inSize(),
                 Cg = s.Cg; // (Cp == C unless there is one group: then Cg == C)
@@ -417,8 +432,9 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     std::string index = l.indexType(std::max(maxIndex, splits * M * s.NP));
     std::vector<std::string> targs = {fam.tile(c)};
     if (fam.kind == ConvFamily::Mma) {
-      targs.insert(targs.end(), {index, cudaType(x->dtype()),
-                                 s.kSize > 32 ? "unsigned long long" : "unsigned", xn, on});
+      targs.insert(targs.end(),
+                   {index, cudaType(x->dtype()), s.kSize > 32 ? "unsigned long long" : "unsigned",
+                    pairs ? "true" : "false", xn, on});
     } else {
       targs.insert(targs.end(), {pointwise ? "true" : "false", layout, index});
       if (tensor)

@@ -122,7 +122,7 @@ std::vector<OptSpec> precisionOptionSpecs(bool withTf32) {
        "FP16/BF16 MatMuls by constant weights followed by element-wise work cuBLASLt cannot\n"
        "apply (Clip, exact GELU, a Cast): cuBLASLt plus a kernel for that work (library), or\n"
        "the kernel library's implicit GEMM with it fused (fused); default auto: the cost\n"
-       "model's choice"}};
+       "model's choice. Applies where the layout pass runs (FP16/BF16, not --layout nchw)"}};
   if (withTf32) {
     s.push_back({"tf32", 0, false, false, "",
                  "Every FP32 GEMM and eligible convolution on tensor cores in TF32 (default, "

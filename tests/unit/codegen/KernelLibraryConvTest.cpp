@@ -482,6 +482,45 @@ TEST(KernelLibrary, MmaSyncConvolution) {
          4e-3});
 }
 
+// conv_fprop_mma stores adjacent output channels as one paired store (Out::store2 ->
+// dlc::st2) where the output buffer is the package's (aligned pairs: %r, %gr below),
+// and one at a time where a channel pair starts at an odd index (group 1 of %g starts
+// at channel 9) or the output is a graph output a caller may bind anywhere (y, z). Emu
+// is built with -fsanitize=alignment: a misaligned pair would trap.
+TEST(KernelLibrary, MmaSyncConvolutionStoresChannelPairs) {
+  const std::string ir =
+      R"(graph @g(%x: f16[2,7,9,16]) -> ("y": f16[2,7,9,8], "z": f16[2,7,9,8]) {
+  %w1 = )" +
+      randomConst(ir::DType::F16, {10, 3, 3, 16}, 31) +
+      R"(
+  %b1 = )" +
+      randomConst(ir::DType::F16, {10}, 32) +
+      R"(
+  %w2 = )" +
+      randomConst(ir::DType::F16, {18, 3, 3, 8}, 33) +
+      R"(
+  %wa = )" +
+      randomConst(ir::DType::F16, {8, 1, 1, 10}, 34) +
+      R"(
+  %wb = )" +
+      randomConst(ir::DType::F16, {8, 1, 1, 18}, 35) +
+      R"(
+  %p = Relu(%x) : f16[2,7,9,16]
+  %c = Conv(%p, %w1, %b1) {channels_last = 1, pads = [1, 1, 1, 1]} : f16[2,7,9,10]
+  %r = Relu(%c) : f16[2,7,9,10]
+  %g = Conv(%p, %w2) {channels_last = 1, group = 2, pads = [1, 1, 1, 1]} : f16[2,7,9,18]
+  %gr = Relu(%g) : f16[2,7,9,18]
+  %y = Conv(%r, %wa) {channels_last = 1} : f16[2,7,9,8]
+  %z = Conv(%gr, %wb) {channels_last = 1} : f16[2,7,9,8]
+  return %y, %z
+})";
+  KernelCase c{
+      "nhwc f16 convolutions into the package's buffers", ir.c_str(), {"dlc::conv_fprop_mma"}};
+  c.tol = 4e-3;
+  c.sourceHas = "dlc::st2(";
+  check(c);
+}
+
 // A MatMul by constant weights whose epilogue cuBLASLt cannot apply (bias + ReLU6,
 // exact GELU) runs as a 1x1 channels-last convolution (the layout pass): one
 // conv_fprop_mma launch stores through the whole epilogue, after the ReLU producing A

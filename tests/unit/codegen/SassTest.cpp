@@ -354,13 +354,17 @@ struct XH { typedef float Value; struct Params { const __half *__restrict__ a0; 
     return dlc::ld<float>(P.a0, i); } };
 struct YH { typedef float Value; struct Params { __half *__restrict__ a0; };
   template <class I> static __device__ __forceinline__ void store(const Params &P, I i, Value v) {
-    dlc::st(P.a0, i, v); } };
+    dlc::st(P.a0, i, v); }
+  template <class I> static __device__ __forceinline__ void store2(const Params &P, I i, Value v0,
+    Value v1) { dlc::st2(P.a0, i, v0, v1); } };
 struct XF { typedef float Value; struct Params { const float *__restrict__ a0; };
   template <class I> static __device__ __forceinline__ Value load(const Params &P, I i) {
     return dlc::ld<float>(P.a0, i); } };
 struct YF { typedef float Value; struct Params { float *__restrict__ a0; };
   template <class I> static __device__ __forceinline__ void store(const Params &P, I i, Value v) {
-    dlc::st(P.a0, i, v); } };
+    dlc::st(P.a0, i, v); }
+  template <class I> static __device__ __forceinline__ void store2(const Params &P, I i, Value v0,
+    Value v1) { dlc::st2(P.a0, i, v0, v1); } };
 )";
   auto tile = [](const codegen::ConvTileConfig &c) {
     return std::to_string(c.bm) + ", " + std::to_string(c.bn) + ", " + std::to_string(c.tm) + ", " +
@@ -377,16 +381,16 @@ struct YF { typedef float Value; struct Params { float *__restrict__ a0; };
            ">, false, true, dlc::idx32, __half, __half, XH, YH>(dlc::ConvArgs<XH, YH>);\n";
     kernels.emplace_back(mangled("10ConvTcTile", c), &c);
   }
-  // conv_fprop_mma in FP16 and TF32 (the mangled name's "i6__halfj" / "ifj": the index,
-  // operand and mask types).
+  // conv_fprop_mma in FP16 and TF32, storing channel pairs (the mangled name's
+  // "i6__halfj" / "ifj": the index, operand and mask types).
   for (bool tf32 : {false, true})
     for (const codegen::ConvTileConfig &c :
          tf32 ? codegen::kConvMmaTf32Tiles : codegen::kConvMmaTiles) {
       const std::string stages = std::to_string(c.stages), rows = std::to_string(c.rowBytes);
       src += "template __global__ void dlc::conv_fprop_mma<dlc::ConvMmaTile<" + tile(c) + ", " +
              stages + ", " + rows + ">, dlc::idx32, " +
-             (tf32 ? "float, unsigned, XF, YF>(dlc::ConvArgs<XF, YF>"
-                   : "__half, unsigned, XH, YH>(dlc::ConvArgs<XH, YH>") +
+             (tf32 ? "float, unsigned, true, XF, YF>(dlc::ConvArgs<XF, YF>"
+                   : "__half, unsigned, true, XH, YH>(dlc::ConvArgs<XH, YH>") +
              ");\n";
       std::string name = mangled("11ConvMmaTile", c);
       kernels.emplace_back(name.substr(0, name.size() - 2) + "ELi" + stages + "ELi" + rows +
