@@ -268,13 +268,22 @@ public:
   }
 
 private:
-  /// Whether v is a graph input or output, or a view of one (metadata ops): memory a
-  /// caller may bind at any element-aligned address, which the convolution would
-  /// repack on every run.
+  /// Whether v is a graph input or output, or a view of one (metadata ops, upstream or
+  /// downstream): memory a caller may bind at any element-aligned address, which the
+  /// convolution would repack on every run.
   static bool boundByCaller(const Value *v) {
     const Graph &g = *v->graph();
+    auto viewedOut = [&](const Value *u, auto &self) -> bool {
+      if (g.isOutput(u))
+        return true;
+      for (const Use &use : u->uses())
+        if (fusibility(*use.user).role == Fusibility::Role::Metadata &&
+            use.user->numResults() == 1 && self(use.user->result(), self))
+          return true;
+      return false;
+    };
     for (;;) {
-      if (g.isOutput(v))
+      if (viewedOut(v, viewedOut))
         return true;
       const Node *d = v->definingNode();
       if (!d)

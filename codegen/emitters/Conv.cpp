@@ -214,12 +214,6 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   DType dt = y->dtype();
   bool floating = dt == DType::F32 || dt == DType::F16 || dt == DType::BF16 || dt == DType::F64;
   ConvShape s = convShape(w, M, groups);
-  auto io = anchorFunctors(l, x, y);
-  if (!io)
-    return io.takeError();
-  Functor &fx = io->in, &fo = io->out;
-  std::string xn = io->inName, on = io->outName, wtype = cudaType(wt->dtype());
-  std::string argsType = "dlc::ConvArgs<" + xn + ", " + on + ">";
   // FP16/BF16 operands, and FP32 ones with --tf32: tensor cores (FP32 accumulators).
   // Channels-last: cp.async, ldmatrix and mma.sync (conv_fprop_mma), which copies whole
   // 16-byte chunks of channels as they are; an operand that is not that is first
@@ -268,21 +262,23 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     if (cudaCoreEverywhere)
       mma = false;
   }
-  // conv_fprop_mma stores a lane's two adjacent channels at once (Out::store2) where
-  // every pair is whole and starts at an even index (M and the group width even); one
-  // access where the output's buffer holds aligned pairs, else two.
-  bool pairs = false;
-  if (mma && M % 2 == 0 && s.Mg % 2 == 0) {
-    const Value *outV = l.group() ? l.group()->root()->result() : y;
-    auto pf =
-        storePairFunctor(l, l.group(), y, fixedAligned(l, outV, 2 * dtypeSize(outV->dtype())));
-    if (!pf)
-      return pf.takeError();
-    pairs = true;
-    fo = std::move(*pf);
-    on = l.functorName(fo);
-    argsType = "dlc::ConvArgs<" + xn + ", " + on + ">";
-  }
+  // The prologue and epilogue functors. conv_fprop_mma stores a lane's two adjacent
+  // channels at once (Out::store2) where every pair is whole and starts at an even index
+  // (M and the group width even): one access where the output's buffer holds aligned
+  // pairs, else two.
+  const bool pairs = mma && M % 2 == 0 && s.Mg % 2 == 0;
+  const Value *outV = l.group() ? l.group()->root()->result() : y;
+  auto fin = loadFunctor(l, l.group(), x);
+  if (!fin)
+    return fin.takeError();
+  auto fout =
+      pairs ? storePairFunctor(l, l.group(), y, fixedAligned(l, outV, 2 * dtypeSize(outV->dtype())))
+            : storeFunctor(l, l.group(), y);
+  if (!fout)
+    return fout.takeError();
+  Functor &fx = *fin, &fo = *fout;
+  const std::string xn = l.functorName(fx), on = l.functorName(fo), wtype = cudaType(wt->dtype()),
+                    argsType = "dlc::ConvArgs<" + xn + ", " + on + ">";
   const bool packX = mma && xNeedsPack(), packW = mma && wNeedsPack();
   const int64_t C = s.C, Cp = (s.C + chunk - 1) / chunk * chunk, pixels = w.N * w.inSize(),
                 Cg = s.Cg; // (Cp == C unless there is one group: then Cg == C)

@@ -519,6 +519,28 @@ TEST(KernelLibrary, MmaSyncConvolutionStoresChannelPairs) {
   c.tol = 4e-3;
   c.sourceHas = "dlc::st2(";
   check(c);
+  // Into a graph output (a caller may bind it anywhere), and through a permuting
+  // epilogue (a fused Transpose) into the package's buffer: two stores a pair, never one
+  // paired access.
+  for (const char *ir2 :
+       {R"(graph @g(%x: f16[2,7,9,16], %w: f16[10,3,3,16]) -> ("y": f16[2,7,9,10]) {
+  %p = Relu(%x) : f16[2,7,9,16]
+  %y = Conv(%p, %w) {channels_last = 1, pads = [1, 1, 1, 1]} : f16[2,7,9,10]
+  return %y
+})",
+        R"(graph @g(%x: f16[2,7,9,16], %w: f16[10,3,3,16]) -> ("y": f16[2,10,7,9]) {
+  %p = Relu(%x) : f16[2,7,9,16]
+  %c = Conv(%p, %w) {channels_last = 1, pads = [1, 1, 1, 1]} : f16[2,7,9,10]
+  %t = Transpose(%c) {perm = [0, 3, 1, 2]} : f16[2,10,7,9]
+  %y = Softmax(%t) {axis = 3} : f16[2,10,7,9]
+  return %y
+})"}) {
+    KernelCase o{"nhwc f16 pairs stored one by one", ir2, {"dlc::conv_fprop_mma"}};
+    o.tol = 4e-3;
+    o.sourceHas = "store2(";
+    o.sourceLacks = "dlc::st2(";
+    check(o);
+  }
 }
 
 // A MatMul by constant weights whose epilogue cuBLASLt cannot apply (bias + ReLU6,

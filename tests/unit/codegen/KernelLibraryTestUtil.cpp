@@ -79,6 +79,9 @@ void run(const KernelCase &c, bool wide) {
   }
   EXPECT_EQ(count, (*pf)->meta().kernels()->size());
   EXPECT_NE(rep.cudaSource.find(c.sourceHas), std::string::npos) << c.sourceHas;
+  if (!c.sourceLacks.empty()) {
+    EXPECT_EQ(rep.cudaSource.find(c.sourceLacks), std::string::npos) << c.sourceLacks;
+  }
 
   // Runs the package once with `so`; the outputs' bytes by name.
   auto runWith = [&](const rt::SessionOptions &so,

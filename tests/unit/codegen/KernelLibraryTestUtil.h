@@ -38,6 +38,8 @@ struct KernelCase {
   bool deterministic = false;
   /// Text the generated CUDA source must contain (the forced tile's instantiation).
   std::string sourceHas = "";
+  /// Text it must not contain (where not empty).
+  std::string sourceLacks = "";
   /// The schedule's kernel launches, where >= 0.
   int launches = -1;
   /// Runs the layout pass too (channels-last regions; MatMul <-> 1x1 Conv rewrites, with
