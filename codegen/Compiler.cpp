@@ -27,6 +27,14 @@ const std::vector<std::string> &defaultGpuTargets() {
   return t;
 }
 
+std::vector<std::string> cubinArchs(const std::vector<std::string> &targets) {
+  std::vector<std::string> archs;
+  for (const std::string &t : targets)
+    if (t.rfind("sm_", 0) == 0)
+      archs.push_back(t);
+  return archs;
+}
+
 llvm::Expected<std::vector<uint8_t>> compileCubin(const std::string &source,
                                                   const std::string &arch) {
   llvm::Expected<CompiledModule> m = compileWithNvrtc(source, arch, ToolchainOptions{});
@@ -505,9 +513,7 @@ llvm::Expected<std::vector<std::string>> resolveTargets(const CompileOptions &op
 llvm::Expected<Program> lowerFor(const Graph &g, const std::vector<std::string> &targets,
                                  const CompileOptions &opts) {
   LoweringOptions lo;
-  for (const std::string &t : targets)
-    if (t.rfind("sm_", 0) == 0)
-      lo.archs.push_back(t);
+  lo.archs = cubinArchs(targets);
   lo.persistentRnn = opts.persistentRnn;
   lo.wideIndices = opts.wideIndices;
   lo.convTile = opts.convTile;

@@ -171,41 +171,37 @@ std::string FusedAccess::forwardIndex(CodeStream &b, const Value *from, const st
   return at;
 }
 
+std::pair<std::string, std::string> FusedAccess::epilogue(CodeStream &b, const Value *anchorOut,
+                                                          const std::string &idx,
+                                                          const std::string &value) {
+  const Value *out = stored(anchorOut);
+  if (out == anchorOut)
+    return {idx, value};
+  // The epilogue: every node after the anchor keeps its linear index (FusionRules).
+  std::string bound = fresh("a");
+  b.line(std::string("const ") + computeType(anchorOut->dtype()) + " " + bound + " = " + value +
+         ";");
+  std::string at = forwardIndex(b, anchorOut, idx);
+  return {at, valueWithBound(b, out, at, anchorOut, idx, bound)};
+}
+
 void FusedAccess::store(CodeStream &b, const Value *anchorOut, const std::string &idx,
                         const std::string &value) {
-  const Value *out = stored(anchorOut);
-  std::string at = idx, r = value;
-  if (out != anchorOut) {
-    // The epilogue: every node after the anchor keeps its linear index (FusionRules).
-    std::string bound = fresh("a");
-    b.line(std::string("const ") + computeType(anchorOut->dtype()) + " " + bound + " = " + value +
-           ";");
-    at = forwardIndex(b, anchorOut, idx);
-    r = valueWithBound(b, out, at, anchorOut, idx, bound);
-  }
-  b.line("dlc::st(" + outputPointer(out) + ", " + at + ", " + r + ");");
+  auto [at, r] = epilogue(b, anchorOut, idx, value);
+  b.line("dlc::st(" + outputPointer(stored(anchorOut)) + ", " + at + ", " + r + ");");
 }
 
 void FusedAccess::store2(CodeStream &b, const Value *anchorOut, const std::string &idx,
                          const std::string &v0, const std::string &v1, bool pairs) {
-  const Value *out = stored(anchorOut);
-  const std::string idx1 = "(" + idx + " + 1)";
-  std::string at[2] = {idx, idx1}, r[2] = {v0, v1};
-  if (out != anchorOut)
-    for (int e = 0; e < 2; ++e) {
-      const std::string &i = e ? idx1 : idx;
-      std::string bound = fresh("a");
-      b.line(std::string("const ") + computeType(anchorOut->dtype()) + " " + bound + " = " + r[e] +
-             ";");
-      at[e] = forwardIndex(b, anchorOut, i);
-      r[e] = valueWithBound(b, out, at[e], anchorOut, i, bound);
-    }
-  if (pairs && at[0] == idx) {
-    b.line("dlc::st2(" + outputPointer(out) + ", " + idx + ", " + r[0] + ", " + r[1] + ");");
+  auto [at0, r0] = epilogue(b, anchorOut, idx, v0);
+  auto [at1, r1] = epilogue(b, anchorOut, "(" + idx + " + 1)", v1);
+  const std::string out = outputPointer(stored(anchorOut));
+  if (pairs && at0 == idx) {
+    b.line("dlc::st2(" + out + ", " + idx + ", " + r0 + ", " + r1 + ");");
     return;
   }
-  for (int e = 0; e < 2; ++e)
-    b.line("dlc::st(" + outputPointer(out) + ", " + at[e] + ", " + r[e] + ");");
+  b.line("dlc::st(" + out + ", " + at0 + ", " + r0 + ");");
+  b.line("dlc::st(" + out + ", " + at1 + ", " + r1 + ");");
 }
 
 std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::string &idx,

@@ -22,6 +22,7 @@
 
 #include <map>
 #include <set>
+#include <utility>
 
 namespace dlc::codegen {
 
@@ -96,6 +97,9 @@ private:
   std::string num(int64_t v) { return params_.i64(v); }
   /// The root's linear index for the anchor element at `idx` (epilogue transposes).
   std::string forwardIndex(CodeStream &b, const ir::Value *from, const std::string &idx);
+  /// The epilogue on the anchor's `value` at `idx`: the index and value store() writes.
+  std::pair<std::string, std::string> epilogue(CodeStream &b, const ir::Value *anchorOut,
+                                               const std::string &idx, const std::string &value);
 
   Lowering &l_;
   ParamList &params_;

@@ -309,8 +309,7 @@ loadAndOptimize(const CompileOptions &o, const std::map<std::string, ir::Shape> 
   ctx.layout = o.layout;
   ctx.gemmEpilogue = o.gemmEpilogue;
   ctx.ownGemm = [&o](int64_t rows, int64_t k, int64_t n, ir::DType dt) {
-    return codegen::ownGemmIsFaster(o.targets.empty() ? codegen::defaultGpuTargets() : o.targets,
-                                    rows, k, n, dt);
+    return codegen::ownGemmIsFaster(o.targets, rows, k, n, dt);
   };
   ctx.tf32 =
       o.useTf32(g.get()) && !o.training; // (training graphs keep their layout, as with --fp16)

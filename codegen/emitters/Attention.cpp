@@ -295,8 +295,7 @@ std::optional<MmaPlan> mmaPlan(Lowering &l, const FusionGroup &g, const Attentio
       packs ? 2.0 * 2.0 * static_cast<double>(s.BH * (s.Sq + 2 * s.Sk) * std::max(s.hd, s.hdv))
             : 0.0;
   const double blocks = static_cast<double>((s.Sq + 16 * p.warps - 1) / (16 * p.warps) * s.BH);
-  for (const std::string &arch :
-       l.archs().empty() ? std::vector<std::string>{"sm_90"} : l.archs()) {
+  for (const std::string &arch : l.archs()) { // (sm_90 where the targets name none)
     const GpuModel &m = gpuModelFor(arch);
     const double launch = m.launchMicros * 1e-6;
     const double tCuda = launch + pairs * (30.0 + static_cast<double>(s.hd + s.hdv) / 4.0) /

@@ -248,8 +248,7 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     // packed when compiling.)
     const int packs = xNeedsPack() + (!wt->isConstant() && wNeedsPack());
     bool cudaCoreEverywhere = true;
-    for (const std::string &arch :
-         l.options().archs.empty() ? std::vector<std::string>{"sm_90"} : l.options().archs) {
+    for (const std::string &arch : l.options().archs) { // (sm_90 where the targets name none)
       double tMma = 0, tCuda = 0;
       auto never = [](int) { return false; };
       chooseConvPlan(kMmaTf32Conv, M, s.NP, s.kSize * Cp, 1, gpuModelFor(arch), 4, operandBytes,
@@ -577,10 +576,7 @@ bool ownGemmIsFaster(const GpuModel &g, int64_t rows, int64_t K, int64_t N, DTyp
 
 bool ownGemmIsFaster(const std::vector<std::string> &targets, int64_t rows, int64_t K, int64_t N,
                      DType dt) {
-  std::vector<std::string> archs;
-  for (const std::string &t : targets)
-    if (t.rfind("sm_", 0) == 0)
-      archs.push_back(t);
+  std::vector<std::string> archs = cubinArchs(targets.empty() ? defaultGpuTargets() : targets);
   if (archs.empty())
     archs = {"sm_90"};
   return std::all_of(archs.begin(), archs.end(), [&](const std::string &arch) {

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 #include <random>
 #include <set>
+#include <tuple>
 
 using namespace dlc;
 using namespace dlc::test;
@@ -565,12 +566,7 @@ TEST(KernelLibrary, MatMulWithAnEpilogueOnTheImplicitGemm) {
   %y = Clip(%a, %lo, %hi) : f16[2,7,40]
   return %y
 })";
-  KernelCase c3{"f16 [2,7,24] x [24,40] + bias, clip", rank3.c_str(), {"dlc::conv_fprop_mma"}};
-  c3.tol = 4e-3;
-  c3.absent = {"dlc::conv_pack"};
-  c3.layout = true;
-  c3.launches = 2;
-  check(c3);
+
   const std::string rank2 =
       R"(graph @g(%x: bf16[13,16]) -> ("y": bf16[13,20]) {
   %w = )" +
@@ -581,12 +577,15 @@ TEST(KernelLibrary, MatMulWithAnEpilogueOnTheImplicitGemm) {
   %y = Gelu(%m) : bf16[13,20]
   return %y
 })";
-  KernelCase c2{"bf16 [13,16] x [16,20], exact gelu", rank2.c_str(), {"dlc::conv_fprop_mma"}};
-  c2.tol = 2e-2;
-  c2.absent = {"dlc::conv_pack"};
-  c2.layout = true;
-  c2.launches = 2;
-  check(c2);
+  for (auto [name, ir, tol] : {std::tuple{"f16 [2,7,24] x [24,40] + bias, clip", &rank3, 4e-3},
+                               std::tuple{"bf16 [13,16] x [16,20], exact gelu", &rank2, 2e-2}}) {
+    KernelCase c{name, ir->c_str(), {"dlc::conv_fprop_mma"}};
+    c.tol = tol;
+    c.absent = {"dlc::conv_pack"};
+    c.layout = true;
+    c.launches = 2;
+    check(c);
+  }
 }
 
 // Every tile of conv_fprop_mma (ConvTiles.h), FP16 and TF32, on one shape that cuts

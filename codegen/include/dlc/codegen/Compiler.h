@@ -16,6 +16,8 @@ struct GpuModel;
 
 /// GPU targets compiled by default, plus PTX for the newest virtual architecture.
 const std::vector<std::string> &defaultGpuTargets();
+/// The cubin architectures ("sm_80", ...) among `targets`, which plans are made for.
+std::vector<std::string> cubinArchs(const std::vector<std::string> &targets);
 
 /// A standalone CUDA C++ translation unit (extern "C" kernels) compiled by NVRTC and
 /// ptxas into a cubin for `arch` ("sm_90"), through the compile cache; errors carry
@@ -127,8 +129,9 @@ std::vector<std::string> convTileNames();
 /// epilogue the GEMM library cannot apply is modeled faster on the kernel library's
 /// implicit GEMM, the epilogue fused into its stores (conv_fprop_mma as a 1x1
 /// convolution, its best tile and split of K), than as the library GEMM plus an
-/// element-wise kernel over its output, on every GPU architecture among `targets`
-/// (sm_90 when they name none). The layout pass asks it (passes::PassContext::ownGemm).
+/// element-wise kernel over its output, on every GPU architecture among `targets` (the
+/// default targets when empty; sm_90 when they name none). The layout pass asks it
+/// (passes::PassContext::ownGemm).
 bool ownGemmIsFaster(const std::vector<std::string> &targets, int64_t rows, int64_t K, int64_t N,
                      ir::DType dt);
 /// The same on one GPU's profile.
