@@ -66,7 +66,8 @@ std::vector<Value *> GradBuilder::ops(OpKind k, std::vector<Value *> operands, A
       return none;
     }
   std::string name = node_ && !node_->name().empty() ? node_->name() + suffix_ : std::string();
-  auto n = g_.createInferred(k, std::move(operands), std::move(attrs), numResults, std::move(name));
+  auto n = g_.createInferred(k, std::move(operands), std::move(attrs), numResults, std::move(name),
+                             before_);
   if (!n) {
     fail(n.takeError());
     return none;

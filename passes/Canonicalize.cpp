@@ -11,6 +11,8 @@
 //  - Gemm becomes MatMul (+ Add) when that is exact (alpha = 1, beta = 1, no transA),
 //    so bias and activations fuse as a plain epilogue of a MatMul;
 //  - Split becomes one Slice per result (slices fuse into their consumers);
+//  - an op with a faster equivalent form in the op table (OpDef::canonical) takes it:
+//    ConvTranspose becomes a Conv of its (zero-stuffed) input by the flipped weights;
 //  - a LayerNorm spelled out in primitives (opset < 17 exports: ReduceMean, Sub,
 //    Pow, ReduceMean, Add eps, Sqrt, Div) becomes LayerNormalization, and a constant
 //    per-feature Mul/Add after a LayerNormalization folds into its scale and bias;
@@ -18,6 +20,7 @@
 //    Add eps, Sqrt, then Div, or Reciprocal and Mul) becomes RMSNormalization, and a
 //    constant per-feature Mul after it folds into its scale.
 //===----------------------------------------------------------------------===//
+#include "dlc/ir/GradBuilder.h"
 #include "dlc/ir/OpHelpers.h"
 #include "dlc/passes/Pass.h"
 
@@ -127,6 +130,26 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
             return neutral.eitherSide && isSplatConstant(n.operand(0), neutral.value) &&
                    forwardOperand(n, rw, 1);
           });
+
+  // An op's faster equivalent form (OpDef::canonical: ConvTranspose as a Conv).
+  for (size_t i = 0; i < kNumOps; ++i)
+    if (DecomposeFn canonical = opDef(static_cast<OpKind>(i)).canonical)
+      add("op-canonical-form", static_cast<OpKind>(i), [canonical](Node &n, PatternRewriter &rw) {
+        GradBuilder b(rw.graph());
+        b.setNameSuffix("");
+        b.setInsertionPoint(&n);
+        b.begin(n, {}, {});
+        auto parts = canonical(b, n);
+        if (!parts || b.failed()) { // (the hook decides before it builds; dce takes the rest)
+          llvm::consumeError(parts ? b.takeError() : parts.takeError());
+          return false;
+        }
+        for (unsigned r = 0; r < n.numResults(); ++r)
+          if (!(*parts)[r] || (*parts)[r]->type() != n.result(r)->type())
+            return false; // (not reached: the form is built to the node's types)
+        rw.replaceNode(n, *parts);
+        return true;
+      });
 
   for (OpKind k : {OpKind::Flatten, OpKind::Squeeze, OpKind::Unsqueeze})
     add("reshape-like-to-reshape", k, [](Node &n, PatternRewriter &rw) {

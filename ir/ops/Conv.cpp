@@ -310,6 +310,124 @@ llvm::Error gradConv(GradBuilder &b, const Node &n) {
   return ok();
 }
 
+//===----------------------------------------------------------------------===//
+// ConvTranspose as a convolution
+//===----------------------------------------------------------------------===//
+
+/// x [N, C, L...] with s - 1 zeros after each element along each spatial dim, its
+/// end then cut or zero-extended to `len` (reshapes and constant pads: one fused
+/// movement kernel).
+Value *zeroStuff(GradBuilder &b, Value *x, const Shape &s, const Shape &len) {
+  const Shape &xs = x->shape();
+  int64_t S = static_cast<int64_t>(xs.size()) - 2, r = 2 + 2 * S;
+  Shape split{xs[0], xs[1]}, merged{xs[0], xs[1]};
+  std::vector<int64_t> stuff(2 * r, 0), cut(2 * (S + 2), 0);
+  for (int64_t i = 0; i < S; ++i) {
+    split.push_back(xs[2 + i]);
+    split.push_back(1);
+    merged.push_back(xs[2 + i] * s[i]);
+    stuff[r + 3 + 2 * i] = s[i] - 1;
+    cut[S + 2 + 2 + i] = len[i] - xs[2 + i] * s[i];
+  }
+  Value *y = b.reshape(b.op(OpKind::Pad, {b.reshape(x, split)}, {{"pads", stuff}}), merged);
+  return llvm::all_of(cut, [](int64_t p) { return p == 0; })
+             ? y
+             : b.op(OpKind::Pad, {y}, {{"pads", cut}});
+}
+
+/// ConvTranspose as a convolution, which the implicit-GEMM and tensor-core kernels
+/// run (the gather kernel walks every tap of every output on CUDA cores; autodiff
+/// emits one for every convolution's input gradient):
+/// - stride 1: the correlation of x with the flipped kernel, whose input and output
+///   channels swap within each group, padded by dilation * (k - 1) minus the pads
+///   (plus output_padding at the end);
+/// - stride s > 1: the same on x zero-stuffed (s - 1 zeros between elements), where
+///   the stride product is at most 4 (the convolution multiplies the zeros too);
+///   a 1x1 kernel without pads or bias instead convolves at x's resolution and
+///   zero-stuffs the result (no multiplication by zero, any stride).
+/// An error (the node keeps the gather) where a pad exceeds the dilated kernel's
+/// reach, which would need a negative convolution pad.
+llvm::Expected<std::vector<Value *>> convTransposeAsConv(GradBuilder &b, const Node &n) {
+  Value *x = n.operand(0), *w = n.operand(1), *bias = n.operand(2);
+  const Shape &xs = x->shape(), &ws = w->shape(), &ys = n.result()->shape();
+  int64_t S = static_cast<int64_t>(xs.size()) - 2, G = n.attrInt("group");
+  auto win = Window::fromNode(n, S, Shape(ws.begin() + 2, ws.end()));
+  if (!win)
+    return win.takeError();
+  auto opad = convTransposeOutPad(n, S);
+  if (!opad)
+    return opad.takeError();
+  bool pointwise = true, unitStride = true;
+  int64_t strideProduct = 1;
+  std::vector<int64_t> pads(2 * S);
+  for (int64_t i = 0; i < S; ++i) {
+    int64_t reach = win->dilations[i] * (win->kernel[i] - 1);
+    pads[i] = reach - win->padBegin[i];
+    pads[S + i] = reach - win->padEnd[i] + (*opad)[i];
+    pointwise &= win->kernel[i] == 1 && win->padBegin[i] == 0 && win->padEnd[i] == 0;
+    unitStride &= win->strides[i] == 1;
+    strideProduct *= win->strides[i];
+  }
+  bool stuffResult = pointwise && !unitStride && !bias; // (a bias reaches every output)
+  if (!stuffResult && llvm::any_of(pads, [](int64_t p) { return p < 0; }))
+    return makeError("a pad exceeds the dilated kernel's reach");
+  if (!stuffResult && !unitStride && strideProduct > 4)
+    return makeError("zero-stuffing would multiply the work by more than 4");
+
+  // [Cx, M/G, k...] -> [M, Cx/G, k...] (channels swapped within each group), flipped.
+  int64_t Cx = ws[0], Mg = ws[1];
+  std::vector<int64_t> perm{1, 0}, flipAxes, starts, ends, steps;
+  for (int64_t i = 0; i < S; ++i)
+    perm.push_back(2 + i);
+  Value *w2;
+  if (G == 1) {
+    w2 = b.transpose(w, perm);
+  } else {
+    Shape grouped{G, Cx / G, Mg}, merged{G * Mg, Cx / G};
+    std::vector<int64_t> gperm{0, 2, 1};
+    for (int64_t i = 0; i < S; ++i) {
+      grouped.push_back(ws[2 + i]);
+      merged.push_back(ws[2 + i]);
+      gperm.push_back(3 + i);
+    }
+    w2 = b.reshape(b.transpose(b.reshape(w, grouped), gperm), merged);
+  }
+  for (int64_t i = 0; i < S; ++i)
+    if (ws[2 + i] > 1) {
+      flipAxes.push_back(2 + i);
+      starts.push_back(-1);
+      ends.push_back(std::numeric_limits<int64_t>::min());
+      steps.push_back(-1);
+    }
+  if (!flipAxes.empty())
+    w2 = b.op(OpKind::Slice, {w2},
+              {{"axes", flipAxes}, {"starts", starts}, {"ends", ends}, {"steps", steps}});
+
+  std::vector<Value *> ops{x, w2};
+  if (bias)
+    ops.push_back(bias);
+  AttrMap attrs{{"group", G},
+                {"strides", std::vector<int64_t>(S, 1)},
+                {"dilations", std::vector<int64_t>(win->dilations)}};
+  Shape outLen(ys.begin() + 2, ys.end());
+  if (stuffResult) { // convolve, then stuff the result
+    attrs["pads"] = std::vector<int64_t>(2 * S, 0);
+    return std::vector<Value *>{zeroStuff(b, b.op(OpKind::Conv, ops, attrs), win->strides, outLen)};
+  }
+  if (!unitStride) { // stuff x, keeping its trailing zeros where they replace end padding
+    Shape stuffed;
+    for (int64_t i = 0; i < S; ++i) {
+      int64_t full = xs[2 + i] * win->strides[i], trailing = win->strides[i] - 1;
+      int64_t keep = std::min(trailing, pads[S + i]);
+      stuffed.push_back(full - trailing + keep);
+      pads[S + i] -= keep;
+    }
+    ops[0] = zeroStuff(b, x, win->strides, stuffed);
+  }
+  attrs["pads"] = pads;
+  return std::vector<Value *>{b.op(OpKind::Conv, ops, attrs)};
+}
+
 } // namespace
 
 void defineConvOps(OpTable &t) {
@@ -338,7 +456,8 @@ void defineConvOps(OpTable &t) {
       .layout(LayoutRule::channel(1))
       .verify(verifyConvTranspose)
       .infer(inferConvTranspose)
-      .reference(refConvTranspose);
+      .reference(refConvTranspose)
+      .canonical(convTransposeAsConv);
   t[OpKind::Conv].gradient = gradConv;
 }
 

@@ -677,10 +677,50 @@ TEST(KernelLibrary, DirectAndTransposedConvolution) {
   return %y
 })",
          {"dlc::conv_direct"}});
+  // A stride product over 4 keeps the gather (zero-stuffing would multiply the work).
   check({"conv transpose",
-         R"(graph @g(%x: f32[1,4,3,5], %w: f32[4,3,3,3], %b: f32[3]) -> ("y": f32[1,3,7,11]) {
-  %y = ConvTranspose(%x, %w, %b) {strides = [2, 2]} : f32[1,3,7,11]
+         R"(graph @g(%x: f32[1,4,3,5], %w: f32[4,3,3,3], %b: f32[3]) -> ("y": f32[1,3,10,16]) {
+  %y = ConvTranspose(%x, %w, %b) {strides = [3, 3], output_padding = [1, 1]} : f32[1,3,10,16]
   return %y
 })",
          {"dlc::conv_transpose"}});
+  // Canonicalize's convolution forms (a convolution's input gradient): stride 1 by a
+  // computed, flipped weight; stride 2 zero-stuffed; a 1x1 stride-2 kernel convolved
+  // first; in FP16 channels-last on tensor cores.
+  check(
+      {"conv transpose as convolutions",
+       R"(graph @g(%x: f32[2,8,5,6], %w: f32[8,8,3,3], %b: f32[8], %w1: f32[8,16,1,1]) -> ("a": f32[2,8,5,6], "s": f32[2,8,10,12], "p": f32[2,16,9,11]) {
+  %a = ConvTranspose(%x, %w, %b) {pads = [1, 1, 1, 1]} : f32[2,8,5,6]
+  %s = ConvTranspose(%x, %w) {strides = [2, 2], pads = [1, 1, 1, 1], output_padding = [1, 1]} : f32[2,8,10,12]
+  %p = ConvTranspose(%x, %w1) {strides = [2, 2]} : f32[2,16,9,11]
+  return %a, %s, %p
+})",
+       {"dlc::conv_igemm"},
+       {},
+       2,
+       true,
+       1e-4,
+       false,
+       {"dlc::conv_transpose"}});
+  check(
+      {"conv transpose as convolutions, fp16 channels-last",
+       R"(graph @g(%x: f16[2,8,5,6], %w: f16[8,8,3,3], %b: f16[8]) -> ("a": f16[2,8,5,6], "s": f16[2,8,10,12]) {
+  %a = ConvTranspose(%x, %w, %b) {pads = [1, 1, 1, 1]} : f16[2,8,5,6]
+  %s = ConvTranspose(%x, %w) {strides = [2, 2], pads = [1, 1, 1, 1], output_padding = [1, 1]} : f16[2,8,10,12]
+  return %a, %s
+})",
+       {"dlc::conv_fprop_mma"},
+       {},
+       2,
+       true,
+       2e-2,
+       false,
+       {"dlc::conv_transpose"},
+       "",
+       "",
+       false,
+       "",
+       "",
+       -1,
+       true});
 }

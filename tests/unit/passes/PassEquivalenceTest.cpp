@@ -141,6 +141,31 @@ TEST(Canonicalize, GemmBecomesMatMulPlusAddOnlyWhenExact) {
   EXPECT_EQ(countOps(*g, OpKind::Transpose), 1u);
 }
 
+// ConvTranspose as a Conv (OpDef::canonical): stride 1 (flipped, channel-swapped
+// weights), zero-stuffed strides (3x3 stride 2 with output_padding, a 2x2 "upsampling"
+// kernel, dilation, groups, 1-D), a 1x1 stride-2 kernel convolved before stuffing,
+// and the forms that keep the gather (a pad past the kernel's reach, stride 3x3).
+TEST(Canonicalize, ConvTransposeBecomesAConvolution) {
+  auto g = test::expectEquivalentAfter(
+      R"(graph @g(%x: f32[2,4,5,6], %w: f32[4,3,3,3], %b: f32[3], %w1: f32[4,6,1,1], %wg: f32[4,2,3,2], %x1: f32[1,4,7], %w2: f32[4,3,2]) -> ("a": f32[2,3,5,6], "b": f32[2,3,10,12], "c": f32[2,3,9,11], "d": f32[2,6,9,12], "e": f32[2,4,10,12], "f": f32[1,3,14], "g": f32[2,3,3,6], "h": f32[2,3,15,18], "i": f32[2,3,8,9]) {
+  %a = ConvTranspose(%x, %w, %b) {pads = [1, 1, 1, 1]} : f32[2,3,5,6]
+  %c0 = ConvTranspose(%x, %w, %b) {strides = [2, 2], pads = [1, 1, 1, 1], output_padding = [1, 1]} : f32[2,3,10,12]
+  %c1 = ConvTranspose(%x, %w) {strides = [2, 2], dilations = [1, 2], pads = [1, 2, 2, 3], output_padding = [1, 1]} : f32[2,3,9,11]
+  %d = ConvTranspose(%x, %w1) {strides = [2, 2], output_padding = [0, 1]} : f32[2,6,9,12]
+  %e = ConvTranspose(%x, %wg) {group = 2, strides = [2, 2], pads = [1, 0, 0, 0]} : f32[2,4,10,12]
+  %f = ConvTranspose(%x1, %w2) {strides = [2], pads = [0, 0]} : f32[1,3,14]
+  %g = ConvTranspose(%x, %w) {pads = [3, 1, 1, 1]} : f32[2,3,3,6]
+  %h = ConvTranspose(%x, %w) {strides = [3, 3]} : f32[2,3,15,18]
+  %i = ConvTranspose(%x, %w, %b) {strides = [2, 2], dilations = [2, 2], pads = [2, 2, 3, 4]} : f32[2,3,8,9]
+  return %a, %c0, %c1, %d, %e, %f, %g, %h, %i
+})",
+      "canonicalize,dce");
+  ASSERT_TRUE(g);
+  EXPECT_EQ(countOps(*g, OpKind::ConvTranspose), 2u)
+      << "a pad past the kernel's reach and a stride product of 9 keep the gather";
+  EXPECT_EQ(countOps(*g, OpKind::Conv), 7u);
+}
+
 TEST(Canonicalize, ShapeOfStaticValueIsConstant) {
   auto g = test::expectEquivalentAfter(R"(graph @g(%x: f32[2,3,5]) -> ("s": i64[2]) {
   %0 = Shape(%x) {start = 1} : i64[2]

@@ -78,6 +78,9 @@ public:
   /// What the built nodes' names add to the node's name (default ".grad"; a
   /// decomposition that stands for the node keeps its name with "").
   void setNameSuffix(std::string s) { suffix_ = std::move(s); }
+  /// Built nodes go before `n` (default: at the end of the graph, which a pass
+  /// that builds in the middle must sort afterwards).
+  void setInsertionPoint(Node *n) { before_ = n; }
 
 private:
   Graph &g_;
@@ -87,6 +90,7 @@ private:
   std::map<unsigned, Value *> operandGrads_;
   std::string error_;
   std::string suffix_ = ".grad";
+  Node *before_ = nullptr;
 };
 
 } // namespace dlc::ir

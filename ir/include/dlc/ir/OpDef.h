@@ -283,6 +283,10 @@ struct OpDef {
   /// ... except the nodes for which this says true: those the code generator has a
   /// kernel for (RMSNormalization in FP32/FP16/BF16 with an FP32 stash: row_norm).
   bool (*hasKernel)(const Node &) = nullptr;
+  /// A faster equivalent form that the canonicalize pass substitutes for the node
+  /// (ConvTranspose: a convolution, which the implicit-GEMM and tensor-core kernels
+  /// run). An error leaves the node as it is; the hook decides before it builds.
+  DecomposeFn canonical = nullptr;
   /// Training and inference forms, where an op has both (null: the same in both).
   TrainingFormFn trainingForm = nullptr;
   InferenceFormFn inferenceForm = nullptr;
@@ -344,6 +348,7 @@ public:
   }
   OpBuilder &gradient(GradFn f) { return d_.gradient = f, *this; }
   OpBuilder &decompose(DecomposeFn f) { return d_.decompose = f, *this; }
+  OpBuilder &canonical(DecomposeFn f) { return d_.canonical = f, *this; }
   OpBuilder &legalize(DecomposeFn f, bool (*hasKernel)(const Node &) = nullptr) {
     d_.legalize = f;
     d_.hasKernel = hasKernel;
