@@ -168,6 +168,11 @@ struct PoolShape {
 struct ReduceShape {
   i64 outCount, len, inner;
   Strided kept, red;
+  // A split reduction (reduce_split / reduce_cols<Split>, then reduce_merge): each
+  // output's elements in `splits` chunks of `chunk`, partials [outCount][splits] in the
+  // compute type.
+  void *partial;
+  i64 splits, chunk;
 };
 
 /// A one-axis op over rows: element j of row r is at (r / inner) * len * inner + r % inner + j *

@@ -5,6 +5,8 @@
 // output with a warp-shuffle + shared-memory reduction. Accumulation is in the compute
 // type (float for f16/bf16). reduce_cols: the middle axis of [outer, len, inner] with a
 // contiguous inner axis (channels-last pooling), 32 columns per block, coalesced.
+// Long reductions over few outputs split each output's elements over several blocks
+// (reduce_split, reduce_cols<Split>) and reduce_merge combines the partials in order.
 // softmax: rows of an [outer, len, inner] view; softmax_rows: contiguous long rows in
 // one pass, vector loads and stores.
 #pragma once
@@ -69,12 +71,63 @@ __global__ void __launch_bounds__(256) reduce(const ReduceArgs<X, Out> a) {
   }
 }
 
+/// Stage 1 of a split reduction (few outputs, long rows: a block per output would leave
+/// most SMs idle): block b = o * splits + j combines the j-th chunk of output o's
+/// elements into partial[b] in the compute type.
+template <int Kind, bool Contig, class I, class X, class Out>
+__global__ void __launch_bounds__(256) reduce_split(const ReduceArgs<X, Out> a) {
+  typedef typename X::Value T;
+  typedef ReduceOp<Kind> Op;
+  const ReduceShape &s = a.s;
+  const I len = static_cast<I>(s.len), splits = static_cast<I>(s.splits),
+          chunk = static_cast<I>(s.chunk);
+  T *part = static_cast<T *>(s.partial);
+  DLC_SHARED(T, smem, [32]);
+  for (I b = static_cast<I>(blockIdx.x); b < static_cast<I>(s.outCount) * splits;
+       b += static_cast<I>(gridDim.x)) {
+    const I o = b / splits, first = (b - o * splits) * chunk;
+    const I base = Contig ? o * len : s.kept.offset(o),
+            end = first + chunk < len ? first + chunk : len;
+    T acc = Op::template identity<T>();
+    for (I r = first + static_cast<I>(threadIdx.x); r < end; r += static_cast<I>(blockDim.x))
+      acc = Op()(acc, X::load(a.x, base + (Contig ? r : s.red.offset(r))));
+    acc = blockReduce(acc, Op(), Op::template identity<T>(), smem);
+    if (threadIdx.x == 0)
+      part[b] = acc;
+  }
+}
+
+/// Stage 2 of a split reduction: a block per output, thread t combining partials t,
+/// t + blockDim, ... and the threads meeting in blockReduce's fixed tree (the result
+/// does not depend on the blocks' timing), stored through Out.
+template <int Kind, class I, class X, class Out>
+__global__ void __launch_bounds__(256) reduce_merge(const ReduceArgs<X, Out> a) {
+  typedef typename X::Value T;
+  typedef ReduceOp<Kind> Op;
+  const ReduceShape &s = a.s;
+  const I splits = static_cast<I>(s.splits);
+  const T *part = static_cast<const T *>(s.partial);
+  DLC_SHARED(T, smem, [32]);
+  for (I o = static_cast<I>(blockIdx.x); o < static_cast<I>(s.outCount);
+       o += static_cast<I>(gridDim.x)) {
+    T acc = Op::template identity<T>();
+    for (I j = static_cast<I>(threadIdx.x); j < splits; j += static_cast<I>(blockDim.x))
+      acc = Op()(acc, part[o * splits + j]);
+    acc = blockReduce(acc, Op(), Op::template identity<T>(), smem);
+    if (Kind == kReduceMean && s.len)
+      acc = acc / static_cast<T>(s.len);
+    if (threadIdx.x == 0)
+      Out::store(a.out, o, acc);
+  }
+}
+
 /// A reduction over the middle axis of [outer, len, inner] with inner contiguous (NHWC
 /// global pooling; ReduceMean over H and W): output (p, c) at p * inner + c. A block
 /// takes 32 adjacent columns and 8 slices of the rows: each warp reads 32 consecutive
 /// elements per row, walking the rows by adding a stride (no index division per
-/// element); the slices' partial results meet in shared memory.
-template <int Kind, class I, class X, class Out>
+/// element); the slices' partial results meet in shared memory. Split: block t * splits
+/// + j takes the j-th chunk of the rows and writes its partials for reduce_merge.
+template <int Kind, bool Split, class I, class X, class Out>
 __global__ void __launch_bounds__(256) reduce_cols(const ReduceArgs<X, Out> a) {
   typedef typename X::Value T;
   typedef ReduceOp<Kind> Op;
@@ -82,16 +135,21 @@ __global__ void __launch_bounds__(256) reduce_cols(const ReduceArgs<X, Out> a) {
   const ReduceShape &s = a.s;
   const I len = static_cast<I>(s.len), inner = static_cast<I>(s.inner),
           outer = static_cast<I>(s.outCount) / inner, tilesPerRow = (inner + 31) / 32;
+  const I splits = Split ? static_cast<I>(s.splits) : 1,
+          chunk = Split ? static_cast<I>(s.chunk) : len;
   const I lane = static_cast<I>(threadIdx.x) & 31, slice = static_cast<I>(threadIdx.x) >> 5;
   DLC_SHARED(T, part, [kSlices][32]);
-  for (I t = static_cast<I>(blockIdx.x); t < outer * tilesPerRow; t += static_cast<I>(gridDim.x)) {
+  for (I b = static_cast<I>(blockIdx.x); b < outer * tilesPerRow * splits;
+       b += static_cast<I>(gridDim.x)) {
+    const I t = Split ? b / splits : b, first = Split ? (b - t * splits) * chunk : 0;
     const I p = t / tilesPerRow, c = (t - p * tilesPerRow) * 32 + lane;
+    const I end = Split && first + chunk < len ? first + chunk : len;
     T acc = Op::template identity<T>();
     if (c < inner) {
       const I step = kSlices * inner;
-      I at = (p * len + slice) * inner + c;
+      I at = (p * len + first + slice) * inner + c;
 #pragma unroll 4
-      for (I r = slice; r < len; r += kSlices, at += step)
+      for (I r = first + slice; r < end; r += kSlices, at += step)
         acc = Op()(acc, X::load(a.x, at));
     }
     part[slice][lane] = acc;
@@ -100,9 +158,13 @@ __global__ void __launch_bounds__(256) reduce_cols(const ReduceArgs<X, Out> a) {
 #pragma unroll
       for (int j = 1; j < kSlices; ++j)
         acc = Op()(acc, part[j][lane]);
-      if (Kind == kReduceMean && len)
-        acc = acc / static_cast<T>(len);
-      Out::store(a.out, p * inner + c, acc);
+      if (Split) {
+        static_cast<T *>(s.partial)[(p * inner + c) * splits + (b - t * splits)] = acc;
+      } else {
+        if (Kind == kReduceMean && len)
+          acc = acc / static_cast<T>(len);
+        Out::store(a.out, p * inner + c, acc);
+      }
     }
     __syncthreads();
   }

@@ -102,10 +102,6 @@ struct ConvPlan {
   }
 };
 
-int64_t ceilDiv(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
-
 /// A tile whose kernel exists already costs no compile time: it wins unless another
 /// is modeled this much faster (fewer unique kernels, a faster compile).
 constexpr double kReuseAdvantage = 0.9;

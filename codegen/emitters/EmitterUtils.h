@@ -47,6 +47,10 @@ std::optional<StridedAccess> stridedAccess(Lowering &l, const ir::Value *v);
 /// Threads per block for a block-per-row kernel over `len` items: a power of two from
 /// 32 to 256.
 uint32_t blockFor(int64_t len);
+/// a / b rounded up (a >= 0, b > 0).
+inline int64_t ceilDiv(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 /// How a block-per-row kernel that reads x as it is (no fused prologue) accesses rows
 /// of `len` elements: V elements at a time (16 bytes where len, x's address and

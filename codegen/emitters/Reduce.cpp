@@ -53,11 +53,24 @@ const char *reduceKind(OpKind k) {
 /// Columns at least this wide take reduce_cols (a warp per 32 adjacent columns).
 constexpr int64_t kColumnReduction = 16;
 
+/// How many chunks a reduction splits each output's `len` elements into, given
+/// `units` blocks without a split: enough for ~512 blocks (4 per SM on the largest
+/// GPUs), each chunk at least `minChunk` long; 1 (no split) when the units already fill
+/// two blocks per SM.
+int64_t reductionSplits(int64_t units, int64_t len, int64_t minChunk) {
+  constexpr int64_t kFillBlocks = 512, kEnoughUnits = 264;
+  if (units >= kEnoughUnits)
+    return 1;
+  return std::max<int64_t>(1, std::min(ceilDiv(kFillBlocks, units), len / minChunk));
+}
+
 /// Launches the reduce template: x viewed as kept x reduced; or reduce_cols when x is
 /// [outer, len, inner] reduced over len with s.inner >= kColumnReduction, and either
-/// enough column tiles (32) to spread or short columns (128).
-llvm::Error emitReduce(Lowering &l, const Node &n, const Value *x, const Value *out,
-                       const ReduceShape &s, bool contig, const char *kind) {
+/// enough column tiles (32) to spread, short columns (128), or long enough columns to
+/// split. A long reduction over few outputs is split: reduce_split (or reduce_cols
+/// with Split) writes each chunk's partial result, reduce_merge combines them.
+llvm::Error emitReduce(Lowering &l, const Node &n, const Value *x, const Value *out, ReduceShape s,
+                       bool contig, const char *kind) {
   auto io = anchorFunctors(l, x, out);
   if (!io)
     return io.takeError();
@@ -66,21 +79,70 @@ llvm::Error emitReduce(Lowering &l, const Node &n, const Value *x, const Value *
   bool isShort = s.len <= kShortReduction;
   int64_t maxIndex = std::max(x->type().numElements(), out->type().numElements());
   double flops = static_cast<double>(x->type().numElements());
-  // (Few column tiles over long columns: a block per output walks them in parallel;
-  // reduce_cols would leave each tile's 8 slices to walk len / 8 rows alone.)
   const int64_t tiles = s.inner ? s.outCount / s.inner * ((s.inner + 31) / 32) : 0;
-  if (s.inner >= kColumnReduction && (tiles >= 32 || s.len <= 128)) {
+  bool columns = s.inner >= kColumnReduction;
+  // Column chunks of at least 256 rows (32 per slice); rows of at least 4096 elements
+  // (16 per thread).
+  s.splits =
+      isShort ? 1 : reductionSplits(columns ? tiles : s.outCount, s.len, columns ? 256 : 4096);
+  s.chunk = ceilDiv(s.len, s.splits);
+  std::optional<BufferRef> partial;
+  uint64_t partialBytes = static_cast<uint64_t>(s.outCount * s.splits) * 8; // (the widest T)
+  if (s.splits > 1)
+    partial = l.temp(partialBytes, out->name() + ".partial");
+  // Stage 1 reads x and writes the partials (not through Out); the merge reads the
+  // partials and stores through Out (not reading x).
+  enum Stage { Whole, Split, Merge };
+  auto args = [&](Stage stage) {
+    LaunchArgs a;
+    a.shape(s);
+    if (partial)
+      a.pointer(offsetof(ReduceShape, partial), *partial, partialBytes, stage == Split);
+    a.functor(fx, stage != Merge);
+    a.functor(fo, stage != Split);
+    return a;
+  };
+  auto merge = [&] {
+    Instantiation inst{"dlc::reduce_merge",
+                       {kind, l.indexType(std::max(maxIndex, s.outCount * s.splits)), xn, on},
+                       "dlc::ReduceArgs<" + xn + ", " + on + ">",
+                       {xn, on}};
+    inst.needsSync = true;
+    LaunchArgs a = args(Merge);
+    l.launch(n, l.instantiate(inst), a, static_cast<uint32_t>(s.outCount), blockFor(s.splits), 0,
+             static_cast<double>(s.outCount * s.splits));
+  };
+  // (Few column tiles over long columns without a split: a block per output walks them
+  // in parallel; reduce_cols would leave each tile's 8 slices to walk len / 8 rows alone.)
+  if (columns && (tiles >= 32 || s.len <= 128 || s.splits > 1)) {
+    bool split = s.splits > 1;
     Instantiation inst{"dlc::reduce_cols",
-                       {kind, l.indexType(maxIndex + s.inner * 8), xn, on},
+                       {kind, split ? "true" : "false",
+                        l.indexType(std::max(maxIndex + s.inner * 8, s.outCount * s.splits)), xn,
+                        on},
                        "dlc::ReduceArgs<" + xn + ", " + on + ">",
                        {xn, on}};
     inst.needsSync = true;
     uint32_t k = l.instantiate(inst);
-    LaunchArgs a;
-    a.shape(s);
-    a.functor(fx);
-    a.functor(fo);
-    l.launch(n, k, a, static_cast<uint32_t>(std::min<int64_t>(tiles, 1 << 20)), 256, 0, flops);
+    LaunchArgs a = args(split ? Split : Whole);
+    l.launch(n, k, a, static_cast<uint32_t>(std::min<int64_t>(tiles * s.splits, 1 << 20)), 256, 0,
+             flops);
+    if (split)
+      merge();
+    return llvm::Error::success();
+  }
+  if (s.splits > 1) {
+    Instantiation inst{"dlc::reduce_split",
+                       {kind, contig ? "true" : "false",
+                        l.indexType(std::max(maxIndex, s.outCount * s.splits)), xn, on},
+                       "dlc::ReduceArgs<" + xn + ", " + on + ">",
+                       {xn, on}};
+    inst.needsSync = true;
+    LaunchArgs a = args(Split);
+    l.launch(n, l.instantiate(inst), a,
+             static_cast<uint32_t>(std::min<int64_t>(s.outCount * s.splits, 1 << 20)), 256, 0,
+             flops);
+    merge();
     return llvm::Error::success();
   }
   Instantiation inst{
@@ -90,10 +152,7 @@ llvm::Error emitReduce(Lowering &l, const Node &n, const Value *x, const Value *
       {xn, on}};
   inst.needsSync = !isShort;
   uint32_t k = l.instantiate(inst);
-  LaunchArgs a;
-  a.shape(s);
-  a.functor(fx);
-  a.functor(fo);
+  LaunchArgs a = args(Whole);
   if (isShort)
     l.launch(n, k, a, gridFor(s.outCount, 256), 256, 0, flops);
   else

@@ -193,9 +193,9 @@ TEST(KernelLibrary, ColumnReductions) {
        1e-4,
        false,
        {"dlc::reduce"}});
-  // Long columns in few tiles (a bias gradient's shape) stay on a block per output.
+  // Columns of 129-511 rows in few tiles stay on a block per output (too short to split).
   check({"long columns, few tiles",
-         R"(graph @g(%z: f32[700,20]) -> ("c": f32[20]) {
+         R"(graph @g(%z: f32[300,20]) -> ("c": f32[20]) {
   %c = ReduceSum(%z) {axes = [0], keepdims = 0} : f32[20]
   return %c
 })",
@@ -219,6 +219,41 @@ TEST(KernelLibrary, ColumnReductions) {
          4e-3,
          false,
          {"dlc::reduce"}});
+}
+
+// Long reductions over few outputs (training's loss-scale overflow checks: a gradient's
+// max to one value; bias gradients: columns of N*H*W rows) split each output's elements
+// over several blocks, and reduce_merge combines the chunks in order: contiguous rows
+// (a scalar max, two sums, an FP16 mean, an integer max), strided rows (inner 3),
+// columns cut into chunks that are not multiples of the 8 row slices, with a fused
+// prologue and epilogue. The same bits on every thread order (deterministic).
+TEST(KernelLibrary, LongReductionsOverFewOutputsAreSplit) {
+  check(
+      {"split rows and columns",
+       R"(graph @g(%x: f32[3,9003], %hx: f16[12001], %ix: i64[10007], %tx: f32[9001,3], %zx: f32[700,20], %y: f16[2,601,40]) -> ("m": f32[], "s": f32[3,1], "h": f16[], "i": i64[], "t": f32[3], "z": f32[20], "y": f16[2,40]) {
+  %m = ReduceMax(%x) {keepdims = 0} : f32[]
+  %s = ReduceSum(%x) {axes = [1], keepdims = 1} : f32[3,1]
+  %h = ReduceMean(%hx) {keepdims = 0} : f16[]
+  %i = ReduceMax(%ix) {keepdims = 0} : i64[]
+  %t = ReduceSum(%tx) {axes = [0], keepdims = 0} : f32[3]
+  %z = ReduceSum(%zx) {axes = [0], keepdims = 0} : f32[20]
+  %r = Relu(%y) : f16[2,601,40]
+  %u = ReduceMean(%r) {axes = [1], keepdims = 0} : f16[2,40]
+  %two = const f16[] dense<[2.0]>
+  %y2 = Mul(%u, %two) : f16[2,40]
+  return %m, %s, %h, %i, %t, %z, %y2
+})",
+       {"dlc::reduce_split", "dlc::reduce_merge", "dlc::reduce_cols"},
+       {},
+       2,
+       true,
+       4e-3,
+       false,
+       {"dlc::reduce"},
+       "",
+       "",
+       true,
+       "dlc::reduce_cols<dlc::kReduceMean, true"});
 }
 
 TEST(KernelLibrary, SoftmaxFamily) {
