@@ -640,6 +640,13 @@ llvm::Expected<Program> Lowering::run() {
         return errorf("{0}: cannot generate code for its fusion group: {1}", fg->root()->describe(),
                       llvm::toString(std::move(e)));
     }
+    // (Checked here: a package the reader would refuse is never written.)
+    for (size_t s = firstStep; s < p_.steps.size(); ++s)
+      if (const auto *ls = std::get_if<LaunchStep>(&p_.steps[s].op);
+          ls && ls->params.bytes.size() > pkg::kMaxParamBytes)
+        return errorf("{0}: its kernel takes {1} bytes of parameters, over the package's limit "
+                      "of {2} (a fused kernel reading too many tensors)",
+                      n.describe(), ls->params.bytes.size(), pkg::kMaxParamBytes);
     std::optional<StepPredicate> predicate;
     if (cond && (valueBuffers_.count(cond->first) || cond->first->isInput()))
       predicate = StepPredicate{bufferOf(cond->first), cond->second};

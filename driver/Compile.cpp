@@ -311,8 +311,7 @@ loadAndOptimize(const CompileOptions &o, const std::map<std::string, ir::Shape> 
   ctx.ownGemm = [&o](int64_t rows, int64_t k, int64_t n, ir::DType dt) {
     return codegen::ownGemmIsFaster(o.targets, rows, k, n, dt);
   };
-  ctx.tf32 =
-      o.useTf32(g.get()) && !o.training; // (training graphs keep their layout, as with --fp16)
+  ctx.tf32 = o.useTf32(g.get()); // (training: strict FP32 unless --tf32)
   if (o.precision) {
     ctx.precision = *o.precision;
     std::set<std::string, std::less<>> names;
@@ -322,10 +321,12 @@ loadAndOptimize(const CompileOptions &o, const std::map<std::string, ir::Shape> 
       if (!names.count(n))
         return ir::errorf("--fp32-nodes: the model has no node named '{0}'", n);
   }
+  // (A training step lowered its precision itself; its FP16/BF16 convolutions, the
+  // input and weight gradients' too, go channels-last like an inference graph's.)
   bool lowerPrecision = o.precision && !o.training;
   for (const passes::PipelineStage &stage :
        passes::defaultPipeline(o.optLevel, lowerPrecision,
-                               passes::needsLayoutPass(o.layout, lowerPrecision, ctx.tf32))) {
+                               passes::needsLayoutPass(o.layout, bool(o.precision), ctx.tf32))) {
     if (o.checkAccuracy && stage.passes.front() == "precision") {
       auto inputs = accuracyInputs(*g, *o.checkAccuracy);
       if (!inputs)

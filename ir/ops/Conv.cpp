@@ -241,13 +241,75 @@ llvm::Error refConvTranspose(const Node &n, const Inputs &in, Outputs &out) {
 // Gradient rule
 //===----------------------------------------------------------------------===//
 
+/// The largest im2col matrix weightGradAsGemm builds (bytes), and the most taps (one
+/// Slice each: a fused kernel's parameters hold every view it reads).
+constexpr double kIm2colBytes = 1024.0 * 1024 * 1024;
+constexpr int64_t kIm2colTaps = 16;
+
+/// dW of a one-group convolution as one GEMM over the N * P output positions
+/// (cuBLASLt, tensor cores in FP16/BF16): dW[M, (tap, C)] = dY^T[M, NP] x
+/// im2col(x)[NP, (tap, C)], im2col being one strided Slice of the padded x per tap,
+/// concatenated along the channels (Pad, Slices and Concat fuse into one kernel; in
+/// channels-last regions the concatenation is already [N, P..., taps * C] and dY
+/// already [N * P, M], so the transposes cancel), then [M, k..., C] -> [M, C, k...].
+Value *weightGradAsGemm(GradBuilder &b, const Node &n, const Window &win) {
+  Value *x = n.operand(0), *g = b.grad();
+  const Shape &xs = x->shape(), &ws = n.operand(1)->shape(), &ys = n.result()->shape();
+  int64_t S = static_cast<int64_t>(xs.size()) - 2, C = xs[1], M = ws[0],
+          NP = xs[0] * product(Shape(ys.begin() + 2, ys.end()));
+  std::vector<int64_t> pads(2 * (S + 2), 0), toLast{0}, kernelFirst{0, S + 1};
+  for (int64_t i = 0; i < S; ++i) {
+    pads[2 + i] = win.padBegin[i];
+    pads[S + 4 + i] = win.padEnd[i];
+    toLast.push_back(2 + i);
+    kernelFirst.push_back(1 + i);
+  }
+  toLast.push_back(1);
+  Value *xp = llvm::all_of(pads, [](int64_t p) { return p == 0; })
+                  ? x
+                  : b.op(OpKind::Pad, {x}, {{"pads", pads}});
+  std::vector<Value *> taps;
+  Shape tap(S, 0);
+  std::vector<int64_t> axes;
+  for (int64_t i = 0; i < S; ++i)
+    axes.push_back(2 + i);
+  for (bool more = true; more;) {
+    std::vector<int64_t> starts, ends;
+    for (int64_t i = 0; i < S; ++i) {
+      starts.push_back(tap[i] * win.dilations[i]);
+      ends.push_back(starts.back() + (ys[2 + i] - 1) * win.strides[i] + 1);
+    }
+    taps.push_back(b.op(OpKind::Slice, {xp},
+                        {{"axes", axes},
+                         {"starts", starts},
+                         {"ends", ends},
+                         {"steps", std::vector<int64_t>(win.strides)}}));
+    more = false;
+    for (int64_t i = S - 1; i >= 0 && !more; --i) // the last spatial dim fastest
+      if (++tap[i] < win.kernel[i])
+        more = true;
+      else
+        tap[i] = 0;
+  }
+  int64_t K = static_cast<int64_t>(taps.size()) * C;
+  Value *col =
+      b.reshape(b.transpose(b.op(OpKind::Concat, taps, {{"axis", int64_t{1}}}), toLast), {NP, K});
+  Value *dy = b.reshape(b.transpose(g, toLast), {NP, M});
+  Value *dw = b.op(OpKind::Gemm, {dy, col}, {{"transA", int64_t{1}}});
+  Shape split{M};
+  split.insert(split.end(), ws.begin() + 2, ws.end());
+  split.push_back(C);
+  return b.transpose(b.reshape(dw, split), kernelFirst);
+}
+
 /// Conv's gradient, for any group count and spatial rank:
 /// - dX is the transposed convolution of dY with the same weights (output_padding
 ///   recovers the input size that the stride rounded away);
-/// - dW correlates X with dY over the batch: a grouped convolution whose "batch" is
-///   the input channel of a group and whose channels are (group, sample); the
-///   strides and dilations swap roles. The result can be longer than the kernel
-///   (inputs that no output reached) and is sliced;
+/// - dW of one group is a GEMM of dY and x's im2col (weightGradAsGemm); with groups
+///   (or more than kIm2colTaps taps, or an im2col over kIm2colBytes) it correlates X with dY over
+///   the batch: a grouped convolution whose "batch" is the input channel of a group and whose
+///   channels are (group, sample); the strides and dilations swap roles. The result
+///   can be longer than the kernel (inputs that no output reached) and is sliced;
 /// - dB sums dY over the batch and spatial dims.
 llvm::Error gradConv(GradBuilder &b, const Node &n) {
   if (channelsLast(n))
@@ -268,7 +330,12 @@ llvm::Error gradConv(GradBuilder &b, const Node &n) {
     a["group"] = G;
     b.accumulate(0, b.op(OpKind::ConvTranspose, {g, w}, a));
   }
-  if (b.wants(1)) {
+  if (b.wants(1) && G == 1 && product(Shape(ws.begin() + 2, ws.end())) <= kIm2colTaps &&
+      static_cast<double>(N) * product(Shape(ys.begin() + 2, ys.end())) *
+              product(Shape(ws.begin() + 1, ws.end())) * dtypeSize(x->dtype()) <=
+          kIm2colBytes) {
+    b.accumulate(1, weightGradAsGemm(b, n, *win));
+  } else if (b.wants(1)) {
     auto spatialPerm = [&](std::vector<int64_t> head) {
       for (int64_t i = 0; i < S; ++i)
         head.push_back(3 + i);

@@ -770,3 +770,30 @@ TEST(KernelLibrary, MoreThan2To31ElementsTake64BitIndices) {
   for (int64_t i = 0; i < 40; ++i)
     EXPECT_EQ(y->data[i], static_cast<uint8_t>((n - 80 + 2 * i) % 251)) << i;
 }
+
+// A fused kernel whose parameters would exceed the package's limit (every view it
+// reads is a parameter: here 60 strided slices concatenated) is one compile error
+// naming the node, never a package the runtime refuses.
+TEST(KernelLibrary, AKernelOverTheParameterLimitIsACompileError) {
+  std::string ir = "graph @g(%x: f32[2,3,70]) -> (\"y\": f32[2,180,10]) {\n";
+  std::string cat = "  %y = Concat(";
+  for (int i = 0; i < 60; ++i) {
+    ir += "  %s" + std::to_string(i) + " = Slice(%x) {axes = [2], starts = [" + std::to_string(i) +
+          "], ends = [" + std::to_string(i + 10) + "]} : f32[2,3,10]\n";
+    cat += (i ? ", %s" : "%s") + std::to_string(i);
+  }
+  ir += cat + ") {axis = 1} : f32[2,180,10]\n  return %y\n}";
+  auto g = ir::parseGraph(ir, "g");
+  ASSERT_TRUE(bool(g)) << llvm::toString(g.takeError());
+  passes::PassManager pm;
+  passes::PassContext ctx;
+  ASSERT_FALSE(bool(pm.run(**g, passes::defaultPipeline(2, false, false), ctx)));
+  codegen::CompileOptions co;
+  co.targets = {"emu"};
+  co.useCache = false;
+  auto bytes = codegen::compileGraph(**g, co);
+  ASSERT_FALSE(bool(bytes));
+  std::string e = llvm::toString(bytes.takeError());
+  EXPECT_NE(e.find("bytes of parameters, over the package's limit of 4096"), std::string::npos)
+      << e;
+}

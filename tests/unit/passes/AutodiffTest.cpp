@@ -95,8 +95,8 @@ namespace {
 
 /// Turns a corpus network into a training problem: its trainable constants become
 /// parameters, and output 0 becomes the loss sum(output0 * R) for a fixed random R.
-std::unique_ptr<Graph> asTrainingProblem(const std::string &path) {
-  auto g = test::parseIR(test::readSourceFile(path));
+std::unique_ptr<Graph> asTrainingProblem(const std::string &irText) {
+  auto g = test::parseIR(irText);
   if (!g)
     return nullptr;
   if (passes::promoteTrainableConstants(*g) == 0)
@@ -112,9 +112,9 @@ std::unique_ptr<Graph> asTrainingProblem(const std::string &path) {
 
 /// Central finite differences of the loss (output 0) on the reference interpreter,
 /// against autodiff's gradients, at a few elements of every parameter.
-void expectGradientsMatchFiniteDifferences(const std::string &path) {
-  SCOPED_TRACE(path);
-  auto g = asTrainingProblem(path);
+void expectGradientsMatchFiniteDifferences(const std::string &label, const std::string &irText) {
+  SCOPED_TRACE(label);
+  auto g = asTrainingProblem(irText);
   ASSERT_TRUE(g);
   std::string lossName = g->outputs()[0].name;
   auto fwd = g->clone();
@@ -161,28 +161,32 @@ void expectGradientsMatchFiniteDifferences(const std::string &path) {
   EXPECT_GT(checked, 0);
 }
 
+void expectCorpusGradientsMatchFiniteDifferences(const std::string &path) {
+  expectGradientsMatchFiniteDifferences(path, test::readSourceFile(path));
+}
+
 } // namespace
 
 TEST(Autodiff, MlpGradientsMatchFiniteDifferences) {
-  expectGradientsMatchFiniteDifferences("tests/unit/ir/corpus/mlp.ir");
+  expectCorpusGradientsMatchFiniteDifferences("tests/unit/ir/corpus/mlp.ir");
 }
 
 TEST(Autodiff, CnnGradientsMatchFiniteDifferences) {
-  expectGradientsMatchFiniteDifferences("tests/unit/ir/corpus/cnn.ir");
+  expectCorpusGradientsMatchFiniteDifferences("tests/unit/ir/corpus/cnn.ir");
 }
 
 TEST(Autodiff, TransformerGradientsMatchFiniteDifferences) {
-  expectGradientsMatchFiniteDifferences("tests/unit/ir/corpus/transformer.ir");
+  expectCorpusGradientsMatchFiniteDifferences("tests/unit/ir/corpus/transformer.ir");
 }
 
 TEST(Autodiff, RecurrentGradientsMatchFiniteDifferences) {
   // LSTM and GRU have no rule of their own: they are unrolled (OpDef::decompose).
-  expectGradientsMatchFiniteDifferences("tests/unit/ir/corpus/rnn.ir");
+  expectCorpusGradientsMatchFiniteDifferences("tests/unit/ir/corpus/rnn.ir");
 }
 
 TEST(Autodiff, RmsNormalizationGradientsMatchFiniteDifferences) {
   // RMSNormalization has no rule of its own: its decomposition (OpDef::decompose).
-  expectGradientsMatchFiniteDifferences("tests/unit/ir/corpus/rmsnorm.ir");
+  expectCorpusGradientsMatchFiniteDifferences("tests/unit/ir/corpus/rmsnorm.ir");
 }
 
 TEST(Autodiff, PromotesWeightsButNotRunningStatisticsOrFrozenOnes) {
@@ -218,4 +222,54 @@ TEST(Autodiff, PassAppendsGradientOutputsAndKeepsTheForward) {
   ASSERT_EQ(g->outputs().size(), 2u);
   EXPECT_EQ(g->outputs()[1].name, "grad.w");
   EXPECT_EQ(g->outputs()[1].value->type(), g->findValue("w")->type());
+}
+
+// A one-group convolution's weight gradient is one GEMM of dY and x's im2col (transA,
+// on cuBLASLt); a grouped one, and one with more than 16 taps, keep the grouped
+// convolution over the batch. Finite differences check both forms' values (strides,
+// dilation, asymmetric pads).
+TEST(Autodiff, ConvWeightGradientIsAGemmOverIm2col) {
+  // Weights of distinct values (every gradient element differs).
+  auto dense = [](int64_t count, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::string t = "dense<[";
+    for (int64_t i = 0; i < count; ++i)
+      t += (i ? ", " : "") +
+           std::to_string(std::uniform_real_distribution<double>(-0.3, 0.3)(rng)).substr(0, 7);
+    return t + "]>";
+  };
+  std::string ir = "graph @g(%x: f32[2,4,9,8]) -> (\"y\": f32[2,6,4,4]) {\n"
+                   "  %w = const f32[6,4,3,3] " +
+                   dense(216, 1) +
+                   "\n"
+                   "  %wd = const f32[6,6,3,2] " +
+                   dense(216, 2) +
+                   "\n"
+                   "  %wg = const f32[6,3,1,1] " +
+                   dense(18, 3) +
+                   "\n"
+                   "  %w5 = const f32[6,6,5,5] " +
+                   dense(900, 4) +
+                   "\n"
+                   R"(  %a = Conv(%x, %w) {strides = [2, 2], pads = [1, 0, 1, 2]} : f32[2,6,5,4]
+  %b = Conv(%a, %wd) {dilations = [2, 1], pads = [1, 1, 2, 0]} : f32[2,6,4,4]
+  %c = Conv(%b, %wg) {group = 2} : f32[2,6,4,4]
+  %d = Conv(%c, %w5) {pads = [2, 2, 2, 2]} : f32[2,6,4,4]
+  %e = Tanh(%d) : f32[2,6,4,4]
+  return %e
+})";
+  expectGradientsMatchFiniteDifferences("conv weight gradients", ir);
+  auto t = asTrainingProblem(ir);
+  ASSERT_TRUE(t);
+  auto grads = passes::buildGradients(*t, t->outputs()[0].value);
+  ASSERT_TRUE(static_cast<bool>(grads)) << test::errorOf(grads);
+  int gemms = 0, convs = 0;
+  for (const Node &n : t->nodes()) {
+    gemms += n.kind() == OpKind::Gemm && n.attrInt("transA") == 1;
+    convs += n.kind() == OpKind::Conv;
+  }
+  EXPECT_EQ(gemms, 2) << "w and wd: one GEMM each";
+  // The forward 4, wg's and w5's weight gradients (the input gradients are
+  // ConvTranspose here; canonicalize makes those convolutions later).
+  EXPECT_EQ(convs, 6);
 }
