@@ -646,7 +646,8 @@ llvm::Expected<Program> Lowering::run() {
           ls && ls->params.bytes.size() > pkg::kMaxParamBytes)
         return errorf("{0}: its kernel takes {1} bytes of parameters, over the package's limit "
                       "of {2} (a fused kernel reading too many tensors)",
-                      n.describe(), ls->params.bytes.size(), pkg::kMaxParamBytes);
+                      (fg ? *fg->root() : n).describe(), ls->params.bytes.size(),
+                      pkg::kMaxParamBytes);
     std::optional<StepPredicate> predicate;
     if (cond && (valueBuffers_.count(cond->first) || cond->first->isInput()))
       predicate = StepPredicate{bufferOf(cond->first), cond->second};

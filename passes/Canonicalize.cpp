@@ -147,7 +147,15 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
         for (unsigned r = 0; r < n.numResults(); ++r)
           if (!(*parts)[r] || (*parts)[r]->type() != n.result(r)->type())
             return false; // (not reached: the form is built to the node's types)
+        std::vector<std::string> names;
+        for (unsigned r = 0; r < n.numResults(); ++r)
+          names.push_back(n.result(r)->name());
+        std::vector<Value *> operands(n.operands().begin(), n.operands().end());
         rw.replaceNode(n, *parts);
+        // The form's results take the node's names (printed IR stays readable).
+        for (unsigned r = 0; r < names.size(); ++r)
+          if (!llvm::is_contained(operands, (*parts)[r]) && !rw.graph().findValue(names[r]))
+            rw.graph().renameValue((*parts)[r], names[r]);
         return true;
       });
 

@@ -5,7 +5,8 @@
 //  1. Seed: every op whose remap hook (OpDef::layout.remap) accepts NHWC data read
 //     as NCHW and transposes a weight operand (a Conv) reads its input through the
 //     pair Transpose(to NHWC) -> Transpose(to NCHW).
-//  2. Sink: a node whose operands are Transpose(perm) asks its op's hook what it
+//  2. Sink: a node whose operands are Transpose(perm) (or constants, or a broadcast of
+//     a value whose dims other than 1 keep their order: freeBroadcast) asks its op's hook what it
 //     becomes on the untransposed operands: the Conv takes channels_last = 1 with
 //     OHWI weights, pooling too, element-wise ops stay as they are (constant
 //     operands are permuted, broadcast ones rank-extended first), Concat, Softmax
@@ -64,6 +65,26 @@ Value *create(PatternRewriter &rw, OpKind k, std::vector<Value *> ops, AttrMap a
   return (*c)->result();
 }
 
+/// The Expand producing v when it is a broadcast of a value whose channels-last form
+/// moves only size-1 dims (no data: the gradient of a global average pool, [N, C, 1, 1]
+/// over H and W): then v is Transpose(perm) of an Expand of that value reshaped, and
+/// the gradient stream after it can stay channels-last. Null otherwise.
+const Node *freeBroadcast(const Value *v, const std::vector<int64_t> &perm) {
+  const Node *e = definedBy(v, OpKind::Expand);
+  if (!e || v->rank() != static_cast<int64_t>(perm.size()) || e->operand(0)->rank() != v->rank())
+    return nullptr;
+  const Shape &us = e->operand(0)->shape();
+  std::vector<int64_t> toLast = inversePerm(perm);
+  int64_t last = -1;
+  for (int64_t d : toLast) // the non-1 dims keep their order
+    if (us[d] != 1) {
+      if (d < last)
+        return nullptr;
+      last = d;
+    }
+  return e;
+}
+
 /// Moves Transpose(perm) below a node whose op's remap hook accepts it.
 class SinkTranspose : public RewritePattern {
 public:
@@ -94,7 +115,7 @@ public:
         continue;
       if (isTransposeBy(v, perm))
         stripped = true;
-      else if (!v->isConstant() || v->rank() > rank)
+      else if ((!v->isConstant() || v->rank() > rank) && !freeBroadcast(v, perm))
         return false;
     }
     if (!stripped)
@@ -111,6 +132,18 @@ public:
       } else if (m->operands[i] == LayoutRemap::Operand::Actual) {
         if (isTransposeBy(v, perm)) {
           ops[i] = v->definingNode()->operand(0);
+          continue;
+        }
+        if (!v->isConstant()) { // a free broadcast: Expand(reshaped) in the actual layout
+          std::vector<int64_t> toLast = inversePerm(perm);
+          Value *u = freeBroadcast(v, perm)->operand(0);
+          Value *r = create(rw, OpKind::Reshape, {u},
+                            {{"shape", Attribute(permuteShape(u->shape(), toLast))}}, n);
+          ops[i] = r ? create(rw, OpKind::Expand, {r},
+                              {{"shape", Attribute(permuteShape(v->shape(), toLast))}}, n)
+                     : nullptr;
+          if (!ops[i])
+            return false; // not reached: the created nodes verify by construction
           continue;
         }
         // A constant: rank-extended (numpy broadcasting aligns trailing dims), then

@@ -87,7 +87,9 @@ llvm::Error emitReduce(Lowering &l, const Node &n, const Value *x, const Value *
       isShort ? 1 : reductionSplits(columns ? tiles : s.outCount, s.len, columns ? 256 : 4096);
   s.chunk = ceilDiv(s.len, s.splits);
   std::optional<BufferRef> partial;
-  uint64_t partialBytes = static_cast<uint64_t>(s.outCount * s.splits) * 8; // (the widest T)
+  // The partials in the compute type: float for FP32/FP16/BF16, else at most 8 bytes.
+  const bool floatAcc = isFloat(x->dtype()) && x->dtype() != DType::F64;
+  uint64_t partialBytes = static_cast<uint64_t>(s.outCount * s.splits) * (floatAcc ? 4 : 8);
   if (s.splits > 1)
     partial = l.temp(partialBytes, out->name() + ".partial");
   // Stage 1 reads x and writes the partials (not through Out); the merge reads the

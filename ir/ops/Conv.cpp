@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "Window.h"
 
+#include <numeric>
+
 namespace dlc::ir {
 namespace {
 using namespace ops;
@@ -241,10 +243,11 @@ llvm::Error refConvTranspose(const Node &n, const Inputs &in, Outputs &out) {
 // Gradient rule
 //===----------------------------------------------------------------------===//
 
-/// The largest im2col matrix weightGradAsGemm builds (bytes), and the most taps (one
-/// Slice each: a fused kernel's parameters hold every view it reads).
+/// The largest im2col matrix weightGradAsGemm builds (bytes), and the most taps one
+/// kernel concatenates (one Slice each: a fused kernel's parameters hold every view
+/// it reads; a kernel of up to 9 x 9 taps takes one GEMM per tap of its leading dims).
 constexpr double kIm2colBytes = 1024.0 * 1024 * 1024;
-constexpr int64_t kIm2colTaps = 16;
+constexpr int64_t kIm2colTaps = 9;
 
 /// dW of a one-group convolution as one GEMM over the N * P output positions
 /// (cuBLASLt, tensor cores in FP16/BF16): dW[M, (tap, C)] = dY^T[M, NP] x
@@ -268,34 +271,70 @@ Value *weightGradAsGemm(GradBuilder &b, const Node &n, const Window &win) {
   Value *xp = llvm::all_of(pads, [](int64_t p) { return p == 0; })
                   ? x
                   : b.op(OpKind::Pad, {x}, {{"pads", pads}});
-  std::vector<Value *> taps;
-  Shape tap(S, 0);
-  std::vector<int64_t> axes;
-  for (int64_t i = 0; i < S; ++i)
-    axes.push_back(2 + i);
-  for (bool more = true; more;) {
-    std::vector<int64_t> starts, ends;
-    for (int64_t i = 0; i < S; ++i) {
-      starts.push_back(tap[i] * win.dilations[i]);
-      ends.push_back(starts.back() + (ys[2 + i] - 1) * win.strides[i] + 1);
+  // Concatenates along the channels one strided Slice of v per tap of the spatial
+  // dims `dims` (the last fastest).
+  auto im2col = [&](Value *v, const std::vector<int64_t> &dims) {
+    std::vector<Value *> parts;
+    std::vector<int64_t> tap(dims.size(), 0), axes;
+    for (int64_t i : dims)
+      axes.push_back(2 + i);
+    for (bool more = true; more;) {
+      std::vector<int64_t> starts, ends, steps;
+      for (size_t j = 0; j < dims.size(); ++j) {
+        int64_t i = dims[j];
+        starts.push_back(tap[j] * win.dilations[i]);
+        ends.push_back(starts.back() + (ys[2 + i] - 1) * win.strides[i] + 1);
+        steps.push_back(win.strides[i]);
+      }
+      parts.push_back(b.op(OpKind::Slice, {v},
+                           {{"axes", axes}, {"starts", starts}, {"ends", ends}, {"steps", steps}}));
+      more = false;
+      for (int64_t j = static_cast<int64_t>(dims.size()) - 1; j >= 0 && !more; --j)
+        if (++tap[j] < win.kernel[dims[j]])
+          more = true;
+        else
+          tap[j] = 0;
     }
-    taps.push_back(b.op(OpKind::Slice, {xp},
-                        {{"axes", axes},
-                         {"starts", starts},
-                         {"ends", ends},
-                         {"steps", std::vector<int64_t>(win.strides)}}));
-    more = false;
-    for (int64_t i = S - 1; i >= 0 && !more; --i) // the last spatial dim fastest
-      if (++tap[i] < win.kernel[i])
-        more = true;
-      else
-        tap[i] = 0;
+    return b.op(OpKind::Concat, parts, {{"axis", int64_t{1}}});
+  };
+  std::vector<int64_t> dims(S);
+  std::iota(dims.begin(), dims.end(), 0);
+  int64_t taps = product(win.kernel);
+  Value *dy = b.reshape(b.transpose(g, toLast), {NP, M}), *dw;
+  auto gemm = [&](Value *cat, int64_t k) {
+    return b.op(OpKind::Gemm, {dy, b.reshape(b.transpose(cat, toLast), {NP, k})},
+                {{"transA", int64_t{1}}});
+  };
+  if (taps <= kIm2colTaps) {
+    dw = gemm(im2col(xp, dims), taps * C);
+  } else {
+    // More taps than one kernel's parameters hold (a 7x7 stem): the last dim's taps
+    // first, [N, k * C, ...] materialized, then one GEMM per tap of the other dims on
+    // its strided slice (a copy kernel each), their [M, k * C] results concatenated.
+    Value *rows = im2col(xp, {S - 1});
+    std::vector<int64_t> outer(dims.begin(), dims.end() - 1), tap(outer.size(), 0), axes;
+    for (int64_t i : outer)
+      axes.push_back(2 + i);
+    std::vector<Value *> parts;
+    for (bool more = true; more;) {
+      std::vector<int64_t> starts, ends, steps;
+      for (size_t j = 0; j < outer.size(); ++j) {
+        starts.push_back(tap[j] * win.dilations[outer[j]]);
+        ends.push_back(starts.back() + (ys[2 + outer[j]] - 1) * win.strides[outer[j]] + 1);
+        steps.push_back(win.strides[outer[j]]);
+      }
+      Value *slice = b.op(OpKind::Slice, {rows},
+                          {{"axes", axes}, {"starts", starts}, {"ends", ends}, {"steps", steps}});
+      parts.push_back(gemm(slice, win.kernel.back() * C));
+      more = false;
+      for (int64_t j = static_cast<int64_t>(outer.size()) - 1; j >= 0 && !more; --j)
+        if (++tap[j] < win.kernel[outer[j]])
+          more = true;
+        else
+          tap[j] = 0;
+    }
+    dw = b.op(OpKind::Concat, parts, {{"axis", int64_t{1}}});
   }
-  int64_t K = static_cast<int64_t>(taps.size()) * C;
-  Value *col =
-      b.reshape(b.transpose(b.op(OpKind::Concat, taps, {{"axis", int64_t{1}}}), toLast), {NP, K});
-  Value *dy = b.reshape(b.transpose(g, toLast), {NP, M});
-  Value *dw = b.op(OpKind::Gemm, {dy, col}, {{"transA", int64_t{1}}});
   Shape split{M};
   split.insert(split.end(), ws.begin() + 2, ws.end());
   split.push_back(C);
@@ -306,10 +345,10 @@ Value *weightGradAsGemm(GradBuilder &b, const Node &n, const Window &win) {
 /// - dX is the transposed convolution of dY with the same weights (output_padding
 ///   recovers the input size that the stride rounded away);
 /// - dW of one group is a GEMM of dY and x's im2col (weightGradAsGemm); with groups
-///   (or more than kIm2colTaps taps, or an im2col over kIm2colBytes) it correlates X with dY over
-///   the batch: a grouped convolution whose "batch" is the input channel of a group and whose
-///   channels are (group, sample); the strides and dilations swap roles. The result
-///   can be longer than the kernel (inputs that no output reached) and is sliced;
+///   (or over 9 taps in the last dim or the others, or an im2col over kIm2colBytes) it correlates X
+///   with dY over the batch: a grouped convolution whose "batch" is the input channel of a group
+///   and whose channels are (group, sample); the strides and dilations swap roles. The result can
+///   be longer than the kernel (inputs that no output reached) and is sliced;
 /// - dB sums dY over the batch and spatial dims.
 llvm::Error gradConv(GradBuilder &b, const Node &n) {
   if (channelsLast(n))
@@ -330,7 +369,10 @@ llvm::Error gradConv(GradBuilder &b, const Node &n) {
     a["group"] = G;
     b.accumulate(0, b.op(OpKind::ConvTranspose, {g, w}, a));
   }
-  if (b.wants(1) && G == 1 && product(Shape(ws.begin() + 2, ws.end())) <= kIm2colTaps &&
+  const int64_t taps = product(Shape(ws.begin() + 2, ws.end()));
+  if (b.wants(1) && G == 1 &&
+      (taps <= kIm2colTaps ||
+       (S > 1 && ws.back() <= kIm2colTaps && taps / ws.back() <= kIm2colTaps)) &&
       static_cast<double>(N) * product(Shape(ys.begin() + 2, ys.end())) *
               product(Shape(ws.begin() + 1, ws.end())) * dtypeSize(x->dtype()) <=
           kIm2colBytes) {

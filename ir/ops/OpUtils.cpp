@@ -251,8 +251,14 @@ std::optional<LayoutRemap> remapAxis(const Node &n, const std::vector<int64_t> &
 std::optional<LayoutRemap> remapReduceAxes(const Node &n, const std::vector<int64_t> &perm) {
   const int64_t rank = static_cast<int64_t>(perm.size());
   const auto &axes = n.attrInts("axes");
-  if (axes.empty() || n.operand(0)->rank() != rank) // all axes, or none: the layout does not matter
+  if (n.operand(0)->rank() != rank || (axes.empty() && n.attrInt("noop_with_empty_axes") != 0))
     return std::nullopt;
+  if (axes.empty()) { // all axes: the result (a scalar, or ones) is the same in any layout,
+    LayoutRemap m;    // and the kernel reads x as it is stored, not through a transpose
+    m.operands = {LayoutRemap::Operand::Actual};
+    m.operandPerms.resize(1);
+    return m;
+  }
   auto na = normalizeAxes(axes, rank);
   if (!na) {
     llvm::consumeError(na.takeError());

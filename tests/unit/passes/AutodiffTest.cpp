@@ -225,8 +225,8 @@ TEST(Autodiff, PassAppendsGradientOutputsAndKeepsTheForward) {
 }
 
 // A one-group convolution's weight gradient is one GEMM of dY and x's im2col (transA,
-// on cuBLASLt); a grouped one, and one with more than 16 taps, keep the grouped
-// convolution over the batch. Finite differences check both forms' values (strides,
+// on cuBLASLt; over 9 taps, 5x5, a GEMM per row of taps); a grouped one keeps
+// the grouped convolution over the batch. Finite differences check both forms' values (strides,
 // dilation, asymmetric pads).
 TEST(Autodiff, ConvWeightGradientIsAGemmOverIm2col) {
   // Weights of distinct values (every gradient element differs).
@@ -268,8 +268,8 @@ TEST(Autodiff, ConvWeightGradientIsAGemmOverIm2col) {
     gemms += n.kind() == OpKind::Gemm && n.attrInt("transA") == 1;
     convs += n.kind() == OpKind::Conv;
   }
-  EXPECT_EQ(gemms, 2) << "w and wd: one GEMM each";
-  // The forward 4, wg's and w5's weight gradients (the input gradients are
-  // ConvTranspose here; canonicalize makes those convolutions later).
-  EXPECT_EQ(convs, 6);
+  EXPECT_EQ(gemms, 7) << "w and wd: one GEMM each; w5 (25 taps): one per row of taps";
+  // The forward 4 and wg's weight gradient (the input gradients are ConvTranspose
+  // here; canonicalize makes those convolutions later).
+  EXPECT_EQ(convs, 5);
 }
