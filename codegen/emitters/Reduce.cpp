@@ -56,12 +56,14 @@ constexpr int64_t kColumnReduction = 16;
 /// How many chunks a reduction splits each output's `len` elements into, given
 /// `units` blocks without a split: enough for ~512 blocks (4 per SM on the largest
 /// GPUs), each chunk at least `minChunk` long; 1 (no split) when the units already fill
-/// two blocks per SM.
+/// two blocks per SM or fewer than 4 chunks would do.
 int64_t reductionSplits(int64_t units, int64_t len, int64_t minChunk) {
-  constexpr int64_t kFillBlocks = 512, kEnoughUnits = 264;
+  constexpr int64_t kFillBlocks = 512, kEnoughUnits = 264, kMinSplits = 4;
   if (units >= kEnoughUnits)
     return 1;
-  return std::max<int64_t>(1, std::min(ceilDiv(kFillBlocks, units), len / minChunk));
+  int64_t splits = std::min(ceilDiv(kFillBlocks, units), len / minChunk);
+  // (Two or three chunks do not pay for the merge's launch.)
+  return splits >= kMinSplits ? splits : 1;
 }
 
 /// Launches the reduce template: x viewed as kept x reduced; or reduce_cols when x is

@@ -223,21 +223,21 @@ TEST(KernelLibrary, ColumnReductions) {
 
 // Long reductions over few outputs (training's loss-scale overflow checks: a gradient's
 // max to one value; bias gradients: columns of N*H*W rows) split each output's elements
-// over several blocks, and reduce_merge combines the chunks in order: contiguous rows
+// over several blocks (at least 4 chunks), and reduce_merge combines them in order: contiguous rows
 // (a scalar max, two sums, an FP16 mean, an integer max), strided rows (inner 3),
 // columns cut into chunks that are not multiples of the 8 row slices, with a fused
 // prologue and epilogue. The same bits on every thread order (deterministic).
 TEST(KernelLibrary, LongReductionsOverFewOutputsAreSplit) {
   check(
       {"split rows and columns",
-       R"(graph @g(%x: f32[3,9003], %hx: f16[12001], %ix: i64[10007], %tx: f32[9001,3], %zx: f32[700,20], %y: f16[2,601,40]) -> ("m": f32[], "s": f32[3,1], "h": f16[], "i": i64[], "t": f32[3], "z": f32[20], "y": f16[2,40]) {
+       R"(graph @g(%x: f32[3,17003], %hx: f16[20001], %ix: i64[20011], %tx: f32[17001,3], %zx: f32[1100,20], %y: f16[2,1031,40]) -> ("m": f32[], "s": f32[3,1], "h": f16[], "i": i64[], "t": f32[3], "z": f32[20], "y": f16[2,40]) {
   %m = ReduceMax(%x) {keepdims = 0} : f32[]
   %s = ReduceSum(%x) {axes = [1], keepdims = 1} : f32[3,1]
   %h = ReduceMean(%hx) {keepdims = 0} : f16[]
   %i = ReduceMax(%ix) {keepdims = 0} : i64[]
   %t = ReduceSum(%tx) {axes = [0], keepdims = 0} : f32[3]
   %z = ReduceSum(%zx) {axes = [0], keepdims = 0} : f32[20]
-  %r = Relu(%y) : f16[2,601,40]
+  %r = Relu(%y) : f16[2,1031,40]
   %u = ReduceMean(%r) {axes = [1], keepdims = 0} : f16[2,40]
   %two = const f16[] dense<[2.0]>
   %y2 = Mul(%u, %two) : f16[2,40]
