@@ -152,10 +152,7 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
           names.push_back(n.result(r)->name());
         std::vector<Value *> operands(n.operands().begin(), n.operands().end());
         rw.replaceNode(n, *parts);
-        // The form's results take the node's names (printed IR stays readable).
-        for (unsigned r = 0; r < names.size(); ++r)
-          if (!llvm::is_contained(operands, (*parts)[r]) && !rw.graph().findValue(names[r]))
-            rw.graph().renameValue((*parts)[r], names[r]);
+        adoptResultNames(rw.graph(), names, operands, *parts);
         return true;
       });
 

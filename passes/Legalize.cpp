@@ -44,14 +44,7 @@ public:
       }
       std::vector<ir::Value *> operands(n->operands().begin(), n->operands().end());
       g.eraseNode(n);
-      // A result the decomposition built takes the node's result name (printed IR
-      // stays readable); one that is an operand passed through keeps its own.
-      for (unsigned i = 0; i < names.size(); ++i) {
-        ir::Value *v = (*parts)[i];
-        if (std::find(operands.begin(), operands.end(), v) == operands.end() &&
-            !g.findValue(names[i]))
-          g.renameValue(v, names[i]);
-      }
+      adoptResultNames(g, names, operands, *parts);
       changed = true;
     }
     if (changed && !g.topologicalSort())

@@ -78,6 +78,13 @@ void PatternRewriter::eraseNode(Node &n) {
       push(v->definingNode());
 }
 
+void adoptResultNames(Graph &g, llvm::ArrayRef<std::string> names, llvm::ArrayRef<Value *> operands,
+                      llvm::ArrayRef<Value *> values) {
+  for (size_t i = 0; i < names.size() && i < values.size(); ++i)
+    if (!llvm::is_contained(operands, values[i]) && !g.findValue(names[i]))
+      g.renameValue(values[i], names[i]);
+}
+
 bool applyPatternsGreedily(Graph &g, const std::vector<std::unique_ptr<RewritePattern>> &pats,
                            PassContext &ctx, int maxRewrites) {
   std::unordered_map<OpKind, std::vector<const RewritePattern *>> byKind;

@@ -106,56 +106,41 @@ llvm::Error emitReduce(Lowering &l, const Node &n, const Value *x, const Value *
     a.functor(fo, stage != Split);
     return a;
   };
-  auto merge = [&] {
-    Instantiation inst{"dlc::reduce_merge",
-                       {kind, l.indexType(std::max(maxIndex, s.outCount * s.splits)), xn, on},
-                       "dlc::ReduceArgs<" + xn + ", " + on + ">",
-                       {xn, on}};
-    inst.needsSync = true;
-    LaunchArgs a = args(Merge);
-    l.launch(n, l.instantiate(inst), a, static_cast<uint32_t>(s.outCount), blockFor(s.splits), 0,
-             static_cast<double>(s.outCount * s.splits));
+  auto instantiate = [&](const char *name, std::vector<std::string> params, bool sync) {
+    Instantiation inst{
+        name, std::move(params), "dlc::ReduceArgs<" + xn + ", " + on + ">", {xn, on}};
+    inst.needsSync = sync;
+    return l.instantiate(inst);
   };
+  const bool split = s.splits > 1;
   // (Few column tiles over long columns without a split: a block per output walks them
   // in parallel; reduce_cols would leave each tile's 8 slices to walk len / 8 rows alone.)
-  if (columns && (tiles >= 32 || s.len <= 128 || s.splits > 1)) {
-    bool split = s.splits > 1;
-    Instantiation inst{"dlc::reduce_cols",
-                       {kind, split ? "true" : "false",
-                        l.indexType(std::max(maxIndex + s.inner * 8, s.outCount * s.splits)), xn,
-                        on},
-                       "dlc::ReduceArgs<" + xn + ", " + on + ">",
-                       {xn, on}};
-    inst.needsSync = true;
-    uint32_t k = l.instantiate(inst);
+  const bool cols = columns && (tiles >= 32 || s.len <= 128 || split);
+  const std::string index =
+      l.indexType(std::max(maxIndex + (cols ? s.inner * 8 : 0), s.outCount * s.splits));
+  if (split || cols) {
     LaunchArgs a = args(split ? Split : Whole);
-    l.launch(n, k, a, static_cast<uint32_t>(std::min<int64_t>(tiles * s.splits, 1 << 20)), 256, 0,
-             flops);
-    if (split)
-      merge();
+    if (cols)
+      l.launch(
+          n, instantiate("dlc::reduce_cols", {kind, split ? "true" : "false", index, xn, on}, true),
+          a, static_cast<uint32_t>(std::min<int64_t>(tiles * s.splits, 1 << 20)), 256, 0, flops);
+    else
+      l.launch(
+          n,
+          instantiate("dlc::reduce_split", {kind, contig ? "true" : "false", index, xn, on}, true),
+          a, static_cast<uint32_t>(std::min<int64_t>(s.outCount * s.splits, 1 << 20)), 256, 0,
+          flops);
+    if (split) {
+      LaunchArgs m = args(Merge);
+      l.launch(n, instantiate("dlc::reduce_merge", {kind, index, xn, on}, true), m,
+               static_cast<uint32_t>(s.outCount), blockFor(s.splits), 0,
+               static_cast<double>(s.outCount * s.splits));
+    }
     return llvm::Error::success();
   }
-  if (s.splits > 1) {
-    Instantiation inst{"dlc::reduce_split",
-                       {kind, contig ? "true" : "false",
-                        l.indexType(std::max(maxIndex, s.outCount * s.splits)), xn, on},
-                       "dlc::ReduceArgs<" + xn + ", " + on + ">",
-                       {xn, on}};
-    inst.needsSync = true;
-    LaunchArgs a = args(Split);
-    l.launch(n, l.instantiate(inst), a,
-             static_cast<uint32_t>(std::min<int64_t>(s.outCount * s.splits, 1 << 20)), 256, 0,
-             flops);
-    merge();
-    return llvm::Error::success();
-  }
-  Instantiation inst{
-      "dlc::reduce",
-      {kind, isShort ? "true" : "false", contig ? "true" : "false", l.indexType(maxIndex), xn, on},
-      "dlc::ReduceArgs<" + xn + ", " + on + ">",
-      {xn, on}};
-  inst.needsSync = !isShort;
-  uint32_t k = l.instantiate(inst);
+  uint32_t k = instantiate(
+      "dlc::reduce", {kind, isShort ? "true" : "false", contig ? "true" : "false", index, xn, on},
+      !isShort);
   LaunchArgs a = args(Whole);
   if (isShort)
     l.launch(n, k, a, gridFor(s.outCount, 256), 256, 0, flops);

@@ -271,9 +271,8 @@ Value *weightGradAsGemm(GradBuilder &b, const Node &n, const Window &win) {
   Value *xp = llvm::all_of(pads, [](int64_t p) { return p == 0; })
                   ? x
                   : b.op(OpKind::Pad, {x}, {{"pads", pads}});
-  // Concatenates along the channels one strided Slice of v per tap of the spatial
-  // dims `dims` (the last fastest).
-  auto im2col = [&](Value *v, const std::vector<int64_t> &dims) {
+  // One strided Slice of v per tap of the spatial dims `dims` (the last fastest).
+  auto tapSlices = [&](Value *v, const std::vector<int64_t> &dims) {
     std::vector<Value *> parts;
     std::vector<int64_t> tap(dims.size(), 0), axes;
     for (int64_t i : dims)
@@ -295,7 +294,10 @@ Value *weightGradAsGemm(GradBuilder &b, const Node &n, const Window &win) {
         else
           tap[j] = 0;
     }
-    return b.op(OpKind::Concat, parts, {{"axis", int64_t{1}}});
+    return parts;
+  };
+  auto concat = [&](std::vector<Value *> parts, int64_t axis) {
+    return b.op(OpKind::Concat, std::move(parts), {{"axis", axis}});
   };
   std::vector<int64_t> dims(S);
   std::iota(dims.begin(), dims.end(), 0);
@@ -306,34 +308,16 @@ Value *weightGradAsGemm(GradBuilder &b, const Node &n, const Window &win) {
                 {{"transA", int64_t{1}}});
   };
   if (taps <= kIm2colTaps) {
-    dw = gemm(im2col(xp, dims), taps * C);
+    dw = gemm(concat(tapSlices(xp, dims), 1), taps * C);
   } else {
     // More taps than one kernel's parameters hold (a 7x7 stem): the last dim's taps
     // first, [N, k * C, ...] materialized, then one GEMM per tap of the other dims on
     // its strided slice (a copy kernel each), their [M, k * C] results concatenated.
-    Value *rows = im2col(xp, {S - 1});
-    std::vector<int64_t> outer(dims.begin(), dims.end() - 1), tap(outer.size(), 0), axes;
-    for (int64_t i : outer)
-      axes.push_back(2 + i);
+    Value *rows = concat(tapSlices(xp, {S - 1}), 1);
     std::vector<Value *> parts;
-    for (bool more = true; more;) {
-      std::vector<int64_t> starts, ends, steps;
-      for (size_t j = 0; j < outer.size(); ++j) {
-        starts.push_back(tap[j] * win.dilations[outer[j]]);
-        ends.push_back(starts.back() + (ys[2 + outer[j]] - 1) * win.strides[outer[j]] + 1);
-        steps.push_back(win.strides[outer[j]]);
-      }
-      Value *slice = b.op(OpKind::Slice, {rows},
-                          {{"axes", axes}, {"starts", starts}, {"ends", ends}, {"steps", steps}});
+    for (Value *slice : tapSlices(rows, std::vector<int64_t>(dims.begin(), dims.end() - 1)))
       parts.push_back(gemm(slice, win.kernel.back() * C));
-      more = false;
-      for (int64_t j = static_cast<int64_t>(outer.size()) - 1; j >= 0 && !more; --j)
-        if (++tap[j] < win.kernel[outer[j]])
-          more = true;
-        else
-          tap[j] = 0;
-    }
-    dw = b.op(OpKind::Concat, parts, {{"axis", int64_t{1}}});
+    dw = concat(parts, 1);
   }
   Shape split{M};
   split.insert(split.end(), ws.begin() + 2, ws.end());

@@ -179,6 +179,12 @@ private:
   std::unordered_set<ir::Value *> fresh_; // created since the last replaceNode
 };
 
+/// After a node's results `names` were replaced by `values` (a decomposition of the
+/// node): each value the decomposition built takes the old name where it is free
+/// (printed IR stays readable); one that is an operand passed through keeps its own.
+void adoptResultNames(ir::Graph &g, llvm::ArrayRef<std::string> names,
+                      llvm::ArrayRef<ir::Value *> operands, llvm::ArrayRef<ir::Value *> values);
+
 /// Applies patterns until none matches (bounded). Returns whether anything changed.
 bool applyPatternsGreedily(ir::Graph &g, const std::vector<std::unique_ptr<RewritePattern>> &pats,
                            PassContext &ctx, int maxRewrites = 1 << 20);
