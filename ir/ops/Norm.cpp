@@ -323,48 +323,77 @@ llvm::Error refLRN(const Node &n, const Inputs &in, Outputs &out) {
 /// Normalization over `axes` with statistics of the batch (BatchNorm in training
 /// mode, LayerNorm): with xhat = (x - mean) * rstd and gs = dY * scale,
 /// dX = rstd * (gs - mean(gs) - xhat * mean(gs * xhat)). The statistics are
-/// computed again from X. Returns dX and xhat.
+/// computed again from X (normStats: the forward's own, after CSE). Returns dX and xhat.
 std::pair<Value *, Value *> normalizeBackward(GradBuilder &b, Value *x, Value *g, Value *scale,
                                               const std::vector<int64_t> &axes, double eps) {
   AttrMap mean{{"axes", axes}, {"keepdims", int64_t{1}}};
-  Value *mu = b.op(OpKind::ReduceMean, {x}, mean);
-  Value *xc = b.sub(x, mu);
-  Value *var = b.op(OpKind::ReduceMean, {b.mul(xc, xc)}, mean);
-  Value *rstd =
-      b.op(OpKind::Reciprocal, {b.op(OpKind::Sqrt, {b.add(var, b.scalar(eps, x->dtype()))})});
-  Value *xhat = b.mul(xc, rstd);
+  NormStats st = normStats(b, x, axes, eps);
+  Value *xhat = b.mul(st.centered, st.rstd);
   Value *gs = b.mul(g, scale);
   Value *inner = b.sub(b.sub(gs, b.op(OpKind::ReduceMean, {gs}, mean)),
                        b.mul(xhat, b.op(OpKind::ReduceMean, {b.mul(gs, xhat)}, mean)));
-  return {b.mul(rstd, inner), xhat};
+  return {b.mul(st.rstd, inner), xhat};
+}
+
+/// BatchNormalization's reduced dims (all but the channel dim 1) and the per-channel
+/// shape [1, C, 1...] its scale, bias and statistics broadcast from.
+std::pair<std::vector<int64_t>, Shape> batchNormAxes(const Value *x) {
+  int64_t r = x->rank();
+  Shape cs(static_cast<size_t>(r), 1);
+  cs[1] = x->shape()[1];
+  std::vector<int64_t> axes{0};
+  for (int64_t i = 2; i < r; ++i)
+    axes.push_back(i);
+  return {axes, cs};
+}
+
+llvm::Expected<std::vector<Value *>> batchNormTrainingCanonical(GradBuilder &b, const Node &n) {
+  if (!n.attrInt("training_mode"))
+    return makeError("inference-mode BatchNormalization is element-wise already");
+  std::vector<Value *> r = batchNormTrainingOps(b, n, /*allReduce=*/false);
+  if (auto e = b.takeError())
+    return e;
+  return r;
 }
 
 /// BatchNormalization: training mode differentiates through the batch statistics;
 /// inference mode treats the running statistics as constants. The running
 /// statistics (operands 3, 4) get no gradient.
+///
+/// In training mode the scale is per channel, so normalizeBackward's mean(gs) and
+/// mean(gs * xhat) are scale * sum(g) / count and scale * sum(g * xhat) / count, the
+/// bias's and scale's gradients: two reductions per channel in all (not four), summed
+/// in FP32 for 16-bit data (a loss-scaled sum over a batch's positions overflows FP16).
 llvm::Error gradBatchNorm(GradBuilder &b, const Node &n) {
   if (b.wants(3) || b.wants(4))
     return makeError("the running mean and variance are not differentiable");
   Value *x = n.operand(0), *g = b.grad();
-  int64_t r = x->rank();
-  Shape cs(r, 1);
-  cs[1] = x->shape()[1];
-  std::vector<int64_t> axes{0};
-  for (int64_t i = 2; i < r; ++i)
-    axes.push_back(i);
+  auto [axes, cs] = batchNormAxes(x);
   Value *scale = b.reshape(n.operand(1), cs);
   double eps = n.attrFloat("epsilon");
-  Value *dx, *xhat;
+  DType dt = x->dtype();
   if (n.attrInt("training_mode")) {
-    std::tie(dx, xhat) = normalizeBackward(b, x, g, scale, axes, eps);
-  } else {
-    Value *rstd =
-        b.op(OpKind::Reciprocal,
-             {b.op(OpKind::Sqrt, {b.add(b.reshape(n.operand(4), cs), b.scalar(eps, x->dtype()))})});
-    xhat = b.mul(b.sub(x, b.reshape(n.operand(3), cs)), rstd);
-    dx = b.mul(g, b.mul(scale, rstd));
+    NormStats st = normStats(b, x, axes, eps);
+    Value *xhat = b.mul(st.centered, st.rstd);
+    DType acc = st.var->dtype(); // (FP32 for 16-bit data)
+    Value *g32 = b.cast(g, acc);
+    Value *sumG = b.reduceSum(g32, axes, true);
+    Value *sumGX = b.reduceSum(b.mul(g32, b.cast(xhat, acc)), axes, true);
+    double inv = static_cast<double>(cs[1]) / static_cast<double>(x->type().numElements());
+    Value *inner = b.sub(b.sub(g, b.cast(b.scale(sumG, inv), dt)),
+                         b.mul(xhat, b.cast(b.scale(sumGX, inv), dt)));
+    b.accumulate(0, b.mul(b.mul(scale, st.rstd), inner));
+    Shape c{cs[1]};
+    if (b.wants(1))
+      b.accumulate(1, b.cast(b.reshape(sumGX, c), dt));
+    if (b.wants(2))
+      b.accumulate(2, b.cast(b.reshape(sumG, c), dt));
+    return ok();
   }
-  b.accumulate(0, dx);
+  Value *rstd = b.op(OpKind::Reciprocal,
+                     {b.op(OpKind::Sqrt, {b.add(b.reshape(n.operand(4), cs), b.scalar(eps, dt))})});
+  Value *xhat = b.mul(b.sub(x, b.reshape(n.operand(3), cs)), rstd);
+  b.accumulate(0, b.mul(g, b.mul(scale, rstd)));
   if (b.wants(1))
     b.accumulate(1, b.reduceSum(b.mul(g, xhat), axes, false));
   if (b.wants(2))
@@ -459,6 +488,44 @@ Fusibility fusibleLayerNorm() {
 
 } // namespace
 
+NormStats normStats(GradBuilder &b, Value *x, const std::vector<int64_t> &axes, double eps,
+                    bool allReduce) {
+  AttrMap meanAttrs{{"axes", axes}, {"keepdims", int64_t{1}}};
+  auto mean = [&](Value *v) {
+    Value *m = b.op(OpKind::ReduceMean, {v}, meanAttrs);
+    return allReduce ? b.op(OpKind::AllReduce, {m}) : m;
+  };
+  DType dt = x->dtype();
+  DType acc = dt == DType::F16 || dt == DType::BF16 ? DType::F32 : dt;
+  NormStats s;
+  s.mean = mean(x);
+  s.centered = b.sub(x, s.mean);
+  Value *c = b.cast(s.centered, acc);
+  s.var = mean(b.mul(c, c));
+  s.rstd = b.cast(
+      b.op(OpKind::Reciprocal, {b.op(OpKind::Sqrt, {b.add(s.var, b.scalar(eps, acc))})}), dt);
+  return s;
+}
+
+std::vector<Value *> batchNormTrainingOps(GradBuilder &b, const Node &n, bool allReduce) {
+  Value *x = n.operand(0);
+  auto [axes, cs] = batchNormAxes(x);
+  NormStats st = normStats(b, x, axes, n.attrFloat("epsilon"), allReduce);
+  Value *y = b.add(b.mul(b.mul(st.centered, st.rstd), b.reshape(n.operand(1), cs)),
+                   b.reshape(n.operand(2), cs));
+  std::vector<Value *> results{y};
+  if (n.numResults() == 3) {
+    double momentum = n.attrFloat("momentum");
+    auto running = [&](Value *old, Value *batch) {
+      Value *flat = b.reshape(b.cast(batch, old->dtype()), old->shape());
+      return b.add(b.scale(old, momentum), b.scale(flat, 1 - momentum));
+    };
+    results.push_back(running(n.operand(3), st.mean));
+    results.push_back(running(n.operand(4), st.var));
+  }
+  return results;
+}
+
 void defineNormOps(OpTable &t) {
   t.def(OpKind::BatchNormalization)
       .operands(5)
@@ -469,6 +536,7 @@ void defineNormOps(OpTable &t) {
       .stateOperands({3, 4})
       .modes(batchNormToTraining, batchNormForInference)
       .fusible(fusibleBatchNorm())
+      .canonical(batchNormTrainingCanonical)
       .cudaExpr("($0 - $3) * (($T)1 / dlc::sqrt_($4 + ($T)${epsilon})) * $1 + $2")
       .fp16(Fp16Policy::Allow)
       .layout(LayoutRule::channel(1))

@@ -180,8 +180,11 @@ def main():
                     # Adam divides by |gradient|: where the exact gradient is zero (a
                     # bias that softmax or BatchNorm cancels) the step is the sign of
                     # rounding noise. There only the step's bound lr (1 + wd) is checked.
+                    # With 16-bit gradients, "zero" is below the format's unit roundoff
+                    # of the largest one (a 6e-6-relative FP16 gradient's sign is noise).
                     g = grads[pname].abs().numpy()
-                    noise = g <= 1e-6 * max(g.max(), 1e-30)
+                    unit = {"fp32": 1e-6, "fp16": 2.0**-11, "bf16": 2.0**-8}[args.precision]
+                    noise = g <= unit * max(g.max(), 1e-30)
                     init_p = init[pname].numpy()
                     if (np.abs(have - init_p)[noise] > 0.011 * (1 + np.abs(init_p[noise]))).any():
                         failures.append(f"{tag}: '{pname}' moved more than lr where its gradient is zero")

@@ -479,18 +479,32 @@ TEST(KernelLibrary, Normalizations) {
        2,
        true,
        1e-4});
-  check(
-      {"batch norm training, LRN",
-       R"(graph @g(%x: f32[3,4,5], %s: f32[4], %b: f32[4], %m: f32[4], %v: f32[4]) -> ("y": f32[3,4,5], "rm": f32[4], "rv": f32[4], "l": f32[3,4,5]) {
+  // Training-mode BatchNorm: its own kernel at -O0; from -O1 canonicalize makes it
+  // reductions and element-wise ops (which the layout pass moves channels-last).
+  const char *kBatchNormTraining =
+      R"(graph @g(%x: f32[3,4,5], %s: f32[4], %b: f32[4], %m: f32[4], %v: f32[4]) -> ("y": f32[3,4,5], "rm": f32[4], "rv": f32[4], "l": f32[3,4,5]) {
   %y, %rm, %rv = BatchNormalization(%x, %s, %b, %m, %v) {training_mode = 1} : f32[3,4,5], f32[4], f32[4]
   %l = LRN(%x) {size = 3} : f32[3,4,5]
   return %y, %rm, %rv, %l
-})",
-       {"dlc::batchnorm_train", "dlc::lrn"},
-       {{"v", ir::randomTensor(ir::TensorType(ir::DType::F32, {4}), 5, 0.5, 1.5)}},
-       2,
-       true,
-       1e-4});
+})";
+  std::map<std::string, ir::Tensor> positiveVar{
+      {"v", ir::randomTensor(ir::TensorType(ir::DType::F32, {4}), 5, 0.5, 1.5)}};
+  check({"batch norm training, LRN",
+         kBatchNormTraining,
+         {"dlc::batchnorm_train", "dlc::lrn"},
+         positiveVar,
+         0,
+         true,
+         1e-4});
+  check({"batch norm training as reductions",
+         kBatchNormTraining,
+         {"dlc::lrn"},
+         positiveVar,
+         2,
+         true,
+         1e-4,
+         false,
+         {"dlc::batchnorm_train"}});
 }
 
 namespace {

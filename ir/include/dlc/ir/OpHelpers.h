@@ -12,6 +12,8 @@
 
 namespace dlc::ir {
 
+class GradBuilder;
+
 struct ResizeTap {
   int64_t index;
   double weight;
@@ -41,6 +43,9 @@ Shape transposePerm(const Node &n);
 Shape permuteShape(const Shape &s, const std::vector<int64_t> &perm);
 /// Whether perm is 0, 1, 2, ...
 bool isIdentityPerm(const std::vector<int64_t> &perm);
+/// Whether Transpose(perm) of a tensor of shape `in` keeps the dims other than 1 in
+/// their order (it moves only size-1 dims): then it is a Reshape.
+bool transposeMovesOnlyUnitDims(const Shape &in, const std::vector<int64_t> &perm);
 
 /// A Slice's window per input dim: first element, step and length, with ONNX's
 /// clamping of starts and ends applied.
@@ -48,5 +53,25 @@ struct SliceWindow {
   Shape start, step, size;
 };
 llvm::Expected<SliceWindow> sliceWindow(const Node &n);
+
+/// Statistics over `axes` (kept as size-1 dims) of a normalization: the mean, x - mean,
+/// the population variance and 1 / sqrt(var + eps). BatchNormalization's training form,
+/// its gradient and LayerNorm's gradient build them through this one function, so that
+/// CSE merges a forward pass's statistics with its gradient's copy. 16-bit x squares
+/// and averages in FP32 (a deviation past 256 overflows FP16); `var` is FP32 then and
+/// `rstd` x's type. allReduce: the mean and variance are averaged over the ranks.
+struct NormStats {
+  Value *mean = nullptr, *centered = nullptr, *var = nullptr, *rstd = nullptr;
+};
+NormStats normStats(GradBuilder &b, Value *x, const std::vector<int64_t> &axes, double eps,
+                    bool allReduce = false);
+
+/// BatchNormalization in training mode as ops: normStats over every dim but 1, then
+/// (x - mean) * rstd * scale + bias, and the running statistics' ONNX update (momentum *
+/// running + (1 - momentum) * batch). Returns its results (Y, and the running mean and
+/// variance when the node has them). canonicalize substitutes it for every such node
+/// (the reductions then take the layout pass's channels-last order and the split and
+/// column reduction kernels); sync-batchnorm builds it with allReduce.
+std::vector<Value *> batchNormTrainingOps(GradBuilder &b, const Node &n, bool allReduce);
 
 } // namespace dlc::ir
