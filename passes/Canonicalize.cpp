@@ -181,14 +181,8 @@ std::vector<std::unique_ptr<RewritePattern>> patterns() {
   });
   add("unit-transpose-to-reshape", OpKind::Transpose, [](Node &n, PatternRewriter &rw) {
     // Moving only size-1 dims (NHWC [N, 1, 1, C] to NCHW) keeps the element order.
-    const Shape &in = n.operand(0)->shape();
-    int64_t last = -1;
-    for (int64_t p : transposePerm(n))
-      if (in[p] != 1) {
-        if (p < last)
-          return false;
-        last = p;
-      }
+    if (!transposeMovesOnlyUnitDims(n.operand(0)->shape(), transposePerm(n)))
+      return false;
     return replaceWith(n, rw, OpKind::Reshape, {n.operand(0)},
                        {{"shape", Attribute(n.result()->shape())}});
   });

@@ -5,14 +5,17 @@
 //  1. Seed: every op whose remap hook (OpDef::layout.remap) accepts NHWC data read
 //     as NCHW and transposes a weight operand (a Conv) reads its input through the
 //     pair Transpose(to NHWC) -> Transpose(to NCHW).
-//  2. Sink: a node whose operands are Transpose(perm) (or constants, or a broadcast of
-//     a value whose dims other than 1 keep their order: freeBroadcast) asks its op's hook what it
+//  2. Sink: a node whose operands are Transpose(perm) (or constants, or values whose
+//     dims other than 1 keep their order, such as BatchNorm's [1, C, 1, 1] scale, or a
+//     broadcast of such a value: freeBroadcast) asks its op's hook what it
 //     becomes on the untransposed operands: the Conv takes channels_last = 1 with
 //     OHWI weights, pooling too, element-wise ops stay as they are (constant
-//     operands are permuted, broadcast ones rank-extended first), Concat, Softmax
-//     and Reduce* remap their axes. Its results are read through Transpose again,
-//     which moves on to the users. An op without a hook (Reshape, Flatten, MatMul)
-//     keeps the transpose in front of it.
+//     operands are permuted, broadcast ones rank-extended first), Concat, Softmax,
+//     Reduce*, Pad and Slice remap their axes. Its results are read through Transpose
+//     again, which moves on to the users. A Reshape that regroups dims in their memory
+//     order (a strided input gradient's zero-stuffing) takes it below too, as another
+//     transpose; an op without a hook (other Reshapes, Flatten, MatMul) keeps it in
+//     front.
 //  3. In NHWC a 1x1 convolution with stride 1 and no padding is a GEMM over the
 //     channels: MatMul by the [C, M] weights (+ Add bias), for cuBLASLt, when
 //     cuBLASLt applies its epilogue too. Conversely an FP16/BF16 MatMul by constant
@@ -65,6 +68,12 @@ Value *create(PatternRewriter &rw, OpKind k, std::vector<Value *> ops, AttrMap a
   return (*c)->result();
 }
 
+/// Whether a tensor of shape s in the channels-last order (s permuted by the inverse of
+/// perm) keeps its dims other than 1 in order: then that form is a Reshape of it.
+bool movesOnlyUnitDims(const Shape &s, const std::vector<int64_t> &perm) {
+  return s.size() == perm.size() && transposeMovesOnlyUnitDims(s, inversePerm(perm));
+}
+
 /// The Expand producing v when it is a broadcast of a value whose channels-last form
 /// moves only size-1 dims (no data: the gradient of a global average pool, [N, C, 1, 1]
 /// over H and W): then v is Transpose(perm) of an Expand of that value reshaped, and
@@ -73,17 +82,111 @@ const Node *freeBroadcast(const Value *v, const std::vector<int64_t> &perm) {
   const Node *e = definedBy(v, OpKind::Expand);
   if (!e || v->rank() != static_cast<int64_t>(perm.size()) || e->operand(0)->rank() != v->rank())
     return nullptr;
-  const Shape &us = e->operand(0)->shape();
-  std::vector<int64_t> toLast = inversePerm(perm);
-  int64_t last = -1;
-  for (int64_t d : toLast) // the non-1 dims keep their order
-    if (us[d] != 1) {
-      if (d < last)
-        return nullptr;
-      last = d;
-    }
-  return e;
+  return movesOnlyUnitDims(e->operand(0)->shape(), perm) ? e : nullptr;
 }
+
+/// Reshape(Transpose(u, perm)) as Transpose(Reshape(u), q), where the reshape only
+/// splits and merges dims (and adds or drops size-1 ones) in groups whose dims are
+/// consecutive in u's order too: then the reshape regroups u's memory in place and the
+/// transpose moves below it. Returns the reshape of u and q; nullopt otherwise (a
+/// flatten of NHWC data over C, H, W must read through the transpose).
+std::optional<std::pair<Shape, std::vector<int64_t>>>
+reshapeBelowTranspose(const Shape &us, const std::vector<int64_t> &perm, const Shape &os) {
+  Shape is = permuteShape(us, perm);
+  auto nonUnit = [](const Shape &s) {
+    std::vector<int64_t> r;
+    for (size_t k = 0; k < s.size(); ++k)
+      if (s[k] != 1)
+        r.push_back(static_cast<int64_t>(k));
+    return r;
+  };
+  std::vector<int64_t> in = nonUnit(is), on = nonUnit(os), uPos(us.size(), -1);
+  if (in.empty() || on.empty())
+    return std::nullopt;
+  for (int64_t d = 0, k = 0; d < static_cast<int64_t>(us.size()); ++d)
+    if (us[d] != 1)
+      uPos[d] = k++;
+  struct Group {
+    int64_t first; // u position of its first dim
+    std::vector<int64_t> outs;
+  };
+  std::vector<Group> groups;
+  std::vector<int64_t> groupOf(os.size(), -1);
+  size_t a = 0, b = 0;
+  while (a < in.size() && b < on.size()) {
+    Group g{uPos[perm[in[a]]], {}};
+    int64_t pi = is[in[a]], po = os[on[b]], prev = uPos[perm[in[a]]];
+    ++a;
+    groupOf[on[b]] = static_cast<int64_t>(groups.size());
+    g.outs.push_back(on[b++]);
+    while (pi != po) {
+      if (pi < po) {
+        if (a == in.size() || uPos[perm[in[a]]] != prev + 1)
+          return std::nullopt; // (also: a merge across u's order)
+        prev = uPos[perm[in[a]]];
+        pi *= is[in[a++]];
+      } else {
+        if (b == on.size())
+          return std::nullopt;
+        groupOf[on[b]] = static_cast<int64_t>(groups.size());
+        g.outs.push_back(on[b]);
+        po *= os[on[b++]];
+      }
+    }
+    groups.push_back(std::move(g));
+  }
+  if (a != in.size() || b != on.size())
+    return std::nullopt;
+  // Size-1 result dims join the group of the dim before them (the first group's
+  // when they lead).
+  for (size_t j = 0, owner = static_cast<size_t>(groupOf[on.front()]); j < os.size(); ++j) {
+    if (os[j] != 1)
+      owner = static_cast<size_t>(groupOf[j]);
+    else
+      groups[owner].outs.push_back(static_cast<int64_t>(j));
+  }
+  std::stable_sort(groups.begin(), groups.end(),
+                   [](const Group &x, const Group &y) { return x.first < y.first; });
+  std::vector<int64_t> order; // result dims in the reshape's order
+  for (Group &g : groups) {
+    std::sort(g.outs.begin(), g.outs.end());
+    order.insert(order.end(), g.outs.begin(), g.outs.end());
+  }
+  Shape rs;
+  std::vector<int64_t> q(os.size());
+  for (size_t k = 0; k < order.size(); ++k) {
+    rs.push_back(os[order[k]]);
+    q[order[k]] = static_cast<int64_t>(k);
+  }
+  return std::make_pair(rs, q);
+}
+
+/// Moves Transpose(perm) below a Reshape that regroups dims in their memory order
+/// (reshapeBelowTranspose): the zero-stuffing of a strided convolution's input
+/// gradient ([N, C, H, W] -> [N, C, H, 1, W, 1], padded, merged back), so that the
+/// gradient stream after it stays channels-last.
+class SinkTransposeThroughReshape : public RewritePattern {
+public:
+  std::string_view name() const override { return "sink-transpose-through-reshape"; }
+  std::optional<OpKind> root() const override { return OpKind::Reshape; }
+
+  bool matchAndRewrite(Node &n, PatternRewriter &rw) const override {
+    const Node *t = transposeOf(n.operand(0));
+    if (!t || isIdentityPerm(transposePerm(*t)))
+      return false;
+    Value *u = t->operand(0);
+    auto m = reshapeBelowTranspose(u->shape(), transposePerm(*t), n.result()->shape());
+    if (!m)
+      return false;
+    Value *r = create(rw, OpKind::Reshape, {u}, {{"shape", Attribute(m->first)}}, n);
+    if (r && !isIdentityPerm(m->second))
+      r = create(rw, OpKind::Transpose, {r}, {{"perm", permAttr(m->second)}}, n);
+    if (!r)
+      return false; // not reached: the created nodes verify by construction
+    rw.replaceNode(n, {r});
+    return true;
+  }
+};
 
 /// Moves Transpose(perm) below a node whose op's remap hook accepts it.
 class SinkTranspose : public RewritePattern {
@@ -115,7 +218,8 @@ public:
         continue;
       if (isTransposeBy(v, perm))
         stripped = true;
-      else if ((!v->isConstant() || v->rank() > rank) && !freeBroadcast(v, perm))
+      else if ((!v->isConstant() || v->rank() > rank) && !freeBroadcast(v, perm) &&
+               !movesOnlyUnitDims(v->shape(), perm))
         return false;
     }
     if (!stripped)
@@ -134,8 +238,16 @@ public:
           ops[i] = v->definingNode()->operand(0);
           continue;
         }
+        std::vector<int64_t> toLast = inversePerm(perm);
+        if (!v->isConstant() && movesOnlyUnitDims(v->shape(), perm)) {
+          // (a per-channel [1, C, 1, 1] operand, BatchNorm's scale: a Reshape)
+          ops[i] = create(rw, OpKind::Reshape, {v},
+                          {{"shape", Attribute(permuteShape(v->shape(), toLast))}}, n);
+          if (!ops[i])
+            return false; // not reached: the created node verifies by construction
+          continue;
+        }
         if (!v->isConstant()) { // a free broadcast: Expand(reshaped) in the actual layout
-          std::vector<int64_t> toLast = inversePerm(perm);
           Value *u = freeBroadcast(v, perm)->operand(0);
           Value *r = create(rw, OpKind::Reshape, {u},
                             {{"shape", Attribute(permuteShape(u->shape(), toLast))}}, n);
@@ -343,6 +455,7 @@ public:
         changed |= seed(g, *n);
       std::vector<std::unique_ptr<RewritePattern>> sink;
       sink.push_back(std::make_unique<SinkTranspose>());
+      sink.push_back(std::make_unique<SinkTransposeThroughReshape>());
       changed |= applyPatternsGreedily(g, sink, ctx);
       findPass("dce")->create()->run(g, ctx); // the transposes sinking left behind
     }

@@ -286,6 +286,19 @@ Shape transposePerm(const Node &n) {
   return p;
 }
 
+bool transposeMovesOnlyUnitDims(const Shape &in, const std::vector<int64_t> &perm) {
+  if (in.size() != perm.size())
+    return false;
+  int64_t last = -1;
+  for (int64_t p : perm)
+    if (in[p] != 1) {
+      if (p < last)
+        return false;
+      last = p;
+    }
+  return true;
+}
+
 llvm::Expected<SliceWindow> sliceWindow(const Node &n) {
   const Shape &x = n.operand(0)->shape();
   int64_t rank = static_cast<int64_t>(x.size());
@@ -617,6 +630,53 @@ llvm::Error refRange(const Node &, const Inputs &in, Outputs &out) {
   return ok();
 }
 
+/// Pad in another layout: the pads follow their dims (constant_value as it is).
+std::optional<LayoutRemap> remapPad(const Node &n, const std::vector<int64_t> &perm) {
+  const int64_t rank = static_cast<int64_t>(perm.size());
+  const auto &pads = n.attrInts("pads");
+  if (n.operand(0)->rank() != rank || static_cast<int64_t>(pads.size()) != 2 * rank)
+    return std::nullopt;
+  std::vector<int64_t> actual(2 * rank);
+  for (int64_t k = 0; k < rank; ++k) {
+    actual[perm[k]] = pads[k];
+    actual[rank + perm[k]] = pads[rank + k];
+  }
+  LayoutRemap m;
+  m.operands.assign(n.numOperands(), LayoutRemap::Operand::Actual);
+  if (n.numOperands() > 1)
+    m.operands[1] = LayoutRemap::Operand::AsIs;
+  m.operandPerms.resize(n.numOperands());
+  m.attrs["pads"] = Attribute(actual);
+  m.resultPerm = perm;
+  return m;
+}
+
+/// Slice in another layout: each sliced axis is its dim's actual position.
+std::optional<LayoutRemap> remapSlice(const Node &n, const std::vector<int64_t> &perm) {
+  const int64_t rank = static_cast<int64_t>(perm.size());
+  if (n.operand(0)->rank() != rank)
+    return std::nullopt;
+  Shape axes = n.attrInts("axes");
+  if (axes.empty()) {
+    axes.resize(n.attrInts("starts").size());
+    std::iota(axes.begin(), axes.end(), 0);
+  }
+  auto na = normalizeAxes(axes, rank);
+  if (!na) {
+    llvm::consumeError(na.takeError());
+    return std::nullopt;
+  }
+  std::vector<int64_t> actual;
+  for (int64_t a : *na)
+    actual.push_back(perm[a]);
+  LayoutRemap m;
+  m.operands = {LayoutRemap::Operand::Actual};
+  m.operandPerms.resize(1);
+  m.attrs["axes"] = Attribute(actual);
+  m.resultPerm = perm;
+  return m;
+}
+
 OpBuilder movement(OpTable &t, OpKind k, LayoutRule layout) {
   return t.def(k)
       .fusible(Fusibility::opaque()) // the ops with an index map say so below
@@ -865,7 +925,7 @@ void defineMovementOps(OpTable &t) {
       .verify(verifySplit)
       .infer(inferSplit)
       .reference(refSplit);
-  movement(t, OpKind::Slice, LR::axisAttrs())
+  movement(t, OpKind::Slice, LR::axisAttrs(remapSlice))
       .fusible(Fusibility::injective(mapSlice))
       .operands(1)
       .attr("axes", AttrKind::Ints, none)
@@ -894,7 +954,7 @@ void defineMovementOps(OpTable &t) {
       .attr("repeats", AttrKind::Ints)
       .infer(inferTile)
       .reference(refTile);
-  movement(t, OpKind::Pad, LR::axisAttrs())
+  movement(t, OpKind::Pad, LR::axisAttrs(remapPad))
       .operands(1, 2)
       .attr("mode", AttrKind::String, "constant")
       .attr("pads", AttrKind::Ints)
