@@ -249,6 +249,48 @@ llvm::Error refConvTranspose(const Node &n, const Inputs &in, Outputs &out) {
 constexpr double kIm2colBytes = 1024.0 * 1024 * 1024;
 constexpr int64_t kIm2colTaps = 9;
 
+/// x padded by the window's pads (x itself without pads).
+Value *padForWindow(GradBuilder &b, Value *x, const Window &win) {
+  int64_t S = x->rank() - 2;
+  std::vector<int64_t> pads(2 * (S + 2), 0);
+  for (int64_t i = 0; i < S; ++i) {
+    pads[2 + i] = win.padBegin[i];
+    pads[S + 4 + i] = win.padEnd[i];
+  }
+  return llvm::all_of(pads, [](int64_t p) { return p == 0; })
+             ? x
+             : b.op(OpKind::Pad, {x}, {{"pads", pads}});
+}
+
+/// One strided Slice of v (x padded, or a tensor of x's spatial rank) per tap of the
+/// window's spatial dims `dims` (the last fastest): the input elements that tap meets at
+/// each of the output positions ys.
+std::vector<Value *> tapSlices(GradBuilder &b, Value *v, const Window &win, const Shape &ys,
+                               const std::vector<int64_t> &dims) {
+  std::vector<Value *> parts;
+  std::vector<int64_t> tap(dims.size(), 0), axes;
+  for (int64_t i : dims)
+    axes.push_back(2 + i);
+  for (bool more = true; more;) {
+    std::vector<int64_t> starts, ends, steps;
+    for (size_t j = 0; j < dims.size(); ++j) {
+      int64_t i = dims[j];
+      starts.push_back(tap[j] * win.dilations[i]);
+      ends.push_back(starts.back() + (ys[2 + i] - 1) * win.strides[i] + 1);
+      steps.push_back(win.strides[i]);
+    }
+    parts.push_back(b.op(OpKind::Slice, {v},
+                         {{"axes", axes}, {"starts", starts}, {"ends", ends}, {"steps", steps}}));
+    more = false;
+    for (int64_t j = static_cast<int64_t>(dims.size()) - 1; j >= 0 && !more; --j)
+      if (++tap[j] < win.kernel[dims[j]])
+        more = true;
+      else
+        tap[j] = 0;
+  }
+  return parts;
+}
+
 /// dW of a one-group convolution as one GEMM over the N * P output positions
 /// (cuBLASLt, tensor cores in FP16/BF16): dW[M, (tap, C)] = dY^T[M, NP] x
 /// im2col(x)[NP, (tap, C)], im2col being one strided Slice of the padded x per tap,
@@ -260,42 +302,13 @@ Value *weightGradAsGemm(GradBuilder &b, const Node &n, const Window &win) {
   const Shape &xs = x->shape(), &ws = n.operand(1)->shape(), &ys = n.result()->shape();
   int64_t S = static_cast<int64_t>(xs.size()) - 2, C = xs[1], M = ws[0],
           NP = xs[0] * product(Shape(ys.begin() + 2, ys.end()));
-  std::vector<int64_t> pads(2 * (S + 2), 0), toLast{0}, kernelFirst{0, S + 1};
+  std::vector<int64_t> toLast{0}, kernelFirst{0, S + 1};
   for (int64_t i = 0; i < S; ++i) {
-    pads[2 + i] = win.padBegin[i];
-    pads[S + 4 + i] = win.padEnd[i];
     toLast.push_back(2 + i);
     kernelFirst.push_back(1 + i);
   }
   toLast.push_back(1);
-  Value *xp = llvm::all_of(pads, [](int64_t p) { return p == 0; })
-                  ? x
-                  : b.op(OpKind::Pad, {x}, {{"pads", pads}});
-  // One strided Slice of v per tap of the spatial dims `dims` (the last fastest).
-  auto tapSlices = [&](Value *v, const std::vector<int64_t> &dims) {
-    std::vector<Value *> parts;
-    std::vector<int64_t> tap(dims.size(), 0), axes;
-    for (int64_t i : dims)
-      axes.push_back(2 + i);
-    for (bool more = true; more;) {
-      std::vector<int64_t> starts, ends, steps;
-      for (size_t j = 0; j < dims.size(); ++j) {
-        int64_t i = dims[j];
-        starts.push_back(tap[j] * win.dilations[i]);
-        ends.push_back(starts.back() + (ys[2 + i] - 1) * win.strides[i] + 1);
-        steps.push_back(win.strides[i]);
-      }
-      parts.push_back(b.op(OpKind::Slice, {v},
-                           {{"axes", axes}, {"starts", starts}, {"ends", ends}, {"steps", steps}}));
-      more = false;
-      for (int64_t j = static_cast<int64_t>(dims.size()) - 1; j >= 0 && !more; --j)
-        if (++tap[j] < win.kernel[dims[j]])
-          more = true;
-        else
-          tap[j] = 0;
-    }
-    return parts;
-  };
+  Value *xp = padForWindow(b, x, win);
   auto concat = [&](std::vector<Value *> parts, int64_t axis) {
     return b.op(OpKind::Concat, std::move(parts), {{"axis", axis}});
   };
@@ -308,14 +321,15 @@ Value *weightGradAsGemm(GradBuilder &b, const Node &n, const Window &win) {
                 {{"transA", int64_t{1}}});
   };
   if (taps <= kIm2colTaps) {
-    dw = gemm(concat(tapSlices(xp, dims), 1), taps * C);
+    dw = gemm(concat(tapSlices(b, xp, win, ys, dims), 1), taps * C);
   } else {
     // More taps than one kernel's parameters hold (a 7x7 stem): the last dim's taps
     // first, [N, k * C, ...] materialized, then one GEMM per tap of the other dims on
     // its strided slice (a copy kernel each), their [M, k * C] results concatenated.
-    Value *rows = concat(tapSlices(xp, {S - 1}), 1);
+    Value *rows = concat(tapSlices(b, xp, win, ys, {S - 1}), 1);
     std::vector<Value *> parts;
-    for (Value *slice : tapSlices(rows, std::vector<int64_t>(dims.begin(), dims.end() - 1)))
+    for (Value *slice :
+         tapSlices(b, rows, win, ys, std::vector<int64_t>(dims.begin(), dims.end() - 1)))
       parts.push_back(gemm(slice, win.kernel.back() * C));
     dw = concat(parts, 1);
   }
@@ -325,10 +339,37 @@ Value *weightGradAsGemm(GradBuilder &b, const Node &n, const Window &win) {
   return b.transpose(b.reshape(dw, split), kernelFirst);
 }
 
+/// The most taps a depthwise weight gradient takes one reduction each for.
+constexpr int64_t kDepthwiseTaps = 64;
+
+/// dW of a depthwise convolution (one input and one output channel per group): per
+/// tap, dW[c, tap] = sum over the batch and positions of dY * (that tap's strided slice
+/// of the padded x), a per-channel reduction (channels-last: a column reduction, split
+/// when long), summed in FP32 for 16-bit data. The grouped convolution over the batch
+/// that serves other groupings would run each channel's whole image as one thread's
+/// kernel (77 ms for MobileNetV2's first depthwise layer at batch 32, on an H200).
+Value *depthwiseWeightGrad(GradBuilder &b, const Node &n, const Window &win) {
+  Value *x = n.operand(0), *g = b.grad();
+  const Shape &ws = n.operand(1)->shape(), &ys = n.result()->shape();
+  int64_t S = x->rank() - 2, C = ws[0];
+  DType dt = x->dtype(), acc = dt == DType::F16 || dt == DType::BF16 ? DType::F32 : dt;
+  std::vector<int64_t> dims(S), axes{0};
+  std::iota(dims.begin(), dims.end(), 0);
+  for (int64_t i = 0; i < S; ++i)
+    axes.push_back(2 + i);
+  Value *gAcc = b.cast(g, acc);
+  std::vector<Value *> parts;
+  for (Value *slice : tapSlices(b, padForWindow(b, x, win), win, ys, dims))
+    parts.push_back(b.reshape(b.reduceSum(b.mul(b.cast(slice, acc), gAcc), axes, false), {C, 1}));
+  Value *dw = b.op(OpKind::Concat, std::move(parts), {{"axis", int64_t{1}}});
+  return b.cast(b.reshape(dw, ws), dt);
+}
+
 /// Conv's gradient, for any group count and spatial rank:
 /// - dX is the transposed convolution of dY with the same weights (output_padding
 ///   recovers the input size that the stride rounded away);
-/// - dW of one group is a GEMM of dY and x's im2col (weightGradAsGemm); with groups
+/// - dW of one group is a GEMM of dY and x's im2col (weightGradAsGemm); of a depthwise
+///   convolution, one per-channel reduction per tap (depthwiseWeightGrad); with groups
 ///   (or over 9 taps in the last dim or the others, or an im2col over kIm2colBytes) it correlates X
 ///   with dY over the batch: a grouped convolution whose "batch" is the input channel of a group
 ///   and whose channels are (group, sample); the strides and dilations swap roles. The result can
@@ -361,6 +402,8 @@ llvm::Error gradConv(GradBuilder &b, const Node &n) {
               product(Shape(ws.begin() + 1, ws.end())) * dtypeSize(x->dtype()) <=
           kIm2colBytes) {
     b.accumulate(1, weightGradAsGemm(b, n, *win));
+  } else if (b.wants(1) && G > 1 && Cg == 1 && Mg == 1 && taps <= kDepthwiseTaps) {
+    b.accumulate(1, depthwiseWeightGrad(b, n, *win));
   } else if (b.wants(1)) {
     auto spatialPerm = [&](std::vector<int64_t> head) {
       for (int64_t i = 0; i < S; ++i)

@@ -225,9 +225,9 @@ TEST(Autodiff, PassAppendsGradientOutputsAndKeepsTheForward) {
 }
 
 // A one-group convolution's weight gradient is one GEMM of dY and x's im2col (transA,
-// on cuBLASLt; over 9 taps, 5x5, a GEMM per row of taps); a grouped one keeps
-// the grouped convolution over the batch. Finite differences check both forms' values (strides,
-// dilation, asymmetric pads).
+// on cuBLASLt; over 9 taps, 5x5, a GEMM per row of taps); a depthwise one is a
+// reduction per tap; another grouped one keeps the grouped convolution over the batch. Finite
+// differences check both forms' values (strides, dilation, asymmetric pads).
 TEST(Autodiff, ConvWeightGradientIsAGemmOverIm2col) {
   // Weights of distinct values (every gradient element differs).
   auto dense = [](int64_t count, unsigned seed) {
@@ -238,7 +238,7 @@ TEST(Autodiff, ConvWeightGradientIsAGemmOverIm2col) {
            std::to_string(std::uniform_real_distribution<double>(-0.3, 0.3)(rng)).substr(0, 7);
     return t + "]>";
   };
-  std::string ir = "graph @g(%x: f32[2,4,9,8]) -> (\"y\": f32[2,6,4,4]) {\n"
+  std::string ir = "graph @g(%x: f32[2,4,9,8]) -> (\"y\": f32[2,6,2,2]) {\n"
                    "  %w = const f32[6,4,3,3] " +
                    dense(216, 1) +
                    "\n"
@@ -251,12 +251,16 @@ TEST(Autodiff, ConvWeightGradientIsAGemmOverIm2col) {
                    "  %w5 = const f32[6,6,5,5] " +
                    dense(900, 4) +
                    "\n"
+                   "  %wdw = const f32[6,1,3,3] " +
+                   dense(54, 5) +
+                   "\n"
                    R"(  %a = Conv(%x, %w) {strides = [2, 2], pads = [1, 0, 1, 2]} : f32[2,6,5,4]
   %b = Conv(%a, %wd) {dilations = [2, 1], pads = [1, 1, 2, 0]} : f32[2,6,4,4]
   %c = Conv(%b, %wg) {group = 2} : f32[2,6,4,4]
   %d = Conv(%c, %w5) {pads = [2, 2, 2, 2]} : f32[2,6,4,4]
   %e = Tanh(%d) : f32[2,6,4,4]
-  return %e
+  %f = Conv(%e, %wdw) {group = 6, strides = [2, 2], pads = [1, 1, 0, 1]} : f32[2,6,2,2]
+  return %f
 })";
   expectGradientsMatchFiniteDifferences("conv weight gradients", ir);
   auto t = asTrainingProblem(ir);
@@ -269,7 +273,8 @@ TEST(Autodiff, ConvWeightGradientIsAGemmOverIm2col) {
     convs += n.kind() == OpKind::Conv;
   }
   EXPECT_EQ(gemms, 7) << "w and wd: one GEMM each; w5 (25 taps): one per row of taps";
-  // The forward 4 and wg's weight gradient (the input gradients are ConvTranspose
-  // here; canonicalize makes those convolutions later).
-  EXPECT_EQ(convs, 5);
+  // The forward 5 and wg's weight gradient (the input gradients are ConvTranspose
+  // here; canonicalize makes those convolutions later). The depthwise wdw's weight
+  // gradient is 9 per-channel reductions, one per tap, and no convolution.
+  EXPECT_EQ(convs, 6);
 }
