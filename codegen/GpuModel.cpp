@@ -125,6 +125,20 @@ const std::vector<GpuModel> &gpuModels() {
     GpuModel h200 = h100;
     h200.name = "H200";
     h200.dramBytesPerSecond = 4800e9; // HBM3e
+    // Measured by `dlc calibrate` on an H200 (SXM, driver 580.159.04, 2026-11-27):
+    // mma.sync m16n8k16 at 0.59 per clock per SM, HFMA2 at 1.95 per clock, a 2 x 256
+    // MiB copy at 3.84 TB/s (0.80 of the data sheet's 4.8), L2 reads at 8.1 TB/s,
+    // dependent loads 335 (L2) and 671 (DRAM) cycles, launches 3.1 us apart, CUDA-graph
+    // nodes 0.51 us, a graph run's overhead 5.8 us; 60 MB of L2 (PyTorch's report).
+    h200.mmaSyncFraction = 0.64;
+    h200.dramAchievable = 0.80;
+    h200.l2BytesPerSecond = 8.1e12;
+    h200.l2Bytes = 60e6;
+    h200.l2LatencyCycles = 335;
+    h200.dramLatencyCycles = 671;
+    h200.launchMicros = 3.1;
+    h200.graphNodeMicros = 0.51;
+    h200.runOverheadMicros = 5.8;
     return std::vector<GpuModel>{a100, a10, l4, h100, h200};
   }();
   return models;

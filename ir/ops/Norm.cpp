@@ -350,6 +350,9 @@ std::pair<std::vector<int64_t>, Shape> batchNormAxes(const Value *x) {
 llvm::Expected<std::vector<Value *>> batchNormTrainingCanonical(GradBuilder &b, const Node &n) {
   if (!n.attrInt("training_mode"))
     return makeError("inference-mode BatchNormalization is element-wise already");
+  for (unsigned i = 1; i < 5; ++i) // (ONNX lets them differ; the ops below would not verify)
+    if (n.operand(i)->dtype() != n.operand(0)->dtype())
+      return makeError("the scale, bias and statistics are of another type than X");
   std::vector<Value *> r = batchNormTrainingOps(b, n, /*allReduce=*/false);
   if (auto e = b.takeError())
     return e;
