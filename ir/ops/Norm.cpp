@@ -353,6 +353,16 @@ llvm::Expected<std::vector<Value *>> batchNormTrainingCanonical(GradBuilder &b, 
   for (unsigned i = 1; i < 5; ++i) // (ONNX lets them differ; the ops below would not verify)
     if (n.operand(i)->dtype() != n.operand(0)->dtype())
       return makeError("the scale, bias and statistics are of another type than X");
+  // An inference graph's batch statistics (a TRAINING export compiled for inference:
+  // the running statistics lead nowhere) in FP32 wait for `precision`: lowered to
+  // FP16/BF16 first, they decompose with normStats' FP32 squares; decomposed now, the
+  // squares would be lowered too (and FP32 keeps the kernel, as an inference build).
+  const Graph &g = *n.graph();
+  bool trainsStatistics = false;
+  for (unsigned r = 1; r < n.numResults(); ++r)
+    trainsStatistics |= !n.result(r)->uses().empty() || g.isOutput(n.result(r));
+  if (!trainsStatistics && n.operand(0)->dtype() == DType::F32)
+    return makeError("FP32 batch statistics of an inference graph stay one kernel");
   std::vector<Value *> r = batchNormTrainingOps(b, n, /*allReduce=*/false);
   if (auto e = b.takeError())
     return e;
