@@ -67,10 +67,6 @@ struct Round {
   size_t reduced = 0, fp32 = 0;
 };
 
-bool isReducedFloat(DType t) {
-  return t == DType::F16 || t == DType::BF16;
-}
-
 llvm::Expected<Round> runRound(const Graph &base, const TensorMap &inputs,
                                const TensorMap &reference, const PrecisionOptions &po,
                                const AccuracyOptions &opts) {

@@ -240,7 +240,8 @@ public:
         }
         std::vector<int64_t> toLast = inversePerm(perm);
         if (!v->isConstant() && movesOnlyUnitDims(v->shape(), perm)) {
-          // (a per-channel [1, C, 1, 1] operand, BatchNorm's scale: a Reshape)
+          // A per-channel [1, C, 1, 1] operand (BatchNorm's scale): a Reshape, not a
+          // Transpose, which this pattern would take up again and never settle.
           ops[i] = create(rw, OpKind::Reshape, {v},
                           {{"shape", Attribute(permuteShape(v->shape(), toLast))}}, n);
           if (!ops[i])
@@ -500,8 +501,7 @@ private:
       if (auto perm = seedPerm(n)) {
         DType t = n.operand(0)->dtype();
         if (mode == LayoutMode::NHWC ||
-            (perm->size() == 4 &&
-             (t == DType::F16 || t == DType::BF16 || (tf32 && t == DType::F32))))
+            (perm->size() == 4 && (isReducedFloat(t) || (tf32 && t == DType::F32))))
           return true;
       }
     return false;

@@ -352,11 +352,9 @@ Value *depthwiseWeightGrad(GradBuilder &b, const Node &n, const Window &win) {
   Value *x = n.operand(0), *g = b.grad();
   const Shape &ws = n.operand(1)->shape(), &ys = n.result()->shape();
   int64_t S = x->rank() - 2, C = ws[0];
-  DType dt = x->dtype(), acc = dt == DType::F16 || dt == DType::BF16 ? DType::F32 : dt;
-  std::vector<int64_t> dims(S), axes{0};
+  DType dt = x->dtype(), acc = sumType(dt);
+  std::vector<int64_t> dims(S), axes = batchAndSpatialAxes(x->rank());
   std::iota(dims.begin(), dims.end(), 0);
-  for (int64_t i = 0; i < S; ++i)
-    axes.push_back(2 + i);
   Value *gAcc = b.cast(g, acc);
   std::vector<Value *> parts;
   for (Value *slice : tapSlices(b, padForWindow(b, x, win), win, ys, dims))
@@ -437,12 +435,8 @@ llvm::Error gradConv(GradBuilder &b, const Node &n) {
     }
     b.accumulate(1, dw);
   }
-  if (b.wants(2)) {
-    std::vector<int64_t> axes{0};
-    for (int64_t i = 0; i < S; ++i)
-      axes.push_back(2 + i);
-    b.accumulate(2, b.reduceSum(g, axes, false));
-  }
+  if (b.wants(2))
+    b.accumulate(2, b.reduceSum(g, batchAndSpatialAxes(x->rank()), false));
   return ok();
 }
 

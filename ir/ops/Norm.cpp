@@ -338,13 +338,9 @@ std::pair<Value *, Value *> normalizeBackward(GradBuilder &b, Value *x, Value *g
 /// BatchNormalization's reduced dims (all but the channel dim 1) and the per-channel
 /// shape [1, C, 1...] its scale, bias and statistics broadcast from.
 std::pair<std::vector<int64_t>, Shape> batchNormAxes(const Value *x) {
-  int64_t r = x->rank();
-  Shape cs(static_cast<size_t>(r), 1);
+  Shape cs(static_cast<size_t>(x->rank()), 1);
   cs[1] = x->shape()[1];
-  std::vector<int64_t> axes{0};
-  for (int64_t i = 2; i < r; ++i)
-    axes.push_back(i);
-  return {axes, cs};
+  return {batchAndSpatialAxes(x->rank()), cs};
 }
 
 llvm::Expected<std::vector<Value *>> batchNormTrainingCanonical(GradBuilder &b, const Node &n) {
@@ -508,8 +504,7 @@ NormStats normStats(GradBuilder &b, Value *x, const std::vector<int64_t> &axes, 
     Value *m = b.op(OpKind::ReduceMean, {v}, meanAttrs);
     return allReduce ? b.op(OpKind::AllReduce, {m}) : m;
   };
-  DType dt = x->dtype();
-  DType acc = dt == DType::F16 || dt == DType::BF16 ? DType::F32 : dt;
+  DType dt = x->dtype(), acc = sumType(dt);
   NormStats s;
   s.mean = mean(x);
   s.centered = b.sub(x, s.mean);

@@ -123,6 +123,15 @@ llvm::Error gradPassThrough(GradBuilder &b, const Node &n);
 /// Unsqueeze): the gradient reshaped back.
 llvm::Error gradReshapeBack(GradBuilder &b, const Node &n);
 
+/// Dims 0, 2, 3, ..., rank - 1: all but the channel dim of an [N, C, D...] tensor (a
+/// per-channel reduction's axes).
+inline std::vector<int64_t> batchAndSpatialAxes(int64_t rank) {
+  std::vector<int64_t> axes{0};
+  for (int64_t i = 2; i < rank; ++i)
+    axes.push_back(i);
+  return axes;
+}
+
 /// Integer ceil division for non-negative numerator, positive divisor.
 inline int64_t ceilDiv(int64_t a, int64_t b) {
   return (a + b - 1) / b;

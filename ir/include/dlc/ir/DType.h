@@ -52,6 +52,15 @@ inline bool isInt(DType t) {
 inline bool isNumeric(DType t) {
   return isFloat(t) || isInt(t);
 }
+/// FP16 or BF16.
+inline bool isReducedFloat(DType t) {
+  return t == DType::F16 || t == DType::BF16;
+}
+/// The type a long sum of t-typed values accumulates in: FP32 for FP16/BF16, t itself
+/// otherwise.
+inline DType sumType(DType t) {
+  return isReducedFloat(t) ? DType::F32 : t;
+}
 /// Whether every value of `from` converts to `to` and back unchanged.
 bool castIsExact(DType from, DType to);
 
