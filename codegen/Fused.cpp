@@ -27,6 +27,8 @@ std::string FusedAccess::pointer(const Value *v) {
 }
 
 std::string FusedAccess::checkPointer(const Node &n) {
+  if (dry_)
+    return "((unsigned *)0)";
   auto it = checks_.find(&n);
   if (it != checks_.end())
     return it->second;
@@ -307,6 +309,22 @@ std::string FusedAccess::accessIndex(const Node &n, const OperandAccess &a, cons
   return "(" + base + dot(coef, c, moduli) + ")";
 }
 
+std::string FusedAccess::gatherIndex(CodeStream &b, const Node &n, const IndexMap &m,
+                                     const std::string &c, Memo &memo) {
+  // The index, from the end when negative; out of range is a data error (the
+  // launch's check word) and reads element 0 instead.
+  const Value *x = n.operand(m.access.operand);
+  std::string gi = valueAt(b, n.operand(m.indices.operand), accessIndex(n, m.indices, c), memo);
+  std::string g = fresh("g");
+  b.line("long long " + g + " = (long long)" + gi + ";");
+  std::string dimField = num(m.axisSize);
+  b.line("if (" + g + " < 0) " + g + " += " + dimField + ";");
+  b.line("if (" + g + " < 0 || " + g + " >= " + dimField + ") { dlc::reportDataError(" +
+         checkPointer(n) + ", dlc::kErrIndexRange); " + g + " = 0; }");
+  std::string rest = accessIndex(n, m.access, c);
+  return "((I)" + g + " * (I)" + num(stridesOf(x->shape())[m.axis]) + " + " + rest + ")";
+}
+
 std::string FusedAccess::injectiveAt(CodeStream &b, const Node &n, const IndexMap &m,
                                      const std::string &idx, Memo &memo) {
   const Value *v = n.result();
@@ -314,22 +332,8 @@ std::string FusedAccess::injectiveAt(CodeStream &b, const Node &n, const IndexMa
   switch (m.kind) {
   case IndexMap::Kind::Affine:
     return valueAt(b, n.operand(m.access.operand), accessIndex(n, m.access, c), memo);
-  case IndexMap::Kind::Gather: {
-    // The index, from the end when negative; out of range is a data error (the
-    // launch's check word) and reads element 0 instead.
-    const Value *x = n.operand(m.access.operand);
-    std::string gi = valueAt(b, n.operand(m.indices.operand), accessIndex(n, m.indices, c), memo);
-    std::string g = fresh("g");
-    b.line("long long " + g + " = (long long)" + gi + ";");
-    std::string dimField = num(m.axisSize);
-    b.line("if (" + g + " < 0) " + g + " += " + dimField + ";");
-    b.line("if (" + g + " < 0 || " + g + " >= " + dimField + ") { dlc::reportDataError(" +
-           checkPointer(n) + ", dlc::kErrIndexRange); " + g + " = 0; }");
-    std::string rest = accessIndex(n, m.access, c);
-    return valueAt(b, x,
-                   "((I)" + g + " * (I)" + num(stridesOf(x->shape())[m.axis]) + " + " + rest + ")",
-                   memo);
-  }
+  case IndexMap::Kind::Gather:
+    return valueAt(b, n.operand(m.access.operand), gatherIndex(b, n, m, c, memo), memo);
   case IndexMap::Kind::Concat: {
     std::string ct = computeType(v->dtype());
     std::string result = fresh("t");
@@ -349,6 +353,203 @@ std::string FusedAccess::injectiveAt(CodeStream &b, const Node &n, const IndexMa
   }
   }
   return fail(n, "unknown index map");
+}
+
+//===----------------------------------------------------------------------===//
+// The row form: a run of lanes along the last dim
+//===----------------------------------------------------------------------===//
+
+FusedAccess::LaneRead FusedAccess::laneRead(const Node &n, const OperandAccess &a) const {
+  const Shape &xs = n.operand(a.operand)->shape();
+  if (a.dims.empty() || xs.empty())
+    return LaneRead::Uniform;
+  const int64_t xLast = static_cast<int64_t>(xs.size()) - 1;
+  const DimAccess &last = a.dims.back();
+  if (last.dim < 0 || last.step == 0)
+    return LaneRead::Uniform;
+  // No other result dim may move along x's last dim: a run's base stays aligned.
+  for (size_t d = 0; d + 1 < a.dims.size(); ++d)
+    if (a.dims[d].dim == xLast && a.dims[d].step != 0)
+      return LaneRead::None;
+  if (last.dim == xLast && last.step == 1 && last.modulus == 0 && last.start % lanes_ == 0 &&
+      xs.back() % lanes_ == 0)
+    return LaneRead::Contiguous;
+  return LaneRead::None;
+}
+
+std::vector<std::string> FusedAccess::loadLanes(CodeStream &b, const Value *v,
+                                                const std::string &idx, int lanes, bool dry) {
+  lanes_ = lanes;
+  dry_ = dry;
+  laneFail_ = false;
+  Memo memo;
+  LaneMemo lm;
+  std::vector<std::string> r = lanesAt(b, v, idx, memo, lm);
+  lanes_ = 0;
+  dry_ = false;
+  if (laneFail_)
+    r.clear();
+  return r;
+}
+
+std::vector<std::string> FusedAccess::lanesOf(CodeStream &b, const Value *v, const std::string &idx,
+                                              LaneRead how, Memo &memo, LaneMemo &lm) {
+  if (how == LaneRead::Contiguous)
+    return lanesAt(b, v, idx, memo, lm);
+  std::string x = how == LaneRead::Uniform ? valueAt(b, v, idx, memo) : "0";
+  laneFail_ |= how == LaneRead::None;
+  return std::vector<std::string>(static_cast<size_t>(lanes_), x);
+}
+
+std::vector<std::string> FusedAccess::lanesAt(CodeStream &b, const Value *v, const std::string &idx,
+                                              Memo &memo, LaneMemo &lm) {
+  const size_t L = static_cast<size_t>(lanes_);
+  if (isScalarConstant(v))
+    return std::vector<std::string>(L, scalarLiteral(v));
+  std::vector<std::string> r(L, "0");
+  // A run stays in one row of v and starts aligned to the vector.
+  if (laneFail_ || v->rank() == 0 || v->shape().back() % lanes_ != 0) {
+    laneFail_ = true;
+    return r;
+  }
+  auto key = std::make_pair(v, idx);
+  if (auto it = lm.find(key); it != lm.end())
+    return it->second;
+  std::string ct = computeType(v->dtype());
+  if (!g_ || !g_->computes(v)) {
+    const int64_t bytes = lanes_ * static_cast<int64_t>(dtypeSize(v->dtype()));
+    if (l_.isInterface(v) || static_cast<int64_t>(l_.bufferOf(v).offset) % bytes != 0) {
+      laneFail_ = true;
+      return r;
+    }
+    std::string q = fresh("q"), vt = "dlc::VecOf<" + std::string(cudaType(v->dtype())) + ", " +
+                                     std::to_string(lanes_) + ">";
+    b.line("const " + vt + " " + q + " = *reinterpret_cast<const " + vt + " *>(" + pointer(v) +
+           " + " + idx + ");");
+    for (size_t k = 0; k < L; ++k)
+      r[k] = "dlc::cvt<" + ct + ">(" + q + ".v[" + std::to_string(k) + "])";
+    lm[key] = r;
+    return r;
+  }
+  const Node &n = *v->definingNode();
+  Fusibility f = fusibility(n);
+  const Shape &os = v->shape();
+  switch (f.role) {
+  case Fusibility::Role::Metadata: // the same linear index, a row of the operand
+    r = lanesAt(b, n.operand(0), idx, memo, lm);
+    break;
+  case Fusibility::Role::Elementwise: {
+    if (!n.def().cudaExpr) {
+      laneFail_ = true;
+      return r;
+    }
+    std::vector<std::optional<OperandAccess>> access(n.numOperands());
+    bool coordinates = false;
+    for (unsigned k = 0; k < n.numOperands(); ++k) {
+      const Value *op = n.operand(k);
+      if (f.operandAccess)
+        access[k] = f.operandAccess(n, k);
+      coordinates |= op && !isScalarConstant(op) &&
+                     (access[k] || (op->shape() != os && op->type().numElements() != 1));
+    }
+    std::string c = coordinates ? coords(b, os, idx) : "";
+    std::vector<std::vector<std::string>> vals(L);
+    for (unsigned k = 0; k < n.numOperands(); ++k) {
+      const Value *op = n.operand(k);
+      std::vector<std::string> lanes;
+      if (!op || isScalarConstant(op)) {
+        lanes.assign(L, op ? scalarLiteral(op) : "");
+      } else if (access[k]) {
+        lanes = lanesOf(b, op, accessIndex(n, *access[k], c), laneRead(n, *access[k]), memo, lm);
+      } else if (op->shape() == os) {
+        lanes = lanesAt(b, op, idx, memo, lm);
+      } else if (op->type().numElements() == 1) {
+        lanes = lanesOf(b, op, "(I)0", LaneRead::Uniform, memo, lm);
+      } else {
+        const Shape &is = op->shape();
+        LaneRead how = is.back() == 1           ? LaneRead::Uniform
+                       : is.back() == os.back() ? LaneRead::Contiguous
+                                                : LaneRead::None;
+        lanes = lanesOf(b, op, "(" + broadcastIndex(os, is, c) + ")", how, memo, lm);
+      }
+      for (size_t l = 0; l < L; ++l)
+        vals[l].push_back(lanes[l]);
+    }
+    std::string st = cudaType(v->dtype());
+    bool round = f.roundsResult && st != ct;
+    for (size_t l = 0; l < L; ++l) {
+      auto e = expandExpr(n, vals[l], "(" + idx + " + " + std::to_string(l) + ")");
+      if (!e) {
+        llvm::consumeError(e.takeError());
+        laneFail_ = true;
+        return r;
+      }
+      r[l] = fresh("t");
+      b.line("const " + ct + " " + r[l] + " = " +
+             (round ? "dlc::cvt<" + ct + ">(dlc::cvt<" + st + ">(" + *e + "))"
+                    : "dlc::cvt<" + ct + ">(" + *e + ")") +
+             ";");
+    }
+    break;
+  }
+  case Fusibility::Role::Injective: {
+    IndexMap m = f.indexMap(n);
+    std::string c = coords(b, os, idx);
+    switch (m.kind) {
+    case IndexMap::Kind::Affine:
+      r = lanesOf(b, n.operand(m.access.operand), accessIndex(n, m.access, c),
+                  laneRead(n, m.access), memo, lm);
+      break;
+    case IndexMap::Kind::Concat: {
+      // A run never straddles two pieces.
+      const bool alongRun = m.axis + 1 == static_cast<int64_t>(os.size());
+      for (const IndexMap::Piece &p : m.pieces)
+        laneFail_ |= alongRun && (p.start % lanes_ != 0 || p.size % lanes_ != 0);
+      if (laneFail_)
+        return r;
+      for (size_t l = 0; l < L; ++l) {
+        r[l] = fresh("t");
+        b.line(ct + " " + r[l] + ";");
+      }
+      std::string ca = c + std::to_string(m.axis);
+      for (size_t k = 0; k < m.pieces.size(); ++k) {
+        const IndexMap::Piece &p = m.pieces[k];
+        std::string head = k + 1 == m.pieces.size() ? (k == 0 ? "if (true)" : "else")
+                                                    : (k == 0 ? "if (" : "else if (") + ca +
+                                                          " < (I)" + num(p.start + p.size) + ")";
+        CodeStream::Block blk(b, head);
+        Memo inner = memo;
+        LaneMemo innerLanes = lm;
+        std::vector<std::string> x =
+            lanesOf(b, n.operand(p.access.operand), accessIndex(n, p.access, c),
+                    laneRead(n, p.access), inner, innerLanes);
+        for (size_t l = 0; l < L; ++l)
+          b.line(r[l] + " = " + x[l] + ";");
+      }
+      break;
+    }
+    case IndexMap::Kind::Gather: {
+      // Gathered rows (an embedding): the index is the same along the run, and the
+      // gathered dim is not x's last.
+      const Value *x = n.operand(m.access.operand);
+      LaneRead how = laneRead(n, m.access);
+      if (laneRead(n, m.indices) != LaneRead::Uniform || how == LaneRead::None ||
+          m.axis + 1 == static_cast<int64_t>(x->rank())) {
+        laneFail_ = true;
+        return r;
+      }
+      r = lanesOf(b, x, gatherIndex(b, n, m, c, memo), how, memo, lm);
+      break;
+    }
+    }
+    break;
+  }
+  default:
+    laneFail_ = true;
+    return r;
+  }
+  lm[key] = r;
+  return r;
 }
 
 //===----------------------------------------------------------------------===//
@@ -387,6 +588,40 @@ llvm::Expected<Functor> loadFunctor(Lowering &l, const FusionGroup *g, const Val
       [&](CodeStream &b, FusedAccess &fa) { b.line("return " + fa.load(b, v, "i") + ";"); });
 }
 
+int loadRunLanes(Lowering &l, const FusionGroup *g, const Value *v, int64_t divides) {
+  for (int lanes : {8, 4, 2}) {
+    if (divides % lanes != 0)
+      continue;
+    Functor trial;
+    FusedAccess ta(l, trial.params, g);
+    CodeStream tb;
+    bool ok = !ta.loadLanes(tb, v, "i", lanes, true).empty();
+    if (auto e = ta.takeError()) {
+      llvm::consumeError(std::move(e));
+      ok = false;
+    }
+    if (ok)
+      return lanes;
+  }
+  return 0;
+}
+
+llvm::Expected<Functor> loadRunFunctor(Lowering &l, const FusionGroup *g, const Value *v,
+                                       int lanes) {
+  // Two methods of one functor (one Params): load, then loadRun.
+  return functorWith(
+      l, g, v, "Value load(const Params &P, I i)", [&](CodeStream &b, FusedAccess &fa) {
+        b.line("return " + fa.load(b, v, "i") + ";");
+        b.unindent();
+        b.line("}");
+        b.line(std::string(kMethodHead) + "void loadRun(const Params &P, I i, Value *r) {");
+        b.indent();
+        std::vector<std::string> r = fa.loadLanes(b, v, "i", lanes, false);
+        for (size_t k = 0; k < r.size(); ++k)
+          b.line("r[" + std::to_string(k) + "] = " + r[k] + ";");
+      });
+}
+
 llvm::Expected<Functor> storeFunctor(Lowering &l, const FusionGroup *g, const Value *anchorOut) {
   return functorWith(l, g, anchorOut, "void store(const Params &P, I i, Value v)",
                      [&](CodeStream &b, FusedAccess &fa) { fa.store(b, anchorOut, "i", "v"); });
@@ -407,8 +642,9 @@ llvm::Expected<Functor> storePairFunctor(Lowering &l, const FusionGroup *g, cons
                      });
 }
 
-llvm::Expected<AnchorFunctors> anchorFunctors(Lowering &l, const Value *in, const Value *out) {
-  auto fin = loadFunctor(l, l.group(), in);
+llvm::Expected<AnchorFunctors> anchorFunctors(Lowering &l, const Value *in, const Value *out,
+                                              int runLanes) {
+  auto fin = runLanes ? loadRunFunctor(l, l.group(), in, runLanes) : loadFunctor(l, l.group(), in);
   if (!fin)
     return fin.takeError();
   auto fout = storeFunctor(l, l.group(), out);
@@ -522,6 +758,25 @@ VectorForm vectorFormFor(DType t) {
 }
 } // namespace
 
+/// The longest run of lowerInlineGroup's row form for group g writing at `outRef`:
+/// 16 bytes of its narrowest external or output type (at most 8 lanes), halved until it
+/// divides the output's last dim; 0 where the output cannot take a vector store.
+static int rowLanes(Lowering &l, const FusionGroup &g, BufferRef outRef) {
+  const Value *out = g.root()->result();
+  if (out->rank() == 0 || l.isInterface(out))
+    return 0;
+  size_t narrowest = dtypeSize(out->dtype());
+  for (const Node *n : g.nodes)
+    for (const Value *v : n->operands())
+      if (v && !g.computes(v) && !isScalarConstant(v))
+        narrowest = std::min(narrowest, dtypeSize(v->dtype()));
+  int lanes = static_cast<int>(std::min<size_t>(8, 16 / std::max<size_t>(1, narrowest)));
+  while (lanes > 1 && (out->shape().back() % lanes != 0 ||
+                       outRef.offset % (lanes * dtypeSize(out->dtype())) != 0))
+    lanes /= 2;
+  return lanes > 1 ? lanes : 0;
+}
+
 llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
   const Value *out = g.root()->result();
   auto metadata = [](const Node *n) { return fusibility(*n).role == Fusibility::Role::Metadata; };
@@ -539,13 +794,15 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
     return llvm::Error::success();
   Functor f;
   FusedAccess fa(l, f.params, &g);
-  // Vectorized form: every node element-wise over one index space of one float type,
-  // every buffer aligned to the vector (arena buffers are 256-byte aligned; views may
-  // be offset), and none of them the caller's (a bound device pointer is only
-  // element-aligned). f32 moves float4s; f16 and bf16 move __half2 / __nv_bfloat162
-  // pairs (converted to float per lane, packed back with round-to-nearest).
+  // The row form: a thread computes a run of `lanes` elements along the last dim,
+  // splitting its index into coordinates once and reading each operand that varies
+  // along the run as one vector (16 bytes for the narrowest type: 8 FP16 channels of
+  // an NHWC tensor), and stores the run as one vector.
+  const int maxLanes = rowLanes(l, g, outRef);
+  const int lanes = maxLanes ? loadRunLanes(l, &g, out, maxLanes) : 0;
+  const bool row = lanes > 0;
   const VectorForm vf = vectorFormFor(out->dtype());
-  bool vec = vf.width > 1 && total % vf.width == 0 && outRef.offset % vf.bytes() == 0 &&
+  bool vec = !row && vf.width > 1 && total % vf.width == 0 && outRef.offset % vf.bytes() == 0 &&
              !l.isInterface(out);
   std::vector<const Value *> externals;
   for (const Node *n : g.nodes) {
@@ -571,8 +828,17 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
     CodeStream::Indent in(b);
     b.line(std::string(kMethodHead) + "void run(const Params &P, I i) {");
     CodeStream::Indent body(b);
-    std::string outPtr = fa.outputPointer(out);
-    if (vec) {
+    if (row) {
+      b.line("const I iv = i * (I)" + std::to_string(lanes) + ";");
+      std::vector<std::string> r = fa.loadLanes(b, out, "iv", lanes, false);
+      std::string st = cudaType(out->dtype()),
+                  vt = "dlc::VecOf<" + st + ", " + std::to_string(lanes) + ">";
+      b.line(vt + " w;");
+      for (size_t k = 0; k < r.size(); ++k)
+        b.line("w.v[" + std::to_string(k) + "] = dlc::cvt<" + st + ">(" + r[k] + ");");
+      b.line("*reinterpret_cast<" + vt + " *>(" + fa.outputPointer(out) + " + iv) = w;");
+    } else if (vec) {
+      std::string outPtr = fa.outputPointer(out);
       std::vector<std::string> q;
       for (size_t k = 0; k < externals.size(); ++k) {
         q.push_back("q" + std::to_string(k));
@@ -594,14 +860,14 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
       b.line(std::string("reinterpret_cast<") + vf.type + " *>(" + outPtr + ")[i] = " + vf.pack() +
              ";");
     } else {
-      b.line("dlc::st(" + outPtr + ", i, " + fa.load(b, out, "i") + ");");
+      b.line("dlc::st(" + fa.outputPointer(out) + ", i, " + fa.load(b, out, "i") + ");");
     }
   }
   if (auto e = fa.takeError())
     return e;
   f.methods = b.str() + "  }\n";
   f.valueType = computeType(out->dtype());
-  int64_t n = vec ? total / vf.width : total;
+  int64_t n = row ? total / lanes : vec ? total / vf.width : total;
   std::string fn = l.functorName(f);
   Instantiation inst;
   inst.tmpl = "dlc::elementwise";

@@ -49,6 +49,15 @@ public:
   /// Several values at one index, computed together (shared subexpressions once).
   std::vector<std::string> loadAll(CodeStream &b, const std::vector<const ir::Value *> &vs,
                                    const std::string &idx);
+  /// The row form of anchor-free groups (lowerInlineGroup): value v at the `lanes`
+  /// elements idx, idx + 1, ... of one run along its last dim (idx a multiple of
+  /// `lanes`), a name per lane. Every external value read along the run is read as one
+  /// vector; values that stay the same along it (per-row operands, broadcasts) once.
+  /// Empty where some read is neither contiguous nor constant along the last dim, or a
+  /// vector would be misaligned: the caller then writes the scalar form with another
+  /// FusedAccess. `dry` writes code without allocating check words (a trial run).
+  std::vector<std::string> loadLanes(CodeStream &b, const ir::Value *v, const std::string &idx,
+                                     int lanes, bool dry);
   /// Declares `const I i = row * cols + col;` and lets every split of i into
   /// coordinates whose last dim is `cols` take (row, col) as they are: a kernel that
   /// holds rows and columns (attention's score chain) spares the division.
@@ -76,6 +85,10 @@ private:
   /// An injective node's value at `idx`, read through its index map.
   std::string injectiveAt(CodeStream &b, const ir::Node &n, const ir::IndexMap &m,
                           const std::string &idx, Memo &memo);
+  /// The linear index into a Gather's data operand for the coordinates `c` (reading
+  /// and checking the gathered index).
+  std::string gatherIndex(CodeStream &b, const ir::Node &n, const ir::IndexMap &m,
+                          const std::string &c, Memo &memo);
   /// The linear index into `a.operand` of node n for the coordinates `c` (a prefix).
   std::string accessIndex(const ir::Node &n, const ir::OperandAccess &a, const std::string &c);
   /// Records that `n` cannot be inlined; returns a placeholder expression.
@@ -85,6 +98,15 @@ private:
                              const ir::Value *bound, const std::string &boundIdx,
                              const std::string &boundExpr);
   std::string fresh(const char *prefix);
+  /// How lowerInlineGroup's row form reads operand access `a` of n along a run of
+  /// lanes_ elements of the result's last dim.
+  enum class LaneRead { Contiguous, Uniform, None };
+  LaneRead laneRead(const ir::Node &n, const ir::OperandAccess &a) const;
+  using LaneMemo = std::map<std::pair<const ir::Value *, std::string>, std::vector<std::string>>;
+  std::vector<std::string> lanesAt(CodeStream &b, const ir::Value *v, const std::string &idx,
+                                   Memo &memo, LaneMemo &lanes);
+  std::vector<std::string> lanesOf(CodeStream &b, const ir::Value *v, const std::string &idx,
+                                   LaneRead how, Memo &memo, LaneMemo &lanes);
   /// Declares the coordinates of linear index `idx` in shape s; returns their prefix.
   std::string coords(CodeStream &b, const ir::Shape &s, const std::string &idx);
   /// sum_d f(coord_d) * strides[d] over the coordinates `prefix` (zero strides
@@ -114,11 +136,21 @@ private:
     int64_t cols = 0;
   } split_;
   int counter_ = 0;
+  int lanes_ = 0;    // the row form's run length (0: scalar code)
+  bool dry_ = false; // a trial run: no check words
+  bool laneFail_ = false;
 };
 
 /// X::load(P, i): the value of `v` at its linear index i, with the group's producers
 /// inlined (the anchor's prologue).
 llvm::Expected<Functor> loadFunctor(Lowering &l, const ir::FusionGroup *g, const ir::Value *v);
+/// The longest run (8, 4 or 2 lanes, dividing `divides`) in which v can be read as
+/// FusedAccess::loadLanes does (a trial that changes nothing); 0 if none.
+int loadRunLanes(Lowering &l, const ir::FusionGroup *g, const ir::Value *v, int64_t divides);
+/// loadFunctor with a second method, X::loadRun(P, i, Value *r): `lanes` values of v
+/// at i, i + 1, ... along its last dim (i a multiple of lanes; loadRunLanes says where).
+llvm::Expected<Functor> loadRunFunctor(Lowering &l, const ir::FusionGroup *g, const ir::Value *v,
+                                       int lanes);
 /// Out::store(P, i, x): the group's epilogue applied to the anchor's result x at
 /// index i, and the store of the group's output.
 llvm::Expected<Functor> storeFunctor(Lowering &l, const ir::FusionGroup *g,
@@ -134,8 +166,9 @@ struct AnchorFunctors {
   Functor in, out;
   std::string inName, outName;
 };
+/// runLanes > 0: the prologue is loadRunFunctor's, with runs of that many lanes.
 llvm::Expected<AnchorFunctors> anchorFunctors(Lowering &l, const ir::Value *in,
-                                              const ir::Value *out);
+                                              const ir::Value *out, int runLanes = 0);
 /// Sc::apply(P, i, x): `v` at index i where `bound` is x (attention's score chain);
 /// Sc::apply2(P, row, col, x) the same at i = row * cols + col, cols the last dim.
 llvm::Expected<Functor> boundFunctor(Lowering &l, const ir::FusionGroup *g, const ir::Value *v,

@@ -66,14 +66,32 @@ __global__ void __launch_bounds__(256) copy_strided(const CopyShape s) {
 
 enum PadMode { kPadConstant, kPadEdge, kPadWrap, kPadReflect };
 
+/// A pad's fill value: the constant operand's, else the attribute's.
+template <class DT> struct PadFill {
+  static DLC_HD DT get(const PadShape &s) {
+    typedef typename Compute<DT>::type T;
+    return s.fillPtr
+               ? static_cast<const DT *>(s.fillPtr)[0]
+               : cvt<DT>(IsFloating<T>::value ? static_cast<T>(s.fill) : static_cast<T>(s.fillInt));
+  }
+};
+/// A run of channels moved whole (the last dim not padded; lowerPad): zero bytes.
+template <class W, int V> struct PadFill<VecOf<W, V>> {
+  static DLC_HD VecOf<W, V> get(const PadShape &) {
+    VecOf<W, V> z;
+    for (int k = 0; k < V; ++k)
+      z.v[k] = 0;
+    return z;
+  }
+};
+
+/// y = x padded (Mode: constant fill, edge, wrap or reflect), one thread per element of
+/// y; DT may be a VecOf run of whole channels, the shapes then counted in runs.
 template <int Mode, class I, class DT>
 __global__ void __launch_bounds__(256) pad(const PadShape s) {
-  typedef typename Compute<DT>::type T;
   const DT *x = static_cast<const DT *>(s.x);
   DT *y = static_cast<DT *>(s.y);
-  const DT fill = s.fillPtr ? static_cast<const DT *>(s.fillPtr)[0]
-                            : cvt<DT>(IsFloating<T>::value ? static_cast<T>(s.fill)
-                                                           : static_cast<T>(s.fillInt));
+  const DT fill = PadFill<DT>::get(s);
   DLC_GRID_STRIDE(i, static_cast<I>(s.total)) {
     I r = i, src = 0;
     bool outside = false;

@@ -122,48 +122,67 @@ __global__ void __launch_bounds__(256) reduce_merge(const ReduceArgs<X, Out> a) 
 }
 
 /// A reduction over the middle axis of [outer, len, inner] with inner contiguous (NHWC
-/// global pooling; ReduceMean over H and W): output (p, c) at p * inner + c. A block
-/// takes 32 adjacent columns and 8 slices of the rows: each warp reads 32 consecutive
-/// elements per row, walking the rows by adding a stride (no index division per
-/// element); the slices' partial results meet in shared memory. Split: block t * splits
-/// + j takes the j-th chunk of the rows and writes its partials for reduce_merge.
-template <int Kind, bool Split, class I, class X, class Out>
+/// global pooling; ReduceMean over H and W; BatchNorm's statistics): output (p, c) at
+/// p * inner + c. A block takes 32 V adjacent columns and 8 slices of the rows: each
+/// warp reads 32 V consecutive elements per row (V > 1: a run of V columns per thread
+/// through X::loadRun, one index split and vector loads per run), walking the rows by
+/// adding a stride (no index division per element); the slices' partial results meet
+/// in shared memory. Split: block t * splits + j takes the j-th chunk of the rows and
+/// writes its partials for reduce_merge.
+template <int Kind, bool Split, int V, class I, class X, class Out>
 __global__ void __launch_bounds__(256) reduce_cols(const ReduceArgs<X, Out> a) {
   typedef typename X::Value T;
   typedef ReduceOp<Kind> Op;
-  constexpr int kSlices = 8;
+  constexpr int kSlices = 8, kCols = 32 * V;
   const ReduceShape &s = a.s;
   const I len = static_cast<I>(s.len), inner = static_cast<I>(s.inner),
-          outer = static_cast<I>(s.outCount) / inner, tilesPerRow = (inner + 31) / 32;
+          outer = static_cast<I>(s.outCount) / inner, tilesPerRow = (inner + kCols - 1) / kCols;
   const I splits = Split ? static_cast<I>(s.splits) : 1,
           chunk = Split ? static_cast<I>(s.chunk) : len;
   const I lane = static_cast<I>(threadIdx.x) & 31, slice = static_cast<I>(threadIdx.x) >> 5;
-  DLC_SHARED(T, part, [kSlices][32]);
+  DLC_SHARED(T, part, [kSlices][kCols]);
   for (I b = static_cast<I>(blockIdx.x); b < outer * tilesPerRow * splits;
        b += static_cast<I>(gridDim.x)) {
     const I t = Split ? b / splits : b, first = Split ? (b - t * splits) * chunk : 0;
-    const I p = t / tilesPerRow, c = (t - p * tilesPerRow) * 32 + lane;
+    const I p = t / tilesPerRow, c = (t - p * tilesPerRow) * kCols + lane * V;
     const I end = Split && first + chunk < len ? first + chunk : len;
-    T acc = Op::template identity<T>();
-    if (c < inner) {
+    T acc[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      acc[k] = Op::template identity<T>();
+    if (c < inner) { // (inner is a multiple of V: a run is whole)
       const I step = kSlices * inner;
       I at = (p * len + first + slice) * inner + c;
 #pragma unroll 4
-      for (I r = first + slice; r < end; r += kSlices, at += step)
-        acc = Op()(acc, X::load(a.x, at));
+      for (I r = first + slice; r < end; r += kSlices, at += step) {
+        if constexpr (V == 1) {
+          acc[0] = Op()(acc[0], X::load(a.x, at));
+        } else {
+          T v[V];
+          X::loadRun(a.x, at, v);
+#pragma unroll
+          for (int k = 0; k < V; ++k)
+            acc[k] = Op()(acc[k], v[k]);
+        }
+      }
     }
-    part[slice][lane] = acc;
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      part[slice][lane * V + k] = acc[k];
     __syncthreads();
     if (slice == 0 && c < inner) {
 #pragma unroll
-      for (int j = 1; j < kSlices; ++j)
-        acc = Op()(acc, part[j][lane]);
-      if (Split) {
-        static_cast<T *>(s.partial)[(p * inner + c) * splits + (b - t * splits)] = acc;
-      } else {
-        if (Kind == kReduceMean && len)
-          acc = acc / static_cast<T>(len);
-        Out::store(a.out, p * inner + c, acc);
+      for (int k = 0; k < V; ++k) {
+#pragma unroll
+        for (int j = 1; j < kSlices; ++j)
+          acc[k] = Op()(acc[k], part[j][lane * V + k]);
+        if (Split) {
+          static_cast<T *>(s.partial)[(p * inner + c + k) * splits + (b - t * splits)] = acc[k];
+        } else {
+          if (Kind == kReduceMean && len)
+            acc[k] = acc[k] / static_cast<T>(len);
+          Out::store(a.out, p * inner + c + k, acc[k]);
+        }
       }
     }
     __syncthreads();

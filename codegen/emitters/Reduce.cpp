@@ -73,21 +73,30 @@ int64_t reductionSplits(int64_t units, int64_t len, int64_t minChunk) {
 /// with Split) writes each chunk's partial result, reduce_merge combines them.
 llvm::Error emitReduce(Lowering &l, const Node &n, const Value *x, const Value *out, ReduceShape s,
                        bool contig, const char *kind) {
-  auto io = anchorFunctors(l, x, out);
-  if (!io)
-    return io.takeError();
-  Functor &fx = io->in, &fo = io->out;
-  std::string xn = io->inName, on = io->outName;
   bool isShort = s.len <= kShortReduction;
   int64_t maxIndex = std::max(x->type().numElements(), out->type().numElements());
   double flops = static_cast<double>(x->type().numElements());
-  const int64_t tiles = s.inner ? s.outCount / s.inner * ((s.inner + 31) / 32) : 0;
   bool columns = s.inner >= kColumnReduction;
+  // Columns in runs of `runs` per thread where the prologue reads them as vectors.
+  int runs = columns ? loadRunLanes(l, l.group(), x, s.inner) : 0;
+  const int64_t tiles =
+      s.inner ? s.outCount / s.inner * ceilDiv(s.inner, 32 * std::max(runs, 1)) : 0;
   // Column chunks of at least 256 rows (32 per slice); rows of at least 4096 elements
   // (16 per thread).
   s.splits =
       isShort ? 1 : reductionSplits(columns ? tiles : s.outCount, s.len, columns ? 256 : 4096);
   s.chunk = ceilDiv(s.len, s.splits);
+  const bool split = s.splits > 1;
+  // (Few column tiles over long columns without a split: a block per output walks them
+  // in parallel; reduce_cols would leave each tile's 8 slices to walk len / 8 rows alone.)
+  const bool cols = columns && (tiles >= 32 || s.len <= 128 || split);
+  if (!cols)
+    runs = 0;
+  auto io = anchorFunctors(l, x, out, runs);
+  if (!io)
+    return io.takeError();
+  Functor &fx = io->in, &fo = io->out;
+  std::string xn = io->inName, on = io->outName;
   std::optional<BufferRef> partial;
   // The partials in the compute type: float for FP32/FP16/BF16, else at most 8 bytes.
   const bool floatAcc = isFloat(x->dtype()) && x->dtype() != DType::F64;
@@ -112,18 +121,18 @@ llvm::Error emitReduce(Lowering &l, const Node &n, const Value *x, const Value *
     inst.needsSync = sync;
     return l.instantiate(inst);
   };
-  const bool split = s.splits > 1;
-  // (Few column tiles over long columns without a split: a block per output walks them
-  // in parallel; reduce_cols would leave each tile's 8 slices to walk len / 8 rows alone.)
-  const bool cols = columns && (tiles >= 32 || s.len <= 128 || split);
   const std::string index =
       l.indexType(std::max(maxIndex + (cols ? s.inner * 8 : 0), s.outCount * s.splits));
   if (split || cols) {
     LaunchArgs a = args(split ? Split : Whole);
     if (cols)
-      l.launch(
-          n, instantiate("dlc::reduce_cols", {kind, split ? "true" : "false", index, xn, on}, true),
-          a, static_cast<uint32_t>(std::min<int64_t>(tiles * s.splits, 1 << 20)), 256, 0, flops);
+      l.launch(n,
+               instantiate("dlc::reduce_cols",
+                           {kind, split ? "true" : "false", std::to_string(std::max(runs, 1)),
+                            index, xn, on},
+                           true),
+               a, static_cast<uint32_t>(std::min<int64_t>(tiles * s.splits, 1 << 20)), 256, 0,
+               flops);
     else
       l.launch(
           n,

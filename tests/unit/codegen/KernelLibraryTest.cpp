@@ -73,8 +73,8 @@ TEST(KernelLibrary, ElementwiseScalarAndFloat4) {
 
 TEST(KernelLibrary, ElementwiseHalf2) {
   for (const char *dt : {"f16", "bf16"}) {
-    std::string t = dt, shape = t + "[4,6]";
-    std::string ir = "graph @g(%x: " + shape + ", %w: " + t + "[6,6]) -> (\"y\": " + shape +
+    std::string t = dt, shape = t + "[4,5]";
+    std::string ir = "graph @g(%x: " + shape + ", %w: " + t + "[5,5]) -> (\"y\": " + shape +
                      ") {\n"
                      "  %m = MatMul(%x, %w) : " +
                      shape +
@@ -118,6 +118,92 @@ TEST(KernelLibrary, ElementwiseHalf2) {
          2,
          true,
          4e-3});
+}
+
+// The row form of anchor-free groups: a thread takes a run of 16 bytes along the last
+// dim (8 FP16 channels of an NHWC tensor), splits its index once and reads each operand
+// that varies along the run as one vector; per-row operands are read once per run. The
+// groups sit between MatMuls: a graph input or output (a caller's pointer, aligned only
+// to its element) is never read or written as a vector.
+TEST(KernelLibrary, ElementwiseRowsMoveVectors) {
+  auto rows = [](const char *name, const std::string &ir, double tol, const char *has,
+                 std::map<std::string, ir::Tensor> inputs = {}) {
+    KernelCase c{name, ir.c_str(), {"dlc::elementwise"}, std::move(inputs)};
+    c.tol = tol;
+    c.sourceHas = has;
+    check(c);
+  };
+  rows("per-channel scale and shift, ReLU, f16",
+       R"(graph @g(%x: f16[3,5,24], %w: f16[24,24]) -> ("y": f16[3,5,24]) {
+  %s = )" + randomConst(ir::DType::F16, {24}, 1) +
+           R"(
+  %b = )" + randomConst(ir::DType::F16, {3, 5, 1}, 2) +
+           R"(
+  %m0 = MatMul(%x, %w) : f16[3,5,24]
+  %m = Mul(%m0, %s) : f16[3,5,24]
+  %a = Add(%m, %b) : f16[3,5,24]
+  %r = Tanh(%a) : f16[3,5,24]
+  %y = MatMul(%r, %w) : f16[3,5,24]
+  return %y
+})",
+       2e-2, "dlc::VecOf<__half, 8>");
+  // im2col of an NHWC tensor: strided spatial slices concatenated along channels.
+  rows("im2col, slices and concat along channels",
+       R"(graph @g(%x: f16[2,7,7,16], %w: f16[16,16], %v: f16[48,8]) -> ("y": f16[2,3,3,8]) {
+  %m = MatMul(%x, %w) : f16[2,7,7,16]
+  %a = Slice(%m) {axes = [1, 2], ends = [6, 6], starts = [0, 0], steps = [2, 2]} : f16[2,3,3,16]
+  %b = Slice(%m) {axes = [1, 2], ends = [7, 7], starts = [1, 0], steps = [2, 2]} : f16[2,3,3,16]
+  %c = Slice(%m) {axes = [1, 2], ends = [7, 7], starts = [1, 1], steps = [2, 2]} : f16[2,3,3,16]
+  %k = Concat(%a, %b, %c) {axis = 3} : f16[2,3,3,48]
+  %y = MatMul(%k, %v) : f16[2,3,3,8]
+  return %y
+})",
+       2e-2, "dlc::VecOf<__half, 8>");
+  // A piece of 4 channels: runs of 4.
+  rows(
+      "concat of 4-channel pieces, transpose keeping the last dim",
+      R"(graph @g(%x: f16[2,3,4], %e: f16[4,4], %z: f16[3,2,12], %f: f16[12,12], %v: f16[16,8]) -> ("y": f16[3,2,8]) {
+  %x1 = MatMul(%x, %e) : f16[2,3,4]
+  %z1 = MatMul(%z, %f) : f16[3,2,12]
+  %t = Transpose(%x1) {perm = [1, 0, 2]} : f16[3,2,4]
+  %k = Concat(%t, %z1) {axis = 2} : f16[3,2,16]
+  %y = MatMul(%k, %v) : f16[3,2,8]
+  return %y
+})",
+      2e-2, "dlc::VecOf<__half, 4>");
+  // FP32 in, FP16 out: 8 lanes of the narrower type (32 bytes of the wider).
+  rows("cast",
+       R"(graph @g(%x: f32[4,16], %w: f32[16,16], %s: f32[4,1], %v: f16[16,8]) -> ("y": f16[4,8]) {
+  %m = MatMul(%x, %w) : f32[4,16]
+  %d = Sub(%m, %s) : f32[4,16]
+  %c = Cast(%d) {to = 10} : f16[4,16]
+  %y = MatMul(%c, %v) : f16[4,8]
+  return %y
+})",
+       1e-2, "dlc::VecOf<float, 8>");
+  // Rows gathered by an index read once per run (an embedding lookup).
+  rows("gathered rows",
+       R"(graph @g(%w0: f32[10,8], %e: f32[8,8], %i: i64[2,3], %v: f32[8,4]) -> ("y": f32[2,3,4]) {
+  %w = MatMul(%w0, %e) : f32[10,8]
+  %g = Gather(%w, %i) {axis = 0} : f32[2,3,8]
+  %s = Sigmoid(%g) : f32[2,3,8]
+  %y = MatMul(%s, %v) : f32[2,3,4]
+  return %y
+})",
+       1e-4, "dlc::VecOf<float, 4>", {{"i", ints(ir::DType::I64, {2, 3}, {0, 9, -1, 3, 3, -10})}});
+  // The last dim moved: no run is contiguous, the scalar form.
+  KernelCase moved{"transpose of the last dim",
+                   R"(graph @g(%x: f16[8,16], %w: f16[16,16], %v: f16[8,8]) -> ("y": f16[16,8]) {
+  %m = MatMul(%x, %w) : f16[8,16]
+  %t = Transpose(%m) {perm = [1, 0]} : f16[16,8]
+  %n = Neg(%t) : f16[16,8]
+  %y = MatMul(%n, %v) : f16[16,8]
+  return %y
+})",
+                   {"dlc::elementwise"}};
+  moved.tol = 2e-2;
+  moved.sourceLacks = "dlc::VecOf<";
+  check(moved);
 }
 
 TEST(KernelLibrary, Pooling) {
@@ -219,6 +305,37 @@ TEST(KernelLibrary, ColumnReductions) {
          4e-3,
          false,
          {"dlc::reduce"}});
+}
+
+// Column reductions read runs of 8 (or 4, 2) adjacent columns per thread where the
+// prologue reads them as vectors (BatchNorm's channels-last statistics): a fused
+// prologue with a per-channel operand, whole and split columns, f16 and f32, 20 columns
+// in runs of 4. Behind MatMuls: a graph input is never read as a vector.
+TEST(KernelLibrary, ColumnReductionsReadRuns) {
+  const std::string text =
+      R"(graph @g(%x: f16[2,5,7,40], %w: f16[40,40], %u: f32[1100,24], %e: f32[24,24], %v: f16[3,6,20], %f: f16[20,20]) -> ("s": f32[1,1,1,40], "q": f32[24], "m": f16[3,20]) {
+  %mu = )" +
+      randomConst(ir::DType::F16, {40}, 3) + R"(
+  %a = MatMul(%x, %w) : f16[2,5,7,40]
+  %d = Sub(%a, %mu) : f16[2,5,7,40]
+  %d32 = Cast(%d) {to = 1} : f32[2,5,7,40]
+  %sq = Mul(%d32, %d32) : f32[2,5,7,40]
+  %s = ReduceSum(%sq) {axes = [0, 1, 2], keepdims = 1} : f32[1,1,1,40]
+  %b = MatMul(%u, %e) : f32[1100,24]
+  %q = ReduceSum(%b) {axes = [0], keepdims = 0} : f32[24]
+  %c = MatMul(%v, %f) : f16[3,6,20]
+  %m = ReduceMax(%c) {axes = [1], keepdims = 0} : f16[3,20]
+  return %s, %q, %m
+})";
+  KernelCase c{"column runs", text.c_str(), {"dlc::reduce_cols"}};
+  c.tol = 2e-2;
+  c.deterministic = true;
+  c.sourceHas = "dlc::reduce_cols<dlc::kReduceSum, false, 8,";
+  check(c);
+  c.sourceHas = "dlc::reduce_cols<dlc::kReduceSum, true, 8,"; // f32 in runs of 8: 32 bytes
+  check(c);
+  c.sourceHas = "dlc::reduce_cols<dlc::kReduceMax, false, 4,";
+  check(c);
 }
 
 // Long reductions over few outputs (training's loss-scale overflow checks: a gradient's
@@ -560,6 +677,37 @@ TEST(KernelLibrary, PadAndSplit) {
   return %c, %e, %r, %w
 })",
        {"dlc::pad"}});
+  // The last dim not padded: whole runs of channels per thread (16 bytes of f16, 8 of
+  // f32 with 6 channels), in every mode; a non-zero fill keeps one element per thread.
+  // Between MatMuls: a graph input or output is never moved in runs.
+  for (const char *fill : {"", "%v = const f16[] dense<[0.5]>"}) {
+    std::string ir =
+        std::string(
+            R"(graph @g(%x: f16[2,3,4,8], %w: f16[8,8], %u: f32[2,3,6], %e: f32[6,6]) -> ("c": f16[2,6,6,8], "r": f16[2,3,8,8], "w": f32[2,5,6]) {
+  )") + fill +
+        R"(
+  %m = MatMul(%x, %w) : f16[2,3,4,8]
+  %n = MatMul(%u, %e) : f32[2,3,6]
+  %c0 = Pad(%m)" +
+        (*fill ? ", %v" : "") +
+        R"() {pads = [0, 1, 2, 0, 0, 2, 0, 0]} : f16[2,6,6,8]
+  %r0 = Pad(%m) {mode = "reflect", pads = [0, 0, 2, 0, 0, 0, 2, 0]} : f16[2,3,8,8]
+  %w0 = Pad(%n) {mode = "wrap", pads = [0, 1, 0, 0, 1, 0]} : f32[2,5,6]
+  %c = MatMul(%c0, %w) : f16[2,6,6,8]
+  %r = MatMul(%r0, %w) : f16[2,3,8,8]
+  %w1 = MatMul(%w0, %e) : f32[2,5,6]
+  return %c, %r, %w1
+})";
+    KernelCase runs{
+        *fill ? "pad, non-zero fill" : "pads of whole channel runs", ir.c_str(), {"dlc::pad"}};
+    runs.tol = 2e-2;
+    // The f16 constant pad: scalar with the fill, else in runs; the f32 wrap in runs.
+    runs.sourceHas = *fill ? "__half>(dlc::PadShape)" : "dlc::VecOf<unsigned, 4>>(dlc::PadShape)";
+    runs.sourceLacks = *fill ? "" : "__half>(dlc::PadShape)";
+    check(runs);
+    runs.sourceHas = "dlc::VecOf<unsigned, 2>>(dlc::PadShape)";
+    check(runs);
+  }
   // At -O0 Split stays Split (canonicalize would turn it into slices).
   check({"split",
          R"(graph @g(%x: f32[3,7,2]) -> ("a": f32[3,2,2], "b": f32[3,5,2]) {
