@@ -150,13 +150,15 @@ struct ConvTransposeShape {
 //===----------------------------------------------------------------------===//
 
 struct PoolShape {
-  void *indices; // MaxPool's second output (int64), or null
-  i64 total;     // output elements
+  void *indices;      // MaxPool's second output (int64), or null
+  const void *x, *dy; // MaxPoolGrad's operands (pool_max_grad)
+  i64 total;          // output elements (pool_max_grad: runs of input elements)
   i64 in[3], out[3], k[3], stride[3], dil[3], pad[3], padEnd[3];
   i64 inSize, outSize;
   i64 countIncludePad, columnMajor, spatialRank;
   i64 C; // channels (channels-last pooling)
-  Divmod dOut2, dOut1, dOut0, dIn2, dIn1, dC;
+  // pool_max_grad: dC splits the channel runs, dIn0 the input's first spatial dim
+  Divmod dOut2, dOut1, dOut0, dIn2, dIn1, dIn0, dC;
 };
 
 //===----------------------------------------------------------------------===//

@@ -86,4 +86,99 @@ __global__ void __launch_bounds__(256) pool_window(const PoolArgs<X, Out> a) {
   }
 }
 
+/// MaxPool's input gradient (MaxPoolGrad): a thread per input element, or (CL) per
+/// run of V adjacent channels read as one vector. Input cell p receives, from each
+/// window that covers it (at most ceil(k / stride) per dim, found without division per
+/// window), that window's output gradient when p is the window's maximum: the first of
+/// equal maxima in window order, found again in x exactly as pool_window finds it. A
+/// gather: no atomics, no indices tensor, the same sums in every run.
+template <class Out> struct PoolGradArgs {
+  PoolShape s;
+  typename Out::Params out;
+};
+
+template <bool CL, int V, class I, class MT, class Out>
+__global__ void __launch_bounds__(256) pool_max_grad(const PoolGradArgs<Out> a) {
+  typedef typename Out::Value T;
+  typedef typename Compute<MT>::type C; // float for FP16/BF16
+  typedef VecOf<MT, V> Vec;
+  const PoolShape &s = a.s;
+  const MT *x = static_cast<const MT *>(s.x), *dy = static_cast<const MT *>(s.dy);
+  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+       i < static_cast<I>(s.total); i += step) {
+    I r = i, ch = 0;
+    if (CL)
+      ch = s.dC.split(r) * V;
+    const I p2 = s.dIn2.split(r), p1 = s.dIn1.split(r), p0 = s.dIn0.split(r);
+    // r: the image (CL) or the image's channel.
+    const I cs = CL ? static_cast<I>(s.C) : I(1);
+    const I base = CL ? r * static_cast<I>(s.inSize) * cs + ch : r * static_cast<I>(s.inSize);
+    const I outBase = CL ? r * static_cast<I>(s.outSize) * cs + ch : r * static_cast<I>(s.outSize);
+    const I me = (p0 * static_cast<I>(s.in[1]) + p1) * static_cast<I>(s.in[2]) + p2;
+    const I p[3] = {p0, p1, p2};
+    I lo[3], hi[3];
+#pragma unroll
+    for (int d = 0; d < 3; ++d) { // windows o with o * stride - pad + t * dil = p, t < k
+      const I st = static_cast<I>(s.stride[d]), top = p[d] + static_cast<I>(s.pad[d]);
+      const I first = top - (static_cast<I>(s.k[d]) - 1) * static_cast<I>(s.dil[d]);
+      lo[d] = first > 0 ? (first + st - 1) / st : I(0);
+      hi[d] = top / st;
+      if (hi[d] > static_cast<I>(s.out[d]) - 1)
+        hi[d] = static_cast<I>(s.out[d]) - 1;
+    }
+    C acc[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      acc[j] = C(0);
+    for (I o0 = lo[0]; o0 <= hi[0]; ++o0) {
+      if ((p0 + static_cast<I>(s.pad[0]) - o0 * static_cast<I>(s.stride[0])) %
+              static_cast<I>(s.dil[0]) !=
+          0)
+        continue;
+      for (I o1 = lo[1]; o1 <= hi[1]; ++o1) {
+        if ((p1 + static_cast<I>(s.pad[1]) - o1 * static_cast<I>(s.stride[1])) %
+                static_cast<I>(s.dil[1]) !=
+            0)
+          continue;
+        for (I o2 = lo[2]; o2 <= hi[2]; ++o2) {
+          if ((p2 + static_cast<I>(s.pad[2]) - o2 * static_cast<I>(s.stride[2])) %
+                  static_cast<I>(s.dil[2]) !=
+              0)
+            continue;
+          C best[V];
+          I bestCell[V];
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            best[j] = Limits<C>::lowest();
+            bestCell[j] = -1;
+          }
+          forEachWindowTap(s, o0, o1, o2, [&](I cell, I) {
+            const Vec v = *reinterpret_cast<const Vec *>(x + base + cell * cs);
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+              const C f = Cvt<C, MT>::run(v.v[j]);
+              if (bestCell[j] < 0)
+                bestCell[j] = cell;
+              if (f > best[j]) {
+                best[j] = f;
+                bestCell[j] = cell;
+              }
+            }
+          });
+          const I o = (o0 * static_cast<I>(s.out[1]) + o1) * static_cast<I>(s.out[2]) + o2;
+          const Vec g = *reinterpret_cast<const Vec *>(dy + outBase + o * cs);
+#pragma unroll
+          for (int j = 0; j < V; ++j)
+            if (bestCell[j] == me)
+              acc[j] += Cvt<C, MT>::run(g.v[j]);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      Out::store(a.out, i * V + j, static_cast<T>(acc[j]));
+  }
+}
+
 } // namespace dlc

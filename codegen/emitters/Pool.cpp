@@ -1,7 +1,8 @@
 //===- Pool.cpp - Max/average pooling and global pooling ------------------===//
 //
 // Window pooling is the pool_window template (one thread per output, the window
-// normalized to 3-D like the reference); global pooling is a reduction over the
+// normalized to 3-D like the reference), MaxPool's gradient pool_max_grad (a gather
+// over the windows that cover each input element); global pooling is a reduction over the
 // spatial dims of each (n, c) (the reduce template, contiguous rows).
 //===----------------------------------------------------------------------===//
 #include "../Fused.h"
@@ -71,6 +72,57 @@ llvm::Error lowerWindowPool(Lowering &l, const Node &n) {
   return llvm::Error::success();
 }
 
+/// MaxPoolGrad: pool_max_grad over the input's elements (channels-last: runs of 16
+/// bytes of channels where C and the buffers allow), dx stored through the epilogue.
+llvm::Error lowerMaxPoolGrad(Lowering &l, const Node &n) {
+  const Value *x = n.operand(0), *dy = n.operand(1), *dx = n.result();
+  bool cl = n.attrInt("channels_last") != 0;
+  const Shape xs = cl ? channelsFirst(x) : x->shape();
+  Window3 w = windowOf(n, xs, cl ? channelsFirst(dy) : dy->shape(), n.attrInts("kernel_shape"));
+  l.allocate(dx);
+  const int64_t total = x->type().numElements();
+  if (total == 0)
+    return llvm::Error::success();
+  const int64_t es = static_cast<int64_t>(dtypeSize(x->dtype()));
+  int64_t runs = 1;
+  if (cl && x->dtype() == dy->dtype())
+    for (int64_t v = std::min<int64_t>(8, 16 / es); v > 1 && runs == 1; v /= 2)
+      if (xs[1] % v == 0 && !l.isInterface(x) && !l.isInterface(dy) &&
+          static_cast<int64_t>(l.bufferOf(x).offset) % (v * es) == 0 &&
+          static_cast<int64_t>(l.bufferOf(dy).offset) % (v * es) == 0)
+        runs = v;
+  PoolShape s{};
+  s.total = total / runs;
+  setWindow(s, w);
+  s.inSize = w.inSize();
+  s.outSize = w.outSize();
+  s.spatialRank = x->rank() - 2;
+  s.dIn2 = Divmod::make(w.in[2]);
+  s.dIn1 = Divmod::make(w.in[1]);
+  s.dIn0 = Divmod::make(w.in[0]);
+  s.C = xs[1];
+  s.dC = Divmod::make(xs[1] / runs);
+  auto out = storeFunctor(l, l.group(), dx);
+  if (!out)
+    return out.takeError();
+  std::string on = l.functorName(*out);
+  Instantiation inst{"dlc::pool_max_grad",
+                     {cl ? "true" : "false", std::to_string(runs),
+                      l.indexType(std::max(total, dy->type().numElements())), cudaType(x->dtype()),
+                      on},
+                     "dlc::PoolGradArgs<" + on + ">",
+                     {on}};
+  uint32_t k = l.instantiate(inst);
+  LaunchArgs a;
+  a.shape(s);
+  a.pointer(offsetof(PoolShape, x), l.bufferOf(x), x->type().byteSize(), false);
+  a.pointer(offsetof(PoolShape, dy), l.bufferOf(dy), dy->type().byteSize(), false);
+  a.functor(*out);
+  l.launch(n, k, a, gridFor(s.total, 256), 256, 0,
+           static_cast<double>(dy->type().numElements() * w.kSize()));
+  return llvm::Error::success();
+}
+
 llvm::Error lowerGlobalPool(Lowering &l, const Node &n) {
   const Value *x = n.operand(0), *y = n.result();
   bool cl = n.attrInt("channels_last") != 0;
@@ -89,6 +141,7 @@ void registerPoolLowerings(LoweringRegistry &r) {
   r.op(OpKind::AveragePool, lowerWindowPool);
   r.op(OpKind::GlobalAveragePool, lowerGlobalPool);
   r.op(OpKind::GlobalMaxPool, lowerGlobalPool);
+  r.op(OpKind::MaxPoolGrad, lowerMaxPoolGrad);
 }
 
 } // namespace dlc::codegen

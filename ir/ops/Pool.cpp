@@ -46,6 +46,25 @@ InferResult inferPool(const Node &n) {
   return channelsLastInfer(n, inferPoolNchw);
 }
 
+/// MaxPoolGrad(x, dy): dy must be the shape MaxPool's output would have for x.
+llvm::Error verifyMaxPoolGrad(const Node &n) {
+  if (auto e = verifyPoolInput(n))
+    return e;
+  if (auto e = requireType(n, 1, kFloat))
+    return e;
+  auto y = inferPool(n);
+  if (!y)
+    return y.takeError();
+  if ((*y)[0].shape != n.operand(1)->shape())
+    return errorf("the output gradient is {0}, MaxPool of the input gives {1}",
+                  shapeStr(n.operand(1)->shape()), shapeStr((*y)[0].shape));
+  return Window::fromNode(n, n.operand(0)->rank() - 2, {}).takeError();
+}
+
+InferResult inferMaxPoolGrad(const Node &n) {
+  return TypeList{{n.operand(1)->dtype(), n.operand(0)->shape()}};
+}
+
 /// Visits each window: f(outIndex, inputChannelBase, list of (spatial index) in window,
 /// number of window cells including padding that lie within [-padBegin, in + padEnd)).
 template <class F> void forEachWindow(const Shape &xs, const Shape &ys, const Window &w0, F &&f) {
@@ -124,6 +143,31 @@ llvm::Error refMaxPool(const Node &n, const Inputs &in, Outputs &out) {
   return ok();
 }
 
+/// dx: each window's gradient added at its maximum (the first of equal maxima in
+/// window order, as MaxPool picks it), NCHW.
+llvm::Error refMaxPoolGrad(const Node &n, const Inputs &in, Outputs &out) {
+  const Shape &xs = in[0]->shape();
+  auto win = Window::fromNode(n, static_cast<int64_t>(xs.size()) - 2, {});
+  if (!win)
+    return win.takeError();
+  auto x = in[0]->toVector<double>(), dy = in[1]->toVector<double>();
+  std::vector<double> dx(out[0].numElements(), 0.0);
+  forEachWindow(xs, in[1]->shape(), *win, [&](int64_t o, int64_t base, auto &cells, int64_t) {
+    if (cells.empty())
+      return;
+    double best = -std::numeric_limits<double>::infinity();
+    int64_t bestCell = cells[0];
+    for (int64_t c : cells)
+      if (x[base + c] > best) {
+        best = x[base + c];
+        bestCell = c;
+      }
+    dx[base + bestCell] += dy[o];
+  });
+  out[0] = Tensor::fromVector(out[0].type(), dx);
+  return ok();
+}
+
 llvm::Error refAveragePool(const Node &n, const Inputs &in, Outputs &out) {
   const Shape &xs = in[0]->shape();
   auto win = Window::fromNode(n, static_cast<int64_t>(xs.size()) - 2, {});
@@ -182,6 +226,18 @@ std::optional<LayoutRemap> remapPool(const Node &n, const std::vector<int64_t> &
   return remapToChannelsLast(n, perm, -1);
 }
 
+/// MaxPoolGrad channels-last: the output gradient in the same layout as x.
+std::optional<LayoutRemap> remapMaxPoolGrad(const Node &n, const std::vector<int64_t> &perm) {
+  auto r = remapToChannelsLast(n, perm, -1);
+  if (r)
+    r->operands[1] = LayoutRemap::Operand::Actual;
+  return r;
+}
+
+llvm::Error refMaxPoolGradLayout(const Node &n, const Inputs &in, Outputs &out) {
+  return channelsLastReference(n, in, out, refMaxPoolGrad, {0, 1});
+}
+
 //===----------------------------------------------------------------------===//
 // Gradient rules
 //===----------------------------------------------------------------------===//
@@ -193,21 +249,18 @@ llvm::Error requireChannelsFirst(const Node &n) {
   return ok();
 }
 
-/// MaxPool: the pooling run again for the flat indices of the maxima, and the
-/// gradient scatter-added there (windows may overlap).
+/// MaxPool: MaxPoolGrad, which finds each window's maximum in x again (as cuDNN's
+/// pooling backward does) and gathers, for every input element, the gradients of the
+/// windows whose maximum it is: no indices tensor, no atomics, and a channels-last form
+/// that the layout pass can move (a scatter into NCHW-flat indices could not).
 llvm::Error gradMaxPool(GradBuilder &b, const Node &n) {
   if (auto e = requireChannelsFirst(n))
     return e;
-  if (n.attrInt("storage_order") != 0)
-    return makeError("only storage_order = 0 is differentiable");
-  Value *x = n.operand(0);
-  Value *idx = n.numResults() > 1 ? n.result(1) : b.ops(OpKind::MaxPool, {x}, n.attrs(), 2)[1];
-  int64_t total = x->type().numElements(), count = n.result()->type().numElements();
-  Value *flat = b.op(
-      OpKind::ScatterElements,
-      {b.zerosLike(b.reshape(x, {total})), b.reshape(idx, {count}), b.reshape(b.grad(), {count})},
-      {{"axis", int64_t{0}}, {"reduction", std::string("add")}});
-  b.accumulate(0, b.reshape(flat, x->shape()));
+  AttrMap a;
+  for (const char *k : {"ceil_mode", "dilations", "kernel_shape", "pads", "strides"})
+    if (n.hasAttr(k))
+      a[k] = *n.attr(k);
+  b.accumulate(0, b.op(OpKind::MaxPoolGrad, {n.operand(0), b.grad()}, std::move(a)));
   return ok();
 }
 
@@ -307,6 +360,20 @@ void definePoolOps(OpTable &t) {
       .verify(verifyPoolInput)
       .infer(inferGlobalPool)
       .reference(refPool<refGlobalPool<true>>);
+  t.def(OpKind::MaxPoolGrad)
+      .operands(2)
+      .attr("ceil_mode", AttrKind::Int, int64_t{0})
+      .attr("dilations", AttrKind::Ints, std::vector<int64_t>{})
+      .attr("kernel_shape", AttrKind::Ints)
+      .attr("pads", AttrKind::Ints, std::vector<int64_t>{})
+      .attr("strides", AttrKind::Ints, std::vector<int64_t>{})
+      .fusible(Fusibility::anchor(/*prologue=*/false, /*epilogue=*/true))
+      .fp16(Fp16Policy::Allow)
+      .attr("channels_last", AttrKind::Int, int64_t{0})
+      .layout(LayoutRule::channel(1, remapMaxPoolGrad))
+      .verify(verifyMaxPoolGrad)
+      .infer(inferMaxPoolGrad)
+      .reference(refMaxPoolGradLayout);
   t[OpKind::MaxPool].gradient = gradMaxPool;
   t[OpKind::AveragePool].gradient = gradAveragePool;
   t[OpKind::GlobalAveragePool].gradient = gradGlobalAveragePool;

@@ -229,6 +229,42 @@ TEST(KernelLibrary, Pooling) {
        {"dlc::reduce"}});
 }
 
+// MaxPool's gradient (MaxPoolGrad): a gather over the windows that cover each input
+// element, the maximum found again in x. Overlapping windows with pads (ReLU zeros make
+// ties: the first maximum in window order takes the gradient, as the forward picks it),
+// dilation with ceil_mode, 1-D; channels-last in runs of 8 FP16 channels (behind
+// MatMuls: a graph input is never read as a vector), and a ReLU gradient fused after it.
+TEST(KernelLibrary, MaxPoolGradientGathers) {
+  check(
+      {"max pool gradient, NCHW",
+       R"(graph @g(%x0: f32[2,3,7,9], %dy: f32[2,3,4,4], %z: f32[1,2,9,8], %dz: f32[1,2,3,3], %u: f32[2,2,11], %du: f32[2,2,5]) -> ("dx": f32[2,3,7,9], "dz2": f32[1,2,9,8], "du2": f32[2,2,11]) {
+  %x = Relu(%x0) : f32[2,3,7,9]
+  %dx = MaxPoolGrad(%x, %dy) {kernel_shape = [3, 3], pads = [1, 1, 1, 0], strides = [2, 2]} : f32[2,3,7,9]
+  %dz2 = MaxPoolGrad(%z, %dz) {ceil_mode = 1, dilations = [2, 2], kernel_shape = [2, 3], strides = [3, 2]} : f32[1,2,9,8]
+  %du2 = MaxPoolGrad(%u, %du) {kernel_shape = [3], pads = [1, 1], strides = [2]} : f32[2,2,11]
+  return %dx, %dz2, %du2
+})",
+       {"dlc::pool_max_grad"}});
+  const std::string nhwc =
+      R"(graph @g(%x: f16[2,7,9,16], %w: f16[16,16], %dy: f16[2,4,5,16], %r: f16[2,7,9,16]) -> ("g": f16[2,7,9,16]) {
+  %m = MatMul(%x, %w) : f16[2,7,9,16]
+  %h = Relu(%m) : f16[2,7,9,16]
+  %d = MatMul(%dy, %w) : f16[2,4,5,16]
+  %dx = MaxPoolGrad(%h, %d) {channels_last = 1, kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]} : f16[2,7,9,16]
+  %zero = const f16[] dense<[0.0]>
+  %pos = Greater(%r, %zero) : bool[2,7,9,16]
+  %gr = Where(%pos, %dx, %zero) : f16[2,7,9,16]
+  %g = MatMul(%gr, %w) : f16[2,7,9,16]
+  return %g
+})";
+  KernelCase cl{
+      "max pool gradient, NHWC runs, ReLU gradient fused", nhwc.c_str(), {"dlc::pool_max_grad"}};
+  cl.tol = 2e-2;
+  cl.sourceHas = "dlc::pool_max_grad<true, 8,";
+  cl.launches = 1; // the gradient with the Where fused (the MatMuls are library calls)
+  check(cl);
+}
+
 TEST(KernelLibrary, Reductions) {
   check({"middle axes, strided views",
          R"(graph @g(%x: f32[3,5,4,7]) -> ("s": f32[3,1,4,1], "p": f32[1,5,4,1]) {
