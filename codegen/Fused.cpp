@@ -367,9 +367,9 @@ FusedAccess::LaneRead FusedAccess::laneRead(const Node &n, const OperandAccess &
   const DimAccess &last = a.dims.back();
   if (last.dim < 0 || last.step == 0)
     return LaneRead::Uniform;
-  // No other result dim may move along x's last dim: a run's base stays aligned.
+  // No other result dim may move or offset x's last dim: a run's base stays aligned.
   for (size_t d = 0; d + 1 < a.dims.size(); ++d)
-    if (a.dims[d].dim == xLast && a.dims[d].step != 0)
+    if (a.dims[d].dim == xLast && (a.dims[d].step != 0 || a.dims[d].start % lanes_ != 0))
       return LaneRead::None;
   if (last.dim == xLast && last.step == 1 && last.modulus == 0 && last.start % lanes_ == 0 &&
       xs.back() % lanes_ == 0)

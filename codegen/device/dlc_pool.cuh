@@ -90,8 +90,10 @@ __global__ void __launch_bounds__(256) pool_window(const PoolArgs<X, Out> a) {
 /// run of V adjacent channels read as one vector. Input cell p receives, from each
 /// window that covers it (at most ceil(k / stride) per dim, found without division per
 /// window), that window's output gradient when p is the window's maximum: the first of
-/// equal maxima in window order, found again in x exactly as pool_window finds it. A
-/// gather: no atomics, no indices tensor, the same sums in every run.
+/// equal maxima in window order, found again in the stored x as pool_window finds it
+/// (a forward that compared a fused prologue's unrounded values may break an FP16 tie
+/// the other way: the gradient then goes to the other, equal, element). A gather: no
+/// atomics, no indices tensor, the same sums in every run.
 template <class Out> struct PoolGradArgs {
   PoolShape s;
   typename Out::Params out;

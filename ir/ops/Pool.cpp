@@ -50,8 +50,9 @@ InferResult inferPool(const Node &n) {
 llvm::Error verifyMaxPoolGrad(const Node &n) {
   if (auto e = verifyPoolInput(n))
     return e;
-  if (auto e = requireType(n, 1, kFloat))
-    return e;
+  if (n.operand(1)->dtype() != n.operand(0)->dtype())
+    return errorf("the output gradient is {0}, the input {1}: they must match",
+                  dtypeName(n.operand(1)->dtype()), dtypeName(n.operand(0)->dtype()));
   auto y = inferPool(n);
   if (!y)
     return y.takeError();
