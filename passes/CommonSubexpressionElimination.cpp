@@ -3,13 +3,15 @@
 // Two nodes are the same expression when they have the same op, the same operand
 // values and equal attributes. Constants with identical data are merged first so
 // that nodes reading duplicated weights also merge. Nodes are visited in order,
-// so the first occurrence survives and dominates the later ones.
+// so the first occurrence survives and dominates the later ones. Members of recorded
+// fusion groups are left alone (the fusion pass recomputes cheap producers per kernel).
 //===----------------------------------------------------------------------===//
 #include "dlc/passes/Pass.h"
 
 #include "llvm/ADT/Hashing.h"
 
 #include <unordered_map>
+#include <unordered_set>
 
 namespace dlc::passes {
 namespace {
@@ -44,8 +46,15 @@ public:
 
   bool run(Graph &g, PassContext &) override {
     bool changed = mergeConstants(g);
+    // Members of recorded fusion groups stay: the fusion pass copies a cheap producer
+    // into each consumer's kernel on purpose (recomputed, not materialized).
+    std::unordered_set<const Node *> grouped;
+    for (const auto &fg : g.fusionGroups())
+      grouped.insert(fg->nodes.begin(), fg->nodes.end());
     std::unordered_multimap<size_t, Node *> seen;
     for (Node *n : g.nodeList()) {
+      if (grouped.count(n))
+        continue;
       size_t h = hashNode(*n);
       Node *match = nullptr;
       auto [lo, hi] = seen.equal_range(h);

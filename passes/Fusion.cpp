@@ -26,8 +26,10 @@
 #include "dlc/passes/Pass.h"
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
 #include <queue>
+#include <unordered_set>
 
 namespace dlc::passes {
 namespace {
@@ -100,6 +102,7 @@ public:
   bool run(Graph &g, PassContext &ctx) override {
     bool changed = !g.fusionGroups().empty();
     g.clearFusionGroups();
+    changed |= recomputeCheapProducers(g);
     DataflowGraph dg(g);
     dg_ = &dg;
     size_t n = dg.nodes.size();
@@ -195,6 +198,106 @@ public:
   }
 
 private:
+  /// Element-wise producers that each consumer recomputes instead of reading: a node
+  /// whose result would be materialized (its uses do not all fuse with it down to its
+  /// post-dominator), used by 2..kMaxCopies nodes that can each take it inline
+  /// (element-wise or injective consumers, anchors' prologues), and whose operands cost
+  /// less to read again per consumer than its result costs to write and read back: a
+  /// widening Cast, x - mean, x * rstd with per-channel operands (BatchNorm's
+  /// decomposition in training). Each consumer but the first gets a copy, which then
+  /// fuses into its kernel. Visited from the last node back, so a chain of them is
+  /// recomputed from the last value that is materialized anyway.
+  bool recomputeCheapProducers(Graph &g) {
+    constexpr size_t kMaxCopies = 8;
+    std::unordered_set<const Node *> lanes;
+    for (const UpdateLane &l : updateLanes(g))
+      lanes.insert(l.nodes.begin(), l.nodes.end());
+    DataflowGraph dg(g);
+    dg_ = &dg;
+    seen_.assign(dg.nodes.size(), 0);
+    stamp_ = 0;
+    std::vector<int> ipdom = postDominators(dg);
+    auto settled = [&](const Node *u) { return lanes.count(u) || selectsByRuntimeCondition(*u); };
+    // The node fuses with all of its uses as it is (fusion's own test, without sizes).
+    auto fusesWhole = [&](int i) {
+      int p = ipdom[i];
+      if (p == kSink)
+        return false;
+      for (int s : pathTo(i, p)) {
+        Fusibility fs = fusibility(*dg.nodes[s]);
+        if (settled(dg.nodes[s]) || !(fs.inlinable() || (s == p && fs.prologue)))
+          return false;
+      }
+      return true;
+    };
+    // A library GEMM's result, or that of its epilogue so far: an element-wise consumer
+    // may join the chain (cuBLASLt's bias, residual add, activation), which reads its
+    // other operands materialized.
+    std::function<bool(const Value *, int)> libraryResult = [&](const Value *v, int depth) {
+      const Node *d = v ? v->definingNode() : nullptr;
+      if (!d)
+        return false;
+      Fusibility fd = fusibility(*d);
+      if (fd.libraryEpilogue)
+        return true;
+      return depth > 0 && fd.gemmEpilogue != GemmEpilogueOp::None &&
+             std::any_of(d->operands().begin(), d->operands().end(),
+                         [&](const Value *o) { return libraryResult(o, depth - 1); });
+    };
+    auto libraryChain = [&](const Node &u) {
+      return fusibility(u).gemmEpilogue != GemmEpilogueOp::None &&
+             std::any_of(u.operands().begin(), u.operands().end(),
+                         [&](const Value *o) { return libraryResult(o, 3); });
+    };
+    // u reads v only where it can inline v's producer.
+    auto absorbs = [&](const Node &u, const Value *v) {
+      Fusibility fu = fusibility(u);
+      if (fu.inlinable())
+        return !libraryChain(u);
+      if (fu.role != Fusibility::Role::Anchor || !fu.prologue)
+        return false;
+      for (unsigned k = 0; k < u.numOperands(); ++k)
+        if (u.operand(k) == v && (k >= 32 || !(fu.prologueOperands >> k & 1u)))
+          return false;
+      return true;
+    };
+    bool changed = false;
+    for (size_t k = dg.nodes.size(); k-- > 0;) {
+      Node *n = dg.nodes[k];
+      if (fusibility(*n).role != Fusibility::Role::Elementwise || n->numResults() != 1 ||
+          settled(n) || g.isOutput(n->result()) || fusesWhole(static_cast<int>(k)) ||
+          libraryChain(*n))
+        continue;
+      Value *r = n->result();
+      std::vector<Node *> users;
+      for (const Use &u : r->uses())
+        if (std::find(users.begin(), users.end(), u.user) == users.end())
+          users.push_back(u.user);
+      if (users.size() < 2 || users.size() > kMaxCopies ||
+          !std::all_of(users.begin(), users.end(),
+                       [&](const Node *u) { return !settled(u) && absorbs(*u, r); }))
+        continue;
+      double operandBytes = 0, resultBytes = static_cast<double>(r->type().byteSize());
+      for (const Value *v : n->operands())
+        if (v && v->type().numElements() > 1)
+          operandBytes += static_cast<double>(v->type().byteSize());
+      const double uses = static_cast<double>(users.size());
+      if (uses * operandBytes > resultBytes * (1 + uses))
+        continue;
+      for (size_t u = 1; u < users.size(); ++u) {
+        Node *copy =
+            g.createNode(n->kind(), n->operands(), {r->type()}, n->attrs(), n->name(), users[u]);
+        copy->setLoc(n->loc());
+        for (unsigned i = 0; i < users[u]->numOperands(); ++i)
+          if (users[u]->operand(i) == r)
+            users[u]->setOperand(i, copy->result());
+      }
+      changed = true;
+    }
+    dg_ = nullptr;
+    return changed;
+  }
+
   int find(int x) {
     while (parent_[x] != x)
       x = parent_[x] = parent_[parent_[x]];
