@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <queue>
 #include <unordered_set>
@@ -212,23 +213,59 @@ private:
     std::unordered_set<const Node *> lanes;
     for (const UpdateLane &l : updateLanes(g))
       lanes.insert(l.nodes.begin(), l.nodes.end());
-    DataflowGraph dg(g);
-    dg_ = &dg;
-    seen_.assign(dg.nodes.size(), 0);
-    stamp_ = 0;
-    std::vector<int> ipdom = postDominators(dg);
+    // The dataflow graph and post-dominators, redone after copies where a node's users
+    // changed (a copied consumer); copies further down lead to the same consumers as
+    // their originals.
+    std::unique_ptr<DataflowGraph> dg;
+    std::vector<int> ipdom;
+    auto analyze = [&] {
+      dg = std::make_unique<DataflowGraph>(g);
+      dg_ = dg.get();
+      seen_.assign(dg->nodes.size(), 0);
+      stamp_ = 0;
+      ipdom = postDominators(*dg);
+    };
+    analyze();
+    bool stale = false;
     auto settled = [&](const Node *u) { return lanes.count(u) || selectsByRuntimeCondition(*u); };
     // The node fuses with all of its uses as it is (fusion's own test, without sizes).
-    auto fusesWhole = [&](int i) {
-      int p = ipdom[i];
+    auto fusesWhole = [&](const Node *n, size_t users) {
+      if (stale && dg->users[dg->index.at(n)].size() != users) {
+        analyze();
+        stale = false;
+      }
+      const int i = dg->index.at(n), p = ipdom[i];
       if (p == kSink)
         return false;
       for (int s : pathTo(i, p)) {
-        Fusibility fs = fusibility(*dg.nodes[s]);
-        if (settled(dg.nodes[s]) || !(fs.inlinable() || (s == p && fs.prologue)))
+        Fusibility fs = fusibility(*dg->nodes[s]);
+        if (settled(dg->nodes[s]) || !(fs.inlinable() || (s == p && fs.prologue)))
           return false;
       }
       return true;
+    };
+    // A compute kernel of ours (an anchor without a prologue: a convolution) and the
+    // element-wise nodes that may be its epilogue: a copy feeding one of them would be
+    // recomputed per element in a compute-bound kernel's epilogue. (A library GEMM's
+    // epilogue takes no copies: libraryChain.)
+    auto computeAnchor = [](const Value *v) {
+      const Node *d = v ? v->definingNode() : nullptr;
+      if (!d)
+        return false;
+      Fusibility fd = fusibility(*d);
+      return fd.role == Fusibility::Role::Anchor && fd.epilogue && !fd.prologue &&
+             !fd.libraryEpilogue;
+    };
+    std::function<bool(const Node &, int)> feedsComputeEpilogue = [&](const Node &u, int depth) {
+      for (const Use &w : u.result()->uses()) {
+        const Node &wn = *w.user;
+        if (fusibility(wn).role != Fusibility::Role::Elementwise)
+          continue;
+        if (std::any_of(wn.operands().begin(), wn.operands().end(), computeAnchor) ||
+            (depth > 0 && feedsComputeEpilogue(wn, depth - 1)))
+          return true;
+      }
+      return false;
     };
     // A library GEMM's result, or that of its epilogue so far: an element-wise consumer
     // may join the chain (cuBLASLt's bias, residual add, activation), which reads its
@@ -253,7 +290,10 @@ private:
     auto absorbs = [&](const Node &u, const Value *v) {
       Fusibility fu = fusibility(u);
       if (fu.inlinable())
-        return !libraryChain(u);
+        return !libraryChain(u) &&
+               !(u.numResults() == 1 &&
+                 (std::any_of(u.operands().begin(), u.operands().end(), computeAnchor) ||
+                  feedsComputeEpilogue(u, 2)));
       if (fu.role != Fusibility::Role::Anchor || !fu.prologue)
         return false;
       for (unsigned k = 0; k < u.numOperands(); ++k)
@@ -262,18 +302,18 @@ private:
       return true;
     };
     bool changed = false;
-    for (size_t k = dg.nodes.size(); k-- > 0;) {
-      Node *n = dg.nodes[k];
+    const std::vector<Node *> order = dg->nodes; // the copies are not visited
+    for (size_t k = order.size(); k-- > 0;) {
+      Node *n = order[k];
       if (fusibility(*n).role != Fusibility::Role::Elementwise || n->numResults() != 1 ||
-          settled(n) || g.isOutput(n->result()) || fusesWhole(static_cast<int>(k)) ||
-          libraryChain(*n))
+          settled(n) || g.isOutput(n->result()) || libraryChain(*n))
         continue;
       Value *r = n->result();
       std::vector<Node *> users;
       for (const Use &u : r->uses())
         if (std::find(users.begin(), users.end(), u.user) == users.end())
           users.push_back(u.user);
-      if (users.size() < 2 || users.size() > kMaxCopies ||
+      if (users.size() < 2 || users.size() > kMaxCopies || fusesWhole(n, users.size()) ||
           !std::all_of(users.begin(), users.end(),
                        [&](const Node *u) { return !settled(u) && absorbs(*u, r); }))
         continue;
@@ -292,7 +332,7 @@ private:
           if (users[u]->operand(i) == r)
             users[u]->setOperand(i, copy->result());
       }
-      changed = true;
+      changed = stale = true;
     }
     dg_ = nullptr;
     return changed;
