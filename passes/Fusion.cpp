@@ -214,8 +214,9 @@ private:
     for (const UpdateLane &l : updateLanes(g))
       lanes.insert(l.nodes.begin(), l.nodes.end());
     // The dataflow graph and post-dominators, redone after copies where a node's users
-    // changed (a copied consumer); copies further down lead to the same consumers as
-    // their originals.
+    // changed (a copied consumer). A change further down that leaves the node's own
+    // users as they were is not seen: the snapshot may then call it fused and it keeps
+    // its single copy (a missed recomputation, never a wrong graph).
     std::unique_ptr<DataflowGraph> dg;
     std::vector<int> ipdom;
     auto analyze = [&] {
@@ -244,10 +245,11 @@ private:
       }
       return true;
     };
-    // A compute kernel of ours (an anchor without a prologue: a convolution) and the
-    // element-wise nodes that may be its epilogue: a copy feeding one of them would be
-    // recomputed per element in a compute-bound kernel's epilogue. (A library GEMM's
-    // epilogue takes no copies: libraryChain.)
+    // A kernel of ours that reads its operands itself (an anchor without a prologue: a
+    // convolution, MaxPool's gradient) and the element-wise nodes that may be its
+    // epilogue: a copy feeding one of them would be recomputed per element in that
+    // kernel's epilogue (a convolution is compute-bound). (A library GEMM's epilogue
+    // takes no copies: libraryChain.)
     auto computeAnchor = [](const Value *v) {
       const Node *d = v ? v->definingNode() : nullptr;
       if (!d)
