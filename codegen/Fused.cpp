@@ -245,14 +245,11 @@ std::string FusedAccess::valueAt(CodeStream &b, const Value *v, const std::strin
   return result;
 }
 
-std::string FusedAccess::elementwiseAt(CodeStream &b, const Node &n, const Fusibility &f,
-                                       const std::string &idx, Memo &memo) {
-  if (!n.def().cudaExpr)
-    return fail(n, "no expression template");
-  const Value *v = n.result();
-  const Shape &os = v->shape();
-  // Operands read at other coordinates than their numpy broadcast (per channel).
-  std::vector<std::optional<OperandAccess>> access(n.numOperands());
+std::string FusedAccess::operandCoords(CodeStream &b, const Node &n, const Fusibility &f,
+                                       const std::string &idx,
+                                       std::vector<std::optional<OperandAccess>> &access) {
+  const Shape &os = n.result()->shape();
+  access.assign(n.numOperands(), std::nullopt);
   bool coordinates = false;
   for (unsigned k = 0; k < n.numOperands(); ++k) {
     const Value *op = n.operand(k);
@@ -261,7 +258,40 @@ std::string FusedAccess::elementwiseAt(CodeStream &b, const Node &n, const Fusib
     coordinates |= op && !isScalarConstant(op) &&
                    (access[k] || (op->shape() != os && op->type().numElements() != 1));
   }
-  std::string c = coordinates ? coords(b, os, idx) : "";
+  return coordinates ? coords(b, os, idx) : "";
+}
+
+std::string FusedAccess::elementResult(CodeStream &b, const Node &n, const Fusibility &f,
+                                       const std::string &expr) {
+  const DType dt = n.result()->dtype();
+  std::string ct = computeType(dt), st = cudaType(dt);
+  std::string result = fresh("t");
+  // The op alone stores its result in the storage type: rounding there keeps a fused
+  // kernel's arithmetic the unfused graph's.
+  bool round = f.roundsResult && st != ct;
+  b.line("const " + ct + " " + result + " = " +
+         (round ? "dlc::cvt<" + ct + ">(dlc::cvt<" + st + ">(" + expr + "))"
+                : "dlc::cvt<" + ct + ">(" + expr + ")") +
+         ";");
+  return result;
+}
+
+std::string FusedAccess::concatBranch(const IndexMap &m, size_t k, const std::string &c) {
+  const IndexMap::Piece &p = m.pieces[k];
+  if (k + 1 == m.pieces.size())
+    return k == 0 ? "if (true)" : "else";
+  return std::string(k == 0 ? "if (" : "else if (") + c + std::to_string(m.axis) + " < (I)" +
+         num(p.start + p.size) + ")";
+}
+
+std::string FusedAccess::elementwiseAt(CodeStream &b, const Node &n, const Fusibility &f,
+                                       const std::string &idx, Memo &memo) {
+  if (!n.def().cudaExpr)
+    return fail(n, "no expression template");
+  const Value *v = n.result();
+  const Shape &os = v->shape();
+  std::vector<std::optional<OperandAccess>> access;
+  std::string c = operandCoords(b, n, f, idx, access);
   std::vector<std::string> vals;
   for (unsigned k = 0; k < n.numOperands(); ++k) {
     const Value *op = n.operand(k);
@@ -279,16 +309,7 @@ std::string FusedAccess::elementwiseAt(CodeStream &b, const Node &n, const Fusib
   auto e = expandExpr(n, vals, idx);
   if (!e)
     return fail(n, llvm::toString(e.takeError()));
-  std::string ct = computeType(v->dtype()), st = cudaType(v->dtype());
-  std::string result = fresh("t");
-  // The op alone stores its result in the storage type: rounding there keeps a fused
-  // kernel's arithmetic the unfused graph's.
-  bool round = f.roundsResult && st != ct;
-  b.line("const " + ct + " " + result + " = " +
-         (round ? "dlc::cvt<" + ct + ">(dlc::cvt<" + st + ">(" + *e + "))"
-                : "dlc::cvt<" + ct + ">(" + *e + ")") +
-         ";");
-  return result;
+  return elementResult(b, n, f, *e);
 }
 
 std::string FusedAccess::accessIndex(const Node &n, const OperandAccess &a, const std::string &c) {
@@ -338,13 +359,9 @@ std::string FusedAccess::injectiveAt(CodeStream &b, const Node &n, const IndexMa
     std::string ct = computeType(v->dtype());
     std::string result = fresh("t");
     b.line(ct + " " + result + ";");
-    std::string ca = c + std::to_string(m.axis);
     for (size_t k = 0; k < m.pieces.size(); ++k) {
       const IndexMap::Piece &p = m.pieces[k];
-      std::string head = k + 1 == m.pieces.size() ? (k == 0 ? "if (true)" : "else")
-                                                  : (k == 0 ? "if (" : "else if (") + ca +
-                                                        " < (I)" + num(p.start + p.size) + ")";
-      CodeStream::Block blk(b, head);
+      CodeStream::Block blk(b, concatBranch(m, k, c));
       Memo inner = memo; // values computed inside a branch are not visible outside
       b.line(result + " = " +
              valueAt(b, n.operand(p.access.operand), accessIndex(n, p.access, c), inner) + ";");
@@ -417,13 +434,11 @@ std::vector<std::string> FusedAccess::lanesAt(CodeStream &b, const Value *v, con
     return it->second;
   std::string ct = computeType(v->dtype());
   if (!g_ || !g_->computes(v)) {
-    const int64_t bytes = lanes_ * static_cast<int64_t>(dtypeSize(v->dtype()));
-    if (l_.isInterface(v) || static_cast<int64_t>(l_.bufferOf(v).offset) % bytes != 0) {
+    if (!fixedAligned(l_, v, lanes_ * dtypeSize(v->dtype()))) {
       laneFail_ = true;
       return r;
     }
-    std::string q = fresh("q"), vt = "dlc::VecOf<" + std::string(cudaType(v->dtype())) + ", " +
-                                     std::to_string(lanes_) + ">";
+    std::string q = fresh("q"), vt = vecType(v->dtype(), lanes_);
     b.line("const " + vt + " " + q + " = *reinterpret_cast<const " + vt + " *>(" + pointer(v) +
            " + " + idx + ");");
     for (size_t k = 0; k < L; ++k)
@@ -443,16 +458,8 @@ std::vector<std::string> FusedAccess::lanesAt(CodeStream &b, const Value *v, con
       laneFail_ = true;
       return r;
     }
-    std::vector<std::optional<OperandAccess>> access(n.numOperands());
-    bool coordinates = false;
-    for (unsigned k = 0; k < n.numOperands(); ++k) {
-      const Value *op = n.operand(k);
-      if (f.operandAccess)
-        access[k] = f.operandAccess(n, k);
-      coordinates |= op && !isScalarConstant(op) &&
-                     (access[k] || (op->shape() != os && op->type().numElements() != 1));
-    }
-    std::string c = coordinates ? coords(b, os, idx) : "";
+    std::vector<std::optional<OperandAccess>> access;
+    std::string c = operandCoords(b, n, f, idx, access);
     std::vector<std::vector<std::string>> vals(L);
     for (unsigned k = 0; k < n.numOperands(); ++k) {
       const Value *op = n.operand(k);
@@ -475,8 +482,6 @@ std::vector<std::string> FusedAccess::lanesAt(CodeStream &b, const Value *v, con
       for (size_t l = 0; l < L; ++l)
         vals[l].push_back(lanes[l]);
     }
-    std::string st = cudaType(v->dtype());
-    bool round = f.roundsResult && st != ct;
     for (size_t l = 0; l < L; ++l) {
       auto e = expandExpr(n, vals[l], "(" + idx + " + " + std::to_string(l) + ")");
       if (!e) {
@@ -484,11 +489,7 @@ std::vector<std::string> FusedAccess::lanesAt(CodeStream &b, const Value *v, con
         laneFail_ = true;
         return r;
       }
-      r[l] = fresh("t");
-      b.line("const " + ct + " " + r[l] + " = " +
-             (round ? "dlc::cvt<" + ct + ">(dlc::cvt<" + st + ">(" + *e + "))"
-                    : "dlc::cvt<" + ct + ">(" + *e + ")") +
-             ";");
+      r[l] = elementResult(b, n, f, *e);
     }
     break;
   }
@@ -511,13 +512,9 @@ std::vector<std::string> FusedAccess::lanesAt(CodeStream &b, const Value *v, con
         r[l] = fresh("t");
         b.line(ct + " " + r[l] + ";");
       }
-      std::string ca = c + std::to_string(m.axis);
       for (size_t k = 0; k < m.pieces.size(); ++k) {
         const IndexMap::Piece &p = m.pieces[k];
-        std::string head = k + 1 == m.pieces.size() ? (k == 0 ? "if (true)" : "else")
-                                                    : (k == 0 ? "if (" : "else if (") + ca +
-                                                          " < (I)" + num(p.start + p.size) + ")";
-        CodeStream::Block blk(b, head);
+        CodeStream::Block blk(b, concatBranch(m, k, c));
         Memo inner = memo;
         LaneMemo innerLanes = lm;
         std::vector<std::string> x =
@@ -758,23 +755,21 @@ VectorForm vectorFormFor(DType t) {
 }
 } // namespace
 
-/// The longest run of lowerInlineGroup's row form for group g writing at `outRef`:
-/// 16 bytes of its narrowest external or output type (at most 8 lanes), halved until it
-/// divides the output's last dim; 0 where the output cannot take a vector store.
-static int rowLanes(Lowering &l, const FusionGroup &g, BufferRef outRef) {
+/// The longest run of lowerInlineGroup's row form for group g: 16 bytes of its
+/// narrowest external or output type (at most 8 lanes) where the output's last dim and
+/// buffer allow; 0 where the output cannot take a vector store.
+static int rowLanes(Lowering &l, const FusionGroup &g) {
   const Value *out = g.root()->result();
-  if (out->rank() == 0 || l.isInterface(out))
+  if (out->rank() == 0)
     return 0;
   size_t narrowest = dtypeSize(out->dtype());
   for (const Node *n : g.nodes)
     for (const Value *v : n->operands())
       if (v && !g.computes(v) && !isScalarConstant(v))
         narrowest = std::min(narrowest, dtypeSize(v->dtype()));
-  int lanes = static_cast<int>(std::min<size_t>(8, 16 / std::max<size_t>(1, narrowest)));
-  while (lanes > 1 && (out->shape().back() % lanes != 0 ||
-                       outRef.offset % (lanes * dtypeSize(out->dtype())) != 0))
-    lanes /= 2;
-  return lanes > 1 ? lanes : 0;
+  const int64_t lanes = vectorRun(l, {out}, out->shape().back(),
+                                  std::min<int64_t>(8, 16 / std::max<size_t>(1, narrowest)));
+  return lanes > 1 ? static_cast<int>(lanes) : 0;
 }
 
 llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
@@ -798,7 +793,7 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
   // splitting its index into coordinates once and reading each operand that varies
   // along the run as one vector (16 bytes for the narrowest type: 8 FP16 channels of
   // an NHWC tensor), and stores the run as one vector.
-  const int maxLanes = rowLanes(l, g, outRef);
+  const int maxLanes = rowLanes(l, g);
   const int lanes = maxLanes ? loadRunLanes(l, &g, out, maxLanes) : 0;
   const bool row = lanes > 0;
   const VectorForm vf = vectorFormFor(out->dtype());
@@ -831,8 +826,7 @@ llvm::Error lowerInlineGroup(Lowering &l, const FusionGroup &g) {
     if (row) {
       b.line("const I iv = i * (I)" + std::to_string(lanes) + ";");
       std::vector<std::string> r = fa.loadLanes(b, out, "iv", lanes, false);
-      std::string st = cudaType(out->dtype()),
-                  vt = "dlc::VecOf<" + st + ", " + std::to_string(lanes) + ">";
+      std::string st = cudaType(out->dtype()), vt = vecType(out->dtype(), lanes);
       b.line(vt + " w;");
       for (size_t k = 0; k < r.size(); ++k)
         b.line("w.v[" + std::to_string(k) + "] = dlc::cvt<" + st + ">(" + r[k] + ");");

@@ -79,6 +79,17 @@ public:
 private:
   using Memo = std::map<std::pair<const ir::Value *, std::string>, std::string>;
   std::string valueAt(CodeStream &b, const ir::Value *v, const std::string &idx, Memo &memo);
+  /// The per-operand accesses of element-wise node n (OpDef::operandAccess) into
+  /// `access`, and the coordinates of `idx` where an operand needs them (else "").
+  std::string operandCoords(CodeStream &b, const ir::Node &n, const ir::Fusibility &f,
+                            const std::string &idx,
+                            std::vector<std::optional<ir::OperandAccess>> &access);
+  /// Declares element-wise node n's result from its expression, rounded to the storage
+  /// type where the op alone would store it; returns its name.
+  std::string elementResult(CodeStream &b, const ir::Node &n, const ir::Fusibility &f,
+                            const std::string &expr);
+  /// The `if`/`else if`/`else` head of concat piece k, `c` the coordinates' prefix.
+  std::string concatBranch(const ir::IndexMap &m, size_t k, const std::string &c);
   /// An element-wise node's value at `idx`: its expression over its operands.
   std::string elementwiseAt(CodeStream &b, const ir::Node &n, const ir::Fusibility &f,
                             const std::string &idx, Memo &memo);

@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <queue>
 #include <unordered_set>
 
@@ -134,7 +135,6 @@ public:
         core[ci] = attention[i] = true;
         unite(static_cast<int>(i), ci);
       }
-    auto inlinable = [&](int s) { return fusibility(*dg.nodes[s]).inlinable(); };
     // Where a producer may join: an anchor that takes a prologue (the attention
     // kernel loads Q, K and V through theirs).
     auto takesPrologue = [&](int s) {
@@ -147,14 +147,11 @@ public:
       if ((!inl && !(f.role == Fusibility::Role::Anchor && f.epilogue)) || ipdom[i] == kSink ||
           alone[i])
         continue;
-      int p = ipdom[i];
-      std::vector<int> path = pathTo(static_cast<int>(i), p);
-      bool ok = std::none_of(path.begin(), path.end(), [&](int s) { return alone[s]; });
-      for (int s : path)
-        ok &= s == p && inl ? inlinable(s) || takesPrologue(s) : inlinable(s);
-      if (!ok)
+      auto path = fusablePath(
+          static_cast<int>(i), ipdom[i], inl, [&](int s) { return alone[s]; }, takesPrologue);
+      if (!path)
         continue;
-      std::vector<int> members = path;
+      std::vector<int> members = std::move(*path);
       members.push_back(static_cast<int>(i));
       tryMerge(members);
     }
@@ -235,15 +232,11 @@ private:
         analyze();
         stale = false;
       }
-      const int i = dg->index.at(n), p = ipdom[i];
-      if (p == kSink)
-        return false;
-      for (int s : pathTo(i, p)) {
-        Fusibility fs = fusibility(*dg->nodes[s]);
-        if (settled(dg->nodes[s]) || !(fs.inlinable() || (s == p && fs.prologue)))
-          return false;
-      }
-      return true;
+      const int i = dg->index.at(n);
+      return ipdom[i] != kSink &&
+             fusablePath(
+                 i, ipdom[i], true, [&](int s) { return settled(dg->nodes[s]); },
+                 [&](int s) { return fusibility(*dg->nodes[s]).prologue; });
     };
     // A kernel of ours that reads its operands itself (an anchor without a prologue: a
     // convolution, MaxPool's gradient) and the element-wise nodes that may be its
@@ -338,6 +331,21 @@ private:
     }
     dg_ = nullptr;
     return changed;
+  }
+
+  /// The nodes on the paths from node i to its post-dominator p if they can all share
+  /// i's kernel: none `alone`, each inlinable, except that p may take a prologue when i
+  /// is inlinable (`inl`).
+  template <class Alone, class Prologue>
+  std::optional<std::vector<int>> fusablePath(int i, int p, bool inl, Alone alone,
+                                              Prologue takesPrologue) {
+    std::vector<int> path = pathTo(i, p);
+    for (int s : path) {
+      const bool inlinable = fusibility(*dg_->nodes[s]).inlinable();
+      if (alone(s) || !(s == p && inl ? inlinable || takesPrologue(s) : inlinable))
+        return std::nullopt;
+    }
+    return path;
   }
 
   int find(int x) {

@@ -14,6 +14,23 @@ template <class X, class Out> struct PoolArgs {
   typename Out::Params out;
 };
 
+/// A window's maximum and its cell: the first of equal maxima in window order (NaN never
+/// wins; a window of NaNs keeps its first cell and -inf), as MaxPool's reference picks
+/// it. pool_window and pool_max_grad find it alike.
+template <class A, class I> struct WindowMax {
+  A best;
+  I cell;
+  __device__ __forceinline__ WindowMax() : best(Limits<A>::lowest()), cell(-1) {}
+  __device__ __forceinline__ void take(A v, I c) {
+    if (cell < 0)
+      cell = c;
+    if (v > best) {
+      best = v;
+      cell = c;
+    }
+  }
+};
+
 template <bool IsMax, bool CL, class I, class X, class Out>
 __global__ void __launch_bounds__(256) pool_window(const PoolArgs<X, Out> a) {
   typedef typename X::Value T;
@@ -30,26 +47,21 @@ __global__ void __launch_bounds__(256) pool_window(const PoolArgs<X, Out> a) {
     const I cs = CL ? static_cast<I>(s.C) : I(1);
     const I base = CL ? r * static_cast<I>(s.inSize) * cs + ch : r * static_cast<I>(s.inSize);
     const I o[3] = {o0, o1, o2};
-    A acc = IsMax ? Limits<A>::lowest() : A(0);
-    I bestCell = -1, count = 0;
+    WindowMax<A, I> max;
+    A acc = A(0);
+    I count = 0;
     forEachWindowTap(s, o0, o1, o2, [&](I cell, I) {
       const A v = static_cast<A>(X::load(a.x, base + cell * cs));
       if (IsMax) {
-        if (bestCell < 0)
-          bestCell = cell;
-        if (v > acc) {
-          acc = v;
-          bestCell = cell;
-        }
+        max.take(v, cell);
       } else {
         acc += v;
         ++count;
       }
     });
     if (IsMax) {
-      if (bestCell < 0)
-        bestCell = 0;
-      Out::store(a.out, i, static_cast<T>(acc));
+      const I bestCell = max.cell < 0 ? I(0) : max.cell;
+      Out::store(a.out, i, static_cast<T>(max.best));
       if (s.indices) {
         I flat = bestCell;
         if (s.columnMajor) {
@@ -133,46 +145,33 @@ __global__ void __launch_bounds__(256) pool_max_grad(const PoolGradArgs<Out> a) 
 #pragma unroll
     for (int j = 0; j < V; ++j)
       acc[j] = C(0);
+    // Window o's taps land on p in dim d (o in [lo, hi], dilation steps).
+    auto onTap = [&](int d, I o) {
+      return (p[d] + static_cast<I>(s.pad[d]) - o * static_cast<I>(s.stride[d])) %
+                 static_cast<I>(s.dil[d]) ==
+             0;
+    };
     for (I o0 = lo[0]; o0 <= hi[0]; ++o0) {
-      if ((p0 + static_cast<I>(s.pad[0]) - o0 * static_cast<I>(s.stride[0])) %
-              static_cast<I>(s.dil[0]) !=
-          0)
+      if (!onTap(0, o0))
         continue;
       for (I o1 = lo[1]; o1 <= hi[1]; ++o1) {
-        if ((p1 + static_cast<I>(s.pad[1]) - o1 * static_cast<I>(s.stride[1])) %
-                static_cast<I>(s.dil[1]) !=
-            0)
+        if (!onTap(1, o1))
           continue;
         for (I o2 = lo[2]; o2 <= hi[2]; ++o2) {
-          if ((p2 + static_cast<I>(s.pad[2]) - o2 * static_cast<I>(s.stride[2])) %
-                  static_cast<I>(s.dil[2]) !=
-              0)
+          if (!onTap(2, o2))
             continue;
-          C best[V];
-          I bestCell[V];
-#pragma unroll
-          for (int j = 0; j < V; ++j) {
-            best[j] = Limits<C>::lowest();
-            bestCell[j] = -1;
-          }
+          WindowMax<C, I> max[V];
           forEachWindowTap(s, o0, o1, o2, [&](I cell, I) {
             const Vec v = *reinterpret_cast<const Vec *>(x + base + cell * cs);
 #pragma unroll
-            for (int j = 0; j < V; ++j) {
-              const C f = Cvt<C, MT>::run(v.v[j]);
-              if (bestCell[j] < 0)
-                bestCell[j] = cell;
-              if (f > best[j]) {
-                best[j] = f;
-                bestCell[j] = cell;
-              }
-            }
+            for (int j = 0; j < V; ++j)
+              max[j].take(Cvt<C, MT>::run(v.v[j]), cell);
           });
           const I o = (o0 * static_cast<I>(s.out[1]) + o1) * static_cast<I>(s.out[2]) + o2;
           const Vec g = *reinterpret_cast<const Vec *>(dy + outBase + o * cs);
 #pragma unroll
           for (int j = 0; j < V; ++j)
-            if (bestCell[j] == me)
+            if (max[j].cell == me)
               acc[j] += Cvt<C, MT>::run(g.v[j]);
         }
       }

@@ -25,6 +25,20 @@ bool fixedAligned(Lowering &l, const Value *v, uint64_t bytes) {
   return !l.isInterface(v) && l.bufferOf(v).offset % bytes == 0;
 }
 
+int64_t vectorRun(Lowering &l, std::initializer_list<const Value *> vs, int64_t count,
+                  int64_t maxLanes) {
+  for (int64_t lanes = maxLanes; lanes > 1; lanes /= 2)
+    if (count % lanes == 0 && std::all_of(vs.begin(), vs.end(), [&](const Value *v) {
+          return fixedAligned(l, v, static_cast<uint64_t>(lanes) * dtypeSize(v->dtype()));
+        }))
+      return lanes;
+  return 1;
+}
+
+std::string vecType(DType dt, int64_t lanes) {
+  return "dlc::VecOf<" + std::string(cudaType(dt)) + ", " + std::to_string(lanes) + ">";
+}
+
 namespace {
 /// A strided view of shape `from` reshaped to `to` (same element count), where every
 /// group of dims the reshape merges or splits is contiguous in the view (numpy's

@@ -31,6 +31,13 @@ llvm::Error emitStridedCopy(Lowering &l, const ir::Node &n, const ir::Value *x, 
 /// offset in its buffer (buffers are 256-byte aligned). Kernels that read or write v
 /// as it is, several elements at a time, ask this.
 bool fixedAligned(Lowering &l, const ir::Value *v, uint64_t bytes);
+/// The longest run of lanes (a power of two from maxLanes down to 2) that divides
+/// `count` and at which every value of `vs` is fixedAligned to lanes times its element
+/// size: the vector a kernel may move per thread along a last dim of `count`; 1 if none.
+int64_t vectorRun(Lowering &l, std::initializer_list<const ir::Value *> vs, int64_t count,
+                  int64_t maxLanes);
+/// `dlc::VecOf<T, lanes>` for the storage type of dt.
+std::string vecType(ir::DType dt, int64_t lanes);
 
 /// A value as a strided view of one the current group does not compute (`source`):
 /// element c of the value's shape is source's element offset + sum_d c_d strides[d].

@@ -40,21 +40,17 @@ llvm::Error lowerPad(Lowering &l, const Node &n) {
   // extents and alignments allow: the index math runs once per run. A constant fill
   // must then be zero bytes.
   const int64_t es = static_cast<int64_t>(dtypeSize(x->dtype()));
-  int64_t runBytes = 0;
+  int64_t perRun = 1;
   if (rank > 0 && p[rank - 1] == 0 && p[2 * rank - 1] == 0 &&
       (mode != "constant" ||
-       (!(cv && !isScalarConstant(cv)) && fill == 0 && !std::signbit(fill) && fillInt == 0)) &&
-      !l.isInterface(x) && !l.isInterface(y))
-    for (int64_t w : {16, 8, 4})
-      if (w > es && (x->shape().back() * es) % w == 0 &&
-          static_cast<int64_t>(l.bufferOf(x).offset) % w == 0 &&
-          static_cast<int64_t>(l.bufferOf(y).offset) % w == 0) {
-        runBytes = w;
-        break;
-      }
-  const int64_t perRun = runBytes ? runBytes / es : 1;
+       (!(cv && !isScalarConstant(cv)) && fill == 0 && !std::signbit(fill) && fillInt == 0)))
+    perRun = vectorRun(l, {x, y}, x->shape().back(), 16 / es);
+  // (moved as 4-byte words: a run shorter than one stays element-wise)
+  const int64_t runBytes = perRun > 1 && perRun * es >= 4 ? perRun * es : 0;
+  if (!runBytes)
+    perRun = 1;
   Shape xs = x->shape(), ys = y->shape();
-  if (runBytes) {
+  if (perRun > 1) {
     xs.back() /= perRun;
     ys.back() /= perRun;
   }

@@ -84,13 +84,8 @@ llvm::Error lowerMaxPoolGrad(Lowering &l, const Node &n) {
   if (total == 0)
     return llvm::Error::success();
   const int64_t es = static_cast<int64_t>(dtypeSize(x->dtype()));
-  int64_t runs = 1;
-  if (cl && x->dtype() == dy->dtype())
-    for (int64_t v = std::min<int64_t>(8, 16 / es); v > 1 && runs == 1; v /= 2)
-      if (xs[1] % v == 0 && !l.isInterface(x) && !l.isInterface(dy) &&
-          static_cast<int64_t>(l.bufferOf(x).offset) % (v * es) == 0 &&
-          static_cast<int64_t>(l.bufferOf(dy).offset) % (v * es) == 0)
-        runs = v;
+  // (x and dY have one dtype: the verifier checks it)
+  const int64_t runs = cl ? vectorRun(l, {x, dy}, xs[1], std::min<int64_t>(8, 16 / es)) : 1;
   PoolShape s{};
   s.total = total / runs;
   setWindow(s, w);

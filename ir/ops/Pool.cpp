@@ -7,6 +7,32 @@ namespace dlc::ir {
 namespace {
 using namespace ops;
 
+/// The window of MaxPool, AveragePool and MaxPoolGrad (gradMaxPool carries them over).
+constexpr const char *kWindowAttrs[] = {"ceil_mode", "dilations", "kernel_shape", "pads",
+                                        "strides"};
+OpBuilder &windowAttrs(OpBuilder &&b) {
+  return b.attr("ceil_mode", AttrKind::Int, int64_t{0})
+      .attr("dilations", AttrKind::Ints, std::vector<int64_t>{})
+      .attr("kernel_shape", AttrKind::Ints)
+      .attr("pads", AttrKind::Ints, std::vector<int64_t>{})
+      .attr("strides", AttrKind::Ints, std::vector<int64_t>{});
+}
+
+/// The cell of a window's maximum: the first of equal maxima in window order (NaN never
+/// wins: a window of NaNs gives its first cell and a maximum of -inf, as the kernel
+/// does; an empty window gives 0). `best` receives the maximum.
+int64_t argmaxCell(const std::vector<double> &x, int64_t base, const std::vector<int64_t> &cells,
+                   double *best) {
+  *best = -std::numeric_limits<double>::infinity();
+  int64_t bestCell = cells.empty() ? 0 : cells[0];
+  for (int64_t c : cells)
+    if (x[base + c] > *best) {
+      *best = x[base + c];
+      bestCell = c;
+    }
+  return bestCell;
+}
+
 llvm::Error verifyPoolInput(const Node &n) {
   if (auto e = requireType(n, 0, n.kind() == OpKind::MaxPool ? kFloat | kInt : kFloat))
     return e;
@@ -117,14 +143,7 @@ llvm::Error refMaxPool(const Node &n, const Inputs &in, Outputs &out) {
   std::vector<double> y(out[0].numElements());
   std::vector<int64_t> idx(out[0].numElements());
   forEachWindow(xs, out[0].shape(), *win, [&](int64_t o, int64_t base, auto &cells, int64_t) {
-    double best = -std::numeric_limits<double>::infinity();
-    int64_t bestCell = cells.empty() ? 0 : cells[0];
-    for (int64_t c : cells)
-      if (x[base + c] > best) {
-        best = x[base + c];
-        bestCell = c;
-      }
-    y[o] = best;
+    const int64_t bestCell = argmaxCell(x, base, cells, &y[o]);
     int64_t flat = bestCell;
     if (colMajor) { // index over the spatial dims in column-major order
       Shape coord(is.size());
@@ -154,16 +173,9 @@ llvm::Error refMaxPoolGrad(const Node &n, const Inputs &in, Outputs &out) {
   auto x = in[0]->toVector<double>(), dy = in[1]->toVector<double>();
   std::vector<double> dx(out[0].numElements(), 0.0);
   forEachWindow(xs, in[1]->shape(), *win, [&](int64_t o, int64_t base, auto &cells, int64_t) {
-    if (cells.empty())
-      return;
-    double best = -std::numeric_limits<double>::infinity();
-    int64_t bestCell = cells[0];
-    for (int64_t c : cells)
-      if (x[base + c] > best) {
-        best = x[base + c];
-        bestCell = c;
-      }
-    dx[base + bestCell] += dy[o];
+    double best;
+    if (!cells.empty())
+      dx[base + argmaxCell(x, base, cells, &best)] += dy[o];
   });
   out[0] = Tensor::fromVector(out[0].type(), dx);
   return ok();
@@ -258,7 +270,7 @@ llvm::Error gradMaxPool(GradBuilder &b, const Node &n) {
   if (auto e = requireChannelsFirst(n))
     return e;
   AttrMap a;
-  for (const char *k : {"ceil_mode", "dilations", "kernel_shape", "pads", "strides"})
+  for (const char *k : kWindowAttrs)
     if (n.hasAttr(k))
       a[k] = *n.attr(k);
   b.accumulate(0, b.op(OpKind::MaxPoolGrad, {n.operand(0), b.grad()}, std::move(a)));
@@ -312,15 +324,10 @@ llvm::Error gradGlobalAveragePool(GradBuilder &b, const Node &n) {
 } // namespace
 
 void definePoolOps(OpTable &t) {
-  t.def(OpKind::MaxPool)
+  windowAttrs(t.def(OpKind::MaxPool))
       .operands(1)
       .results(1, 2)
-      .attr("ceil_mode", AttrKind::Int, int64_t{0})
-      .attr("dilations", AttrKind::Ints, std::vector<int64_t>{})
-      .attr("kernel_shape", AttrKind::Ints)
-      .attr("pads", AttrKind::Ints, std::vector<int64_t>{})
       .attr("storage_order", AttrKind::Int, int64_t{0})
-      .attr("strides", AttrKind::Ints, std::vector<int64_t>{})
       .fusible(Fusibility::anchor(/*prologue=*/true, /*epilogue=*/true))
       .fp16(Fp16Policy::Allow)
       .attr("channels_last", AttrKind::Int, int64_t{0})
@@ -328,14 +335,9 @@ void definePoolOps(OpTable &t) {
       .verify(verifyPool)
       .infer(inferPool)
       .reference(refPool<refMaxPool>);
-  t.def(OpKind::AveragePool)
+  windowAttrs(t.def(OpKind::AveragePool))
       .operands(1)
-      .attr("ceil_mode", AttrKind::Int, int64_t{0})
       .attr("count_include_pad", AttrKind::Int, int64_t{0})
-      .attr("dilations", AttrKind::Ints, std::vector<int64_t>{})
-      .attr("kernel_shape", AttrKind::Ints)
-      .attr("pads", AttrKind::Ints, std::vector<int64_t>{})
-      .attr("strides", AttrKind::Ints, std::vector<int64_t>{})
       .fusible(Fusibility::anchor(/*prologue=*/true, /*epilogue=*/true))
       .fp16(Fp16Policy::Allow)
       .attr("channels_last", AttrKind::Int, int64_t{0})
@@ -361,13 +363,8 @@ void definePoolOps(OpTable &t) {
       .verify(verifyPoolInput)
       .infer(inferGlobalPool)
       .reference(refPool<refGlobalPool<true>>);
-  t.def(OpKind::MaxPoolGrad)
+  windowAttrs(t.def(OpKind::MaxPoolGrad))
       .operands(2)
-      .attr("ceil_mode", AttrKind::Int, int64_t{0})
-      .attr("dilations", AttrKind::Ints, std::vector<int64_t>{})
-      .attr("kernel_shape", AttrKind::Ints)
-      .attr("pads", AttrKind::Ints, std::vector<int64_t>{})
-      .attr("strides", AttrKind::Ints, std::vector<int64_t>{})
       .fusible(Fusibility::anchor(/*prologue=*/false, /*epilogue=*/true))
       .fp16(Fp16Policy::Allow)
       .attr("channels_last", AttrKind::Int, int64_t{0})
