@@ -32,8 +32,9 @@ llvm::Error importReshape(NodeImporter &ni) {
       infer = static_cast<int64_t>(i);
     } else if (s[i] < 0) {
       return ni.error("invalid target shape " + shapeStr(shape));
-    } else {
-      known *= s[i];
+    } else if (__builtin_mul_overflow(known, s[i], &known)) {
+      return ni.error("the target shape " + shapeStr(shape) +
+                      " has more elements than int64 holds");
     }
   }
   int64_t total = product(x->shape());
