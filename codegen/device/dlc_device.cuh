@@ -424,50 +424,70 @@ __device__ __forceinline__ T blockReduce(T v, Op op, T identity, T *smem) {
   return warpReduce(v, op);
 }
 
-/// A block's walk over one contiguous row of `len` values of MT, V at a time (len a
-/// multiple of V, the row 16-byte aligned where V * sizeof(MT) is): thread t takes
-/// vectors t, t + blockDim, ...; its first R stay in registers (FP32), later ones are
-/// read again on each walk. The row kernels (softmax_rows, row_norm_rows) read a row
-/// once when it has at most R * blockDim * V values.
-template <int V, int R, class I, class MT> struct CachedRow {
+/// A block's walk over K contiguous rows of `len` values of MT each (x, dy, ...), V at
+/// a time (len a multiple of V, each row 16-byte aligned where V * sizeof(MT) is):
+/// thread t takes vectors t, t + blockDim, ... of every row; its first R stay in
+/// registers (FP32), later ones are read again on each walk. The row kernels
+/// (softmax_rows, row_norm_rows, softmax_grad_rows, layer_norm_grad_rows) read their
+/// rows once when each has at most R * blockDim * V values.
+template <int K, int V, int R, class I, class MT> struct CachedRows {
   typedef VecOf<MT, V> Vec;
-  const Vec *x;
+  const Vec *x[K];
   I nv, B, tid;
-  float cache[R][V];
-  __device__ __forceinline__ CachedRow(const MT *row, I len)
-      : x(reinterpret_cast<const Vec *>(row)), nv(len / V), B(static_cast<I>(blockDim.x)),
-        tid(static_cast<I>(threadIdx.x)) {}
-  __device__ __forceinline__ void load(I j, float (&v)[V]) const {
-    const Vec t = x[j];
+  float cache[R][K][V];
+  __device__ __forceinline__ CachedRows(const MT *const (&rows)[K], I len)
+      : nv(len / V), B(static_cast<I>(blockDim.x)), tid(static_cast<I>(threadIdx.x)) {
 #pragma unroll
-    for (int q = 0; q < V; ++q)
-      v[q] = Cvt<float, MT>::run(t.v[q]);
+    for (int k = 0; k < K; ++k)
+      x[k] = reinterpret_cast<const Vec *>(rows[k]);
   }
-  /// The first walk: loads this thread's vectors (caching the first R), f(v) on each.
+  __device__ __forceinline__ void load(I j, float (&v)[K][V]) const {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const Vec t = x[k][j];
+#pragma unroll
+      for (int q = 0; q < V; ++q)
+        v[k][q] = Cvt<float, MT>::run(t.v[q]);
+    }
+  }
+  /// The first walk: loads this thread's vectors (caching the first R), f(j, v) on each
+  /// (vector j of the rows).
   template <class F> __device__ __forceinline__ void fill(F f) {
 #pragma unroll
     for (int r = 0; r < R; ++r)
       if (tid + r * B < nv) {
         load(tid + r * B, cache[r]);
-        f(cache[r]);
+        f(tid + r * B, cache[r]);
       }
     for (I j = tid + R * B; j < nv; j += B) {
-      float v[V];
+      float v[K][V];
       load(j, v);
-      f(v);
+      f(j, v);
     }
   }
-  /// Another walk: f(j, v) on each of this thread's vectors (vector j of the row).
+  /// Another walk: f(j, v) on each of this thread's vectors.
   template <class F> __device__ __forceinline__ void each(F f) const {
 #pragma unroll
     for (int r = 0; r < R; ++r)
       if (tid + r * B < nv)
         f(tid + r * B, cache[r]);
     for (I j = tid + R * B; j < nv; j += B) {
-      float v[V];
+      float v[K][V];
       load(j, v);
       f(j, v);
     }
+  }
+};
+
+/// One row: fill's f(v) and each's f(j, v) take the row's V values.
+template <int V, int R, class I, class MT> struct CachedRow : CachedRows<1, V, R, I, MT> {
+  typedef CachedRows<1, V, R, I, MT> Base;
+  __device__ __forceinline__ CachedRow(const MT *row, I len) : Base({row}, len) {}
+  template <class F> __device__ __forceinline__ void fill(F f) {
+    Base::fill([&](I, const float(&v)[1][V]) { f(v[0]); });
+  }
+  template <class F> __device__ __forceinline__ void each(F f) const {
+    Base::each([&](I j, const float(&v)[1][V]) { f(j, v[0]); });
   }
 };
 

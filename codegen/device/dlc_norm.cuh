@@ -219,4 +219,73 @@ __global__ void __launch_bounds__(256) row_norm_rows(const NormArgs<X, Out> a) {
   }
 }
 
+/// LayerNormalization's input gradient along contiguous rows (LayerNormGrad), a block
+/// per row: with xhat = (x - mean) rstd and gs = dy scale,
+/// dx = rstd (gs - mean(gs) - xhat mean(gs xhat)); the row's mean and rstd are written
+/// too (the scale's gradient sums dy xhat over the rows). x, dy and the scale are read
+/// V at a time (16 bytes where the row length and addresses allow), x and dy once
+/// (CachedRows); the statistics are FP32 block reductions: the mean, the variance
+/// around it, then the two sums.
+template <int V, int R, class I, class MT>
+__global__ void __launch_bounds__(256) layer_norm_grad(const NormShape s) {
+  typedef VecOf<MT, V> Vec;
+  const I len = static_cast<I>(s.len);
+  const float count = static_cast<float>(s.len);
+  const Vec *scale = static_cast<const Vec *>(s.scale);
+  DLC_SHARED(float, smem, [32]);
+  for (I row = static_cast<I>(blockIdx.x); row < static_cast<I>(s.rows);
+       row += static_cast<I>(gridDim.x)) {
+    const MT *rows[2] = {static_cast<const MT *>(s.x) + row * len,
+                         static_cast<const MT *>(s.dy) + row * len};
+    CachedRows<2, V, R, I, MT> xg(rows, len); // [0]: x, [1]: dy
+    float sum = 0.f;
+    xg.fill([&](I, const float(&v)[2][V]) {
+#pragma unroll
+      for (int q = 0; q < V; ++q)
+        sum += v[0][q];
+    });
+    const float mean = blockReduce(sum, SumOp(), 0.f, smem) / count;
+    float var = 0.f;
+    xg.each([&](I, const float(&v)[2][V]) {
+#pragma unroll
+      for (int q = 0; q < V; ++q)
+        var += (v[0][q] - mean) * (v[0][q] - mean);
+    });
+    const float rstd =
+        1.f / sqrt_(blockReduce(var, SumOp(), 0.f, smem) / count + static_cast<float>(s.eps));
+    auto scaled = [&](I j, const float(&g)[V], float(&gs)[V]) {
+      const Vec p = scale[j];
+#pragma unroll
+      for (int q = 0; q < V; ++q)
+        gs[q] = g[q] * Cvt<float, MT>::run(p.v[q]);
+    };
+    float sg = 0.f, sgx = 0.f;
+    xg.each([&](I j, const float(&v)[2][V]) {
+      float gs[V];
+      scaled(j, v[1], gs);
+#pragma unroll
+      for (int q = 0; q < V; ++q) {
+        sg += gs[q];
+        sgx += gs[q] * ((v[0][q] - mean) * rstd);
+      }
+    });
+    const float mg = blockReduce(sg, SumOp(), 0.f, smem) / count;
+    const float mgx = blockReduce(sgx, SumOp(), 0.f, smem) / count;
+    Vec *dx = reinterpret_cast<Vec *>(static_cast<MT *>(s.y) + row * len);
+    xg.each([&](I j, const float(&v)[2][V]) {
+      float gs[V];
+      scaled(j, v[1], gs);
+      Vec w;
+#pragma unroll
+      for (int q = 0; q < V; ++q)
+        w.v[q] = Cvt<MT, float>::run(rstd * (gs[q] - mg - (v[0][q] - mean) * rstd * mgx));
+      dx[j] = w;
+    });
+    if (threadIdx.x == 0) {
+      static_cast<MT *>(s.mean)[row] = Cvt<MT, float>::run(mean);
+      static_cast<MT *>(s.invStd)[row] = Cvt<MT, float>::run(rstd);
+    }
+  }
+}
+
 } // namespace dlc

@@ -183,8 +183,9 @@ struct AxisShape {
   void *out2; // TopK: the indices output (int64)
   i64 rows, len, inner, k;
   Divmod dInner, dLen;
-  const void *x; // softmax_rows: the input read as it is
-  void *y;       // softmax_rows: the output written as it is, or null (through Out)
+  const void *x;  // softmax_rows: the input read as it is (SoftmaxGrad: y)
+  void *y;        // softmax_rows: the output written as it is, or null (through Out)
+  const void *dy; // SoftmaxGrad: the output gradient
 };
 
 //===----------------------------------------------------------------------===//
@@ -200,8 +201,9 @@ struct NormShape {
   double eps;
   Divmod rowMod;
   Strided param;
-  const void *x; // row_norm_rows: the input read as it is
-  void *y;       // row_norm_rows: the output written as it is, or null (through Out)
+  const void *x;  // row_norm_rows: the input read as it is (LayerNormGrad: x)
+  void *y;        // row_norm_rows: the output written as it is, or null (through Out)
+  const void *dy; // LayerNormGrad: the output gradient (y is dx)
 };
 
 /// BatchNormalization in training mode: batch statistics per channel, running

@@ -317,6 +317,88 @@ __global__ void __launch_bounds__(256) softmax(const AxisArgs<X, Out> a) {
   }
 }
 
+template <class Out> struct SoftmaxGradArgs {
+  AxisShape s; // x: y, dy: the output gradient (both read as they are)
+  typename Out::Params out;
+};
+
+/// SoftmaxGrad's row term: dy y (Log: dy), summed over the row.
+template <bool Log> DLC_HD float softmaxGradTerm(float y, float g) {
+  return Log ? g : g * y;
+}
+/// SoftmaxGrad's element from the row's sum: y (dy - sum) (Log: dy - exp(y) sum).
+template <bool Log> DLC_HD float softmaxGradOut(float y, float g, float sum) {
+  return Log ? g - exp_(y) * sum : y * (g - sum);
+}
+
+/// SoftmaxGrad along contiguous rows longer than 64 (inner = 1), a block per row, y and
+/// dy read V elements at a time (16 bytes where the row length and addresses allow).
+/// The first R vectors of each operand per thread stay in registers between the row's
+/// sum and the writes, so rows up to R * blockDim * V elements are read once (longer
+/// ones re-read the rest). RawOut: dx written V at a time as it is, else through Out.
+template <bool Log, int V, int R, bool RawOut, class I, class MT, class Out>
+__global__ void __launch_bounds__(256) softmax_grad_rows(const SoftmaxGradArgs<Out> a) {
+  const AxisShape &s = a.s;
+  const I len = static_cast<I>(s.len);
+  DLC_SHARED(float, smem, [32]);
+  for (I row = static_cast<I>(blockIdx.x); row < static_cast<I>(s.rows);
+       row += static_cast<I>(gridDim.x)) {
+    const MT *rows[2] = {static_cast<const MT *>(s.x) + row * len,
+                         static_cast<const MT *>(s.dy) + row * len};
+    CachedRows<2, V, R, I, MT> yg(rows, len); // [0]: y, [1]: dy
+    float sum = 0.f;
+    yg.fill([&](I, const float(&v)[2][V]) {
+#pragma unroll
+      for (int q = 0; q < V; ++q)
+        sum += softmaxGradTerm<Log>(v[0][q], v[1][q]);
+    });
+    const float S = blockReduce(sum, SumOp(), 0.f, smem);
+    yg.each([&](I j, const float(&v)[2][V]) {
+      float o[V];
+#pragma unroll
+      for (int q = 0; q < V; ++q)
+        o[q] = softmaxGradOut<Log>(v[0][q], v[1][q], S);
+      storeRow<RawOut, MT, Out>(s.y, a.out, row * len + j * V, o);
+    });
+  }
+}
+
+/// SoftmaxGrad along the middle axis of [outer, len, inner]: a thread per row (Short)
+/// or a block per row; y and dy are read for the sum, then again for the writes.
+template <bool Log, bool Short, class I, class MT, class Out>
+__global__ void __launch_bounds__(256) softmax_grad(const SoftmaxGradArgs<Out> a) {
+  const AxisRows<I> ax(a.s);
+  const I len = ax.len, inner = ax.inner;
+  const MT *y = static_cast<const MT *>(a.s.x), *g = static_cast<const MT *>(a.s.dy);
+  auto term = [&](I e) { return softmaxGradTerm<Log>(ld<float>(y, e), ld<float>(g, e)); };
+  auto write = [&](I e, float sum) {
+    Out::store(a.out, e,
+               static_cast<typename Out::Value>(
+                   softmaxGradOut<Log>(ld<float>(y, e), ld<float>(g, e), sum)));
+  };
+  if (Short) {
+    DLC_GRID_STRIDE(row, ax.rows()) {
+      const I base = ax.base(row);
+      float sum = 0.f;
+      for (I j = 0; j < len; ++j)
+        sum += term(base + j * inner);
+      for (I j = 0; j < len; ++j)
+        write(base + j * inner, sum);
+    }
+    return;
+  }
+  DLC_SHARED(float, smem, [32]);
+  for (I row = static_cast<I>(blockIdx.x); row < ax.rows(); row += static_cast<I>(gridDim.x)) {
+    const I base = ax.base(row);
+    float sum = 0.f;
+    for (I j = static_cast<I>(threadIdx.x); j < len; j += static_cast<I>(blockDim.x))
+      sum += term(base + j * inner);
+    sum = blockReduce(sum, SumOp(), 0.f, smem);
+    for (I j = static_cast<I>(threadIdx.x); j < len; j += static_cast<I>(blockDim.x))
+      write(base + j * inner, sum);
+  }
+}
+
 /// Plain pointers for ops that fuse nothing: an input and one or two outputs.
 struct AxisIo {
   AxisShape s;

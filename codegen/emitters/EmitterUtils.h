@@ -65,8 +65,9 @@ inline int64_t ceilDiv(int64_t a, int64_t b) {
 /// x's dtype, aligned to V). None where x is not F32/F16/BF16 or the group computes
 /// it.
 struct RowAccess {
-  /// Vectors per thread the row kernels keep in registers (their R).
-  static constexpr int kCached = 4;
+  /// Vectors per thread the row kernels keep in registers (their R); kernels that
+  /// cache two rows (an operand and its gradient) keep half as many of each.
+  static constexpr int kCached = 4, kCachedPair = 2;
   int64_t vec = 1;
   bool rawOut = false;
 };

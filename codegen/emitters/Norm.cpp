@@ -257,11 +257,48 @@ llvm::Error lowerLRN(Lowering &l, const Node &n) {
   return llvm::Error::success();
 }
 
+/// LayerNormGrad: layer_norm_grad, a block per row, x, dy, the scale and dx V at a time
+/// where all four allow it.
+llvm::Error lowerLayerNormGrad(Lowering &l, const Node &n) {
+  const Value *x = n.operand(0), *dy = n.operand(1), *scale = n.operand(2);
+  const Value *dx = n.result(0), *mean = n.result(1), *rstd = n.result(2);
+  for (const Value *r : {dx, mean, rstd})
+    l.allocate(r);
+  const int64_t len = product(scale->shape());
+  const int64_t rows = len ? x->type().numElements() / len : 0;
+  if (rows == 0 || len == 0)
+    return llvm::Error::success();
+  const int64_t vec = vectorRun(l, {x, dy, scale, dx}, len, 16 / dtypeSize(x->dtype()));
+  NormShape s{};
+  s.rows = rows;
+  s.len = len;
+  s.eps = n.attrFloat("epsilon");
+  Instantiation inst{"dlc::layer_norm_grad",
+                     {std::to_string(vec), std::to_string(RowAccess::kCachedPair),
+                      l.indexType(x->type().numElements()), cudaType(x->dtype())},
+                     "dlc::NormShape",
+                     {}};
+  inst.needsSync = true;
+  uint32_t k = l.instantiate(inst);
+  LaunchArgs a;
+  a.shape(s);
+  a.pointer(offsetof(NormShape, x), l.bufferOf(x), x->type().byteSize(), false);
+  a.pointer(offsetof(NormShape, dy), l.bufferOf(dy), dy->type().byteSize(), false);
+  a.pointer(offsetof(NormShape, scale), l.bufferOf(scale), scale->type().byteSize(), false);
+  a.pointer(offsetof(NormShape, y), l.bufferOf(dx), dx->type().byteSize(), true);
+  a.pointer(offsetof(NormShape, mean), l.bufferOf(mean), mean->type().byteSize(), true);
+  a.pointer(offsetof(NormShape, invStd), l.bufferOf(rstd), rstd->type().byteSize(), true);
+  l.launch(n, k, a, static_cast<uint32_t>(std::min<int64_t>(rows, 1 << 20)), blockFor(len / vec), 0,
+           12.0 * static_cast<double>(x->type().numElements()));
+  return llvm::Error::success();
+}
+
 } // namespace
 
 void registerNormLowerings(LoweringRegistry &r) {
   r.op(OpKind::BatchNormalization, lowerBatchNorm);
   r.op(OpKind::LayerNormalization, lowerLayerNorm);
+  r.op(OpKind::LayerNormGrad, lowerLayerNormGrad);
   r.op(OpKind::RMSNormalization, lowerLayerNorm); // (the nodes legalize keeps)
   r.op(OpKind::InstanceNormalization, lowerChannelNorm);
   r.op(OpKind::GroupNormalization, lowerChannelNorm);

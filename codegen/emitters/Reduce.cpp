@@ -301,6 +301,55 @@ llvm::Error lowerSoftmaxLike(Lowering &l, const Node &n) {
   return llvm::Error::success();
 }
 
+/// SoftmaxGrad: the row's sum of dy y (LogSoftmax's: of dy), then dx through the
+/// epilogue. Contiguous rows longer than 64 whose y and dy are read as they are take
+/// softmax_grad_rows (both V elements at a time, each read once); others softmax_grad.
+llvm::Error lowerSoftmaxGrad(Lowering &l, const Node &n) {
+  const Value *y = n.operand(0), *dy = n.operand(1), *out = n.result();
+  AxisView v(y->shape(), axisOf(n));
+  l.allocate(out);
+  const int64_t rows = v.outer * v.inner;
+  if (rows == 0 || v.len == 0)
+    return llvm::Error::success();
+  auto fo = storeFunctor(l, l.group(), out);
+  if (!fo)
+    return fo.takeError();
+  const std::string on = l.functorName(*fo), args = "dlc::SoftmaxGradArgs<" + on + ">";
+  const std::string log = n.attrInt("log") != 0 ? "true" : "false";
+  const std::string index = l.indexType(y->type().numElements()), mt = cudaType(y->dtype());
+  const bool isShort = v.len <= kShortReduction;
+  std::optional<RowAccess> ra;
+  if (!isShort && v.inner == 1)
+    ra = rowAccess(l, y, out, v.len, [&](int64_t vec) {
+      return fixedAligned(l, dy, static_cast<uint64_t>(vec) * dtypeSize(dy->dtype()));
+    });
+  Instantiation inst =
+      ra ? Instantiation{"dlc::softmax_grad_rows",
+                         {log, std::to_string(ra->vec), std::to_string(RowAccess::kCachedPair),
+                          ra->rawOut ? "true" : "false", index, mt, on},
+                         args,
+                         {on}}
+         : Instantiation{
+               "dlc::softmax_grad", {log, isShort ? "true" : "false", index, mt, on}, args, {on}};
+  inst.needsSync = !isShort;
+  uint32_t k = l.instantiate(inst);
+  const bool rawOut = ra && ra->rawOut;
+  LaunchArgs a;
+  a.shape(v.shape());
+  a.pointer(offsetof(AxisShape, x), l.bufferOf(y), y->type().byteSize(), false);
+  a.pointer(offsetof(AxisShape, dy), l.bufferOf(dy), dy->type().byteSize(), false);
+  if (rawOut)
+    a.pointer(offsetof(AxisShape, y), l.bufferOf(out), out->type().byteSize(), true);
+  a.functor(*fo, !rawOut);
+  const double flops = 4.0 * static_cast<double>(y->type().numElements());
+  if (isShort)
+    l.launch(n, k, a, gridFor(rows, 256), 256, 0, flops);
+  else
+    l.launch(n, k, a, static_cast<uint32_t>(std::min<int64_t>(rows, 1 << 20)),
+             blockFor(v.len / (ra ? ra->vec : 1)), 0, flops);
+  return llvm::Error::success();
+}
+
 /// An AxisIo launch (no fusion): x and the first result, plus TopK's second.
 void launchAxisIo(Lowering &l, const Node &n, const Instantiation &inst, const AxisShape &s,
                   int64_t threads) {
@@ -402,6 +451,7 @@ void registerReduceLowerings(LoweringRegistry &r) {
     r.op(k, lowerReduction);
   for (OpKind k : {OpKind::Softmax, OpKind::LogSoftmax, OpKind::Hardmax})
     r.op(k, lowerSoftmaxLike);
+  r.op(OpKind::SoftmaxGrad, lowerSoftmaxGrad);
   r.op(OpKind::ArgMax, lowerArg);
   r.op(OpKind::ArgMin, lowerArg);
   r.op(OpKind::TopK, lowerTopK);

@@ -176,6 +176,71 @@ llvm::Error refLayerNorm(const Node &n, const Inputs &in, Outputs &out) {
 }
 
 //===----------------------------------------------------------------------===//
+// LayerNormGrad(X, dY, scale) {axis, epsilon} -> (dX, mean, rstd): LayerNormalization's
+// input gradient (autodiff), the statistics recomputed from X. With xhat = (X - mean)
+// * rstd and gs = dY * scale, dX = rstd * (gs - mean(gs) - xhat * mean(gs * xhat)) over
+// each row (the dims from `axis` on). The rows' mean and rstd = 1/sqrt(var + epsilon),
+// in X's type, serve the scale's gradient. One row kernel reads X and dY once.
+//===----------------------------------------------------------------------===//
+
+llvm::Error verifyLayerNormGrad(const Node &n) {
+  if (auto e = requireType(n, 0, kFloat))
+    return e;
+  if (auto e = requireSameType(n, 0, 1))
+    return e;
+  auto axis = normalizeAxis(n.attrInt("axis"), n.operand(0)->rank());
+  if (!axis)
+    return axis.takeError();
+  const Shape &x = n.operand(0)->shape();
+  Shape norm(x.begin() + *axis, x.end());
+  const Value *scale = n.operand(2);
+  if (scale->dtype() != n.operand(0)->dtype() || scale->shape() != norm)
+    return errorf("the scale is {0}; it must be {1}{2} (the normalized shape)", scale->type().str(),
+                  dtypeName(n.operand(0)->dtype()), shapeStr(norm));
+  return ok();
+}
+
+InferResult inferLayerNormGrad(const Node &n) {
+  int64_t axis = *normalizeAxis(n.attrInt("axis"), n.operand(0)->rank());
+  Shape stat = n.operand(0)->shape();
+  for (size_t i = axis; i < stat.size(); ++i)
+    stat[i] = 1;
+  const DType dt = n.operand(0)->dtype();
+  return TypeList{n.operand(0)->type(), TensorType(dt, stat), TensorType(dt, stat)};
+}
+
+llvm::Error refLayerNormGrad(const Node &n, const Inputs &in, Outputs &out) {
+  NormRows rows(n, std::vector<const Tensor *>{in[0], in[2]});
+  const int64_t len = rows.inner;
+  const double eps = n.attrFloat("epsilon"), count = static_cast<double>(len);
+  const std::vector<double> &x = rows.x, &scale = rows.scale;
+  auto g = in[1]->toVector<double>();
+  std::vector<double> dx(x.size()), means(rows.outer), rstds(rows.outer);
+  for (int64_t o = 0; o < rows.outer; ++o) {
+    const double *xr = x.data() + o * len, *gr = g.data() + o * len;
+    double s = 0, s2 = 0, sg = 0, sgx = 0;
+    for (int64_t i = 0; i < len; ++i)
+      s += xr[i];
+    const double m = s / count;
+    for (int64_t i = 0; i < len; ++i)
+      s2 += (xr[i] - m) * (xr[i] - m);
+    const double r = 1.0 / std::sqrt(s2 / count + eps);
+    for (int64_t i = 0; i < len; ++i) {
+      sg += gr[i] * scale[i];
+      sgx += gr[i] * scale[i] * (xr[i] - m) * r;
+    }
+    for (int64_t i = 0; i < len; ++i)
+      dx[o * len + i] = r * (gr[i] * scale[i] - sg / count - (xr[i] - m) * r * sgx / count);
+    means[o] = m;
+    rstds[o] = r;
+  }
+  out[0] = Tensor::fromVector(out[0].type(), dx);
+  out[1] = Tensor::fromVector(out[1].type(), means);
+  out[2] = Tensor::fromVector(out[2].type(), rstds);
+  return ok();
+}
+
+//===----------------------------------------------------------------------===//
 // RMSNormalization(X, scale) (ONNX opset 23) over the dims from `axis` on:
 // Y = X / sqrt(mean(X^2) + epsilon) * scale, computed in FP32 when stash_type is 1
 // (ONNX's FLOAT), else in X's dtype. With stash_type 1 and FP32/FP16/BF16 data it is
@@ -416,7 +481,20 @@ llvm::Error gradLayerNorm(GradBuilder &b, const Node &n) {
   std::vector<int64_t> axes;
   for (int64_t i = axis; i < r; ++i)
     axes.push_back(i);
-  auto [dx, xhat] = normalizeBackward(b, x, g, n.operand(1), axes, n.attrFloat("epsilon"));
+  Value *scale = n.operand(1);
+  Value *dx = nullptr, *xhat = nullptr;
+  if (scale->shape() == Shape(x->shape().begin() + axis, x->shape().end()) &&
+      x->dtype() != DType::F64) {
+    // One row kernel for dX; the scale's gradient sums dY * xhat from its statistics.
+    std::vector<Value *> r = b.ops(OpKind::LayerNormGrad, {x, g, scale},
+                                   {{"axis", Attribute(axis)}, {"epsilon", *n.attr("epsilon")}}, 3);
+    if (r.size() == 3) {
+      dx = r[0];
+      xhat = b.mul(b.sub(x, r[1]), r[2]);
+    }
+  } else { // a scale broadcast to the normalized shape, or FP64: the ops spelled out
+    std::tie(dx, xhat) = normalizeBackward(b, x, g, scale, axes, n.attrFloat("epsilon"));
+  }
   b.accumulate(0, dx);
   b.accumulate(1, b.mul(g, xhat)); // summed to the scale's shape by the builder
   if (n.operand(2))
@@ -563,6 +641,17 @@ void defineNormOps(OpTable &t) {
       .verify(verifyLayerNorm)
       .infer(inferLayerNorm)
       .reference(refLayerNorm);
+  t.def(OpKind::LayerNormGrad)
+      .operands(3)
+      .results(3)
+      .attr("axis", AttrKind::Int, int64_t{-1})
+      .attr("epsilon", AttrKind::Float, 1e-5f)
+      .fusible(Fusibility::opaque())
+      .fp16(Fp16Policy::Allow)
+      .layout(LayoutRule::axisAttrs())
+      .verify(verifyLayerNormGrad)
+      .infer(inferLayerNormGrad)
+      .reference(refLayerNormGrad);
   t.def(OpKind::RMSNormalization)
       .operands(2)
       .attr("axis", AttrKind::Int, int64_t{-1})

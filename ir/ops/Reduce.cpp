@@ -163,6 +163,40 @@ struct AxisSplit {
   int64_t at(int64_t o, int64_t k, int64_t i) const { return (o * len + k) * inner + i; }
 };
 
+/// SoftmaxGrad(y, dy) {axis, log}: the input gradient of Softmax from its output y,
+/// y (dy - sum(dy y)), or of LogSoftmax (log = 1), dy - exp(y) sum(dy), along the axis.
+llvm::Error verifySoftmaxGrad(const Node &n) {
+  if (auto e = requireType(n, 0, kFloat))
+    return e;
+  if (auto e = requireSameType(n, 0, 1))
+    return e;
+  return normalizeAxis(n.attrInt("axis"), n.operand(0)->rank()).takeError();
+}
+
+llvm::Error refSoftmaxGrad(const Node &n, const Inputs &in, Outputs &out) {
+  AxisSplit sp(in[0]->shape(), *normalizeAxis(n.attrInt("axis"), in[0]->rank()));
+  const bool log = n.attrInt("log") != 0;
+  auto y = in[0]->toVector<double>(), g = in[1]->toVector<double>();
+  std::vector<double> dx(y.size());
+  for (int64_t o = 0; o < sp.outer; ++o)
+    for (int64_t i = 0; i < sp.inner; ++i) {
+      double s = 0;
+      for (int64_t k = 0; k < sp.len; ++k)
+        s += log ? g[sp.at(o, k, i)] : g[sp.at(o, k, i)] * y[sp.at(o, k, i)];
+      for (int64_t k = 0; k < sp.len; ++k) {
+        const int64_t e = sp.at(o, k, i);
+        dx[e] = log ? g[e] - std::exp(y[e]) * s : y[e] * (g[e] - s);
+      }
+    }
+  out[0] = Tensor::fromVector(out[0].type(), dx);
+  return ok();
+}
+
+/// LogSoftmax's gradient stays in FP32 as LogSoftmax does; Softmax's may run in FP16.
+Fp16Policy softmaxGradFp16(const Node &n) {
+  return n.attrInt("log") != 0 ? Fp16Policy::Deny : Fp16Policy::Allow;
+}
+
 llvm::Error verifyAxisOp(const Node &n) {
   if (auto e = requireType(n, 0, kNumeric))
     return e;
@@ -333,14 +367,11 @@ template <bool Mean> llvm::Error gradReduceSumMean(GradBuilder &b, const Node &n
 }
 
 /// Softmax: dx = y (g - sum(g y)); LogSoftmax: dx = g - softmax(x) sum(g), both
-/// along the axis.
+/// along the axis: one SoftmaxGrad node, which reads y and g once per row.
 template <bool Log> llvm::Error gradSoftmax(GradBuilder &b, const Node &n) {
   int64_t axis = *normalizeAxis(n.attrInt("axis"), n.operand(0)->rank());
-  Value *g = b.grad(), *y = n.result();
-  if (Log)
-    b.accumulate(0, b.sub(g, b.mul(b.op(OpKind::Exp, {y}), b.reduceSum(g, {axis}, true))));
-  else
-    b.accumulate(0, b.mul(y, b.sub(g, b.reduceSum(b.mul(g, y), {axis}, true))));
+  b.accumulate(0, b.op(OpKind::SoftmaxGrad, {n.result(), b.grad()},
+                       {{"axis", Attribute(axis)}, {"log", Attribute(int64_t{Log})}}));
   return ok();
 }
 
@@ -370,6 +401,16 @@ void defineReduceOps(OpTable &t) {
       .verify(verifySoftmax)
       .infer(inferSameAsOperand0)
       .reference(refSoftmax<true>);
+  t.def(OpKind::SoftmaxGrad)
+      .operands(2)
+      .attr("axis", AttrKind::Int, int64_t{-1})
+      .attr("log", AttrKind::Int, int64_t{0})
+      .fusible(Fusibility::anchor(/*prologue=*/false, /*epilogue=*/true))
+      .fp16(Fp16Policy::Allow, softmaxGradFp16)
+      .layout(LayoutRule::axisAttrs(remapAxis))
+      .verify(verifySoftmaxGrad)
+      .infer(inferSameAsOperand0)
+      .reference(refSoftmaxGrad);
   t.def(OpKind::Hardmax)
       .operands(1)
       .attr("axis", AttrKind::Int, int64_t{-1})

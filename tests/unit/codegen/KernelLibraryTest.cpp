@@ -466,6 +466,94 @@ TEST(KernelLibrary, SoftmaxFamily) {
   check(rows);
 }
 
+// Softmax's and LogSoftmax's gradients (SoftmaxGrad, from autodiff): short rows (a
+// thread per row), a middle axis longer than 64 (a block per row, strided), graph
+// inputs read an element at a time.
+TEST(KernelLibrary, SoftmaxGradient) {
+  check(
+      {"short and strided rows",
+       R"(graph @g(%y: f32[2,9,3], %d: f32[2,9,3], %u: f32[3,70,2], %e: f32[3,70,2]) -> ("a": f32[2,9,3], "b": f32[2,9,3], "c": f32[3,70,2], "l": f32[3,70,2]) {
+  %a = SoftmaxGrad(%y, %d) {axis = 1} : f32[2,9,3]
+  %b = SoftmaxGrad(%y, %d) {axis = -1, log = 1} : f32[2,9,3]
+  %c = SoftmaxGrad(%u, %e) {axis = 1} : f32[3,70,2]
+  %l = SoftmaxGrad(%u, %e) {axis = 1, log = 1} : f32[3,70,2]
+  return %a, %b, %c, %l
+})",
+       {"dlc::softmax_grad"}});
+  // Contiguous rows of intermediates: softmax_grad_rows reads y and dy 16 bytes at a time
+  // (8 FP16 values), rows that stay in registers (1000) and rows longer than
+  // 2 x 256 x 4 FP32 values that re-read their tail (4500, LogSoftmax's), a fused scale
+  // (through Out), and dx written as it is.
+  KernelCase rows{
+      "long rows of intermediates, 16-byte accesses",
+      R"(graph @g(%a: f16[3,16], %w: f16[16,1000], %w2: f16[16,1000], %v: f16[1000,8], %b: f32[2,16], %u: f32[16,4500], %u2: f32[16,4500]) -> ("x": f16[3,8], "z": f32[2,4500]) {
+  %h = MatMul(%a, %w) : f16[3,1000]
+  %p = Softmax(%h) {axis = -1} : f16[3,1000]
+  %dp = MatMul(%a, %w2) : f16[3,1000]
+  %ds = SoftmaxGrad(%p, %dp) {axis = 1} : f16[3,1000]
+  %x = MatMul(%ds, %v) : f16[3,8]
+  %g = MatMul(%b, %u) : f32[2,4500]
+  %q = LogSoftmax(%g) {axis = 1} : f32[2,4500]
+  %dq = MatMul(%b, %u2) : f32[2,4500]
+  %dl = SoftmaxGrad(%q, %dq) {axis = 1, log = 1} : f32[2,4500]
+  %half = const f32[] dense<[0.5]>
+  %z = Mul(%dl, %half) : f32[2,4500]
+  return %x, %z
+})",
+      {"dlc::softmax_grad_rows"},
+      {},
+      2,
+      true,
+      2e-2,
+      false,
+      {"dlc::softmax_grad"}};
+  rows.sourceHas = "dlc::softmax_grad_rows<false, 8, 2, true,";
+  check(rows);
+}
+
+// LayerNormalization's gradient (LayerNormGrad, from autodiff): dX and the rows'
+// statistics. Graph inputs (read an element at a time), rows over two dims; then
+// intermediates read 16 bytes at a time: FP16 rows of 1024 that stay in registers and
+// FP32 rows of 4500, longer than 2 x 256 x 4, that re-read their tail.
+TEST(KernelLibrary, LayerNormGradient) {
+  check(
+      {"element at a time",
+       R"(graph @g(%x: f32[2,3,10], %d: f32[2,3,10], %s: f32[10], %t: f32[3,10]) -> ("a": f32[2,3,10], "m": f32[2,3,1], "r": f32[2,3,1], "b": f32[2,3,10]) {
+  %a, %m, %r = LayerNormGrad(%x, %d, %s) {axis = -1, epsilon = 0.001} : f32[2,3,10], f32[2,3,1], f32[2,3,1]
+  %b, %m2, %r2 = LayerNormGrad(%x, %d, %t) {axis = 1} : f32[2,3,10], f32[2,1,1], f32[2,1,1]
+  return %a, %m, %r, %b
+})",
+       {"dlc::layer_norm_grad"}});
+  const std::string ir =
+      R"(graph @g(%a: f16[3,16], %w: f16[16,1024], %w2: f16[16,1024], %v: f16[1024,8], %b: f32[2,16], %u: f32[16,4500], %u2: f32[16,4500]) -> ("y": f16[3,8], "m": f16[3,1], "r": f16[3,1], "z": f32[2,4500]) {
+  %s = )" +
+      randomConst(ir::DType::F16, {1024}, 21) +
+      R"(
+  %t = )" +
+      randomConst(ir::DType::F32, {4500}, 22) +
+      R"(
+  %x = MatMul(%a, %w) : f16[3,1024]
+  %d = MatMul(%a, %w2) : f16[3,1024]
+  %dx, %m, %r = LayerNormGrad(%x, %d, %s) {axis = 1} : f16[3,1024], f16[3,1], f16[3,1]
+  %y = MatMul(%dx, %v) : f16[3,8]
+  %x2 = MatMul(%b, %u) : f32[2,4500]
+  %d2 = MatMul(%b, %u2) : f32[2,4500]
+  %dz, %m2, %r2 = LayerNormGrad(%x2, %d2, %t) {axis = -1} : f32[2,4500], f32[2,1], f32[2,1]
+  %half = const f32[] dense<[0.5]>
+  %z = Mul(%dz, %half) : f32[2,4500]
+  return %y, %m, %r, %z
+})";
+  KernelCase rows{"long rows of intermediates, 16-byte accesses",
+                  ir.c_str(),
+                  {"dlc::layer_norm_grad"},
+                  {},
+                  2,
+                  true,
+                  2e-2};
+  rows.sourceHas = "dlc::layer_norm_grad<8, 2,";
+  check(rows);
+}
+
 TEST(KernelLibrary, ArgTopKCumSum) {
   ir::Tensor withNaN = ir::randomTensor(ir::TensorType(ir::DType::F32, {2, 7}), 3);
   static_cast<float *>(withNaN.mutableRaw())[2] = NAN;
