@@ -192,7 +192,12 @@ llvm::Error verifyLayerNormGrad(const Node &n) {
   if (!axis)
     return axis.takeError();
   const Shape &x = n.operand(0)->shape();
+  if (n.operand(1)->shape() != x)
+    return errorf("the output gradient is {0}, the input {1}: they must match",
+                  shapeStr(n.operand(1)->shape()), shapeStr(x));
   Shape norm(x.begin() + *axis, x.end());
+  if (product(norm) == 0)
+    return errorf("the normalized shape {0} is empty", shapeStr(norm));
   const Value *scale = n.operand(2);
   if (scale->dtype() != n.operand(0)->dtype() || scale->shape() != norm)
     return errorf("the scale is {0}; it must be {1}{2} (the normalized shape)", scale->type().str(),
@@ -482,17 +487,16 @@ llvm::Error gradLayerNorm(GradBuilder &b, const Node &n) {
   for (int64_t i = axis; i < r; ++i)
     axes.push_back(i);
   Value *scale = n.operand(1);
+  const Shape norm(x->shape().begin() + axis, x->shape().end());
   Value *dx = nullptr, *xhat = nullptr;
-  if (scale->shape() == Shape(x->shape().begin() + axis, x->shape().end()) &&
-      x->dtype() != DType::F64) {
+  if (scale->shape() == norm && product(norm) > 0 && x->dtype() != DType::F64) {
     // One row kernel for dX; the scale's gradient sums dY * xhat from its statistics.
-    std::vector<Value *> r = b.ops(OpKind::LayerNormGrad, {x, g, scale},
-                                   {{"axis", Attribute(axis)}, {"epsilon", *n.attr("epsilon")}}, 3);
-    if (r.size() == 3) {
-      dx = r[0];
-      xhat = b.mul(b.sub(x, r[1]), r[2]);
-    }
-  } else { // a scale broadcast to the normalized shape, or FP64: the ops spelled out
+    std::vector<Value *> st =
+        b.ops(OpKind::LayerNormGrad, {x, g, scale},
+              {{"axis", Attribute(axis)}, {"epsilon", *n.attr("epsilon")}}, 3); // (dX, mean, rstd)
+    dx = st[0];
+    xhat = b.mul(b.sub(x, st[1]), st[2]);
+  } else { // a scale broadcast to the normalized shape, FP64, or no elements: spelled out
     std::tie(dx, xhat) = normalizeBackward(b, x, g, scale, axes, n.attrFloat("epsilon"));
   }
   b.accumulate(0, dx);

@@ -170,6 +170,9 @@ llvm::Error verifySoftmaxGrad(const Node &n) {
     return e;
   if (auto e = requireSameType(n, 0, 1))
     return e;
+  if (n.operand(1)->shape() != n.operand(0)->shape())
+    return errorf("the output gradient is {0}, the output {1}: they must match",
+                  shapeStr(n.operand(1)->shape()), shapeStr(n.operand(0)->shape()));
   return normalizeAxis(n.attrInt("axis"), n.operand(0)->rank()).takeError();
 }
 
@@ -367,11 +370,17 @@ template <bool Mean> llvm::Error gradReduceSumMean(GradBuilder &b, const Node &n
 }
 
 /// Softmax: dx = y (g - sum(g y)); LogSoftmax: dx = g - softmax(x) sum(g), both
-/// along the axis: one SoftmaxGrad node, which reads y and g once per row.
+/// along the axis: one SoftmaxGrad node, which reads y and g once per row (its kernels
+/// compute in FP32; FP64 spells the ops out).
 template <bool Log> llvm::Error gradSoftmax(GradBuilder &b, const Node &n) {
   int64_t axis = *normalizeAxis(n.attrInt("axis"), n.operand(0)->rank());
-  b.accumulate(0, b.op(OpKind::SoftmaxGrad, {n.result(), b.grad()},
-                       {{"axis", Attribute(axis)}, {"log", Attribute(int64_t{Log})}}));
+  Value *g = b.grad(), *y = n.result();
+  if (y->dtype() == DType::F64)
+    b.accumulate(0, Log ? b.sub(g, b.mul(b.op(OpKind::Exp, {y}), b.reduceSum(g, {axis}, true)))
+                        : b.mul(y, b.sub(g, b.reduceSum(b.mul(g, y), {axis}, true))));
+  else
+    b.accumulate(0, b.op(OpKind::SoftmaxGrad, {y, g},
+                         {{"axis", Attribute(axis)}, {"log", Attribute(int64_t{Log})}}));
   return ok();
 }
 
