@@ -212,17 +212,19 @@ __device__ __forceinline__ const MT *attentionRows(const AttentionOperand &o, I 
 
 /// Issues cp.async copies of rows [row0, row0 + Rows) (< rows) of len MT values, ld
 /// apart, at src into shared memory at dst (Pitch bytes per row), Chunks 16-byte chunks
-/// per row; rows past `rows` and chunks past `len` are zero-filled.
+/// per row; rows past `rows` and chunks past `len` are zero-filled (Bounded: else the
+/// caller knows every row and chunk is inside, and no predicate is computed: inlined
+/// with a constant `bounded`).
 template <int Rows, int Chunks, int Pitch, int Threads, class I, class MT>
 __device__ __forceinline__ void attentionCopy(SmemAddr dst, const MT *src, I row0, I rows, I len,
-                                              I ld, int tid) {
+                                              I ld, int tid, bool bounded = true) {
 #pragma unroll
   for (int e0 = 0; e0 < Rows * Chunks; e0 += Threads) {
     const int e = e0 + tid;
     if ((Rows * Chunks) % Threads == 0 || e < Rows * Chunks) {
       const int r = e / Chunks, c = e - r * Chunks;
       const I row = row0 + static_cast<I>(r);
-      const bool full = row < rows && static_cast<I>(8 * c) < len;
+      const bool full = !bounded || (row < rows && static_cast<I>(8 * c) < len);
       cpAsync16(dst + r * Pitch + 16 * c, full ? src + (row * ld + static_cast<I>(8 * c)) : src,
                 full);
     }
@@ -283,14 +285,33 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
                        : Sk;
   const int tiles = static_cast<int>((keyEnd + BN - 1) / BN);
   const I reach = static_cast<I>(s.keyReach);
-  for (int kt = 0; kt < tiles; ++kt) {
+  // Interior tiles (the steady state) need no masks, no clamps and no copy predicates:
+  // every key of the tile and of the next one (copied during it) exists, no row of the
+  // block masks any of them (causal), and the head sizes fill whole chunks. They come
+  // first; the rest (the last tiles, the causal diagonal) take the edge form.
+  int interior = 0;
+  if (hd == static_cast<I>(HD) && hdv == static_cast<I>(HDV)) {
+    interior = static_cast<int>(Sk / BN) - 1; // the next tile full too
+    if (Causal) {
+      const I unmasked = (q0 + reach + 1) / BN; // tiles no row of the block masks
+      interior = q0 + reach + 1 <= 0                   ? 0
+                 : unmasked < static_cast<I>(interior) ? static_cast<int>(unmasked)
+                                                       : interior;
+    }
+    interior = interior < tiles - 1 ? (interior < 0 ? 0 : interior) : tiles - 1;
+  }
+  // (A lambda with a bool argument, called with constants: NVRTC takes no generic
+  // lambda in a kernel, and each call is inlined with its own constant.)
+  auto step = [&](int kt, const bool Edge) {
     cpAsyncWait<0>(); // tile kt has landed (this thread's copies)
     __syncthreads();  // ... everyone's; and every warp is done with tile kt - 1
     const int st = kt & 1;
-    if (kt + 1 < tiles) {
+    if (!Edge || kt + 1 < tiles) {
       const I next = static_cast<I>(kt + 1) * BN;
-      attentionCopy<BN, HD / 8, QP, T>(kS + (st ^ 1) * Tile::KBytes, kg, next, Sk, hd, kld, tid);
-      attentionCopy<BN, HDV / 8, VP, T>(vS + (st ^ 1) * Tile::VBytes, vg, next, Sk, hdv, vld, tid);
+      attentionCopy<BN, HD / 8, QP, T>(kS + (st ^ 1) * Tile::KBytes, kg, next, Sk, hd, kld, tid,
+                                       Edge);
+      attentionCopy<BN, HDV / 8, VP, T>(vS + (st ^ 1) * Tile::VBytes, vg, next, Sk, hdv, vld, tid,
+                                        Edge);
     }
     cpAsyncCommit();
     // S = Q K^T: HD / 16 k steps, each step's fragments loaded before the last one's
@@ -331,10 +352,10 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
         for (int e = 0; e < 4; ++e) {
           const I key = key0 + static_cast<I>(8 * j + 2 * t + (e & 1));
           sc[0][j][e] = static_cast<float>(
-              Sc::apply2(a.sc, rowAt[e >> 1], key < Sk ? key : Sk - 1, sc[0][j][e]));
+              Sc::apply2(a.sc, rowAt[e >> 1], !Edge || key < Sk ? key : Sk - 1, sc[0][j][e]));
         }
     }
-    if (Causal && key0 + BN - 1 > q0 + static_cast<I>(warp * 16) + reach) {
+    if (Edge && Causal && key0 + BN - 1 > q0 + static_cast<I>(warp * 16) + reach) {
 #pragma unroll
       for (int j = 0; j < NS; ++j)
 #pragma unroll
@@ -343,7 +364,7 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
               rowG + static_cast<I>(8 * (e >> 1)) + reach)
             sc[0][j][e] = kNegInf;
     }
-    if (key0 + BN > Sk) {
+    if (Edge && key0 + BN > Sk) {
 #pragma unroll
       for (int j = 0; j < NS; ++j)
 #pragma unroll
@@ -401,7 +422,12 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
         warpLoadBTrans<NC / 2>(pv.b, bRow);
         warpTileMma<MT, 1, NC>(o[c], pv);
       }
-  }
+  };
+  int kt = 0;
+  for (; kt < interior; ++kt)
+    step(kt, false);
+  for (; kt < tiles; ++kt)
+    step(kt, true);
   cpAsyncWait<0>(); // (the last, empty group)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {

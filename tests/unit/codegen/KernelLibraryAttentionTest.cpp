@@ -141,6 +141,9 @@ TEST(KernelLibrary, AttentionOnTensorCores) {
       {"f16 hd 64, strided views", "f16", 2, 70, 70, 3, 64, false, false, true},
       {"bf16 hd 48, strided views, causal", "bf16", 1, 40, 40, 2, 48, true, true, true},
       {"f16 hd 128, cross attention, strided views", "f16", 2, 17, 81, 2, 128, true, false, true},
+      // Interior key tiles (no mask, clamp or copy predicate) before the edge ones.
+      {"f16 hd 64, 300 keys, additive mask", "f16", 1, 40, 300, 2, 64, true, false, false},
+      {"bf16 hd 64, 260 keys, strided views", "bf16", 2, 33, 260, 1, 64, false, false, true},
   };
   for (const Case &c : cases) {
     const std::string ir = attentionIr(c.dt, c.b, c.sq, c.sk, c.h, c.hd, c.mask, c.projected);
@@ -177,7 +180,8 @@ TEST(KernelLibrary, AttentionOnTensorCoresConstantCausalMask) {
   // lowest finite values instead (finfo.min), one with past keys (Sk > Sq: the diagonal
   // offset by Sk - Sq), a constant mask that is not causal (random -inf entries:
   // applied through the chain functor, every tile visited), and a causal mask that
-  // also adds a bias (tiles skipped, the functor kept for the bias).
+  // also adds a bias (tiles skipped, the functor kept for the bias); rows far enough
+  // below the diagonal to have interior key tiles (no mask applied there).
   const int64_t H = 2, hd = 64, D = H * hd;
   struct Case {
     const char *form;
@@ -185,7 +189,8 @@ TEST(KernelLibrary, AttentionOnTensorCoresConstantCausalMask) {
   };
   for (const Case &c : {Case{"where", 150, 150}, Case{"add -inf", 150, 150},
                         Case{"add lowest", 150, 150}, Case{"add -inf, past keys", 40, 170},
-                        Case{"add random -inf", 100, 100}, Case{"add -inf and a bias", 150, 150}}) {
+                        Case{"add random -inf", 100, 100}, Case{"add -inf and a bias", 150, 150},
+                        Case{"add -inf, interior tiles below the diagonal", 280, 280}}) {
     const std::string f = c.form;
     const int64_t sq = c.sq, sk = c.sk;
     ir::Tensor add = causalMask(ir::DType::F16, sq, sk), ninf(ir::TensorType(ir::DType::F16, {}));
