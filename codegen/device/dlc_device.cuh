@@ -409,9 +409,6 @@ template <class T, class Op> __device__ __forceinline__ T warpReduce(T v, Op op)
   return v;
 }
 
-/// A compile-time bool as a value (a generic lambda's `auto` parameter picks its form).
-template <bool B> struct BoolTag { static constexpr bool value = B; };
-
 /// Reduces v over the block (blockDim.x a multiple of 32, at most 1024); every
 /// thread gets the result. `smem` holds 32 values of T.
 template <class T, class Op>

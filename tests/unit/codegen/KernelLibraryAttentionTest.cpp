@@ -144,6 +144,10 @@ TEST(KernelLibrary, AttentionOnTensorCores) {
       // Interior key tiles (no mask, clamp or copy predicate) before the edge ones.
       {"f16 hd 64, 300 keys, additive mask", "f16", 1, 40, 300, 2, 64, true, false, false},
       {"bf16 hd 64, 260 keys, strided views", "bf16", 2, 33, 260, 1, 64, false, false, true},
+      {"f16 hd 64, 256 keys (only the last tile an edge one)", "f16", 1, 20, 256, 1, 64, false,
+       false, false},
+      // (A zero-padded chunk: every tile takes the edge form.)
+      {"f16 hd 40, 200 keys, additive mask", "f16", 1, 40, 200, 2, 40, true, false, false},
   };
   for (const Case &c : cases) {
     const std::string ir = attentionIr(c.dt, c.b, c.sq, c.sk, c.h, c.hd, c.mask, c.projected);
