@@ -260,6 +260,84 @@ __global__ void __launch_bounds__(256) softmax_rows(const AxisArgs<X, Out> a) {
   }
 }
 
+/// Reduces v over the G lanes (a power of two, aligned) of a warp's lane group.
+template <int G, class T, class Op> __device__ __forceinline__ T groupReduce(T v, Op op) {
+#pragma unroll
+  for (int o = G / 2; o > 0; o >>= 1)
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/// A row of at most G vectors of V values (G a power of two up to 32): G lanes a row,
+/// 32 / G rows a warp, each lane one vector (lanes past the row's len / V vectors hold
+/// none). The short-row kernels read it once, V at a time, and reduce it by shuffles
+/// within the lane group.
+template <int V, int G, class I, class MT> struct ShortRow {
+  I row, e; // the lane's row, and its vector's first element
+  bool have;
+  __device__ __forceinline__ ShortRow(I row0, const AxisShape &s) {
+    const int sub = static_cast<int>(threadIdx.x) & (G - 1);
+    row = row0 + static_cast<I>(threadIdx.x / G);
+    e = row * static_cast<I>(s.len) + static_cast<I>(sub * V);
+    have = row < static_cast<I>(s.rows) && static_cast<I>(sub * V) < static_cast<I>(s.len);
+  }
+  __device__ __forceinline__ void load(const void *p, float (&v)[V], float none) const {
+    if (have) {
+      const VecOf<MT, V> t =
+          *reinterpret_cast<const VecOf<MT, V> *>(static_cast<const MT *>(p) + e);
+#pragma unroll
+      for (int q = 0; q < V; ++q)
+        v[q] = Cvt<float, MT>::run(t.v[q]);
+    } else {
+#pragma unroll
+      for (int q = 0; q < V; ++q)
+        v[q] = none;
+    }
+  }
+};
+
+/// Softmax and LogSoftmax of contiguous rows of at most 32 V values (inner = 1): a lane
+/// group per row (ShortRow), one read and one write. RawIn: x read as it is, V at a
+/// time; else its V values through the prologue X. RawOut: written V at a time as it
+/// is, else through Out.
+template <int Kind, int V, int G, bool RawIn, bool RawOut, class I, class MT, class X, class Out>
+__global__ void __launch_bounds__(256) softmax_short_rows(const AxisArgs<X, Out> a) {
+  const AxisShape &s = a.s;
+  const I perBlock = static_cast<I>(blockDim.x / G);
+  for (I row0 = static_cast<I>(blockIdx.x) * perBlock; row0 < static_cast<I>(s.rows);
+       row0 += static_cast<I>(gridDim.x) * perBlock) {
+    const ShortRow<V, G, I, MT> r(row0, s);
+    float v[V], m = Limits<float>::lowest(), sum = 0.f;
+    if (RawIn) {
+      r.load(s.x, v, Limits<float>::lowest());
+    } else {
+#pragma unroll
+      for (int q = 0; q < V; ++q)
+        v[q] = r.have ? static_cast<float>(X::load(a.x, r.e + static_cast<I>(q)))
+                      : Limits<float>::lowest();
+    }
+#pragma unroll
+    for (int q = 0; q < V; ++q)
+      m = maxNan(m, v[q]);
+    m = groupReduce<G>(m, MaxOp());
+    float e[V]; // the exponentials, kept for the writes (each computed once)
+#pragma unroll
+    for (int q = 0; q < V; ++q) {
+      e[q] = r.have ? exp_(v[q] - m) : 0.f;
+      sum += e[q];
+    }
+    sum = groupReduce<G>(sum, SumOp());
+    const float ls = log_(sum), inv = 1.f / sum;
+    if (r.have) {
+      float o[V];
+#pragma unroll
+      for (int q = 0; q < V; ++q)
+        o[q] = Kind == kLogSoftmax ? v[q] - m - ls : e[q] * inv;
+      storeRow<RawOut, MT, Out>(s.y, a.out, r.e, o);
+    }
+  }
+}
+
 /// Softmax, LogSoftmax, Hardmax along the middle axis of [outer, len, inner]: the max,
 /// the sum of exponentials, then the writes; each pass re-reads x through X.
 template <int Kind, bool Short, class I, class X, class Out>
@@ -360,6 +438,32 @@ __global__ void __launch_bounds__(256) softmax_grad_rows(const SoftmaxGradArgs<O
         o[q] = softmaxGradOut<Log>(v[0][q], v[1][q], S);
       storeRow<RawOut, MT, Out>(s.y, a.out, row * len + j * V, o);
     });
+  }
+}
+
+/// SoftmaxGrad along contiguous rows of at most 32 V values: a lane group per row
+/// (ShortRow), y and dy read once, V at a time.
+template <bool Log, int V, int G, bool RawOut, class I, class MT, class Out>
+__global__ void __launch_bounds__(256) softmax_grad_short_rows(const SoftmaxGradArgs<Out> a) {
+  const AxisShape &s = a.s;
+  const I perBlock = static_cast<I>(blockDim.x / G);
+  for (I row0 = static_cast<I>(blockIdx.x) * perBlock; row0 < static_cast<I>(s.rows);
+       row0 += static_cast<I>(gridDim.x) * perBlock) {
+    const ShortRow<V, G, I, MT> r(row0, s);
+    float y[V], g[V], sum = 0.f;
+    r.load(s.x, y, 0.f);
+    r.load(s.dy, g, 0.f);
+#pragma unroll
+    for (int q = 0; q < V; ++q)
+      sum += softmaxGradTerm<Log>(y[q], g[q]);
+    sum = groupReduce<G>(sum, SumOp());
+    if (r.have) {
+      float o[V];
+#pragma unroll
+      for (int q = 0; q < V; ++q)
+        o[q] = softmaxGradOut<Log>(y[q], g[q], sum);
+      storeRow<RawOut, MT, Out>(s.y, a.out, r.e, o);
+    }
   }
 }
 

@@ -238,6 +238,23 @@ int64_t axisOf(const Node &n) {
   return a < 0 ? a + r : a;
 }
 
+/// The lanes per row of the short-row kernels (softmax_short_rows,
+/// softmax_grad_short_rows): a power of two holding the row's len / vec vectors; 0 when
+/// that is more than a warp.
+int shortRowLanes(int64_t len, int64_t vec) {
+  int64_t vectors = (len + vec - 1) / vec, g = 1;
+  while (g < vectors)
+    g *= 2;
+  return g <= 32 ? static_cast<int>(g) : 0;
+}
+
+/// Grid and block of a short-row kernel: 256 threads, 256 / lanes rows a block.
+std::pair<uint32_t, uint32_t> shortRowLaunch(int64_t rows, int lanes) {
+  const int64_t perBlock = 256 / lanes;
+  return {static_cast<uint32_t>(std::min<int64_t>((rows + perBlock - 1) / perBlock, 1 << 20)),
+          256u};
+}
+
 /// Softmax, LogSoftmax, Hardmax along `axis`: max, sum of exponentials, write.
 llvm::Error lowerSoftmaxLike(Lowering &l, const Node &n) {
   const Value *x = n.operand(0), *out = n.result();
@@ -256,11 +273,44 @@ llvm::Error lowerSoftmaxLike(Lowering &l, const Node &n) {
   Functor &fx = io->in, &fo = io->out;
   std::string xn = io->inName, on = io->outName;
   double flops = 5.0 * static_cast<double>(x->type().numElements());
-  // Contiguous long rows of an input read as it is: softmax_rows, V elements at a time.
+  // Contiguous rows of an input read as it is: softmax_rows (long ones, a block a row)
+  // or softmax_short_rows (up to 32 vectors, a lane group a row), V elements at a time.
   std::optional<RowAccess> ra;
-  if (!isShort && v.inner == 1)
+  if (n.kind() != OpKind::Hardmax && v.inner == 1)
     ra = rowAccess(l, x, out, v.len);
-  if (ra) {
+  const DType dt = x->dtype();
+  if (n.kind() != OpKind::Hardmax && v.inner == 1 && isShort &&
+      (dt == DType::F32 || dt == DType::F16 || dt == DType::BF16)) {
+    // A lane group a row (FP32 math, as the other row kernels): x as it is, V at a time;
+    // or through the prologue, each lane V consecutive values (the fewest that keep a
+    // row within a warp).
+    int64_t vec = ra ? ra->vec : 1;
+    while (!ra && vec < 8 && v.len / vec > 32 && v.len % (2 * vec) == 0)
+      vec *= 2;
+    if (int lanes = shortRowLanes(v.len, vec)) {
+      const bool rawOut = ra && ra->rawOut;
+      Instantiation inst{"dlc::softmax_short_rows",
+                         {kind, std::to_string(vec), std::to_string(lanes), ra ? "true" : "false",
+                          rawOut ? "true" : "false", l.indexType(x->type().numElements()),
+                          cudaType(x->dtype()), xn, on},
+                         "dlc::AxisArgs<" + xn + ", " + on + ">",
+                         {xn, on}};
+      inst.needsSync = true; // (warp shuffles)
+      uint32_t k = l.instantiate(inst);
+      LaunchArgs a;
+      a.shape(v.shape());
+      if (ra)
+        a.pointer(offsetof(AxisShape, x), l.bufferOf(x), x->type().byteSize(), false);
+      if (rawOut)
+        a.pointer(offsetof(AxisShape, y), l.bufferOf(out), out->type().byteSize(), true);
+      a.functor(fx, !ra);
+      a.functor(fo, !rawOut);
+      auto [grid, block] = shortRowLaunch(rows, lanes);
+      l.launch(n, k, a, grid, block, 0, flops);
+      return llvm::Error::success();
+    }
+  }
+  if (ra && !isShort) {
     const int64_t vec = ra->vec;
     const bool rawOut = ra->rawOut;
     Instantiation inst{"dlc::softmax_rows",
@@ -319,10 +369,32 @@ llvm::Error lowerSoftmaxGrad(Lowering &l, const Node &n) {
   const std::string index = l.indexType(y->type().numElements()), mt = cudaType(y->dtype());
   const bool isShort = v.len <= kShortReduction;
   std::optional<RowAccess> ra;
-  if (!isShort && v.inner == 1)
+  if (v.inner == 1)
     ra = rowAccess(l, y, out, v.len, [&](int64_t vec) {
       return fixedAligned(l, dy, static_cast<uint64_t>(vec) * dtypeSize(dy->dtype()));
     });
+  const int lanes = ra && isShort ? shortRowLanes(v.len, ra->vec) : 0;
+  if (lanes) { // a lane group a row, y and dy read once
+    Instantiation inst{"dlc::softmax_grad_short_rows",
+                       {log, std::to_string(ra->vec), std::to_string(lanes),
+                        ra->rawOut ? "true" : "false", index, mt, on},
+                       args,
+                       {on}};
+    inst.needsSync = true; // (warp shuffles)
+    uint32_t k = l.instantiate(inst);
+    LaunchArgs a;
+    a.shape(v.shape());
+    a.pointer(offsetof(AxisShape, x), l.bufferOf(y), y->type().byteSize(), false);
+    a.pointer(offsetof(AxisShape, dy), l.bufferOf(dy), dy->type().byteSize(), false);
+    if (ra->rawOut)
+      a.pointer(offsetof(AxisShape, y), l.bufferOf(out), out->type().byteSize(), true);
+    a.functor(*fo, !ra->rawOut);
+    auto [grid, block] = shortRowLaunch(rows, lanes);
+    l.launch(n, k, a, grid, block, 0, 4.0 * static_cast<double>(y->type().numElements()));
+    return llvm::Error::success();
+  }
+  if (isShort)
+    ra.reset();
   Instantiation inst =
       ra ? Instantiation{"dlc::softmax_grad_rows",
                          {log, std::to_string(ra->vec), std::to_string(RowAccess::kCachedPair),

@@ -464,6 +464,43 @@ TEST(KernelLibrary, SoftmaxFamily) {
       {"dlc::softmax"}};
   rows.sourceHas = "dlc::softmax_rows<dlc::kSoftmax, 8, 4, true,";
   check(rows);
+  // Short contiguous rows read as they are: softmax_short_rows, a lane group a row (one
+  // 16-byte vector a lane: FP16 rows of 16 are 2 lanes, FP32 rows of 40 ten lanes of a
+  // 16-lane group, BF16 rows of 6 three 4-byte lanes of a 4-lane group), through a
+  // fused scale; a graph input's rows of 20 one value a lane, with -inf stretches; a
+  // scale fused before it (through the prologue, one value a lane).
+  std::vector<float> holes(5 * 20);
+  for (size_t i = 0; i < holes.size(); ++i)
+    holes[i] = i % 20 < 7 ? -std::numeric_limits<float>::infinity()
+                          : static_cast<float>((i * 13) % 9) * 0.3f - 1.f;
+  KernelCase shortRows{
+      "short rows, lane groups",
+      R"(graph @g(%a: f16[5,8], %w: f16[8,16], %v: f16[16,4], %b: f32[3,8], %u: f32[8,40], %c: bf16[4,8], %t: bf16[8,6], %x: f32[5,20]) -> ("y": f16[5,4], "z": f32[3,40], "q": bf16[4,6], "s": f32[5,20], "ys": f16[5,4]) {
+  %h = MatMul(%a, %w) : f16[5,16]
+  %p = Softmax(%h) {axis = -1} : f16[5,16]
+  %y = MatMul(%p, %v) : f16[5,4]
+  %g = MatMul(%b, %u) : f32[3,40]
+  %l = LogSoftmax(%g) {axis = 1} : f32[3,40]
+  %two = const f32[] dense<[2.0]>
+  %z = Mul(%l, %two) : f32[3,40]
+  %k = MatMul(%c, %t) : bf16[4,6]
+  %q = Softmax(%k) {axis = 1} : bf16[4,6]
+  %s = Softmax(%x) {axis = 1} : f32[5,20]
+  %half = const f16[] dense<[0.5]>
+  %hs = Mul(%h, %half) : f16[5,16]
+  %ps = Softmax(%hs) {axis = 1} : f16[5,16]
+  %ys = MatMul(%ps, %v) : f16[5,4]
+  return %y, %z, %q, %s, %ys
+})",
+      {"dlc::softmax_short_rows"},
+      {{"x", ir::Tensor::fromVector(ir::TensorType(ir::DType::F32, {5, 20}), holes)}},
+      2,
+      true,
+      2e-2,
+      false,
+      {"dlc::softmax"}};
+  shortRows.sourceHas = "dlc::softmax_short_rows<dlc::kSoftmax, 8, 2, true, true,";
+  check(shortRows);
 }
 
 // Softmax's and LogSoftmax's gradients (SoftmaxGrad, from autodiff): short rows (a
@@ -509,6 +546,31 @@ TEST(KernelLibrary, SoftmaxGradient) {
       {"dlc::softmax_grad"}};
   rows.sourceHas = "dlc::softmax_grad_rows<false, 8, 2, true,";
   check(rows);
+  // Short contiguous rows: softmax_grad_short_rows, a lane group a row (FP16 rows of 16:
+  // two 16-byte lanes; FP32 rows of 24 of a LogSoftmax: 6 lanes of an 8-lane group).
+  KernelCase shortRows{
+      "short rows, lane groups",
+      R"(graph @g(%a: f16[6,8], %w: f16[8,16], %w2: f16[8,16], %v: f16[16,4], %b: f32[3,8], %u: f32[8,24], %u2: f32[8,24]) -> ("x": f16[6,4], "z": f32[3,24]) {
+  %h = MatMul(%a, %w) : f16[6,16]
+  %p = Softmax(%h) {axis = -1} : f16[6,16]
+  %dp = MatMul(%a, %w2) : f16[6,16]
+  %ds = SoftmaxGrad(%p, %dp) {axis = 1} : f16[6,16]
+  %x = MatMul(%ds, %v) : f16[6,4]
+  %g = MatMul(%b, %u) : f32[3,24]
+  %q = LogSoftmax(%g) {axis = 1} : f32[3,24]
+  %dq = MatMul(%b, %u2) : f32[3,24]
+  %z = SoftmaxGrad(%q, %dq) {axis = 1, log = 1} : f32[3,24]
+  return %x, %z
+})",
+      {"dlc::softmax_grad_short_rows"},
+      {},
+      2,
+      true,
+      2e-2,
+      false,
+      {"dlc::softmax_grad"}};
+  shortRows.sourceHas = "dlc::softmax_grad_short_rows<false, 8, 2, true,";
+  check(shortRows);
 }
 
 // LayerNormalization's gradient (LayerNormGrad, from autodiff): dX and the rows'
