@@ -8,7 +8,9 @@
 // Long reductions over few outputs split each output's elements over several blocks
 // (reduce_split, reduce_cols<Split>) and reduce_merge combines the partials in order.
 // softmax: rows of an [outer, len, inner] view; softmax_rows: contiguous long rows in
-// one pass, vector loads and stores.
+// one pass, vector loads and stores; softmax_short_rows: contiguous rows of at most 32
+// vectors, a lane group a row. SoftmaxGrad likewise: softmax_grad, softmax_grad_rows,
+// softmax_grad_short_rows.
 #pragma once
 
 #include "dlc_device.cuh"

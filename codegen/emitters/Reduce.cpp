@@ -248,11 +248,12 @@ int shortRowLanes(int64_t len, int64_t vec) {
   return g <= 32 ? static_cast<int>(g) : 0;
 }
 
-/// Grid and block of a short-row kernel: 256 threads, 256 / lanes rows a block.
+/// Grid and block of a short-row kernel: 256 threads, 256 / lanes rows a block, at most
+/// 65536 blocks (a grid-stride step of at most 2^24 rows: the headroom 32-bit indices
+/// keep past the end).
 std::pair<uint32_t, uint32_t> shortRowLaunch(int64_t rows, int lanes) {
   const int64_t perBlock = 256 / lanes;
-  return {static_cast<uint32_t>(std::min<int64_t>((rows + perBlock - 1) / perBlock, 1 << 20)),
-          256u};
+  return {static_cast<uint32_t>(std::min<int64_t>((rows + perBlock - 1) / perBlock, 65536)), 256u};
 }
 
 /// Softmax, LogSoftmax, Hardmax along `axis`: max, sum of exponentials, write.
@@ -352,8 +353,10 @@ llvm::Error lowerSoftmaxLike(Lowering &l, const Node &n) {
 }
 
 /// SoftmaxGrad: the row's sum of dy y (LogSoftmax's: of dy), then dx through the
-/// epilogue. Contiguous rows longer than 64 whose y and dy are read as they are take
-/// softmax_grad_rows (both V elements at a time, each read once); others softmax_grad.
+/// epilogue. Contiguous rows whose y and dy are read as they are take
+/// softmax_grad_short_rows (at most 32 vectors: a lane group a row) or softmax_grad_rows
+/// (longer than 64: a block a row), both V elements at a time, each read once; others
+/// (strided rows, short rows of more than 32 vectors) softmax_grad.
 llvm::Error lowerSoftmaxGrad(Lowering &l, const Node &n) {
   const Value *y = n.operand(0), *dy = n.operand(1), *out = n.result();
   AxisView v(y->shape(), axisOf(n));

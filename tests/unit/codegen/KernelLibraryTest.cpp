@@ -410,14 +410,18 @@ TEST(KernelLibrary, LongReductionsOverFewOutputsAreSplit) {
 }
 
 TEST(KernelLibrary, SoftmaxFamily) {
-  check({"softmax over a middle axis",
-         R"(graph @g(%x: f32[2,9,3]) -> ("y": f32[2,9,3], "l": f32[2,9,3], "h": f32[2,9,3]) {
+  // (and a graph input's rows of 40: one value a lane would need 40 lanes, so a thread
+  // per row as well)
+  check(
+      {"softmax over a middle axis",
+       R"(graph @g(%x: f32[2,9,3], %r: f32[3,40]) -> ("y": f32[2,9,3], "l": f32[2,9,3], "h": f32[2,9,3], "s": f32[3,40]) {
   %y = Softmax(%x) {axis = 1} : f32[2,9,3]
   %l = LogSoftmax(%x) {axis = 1} : f32[2,9,3]
   %h = Hardmax(%x) {axis = 1} : f32[2,9,3]
-  return %y, %l, %h
+  %s = Softmax(%r) {axis = 1} : f32[3,40]
+  return %y, %l, %h, %s
 })",
-         {"dlc::softmax"}});
+       {"dlc::softmax"}});
   // Contiguous rows longer than 64: softmax_rows, one pass (online max and sum), a
   // graph input read an element at a time (it may be bound anywhere); masked (-inf)
   // stretches, whole threads' worth of them, give 0 and leave the rest finite.
@@ -503,9 +507,10 @@ TEST(KernelLibrary, SoftmaxFamily) {
   check(shortRows);
 }
 
-// Softmax's and LogSoftmax's gradients (SoftmaxGrad, from autodiff): short rows (a
-// thread per row), a middle axis longer than 64 (a block per row, strided), graph
-// inputs read an element at a time.
+// Softmax's and LogSoftmax's gradients (SoftmaxGrad, from autodiff): short strided rows
+// (a thread per row), short contiguous ones (a lane group per row, one value a lane), a
+// middle axis longer than 64 (a block per row, strided), graph inputs read an element
+// at a time.
 TEST(KernelLibrary, SoftmaxGradient) {
   check(
       {"short and strided rows",
