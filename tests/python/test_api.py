@@ -512,6 +512,7 @@ def test_a_training_session_from_two_threads(linear):
     path, _, _ = linear
     t = dlc.TrainingSession(path, device="emu", threads=1)
     x, label = np.ones((4, 3), np.float32), np.zeros((4, 2), np.float32)
+    t.step({"x": x, "label": label})  # (outputs exist before the reader's first call)
     errors = []
 
     def stepper():
