@@ -377,38 +377,25 @@ llvm::Error lowerSoftmaxGrad(Lowering &l, const Node &n) {
       return fixedAligned(l, dy, static_cast<uint64_t>(vec) * dtypeSize(dy->dtype()));
     });
   const int lanes = ra && isShort ? shortRowLanes(v.len, ra->vec) : 0;
-  if (lanes) { // a lane group a row, y and dy read once
-    Instantiation inst{"dlc::softmax_grad_short_rows",
-                       {log, std::to_string(ra->vec), std::to_string(lanes),
-                        ra->rawOut ? "true" : "false", index, mt, on},
-                       args,
-                       {on}};
-    inst.needsSync = true; // (warp shuffles)
-    uint32_t k = l.instantiate(inst);
-    LaunchArgs a;
-    a.shape(v.shape());
-    a.pointer(offsetof(AxisShape, x), l.bufferOf(y), y->type().byteSize(), false);
-    a.pointer(offsetof(AxisShape, dy), l.bufferOf(dy), dy->type().byteSize(), false);
-    if (ra->rawOut)
-      a.pointer(offsetof(AxisShape, y), l.bufferOf(out), out->type().byteSize(), true);
-    a.functor(*fo, !ra->rawOut);
-    auto [grid, block] = shortRowLaunch(rows, lanes);
-    l.launch(n, k, a, grid, block, 0, 4.0 * static_cast<double>(y->type().numElements()));
-    return llvm::Error::success();
-  }
-  if (isShort)
-    ra.reset();
-  Instantiation inst =
-      ra ? Instantiation{"dlc::softmax_grad_rows",
-                         {log, std::to_string(ra->vec), std::to_string(RowAccess::kCachedPair),
-                          ra->rawOut ? "true" : "false", index, mt, on},
-                         args,
-                         {on}}
-         : Instantiation{
-               "dlc::softmax_grad", {log, isShort ? "true" : "false", index, mt, on}, args, {on}};
-  inst.needsSync = !isShort;
-  uint32_t k = l.instantiate(inst);
+  if (isShort && !lanes)
+    ra.reset(); // softmax_grad, a thread a row
   const bool rawOut = ra && ra->rawOut;
+  const std::string raw = rawOut ? "true" : "false";
+  Instantiation inst =
+      lanes
+          ? Instantiation{"dlc::softmax_grad_short_rows",
+                          {log, std::to_string(ra->vec), std::to_string(lanes), raw, index, mt, on},
+                          args,
+                          {on}}
+      : ra ? Instantiation{"dlc::softmax_grad_rows",
+                           {log, std::to_string(ra->vec), std::to_string(RowAccess::kCachedPair),
+                            raw, index, mt, on},
+                           args,
+                           {on}}
+           : Instantiation{
+                 "dlc::softmax_grad", {log, isShort ? "true" : "false", index, mt, on}, args, {on}};
+  inst.needsSync = lanes || !isShort; // (warp shuffles, block reductions)
+  uint32_t k = l.instantiate(inst);
   LaunchArgs a;
   a.shape(v.shape());
   a.pointer(offsetof(AxisShape, x), l.bufferOf(y), y->type().byteSize(), false);
@@ -416,12 +403,13 @@ llvm::Error lowerSoftmaxGrad(Lowering &l, const Node &n) {
   if (rawOut)
     a.pointer(offsetof(AxisShape, y), l.bufferOf(out), out->type().byteSize(), true);
   a.functor(*fo, !rawOut);
-  const double flops = 4.0 * static_cast<double>(y->type().numElements());
-  if (isShort)
-    l.launch(n, k, a, gridFor(rows, 256), 256, 0, flops);
-  else
-    l.launch(n, k, a, static_cast<uint32_t>(std::min<int64_t>(rows, 1 << 20)),
-             blockFor(v.len / (ra ? ra->vec : 1)), 0, flops);
+  auto [grid, block] =
+      lanes ? shortRowLaunch(rows, lanes)
+      : isShort
+          ? std::pair<uint32_t, uint32_t>{gridFor(rows, 256), 256u}
+          : std::pair<uint32_t, uint32_t>{static_cast<uint32_t>(std::min<int64_t>(rows, 1 << 20)),
+                                          blockFor(v.len / (ra ? ra->vec : 1))};
+  l.launch(n, k, a, grid, block, 0, 4.0 * static_cast<double>(y->type().numElements()));
   return llvm::Error::success();
 }
 
