@@ -2,6 +2,7 @@
 #include "dlc/ir/FusionRules.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <unordered_set>
@@ -149,6 +150,148 @@ std::vector<Node *> attentionCore(const Node &mm2) {
   core.insert(core.end(), chain.rbegin(), chain.rend());
   core.push_back(softmax);
   return core;
+}
+
+AttentionMask attentionCausalMask(const std::vector<Node *> &core, int64_t Sq, int64_t Sk) {
+  AttentionMask none;
+  none.reach = Sk;
+  // A mask: its constant, where (i, j) is in it (strides), and what marks a masked cell.
+  struct Mask {
+    const Node *node;
+    const Value *c;
+    int64_t si, sj;
+    const Value *fill; // Where: the -inf scalar (masked where cond == whenTrue)
+    bool whenTrue;
+    bool onlyMasks; // an Add whose unmasked values are all 0 (set below), or a Where
+  };
+  std::vector<Mask> masks;
+  bool finiteMask = false;
+  auto isMaskValue = [&](double v) {
+    if (std::isinf(v) && v < 0)
+      return true;
+    // FP32, FP16 and BF16's lowest finite values.
+    if (v == -3.4028234663852886e38 || v == -65504.0 || v == -3.3895313892515355e38) {
+      finiteMask = true;
+      return true;
+    }
+    return false;
+  };
+  for (size_t k = 1; k + 1 < core.size(); ++k) {
+    const Node &n = *core[k];
+    const OpKind op = n.kind();
+    if (op == OpKind::Cast)
+      continue;
+    if (op == OpKind::Mul || op == OpKind::Div) { // by a positive scalar constant
+      const Value *c = n.operand(1);
+      if (op == OpKind::Mul && !(c->isConstant() && c->type().numElements() == 1))
+        c = n.operand(0);
+      if (!c->isConstant() || c->type().numElements() != 1 ||
+          !(loadElement<double>(c->dtype(), c->data().raw(), 0) > 0))
+        return none;
+      continue;
+    }
+    Mask m{&n, nullptr, 0, 0, nullptr, true, true};
+    if (op == OpKind::Add) {
+      for (const Value *v : n.operands())
+        if (v && v->isConstant())
+          m.c = v;
+    } else if (op == OpKind::Where) {
+      m.c = n.operand(0);
+      for (int b = 1; b <= 2; ++b)
+        if (n.operand(b)->isConstant() && n.operand(b)->type().numElements() == 1) {
+          m.fill = n.operand(b);
+          m.whenTrue = b == 1;
+        }
+      if (!m.fill || !isMaskValue(loadElement<double>(m.fill->dtype(), m.fill->data().raw(), 0)))
+        return none;
+    }
+    if (!m.c || !m.c->isConstant())
+      return none;
+    // Broadcast from its last two dims, every other dim 1.
+    const Shape &cs = m.c->shape();
+    for (size_t d = 0; d + 2 < cs.size(); ++d)
+      if (cs[d] != 1)
+        return none;
+    const int64_t r = m.c->rank(), rows = r >= 2 ? cs[r - 2] : 1, cols = r >= 1 ? cs[r - 1] : 1;
+    if ((rows != 1 && rows != Sq) || (cols != 1 && cols != Sk))
+      return none;
+    m.si = rows == 1 ? 0 : cols;
+    m.sj = cols == 1 ? 0 : 1;
+    masks.push_back(m);
+  }
+  // (Scanning Sq x Sk cells per mask: skipped for masks beyond 64M cells.)
+  if (masks.empty() || Sq * Sk > (int64_t(1) << 26))
+    return none;
+  std::vector<uint8_t> row(static_cast<size_t>(Sk));
+  std::vector<int64_t> last(static_cast<size_t>(Sq));
+  int64_t reach = -Sk;
+  for (int pass = 0; pass < 2; ++pass) { // the reach, then whether the mask is exact
+    bool exact = true;
+    for (int64_t i = 0; i < Sq; ++i) {
+      std::fill(row.begin(), row.end(), 0);
+      for (Mask &m : masks) {
+        const void *raw = m.c->data().raw();
+        for (int64_t j = 0; j < Sk; ++j) {
+          const double v = loadElement<double>(m.c->dtype(), raw, i * m.si + j * m.sj);
+          const bool masked = m.fill ? (v != 0) == m.whenTrue : isMaskValue(v);
+          row[static_cast<size_t>(j)] |= masked;
+          if (!m.fill && !masked && v != 0)
+            m.onlyMasks = false; // (a bias as well: its functor must run)
+        }
+      }
+      if (pass == 0) {
+        int64_t l = -1;
+        for (int64_t j = 0; j < Sk; ++j)
+          if (!row[static_cast<size_t>(j)])
+            l = j;
+        if (l < 0 && finiteMask) // (a row of lowest values averages every key)
+          return none;
+        reach = std::max(reach, l - i);
+      } else {
+        for (int64_t j = 0; j < Sk && exact; ++j)
+          exact = (row[static_cast<size_t>(j)] != 0) == (j > i + reach);
+        if (!exact)
+          break;
+      }
+    }
+    if (pass == 1) {
+      AttentionMask r;
+      r.reach = std::min(reach, Sk);
+      r.exact = exact && reach < Sk - 1;
+      if (r.exact)
+        for (const Mask &m : masks)
+          if (m.onlyMasks)
+            r.nodes.insert(m.node);
+      return r;
+    }
+  }
+  return none;
+}
+
+std::optional<float> attentionChainScale(const std::vector<Node *> &core,
+                                         const std::set<const Node *> &masks) {
+  double scale = 1;
+  bool any = false;
+  for (size_t k = 1; k + 1 < core.size(); ++k) {
+    const Node &n = *core[k];
+    any = true;
+    if (n.kind() == OpKind::Cast || masks.count(&n))
+      continue;
+    if (n.kind() != OpKind::Mul && n.kind() != OpKind::Div)
+      return std::nullopt;
+    const Value *c = n.operand(1), *x = n.operand(0);
+    if (n.kind() == OpKind::Mul && (!c->isConstant() || c->type().numElements() != 1))
+      std::swap(c, x);
+    if (!c->isConstant() || c->type().numElements() != 1 || x->isConstant())
+      return std::nullopt;
+    const double v = loadElement<double>(c->dtype(), c->data().raw(), 0);
+    if (!(v > 0) || std::isinf(v))
+      return std::nullopt;
+    scale = n.kind() == OpKind::Mul ? scale * v : scale / v;
+  }
+  if (!any)
+    return std::nullopt;
+  return static_cast<float>(scale);
 }
 
 bool selectsByRuntimeCondition(const Node &n) {

@@ -7,12 +7,14 @@
 //===----------------------------------------------------------------------===//
 #include "dlc/passes/Autodiff.h"
 
+#include "dlc/ir/FusionRules.h"
 #include "dlc/ir/GradBuilder.h"
 #include "dlc/passes/Pass.h"
 #include "dlc/passes/Training.h"
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -99,6 +101,61 @@ llvm::Error decomposeForGradients(Graph &g) {
   return llvm::Error::success();
 }
 
+llvm::Error flashAttentionForGradients(Graph &g) {
+  auto varying = findVarying(g);
+  GradBuilder b(g);
+  b.setNameSuffix("");
+  bool rewrote = false;
+  for (Node *mm2 : g.nodeList()) {
+    if (mm2->kind() != OpKind::MatMul)
+      continue;
+    std::vector<Node *> core = attentionCore(*mm2);
+    if (core.empty())
+      continue;
+    Node *mm1 = core.front();
+    Value *q = mm1->operand(0), *kT = mm1->operand(1), *v = mm2->operand(1);
+    const DType dt = q->dtype();
+    if ((dt != DType::F16 && dt != DType::BF16) ||
+        !(varying.count(q) || varying.count(kT) || varying.count(v)))
+      continue;
+    const Shape &ss = mm1->result()->shape();
+    const int64_t r = q->rank(), Sq = ss[r - 2], Sk = ss[r - 1], hd = q->shape()[r - 1],
+                  hdv = v->shape()[r - 1];
+    if (Sq == 0 || Sk == 0 || hd % 8 != 0 || hdv % 8 != 0 || hd == 0 || hdv == 0 ||
+        hd > kFlashAttentionMaxHeadSize || hdv > kFlashAttentionMaxHeadSize)
+      continue;
+    const AttentionMask mask = attentionCausalMask(core, Sq, Sk);
+    std::optional<float> scale =
+        core.size() == 2 ? std::optional<float>(1.0f) : attentionChainScale(core, mask.nodes);
+    if (!scale || (!mask.nodes.empty() && !mask.exact))
+      continue;
+    b.begin(*mm2, {}, {});
+    b.setInsertionPoint(mm2);
+    std::vector<int64_t> perm(static_cast<size_t>(r));
+    for (int64_t d = 0; d < r; ++d)
+      perm[static_cast<size_t>(d)] = d;
+    std::swap(perm[static_cast<size_t>(r - 1)], perm[static_cast<size_t>(r - 2)]);
+    const bool causal = mask.exact && mask.reach < Sk - 1;
+    std::vector<Value *> res = b.ops(OpKind::FlashAttention, {q, b.transpose(kT, perm), v},
+                                     {{"scale", Attribute(*scale)},
+                                      {"causal", Attribute(int64_t{causal})},
+                                      {"reach", Attribute(causal ? mask.reach : int64_t{0})}},
+                                     2);
+    if (b.failed())
+      return b.takeError();
+    const std::string name = mm2->result()->name();
+    g.replaceAllUsesWith(mm2->result(), res[0]);
+    g.eraseNode(mm2);
+    for (auto it = core.rbegin(); it != core.rend(); ++it)
+      g.eraseNode(*it);
+    adoptResultNames(g, {name}, {}, {res[0]});
+    rewrote = true;
+  }
+  if (rewrote && !g.topologicalSort())
+    return makeError("internal error: the attention rewrite made a cycle");
+  return llvm::Error::success();
+}
+
 llvm::Expected<std::vector<Gradient>> buildGradients(Graph &g, Value *loss, Value *seed) {
   if (!isFloat(loss->dtype()) || loss->type().numElements() != 1)
     return errorf("the loss '{0}' must be a floating-point scalar, got {1}", loss->name(),
@@ -107,6 +164,8 @@ llvm::Expected<std::vector<Gradient>> buildGradients(Graph &g, Value *loss, Valu
     return makeError("the model has no trainable parameters");
   // Ops without a rule of their own that a gradient must cross are decomposed first.
   if (auto e = decomposeForGradients(g))
+    return e;
+  if (auto e = flashAttentionForGradients(g))
     return e;
   auto varying = findVarying(g);
   GradBuilder b(g);

@@ -231,6 +231,25 @@ __device__ __forceinline__ void attentionCopy(SmemAddr dst, const MT *src, I row
   }
 }
 
+/// acc += F B for one k16 step and C n-tiles (a warp): F's A fragment `fa` (the
+/// rounded accumulators of an earlier product), B read transposed by ldmatrix.trans
+/// from 16 rows of [row][column] values at `rows` (this lane's ldmatrix row), n-tiles
+/// from column group n0 (8 values each) on.
+template <class MT, int C>
+__device__ __forceinline__ void mmaTransB(float (&acc)[1][C][4], const unsigned (&fa)[4],
+                                          SmemAddr rows, int n0) {
+  WarpFrags<1, C> f;
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+    f.a[0][r] = fa[r];
+  SmemAddr bRow[C / 2];
+#pragma unroll
+  for (int j = 0; j < C / 2; ++j)
+    bRow[j] = rows + 16 * (n0 + 2 * j);
+  warpLoadBTrans<C / 2>(f.b, bRow);
+  warpTileMma<MT, 1, C>(acc, f);
+}
+
 template <class Tile, class I, class MT, bool Chain, bool Causal, class Sc, class Out>
 __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMmaArgs<Sc, Out> a) {
   constexpr int BM = Tile::BM, BN = Tile::BN, HD = Tile::HD, HDV = Tile::HDV;
@@ -410,18 +429,8 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk)
 #pragma unroll
-      for (int c = 0; c < NO / NC; ++c) {
-        WarpFrags<1, NC> pv;
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          pv.a[0][r] = p[kk][r];
-        SmemAddr bRow[NC / 2];
-#pragma unroll
-        for (int j = 0; j < NC / 2; ++j)
-          bRow[j] = vTile + kk * 16 * VP + 16 * (c * NC + 2 * j);
-        warpLoadBTrans<NC / 2>(pv.b, bRow);
-        warpTileMma<MT, 1, NC>(o[c], pv);
-      }
+      for (int c = 0; c < NO / NC; ++c)
+        mmaTransB<MT, NC>(o[c], p[kk], vTile + kk * 16 * VP, c * NC);
   };
   int kt = 0;
   for (; kt < interior; ++kt)
@@ -443,6 +452,285 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
       if (row < Sq && d < hdv)
         Out::store(a.out, (bh * Sq + row) * hdv + d, o[n / NC][0][n % NC][e] / l[e >> 1]);
     }
+  if (s.lse && t == 0) { // (FlashAttention) ln(sum_j e^(scaled score j)), from log2 units
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const I row = rowG + static_cast<I>(8 * h);
+      if (row < Sq)
+        s.lse[bh * Sq + row] =
+            m[h] == kNegInf ? kNegInf : (m[h] * kLog2e + log2f(l[h])) * 0.6931471805599453f;
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// FlashAttentionGrad on tensor cores (sm_80+), FlashAttention-2 style: the
+// probabilities are recomputed from the forward's log-sum-exp, P = exp(S - LSE), and
+// never stored. attention_grad_prep writes the rows' LSE in log2 units and D =
+// rowsum(dO O); attention_grad_mma then runs twice, without atomics (deterministic):
+//   - KeyMajor = false, dQ: a block owns R = 16 Warps query rows (Q and dO tiles in
+//     shared memory) and streams key tiles (K, V): S = Q K^T and dP = dO V^T, dS =
+//     P (dP - D), dQ += dS K;
+//   - KeyMajor = true, dK and dV: a block owns R key rows (K, V) and streams query
+//     tiles (Q, dO, with their LSE and D): S^T = K Q^T and dP^T = V dO^T, dV += P^T dO,
+//     dK += dS^T Q.
+// Both are the forward's two shapes of product: X = A B^T with A and B rows of
+// contiguous head values in shared memory (ldmatrix, as Q K^T), and Acc += F B with F
+// the previous products' accumulators rounded to MT (exactly the A fragments of the
+// k16 steps, as P in P V) and B read transposed (ldmatrix.trans, as V). Streamed
+// tiles go through two shared-memory stages by cp.async, the next tile's copies
+// issued after the one barrier per tile. Interior tiles (full, unmasked) take a form
+// without masks or copy predicates; the others (the causal diagonal, the last ones)
+// the edge form. dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO.
+//===----------------------------------------------------------------------===//
+
+template <int HD_, int HDV_, int Warps_, int BN_> struct AttentionGradTile {
+  static constexpr int HD = HD_, HDV = HDV_, Warps = Warps_, BN = BN_;
+  static constexpr int R = 16 * Warps, Threads = 32 * Warps;
+  static constexpr int P1 = 2 * HD + 16, P2 = 2 * HDV + 16; // row pitches (bytes)
+  static constexpr int Own1Bytes = R * P1, Own2Bytes = R * P2;
+  static constexpr int Str1Bytes = BN * P1, Str2Bytes = BN * P2, StatBytes = 2 * BN * 4;
+  static constexpr int StageBytes = Str1Bytes + Str2Bytes + StatBytes;
+  static constexpr int SmemBytes = Own1Bytes + Own2Bytes + 2 * StageBytes;
+  static_assert(HD % 16 == 0 && HDV % 16 == 0 && BN % 16 == 0 && 64 % BN == 0, "tile sizes");
+};
+
+/// Per row (bh, q) of [BH, SqPad], a warp: lse2 = LSE log2(e) and delta = sum_d dO O
+/// (FP32) where q < Sq, else +inf and 0.
+template <class I, class MT>
+__global__ void __launch_bounds__(256) attention_grad_prep(const AttentionGradShape s) {
+  const I rows = static_cast<I>(s.BH) * static_cast<I>(s.SqPad), Sq = static_cast<I>(s.Sq),
+          pad = static_cast<I>(s.SqPad), hdv = static_cast<I>(s.hdv);
+  const int lane = threadIdx.x & 31;
+  const I warps = static_cast<I>(gridDim.x) * 8;
+  for (I w = static_cast<I>(blockIdx.x) * 8 + static_cast<I>(threadIdx.x >> 5); w < rows;
+       w += warps) {
+    I bh = w;
+    const I q = bh % pad;
+    bh /= pad;
+    float d = 0.0f;
+    if (q < Sq) {
+      const MT *o = static_cast<const MT *>(s.o) + (bh * Sq + q) * hdv,
+               *g = static_cast<const MT *>(s.dO) + (bh * Sq + q) * hdv;
+      for (I c = lane; c < hdv / 8; c += 32) { // 16-byte chunks (hdv a multiple of 8)
+        const VecOf<MT, 8> ov = *reinterpret_cast<const VecOf<MT, 8> *>(o + 8 * c),
+                           gv = *reinterpret_cast<const VecOf<MT, 8> *>(g + 8 * c);
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          d += static_cast<float>(ov.v[j]) * static_cast<float>(gv.v[j]);
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      d += __shfl_xor_sync(0xffffffffu, d, o);
+    if (lane == 0) {
+      s.delta[w] = d;
+      s.lse2[w] = q < Sq ? s.lse[bh * Sq + q] * 1.4426950408889634f : 1.0f / 0.0f;
+    }
+  }
+}
+
+template <class Tile, class I, class MT, bool Causal, bool KeyMajor>
+__global__ void __launch_bounds__(Tile::Threads) attention_grad_mma(const AttentionGradShape s) {
+  constexpr int R = Tile::R, BN = Tile::BN, HD = Tile::HD, HDV = Tile::HDV, T = Tile::Threads;
+  constexpr int P1 = Tile::P1, P2 = Tile::P2;
+  constexpr int NS = BN / 8, N1 = HD / 8, N2 = HDV / 8;
+  // Accumulator n-tiles in groups of at most 8 per product (their B fragments).
+  constexpr int C1 = N1 <= 8 ? N1 : N1 % 8 == 0 ? 8 : N1 % 6 == 0 ? 6 : N1 % 4 == 0 ? 4 : 2;
+  constexpr int C2 = N2 <= 8 ? N2 : N2 % 8 == 0 ? 8 : N2 % 6 == 0 ? 6 : N2 % 4 == 0 ? 4 : 2;
+  const I Sq = static_cast<I>(s.Sq), Sk = static_cast<I>(s.Sk), hd = static_cast<I>(s.hd),
+          hdv = static_cast<I>(s.hdv), pad = static_cast<I>(s.SqPad),
+          reach = static_cast<I>(s.keyReach);
+  const float c = s.scale * 1.4426950408889634f;
+  DLC_DYNAMIC_SMEM(unsigned char, smem);
+  const SmemAddr own1 = smemAddr(smem), own2 = own1 + Tile::Own1Bytes, str = own2 + Tile::Own2Bytes;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const I bh = static_cast<I>(blockIdx.y), r0 = static_cast<I>(blockIdx.x) * R;
+  const MT *qg = static_cast<const MT *>(s.q) + bh * Sq * hd,
+           *kg = static_cast<const MT *>(s.k) + bh * Sk * hd,
+           *vg = static_cast<const MT *>(s.v) + bh * Sk * hdv,
+           *dog = static_cast<const MT *>(s.dO) + bh * Sq * hdv;
+  const MT *a1 = KeyMajor ? kg : qg, *a2 = KeyMajor ? vg : dog, *b1 = KeyMajor ? qg : kg,
+           *b2 = KeyMajor ? dog : vg;
+  const I ownRows = KeyMajor ? Sk : Sq, strRows = KeyMajor ? Sq : Sk;
+  const float *lse2 = s.lse2 + bh * pad, *delta = s.delta + bh * pad;
+  attentionCopy<R, HD / 8, P1, T>(own1, a1, r0, ownRows, hd, hd, tid);
+  attentionCopy<R, HDV / 8, P2, T>(own2, a2, r0, ownRows, hdv, hdv, tid);
+  auto copyStream = [&](int kt, int st, const bool Edge) {
+    const I row0 = static_cast<I>(kt) * BN;
+    const SmemAddr base = str + st * Tile::StageBytes;
+    attentionCopy<BN, HD / 8, P1, T>(base, b1, row0, strRows, hd, hd, tid, Edge);
+    attentionCopy<BN, HDV / 8, P2, T>(base + Tile::Str1Bytes, b2, row0, strRows, hdv, hdv, tid,
+                                      Edge);
+    if (KeyMajor && tid < BN / 2) { // the tile's LSE and D (inside the padded rows)
+      const int which = tid / (BN / 4), ch = tid % (BN / 4);
+      cpAsync16(base + Tile::Str1Bytes + Tile::Str2Bytes + which * 4 * BN + 16 * ch,
+                (which ? delta : lse2) + row0 + 4 * ch, 1u);
+    }
+  };
+  // The streamed tiles: [first, tiles), edge ones before edgeEnd and from interiorEnd.
+  int first = 0, tiles, edgeEnd = 0, interiorEnd = 0;
+  const bool whole = hd == static_cast<I>(HD) && hdv == static_cast<I>(HDV);
+  if (!KeyMajor) { // keys up to the block's last row + reach
+    const I last = (r0 + R < Sq ? r0 + R : Sq) - 1;
+    const I keyEnd = !Causal ? Sk : last + reach + 1 < Sk ? last + reach + 1 : Sk;
+    tiles = keyEnd <= 0 ? 0 : static_cast<int>((keyEnd + BN - 1) / BN);
+    if (whole) {
+      interiorEnd = static_cast<int>(Sk / BN) - 1;
+      if (Causal) { // tiles whose keys every row of the block sees
+        const I seen = r0 + reach + 1 <= 0 ? I(0) : (r0 + reach + 1) / BN;
+        interiorEnd = seen < static_cast<I>(interiorEnd) ? static_cast<int>(seen) : interiorEnd;
+      }
+    }
+  } else { // queries from the block's first key - reach
+    tiles = static_cast<int>((Sq + BN - 1) / BN);
+    if (Causal) {
+      const I q0 = r0 - reach;
+      first = q0 <= 0 ? 0 : q0 >= Sq ? tiles : static_cast<int>(q0 / BN);
+      // Tiles before edgeEnd hold a query that masks one of the block's keys.
+      const I diag = r0 + R - 1 - reach; // a tile from q >= diag masks none
+      edgeEnd = diag <= 0 ? 0 : static_cast<int>((diag + BN - 1) / BN);
+      edgeEnd = edgeEnd < first ? first : edgeEnd > tiles ? tiles : edgeEnd;
+    }
+    if (whole)
+      interiorEnd = static_cast<int>(Sq / BN) - 1;
+  }
+  interiorEnd = interiorEnd > tiles - 1 ? tiles - 1 : interiorEnd;
+  if (tiles > first)
+    copyStream(first, first & 1, true);
+  cpAsyncCommit();
+  // ldmatrix rows of this lane (as attention_mma): A fragments of the owned rows,
+  // B fragments of streamed rows ([row][d], 8 (i / 2) + r, column i % 2), and
+  // transposed B fragments of streamed rows (rows 8 (i % 2) + r, column i / 2).
+  const int r8 = lane & 7, i1 = (lane >> 3) & 1, i2 = lane >> 4;
+  const SmemAddr aLd1 = own1 + (warp * 16 + 8 * i1 + r8) * P1 + 16 * i2,
+                 aLd2 = own2 + (warp * 16 + 8 * i1 + r8) * P2 + 16 * i2;
+  const int bLd1 = (8 * i2 + r8) * P1 + 16 * i1, bLd2 = (8 * i2 + r8) * P2 + 16 * i1,
+            tLd1 = (8 * i1 + r8) * P1 + 16 * i2, tLd2 = (8 * i1 + r8) * P2 + 16 * i2;
+  float acc1[N1 / C1][1][C1][4], acc2[KeyMajor ? N2 / C2 : 1][1][C2][4];
+#pragma unroll
+  for (int n = 0; n < N1; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc1[n / C1][0][n % C1][e] = 0.0f;
+  if constexpr (KeyMajor) {
+#pragma unroll
+    for (int n = 0; n < N2; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        acc2[n / C2][0][n % C2][e] = 0.0f;
+  }
+  const I rowG = r0 + static_cast<I>(warp * 16 + g); // this lane's owned rows: g, g + 8
+  float rowL[2] = {0.0f, 0.0f}, rowD[2] = {0.0f, 0.0f};
+  if constexpr (!KeyMajor) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) { // (inside the padded rows: R divides 64)
+      rowL[h] = lse2[rowG + 8 * h];
+      rowD[h] = delta[rowG + 8 * h];
+    }
+  }
+  // X = A B^T over Kd / 16 k steps: the owned rows at aLd, the streamed at bTile.
+  auto product = [&](float(&x)[1][NS][4], SmemAddr aLd, SmemAddr bTile, const int Steps,
+                     const int Pitch) {
+#pragma unroll
+    for (int j = 0; j < NS; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        x[0][j][e] = 0.0f;
+    WarpFrags<1, NS> f;
+#pragma unroll
+    for (int ks = 0; ks < Steps; ++ks) {
+      const SmemAddr aRow[1] = {aLd + 32 * ks};
+      SmemAddr bRow[NS / 2];
+#pragma unroll
+      for (int j = 0; j < NS / 2; ++j)
+        bRow[j] = bTile + j * 16 * Pitch + 32 * ks;
+      warpTileLoad<MT, 1, NS>(f, aRow, bRow);
+      warpTileMma<MT, 1, NS>(x, f);
+    }
+  };
+  auto step = [&](int kt, const bool Edge) {
+    cpAsyncWait<0>(); // tile kt has landed (this thread's copies)
+    __syncthreads();  // ... everyone's; and every warp is done with tile kt - 1
+    const int st = kt & 1;
+    if (!Edge || kt + 1 < tiles)
+      copyStream(kt + 1, st ^ 1, Edge);
+    cpAsyncCommit();
+    const SmemAddr s1 = str + st * Tile::StageBytes, s2 = s1 + Tile::Str1Bytes;
+    float x[1][NS][4], y[1][NS][4];
+    product(x, aLd1, s1 + bLd1, HD / 16, P1);
+    product(y, aLd2, s2 + bLd2, HDV / 16, P2);
+    const float *stats =
+        reinterpret_cast<const float *>(smem + Tile::Own1Bytes + Tile::Own2Bytes +
+                                        st * Tile::StageBytes + Tile::Str1Bytes + Tile::Str2Bytes);
+    const I col0 = static_cast<I>(kt) * BN;
+    unsigned pA[BN / 16][4], dA[BN / 16][4]; // P's and dS's A fragments per k16 step
+#pragma unroll
+    for (int j = 0; j < NS; ++j) {
+      float p[4], ds[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = 8 * j + 2 * t + (e & 1);
+        const float L = KeyMajor ? stats[col] : rowL[e >> 1],
+                    D = KeyMajor ? stats[BN + col] : rowD[e >> 1];
+        // (query, key) of this element
+        const I q = KeyMajor ? col0 + static_cast<I>(col) : rowG + static_cast<I>(8 * (e >> 1)),
+                key = KeyMajor ? rowG + static_cast<I>(8 * (e >> 1)) : col0 + static_cast<I>(col);
+        const bool masked = Edge && ((!KeyMajor && key >= Sk) || (Causal && key > q + reach));
+        p[e] = masked ? 0.0f : exp2Approx(fmaf(x[0][j][e], c, -L));
+        ds[e] = p[e] * (y[0][j][e] - D);
+      }
+      if constexpr (KeyMajor) {
+        pA[j / 2][2 * (j % 2)] = packPair<MT>(p[0], p[1]);
+        pA[j / 2][2 * (j % 2) + 1] = packPair<MT>(p[2], p[3]);
+      }
+      dA[j / 2][2 * (j % 2)] = packPair<MT>(ds[0], ds[1]);
+      dA[j / 2][2 * (j % 2) + 1] = packPair<MT>(ds[2], ds[3]);
+    }
+    // Acc += F B, B the streamed rows read transposed, k16 step by step.
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+#pragma unroll
+      for (int cg = 0; cg < N1 / C1; ++cg) // dQ += dS K, or dK += dS^T Q
+        mmaTransB<MT, C1>(acc1[cg], dA[kk], s1 + tLd1 + kk * 16 * P1, cg * C1);
+      if constexpr (KeyMajor) {
+#pragma unroll
+        for (int cg = 0; cg < N2 / C2; ++cg) // dV += P^T dO
+          mmaTransB<MT, C2>(acc2[cg], pA[kk], s2 + tLd2 + kk * 16 * P2, cg * C2);
+      }
+    }
+  };
+  int kt = first;
+  for (; kt < edgeEnd; ++kt)
+    step(kt, true);
+  for (; kt < interiorEnd; ++kt)
+    step(kt, false);
+  for (; kt < tiles; ++kt)
+    step(kt, true);
+  cpAsyncWait<0>(); // (the last, empty group)
+  // The owned rows' results, two adjacent values a store.
+  MT *o1 = static_cast<MT *>(KeyMajor ? s.dk : s.dq) + bh * ownRows * hd;
+#pragma unroll
+  for (int n = 0; n < N1; ++n)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const I row = rowG + static_cast<I>(8 * h), d = static_cast<I>(8 * n + 2 * t);
+      if (row < ownRows && d < hd)
+        *reinterpret_cast<unsigned *>(o1 + row * hd + d) = packPair<MT>(
+            acc1[n / C1][0][n % C1][2 * h] * s.scale, acc1[n / C1][0][n % C1][2 * h + 1] * s.scale);
+    }
+  if constexpr (KeyMajor) {
+    MT *o2 = static_cast<MT *>(s.dv) + bh * Sk * hdv;
+#pragma unroll
+    for (int n = 0; n < N2; ++n)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const I row = rowG + static_cast<I>(8 * h), d = static_cast<I>(8 * n + 2 * t);
+        if (row < Sk && d < hdv)
+          *reinterpret_cast<unsigned *>(o2 + row * hdv + d) =
+              packPair<MT>(acc2[n / C2][0][n % C2][2 * h], acc2[n / C2][0][n % C2][2 * h + 1]);
+      }
+  }
 }
 
 template <class Q, class K, class V> struct AttentionPackArgs {

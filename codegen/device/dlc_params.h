@@ -248,6 +248,23 @@ struct AttentionShape {
   // graph's values (the head split's slices and transposes) or as attention_pack
   // wrote them.
   AttentionOperand q, k, v;
+  // attention_mma (FlashAttention): where not null, each row's log-sum-exp of its
+  // scaled scores ([BH, Sq], natural log; -inf where every key is masked).
+  float *lse;
+};
+
+/// FlashAttentionGrad: attention_grad_prep then attention_grad_mma twice (dQ; dK and
+/// dV). Q, K, V, O and dO are contiguous [BH, rows, hd or hdv] MT; keys past query +
+/// keyReach are masked (causal; Sk: none). lse2 and delta ([BH, SqPad], SqPad a
+/// multiple of 64) are the prep's: LSE log2(e) (+inf past Sq, so that those rows'
+/// probabilities are 0) and rowsum(dO O).
+struct AttentionGradShape {
+  i64 BH, Sq, Sk, hd, hdv, SqPad, keyReach;
+  float scale, unused;
+  const void *q, *k, *v, *o, *dO;
+  const float *lse;
+  float *lse2, *delta;
+  void *dq, *dk, *dv;
 };
 
 /// attention_pack: operand j (0 Q, 1 K, 2 V) as attention_mma reads it, n[j] elements

@@ -9,7 +9,10 @@
 #include "../Fused.h"
 #include "EmitterUtils.h"
 #include "dlc/codegen/GpuModel.h"
+#include "dlc/ir/FusionRules.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <optional>
@@ -27,167 +30,6 @@ constexpr int kCudaCoreKeys = 32; // dlc_attention.cuh: kAttentionKeys
 double flops(const AttentionShape &s) {
   return 2.0 * static_cast<double>(s.BH * s.Sq * s.Sk) * static_cast<double>(s.hd + s.hdv) +
          5.0 * static_cast<double>(s.BH * s.Sq * s.Sk);
-}
-
-/// The reach of a causal mask in the score chain: the largest key - query that some
-/// row leaves unmasked, where the chain only scales by positive constants, casts, and
-/// masks with constants that do not depend on the (batch, head): Add of a [Sq, Sk]
-/// (broadcast) constant holding -inf, or Where selecting a -inf scalar by a constant
-/// condition. Lowest finite values (finfo.min, as some exporters write) count as
-/// masks when every row keeps a key (their exp underflows to exactly 0 beside it).
-/// Sk where the chain is not that or masks nothing past the diagonal. `exact`: the
-/// masks are exactly "key > query + reach"; `nodes`: then the masking nodes that do
-/// nothing else (an Add whose other values are all 0, a Where), which attention_mma
-/// may apply itself instead of the chain's functor.
-struct CausalMask {
-  int64_t reach;
-  bool exact = false;
-  std::set<const Node *> nodes;
-};
-CausalMask causalMask(const FusionGroup &g, const AttentionShape &s) {
-  const int64_t Sq = s.Sq, Sk = s.Sk;
-  CausalMask none;
-  none.reach = Sk;
-  // A mask: its constant, where (i, j) is in it (strides), and what marks a masked cell.
-  struct Mask {
-    const Node *node;
-    const Value *c;
-    int64_t si, sj;
-    const Value *fill; // Where: the -inf scalar (masked where cond == whenTrue)
-    bool whenTrue;
-    bool onlyMasks; // an Add whose unmasked values are all 0 (set below), or a Where
-  };
-  std::vector<Mask> masks;
-  bool finiteMask = false;
-  auto isMaskValue = [&](double v) {
-    if (std::isinf(v) && v < 0)
-      return true;
-    // FP32, FP16 and BF16's lowest finite values.
-    if (v == -3.4028234663852886e38 || v == -65504.0 || v == -3.3895313892515355e38) {
-      finiteMask = true;
-      return true;
-    }
-    return false;
-  };
-  for (size_t k = 1; k + 1 < g.core.size(); ++k) {
-    const Node &n = *g.core[k];
-    const OpKind op = n.kind();
-    if (op == OpKind::Cast)
-      continue;
-    if (op == OpKind::Mul || op == OpKind::Div) { // by a positive scalar constant
-      const Value *c = n.operand(1);
-      if (op == OpKind::Mul && !(c->isConstant() && c->type().numElements() == 1))
-        c = n.operand(0);
-      if (!c->isConstant() || c->type().numElements() != 1 ||
-          !(loadElement<double>(c->dtype(), c->data().raw(), 0) > 0))
-        return none;
-      continue;
-    }
-    Mask m{&n, nullptr, 0, 0, nullptr, true, true};
-    if (op == OpKind::Add) {
-      for (const Value *v : n.operands())
-        if (v && v->isConstant())
-          m.c = v;
-    } else if (op == OpKind::Where) {
-      m.c = n.operand(0);
-      for (int b = 1; b <= 2; ++b)
-        if (n.operand(b)->isConstant() && n.operand(b)->type().numElements() == 1) {
-          m.fill = n.operand(b);
-          m.whenTrue = b == 1;
-        }
-      if (!m.fill || !isMaskValue(loadElement<double>(m.fill->dtype(), m.fill->data().raw(), 0)))
-        return none;
-    }
-    if (!m.c || !m.c->isConstant())
-      return none;
-    // Broadcast from its last two dims, every other dim 1.
-    const Shape &cs = m.c->shape();
-    for (size_t d = 0; d + 2 < cs.size(); ++d)
-      if (cs[d] != 1)
-        return none;
-    const int64_t r = m.c->rank(), rows = r >= 2 ? cs[r - 2] : 1, cols = r >= 1 ? cs[r - 1] : 1;
-    if ((rows != 1 && rows != Sq) || (cols != 1 && cols != Sk))
-      return none;
-    m.si = rows == 1 ? 0 : cols;
-    m.sj = cols == 1 ? 0 : 1;
-    masks.push_back(m);
-  }
-  // (Scanning Sq x Sk cells per mask: skipped for masks beyond 64M cells.)
-  if (masks.empty() || Sq * Sk > (int64_t(1) << 26))
-    return none;
-  std::vector<uint8_t> row(static_cast<size_t>(Sk));
-  std::vector<int64_t> last(static_cast<size_t>(Sq));
-  int64_t reach = -Sk;
-  for (int pass = 0; pass < 2; ++pass) { // the reach, then whether the mask is exact
-    bool exact = true;
-    for (int64_t i = 0; i < Sq; ++i) {
-      std::fill(row.begin(), row.end(), 0);
-      for (Mask &m : masks) {
-        const void *raw = m.c->data().raw();
-        for (int64_t j = 0; j < Sk; ++j) {
-          const double v = loadElement<double>(m.c->dtype(), raw, i * m.si + j * m.sj);
-          const bool masked = m.fill ? (v != 0) == m.whenTrue : isMaskValue(v);
-          row[static_cast<size_t>(j)] |= masked;
-          if (!m.fill && !masked && v != 0)
-            m.onlyMasks = false; // (a bias as well: its functor must run)
-        }
-      }
-      if (pass == 0) {
-        int64_t l = -1;
-        for (int64_t j = 0; j < Sk; ++j)
-          if (!row[static_cast<size_t>(j)])
-            l = j;
-        if (l < 0 && finiteMask) // (a row of lowest values averages every key)
-          return none;
-        reach = std::max(reach, l - i);
-      } else {
-        for (int64_t j = 0; j < Sk && exact; ++j)
-          exact = (row[static_cast<size_t>(j)] != 0) == (j > i + reach);
-        if (!exact)
-          break;
-      }
-    }
-    if (pass == 1) {
-      CausalMask r;
-      r.reach = std::min(reach, Sk);
-      r.exact = exact && reach < Sk - 1;
-      if (r.exact)
-        for (const Mask &m : masks)
-          if (m.onlyMasks)
-            r.nodes.insert(m.node);
-      return r;
-    }
-  }
-  return none;
-}
-
-/// The positive constant a score chain of only Mul or Div by a scalar constant (and
-/// Casts, and the masking nodes of an exact causal mask, which attention_mma applies
-/// itself) scales by, which attention_mma folds into its softmax; none for any other
-/// chain.
-std::optional<float> chainScale(const FusionGroup &g, const std::set<const Node *> &masks) {
-  double scale = 1;
-  bool any = false;
-  for (size_t k = 1; k + 1 < g.core.size(); ++k) {
-    const Node &n = *g.core[k];
-    any = true;
-    if (n.kind() == OpKind::Cast || masks.count(&n))
-      continue;
-    if (n.kind() != OpKind::Mul && n.kind() != OpKind::Div)
-      return std::nullopt;
-    const Value *c = n.operand(1), *x = n.operand(0);
-    if (n.kind() == OpKind::Mul && (!c->isConstant() || c->type().numElements() != 1))
-      std::swap(c, x);
-    if (!c->isConstant() || c->type().numElements() != 1 || x->isConstant())
-      return std::nullopt;
-    const double v = loadElement<double>(c->dtype(), c->data().raw(), 0);
-    if (!(v > 0) || std::isinf(v))
-      return std::nullopt;
-    scale = n.kind() == OpKind::Mul ? scale * v : scale / v;
-  }
-  if (!any)
-    return std::nullopt;
-  return static_cast<float>(scale);
 }
 
 /// An operand as attention_mma reads it (rows of contiguous values), and where.
@@ -313,6 +155,54 @@ std::optional<MmaPlan> mmaPlan(Lowering &l, const FusionGroup &g, const Attentio
   return p;
 }
 
+/// attention_mma for shape s (its operand pointers at `at`): the score chain functor
+/// fsc (applied where `chain`, else only a type), the output through fo, each row's
+/// log-sum-exp to `lse` where not null.
+void launchAttentionMma(Lowering &l, const Node &n, const AttentionShape &s, const MmaPlan &p,
+                        const std::string &index, DType dt, bool chain, bool causal,
+                        const Functor &fsc, const Functor &fo, const std::array<BufferRef, 3> &at,
+                        const Value *lse) {
+  const std::string mt = cudaType(dt);
+  const size_t es = dtypeSize(dt);
+  const int64_t rows[3] = {s.Sq, s.Sk, s.Sk}, cols[3] = {s.hd, s.hd, s.hdv};
+  const int64_t bm = 16 * p.warps;
+  const int smem =
+      static_cast<int>(bm * (2 * p.HD + 16) + 2 * p.keys * ((2 * p.HD + 16) + (2 * p.HDV + 16)));
+  std::string sn = l.functorName(fsc), on = l.functorName(fo);
+  const std::string tile = "dlc::AttentionMmaTile<" + std::to_string(p.HD) + ", " +
+                           std::to_string(p.HDV) + ", " + std::to_string(p.warps) + ", " +
+                           std::to_string(p.keys) + ">";
+  Instantiation inst{"dlc::attention_mma",
+                     {tile, index, mt, chain ? "true" : "false", causal ? "true" : "false", sn, on},
+                     "dlc::AttentionMmaArgs<" + sn + ", " + on + ">",
+                     {sn, on}};
+  inst.needsSync = true;
+  inst.tensorCore = true;
+  uint32_t kernel = l.instantiate(inst);
+  LaunchArgs a;
+  a.shape(s);
+  const size_t field[3] = {offsetof(AttentionShape, q), offsetof(AttentionShape, k),
+                           offsetof(AttentionShape, v)};
+  for (int j = 0; j < 3; ++j)
+    a.pointer(field[j] + offsetof(AttentionOperand, p), at[static_cast<size_t>(j)],
+              static_cast<uint64_t>(s.BH * rows[j] * cols[j]) * es, false);
+  if (lse)
+    a.pointer(offsetof(AttentionShape, lse), l.bufferOf(lse), lse->type().byteSize(), true);
+  a.functor(fsc, chain);
+  a.functor(fo);
+  // (The products of the key tiles a causal mask skips are not counted.)
+  double visited = 0;
+  for (int64_t q0 = 0; q0 < s.Sq; q0 += bm) {
+    const int64_t last = std::min(q0 + bm, s.Sq) - 1,
+                  keys = std::min(s.Sk, std::max<int64_t>(0, last + s.keyReach + 1));
+    visited += static_cast<double>((last - q0 + 1) *
+                                   std::min(s.Sk, (keys + p.keys - 1) / p.keys * p.keys));
+  }
+  l.launch(n, kernel, a, static_cast<uint32_t>((s.Sq + bm - 1) / bm),
+           32 * static_cast<uint32_t>(p.warps), static_cast<uint32_t>(smem),
+           flops(s) * visited / static_cast<double>(s.Sq * s.Sk), static_cast<uint32_t>(s.BH));
+}
+
 /// attention_pack for the operands that need it, then attention_mma.
 llvm::Error lowerAttentionMma(Lowering &l, const FusionGroup &g, AttentionShape s, const MmaPlan &p,
                               MmaOperand ops[3], const std::vector<const Functor *> &f,
@@ -353,53 +243,21 @@ llvm::Error lowerAttentionMma(Lowering &l, const FusionGroup &g, AttentionShape 
     const uint64_t most = static_cast<uint64_t>(std::max({ps.n[0], ps.n[1], ps.n[2]}));
     l.launch(mm2, kernel, a, gridFor(most, 256), 256, 0, 0, 3);
   }
-  const CausalMask causal = causalMask(g, s);
+  const AttentionMask causal = attentionCausalMask(g.core, s.Sq, s.Sk);
   s.keyReach = causal.reach;
   s.q = ops[0].o;
   s.k = ops[1].o;
   s.v = ops[2].o;
   s.q.p = s.k.p = s.v.p = nullptr;
   // (core: MatMul, the chain, Softmax)
-  const std::optional<float> scale = chainScale(g, causal.nodes);
+  const std::optional<float> scale = attentionChainScale(g.core, causal.nodes);
   const bool chain = g.core.size() > 2 && !scale;
   s.scale = scale.value_or(1.0f);
   // (An exact causal mask the kernel applies itself: keys past query + keyReach.)
   const bool applyCausal = !chain && causal.exact;
-  const int64_t bm = 16 * p.warps;
-  const int smem =
-      static_cast<int>(bm * (2 * p.HD + 16) + 2 * p.keys * ((2 * p.HD + 16) + (2 * p.HDV + 16)));
-  std::string sn = l.functorName(*f[3]), on = l.functorName(*f[4]);
-  const std::string tile = "dlc::AttentionMmaTile<" + std::to_string(p.HD) + ", " +
-                           std::to_string(p.HDV) + ", " + std::to_string(p.warps) + ", " +
-                           std::to_string(p.keys) + ">";
-  Instantiation inst{"dlc::attention_mma",
-                     {tile, l.indexType(maxIndex), mt, chain ? "true" : "false",
-                      applyCausal ? "true" : "false", sn, on},
-                     "dlc::AttentionMmaArgs<" + sn + ", " + on + ">",
-                     {sn, on}};
-  inst.needsSync = true;
-  inst.tensorCore = true;
-  uint32_t kernel = l.instantiate(inst);
-  LaunchArgs a;
-  a.shape(s);
-  const size_t field[3] = {offsetof(AttentionShape, q), offsetof(AttentionShape, k),
-                           offsetof(AttentionShape, v)};
-  for (int j = 0; j < 3; ++j)
-    a.pointer(field[j] + offsetof(AttentionOperand, p), ops[j].at,
-              static_cast<uint64_t>(s.BH * rows[j] * cols[j]) * es, false);
-  a.functor(*f[3], chain);
-  a.functor(*f[4]);
-  // (The products of the key tiles a causal mask skips are not counted.)
-  double visited = 0;
-  for (int64_t q0 = 0; q0 < s.Sq; q0 += bm) {
-    const int64_t last = std::min(q0 + bm, s.Sq) - 1,
-                  keys = std::min(s.Sk, std::max<int64_t>(0, last + s.keyReach + 1));
-    visited += static_cast<double>((last - q0 + 1) *
-                                   std::min(s.Sk, (keys + p.keys - 1) / p.keys * p.keys));
-  }
-  l.launch(mm2, kernel, a, static_cast<uint32_t>((s.Sq + bm - 1) / bm),
-           32 * static_cast<uint32_t>(p.warps), static_cast<uint32_t>(smem),
-           flops(s) * visited / static_cast<double>(s.Sq * s.Sk), static_cast<uint32_t>(s.BH));
+  std::array<BufferRef, 3> at = {ops[0].at, ops[1].at, ops[2].at};
+  launchAttentionMma(l, mm2, s, p, l.indexType(maxIndex), mm1.operand(0)->dtype(), chain,
+                     applyCausal, *f[3], *f[4], at, nullptr);
   return llvm::Error::success();
 }
 
@@ -501,10 +359,218 @@ llvm::Error lowerAttention(Lowering &l, const FusionGroup &g) {
   return llvm::Error::success();
 }
 
+//===----------------------------------------------------------------------===//
+// FlashAttention and FlashAttentionGrad (training: passes' flashAttentionForGradients)
+//===----------------------------------------------------------------------===//
+
+/// The dims of a FlashAttention node's operands.
+AttentionShape flashShape(const Node &n) {
+  const Value *q = n.operand(0), *k = n.operand(1), *v = n.operand(2);
+  const int64_t r = q->rank();
+  AttentionShape s{};
+  s.Sq = q->shape()[r - 2];
+  s.Sk = k->shape()[r - 2];
+  s.hd = q->shape()[r - 1];
+  s.hdv = v->shape()[r - 1];
+  s.BH = product(Shape(q->shape().begin(), q->shape().end() - 2));
+  s.dHd = Divmod::make(std::max<int64_t>(s.hd, 1));
+  s.dHdv = Divmod::make(std::max<int64_t>(s.hdv, 1));
+  s.scale = static_cast<float>(n.attrFloat("scale"));
+  s.keyReach = n.attrInt("causal") ? n.attrInt("reach") : s.Sk;
+  return s;
+}
+
+/// The kernels' limits: whole 16-byte chunks of head values, at most `most`.
+llvm::Error flashLimits(const Node &n, const AttentionShape &s, int64_t most) {
+  if (s.hd % 8 != 0 || s.hdv % 8 != 0 || s.hd == 0 || s.hdv == 0 || s.hd > most || s.hdv > most)
+    return errorf("{0}: head sizes {1} and {2} must be multiples of 8 up to {3}", n.describe(),
+                  s.hd, s.hdv, most);
+  return llvm::Error::success();
+}
+
+/// A value's buffer where it is 16-byte aligned, else (an interface value, aligned to
+/// its element only) a copy in a temporary.
+BufferRef alignedIn(Lowering &l, const Node &n, const Value *v) {
+  if (fixedAligned(l, v, 16))
+    return l.bufferOf(v);
+  const BufferRef t = l.temp(v->type().byteSize(), v->name() + ".aligned");
+  l.addCopy(l.bufferOf(v), t, v->type().byteSize(), n);
+  return t;
+}
+
+/// Warps per block (16 rows each): 4, halved while the blocks would leave SMs idle on
+/// the largest target.
+int flashWarps(Lowering &l, int64_t rows, int64_t BH) {
+  int64_t sms = 0;
+  for (const std::string &a : l.archs())
+    sms = std::max<int64_t>(sms, gpuModelFor(a).sms);
+  int warps = 4;
+  while (warps > 1 && (rows + 16 * warps - 1) / (16 * warps) * BH < sms)
+    warps /= 2;
+  return warps;
+}
+
+/// The fraction of (query, key) pairs a causal mask leaves (1 without one).
+double flashVisited(const AttentionShape &s) {
+  if (s.keyReach >= s.Sk || s.Sq * s.Sk == 0)
+    return 1.0;
+  double seen = 0;
+  for (int64_t q = 0; q < s.Sq; ++q)
+    seen += static_cast<double>(std::clamp<int64_t>(q + s.keyReach + 1, 0, s.Sk));
+  return seen / static_cast<double>(s.Sq * s.Sk);
+}
+
+/// FlashAttention: attention_mma without a chain functor (the scale folded into its
+/// exp2, the causal mask applied by the kernel), its output through a plain store, and
+/// each row's log-sum-exp for the gradient.
+llvm::Error lowerFlashAttention(Lowering &l, const Node &n) {
+  const Value *o = n.result(0), *lse = n.result(1);
+  l.allocate(o);
+  l.allocate(lse);
+  AttentionShape s = flashShape(n);
+  if (auto e = flashLimits(n, s, kMaxAttentionHeadSize))
+    return e;
+  if (s.BH * s.Sq == 0)
+    return llvm::Error::success();
+  const DType dt = n.operand(0)->dtype();
+  const int64_t HD = (s.hd + 15) / 16 * 16, HDV = (s.hdv + 15) / 16 * 16;
+  const bool wide = std::max(HD, HDV) > 128;
+  const int warps = wide ? 2 : flashWarps(l, s.Sq, s.BH), keys = wide ? 32 : 64;
+  const int64_t rows[3] = {s.Sq, s.Sk, s.Sk}, cols[3] = {s.hd, s.hd, s.hdv};
+  AttentionOperand *ops[3] = {&s.q, &s.k, &s.v};
+  std::array<BufferRef, 3> at;
+  for (int j = 0; j < 3; ++j) {
+    *ops[j] = AttentionOperand{nullptr, 0, rows[j] * cols[j], cols[j], Divmod::make(s.BH)};
+    at[static_cast<size_t>(j)] = alignedIn(l, n, n.operand(j));
+  }
+  auto fsc = loadFunctor(l, nullptr, n.operand(0)); // (a type: no chain to apply)
+  auto fo = storeFunctor(l, nullptr, o);
+  if (!fsc)
+    return fsc.takeError();
+  if (!fo)
+    return fo.takeError();
+  const MmaPlan p{HD, HDV, warps, keys};
+  launchAttentionMma(l, n, s, p,
+                     l.indexType(std::max({s.BH * s.Sq * s.hd, s.BH * s.Sk * s.hd,
+                                           s.BH * s.Sk * s.hdv, s.BH * s.Sq * s.hdv})),
+                     dt, false, s.keyReach < s.Sk, *fsc, *fo, at, lse);
+  return llvm::Error::success();
+}
+
+/// FlashAttentionGrad: attention_grad_prep, then attention_grad_mma for dQ and for dK
+/// and dV (dlc_attention.cuh).
+llvm::Error lowerFlashAttentionGrad(Lowering &l, const Node &n) {
+  const Value *dq = n.result(0), *dk = n.result(1), *dv = n.result(2);
+  for (const Value *r : {dq, dk, dv})
+    l.allocate(r);
+  const AttentionShape fs = flashShape(n);
+  if (auto e = flashLimits(n, fs, kFlashAttentionMaxHeadSize))
+    return e;
+  const DType dt = n.operand(0)->dtype();
+  const std::string mt = cudaType(dt);
+  AttentionGradShape s{};
+  s.BH = fs.BH;
+  s.Sq = fs.Sq;
+  s.Sk = fs.Sk;
+  s.hd = fs.hd;
+  s.hdv = fs.hdv;
+  s.SqPad = (s.Sq + 63) / 64 * 64;
+  s.keyReach = fs.keyReach;
+  s.scale = fs.scale;
+  if (s.BH == 0 || (s.Sq == 0 && s.Sk == 0))
+    return llvm::Error::success();
+  if (s.Sq == 0 || s.Sk == 0) { // no pairs: zero gradients
+    for (const Value *r : {dq, dk, dv})
+      if (r->type().byteSize())
+        l.addMemset(l.bufferOf(r), r->type().byteSize(), 0, n);
+    return llvm::Error::success();
+  }
+  const std::string index =
+      l.indexType(std::max({s.BH * s.Sq * s.hd, s.BH * s.Sk * s.hd, s.BH * s.Sq * s.hdv,
+                            s.BH * s.Sk * s.hdv, s.BH * s.SqPad}));
+  const BufferRef stats =
+      l.temp(static_cast<uint64_t>(2 * s.BH * s.SqPad) * sizeof(float), n.name() + ".lse_delta");
+  const BufferRef delta{stats.buffer, stats.offset + static_cast<uint64_t>(s.BH * s.SqPad) * 4};
+  const uint64_t statBytes = static_cast<uint64_t>(s.BH * s.SqPad) * 4;
+  BufferRef in[5];
+  const size_t inField[5] = {offsetof(AttentionGradShape, q), offsetof(AttentionGradShape, k),
+                             offsetof(AttentionGradShape, v), offsetof(AttentionGradShape, o),
+                             offsetof(AttentionGradShape, dO)};
+  for (int j = 0; j < 5; ++j)
+    in[j] = alignedIn(l, n, n.operand(j));
+  // Results: their buffers where aligned, else temporaries copied out afterwards.
+  const Value *outs[3] = {dq, dk, dv};
+  const size_t outField[3] = {offsetof(AttentionGradShape, dq), offsetof(AttentionGradShape, dk),
+                              offsetof(AttentionGradShape, dv)};
+  BufferRef out[3];
+  for (int j = 0; j < 3; ++j)
+    out[j] = fixedAligned(l, outs[j], 16)
+                 ? l.bufferOf(outs[j])
+                 : l.temp(outs[j]->type().byteSize(), outs[j]->name() + ".aligned");
+  auto args = [&](bool prep, int kernelOut) {
+    LaunchArgs a;
+    a.shape(s);
+    for (int j = 0; j < 5; ++j) // (the prep reads O and dO; the products all but O)
+      if (prep ? j >= 3 : j != 3)
+        a.pointer(inField[j], in[j], n.operand(j)->type().byteSize(), false);
+    if (prep) {
+      a.pointer(offsetof(AttentionGradShape, lse), l.bufferOf(n.operand(5)),
+                n.operand(5)->type().byteSize(), false);
+    }
+    a.pointer(offsetof(AttentionGradShape, lse2), stats, statBytes, prep);
+    a.pointer(offsetof(AttentionGradShape, delta), delta, statBytes, prep);
+    for (int j = 0; j < 3; ++j)
+      if (!prep && (j == kernelOut || (kernelOut == 1 && j == 2)))
+        a.pointer(outField[j], out[j], outs[j]->type().byteSize(), true);
+    return a;
+  };
+  {
+    Instantiation inst{"dlc::attention_grad_prep", {index, mt}, "dlc::AttentionGradShape", {}};
+    inst.needsSync = true;
+    uint32_t k = l.instantiate(inst);
+    LaunchArgs a = args(true, -1);
+    const uint64_t warps = static_cast<uint64_t>(s.BH * s.SqPad);
+    l.launch(n, k, a, static_cast<uint32_t>(std::min<uint64_t>((warps + 7) / 8, 65536)), 256, 0,
+             2.0 * static_cast<double>(s.BH * s.Sq * s.hdv));
+  }
+  const int64_t HD = (s.hd + 15) / 16 * 16, HDV = (s.hdv + 15) / 16 * 16;
+  const int bn = std::max(HD, HDV) > 64 ? 32 : 64;
+  const bool causal = s.keyReach < s.Sk;
+  const double pairs = static_cast<double>(s.BH * s.Sq * s.Sk) * flashVisited(fs);
+  for (int keyMajor = 0; keyMajor < 2; ++keyMajor) {
+    const int64_t rows = keyMajor ? s.Sk : s.Sq;
+    const int warps = flashWarps(l, rows, s.BH);
+    const std::string tile = "dlc::AttentionGradTile<" + std::to_string(HD) + ", " +
+                             std::to_string(HDV) + ", " + std::to_string(warps) + ", " +
+                             std::to_string(bn) + ">";
+    Instantiation inst{"dlc::attention_grad_mma",
+                       {tile, index, mt, causal ? "true" : "false", keyMajor ? "true" : "false"},
+                       "dlc::AttentionGradShape",
+                       {}};
+    inst.needsSync = true;
+    inst.tensorCore = true;
+    uint32_t k = l.instantiate(inst);
+    LaunchArgs a = args(false, keyMajor ? 1 : 0);
+    const int64_t r = 16 * warps, stage = bn * ((2 * HD + 16) + (2 * HDV + 16)) + 2 * bn * 4;
+    const int smem = static_cast<int>(r * ((2 * HD + 16) + (2 * HDV + 16)) + 2 * stage);
+    // dQ: S, dP and dS K; dK and dV: S^T, dP^T, P^T dO and dS^T Q.
+    const double flop =
+        2.0 * pairs * static_cast<double>(keyMajor ? 2 * (s.hd + s.hdv) : 2 * s.hd + s.hdv);
+    l.launch(n, k, a, static_cast<uint32_t>((rows + r - 1) / r), 32 * static_cast<uint32_t>(warps),
+             static_cast<uint32_t>(smem), flop, static_cast<uint32_t>(s.BH));
+  }
+  for (int j = 0; j < 3; ++j)
+    if (!fixedAligned(l, outs[j], 16))
+      l.addCopy(out[j], l.bufferOf(outs[j]), outs[j]->type().byteSize(), n);
+  return llvm::Error::success();
+}
+
 } // namespace
 
 void registerAttentionLowerings(LoweringRegistry &r) {
   r.group(GroupKind::Attention, lowerAttention);
+  r.op(OpKind::FlashAttention, lowerFlashAttention);
+  r.op(OpKind::FlashAttentionGrad, lowerFlashAttentionGrad);
 }
 
 } // namespace dlc::codegen

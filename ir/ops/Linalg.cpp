@@ -1,6 +1,7 @@
 //===- Linalg.cpp - MatMul and Gemm ----------------------------------------===//
 #include "OpUtils.h"
 
+#include <cmath>
 #include <numeric>
 
 namespace dlc::ir {
@@ -189,6 +190,180 @@ llvm::Error gradGemm(GradBuilder &b, const Node &n) {
   return ok();
 }
 
+//===----------------------------------------------------------------------===//
+// FlashAttention(Q, K, V) {scale, causal, reach} -> (O, LSE): the attention that
+// autodiff differentiates without keeping the scores (passes/FlashAttention.cpp).
+// Q [..., Sq, hd], K [..., Sk, hd] (rows, not transposed), V [..., Sk, hdv], the same
+// batch dims; S = scale Q K^T, with causal = 1 the keys past query + reach masked
+// (-inf); O = softmax(S) V [..., Sq, hdv] and LSE = log(sum_j exp(S_ij)) [..., Sq] in
+// FP32. A row whose keys are all masked gives O = NaN (0 / 0) and LSE = -inf, as the
+// spelled-out graph does.
+// FlashAttentionGrad(Q, K, V, O, dO, LSE) -> (dQ, dK, dV), from the scores recomputed:
+// P = exp(S - LSE), dV = P^T dO, dS = P (dO V^T - rowsum(dO O)), dQ = scale dS K and
+// dK = scale dS^T Q. Both run on FP16/BF16 (attention_mma, attention_grad_mma).
+//===----------------------------------------------------------------------===//
+
+llvm::Error verifyAttentionOperands(const Node &n, unsigned count) {
+  for (unsigned i = 0; i < count; ++i) {
+    if (auto e = requireSameType(n, 0, i))
+      return e;
+    if (auto e = requireMinRank(n, i, 2))
+      return e;
+  }
+  const DType dt = n.operand(0)->dtype();
+  if (dt != DType::F16 && dt != DType::BF16)
+    return errorf("{0} takes f16 or bf16 operands (the training path creates it after the "
+                  "precision pass), got {1}",
+                  n.opName(), dtypeName(dt));
+  const Shape &q = n.operand(0)->shape(), &k = n.operand(1)->shape(), &v = n.operand(2)->shape();
+  const size_t r = q.size();
+  auto batch = [&](const Shape &s) { return Shape(s.begin(), s.end() - 2); };
+  if (k.size() != r || v.size() != r || batch(k) != batch(q) || batch(v) != batch(q) ||
+      k[r - 1] != q[r - 1] || v[r - 2] != k[r - 2])
+    return errorf("Q {0}, K {1} and V {2} must be [..., Sq, hd], [..., Sk, hd] and [..., Sk, hdv] "
+                  "with the same batch dims",
+                  shapeStr(q), shapeStr(k), shapeStr(v));
+  const double scale = n.attrFloat("scale");
+  if (!(scale > 0) || std::isinf(scale))
+    return errorf("scale must be a positive finite number, got {0}", scale);
+  if (n.attrInt("causal") != 0 && n.attrInt("causal") != 1)
+    return makeError("causal must be 0 or 1");
+  return ok();
+}
+
+Shape attentionRows(const Value *q) {
+  return Shape(q->shape().begin(), q->shape().end() - 1);
+}
+
+llvm::Error verifyFlashAttention(const Node &n) {
+  return verifyAttentionOperands(n, 3);
+}
+
+InferResult inferFlashAttention(const Node &n) {
+  Shape o = n.operand(0)->shape();
+  o.back() = n.operand(2)->shape().back();
+  return TypeList{{n.operand(0)->dtype(), o}, {DType::F32, attentionRows(n.operand(0))}};
+}
+
+llvm::Error verifyFlashAttentionGrad(const Node &n) {
+  if (auto e = verifyAttentionOperands(n, 5))
+    return e;
+  Shape o = n.operand(0)->shape();
+  o.back() = n.operand(2)->shape().back();
+  if (n.operand(3)->shape() != o || n.operand(4)->shape() != o)
+    return errorf("O and dO must be {0}", shapeStr(o));
+  const Value *lse = n.operand(5);
+  if (lse->dtype() != DType::F32 || lse->shape() != attentionRows(n.operand(0)))
+    return errorf("LSE must be f32{0}", shapeStr(attentionRows(n.operand(0))));
+  return ok();
+}
+
+InferResult inferFlashAttentionGrad(const Node &n) {
+  return TypeList{n.operand(0)->type(), n.operand(1)->type(), n.operand(2)->type()};
+}
+
+/// The scaled, masked scores of one (batch, head): s[i * Sk + j].
+struct AttentionRef {
+  int64_t BH, Sq, Sk, hd, hdv;
+  double scale;
+  bool causal;
+  int64_t reach;
+  explicit AttentionRef(const Node &n)
+      : Sq(n.operand(0)->shape().end()[-2]), Sk(n.operand(1)->shape().end()[-2]),
+        hd(n.operand(0)->shape().back()), hdv(n.operand(2)->shape().back()),
+        scale(n.attrFloat("scale")), causal(n.attrInt("causal") != 0), reach(n.attrInt("reach")) {
+    BH = product(Shape(n.operand(0)->shape().begin(), n.operand(0)->shape().end() - 2));
+  }
+  std::vector<double> scores(const std::vector<double> &q, const std::vector<double> &k,
+                             int64_t b) const {
+    std::vector<double> s(static_cast<size_t>(Sq * Sk));
+    for (int64_t i = 0; i < Sq; ++i)
+      for (int64_t j = 0; j < Sk; ++j) {
+        double acc = 0;
+        for (int64_t d = 0; d < hd; ++d)
+          acc += q[(b * Sq + i) * hd + d] * k[(b * Sk + j) * hd + d];
+        s[i * Sk + j] = causal && j > i + reach ? -INFINITY : scale * acc;
+      }
+    return s;
+  }
+};
+
+llvm::Error refFlashAttention(const Node &n, const Inputs &in, Outputs &out) {
+  const AttentionRef a(n);
+  auto q = in[0]->toVector<double>(), k = in[1]->toVector<double>(), v = in[2]->toVector<double>();
+  std::vector<double> o(static_cast<size_t>(a.BH * a.Sq * a.hdv)),
+      lse(static_cast<size_t>(a.BH * a.Sq));
+  for (int64_t b = 0; b < a.BH; ++b) {
+    const std::vector<double> s = a.scores(q, k, b);
+    for (int64_t i = 0; i < a.Sq; ++i) {
+      double m = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < a.Sk; ++j)
+        m = std::max(m, s[i * a.Sk + j]);
+      for (int64_t j = 0; j < a.Sk; ++j)
+        sum += m == -INFINITY ? 0.0 : std::exp(s[i * a.Sk + j] - m);
+      lse[b * a.Sq + i] = m == -INFINITY ? m : m + std::log(sum);
+      for (int64_t d = 0; d < a.hdv; ++d) {
+        double acc = 0;
+        for (int64_t j = 0; j < a.Sk; ++j)
+          acc += (m == -INFINITY ? 0.0 : std::exp(s[i * a.Sk + j] - m)) *
+                 v[(b * a.Sk + j) * a.hdv + d];
+        o[(b * a.Sq + i) * a.hdv + d] = acc / sum; // (0 / 0 where every key is masked)
+      }
+    }
+  }
+  out[0] = Tensor::fromVector(out[0].type(), o);
+  out[1] = Tensor::fromVector(out[1].type(), lse);
+  return ok();
+}
+
+llvm::Error refFlashAttentionGrad(const Node &n, const Inputs &in, Outputs &out) {
+  const AttentionRef a(n);
+  auto q = in[0]->toVector<double>(), k = in[1]->toVector<double>(), v = in[2]->toVector<double>(),
+       o = in[3]->toVector<double>(), dO = in[4]->toVector<double>(),
+       lse = in[5]->toVector<double>();
+  std::vector<double> dq(q.size()), dk(k.size()), dv(v.size());
+  for (int64_t b = 0; b < a.BH; ++b) {
+    const std::vector<double> s = a.scores(q, k, b);
+    for (int64_t i = 0; i < a.Sq; ++i) {
+      const int64_t row = b * a.Sq + i;
+      double D = 0;
+      for (int64_t d = 0; d < a.hdv; ++d)
+        D += dO[row * a.hdv + d] * o[row * a.hdv + d];
+      for (int64_t j = 0; j < a.Sk; ++j) {
+        const double p = std::exp(s[i * a.Sk + j] - lse[row]);
+        double dp = 0;
+        for (int64_t d = 0; d < a.hdv; ++d) {
+          dp += dO[row * a.hdv + d] * v[(b * a.Sk + j) * a.hdv + d];
+          dv[(b * a.Sk + j) * a.hdv + d] += p * dO[row * a.hdv + d];
+        }
+        const double ds = p * (dp - D) * a.scale;
+        for (int64_t d = 0; d < a.hd; ++d) {
+          dq[row * a.hd + d] += ds * k[(b * a.Sk + j) * a.hd + d];
+          dk[(b * a.Sk + j) * a.hd + d] += ds * q[row * a.hd + d];
+        }
+      }
+    }
+  }
+  out[0] = Tensor::fromVector(out[0].type(), dq);
+  out[1] = Tensor::fromVector(out[1].type(), dk);
+  out[2] = Tensor::fromVector(out[2].type(), dv);
+  return ok();
+}
+
+/// FlashAttention's gradient: one FlashAttentionGrad node (the log-sum-exp serves it
+/// alone: no gradient flows through it).
+llvm::Error gradFlashAttention(GradBuilder &b, const Node &n) {
+  if (b.grad(1))
+    return errorf("{0}: a gradient through its log-sum-exp result is not supported", n.describe());
+  std::vector<Value *> d = b.ops(
+      OpKind::FlashAttentionGrad,
+      {n.operand(0), n.operand(1), n.operand(2), n.result(0), b.grad(), n.result(1)}, n.attrs(), 3);
+  for (unsigned i = 0; i < 3; ++i)
+    if (b.wants(i))
+      b.accumulate(i, d[i]);
+  return ok();
+}
+
 /// A float MatMul is a library GEMM (cuBLASLt) that applies its own epilogue: bias,
 /// residual, ReLU or tanh-GELU. Integer products have a kernel of their own.
 Fusibility fusibleMatMul() {
@@ -221,6 +396,20 @@ void defineLinalgOps(OpTable &t) {
       .verify(verifyGemm)
       .infer(inferGemm)
       .reference(refGemm);
+  for (OpKind k : {OpKind::FlashAttention, OpKind::FlashAttentionGrad})
+    t.def(k)
+        .operands(k == OpKind::FlashAttention ? 3 : 6)
+        .results(k == OpKind::FlashAttention ? 2 : 3)
+        .attr("scale", AttrKind::Float, 1.0f)
+        .attr("causal", AttrKind::Int, int64_t{0})
+        .attr("reach", AttrKind::Int, int64_t{0})
+        .fusible(Fusibility::opaque())
+        .fp16(Fp16Policy::Follow) // (created in FP16/BF16, after the precision pass)
+        .layout(LayoutRule::fixed())
+        .verify(k == OpKind::FlashAttention ? verifyFlashAttention : verifyFlashAttentionGrad)
+        .infer(k == OpKind::FlashAttention ? inferFlashAttention : inferFlashAttentionGrad)
+        .reference(k == OpKind::FlashAttention ? refFlashAttention : refFlashAttentionGrad);
+  t[OpKind::FlashAttention].gradient = gradFlashAttention;
   t[OpKind::MatMul].gradient = gradMatMul;
   t[OpKind::Gemm].gradient = gradGemm;
 }

@@ -297,3 +297,46 @@ TEST(KernelLibrary, AttentionOnTensorCoresMultiQuery) {
   k.attentionKernel = "mma";
   check(k);
 }
+
+TEST(KernelLibrary, FlashAttentionAndItsGradient) {
+  // The training path's ops (autodiff's FlashAttention and FlashAttentionGrad):
+  // attention_mma with the rows' log-sum-exp, then attention_grad_prep and
+  // attention_grad_mma for dQ and for dK and dV. Graph inputs and outputs (bound
+  // anywhere: copied to and from aligned buffers); odd extents (70 queries, 45 keys:
+  // partial tiles, padded LSE rows); head size 40 (a padded 16-byte chunk, no interior
+  // form) and 64 over several tiles; causal with a bottom-right reach; FP16 and BF16.
+  // Deterministic: no atomics, the same bits on every thread order.
+  struct Form {
+    const char *name, *dt;
+    int64_t sq, sk, hd;
+    const char *attrs;
+  };
+  for (const Form &f :
+       {Form{"fp16 head size 40", "f16", 70, 45, 40, "{scale = 0.16}"},
+        Form{"bf16 causal, head size 64", "bf16", 150, 150, 64, "{causal = 1, scale = 0.125}"},
+        Form{"fp16 causal reach 25, 24 x 49", "f16", 24, 49, 32,
+             "{causal = 1, reach = 25, scale = 0.18}"}}) {
+    auto ty = [&](int64_t s, int64_t d) {
+      return std::string(f.dt) + "[2,3," + std::to_string(s) + "," + std::to_string(d) + "]";
+    };
+    const std::string rows = "f32[2,3," + std::to_string(f.sq) + "]";
+    const std::string ir =
+        std::string("graph @g(%q: ") + ty(f.sq, f.hd) + ", %k: " + ty(f.sk, f.hd) +
+        ", %v: " + ty(f.sk, f.hd) + ", %do: " + ty(f.sq, f.hd) + ") -> (\"o\": " + ty(f.sq, f.hd) +
+        ", \"l\": " + rows + ", \"dq\": " + ty(f.sq, f.hd) + ", \"dk\": " + ty(f.sk, f.hd) +
+        ", \"dv\": " + ty(f.sk, f.hd) + ") {\n  %o, %l = FlashAttention(%q, %k, %v) " + f.attrs +
+        " : " + ty(f.sq, f.hd) + ", " + rows +
+        "\n  %dq, %dk, %dv = FlashAttentionGrad(%q, %k, %v, %o, %do, %l) " + f.attrs + " : " +
+        ty(f.sq, f.hd) + ", " + ty(f.sk, f.hd) + ", " + ty(f.sk, f.hd) +
+        "\n  return %o, %l, %dq, %dk, %dv\n}";
+    KernelCase k{f.name,
+                 ir.c_str(),
+                 {"dlc::attention_mma", "dlc::attention_grad_prep", "dlc::attention_grad_mma"},
+                 {},
+                 2,
+                 true,
+                 std::string(f.dt) == "bf16" ? 3e-2 : 1e-2};
+    k.deterministic = true;
+    check(k);
+  }
+}

@@ -21,6 +21,7 @@
 
 #include <functional>
 #include <optional>
+#include <set>
 
 namespace dlc::ir {
 
@@ -28,6 +29,8 @@ namespace dlc::ir {
 inline constexpr size_t kMaxGroupNodes = 64;
 /// Largest head size the fused attention kernel handles.
 inline constexpr int64_t kMaxAttentionHeadSize = 256;
+/// Largest head size of FlashAttention (training; its backward kernel's registers).
+inline constexpr int64_t kFlashAttentionMaxHeadSize = 128;
 
 /// The group `nodes` (in graph order, at least two) would form, with its kind,
 /// anchor, prologue, epilogue and matched pattern filled in; or an error saying why
@@ -38,6 +41,27 @@ llvm::Expected<FusionGroup> classifyFusionGroup(const std::vector<Node *> &nodes
 /// (scale, mask). If `mm2` is its second MatMul, returns the nodes from the first
 /// MatMul to the Softmax (in order), else an empty list.
 std::vector<Node *> attentionCore(const Node &mm2);
+
+/// The causal mask in an attention core's score chain (attentionCore's nodes, scores
+/// [..., Sq, Sk]): `reach` is the largest key - query that some row leaves unmasked,
+/// where the chain only scales by positive constants, casts, and masks with constants
+/// that do not depend on the (batch, head): Add of a [Sq, Sk] (broadcast) constant
+/// holding -inf, or Where selecting a -inf scalar by a constant condition. Lowest
+/// finite values (finfo.min, as some exporters write) count as masks when every row
+/// keeps a key (their exp underflows to exactly 0 beside it). Sk where the chain is
+/// not that or masks nothing past the diagonal. `exact`: the masks are exactly "key >
+/// query + reach"; `nodes`: then the masking nodes that do nothing else (an Add whose
+/// other values are all 0, a Where), which a kernel may apply itself.
+struct AttentionMask {
+  int64_t reach = 0;
+  bool exact = false;
+  std::set<const Node *> nodes;
+};
+AttentionMask attentionCausalMask(const std::vector<Node *> &core, int64_t Sq, int64_t Sk);
+/// The positive constant a score chain of only Mul or Div by a scalar constant (and
+/// Casts, and the `masks` nodes) scales by; none for any other chain or an empty one.
+std::optional<float> attentionChainScale(const std::vector<Node *> &core,
+                                         const std::set<const Node *> &masks);
 
 /// A GEMM epilogue in the form cuBLASLt applies itself:
 /// D = act(A*B + residual + bias), bias over the last dim, act ReLU or tanh-GELU.
