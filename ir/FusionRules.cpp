@@ -195,6 +195,8 @@ AttentionMask attentionCausalMask(const std::vector<Node *> &core, int64_t Sq, i
       for (const Value *v : n.operands())
         if (v && v->isConstant())
           m.c = v;
+      if (!m.c) // a bias computed at run time: it cannot unmask a -inf score
+        continue;
     } else if (op == OpKind::Where) {
       m.c = n.operand(0);
       for (int b = 1; b <= 2; ++b)
@@ -207,11 +209,16 @@ AttentionMask attentionCausalMask(const std::vector<Node *> &core, int64_t Sq, i
     }
     if (!m.c || !m.c->isConstant())
       return none;
-    // Broadcast from its last two dims, every other dim 1.
+    // Broadcast from its last two dims, every other dim 1 (an added constant that
+    // varies over the batch or heads is a bias, as one computed at run time).
     const Shape &cs = m.c->shape();
+    bool perBatch = false;
     for (size_t d = 0; d + 2 < cs.size(); ++d)
-      if (cs[d] != 1)
-        return none;
+      perBatch |= cs[d] != 1;
+    if (perBatch && op == OpKind::Add)
+      continue;
+    if (perBatch)
+      return none;
     const int64_t r = m.c->rank(), rows = r >= 2 ? cs[r - 2] : 1, cols = r >= 1 ? cs[r - 1] : 1;
     if ((rows != 1 && rows != Sq) || (cols != 1 && cols != Sk))
       return none;
@@ -292,6 +299,51 @@ std::optional<float> attentionChainScale(const std::vector<Node *> &core,
   if (!any)
     return std::nullopt;
   return static_cast<float>(scale);
+}
+
+std::vector<std::pair<int64_t, int64_t>>
+mergeBatchDims(const Shape &sizes, const std::vector<int64_t> &strides, size_t count) {
+  std::vector<std::pair<int64_t, int64_t>> groups;
+  for (size_t d = 0; d < count; ++d) {
+    const int64_t n = sizes[d], st = strides[d];
+    if (n == 1)
+      continue;
+    if (!groups.empty() && groups.back().second == n * st) {
+      groups.back().first *= n;
+      groups.back().second = st;
+    } else {
+      groups.push_back({n, st});
+    }
+  }
+  return groups;
+}
+
+std::optional<AttentionBiasView> attentionBiasView(const Shape &bias, const Shape &scores) {
+  const size_t r = scores.size();
+  if (r < 2 || bias.size() > r || bias.empty() || bias.back() != scores.back())
+    return std::nullopt;
+  Shape b(r - bias.size(), 1);
+  b.insert(b.end(), bias.begin(), bias.end());
+  std::vector<int64_t> stride(r, 0);
+  int64_t run = 1;
+  for (size_t d = r; d-- > 0;) {
+    if (b[d] != 1 && b[d] != scores[d])
+      return std::nullopt;
+    stride[d] = b[d] == 1 ? 0 : run;
+    run *= b[d];
+  }
+  const auto groups = mergeBatchDims(scores, stride, r - 2);
+  if (groups.size() > 2)
+    return std::nullopt;
+  AttentionBiasView v;
+  v.row = stride[r - 2];
+  if (!groups.empty()) {
+    v.inner = groups.back().second;
+    v.innerCount = groups.back().first;
+  }
+  if (groups.size() == 2)
+    v.outer = groups.front().second;
+  return v;
 }
 
 bool selectsByRuntimeCondition(const Node &n) {

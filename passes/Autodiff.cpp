@@ -122,12 +122,44 @@ llvm::Error flashAttentionForGradients(Graph &g) {
     const int64_t r = q->rank(), Sq = ss[r - 2], Sk = ss[r - 1], hd = q->shape()[r - 1],
                   hdv = v->shape()[r - 1];
     if (Sq == 0 || Sk == 0 || hd % 8 != 0 || hdv % 8 != 0 || hd == 0 || hdv == 0 ||
-        hd > kFlashAttentionMaxHeadSize || hdv > kFlashAttentionMaxHeadSize)
+        hd > kFlashAttentionMaxHeadSize || hdv > kFlashAttentionMaxHeadSize ||
+        product(Shape(ss.begin(), ss.end() - 2)) > kMaxAttentionBatchHeads)
       continue;
+    // The score chain, from the scores to the Softmax: Mul/Div by positive scalar
+    // constants, then at most one Add of a bias that needs no gradient and broadcasts
+    // to the scores (a padding mask, a position bias), and the exact causal mask's
+    // nodes anywhere.
     const AttentionMask mask = attentionCausalMask(core, Sq, Sk);
-    std::optional<float> scale =
-        core.size() == 2 ? std::optional<float>(1.0f) : attentionChainScale(core, mask.nodes);
-    if (!scale || (!mask.nodes.empty() && !mask.exact))
+    double scale = 1;
+    Value *bias = nullptr;
+    bool ok = true;
+    const Value *cur = mm1->result();
+    for (size_t i = 1; i + 1 < core.size() && ok; ++i) {
+      Node *c = core[i];
+      Value *other = nullptr; // the operand that is not the chain's value
+      for (unsigned j = 0; j < c->numOperands(); ++j)
+        if (c->operand(j) != cur)
+          other = c->operand(j);
+      const bool first = c->numOperands() > 0 && c->operand(0) == cur;
+      if (mask.exact && mask.nodes.count(c)) {
+        // (applied by the kernel)
+      } else if ((c->kind() == OpKind::Mul || (c->kind() == OpKind::Div && first)) && !bias &&
+                 c->numOperands() == 2 && other && other->isConstant() &&
+                 other->type().numElements() == 1) {
+        const double k = loadElement<double>(other->dtype(), other->data().raw(), 0);
+        ok = k > 0 && std::isfinite(k);
+        scale = c->kind() == OpKind::Mul ? scale * k : scale / k;
+      } else if (c->kind() == OpKind::Add && !bias && c->numOperands() == 2 && other &&
+                 other->dtype() == dt && !varying.count(other) &&
+                 attentionBiasView(other->shape(), ss)) {
+        bias = other;
+      } else {
+        ok = false;
+      }
+      cur = c->result();
+    }
+    const float fscale = static_cast<float>(scale); // (the attribute's precision)
+    if (!ok || !(fscale > 0) || !std::isfinite(fscale))
       continue;
     b.begin(*mm2, {}, {});
     b.setInsertionPoint(mm2);
@@ -136,8 +168,11 @@ llvm::Error flashAttentionForGradients(Graph &g) {
       perm[static_cast<size_t>(d)] = d;
     std::swap(perm[static_cast<size_t>(r - 1)], perm[static_cast<size_t>(r - 2)]);
     const bool causal = mask.exact && mask.reach < Sk - 1;
-    std::vector<Value *> res = b.ops(OpKind::FlashAttention, {q, b.transpose(kT, perm), v},
-                                     {{"scale", Attribute(*scale)},
+    std::vector<Value *> operands = {q, b.transpose(kT, perm), v};
+    if (bias)
+      operands.push_back(bias);
+    std::vector<Value *> res = b.ops(OpKind::FlashAttention, operands,
+                                     {{"scale", Attribute(fscale)},
                                       {"causal", Attribute(int64_t{causal})},
                                       {"reach", Attribute(causal ? mask.reach : int64_t{0})}},
                                      2);

@@ -222,6 +222,23 @@ class AttentionHeads(nn.Module):
         return (torch.matmul(torch.softmax(scores, dim=-1), v),)
 
 
+class AttentionTraining(nn.Module):
+    """One training step of attention: Q, K and V are the input X [B, H, S, hd] scaled
+    per channel by the weights (hd values each: the package stays small), the input R
+    weighs the output, the loss is sum(attention(Q, K, V) R) (compiled with --train
+    --loss none --fp16: FlashAttention and its gradient, then the three weights'
+    gradients, one reduction each, and their SGD update)."""
+
+    def __init__(self, hd, s, causal):
+        super().__init__()
+        g = torch.Generator().manual_seed(7)
+        self.wq, self.wk, self.wv = (nn.Parameter(torch.rand(hd, generator=g) + 0.5) for _ in range(3))
+        self.heads = AttentionHeads(s, causal)
+
+    def forward(self, x, r):
+        return ((self.heads(x * self.wq, x * self.wk, x * self.wv)[0] * r).sum(),)
+
+
 class GlobalPool(nn.Module):
     def forward(self, x):
         return (x.mean(dim=(2, 3)),)
@@ -261,6 +278,11 @@ TEMPLATES = {
                        for b, h, s, d in [(1, 12, 512, 64), (8, 16, 1024, 64), (4, 8, 2048, 128)]],
     "attention_causal_fp16": [(lambda s=s: AttentionHeads(s, True), [(b, h, s, d)] * 3, ["--fp16"])
                               for b, h, s, d in [(1, 12, 512, 64), (16, 16, 512, 128)]],
+    # Attention's training step (FlashAttention forward and backward; torch_kernels.py
+    # times SDPA's forward and backward at this shape; one shape: the kit's 62 MiB).
+    "attention_train_fp16": [(lambda s=s, c=c: AttentionTraining(s[3], s[2], c), [s, s],
+                              ["--fp16", "--train", "--loss", "none"])
+                             for s, c in [((4, 16, 512, 64), True)]],
     "layernorm": [(lambda d=s[-1]: LayerNormRows(d), [s], []) for s in [(128, 768), (2048, 1024), (64, 8192)]],
     "add_relu": [(AddRelu, [s, s], []) for s in [(1, 64, 56, 56), (8, 256, 28, 28), (16, 512, 14, 14)]],
     "global_pool": [(GlobalPool, [s], []) for s in [(1, 2048, 7, 7), (32, 2048, 7, 7), (8, 512, 28, 28)]],

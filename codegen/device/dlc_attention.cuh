@@ -250,7 +250,7 @@ __device__ __forceinline__ void mmaTransB(float (&acc)[1][C][4], const unsigned 
   warpTileMma<MT, 1, C>(acc, f);
 }
 
-template <class Tile, class I, class MT, bool Chain, bool Causal, class Sc, class Out>
+template <class Tile, class I, class MT, bool Chain, bool Causal, bool Bias, class Sc, class Out>
 __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMmaArgs<Sc, Out> a) {
   constexpr int BM = Tile::BM, BN = Tile::BN, HD = Tile::HD, HDV = Tile::HDV;
   constexpr int NS = BN / 8, NO = HDV / 8; // a warp's n-tiles of S (keys) and O (values)
@@ -291,11 +291,16 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
   const I rowG = q0 + static_cast<I>(warp * 16 + g);
   // The score rows the chain reads for rows g and g + 8 (clamped to the last row).
   I rowAt[2];
+  const MT *biasAt[2]; // (Bias) the bias rows of rows g and g + 8 (clamped likewise)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const I row = rowG + static_cast<I>(8 * h);
     rowAt[h] = bh * Sq + (row < Sq ? row : Sq - 1);
+    if constexpr (Bias)
+      biasAt[h] = attentionRows<I, MT>(s.bias, bh) +
+                  (row < Sq ? row : Sq - 1) * static_cast<I>(s.bias.sRow);
   }
+  const float biasMul = Bias ? 1.0f / s.scale : 0.0f; // (the raw scores are unscaled)
   // The keys any of the block's rows leave unmasked (a causal mask: the tiles above
   // the diagonal are never read).
   const I lastRow = (q0 + BM < Sq ? q0 + BM : Sq) - 1,
@@ -372,6 +377,16 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
           const I key = key0 + static_cast<I>(8 * j + 2 * t + (e & 1));
           sc[0][j][e] = static_cast<float>(
               Sc::apply2(a.sc, rowAt[e >> 1], !Edge || key < Sk ? key : Sk - 1, sc[0][j][e]));
+        }
+    }
+    if constexpr (Bias) {
+#pragma unroll
+      for (int j = 0; j < NS; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const I key = key0 + static_cast<I>(8 * j + 2 * t + (e & 1));
+          sc[0][j][e] = fmaf(static_cast<float>(biasAt[e >> 1][!Edge || key < Sk ? key : Sk - 1]),
+                             biasMul, sc[0][j][e]);
         }
     }
     if (Edge && Causal && key0 + BN - 1 > q0 + static_cast<I>(warp * 16) + reach) {
@@ -530,7 +545,7 @@ __global__ void __launch_bounds__(256) attention_grad_prep(const AttentionGradSh
   }
 }
 
-template <class Tile, class I, class MT, bool Causal, bool KeyMajor>
+template <class Tile, class I, class MT, bool Causal, bool Bias, bool KeyMajor>
 __global__ void __launch_bounds__(Tile::Threads) attention_grad_mma(const AttentionGradShape s) {
   constexpr int R = Tile::R, BN = Tile::BN, HD = Tile::HD, HDV = Tile::HDV, T = Tile::Threads;
   constexpr int P1 = Tile::P1, P2 = Tile::P2;
@@ -621,6 +636,16 @@ __global__ void __launch_bounds__(Tile::Threads) attention_grad_mma(const Attent
         acc2[n / C2][0][n % C2][e] = 0.0f;
   }
   const I rowG = r0 + static_cast<I>(warp * 16 + g); // this lane's owned rows: g, g + 8
+  // (Bias) the bias of (query, key) at biasG + query * biasRow + key, the owned rows
+  // clamped to the last one.
+  const MT *biasG = Bias ? attentionRows<I, MT>(s.bias, bh) : nullptr;
+  const I biasRow = Bias ? static_cast<I>(s.bias.sRow) : I(0);
+  I ownAt[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const I row = rowG + static_cast<I>(8 * h);
+    ownAt[h] = row < ownRows ? row : ownRows - 1;
+  }
   float rowL[2] = {0.0f, 0.0f}, rowD[2] = {0.0f, 0.0f};
   if constexpr (!KeyMajor) {
 #pragma unroll
@@ -677,8 +702,16 @@ __global__ void __launch_bounds__(Tile::Threads) attention_grad_mma(const Attent
         const I q = KeyMajor ? col0 + static_cast<I>(col) : rowG + static_cast<I>(8 * (e >> 1)),
                 key = KeyMajor ? rowG + static_cast<I>(8 * (e >> 1)) : col0 + static_cast<I>(col);
         const bool masked = Edge && ((!KeyMajor && key >= Sk) || (Causal && key > q + reach));
-        p[e] = masked ? 0.0f : exp2Approx(fmaf(x[0][j][e], c, -L));
-        ds[e] = p[e] * (y[0][j][e] - D);
+        float base = -L;
+        if constexpr (Bias) { // (streamed rows past the end, only in edge tiles: clamped)
+          const I sc = !Edge || col0 + static_cast<I>(col) < strRows ? col0 + static_cast<I>(col)
+                                                                     : strRows - 1;
+          const I qb = KeyMajor ? sc : ownAt[e >> 1], kb = KeyMajor ? ownAt[e >> 1] : sc;
+          base = fmaf(static_cast<float>(biasG[qb * biasRow + kb]), 1.4426950408889634f, base);
+        }
+        p[e] = masked ? 0.0f : exp2Approx(fmaf(x[0][j][e], c, base));
+        // (masked: exactly 0, also where the row has no key left and D is NaN)
+        ds[e] = masked ? 0.0f : p[e] * (y[0][j][e] - D);
       }
       if constexpr (KeyMajor) {
         pA[j / 2][2 * (j % 2)] = packPair<MT>(p[0], p[1]);

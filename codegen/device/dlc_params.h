@@ -251,11 +251,15 @@ struct AttentionShape {
   // attention_mma (FlashAttention): where not null, each row's log-sum-exp of its
   // scaled scores ([BH, Sq], natural log; -inf where every key is masked).
   float *lse;
+  // attention_mma with Bias (FlashAttention's additive bias): element (bh, row, key) at
+  // row * sRow + key of bias's rows for bh (a broadcast view: strides may be 0).
+  AttentionOperand bias;
 };
 
 /// FlashAttentionGrad: attention_grad_prep then attention_grad_mma twice (dQ; dK and
 /// dV). Q, K, V, O and dO are contiguous [BH, rows, hd or hdv] MT; keys past query +
-/// keyReach are masked (causal; Sk: none). lse2 and delta ([BH, SqPad], SqPad a
+/// keyReach are masked (causal; Sk: none); an additive bias is added to the scaled
+/// scores. lse2 and delta ([BH, SqPad], SqPad a
 /// multiple of 64) are the prep's: LSE log2(e) (+inf past Sq, so that those rows'
 /// probabilities are 0) and rowsum(dO O).
 struct AttentionGradShape {
@@ -265,6 +269,7 @@ struct AttentionGradShape {
   const float *lse;
   float *lse2, *delta;
   void *dq, *dk, *dv;
+  AttentionOperand bias; // (with Bias: as AttentionShape::bias)
 };
 
 /// attention_pack: operand j (0 Q, 1 K, 2 V) as attention_mma reads it, n[j] elements

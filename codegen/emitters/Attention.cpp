@@ -53,20 +53,10 @@ MmaOperand mmaOperand(Lowering &l, const Value *x, bool transposed, int64_t BH) 
   auto a = stridedAccess(l, x);
   if (a && a->source->dtype() == x->dtype() && fixedAligned(l, a->source, 16) &&
       a->strides[static_cast<size_t>(colDim)] == 1 && a->offset >= 0) {
-    std::vector<std::pair<int64_t, int64_t>> batch; // (size, stride), merged
     bool ok = true;
-    for (int64_t d = 0; d < r - 2; ++d) {
-      const int64_t n = xs[d], st = a->strides[static_cast<size_t>(d)];
-      ok &= st >= 0;
-      if (n == 1)
-        continue;
-      if (!batch.empty() && batch.back().second == n * st) {
-        batch.back().first *= n;
-        batch.back().second = st;
-      } else {
-        batch.push_back({n, st});
-      }
-    }
+    for (int64_t d = 0; d < r - 2; ++d)
+      ok &= a->strides[static_cast<size_t>(d)] >= 0;
+    const auto batch = mergeBatchDims(xs, a->strides, static_cast<size_t>(r - 2));
     const int64_t sRow = a->strides[static_cast<size_t>(rowDim)];
     ok &= batch.size() <= 2 && sRow >= 0;
     for (int64_t st : {sRow, a->offset, batch.empty() ? 0 : batch.back().second,
@@ -161,7 +151,7 @@ std::optional<MmaPlan> mmaPlan(Lowering &l, const FusionGroup &g, const Attentio
 void launchAttentionMma(Lowering &l, const Node &n, const AttentionShape &s, const MmaPlan &p,
                         const std::string &index, DType dt, bool chain, bool causal,
                         const Functor &fsc, const Functor &fo, const std::array<BufferRef, 3> &at,
-                        const Value *lse) {
+                        const Value *lse, const Value *bias) {
   const std::string mt = cudaType(dt);
   const size_t es = dtypeSize(dt);
   const int64_t rows[3] = {s.Sq, s.Sk, s.Sk}, cols[3] = {s.hd, s.hd, s.hdv};
@@ -173,7 +163,8 @@ void launchAttentionMma(Lowering &l, const Node &n, const AttentionShape &s, con
                            std::to_string(p.HDV) + ", " + std::to_string(p.warps) + ", " +
                            std::to_string(p.keys) + ">";
   Instantiation inst{"dlc::attention_mma",
-                     {tile, index, mt, chain ? "true" : "false", causal ? "true" : "false", sn, on},
+                     {tile, index, mt, chain ? "true" : "false", causal ? "true" : "false",
+                      bias ? "true" : "false", sn, on},
                      "dlc::AttentionMmaArgs<" + sn + ", " + on + ">",
                      {sn, on}};
   inst.needsSync = true;
@@ -188,6 +179,9 @@ void launchAttentionMma(Lowering &l, const Node &n, const AttentionShape &s, con
               static_cast<uint64_t>(s.BH * rows[j] * cols[j]) * es, false);
   if (lse)
     a.pointer(offsetof(AttentionShape, lse), l.bufferOf(lse), lse->type().byteSize(), true);
+  if (bias)
+    a.pointer(offsetof(AttentionShape, bias) + offsetof(AttentionOperand, p), l.bufferOf(bias),
+              bias->type().byteSize(), false);
   a.functor(fsc, chain);
   a.functor(fo);
   // (The products of the key tiles a causal mask skips are not counted.)
@@ -257,7 +251,7 @@ llvm::Error lowerAttentionMma(Lowering &l, const FusionGroup &g, AttentionShape 
   const bool applyCausal = !chain && causal.exact;
   std::array<BufferRef, 3> at = {ops[0].at, ops[1].at, ops[2].at};
   launchAttentionMma(l, mm2, s, p, l.indexType(maxIndex), mm1.operand(0)->dtype(), chain,
-                     applyCausal, *f[3], *f[4], at, nullptr);
+                     applyCausal, *f[3], *f[4], at, nullptr, nullptr);
   return llvm::Error::success();
 }
 
@@ -380,11 +374,26 @@ AttentionShape flashShape(const Node &n) {
   return s;
 }
 
+/// The additive bias operand of a FlashAttention node (operand i), or null; `s.bias`
+/// (or bias) describes its view.
+const Value *flashBias(const Node &n, unsigned i, AttentionShape &s) {
+  if (n.numOperands() <= i || !n.operand(i))
+    return nullptr;
+  Shape scores(n.operand(0)->shape().begin(), n.operand(0)->shape().end() - 1);
+  scores.push_back(s.Sk);
+  const AttentionBiasView v = *attentionBiasView(n.operand(i)->shape(), scores);
+  s.bias = AttentionOperand{nullptr, v.outer, v.inner, v.row, Divmod::make(v.innerCount)};
+  return n.operand(i);
+}
+
 /// The kernels' limits: whole 16-byte chunks of head values, at most `most`.
 llvm::Error flashLimits(const Node &n, const AttentionShape &s, int64_t most) {
   if (s.hd % 8 != 0 || s.hdv % 8 != 0 || s.hd == 0 || s.hdv == 0 || s.hd > most || s.hdv > most)
     return errorf("{0}: head sizes {1} and {2} must be multiples of 8 up to {3}", n.describe(),
                   s.hd, s.hdv, most);
+  if (s.BH > kMaxAttentionBatchHeads) // (a grid's y dimension)
+    return errorf("{0}: {1} (batch, head) pairs, at most {2}", n.describe(), s.BH,
+                  kMaxAttentionBatchHeads);
   return llvm::Error::success();
 }
 
@@ -450,10 +459,12 @@ llvm::Error lowerFlashAttention(Lowering &l, const Node &n) {
   if (!fo)
     return fo.takeError();
   const MmaPlan p{HD, HDV, warps, keys};
-  launchAttentionMma(l, n, s, p,
-                     l.indexType(std::max({s.BH * s.Sq * s.hd, s.BH * s.Sk * s.hd,
-                                           s.BH * s.Sk * s.hdv, s.BH * s.Sq * s.hdv})),
-                     dt, false, s.keyReach < s.Sk, *fsc, *fo, at, lse);
+  const Value *bias = flashBias(n, 3, s);
+  launchAttentionMma(
+      l, n, s, p,
+      l.indexType(std::max({s.BH * s.Sq * s.hd, s.BH * s.Sk * s.hd, s.BH * s.Sk * s.hdv,
+                            s.BH * s.Sq * s.hdv, bias ? bias->type().numElements() : 0})),
+      dt, false, s.keyReach < s.Sk, *fsc, *fo, at, lse, bias);
   return llvm::Error::success();
 }
 
@@ -463,7 +474,8 @@ llvm::Error lowerFlashAttentionGrad(Lowering &l, const Node &n) {
   const Value *dq = n.result(0), *dk = n.result(1), *dv = n.result(2);
   for (const Value *r : {dq, dk, dv})
     l.allocate(r);
-  const AttentionShape fs = flashShape(n);
+  AttentionShape fs = flashShape(n);
+  const Value *bias = flashBias(n, 6, fs);
   if (auto e = flashLimits(n, fs, kFlashAttentionMaxHeadSize))
     return e;
   const DType dt = n.operand(0)->dtype();
@@ -477,6 +489,7 @@ llvm::Error lowerFlashAttentionGrad(Lowering &l, const Node &n) {
   s.SqPad = (s.Sq + 63) / 64 * 64;
   s.keyReach = fs.keyReach;
   s.scale = fs.scale;
+  s.bias = fs.bias;
   if (s.BH == 0 || (s.Sq == 0 && s.Sk == 0))
     return llvm::Error::success();
   if (s.Sq == 0 || s.Sk == 0) { // no pairs: zero gradients
@@ -485,9 +498,9 @@ llvm::Error lowerFlashAttentionGrad(Lowering &l, const Node &n) {
         l.addMemset(l.bufferOf(r), r->type().byteSize(), 0, n);
     return llvm::Error::success();
   }
-  const std::string index =
-      l.indexType(std::max({s.BH * s.Sq * s.hd, s.BH * s.Sk * s.hd, s.BH * s.Sq * s.hdv,
-                            s.BH * s.Sk * s.hdv, s.BH * s.SqPad}));
+  const std::string index = l.indexType(
+      std::max({s.BH * s.Sq * s.hd, s.BH * s.Sk * s.hd, s.BH * s.Sq * s.hdv, s.BH * s.Sk * s.hdv,
+                s.BH * s.SqPad, bias ? bias->type().numElements() : 0}));
   const BufferRef stats =
       l.temp(static_cast<uint64_t>(2 * s.BH * s.SqPad) * sizeof(float), n.name() + ".lse_delta");
   const BufferRef delta{stats.buffer, stats.offset + static_cast<uint64_t>(s.BH * s.SqPad) * 4};
@@ -517,6 +530,9 @@ llvm::Error lowerFlashAttentionGrad(Lowering &l, const Node &n) {
       a.pointer(offsetof(AttentionGradShape, lse), l.bufferOf(n.operand(5)),
                 n.operand(5)->type().byteSize(), false);
     }
+    if (bias && !prep)
+      a.pointer(offsetof(AttentionGradShape, bias) + offsetof(AttentionOperand, p),
+                l.bufferOf(bias), bias->type().byteSize(), false);
     a.pointer(offsetof(AttentionGradShape, lse2), stats, statBytes, prep);
     a.pointer(offsetof(AttentionGradShape, delta), delta, statBytes, prep);
     for (int j = 0; j < 3; ++j)
@@ -544,7 +560,8 @@ llvm::Error lowerFlashAttentionGrad(Lowering &l, const Node &n) {
                              std::to_string(HDV) + ", " + std::to_string(warps) + ", " +
                              std::to_string(bn) + ">";
     Instantiation inst{"dlc::attention_grad_mma",
-                       {tile, index, mt, causal ? "true" : "false", keyMajor ? "true" : "false"},
+                       {tile, index, mt, causal ? "true" : "false", bias ? "true" : "false",
+                        keyMajor ? "true" : "false"},
                        "dlc::AttentionGradShape",
                        {}};
     inst.needsSync = true;

@@ -1,5 +1,6 @@
 //===- Linalg.cpp - MatMul and Gemm ----------------------------------------===//
 #include "OpUtils.h"
+#include "dlc/ir/FusionRules.h"
 
 #include <cmath>
 #include <numeric>
@@ -191,16 +192,21 @@ llvm::Error gradGemm(GradBuilder &b, const Node &n) {
 }
 
 //===----------------------------------------------------------------------===//
-// FlashAttention(Q, K, V) {scale, causal, reach} -> (O, LSE): the attention that
-// autodiff differentiates without keeping the scores (passes/FlashAttention.cpp).
+// FlashAttention(Q, K, V[, bias]) {scale, causal, reach} -> (O, LSE): the attention
+// that autodiff differentiates without keeping the scores (flashAttentionForGradients,
+// passes/Autodiff.cpp).
 // Q [..., Sq, hd], K [..., Sk, hd] (rows, not transposed), V [..., Sk, hdv], the same
-// batch dims; S = scale Q K^T, with causal = 1 the keys past query + reach masked
+// batch dims; S = scale Q K^T (+ bias, broadcast to [..., Sq, Sk], its last dim Sk:
+// a padding mask, a position bias), with causal = 1 the keys past query + reach masked
 // (-inf); O = softmax(S) V [..., Sq, hdv] and LSE = log(sum_j exp(S_ij)) [..., Sq] in
 // FP32. A row whose keys are all masked gives O = NaN (0 / 0) and LSE = -inf, as the
 // spelled-out graph does.
-// FlashAttentionGrad(Q, K, V, O, dO, LSE) -> (dQ, dK, dV), from the scores recomputed:
+// FlashAttentionGrad(Q, K, V, O, dO, LSE[, bias]) -> (dQ, dK, dV), from the scores
+// recomputed (no gradient for the bias):
 // P = exp(S - LSE), dV = P^T dO, dS = P (dO V^T - rowsum(dO O)), dQ = scale dS K and
-// dK = scale dS^T Q. Both run on FP16/BF16 (attention_mma, attention_grad_mma).
+// dK = scale dS^T Q; a masked (query, key) pair adds nothing (dS = 0 there even where
+// a row has no key left: its O is NaN, its dQ 0). Both run on FP16/BF16 (attention_mma,
+// attention_grad_mma).
 //===----------------------------------------------------------------------===//
 
 llvm::Error verifyAttentionOperands(const Node &n, unsigned count) {
@@ -228,6 +234,20 @@ llvm::Error verifyAttentionOperands(const Node &n, unsigned count) {
     return errorf("scale must be a positive finite number, got {0}", scale);
   if (n.attrInt("causal") != 0 && n.attrInt("causal") != 1)
     return makeError("causal must be 0 or 1");
+  const int64_t reach = n.attrInt("reach");
+  if (reach < -q[r - 2] || reach > k[r - 2])
+    return errorf("reach must be in [-Sq, Sk] = [{0}, {1}], got {2}", -q[r - 2], k[r - 2], reach);
+  const unsigned bi = n.kind() == OpKind::FlashAttention ? 3 : 6;
+  if (const Value *bias = n.numOperands() > bi ? n.operand(bi) : nullptr) {
+    if (auto e = requireSameType(n, 0, bi))
+      return e;
+    Shape scores(q.begin(), q.end() - 1);
+    scores.push_back(k[r - 2]);
+    if (!attentionBiasView(bias->shape(), scores))
+      return errorf("the bias {0} must broadcast to the scores {1}, its last dim {2}, its batch "
+                    "dims in at most two strided groups",
+                    shapeStr(bias->shape()), shapeStr(scores), k[r - 2]);
+  }
   return ok();
 }
 
@@ -262,17 +282,26 @@ InferResult inferFlashAttentionGrad(const Node &n) {
   return TypeList{n.operand(0)->type(), n.operand(1)->type(), n.operand(2)->type()};
 }
 
-/// The scaled, masked scores of one (batch, head): s[i * Sk + j].
+/// The scaled, biased, masked scores of one (batch, head): s[i * Sk + j].
 struct AttentionRef {
   int64_t BH, Sq, Sk, hd, hdv;
   double scale;
   bool causal;
   int64_t reach;
-  explicit AttentionRef(const Node &n)
+  std::vector<double> bias; // (empty: none)
+  AttentionBiasView view;
+  AttentionRef(const Node &n, const Tensor *b)
       : Sq(n.operand(0)->shape().end()[-2]), Sk(n.operand(1)->shape().end()[-2]),
         hd(n.operand(0)->shape().back()), hdv(n.operand(2)->shape().back()),
         scale(n.attrFloat("scale")), causal(n.attrInt("causal") != 0), reach(n.attrInt("reach")) {
-    BH = product(Shape(n.operand(0)->shape().begin(), n.operand(0)->shape().end() - 2));
+    const Shape &qs = n.operand(0)->shape();
+    BH = product(Shape(qs.begin(), qs.end() - 2));
+    if (b) {
+      bias = b->toVector<double>();
+      Shape scores(qs.begin(), qs.end() - 1);
+      scores.push_back(Sk);
+      view = *attentionBiasView(b->type().shape, scores);
+    }
   }
   std::vector<double> scores(const std::vector<double> &q, const std::vector<double> &k,
                              int64_t b) const {
@@ -282,14 +311,19 @@ struct AttentionRef {
         double acc = 0;
         for (int64_t d = 0; d < hd; ++d)
           acc += q[(b * Sq + i) * hd + d] * k[(b * Sk + j) * hd + d];
-        s[i * Sk + j] = causal && j > i + reach ? -INFINITY : scale * acc;
+        const double add =
+            bias.empty()
+                ? 0.0
+                : bias[static_cast<size_t>((b / view.innerCount) * view.outer +
+                                           (b % view.innerCount) * view.inner + i * view.row + j)];
+        s[i * Sk + j] = causal && j > i + reach ? -INFINITY : scale * acc + add;
       }
     return s;
   }
 };
 
 llvm::Error refFlashAttention(const Node &n, const Inputs &in, Outputs &out) {
-  const AttentionRef a(n);
+  const AttentionRef a(n, in.size() > 3 ? in[3] : nullptr);
   auto q = in[0]->toVector<double>(), k = in[1]->toVector<double>(), v = in[2]->toVector<double>();
   std::vector<double> o(static_cast<size_t>(a.BH * a.Sq * a.hdv)),
       lse(static_cast<size_t>(a.BH * a.Sq));
@@ -317,7 +351,7 @@ llvm::Error refFlashAttention(const Node &n, const Inputs &in, Outputs &out) {
 }
 
 llvm::Error refFlashAttentionGrad(const Node &n, const Inputs &in, Outputs &out) {
-  const AttentionRef a(n);
+  const AttentionRef a(n, in.size() > 6 ? in[6] : nullptr);
   auto q = in[0]->toVector<double>(), k = in[1]->toVector<double>(), v = in[2]->toVector<double>(),
        o = in[3]->toVector<double>(), dO = in[4]->toVector<double>(),
        lse = in[5]->toVector<double>();
@@ -330,6 +364,10 @@ llvm::Error refFlashAttentionGrad(const Node &n, const Inputs &in, Outputs &out)
       for (int64_t d = 0; d < a.hdv; ++d)
         D += dO[row * a.hdv + d] * o[row * a.hdv + d];
       for (int64_t j = 0; j < a.Sk; ++j) {
+        // (A masked pair, -inf, contributes exactly nothing: also where its row has no
+        // key left, whose LSE is -inf and whose D is NaN.)
+        if (s[i * a.Sk + j] == -INFINITY)
+          continue;
         const double p = std::exp(s[i * a.Sk + j] - lse[row]);
         double dp = 0;
         for (int64_t d = 0; d < a.hdv; ++d) {
@@ -355,9 +393,13 @@ llvm::Error refFlashAttentionGrad(const Node &n, const Inputs &in, Outputs &out)
 llvm::Error gradFlashAttention(GradBuilder &b, const Node &n) {
   if (b.grad(1))
     return errorf("{0}: a gradient through its log-sum-exp result is not supported", n.describe());
-  std::vector<Value *> d = b.ops(
-      OpKind::FlashAttentionGrad,
-      {n.operand(0), n.operand(1), n.operand(2), n.result(0), b.grad(), n.result(1)}, n.attrs(), 3);
+  if (b.wants(3))
+    return errorf("{0}: the gradient of its bias is not supported", n.describe());
+  std::vector<Value *> operands = {n.operand(0), n.operand(1), n.operand(2),
+                                   n.result(0),  b.grad(),     n.result(1)};
+  if (n.numOperands() > 3)
+    operands.push_back(n.operand(3));
+  std::vector<Value *> d = b.ops(OpKind::FlashAttentionGrad, operands, n.attrs(), 3);
   for (unsigned i = 0; i < 3; ++i)
     if (b.wants(i))
       b.accumulate(i, d[i]);
@@ -398,7 +440,7 @@ void defineLinalgOps(OpTable &t) {
       .reference(refGemm);
   for (OpKind k : {OpKind::FlashAttention, OpKind::FlashAttentionGrad})
     t.def(k)
-        .operands(k == OpKind::FlashAttention ? 3 : 6)
+        .operands(k == OpKind::FlashAttention ? 3 : 6, k == OpKind::FlashAttention ? 4 : 7)
         .results(k == OpKind::FlashAttention ? 2 : 3)
         .attr("scale", AttrKind::Float, 1.0f)
         .attr("causal", AttrKind::Int, int64_t{0})

@@ -3,8 +3,9 @@
 torch.autograd in float64.
 
 Each case is textual IR in FP16 or BF16: Q, K and V are parameters [B, H, S, d], the
-scores MatMul(Q, K') scaled by 1/sqrt(d), optionally masked causally (Where of a
-constant mask, as GPT exports it), Softmax, MatMul by V, and the loss sum(O * R) for a
+scores MatMul(Q, K') scaled by 1/sqrt(d), optionally plus a bias (a key-padding mask
+with -inf, or a finite position bias), optionally masked causally (Where of a constant
+mask, as GPT exports it), Softmax, MatMul by V, and the loss sum(O * R) for a
 fixed random R. `dlc opt --passes autodiff` rewrites the attention into FlashAttention
 (checked), whose gradient is one FlashAttentionGrad node; the reference interpreter
 (float64 references of both ops) and emu (attention_mma with its log-sum-exp, then
@@ -16,7 +17,8 @@ accumulation), 1e-3 (FP16) or 8e-3 (BF16) on the interpreter (its results' round
 only); the loss, which
 sums O rounded to the precision, within 1e-2 or 3e-2 on both.
 
-Shapes cover head sizes 16, 32, 40 (padded to 48: chunk predicates), 64, 96 and 128 (one, two and three ldmatrix groups; 96 and
+Shapes cover head sizes 16, 32, 40 (padded to 48: chunk predicates), 64, 96 and 128,
+V's head size other than Q's and K's (one, two and three ldmatrix groups; 96 and
 128 stream 32-row tiles), sequence lengths that are not multiples of the tiles (the
 edge forms: keys, queries and padded LSE rows), several tiles (the interior form),
 causal masks with the diagonal in and across tiles, and Sq != Sk with a causal reach
@@ -32,15 +34,20 @@ import sys
 import numpy as np
 import torch
 
-CASES = [  # name, precision, B, H, Sq, Sk, d, causal
-    ("d32-causal-s40", "f16", 1, 2, 40, 40, 32, True),
-    ("d64-s200", "f16", 1, 2, 200, 200, 64, False),
-    ("d64-causal-s200", "f16", 2, 1, 200, 200, 64, True),
-    ("d128-causal-s130", "f16", 1, 2, 130, 130, 128, True),
-    ("d96-s77", "bf16", 1, 2, 77, 77, 96, False),
-    ("d32-causal-q24-k72", "bf16", 1, 3, 24, 72, 32, True),
-    ("d40-s50", "f16", 2, 1, 50, 50, 40, False),
-    ("d16-causal-s9", "f16", 1, 1, 9, 9, 16, True),
+CASES = [  # name, precision, B, H, Sq, Sk, d, causal, bias
+    ("d32-causal-s40", "f16", 1, 2, 40, 40, 32, True, None),
+    ("d64-s200", "f16", 1, 2, 200, 200, 64, False, None),
+    ("d64-causal-s200", "f16", 2, 1, 200, 200, 64, True, None),
+    ("d128-causal-s130", "f16", 1, 2, 130, 130, 128, True, None),
+    ("d96-s77", "bf16", 1, 2, 77, 77, 96, False, None),
+    ("d32-causal-q24-k72", "bf16", 1, 3, 24, 72, 32, True, None),
+    ("d40-s50", "f16", 2, 1, 50, 50, 40, False, None),
+    ("d16-causal-s9", "f16", 1, 1, 9, 9, 16, True, None),
+    ("d64-padmask-s150", "f16", 2, 2, 150, 150, 64, False, "pad"),
+    ("d32-posbias-causal-s70", "bf16", 1, 2, 70, 70, 32, True, "pos"),
+    ("d64-padmask-causal-s90", "f16", 2, 1, 90, 90, 64, True, "pad"),
+    ("d64-dv128-s100", "f16", 1, 2, 100, 100, (64, 128), False, None),
+    ("d128-dv32-causal-s60", "bf16", 1, 2, 60, 60, (128, 32), True, None),
 ]
 LIMIT = {"f16": 1e-2, "bf16": 3e-2}
 INTERP_LIMIT = {"f16": 1e-3, "bf16": 8e-3}  # (results rounded to 11 or 8 significant bits)
@@ -66,8 +73,9 @@ def dense(a, precision):
     return "dense<0x" + raw.hex().upper() + ">"
 
 
-def case_ir(name, precision, b, h, sq, sk, d, causal, rng):
-    shp = {"q": (b, h, sq, d), "k": (b, h, sk, d), "v": (b, h, sk, d), "r": (b, h, sq, d)}
+def case_ir(name, precision, b, h, sq, sk, d, causal, bias, rng):
+    d, dv = d if isinstance(d, tuple) else (d, d)  # (Q and K's head size, V's)
+    shp = {"q": (b, h, sq, d), "k": (b, h, sk, d), "v": (b, h, sk, dv), "r": (b, h, sq, dv)}
     vals = {n: rounded(rng.uniform(-1, 1, s), precision) for n, s in shp.items()}
     t = precision
     dims = lambda s: "[" + ",".join(str(x) for x in s) + "]"
@@ -82,17 +90,30 @@ def case_ir(name, precision, b, h, sq, sk, d, causal, rng):
     lines.append(f"  %s = MatMul(%q, %kt) : {t}{ss}")
     lines.append(f"  %s2 = Mul(%s, %sc) : {t}{ss}")
     score = "%s2"
+    # An additive bias after the scale: a key-padding mask [B, 1, 1, Sk] (-inf on each
+    # sequence's last keys, as BERT-style exports add it) or a position bias [1, H, Sq, Sk].
+    add = None
+    if bias == "pad":
+        add = np.zeros((b, 1, 1, sk))
+        for i in range(b):
+            add[i, :, :, sk - 5 - 7 * i:] = -np.inf
+    elif bias == "pos":
+        add = rounded(rng.uniform(-2, 2, (1, h, sq, sk)), precision)
+    if add is not None:
+        lines.append(f"  %bias = const {t}{dims(add.shape)} {dense(add, t)}")
+        lines.append(f"  %sb = Add(%s2, %bias) : {t}{ss}")
+        score = "%sb"
     # Bottom-right causal alignment: query i sees keys up to i + (sk - sq).
     future = np.triu(np.ones((sq, sk), bool), 1 + sk - sq)
     if causal:
         lines.append(f"  %m = const bool{dims((sq, sk))} {dense(future, None)}")
         lines.append(f"  %ninf = const {t}[] dense<[-inf]>")
-        lines.append(f"  %s3 = Where(%m, %ninf, %s2) : {t}{ss}")
+        lines.append(f"  %s3 = Where(%m, %ninf, {score}) : {t}{ss}")
         score = "%s3"
     lines.append(f"  %p = Softmax({score}) {{axis = -1}} : {t}{ss}")
-    lines.append(f"  %o = MatMul(%p, %v) : {t}{dims(shp['q'])}")
-    lines.append(f"  %w = Mul(%o, %r) : {t}{dims(shp['q'])}")
-    lines.append(f'  %wf = Cast(%w) {{to = "f32"}} : f32{dims(shp["q"])}')
+    lines.append(f"  %o = MatMul(%p, %v) : {t}{dims(shp['r'])}")
+    lines.append(f"  %w = Mul(%o, %r) : {t}{dims(shp['r'])}")
+    lines.append(f'  %wf = Cast(%w) {{to = "f32"}} : f32{dims(shp["r"])}')
     lines.append("  %loss = ReduceSum(%wf) {keepdims = 0} : f32[]")
     lines.append("  return %loss")
     lines.append("}")
@@ -101,6 +122,8 @@ def case_ir(name, precision, b, h, sq, sk, d, causal, rng):
     sc = rounded(np.array(scale), precision).item()
     tq, tk, tv = (torch.tensor(vals[n], dtype=torch.float64, requires_grad=True) for n in "qkv")
     s = torch.matmul(tq, tk.transpose(-1, -2)) * sc
+    if add is not None:
+        s = s + torch.from_numpy(add)
     if causal:
         s = s.masked_fill(torch.from_numpy(future), float("-inf"))
     o = torch.matmul(torch.softmax(s, -1), tv)
@@ -133,10 +156,10 @@ def main():
     os.makedirs(args.work, exist_ok=True)
     rng = np.random.default_rng(3)
     failures = 0
-    for name, precision, b, h, sq, sk, d, causal in CASES:
+    for name, precision, b, h, sq, sk, d, causal, bias in CASES:
         folder = os.path.join(args.work, name)
         os.makedirs(folder, exist_ok=True)
-        text, want, want_loss = case_ir(name, precision, b, h, sq, sk, d, causal, rng)
+        text, want, want_loss = case_ir(name, precision, b, h, sq, sk, d, causal, bias, rng)
         src, grad_ir = os.path.join(folder, "attn.ir"), os.path.join(folder, "grad.ir")
         with open(src, "w") as f:
             f.write(text)

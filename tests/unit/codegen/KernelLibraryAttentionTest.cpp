@@ -304,30 +304,42 @@ TEST(KernelLibrary, FlashAttentionAndItsGradient) {
   // attention_grad_mma for dQ and for dK and dV. Graph inputs and outputs (bound
   // anywhere: copied to and from aligned buffers); odd extents (70 queries, 45 keys:
   // partial tiles, padded LSE rows); head size 40 (a padded 16-byte chunk, no interior
-  // form) and 64 over several tiles; causal with a bottom-right reach; FP16 and BF16.
+  // form) and 64 over several tiles; causal with a bottom-right reach and with a negative
+  // one (the first rows see no key); additive biases
+  // broadcast per batch (a padding mask's shape) and per head and row; FP16 and BF16.
   // Deterministic: no atomics, the same bits on every thread order.
   struct Form {
     const char *name, *dt;
     int64_t sq, sk, hd;
-    const char *attrs;
+    const char *attrs, *bias; // (bias: its dims before Sk, or null)
   };
   for (const Form &f :
-       {Form{"fp16 head size 40", "f16", 70, 45, 40, "{scale = 0.16}"},
-        Form{"bf16 causal, head size 64", "bf16", 150, 150, 64, "{causal = 1, scale = 0.125}"},
+       {Form{"fp16 head size 40", "f16", 70, 45, 40, "{scale = 0.16}", nullptr},
+        Form{"bf16 causal, head size 64", "bf16", 150, 150, 64, "{causal = 1, scale = 0.125}",
+             nullptr},
         Form{"fp16 causal reach 25, 24 x 49", "f16", 24, 49, 32,
-             "{causal = 1, reach = 25, scale = 0.18}"}}) {
+             "{causal = 1, reach = 25, scale = 0.18}", nullptr},
+        Form{"fp16 bias per batch", "f16", 33, 70, 32, "{scale = 0.18}", "2,1,1,"},
+        Form{"bf16 causal, bias per head and row", "bf16", 40, 40, 16, "{causal = 1, scale = 0.25}",
+             "3,40,"},
+        Form{"fp16 causal reach -20, 49 x 24 (rows with no key: NaN O, zero dQ)", "f16", 49, 24, 32,
+             "{causal = 1, reach = -20, scale = 0.2}", nullptr}}) {
     auto ty = [&](int64_t s, int64_t d) {
       return std::string(f.dt) + "[2,3," + std::to_string(s) + "," + std::to_string(d) + "]";
     };
     const std::string rows = "f32[2,3," + std::to_string(f.sq) + "]";
+    const std::string biasTy =
+        f.bias ? std::string(f.dt) + "[" + f.bias + std::to_string(f.sk) + "]" : "";
+    const std::string biasIn = f.bias ? ", %b: " + biasTy : "", biasArg = f.bias ? ", %b" : "";
     const std::string ir =
         std::string("graph @g(%q: ") + ty(f.sq, f.hd) + ", %k: " + ty(f.sk, f.hd) +
-        ", %v: " + ty(f.sk, f.hd) + ", %do: " + ty(f.sq, f.hd) + ") -> (\"o\": " + ty(f.sq, f.hd) +
-        ", \"l\": " + rows + ", \"dq\": " + ty(f.sq, f.hd) + ", \"dk\": " + ty(f.sk, f.hd) +
-        ", \"dv\": " + ty(f.sk, f.hd) + ") {\n  %o, %l = FlashAttention(%q, %k, %v) " + f.attrs +
-        " : " + ty(f.sq, f.hd) + ", " + rows +
-        "\n  %dq, %dk, %dv = FlashAttentionGrad(%q, %k, %v, %o, %do, %l) " + f.attrs + " : " +
-        ty(f.sq, f.hd) + ", " + ty(f.sk, f.hd) + ", " + ty(f.sk, f.hd) +
+        ", %v: " + ty(f.sk, f.hd) + ", %do: " + ty(f.sq, f.hd) + biasIn +
+        ") -> (\"o\": " + ty(f.sq, f.hd) + ", \"l\": " + rows + ", \"dq\": " + ty(f.sq, f.hd) +
+        ", \"dk\": " + ty(f.sk, f.hd) + ", \"dv\": " + ty(f.sk, f.hd) +
+        ") {\n  %o, %l = FlashAttention(%q, %k, %v" + biasArg + ") " + f.attrs + " : " +
+        ty(f.sq, f.hd) + ", " + rows +
+        "\n  %dq, %dk, %dv = FlashAttentionGrad(%q, %k, %v, %o, %do, %l" + biasArg + ") " +
+        f.attrs + " : " + ty(f.sq, f.hd) + ", " + ty(f.sk, f.hd) + ", " + ty(f.sk, f.hd) +
         "\n  return %o, %l, %dq, %dk, %dv\n}";
     KernelCase k{f.name,
                  ir.c_str(),

@@ -31,6 +31,8 @@ inline constexpr size_t kMaxGroupNodes = 64;
 inline constexpr int64_t kMaxAttentionHeadSize = 256;
 /// Largest head size of FlashAttention (training; its backward kernel's registers).
 inline constexpr int64_t kFlashAttentionMaxHeadSize = 128;
+/// Most (batch, head) pairs of FlashAttention's kernels (their grids' y dimension).
+inline constexpr int64_t kMaxAttentionBatchHeads = 65535;
 
 /// The group `nodes` (in graph order, at least two) would form, with its kind,
 /// anchor, prologue, epilogue and matched pattern filled in; or an error saying why
@@ -48,7 +50,9 @@ std::vector<Node *> attentionCore(const Node &mm2);
 /// that do not depend on the (batch, head): Add of a [Sq, Sk] (broadcast) constant
 /// holding -inf, or Where selecting a -inf scalar by a constant condition. Lowest
 /// finite values (finfo.min, as some exporters write) count as masks when every row
-/// keeps a key (their exp underflows to exactly 0 beside it). Sk where the chain is
+/// keeps a key (their exp underflows to exactly 0 beside it); an Add of a value computed
+/// at run time, or of a constant that varies over the batch dims, is a bias, not a mask
+/// (it cannot unmask a -inf). Sk where the chain is
 /// not that or masks nothing past the diagonal. `exact`: the masks are exactly "key >
 /// query + reach"; `nodes`: then the masking nodes that do nothing else (an Add whose
 /// other values are all 0, a Where), which a kernel may apply itself.
@@ -62,6 +66,20 @@ AttentionMask attentionCausalMask(const std::vector<Node *> &core, int64_t Sq, i
 /// Casts, and the `masks` nodes) scales by; none for any other chain or an empty one.
 std::optional<float> attentionChainScale(const std::vector<Node *> &core,
                                          const std::set<const Node *> &masks);
+/// The first `count` dims of a strided view (sizes and element strides) as (size,
+/// stride) groups: size-1 dims dropped, neighbours merged where the outer stride is
+/// the inner one times its size. Attention's batch dims, read as at most two groups.
+std::vector<std::pair<int64_t, int64_t>>
+mergeBatchDims(const Shape &sizes, const std::vector<int64_t> &strides, size_t count);
+/// An additive attention bias of shape `bias`, broadcast to the scores' shape
+/// [batch..., Sq, Sk], as a view of its contiguous values: element (bh, q, k) at
+/// (bh / innerCount) outer + (bh % innerCount) inner + q row + k. None where its last
+/// dim is not Sk, it does not broadcast, or its batch dims do not merge into at most
+/// two strided groups.
+struct AttentionBiasView {
+  int64_t outer = 0, inner = 0, innerCount = 1, row = 0;
+};
+std::optional<AttentionBiasView> attentionBiasView(const Shape &bias, const Shape &scores);
 
 /// A GEMM epilogue in the form cuBLASLt applies itself:
 /// D = act(A*B + residual + bias), bias over the last dim, act ReLU or tanh-GELU.

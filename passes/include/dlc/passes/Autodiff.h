@@ -34,8 +34,9 @@ llvm::Expected<std::vector<Gradient>> buildGradients(ir::Graph &g, ir::Value *lo
 llvm::Error decomposeForGradients(ir::Graph &g);
 
 /// Replaces each attention core in FP16/BF16 that a gradient crosses
-/// (MatMul(Softmax(f(MatMul(Q, K'))), V), f scaling by positive constants and at most
-/// an exact causal mask, head sizes multiples of 8 up to 128) by one FlashAttention
+/// (MatMul(Softmax(f(MatMul(Q, K'))), V), f scaling by positive constants, then at
+/// most one added bias that needs no gradient and an exact causal mask, head sizes
+/// multiples of 8 up to 128) by one FlashAttention
 /// node, whose gradient recomputes the scores from the saved log-sum-exp instead of
 /// keeping the Sq x Sk probabilities. buildGradients does it after decomposing.
 llvm::Error flashAttentionForGradients(ir::Graph &g);
