@@ -155,7 +155,8 @@ __global__ void __launch_bounds__(256) attention_combine(const AttentionCombineA
 
 //===----------------------------------------------------------------------===//
 // attention_mma: the same attention on tensor cores (sm_80+), FlashAttention-2 style,
-// for FP16/BF16 operands with FP32 accumulation and softmax.
+// for FP16/BF16 operands with FP32 accumulation and softmax, or FP32 operands on TF32
+// (MT = float, the tile's ES = 4: m16n8k8, see the P V step).
 //
 // A block takes BM = 16 Warps query rows of one (batch, head); each warp owns 16 of
 // them. Q's tile is copied to shared memory once; K and V tiles of BN keys stream
@@ -186,10 +187,11 @@ __global__ void __launch_bounds__(256) attention_combine(const AttentionCombineA
 // their weights exactly 0.
 //===----------------------------------------------------------------------===//
 
-template <int HD_, int HDV_, int Warps_, int BN_> struct AttentionMmaTile {
+template <int HD_, int HDV_, int Warps_, int BN_, int ES_ = 2> struct AttentionMmaTile {
   static constexpr int HD = HD_, HDV = HDV_, Warps = Warps_, BN = BN_;
   static constexpr int BM = 16 * Warps, Threads = 32 * Warps;
-  static constexpr int QPitch = 2 * HD + 16, VPitch = 2 * HDV + 16; // bytes
+  // Row pitches in bytes (ES: the element size, 4 for FP32 operands on TF32).
+  static constexpr int QPitch = ES_ * HD + 16, VPitch = ES_ * HDV + 16;
   static constexpr int QBytes = BM * QPitch, KBytes = BN * QPitch, VBytes = BN * VPitch;
   static constexpr int SmemBytes = QBytes + 2 * (KBytes + VBytes);
   static_assert(HD % 16 == 0 && HDV % 16 == 0 && BN % 16 == 0, "k16 steps, n-tile pairs");
@@ -224,8 +226,9 @@ __device__ __forceinline__ void attentionCopy(SmemAddr dst, const MT *src, I row
     if ((Rows * Chunks) % Threads == 0 || e < Rows * Chunks) {
       const int r = e / Chunks, c = e - r * Chunks;
       const I row = row0 + static_cast<I>(r);
-      const bool full = !bounded || (row < rows && static_cast<I>(8 * c) < len);
-      cpAsync16(dst + r * Pitch + 16 * c, full ? src + (row * ld + static_cast<I>(8 * c)) : src,
+      constexpr int E = 16 / static_cast<int>(sizeof(MT)); // values per chunk
+      const bool full = !bounded || (row < rows && static_cast<I>(E * c) < len);
+      cpAsync16(dst + r * Pitch + 16 * c, full ? src + (row * ld + static_cast<I>(E * c)) : src,
                 full);
     }
   }
@@ -257,6 +260,12 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
   // O's n-tiles in groups of NC per P V product (B fragments of at most 8 in registers).
   constexpr int NC = NO <= 8 ? NO : NO % 8 == 0 ? 8 : NO % 6 == 0 ? 6 : NO % 4 == 0 ? 4 : 2;
   constexpr int QP = Tile::QPitch, VP = Tile::VPitch, T = Tile::Threads;
+  // 16-byte chunks per Q/K and V row, and 32-byte k steps of S = Q K^T (16 FP16/BF16
+  // values: m16n8k16; 8 FP32 values on TF32: m16n8k8).
+  constexpr bool Tf32 = sizeof(MT) == 4;
+  constexpr int CQ = HD * static_cast<int>(sizeof(MT)) / 16,
+                CV = HDV * static_cast<int>(sizeof(MT)) / 16, KS = CQ / 2;
+  static_assert(Tile::QPitch == HD * static_cast<int>(sizeof(MT)) + 16, "the tile's element size");
   const float kNegInf = -(1.0f / 0.0f);
   const AttentionShape &s = a.s;
   const I Sq = static_cast<I>(s.Sq), Sk = static_cast<I>(s.Sk), hd = static_cast<I>(s.hd),
@@ -270,9 +279,9 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
            *vg = attentionRows<I, MT>(s.v, bh);
   const I qld = static_cast<I>(s.q.sRow), kld = static_cast<I>(s.k.sRow),
           vld = static_cast<I>(s.v.sRow);
-  attentionCopy<BM, HD / 8, QP, T>(qS, qg, q0, Sq, hd, qld, tid);
-  attentionCopy<BN, HD / 8, QP, T>(kS, kg, I(0), Sk, hd, kld, tid);
-  attentionCopy<BN, HDV / 8, VP, T>(vS, vg, I(0), Sk, hdv, vld, tid);
+  attentionCopy<BM, CQ, QP, T>(qS, qg, q0, Sq, hd, qld, tid);
+  attentionCopy<BN, CQ, QP, T>(kS, kg, I(0), Sk, hd, kld, tid);
+  attentionCopy<BN, CV, VP, T>(vS, vg, I(0), Sk, hdv, vld, tid);
   cpAsyncCommit();
   // This lane's ldmatrix rows (lane 8 i + r gives row r of matrix i): Q's A fragments
   // (rows 8 (i % 2) + r of the warp's 16, 16-byte column i / 2 of the k step), K's B
@@ -332,14 +341,12 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
     const int st = kt & 1;
     if (!Edge || kt + 1 < tiles) {
       const I next = static_cast<I>(kt + 1) * BN;
-      attentionCopy<BN, HD / 8, QP, T>(kS + (st ^ 1) * Tile::KBytes, kg, next, Sk, hd, kld, tid,
-                                       Edge);
-      attentionCopy<BN, HDV / 8, VP, T>(vS + (st ^ 1) * Tile::VBytes, vg, next, Sk, hdv, vld, tid,
-                                        Edge);
+      attentionCopy<BN, CQ, QP, T>(kS + (st ^ 1) * Tile::KBytes, kg, next, Sk, hd, kld, tid, Edge);
+      attentionCopy<BN, CV, VP, T>(vS + (st ^ 1) * Tile::VBytes, vg, next, Sk, hdv, vld, tid, Edge);
     }
     cpAsyncCommit();
-    // S = Q K^T: HD / 16 k steps, each step's fragments loaded before the last one's
-    // products are issued.
+    // S = Q K^T: KS k steps, each step's fragments loaded before the last one's products
+    // are issued (TF32: the fragments rounded to nearest by warpTileLoad).
     float sc[1][NS][4];
 #pragma unroll
     for (int j = 0; j < NS; ++j)
@@ -358,8 +365,8 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
     WarpFrags<1, NS> f[2];
     loadS(f[0], 0);
 #pragma unroll
-    for (int ks = 0; ks < HD / 16; ++ks) {
-      if (ks + 1 < HD / 16)
+    for (int ks = 0; ks < KS; ++ks) {
+      if (ks + 1 < KS)
         loadS(f[(ks + 1) & 1], ks + 1);
       warpTileMma<MT, 1, NS>(sc, f[ks & 1]);
     }
@@ -427,7 +434,7 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
         o[n / NC][0][n % NC][2 * h + 1] *= corr;
       }
     }
-    unsigned p[BN / 16][4]; // P's A fragments, one per k16 step of keys
+    unsigned p[Tf32 ? 1 : BN / 16][4]; // P's A fragments, one per k16 step of keys
 #pragma unroll
     for (int j = 0; j < NS; ++j) {
 #pragma unroll
@@ -436,16 +443,50 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
         l[e >> 1] += pe;
         sc[0][j][e] = pe;
       }
-      p[j / 2][2 * (j % 2)] = packPair<MT>(sc[0][j][0], sc[0][j][1]);
-      p[j / 2][2 * (j % 2) + 1] = packPair<MT>(sc[0][j][2], sc[0][j][3]);
+      if constexpr (!Tf32) {
+        p[j / 2][2 * (j % 2)] = packPair<MT>(sc[0][j][0], sc[0][j][1]);
+        p[j / 2][2 * (j % 2) + 1] = packPair<MT>(sc[0][j][2], sc[0][j][3]);
+      }
     }
-    // O += P V, k16 step by step.
-    const SmemAddr vTile = vS + st * Tile::VBytes + vLd;
+    if constexpr (!Tf32) { // O += P V, k16 step by step
+      const SmemAddr vTile = vS + st * Tile::VBytes + vLd;
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk)
+      for (int kk = 0; kk < BN / 16; ++kk)
 #pragma unroll
-      for (int c = 0; c < NO / NC; ++c)
-        mmaTransB<MT, NC>(o[c], p[kk], vTile + kk * 16 * VP, c * NC);
+        for (int c = 0; c < NO / NC; ++c)
+          mmaTransB<MT, NC>(o[c], p[kk], vTile + kk * 16 * VP, c * NC);
+    } else {
+      // O += P V on TF32, a k8 step per n-tile j of S (its 8 keys), the keys of a step
+      // taken in the order 0, 2, 4, 6, 1, 3, 5, 7: A's column t is key 2 t and column
+      // t + 4 key 2 t + 1, so lane (g, t)'s accumulators of S are its A fragment as they
+      // are (no shuffle), and its B fragment is V[2 t][n] and V[2 t + 1][n] of its
+      // column n = g of each n-tile (read from shared memory, 8 t + g apart in banks:
+      // no conflict). P and V go in as FP32 bits, truncated to TF32 by the tensor
+      // cores (no conversion instruction; Q and K are rounded to nearest).
+      const float *vRows = reinterpret_cast<const float *>(smem + Tile::QBytes + 2 * Tile::KBytes +
+                                                           st * Tile::VBytes);
+#pragma unroll
+      for (int j = 0; j < NS; ++j) {
+        const float *v0 = vRows + (8 * j + 2 * t) * (VP / 4) + g, *v1 = v0 + VP / 4;
+#pragma unroll
+        for (int c = 0; c < NO / NC; ++c) {
+          WarpFrags<1, NC> f; // (FP32 bits: the tensor cores ignore the low 13)
+          f.a[0][0] = __float_as_uint(sc[0][j][0]);
+          f.a[0][1] = __float_as_uint(sc[0][j][2]);
+          f.a[0][2] = __float_as_uint(sc[0][j][1]);
+          f.a[0][3] = __float_as_uint(sc[0][j][3]);
+#pragma unroll
+          for (int jj = 0; jj < NC / 2; ++jj) {
+            const int n = 8 * (c * NC + 2 * jj);
+            f.b[jj][0] = __float_as_uint(v0[n]);
+            f.b[jj][1] = __float_as_uint(v1[n]);
+            f.b[jj][2] = __float_as_uint(v0[n + 8]);
+            f.b[jj][3] = __float_as_uint(v1[n + 8]);
+          }
+          warpTileMma<MT, 1, NC>(o[c], f);
+        }
+      }
+    }
   };
   int kt = 0;
   for (; kt < interior; ++kt)

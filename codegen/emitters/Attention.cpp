@@ -87,6 +87,7 @@ MmaOperand mmaOperand(Lowering &l, const Value *x, bool transposed, int64_t BH) 
 struct MmaPlan {
   int64_t HD, HDV;
   int warps, keys;
+  bool tf32 = false; // FP32 operands on TF32 (4-byte elements in shared memory)
 };
 
 /// attention_mma where it applies and the model prices it faster than the CUDA-core
@@ -95,18 +96,21 @@ struct MmaPlan {
 std::optional<MmaPlan> mmaPlan(Lowering &l, const FusionGroup &g, const AttentionShape &s,
                                int64_t sms, int packs) {
   const DType dt = g.core.front()->operand(0)->dtype();
-  if ((dt != DType::F16 && dt != DType::BF16) || s.hd % 8 != 0 || s.hdv % 8 != 0)
-    return std::nullopt;
   MmaPlan p;
+  // FP32 on TF32 where TF32 is on (the inference default on sm_80+, as for GEMMs).
+  p.tf32 = dt == DType::F32 && l.options().tf32;
+  if ((dt != DType::F16 && dt != DType::BF16 && !p.tf32) || s.hd % 8 != 0 || s.hdv % 8 != 0)
+    return std::nullopt;
   p.HD = (s.hd + 15) / 16 * 16;
   p.HDV = (s.hdv + 15) / 16 * 16;
-  if (p.HD > 256 || p.HDV > 256 || l.options().attentionKernel == "cuda-core")
+  const int64_t most = p.tf32 ? 128 : 256;
+  if (p.HD > most || p.HDV > most || l.options().attentionKernel == "cuda-core")
     return std::nullopt;
-  // Head sizes above 128: 2 warps and 32 keys per tile, to keep the two K/V stages
-  // within the 99 KB of shared memory a block may have on sm_86/sm_89 (and the
+  // Head sizes above 128 (FP32: 64): 2 warps and 32 keys per tile, to keep the two K/V
+  // stages within the 99 KB of shared memory a block may have on sm_86/sm_89 (and the
   // accumulators within the registers); else 4 warps and 64 keys, halved while that
   // leaves SMs idle on the largest target.
-  const bool wide = std::max(p.HD, p.HDV) > 128;
+  const bool wide = std::max(p.HD, p.HDV) > (p.tf32 ? 64 : 128);
   p.warps = wide ? 2 : 4;
   p.keys = wide ? 32 : 64;
   while (p.warps > 1 && (s.Sq + 16 * p.warps - 1) / (16 * p.warps) * s.BH < sms)
@@ -123,8 +127,9 @@ std::optional<MmaPlan> mmaPlan(Lowering &l, const FusionGroup &g, const Attentio
   // either kernel is a launch and a few loads (GPT-2 small's 16 x 16 scores: the
   // CUDA-core kernel).
   const double pairs = static_cast<double>(s.BH * s.Sq * s.Sk);
+  const double es = p.tf32 ? 4.0 : 2.0;
   const double packBytes =
-      packs ? 2.0 * 2.0 * static_cast<double>(s.BH * (s.Sq + 2 * s.Sk) * std::max(s.hd, s.hdv))
+      packs ? 2.0 * es * static_cast<double>(s.BH * (s.Sq + 2 * s.Sk) * std::max(s.hd, s.hdv))
             : 0.0;
   const double blocks = static_cast<double>((s.Sq + 16 * p.warps - 1) / (16 * p.warps) * s.BH);
   for (const std::string &arch : l.archs()) { // (sm_90 where the targets name none)
@@ -138,7 +143,8 @@ std::optional<MmaPlan> mmaPlan(Lowering &l, const FusionGroup &g, const Attentio
                         (1.0 + tiles) * m.dramLatencyCycles / m.clockHz +
                         packBytes / (m.dramBytesPerSecond * m.dramAchievable) +
                         2.0 * pairs * static_cast<double>(p.HD + p.HDV) /
-                            (0.5 * m.tensorFlops * m.mmaSyncFraction * fill);
+                            (0.5 * m.tensorFlops * m.mmaSyncFraction * fill) *
+                            (p.tf32 ? 2.0 : 1.0); // (TF32: half the FP16 rate)
     if (tMma >= tCuda)
       return std::nullopt;
   }
@@ -155,13 +161,13 @@ void launchAttentionMma(Lowering &l, const Node &n, const AttentionShape &s, con
   const std::string mt = cudaType(dt);
   const size_t es = dtypeSize(dt);
   const int64_t rows[3] = {s.Sq, s.Sk, s.Sk}, cols[3] = {s.hd, s.hd, s.hdv};
-  const int64_t bm = 16 * p.warps;
+  const int64_t bm = 16 * p.warps, eb = static_cast<int64_t>(es); // (element bytes)
   const int smem =
-      static_cast<int>(bm * (2 * p.HD + 16) + 2 * p.keys * ((2 * p.HD + 16) + (2 * p.HDV + 16)));
+      static_cast<int>(bm * (eb * p.HD + 16) + 2 * p.keys * ((eb * p.HD + 16) + (eb * p.HDV + 16)));
   std::string sn = l.functorName(fsc), on = l.functorName(fo);
   const std::string tile = "dlc::AttentionMmaTile<" + std::to_string(p.HD) + ", " +
                            std::to_string(p.HDV) + ", " + std::to_string(p.warps) + ", " +
-                           std::to_string(p.keys) + ">";
+                           std::to_string(p.keys) + (p.tf32 ? ", 4>" : ">");
   Instantiation inst{"dlc::attention_mma",
                      {tile, index, mt, chain ? "true" : "false", causal ? "true" : "false",
                       bias ? "true" : "false", sn, on},
@@ -169,6 +175,7 @@ void launchAttentionMma(Lowering &l, const Node &n, const AttentionShape &s, con
                      {sn, on}};
   inst.needsSync = true;
   inst.tensorCore = true;
+  inst.tf32 = p.tf32;
   uint32_t kernel = l.instantiate(inst);
   LaunchArgs a;
   a.shape(s);

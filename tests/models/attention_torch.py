@@ -6,11 +6,13 @@ for emu and run there, against the same module in float64.
 
 Head sizes 32, 64, 128 and 256; causal (a constant mask, as GPT exports it) and not; an
 additive key-padding mask given at run time; grouped-query heads (K and V expanded
-from fewer heads); FP32 (the CUDA-core kernel), and FP16 and BF16 through --fp16/--bf16
-with `--attention-kernel mma` (attention_mma, on tensor cores; emu runs its mma.sync,
-ldmatrix and cp.async as the PTX ISA defines them). Limits: FP32 1e-4, FP16 1e-2,
-BF16 3e-2 of the output's largest magnitude (BF16 keeps 8 significant bits). Each case
-also checks that the package uses the kernel it is meant to.
+from fewer heads); FP32 (--no-tf32: the CUDA-core kernel), FP32 on TF32 (--tf32), and
+FP16 and BF16 through --fp16/--bf16, the last three with `--attention-kernel mma`
+(attention_mma, on tensor cores; emu runs its mma.sync, ldmatrix and cp.async as the
+PTX ISA defines them, TF32's rounding of the operands included). Limits: FP32 1e-4,
+TF32 and FP16 1e-2, BF16 3e-2 of the output's largest magnitude (BF16 keeps 8
+significant bits, TF32 and FP16 11). Each case also checks that the package uses the
+kernel it is meant to.
 
 usage: attention_torch.py --dlc build/tools/dlc --work DIR
 """
@@ -23,7 +25,7 @@ import sys
 import numpy as np
 import torch
 
-LIMIT = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 3e-2}
+LIMIT = {"fp32": 1e-4, "tf32": 1e-2, "fp16": 1e-2, "bf16": 3e-2}
 
 
 class Sdpa(torch.nn.Module):
@@ -60,7 +62,8 @@ def run(dlc, work, name, b, h, s, d, causal, groups, precision):
     with torch.no_grad():
         want = module.double()(*(torch.from_numpy(x).double() for x in feeds.values())).numpy()
     pkg = os.path.join(folder, "m.dlc")
-    flags = {"fp32": ["--no-tf32"], "fp16": ["--fp16", "--attention-kernel", "mma"],
+    flags = {"fp32": ["--no-tf32"], "tf32": ["--tf32", "--attention-kernel", "mma"],
+             "fp16": ["--fp16", "--attention-kernel", "mma"],
              "bf16": ["--bf16", "--attention-kernel", "mma"]}[precision]
     subprocess.run([dlc, "compile", path, "--target", "emu", "-o", pkg, "-q", *flags], check=True)
     kernels = json.loads(subprocess.run([dlc, "inspect", pkg, "--json"], check=True, text=True,
@@ -87,9 +90,9 @@ def main():
     a = p.parse_args()
     os.makedirs(a.work, exist_ok=True)
     cases = [  # name, batch, heads, sequence, head size, causal, groups, precisions
-        ("hd32", 2, 2, 70, 32, False, 1, ["fp32", "fp16"]),
-        ("hd64_causal", 1, 3, 80, 64, True, 1, ["fp32", "fp16", "bf16"]),
-        ("hd128_gqa", 1, 4, 40, 128, False, 2, ["fp16", "bf16"]),
+        ("hd32", 2, 2, 70, 32, False, 1, ["fp32", "tf32", "fp16"]),
+        ("hd64_causal", 1, 3, 80, 64, True, 1, ["fp32", "tf32", "fp16", "bf16"]),
+        ("hd128_gqa", 1, 4, 40, 128, False, 2, ["tf32", "fp16", "bf16"]),
         ("hd256_causal", 1, 2, 33, 256, True, 1, ["fp16"]),
     ]
     failed = 0

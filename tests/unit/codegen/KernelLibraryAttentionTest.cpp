@@ -177,6 +177,42 @@ TEST(KernelLibrary, AttentionOnTensorCores) {
   }
 }
 
+TEST(KernelLibrary, Fp32AttentionOnTf32) {
+  // FP32 attention on TF32 tensor cores (TF32 on, the inference default): S = Q K' on
+  // m16n8k8 from ldmatrix'd FP32 rows rounded to TF32, P V with P's accumulators as A
+  // fragments in a permuted key order and V read from shared memory; head sizes 32,
+  // 64 (4 warps, 64 keys) and 128 (2 warps, 32 keys), ragged keys, interior tiles,
+  // strided views, a causal mask. TF32 keeps 11 significant bits of Q, K, P and V.
+  struct Case {
+    const char *name;
+    int64_t b, sq, sk, h, hd;
+    bool mask, causal, projected;
+  };
+  const Case cases[] = {
+      {"f32 hd 64, 300 keys, additive mask", 1, 40, 300, 2, 64, true, false, false},
+      {"f32 hd 32, causal", 1, 66, 66, 2, 32, true, true, false},
+      {"f32 hd 128, cross attention, strided views", 2, 17, 81, 2, 128, false, false, true},
+      {"f32 hd 40, 70 keys", 1, 50, 70, 3, 40, false, false, false},
+  };
+  for (const Case &c : cases) {
+    const std::string ir = attentionIr("f32", c.b, c.sq, c.sk, c.h, c.hd, c.mask, c.projected);
+    std::map<std::string, ir::Tensor> in;
+    if (c.causal)
+      in["mask"] = causalMask(ir::DType::F32, c.sq, c.sk);
+    if (c.projected) {
+      const int64_t D = c.h * c.hd;
+      in["xq"] = ir::randomTensor(ir::TensorType(ir::DType::F32, {c.b, c.sq, D}), 3, -0.2, 0.2);
+      if (c.sq != c.sk)
+        in["xm"] = ir::randomTensor(ir::TensorType(ir::DType::F32, {c.b, c.sk, D}), 4, -0.2, 0.2);
+    }
+    KernelCase k{c.name, ir.c_str(), {"dlc::attention_mma"}, in, 2, true, 1e-2, true};
+    k.attentionKernel = "mma";
+    k.absent = {"dlc::attention"};
+    k.sourceHas = ", 4>"; // (the tile of 4-byte elements)
+    check(k);
+  }
+}
+
 TEST(KernelLibrary, AttentionOnTensorCoresConstantCausalMask) {
   // Causal masks as constants, as exporters write them: GPT's Where(mask, -inf, scores)
   // and an additive [Sq, Sk] mask of -inf (the kernel then applies the mask itself and
