@@ -99,7 +99,7 @@ matchGemmEpilogue(const Value *gemmOut, const std::vector<const Node *> &epilogu
   return e;
 }
 
-std::vector<Node *> attentionCore(const Node &mm2) {
+std::vector<Node *> attentionCore(const Node &mm2, const Value *probs) {
   auto singleUse = [](const Value *v) {
     return v->uses().size() == 1 && !v->graph()->isOutput(v) && v->definingNode();
   };
@@ -108,7 +108,7 @@ std::vector<Node *> attentionCore(const Node &mm2) {
   if (!definedBy(mm2.result(), OpKind::MatMul) ||
       (dt != DType::F32 && dt != DType::F16 && dt != DType::BF16))
     return {};
-  const Value *p = mm2.operand(0), *v = mm2.operand(1);
+  const Value *p = probs ? probs : mm2.operand(0), *v = mm2.operand(1);
   Node *softmax = singleUse(p) ? definedBy(p, OpKind::Softmax) : nullptr;
   if (!softmax)
     return {};
@@ -165,7 +165,7 @@ AttentionMask attentionCausalMask(const std::vector<Node *> &core, int64_t Sq, i
     bool onlyMasks; // an Add whose unmasked values are all 0 (set below), or a Where
   };
   std::vector<Mask> masks;
-  bool finiteMask = false;
+  bool finiteMask = false, skippedBias = false;
   auto isMaskValue = [&](double v) {
     if (std::isinf(v) && v < 0)
       return true;
@@ -195,8 +195,10 @@ AttentionMask attentionCausalMask(const std::vector<Node *> &core, int64_t Sq, i
       for (const Value *v : n.operands())
         if (v && v->isConstant())
           m.c = v;
-      if (!m.c) // a bias computed at run time: it cannot unmask a -inf score
+      if (!m.c) { // a bias computed at run time: it cannot unmask a -inf score
+        skippedBias = true;
         continue;
+      }
     } else if (op == OpKind::Where) {
       m.c = n.operand(0);
       for (int b = 1; b <= 2; ++b)
@@ -215,8 +217,10 @@ AttentionMask attentionCausalMask(const std::vector<Node *> &core, int64_t Sq, i
     bool perBatch = false;
     for (size_t d = 0; d + 2 < cs.size(); ++d)
       perBatch |= cs[d] != 1;
-    if (perBatch && op == OpKind::Add)
+    if (perBatch && op == OpKind::Add) {
+      skippedBias = true;
       continue;
+    }
     if (perBatch)
       return none;
     const int64_t r = m.c->rank(), rows = r >= 2 ? cs[r - 2] : 1, cols = r >= 1 ? cs[r - 1] : 1;
@@ -261,6 +265,10 @@ AttentionMask attentionCausalMask(const std::vector<Node *> &core, int64_t Sq, i
           break;
       }
     }
+    // (Lowest finite values mask only where every row keeps a key: a bias the analysis
+    // does not see may take those keys away, and the row then averages every key.)
+    if (finiteMask && skippedBias)
+      return none;
     if (pass == 1) {
       AttentionMask r;
       r.reach = std::min(reach, Sk);

@@ -101,7 +101,7 @@ llvm::Error decomposeForGradients(Graph &g) {
   return llvm::Error::success();
 }
 
-llvm::Error flashAttentionForGradients(Graph &g) {
+llvm::Error flashAttentionForGradients(Graph &g, bool fuseDropout) {
   auto varying = findVarying(g);
   GradBuilder b(g);
   b.setNameSuffix("");
@@ -109,7 +109,15 @@ llvm::Error flashAttentionForGradients(Graph &g) {
   for (Node *mm2 : g.nodeList()) {
     if (mm2->kind() != OpKind::MatMul)
       continue;
-    std::vector<Node *> core = attentionCore(*mm2);
+    // (Training's Dropout of the probabilities: FlashAttention applies its mask.)
+    Node *drop = mm2->operand(0)->definingNode();
+    if (!drop || drop->kind() != OpKind::Dropout || mm2->operand(0)->uses().size() != 1 ||
+        g.isOutput(mm2->operand(0)) || drop->operand(1)->dtype() != DType::I64 ||
+        drop->operand(1)->type().numElements() != 1)
+      drop = nullptr;
+    if (drop && !fuseDropout)
+      continue;
+    std::vector<Node *> core = attentionCore(*mm2, drop ? drop->operand(0) : nullptr);
     if (core.empty())
       continue;
     Node *mm1 = core.front();
@@ -169,18 +177,24 @@ llvm::Error flashAttentionForGradients(Graph &g) {
     std::swap(perm[static_cast<size_t>(r - 1)], perm[static_cast<size_t>(r - 2)]);
     const bool causal = mask.exact && mask.reach < Sk - 1;
     std::vector<Value *> operands = {q, b.transpose(kT, perm), v};
-    if (bias)
+    if (bias || drop)
       operands.push_back(bias);
-    std::vector<Value *> res = b.ops(OpKind::FlashAttention, operands,
-                                     {{"scale", Attribute(fscale)},
-                                      {"causal", Attribute(int64_t{causal})},
-                                      {"reach", Attribute(causal ? mask.reach : int64_t{0})}},
-                                     2);
+    AttrMap attrs = {{"scale", Attribute(fscale)},
+                     {"causal", Attribute(int64_t{causal})},
+                     {"reach", Attribute(causal ? mask.reach : int64_t{0})}};
+    if (drop) {
+      operands.push_back(drop->operand(1));
+      attrs["dropout"] = Attribute(drop->attrFloat("ratio"));
+      attrs["seed"] = Attribute(drop->attrInt("seed"));
+    }
+    std::vector<Value *> res = b.ops(OpKind::FlashAttention, operands, attrs, 2);
     if (b.failed())
       return b.takeError();
     const std::string name = mm2->result()->name();
     g.replaceAllUsesWith(mm2->result(), res[0]);
     g.eraseNode(mm2);
+    if (drop)
+      g.eraseNode(drop);
     for (auto it = core.rbegin(); it != core.rend(); ++it)
       g.eraseNode(*it);
     adoptResultNames(g, {name}, {}, {res[0]});
@@ -191,7 +205,8 @@ llvm::Error flashAttentionForGradients(Graph &g) {
   return llvm::Error::success();
 }
 
-llvm::Expected<std::vector<Gradient>> buildGradients(Graph &g, Value *loss, Value *seed) {
+llvm::Expected<std::vector<Gradient>> buildGradients(Graph &g, Value *loss, Value *seed,
+                                                     bool fuseAttentionDropout) {
   if (!isFloat(loss->dtype()) || loss->type().numElements() != 1)
     return errorf("the loss '{0}' must be a floating-point scalar, got {1}", loss->name(),
                   loss->type().str());
@@ -200,7 +215,7 @@ llvm::Expected<std::vector<Gradient>> buildGradients(Graph &g, Value *loss, Valu
   // Ops without a rule of their own that a gradient must cross are decomposed first.
   if (auto e = decomposeForGradients(g))
     return e;
-  if (auto e = flashAttentionForGradients(g))
+  if (auto e = flashAttentionForGradients(g, fuseAttentionDropout))
     return e;
   auto varying = findVarying(g);
   GradBuilder b(g);
@@ -276,7 +291,8 @@ public:
     }
     // FP16 training seeds the loss gradient with the loss scale (train-step made it).
     Value *seed = g.findValue(kLossScaleName);
-    auto grads = buildGradients(g, loss->value, seed && seed->isParameter() ? seed : nullptr);
+    auto grads = buildGradients(g, loss->value, seed && seed->isParameter() ? seed : nullptr,
+                                ctx.training && ctx.training->fuseAttentionDropout);
     if (!grads) {
       ctx.fail(grads.takeError());
       return false;

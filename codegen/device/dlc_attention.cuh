@@ -234,6 +234,27 @@ __device__ __forceinline__ void attentionCopy(SmemAddr dst, const MT *src, I row
   }
 }
 
+/// An additive attention bias value in FP32: -inf as it is (a mask), finite values no
+/// lower than -1e30 (BF16's and FP32's lowest values, as masks write them, would
+/// overflow to -inf once scaled).
+template <class T> __device__ __forceinline__ float attentionBias(T b) {
+  const float v = static_cast<float>(b);
+  return v == -(1.0f / 0.0f) ? v : fmaxf(v, -1e30f);
+}
+
+/// Whether FlashAttention's dropout keeps pair (row, key) of bh (AttentionShape's or
+/// AttentionGradShape's step, seed and ratio): the Dropout op's mask of [BH, Sq, Sk].
+template <class Shape, class I>
+__device__ __forceinline__ bool attentionKeep(const Shape &s, unsigned long long step, I bh, I row,
+                                              I key) {
+  const unsigned long long i =
+      (static_cast<unsigned long long>(bh) * static_cast<unsigned long long>(s.Sq) +
+       static_cast<unsigned long long>(row)) *
+          static_cast<unsigned long long>(s.Sk) +
+      static_cast<unsigned long long>(key);
+  return philox::uniform(static_cast<unsigned long long>(s.seed), step, i) >= s.dropout;
+}
+
 /// acc += F B for one k16 step and C n-tiles (a warp): F's A fragment `fa` (the
 /// rounded accumulators of an earlier product), B read transposed by ldmatrix.trans
 /// from 16 rows of [row][column] values at `rows` (this lane's ldmatrix row), n-tiles
@@ -253,7 +274,8 @@ __device__ __forceinline__ void mmaTransB(float (&acc)[1][C][4], const unsigned 
   warpTileMma<MT, 1, C>(acc, f);
 }
 
-template <class Tile, class I, class MT, bool Chain, bool Causal, bool Bias, class Sc, class Out>
+template <class Tile, class I, class MT, bool Chain, bool Causal, bool Bias, bool Drop, class Sc,
+          class Out>
 __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMmaArgs<Sc, Out> a) {
   constexpr int BM = Tile::BM, BN = Tile::BN, HD = Tile::HD, HDV = Tile::HDV;
   constexpr int NS = BN / 8, NO = HDV / 8; // a warp's n-tiles of S (keys) and O (values)
@@ -310,6 +332,7 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
                   (row < Sq ? row : Sq - 1) * static_cast<I>(s.bias.sRow);
   }
   const float biasMul = Bias ? 1.0f / s.scale : 0.0f; // (the raw scores are unscaled)
+  const unsigned long long dropStep = Drop ? static_cast<unsigned long long>(*s.step) : 0ull;
   // The keys any of the block's rows leave unmasked (a causal mask: the tiles above
   // the diagonal are never read).
   const I lastRow = (q0 + BM < Sq ? q0 + BM : Sq) - 1,
@@ -392,7 +415,7 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const I key = key0 + static_cast<I>(8 * j + 2 * t + (e & 1));
-          sc[0][j][e] = fmaf(static_cast<float>(biasAt[e >> 1][!Edge || key < Sk ? key : Sk - 1]),
+          sc[0][j][e] = fmaf(attentionBias(biasAt[e >> 1][!Edge || key < Sk ? key : Sk - 1]),
                              biasMul, sc[0][j][e]);
         }
     }
@@ -442,6 +465,11 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
         const float pe = exp2Approx(fmaf(sc[0][j][e], kLog2e, -base[e >> 1]));
         l[e >> 1] += pe;
         sc[0][j][e] = pe;
+        if constexpr (Drop) // (the sum keeps every weight; P V only the kept ones)
+          sc[0][j][e] = attentionKeep(s, dropStep, bh, rowG + static_cast<I>(8 * (e >> 1)),
+                                      key0 + static_cast<I>(8 * j + 2 * t + (e & 1)))
+                            ? pe * s.dropScale
+                            : 0.0f;
       }
       if constexpr (!Tf32) {
         p[j / 2][2 * (j % 2)] = packPair<MT>(sc[0][j][0], sc[0][j][1]);
@@ -461,20 +489,21 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
       // t + 4 key 2 t + 1, so lane (g, t)'s accumulators of S are its A fragment as they
       // are (no shuffle), and its B fragment is V[2 t][n] and V[2 t + 1][n] of its
       // column n = g of each n-tile (read from shared memory, 8 t + g apart in banks:
-      // no conflict). P and V go in as FP32 bits, truncated to TF32 by the tensor
-      // cores (no conversion instruction; Q and K are rounded to nearest).
+      // no conflict). Q, K and P are rounded to nearest TF32 (P once per k8 step), V goes
+      // in as FP32 bits, truncated by the tensor cores (no conversion per load).
       const float *vRows = reinterpret_cast<const float *>(smem + Tile::QBytes + 2 * Tile::KBytes +
                                                            st * Tile::VBytes);
 #pragma unroll
       for (int j = 0; j < NS; ++j) {
         const float *v0 = vRows + (8 * j + 2 * t) * (VP / 4) + g, *v1 = v0 + VP / 4;
+        const unsigned pa[4] = {toTf32(sc[0][j][0]), toTf32(sc[0][j][2]), toTf32(sc[0][j][1]),
+                                toTf32(sc[0][j][3])}; // (rounded: unbiased against l)
 #pragma unroll
         for (int c = 0; c < NO / NC; ++c) {
-          WarpFrags<1, NC> f; // (FP32 bits: the tensor cores ignore the low 13)
-          f.a[0][0] = __float_as_uint(sc[0][j][0]);
-          f.a[0][1] = __float_as_uint(sc[0][j][2]);
-          f.a[0][2] = __float_as_uint(sc[0][j][1]);
-          f.a[0][3] = __float_as_uint(sc[0][j][3]);
+          WarpFrags<1, NC> f; // (V as FP32 bits: the tensor cores ignore the low 13)
+#pragma unroll
+          for (int r = 0; r < 4; ++r)
+            f.a[0][r] = pa[r];
 #pragma unroll
           for (int jj = 0; jj < NC / 2; ++jj) {
             const int n = 8 * (c * NC + 2 * jj);
@@ -586,7 +615,7 @@ __global__ void __launch_bounds__(256) attention_grad_prep(const AttentionGradSh
   }
 }
 
-template <class Tile, class I, class MT, bool Causal, bool Bias, bool KeyMajor>
+template <class Tile, class I, class MT, bool Causal, bool Bias, bool Drop, bool KeyMajor>
 __global__ void __launch_bounds__(Tile::Threads) attention_grad_mma(const AttentionGradShape s) {
   constexpr int R = Tile::R, BN = Tile::BN, HD = Tile::HD, HDV = Tile::HDV, T = Tile::Threads;
   constexpr int P1 = Tile::P1, P2 = Tile::P2;
@@ -681,6 +710,7 @@ __global__ void __launch_bounds__(Tile::Threads) attention_grad_mma(const Attent
   // clamped to the last one.
   const MT *biasG = Bias ? attentionRows<I, MT>(s.bias, bh) : nullptr;
   const I biasRow = Bias ? static_cast<I>(s.bias.sRow) : I(0);
+  const unsigned long long dropStep = Drop ? static_cast<unsigned long long>(*s.step) : 0ull;
   I ownAt[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -742,17 +772,25 @@ __global__ void __launch_bounds__(Tile::Threads) attention_grad_mma(const Attent
         // (query, key) of this element
         const I q = KeyMajor ? col0 + static_cast<I>(col) : rowG + static_cast<I>(8 * (e >> 1)),
                 key = KeyMajor ? rowG + static_cast<I>(8 * (e >> 1)) : col0 + static_cast<I>(col);
-        const bool masked = Edge && ((!KeyMajor && key >= Sk) || (Causal && key > q + reach));
+        bool masked = Edge && ((!KeyMajor && key >= Sk) || (Causal && key > q + reach));
         float base = -L;
         if constexpr (Bias) { // (streamed rows past the end, only in edge tiles: clamped)
           const I sc = !Edge || col0 + static_cast<I>(col) < strRows ? col0 + static_cast<I>(col)
                                                                      : strRows - 1;
           const I qb = KeyMajor ? sc : ownAt[e >> 1], kb = KeyMajor ? ownAt[e >> 1] : sc;
-          base = fmaf(static_cast<float>(biasG[qb * biasRow + kb]), 1.4426950408889634f, base);
+          const float bv = attentionBias(biasG[qb * biasRow + kb]);
+          masked |= bv == -(1.0f / 0.0f); // (a -inf bias masks: also rows with no key left)
+          base = fmaf(bv, 1.4426950408889634f, base);
         }
         p[e] = masked ? 0.0f : exp2Approx(fmaf(x[0][j][e], c, base));
         // (masked: exactly 0, also where the row has no key left and D is NaN)
-        ds[e] = masked ? 0.0f : p[e] * (y[0][j][e] - D);
+        if constexpr (Drop) { // dP = Z (dO V^T); dV takes P Z
+          const float z = attentionKeep(s, dropStep, bh, q, key) ? s.dropScale : 0.0f;
+          ds[e] = masked ? 0.0f : p[e] * (y[0][j][e] * z - D);
+          p[e] *= z;
+        } else {
+          ds[e] = masked ? 0.0f : p[e] * (y[0][j][e] - D);
+        }
       }
       if constexpr (KeyMajor) {
         pA[j / 2][2 * (j % 2)] = packPair<MT>(p[0], p[1]);

@@ -254,6 +254,12 @@ struct AttentionShape {
   // attention_mma with Bias (FlashAttention's additive bias): element (bh, row, key) at
   // row * sRow + key of bias's rows for bh (a broadcast view: strides may be 0).
   AttentionOperand bias;
+  // With Drop (FlashAttention's dropout): pair (row, key) of bh is kept, scaled by
+  // dropScale, where Philox's uniform number for (seed, *step, (bh Sq + row) Sk + key)
+  // is at least dropout (the Dropout op's mask of the probabilities).
+  const i64 *step;
+  i64 seed;
+  float dropout, dropScale;
 };
 
 /// FlashAttentionGrad: attention_grad_prep then attention_grad_mma twice (dQ; dK and
@@ -270,6 +276,9 @@ struct AttentionGradShape {
   float *lse2, *delta;
   void *dq, *dk, *dv;
   AttentionOperand bias; // (with Bias: as AttentionShape::bias)
+  const i64 *step;       // (with Drop: as AttentionShape's)
+  i64 seed;
+  float dropout, dropScale;
 };
 
 /// attention_pack: operand j (0 Q, 1 K, 2 V) as attention_mma reads it, n[j] elements

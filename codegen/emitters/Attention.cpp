@@ -157,7 +157,7 @@ std::optional<MmaPlan> mmaPlan(Lowering &l, const FusionGroup &g, const Attentio
 void launchAttentionMma(Lowering &l, const Node &n, const AttentionShape &s, const MmaPlan &p,
                         const std::string &index, DType dt, bool chain, bool causal,
                         const Functor &fsc, const Functor &fo, const std::array<BufferRef, 3> &at,
-                        const Value *lse, const Value *bias) {
+                        const Value *lse, const Value *bias, const Value *step) {
   const std::string mt = cudaType(dt);
   const size_t es = dtypeSize(dt);
   const int64_t rows[3] = {s.Sq, s.Sk, s.Sk}, cols[3] = {s.hd, s.hd, s.hdv};
@@ -170,7 +170,7 @@ void launchAttentionMma(Lowering &l, const Node &n, const AttentionShape &s, con
                            std::to_string(p.keys) + (p.tf32 ? ", 4>" : ">");
   Instantiation inst{"dlc::attention_mma",
                      {tile, index, mt, chain ? "true" : "false", causal ? "true" : "false",
-                      bias ? "true" : "false", sn, on},
+                      bias ? "true" : "false", step ? "true" : "false", sn, on},
                      "dlc::AttentionMmaArgs<" + sn + ", " + on + ">",
                      {sn, on}};
   inst.needsSync = true;
@@ -189,6 +189,8 @@ void launchAttentionMma(Lowering &l, const Node &n, const AttentionShape &s, con
   if (bias)
     a.pointer(offsetof(AttentionShape, bias) + offsetof(AttentionOperand, p), l.bufferOf(bias),
               bias->type().byteSize(), false);
+  if (step)
+    a.pointer(offsetof(AttentionShape, step), l.bufferOf(step), step->type().byteSize(), false);
   a.functor(fsc, chain);
   a.functor(fo);
   // (The products of the key tiles a causal mask skips are not counted.)
@@ -258,7 +260,7 @@ llvm::Error lowerAttentionMma(Lowering &l, const FusionGroup &g, AttentionShape 
   const bool applyCausal = !chain && causal.exact;
   std::array<BufferRef, 3> at = {ops[0].at, ops[1].at, ops[2].at};
   launchAttentionMma(l, mm2, s, p, l.indexType(maxIndex), mm1.operand(0)->dtype(), chain,
-                     applyCausal, *f[3], *f[4], at, nullptr, nullptr);
+                     applyCausal, *f[3], *f[4], at, nullptr, nullptr, nullptr);
   return llvm::Error::success();
 }
 
@@ -393,6 +395,18 @@ const Value *flashBias(const Node &n, unsigned i, AttentionShape &s) {
   return n.operand(i);
 }
 
+/// The step operand of a FlashAttention node with dropout (operand i), or null; sets
+/// s's seed and ratio.
+const Value *flashDropout(const Node &n, unsigned i, AttentionShape &s) {
+  const float ratio = n.attrFloat("dropout");
+  if (!(ratio > 0) || n.numOperands() <= i || !n.operand(i))
+    return nullptr;
+  s.seed = n.attrInt("seed");
+  s.dropout = ratio;
+  s.dropScale = 1.0f / (1.0f - ratio);
+  return n.operand(i);
+}
+
 /// The kernels' limits: whole 16-byte chunks of head values, at most `most`.
 llvm::Error flashLimits(const Node &n, const AttentionShape &s, int64_t most) {
   if (s.hd % 8 != 0 || s.hdv % 8 != 0 || s.hd == 0 || s.hdv == 0 || s.hd > most || s.hdv > most)
@@ -466,12 +480,12 @@ llvm::Error lowerFlashAttention(Lowering &l, const Node &n) {
   if (!fo)
     return fo.takeError();
   const MmaPlan p{HD, HDV, warps, keys};
-  const Value *bias = flashBias(n, 3, s);
+  const Value *bias = flashBias(n, 3, s), *step = flashDropout(n, 4, s);
   launchAttentionMma(
       l, n, s, p,
       l.indexType(std::max({s.BH * s.Sq * s.hd, s.BH * s.Sk * s.hd, s.BH * s.Sk * s.hdv,
                             s.BH * s.Sq * s.hdv, bias ? bias->type().numElements() : 0})),
-      dt, false, s.keyReach < s.Sk, *fsc, *fo, at, lse, bias);
+      dt, false, s.keyReach < s.Sk, *fsc, *fo, at, lse, bias, step);
   return llvm::Error::success();
 }
 
@@ -482,7 +496,7 @@ llvm::Error lowerFlashAttentionGrad(Lowering &l, const Node &n) {
   for (const Value *r : {dq, dk, dv})
     l.allocate(r);
   AttentionShape fs = flashShape(n);
-  const Value *bias = flashBias(n, 6, fs);
+  const Value *bias = flashBias(n, 6, fs), *step = flashDropout(n, 7, fs);
   if (auto e = flashLimits(n, fs, kFlashAttentionMaxHeadSize))
     return e;
   const DType dt = n.operand(0)->dtype();
@@ -497,6 +511,9 @@ llvm::Error lowerFlashAttentionGrad(Lowering &l, const Node &n) {
   s.keyReach = fs.keyReach;
   s.scale = fs.scale;
   s.bias = fs.bias;
+  s.seed = fs.seed;
+  s.dropout = fs.dropout;
+  s.dropScale = fs.dropScale;
   if (s.BH == 0 || (s.Sq == 0 && s.Sk == 0))
     return llvm::Error::success();
   if (s.Sq == 0 || s.Sk == 0) { // no pairs: zero gradients
@@ -540,6 +557,9 @@ llvm::Error lowerFlashAttentionGrad(Lowering &l, const Node &n) {
     if (bias && !prep)
       a.pointer(offsetof(AttentionGradShape, bias) + offsetof(AttentionOperand, p),
                 l.bufferOf(bias), bias->type().byteSize(), false);
+    if (step && !prep)
+      a.pointer(offsetof(AttentionGradShape, step), l.bufferOf(step), step->type().byteSize(),
+                false);
     a.pointer(offsetof(AttentionGradShape, lse2), stats, statBytes, prep);
     a.pointer(offsetof(AttentionGradShape, delta), delta, statBytes, prep);
     for (int j = 0; j < 3; ++j)
@@ -568,7 +588,7 @@ llvm::Error lowerFlashAttentionGrad(Lowering &l, const Node &n) {
                              std::to_string(bn) + ">";
     Instantiation inst{"dlc::attention_grad_mma",
                        {tile, index, mt, causal ? "true" : "false", bias ? "true" : "false",
-                        keyMajor ? "true" : "false"},
+                        step ? "true" : "false", keyMajor ? "true" : "false"},
                        "dlc::AttentionGradShape",
                        {}};
     inst.needsSync = true;

@@ -1,6 +1,7 @@
 //===- Linalg.cpp - MatMul and Gemm ----------------------------------------===//
 #include "OpUtils.h"
 #include "dlc/ir/FusionRules.h"
+#include "dlc/ir/Philox.h"
 
 #include <cmath>
 #include <numeric>
@@ -192,18 +193,22 @@ llvm::Error gradGemm(GradBuilder &b, const Node &n) {
 }
 
 //===----------------------------------------------------------------------===//
-// FlashAttention(Q, K, V[, bias]) {scale, causal, reach} -> (O, LSE): the attention
+// FlashAttention(Q, K, V[, bias][, step]) {scale, causal, reach, dropout, seed} -> (O,
+// LSE): the attention
 // that autodiff differentiates without keeping the scores (flashAttentionForGradients,
 // passes/Autodiff.cpp).
 // Q [..., Sq, hd], K [..., Sk, hd] (rows, not transposed), V [..., Sk, hdv], the same
 // batch dims; S = scale Q K^T (+ bias, broadcast to [..., Sq, Sk], its last dim Sk:
 // a padding mask, a position bias), with causal = 1 the keys past query + reach masked
-// (-inf); O = softmax(S) V [..., Sq, hdv] and LSE = log(sum_j exp(S_ij)) [..., Sq] in
+// (-inf); with dropout > 0, training-mode Dropout of the probabilities (pair (q, k) of
+// row bh kept, scaled by 1 / (1 - dropout), where Philox's uniform number for (seed,
+// step, (bh Sq + q) Sk + k) is at least dropout: the Dropout op's mask of P); O =
+// softmax(S) V [..., Sq, hdv] and LSE = log(sum_j exp(S_ij)) [..., Sq] in
 // FP32. A row whose keys are all masked gives O = NaN (0 / 0) and LSE = -inf, as the
 // spelled-out graph does.
-// FlashAttentionGrad(Q, K, V, O, dO, LSE[, bias]) -> (dQ, dK, dV), from the scores
-// recomputed (no gradient for the bias):
-// P = exp(S - LSE), dV = P^T dO, dS = P (dO V^T - rowsum(dO O)), dQ = scale dS K and
+// FlashAttentionGrad(Q, K, V, O, dO, LSE[, bias][, step]) -> (dQ, dK, dV), from the
+// scores recomputed (no gradient for the bias; Z the dropout's scaled mask, 1 without):
+// P = exp(S - LSE), dV = (P Z)^T dO, dS = P (Z (dO V^T) - rowsum(dO O)), dQ = scale dS K and
 // dK = scale dS^T Q; a masked (query, key) pair adds nothing (dS = 0 there even where
 // a row has no key left: its O is NaN, its dQ 0). Both run on FP16/BF16 (attention_mma,
 // attention_grad_mma).
@@ -238,6 +243,12 @@ llvm::Error verifyAttentionOperands(const Node &n, unsigned count) {
   if (reach < -q[r - 2] || reach > k[r - 2])
     return errorf("reach must be in [-Sq, Sk] = [{0}, {1}], got {2}", -q[r - 2], k[r - 2], reach);
   const unsigned bi = n.kind() == OpKind::FlashAttention ? 3 : 6;
+  const double drop = n.attrFloat("dropout");
+  if (!(drop >= 0 && drop < 1))
+    return errorf("dropout must be in [0, 1), got {0}", drop);
+  const Value *step = n.numOperands() > bi + 1 ? n.operand(bi + 1) : nullptr;
+  if (drop > 0 && (!step || step->dtype() != DType::I64 || step->type().numElements() != 1))
+    return makeError("dropout needs the step operand: an i64 scalar (the Dropout op's)");
   if (const Value *bias = n.numOperands() > bi ? n.operand(bi) : nullptr) {
     if (auto e = requireSameType(n, 0, bi))
       return e;
@@ -290,7 +301,9 @@ struct AttentionRef {
   int64_t reach;
   std::vector<double> bias; // (empty: none)
   AttentionBiasView view;
-  AttentionRef(const Node &n, const Tensor *b)
+  float drop = 0, dropScale = 1;
+  unsigned long long seed = 0, step = 0;
+  AttentionRef(const Node &n, const Tensor *b, const Tensor *stepValue)
       : Sq(n.operand(0)->shape().end()[-2]), Sk(n.operand(1)->shape().end()[-2]),
         hd(n.operand(0)->shape().back()), hdv(n.operand(2)->shape().back()),
         scale(n.attrFloat("scale")), causal(n.attrInt("causal") != 0), reach(n.attrInt("reach")) {
@@ -302,6 +315,19 @@ struct AttentionRef {
       scores.push_back(Sk);
       view = *attentionBiasView(b->type().shape, scores);
     }
+    drop = n.attrFloat("dropout");
+    if (drop > 0) {
+      dropScale = 1.0f / (1.0f - drop);
+      seed = static_cast<unsigned long long>(n.attrInt("seed"));
+      step = static_cast<unsigned long long>(stepValue->getInt(0));
+    }
+  }
+  /// The dropout's factor of pair (i, j) of row b: 0 or 1 / (1 - dropout).
+  double keep(int64_t b, int64_t i, int64_t j) const {
+    if (drop <= 0)
+      return 1.0;
+    const auto e = static_cast<unsigned long long>((b * Sq + i) * Sk + j);
+    return philox::uniform(seed, step, e) >= drop ? static_cast<double>(dropScale) : 0.0;
   }
   std::vector<double> scores(const std::vector<double> &q, const std::vector<double> &k,
                              int64_t b) const {
@@ -323,7 +349,7 @@ struct AttentionRef {
 };
 
 llvm::Error refFlashAttention(const Node &n, const Inputs &in, Outputs &out) {
-  const AttentionRef a(n, in.size() > 3 ? in[3] : nullptr);
+  const AttentionRef a(n, in.size() > 3 ? in[3] : nullptr, in.size() > 4 ? in[4] : nullptr);
   auto q = in[0]->toVector<double>(), k = in[1]->toVector<double>(), v = in[2]->toVector<double>();
   std::vector<double> o(static_cast<size_t>(a.BH * a.Sq * a.hdv)),
       lse(static_cast<size_t>(a.BH * a.Sq));
@@ -339,7 +365,7 @@ llvm::Error refFlashAttention(const Node &n, const Inputs &in, Outputs &out) {
       for (int64_t d = 0; d < a.hdv; ++d) {
         double acc = 0;
         for (int64_t j = 0; j < a.Sk; ++j)
-          acc += (m == -INFINITY ? 0.0 : std::exp(s[i * a.Sk + j] - m)) *
+          acc += (m == -INFINITY ? 0.0 : std::exp(s[i * a.Sk + j] - m) * a.keep(b, i, j)) *
                  v[(b * a.Sk + j) * a.hdv + d];
         o[(b * a.Sq + i) * a.hdv + d] = acc / sum; // (0 / 0 where every key is masked)
       }
@@ -351,7 +377,7 @@ llvm::Error refFlashAttention(const Node &n, const Inputs &in, Outputs &out) {
 }
 
 llvm::Error refFlashAttentionGrad(const Node &n, const Inputs &in, Outputs &out) {
-  const AttentionRef a(n, in.size() > 6 ? in[6] : nullptr);
+  const AttentionRef a(n, in.size() > 6 ? in[6] : nullptr, in.size() > 7 ? in[7] : nullptr);
   auto q = in[0]->toVector<double>(), k = in[1]->toVector<double>(), v = in[2]->toVector<double>(),
        o = in[3]->toVector<double>(), dO = in[4]->toVector<double>(),
        lse = in[5]->toVector<double>();
@@ -368,13 +394,13 @@ llvm::Error refFlashAttentionGrad(const Node &n, const Inputs &in, Outputs &out)
         // key left, whose LSE is -inf and whose D is NaN.)
         if (s[i * a.Sk + j] == -INFINITY)
           continue;
-        const double p = std::exp(s[i * a.Sk + j] - lse[row]);
+        const double p = std::exp(s[i * a.Sk + j] - lse[row]), z = a.keep(b, i, j);
         double dp = 0;
         for (int64_t d = 0; d < a.hdv; ++d) {
           dp += dO[row * a.hdv + d] * v[(b * a.Sk + j) * a.hdv + d];
-          dv[(b * a.Sk + j) * a.hdv + d] += p * dO[row * a.hdv + d];
+          dv[(b * a.Sk + j) * a.hdv + d] += p * z * dO[row * a.hdv + d];
         }
-        const double ds = p * (dp - D) * a.scale;
+        const double ds = p * (dp * z - D) * a.scale;
         for (int64_t d = 0; d < a.hd; ++d) {
           dq[row * a.hd + d] += ds * k[(b * a.Sk + j) * a.hd + d];
           dk[(b * a.Sk + j) * a.hd + d] += ds * q[row * a.hd + d];
@@ -397,8 +423,8 @@ llvm::Error gradFlashAttention(GradBuilder &b, const Node &n) {
     return errorf("{0}: the gradient of its bias is not supported", n.describe());
   std::vector<Value *> operands = {n.operand(0), n.operand(1), n.operand(2),
                                    n.result(0),  b.grad(),     n.result(1)};
-  if (n.numOperands() > 3)
-    operands.push_back(n.operand(3));
+  for (unsigned i = 3; i < n.numOperands(); ++i) // (the bias, the step: null where absent)
+    operands.push_back(n.operand(i));
   std::vector<Value *> d = b.ops(OpKind::FlashAttentionGrad, operands, n.attrs(), 3);
   for (unsigned i = 0; i < 3; ++i)
     if (b.wants(i))
@@ -440,11 +466,13 @@ void defineLinalgOps(OpTable &t) {
       .reference(refGemm);
   for (OpKind k : {OpKind::FlashAttention, OpKind::FlashAttentionGrad})
     t.def(k)
-        .operands(k == OpKind::FlashAttention ? 3 : 6, k == OpKind::FlashAttention ? 4 : 7)
+        .operands(k == OpKind::FlashAttention ? 3 : 6, k == OpKind::FlashAttention ? 5 : 8)
         .results(k == OpKind::FlashAttention ? 2 : 3)
         .attr("scale", AttrKind::Float, 1.0f)
         .attr("causal", AttrKind::Int, int64_t{0})
         .attr("reach", AttrKind::Int, int64_t{0})
+        .attr("dropout", AttrKind::Float, 0.0f)
+        .attr("seed", AttrKind::Int, int64_t{0})
         .fusible(Fusibility::opaque())
         .fp16(Fp16Policy::Follow) // (created in FP16/BF16, after the precision pass)
         .layout(LayoutRule::fixed())

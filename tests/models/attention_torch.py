@@ -10,8 +10,8 @@ from fewer heads); FP32 (--no-tf32: the CUDA-core kernel), FP32 on TF32 (--tf32)
 FP16 and BF16 through --fp16/--bf16, the last three with `--attention-kernel mma`
 (attention_mma, on tensor cores; emu runs its mma.sync, ldmatrix and cp.async as the
 PTX ISA defines them, TF32's rounding of the operands included). Limits: FP32 1e-4,
-TF32 and FP16 1e-2, BF16 3e-2 of the output's largest magnitude (BF16 keeps 8
-significant bits, TF32 and FP16 11). Each case also checks that the package uses the
+TF32 3e-3, FP16 1e-2, BF16 3e-2 of the output's largest magnitude (BF16 keeps 8
+significant bits, TF32 and FP16 11; FP16 also rounds P and the output). Each case also checks that the package uses the
 kernel it is meant to.
 
 usage: attention_torch.py --dlc build/tools/dlc --work DIR
@@ -25,7 +25,7 @@ import sys
 import numpy as np
 import torch
 
-LIMIT = {"fp32": 1e-4, "tf32": 1e-2, "fp16": 1e-2, "bf16": 3e-2}
+LIMIT = {"fp32": 1e-4, "tf32": 3e-3, "fp16": 1e-2, "bf16": 3e-2}
 
 
 class Sdpa(torch.nn.Module):

@@ -5,7 +5,8 @@ torch.autograd in float64.
 Each case is textual IR in FP16 or BF16: Q, K and V are parameters [B, H, S, d], the
 scores MatMul(Q, K') scaled by 1/sqrt(d), optionally plus a bias (a key-padding mask
 with -inf, or a finite position bias), optionally masked causally (Where of a constant
-mask, as GPT exports it), Softmax, MatMul by V, and the loss sum(O * R) for a
+mask, as GPT exports it), Softmax, optionally training-mode Dropout (its Philox mask
+reproduced in the reference), MatMul by V, and the loss sum(O * R) for a
 fixed random R. `dlc opt --passes autodiff` rewrites the attention into FlashAttention
 (checked), whose gradient is one FlashAttentionGrad node; the reference interpreter
 (float64 references of both ops) and emu (attention_mma with its log-sum-exp, then
@@ -48,7 +49,29 @@ CASES = [  # name, precision, B, H, Sq, Sk, d, causal, bias
     ("d64-padmask-causal-s90", "f16", 2, 1, 90, 90, 64, True, "pad"),
     ("d64-dv128-s100", "f16", 1, 2, 100, 100, (64, 128), False, None),
     ("d128-dv32-causal-s60", "bf16", 1, 2, 60, 60, (128, 32), True, None),
+    # Dropout of the probabilities (training mode, ratio 0.2): the same Philox mask as
+    # the Dropout op's, reproduced here by philox_uniform.
+    ("d64-dropout-s130", "f16", 1, 2, 130, 130, 64, False, "dropout"),
+    ("d32-dropout-padmask-causal-s70", "bf16", 2, 1, 70, 70, 32, True, "pad+dropout"),
 ]
+DROPOUT, SEED, STEP = 0.2, 11, 5
+
+
+def philox_uniform(seed, stream, index):
+    """Philox4x32-10's first word for counters (index, stream) and key seed, as a
+    uniform number in [0, 1) with 24 bits (ir/include/dlc/ir/Philox.h; Salmon et al.,
+    SC 2011): the Dropout op's random numbers, for the reference."""
+    m = np.uint64(0xFFFFFFFF)
+    index = np.asarray(index, np.uint64)
+    c0, c1 = index & m, index >> np.uint64(32)
+    c2 = np.full_like(c0, stream & 0xFFFFFFFF)
+    c3 = np.full_like(c0, stream >> 32)
+    k0, k1 = np.uint64(seed & 0xFFFFFFFF), np.uint64(seed >> 32)
+    for _ in range(10):
+        p0, p1 = np.uint64(0xD2511F53) * c0, np.uint64(0xCD9E8D57) * c2
+        c0, c1, c2, c3 = (p1 >> np.uint64(32)) ^ c1 ^ k0, p1 & m, (p0 >> np.uint64(32)) ^ c3 ^ k1, p0 & m
+        k0, k1 = (k0 + np.uint64(0x9E3779B9)) & m, (k1 + np.uint64(0xBB67AE85)) & m
+    return (c0 >> np.uint64(8)).astype(np.float64) / 16777216.0
 LIMIT = {"f16": 1e-2, "bf16": 3e-2}
 INTERP_LIMIT = {"f16": 1e-3, "bf16": 8e-3}  # (results rounded to 11 or 8 significant bits)
 NP = {"f16": np.float16, "bf16": None}
@@ -93,6 +116,8 @@ def case_ir(name, precision, b, h, sq, sk, d, causal, bias, rng):
     # An additive bias after the scale: a key-padding mask [B, 1, 1, Sk] (-inf on each
     # sequence's last keys, as BERT-style exports add it) or a position bias [1, H, Sq, Sk].
     add = None
+    dropout = bias is not None and "dropout" in bias
+    bias = bias.replace("+dropout", "").replace("dropout", "") or None if bias else None
     if bias == "pad":
         add = np.zeros((b, 1, 1, sk))
         for i in range(b):
@@ -111,7 +136,12 @@ def case_ir(name, precision, b, h, sq, sk, d, causal, bias, rng):
         lines.append(f"  %s3 = Where(%m, %ninf, {score}) : {t}{ss}")
         score = "%s3"
     lines.append(f"  %p = Softmax({score}) {{axis = -1}} : {t}{ss}")
-    lines.append(f"  %o = MatMul(%p, %v) : {t}{dims(shp['r'])}")
+    probs = "%p"
+    if dropout:
+        lines.append(f"  %step = const i64[] dense<[{STEP}]>")
+        lines.append(f"  %pd = Dropout(%p, %step) {{ratio = {DROPOUT}, seed = {SEED}}} : {t}{ss}")
+        probs = "%pd"
+    lines.append(f"  %o = MatMul({probs}, %v) : {t}{dims(shp['r'])}")
     lines.append(f"  %w = Mul(%o, %r) : {t}{dims(shp['r'])}")
     lines.append(f'  %wf = Cast(%w) {{to = "f32"}} : f32{dims(shp["r"])}')
     lines.append("  %loss = ReduceSum(%wf) {keepdims = 0} : f32[]")
@@ -126,7 +156,11 @@ def case_ir(name, precision, b, h, sq, sk, d, causal, bias, rng):
         s = s + torch.from_numpy(add)
     if causal:
         s = s.masked_fill(torch.from_numpy(future), float("-inf"))
-    o = torch.matmul(torch.softmax(s, -1), tv)
+    p = torch.softmax(s, -1)
+    if dropout:  # element (bh, q, k) of P [B, H, Sq, Sk], as the Dropout op numbers it
+        keep = philox_uniform(SEED, STEP, np.arange(p.numel(), dtype=np.uint64)) >= DROPOUT
+        p = p * torch.from_numpy(keep.reshape(p.shape) / (1.0 - DROPOUT))
+    o = torch.matmul(p, tv)
     loss = (o * torch.from_numpy(vals["r"])).sum()
     loss.backward()
     want = {"q": tq.grad.numpy(), "k": tk.grad.numpy(), "v": tv.grad.numpy()}
@@ -163,10 +197,13 @@ def main():
         src, grad_ir = os.path.join(folder, "attn.ir"), os.path.join(folder, "grad.ir")
         with open(src, "w") as f:
             f.write(text)
-        run([args.dlc, "opt", src, "--passes", "autodiff", "--verify-each", "-o", grad_ir])
+        # (Dropout joins the fused attention only on request: --fused-attention-dropout.)
+        run([args.dlc, "opt", src, "--passes", "autodiff", "--verify-each", "-o", grad_ir]
+            + (["--train", "--fused-attention-dropout"] if bias and "dropout" in bias else []))
         with open(grad_ir) as f:
             ir = f.read()
-        rewritten = "FlashAttention(" in ir and "FlashAttentionGrad(" in ir and "Softmax(" not in ir
+        rewritten = ("FlashAttention(" in ir and "FlashAttentionGrad(" in ir and "Softmax(" not in ir
+                     and "Dropout(" not in ir)
         if not rewritten:
             print(f"{name}: autodiff did not rewrite the attention into FlashAttention: FAIL")
             failures += 1

@@ -220,7 +220,11 @@ std::vector<OptSpec> trainingOptionSpecs() {
        "averages and steps only its share of the parameters; runs on N ranks only)"},
       {"sync-batchnorm", 0, false, false, "",
        "--data-parallel: BatchNorm normalizes with the global batch's statistics (averaged\n"
-       "over the ranks) instead of each replica's"}};
+       "over the ranks) instead of each replica's"},
+      {"fused-attention-dropout", 0, false, false, "",
+       "--train: FP16/BF16 attention with Dropout on its probabilities trains as one fused\n"
+       "attention too (the Sq x Sk probabilities and mask never stored, about twice the\n"
+       "attention's time: each kernel draws the Philox mask again); default: op by op"}};
 }
 
 llvm::Expected<std::optional<passes::TrainingOptions>> trainingFromArgs(const Args &args) {
@@ -228,7 +232,7 @@ llvm::Expected<std::optional<passes::TrainingOptions>> trainingFromArgs(const Ar
       "loss",         "label",          "optimizer",  "lr",
       "momentum",     "beta1",          "beta2",      "eps",
       "weight-decay", "freeze",         "loss-scale", "data-parallel",
-      "bucket-mb",    "sync-batchnorm", "zero"};
+      "bucket-mb",    "sync-batchnorm", "zero",       "fused-attention-dropout"};
   if (!args.has("train")) {
     for (const char *o : kTrainOnly)
       if (args.has(o))
@@ -282,6 +286,7 @@ llvm::Expected<std::optional<passes::TrainingOptions>> trainingFromArgs(const Ar
     if (args.has(o) && !args.has("data-parallel"))
       return ir::errorf("--{0} goes with --data-parallel", o);
   t.syncBatchNorm = args.has("sync-batchnorm");
+  t.fuseAttentionDropout = args.has("fused-attention-dropout");
   if (args.has("zero")) {
     if (zero != std::floor(zero) || zero < 2 || zero > 65536)
       return ir::errorf("--zero must be a number of ranks in [2, 65536], got '{0}'",

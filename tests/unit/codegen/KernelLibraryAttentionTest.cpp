@@ -205,7 +205,7 @@ TEST(KernelLibrary, Fp32AttentionOnTf32) {
       if (c.sq != c.sk)
         in["xm"] = ir::randomTensor(ir::TensorType(ir::DType::F32, {c.b, c.sk, D}), 4, -0.2, 0.2);
     }
-    KernelCase k{c.name, ir.c_str(), {"dlc::attention_mma"}, in, 2, true, 1e-2, true};
+    KernelCase k{c.name, ir.c_str(), {"dlc::attention_mma"}, in, 2, true, 3e-3, true};
     k.attentionKernel = "mma";
     k.absent = {"dlc::attention"};
     k.sourceHas = ", 4>"; // (the tile of 4-byte elements)
@@ -341,7 +341,8 @@ TEST(KernelLibrary, FlashAttentionAndItsGradient) {
   // anywhere: copied to and from aligned buffers); odd extents (70 queries, 45 keys:
   // partial tiles, padded LSE rows); head size 40 (a padded 16-byte chunk, no interior
   // form) and 64 over several tiles; causal with a bottom-right reach and with a negative
-  // one (the first rows see no key); additive biases
+  // one (the first rows see no key); dropout (the Dropout op's Philox mask, in both the
+  // kernels and the interpreter's references); additive biases
   // broadcast per batch (a padding mask's shape) and per head and row; FP16 and BF16.
   // Deterministic: no atomics, the same bits on every thread order.
   struct Form {
@@ -349,24 +350,37 @@ TEST(KernelLibrary, FlashAttentionAndItsGradient) {
     int64_t sq, sk, hd;
     const char *attrs, *bias; // (bias: its dims before Sk, or null)
   };
-  for (const Form &f :
-       {Form{"fp16 head size 40", "f16", 70, 45, 40, "{scale = 0.16}", nullptr},
-        Form{"bf16 causal, head size 64", "bf16", 150, 150, 64, "{causal = 1, scale = 0.125}",
-             nullptr},
-        Form{"fp16 causal reach 25, 24 x 49", "f16", 24, 49, 32,
-             "{causal = 1, reach = 25, scale = 0.18}", nullptr},
-        Form{"fp16 bias per batch", "f16", 33, 70, 32, "{scale = 0.18}", "2,1,1,"},
-        Form{"bf16 causal, bias per head and row", "bf16", 40, 40, 16, "{causal = 1, scale = 0.25}",
-             "3,40,"},
-        Form{"fp16 causal reach -20, 49 x 24 (rows with no key: NaN O, zero dQ)", "f16", 49, 24, 32,
-             "{causal = 1, reach = -20, scale = 0.2}", nullptr}}) {
+  for (const Form &f : {Form{"fp16 head size 40", "f16", 70, 45, 40, "{scale = 0.16}", nullptr},
+                        Form{"bf16 causal, head size 64", "bf16", 150, 150, 64,
+                             "{causal = 1, scale = 0.125}", nullptr},
+                        Form{"fp16 causal reach 25, 24 x 49", "f16", 24, 49, 32,
+                             "{causal = 1, reach = 25, scale = 0.18}", nullptr},
+                        Form{"fp16 bias per batch", "f16", 33, 70, 32, "{scale = 0.18}", "2,1,1,"},
+                        Form{"bf16 causal, bias per head and row", "bf16", 40, 40, 16,
+                             "{causal = 1, scale = 0.25}", "3,40,"},
+                        Form{"fp16 causal reach -20, 49 x 24 (rows with no key: NaN O, zero dQ)",
+                             "f16", 49, 24, 32, "{causal = 1, reach = -20, scale = 0.2}", nullptr},
+                        Form{"fp16 dropout 0.3", "f16", 70, 45, 32,
+                             "{dropout = 0.3, scale = 0.2, seed = 9}", nullptr},
+                        Form{"bf16 causal, bias per batch, dropout 0.1", "bf16", 40, 40, 16,
+                             "{causal = 1, dropout = 0.1, scale = 0.25, seed = 4}", "2,1,1,"},
+                        // (bias values set below: BF16's lowest on some keys of batch 0,
+                        // -inf on every key of batch 1: rows with no key left, NaN O,
+                        // zero gradients)
+                        Form{"bf16 lowest-value and all -inf biases", "bf16", 30, 50, 32,
+                             "{scale = 0.18}", "2,1,1,"}}) {
     auto ty = [&](int64_t s, int64_t d) {
       return std::string(f.dt) + "[2,3," + std::to_string(s) + "," + std::to_string(d) + "]";
     };
     const std::string rows = "f32[2,3," + std::to_string(f.sq) + "]";
     const std::string biasTy =
         f.bias ? std::string(f.dt) + "[" + f.bias + std::to_string(f.sk) + "]" : "";
-    const std::string biasIn = f.bias ? ", %b: " + biasTy : "", biasArg = f.bias ? ", %b" : "";
+    const bool drop = std::string(f.attrs).find("dropout") != std::string::npos;
+    const std::string biasIn = (f.bias ? ", %b: " + biasTy : "") + (drop ? ", %st: i64[]" : "");
+    const std::string biasArg = std::string(f.bias ? ", %b"
+                                            : drop ? ", _"
+                                                   : "") +
+                                (drop ? ", %st" : "");
     const std::string ir =
         std::string("graph @g(%q: ") + ty(f.sq, f.hd) + ", %k: " + ty(f.sk, f.hd) +
         ", %v: " + ty(f.sk, f.hd) + ", %do: " + ty(f.sq, f.hd) + biasIn +
@@ -377,10 +391,22 @@ TEST(KernelLibrary, FlashAttentionAndItsGradient) {
         "\n  %dq, %dk, %dv = FlashAttentionGrad(%q, %k, %v, %o, %do, %l" + biasArg + ") " +
         f.attrs + " : " + ty(f.sq, f.hd) + ", " + ty(f.sk, f.hd) + ", " + ty(f.sk, f.hd) +
         "\n  return %o, %l, %dq, %dk, %dv\n}";
+    std::map<std::string, ir::Tensor> in;
+    if (std::string(f.name).find("lowest") != std::string::npos) {
+      std::vector<float> b(static_cast<size_t>(2 * f.sk));
+      for (int64_t j = 0; j < f.sk; ++j) {
+        b[static_cast<size_t>(j)] = j % 5 == 0 ? -3.3895313892515355e38f : 0.1f * (j % 7);
+        b[static_cast<size_t>(f.sk + j)] = -std::numeric_limits<float>::infinity();
+      }
+      in["b"] = ir::Tensor::fromVector(ir::TensorType(ir::DType::BF16, {2, 1, 1, f.sk}), b);
+    }
+    if (drop) // (the training step's counter)
+      in["st"] =
+          ir::Tensor::fromVector(ir::TensorType(ir::DType::I64, {}), std::vector<int64_t>{3});
     KernelCase k{f.name,
                  ir.c_str(),
                  {"dlc::attention_mma", "dlc::attention_grad_prep", "dlc::attention_grad_mma"},
-                 {},
+                 in,
                  2,
                  true,
                  std::string(f.dt) == "bf16" ? 3e-2 : 1e-2};

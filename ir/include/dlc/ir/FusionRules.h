@@ -41,8 +41,9 @@ llvm::Expected<FusionGroup> classifyFusionGroup(const std::vector<Node *> &nodes
 
 /// The attention pattern: MatMul(Softmax(f(MatMul(Q, K'))), V) with f element-wise
 /// (scale, mask). If `mm2` is its second MatMul, returns the nodes from the first
-/// MatMul to the Softmax (in order), else an empty list.
-std::vector<Node *> attentionCore(const Node &mm2);
+/// MatMul to the Softmax (in order), else an empty list. `probs`: the Softmax's result
+/// where it reaches mm2 through another node (training's Dropout), else mm2's operand.
+std::vector<Node *> attentionCore(const Node &mm2, const Value *probs = nullptr);
 
 /// The causal mask in an attention core's score chain (attentionCore's nodes, scores
 /// [..., Sq, Sk]): `reach` is the largest key - query that some row leaves unmasked,

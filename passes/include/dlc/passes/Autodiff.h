@@ -25,7 +25,8 @@ struct Gradient {
 /// value, is d loss / d loss (1 when null; the loss scale in mixed-precision training, so every
 /// gradient comes out multiplied by it).
 llvm::Expected<std::vector<Gradient>> buildGradients(ir::Graph &g, ir::Value *loss,
-                                                     ir::Value *seed = nullptr);
+                                                     ir::Value *seed = nullptr,
+                                                     bool fuseAttentionDropout = false);
 
 /// Replaces the ops that a gradient must cross and that have no rule of their own
 /// (OpDef::decompose: LSTM, GRU) by their decomposition. buildGradients does it
@@ -39,7 +40,9 @@ llvm::Error decomposeForGradients(ir::Graph &g);
 /// multiples of 8 up to 128) by one FlashAttention
 /// node, whose gradient recomputes the scores from the saved log-sum-exp instead of
 /// keeping the Sq x Sk probabilities. buildGradients does it after decomposing.
-llvm::Error flashAttentionForGradients(ir::Graph &g);
+/// `fuseDropout`: an attention whose probabilities go through training-mode Dropout is
+/// rewritten too (TrainingOptions::fuseAttentionDropout), else left op by op.
+llvm::Error flashAttentionForGradients(ir::Graph &g, bool fuseDropout = false);
 
 /// Decides what trains. Trainable parameters: the constants and variables without
 /// updates (imported initializers, ImportOptions::initializersAsVariables) that are

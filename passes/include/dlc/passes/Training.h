@@ -57,6 +57,11 @@ struct TrainingOptions {
   std::optional<uint64_t> bucketBytes;
   /// --sync-batchnorm: BatchNorm's batch statistics are those of the global batch.
   bool syncBatchNorm = false;
+  /// FP16/BF16 attention keeps training-mode Dropout of its probabilities inside
+  /// FlashAttention (--fused-attention-dropout): the Sq x Sk probabilities and mask are
+  /// never stored, but each kernel draws the Philox mask again (about twice the
+  /// attention's time, modeled); by default such attention stays op by op.
+  bool fuseAttentionDropout = false;
   /// --zero N: ZeRO-1, the optimizer state sharded over N ranks (instead of buckets).
   std::optional<int64_t> zeroRanks;
 };
