@@ -58,8 +58,8 @@ std::vector<Value *> GradBuilder::ops(OpKind k, std::vector<Value *> operands, A
   std::vector<Value *> none(numResults, nullptr);
   if (failed())
     return none;
-  // Optional operands are passed as null only at the end; a null anywhere else
-  // means an earlier builder call failed.
+  // Optional operands (past the op's minimum) may be null, absent; a null among the
+  // required ones means an earlier builder call failed.
   for (size_t i = 0; i < operands.size(); ++i)
     if (!operands[i] && i < static_cast<size_t>(opDef(k).minOperands)) {
       fail(errorf("{0} is missing operand {1}", opName(k), i));

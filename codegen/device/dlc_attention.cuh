@@ -234,12 +234,14 @@ __device__ __forceinline__ void attentionCopy(SmemAddr dst, const MT *src, I row
   }
 }
 
-/// An additive attention bias value in FP32: -inf as it is (a mask), finite values no
-/// lower than -1e30 (BF16's and FP32's lowest values, as masks write them, would
-/// overflow to -inf once scaled).
+/// An additive attention bias value in FP32 (FlashAttention's semantics, as its
+/// reference): -inf as it is (a mask), finite values no lower than -1e5.
+/// Lowest-value masks (BF16's and FP32's, as exporters write them) then still weigh
+/// exactly 0 beside a key kept, and a row whose every key they mask stays finite (a
+/// softmax of its raw scores) instead of losing its exponents to cancellation at 1e38.
 template <class T> __device__ __forceinline__ float attentionBias(T b) {
   const float v = static_cast<float>(b);
-  return v == -(1.0f / 0.0f) ? v : fmaxf(v, -1e30f);
+  return v == -(1.0f / 0.0f) ? v : fmaxf(v, -1e5f);
 }
 
 /// Whether FlashAttention's dropout keeps pair (row, key) of bh (AttentionShape's or

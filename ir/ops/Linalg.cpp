@@ -199,7 +199,9 @@ llvm::Error gradGemm(GradBuilder &b, const Node &n) {
 // passes/Autodiff.cpp).
 // Q [..., Sq, hd], K [..., Sk, hd] (rows, not transposed), V [..., Sk, hdv], the same
 // batch dims; S = scale Q K^T (+ bias, broadcast to [..., Sq, Sk], its last dim Sk:
-// a padding mask, a position bias), with causal = 1 the keys past query + reach masked
+// a padding mask, a position bias; finite values below -1e5 act as -1e5, so that a
+// lowest-value mask weighs exactly 0 beside a kept key and a row it masks entirely
+// stays finite), with causal = 1 the keys past query + reach masked
 // (-inf); with dropout > 0, training-mode Dropout of the probabilities (pair (q, k) of
 // row bh kept, scaled by 1 / (1 - dropout), where Philox's uniform number for (seed,
 // step, (bh Sq + q) Sk + k) is at least dropout: the Dropout op's mask of P); O =
@@ -337,11 +339,13 @@ struct AttentionRef {
         double acc = 0;
         for (int64_t d = 0; d < hd; ++d)
           acc += q[(b * Sq + i) * hd + d] * k[(b * Sk + j) * hd + d];
-        const double add =
+        double add =
             bias.empty()
                 ? 0.0
                 : bias[static_cast<size_t>((b / view.innerCount) * view.outer +
                                            (b % view.innerCount) * view.inner + i * view.row + j)];
+        if (add != -INFINITY) // (finite values below -1e5 act as -1e5: dlc_attention.cuh)
+          add = std::max(add, -1e5);
         s[i * Sk + j] = causal && j > i + reach ? -INFINITY : scale * acc + add;
       }
     return s;

@@ -364,11 +364,12 @@ TEST(KernelLibrary, FlashAttentionAndItsGradient) {
                              "{dropout = 0.3, scale = 0.2, seed = 9}", nullptr},
                         Form{"bf16 causal, bias per batch, dropout 0.1", "bf16", 40, 40, 16,
                              "{causal = 1, dropout = 0.1, scale = 0.25, seed = 4}", "2,1,1,"},
-                        // (bias values set below: BF16's lowest on some keys of batch 0,
-                        // -inf on every key of batch 1: rows with no key left, NaN O,
-                        // zero gradients)
+                        // (bias values set below: in batch 1, head 0 -inf on every key
+                        // (rows with no key left: NaN O, zero gradients), head 1 BF16's
+                        // lowest value on every key (finite: a softmax of the raw scores);
+                        // elsewhere on some keys, with -inf on others)
                         Form{"bf16 lowest-value and all -inf biases", "bf16", 30, 50, 32,
-                             "{scale = 0.18}", "2,1,1,"}}) {
+                             "{scale = 0.125}", "2,3,1,"}}) {
     auto ty = [&](int64_t s, int64_t d) {
       return std::string(f.dt) + "[2,3," + std::to_string(s) + "," + std::to_string(d) + "]";
     };
@@ -393,12 +394,16 @@ TEST(KernelLibrary, FlashAttentionAndItsGradient) {
         "\n  return %o, %l, %dq, %dk, %dv\n}";
     std::map<std::string, ir::Tensor> in;
     if (std::string(f.name).find("lowest") != std::string::npos) {
-      std::vector<float> b(static_cast<size_t>(2 * f.sk));
-      for (int64_t j = 0; j < f.sk; ++j) {
-        b[static_cast<size_t>(j)] = j % 5 == 0 ? -3.3895313892515355e38f : 0.1f * (j % 7);
-        b[static_cast<size_t>(f.sk + j)] = -std::numeric_limits<float>::infinity();
-      }
-      in["b"] = ir::Tensor::fromVector(ir::TensorType(ir::DType::BF16, {2, 1, 1, f.sk}), b);
+      const float lowest = -3.3895313892515355e38f, inf = std::numeric_limits<float>::infinity();
+      std::vector<float> b(static_cast<size_t>(6 * f.sk));
+      for (int64_t h = 0; h < 6; ++h) // (batch h / 3, head h % 3)
+        for (int64_t j = 0; j < f.sk; ++j)
+          b[static_cast<size_t>(h * f.sk + j)] = h == 3       ? -inf
+                                                 : h == 4     ? lowest
+                                                 : j % 5 == 0 ? lowest
+                                                 : j % 7 == 3 ? -inf
+                                                              : 0.1f * static_cast<float>(j % 7);
+      in["b"] = ir::Tensor::fromVector(ir::TensorType(ir::DType::BF16, {2, 3, 1, f.sk}), b);
     }
     if (drop) // (the training step's counter)
       in["st"] =
