@@ -69,9 +69,9 @@ def _model_bytes(model):
     return None
 
 
-def _train_options(train, loss, label, optimizer, lr, momentum, weight_decay):
+def _train_options(train, loss, label, optimizer, lr, momentum, weight_decay, fused_attention_dropout=False):
     given = {"loss": loss, "label": label, "optimizer": optimizer, "lr": lr, "momentum": momentum,
-             "weight_decay": weight_decay}
+             "weight_decay": weight_decay, "fused_attention_dropout": True if fused_attention_dropout else None}
     given = {k: v for k, v in given.items() if v is not None}
     if not train:
         if given:
@@ -82,7 +82,7 @@ def _train_options(train, loss, label, optimizer, lr, momentum, weight_decay):
 
 def compile(model, output=None, *, target=None, fp16=False, bf16=False, layout="auto", input_shapes=None,
             opt_level=2, cache_dir=None, verbose=False, train=False, loss=None, label=None, optimizer=None, lr=None,
-            momentum=None, weight_decay=None, tf32=None, deterministic=False):
+            momentum=None, weight_decay=None, tf32=None, deterministic=False, fused_attention_dropout=False):
     """Compiles an ONNX model (a path, its bytes or an onnx.ModelProto) into a .dlc
     package and returns the package's path (default: the model's path with .dlc).
 
@@ -97,9 +97,12 @@ def compile(model, output=None, *, target=None, fp16=False, bf16=False, layout="
     convolutions and GEMMs on tensor cores in TF32 (None: on, except with train=True;
     False: strict FP32, dlc compile --no-tf32). deterministic: the same bits on every run
     (floating-point scatter-adds, training's MaxPool and Gather gradients, as fixed-point
-    sums; dlc compile --deterministic). Errors raise dlc.CompileError with dlc's
-    message; bad options raise ValueError."""
-    training = _train_options(train, loss, label, optimizer, lr, momentum, weight_decay)
+    sums; dlc compile --deterministic). fused_attention_dropout (with train=True): FP16/BF16
+    attention with Dropout on its probabilities trains fused too (dlc compile
+    --fused-attention-dropout: no Sq x Sk tensors kept, slower). Errors raise
+    dlc.CompileError with dlc's message; bad options raise ValueError."""
+    training = _train_options(train, loss, label, optimizer, lr, momentum, weight_decay,
+                              fused_attention_dropout)
     if fp16 and bf16:
         raise ValueError("fp16 and bf16 exclude each other")
     if tf32 not in (None, True, False):

@@ -649,6 +649,8 @@ void compileModel(const std::string &model, const std::string &output,
         t.optimizer = *opt;
       } else if (k == "label") {
         t.label = py::str(value);
+      } else if (k == "fused_attention_dropout") {
+        t.fuseAttentionDropout = value.cast<bool>();
       } else if (k == "lr" || k == "momentum" || k == "weight_decay") {
         double v = value.cast<double>();
         (k == "lr" ? t.lr : k == "momentum" ? t.momentum : t.weightDecay) = v;

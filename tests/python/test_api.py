@@ -504,6 +504,41 @@ def test_training_session_errors(linear, digits):
         dlc.TrainingSession(digits, device="emu")
     with pytest.raises(ValueError, match="go with train=True"):
         dlc.compile(os.path.join(DIGITS, "digits_cnn.onnx"), "/tmp/never.dlc", lr=0.1)
+    with pytest.raises(ValueError, match="fused_attention_dropout go with train=True"):
+        dlc.compile(os.path.join(DIGITS, "digits_cnn.onnx"), "/tmp/never.dlc", fused_attention_dropout=True)
+
+
+def test_fused_attention_dropout_is_an_option(work):
+    # Attention (Q, K and V trainable [1, 2, 16, 16]) with training-mode Dropout on its
+    # probabilities, loss sum(O): FP16 training keeps it op by op unless asked; with
+    # fused_attention_dropout=True the package runs FlashAttention's backward kernels,
+    # and a step runs on emu with finite results.
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.uniform(-1, 1, (1, 2, 16, 16)).astype(np.float32), n) for n in "qkv"]
+    consts = {"scale": np.array(0.25, np.float32), "ratio": np.array(0.2, np.float32), "training": np.array(True)}
+    nodes = [helper.make_node("Constant", [], [n], value=numpy_helper.from_array(a, n)) for n, a in consts.items()]
+    nodes += [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Mul", ["s", "scale"], ["ss"]),
+             helper.make_node("Softmax", ["ss"], ["p"], axis=-1),
+             helper.make_node("Dropout", ["p", "ratio", "training"], ["pd"], seed=5),
+             helper.make_node("MatMul", ["pd", "v"], ["o"]),
+             helper.make_node("Mul", ["o", "x"], ["w"]),
+             helper.make_node("ReduceSum", ["w"], ["loss"], keepdims=0)]
+    graph = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 16, 16])],
+                              [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    pkgs = {}
+    for fused in (False, True):
+        pkgs[fused] = dlc.compile(model, os.path.join(work, "attn_dropout_%d.dlc" % fused), target="emu",
+                                  fp16=True, train=True, loss="none", fused_attention_dropout=fused)
+    with open(pkgs[False], "rb") as f:
+        assert b"attention_grad_mma" not in f.read()
+    with open(pkgs[True], "rb") as f:
+        assert b"attention_grad_mma" in f.read()
+    t = dlc.TrainingSession(pkgs[True], device="emu")
+    loss = t.step({"x": np.ones((1, 2, 16, 16), np.float32)})
+    assert np.isfinite(loss).all()
 
 
 def test_a_training_session_from_two_threads(linear):
