@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <set>
 #include <unordered_set>
@@ -283,30 +284,41 @@ AttentionMask attentionCausalMask(const std::vector<Node *> &core, int64_t Sq, i
   return none;
 }
 
-std::optional<float> attentionChainScale(const std::vector<Node *> &core,
-                                         const std::set<const Node *> &masks) {
+std::optional<AttentionChain> attentionChain(const std::vector<Node *> &core,
+                                             const std::set<const Node *> &masks,
+                                             const std::function<bool(const Value &)> &biasOk) {
+  AttentionChain chain;
   double scale = 1;
-  bool any = false;
+  const Value *cur = core.front()->result(); // the chain's value so far
   for (size_t k = 1; k + 1 < core.size(); ++k) {
     const Node &n = *core[k];
-    any = true;
-    if (n.kind() == OpKind::Cast || masks.count(&n))
-      continue;
-    if (n.kind() != OpKind::Mul && n.kind() != OpKind::Div)
+    Value *other = nullptr; // the operand that is not the chain's value
+    for (Value *o : n.operands())
+      if (o != cur)
+        other = o;
+    const bool first = n.numOperands() > 0 && n.operand(0) == cur;
+    const bool scalar =
+        other && other->isConstant() && other->type().numElements() == 1 && n.numOperands() == 2;
+    if (n.kind() == OpKind::Cast || masks.count(&n)) {
+      // (a cast; a mask the kernel applies itself)
+    } else if ((n.kind() == OpKind::Mul || (n.kind() == OpKind::Div && first)) && scalar &&
+               !chain.bias) {
+      const double v = loadElement<double>(other->dtype(), other->data().raw(), 0);
+      if (!(v > 0) || std::isinf(v))
+        return std::nullopt;
+      scale = n.kind() == OpKind::Mul ? scale * v : scale / v;
+    } else if (n.kind() == OpKind::Add && n.numOperands() == 2 && other && !chain.bias && biasOk &&
+               biasOk(*other)) {
+      chain.bias = other;
+    } else {
       return std::nullopt;
-    const Value *c = n.operand(1), *x = n.operand(0);
-    if (n.kind() == OpKind::Mul && (!c->isConstant() || c->type().numElements() != 1))
-      std::swap(c, x);
-    if (!c->isConstant() || c->type().numElements() != 1 || x->isConstant())
-      return std::nullopt;
-    const double v = loadElement<double>(c->dtype(), c->data().raw(), 0);
-    if (!(v > 0) || std::isinf(v))
-      return std::nullopt;
-    scale = n.kind() == OpKind::Mul ? scale * v : scale / v;
+    }
+    cur = n.result();
   }
-  if (!any)
+  chain.scale = static_cast<float>(scale);
+  if (!(chain.scale > 0) || std::isinf(chain.scale))
     return std::nullopt;
-  return static_cast<float>(scale);
+  return chain;
 }
 
 std::vector<std::pair<int64_t, int64_t>>

@@ -133,42 +133,16 @@ llvm::Error flashAttentionForGradients(Graph &g, bool fuseDropout) {
         hd > kFlashAttentionMaxHeadSize || hdv > kFlashAttentionMaxHeadSize ||
         product(Shape(ss.begin(), ss.end() - 2)) > kMaxAttentionBatchHeads)
       continue;
-    // The score chain, from the scores to the Softmax: Mul/Div by positive scalar
-    // constants, then at most one Add of a bias that needs no gradient and broadcasts
-    // to the scores (a padding mask, a position bias), and the exact causal mask's
-    // nodes anywhere.
+    // The score chain: positive scales, then at most one bias that needs no gradient
+    // and broadcasts to the scores (a padding mask, a position bias), and the exact
+    // causal mask's nodes anywhere.
     const AttentionMask mask = attentionCausalMask(core, Sq, Sk);
-    double scale = 1;
-    Value *bias = nullptr;
-    bool ok = true;
-    const Value *cur = mm1->result();
-    for (size_t i = 1; i + 1 < core.size() && ok; ++i) {
-      Node *c = core[i];
-      Value *other = nullptr; // the operand that is not the chain's value
-      for (unsigned j = 0; j < c->numOperands(); ++j)
-        if (c->operand(j) != cur)
-          other = c->operand(j);
-      const bool first = c->numOperands() > 0 && c->operand(0) == cur;
-      if (mask.exact && mask.nodes.count(c)) {
-        // (applied by the kernel)
-      } else if ((c->kind() == OpKind::Mul || (c->kind() == OpKind::Div && first)) && !bias &&
-                 c->numOperands() == 2 && other && other->isConstant() &&
-                 other->type().numElements() == 1) {
-        const double k = loadElement<double>(other->dtype(), other->data().raw(), 0);
-        ok = k > 0 && std::isfinite(k);
-        scale = c->kind() == OpKind::Mul ? scale * k : scale / k;
-      } else if (c->kind() == OpKind::Add && !bias && c->numOperands() == 2 && other &&
-                 other->dtype() == dt && !varying.count(other) &&
-                 attentionBiasView(other->shape(), ss)) {
-        bias = other;
-      } else {
-        ok = false;
-      }
-      cur = c->result();
-    }
-    const float fscale = static_cast<float>(scale); // (the attribute's precision)
-    if (!ok || !(fscale > 0) || !std::isfinite(fscale))
+    const auto chain = attentionChain(core, mask.nodes, [&](const Value &x) {
+      return x.dtype() == dt && !varying.count(&x) && attentionBiasView(x.shape(), ss);
+    });
+    if (!chain)
       continue;
+    Value *bias = chain->bias;
     b.begin(*mm2, {}, {});
     b.setInsertionPoint(mm2);
     std::vector<int64_t> perm(static_cast<size_t>(r));
@@ -179,7 +153,7 @@ llvm::Error flashAttentionForGradients(Graph &g, bool fuseDropout) {
     std::vector<Value *> operands = {q, b.transpose(kT, perm), v};
     if (bias || drop)
       operands.push_back(bias);
-    AttrMap attrs = {{"scale", Attribute(fscale)},
+    AttrMap attrs = {{"scale", Attribute(chain->scale)},
                      {"causal", Attribute(int64_t{causal})},
                      {"reach", Attribute(causal ? mask.reach : int64_t{0})}};
     if (drop) {

@@ -401,24 +401,17 @@ __global__ void __launch_bounds__(Tile::Threads) attention_mma(const AttentionMm
     // are hoisted; a row's coordinates are split once, not per key); keys past Sk,
     // only in the last tile, score -inf.
     const I key0 = static_cast<I>(kt) * BN;
-    if constexpr (Chain) {
+    if constexpr (Chain || Bias) { // (the chain's functor, or FlashAttention's bias)
 #pragma unroll
       for (int j = 0; j < NS; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const I key = key0 + static_cast<I>(8 * j + 2 * t + (e & 1));
-          sc[0][j][e] = static_cast<float>(
-              Sc::apply2(a.sc, rowAt[e >> 1], !Edge || key < Sk ? key : Sk - 1, sc[0][j][e]));
-        }
-    }
-    if constexpr (Bias) {
-#pragma unroll
-      for (int j = 0; j < NS; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const I key = key0 + static_cast<I>(8 * j + 2 * t + (e & 1));
-          sc[0][j][e] = fmaf(attentionBias(biasAt[e >> 1][!Edge || key < Sk ? key : Sk - 1]),
-                             biasMul, sc[0][j][e]);
+          I key = key0 + static_cast<I>(8 * j + 2 * t + (e & 1));
+          key = !Edge || key < Sk ? key : Sk - 1;
+          if constexpr (Chain)
+            sc[0][j][e] = static_cast<float>(Sc::apply2(a.sc, rowAt[e >> 1], key, sc[0][j][e]));
+          else
+            sc[0][j][e] = fmaf(attentionBias(biasAt[e >> 1][key]), biasMul, sc[0][j][e]);
         }
     }
     if (Edge && Causal && key0 + BN - 1 > q0 + static_cast<I>(warp * 16) + reach) {

@@ -253,9 +253,9 @@ llvm::Error lowerAttentionMma(Lowering &l, const FusionGroup &g, AttentionShape 
   s.v = ops[2].o;
   s.q.p = s.k.p = s.v.p = nullptr;
   // (core: MatMul, the chain, Softmax)
-  const std::optional<float> scale = attentionChainScale(g.core, causal.nodes);
-  const bool chain = g.core.size() > 2 && !scale;
-  s.scale = scale.value_or(1.0f);
+  const std::optional<AttentionChain> scale = attentionChain(g.core, causal.nodes);
+  const bool chain = !scale;
+  s.scale = scale ? scale->scale : 1.0f;
   // (An exact causal mask the kernel applies itself: keys past query + keyReach.)
   const bool applyCausal = !chain && causal.exact;
   std::array<BufferRef, 3> at = {ops[0].at, ops[1].at, ops[2].at};

@@ -63,10 +63,18 @@ struct AttentionMask {
   std::set<const Node *> nodes;
 };
 AttentionMask attentionCausalMask(const std::vector<Node *> &core, int64_t Sq, int64_t Sk);
-/// The positive constant a score chain of only Mul or Div by a scalar constant (and
-/// Casts, and the `masks` nodes) scales by; none for any other chain or an empty one.
-std::optional<float> attentionChainScale(const std::vector<Node *> &core,
-                                         const std::set<const Node *> &masks);
+/// A score chain (attentionCore's nodes from the scores to the Softmax) read as
+/// Mul/Div of the chain's value by positive scalar constants, then at most one Add of
+/// a value `biasOk` accepts (none without it), Casts and the `masks` nodes (applied by
+/// the kernel) aside: the product of the scales (1 for an empty chain) and the bias;
+/// none for any other chain.
+struct AttentionChain {
+  float scale = 1;
+  Value *bias = nullptr;
+};
+std::optional<AttentionChain> attentionChain(const std::vector<Node *> &core,
+                                             const std::set<const Node *> &masks,
+                                             const std::function<bool(const Value &)> &biasOk = {});
 /// The first `count` dims of a strided view (sizes and element strides) as (size,
 /// stride) groups: size-1 dims dropped, neighbours merged where the outer stride is
 /// the inner one times its size. Attention's batch dims, read as at most two groups.
