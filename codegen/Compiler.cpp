@@ -161,7 +161,8 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
       auto step = [&](pkg::StepKind kind, flatbuffers::Offset<void> op) {
         steps.push_back(pkg::CreateStep(fb, kind, op, node, archs, s.schedules,
                                         cond ? &*cond : nullptr, s.predicate && s.predicate->when,
-                                        s.altGroup, s.alt));
+                                        s.altGroup, s.alt, s.tactic,
+                                        s.tacticDesc.empty() ? 0 : fb.CreateString(s.tacticDesc)));
       };
       if (const auto *l = std::get_if<LaunchStep>(&s.op)) {
         step(pkg::StepKind::Launch, launchOf(*l).Union());
@@ -180,8 +181,19 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
             fb, toPkg(g->dtype), g->transA, g->transB, g->m, g->n, g->k, g->batch, &a, &b, &c,
             g->lda, g->ldb, g->ldc, g->strideA, g->strideB, g->strideC, g->alpha, g->beta,
             bias ? &*bias : nullptr, g->activation, cIn ? &*cIn : nullptr,
-            g->workspaceBytes ? &ws : nullptr, g->workspaceBytes, fallback, g->tf32);
+            g->workspaceBytes ? &ws : nullptr, g->workspaceBytes, fallback, g->tf32, g->algoRank);
         step(pkg::StepKind::Gemm, gemm.Union());
+      } else if (const auto *v = std::get_if<CudnnConvStep>(&s.op)) {
+        pkg::BufRef x = ref(v->x), w = ref(v->w), y = ref(v->y), ws = ref(v->workspace);
+        std::optional<pkg::BufRef> bias;
+        if (v->bias)
+          bias = ref(*v->bias);
+        auto conv = pkg::CreateCudnnConv(
+            fb, toPkg(v->dtype), &x, &w, &y, v->n, v->c, v->k, v->groups, fb.CreateVector(v->in),
+            fb.CreateVector(v->out), fb.CreateVector(v->kernel), fb.CreateVector(v->stride),
+            fb.CreateVector(v->dilation), fb.CreateVector(v->padBegin), fb.CreateVector(v->padEnd),
+            v->workspaceBytes ? &ws : nullptr, v->workspaceBytes, bias ? &*bias : nullptr, v->relu);
+        step(pkg::StepKind::CudnnConv, conv.Union());
       } else if (const auto *c = std::get_if<CopyStep>(&s.op)) {
         pkg::BufRef src = ref(c->src), dst = ref(c->dst);
         auto copy = pkg::CreateCopy(fb, &src, &dst, c->bytes);
@@ -518,6 +530,7 @@ llvm::Expected<Program> lowerFor(const Graph &g, const std::vector<std::string> 
   lo.wideIndices = opts.wideIndices;
   lo.convTile = opts.convTile;
   lo.attentionKernel = opts.attentionKernel;
+  lo.vendorTactics = opts.vendorTactics;
   lo.deterministic = opts.deterministic;
   lo.tf32 = opts.tf32;
   lo.tf32Everywhere = opts.tf32Everywhere;
@@ -541,7 +554,8 @@ llvm::Expected<pkg::PackageImage> compileProgram(std::shared_ptr<Program> progra
   std::set<std::string> tf32Seen;
   for (const StepDesc &s : program->steps) {
     rep.launches += std::holds_alternative<LaunchStep>(s.op);
-    rep.libraryCalls += std::holds_alternative<GemmStep>(s.op);
+    rep.libraryCalls +=
+        std::holds_alternative<GemmStep>(s.op) || std::holds_alternative<CudnnConvStep>(s.op);
     const auto *launch = std::get_if<LaunchStep>(&s.op);
     const auto *gemm = std::get_if<GemmStep>(&s.op);
     bool tf32 = (launch && program->kernels[launch->kernel].tf32) || (gemm && gemm->tf32);

@@ -359,7 +359,28 @@ void Lowering::addGemm(const GemmStep &g0, const Node &n) {
     g.fallback = makeLaunch(k, a, gridFor(static_cast<uint64_t>(s.total), 256), 256, 0,
                             2.0 * static_cast<double>(s.total));
   }
-  p_.steps.push_back({g, n.name(), {}});
+  // Tactics: a GEMM large enough for the choice to matter carries cuBLASLt's first
+  // kGemmAlgorithms heuristic algorithms as alternatives (the first is the default),
+  // timed on the GPU when a session starts: the heuristic's first is not always the
+  // fastest at a given shape.
+  constexpr int kGemmAlgorithms = 3;
+  constexpr double kGemmTacticFlops = double(1 << 26);
+  const double flops = 2.0 * double(g.m) * double(g.n) * double(g.k) * double(g.batch);
+  if (!opts_.vendorTactics || flops < kGemmTacticFlops) {
+    p_.steps.push_back({g, n.name(), {}});
+    return;
+  }
+  const uint32_t group = newAltGroup();
+  for (int r = 0; r < kGemmAlgorithms; ++r) {
+    g.algoRank = static_cast<uint8_t>(r);
+    const size_t from = p_.steps.size();
+    p_.steps.push_back({g, n.name(), {}});
+    markAlt(from, group, static_cast<uint8_t>(r + 1), pkg::TacticKind::CublasLt,
+            "cuBLASLt heuristic algorithm #" + std::to_string(r + 1));
+  }
+}
+void Lowering::addCudnnConv(const CudnnConvStep &c, const Node &n) {
+  p_.steps.push_back({c, n.name(), {}});
 }
 void Lowering::addCopy(BufferRef src, BufferRef dst, uint64_t bytes, const Node &n) {
   p_.steps.push_back({CopyStep{src, dst, bytes}, n.name(), {}});

@@ -146,6 +146,21 @@ struct GemmStep {
   std::optional<LaunchStep> fallback;
   /// FP32 inputs rounded to TF32 on tensor cores (set by Lowering::addGemm).
   bool tf32 = false;
+  /// Tactics: cuBLASLt's heuristic algorithm of this rank (pkg::Gemm::algo_rank).
+  uint8_t algoRank = 0;
+};
+
+/// A convolution for cuDNN's graph API (pkg::CudnnConv): channels-last x, w and y of
+/// one 16-bit dtype; the spatial vectors have 2 or 3 entries.
+struct CudnnConvStep {
+  ir::DType dtype;
+  BufferRef x, w, y;
+  int64_t n = 0, c = 0, k = 0, groups = 1;
+  std::vector<int64_t> in, out, kernel, stride, dilation, padBegin, padEnd;
+  BufferRef workspace;
+  uint64_t workspaceBytes = 0;
+  std::optional<BufferRef> bias; // [k], added by cuDNN
+  bool relu = false;             // ... then ReLU
 };
 
 struct CopyStep {
@@ -191,7 +206,9 @@ struct StepPredicate {
 };
 
 struct StepDesc {
-  std::variant<LaunchStep, GemmStep, CopyStep, MemsetStep, CollectiveStep, CollectiveWaitStep> op;
+  std::variant<LaunchStep, GemmStep, CopyStep, MemsetStep, CollectiveStep, CollectiveWaitStep,
+               CudnnConvStep>
+      op;
   std::string node;
   std::vector<std::string> archs; // empty: every architecture
   uint8_t schedules = kMainSchedule;
@@ -200,6 +217,9 @@ struct StepDesc {
   /// the device at once, 2 where it does not.
   uint32_t altGroup = 0;
   uint8_t alt = 0;
+  /// Tactics (pkg::Step::tactic): who implements alternative `alt` of a timed group.
+  pkg::TacticKind tactic = pkg::TacticKind::None;
+  std::string tacticDesc = {};
 };
 
 struct TensorDesc {
@@ -295,6 +315,8 @@ struct LoweringOptions {
   std::string convTile;
   /// --attention-kernel: "mma", "cuda-core", or "" (the model's choice).
   std::string attentionKernel;
+  /// Vendor alternatives (cuDNN) beside our kernels (CompileOptions::vendorTactics).
+  bool vendorTactics = true;
   /// --deterministic: floating-point scatter-adds (MaxPool's and Gather's gradients)
   /// give the same bits on every run (fixed-point sums), not atomic float adds.
   bool deterministic = false;
@@ -381,12 +403,17 @@ public:
   /// appended so far, and marking steps [from, now) as alternative `alt` of `group`.
   uint32_t newAltGroup() { return ++altGroups_; }
   size_t stepCount() const { return p_.steps.size(); }
-  void markAlt(size_t from, uint32_t group, uint8_t alt) {
+  void markAlt(size_t from, uint32_t group, uint8_t alt,
+               pkg::TacticKind tactic = pkg::TacticKind::None, const std::string &desc = "") {
     for (size_t s = from; s < p_.steps.size(); ++s) {
       p_.steps[s].altGroup = group;
       p_.steps[s].alt = alt;
+      p_.steps[s].tactic = tactic;
+      p_.steps[s].tacticDesc = desc;
     }
   }
+  /// Appends a cuDNN convolution step (a vendor tactic).
+  void addCudnnConv(const CudnnConvStep &c, const ir::Node &n);
 
   /// Plans something per target architecture (`plan(arch)`, a comparable value) and
   /// groups the architectures that get the same plan. With one group, its

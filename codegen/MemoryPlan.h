@@ -49,6 +49,14 @@ template <class F> void forEachBufferRef(const StepDesc &s, F f) {
     if (g->fallback)
       for (const auto &r : g->fallback->params.relocs)
         f(r.second);
+  } else if (const auto *v = std::get_if<CudnnConvStep>(&s.op)) {
+    f(v->x);
+    f(v->w);
+    f(v->y);
+    if (v->workspaceBytes)
+      f(v->workspace);
+    if (v->bias)
+      f(*v->bias);
   } else if (const auto *c = std::get_if<CopyStep>(&s.op)) {
     f(c->src);
     f(c->dst);

@@ -152,6 +152,10 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
         alt[i][s->alt_group()] = blocks <= uint64_t(std::max(perSm, 0)) * uint64_t(g.sms) ? 1 : 2;
       }
     }
+  // Tactic groups: the alternative a session runs without timing (our kernels).
+  for (size_t i = 0; i < ng; ++i)
+    for (const pkg::TacticGroup &tg : pkg::tacticGroups(schedule, arch[i]))
+      alt[i][tg.group] = tg.defaultAlt();
   auto altRuns = [&](const pkg::Step &s, size_t i) {
     if (!s.alt_group())
       return true;
@@ -164,8 +168,11 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
         continue;
       StepCost sc;
       sc.node = s->node() ? s->node()->str() : "";
+      sc.altGroup = s->tactic() != pkg::TacticKind::None ? s->alt_group() : 0;
+      sc.alt = s->alt();
       const pkg::Launch *l = s->op_as_Launch();
       const pkg::Gemm *gm = s->op_as_Gemm();
+      const pkg::CudnnConv *cc = s->op_as_CudnnConv();
       const pkg::Kernel *kernel = nullptr;
       uint64_t gemmM = 0, gemmN = 0, gemmK = 0, batch = 1;
       if (l) {
@@ -197,6 +204,24 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
         sc.tensor = gm->dtype() == pkg::DType::F16 || gm->dtype() == pkg::DType::BF16 || gm->tf32();
         sc.tf32 = gm->tf32();
         sc.blocks = ((gemmM + 127) / 128) * ((gemmN + 127) / 128) * batch;
+      } else if (cc) {
+        // Priced as the library GEMM it amounts to: output channels x positions, over
+        // the window's taps of a group's channels.
+        sc.kind = "cudnn";
+        uint64_t es = pkg::dtypeSize(cc->dtype()), positions = cc->n(), pixels = cc->n(), taps = 1;
+        for (size_t d = 0; d < cc->kernel()->size(); ++d) {
+          positions *= cc->spatial_out()->Get(d);
+          pixels *= cc->spatial_in()->Get(d);
+          taps *= cc->kernel()->Get(d);
+        }
+        gemmM = cc->k();
+        gemmN = positions;
+        gemmK = taps * cc->c() / cc->groups();
+        sc.bytesRead = pixels * cc->c() * es + gemmM * gemmK * es;
+        sc.bytesWritten = positions * cc->k() * es;
+        sc.flops = 2.0 * double(gemmM) * double(gemmN) * double(gemmK);
+        sc.tensor = true;
+        sc.blocks = ((gemmM + 127) / 128) * ((gemmN + 127) / 128);
       } else if (const pkg::Copy *cp = s->op_as_Copy()) {
         sc.kind = "copy";
         sc.bytesRead = sc.bytesWritten = cp->bytes();
@@ -243,7 +268,7 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
             ++c.peakPriced[i];
           if (runs && fromPtx)
             ++c.ptxPriced[i];
-        } else if (gm) {
+        } else if (gm || cc) {
           codegen::LibraryGemm lg;
           lg.m = gemmM;
           lg.n = gemmN;

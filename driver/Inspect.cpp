@@ -7,6 +7,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <map>
 
 namespace dlc::driver {
 
@@ -39,6 +40,27 @@ RangeSchedules rangeSchedules(const pkg::Package &m) {
       r.max = k;
   }
   return r;
+}
+
+/// A layer's candidates: kind, description, alternative, whether a session runs it
+/// without timing (emu, DLC_TACTICS=dlc), and (mine) whether it is `mine`'s.
+llvm::json::Array tacticsJson(const Report &r, const pkg::TacticGroup &g, uint8_t mine) {
+  llvm::json::Array a;
+  auto chosen = r.tacticsChosen.find(g.group);
+  for (const pkg::TacticAlt &t : g.alts) {
+    llvm::json::Object o{{"kind", pkg::tacticKindName(t.kind)},
+                         {"description", t.desc},
+                         {"alt", static_cast<int64_t>(t.alt)},
+                         {"default", t.alt == g.defaultAlt()}};
+    if (mine)
+      o["this_step"] = t.alt == mine;
+    if (chosen != r.tacticsChosen.end() && chosen->second.first == t.alt) {
+      o["chosen"] = true;
+      o["measured_us"] = chosen->second.second;
+    }
+    a.push_back(std::move(o));
+  }
+  return a;
 }
 
 llvm::json::Object boundsJson(const codegen::Bounds &b) {
@@ -201,6 +223,10 @@ Report inspect(const pkg::PackageFile &pf, const std::vector<codegen::GpuModel> 
   if (m.steps())
     for (const pkg::Step *st : *m.steps())
       r.conditionalSteps += st->predicate() != nullptr;
+  if (!r.cost.gpus.empty())
+    r.tactics =
+        pkg::tacticGroups(m.steps(), pkg::chooseStepArch(pkg::stepArchs(m),
+                                                         pkg::archNumber(r.cost.gpus.back().arch)));
   // Data-parallel training: the all-reduces at 2, 4 and 8 GPUs of one machine; ZeRO-1
   // packages run on the ranks they were compiled for.
   if (m.bucket_bytes()) {
@@ -322,8 +348,20 @@ llvm::json::Value toJson(const Report &r) {
                          {"roofline_us", perGpu(sc.roofline)}};
     if (sc.kernel >= 0)
       o["kernel"] = r.kernels[sc.kernel].name;
+    // A layer's step with alternatives: every candidate of its group, this step's own
+    // marked, and which one runs without timing.
+    for (const pkg::TacticGroup &g : r.tactics)
+      if (sc.altGroup && g.group == sc.altGroup) {
+        o["tactics"] = tacticsJson(r, g, sc.alt);
+        o["tactic_group"] = static_cast<int64_t>(g.group);
+      }
     steps.push_back(std::move(o));
   }
+  llvm::json::Array layers;
+  for (const pkg::TacticGroup &g : r.tactics)
+    layers.push_back(llvm::json::Object{{"node", g.node},
+                                        {"group", static_cast<int64_t>(g.group)},
+                                        {"tactics", tacticsJson(r, g, 0)}});
   llvm::json::Array targets;
   for (const Report::Module &mod : r.modules)
     if (std::find(targets.begin(), targets.end(), llvm::json::Value(mod.target)) == targets.end())
@@ -394,7 +432,7 @@ llvm::json::Value toJson(const Report &r) {
   llvm::json::Object profiles;
   for (const codegen::GpuModel &g : cost.gpus)
     profiles[g.name] = llvm::json::Object{{"arch", g.arch}, {"source", g.source}};
-  return llvm::json::Object{
+  llvm::json::Object root{
       {"model", r.model},
       {"data_parallel", std::move(dataParallel)},
       {"training", std::move(training)},
@@ -439,7 +477,12 @@ llvm::json::Value toJson(const Report &r) {
                          "SM fill, no launch overhead"},
       {"targets", std::move(targets)},
       {"kernels", std::move(kernels)},
-      {"steps", std::move(steps)}};
+      {"steps", std::move(steps)},
+      {"tactics", std::move(layers)}};
+  if (!r.tacticsCachePath.empty())
+    root["tactics_cache"] =
+        llvm::json::Object{{"path", r.tacticsCachePath}, {"key", r.tacticsCacheKey}};
+  return root;
 }
 
 void printReport(const Report &r, llvm::raw_ostream &os) {
@@ -462,6 +505,36 @@ void printReport(const Report &r, llvm::raw_ostream &os) {
                        double(r.arenaBytes) / double(r.maxLiveBytes),
                        (unsigned long long)r.maxLiveBytes, (unsigned long long)r.naiveBytes);
   os << ", weights " << r.weightBytes << " bytes\n";
+  if (!r.tactics.empty()) {
+    std::map<std::string, size_t> vendors;
+    for (const pkg::TacticGroup &g : r.tactics)
+      for (const pkg::TacticAlt &t : g.alts)
+        if (t.kind != pkg::TacticKind::Dlc)
+          ++vendors[pkg::tacticKindName(t.kind)];
+    os << "tactics: " << r.tactics.size() << " layer" << (r.tactics.size() == 1 ? "" : "s")
+       << " with alternatives (";
+    bool first = true;
+    for (const auto &[kind, n] : vendors) {
+      os << (first ? "" : ", ") << kind << " " << n;
+      first = false;
+    }
+    os << "), timed on the GPU when a session starts; modeled here with dlc's kernels "
+          "(--json: steps[].tactics)\n";
+    if (!r.tacticsCachePath.empty()) {
+      std::map<std::string, size_t> chosen;
+      for (const pkg::TacticGroup &g : r.tactics)
+        if (auto c = r.tacticsChosen.find(g.group); c != r.tacticsChosen.end())
+          for (const pkg::TacticAlt &t : g.alts)
+            if (t.alt == c->second.first)
+              ++chosen[pkg::tacticKindName(t.kind)];
+      os << "tactics cache " << r.tacticsCachePath << " (" << r.tacticsCacheKey << "):";
+      if (chosen.empty())
+        os << " no choice for this package's layers";
+      for (const auto &[kind, n] : chosen)
+        os << " " << kind << " " << n;
+      os << "\n";
+    }
+  }
   if (r.training)
     os << "training step: " << r.training->variables << " variables (" << r.training->trainable
        << " trainable parameters, the rest optimizer and model state; " << r.training->variableBytes

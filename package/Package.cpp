@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <map>
 #include <set>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -151,6 +152,67 @@ std::string unknownInputMessage(const Package &m, const std::string &name) {
       known += (known.empty() ? "" : ", ") + in->name()->str();
   return "the model has no input named '" + name +
          "' (inputs: " + (known.empty() ? "none" : known) + ")";
+}
+
+const char *tacticKindName(TacticKind k) {
+  switch (k) {
+  case TacticKind::Dlc:
+    return "dlc";
+  case TacticKind::Cudnn:
+    return "cudnn";
+  case TacticKind::CublasLt:
+    return "cublaslt";
+  default:
+    return "";
+  }
+}
+
+const TacticAlt *TacticGroup::find(TacticKind k) const {
+  for (const TacticAlt &a : alts)
+    if (a.kind == k)
+      return &a;
+  return nullptr;
+}
+
+uint8_t TacticGroup::defaultAlt() const {
+  const TacticAlt *d = find(TacticKind::Dlc);
+  return d ? d->alt : alts.empty() ? 0 : alts.front().alt;
+}
+
+std::vector<TacticGroup> tacticGroups(const flatbuffers::Vector<flatbuffers::Offset<Step>> *steps,
+                                      int arch) {
+  std::vector<TacticGroup> groups;
+  std::map<uint32_t, size_t> index;
+  if (!steps)
+    return groups;
+  for (size_t i = 0; i < steps->size(); ++i) {
+    const Step *s = steps->Get(i);
+    if (s->tactic() == TacticKind::None || !s->alt_group() || !stepRunsOn(*s, arch))
+      continue;
+    auto [it, fresh] = index.emplace(s->alt_group(), groups.size());
+    if (fresh) {
+      groups.emplace_back();
+      groups.back().group = s->alt_group();
+      groups.back().node = s->node() ? s->node()->str() : "";
+    }
+    TacticGroup &g = groups[it->second];
+    auto a = std::find_if(g.alts.begin(), g.alts.end(),
+                          [&](const TacticAlt &t) { return t.alt == s->alt(); });
+    if (a == g.alts.end()) {
+      TacticAlt t;
+      t.alt = s->alt();
+      t.kind = s->tactic();
+      t.desc = s->tactic_desc() ? s->tactic_desc()->str() : "";
+      t.first = i;
+      g.alts.push_back(t);
+      a = g.alts.end() - 1;
+    }
+    ++a->count;
+  }
+  for (TacticGroup &g : groups)
+    std::sort(g.alts.begin(), g.alts.end(),
+              [](const TacticAlt &a, const TacticAlt &b) { return a.alt < b.alt; });
+  return groups;
 }
 
 bool stepRunsOn(const Step &s, int arch) {
@@ -623,7 +685,9 @@ Status PackageFile::verify() {
       for (size_t i = 0; i < steps->size(); ++i) {
         const Step *s = steps->Get(i);
         std::string label = where + "step " + std::to_string(i);
-        if ((s->alt_group() == 0) != (s->alt() == 0) || s->alt() > 2)
+        if ((s->alt_group() == 0) != (s->alt() == 0) ||
+            s->alt() > (s->tactic() == TacticKind::None ? 2 : kMaxTactics) ||
+            s->tactic() > TacticKind::MAX || (s->tactic() != TacticKind::None && !s->alt_group()))
           return bad(label + " has an invalid alternative (" + std::to_string(s->alt_group()) +
                      ", " + std::to_string(s->alt()) + ")");
         // A union's type without its value passes the flatbuffers verifier.
@@ -671,6 +735,8 @@ Status PackageFile::verify() {
             DLC_RETURN_IF_ERROR(checkRef(*g->bias(), g->n() * es, label + " bias"));
           if (g->activation() > GemmActivation::MAX)
             return bad(label + " has an unknown activation");
+          if (g->algo_rank() >= kMaxTactics)
+            return bad(label + " names cuBLASLt algorithm " + std::to_string(g->algo_rank()));
           if (g->workspace_bytes())
             DLC_RETURN_IF_ERROR(checkRef(g->workspace() ? *g->workspace() : BufRef(UINT32_MAX, 0),
                                          g->workspace_bytes(), label + " workspace"));
@@ -737,6 +803,47 @@ Status PackageFile::verify() {
             DLC_RETURN_IF_ERROR(
                 checkRef(*s->op_as_CollectiveWait()->output(), 0, label + " output"));
           break;
+        case StepKind::CudnnConv: {
+          const CudnnConv *c = s->op_as_CudnnConv();
+          const size_t es = dtypeSize(c->dtype());
+          const size_t nd = c->kernel() ? c->kernel()->size() : 0;
+          auto dims = [&](const flatbuffers::Vector<int64_t> *v, int64_t lo) {
+            if (!v || v->size() != nd || misaligned(v))
+              return false;
+            for (int64_t d : *v)
+              if (d < lo || d > (int64_t(1) << 31))
+                return false;
+            return true;
+          };
+          if ((c->dtype() != DType::F16 && c->dtype() != DType::BF16) || !c->x() || !c->w() ||
+              !c->y() || (nd != 2 && nd != 3) || c->n() < 1 || c->c() < 1 || c->k() < 1 ||
+              c->groups() < 1 || c->c() % c->groups() || c->k() % c->groups() ||
+              c->n() > (int64_t(1) << 31) || c->c() > (int64_t(1) << 31) ||
+              c->k() > (int64_t(1) << 31) || !dims(c->spatial_in(), 1) ||
+              !dims(c->spatial_out(), 1) || !dims(c->kernel(), 1) || !dims(c->stride(), 1) ||
+              !dims(c->dilation(), 1) || !dims(c->pad_begin(), 0) || !dims(c->pad_end(), 0))
+            return bad(label + " is an invalid cuDNN convolution");
+          // Bytes of each operand (each factor below 2^31, at most 5 of them: an overflow is
+          // a size no buffer has).
+          auto bytes = [&](int64_t a, int64_t b, const flatbuffers::Vector<int64_t> *v) {
+            unsigned __int128 r = static_cast<unsigned __int128>(a) * uint64_t(b) * es;
+            for (int64_t d : *v)
+              r *= uint64_t(d);
+            return r > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(r);
+          };
+          DLC_RETURN_IF_ERROR(
+              checkRef(*c->x(), bytes(c->n(), c->c(), c->spatial_in()), label + " x"));
+          DLC_RETURN_IF_ERROR(
+              checkRef(*c->w(), bytes(c->k(), c->c() / c->groups(), c->kernel()), label + " w"));
+          DLC_RETURN_IF_ERROR(
+              checkRef(*c->y(), bytes(c->n(), c->k(), c->spatial_out()), label + " y"));
+          if (c->workspace_bytes())
+            DLC_RETURN_IF_ERROR(checkRef(c->workspace() ? *c->workspace() : BufRef(UINT32_MAX, 0),
+                                         c->workspace_bytes(), label + " workspace"));
+          if (c->bias())
+            DLC_RETURN_IF_ERROR(checkRef(*c->bias(), uint64_t(c->k()) * es, label + " bias"));
+          break;
+        }
         default:
           return bad(label + " has an unknown kind");
         }

@@ -67,6 +67,27 @@ public:
   /// without its bias/activation (no algorithm applies them); the session then runs
   /// the step's fallback launch.
   virtual Status gemm(const pkg::Gemm &g, const std::string &node, bool &epilogueApplied) = 0;
+  /// A vendor convolution (pkg::CudnnConv): cuDNN on a GPU; emu computes it on the
+  /// host as cuDNN defines it (FP32 sums, the result rounded once), for tests of the
+  /// vendor tactics' schedules.
+  virtual Status cudnnConv(const pkg::CudnnConv &c, const std::string &node) = 0;
+  /// Tactics: whether this backend runs alternatives of kind `k`; `why` says why not.
+  virtual bool runsTactic(pkg::TacticKind k, std::string &why) {
+    why.clear();
+    return k == pkg::TacticKind::Dlc || k == pkg::TacticKind::Cudnn ||
+           k == pkg::TacticKind::CublasLt;
+  }
+  /// Tactics: what their timings depend on (GPU, driver and library versions), the
+  /// tactics cache's key; "" where tactics are not timed (emu).
+  virtual std::string tacticKey() const { return ""; }
+  /// Tactics: the time of one `issue` (an alternative's steps) in microseconds, on
+  /// the device's clock: one warm-up call, then the mean of `reps`.
+  virtual Status timeIssue(const std::function<Status()> &issue, int reps, double &micros) {
+    (void)issue;
+    (void)reps;
+    micros = 0;
+    return Status(StatusCode::Unavailable, "tactics are timed on a GPU");
+  }
   virtual Status copy(const pkg::Copy &c) = 0;
   /// Data parallelism: packs the bucket's gradients into its staging buffer and
   /// starts averaging it over the ranks beside the steps that follow (emu: a thread

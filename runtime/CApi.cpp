@@ -194,12 +194,16 @@ dlc_status dlc_model_output_info(const dlc_model *m, int index, dlc_tensor_info 
 namespace {
 
 dlc_status createSession(dlc_model *model, const dlc_session_options *options, bool allowHostCode,
-                         dlc_session **out) {
+                         dlc_session **out, dlc_tactics tactics = DLC_TACTICS_DEFAULT) {
   return guarded([&] {
     if (!model || !out)
       return fail(DLC_ERROR_INVALID_ARGUMENT, "null model or output pointer");
     *out = nullptr;
     rt::SessionOptions so;
+    if (tactics < DLC_TACTICS_DEFAULT || tactics > DLC_TACTICS_VENDOR)
+      return fail(DLC_ERROR_INVALID_ARGUMENT,
+                  "unknown tactics family " + std::to_string(static_cast<int>(tactics)));
+    so.tactics = static_cast<rt::SessionOptions::Tactics>(tactics);
     if (options) {
       if (options->device < DLC_DEVICE_AUTO || options->device > DLC_DEVICE_EMU)
         return fail(DLC_ERROR_INVALID_ARGUMENT,
@@ -232,6 +236,11 @@ dlc_status dlc_session_create_allowing_host_code(dlc_model *model,
                                                  const dlc_session_options *options,
                                                  dlc_session **out) {
   return createSession(model, options, /*allowHostCode=*/true, out);
+}
+
+dlc_status dlc_session_create_with_tactics(dlc_model *model, const dlc_session_options *options,
+                                           dlc_tactics tactics, dlc_session **out) {
+  return createSession(model, options, /*allowHostCode=*/false, out, tactics);
 }
 
 void dlc_session_free(dlc_session *session) {

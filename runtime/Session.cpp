@@ -175,15 +175,16 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> mo
   const pkg::Package &m = s->pkg_->meta();
   s->inputSet_.assign(m.inputs() ? m.inputs()->size() : 0, false);
   // Steps planned for another architecture (tile choices) do not run here.
-  int arch = chooseStepArch(stepArchs(m), s->backend_->computeCapability());
+  int arch = s->arch_ = chooseStepArch(stepArchs(m), s->backend_->computeCapability());
   // Alternatives (pkg::Step::alt_group): a persistent kernel's steps where this device
   // holds its cooperative grid at once, else the per-step schedule.
   auto chooseAlternatives = [&](const auto *steps, std::map<uint32_t, uint8_t> &chosen) {
     if (!steps)
       return;
     for (const pkg::Step *st : *steps) {
-      if (!st->alt_group() || chosen.count(st->alt_group()) || st->alt() != 1 ||
-          !stepRunsOn(*st, arch) || st->op_type() != pkg::StepKind::Launch)
+      if (!st->alt_group() || st->tactic() != pkg::TacticKind::None ||
+          chosen.count(st->alt_group()) || st->alt() != 1 || !stepRunsOn(*st, arch) ||
+          st->op_type() != pkg::StepKind::Launch)
         continue;
       const pkg::Launch *l = st->op_as_Launch();
       if (!m.kernels() || l->kernel() >= m.kernels()->size() ||
@@ -207,31 +208,24 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> mo
   };
   auto add = [&](const Tensors *inputs, const Tensors *outputs, const auto *buffers,
                  const auto *steps, const auto *checks, uint32_t checkBuffer) {
-    std::map<uint32_t, uint8_t> chosen;
-    chooseAlternatives(steps, chosen);
     Schedule sc;
+    chooseAlternatives(steps, sc.chosen);
+    sc.all = steps;
     sc.inputs = inputs;
     sc.outputs = outputs;
     sc.buffers = buffers;
     sc.checks = checks;
     sc.checkBuffer = checkBuffer;
-    if (steps)
-      for (const pkg::Step *st : *steps)
-        if (stepRunsOn(*st, arch) &&
-            (!st->alt_group() ||
-             st->alt() ==
-                 (chosen.count(st->alt_group()) ? chosen.at(st->alt_group()) : uint8_t{2}))) {
-          if (st->schedules() & 1)
-            sc.steps.push_back(st);
-          if (st->schedules() & 2)
-            sc.evalSteps.push_back(st);
-        }
+    s->buildSteps(sc); // tactics: the default until they are chosen
     s->schedules_.push_back(std::move(sc));
   };
   add(m.inputs(), m.outputs(), m.buffers(), m.steps(), m.checks(), m.check_buffer());
   if (m.variants())
     for (const pkg::ShapeVariant *v : *m.variants())
       add(v->inputs(), v->outputs(), v->buffers(), v->steps(), v->checks(), v->check_buffer());
+  // The package's own schedule's tactics now; a shape variant's when it first runs.
+  if (Status st = s->chooseTactics(0))
+    return st;
   s->ranged_ = s->schedules_.size() > 1;
   if (s->ranged_) {
     s->staged_.resize(s->inputSet_.size());
@@ -483,6 +477,8 @@ Status Session::selectSchedule() {
   }
   current_ = found;
   backend_->useSchedule(schedule().buffers, current_);
+  if (!schedules_[current_].tacticsChosen)
+    DLC_RETURN_IF_ERROR(chooseTactics(current_));
   for (size_t i = 0; i < staged_.size(); ++i)
     DLC_RETURN_IF_ERROR(backend_->upload(pkg::BufRef(schedule().inputs->Get(i)->buffer(), 0),
                                          staged_[i].data.data(), staged_[i].data.size()));
@@ -688,48 +684,8 @@ Status Session::runSteps(bool evaluation) {
         continue;
       std::string node = s->node() ? s->node()->str() : "";
       auto t0 = std::chrono::steady_clock::now();
-      Status st;
       const char *kind = "";
-      switch (s->op_type()) {
-      case pkg::StepKind::Launch:
-        kind = "launch";
-        st = backend_->launch(*s->op_as_Launch(), node);
-        break;
-      case pkg::StepKind::Gemm: {
-        kind = "gemm";
-        const pkg::Gemm &g = *s->op_as_Gemm();
-        bool epilogueApplied = true;
-        st = backend_->gemm(g, node, epilogueApplied);
-        if (!st && !epilogueApplied) {
-          if (!g.fallback())
-            return Status(StatusCode::Internal, "GEMM of node '" + node +
-                                                    "' ran without its epilogue, and the "
-                                                    "package has no fallback kernel for it");
-          st = backend_->launch(*g.fallback(), node);
-        }
-        break;
-      }
-      case pkg::StepKind::Copy:
-        kind = "copy";
-        st = backend_->copy(*s->op_as_Copy());
-        break;
-      case pkg::StepKind::Memset:
-        kind = "memset";
-        st = backend_->memset(*s->op_as_Memset());
-        break;
-      case pkg::StepKind::Collective:
-        kind = "all-reduce";
-        // An evaluation runs on one rank: its collectives stay local.
-        st = backend_->collective(*s->op_as_Collective(), evaluation);
-        break;
-      case pkg::StepKind::CollectiveWait:
-        kind = "wait";
-        st = evaluation ? Status::ok() : backend_->waitCollective(*s->op_as_CollectiveWait());
-        break;
-      default:
-        st = Status(StatusCode::InvalidPackage, "unknown step kind");
-      }
-      if (st)
+      if (Status st = issueStep(*s, evaluation, kind))
         return st;
       if (opts_.profile) {
         DLC_RETURN_IF_ERROR(backend_->synchronize());
@@ -745,6 +701,71 @@ Status Session::runSteps(bool evaluation) {
   DLC_RETURN_IF_ERROR(whole ? backend_->execute(issue) : issue());
   DLC_RETURN_IF_ERROR(backend_->synchronize());
   return checkDataErrors();
+}
+
+void Session::buildSteps(Schedule &sc) const {
+  sc.steps.clear();
+  sc.evalSteps.clear();
+  if (!sc.all)
+    return;
+  // Tactic groups not chosen yet run their first dlc alternative.
+  for (const pkg::TacticGroup &g : pkg::tacticGroups(sc.all, arch_))
+    sc.chosen.emplace(g.group, g.defaultAlt());
+  for (const pkg::Step *st : *sc.all) {
+    if (!stepRunsOn(*st, arch_))
+      continue;
+    if (st->alt_group()) {
+      // (A persistent kernel's group not chosen: its per-step schedule, alternative 2.)
+      auto it = sc.chosen.find(st->alt_group());
+      if (st->alt() != (it != sc.chosen.end() ? it->second : uint8_t{2}))
+        continue;
+    }
+    if (st->schedules() & 1)
+      sc.steps.push_back(st);
+    if (st->schedules() & 2)
+      sc.evalSteps.push_back(st);
+  }
+}
+
+Status Session::issueStep(const pkg::Step &s, bool evaluation, const char *&kind) {
+  std::string node = s.node() ? s.node()->str() : "";
+  switch (s.op_type()) {
+  case pkg::StepKind::Launch:
+    kind = "launch";
+    return backend_->launch(*s.op_as_Launch(), node);
+  case pkg::StepKind::Gemm: {
+    kind = "gemm";
+    const pkg::Gemm &g = *s.op_as_Gemm();
+    bool epilogueApplied = true;
+    Status st = backend_->gemm(g, node, epilogueApplied);
+    if (!st && !epilogueApplied) {
+      if (!g.fallback())
+        return Status(StatusCode::Internal, "GEMM of node '" + node +
+                                                "' ran without its epilogue, and the "
+                                                "package has no fallback kernel for it");
+      st = backend_->launch(*g.fallback(), node);
+    }
+    return st;
+  }
+  case pkg::StepKind::CudnnConv:
+    kind = "cudnn";
+    return backend_->cudnnConv(*s.op_as_CudnnConv(), node);
+  case pkg::StepKind::Copy:
+    kind = "copy";
+    return backend_->copy(*s.op_as_Copy());
+  case pkg::StepKind::Memset:
+    kind = "memset";
+    return backend_->memset(*s.op_as_Memset());
+  case pkg::StepKind::Collective:
+    kind = "all-reduce";
+    // An evaluation runs on one rank: its collectives stay local.
+    return backend_->collective(*s.op_as_Collective(), evaluation);
+  case pkg::StepKind::CollectiveWait:
+    kind = "wait";
+    return evaluation ? Status::ok() : backend_->waitCollective(*s.op_as_CollectiveWait());
+  default:
+    return Status(StatusCode::InvalidPackage, "unknown step kind");
+  }
 }
 
 /// The check words of the launches that can meet bad data (package.fbs: Check): the

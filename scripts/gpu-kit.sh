@@ -12,6 +12,9 @@
 #                             (scripts/gpu_kit_cases.py), and the bad-index inputs
 #   OUTDIR/*/NAME/modeled.tsv dlc inspect's modeled time of each step on A100, H100 and
 #                             H200 (scripts/gpu_kit_modeled.py), for model vs measured
+#   OUTDIR/tactics/NAME/      ResNet-50's convolutions, a GPT and a ViT block's GEMMs in FP16
+#                             with their cuDNN and cuBLASLt candidates (sm_90 only;
+#                             scripts/gpu_kit_tactics.py): per-layer tactic tables
 #   OUTDIR/calibrate/         `dlc calibrate`'s microbenchmarks for sm_80 ... sm_90
 #   OUTDIR/templates/NAME_I/  each kernel-library template at three or four shapes (sm_80
 #                             and sm_90 only, timed with random inputs; scripts/gpu_kit_cases.py)
@@ -34,7 +37,7 @@ models=(digits gpt gru lstm mobilenet_v2 squeezenet1_1 transformer)
 limit=$((62 * 1024 * 1024)) # (a device run carries at most 64 MiB)
 
 rm -rf "$out"
-mkdir -p "$out/models" "$out/cases" "$out/bin" "$out/torch" "$out/calibrate"
+mkdir -p "$out/models" "$out/cases" "$out/bin" "$out/torch" "$out/calibrate" "$out/tactics"
 out="$(cd "$out" && pwd)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -87,11 +90,21 @@ for c in "$tmp"/templates/*/; do
   n="$(basename "$c")"
   mkdir -p "$out/templates/$n"
   # shellcheck disable=SC2046
-  # sm_80's cubins serve sm_86 and sm_89 too (the kit stays under 62 MiB).
-  "$dlc" compile "$c/model.onnx" --target sm_80,sm_90 $(cat "$c/flags") \
+  # sm_80's cubins serve sm_86 and sm_89 too (the kit stays under 62 MiB); our kernels
+  # alone (the tactics tables below put them beside cuDNN's).
+  "$dlc" compile "$c/model.onnx" --target sm_80,sm_90 --no-vendor-tactics $(cat "$c/flags") \
     -o "$out/templates/$n/model.dlc" --quiet
   "$dlc" inspect "$out/templates/$n/model.dlc" --gpu A100,H100,H200 --json -o "$tmp/t_$n.json"
   "$py" "$root/scripts/gpu_kit_modeled.py" "$tmp/t_$n.json" "$out/templates/$n/modeled.tsv"
+done
+
+echo "gpu-kit: tactics models"
+"$py" "$root/scripts/gpu_kit_tactics.py" "$tmp/tactics"
+for c in "$tmp"/tactics/*/; do
+  n="$(basename "$c")"
+  mkdir -p "$out/tactics/$n"
+  # sm_90 alone (the lent GPUs are H100 and H200): the kit stays under 62 MiB.
+  "$dlc" compile "$c/model.onnx" --target sm_90 --fp16 -o "$out/tactics/$n/model.dlc" --quiet
 done
 
 echo "gpu-kit: calibration microbenchmarks"

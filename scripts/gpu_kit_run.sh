@@ -176,6 +176,24 @@ if [ "$device" != emu ] && [ "$bench" = 1 ]; then
       >"$out/profile.log" 2>/dev/null || true
     modeled_rows+=("$n"$'\t'"$d/modeled.tsv"$'\t'"$out/profile.log"$'\t'"${ms:--}")
   done
+  # Tactics: each layer's candidates timed when the session starts, into an empty cache
+  # (the first session: tuning), then read from it (the second).
+  echo
+  echo "tactics on $gpu_name (dlc-run --bench --tactics: each layer's candidates in us, * runs):"
+  for d in "$kit"/tactics/*/; do
+    [ -f "$d/model.dlc" ] || continue
+    n="$(basename "$d")" out="$work/tactics_$n"
+    mkdir -p "$out"
+    for pass in first second; do
+      DLC_CACHE_DIR="$out/cache" "$kit/bin/dlc-run" "$d/model.dlc" --bench --tactics \
+        --device "$device" --iterations 20 --warmup 5 >"$out/$pass.log" 2>&1 || true
+    done
+    t1="$(sed -n 's/^session created in \([0-9.]*\) ms.*/\1/p' "$out/first.log")"
+    t2="$(sed -n 's/^session created in \([0-9.]*\) ms.*/\1/p' "$out/second.log")"
+    echo "  $n: session created in ${t1:-?} ms (tuning), ${t2:-?} ms (from the cache)"
+    sed -n '/^tactics/,/^session created/p' "$out/first.log" | sed '/^session created/d; s/^/    /'
+    grep '^note:\|error' "$out/first.log" "$out/second.log" | sed 's/^/    /' | head -6
+  done
   gpu="$(modeled_profile)"
   echo
   echo "model vs measured on $gpu_name (modeled with dlc's built-in $gpu profile; per step: host-timed"

@@ -361,6 +361,27 @@ __global__ void __launch_bounds__(256) conv_splitk_reduce(const ConvArgs<X, Out>
   }
 }
 
+/// A vendor convolution's result finished as the layer's own kernels finish theirs
+/// (a cuDNN tactic, pkg::CudnnConv): y0 = s.partial, [N*P][M] channels-last of type YT,
+/// plus the bias, through the fused epilogue. One thread per output, in its order.
+template <class I, class YT, class WT, class X, class Out>
+__global__ void __launch_bounds__(256) conv_finish(const ConvArgs<X, Out> a) {
+  typedef typename X::Value T;
+  const ConvShape &s = a.s;
+  const YT *y0 = static_cast<const YT *>(s.partial);
+  const I total = static_cast<I>(s.M) * static_cast<I>(s.NP);
+  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+  for (I e = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+       e < total; e += step) {
+    I pp = e;
+    const I m = s.dM.split(pp);
+    T acc = ld<T>(y0, e);
+    if (s.bias)
+      acc += ld<T>(static_cast<const WT *>(s.bias), m);
+    Out::store(a.out, convOutIndex<true>(s, m, pp), acc);
+  }
+}
+
 /// Direct convolution, one thread per output: grouped and depthwise convolutions,
 /// and integer types.
 template <bool CL, class I, class WT, class X, class Out>

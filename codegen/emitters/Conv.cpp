@@ -460,8 +460,14 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   if (partialElems)
     partial =
         l.temp(static_cast<uint64_t>(partialElems) * accBytes, n.result()->name() + ".partial");
+  const size_t ownFrom = l.stepCount();
+  std::string ownDesc;
   for (const auto &[plan, archs] : plans) {
     const ConvTileConfig &c = fam.tiles[plan.tile];
+    ownDesc += std::string(ownDesc.empty() ? "" : "; ") + std::string(fam.kernel()).substr(5) +
+               " " + convTileName(c) +
+               (plan.splits > 1 ? " split-K " + std::to_string(plan.splits) : "") +
+               (archs.empty() ? "" : " (" + llvm::join(archs, ", ") + ")");
     std::string index = l.indexType(std::max(maxIndex, plan.splits * M * s.NP));
     uint32_t k = l.instantiate(igemm(plan.tile, plan.splits));
     ConvShape ps = s;
@@ -483,6 +489,67 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
       l.launch(n, rk, ra, gridFor(static_cast<uint64_t>(M * s.NP), 256), 256, 0,
                static_cast<double>(plan.splits * M * s.NP), 1, 1, archs);
     }
+  }
+  // cuDNN as a tactic beside our kernels (pkg::CudnnConv), where it reads the operands
+  // as they are: 16-bit channels-last tensors, whole 16-byte chunks of channels, no
+  // fused prologue. It writes the layer's output itself, with the bias and a ReLU in
+  // its own fusion, when that is the whole layer (the op table's GEMM-epilogue class
+  // says which member is a ReLU); otherwise conv_finish adds the bias and applies the
+  // group's epilogue to its result.
+  if (l.options().vendorTactics && tensor && mma && !packX && !packW && xs.size() >= 4 &&
+      xs.size() <= 5) {
+    const size_t nd = xs.size() - 2, es = dtypeSize(dt);
+    const uint64_t yBytes = static_cast<uint64_t>(M * s.NP) * es;
+    const FusionGroup *fg = l.group();
+    const bool relu = fg && fg->prologue.empty() && fg->nodes.size() == 2 &&
+                      fg->epilogue.size() == 1 &&
+                      fg->epilogue[0]->def().fusibility.gemmEpilogue == GemmEpilogueOp::Relu &&
+                      fg->epilogue[0]->operand(0) == y && outV->dtype() == dt;
+    const bool direct = (!fg || relu) && fixedAligned(l, outV, 16);
+    CudnnConvStep v;
+    v.dtype = dt;
+    v.x = l.bufferOf(x);
+    v.w = l.bufferOf(wt);
+    v.y = direct ? l.bufferOf(outV) : l.temp(yBytes, n.result()->name() + ".cudnn_y");
+    if (direct && b)
+      v.bias = l.bufferOf(b);
+    v.relu = direct && relu;
+    v.n = w.N;
+    v.c = s.C;
+    v.k = M;
+    v.groups = groups;
+    for (size_t d = 3 - nd; d < 3; ++d) {
+      v.in.push_back(w.in[d]);
+      v.out.push_back(w.out[d]);
+      v.kernel.push_back(w.k[d]);
+      v.stride.push_back(w.stride[d]);
+      v.dilation.push_back(w.dil[d]);
+      v.padBegin.push_back(w.padB[d]);
+      v.padEnd.push_back(w.padE[d]);
+    }
+    // Engines that need more workspace than this are passed over.
+    v.workspaceBytes = std::clamp<uint64_t>(2 * yBytes, 4 << 20, 64 << 20);
+    v.workspace = l.temp(v.workspaceBytes, n.result()->name() + ".cudnn_workspace");
+    const uint32_t group = l.newAltGroup();
+    l.markAlt(ownFrom, group, 1, pkg::TacticKind::Dlc, ownDesc);
+    const size_t vendorFrom = l.stepCount();
+    l.addCudnnConv(v, n);
+    if (!direct) {
+      ConvShape fs = s;
+      fs.splits = 1;
+      fs.kPerSplit = s.K;
+      uint32_t k = l.instantiate({"dlc::conv_finish",
+                                  {l.indexType(maxIndex), cudaType(dt), wtype, xn, on},
+                                  argsType,
+                                  {xn, on}});
+      LaunchArgs a = args(fs, v.y, yBytes, SplitReduce);
+      l.launch(n, k, a, gridFor(static_cast<uint64_t>(M * s.NP), 256), 256, 0,
+               static_cast<double>(M * s.NP));
+    }
+    l.markAlt(vendorFrom, group, 2, pkg::TacticKind::Cudnn,
+              std::string("cuDNN graph API: convolution forward") + (v.bias ? " + bias" : "") +
+                  (v.relu ? " + ReLU" : "") +
+                  (direct ? "" : ", then conv_finish (bias and fused epilogue)"));
   }
   return llvm::Error::success();
 }

@@ -194,11 +194,13 @@ class _Package:
     """What both session kinds share: the native session over a package given as a path
     or as bytes, and its inputs and outputs as NodeArgs."""
 
-    def _open(self, native, path_or_bytes, device, threads, allow_host_code):
+    def _open(self, native, path_or_bytes, device, threads, allow_host_code, tactics=None):
+        if tactics not in (None, "auto", "dlc", "vendor"):
+            raise ValueError("tactics must be 'auto', 'dlc', 'vendor' or None, got %r" % (tactics,))
         if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-            self._s = native(bytes(path_or_bytes), device, threads, allow_host_code)
+            self._s = native(bytes(path_or_bytes), device, threads, allow_host_code, tactics or "")
         else:
-            self._s = native(os.fspath(path_or_bytes), device, threads, allow_host_code)
+            self._s = native(os.fspath(path_or_bytes), device, threads, allow_host_code, tactics or "")
         self._inputs = [NodeArg(i, i["min_shape"] != i["max_shape"]) for i in self._s.inputs()]
         self._outputs = [NodeArg(o, False) for o in self._s.outputs()]
 
@@ -240,6 +242,8 @@ class InferenceSession(_Package):
     device: "auto" (default), "cuda", "cuda:N" or "emu"; threads: emu worker threads
     (0: one per core). allow_host_code: on emu, run the package's host code even though
     another user or machine compiled it (it runs as you: only for packages you trust).
+    tactics: "auto", "dlc" or "vendor" forces which implementation runs the layers that
+    have alternatives (README: Tactics; default: $DLC_TACTICS, else auto).
     providers, provider_options and sess_options are accepted for ONNX Runtime
     compatibility; dlc picks the device. An ONNX model is compiled with ONNX Runtime's
     numerics for the providers asked for: TF32 when the first CPU/CUDA/TensorRT provider
@@ -248,7 +252,7 @@ class InferenceSession(_Package):
     decides when given."""
 
     def __init__(self, path_or_bytes, sess_options=None, providers=None, provider_options=None, *, device="auto",
-                 threads=0, compile_options=None, allow_host_code=False):
+                 threads=0, compile_options=None, allow_host_code=False, tactics=None):
         if providers:
             warnings.warn("dlc: providers= is ignored for the device (they set TF32 as in ONNX Runtime); dlc runs on the GPU "
                           "when one is present, else on its emu "
@@ -262,7 +266,13 @@ class InferenceSession(_Package):
             path_or_bytes = _cached_package(path_or_bytes, options)
         elif compile_options:
             raise ValueError("compile_options apply to an ONNX model, not to a compiled package")
-        self._open(_Session, path_or_bytes, device, threads, allow_host_code)
+        self._open(_Session, path_or_bytes, device, threads, allow_host_code, tactics)
+
+    def tactics(self):
+        """Each layer with alternatives: its candidates (kind 'dlc' or 'cudnn', description,
+        measured microseconds or None, why it cannot run here), the index of the one that
+        runs, and how it was chosen ('timed', 'cache', 'forced' or 'default')."""
+        return self._s.tactics()
 
     def get_providers(self):
         return ["DlcCuda" if self._s.device.startswith("cuda") else "DlcEmu"]
@@ -325,8 +335,12 @@ class TrainingSession(_Package):
     The feed holds the model's inputs and the label (default name "label"). Calls are
     serialized (one step at a time)."""
 
-    def __init__(self, path_or_bytes, *, device="auto", threads=0, allow_host_code=False):
-        self._open(_TrainingSession, path_or_bytes, device, threads, allow_host_code)
+    def __init__(self, path_or_bytes, *, device="auto", threads=0, allow_host_code=False, tactics=None):
+        self._open(_TrainingSession, path_or_bytes, device, threads, allow_host_code, tactics)
+
+    def tactics(self):
+        """As InferenceSession.tactics."""
+        return self._s.tactics()
 
     def get_outputs(self):
         """The loss first, then the model's outputs."""

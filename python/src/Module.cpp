@@ -177,9 +177,16 @@ Status setInputs(rt::Session &s, const pkg::Package &m,
 }
 
 /// "auto" | "cuda" | "cuda:N" | "emu", and the emu threads, as session options.
-rt::SessionOptions sessionOptions(const std::string &device, int threads, bool allowHostCode) {
+rt::SessionOptions sessionOptions(const std::string &device, int threads, bool allowHostCode,
+                                  const std::string &tactics) {
   rt::SessionOptions o;
   o.allowHostCode = allowHostCode;
+  if (tactics == "auto" || tactics == "dlc" || tactics == "vendor")
+    o.tactics = tactics == "auto"  ? rt::SessionOptions::Tactics::Auto
+                : tactics == "dlc" ? rt::SessionOptions::Tactics::Dlc
+                                   : rt::SessionOptions::Tactics::Vendor;
+  else if (!tactics.empty())
+    throw py::value_error("tactics must be 'auto', 'dlc', 'vendor' or None, got '" + tactics + "'");
   if (device == "auto" || device == "emu" || device == "cuda")
     o.device = device == "auto"  ? rt::DeviceKind::Auto
                : device == "emu" ? rt::DeviceKind::Emu
@@ -227,21 +234,48 @@ py::list describe(const pkg::Package &m, const Tensors *list, bool inputs) {
   return r;
 }
 
+/// A session's tactics (rt::Session::tactics) as a list of dicts.
+py::list tacticsList(const rt::Session &s) {
+  py::list out;
+  for (const rt::TacticChoice &c : s.tactics()) {
+    py::list cands;
+    for (const rt::TacticChoice::Candidate &k : c.candidates) {
+      py::dict d;
+      d["kind"] = k.kind;
+      d["description"] = k.description;
+      d["microseconds"] = k.micros >= 0 ? py::object(py::float_(k.micros)) : py::object(py::none());
+      d["problem"] = k.problem;
+      cands.append(d);
+    }
+    py::dict d;
+    d["node"] = c.node;
+    d["schedule"] = c.schedule;
+    d["candidates"] = cands;
+    d["chosen"] = c.chosen;
+    d["how"] = c.how;
+    out.append(d);
+  }
+  return out;
+}
+
 /// An inference session: one model, a pool of runtime sessions (see the top).
 class Session {
 public:
   Session(std::shared_ptr<const pkg::PackageFile> pf, const std::string &device, int threads,
-          bool allowHostCode)
+          bool allowHostCode, const std::string &tactics)
       : model_(std::make_shared<const rt::Model>(std::move(pf))),
-        opts_(sessionOptions(device, threads, allowHostCode)) {
+        opts_(sessionOptions(device, threads, allowHostCode, tactics)) {
     auto s = createSession(model_, opts_);
     device_ = s->backendDescription();
+    tactics_ = tacticsList(*s);
     // Emu by choice or because no GPU is there: the first session says which.
     opts_.device = s->deviceKind();
     idle_.push_back(std::move(s));
   }
 
   const std::string &device() const { return device_; }
+  /// The first runtime session's tactics (the others read the same cache).
+  py::list tactics() const { return tactics_; }
   py::list inputs() const { return describe(model_->meta(), model_->meta().inputs(), true); }
   py::list outputs() const { return describe(model_->meta(), model_->meta().outputs(), false); }
 
@@ -354,6 +388,7 @@ private:
   std::shared_ptr<const rt::Model> model_;
   rt::SessionOptions opts_;
   std::string device_;
+  py::list tactics_;
   std::mutex mu_;
   std::vector<std::unique_ptr<rt::Session>> idle_;
 
@@ -395,14 +430,15 @@ private:
 class TrainingSession {
 public:
   TrainingSession(std::shared_ptr<const pkg::PackageFile> pf, const std::string &device,
-                  int threads, bool allowHostCode)
+                  int threads, bool allowHostCode, const std::string &tactics)
       : model_(std::make_shared<const rt::Model>(std::move(pf))) {
     if (!model_->meta().variables() || model_->meta().variables()->size() == 0)
       throw py::value_error(
           "this package has no variables: it is not a training package (compile the model "
           "with dlc compile --train)");
-    s_ = createSession(model_, sessionOptions(device, threads, allowHostCode));
+    s_ = createSession(model_, sessionOptions(device, threads, allowHostCode, tactics));
   }
+  py::list tactics() const { return tacticsList(*s_); }
 
   std::string device() const { return s_->backendDescription(); }
   py::list inputs() const { return describe(model_->meta(), model_->meta().inputs(), true); }
@@ -575,18 +611,18 @@ std::shared_ptr<const pkg::PackageFile> loadBytes(const py::bytes &b) {
 /// Both constructors of a session class: from bytes (first: pybind11 would also
 /// convert bytes to the path's std::string) and from a path.
 template <class T> void constructors(py::class_<T> &c) {
-  c.def(py::init(
-            [](const py::bytes &data, const std::string &device, int threads, bool allowHostCode) {
-              return std::make_unique<T>(loadBytes(data), device, threads, allowHostCode);
-            }),
+  c.def(py::init([](const py::bytes &data, const std::string &device, int threads,
+                    bool allowHostCode, const std::string &tactics) {
+          return std::make_unique<T>(loadBytes(data), device, threads, allowHostCode, tactics);
+        }),
         py::arg("data"), py::arg("device") = "auto", py::arg("threads") = 0,
-        py::arg("allow_host_code") = false)
+        py::arg("allow_host_code") = false, py::arg("tactics") = "")
       .def(py::init([](const std::string &path, const std::string &device, int threads,
-                       bool allowHostCode) {
-             return std::make_unique<T>(loadPath(path), device, threads, allowHostCode);
+                       bool allowHostCode, const std::string &tactics) {
+             return std::make_unique<T>(loadPath(path), device, threads, allowHostCode, tactics);
            }),
            py::arg("path"), py::arg("device") = "auto", py::arg("threads") = 0,
-           py::arg("allow_host_code") = false);
+           py::arg("allow_host_code") = false, py::arg("tactics") = "");
 }
 
 /// dlc.compile: driver::compile with the Python layer's options (checked there for
@@ -710,7 +746,8 @@ PYBIND11_MODULE(_dlc, m) {
       .def("outputs", &Session::outputs)
       .def("run", &Session::run, py::arg("feed"), py::arg("names") = py::none())
       .def("bench", &Session::bench, py::arg("feed"), py::arg("warmup"), py::arg("iterations"))
-      .def("inspect_json", &Session::inspectJson);
+      .def("inspect_json", &Session::inspectJson)
+      .def("tactics", &Session::tactics);
   py::class_<TrainingSession> training(m, "TrainingSession");
   constructors(training);
   training.def_property_readonly("device", &TrainingSession::device)
@@ -718,6 +755,7 @@ PYBIND11_MODULE(_dlc, m) {
       .def("outputs", &TrainingSession::outputs)
       .def("step", &TrainingSession::step, py::arg("feed"), py::arg("evaluate") = false)
       .def("last_outputs", &TrainingSession::lastOutputs)
+      .def("tactics", &TrainingSession::tactics)
       .def("variables", &TrainingSession::variables, py::arg("trainable_only"))
       .def("set_variables", &TrainingSession::setVariables, py::arg("values"))
       .def("save_checkpoint", &TrainingSession::saveCheckpoint, py::arg("path"))

@@ -435,18 +435,42 @@ int runMain(const std::vector<std::string> &args, const CliContext &ctx) {
   return 0;
 }
 
+/// The session's tactics, one line per candidate: the layer, who implements it, its
+/// time where measured, and which one runs.
+void printTactics(const rt::Session &s) {
+  if (s.tactics().empty()) {
+    std::printf("tactics: none (no layer of this package has alternatives)\n");
+    return;
+  }
+  std::printf("tactics (%zu layers; * runs):\n", s.tactics().size());
+  for (const rt::TacticChoice &c : s.tactics()) {
+    std::printf("  %s%s [%s]\n", c.node.c_str(),
+                c.schedule ? (" (shape variant " + std::to_string(c.schedule - 1) + ")").c_str()
+                           : "",
+                c.how.c_str());
+    for (size_t i = 0; i < c.candidates.size(); ++i) {
+      const rt::TacticChoice::Candidate &k = c.candidates[i];
+      char t[32] = "not timed";
+      if (k.micros >= 0)
+        std::snprintf(t, sizeof t, "%.2f us", k.micros);
+      std::printf("    %c %-8s %12s  %s%s%s\n", i == c.chosen ? '*' : ' ', k.kind.c_str(), t,
+                  k.description.c_str(), k.problem.empty() ? "" : " -- ", k.problem.c_str());
+    }
+  }
+}
+
 int benchMain(const std::vector<std::string> &args, const CliContext &ctx) {
   Parsed p = parse(
       args,
       {"input", "device", "threads", "warmup", "iterations", "batch", "thread-order", "shape"},
-      {"help", "check", "no-cuda-graphs", "allow-host-code", "profile"},
+      {"help", "check", "no-cuda-graphs", "allow-host-code", "profile", "tactics"},
       {{"-i", "--input"}, {"-h", "--help"}});
   if (p.has("help")) {
     std::printf(
         "usage: %s %s[--warmup N] [--iterations N] [--batch N] [--device auto|cuda[:N]|emu]\n"
         "       [--threads N] [--check] [--thread-order O] [--no-cuda-graphs] [--input NAME=FILE "
         "...]\n"
-        "       [--shape NAME=D0,D1,... ...] [--allow-host-code] [--profile]\n\n"
+        "       [--shape NAME=D0,D1,... ...] [--allow-host-code] [--profile] [--tactics]\n\n"
         "Measures latency (min/median/p90/p99/max) and throughput, with host-to-device and\n"
         "device-to-host copies timed apart from compute. Inputs without a file are random.\n"
         "--shape: the shape of a random input (a package compiled with --input-shape ranges\n"
@@ -455,7 +479,10 @@ int benchMain(const std::vector<std::string> &args, const CliContext &ctx) {
         "dimension as run).\n"
         "--profile: the median time of each step instead (host-timed: the device is\n"
         "synchronized after every step, without a CUDA graph; about 10 us of that is\n"
-        "synchronization, so it is a per-step upper bound).\n",
+        "synchronization, so it is a per-step upper bound).\n"
+        "--tactics: first each layer's candidates (ours, cuDNN, cuBLASLt), their times as the\n"
+        "session measured them when it started, which one runs, and the session's creation\n"
+        "time (DLC_TACTICS=dlc|vendor|auto forces a family; README: Tactics).\n",
         ctx.program.c_str(), ctx.package ? "" : "PACKAGE.dlc ");
     return 0;
   }
@@ -467,9 +494,12 @@ int benchMain(const std::vector<std::string> &args, const CliContext &ctx) {
                    intOption(p, "batch", 0, 0, int64_t(1) << 40, batch)})
     if (s)
       return fail(ctx, s.message(), 2);
+  const auto created = std::chrono::steady_clock::now();
   auto o = open(p, ctx);
   if (!o)
     return fail(ctx, o.status().message());
+  const double createMs =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - created).count();
   const pkg::Package &m = o->pkg->meta();
   auto shapes = p.opts.find("shape");
   if (Status s = setInputs(*o, ctx, true,
@@ -520,6 +550,13 @@ int benchMain(const std::vector<std::string> &args, const CliContext &ctx) {
     std::printf("sum of step medians: %.2f us\n", total);
     return 0;
   }
+  if (p.has("tactics")) {
+    printTactics(*o->session);
+    std::printf("session created in %.1f ms (loading, weights%s)\n", createMs,
+                o->session->tactics().empty() ? "" : ", choosing the tactics");
+    for (const std::string &n : o->session->scheduleNotes())
+      std::printf("note: %s\n", n.c_str());
+  }
   auto times = rt::benchmark(*o->session, upload, warmup, iters);
   if (!times)
     return fail(ctx, times.status().message());
@@ -543,6 +580,56 @@ int benchMain(const std::vector<std::string> &args, const CliContext &ctx) {
   double med = rt::benchStats(times->compute).median;
   std::printf("throughput: %.2f inferences/s, %.2f samples/s (compute median)\n", 1000.0 / med,
               1000.0 * static_cast<double>(batch) / med);
+  return 0;
+}
+
+int tuneMain(const std::vector<std::string> &args, const CliContext &ctx) {
+  Parsed p = parse(args, {"device", "budget-ms", "cache-dir"}, {"help"}, {{"-h", "--help"}});
+  if (p.has("help")) {
+    std::printf(
+        "usage: %s PACKAGE [--device N] [--budget-ms N] [--cache-dir DIR]\n\n"
+        "Chooses each layer's tactic on this machine's GPU ahead of time: times our kernels\n"
+        "and cuDNN's on every layer that has both, prints the table, and writes the choices\n"
+        "to the tactics cache (default ~/.cache/dlc/tactics), where every later session of\n"
+        "PACKAGE on this GPU, driver and cuDNN finds them. The package is not changed.\n",
+        ctx.program.c_str());
+    return 0;
+  }
+  if (!p.error.empty())
+    return fail(ctx, p.error, 2);
+  if (p.positionals.size() != 1)
+    return fail(ctx, "expected one package file", 2);
+  const std::string &path = p.positionals[0];
+  int64_t device = 0;
+  if (Status s = intOption(p, "device", 0, 0, 1024, device))
+    return fail(ctx, s.message(), 2);
+  double budget = 0;
+  if (Status s = realOption(p, "budget-ms", 60000, budget))
+    return fail(ctx, s.message(), 2);
+  if (!(budget > 0))
+    return fail(ctx, "--budget-ms must be positive", 2);
+  auto pf = pkg::PackageFile::load(path);
+  if (!pf)
+    return fail(ctx, pf.status().message());
+  if (auto cc = rt::cudaComputeCapability(static_cast<int>(device)); !cc)
+    return fail(ctx,
+                "tuning needs a GPU (" + cc.status().message() + "); " + path + " is unchanged");
+  rt::SessionOptions so;
+  so.device = rt::DeviceKind::Cuda;
+  so.cudaDevice = static_cast<int>(device);
+  so.tactics = rt::SessionOptions::Tactics::Auto;
+  so.tuneBudgetMs = budget;
+  so.tacticsCacheDir = p.get("cache-dir", "");
+  auto t0 = std::chrono::steady_clock::now();
+  auto s = rt::Session::create(*pf, so);
+  if (!s)
+    return fail(ctx, s.status().message());
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("device: %s\n", (*s)->backendDescription().c_str());
+  printTactics(**s);
+  for (const std::string &n : (*s)->scheduleNotes())
+    std::printf("note: %s\n", n.c_str());
+  std::printf("session created in %.2f s\n", secs);
   return 0;
 }
 

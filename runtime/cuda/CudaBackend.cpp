@@ -67,6 +67,8 @@ Status CublasLt::load() {
   return Status::ok();
 }
 
+extern const Cudnn *testDnn;
+
 namespace {
 
 /// The largest kernel parameter space (CUDA 12.1 and later, Volta and newer).
@@ -170,6 +172,9 @@ public:
         drv_.cuStreamSynchronize_(commStream_);
       dropGraph();
       plans_.clear();
+      convPlans_.clear();
+      if (dnnHandle_)
+        dnn_->cudnnDestroy_(dnnHandle_);
       if (ltHandle_)
         ltTable_.cublasLtDestroy_(ltHandle_);
       if (arena_)
@@ -351,6 +356,74 @@ public:
     dropGraph();
     plans_.clear();
     return Status::ok();
+  }
+
+  bool runsTactic(pkg::TacticKind k, std::string &why) override {
+    why.clear();
+    if (k == pkg::TacticKind::Dlc)
+      return true;
+    if (k == pkg::TacticKind::CublasLt) { // loaded with the package's GEMMs
+      why = ltHandle_ ? "" : "cuBLASLt is not loaded";
+      return ltHandle_ != nullptr;
+    }
+    Status st = loadCudnn();
+    why = st.message();
+    return st.isOk();
+  }
+
+  std::string tacticKey() const override {
+    std::string key = name_ + "|sm_" + std::to_string(major_) + std::to_string(minor_) + "|" +
+                      std::to_string(sms_) + " SMs|driver " + std::to_string(driverVersion_);
+    if (dnn_)
+      key += "|cudnn " + std::to_string(dnn_->cudnnGetVersion_());
+    return key;
+  }
+
+  Status timeIssue(const std::function<Status()> &issue, int reps, double &micros) override {
+    CtxGuard g(drv_, ctx_);
+    DLC_RETURN_IF_ERROR(issue()); // warm: plans are built, code is loaded
+    DLC_RETURN_IF_ERROR(check(drv_.cuStreamSynchronize_(stream()), "synchronize"));
+    CUevent start = nullptr, stop = nullptr;
+    Status st = check(drv_.cuEventCreate_(&start, CU_EVENT_DEFAULT), "cuEventCreate");
+    if (st.isOk())
+      st = check(drv_.cuEventCreate_(&stop, CU_EVENT_DEFAULT), "cuEventCreate");
+    if (st.isOk())
+      st = check(drv_.cuEventRecord_(start, stream()), "cuEventRecord");
+    for (int r = 0; st.isOk() && r < reps; ++r)
+      st = issue();
+    if (st.isOk())
+      st = check(drv_.cuEventRecord_(stop, stream()), "cuEventRecord");
+    if (st.isOk())
+      st = check(drv_.cuEventSynchronize_(stop), "cuEventSynchronize");
+    float ms = 0;
+    if (st.isOk())
+      st = check(drv_.cuEventElapsedTime_(&ms, start, stop), "cuEventElapsedTime");
+    if (start)
+      drv_.cuEventDestroy_(start);
+    if (stop)
+      drv_.cuEventDestroy_(stop);
+    micros = 1000.0 * ms / std::max(reps, 1);
+    return st;
+  }
+
+  Status cudnnConv(const pkg::CudnnConv &c, const std::string &node) override {
+    CtxGuard guard(drv_, ctx_);
+    DLC_RETURN_IF_ERROR(loadCudnn());
+    if (cudnnStatus_t st =
+            dnn_->cudnnSetStream_(dnnHandle_, reinterpret_cast<cudaStream_t>(stream()));
+        st != CUDNN_STATUS_SUCCESS)
+      return Status(StatusCode::LaunchFailure,
+                    std::string("cudnnSetStream failed: ") + dnn_->cudnnGetErrorString_(st));
+    auto it = convPlans_.find(&c);
+    if (it == convPlans_.end()) {
+      auto plan = CudnnConvPlan::build(*dnn_, dnnHandle_, c, node);
+      if (!plan)
+        return plan.takeStatus();
+      it = convPlans_.emplace(&c, std::move(*plan)).first;
+    }
+    return it->second->execute(address(*c.x()), address(*c.w()), address(*c.y()),
+                               c.bias() ? address(*c.bias()) : 0,
+                               c.workspace() ? address(*c.workspace()) : 0);
   }
 
   Status setStream(void *stream) override {
@@ -659,6 +732,31 @@ public:
   }
 
 private:
+  /// cuDNN and this session's handle, on first need (a missing library: Unavailable,
+  /// once, with the reason).
+  Status loadCudnn() {
+    if (dnnHandle_)
+      return Status::ok();
+    if (!dnnStatus_.isOk())
+      return dnnStatus_;
+    if (!dnn_ && testDnn) {
+      dnn_ = testDnn;
+    } else if (!dnn_) {
+      static Cudnn shared; // one process-wide table (the library stays loaded)
+      static Status loaded = shared.load();
+      if (!loaded.isOk())
+        return dnnStatus_ = loaded;
+      dnn_ = &shared;
+    }
+    CtxGuard g(drv_, ctx_);
+    if (cudnnStatus_t st = dnn_->cudnnCreate_(&dnnHandle_); st != CUDNN_STATUS_SUCCESS) {
+      dnnHandle_ = nullptr;
+      return dnnStatus_ = Status(StatusCode::Unavailable, std::string("cudnnCreate failed: ") +
+                                                              dnn_->cudnnGetErrorString_(st));
+    }
+    return Status::ok();
+  }
+
   static std::string versionString(uint32_t v) {
     return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
   }
@@ -773,16 +871,24 @@ private:
         st = fail("epilogue setup");
         continue;
       }
-      cublasLtMatmulHeuristicResult_t heur{};
+      // The algorithm of the step's rank among the heuristic's (a tactic: 0 otherwise).
+      const int rank = g.algo_rank();
+      std::vector<cublasLtMatmulHeuristicResult_t> heur(static_cast<size_t>(rank) + 1);
       int found = 0;
       if (ltTable_.cublasLtMatmulAlgoGetHeuristic_(ltHandle_, p.desc, p.la, p.lb, p.lc, p.lc, pref,
-                                                   1, &heur, &found) == CUBLAS_STATUS_SUCCESS &&
-          found > 0) {
-        p.algo = heur.algo;
+                                                   rank + 1, heur.data(),
+                                                   &found) == CUBLAS_STATUS_SUCCESS &&
+          found > rank) {
+        p.algo = heur[static_cast<size_t>(rank)].algo;
         p.epilogue = epilogue && wantEpilogue;
         st = Status::ok();
         break;
       }
+      if (rank > 0)
+        st = Status(StatusCode::Unavailable, "cuBLASLt offers " + std::to_string(found) +
+                                                 " algorithm" + (found == 1 ? "" : "s") +
+                                                 " for node '" + node + "', not " +
+                                                 std::to_string(rank + 1));
     }
     ltTable_.cublasLtMatmulPreferenceDestroy_(pref);
     return st;
@@ -851,6 +957,10 @@ private:
   CUstream userStream_ = nullptr;
   std::map<uint32_t, uint64_t> external_;
   std::map<const pkg::Gemm *, std::unique_ptr<GemmPlan>> plans_;
+  const Cudnn *dnn_ = nullptr;
+  cudnnHandle_t dnnHandle_ = nullptr;
+  Status dnnStatus_;
+  std::map<const pkg::CudnnConv *, std::unique_ptr<CudnnConvPlan>> convPlans_;
   /// Captured schedules (shape variants), the most recently used first.
   static constexpr size_t kGraphCacheSize = 8;
   std::list<std::pair<size_t, CUgraphExec>> graphs_;
@@ -877,6 +987,11 @@ const Driver *sharedDriver(Status &st) {
 
 const Driver *testDriver = nullptr;
 const CublasLt *testLt = nullptr;
+const Cudnn *testDnn = nullptr;
+
+void overrideCudnnForTesting(const Cudnn *dnn) {
+  testDnn = dnn;
+}
 
 void overrideTablesForTesting(const Driver *drv, const CublasLt *lt) {
   testDriver = drv;

@@ -13,6 +13,7 @@
 
 #include <cublasLt.h>
 #include <cuda.h>
+#include <cudnn_graph.h>
 
 namespace dlc::rt::cuda {
 
@@ -99,9 +100,59 @@ struct CublasLt {
   Status load();
 };
 
+// clang-format off
+#define DLC_DNN_LIST(X) \
+  X(cudnnGetVersion) \
+  X(cudnnGetErrorString) \
+  X(cudnnCreate) \
+  X(cudnnDestroy) \
+  X(cudnnSetStream) \
+  X(cudnnBackendCreateDescriptor) \
+  X(cudnnBackendDestroyDescriptor) \
+  X(cudnnBackendSetAttribute) \
+  X(cudnnBackendGetAttribute) \
+  X(cudnnBackendFinalize) \
+  X(cudnnBackendExecute)
+// clang-format on
+
+/// cuDNN's graph (backend) API: the vendor tactics (pkg::CudnnConv).
+struct Cudnn {
+  void *lib = nullptr;
+#define DLC_DNN(fn) decltype(&fn) fn##_ = nullptr;
+  DLC_DNN_LIST(DLC_DNN)
+#undef DLC_DNN
+  /// dlopens libcudnn.so.9 (Unavailable, with why, when it is missing or older than 9).
+  Status load();
+};
+
+/// A cuDNN convolution built for one step: descriptors, operation graph and the
+/// execution plan of the first engine the heuristic offers that finalizes within the
+/// step's workspace. Built once per step and session.
+class CudnnConvPlan {
+public:
+  /// `handle`: the session's cuDNN handle; `node` names the layer in errors.
+  static Result<std::unique_ptr<CudnnConvPlan>>
+  build(const Cudnn &dnn, cudnnHandle_t handle, const pkg::CudnnConv &c, const std::string &node);
+  ~CudnnConvPlan();
+  /// Runs it on the handle's stream (`bias` 0: the step has none).
+  Status execute(uint64_t x, uint64_t w, uint64_t y, uint64_t bias, uint64_t workspace) const;
+  int64_t workspaceBytes() const { return workspace_; }
+
+private:
+  CudnnConvPlan(const Cudnn &d, cudnnHandle_t h) : dnn_(d), handle_(h) {}
+  const Cudnn &dnn_;
+  cudnnHandle_t handle_;
+  std::vector<cudnnBackendDescriptor_t> owned_; // destroyed in reverse
+  cudnnBackendDescriptor_t plan_ = nullptr;
+  int64_t workspace_ = 0;
+  std::string node_;
+};
+
 /// Tests: sessions use these tables instead of the dlopened libraries (null: back
 /// to the real ones). Not thread-safe against sessions being created meanwhile.
 void overrideTablesForTesting(const Driver *drv, const CublasLt *lt);
+/// Tests: the cuDNN table sessions use (null: the dlopened library).
+void overrideCudnnForTesting(const Cudnn *dnn);
 
 /// The cuda backend over the given tables (null `lt`: cuBLASLt is loaded when a
 /// package has GEMMs). The tables must outlive the backend.

@@ -440,6 +440,61 @@ public:
       }
   }
 
+  Status cudnnConv(const pkg::CudnnConv &c, const std::string &node) override {
+    (void)node;
+    if (sticky_)
+      return sticky_;
+    const bool bf = c.dtype() == pkg::DType::BF16;
+    auto rd = [&](const uint8_t *p, int64_t i) {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      return bf ? bf16ToFloat(h) : halfToFloat(h);
+    };
+    // Channels-last, in 3 spatial dimensions (leading ones of extent 1 for 2-D).
+    const int64_t nd = c.kernel()->size(), C = c.c(), K = c.k(), G = c.groups(), Cg = C / G,
+                  Kg = K / G;
+    int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, ker[3] = {1, 1, 1}, st[3] = {1, 1, 1},
+            dil[3] = {1, 1, 1}, pad[3] = {0, 0, 0};
+    for (int64_t d = 0; d < nd; ++d) {
+      const int64_t e = 3 - nd + d;
+      in[e] = c.spatial_in()->Get(d), out[e] = c.spatial_out()->Get(d);
+      ker[e] = c.kernel()->Get(d), st[e] = c.stride()->Get(d);
+      dil[e] = c.dilation()->Get(d), pad[e] = c.pad_begin()->Get(d);
+    }
+    const uint8_t *x = address(*c.x()), *w = address(*c.w()),
+                  *bias = c.bias() ? address(*c.bias()) : nullptr;
+    uint8_t *y = address(*c.y());
+    for (int64_t n = 0; n < c.n(); ++n)
+      for (int64_t o0 = 0; o0 < out[0]; ++o0)
+        for (int64_t o1 = 0; o1 < out[1]; ++o1)
+          for (int64_t o2 = 0; o2 < out[2]; ++o2)
+            for (int64_t k = 0; k < K; ++k) {
+              const int64_t g = k / Kg;
+              float acc = 0;
+              for (int64_t t0 = 0; t0 < ker[0]; ++t0)
+                for (int64_t t1 = 0; t1 < ker[1]; ++t1)
+                  for (int64_t t2 = 0; t2 < ker[2]; ++t2) {
+                    const int64_t i0 = o0 * st[0] - pad[0] + t0 * dil[0],
+                                  i1 = o1 * st[1] - pad[1] + t1 * dil[1],
+                                  i2 = o2 * st[2] - pad[2] + t2 * dil[2];
+                    if (i0 < 0 || i0 >= in[0] || i1 < 0 || i1 >= in[1] || i2 < 0 || i2 >= in[2])
+                      continue;
+                    const int64_t xi = (((n * in[0] + i0) * in[1] + i1) * in[2] + i2) * C + g * Cg,
+                                  wi = (((k * ker[0] + t0) * ker[1] + t1) * ker[2] + t2) * Cg;
+                    for (int64_t ci = 0; ci < Cg; ++ci)
+                      acc += rd(x, xi + ci) * rd(w, wi + ci);
+                  }
+              const int64_t yi = (((n * out[0] + o0) * out[1] + o1) * out[2] + o2) * K + k;
+              if (bias) // cuDNN's fusion: on the FP32 sum, one rounding at the end
+                acc += rd(bias, k);
+              if (c.relu())
+                acc = std::max(acc, 0.0f);
+              const uint16_t h = bf ? floatToBF16(acc) : floatToHalf(acc);
+              std::memcpy(y + 2 * yi, &h, 2);
+            }
+    return Status::ok();
+  }
+
   Status gemm(const pkg::Gemm &g, const std::string &node, bool &epilogueApplied) override {
     if (sticky_)
       return sticky_;

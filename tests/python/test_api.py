@@ -541,6 +541,34 @@ def test_fused_attention_dropout_is_an_option(work):
     assert np.isfinite(loss).all()
 
 
+def test_tactics_can_be_forced_and_listed(work):
+    # The digits CNN in FP16: its convolutions with whole 16-byte channel chunks carry
+    # cuDNN beside our kernels. On emu, "dlc" runs ours and "vendor" cuDNN's schedule
+    # (its convolution computed on the host, then our epilogue kernel): the same
+    # predictions, within FP16 rounding.
+    pkg = dlc.compile(os.path.join(DIGITS, "digits_cnn.onnx"), os.path.join(work, "digits_fp16.dlc"),
+                      target="emu", fp16=True)
+    images = digit_images()
+    outs = {}
+    for mode in ("dlc", "vendor"):
+        s = dlc.InferenceSession(pkg, device="emu", tactics=mode)
+        layers = s.tactics()
+        assert layers, "the FP16 digits CNN has a layer with cuDNN as a candidate"
+        for layer in layers:
+            assert layer["how"] == "forced"
+            kinds = [c["kind"] for c in layer["candidates"]]
+            assert kinds == ["dlc", "cudnn"]
+            assert kinds[layer["chosen"]] == ("dlc" if mode == "dlc" else "cudnn")
+            assert all(c["microseconds"] is None for c in layer["candidates"])  # emu times nothing
+        outs[mode] = np.concatenate([s.run(None, {s.get_inputs()[0].name: x})[0].astype(np.float32)
+                                     for x in images.values()])
+    assert np.abs(outs["dlc"] - outs["vendor"]).max() <= 0.02 * np.abs(outs["dlc"]).max()
+    assert (outs["dlc"].argmax(1) == outs["vendor"].argmax(1)).all()
+    assert dlc.InferenceSession(pkg, device="emu").tactics()[0]["how"] == "default"
+    with pytest.raises(ValueError, match="tactics must be"):
+        dlc.InferenceSession(pkg, device="emu", tactics="fastest")
+
+
 def test_a_training_session_from_two_threads(linear):
     """Steps on one thread while another reads the parameters: calls are serialized,
     and neither waits forever (the session's lock is only taken without the GIL)."""

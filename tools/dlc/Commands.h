@@ -18,5 +18,6 @@ int runBench(const std::vector<std::string> &args);
 int runTrain(const std::vector<std::string> &args);
 int runExport(const std::vector<std::string> &args);
 int runCalibrate(const std::vector<std::string> &args);
+int runTune(const std::vector<std::string> &args);
 
 } // namespace dlc::tool

@@ -181,6 +181,7 @@ llvm::Expected<driver::CompileOptions> optionsFromArgs(const Args &args) {
   if (o.attentionKernel == "auto")
     o.attentionKernel.clear();
   o.deterministic = args.has("deterministic");
+  o.vendorTactics = !args.has("no-vendor-tactics");
   o.useCache = !args.has("no-cache");
   o.cacheDir = args.getOr("cache-dir", "");
   o.dumpDot = args.getOr("dump-dot", "");
@@ -232,6 +233,8 @@ int runCompile(const std::vector<std::string> &argv) {
        {"attention-kernel", 0, true, false, "auto|mma|cuda-core",
         "Benchmarking: fused attentions on tensor cores (attention_mma, FP16/BF16 with head sizes\n"
         "a multiple of 8) or CUDA cores, not the cost model's choice (default auto)"},
+       {"no-vendor-tactics", 0, false, false, "",
+        "Our kernels alone: no cuDNN alternatives for the session to time (README: Tactics)"},
        {"cache-dir", 0, true, false, "DIR", "Compilation cache (default ~/.cache/dlc)"},
        {"print-ir-after-all", 0, false, false, "", "Print the IR after every pass"},
        {"verify-each", 0, false, false, "", "Verify the IR after every pass"},

@@ -2,6 +2,7 @@
 #include "Args.h"
 #include "Commands.h"
 #include "dlc/driver/Inspect.h"
+#include "dlc/runtime/Runtime.h"
 #include "dlc/support/Files.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -13,7 +14,8 @@ namespace dlc::tool {
 
 int runInspect(const std::vector<std::string> &argv) {
   ArgParser parser(
-      "inspect", "PACKAGE.dlc [--json [-o FILE]] [--gpu LIST] [--gpu-profile FILE]",
+      "inspect",
+      "PACKAGE.dlc [--json [-o FILE]] [--gpu LIST] [--gpu-profile FILE] [--tactics-cache FILE]",
       "Lists the kernels (unique instantiations of the kernel library, with their\n"
       "launches, registers, spills and shared memory per architecture, and the main\n"
       "loop of their SASS), library calls and the memory plan of a package, with a\n"
@@ -27,7 +29,10 @@ int runInspect(const std::vector<std::string> &argv) {
         "A100,H100; the last is detailed)"},
        {"gpu-profile", 0, true, true, "FILE",
         "a profile measured by `dlc calibrate`: replaces the profile of its name, else "
-        "is added last (repeatable)"}});
+        "is added last (repeatable)"},
+       {"tactics-cache", 0, true, false, "FILE",
+        "a tactics cache file (~/.cache/dlc/tactics/*.txt, dlc tune): show which candidate "
+        "it chose for each layer and its measured time"}});
   int exitCode = 0;
   auto args = parser.parseCommand(argv, exitCode, "package file");
   if (!args)
@@ -70,6 +75,26 @@ int runInspect(const std::vector<std::string> &argv) {
       gpus.push_back(std::move(*g));
   }
   driver::Report report = driver::inspect(**pf, gpus);
+  if (auto path = args->get("tactics-cache")) {
+    // The cache names its package by the package's bytes (rt::tacticsCacheFileName).
+    const std::string mine = rt::tacticsCacheFileName(**pf);
+    if (llvm::StringRef(*path).rsplit('/').second.str() != mine &&
+        llvm::StringRef(*path).rsplit('/').first.str() != mine) {
+      reportError("inspect: " + *path + " is not this package's tactics cache (that is " + mine +
+                  " in the cache directory)");
+      return 1;
+    }
+    auto cache = rt::readTacticsCache(*path);
+    if (!cache) {
+      reportError("inspect: " + cache.status().message());
+      return 1;
+    }
+    report.tacticsCachePath = *path;
+    report.tacticsCacheKey = cache->key;
+    for (const auto &[where, choice] : cache->choices)
+      if (where.first == 0)
+        report.tacticsChosen[where.second] = choice;
+  }
   if (args->has("json"))
     return writeReport(*args, llvm::formatv("{0:2}", driver::toJson(report)).str() + "\n");
   driver::printReport(report, llvm::outs());

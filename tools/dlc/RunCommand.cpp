@@ -26,5 +26,8 @@ int runRun(const std::vector<std::string> &argv) {
 int runBench(const std::vector<std::string> &argv) {
   return cli::benchMain(argv, context("dlc"));
 }
+int runTune(const std::vector<std::string> &argv) {
+  return cli::tuneMain(argv, context("dlc tune"));
+}
 
 } // namespace dlc::tool

@@ -24,6 +24,8 @@ const Command kCommands[] = {
     {"inspect", "Show the kernels, resources and memory plan of a package", dlc::tool::runInspect},
     {"calibrate", "Measure this GPU for the cost model (writes a profile for inspect)",
      dlc::tool::runCalibrate},
+    {"tune", "Choose each layer's tactic (ours or cuDNN) on this GPU, into the cache",
+     dlc::tool::runTune},
     {"import", "Import an ONNX model and print its IR", dlc::tool::runImport},
     {"opt", "Run graph passes on textual IR", dlc::tool::runOpt},
     {"interpret", "Run textual IR on the reference interpreter", dlc::tool::runInterpret},

@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-#define DLC_RUNTIME_API_VERSION 5
+#define DLC_RUNTIME_API_VERSION 6
 
 typedef struct dlc_model dlc_model;
 typedef struct dlc_session dlc_session;
@@ -113,6 +113,21 @@ dlc_status dlc_session_create(dlc_model *model, const dlc_session_options *optio
 dlc_status dlc_session_create_allowing_host_code(dlc_model *model,
                                                  const dlc_session_options *options,
                                                  dlc_session **out);
+/* Since API version 6. Tactics (README: Tactics): which implementation runs each layer
+ * that has alternatives. DEFAULT: $DLC_TACTICS, else AUTO; AUTO: on a GPU the fastest,
+ * timed when the session starts or read from the tactics cache, on emu ours; DLC: our
+ * kernels; VENDOR: cuDNN where a layer has it. */
+typedef enum dlc_tactics {
+  DLC_TACTICS_DEFAULT = 0,
+  DLC_TACTICS_AUTO = 1,
+  DLC_TACTICS_DLC = 2,
+  DLC_TACTICS_VENDOR = 3,
+  DLC_TACTICS_FORCE_INT32_ = 0x7fffffff
+} dlc_tactics;
+/* As dlc_session_create, with the tactics family forced (a function of its own: callers
+ * built against an older dlc_session_options pass the shorter struct). */
+dlc_status dlc_session_create_with_tactics(dlc_model *model, const dlc_session_options *options,
+                                           dlc_tactics tactics, dlc_session **out);
 void dlc_session_free(dlc_session *session);
 /* "cuda (NVIDIA A100, sm_80)" or "emu (...)"; valid while the session lives. */
 const char *dlc_session_device(const dlc_session *session);

@@ -343,3 +343,26 @@ TEST(CApi, HostCodeNeedsItsOwnCall) {
   dlc_model_free(model);
   ::unsetenv("DLC_HOST_KEY_FILE");
 }
+
+// dlc_session_create_with_tactics: a family the enum names, else one clear error and
+// no session.
+TEST(CApi, TacticsAreAnArgumentOfTheirOwnCall) {
+  const std::vector<uint8_t> &bytes = package();
+  dlc_model *model = nullptr;
+  ASSERT_EQ(dlc_model_load_memory(bytes.data(), bytes.size(), &model), DLC_OK);
+  dlc_session_options o;
+  std::memset(&o, 0, sizeof o);
+  o.device = DLC_DEVICE_EMU;
+  o.emu_threads = 1;
+  dlc_session *s = nullptr;
+  EXPECT_EQ(dlc_session_create_with_tactics(model, &o, static_cast<dlc_tactics>(7), &s),
+            DLC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dlc_last_error()).find("unknown tactics family 7"), std::string::npos)
+      << dlc_last_error();
+  EXPECT_EQ(s, nullptr);
+  EXPECT_EQ(dlc_session_create_with_tactics(model, &o, DLC_TACTICS_VENDOR, &s), DLC_OK)
+      << dlc_last_error();
+  ASSERT_NE(s, nullptr);
+  dlc_session_free(s);
+  dlc_model_free(model);
+}

@@ -55,6 +55,18 @@ struct FakeState {
   std::vector<size_t> reduceCounts;
   bool rejectEpilogue = false; // the heuristic finds no algorithm that applies an epilogue
   std::map<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments;
+  // Tactics: a clock that kernels (by a substring of their names) and cuDNN's
+  // executions advance, which events read; cuDNN's calls as "create T", "set A",
+  // "get A", "finalize T", "execute"; attribute type errors against cudnn_graph.h.
+  double clockMs = 0, cudnnMs = 0.01;
+  std::map<std::string, double> kernelMs;
+  std::map<CUevent, double> eventAt;
+  int elapsedCalls = 0, dnnExecutes = 0;
+  bool dnnCreateFails = false, dnnRejectPlans = false;
+  int64_t dnnWorkspace = 0;
+  std::vector<std::string> dnnCalls, dnnErrors;
+  int ltAlgorithms = 1;         // cuBLASLt's heuristic offers this many algorithms
+  std::map<int, double> algoMs; // the fake clock's time of each (by rank)
   void reset() { *this = FakeState(); }
   FakeState() = default;
   FakeState &operator=(const FakeState &o) {
@@ -65,6 +77,13 @@ struct FakeState {
     callsWithoutContext = captures = graphLaunches = heuristicCalls = matmuls = streams = 0;
     cooperativeLaunches = 0;
     capturing = rejectEpilogue = false;
+    clockMs = 0, cudnnMs = 0.01;
+    kernelMs.clear(), eventAt.clear(), dnnCalls.clear(), dnnErrors.clear();
+    elapsedCalls = dnnExecutes = 0;
+    dnnCreateFails = dnnRejectPlans = false;
+    dnnWorkspace = 0;
+    ltAlgorithms = 1;
+    algoMs.clear();
     endCaptureResult = CUDA_SUCCESS;
     return *this;
   }
@@ -213,6 +232,11 @@ inline cuda::Driver makeDriver() {
       return CUDA_ERROR_INVALID_VALUE;
     S.cooperativeLaunches += cooperative;
     S.launched.push_back(S.functions[f]);
+    double ms = 0.001;
+    for (const auto &[name, t] : S.kernelMs)
+      if (S.functions[f].find(name) != std::string::npos)
+        ms = t;
+    S.clockMs += ms;
     return CUDA_SUCCESS;
   };
   d.cuOccupancyMaxActiveBlocksPerMultiprocessor_ = [](int *n, CUfunction, int, size_t) {
@@ -248,8 +272,16 @@ inline cuda::Driver makeDriver() {
     return CUDA_SUCCESS;
   };
   d.cuEventDestroy_ = [](CUevent) { return CUDA_SUCCESS; };
-  d.cuEventRecord_ = [](CUevent, CUstream) {
+  d.cuEventRecord_ = [](CUevent e, CUstream) {
     log("cuEventRecord", true);
+    S.eventAt[e] = S.clockMs;
+    return CUDA_SUCCESS;
+  };
+  d.cuEventSynchronize_ = [](CUevent) { return CUDA_SUCCESS; };
+  d.cuEventElapsedTime_ = [](float *ms, CUevent a, CUevent b) {
+    log("cuEventElapsedTime", true);
+    ++S.elapsedCalls;
+    *ms = static_cast<float>(S.eventAt[b] - S.eventAt[a]);
     return CUDA_SUCCESS;
   };
   d.cuStreamWaitEvent_ = [](CUstream, CUevent, unsigned) {
@@ -313,25 +345,212 @@ inline cuda::CublasLt makeLt() {
   };
   l.cublasLtMatmulAlgoGetHeuristic_ =
       [](cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
-         cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int,
-         cublasLtMatmulHeuristicResult_t *, int *found) {
+         cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int requested,
+         cublasLtMatmulHeuristicResult_t *results, int *found) {
         ++S.heuristicCalls;
-        *found = S.rejectEpilogue && descHasEpilogue[d] ? 0 : 1;
+        *found = S.rejectEpilogue && descHasEpilogue[d] ? 0 : std::min(requested, S.ltAlgorithms);
+        for (int i = 0; i < *found; ++i)
+          results[i].algo.data[0] = static_cast<uint64_t>(i); // its rank, for the fake clock
         return CUBLAS_STATUS_SUCCESS;
       };
   l.cublasLtMatmul_ = [](cublasLtHandle_t, cublasLtMatmulDesc_t, const void *, const void *,
                          cublasLtMatrixLayout_t, const void *, cublasLtMatrixLayout_t, const void *,
                          const void *, cublasLtMatrixLayout_t, void *, cublasLtMatrixLayout_t,
-                         const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t) {
+                         const cublasLtMatmulAlgo_t *algo, void *, size_t, cudaStream_t) {
     log("cublasLtMatmul", true);
     ++S.matmuls;
+    auto t = S.algoMs.find(algo ? static_cast<int>(algo->data[0]) : 0);
+    S.clockMs += t != S.algoMs.end() ? t->second : 0.001;
     return CUBLAS_STATUS_SUCCESS;
   };
   return l;
 }
 
+/// cuDNN's graph API: descriptors remember their type; every attribute is checked
+/// against the type cudnn_graph.h documents for it (and the descriptor it belongs
+/// to), as the library checks them. The heuristic offers two engines.
+struct FakeDnnDesc {
+  cudnnBackendDescriptorType_t type;
+  std::map<int, std::vector<int64_t>> ints; // INT64 attributes
+};
+
+/// The attribute type cudnn_graph.h gives each attribute the backend sets, and the
+/// descriptor it belongs to.
+inline const std::map<cudnnBackendAttributeName_t,
+                      std::pair<cudnnBackendAttributeType_t, cudnnBackendDescriptorType_t>> &
+dnnAttributes() {
+  static const std::map<cudnnBackendAttributeName_t,
+                        std::pair<cudnnBackendAttributeType_t, cudnnBackendDescriptorType_t>>
+      m = {
+          {CUDNN_ATTR_TENSOR_DATA_TYPE, {CUDNN_TYPE_DATA_TYPE, CUDNN_BACKEND_TENSOR_DESCRIPTOR}},
+          {CUDNN_ATTR_TENSOR_DIMENSIONS, {CUDNN_TYPE_INT64, CUDNN_BACKEND_TENSOR_DESCRIPTOR}},
+          {CUDNN_ATTR_TENSOR_STRIDES, {CUDNN_TYPE_INT64, CUDNN_BACKEND_TENSOR_DESCRIPTOR}},
+          {CUDNN_ATTR_TENSOR_UNIQUE_ID, {CUDNN_TYPE_INT64, CUDNN_BACKEND_TENSOR_DESCRIPTOR}},
+          {CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, {CUDNN_TYPE_INT64, CUDNN_BACKEND_TENSOR_DESCRIPTOR}},
+          {CUDNN_ATTR_TENSOR_IS_VIRTUAL, {CUDNN_TYPE_BOOLEAN, CUDNN_BACKEND_TENSOR_DESCRIPTOR}},
+          {CUDNN_ATTR_POINTWISE_MODE,
+           {CUDNN_TYPE_POINTWISE_MODE, CUDNN_BACKEND_POINTWISE_DESCRIPTOR}},
+          {CUDNN_ATTR_POINTWISE_MATH_PREC,
+           {CUDNN_TYPE_DATA_TYPE, CUDNN_BACKEND_POINTWISE_DESCRIPTOR}},
+          {CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR,
+           {CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR}},
+          {CUDNN_ATTR_OPERATION_POINTWISE_XDESC,
+           {CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR}},
+          {CUDNN_ATTR_OPERATION_POINTWISE_BDESC,
+           {CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR}},
+          {CUDNN_ATTR_OPERATION_POINTWISE_YDESC,
+           {CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR}},
+          {CUDNN_ATTR_CONVOLUTION_COMP_TYPE,
+           {CUDNN_TYPE_DATA_TYPE, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR}},
+          {CUDNN_ATTR_CONVOLUTION_CONV_MODE,
+           {CUDNN_TYPE_CONVOLUTION_MODE, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR}},
+          {CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS,
+           {CUDNN_TYPE_INT64, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR}},
+          {CUDNN_ATTR_CONVOLUTION_DILATIONS,
+           {CUDNN_TYPE_INT64, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR}},
+          {CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES,
+           {CUDNN_TYPE_INT64, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR}},
+          {CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS,
+           {CUDNN_TYPE_INT64, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR}},
+          {CUDNN_ATTR_CONVOLUTION_POST_PADDINGS,
+           {CUDNN_TYPE_INT64, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR}},
+          {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+           {CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR}},
+          {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+           {CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR}},
+          {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+           {CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR}},
+          {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+           {CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR}},
+          {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+           {CUDNN_TYPE_FLOAT, CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR}},
+          {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+           {CUDNN_TYPE_FLOAT, CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR}},
+          {CUDNN_ATTR_OPERATIONGRAPH_OPS,
+           {CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR}},
+          {CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
+           {CUDNN_TYPE_HANDLE, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR}},
+          {CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+           {CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR}},
+          {CUDNN_ATTR_ENGINEHEUR_MODE, {CUDNN_TYPE_HEUR_MODE, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR}},
+          {CUDNN_ATTR_ENGINEHEUR_RESULTS,
+           {CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR}},
+          {CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+           {CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR}},
+          {CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
+           {CUDNN_TYPE_HANDLE, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR}},
+          {CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+           {CUDNN_TYPE_INT64, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR}},
+          {CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
+           {CUDNN_TYPE_INT64, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR}},
+          {CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+           {CUDNN_TYPE_VOID_PTR, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR}},
+          {CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+           {CUDNN_TYPE_VOID_PTR, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR}},
+      };
+  return m;
+}
+
+inline void dnnCheck(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a,
+                     cudnnBackendAttributeType_t t, const char *what) {
+  auto it = dnnAttributes().find(a);
+  auto *desc = reinterpret_cast<FakeDnnDesc *>(d);
+  if (it == dnnAttributes().end())
+    S.dnnErrors.push_back(std::string(what) + " of undocumented attribute " + std::to_string(a));
+  else if (it->second.first != t || it->second.second != desc->type)
+    S.dnnErrors.push_back(std::string(what) + " of attribute " + std::to_string(a) + " with type " +
+                          std::to_string(t) + " on descriptor type " + std::to_string(desc->type));
+}
+
+inline cuda::Cudnn makeDnn() {
+  cuda::Cudnn n;
+  n.cudnnGetVersion_ = []() -> size_t { return 91900; };
+  n.cudnnGetErrorString_ = [](cudnnStatus_t) { return "fake cuDNN failure"; };
+  n.cudnnCreate_ = [](cudnnHandle_t *h) {
+    S.dnnCalls.push_back("cudnnCreate");
+    if (S.dnnCreateFails)
+      return CUDNN_STATUS_NOT_INITIALIZED;
+    *h = reinterpret_cast<cudnnHandle_t>(0xd000);
+    return CUDNN_STATUS_SUCCESS;
+  };
+  n.cudnnDestroy_ = [](cudnnHandle_t) { return CUDNN_STATUS_SUCCESS; };
+  n.cudnnSetStream_ = [](cudnnHandle_t, cudaStream_t) { return CUDNN_STATUS_SUCCESS; };
+  n.cudnnBackendCreateDescriptor_ = [](cudnnBackendDescriptorType_t t,
+                                       cudnnBackendDescriptor_t *d) {
+    S.dnnCalls.push_back("create " + std::to_string(t));
+    *d = reinterpret_cast<cudnnBackendDescriptor_t>(new FakeDnnDesc{t, {}});
+    return CUDNN_STATUS_SUCCESS;
+  };
+  n.cudnnBackendDestroyDescriptor_ = [](cudnnBackendDescriptor_t d) {
+    delete reinterpret_cast<FakeDnnDesc *>(d);
+    return CUDNN_STATUS_SUCCESS;
+  };
+  n.cudnnBackendSetAttribute_ = [](cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a,
+                                   cudnnBackendAttributeType_t t, int64_t count, const void *v) {
+    S.dnnCalls.push_back("set " + std::to_string(a));
+    dnnCheck(d, a, t, "set");
+    if (t == CUDNN_TYPE_INT64)
+      reinterpret_cast<FakeDnnDesc *>(d)->ints[a].assign(static_cast<const int64_t *>(v),
+                                                         static_cast<const int64_t *>(v) + count);
+    return CUDNN_STATUS_SUCCESS;
+  };
+  n.cudnnBackendGetAttribute_ = [](cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a,
+                                   cudnnBackendAttributeType_t t, int64_t requested, int64_t *count,
+                                   void *v) {
+    S.dnnCalls.push_back("get " + std::to_string(a));
+    dnnCheck(d, a, t, "get");
+    if (a == CUDNN_ATTR_ENGINEHEUR_RESULTS) {
+      *count = requested ? std::min<int64_t>(requested, 2) : 2;
+      return CUDNN_STATUS_SUCCESS;
+    }
+    if (a == CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE) {
+      *count = 1;
+      *static_cast<int64_t *>(v) = S.dnnWorkspace;
+    }
+    return CUDNN_STATUS_SUCCESS;
+  };
+  n.cudnnBackendFinalize_ = [](cudnnBackendDescriptor_t d) {
+    auto *desc = reinterpret_cast<FakeDnnDesc *>(d);
+    auto join = [&](int a) {
+      std::string r;
+      for (int64_t v : desc->ints[a])
+        r += (r.empty() ? "" : ",") + std::to_string(v);
+      return r;
+    };
+    if (desc->type == CUDNN_BACKEND_TENSOR_DESCRIPTOR)
+      S.dnnCalls.push_back("finalize tensor " + join(CUDNN_ATTR_TENSOR_UNIQUE_ID) + " dims " +
+                           join(CUDNN_ATTR_TENSOR_DIMENSIONS) + " strides " +
+                           join(CUDNN_ATTR_TENSOR_STRIDES));
+    else if (desc->type == CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR)
+      S.dnnCalls.push_back("finalize convolution pads " +
+                           join(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS) + "/" +
+                           join(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS) + " strides " +
+                           join(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES) + " dilations " +
+                           join(CUDNN_ATTR_CONVOLUTION_DILATIONS));
+    else
+      S.dnnCalls.push_back("finalize " + std::to_string(desc->type));
+    if (desc->type == CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR && S.dnnRejectPlans)
+      return CUDNN_STATUS_NOT_SUPPORTED;
+    return CUDNN_STATUS_SUCCESS;
+  };
+  n.cudnnBackendExecute_ = [](cudnnHandle_t, cudnnBackendDescriptor_t,
+                              cudnnBackendDescriptor_t pack) {
+    S.dnnCalls.push_back("execute");
+    log("cudnnBackendExecute", true);
+    const auto &uids =
+        reinterpret_cast<FakeDnnDesc *>(pack)->ints[CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS];
+    if (uids != std::vector<int64_t>{1, 2, 3} && uids != std::vector<int64_t>{1, 2, 3, 4})
+      S.dnnErrors.push_back("the variant pack does not name the graph's tensors");
+    ++S.dnnExecutes;
+    S.clockMs += S.cudnnMs;
+    return CUDNN_STATUS_SUCCESS;
+  };
+  return n;
+}
+
 const cuda::Driver kDriver = makeDriver();
 const cuda::CublasLt kLt = makeLt();
+const cuda::Cudnn kDnn = makeDnn();
 
 /// Textual IR through the default pipeline, compiled for sm_90 (NVRTC, no GPU needed).
 inline std::shared_ptr<const pkg::PackageFile> compileForSm90(const char *text,
@@ -389,8 +608,12 @@ protected:
     S.reset();
     ctxStack.clear();
     cuda::overrideTablesForTesting(&kDriver, &kLt);
+    cuda::overrideCudnnForTesting(&kDnn);
   }
-  void TearDown() override { cuda::overrideTablesForTesting(nullptr, nullptr); }
+  void TearDown() override {
+    cuda::overrideTablesForTesting(nullptr, nullptr);
+    cuda::overrideCudnnForTesting(nullptr);
+  }
 
   Result<std::unique_ptr<rt::Session>> session(rt::SessionOptions so = {}) {
     so.device = rt::DeviceKind::Cuda;

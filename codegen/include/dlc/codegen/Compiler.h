@@ -55,6 +55,10 @@ struct CompileOptions {
   /// (attention_mma, where it applies) or "cuda-core" (attention) instead of the cost
   /// model's choice ("" or "auto").
   std::string attentionKernel;
+  /// Vendor tactics: layers that cuDNN can run carry it as an alternative to our
+  /// kernels, timed on the GPU when a session starts (dlc compile --no-vendor-tactics:
+  /// our kernels alone).
+  bool vendorTactics = true;
   /// Floating-point scatter-adds (training's MaxPool and Gather gradients) as 64-bit
   /// fixed-point sums, which give the same bits on every run and in any thread order,
   /// instead of atomic float adds (dlc compile --deterministic).

@@ -103,6 +103,8 @@ struct CompileOptions {
   /// Benchmarks: fused attentions on "mma" or "cuda-core" kernels, not the model's
   /// choice (codegen::CompileOptions::attentionKernel).
   std::string attentionKernel;
+  /// cuDNN alternatives beside our kernels (codegen::CompileOptions::vendorTactics).
+  bool vendorTactics = true;
   /// Bit-identical results on every run: deterministic scatter-adds
   /// (codegen::CompileOptions::deterministic).
   bool deterministic = false;

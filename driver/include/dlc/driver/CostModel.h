@@ -45,6 +45,9 @@ struct StepCost {
   double flops = 0;
   bool tensor = false; // on tensor cores
   bool tf32 = false;   // ... in TF32
+  /// A tactic group's step (pkg::Step::tactic): its group and alternative (0: none).
+  uint32_t altGroup = 0;
+  uint8_t alt = 0;
   /// Per GPU profile (PackageCost::gpus): whether the step runs there, its SM fill,
   /// bounds, modeled time and roofline time (microseconds).
   std::vector<bool> runs;

@@ -42,6 +42,13 @@ struct KernelReport {
 
 struct Report {
   std::string packageName, model;
+  /// The layers with tactics (the main schedule's, on the detailed GPU's architecture):
+  /// the candidates a session times on a GPU.
+  std::vector<pkg::TacticGroup> tactics;
+  /// --tactics-cache: the file and the key it was written for, and per tactic group
+  /// of the package's schedule the alternative chosen there and its measured time.
+  std::string tacticsCachePath, tacticsCacheKey;
+  std::map<uint32_t, std::pair<uint8_t, double>> tacticsChosen;
   uint64_t packageBytes = 0;
   /// The GPUs the model reports (PackageCost::gpus); per-GPU figures are in this
   /// order, and the last (H100 by default) is the one the text details.

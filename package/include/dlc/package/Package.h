@@ -76,6 +76,33 @@ std::string inputShapeProblem(const Package &m, uint32_t index, const std::vecto
 /// Whether a step runs when the package's steps for `arch` (chooseStepArch) are chosen.
 bool stepRunsOn(const Step &s, int arch);
 
+/// Tactics (Step::tactic): the most alternatives a layer may carry.
+inline constexpr int kMaxTactics = 8;
+/// "dlc", "cudnn", "cublaslt" ("" for None).
+const char *tacticKindName(TacticKind k);
+/// One alternative of a tactic group, as a schedule lists it: its first step's index
+/// and how many steps follow it.
+struct TacticAlt {
+  uint8_t alt = 0;
+  TacticKind kind = TacticKind::None;
+  std::string desc;
+  size_t first = 0, count = 0;
+};
+/// A layer's tactics: its group, node and alternatives in alt order.
+struct TacticGroup {
+  uint32_t group = 0;
+  std::string node;
+  std::vector<TacticAlt> alts;
+  /// The first alternative of kind `k`, or null.
+  const TacticAlt *find(TacticKind k) const;
+  /// The alternative emu and the cost model run: the first dlc one (else the first).
+  uint8_t defaultAlt() const;
+};
+/// The tactic groups of a schedule among the steps that run on `arch`, in the order
+/// of their first steps.
+std::vector<TacticGroup> tacticGroups(const flatbuffers::Vector<flatbuffers::Offset<Step>> *steps,
+                                      int arch);
+
 /// A finished package that is not one buffer: the header and metadata, then each
 /// section where its owner keeps it. Weights (gigabytes, for some models) are written
 /// to the file once and never copied into an image.

@@ -27,6 +27,10 @@ int runMain(const std::vector<std::string> &args, const CliContext &ctx);
 /// `bench`: [PACKAGE] [--warmup N] [--iterations N] [--batch N] [--device D] [--input ...]
 int benchMain(const std::vector<std::string> &args, const CliContext &ctx);
 
+/// `tune`: PACKAGE [--device N] [--budget-ms N] [--cache-dir DIR]: the tactics chosen on
+/// this GPU ahead of time, into the tactics cache (no GPU: one line, exit 1).
+int tuneMain(const std::vector<std::string> &args, const CliContext &ctx);
+
 /// `--calibrate DIR [--device N] [--name NAME] [-o FILE]`: the microbenchmarks of
 /// `dlc calibrate` from DIR/calibrate_sm_XX.cubin (written by `dlc calibrate
 /// --emit-kernels DIR`) on this machine's GPU; prints what it measured and the profile

@@ -80,6 +80,46 @@ struct SessionOptions {
   RankInfo rank;
   std::shared_ptr<Communicator> communicator;
   CommOptions comm;
+  /// Tactics (README: Tactics): which implementation runs each layer that has
+  /// alternatives. Auto: on a GPU the fastest, timed when the session starts or read
+  /// from the tactics cache; on emu our kernels. Dlc: our kernels. Vendor: cuDNN
+  /// (cuBLASLt) where a layer has it. Default: $DLC_TACTICS (auto, dlc or vendor),
+  /// else Auto.
+  enum class Tactics { Default, Auto, Dlc, Vendor };
+  Tactics tactics = Tactics::Default;
+  /// The tactics cache's directory: empty for $DLC_CACHE_DIR/tactics,
+  /// $XDG_CACHE_HOME/dlc/tactics or ~/.cache/dlc/tactics; "-" for none.
+  std::string tacticsCacheDir;
+  /// The most wall time the session spends timing tactics, in milliseconds; the
+  /// layers left then run our kernels.
+  double tuneBudgetMs = 20000;
+};
+
+/// A tactics cache file (README: Tactics): the key it was written for (GPU, driver and
+/// library versions), and per (schedule, tactic group) the chosen alternative and its
+/// time in microseconds.
+struct TacticsCache {
+  std::string key;
+  std::map<std::pair<size_t, uint32_t>, std::pair<uint8_t, double>> choices;
+};
+/// Reads one; an error that says what is wrong with it (IoError when there is none).
+Result<TacticsCache> readTacticsCache(const std::string &path);
+/// The cache file of a package: DIR/<crc32>-<size>.txt.
+std::string tacticsCacheFileName(const pkg::PackageFile &p);
+
+/// One layer's tactics as the session chose them (Session::tactics()).
+struct TacticChoice {
+  size_t schedule = 0; // 0: the package's; i + 1: shape variant i
+  std::string node;
+  struct Candidate {
+    std::string kind;        // dlc, cudnn, cublaslt
+    std::string description; // the kernels, or the library's call
+    double micros = -1;      // measured (not timed: -1)
+    std::string problem;     // why it could not run here, if it could not
+  };
+  std::vector<Candidate> candidates;
+  size_t chosen = 0;
+  std::string how; // "timed", "cache", "forced" (DLC_TACTICS) or "default" (emu)
 };
 
 /// Data parallelism, as this rank saw it: the all-reduces it ran, the seconds they
@@ -198,6 +238,9 @@ public:
   /// kernel, or its per-step schedule where the device cannot hold its grid), one line
   /// each; empty when the package has none.
   const std::vector<std::string> &scheduleNotes() const { return scheduleNotes_; }
+  /// The tactics chosen so far (a shape variant's when it first runs), in schedule
+  /// order; empty when the package has no layer with alternatives.
+  const std::vector<TacticChoice> &tactics() const { return tactics_; }
 
 private:
   Session() = default;
@@ -219,6 +262,10 @@ private:
   using Tensors = flatbuffers::Vector<flatbuffers::Offset<pkg::TensorInfo>>;
   /// A schedule: the package's own (index 0), or a shape variant's.
   struct Schedule {
+    const flatbuffers::Vector<flatbuffers::Offset<pkg::Step>> *all = nullptr;
+    /// The chosen alternative of each group (persistent kernels, tactics).
+    std::map<uint32_t, uint8_t> chosen;
+    bool tacticsChosen = false;
     const Tensors *inputs = nullptr, *outputs = nullptr;
     const flatbuffers::Vector<flatbuffers::Offset<pkg::Buffer>> *buffers = nullptr;
     /// Its steps that run on this backend (per-architecture steps filtered).
@@ -239,6 +286,14 @@ private:
   Status checkRangedInput(int index, const HostTensor &t) const;
   Status selectSchedule();
   bool evalMode_ = false;
+  int arch_ = 0;
+  std::vector<TacticChoice> tactics_;
+  /// Fills schedule k's steps from its alternatives' choices.
+  void buildSteps(Schedule &sc) const;
+  /// Chooses schedule k's tactics (its buffers in use) and builds its steps.
+  Status chooseTactics(size_t k);
+  /// Issues one step (`kind` says what it was, for profiles).
+  Status issueStep(const pkg::Step &s, bool evaluation, const char *&kind);
 };
 
 /// The CUDA devices present (0 without a driver or a device).

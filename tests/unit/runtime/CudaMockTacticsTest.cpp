@@ -1,0 +1,391 @@
+// Tactics (runtime/Tactics.cpp) on the fake driver and a fake cuDNN (CudaMockTestUtil.h):
+//  - cuDNN's graph is built with the calls and attribute types cudnn_graph.h documents,
+//    the channels-last tensors described in cuDNN's dimension order;
+//  - the faster candidate, by the fake clock, is the one that runs;
+//  - the choice is cached: a second session times nothing, a new GPU or a damaged
+//    file times again, with a note;
+//  - DLC_TACTICS and the session option force a family; a cuDNN that cannot start
+//    leaves our kernels;
+// and on emu, the vendor candidate's schedule (cuDNN's convolution on the host, then
+// conv_finish) computes what our kernels compute.
+#include "CudaMockTestUtil.h"
+#include "dlc/support/Half.h"
+
+#include <filesystem>
+
+using namespace cudamock;
+
+namespace {
+
+/// Two FP16 channels-last convolutions (16 -> 16 channels, 3x3, padding 1) between
+/// transposes from and to NCHW: the first with its bias and a ReLU (cuDNN's fusion
+/// applies both), the second storing transposed (an epilogue cuDNN is not given:
+/// conv_finish applies it to cuDNN's result). For sm_90 and emu.
+std::shared_ptr<const pkg::PackageFile> convPackage() {
+  static std::shared_ptr<const pkg::PackageFile> pkg = [] {
+    std::string w, b;
+    for (int i = 0; i < 16 * 16 * 9; ++i)
+      w += (i ? ", " : "") + std::to_string(((i * 37) % 17 - 8) / 32.0);
+    for (int i = 0; i < 16; ++i)
+      b += (i ? ", " : "") + std::to_string((i % 5 - 2) / 8.0);
+    std::string text =
+        "graph @conv(%x: f16[1,16,8,8]) -> (\"y\": f16[1,16,8,8]) {\n"
+        "  %w = const f16[16,3,3,16] dense<[" +
+        w + "]>\n  %b = const f16[16] dense<[" + b +
+        "]>\n"
+        "  %t = Transpose(%x) {perm = [0, 2, 3, 1]} : f16[1,8,8,16]\n"
+        "  %c = Conv(%t, %w, %b) {channels_last = 1, pads = [1, 1, 1, 1]} : f16[1,8,8,16]\n"
+        "  %a = Relu(%c) : f16[1,8,8,16]\n"
+        "  %c2 = Conv(%a, %w) {channels_last = 1, pads = [1, 1, 1, 1]} : f16[1,8,8,16]\n"
+        "  %y = Transpose(%c2) {perm = [0, 3, 1, 2]} : f16[1,16,8,8]\n"
+        "  return %y\n}\n";
+    auto g = ir::parseGraph(text, "conv");
+    EXPECT_TRUE(bool(g)) << llvm::toString(g.takeError());
+    passes::PassManager pm;
+    passes::PassContext ctx;
+    EXPECT_FALSE(bool(pm.run(**g, passes::defaultPipeline(2), ctx)));
+    codegen::CompileOptions co;
+    co.targets = {"sm_90", "emu"};
+    auto bytes = codegen::compileGraph(**g, co);
+    EXPECT_TRUE(bool(bytes)) << llvm::toString(bytes.takeError());
+    auto pf = pkg::PackageFile::fromBytes(bytes->data(), bytes->size(), "conv.dlc");
+    EXPECT_TRUE(pf.ok());
+    return std::shared_ptr<const pkg::PackageFile>(*pf);
+  }();
+  return pkg;
+}
+
+class Tactics : public CudaMock {
+protected:
+  void SetUp() override {
+    CudaMock::SetUp();
+    dir_ = ::testing::TempDir() + "/dlc-tactics-" + std::to_string(::getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    ::unsetenv("DLC_TACTICS");
+  }
+  void TearDown() override {
+    std::filesystem::remove_all(dir_);
+    ::unsetenv("DLC_TACTICS");
+    CudaMock::TearDown();
+  }
+  Result<std::unique_ptr<rt::Session>> conv(rt::SessionOptions so = {}) {
+    so.device = rt::DeviceKind::Cuda;
+    so.cudaGraphs = false;
+    so.tacticsCacheDir = dir_;
+    return rt::Session::create(convPackage(), so);
+  }
+  static const rt::TacticChoice::Candidate &chosen(const rt::Session &s) {
+    const rt::TacticChoice &c = s.tactics().at(0);
+    return c.candidates.at(c.chosen);
+  }
+  static bool noted(const rt::Session &s, const std::string &what) {
+    for (const std::string &n : s.scheduleNotes())
+      if (n.find(what) != std::string::npos)
+        return true;
+    return false;
+  }
+  std::string dir_;
+};
+
+TEST_F(Tactics, CudnnGetsTheDocumentedGraphOfTheConvolution) {
+  rt::SessionOptions so;
+  so.tactics = rt::SessionOptions::Tactics::Vendor;
+  auto s = conv(so);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  ASSERT_EQ((*s)->tactics().size(), 2u);
+  EXPECT_EQ(chosen(**s).kind, "cudnn");
+  EXPECT_TRUE(S.dnnErrors.empty()) << S.dnnErrors.front();
+  // The builder's calls, in order, up to the first execution (descriptor types and
+  // attributes by their cudnn_graph.h numbers).
+  auto t = [](cudnnBackendDescriptorType_t d) { return "create " + std::to_string(d); };
+  auto a = [](cudnnBackendAttributeName_t n) { return "set " + std::to_string(n); };
+  // The first layer is conv, bias and ReLU: cuDNN fuses all three, through two virtual
+  // FP32 tensors (ids 5 and 6) into y (3), the bias (4) per channel.
+  std::vector<std::string> want = {"cudnnCreate"};
+  for (const char *tensor :
+       {"1 dims 1,16,8,8 strides 1024,1,128,16", "2 dims 16,16,3,3 strides 144,1,48,16",
+        "3 dims 1,16,8,8 strides 1024,1,128,16", "4 dims 1,16,1,1 strides 16,1,16,16",
+        "5 dims 1,16,8,8 strides 1024,1,128,16", "6 dims 1,16,8,8 strides 1024,1,128,16"}) {
+    want.insert(want.end(), {t(CUDNN_BACKEND_TENSOR_DESCRIPTOR), a(CUDNN_ATTR_TENSOR_DATA_TYPE),
+                             a(CUDNN_ATTR_TENSOR_DIMENSIONS), a(CUDNN_ATTR_TENSOR_STRIDES),
+                             a(CUDNN_ATTR_TENSOR_UNIQUE_ID), a(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT)});
+    if (tensor[0] >= '5')
+      want.push_back(a(CUDNN_ATTR_TENSOR_IS_VIRTUAL));
+    want.push_back(std::string("finalize tensor ") + tensor);
+  }
+  want.insert(
+      want.end(),
+      {t(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR), a(CUDNN_ATTR_CONVOLUTION_COMP_TYPE),
+       a(CUDNN_ATTR_CONVOLUTION_CONV_MODE), a(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS),
+       a(CUDNN_ATTR_CONVOLUTION_DILATIONS), a(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES),
+       a(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS), a(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS),
+       "finalize convolution pads 1,1/1,1 strides 1,1 dilations 1,1",
+       t(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR),
+       a(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X), a(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W),
+       a(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y),
+       a(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC),
+       a(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA),
+       a(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA),
+       "finalize " + std::to_string(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR)});
+  for (bool add : {true, false}) { // the bias's ADD, then the ReLU
+    want.insert(want.end(), {t(CUDNN_BACKEND_POINTWISE_DESCRIPTOR), a(CUDNN_ATTR_POINTWISE_MODE),
+                             a(CUDNN_ATTR_POINTWISE_MATH_PREC),
+                             "finalize " + std::to_string(CUDNN_BACKEND_POINTWISE_DESCRIPTOR),
+                             t(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR),
+                             a(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR),
+                             a(CUDNN_ATTR_OPERATION_POINTWISE_XDESC)});
+    if (add)
+      want.push_back(a(CUDNN_ATTR_OPERATION_POINTWISE_BDESC));
+    want.insert(want.end(),
+                {a(CUDNN_ATTR_OPERATION_POINTWISE_YDESC),
+                 "finalize " + std::to_string(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR)});
+  }
+  want.insert(want.end(), {t(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR),
+                           a(CUDNN_ATTR_OPERATIONGRAPH_OPS),
+                           a(CUDNN_ATTR_OPERATIONGRAPH_HANDLE),
+                           "finalize " + std::to_string(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR),
+                           t(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR),
+                           a(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH),
+                           a(CUDNN_ATTR_ENGINEHEUR_MODE),
+                           "finalize " + std::to_string(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR),
+                           "get " + std::to_string(CUDNN_ATTR_ENGINEHEUR_RESULTS),
+                           t(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR),
+                           t(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR),
+                           "get " + std::to_string(CUDNN_ATTR_ENGINEHEUR_RESULTS),
+                           t(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR),
+                           a(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG),
+                           a(CUDNN_ATTR_EXECUTION_PLAN_HANDLE),
+                           "finalize " + std::to_string(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR),
+                           "get " + std::to_string(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE),
+                           t(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR),
+                           a(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS),
+                           a(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS),
+                           a(CUDNN_ATTR_VARIANT_PACK_WORKSPACE),
+                           "finalize " + std::to_string(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR),
+                           "execute"});
+  std::vector<std::string> got(
+      S.dnnCalls.begin(),
+      S.dnnCalls.begin() + static_cast<std::ptrdiff_t>(std::min(S.dnnCalls.size(), want.size())));
+  EXPECT_EQ(got, want);
+  // The second (no bias, an epilogue cuDNN is not given): its plain graph.
+  auto second =
+      std::find(S.dnnCalls.begin() + static_cast<std::ptrdiff_t>(want.size()), S.dnnCalls.end(),
+                "finalize tensor 1 dims 1,16,8,8 strides 1024,1,128,16");
+  ASSERT_NE(second, S.dnnCalls.end());
+  EXPECT_EQ(std::count(second, S.dnnCalls.end(), t(CUDNN_BACKEND_POINTWISE_DESCRIPTOR)), 0);
+  EXPECT_EQ(std::count(second, S.dnnCalls.end(), a(CUDNN_ATTR_TENSOR_IS_VIRTUAL)), 0);
+  // A run executes the plans built once (one execution per layer, no new descriptors).
+  const size_t calls = S.dnnCalls.size();
+  S.launched.clear();
+  std::vector<uint16_t> x(16 * 64, 0x3c00);
+  ASSERT_FALSE(bool((*s)->setInputBytes("x", x.data(), x.size() * 2)));
+  ASSERT_FALSE(bool((*s)->run()));
+  EXPECT_EQ(S.dnnCalls.size() - calls, 12u); // per layer the variant pack (5 calls), execution
+  EXPECT_EQ(S.dnnCalls.back(), "execute");
+  for (const std::string &k : S.launched)
+    EXPECT_EQ(k.find("conv_fprop_mma"), std::string::npos) << k;
+}
+
+TEST_F(Tactics, TheFasterCandidateRunsAndTheChoiceIsCached) {
+  S.kernelMs["conv_fprop_mma"] = 0.5; // ours: 500 us a run by the fake clock
+  S.cudnnMs = 0.1;                    // cuDNN: 100 us (+ conv_finish's 1 us on the second)
+  auto s = conv();
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  ASSERT_EQ((*s)->tactics().size(), 2u);
+  for (size_t layer = 0; layer < 2; ++layer) {
+    const rt::TacticChoice &c = (*s)->tactics()[layer];
+    EXPECT_EQ(c.how, "timed");
+    ASSERT_EQ(c.candidates.size(), 2u);
+    EXPECT_EQ(c.candidates[0].kind, "dlc");
+    EXPECT_NEAR(c.candidates[0].micros, 500, 1);
+    EXPECT_NEAR(c.candidates[1].micros, layer ? 101 : 100, 0.5);
+    EXPECT_NE(c.candidates[1].description.find(layer ? "then conv_finish" : "+ bias + ReLU"),
+              std::string::npos)
+        << c.candidates[1].description;
+    EXPECT_EQ(c.candidates[c.chosen].kind, "cudnn");
+  }
+  EXPECT_TRUE(noted(**s, "tactics: timed 2 layers")) << (*s)->scheduleNotes().at(0);
+  S.launched.clear();
+  const int executes = S.dnnExecutes;
+  std::vector<uint16_t> x(16 * 64, 0x3c00);
+  ASSERT_FALSE(bool((*s)->setInputBytes("x", x.data(), x.size() * 2)));
+  ASSERT_FALSE(bool((*s)->run()));
+  EXPECT_EQ(S.dnnExecutes, executes + 2);
+  for (const std::string &k : S.launched)
+    EXPECT_EQ(k.find("conv_fprop_mma"), std::string::npos) << k;
+  s->reset();
+
+  // A second session reads the cache and times nothing.
+  S.elapsedCalls = 0;
+  auto again = conv();
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(S.elapsedCalls, 0);
+  EXPECT_EQ((*again)->tactics().at(0).how, "cache");
+  EXPECT_EQ(chosen(**again).kind, "cudnn");
+  EXPECT_TRUE(noted(**again, "from the cache"));
+  again->reset();
+
+  // Another GPU (the key changes): timed again, with a note; now ours is faster.
+  S.sms = 100;
+  S.kernelMs["conv_fprop_mma"] = 0.02;
+  auto other = conv();
+  ASSERT_TRUE(other.ok()) << other.status().message();
+  EXPECT_GT(S.elapsedCalls, 0);
+  EXPECT_TRUE(noted(**other, "another GPU or library version"));
+  EXPECT_EQ(chosen(**other).kind, "dlc");
+  other->reset();
+
+  // A damaged file: ignored with a note, timed again and rewritten.
+  for (const auto &e : std::filesystem::directory_iterator(dir_))
+    std::ofstream(e.path()) << "dlc-tactics 1\nkey x\n0 1 zz\n";
+  S.elapsedCalls = 0;
+  auto damaged = conv();
+  ASSERT_TRUE(damaged.ok()) << damaged.status().message();
+  EXPECT_GT(S.elapsedCalls, 0);
+  EXPECT_TRUE(noted(**damaged, "ignored, timing again"));
+  for (const auto &e : std::filesystem::directory_iterator(dir_)) {
+    std::ifstream in(e.path());
+    std::string first;
+    std::getline(in, first);
+    EXPECT_EQ(first, "dlc-tactics 1");
+  }
+}
+
+TEST_F(Tactics, AFamilyCanBeForced) {
+  S.kernelMs["conv_fprop_mma"] = 0.5;
+  ::setenv("DLC_TACTICS", "dlc", 1);
+  auto s = conv();
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(S.elapsedCalls, 0);
+  EXPECT_EQ((*s)->tactics().at(0).how, "forced");
+  EXPECT_EQ(chosen(**s).kind, "dlc");
+  EXPECT_EQ(S.dnnExecutes, 0);
+  s->reset();
+  ::setenv("DLC_TACTICS", "fastest", 1);
+  auto bad = conv();
+  ASSERT_TRUE(bad.ok()) << bad.status().message();
+  EXPECT_TRUE(noted(**bad, "DLC_TACTICS='fastest' is not auto, dlc or vendor"));
+  EXPECT_EQ((*bad)->tactics().at(0).how, "timed");
+  bad->reset();
+  // The session option wins over the environment.
+  ::setenv("DLC_TACTICS", "dlc", 1);
+  rt::SessionOptions so;
+  so.tactics = rt::SessionOptions::Tactics::Vendor;
+  S.kernelMs["conv_fprop_mma"] = 0.001;
+  auto vendor = conv(so);
+  ASSERT_TRUE(vendor.ok()) << vendor.status().message();
+  EXPECT_EQ(chosen(**vendor).kind, "cudnn");
+}
+
+TEST_F(Tactics, ACudnnThatCannotStartLeavesOurKernels) {
+  S.dnnCreateFails = true;
+  auto s = conv();
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  const rt::TacticChoice &c = (*s)->tactics().at(0);
+  EXPECT_EQ(chosen(**s).kind, "dlc");
+  EXPECT_NE(c.candidates[1].problem.find("cudnnCreate failed"), std::string::npos)
+      << c.candidates[1].problem;
+  EXPECT_LT(c.candidates[1].micros, 0);
+  s->reset();
+  // No engine finalizes: the candidate says so, ours runs.
+  S.reset();
+  S.dnnRejectPlans = true;
+  rt::SessionOptions so;
+  so.tactics = rt::SessionOptions::Tactics::Vendor;
+  auto t = conv(so);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(chosen(**t).kind, "dlc");
+  EXPECT_NE((*t)->tactics().at(0).candidates[1].problem.find("cuDNN has no engine"),
+            std::string::npos);
+}
+
+TEST_F(Tactics, ALargeGemmTimesCublasLtsFirstAlgorithms) {
+  // 2 x 256 x 512 x 512 FLOPs (over the threshold): cuBLASLt's first three heuristic
+  // algorithms are the candidates; the second is fastest by the fake clock.
+  auto pkg =
+      compileForSm90(R"(graph @mm(%x: f16[256,512], %w: f16[512,512]) -> ("y": f16[256,512]) {
+  %y = MatMul(%x, %w) : f16[256,512]
+  return %y
+})",
+                     "mm");
+  ASSERT_TRUE(pkg);
+  S.ltAlgorithms = 3;
+  S.algoMs = {{0, 0.3}, {1, 0.1}, {2, 0.2}};
+  rt::SessionOptions so;
+  so.device = rt::DeviceKind::Cuda;
+  so.cudaGraphs = false;
+  so.tacticsCacheDir = dir_;
+  auto s = rt::Session::create(pkg, so);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  ASSERT_EQ((*s)->tactics().size(), 1u);
+  const rt::TacticChoice &c = (*s)->tactics()[0];
+  ASSERT_EQ(c.candidates.size(), 3u);
+  for (const auto &k : c.candidates)
+    EXPECT_EQ(k.kind, "cublaslt");
+  EXPECT_NEAR(c.candidates[0].micros, 300, 1);
+  EXPECT_NEAR(c.candidates[1].micros, 100, 1);
+  EXPECT_NEAR(c.candidates[2].micros, 200, 1);
+  EXPECT_EQ(c.chosen, 1u);
+  // A run calls cuBLASLt once, with that algorithm.
+  const double before = S.clockMs;
+  std::vector<uint16_t> x(256 * 512, 0x3c00), w(512 * 512, 0x3c00);
+  ASSERT_FALSE(bool((*s)->setInputBytes("x", x.data(), x.size() * 2)));
+  ASSERT_FALSE(bool((*s)->setInputBytes("w", w.data(), w.size() * 2)));
+  const int matmuls = S.matmuls;
+  ASSERT_FALSE(bool((*s)->run()));
+  EXPECT_EQ(S.matmuls, matmuls + 1);
+  EXPECT_NEAR(S.clockMs - before, 0.1, 1e-9);
+  s->reset();
+  // Where the heuristic offers one algorithm, the others say so and the first runs.
+  S.reset();
+  std::filesystem::remove_all(dir_);
+  auto one = rt::Session::create(pkg, so);
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_EQ((*one)->tactics()[0].chosen, 0u);
+  EXPECT_NE((*one)->tactics()[0].candidates[2].problem.find("cuBLASLt offers 1 algorithm"),
+            std::string::npos)
+      << (*one)->tactics()[0].candidates[2].problem;
+}
+
+TEST(TacticsOnEmu, TheVendorScheduleComputesWhatOursDoes) {
+  // Emu runs cuDNN's convolution on the host as cuDNN defines it: FP32 sums, the bias
+  // and ReLU of its fusion on the first layer, one rounding; on the second, cuDNN's
+  // rounded result goes through conv_finish (the transposed store). Our kernels' values
+  // within FP16 rounding.
+  std::vector<uint16_t> x(16 * 64);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = floatToHalf(static_cast<float>((static_cast<int>(i * 13) % 21) - 10) / 8.0f);
+  std::vector<std::vector<uint16_t>> outs;
+  for (auto mode : {rt::SessionOptions::Tactics::Dlc, rt::SessionOptions::Tactics::Vendor}) {
+    rt::SessionOptions so;
+    so.device = rt::DeviceKind::Emu;
+    so.tactics = mode;
+    so.profile = true;
+    auto s = rt::Session::create(convPackage(), so);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    ASSERT_FALSE(bool((*s)->setInputBytes("x", x.data(), x.size() * 2)));
+    ASSERT_FALSE(bool((*s)->run()));
+    int cudnnSteps = 0;
+    for (const rt::StepTime &t : (*s)->lastProfile())
+      cudnnSteps += t.kind == "cudnn";
+    EXPECT_EQ(cudnnSteps, mode == rt::SessionOptions::Tactics::Vendor ? 2 : 0);
+    ASSERT_EQ((*s)->tactics().size(), 2u);
+    EXPECT_EQ((*s)->tactics()[0].candidates.at(1).description.find("conv_finish"),
+              std::string::npos);
+    EXPECT_NE((*s)->tactics()[1].candidates.at(1).description.find("conv_finish"),
+              std::string::npos);
+    std::vector<uint16_t> y(16 * 64);
+    ASSERT_FALSE(bool((*s)->getOutputBytes("y", y.data(), y.size() * 2)));
+    outs.push_back(y);
+  }
+  double worst = 0, largest = 0;
+  for (size_t i = 0; i < outs[0].size(); ++i) {
+    worst = std::max(worst, std::fabs(double(halfToFloat(outs[0][i])) - halfToFloat(outs[1][i])));
+    largest = std::max(largest, std::fabs(double(halfToFloat(outs[0][i]))));
+  }
+  EXPECT_GT(largest, 1.0); // (not all zeros)
+  EXPECT_LE(worst, 4e-3 * largest);
+}
+
+} // namespace
