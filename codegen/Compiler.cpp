@@ -194,6 +194,17 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
             fb.CreateVector(v->dilation), fb.CreateVector(v->padBegin), fb.CreateVector(v->padEnd),
             v->workspaceBytes ? &ws : nullptr, v->workspaceBytes, bias ? &*bias : nullptr, v->relu);
         step(pkg::StepKind::CudnnConv, conv.Union());
+      } else if (const auto *a = std::get_if<CudnnSdpaStep>(&s.op)) {
+        pkg::BufRef q = ref(a->q), k = ref(a->k), v = ref(a->v), o = ref(a->o),
+                    ws = ref(a->workspace);
+        auto vec = [&](const std::array<int64_t, 4> &x) {
+          return fb.CreateVector(std::vector<int64_t>(x.begin(), x.end()));
+        };
+        auto sdpa = pkg::CreateCudnnSdpa(fb, toPkg(a->dtype), &q, &k, &v, &o, a->b, a->h, a->sq,
+                                         a->sk, a->d, a->dv, vec(a->qStrides), vec(a->kStrides),
+                                         vec(a->vStrides), vec(a->oStrides), a->scale, a->causal,
+                                         a->workspaceBytes ? &ws : nullptr, a->workspaceBytes);
+        step(pkg::StepKind::CudnnSdpa, sdpa.Union());
       } else if (const auto *c = std::get_if<CopyStep>(&s.op)) {
         pkg::BufRef src = ref(c->src), dst = ref(c->dst);
         auto copy = pkg::CreateCopy(fb, &src, &dst, c->bytes);
@@ -554,8 +565,9 @@ llvm::Expected<pkg::PackageImage> compileProgram(std::shared_ptr<Program> progra
   std::set<std::string> tf32Seen;
   for (const StepDesc &s : program->steps) {
     rep.launches += std::holds_alternative<LaunchStep>(s.op);
-    rep.libraryCalls +=
-        std::holds_alternative<GemmStep>(s.op) || std::holds_alternative<CudnnConvStep>(s.op);
+    rep.libraryCalls += std::holds_alternative<GemmStep>(s.op) ||
+                        std::holds_alternative<CudnnConvStep>(s.op) ||
+                        std::holds_alternative<CudnnSdpaStep>(s.op);
     const auto *launch = std::get_if<LaunchStep>(&s.op);
     const auto *gemm = std::get_if<GemmStep>(&s.op);
     bool tf32 = (launch && program->kernels[launch->kernel].tf32) || (gemm && gemm->tf32);

@@ -382,6 +382,9 @@ void Lowering::addGemm(const GemmStep &g0, const Node &n) {
 void Lowering::addCudnnConv(const CudnnConvStep &c, const Node &n) {
   p_.steps.push_back({c, n.name(), {}});
 }
+void Lowering::addCudnnSdpa(const CudnnSdpaStep &a, const Node &n) {
+  p_.steps.push_back({a, n.name(), {}});
+}
 void Lowering::addCopy(BufferRef src, BufferRef dst, uint64_t bytes, const Node &n) {
   p_.steps.push_back({CopyStep{src, dst, bytes}, n.name(), {}});
 }

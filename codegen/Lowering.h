@@ -16,6 +16,7 @@
 #include "dlc/package/Package.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <map>
 #include <optional>
@@ -163,6 +164,19 @@ struct CudnnConvStep {
   bool relu = false;             // ... then ReLU
 };
 
+/// Attention for cuDNN's graph API (pkg::CudnnSdpa): [b, h, rows, cols] views at the
+/// given element strides.
+struct CudnnSdpaStep {
+  ir::DType dtype;
+  BufferRef q, k, v, o;
+  int64_t b = 1, h = 1, sq = 0, sk = 0, d = 0, dv = 0;
+  std::array<int64_t, 4> qStrides{}, kStrides{}, vStrides{}, oStrides{};
+  float scale = 1;
+  bool causal = false;
+  BufferRef workspace;
+  uint64_t workspaceBytes = 0;
+};
+
 struct CopyStep {
   BufferRef src, dst;
   uint64_t bytes;
@@ -207,7 +221,7 @@ struct StepPredicate {
 
 struct StepDesc {
   std::variant<LaunchStep, GemmStep, CopyStep, MemsetStep, CollectiveStep, CollectiveWaitStep,
-               CudnnConvStep>
+               CudnnConvStep, CudnnSdpaStep>
       op;
   std::string node;
   std::vector<std::string> archs; // empty: every architecture
@@ -412,8 +426,9 @@ public:
       p_.steps[s].tacticDesc = desc;
     }
   }
-  /// Appends a cuDNN convolution step (a vendor tactic).
+  /// Appends a cuDNN convolution or attention step (a vendor tactic).
   void addCudnnConv(const CudnnConvStep &c, const ir::Node &n);
+  void addCudnnSdpa(const CudnnSdpaStep &a, const ir::Node &n);
 
   /// Plans something per target architecture (`plan(arch)`, a comparable value) and
   /// groups the architectures that get the same plan. With one group, its

@@ -57,6 +57,11 @@ template <class F> void forEachBufferRef(const StepDesc &s, F f) {
       f(v->workspace);
     if (v->bias)
       f(*v->bias);
+  } else if (const auto *a = std::get_if<CudnnSdpaStep>(&s.op)) {
+    for (const BufferRef &r : {a->q, a->k, a->v, a->o})
+      f(r);
+    if (a->workspaceBytes)
+      f(a->workspace);
   } else if (const auto *c = std::get_if<CopyStep>(&s.op)) {
     f(c->src);
     f(c->dst);

@@ -414,7 +414,8 @@ llvm::Expected<CompileResult> compile(const CompileOptions &o) {
   co.tf32Everywhere = o.tf32.value_or(false);
   co.convTile = o.convTile;
   co.attentionKernel = o.attentionKernel;
-  co.vendorTactics = o.vendorTactics;
+  // (--deterministic: the same kernels on every GPU, not a choice made by timing.)
+  co.vendorTactics = o.vendorTactics && !o.deterministic;
   co.deterministic = o.deterministic;
   if (o.training && !llvm::StringRef(o.model).endswith(".ir")) { // kept for `dlc export`
     if (o.modelBytes) {

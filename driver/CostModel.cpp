@@ -173,6 +173,7 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
       const pkg::Launch *l = s->op_as_Launch();
       const pkg::Gemm *gm = s->op_as_Gemm();
       const pkg::CudnnConv *cc = s->op_as_CudnnConv();
+      const pkg::CudnnSdpa *sa = s->op_as_CudnnSdpa();
       const pkg::Kernel *kernel = nullptr;
       uint64_t gemmM = 0, gemmN = 0, gemmK = 0, batch = 1;
       if (l) {
@@ -222,6 +223,18 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
         sc.flops = 2.0 * double(gemmM) * double(gemmN) * double(gemmK);
         sc.tensor = true;
         sc.blocks = ((gemmM + 127) / 128) * ((gemmN + 127) / 128);
+      } else if (sa) {
+        // Priced as the library GEMM of both products (the causal half where masked).
+        sc.kind = "cudnn";
+        const uint64_t es = pkg::dtypeSize(sa->dtype()), bh = sa->b() * sa->h();
+        gemmM = bh * sa->sq();
+        gemmN = sa->dv();
+        gemmK = sa->sk() * (sa->d() + sa->dv()) / sa->dv() / (sa->causal() ? 2 : 1);
+        sc.bytesRead = bh * (sa->sq() * sa->d() + sa->sk() * (sa->d() + sa->dv())) * es;
+        sc.bytesWritten = bh * sa->sq() * sa->dv() * es;
+        sc.flops = 2.0 * double(gemmM) * double(gemmN) * double(gemmK);
+        sc.tensor = true;
+        sc.blocks = (gemmM + 127) / 128;
       } else if (const pkg::Copy *cp = s->op_as_Copy()) {
         sc.kind = "copy";
         sc.bytesRead = sc.bytesWritten = cp->bytes();
@@ -268,7 +281,7 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
             ++c.peakPriced[i];
           if (runs && fromPtx)
             ++c.ptxPriced[i];
-        } else if (gm || cc) {
+        } else if (gm || cc || sa) {
           codegen::LibraryGemm lg;
           lg.m = gemmM;
           lg.n = gemmN;

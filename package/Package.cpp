@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
@@ -823,13 +824,15 @@ Status PackageFile::verify() {
               !dims(c->spatial_out(), 1) || !dims(c->kernel(), 1) || !dims(c->stride(), 1) ||
               !dims(c->dilation(), 1) || !dims(c->pad_begin(), 0) || !dims(c->pad_end(), 0))
             return bad(label + " is an invalid cuDNN convolution");
-          // Bytes of each operand (each factor below 2^31, at most 5 of them: an overflow is
-          // a size no buffer has).
+          // Bytes of each operand, saturating at every product (an overflow is a size no
+          // buffer has).
           auto bytes = [&](int64_t a, int64_t b, const flatbuffers::Vector<int64_t> *v) {
-            unsigned __int128 r = static_cast<unsigned __int128>(a) * uint64_t(b) * es;
+            uint64_t r = 0;
+            bool over = __builtin_mul_overflow(uint64_t(a), uint64_t(b), &r) ||
+                        __builtin_mul_overflow(r, uint64_t(es), &r);
             for (int64_t d : *v)
-              r *= uint64_t(d);
-            return r > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(r);
+              over = over || __builtin_mul_overflow(r, uint64_t(d), &r);
+            return over ? UINT64_MAX : r;
           };
           DLC_RETURN_IF_ERROR(
               checkRef(*c->x(), bytes(c->n(), c->c(), c->spatial_in()), label + " x"));
@@ -842,6 +845,51 @@ Status PackageFile::verify() {
                                          c->workspace_bytes(), label + " workspace"));
           if (c->bias())
             DLC_RETURN_IF_ERROR(checkRef(*c->bias(), uint64_t(c->k()) * es, label + " bias"));
+          break;
+        }
+        case StepKind::CudnnSdpa: {
+          const CudnnSdpa *a = s->op_as_CudnnSdpa();
+          const size_t es = dtypeSize(a->dtype());
+          constexpr int64_t kMost = int64_t(1) << 31;
+          auto in = [&](int64_t v) { return v >= 1 && v <= kMost; };
+          auto strides = [&](const flatbuffers::Vector<int64_t> *v) {
+            if (!v || v->size() != 4 || misaligned(v) || v->Get(3) != 1)
+              return false;
+            for (int64_t x : *v)
+              if (x < 0 || x > (int64_t(1) << 48))
+                return false;
+            return true;
+          };
+          if ((a->dtype() != DType::F16 && a->dtype() != DType::BF16) || !a->q() || !a->k() ||
+              !a->v() || !a->o() || !in(a->b()) || !in(a->h()) || !in(a->sq()) || !in(a->sk()) ||
+              !in(a->d()) || !in(a->dv()) || !strides(a->q_strides()) || !strides(a->k_strides()) ||
+              !strides(a->v_strides()) || !strides(a->o_strides()) || !std::isfinite(a->scale()))
+            return bad(label + " is an invalid cuDNN attention");
+          // Bytes up to one past the last element of a [b, h, rows, cols] view, saturating.
+          auto extent = [&](const flatbuffers::Vector<int64_t> *st, int64_t rows, int64_t cols) {
+            uint64_t r = 0, t = 0;
+            bool over = false;
+            const int64_t dims[4] = {a->b(), a->h(), rows, cols};
+            for (int i = 0; i < 4; ++i) {
+              over = over ||
+                     __builtin_mul_overflow(uint64_t(dims[i] - 1), uint64_t(st->Get(i)), &t) ||
+                     __builtin_add_overflow(r, t, &r);
+            }
+            over = over || __builtin_add_overflow(r, uint64_t(1), &r) ||
+                   __builtin_mul_overflow(r, uint64_t(es), &r);
+            return over ? UINT64_MAX : r;
+          };
+          DLC_RETURN_IF_ERROR(
+              checkRef(*a->q(), extent(a->q_strides(), a->sq(), a->d()), label + " Q"));
+          DLC_RETURN_IF_ERROR(
+              checkRef(*a->k(), extent(a->k_strides(), a->sk(), a->d()), label + " K"));
+          DLC_RETURN_IF_ERROR(
+              checkRef(*a->v(), extent(a->v_strides(), a->sk(), a->dv()), label + " V"));
+          DLC_RETURN_IF_ERROR(
+              checkRef(*a->o(), extent(a->o_strides(), a->sq(), a->dv()), label + " O"));
+          if (a->workspace_bytes())
+            DLC_RETURN_IF_ERROR(checkRef(a->workspace() ? *a->workspace() : BufRef(UINT32_MAX, 0),
+                                         a->workspace_bytes(), label + " workspace"));
           break;
         }
         default:

@@ -71,6 +71,9 @@ public:
   /// host as cuDNN defines it (FP32 sums, the result rounded once), for tests of the
   /// vendor tactics' schedules.
   virtual Status cudnnConv(const pkg::CudnnConv &c, const std::string &node) = 0;
+  /// A vendor attention (pkg::CudnnSdpa), likewise: emu computes it on the host (FP32
+  /// scores and softmax, the output rounded once).
+  virtual Status cudnnSdpa(const pkg::CudnnSdpa &a, const std::string &node) = 0;
   /// Tactics: whether this backend runs alternatives of kind `k`; `why` says why not.
   virtual bool runsTactic(pkg::TacticKind k, std::string &why) {
     why.clear();
@@ -79,7 +82,7 @@ public:
   }
   /// Tactics: what their timings depend on (GPU, driver and library versions), the
   /// tactics cache's key; "" where tactics are not timed (emu).
-  virtual std::string tacticKey() const { return ""; }
+  virtual std::string tacticKey() { return ""; }
   /// Tactics: the time of one `issue` (an alternative's steps) in microseconds, on
   /// the device's clock: one warm-up call, then the mean of `reps`.
   virtual Status timeIssue(const std::function<Status()> &issue, int reps, double &micros) {

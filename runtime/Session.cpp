@@ -750,6 +750,9 @@ Status Session::issueStep(const pkg::Step &s, bool evaluation, const char *&kind
   case pkg::StepKind::CudnnConv:
     kind = "cudnn";
     return backend_->cudnnConv(*s.op_as_CudnnConv(), node);
+  case pkg::StepKind::CudnnSdpa:
+    kind = "cudnn";
+    return backend_->cudnnSdpa(*s.op_as_CudnnSdpa(), node);
   case pkg::StepKind::Copy:
     kind = "copy";
     return backend_->copy(*s.op_as_Copy());

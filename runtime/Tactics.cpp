@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 #include "Backend.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -59,17 +60,18 @@ std::string cacheDirectory(const std::string &opt) {
 
 using CacheEntries = decltype(TacticsCache::choices);
 
-/// One line of `f` without its newline (false at the end; lines are short).
-bool readLine(FILE *f, std::string &line) {
+/// One line of `f` without its newline: 1, or 0 at the end, or -1 for a line longer
+/// than any of ours.
+int readLine(FILE *f, std::string &line) {
   line.clear();
   for (int c; (c = std::fgetc(f)) != EOF;) {
     if (c == '\n')
-      return true;
+      return 1;
     if (line.size() > 4096)
-      return false; // not a line of ours
+      return -1;
     line += static_cast<char>(c);
   }
-  return !line.empty();
+  return line.empty() ? 0 : 1;
 }
 
 /// Creates `dir` and its parents (mkdir -p); existing ones are fine.
@@ -82,7 +84,10 @@ void makeDirectories(const std::string &dir) {
 /// Writes the cache file atomically (a temporary renamed over it); false on failure.
 bool writeCache(const std::string &path, const std::string &key, const CacheEntries &entries) {
   makeDirectories(path.substr(0, path.rfind('/')));
-  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  // (Sessions of one package may be created at once, in threads and processes.)
+  static std::atomic<unsigned> serial{0};
+  const std::string tmp =
+      path + ".tmp" + std::to_string(::getpid()) + "." + std::to_string(serial.fetch_add(1));
   FILE *f = std::fopen(tmp.c_str(), "w");
   if (!f)
     return false;
@@ -105,13 +110,17 @@ Result<TacticsCache> readTacticsCache(const std::string &path) {
     return Status(StatusCode::IoError, "no tactics cache " + path);
   TacticsCache c;
   std::string line, why;
-  if (!readLine(f, line) || line != "dlc-tactics 1")
+  if (readLine(f, line) != 1 || line != "dlc-tactics 1")
     why = "is not a tactics cache";
-  else if (!readLine(f, line) || line.rfind("key ", 0) != 0)
+  else if (readLine(f, line) != 1 || line.rfind("key ", 0) != 0)
     why = "is damaged";
   else
     c.key = line.substr(4);
-  while (why.empty() && readLine(f, line)) {
+  for (int got; why.empty() && (got = readLine(f, line)) != 0;) {
+    if (got < 0) {
+      why = "is damaged";
+      break;
+    }
     unsigned long long schedule = 0;
     unsigned group = 0, alt = 0;
     double us = 0;
@@ -128,9 +137,10 @@ Result<TacticsCache> readTacticsCache(const std::string &path) {
   return c;
 }
 
-std::string tacticsCacheFileName(const pkg::PackageFile &p) {
+std::string tacticsCacheFileName(const pkg::PackageFile &p, const std::string &key) {
   char name[64];
-  std::snprintf(name, sizeof name, "%08x-%zx.txt", pkg::crc32(p.data(), p.size()), p.size());
+  std::snprintf(name, sizeof name, "%08x-%zx-%08x.txt", pkg::crc32(p.data(), p.size()), p.size(),
+                pkg::crc32(key.data(), key.size()));
   return name;
 }
 
@@ -144,14 +154,35 @@ Status Session::chooseTactics(size_t k) {
   const SessionOptions::Tactics mode = tacticsMode(opts_.tactics, modeNote);
   if (!modeNote.empty())
     scheduleNotes_.push_back(modeNote);
-  const std::string key = backend_->tacticKey();
-  const bool timing = mode == SessionOptions::Tactics::Auto && !key.empty();
+  const bool forcedDlc = mode == SessionOptions::Tactics::Dlc;
+  // Which candidates run here (forced to ours: no vendor library is even loaded), then
+  // the key, the same for every schedule of the session.
+  std::vector<std::vector<bool>> runs(groups.size());
+  std::vector<TacticChoice> choices(groups.size());
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    TacticChoice &c = choices[gi];
+    c.schedule = k;
+    c.node = groups[gi].node;
+    for (const pkg::TacticAlt &a : groups[gi].alts) {
+      TacticChoice::Candidate cand;
+      cand.kind = pkg::tacticKindName(a.kind);
+      cand.description = a.desc;
+      std::string why;
+      runs[gi].push_back(a.kind == pkg::TacticKind::Dlc ||
+                         (!forcedDlc && backend_->runsTactic(a.kind, why)));
+      if (!runs[gi].back())
+        cand.problem = forcedDlc ? "" : why.empty() ? "not supported here" : why;
+      c.candidates.push_back(cand);
+    }
+  }
+  const std::string key = forcedDlc ? "" : backend_->tacticKey();
+  const bool onGpu = !key.empty(), timing = mode == SessionOptions::Tactics::Auto && onGpu;
   // The cache: read when timing, so that a hit times nothing.
   std::string path, cacheProblem;
   CacheEntries cache;
   if (timing) {
     if (std::string dir = cacheDirectory(opts_.tacticsCacheDir); !dir.empty()) {
-      path = dir + "/" + tacticsCacheFileName(*pkg_);
+      path = dir + "/" + tacticsCacheFileName(*pkg_, key);
       auto read = readTacticsCache(path);
       if (read && read->key == key)
         cache = std::move(read->choices);
@@ -167,29 +198,19 @@ Status Session::chooseTactics(size_t k) {
   const auto t0 = Clock::now();
   const double budget = std::max(opts_.tuneBudgetMs, 0.0);
   size_t timed = 0, fromCache = 0, overBudget = 0;
-  for (const pkg::TacticGroup &g : groups) {
-    TacticChoice c;
-    c.schedule = k;
-    c.node = g.node;
-    std::vector<bool> runs;
-    for (const pkg::TacticAlt &a : g.alts) {
-      TacticChoice::Candidate cand;
-      cand.kind = pkg::tacticKindName(a.kind);
-      cand.description = a.desc;
-      std::string why;
-      runs.push_back(backend_->runsTactic(a.kind, why));
-      if (!runs.back())
-        cand.problem = why.empty() ? "not supported here" : why;
-      c.candidates.push_back(cand);
-    }
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const pkg::TacticGroup &g = groups[gi];
+    TacticChoice &c = choices[gi];
     auto indexOf = [&](uint8_t alt) {
       for (size_t i = 0; i < g.alts.size(); ++i)
         if (g.alts[i].alt == alt)
           return i;
-      return size_t{0};
+      return g.alts.size();
     };
-    size_t chosen = indexOf(g.defaultAlt());
-    // Issues alternative i's steps in schedule order.
+    const size_t fallback = indexOf(g.defaultAlt());
+    size_t chosen = fallback;
+    // Issues alternative i's steps in schedule order (also those on one side of an If
+    // with a run-time condition: they write only the layer's own outputs).
     auto issueAlt = [&](size_t i) -> Status {
       for (const pkg::Step *st : *sc.all)
         if (st->alt_group() == g.group && st->alt() == g.alts[i].alt &&
@@ -200,17 +221,17 @@ Status Session::chooseTactics(size_t k) {
       return Status::ok();
     };
     auto it = cache.find({k, g.group});
-    if (mode == SessionOptions::Tactics::Dlc) {
+    if (forcedDlc) {
       c.how = "forced";
     } else if (mode == SessionOptions::Tactics::Vendor) {
       c.how = "forced";
       for (size_t i = 0; i < g.alts.size(); ++i)
-        if (g.alts[i].kind != pkg::TacticKind::Dlc && runs[i]) {
+        if (g.alts[i].kind != pkg::TacticKind::Dlc && runs[gi][i]) {
           // On a GPU the vendor's call is tried once: where it cannot run this layer,
           // our kernels do.
           double us = 0;
           Status st =
-              key.empty() ? Status::ok() : backend_->timeIssue([&] { return issueAlt(i); }, 1, us);
+              onGpu ? backend_->timeIssue([&] { return issueAlt(i); }, 1, us) : Status::ok();
           if (st) {
             c.candidates[i].problem = st.message();
             continue;
@@ -221,8 +242,7 @@ Status Session::chooseTactics(size_t k) {
     } else if (!timing) {
       c.how = "default";
     } else if (it != cache.end() && indexOf(it->second.first) < g.alts.size() &&
-               g.alts[indexOf(it->second.first)].alt == it->second.first &&
-               runs[indexOf(it->second.first)]) {
+               runs[gi][indexOf(it->second.first)]) {
       c.how = "cache";
       chosen = indexOf(it->second.first);
       c.candidates[chosen].micros = it->second.second;
@@ -234,7 +254,7 @@ Status Session::chooseTactics(size_t k) {
       c.how = "timed";
       double best = -1;
       for (size_t i = 0; i < g.alts.size(); ++i) {
-        if (!runs[i])
+        if (!runs[gi][i])
           continue;
         double us = 0;
         if (Status st = backend_->timeIssue([&] { return issueAlt(i); }, 5, us)) {
@@ -250,12 +270,27 @@ Status Session::chooseTactics(size_t k) {
         ++timed;
       }
     }
+    // A vendor choice read from the cache runs once here, outside any CUDA graph
+    // capture (its plan is built now); where it fails, our kernels run.
+    if (c.how == "cache" && g.alts[chosen].kind != pkg::TacticKind::Dlc) {
+      Status st = issueAlt(chosen);
+      if (!st)
+        st = backend_->synchronize();
+      if (st) {
+        c.candidates[chosen].problem = st.message();
+        scheduleNotes_.push_back("tactics: '" + g.node + "' runs our kernels: its cached " +
+                                 c.candidates[chosen].kind + " choice failed (" + st.message() +
+                                 ")");
+        chosen = fallback;
+      }
+    }
     c.chosen = chosen;
     sc.chosen[g.group] = g.alts[chosen].alt;
-    tactics_.push_back(std::move(c));
   }
-  // (Timing wrote only the layers' outputs and temporaries: no input or variable.)
-  if (timed || (mode == SessionOptions::Tactics::Vendor && !key.empty()))
+  for (TacticChoice &c : choices)
+    tactics_.push_back(std::move(c));
+  // (Timing wrote only the layers' own outputs and temporaries: no input or variable.)
+  if (timed || (mode == SessionOptions::Tactics::Vendor && onGpu))
     DLC_RETURN_IF_ERROR(backend_->synchronize());
   if (timed) {
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();

@@ -12,8 +12,8 @@
 #                             (scripts/gpu_kit_cases.py), and the bad-index inputs
 #   OUTDIR/*/NAME/modeled.tsv dlc inspect's modeled time of each step on A100, H100 and
 #                             H200 (scripts/gpu_kit_modeled.py), for model vs measured
-#   OUTDIR/tactics/NAME/      ResNet-50's convolutions, a GPT and a ViT block's GEMMs in FP16
-#                             with their cuDNN and cuBLASLt candidates (sm_90 only;
+#   OUTDIR/tactics/NAME/      ResNet-50's convolutions, a GPT and a ViT block (attention and
+#                             GEMMs) in FP16 with their cuDNN and cuBLASLt candidates (sm_90 only;
 #                             scripts/gpu_kit_tactics.py): per-layer tactic tables
 #   OUTDIR/calibrate/         `dlc calibrate`'s microbenchmarks for sm_80 ... sm_90
 #   OUTDIR/templates/NAME_I/  each kernel-library template at three or four shapes (sm_80

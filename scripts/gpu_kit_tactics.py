@@ -4,8 +4,11 @@ candidates beside dlc's kernels, for `dlc-run PKG --bench --tactics` on a GPU.
 
   resnet50_convs  ResNet-50's distinct convolutions (stage 1 to 3, batch 8), each with
                   its bias and ReLU, then a mean per channel (one output per layer)
-  gpt_block       a GPT-2-small decoder block's GEMMs (batch 4 x 512 tokens, d 768)
-  vit_block       a ViT-B/16 encoder block's GEMMs (batch 8 x 197 tokens, d 768)
+  gpt_block       a GPT-2-small decoder block (batch 4 x 512 tokens, d 768, 12 heads):
+                  the QKV projection and the causal attention, the output projection
+                  and the MLP's GEMMs
+  vit_block       a ViT-B/16 encoder block (batch 8 x 197 tokens, d 768, 12 heads),
+                  likewise without the mask
 
 Weights are computed at run time (Expand of a scalar input `s`), so that
 the files stay a few kilobytes and constant folding keeps them out of the package: the
@@ -73,19 +76,50 @@ def resnet_convs(batch=8):
     return b.model("resnet50_convs")
 
 
-def gemm_block(name, batch, tokens, d, hidden):
-    """The block's GEMMs in order (QKV, attention out, MLP up with GELU's tanh form left
-    out, MLP down), each on its own input so that no fusion changes their shapes."""
+def block(name, batch, tokens, d, hidden, heads, causal):
+    """A transformer block's tactic layers: the QKV projection feeding the attention
+    (scaled, causal for GPT; its heads split by views, merged back into the output),
+    and the attention-output, MLP up and MLP down GEMMs, each on its own input so that
+    no fusion changes their shapes."""
     b = Builder()
-    for i, (kdim, ndim) in enumerate([(d, 3 * d), (d, d), (d, hidden), (hidden, d)]):
+    rows, hd = batch * tokens, d // heads
+    b.inputs.append(helper.make_tensor_value_info("x0", TensorProto.FLOAT, [rows, d]))
+    qkv = b.name("qkv")
+    b.nodes.append(helper.make_node("MatMul", ["x0", b.weight([d, 3 * d])], [qkv],
+                                    name="gemm_qkv_%dx%dx%d" % (rows, 3 * d, d)))
+    q3 = b.name("qkv3")
+    b.nodes.append(helper.make_node("Reshape", [qkv, b.const([batch, tokens, 3 * d], np.int64)], [q3]))
+    heads_of = {}
+    for i, part in enumerate("qkv"):
+        sl, rs, tr = b.name(part), b.name(part + "r"), b.name(part + "t")
+        b.nodes.append(helper.make_node("Slice", [q3, b.const([i * d], np.int64), b.const([(i + 1) * d], np.int64),
+                                                  b.const([2], np.int64)], [sl]))
+        b.nodes.append(helper.make_node("Reshape", [sl, b.const([batch, tokens, heads, hd], np.int64)], [rs]))
+        b.nodes.append(helper.make_node("Transpose", [rs], [tr], perm=[0, 2, 3, 1] if part == "k" else [0, 2, 1, 3]))
+        heads_of[part] = tr
+    s, ss, p, o, ot, y = (b.name(n) for n in ("s", "ss", "p", "o", "ot", "attn"))
+    b.nodes.append(helper.make_node("MatMul", [heads_of["q"], heads_of["k"]], [s]))
+    b.nodes.append(helper.make_node("Mul", [s, b.const(1.0 / np.sqrt(hd), np.float32)], [ss]))
+    logits = ss
+    if causal:
+        masked = b.name("masked")
+        keep = np.tril(np.ones((tokens, tokens), bool))
+        b.nodes.append(helper.make_node("Where", [b.const(keep, bool), ss, b.const(-np.inf, np.float32)],
+                                        [masked]))
+        logits = masked
+    b.nodes.append(helper.make_node("Softmax", [logits], [p], axis=-1))
+    b.nodes.append(helper.make_node("MatMul", [p, heads_of["v"]], [o], name="attention_%dx%dx%dx%d" %
+                                    (batch, heads, tokens, hd)))
+    b.nodes.append(helper.make_node("Transpose", [o], [ot], perm=[0, 2, 1, 3]))
+    b.nodes.append(helper.make_node("Reshape", [ot, b.const([rows, d], np.int64)], ["attn"]))
+    b.outputs.append(helper.make_tensor_value_info("attn", TensorProto.FLOAT, [rows, d]))
+    for i, (kdim, ndim) in enumerate([(d, d), (d, hidden), (hidden, d)], start=1):
         x = "x%d" % i
-        b.inputs.append(helper.make_tensor_value_info(x, TensorProto.FLOAT, [batch * tokens, kdim]))
-        w = b.weight([kdim, ndim])
+        b.inputs.append(helper.make_tensor_value_info(x, TensorProto.FLOAT, [rows, kdim]))
         out = "y%d" % i
-        b.nodes.append(helper.make_node("MatMul", [x, w], [out],
-                                        name="gemm%d_%dx%dx%d" % (i, batch * tokens, ndim, kdim)))
-        b.outputs.append(helper.make_tensor_value_info(out, TensorProto.FLOAT,
-                                                       [batch * tokens, ndim]))
+        b.nodes.append(helper.make_node("MatMul", [x, b.weight([kdim, ndim])], [out],
+                                        name="gemm%d_%dx%dx%d" % (i, rows, ndim, kdim)))
+        b.outputs.append(helper.make_tensor_value_info(out, TensorProto.FLOAT, [rows, ndim]))
     return b.model(name)
 
 
@@ -93,8 +127,8 @@ def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     models = {"resnet50_convs": resnet_convs(),
-              "gpt_block": gemm_block("gpt_block", 4, 512, 768, 3072),
-              "vit_block": gemm_block("vit_block", 8, 197, 768, 3072)}
+              "gpt_block": block("gpt_block", 4, 512, 768, 3072, 12, causal=True),
+              "vit_block": block("vit_block", 8, 197, 768, 3072, 12, causal=False)}
     for name, m in models.items():
         onnx.checker.check_model(m)
         os.makedirs(os.path.join(out, name), exist_ok=True)

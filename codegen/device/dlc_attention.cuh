@@ -847,6 +847,20 @@ template <class Q, class K, class V> struct AttentionPackArgs {
   typename V::Params v;
 };
 
+template <class Out> struct AttentionFinishArgs {
+  AttentionFinishShape s;
+  typename Out::Params out;
+};
+
+/// A vendor attention's output (cuDNN's, a tactic) stored as attention_mma stores its
+/// own: element (bh, row, d) at (bh Sq + row) hdv + d through the group's functor.
+template <class I, class MT, class Out>
+__global__ void __launch_bounds__(256) attention_finish(const AttentionFinishArgs<Out> a) {
+  const MT *o = static_cast<const MT *>(a.s.o);
+  DLC_GRID_STRIDE(i, static_cast<I>(a.s.total))
+  Out::store(a.out, i, ld<float>(o, i));
+}
+
 /// Writes attention_mma's operands through their fused producers: blockIdx.y picks Q,
 /// K or V (skipped when s.out is null), each [BH, S, hd] contiguous MT.
 template <class I, class MT, class Q, class K, class V>

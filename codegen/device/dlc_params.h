@@ -281,6 +281,13 @@ struct AttentionGradShape {
   float dropout, dropScale;
 };
 
+/// attention_finish: a vendor attention's output o ([BH, Sq, hdv] contiguous, `total`
+/// elements) through the fused group's output functor (a cuDNN tactic).
+struct AttentionFinishShape {
+  const void *o;
+  i64 total;
+};
+
 /// attention_pack: operand j (0 Q, 1 K, 2 V) as attention_mma reads it, n[j] elements
 /// to out[j] (null: not packed). K is read transposed (the graph's K' is [BH, hd, Sk]):
 /// element (bh, key, d) from (bh, d, key), dKd and dKs splitting d and key.

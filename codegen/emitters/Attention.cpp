@@ -259,8 +259,81 @@ llvm::Error lowerAttentionMma(Lowering &l, const FusionGroup &g, AttentionShape 
   // (An exact causal mask the kernel applies itself: keys past query + keyReach.)
   const bool applyCausal = !chain && causal.exact;
   std::array<BufferRef, 3> at = {ops[0].at, ops[1].at, ops[2].at};
+  const size_t ownFrom = l.stepCount();
   launchAttentionMma(l, mm2, s, p, l.indexType(maxIndex), mm1.operand(0)->dtype(), chain,
                      applyCausal, *f[3], *f[4], at, nullptr, nullptr, nullptr);
+  // cuDNN's scaled-dot-product attention as a tactic beside attention_mma, where it reads
+  // the operands as they are: FP16/BF16 views (no attention_pack), a constant scale, no
+  // mask or a top-left causal one, head sizes multiples of 8 up to 128. It writes the
+  // output itself when that is the group's result; otherwise attention_finish stores
+  // its result through the group's output functor.
+  const DType dt = mm1.operand(0)->dtype();
+  const bool noMask = s.keyReach >= s.Sk, topLeft = applyCausal && s.keyReach == 0;
+  if (!l.options().vendorTactics || (dt != DType::F16 && dt != DType::BF16) || p.tf32 || chain ||
+      !(noMask || topLeft) || ops[0].packed || ops[1].packed || ops[2].packed || s.hd % 8 ||
+      s.hdv % 8 || s.hd > 128 || s.hdv > 128)
+    return llvm::Error::success();
+  // One [b, h] split of BH for all four tensors: Q's (its batch dims, or BH heads); an
+  // operand with one batch dim of BH, or none (BH = 1), fits any.
+  const int64_t heads = ops[0].o.dInner.d;
+  CudnnSdpaStep a;
+  a.dtype = dt;
+  a.h = heads;
+  a.b = s.BH / heads;
+  a.sq = s.Sq;
+  a.sk = s.Sk;
+  a.d = s.hd;
+  a.dv = s.hdv;
+  a.scale = s.scale;
+  a.causal = topLeft;
+  std::array<int64_t, 4> *strides[3] = {&a.qStrides, &a.kStrides, &a.vStrides};
+  for (int j = 0; j < 3; ++j) {
+    const AttentionOperand &o = ops[j].o;
+    if (o.dInner.d == heads)
+      *strides[j] = {o.sOuter, o.sInner, o.sRow, 1};
+    else if (o.dInner.d == s.BH)
+      *strides[j] = {heads * o.sInner, o.sInner, o.sRow, 1};
+    else if (s.BH == 1)
+      *strides[j] = {0, 0, o.sRow, 1};
+    else
+      return llvm::Error::success();
+  }
+  a.q = ops[0].at;
+  a.k = ops[1].at;
+  a.v = ops[2].at;
+  const Value *out = mm2.result();
+  const uint64_t oBytes = static_cast<uint64_t>(s.BH * s.Sq * s.hdv) * es;
+  const bool direct =
+      g.root() == &mm2 && out->dtype() == dt && fixedAligned(l, out, 16) && !l.isInterface(out);
+  a.o = direct ? l.bufferOf(out) : l.temp(oBytes, name + ".cudnn_o");
+  a.oStrides = {heads * s.Sq * s.hdv, s.Sq * s.hdv, s.hdv, 1};
+  a.workspaceBytes = 8 << 20;
+  a.workspace = l.temp(a.workspaceBytes, name + ".cudnn_workspace");
+  const uint32_t group = l.newAltGroup();
+  l.markAlt(ownFrom, group, 1, pkg::TacticKind::Dlc,
+            "attention_mma " + std::to_string(p.HD) + "/" + std::to_string(p.HDV) + ", " +
+                std::to_string(p.warps) + " warps, " + std::to_string(p.keys) + " keys");
+  const size_t vendorFrom = l.stepCount();
+  l.addCudnnSdpa(a, mm2);
+  if (!direct) {
+    AttentionFinishShape fs{};
+    fs.total = s.BH * s.Sq * s.hdv;
+    const std::string on = l.functorName(*f[4]);
+    uint32_t k = l.instantiate({"dlc::attention_finish",
+                                {l.indexType(std::max(maxIndex, fs.total)), mt, on},
+                                "dlc::AttentionFinishArgs<" + on + ">",
+                                {on}});
+    LaunchArgs fa;
+    fa.shape(fs);
+    fa.pointer(offsetof(AttentionFinishShape, o), a.o, oBytes, false);
+    fa.functor(*f[4]);
+    l.launch(mm2, k, fa, gridFor(static_cast<uint64_t>(fs.total), 256), 256, 0,
+             static_cast<double>(fs.total));
+  }
+  l.markAlt(vendorFrom, group, 2, pkg::TacticKind::Cudnn,
+            std::string("cuDNN graph API: scaled-dot-product attention") +
+                (topLeft ? " (causal)" : "") +
+                (direct ? "" : ", then attention_finish (the fused output)"));
   return llvm::Error::success();
 }
 

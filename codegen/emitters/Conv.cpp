@@ -505,7 +505,10 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
                       fg->epilogue.size() == 1 &&
                       fg->epilogue[0]->def().fusibility.gemmEpilogue == GemmEpilogueOp::Relu &&
                       fg->epilogue[0]->operand(0) == y && outV->dtype() == dt;
-    const bool direct = (!fg || relu) && fixedAligned(l, outV, 16);
+    // (cuDNN is told every tensor is 16-byte aligned: a bias that is not, a graph input
+    // for one, goes through conv_finish.)
+    const bool direct =
+        (!fg || relu) && fixedAligned(l, outV, 16) && (!b || fixedAligned(l, b, 16));
     CudnnConvStep v;
     v.dtype = dt;
     v.x = l.bufferOf(x);

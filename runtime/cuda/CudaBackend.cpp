@@ -172,7 +172,7 @@ public:
         drv_.cuStreamSynchronize_(commStream_);
       dropGraph();
       plans_.clear();
-      convPlans_.clear();
+      dnnPlans_.clear();
       if (dnnHandle_)
         dnn_->cudnnDestroy_(dnnHandle_);
       if (ltHandle_)
@@ -371,16 +371,25 @@ public:
     return st.isOk();
   }
 
-  std::string tacticKey() const override {
+  /// The same for every schedule of a session: cuDNN is loaded (or found missing)
+  /// first, so its version is in it whether or not this schedule has cuDNN layers.
+  std::string tacticKey() override {
     std::string key = name_ + "|sm_" + std::to_string(major_) + std::to_string(minor_) + "|" +
                       std::to_string(sms_) + " SMs|driver " + std::to_string(driverVersion_);
-    if (dnn_)
-      key += "|cudnn " + std::to_string(dnn_->cudnnGetVersion_());
+    key += loadCudnn().isOk() ? "|cudnn " + std::to_string(dnn_->cudnnGetVersion_())
+                              : std::string("|no cudnn");
+    if (ltHandle_)
+      key += "|cublaslt " + std::to_string(ltTable_.cublasLtGetVersion_());
     return key;
   }
 
   Status timeIssue(const std::function<Status()> &issue, int reps, double &micros) override {
     CtxGuard g(drv_, ctx_);
+    struct Timing { // (a GEMM whose rank does not exist fails while timed)
+      bool &flag;
+      explicit Timing(bool &f) : flag(f) { flag = true; }
+      ~Timing() { flag = false; }
+    } timing(timing_);
     DLC_RETURN_IF_ERROR(issue()); // warm: plans are built, code is loaded
     DLC_RETURN_IF_ERROR(check(drv_.cuStreamSynchronize_(stream()), "synchronize"));
     CUevent start = nullptr, stop = nullptr;
@@ -407,6 +416,23 @@ public:
   }
 
   Status cudnnConv(const pkg::CudnnConv &c, const std::string &node) override {
+    auto at = [&](const pkg::BufRef &r) { return static_cast<uint64_t>(address(r)); };
+    return runCudnn(
+        &c, [&] { return CudnnPlan::conv(*dnn_, dnnHandle_, c, node); },
+        [&] { return cudnnConvTensors(c, at); }, c.workspace());
+  }
+
+  Status cudnnSdpa(const pkg::CudnnSdpa &a, const std::string &node) override {
+    auto at = [&](const pkg::BufRef &r) { return static_cast<uint64_t>(address(r)); };
+    return runCudnn(
+        &a, [&] { return CudnnPlan::sdpa(*dnn_, dnnHandle_, a, node); },
+        [&] { return cudnnSdpaTensors(a, at); }, a.workspace());
+  }
+
+  /// A cuDNN step on the session's stream: its plan (`build` on first use), then the
+  /// tensors `tensors` gives.
+  template <class Build, class Tensors>
+  Status runCudnn(const void *step, Build build, Tensors tensors, const pkg::BufRef *workspace) {
     CtxGuard guard(drv_, ctx_);
     DLC_RETURN_IF_ERROR(loadCudnn());
     if (cudnnStatus_t st =
@@ -414,16 +440,14 @@ public:
         st != CUDNN_STATUS_SUCCESS)
       return Status(StatusCode::LaunchFailure,
                     std::string("cudnnSetStream failed: ") + dnn_->cudnnGetErrorString_(st));
-    auto it = convPlans_.find(&c);
-    if (it == convPlans_.end()) {
-      auto plan = CudnnConvPlan::build(*dnn_, dnnHandle_, c, node);
+    auto it = dnnPlans_.find(step);
+    if (it == dnnPlans_.end()) {
+      auto plan = build();
       if (!plan)
         return plan.takeStatus();
-      it = convPlans_.emplace(&c, std::move(*plan)).first;
+      it = dnnPlans_.emplace(step, std::move(*plan)).first;
     }
-    return it->second->execute(address(*c.x()), address(*c.w()), address(*c.y()),
-                               c.bias() ? address(*c.bias()) : 0,
-                               c.workspace() ? address(*c.workspace()) : 0);
+    return it->second->execute(tensors(), workspace ? address(*workspace) : 0);
   }
 
   Status setStream(void *stream) override {
@@ -884,6 +908,19 @@ private:
         st = Status::ok();
         break;
       }
+      // Fewer algorithms than the rank: a candidate that does not exist while tactics
+      // are timed; at run time (the plan rebuilt for pointers bound since, whose
+      // alignment may leave fewer), the last one offered.
+      if (rank > 0 && found > 0 && !timing_) {
+        p.algo = heur[static_cast<size_t>(found - 1)].algo;
+        p.epilogue = epilogue && wantEpilogue;
+        note_ = "cuBLASLt offers " + std::to_string(found) + " algorithm" +
+                (found == 1 ? "" : "s") + " for node '" + node +
+                "' as its operands are bound now; " +
+                "it runs the last of them instead of the timed #" + std::to_string(rank + 1);
+        st = Status::ok();
+        break;
+      }
       if (rank > 0)
         st = Status(StatusCode::Unavailable, "cuBLASLt offers " + std::to_string(found) +
                                                  " algorithm" + (found == 1 ? "" : "s") +
@@ -957,10 +994,12 @@ private:
   CUstream userStream_ = nullptr;
   std::map<uint32_t, uint64_t> external_;
   std::map<const pkg::Gemm *, std::unique_ptr<GemmPlan>> plans_;
+  bool timing_ = false; // inside timeIssue
   const Cudnn *dnn_ = nullptr;
   cudnnHandle_t dnnHandle_ = nullptr;
   Status dnnStatus_;
-  std::map<const pkg::CudnnConv *, std::unique_ptr<CudnnConvPlan>> convPlans_;
+  /// Per cuDNN step (its table in the package), its plan.
+  std::map<const void *, std::unique_ptr<CudnnPlan>> dnnPlans_;
   /// Captured schedules (shape variants), the most recently used first.
   static constexpr size_t kGraphCacheSize = 8;
   std::list<std::pair<size_t, CUgraphExec>> graphs_;

@@ -89,7 +89,8 @@ struct Driver {
   X(cublasLtMatmulPreferenceDestroy) \
   X(cublasLtMatmulPreferenceSetAttribute) \
   X(cublasLtMatmulAlgoGetHeuristic) \
-  X(cublasLtMatmul)
+  X(cublasLtMatmul) \
+  X(cublasLtGetVersion)
 // clang-format on
 
 struct CublasLt {
@@ -125,28 +126,44 @@ struct Cudnn {
   Status load();
 };
 
-/// A cuDNN convolution built for one step: descriptors, operation graph and the
-/// execution plan of the first engine the heuristic offers that finalizes within the
-/// step's workspace. Built once per step and session.
-class CudnnConvPlan {
+/// A cuDNN operation graph built for one step (a convolution with its fused bias and
+/// ReLU, or a scaled-dot-product attention): its descriptors and the execution plan of
+/// the first engine the heuristic offers that finalizes within the step's workspace.
+/// Built once per step and session.
+class CudnnPlan {
 public:
   /// `handle`: the session's cuDNN handle; `node` names the layer in errors.
-  static Result<std::unique_ptr<CudnnConvPlan>>
-  build(const Cudnn &dnn, cudnnHandle_t handle, const pkg::CudnnConv &c, const std::string &node);
-  ~CudnnConvPlan();
-  /// Runs it on the handle's stream (`bias` 0: the step has none).
-  Status execute(uint64_t x, uint64_t w, uint64_t y, uint64_t bias, uint64_t workspace) const;
+  static Result<std::unique_ptr<CudnnPlan>> conv(const Cudnn &dnn, cudnnHandle_t handle,
+                                                 const pkg::CudnnConv &c, const std::string &node);
+  static Result<std::unique_ptr<CudnnPlan>> sdpa(const Cudnn &dnn, cudnnHandle_t handle,
+                                                 const pkg::CudnnSdpa &a, const std::string &node);
+  ~CudnnPlan();
+  CudnnPlan(const CudnnPlan &) = delete;
+  CudnnPlan &operator=(const CudnnPlan &) = delete;
+  /// Runs it on the handle's stream: `tensors` are the graph's device tensors by id
+  /// (its by-value scalars are the plan's own).
+  Status execute(const std::vector<std::pair<int64_t, uint64_t>> &tensors,
+                 uint64_t workspace) const;
   int64_t workspaceBytes() const { return workspace_; }
 
 private:
-  CudnnConvPlan(const Cudnn &d, cudnnHandle_t h) : dnn_(d), handle_(h) {}
+  friend class CudnnGraph;
+  CudnnPlan(const Cudnn &d, cudnnHandle_t h) : dnn_(d), handle_(h) {}
   const Cudnn &dnn_;
   cudnnHandle_t handle_;
   std::vector<cudnnBackendDescriptor_t> owned_; // destroyed in reverse
   cudnnBackendDescriptor_t plan_ = nullptr;
   int64_t workspace_ = 0;
-  std::string node_;
+  std::string node_, what_;
+  /// By-value scalars (the attention's scale, -inf): ids and host values.
+  std::vector<std::pair<int64_t, float>> byValue_;
 };
+
+/// The device tensors of a step by their ids in its CudnnPlan (`at`: a BufRef's address).
+std::vector<std::pair<int64_t, uint64_t>>
+cudnnConvTensors(const pkg::CudnnConv &c, const std::function<uint64_t(const pkg::BufRef &)> &at);
+std::vector<std::pair<int64_t, uint64_t>>
+cudnnSdpaTensors(const pkg::CudnnSdpa &a, const std::function<uint64_t(const pkg::BufRef &)> &at);
 
 /// Tests: sessions use these tables instead of the dlopened libraries (null: back
 /// to the real ones). Not thread-safe against sessions being created meanwhile.

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <deque>
 #include <dlfcn.h>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -492,6 +493,61 @@ public:
               const uint16_t h = bf ? floatToBF16(acc) : floatToHalf(acc);
               std::memcpy(y + 2 * yi, &h, 2);
             }
+    return Status::ok();
+  }
+
+  Status cudnnSdpa(const pkg::CudnnSdpa &a, const std::string &node) override {
+    (void)node;
+    if (sticky_)
+      return sticky_;
+    const bool bf = a.dtype() == pkg::DType::BF16;
+    auto rd = [&](const uint8_t *p, int64_t i) {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      return bf ? bf16ToFloat(h) : halfToFloat(h);
+    };
+    auto st = [](const flatbuffers::Vector<int64_t> *v, int i) { return v->Get(i); };
+    const uint8_t *q = address(*a.q()), *k = address(*a.k()), *v = address(*a.v());
+    uint8_t *o = address(*a.o());
+    const int64_t sq = a.sq(), sk = a.sk(), d = a.d(), dv = a.dv();
+    std::vector<float> p(static_cast<size_t>(sk)), acc(static_cast<size_t>(dv));
+    for (int64_t b = 0; b < a.b(); ++b)
+      for (int64_t h = 0; h < a.h(); ++h) {
+        auto base = [&](const flatbuffers::Vector<int64_t> *s) {
+          return b * st(s, 0) + h * st(s, 1);
+        };
+        const int64_t qb = base(a.q_strides()), kb = base(a.k_strides()), vb = base(a.v_strides()),
+                      ob = base(a.o_strides());
+        for (int64_t i = 0; i < sq; ++i) {
+          // FP32 scores, scaled; a causal mask keeps keys j <= i; the softmax in FP32.
+          float mx = -std::numeric_limits<float>::infinity();
+          for (int64_t j = 0; j < sk; ++j) {
+            float s = -std::numeric_limits<float>::infinity();
+            if (!a.causal() || j <= i) {
+              float dot = 0;
+              for (int64_t c = 0; c < d; ++c)
+                dot += rd(q, qb + i * st(a.q_strides(), 2) + c) *
+                       rd(k, kb + j * st(a.k_strides(), 2) + c);
+              s = dot * a.scale();
+            }
+            p[static_cast<size_t>(j)] = s;
+            mx = std::max(mx, s);
+          }
+          float sum = 0;
+          for (float &x : p)
+            sum += (x = std::isinf(x) && x < 0 ? 0.0f : std::exp(x - mx));
+          std::fill(acc.begin(), acc.end(), 0.0f);
+          for (int64_t j = 0; j < sk; ++j)
+            for (int64_t c = 0; c < dv; ++c)
+              acc[static_cast<size_t>(c)] +=
+                  p[static_cast<size_t>(j)] / sum * rd(v, vb + j * st(a.v_strides(), 2) + c);
+          for (int64_t c = 0; c < dv; ++c) {
+            const uint16_t hv = bf ? floatToBF16(acc[static_cast<size_t>(c)])
+                                   : floatToHalf(acc[static_cast<size_t>(c)]);
+            std::memcpy(o + 2 * (ob + i * st(a.o_strides(), 2) + c), &hv, 2);
+          }
+        }
+      }
     return Status::ok();
   }
 

@@ -76,12 +76,16 @@ int runInspect(const std::vector<std::string> &argv) {
   }
   driver::Report report = driver::inspect(**pf, gpus);
   if (auto path = args->get("tactics-cache")) {
-    // The cache names its package by the package's bytes (rt::tacticsCacheFileName).
-    const std::string mine = rt::tacticsCacheFileName(**pf);
-    if (llvm::StringRef(*path).rsplit('/').second.str() != mine &&
-        llvm::StringRef(*path).rsplit('/').first.str() != mine) {
-      reportError("inspect: " + *path + " is not this package's tactics cache (that is " + mine +
-                  " in the cache directory)");
+    // The cache names its package by the package's bytes (rt::tacticsCacheFileName:
+    // "<crc32>-<size>-" and the key's checksum).
+    std::string mine = rt::tacticsCacheFileName(**pf, "");
+    mine = mine.substr(0, mine.rfind('-') + 1);
+    llvm::StringRef file = llvm::StringRef(*path).contains('/')
+                               ? llvm::StringRef(*path).rsplit('/').second
+                               : llvm::StringRef(*path);
+    if (!file.startswith(mine)) {
+      reportError("inspect: " + *path + " is not this package's tactics cache (those are " + mine +
+                  "*.txt in the cache directory)");
       return 1;
     }
     auto cache = rt::readTacticsCache(*path);

@@ -17,6 +17,26 @@ using namespace cudamock;
 
 namespace {
 
+/// Textual IR through the default pipeline, for sm_90 and emu (`attentionKernel`:
+/// CompileOptions::attentionKernel).
+std::shared_ptr<const pkg::PackageFile>
+compileForSm90AndEmu(const std::string &text, const std::string &name,
+                     const std::string &attentionKernel = "") {
+  auto g = ir::parseGraph(text, name);
+  EXPECT_TRUE(bool(g)) << llvm::toString(g.takeError());
+  passes::PassManager pm;
+  passes::PassContext ctx;
+  EXPECT_FALSE(bool(pm.run(**g, passes::defaultPipeline(2), ctx)));
+  codegen::CompileOptions co;
+  co.targets = {"sm_90", "emu"};
+  co.attentionKernel = attentionKernel;
+  auto bytes = codegen::compileGraph(**g, co);
+  EXPECT_TRUE(bool(bytes)) << llvm::toString(bytes.takeError());
+  auto pf = pkg::PackageFile::fromBytes(bytes->data(), bytes->size(), name + ".dlc");
+  EXPECT_TRUE(pf.ok());
+  return std::shared_ptr<const pkg::PackageFile>(*pf);
+}
+
 /// Two FP16 channels-last convolutions (16 -> 16 channels, 3x3, padding 1) between
 /// transposes from and to NCHW: the first with its bias and a ReLU (cuDNN's fusion
 /// applies both), the second storing transposed (an epilogue cuDNN is not given:
@@ -39,20 +59,80 @@ std::shared_ptr<const pkg::PackageFile> convPackage() {
         "  %c2 = Conv(%a, %w) {channels_last = 1, pads = [1, 1, 1, 1]} : f16[1,8,8,16]\n"
         "  %y = Transpose(%c2) {perm = [0, 3, 1, 2]} : f16[1,16,8,8]\n"
         "  return %y\n}\n";
-    auto g = ir::parseGraph(text, "conv");
-    EXPECT_TRUE(bool(g)) << llvm::toString(g.takeError());
-    passes::PassManager pm;
-    passes::PassContext ctx;
-    EXPECT_FALSE(bool(pm.run(**g, passes::defaultPipeline(2), ctx)));
-    codegen::CompileOptions co;
-    co.targets = {"sm_90", "emu"};
-    auto bytes = codegen::compileGraph(**g, co);
-    EXPECT_TRUE(bool(bytes)) << llvm::toString(bytes.takeError());
-    auto pf = pkg::PackageFile::fromBytes(bytes->data(), bytes->size(), "conv.dlc");
-    EXPECT_TRUE(pf.ok());
-    return std::shared_ptr<const pkg::PackageFile>(*pf);
+    return compileForSm90AndEmu(text, "conv");
   }();
   return pkg;
+}
+
+/// Two-head FP16 self-attention (16 tokens, head size 8) on the halves of a projection
+/// (the views attention_mma reads as they are), scaled by 0.35, its output merged back
+/// to [2, 16, 16] (an epilogue: attention_finish stores cuDNN's result through it). For
+/// sm_90 and emu, attention_mma asked for.
+std::shared_ptr<const pkg::PackageFile> attentionPackage() {
+  static std::shared_ptr<const pkg::PackageFile> pkg = [] {
+    std::string w;
+    for (int i = 0; i < 48 * 48; ++i)
+      w += (i ? ", " : "") + std::to_string(((i * 29) % 23 - 11) / 64.0);
+    std::string text =
+        "graph @attn(%x: f16[2,16,48]) -> (\"y\": f16[2,16,16]) {\n"
+        "  %w = const f16[48,48] dense<[" +
+        w +
+        "]>\n"
+        "  %qkv = MatMul(%x, %w) : f16[2,16,48]\n"
+        "  %q = Slice(%qkv) {axes = [2], ends = [16], starts = [0]} : f16[2,16,16]\n"
+        "  %k = Slice(%qkv) {axes = [2], ends = [32], starts = [16]} : f16[2,16,16]\n"
+        "  %v = Slice(%qkv) {axes = [2], ends = [48], starts = [32]} : f16[2,16,16]\n"
+        "  %qr = Reshape(%q) {shape = [2, 16, 2, 8]} : f16[2,16,2,8]\n"
+        "  %kr = Reshape(%k) {shape = [2, 16, 2, 8]} : f16[2,16,2,8]\n"
+        "  %vr = Reshape(%v) {shape = [2, 16, 2, 8]} : f16[2,16,2,8]\n"
+        "  %qh = Transpose(%qr) {perm = [0, 2, 1, 3]} : f16[2,2,16,8]\n"
+        "  %kt = Transpose(%kr) {perm = [0, 2, 3, 1]} : f16[2,2,8,16]\n"
+        "  %vh = Transpose(%vr) {perm = [0, 2, 1, 3]} : f16[2,2,16,8]\n"
+        "  %s = MatMul(%qh, %kt) : f16[2,2,16,16]\n"
+        "  %scale = const f16[] dense<[0.35]>\n"
+        "  %ss = Mul(%s, %scale) : f16[2,2,16,16]\n"
+        "  %p = Softmax(%ss) {axis = -1} : f16[2,2,16,16]\n"
+        "  %o = MatMul(%p, %vh) : f16[2,2,16,8]\n"
+        "  %ot = Transpose(%o) {perm = [0, 2, 1, 3]} : f16[2,16,2,8]\n"
+        "  %y = Reshape(%ot) {shape = [2, 16, 16]} : f16[2,16,16]\n"
+        "  return %y\n}\n";
+    return compileForSm90AndEmu(text, "attn", "mma");
+  }();
+  return pkg;
+}
+
+/// Runs `pkg` on emu with our kernels, then with the vendor tactics (cuDNN's steps on
+/// the host), on input x; checks how many cuDNN steps each ran and returns the largest
+/// difference of the FP16 output `y` (of `outElems`) and its largest magnitude.
+std::pair<double, double> emuDlcVsVendor(const std::shared_ptr<const pkg::PackageFile> &pkg,
+                                         const std::vector<uint16_t> &x, size_t outElems,
+                                         int vendorSteps) {
+  std::vector<std::vector<uint16_t>> outs;
+  for (auto mode : {rt::SessionOptions::Tactics::Dlc, rt::SessionOptions::Tactics::Vendor}) {
+    rt::SessionOptions so;
+    so.device = rt::DeviceKind::Emu;
+    so.tactics = mode;
+    so.profile = true;
+    auto s = rt::Session::create(pkg, so);
+    EXPECT_TRUE(s.ok()) << s.status().message();
+    if (!s.ok())
+      return {1e30, 0};
+    EXPECT_FALSE(bool((*s)->setInputBytes("x", x.data(), x.size() * 2)));
+    EXPECT_FALSE(bool((*s)->run()));
+    int cudnnSteps = 0;
+    for (const rt::StepTime &t : (*s)->lastProfile())
+      cudnnSteps += t.kind == "cudnn";
+    EXPECT_EQ(cudnnSteps, mode == rt::SessionOptions::Tactics::Vendor ? vendorSteps : 0);
+    std::vector<uint16_t> y(outElems);
+    EXPECT_FALSE(bool((*s)->getOutputBytes("y", y.data(), y.size() * 2)));
+    outs.push_back(y);
+  }
+  double worst = 0, largest = 0;
+  for (size_t i = 0; i < outElems; ++i) {
+    worst = std::max(worst, std::fabs(double(halfToFloat(outs[0][i])) - halfToFloat(outs[1][i])));
+    largest = std::max(largest, std::fabs(double(halfToFloat(outs[0][i]))));
+  }
+  return {worst, largest};
 }
 
 class Tactics : public CudaMock {
@@ -182,6 +262,10 @@ TEST_F(Tactics, CudnnGetsTheDocumentedGraphOfTheConvolution) {
   ASSERT_FALSE(bool((*s)->setInputBytes("x", x.data(), x.size() * 2)));
   ASSERT_FALSE(bool((*s)->run()));
   EXPECT_EQ(S.dnnCalls.size() - calls, 12u); // per layer the variant pack (5 calls), execution
+  // The fused layer's pack names its bias (4), the other's does not.
+  ASSERT_GE(S.dnnPacks.size(), 2u);
+  EXPECT_EQ(S.dnnPacks[S.dnnPacks.size() - 2], (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(S.dnnPacks.back(), (std::vector<int64_t>{1, 2, 3}));
   EXPECT_EQ(S.dnnCalls.back(), "execute");
   for (const std::string &k : S.launched)
     EXPECT_EQ(k.find("conv_fprop_mma"), std::string::npos) << k;
@@ -216,36 +300,66 @@ TEST_F(Tactics, TheFasterCandidateRunsAndTheChoiceIsCached) {
     EXPECT_EQ(k.find("conv_fprop_mma"), std::string::npos) << k;
   s->reset();
 
-  // A second session reads the cache and times nothing.
+  // The file: keyed by the GPU, SMs, driver and cuDNN version.
+  std::vector<std::filesystem::path> files;
+  for (const auto &e : std::filesystem::directory_iterator(dir_))
+    files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u);
+  std::string text;
+  {
+    std::ifstream in(files[0]);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  EXPECT_NE(text.find("key Fake GPU|sm_90|132 SMs|driver 13000|cudnn 91900\n"), std::string::npos)
+      << text;
+
+  // A second session reads the cache and times nothing; the cached cuDNN choice runs
+  // once as the session starts (its plans built outside any graph capture), then in
+  // the captured graph.
   S.elapsedCalls = 0;
-  auto again = conv();
+  const int before = S.dnnExecutes;
+  rt::SessionOptions graphs;
+  graphs.device = rt::DeviceKind::Cuda;
+  graphs.tacticsCacheDir = dir_;
+  auto again = rt::Session::create(convPackage(), graphs);
   ASSERT_TRUE(again.ok()) << again.status().message();
   EXPECT_EQ(S.elapsedCalls, 0);
+  EXPECT_EQ(S.dnnExecutes, before + 2);
   EXPECT_EQ((*again)->tactics().at(0).how, "cache");
   EXPECT_EQ(chosen(**again).kind, "cudnn");
   EXPECT_TRUE(noted(**again, "from the cache"));
+  ASSERT_FALSE(bool((*again)->setInputBytes("x", x.data(), x.size() * 2)));
+  ASSERT_FALSE(bool((*again)->run()));
+  EXPECT_EQ(S.captures, 1);
   again->reset();
 
-  // Another GPU (the key changes): timed again, with a note; now ours is faster.
+  // Another GPU (the key changes): its own file, timed; now ours is faster.
   S.sms = 100;
   S.kernelMs["conv_fprop_mma"] = 0.02;
   auto other = conv();
   ASSERT_TRUE(other.ok()) << other.status().message();
   EXPECT_GT(S.elapsedCalls, 0);
-  EXPECT_TRUE(noted(**other, "another GPU or library version"));
   EXPECT_EQ(chosen(**other).kind, "dlc");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir_),
+                          std::filesystem::directory_iterator()),
+            2);
   other->reset();
 
-  // A damaged file: ignored with a note, timed again and rewritten.
-  for (const auto &e : std::filesystem::directory_iterator(dir_))
-    std::ofstream(e.path()) << "dlc-tactics 1\nkey x\n0 1 zz\n";
-  S.elapsedCalls = 0;
-  auto damaged = conv();
-  ASSERT_TRUE(damaged.ok()) << damaged.status().message();
-  EXPECT_GT(S.elapsedCalls, 0);
-  EXPECT_TRUE(noted(**damaged, "ignored, timing again"));
-  for (const auto &e : std::filesystem::directory_iterator(dir_)) {
-    std::ifstream in(e.path());
+  // A file at this GPU's name written for another key, then a damaged one: each is
+  // ignored with a note, timed again and rewritten.
+  for (const char *bad : {"dlc-tactics 1\nkey Other GPU|sm_80\n0 1 2 5.0\n",
+                          "dlc-tactics 1\nkey x\n0 1 zz\n", "dlc-tactics 1\n"}) {
+    S.sms = 132;
+    std::ofstream(files[0]) << bad;
+    S.elapsedCalls = 0;
+    auto damaged = conv();
+    ASSERT_TRUE(damaged.ok()) << damaged.status().message();
+    EXPECT_GT(S.elapsedCalls, 0);
+    EXPECT_TRUE(noted(**damaged, "ignored, timing again")) << bad;
+    if (std::string(bad).find("Other") != std::string::npos) {
+      EXPECT_TRUE(noted(**damaged, "another GPU or library version"));
+    }
+    std::ifstream in(files[0]);
     std::string first;
     std::getline(in, first);
     EXPECT_EQ(first, "dlc-tactics 1");
@@ -261,6 +375,7 @@ TEST_F(Tactics, AFamilyCanBeForced) {
   EXPECT_EQ((*s)->tactics().at(0).how, "forced");
   EXPECT_EQ(chosen(**s).kind, "dlc");
   EXPECT_EQ(S.dnnExecutes, 0);
+  EXPECT_TRUE(S.dnnCalls.empty()); // cuDNN is not even started
   s->reset();
   ::setenv("DLC_TACTICS", "fastest", 1);
   auto bad = conv();
@@ -327,6 +442,11 @@ TEST_F(Tactics, ALargeGemmTimesCublasLtsFirstAlgorithms) {
   EXPECT_NEAR(c.candidates[1].micros, 100, 1);
   EXPECT_NEAR(c.candidates[2].micros, 200, 1);
   EXPECT_EQ(c.chosen, 1u);
+  for (const auto &e : std::filesystem::directory_iterator(dir_)) {
+    std::ifstream in(e.path());
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_NE(text.find("|cublaslt 130100\n"), std::string::npos) << text;
+  }
   // A run calls cuBLASLt once, with that algorithm.
   const double before = S.clockMs;
   std::vector<uint16_t> x(256 * 512, 0x3c00), w(512 * 512, 0x3c00);
@@ -348,42 +468,81 @@ TEST_F(Tactics, ALargeGemmTimesCublasLtsFirstAlgorithms) {
       << (*one)->tactics()[0].candidates[2].problem;
 }
 
+TEST_F(Tactics, CudnnGetsTheFlashAttentionPattern) {
+  rt::SessionOptions so;
+  so.device = rt::DeviceKind::Cuda;
+  so.cudaGraphs = false;
+  so.tactics = rt::SessionOptions::Tactics::Vendor;
+  auto s = rt::Session::create(attentionPackage(), so);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  ASSERT_EQ((*s)->tactics().size(), 1u);
+  const rt::TacticChoice &c = (*s)->tactics()[0];
+  ASSERT_EQ(c.candidates.size(), 2u);
+  EXPECT_EQ(c.candidates[0].kind, "dlc");
+  EXPECT_NE(c.candidates[1].description.find("scaled-dot-product attention, then attention_finish"),
+            std::string::npos)
+      << c.candidates[1].description;
+  EXPECT_EQ(c.candidates[c.chosen].kind, "cudnn") << c.candidates[1].problem;
+  EXPECT_TRUE(S.dnnErrors.empty()) << S.dnnErrors.front();
+  // The operands as attention_mma reads them: Q, V [b, h, row] strides of the projection's
+  // halves, K' with K's row and column strides swapped; O contiguous (cuDNN's own).
+  auto has = [&](const std::string &call) {
+    return std::find(S.dnnCalls.begin(), S.dnnCalls.end(), call) != S.dnnCalls.end();
+  };
+  EXPECT_TRUE(has("finalize tensor 1 dims 2,2,16,8 strides 768,8,48,1"));
+  EXPECT_TRUE(has("finalize tensor 2 dims 2,2,8,16 strides 768,8,1,48"));
+  EXPECT_TRUE(has("finalize tensor 3 dims 2,2,16,8 strides 768,8,48,1"));
+  EXPECT_TRUE(has("finalize tensor 4 dims 2,2,16,8 strides 256,128,8,1"));
+  EXPECT_TRUE(has("finalize tensor 5 dims 1,1,1,1 strides 1,1,1,1"));
+  // The operations, in order: the scores' matmul and scale, the softmax (max, sub, exp,
+  // sum, log, add: the statistics; div), the output's matmul.
+  std::vector<std::string> ops;
+  for (const std::string &call : S.dnnCalls)
+    for (auto t :
+         {CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR,
+          CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR})
+      if (call == "create " + std::to_string(t))
+        ops.push_back(t == CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR      ? "matmul"
+                      : t == CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR ? "reduction"
+                                                                          : "pointwise");
+  const std::vector<std::string> want = {"matmul",    "pointwise", "reduction", "pointwise",
+                                         "pointwise", "reduction", "pointwise", "pointwise",
+                                         "pointwise", "matmul"};
+  ASSERT_GE(ops.size(), want.size());
+  EXPECT_EQ(std::vector<std::string>(ops.begin(), ops.begin() + 10), want);
+  // The variant pack: Q, K, V, O and the by-value scale.
+  ASSERT_FALSE(S.dnnPacks.empty());
+  EXPECT_EQ(S.dnnPacks.back(), (std::vector<int64_t>{1, 2, 3, 4, 5}));
+}
+
+TEST(TacticsOnEmu, CudnnAttentionComputesWhatOursDoes) {
+  // Emu's host attention (FP32 scores and softmax, one rounding), then attention_finish
+  // (the head merge): attention_mma's values within FP16 rounding.
+  std::vector<uint16_t> x(2 * 16 * 48);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = floatToHalf(static_cast<float>((static_cast<int>(i * 7) % 19) - 9) / 8.0f);
+  auto [worst, largest] = emuDlcVsVendor(attentionPackage(), x, 2 * 16 * 16, 1);
+  EXPECT_GT(largest, 0.1); // (not all zeros)
+  EXPECT_LE(worst, 4e-3 * largest + 1e-3);
+}
+
 TEST(TacticsOnEmu, TheVendorScheduleComputesWhatOursDoes) {
   // Emu runs cuDNN's convolution on the host as cuDNN defines it: FP32 sums, the bias
   // and ReLU of its fusion on the first layer, one rounding; on the second, cuDNN's
   // rounded result goes through conv_finish (the transposed store). Our kernels' values
   // within FP16 rounding.
+  auto pkg = convPackage();
+  rt::SessionOptions so;
+  so.device = rt::DeviceKind::Emu;
+  auto s = rt::Session::create(pkg, so);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  ASSERT_EQ((*s)->tactics().size(), 2u);
+  EXPECT_EQ((*s)->tactics()[0].candidates.at(1).description.find("conv_finish"), std::string::npos);
+  EXPECT_NE((*s)->tactics()[1].candidates.at(1).description.find("conv_finish"), std::string::npos);
   std::vector<uint16_t> x(16 * 64);
   for (size_t i = 0; i < x.size(); ++i)
     x[i] = floatToHalf(static_cast<float>((static_cast<int>(i * 13) % 21) - 10) / 8.0f);
-  std::vector<std::vector<uint16_t>> outs;
-  for (auto mode : {rt::SessionOptions::Tactics::Dlc, rt::SessionOptions::Tactics::Vendor}) {
-    rt::SessionOptions so;
-    so.device = rt::DeviceKind::Emu;
-    so.tactics = mode;
-    so.profile = true;
-    auto s = rt::Session::create(convPackage(), so);
-    ASSERT_TRUE(s.ok()) << s.status().message();
-    ASSERT_FALSE(bool((*s)->setInputBytes("x", x.data(), x.size() * 2)));
-    ASSERT_FALSE(bool((*s)->run()));
-    int cudnnSteps = 0;
-    for (const rt::StepTime &t : (*s)->lastProfile())
-      cudnnSteps += t.kind == "cudnn";
-    EXPECT_EQ(cudnnSteps, mode == rt::SessionOptions::Tactics::Vendor ? 2 : 0);
-    ASSERT_EQ((*s)->tactics().size(), 2u);
-    EXPECT_EQ((*s)->tactics()[0].candidates.at(1).description.find("conv_finish"),
-              std::string::npos);
-    EXPECT_NE((*s)->tactics()[1].candidates.at(1).description.find("conv_finish"),
-              std::string::npos);
-    std::vector<uint16_t> y(16 * 64);
-    ASSERT_FALSE(bool((*s)->getOutputBytes("y", y.data(), y.size() * 2)));
-    outs.push_back(y);
-  }
-  double worst = 0, largest = 0;
-  for (size_t i = 0; i < outs[0].size(); ++i) {
-    worst = std::max(worst, std::fabs(double(halfToFloat(outs[0][i])) - halfToFloat(outs[1][i])));
-    largest = std::max(largest, std::fabs(double(halfToFloat(outs[0][i]))));
-  }
+  auto [worst, largest] = emuDlcVsVendor(pkg, x, 16 * 64, 2);
   EXPECT_GT(largest, 1.0); // (not all zeros)
   EXPECT_LE(worst, 4e-3 * largest);
 }

@@ -65,8 +65,9 @@ struct FakeState {
   bool dnnCreateFails = false, dnnRejectPlans = false;
   int64_t dnnWorkspace = 0;
   std::vector<std::string> dnnCalls, dnnErrors;
-  int ltAlgorithms = 1;         // cuBLASLt's heuristic offers this many algorithms
-  std::map<int, double> algoMs; // the fake clock's time of each (by rank)
+  std::vector<std::vector<int64_t>> dnnPacks; // each execution's tensor ids
+  int ltAlgorithms = 1;                       // cuBLASLt's heuristic offers this many algorithms
+  std::map<int, double> algoMs;               // the fake clock's time of each (by rank)
   void reset() { *this = FakeState(); }
   FakeState() = default;
   FakeState &operator=(const FakeState &o) {
@@ -78,7 +79,7 @@ struct FakeState {
     cooperativeLaunches = 0;
     capturing = rejectEpilogue = false;
     clockMs = 0, cudnnMs = 0.01;
-    kernelMs.clear(), eventAt.clear(), dnnCalls.clear(), dnnErrors.clear();
+    kernelMs.clear(), eventAt.clear(), dnnCalls.clear(), dnnErrors.clear(), dnnPacks.clear();
     elapsedCalls = dnnExecutes = 0;
     dnnCreateFails = dnnRejectPlans = false;
     dnnWorkspace = 0;
@@ -302,6 +303,7 @@ inline std::map<cublasLtMatmulDesc_t, bool> descHasEpilogue;
 
 inline cuda::CublasLt makeLt() {
   cuda::CublasLt l;
+  l.cublasLtGetVersion_ = []() -> size_t { return 130100; };
   l.cublasLtCreate_ = [](cublasLtHandle_t *h) {
     *h = reinterpret_cast<cublasLtHandle_t>(0x7000);
     return CUBLAS_STATUS_SUCCESS;
@@ -388,6 +390,29 @@ dnnAttributes() {
           {CUDNN_ATTR_TENSOR_UNIQUE_ID, {CUDNN_TYPE_INT64, CUDNN_BACKEND_TENSOR_DESCRIPTOR}},
           {CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, {CUDNN_TYPE_INT64, CUDNN_BACKEND_TENSOR_DESCRIPTOR}},
           {CUDNN_ATTR_TENSOR_IS_VIRTUAL, {CUDNN_TYPE_BOOLEAN, CUDNN_BACKEND_TENSOR_DESCRIPTOR}},
+          {CUDNN_ATTR_TENSOR_IS_BY_VALUE, {CUDNN_TYPE_BOOLEAN, CUDNN_BACKEND_TENSOR_DESCRIPTOR}},
+          {CUDNN_ATTR_POINTWISE_AXIS, {CUDNN_TYPE_INT64, CUDNN_BACKEND_POINTWISE_DESCRIPTOR}},
+          {CUDNN_ATTR_OPERATION_POINTWISE_TDESC,
+           {CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR}},
+          {CUDNN_ATTR_MATMUL_COMP_TYPE, {CUDNN_TYPE_DATA_TYPE, CUDNN_BACKEND_MATMUL_DESCRIPTOR}},
+          {CUDNN_ATTR_OPERATION_MATMUL_ADESC,
+           {CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR}},
+          {CUDNN_ATTR_OPERATION_MATMUL_BDESC,
+           {CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR}},
+          {CUDNN_ATTR_OPERATION_MATMUL_CDESC,
+           {CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR}},
+          {CUDNN_ATTR_OPERATION_MATMUL_DESC,
+           {CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR}},
+          {CUDNN_ATTR_REDUCTION_OPERATOR,
+           {CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, CUDNN_BACKEND_REDUCTION_DESCRIPTOR}},
+          {CUDNN_ATTR_REDUCTION_COMP_TYPE,
+           {CUDNN_TYPE_DATA_TYPE, CUDNN_BACKEND_REDUCTION_DESCRIPTOR}},
+          {CUDNN_ATTR_OPERATION_REDUCTION_XDESC,
+           {CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR}},
+          {CUDNN_ATTR_OPERATION_REDUCTION_YDESC,
+           {CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR}},
+          {CUDNN_ATTR_OPERATION_REDUCTION_DESC,
+           {CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR}},
           {CUDNN_ATTR_POINTWISE_MODE,
            {CUDNN_TYPE_POINTWISE_MODE, CUDNN_BACKEND_POINTWISE_DESCRIPTOR}},
           {CUDNN_ATTR_POINTWISE_MATH_PREC,
@@ -539,8 +564,14 @@ inline cuda::Cudnn makeDnn() {
     log("cudnnBackendExecute", true);
     const auto &uids =
         reinterpret_cast<FakeDnnDesc *>(pack)->ints[CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS];
-    if (uids != std::vector<int64_t>{1, 2, 3} && uids != std::vector<int64_t>{1, 2, 3, 4})
+    // (A graph's non-virtual tensors are numbered from 1: 3 or 4 for a convolution, 5 or
+    // 6 for an attention with its by-value scalars.)
+    bool numbered = uids.size() >= 3;
+    for (size_t i = 0; i < uids.size(); ++i)
+      numbered &= uids[i] == static_cast<int64_t>(i + 1);
+    if (!numbered)
       S.dnnErrors.push_back("the variant pack does not name the graph's tensors");
+    S.dnnPacks.push_back(uids);
     ++S.dnnExecutes;
     S.clockMs += S.cudnnMs;
     return CUDNN_STATUS_SUCCESS;

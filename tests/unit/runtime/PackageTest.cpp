@@ -328,3 +328,50 @@ TEST(Files, CommitAllRollsBackNewFiles) {
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos)
         << "left behind: " << e.path();
 }
+
+// A cuDNN convolution step whose extents multiply past 2^64 (three spatial dimensions
+// of 2^31, 2^31 and 8 over 2^31 batches and channels: 2^128 bytes, which 128-bit
+// arithmetic wraps to 0) is refused: the emu backend's host convolution would read and
+// write far outside its buffers.
+TEST(Package, ACudnnConvolutionWhoseSizesOverflowIsRejected) {
+  std::string w;
+  for (int i = 0; i < 64; ++i)
+    w += (i ? ", " : "") + std::to_string((i % 7 - 3) / 8.0);
+  auto g = ir::parseGraph("graph @g(%x: f16[1,8,2,2,2]) -> (\"y\": f16[1,2,2,2,8]) {\n"
+                          "  %w = const f16[8,1,1,1,8] dense<[" +
+                          w +
+                          "]>\n"
+                          "  %t = Transpose(%x) {perm = [0, 2, 3, 4, 1]} : f16[1,2,2,2,8]\n"
+                          "  %y = Conv(%t, %w) {channels_last = 1} : f16[1,2,2,2,8]\n"
+                          "  return %y\n}\n");
+  ASSERT_TRUE(bool(g)) << llvm::toString(g.takeError());
+  codegen::CompileOptions co;
+  co.targets = {"emu"};
+  auto bytes = codegen::compileGraph(**g, co);
+  ASSERT_TRUE(bool(bytes)) << llvm::toString(bytes.takeError());
+  auto pf = pkg::PackageFile::fromBytes(bytes->data(), bytes->size(), "conv3d.dlc");
+  ASSERT_TRUE(pf.ok()) << pf.status().message();
+  const pkg::CudnnConv *conv = nullptr;
+  for (const pkg::Step *s : *(*pf)->meta().steps())
+    if (s->op_as_CudnnConv())
+      conv = s->op_as_CudnnConv();
+  ASSERT_NE(conv, nullptr) << "the test needs the cuDNN alternative";
+  auto bad = *bytes;
+  auto at = [&](const void *p) { return static_cast<const uint8_t *>(p) - (*pf)->data(); };
+  auto put = [&](ptrdiff_t offset, int64_t v) { std::memcpy(bad.data() + offset, &v, 8); };
+  const auto *table = reinterpret_cast<const flatbuffers::Table *>(conv);
+  for (auto field : {pkg::CudnnConv::VT_N, pkg::CudnnConv::VT_C, pkg::CudnnConv::VT_K})
+    put(at(table->GetAddressOf(field)), int64_t(1) << 31);
+  for (const flatbuffers::Vector<int64_t> *v :
+       {conv->spatial_in(), conv->spatial_out(), conv->kernel()}) {
+    ASSERT_EQ(v->size(), 3u);
+    put(at(v->data()), int64_t(1) << 31);
+    put(at(v->data()) + 8, int64_t(1) << 31);
+    put(at(v->data()) + 16, 8);
+  }
+  resign(bad);
+  auto mutated = pkg::PackageFile::fromBytes(bad.data(), bad.size(), "overflow.dlc");
+  ASSERT_FALSE(mutated.ok());
+  EXPECT_NE(mutated.status().message().find("x reaches past the end of buffer"), std::string::npos)
+      << mutated.status().message();
+}

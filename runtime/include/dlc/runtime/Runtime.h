@@ -104,8 +104,9 @@ struct TacticsCache {
 };
 /// Reads one; an error that says what is wrong with it (IoError when there is none).
 Result<TacticsCache> readTacticsCache(const std::string &path);
-/// The cache file of a package: DIR/<crc32>-<size>.txt.
-std::string tacticsCacheFileName(const pkg::PackageFile &p);
+/// A package's cache file on one GPU with one set of libraries (Backend key `key`), in
+/// the cache directory: <crc32>-<size>-<crc32 of key>.txt.
+std::string tacticsCacheFileName(const pkg::PackageFile &p, const std::string &key);
 
 /// One layer's tactics as the session chose them (Session::tactics()).
 struct TacticChoice {
