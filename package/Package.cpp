@@ -860,10 +860,22 @@ Status PackageFile::verify() {
                 return false;
             return true;
           };
+          // (At most 2^48 scores, head sizes up to 2^16; O is contiguous: no two outputs
+          // share an element.)
+          uint64_t scores = 0;
+          const bool tooMany =
+              !in(a->b()) || !in(a->h()) || !in(a->sq()) || !in(a->sk()) ||
+              __builtin_mul_overflow(uint64_t(a->b()), uint64_t(a->h()), &scores) ||
+              __builtin_mul_overflow(scores, uint64_t(a->sq()), &scores) ||
+              __builtin_mul_overflow(scores, uint64_t(a->sk()), &scores) ||
+              scores > (uint64_t(1) << 48);
+          const auto *os = a->o_strides();
           if ((a->dtype() != DType::F16 && a->dtype() != DType::BF16) || !a->q() || !a->k() ||
-              !a->v() || !a->o() || !in(a->b()) || !in(a->h()) || !in(a->sq()) || !in(a->sk()) ||
-              !in(a->d()) || !in(a->dv()) || !strides(a->q_strides()) || !strides(a->k_strides()) ||
-              !strides(a->v_strides()) || !strides(a->o_strides()) || !std::isfinite(a->scale()))
+              !a->v() || !a->o() || tooMany || !in(a->d()) || !in(a->dv()) || a->d() > 65536 ||
+              a->dv() > 65536 || !strides(a->q_strides()) || !strides(a->k_strides()) ||
+              !strides(a->v_strides()) || !strides(os) || os->Get(2) != a->dv() ||
+              os->Get(1) != a->sq() * a->dv() || os->Get(0) != a->h() * a->sq() * a->dv() ||
+              !std::isfinite(a->scale()))
             return bad(label + " is an invalid cuDNN attention");
           // Bytes up to one past the last element of a [b, h, rows, cols] view, saturating.
           auto extent = [&](const flatbuffers::Vector<int64_t> *st, int64_t rows, int64_t cols) {

@@ -72,7 +72,8 @@ public:
   /// vendor tactics' schedules.
   virtual Status cudnnConv(const pkg::CudnnConv &c, const std::string &node) = 0;
   /// A vendor attention (pkg::CudnnSdpa), likewise: emu computes it on the host (FP32
-  /// scores and softmax, the output rounded once).
+  /// scores and softmax, the probabilities rounded to the I/O type, FP32 sums, the output
+  /// rounded once).
   virtual Status cudnnSdpa(const pkg::CudnnSdpa &a, const std::string &node) = 0;
   /// Tactics: whether this backend runs alternatives of kind `k`; `why` says why not.
   virtual bool runsTactic(pkg::TacticKind k, std::string &why) {

@@ -8,9 +8,9 @@
 // versions, so that later sessions time nothing. Emu runs our kernels unless vendor
 // tactics are forced (its host cuDNN convolution tests their schedules).
 //
-// Cache file: <dir>/<crc32>-<size>.txt, "dlc-tactics 1", "key <backend key>", then one
-// "<schedule> <group> <alt> <microseconds>" line per layer. A file that is corrupt or
-// was written for another key is ignored (with a note) and rewritten.
+// Cache file: <dir>/<crc32>-<size>-<crc32 of the key>.txt, "dlc-tactics 1", "key <backend
+// key>", then one "<schedule> <group> <alt> <microseconds>" line per layer. A file that
+// is corrupt or holds another key is ignored (with a note) and rewritten.
 //===----------------------------------------------------------------------===//
 #include "Backend.h"
 
@@ -198,6 +198,7 @@ Status Session::chooseTactics(size_t k) {
   const auto t0 = Clock::now();
   const double budget = std::max(opts_.tuneBudgetMs, 0.0);
   size_t timed = 0, fromCache = 0, overBudget = 0;
+  bool rewrite = false; // a cached choice failed: the file loses it
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const pkg::TacticGroup &g = groups[gi];
     TacticChoice &c = choices[gi];
@@ -282,6 +283,8 @@ Status Session::chooseTactics(size_t k) {
                                  c.candidates[chosen].kind + " choice failed (" + st.message() +
                                  ")");
         chosen = fallback;
+        cache.erase({k, g.group});
+        rewrite = true;
       }
     }
     c.chosen = chosen;
@@ -292,6 +295,8 @@ Status Session::chooseTactics(size_t k) {
   // (Timing wrote only the layers' own outputs and temporaries: no input or variable.)
   if (timed || (mode == SessionOptions::Tactics::Vendor && onGpu))
     DLC_RETURN_IF_ERROR(backend_->synchronize());
+  if (rewrite && !timed && !path.empty())
+    writeCache(path, key, cache);
   if (timed) {
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     std::string where = path.empty() ? "no cache"

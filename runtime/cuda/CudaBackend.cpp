@@ -324,6 +324,15 @@ public:
     if (m.steps())
       for (const pkg::Step *s : *m.steps())
         hasGemm |= s->op_type() == pkg::StepKind::Gemm;
+    auto cudnnStep = [](const pkg::Step *s) {
+      return s->op_type() == pkg::StepKind::CudnnConv || s->op_type() == pkg::StepKind::CudnnSdpa;
+    };
+    if (m.steps())
+      usesCudnn_ = std::any_of(m.steps()->begin(), m.steps()->end(), cudnnStep);
+    if (m.variants())
+      for (const pkg::ShapeVariant *v : *m.variants())
+        if (v->steps())
+          usesCudnn_ |= std::any_of(v->steps()->begin(), v->steps()->end(), cudnnStep);
     if (hasGemm) {
       if (!ltLoaded_) {
         DLC_RETURN_IF_ERROR(ltTable_.load());
@@ -376,8 +385,9 @@ public:
   std::string tacticKey() override {
     std::string key = name_ + "|sm_" + std::to_string(major_) + std::to_string(minor_) + "|" +
                       std::to_string(sms_) + " SMs|driver " + std::to_string(driverVersion_);
-    key += loadCudnn().isOk() ? "|cudnn " + std::to_string(dnn_->cudnnGetVersion_())
-                              : std::string("|no cudnn");
+    if (usesCudnn_) // (any schedule of the package: the same key for all)
+      key += loadCudnn().isOk() ? "|cudnn " + std::to_string(dnn_->cudnnGetVersion_())
+                                : std::string("|no cudnn");
     if (ltHandle_)
       key += "|cublaslt " + std::to_string(ltTable_.cublasLtGetVersion_());
     return key;
@@ -994,7 +1004,8 @@ private:
   CUstream userStream_ = nullptr;
   std::map<uint32_t, uint64_t> external_;
   std::map<const pkg::Gemm *, std::unique_ptr<GemmPlan>> plans_;
-  bool timing_ = false; // inside timeIssue
+  bool timing_ = false;    // inside timeIssue
+  bool usesCudnn_ = false; // the package has cuDNN steps (tactics)
   const Cudnn *dnn_ = nullptr;
   cudnnHandle_t dnnHandle_ = nullptr;
   Status dnnStatus_;

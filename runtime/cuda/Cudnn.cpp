@@ -98,11 +98,12 @@ public:
     return Status::ok();
   }
 
-  /// A pointwise operation y = mode(x[, b[, t]]) in FP32 (`axis` for GEN_INDEX).
+  /// A pointwise operation y = mode(x[, b[, t]]) computed in `prec` (FP32; a
+  /// comparison's is BOOLEAN), `axis` for GEN_INDEX.
   Status pointwise(cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
                    cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t,
-                   cudnnBackendDescriptor_t y, int64_t axis = -1) {
-    const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+                   cudnnBackendDescriptor_t y, int64_t axis = -1,
+                   cudnnDataType_t prec = CUDNN_DATA_FLOAT) {
     cudnnBackendDescriptor_t pw, op;
     DLC_DNN_TRY(make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, pw), "creating a pointwise descriptor");
     DLC_DNN_TRY(set(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode),
@@ -391,7 +392,12 @@ Result<std::unique_ptr<CudnnPlan>> CudnnPlan::sdpa(const Cudnn &dnn, cudnnHandle
                                                    const std::string &node) {
   // The pattern of cuDNN's fused flash attention (inference: the statistics virtual):
   // S = Q K', S * scale, [causal: row >= col kept, else -inf], softmax as max, sub,
-  // exp, sum, log + max (the statistics), exp / sum, then O = P V.
+  // exp, sum, log + max (the statistics), exp / sum in Q's type (the second matmul takes
+  // its A operand in the I/O type), then O = P V.
+  const size_t version = dnn.cudnnGetVersion_();
+  if (version >= 91000 && version < 91002) // (FP16/BF16 attention forward: known bugs)
+    return Status(StatusCode::Unavailable,
+                  "cuDNN 9.10.0 and 9.10.1 are not used for attention (known bugs); update cuDNN");
   CudnnGraph g(dnn, handle, node, "attention");
   const cudnnDataType_t dt = dnnType(a.dtype()), f32 = CUDNN_DATA_FLOAT;
   const int64_t b = a.b(), h = a.h(), sq = a.sq(), sk = a.sk(), d = a.d(), dv = a.dv();
@@ -418,7 +424,10 @@ Result<std::unique_ptr<CudnnPlan>> CudnnPlan::sdpa(const Cudnn &dnn, cudnnHandle
   cudnnBackendDescriptor_t logits = scaled;
   if (a.causal()) {
     DLC_RETURN_IF_ERROR(g.tensor(kNegInf, f32, one, one, negInf, false, true));
-    g.byValue(kNegInf, -std::numeric_limits<float>::infinity());
+    // (Before 9.10, the masked value is the lowest finite float, as cuDNN's own front
+    // end passes it.)
+    g.byValue(kNegInf, version < 91000 ? std::numeric_limits<float>::lowest()
+                                       : -std::numeric_limits<float>::infinity());
     DLC_RETURN_IF_ERROR(g.tensor(kRow, CUDNN_DATA_INT32, scores, scoreStrides, rowIdx, true));
     DLC_RETURN_IF_ERROR(
         g.pointwise(CUDNN_POINTWISE_GEN_INDEX, scaled, nullptr, nullptr, rowIdx, 2));
@@ -426,7 +435,8 @@ Result<std::unique_ptr<CudnnPlan>> CudnnPlan::sdpa(const Cudnn &dnn, cudnnHandle
     DLC_RETURN_IF_ERROR(
         g.pointwise(CUDNN_POINTWISE_GEN_INDEX, scaled, nullptr, nullptr, colIdx, 3));
     DLC_RETURN_IF_ERROR(g.tensor(kKeep, CUDNN_DATA_BOOLEAN, scores, scoreStrides, keep, true));
-    DLC_RETURN_IF_ERROR(g.pointwise(CUDNN_POINTWISE_CMP_GE, rowIdx, colIdx, nullptr, keep));
+    DLC_RETURN_IF_ERROR(
+        g.pointwise(CUDNN_POINTWISE_CMP_GE, rowIdx, colIdx, nullptr, keep, -1, CUDNN_DATA_BOOLEAN));
     DLC_RETURN_IF_ERROR(g.tensor(kMasked, f32, scores, scoreStrides, masked, true));
     DLC_RETURN_IF_ERROR(g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, scaled, negInf, keep, masked));
     logits = masked;
@@ -443,7 +453,7 @@ Result<std::unique_ptr<CudnnPlan>> CudnnPlan::sdpa(const Cudnn &dnn, cudnnHandle
   DLC_RETURN_IF_ERROR(g.pointwise(CUDNN_POINTWISE_LOG, sum, nullptr, nullptr, lg));
   DLC_RETURN_IF_ERROR(g.tensor(kStats, f32, row, rowStrides, stats, true));
   DLC_RETURN_IF_ERROR(g.pointwise(CUDNN_POINTWISE_ADD, mx, lg, nullptr, stats));
-  DLC_RETURN_IF_ERROR(g.tensor(kP, f32, scores, scoreStrides, p, true));
+  DLC_RETURN_IF_ERROR(g.tensor(kP, dt, scores, scoreStrides, p, true));
   DLC_RETURN_IF_ERROR(g.pointwise(CUDNN_POINTWISE_DIV, ex, sum, nullptr, p));
   DLC_RETURN_IF_ERROR(g.matmul(p, v, o));
   return g.finish(a.workspace_bytes());

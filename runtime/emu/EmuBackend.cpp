@@ -536,11 +536,14 @@ public:
           float sum = 0;
           for (float &x : p)
             sum += (x = std::isinf(x) && x < 0 ? 0.0f : std::exp(x - mx));
+          // (P in the I/O type, as the second matmul takes it.)
           std::fill(acc.begin(), acc.end(), 0.0f);
-          for (int64_t j = 0; j < sk; ++j)
+          for (int64_t j = 0; j < sk; ++j) {
+            const float pj = p[static_cast<size_t>(j)] / sum;
+            const float pr = bf ? bf16ToFloat(floatToBF16(pj)) : halfToFloat(floatToHalf(pj));
             for (int64_t c = 0; c < dv; ++c)
-              acc[static_cast<size_t>(c)] +=
-                  p[static_cast<size_t>(j)] / sum * rd(v, vb + j * st(a.v_strides(), 2) + c);
+              acc[static_cast<size_t>(c)] += pr * rd(v, vb + j * st(a.v_strides(), 2) + c);
+          }
           for (int64_t c = 0; c < dv; ++c) {
             const uint16_t hv = bf ? floatToBF16(acc[static_cast<size_t>(c)])
                                    : floatToHalf(acc[static_cast<size_t>(c)]);

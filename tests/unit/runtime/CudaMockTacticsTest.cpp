@@ -65,40 +65,48 @@ std::shared_ptr<const pkg::PackageFile> convPackage() {
 }
 
 /// Two-head FP16 self-attention (16 tokens, head size 8) on the halves of a projection
-/// (the views attention_mma reads as they are), scaled by 0.35, its output merged back
+/// (the views attention_mma reads as they are), scaled by 0.35, causal where asked (a
+/// Where of a lower-triangular mask with FP16's lowest value), its output merged back
 /// to [2, 16, 16] (an epilogue: attention_finish stores cuDNN's result through it). For
 /// sm_90 and emu, attention_mma asked for.
-std::shared_ptr<const pkg::PackageFile> attentionPackage() {
-  static std::shared_ptr<const pkg::PackageFile> pkg = [] {
-    std::string w;
-    for (int i = 0; i < 48 * 48; ++i)
-      w += (i ? ", " : "") + std::to_string(((i * 29) % 23 - 11) / 64.0);
-    std::string text =
-        "graph @attn(%x: f16[2,16,48]) -> (\"y\": f16[2,16,16]) {\n"
-        "  %w = const f16[48,48] dense<[" +
-        w +
-        "]>\n"
-        "  %qkv = MatMul(%x, %w) : f16[2,16,48]\n"
-        "  %q = Slice(%qkv) {axes = [2], ends = [16], starts = [0]} : f16[2,16,16]\n"
-        "  %k = Slice(%qkv) {axes = [2], ends = [32], starts = [16]} : f16[2,16,16]\n"
-        "  %v = Slice(%qkv) {axes = [2], ends = [48], starts = [32]} : f16[2,16,16]\n"
-        "  %qr = Reshape(%q) {shape = [2, 16, 2, 8]} : f16[2,16,2,8]\n"
-        "  %kr = Reshape(%k) {shape = [2, 16, 2, 8]} : f16[2,16,2,8]\n"
-        "  %vr = Reshape(%v) {shape = [2, 16, 2, 8]} : f16[2,16,2,8]\n"
-        "  %qh = Transpose(%qr) {perm = [0, 2, 1, 3]} : f16[2,2,16,8]\n"
-        "  %kt = Transpose(%kr) {perm = [0, 2, 3, 1]} : f16[2,2,8,16]\n"
-        "  %vh = Transpose(%vr) {perm = [0, 2, 1, 3]} : f16[2,2,16,8]\n"
-        "  %s = MatMul(%qh, %kt) : f16[2,2,16,16]\n"
-        "  %scale = const f16[] dense<[0.35]>\n"
-        "  %ss = Mul(%s, %scale) : f16[2,2,16,16]\n"
-        "  %p = Softmax(%ss) {axis = -1} : f16[2,2,16,16]\n"
-        "  %o = MatMul(%p, %vh) : f16[2,2,16,8]\n"
-        "  %ot = Transpose(%o) {perm = [0, 2, 1, 3]} : f16[2,16,2,8]\n"
-        "  %y = Reshape(%ot) {shape = [2, 16, 16]} : f16[2,16,16]\n"
-        "  return %y\n}\n";
-    return compileForSm90AndEmu(text, "attn", "mma");
-  }();
-  return pkg;
+std::shared_ptr<const pkg::PackageFile> attentionPackage(bool causal = false) {
+  static std::map<bool, std::shared_ptr<const pkg::PackageFile>> cache;
+  if (cache.count(causal))
+    return cache[causal];
+  std::string w, keep;
+  for (int i = 0; i < 48 * 48; ++i)
+    w += (i ? ", " : "") + std::to_string(((i * 29) % 23 - 11) / 64.0);
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 16; ++j)
+      keep += std::string(i || j ? ", " : "") + (j <= i ? "true" : "false");
+  std::string text = "graph @attn(%x: f16[2,16,48]) -> (\"y\": f16[2,16,16]) {\n"
+                     "  %w = const f16[48,48] dense<[" +
+                     w +
+                     "]>\n"
+                     "  %qkv = MatMul(%x, %w) : f16[2,16,48]\n"
+                     "  %q = Slice(%qkv) {axes = [2], ends = [16], starts = [0]} : f16[2,16,16]\n"
+                     "  %k = Slice(%qkv) {axes = [2], ends = [32], starts = [16]} : f16[2,16,16]\n"
+                     "  %v = Slice(%qkv) {axes = [2], ends = [48], starts = [32]} : f16[2,16,16]\n"
+                     "  %qr = Reshape(%q) {shape = [2, 16, 2, 8]} : f16[2,16,2,8]\n"
+                     "  %kr = Reshape(%k) {shape = [2, 16, 2, 8]} : f16[2,16,2,8]\n"
+                     "  %vr = Reshape(%v) {shape = [2, 16, 2, 8]} : f16[2,16,2,8]\n"
+                     "  %qh = Transpose(%qr) {perm = [0, 2, 1, 3]} : f16[2,2,16,8]\n"
+                     "  %kt = Transpose(%kr) {perm = [0, 2, 3, 1]} : f16[2,2,8,16]\n"
+                     "  %vh = Transpose(%vr) {perm = [0, 2, 1, 3]} : f16[2,2,16,8]\n"
+                     "  %s = MatMul(%qh, %kt) : f16[2,2,16,16]\n"
+                     "  %scale = const f16[] dense<[0.35]>\n"
+                     "  %ss = Mul(%s, %scale) : f16[2,2,16,16]\n" +
+                     (causal ? "  %keep = const bool[16,16] dense<[" + keep +
+                                   "]>\n"
+                                   "  %fill = const f16[] dense<[-65504.0]>\n"
+                                   "  %m = Where(%keep, %ss, %fill) : f16[2,2,16,16]\n"
+                                   "  %p = Softmax(%m) {axis = -1} : f16[2,2,16,16]\n"
+                             : "  %p = Softmax(%ss) {axis = -1} : f16[2,2,16,16]\n") +
+                     "  %o = MatMul(%p, %vh) : f16[2,2,16,8]\n"
+                     "  %ot = Transpose(%o) {perm = [0, 2, 1, 3]} : f16[2,16,2,8]\n"
+                     "  %y = Reshape(%ot) {shape = [2, 16, 16]} : f16[2,16,16]\n"
+                     "  return %y\n}\n";
+  return cache[causal] = compileForSm90AndEmu(text, causal ? "attn_causal" : "attn", "mma");
 }
 
 /// Runs `pkg` on emu with our kernels, then with the vendor tactics (cuDNN's steps on
@@ -510,9 +518,49 @@ TEST_F(Tactics, CudnnGetsTheFlashAttentionPattern) {
                                          "pointwise", "matmul"};
   ASSERT_GE(ops.size(), want.size());
   EXPECT_EQ(std::vector<std::string>(ops.begin(), ops.begin() + 10), want);
-  // The variant pack: Q, K, V, O and the by-value scale.
+  // The pointwise operations by tensor id (cudnn_graph.h's modes: MUL 1, SUB 9, EXP 13,
+  // LOG 15, ADD 0, DIV 6; precision FLOAT 0): the scale (5) on the scores (100 -> 101),
+  // the softmax through its maximum (106) and sum (109), the statistics (111) from
+  // both, and P (112), which is FP16 like Q: the second matmul's A in the I/O type.
+  const std::vector<std::string> pointwise = {
+      "1(100, 5) -> 101 prec 0", "9(101, 106) -> 107 prec 0", "13(107) -> 108 prec 0",
+      "15(109) -> 110 prec 0",   "0(106, 110) -> 111 prec 0", "6(108, 109) -> 112 prec 0"};
+  EXPECT_EQ(S.dnnPointwise, pointwise);
+  EXPECT_EQ(S.dnnTensorTypes[112], CUDNN_DATA_HALF);
+  EXPECT_EQ(S.dnnTensorTypes[100], CUDNN_DATA_FLOAT);
+  EXPECT_EQ(S.dnnTensorTypes[5], CUDNN_DATA_FLOAT);
+  // The variant pack: Q, K, V, O and the by-value scale, the attention's own.
   ASSERT_FALSE(S.dnnPacks.empty());
   EXPECT_EQ(S.dnnPacks.back(), (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  EXPECT_NEAR(S.dnnByValue[5], 0.35, 1e-3);
+}
+
+TEST_F(Tactics, CudnnGetsTheCausalMaskAsIndexComparisons) {
+  rt::SessionOptions so;
+  so.device = rt::DeviceKind::Cuda;
+  so.cudaGraphs = false;
+  so.tactics = rt::SessionOptions::Tactics::Vendor;
+  auto s = rt::Session::create(attentionPackage(true), so);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  ASSERT_EQ((*s)->tactics().size(), 1u);
+  const rt::TacticChoice &c = (*s)->tactics()[0];
+  EXPECT_NE(c.candidates.at(1).description.find("(causal)"), std::string::npos);
+  EXPECT_EQ(c.candidates[c.chosen].kind, "cudnn") << c.candidates[1].problem;
+  EXPECT_TRUE(S.dnnErrors.empty()) << S.dnnErrors.front();
+  // Row (axis 2) and column (axis 3) indices of the scaled scores (101) as INT32, kept
+  // where row >= col (CMP_GE 303, a BOOLEAN comparison, 11), else the by-value -inf (6)
+  // (BINARY_SELECT 601: x where t, else b), then the softmax of the masked scores (105).
+  const std::vector<std::string> mask = {
+      "1(100, 5) -> 101 prec 0",        "501(101) -> 102 prec 0 axis 2",
+      "501(101) -> 103 prec 0 axis 3",  "303(102, 103) -> 104 prec 11",
+      "601(101, 6, 104) -> 105 prec 0", "9(105, 106) -> 107 prec 0"};
+  ASSERT_GE(S.dnnPointwise.size(), mask.size());
+  EXPECT_EQ(std::vector<std::string>(S.dnnPointwise.begin(), S.dnnPointwise.begin() + 6), mask);
+  EXPECT_EQ(S.dnnTensorTypes[102], CUDNN_DATA_INT32);
+  EXPECT_EQ(S.dnnTensorTypes[104], CUDNN_DATA_BOOLEAN);
+  ASSERT_FALSE(S.dnnPacks.empty());
+  EXPECT_EQ(S.dnnPacks.back(), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_TRUE(std::isinf(S.dnnByValue[6]) && S.dnnByValue[6] < 0);
 }
 
 TEST(TacticsOnEmu, CudnnAttentionComputesWhatOursDoes) {
@@ -521,9 +569,12 @@ TEST(TacticsOnEmu, CudnnAttentionComputesWhatOursDoes) {
   std::vector<uint16_t> x(2 * 16 * 48);
   for (size_t i = 0; i < x.size(); ++i)
     x[i] = floatToHalf(static_cast<float>((static_cast<int>(i * 7) % 19) - 9) / 8.0f);
-  auto [worst, largest] = emuDlcVsVendor(attentionPackage(), x, 2 * 16 * 16, 1);
-  EXPECT_GT(largest, 0.1); // (not all zeros)
-  EXPECT_LE(worst, 4e-3 * largest + 1e-3);
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "no mask");
+    auto [worst, largest] = emuDlcVsVendor(attentionPackage(causal), x, 2 * 16 * 16, 1);
+    EXPECT_GT(largest, 0.1); // (not all zeros)
+    EXPECT_LE(worst, 4e-3 * largest + 1e-3);
+  }
 }
 
 TEST(TacticsOnEmu, TheVendorScheduleComputesWhatOursDoes) {
@@ -545,6 +596,45 @@ TEST(TacticsOnEmu, TheVendorScheduleComputesWhatOursDoes) {
   auto [worst, largest] = emuDlcVsVendor(pkg, x, 16 * 64, 2);
   EXPECT_GT(largest, 1.0); // (not all zeros)
   EXPECT_LE(worst, 4e-3 * largest);
+}
+
+} // namespace
+
+namespace {
+
+TEST(TacticsPackage, AnInvalidCudnnAttentionIsRefused) {
+  // The attention step's output must be contiguous (no two outputs on one element) and
+  // its scores at most 2^48: a package that says otherwise is refused before any
+  // backend computes it.
+  auto good = attentionPackage();
+  const pkg::CudnnSdpa *a = nullptr;
+  for (const pkg::Step *s : *good->meta().steps())
+    if (s->op_as_CudnnSdpa())
+      a = s->op_as_CudnnSdpa();
+  ASSERT_NE(a, nullptr);
+  std::vector<uint8_t> bytes(good->data(), good->data() + good->size());
+  auto at = [&](const void *p) { return static_cast<const uint8_t *>(p) - good->data(); };
+  auto resign = [](std::vector<uint8_t> &b) {
+    uint32_t body = pkg::crc32(b.data() + pkg::kHeaderSize, b.size() - pkg::kHeaderSize);
+    std::memcpy(b.data() + 48, &body, 4);
+    uint32_t header = pkg::crc32(b.data(), 52);
+    std::memcpy(b.data() + 52, &header, 4);
+  };
+  const auto *table = reinterpret_cast<const flatbuffers::Table *>(a);
+  for (int mutation = 0; mutation < 2; ++mutation) {
+    std::vector<uint8_t> bad = bytes;
+    const int64_t v = mutation == 0 ? 0 : int64_t(1) << 31;
+    if (mutation == 0) // O's row stride 0: every row on the same elements
+      std::memcpy(bad.data() + at(a->o_strides()->data()) + 16, &v, 8);
+    else // 2^31 keys and queries: 2^64 scores
+      for (auto field : {pkg::CudnnSdpa::VT_SQ, pkg::CudnnSdpa::VT_SK})
+        std::memcpy(bad.data() + at(table->GetAddressOf(field)), &v, 8);
+    resign(bad);
+    auto pf = pkg::PackageFile::fromBytes(bad.data(), bad.size(), "bad_attention.dlc");
+    ASSERT_FALSE(pf.ok()) << mutation;
+    EXPECT_NE(pf.status().message().find("is an invalid cuDNN attention"), std::string::npos)
+        << pf.status().message();
+  }
 }
 
 } // namespace

@@ -66,6 +66,9 @@ struct FakeState {
   int64_t dnnWorkspace = 0;
   std::vector<std::string> dnnCalls, dnnErrors;
   std::vector<std::vector<int64_t>> dnnPacks; // each execution's tensor ids
+  std::map<int64_t, int> dnnTensorTypes;      // each tensor id's data type
+  std::vector<std::string> dnnPointwise;      // pointwise operations, as the fake writes them
+  std::map<int64_t, float> dnnByValue;        // by-value scalars at the last execution
   int ltAlgorithms = 1;                       // cuBLASLt's heuristic offers this many algorithms
   std::map<int, double> algoMs;               // the fake clock's time of each (by rank)
   void reset() { *this = FakeState(); }
@@ -80,6 +83,7 @@ struct FakeState {
     capturing = rejectEpilogue = false;
     clockMs = 0, cudnnMs = 0.01;
     kernelMs.clear(), eventAt.clear(), dnnCalls.clear(), dnnErrors.clear(), dnnPacks.clear();
+    dnnTensorTypes.clear(), dnnPointwise.clear(), dnnByValue.clear();
     elapsedCalls = dnnExecutes = 0;
     dnnCreateFails = dnnRejectPlans = false;
     dnnWorkspace = 0;
@@ -373,7 +377,10 @@ inline cuda::CublasLt makeLt() {
 /// to), as the library checks them. The heuristic offers two engines.
 struct FakeDnnDesc {
   cudnnBackendDescriptorType_t type;
-  std::map<int, std::vector<int64_t>> ints; // INT64 attributes
+  std::map<int, std::vector<int64_t>> ints;       // INT64 attributes
+  std::map<int, int64_t> enums;                   // enum and boolean attributes
+  std::map<int, std::vector<FakeDnnDesc *>> refs; // descriptor attributes
+  std::vector<void *> pointers;                   // a variant pack's data pointers
 };
 
 /// The attribute type cudnn_graph.h gives each attribute the backend sets, and the
@@ -503,7 +510,9 @@ inline cuda::Cudnn makeDnn() {
   n.cudnnBackendCreateDescriptor_ = [](cudnnBackendDescriptorType_t t,
                                        cudnnBackendDescriptor_t *d) {
     S.dnnCalls.push_back("create " + std::to_string(t));
-    *d = reinterpret_cast<cudnnBackendDescriptor_t>(new FakeDnnDesc{t, {}});
+    auto *desc = new FakeDnnDesc();
+    desc->type = t;
+    *d = reinterpret_cast<cudnnBackendDescriptor_t>(desc);
     return CUDNN_STATUS_SUCCESS;
   };
   n.cudnnBackendDestroyDescriptor_ = [](cudnnBackendDescriptor_t d) {
@@ -514,9 +523,20 @@ inline cuda::Cudnn makeDnn() {
                                    cudnnBackendAttributeType_t t, int64_t count, const void *v) {
     S.dnnCalls.push_back("set " + std::to_string(a));
     dnnCheck(d, a, t, "set");
+    auto *desc = reinterpret_cast<FakeDnnDesc *>(d);
     if (t == CUDNN_TYPE_INT64)
-      reinterpret_cast<FakeDnnDesc *>(d)->ints[a].assign(static_cast<const int64_t *>(v),
-                                                         static_cast<const int64_t *>(v) + count);
+      desc->ints[a].assign(static_cast<const int64_t *>(v),
+                           static_cast<const int64_t *>(v) + count);
+    else if (t == CUDNN_TYPE_BOOLEAN)
+      desc->enums[a] = *static_cast<const bool *>(v);
+    else if (t == CUDNN_TYPE_DATA_TYPE || t == CUDNN_TYPE_POINTWISE_MODE ||
+             t == CUDNN_TYPE_REDUCTION_OPERATOR_TYPE)
+      desc->enums[a] = *static_cast<const int *>(v);
+    else if (t == CUDNN_TYPE_BACKEND_DESCRIPTOR)
+      desc->refs[a].assign(static_cast<FakeDnnDesc *const *>(v),
+                           static_cast<FakeDnnDesc *const *>(v) + count);
+    else if (t == CUDNN_TYPE_VOID_PTR && a == CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS)
+      desc->pointers.assign(static_cast<void *const *>(v), static_cast<void *const *>(v) + count);
     return CUDNN_STATUS_SUCCESS;
   };
   n.cudnnBackendGetAttribute_ = [](cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a,
@@ -536,12 +556,37 @@ inline cuda::Cudnn makeDnn() {
   };
   n.cudnnBackendFinalize_ = [](cudnnBackendDescriptor_t d) {
     auto *desc = reinterpret_cast<FakeDnnDesc *>(d);
-    auto join = [&](int a) {
+    auto join2 = [](const std::vector<int64_t> &v) {
       std::string r;
-      for (int64_t v : desc->ints[a])
-        r += (r.empty() ? "" : ",") + std::to_string(v);
+      for (int64_t x : v)
+        r += (r.empty() ? "" : ",") + std::to_string(x);
       return r;
     };
+    auto join = [&](int a) { return join2(desc->ints[a]); };
+    if (desc->type == CUDNN_BACKEND_TENSOR_DESCRIPTOR &&
+        !desc->ints[CUDNN_ATTR_TENSOR_UNIQUE_ID].empty())
+      S.dnnTensorTypes[desc->ints[CUDNN_ATTR_TENSOR_UNIQUE_ID][0]] =
+          static_cast<int>(desc->enums[CUDNN_ATTR_TENSOR_DATA_TYPE]);
+    if (desc->type == CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR) {
+      // "MODE(x[, b[, t]]) -> y" by tensor ids, the precision and any axis.
+      auto uid = [&](int a) {
+        auto it = desc->refs.find(a);
+        return it == desc->refs.end() || it->second.empty() || !it->second[0]
+                   ? std::string()
+                   : join2(it->second[0]->ints[CUDNN_ATTR_TENSOR_UNIQUE_ID]);
+      };
+      FakeDnnDesc *pw = desc->refs[CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR].at(0);
+      std::string op = std::to_string(pw->enums[CUDNN_ATTR_POINTWISE_MODE]) + "(" +
+                       uid(CUDNN_ATTR_OPERATION_POINTWISE_XDESC);
+      for (int a : {CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_ATTR_OPERATION_POINTWISE_TDESC})
+        if (!uid(a).empty())
+          op += ", " + uid(a);
+      op += ") -> " + uid(CUDNN_ATTR_OPERATION_POINTWISE_YDESC) + " prec " +
+            std::to_string(pw->enums[CUDNN_ATTR_POINTWISE_MATH_PREC]);
+      if (pw->ints.count(CUDNN_ATTR_POINTWISE_AXIS))
+        op += " axis " + join2(pw->ints[CUDNN_ATTR_POINTWISE_AXIS]);
+      S.dnnPointwise.push_back(op);
+    }
     if (desc->type == CUDNN_BACKEND_TENSOR_DESCRIPTOR)
       S.dnnCalls.push_back("finalize tensor " + join(CUDNN_ATTR_TENSOR_UNIQUE_ID) + " dims " +
                            join(CUDNN_ATTR_TENSOR_DIMENSIONS) + " strides " +
@@ -572,6 +617,11 @@ inline cuda::Cudnn makeDnn() {
     if (!numbered)
       S.dnnErrors.push_back("the variant pack does not name the graph's tensors");
     S.dnnPacks.push_back(uids);
+    // By-value scalars (an attention's scale, 5, and masked value, 6): host floats.
+    const auto &ptrs = reinterpret_cast<FakeDnnDesc *>(pack)->pointers;
+    for (size_t i = 0; i < uids.size() && i < ptrs.size(); ++i)
+      if (uids.size() >= 5 && (uids[i] == 5 || uids[i] == 6))
+        S.dnnByValue[uids[i]] = *static_cast<const float *>(ptrs[i]);
     ++S.dnnExecutes;
     S.clockMs += S.cudnnMs;
     return CUDNN_STATUS_SUCCESS;
