@@ -14,3 +14,7 @@ config.substitutions.append(("%python", config.python))
 config.substitutions.append(("%src", config.dlc_src_root))
 config.environment["PATH"] = os.pathsep.join(
     [config.dlc_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", os.environ["PATH"])])
+
+# Tests of what dlc does without a GPU (dlc tune's refusal) run where there is none.
+if not os.path.exists("/dev/nvidiactl"):
+    config.available_features.add("no-gpu")
