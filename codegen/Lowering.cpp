@@ -379,6 +379,23 @@ void Lowering::addGemm(const GemmStep &g0, const Node &n) {
             "cuBLASLt heuristic algorithm #" + std::to_string(r + 1));
   }
 }
+void Lowering::markAlt(size_t from, uint32_t group, uint8_t alt, pkg::TacticKind tactic,
+                       const std::string &desc) {
+  if (tactic == pkg::TacticKind::None)
+    p_.steps.erase(std::remove_if(p_.steps.begin() + static_cast<std::ptrdiff_t>(from),
+                                  p_.steps.end(),
+                                  [](const StepDesc &s) {
+                                    return s.tactic != pkg::TacticKind::None && s.alt != 1;
+                                  }),
+                   p_.steps.end());
+  for (size_t s = from; s < p_.steps.size(); ++s) {
+    p_.steps[s].altGroup = group;
+    p_.steps[s].alt = alt;
+    p_.steps[s].tactic = tactic;
+    p_.steps[s].tacticDesc = desc;
+  }
+}
+
 void Lowering::addCudnnConv(const CudnnConvStep &c, const Node &n) {
   p_.steps.push_back({c, n.name(), {}});
 }

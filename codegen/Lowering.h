@@ -417,15 +417,11 @@ public:
   /// appended so far, and marking steps [from, now) as alternative `alt` of `group`.
   uint32_t newAltGroup() { return ++altGroups_; }
   size_t stepCount() const { return p_.steps.size(); }
+  /// A step belongs to one group: a range that becomes a persistent kernel's per-step
+  /// alternative (tactic None) keeps only alternative 1 (the default) of the tactic
+  /// groups inside it.
   void markAlt(size_t from, uint32_t group, uint8_t alt,
-               pkg::TacticKind tactic = pkg::TacticKind::None, const std::string &desc = "") {
-    for (size_t s = from; s < p_.steps.size(); ++s) {
-      p_.steps[s].altGroup = group;
-      p_.steps[s].alt = alt;
-      p_.steps[s].tactic = tactic;
-      p_.steps[s].tacticDesc = desc;
-    }
-  }
+               pkg::TacticKind tactic = pkg::TacticKind::None, const std::string &desc = "");
   /// Appends a cuDNN convolution or attention step (a vendor tactic).
   void addCudnnConv(const CudnnConvStep &c, const ir::Node &n);
   void addCudnnSdpa(const CudnnSdpaStep &a, const ir::Node &n);

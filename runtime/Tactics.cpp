@@ -181,8 +181,12 @@ Status Session::chooseTactics(size_t k) {
   std::string path, cacheProblem;
   CacheEntries cache;
   if (timing) {
-    if (std::string dir = cacheDirectory(opts_.tacticsCacheDir); !dir.empty()) {
-      path = dir + "/" + tacticsCacheFileName(*pkg_, key);
+    // (The package's checksum once per session: a shape variant's choice reuses it.)
+    if (tacticsCachePath_.empty())
+      if (std::string dir = cacheDirectory(opts_.tacticsCacheDir); !dir.empty())
+        tacticsCachePath_ = dir + "/" + tacticsCacheFileName(*pkg_, key);
+    if (!tacticsCachePath_.empty()) {
+      path = tacticsCachePath_;
       auto read = readTacticsCache(path);
       if (read && read->key == key)
         cache = std::move(read->choices);

@@ -67,8 +67,6 @@ Status CublasLt::load() {
   return Status::ok();
 }
 
-extern const Cudnn *testDnn;
-
 namespace {
 
 /// The largest kernel parameter space (CUDA 12.1 and later, Volta and newer).
@@ -114,40 +112,6 @@ struct CudaWeights : WeightStore {
   }
 };
 
-/// The largest power of two (at most 256) that divides an address: cuBLASLt's
-/// MIN_ALIGNMENT preferences.
-uint32_t alignmentOf(uint64_t address) {
-  uint32_t a = 256;
-  while (a > 1 && address % a)
-    a /= 2;
-  return a;
-}
-
-/// A GEMM step's cuBLASLt objects and chosen algorithm, built on its first run.
-struct GemmPlan {
-  const CublasLt *lt = nullptr;
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-  bool epilogue = false; // the algorithm applies bias/activation
-  cudaDataType_t dtype = CUDA_R_32F;
-  GemmPlan() = default;
-  GemmPlan(const GemmPlan &) = delete;
-  GemmPlan &operator=(const GemmPlan &) = delete;
-  ~GemmPlan() {
-    if (!lt)
-      return;
-    if (la)
-      lt->cublasLtMatrixLayoutDestroy_(la);
-    if (lb)
-      lt->cublasLtMatrixLayoutDestroy_(lb);
-    if (lc)
-      lt->cublasLtMatrixLayoutDestroy_(lc);
-    if (desc)
-      lt->cublasLtMatmulDescDestroy_(desc);
-  }
-};
-
 class CudaBackend : public Backend {
 public:
   CudaBackend(const Driver &d, const CublasLt *lt, const SessionOptions &o) : drv_(d), opts_(o) {
@@ -172,9 +136,7 @@ public:
         drv_.cuStreamSynchronize_(commStream_);
       dropGraph();
       plans_.clear();
-      dnnPlans_.clear();
-      if (dnnHandle_)
-        dnn_->cudnnDestroy_(dnnHandle_);
+      dnn_.reset();
       if (ltHandle_)
         ltTable_.cublasLtDestroy_(ltHandle_);
       if (arena_)
@@ -375,7 +337,8 @@ public:
       why = ltHandle_ ? "" : "cuBLASLt is not loaded";
       return ltHandle_ != nullptr;
     }
-    Status st = loadCudnn();
+    CtxGuard g(drv_, ctx_);
+    Status st = dnn_->load();
     why = st.message();
     return st.isOk();
   }
@@ -385,9 +348,11 @@ public:
   std::string tacticKey() override {
     std::string key = name_ + "|sm_" + std::to_string(major_) + std::to_string(minor_) + "|" +
                       std::to_string(sms_) + " SMs|driver " + std::to_string(driverVersion_);
-    if (usesCudnn_) // (any schedule of the package: the same key for all)
-      key += loadCudnn().isOk() ? "|cudnn " + std::to_string(dnn_->cudnnGetVersion_())
-                                : std::string("|no cudnn");
+    if (usesCudnn_) { // (any schedule of the package: the same key for all)
+      CtxGuard g(drv_, ctx_);
+      key += dnn_->load().isOk() ? "|cudnn " + std::to_string(dnn_->version())
+                                 : std::string("|no cudnn");
+    }
     if (ltHandle_)
       key += "|cublaslt " + std::to_string(ltTable_.cublasLtGetVersion_());
     return key;
@@ -426,38 +391,12 @@ public:
   }
 
   Status cudnnConv(const pkg::CudnnConv &c, const std::string &node) override {
-    auto at = [&](const pkg::BufRef &r) { return static_cast<uint64_t>(address(r)); };
-    return runCudnn(
-        &c, [&] { return CudnnPlan::conv(*dnn_, dnnHandle_, c, node); },
-        [&] { return cudnnConvTensors(c, at); }, c.workspace());
-  }
-
-  Status cudnnSdpa(const pkg::CudnnSdpa &a, const std::string &node) override {
-    auto at = [&](const pkg::BufRef &r) { return static_cast<uint64_t>(address(r)); };
-    return runCudnn(
-        &a, [&] { return CudnnPlan::sdpa(*dnn_, dnnHandle_, a, node); },
-        [&] { return cudnnSdpaTensors(a, at); }, a.workspace());
-  }
-
-  /// A cuDNN step on the session's stream: its plan (`build` on first use), then the
-  /// tensors `tensors` gives.
-  template <class Build, class Tensors>
-  Status runCudnn(const void *step, Build build, Tensors tensors, const pkg::BufRef *workspace) {
     CtxGuard guard(drv_, ctx_);
-    DLC_RETURN_IF_ERROR(loadCudnn());
-    if (cudnnStatus_t st =
-            dnn_->cudnnSetStream_(dnnHandle_, reinterpret_cast<cudaStream_t>(stream()));
-        st != CUDNN_STATUS_SUCCESS)
-      return Status(StatusCode::LaunchFailure,
-                    std::string("cudnnSetStream failed: ") + dnn_->cudnnGetErrorString_(st));
-    auto it = dnnPlans_.find(step);
-    if (it == dnnPlans_.end()) {
-      auto plan = build();
-      if (!plan)
-        return plan.takeStatus();
-      it = dnnPlans_.emplace(step, std::move(*plan)).first;
-    }
-    return it->second->execute(tensors(), workspace ? address(*workspace) : 0);
+    return dnn_->conv(c, node, stream(), [&](const pkg::BufRef &r) { return address(r); });
+  }
+  Status cudnnSdpa(const pkg::CudnnSdpa &a, const std::string &node) override {
+    CtxGuard guard(drv_, ctx_);
+    return dnn_->sdpa(a, node, stream(), [&](const pkg::BufRef &r) { return address(r); });
   }
 
   Status setStream(void *stream) override {
@@ -740,7 +679,9 @@ public:
     auto it = plans_.find(&g);
     if (it == plans_.end()) {
       auto plan = std::make_unique<GemmPlan>();
-      DLC_RETURN_IF_ERROR(buildPlan(g, node, *plan));
+      DLC_RETURN_IF_ERROR(buildGemmPlan(
+          ltTable_, ltHandle_, g, node, [&](const pkg::BufRef &r) { return address(r); }, timing_,
+          *plan, note_));
       it = plans_.emplace(&g, std::move(plan)).first;
     }
     const GemmPlan &p = *it->second;
@@ -766,31 +707,6 @@ public:
   }
 
 private:
-  /// cuDNN and this session's handle, on first need (a missing library: Unavailable,
-  /// once, with the reason).
-  Status loadCudnn() {
-    if (dnnHandle_)
-      return Status::ok();
-    if (!dnnStatus_.isOk())
-      return dnnStatus_;
-    if (!dnn_ && testDnn) {
-      dnn_ = testDnn;
-    } else if (!dnn_) {
-      static Cudnn shared; // one process-wide table (the library stays loaded)
-      static Status loaded = shared.load();
-      if (!loaded.isOk())
-        return dnnStatus_ = loaded;
-      dnn_ = &shared;
-    }
-    CtxGuard g(drv_, ctx_);
-    if (cudnnStatus_t st = dnn_->cudnnCreate_(&dnnHandle_); st != CUDNN_STATUS_SUCCESS) {
-      dnnHandle_ = nullptr;
-      return dnnStatus_ = Status(StatusCode::Unavailable, std::string("cudnnCreate failed: ") +
-                                                              dnn_->cudnnGetErrorString_(st));
-    }
-    return Status::ok();
-  }
-
   static std::string versionString(uint32_t v) {
     return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
   }
@@ -814,155 +730,6 @@ private:
     if (r == CUDA_SUCCESS)
       return Status::ok();
     return Status(StatusCode::LaunchFailure, what + ": " + drv_.error(r));
-  }
-
-  /// The descriptor, layouts and algorithm of a GEMM step: with the epilogue if any
-  /// algorithm applies it, else without (the session then runs the step's
-  /// fallback kernel). Alignment preferences come from the actual addresses.
-  Status buildPlan(const pkg::Gemm &g, const std::string &node, GemmPlan &p) {
-    p.lt = &ltTable_;
-    cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
-    cudaDataType_t scaleType = CUDA_R_32F;
-    switch (g.dtype()) {
-    case pkg::DType::F32:
-      p.dtype = CUDA_R_32F;
-      if (g.tf32())
-        ct = CUBLAS_COMPUTE_32F_FAST_TF32;
-      break;
-    case pkg::DType::F16:
-      p.dtype = CUDA_R_16F;
-      break;
-    case pkg::DType::BF16:
-      p.dtype = CUDA_R_16BF;
-      break;
-    case pkg::DType::F64:
-      p.dtype = CUDA_R_64F;
-      ct = CUBLAS_COMPUTE_64F;
-      scaleType = CUDA_R_64F;
-      break;
-    default:
-      return Status(StatusCode::InvalidPackage,
-                    "GEMM of node '" + node + "' has an unsupported dtype");
-    }
-    auto fail = [&](const char *what) {
-      return Status(StatusCode::LaunchFailure,
-                    std::string("cuBLASLt ") + what + " failed for node '" + node + "'");
-    };
-    uint64_t m = g.m(), n = g.n(), k = g.k();
-    if (ltTable_.cublasLtMatrixLayoutCreate_(&p.la, p.dtype, g.trans_b() ? k : n,
-                                             g.trans_b() ? n : k, g.ldb()) ||
-        ltTable_.cublasLtMatrixLayoutCreate_(&p.lb, p.dtype, g.trans_a() ? m : k,
-                                             g.trans_a() ? k : m, g.lda()) ||
-        ltTable_.cublasLtMatrixLayoutCreate_(&p.lc, p.dtype, n, m, g.ldc()))
-      return fail("layout creation");
-    if (g.batch() > 1) {
-      int32_t batch = static_cast<int32_t>(g.batch());
-      int64_t sa = g.stride_b(), sb = g.stride_a(), sc = g.stride_c();
-      for (auto [layout, stride] :
-           {std::pair{p.la, sa}, std::pair{p.lb, sb}, std::pair{p.lc, sc}}) {
-        ltTable_.cublasLtMatrixLayoutSetAttribute_(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
-                                                   &batch, sizeof(batch));
-        ltTable_.cublasLtMatrixLayoutSetAttribute_(
-            layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride));
-      }
-    }
-    cublasLtMatmulPreference_t pref = nullptr;
-    if (ltTable_.cublasLtMatmulPreferenceCreate_(&pref) != CUBLAS_STATUS_SUCCESS)
-      return fail("preference creation");
-    uint64_t ws = g.workspace() ? g.workspace_bytes() : 0;
-    ltTable_.cublasLtMatmulPreferenceSetAttribute_(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                   &ws, sizeof(ws));
-    uint32_t alignA = alignmentOf(address(*g.b())), alignB = alignmentOf(address(*g.a()));
-    uint32_t alignC =
-        std::min(alignmentOf(address(*g.c())), alignmentOf(address(g.c_in() ? *g.c_in() : *g.c())));
-    ltTable_.cublasLtMatmulPreferenceSetAttribute_(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                   &alignA, sizeof(alignA));
-    ltTable_.cublasLtMatmulPreferenceSetAttribute_(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                   &alignB, sizeof(alignB));
-    ltTable_.cublasLtMatmulPreferenceSetAttribute_(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                   &alignC, sizeof(alignC));
-    ltTable_.cublasLtMatmulPreferenceSetAttribute_(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                                   &alignC, sizeof(alignC));
-    bool wantEpilogue = g.bias() || g.activation() != pkg::GemmActivation::None;
-    Status st = fail("algorithm selection");
-    for (bool epilogue : {true, false}) {
-      if (!epilogue && !wantEpilogue)
-        break;
-      if (p.desc)
-        ltTable_.cublasLtMatmulDescDestroy_(p.desc);
-      p.desc = nullptr;
-      if (ltTable_.cublasLtMatmulDescCreate_(&p.desc, ct, scaleType) != CUBLAS_STATUS_SUCCESS) {
-        st = fail("descriptor creation");
-        break;
-      }
-      cublasOperation_t opA = g.trans_b() ? CUBLAS_OP_T : CUBLAS_OP_N; // Lt's A is our B
-      cublasOperation_t opB = g.trans_a() ? CUBLAS_OP_T : CUBLAS_OP_N;
-      ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA,
-                                               sizeof(opA));
-      ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB,
-                                               sizeof(opB));
-      if (epilogue && wantEpilogue && !setEpilogue(g, p)) {
-        st = fail("epilogue setup");
-        continue;
-      }
-      // The algorithm of the step's rank among the heuristic's (a tactic: 0 otherwise).
-      const int rank = g.algo_rank();
-      std::vector<cublasLtMatmulHeuristicResult_t> heur(static_cast<size_t>(rank) + 1);
-      int found = 0;
-      if (ltTable_.cublasLtMatmulAlgoGetHeuristic_(ltHandle_, p.desc, p.la, p.lb, p.lc, p.lc, pref,
-                                                   rank + 1, heur.data(),
-                                                   &found) == CUBLAS_STATUS_SUCCESS &&
-          found > rank) {
-        p.algo = heur[static_cast<size_t>(rank)].algo;
-        p.epilogue = epilogue && wantEpilogue;
-        st = Status::ok();
-        break;
-      }
-      // Fewer algorithms than the rank: a candidate that does not exist while tactics
-      // are timed; at run time (the plan rebuilt for pointers bound since, whose
-      // alignment may leave fewer), the last one offered.
-      if (rank > 0 && found > 0 && !timing_) {
-        p.algo = heur[static_cast<size_t>(found - 1)].algo;
-        p.epilogue = epilogue && wantEpilogue;
-        note_ = "cuBLASLt offers " + std::to_string(found) + " algorithm" +
-                (found == 1 ? "" : "s") + " for node '" + node +
-                "' as its operands are bound now; " +
-                "it runs the last of them instead of the timed #" + std::to_string(rank + 1);
-        st = Status::ok();
-        break;
-      }
-      if (rank > 0)
-        st = Status(StatusCode::Unavailable, "cuBLASLt offers " + std::to_string(found) +
-                                                 " algorithm" + (found == 1 ? "" : "s") +
-                                                 " for node '" + node + "', not " +
-                                                 std::to_string(rank + 1));
-    }
-    ltTable_.cublasLtMatmulPreferenceDestroy_(pref);
-    return st;
-  }
-
-  /// Bias (one value per column of our row-major D = per row of Lt's column-major
-  /// D) and activation, applied by cuBLASLt before the store.
-  bool setEpilogue(const pkg::Gemm &g, GemmPlan &p) {
-    bool relu = g.activation() == pkg::GemmActivation::Relu,
-         gelu = g.activation() == pkg::GemmActivation::GeluTanh;
-    cublasLtEpilogue_t epi = g.bias() ? (relu   ? CUBLASLT_EPILOGUE_RELU_BIAS
-                                         : gelu ? CUBLASLT_EPILOGUE_GELU_BIAS
-                                                : CUBLASLT_EPILOGUE_BIAS)
-                                      : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_GELU);
-    if (ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
-                                                 sizeof(epi)))
-      return false;
-    if (!g.bias())
-      return true;
-    void *biasPtr = reinterpret_cast<void *>(address(*g.bias()));
-    int64_t biasStride = 0; // the same bias for every batch
-    return !ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                     &biasPtr, sizeof(biasPtr)) &&
-           !ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                     &p.dtype, sizeof(p.dtype)) &&
-           !ltTable_.cublasLtMatmulDescSetAttribute_(p.desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE,
-                                                     &biasStride, sizeof(biasStride));
   }
 
   /// For one chunk: pkg::pickModule's choice for this GPU.
@@ -1006,11 +773,7 @@ private:
   std::map<const pkg::Gemm *, std::unique_ptr<GemmPlan>> plans_;
   bool timing_ = false;    // inside timeIssue
   bool usesCudnn_ = false; // the package has cuDNN steps (tactics)
-  const Cudnn *dnn_ = nullptr;
-  cudnnHandle_t dnnHandle_ = nullptr;
-  Status dnnStatus_;
-  /// Per cuDNN step (its table in the package), its plan.
-  std::map<const void *, std::unique_ptr<CudnnPlan>> dnnPlans_;
+  std::unique_ptr<CudnnSession> dnn_ = std::make_unique<CudnnSession>();
   /// Captured schedules (shape variants), the most recently used first.
   static constexpr size_t kGraphCacheSize = 8;
   std::list<std::pair<size_t, CUgraphExec>> graphs_;
@@ -1037,12 +800,6 @@ const Driver *sharedDriver(Status &st) {
 
 const Driver *testDriver = nullptr;
 const CublasLt *testLt = nullptr;
-const Cudnn *testDnn = nullptr;
-
-void overrideCudnnForTesting(const Cudnn *dnn) {
-  testDnn = dnn;
-}
-
 void overrideTablesForTesting(const Driver *drv, const CublasLt *lt) {
   testDriver = drv;
   testLt = lt;

@@ -502,20 +502,76 @@ Status CudnnPlan::execute(const std::vector<std::pair<int64_t, uint64_t>> &tenso
   return Status::ok();
 }
 
-/// The tensors of a convolution step (pkg::CudnnConv) by id, for CudnnPlan::execute.
-std::vector<std::pair<int64_t, uint64_t>>
-cudnnConvTensors(const pkg::CudnnConv &c, const std::function<uint64_t(const pkg::BufRef &)> &at) {
+const Cudnn *testDnn = nullptr;
+
+void overrideCudnnForTesting(const Cudnn *dnn) {
+  testDnn = dnn;
+}
+
+CudnnSession::~CudnnSession() {
+  plans_.clear();
+  if (handle_)
+    dnn_->cudnnDestroy_(handle_);
+}
+
+Status CudnnSession::load() {
+  if (handle_)
+    return Status::ok();
+  if (!status_.isOk())
+    return status_;
+  if (!dnn_ && testDnn) {
+    dnn_ = testDnn;
+  } else if (!dnn_) {
+    static Cudnn shared; // one process-wide table (the library stays loaded)
+    static Status loaded = shared.load();
+    if (!loaded.isOk())
+      return status_ = loaded;
+    dnn_ = &shared;
+  }
+  if (cudnnStatus_t st = dnn_->cudnnCreate_(&handle_); st != CUDNN_STATUS_SUCCESS) {
+    handle_ = nullptr;
+    return status_ = Status(StatusCode::Unavailable,
+                            std::string("cudnnCreate failed: ") + dnn_->cudnnGetErrorString_(st));
+  }
+  return Status::ok();
+}
+
+template <class Build>
+Status CudnnSession::run(const void *step, CUstream stream, Build build,
+                         const std::vector<std::pair<int64_t, uint64_t>> &tensors,
+                         uint64_t workspace) {
+  DLC_RETURN_IF_ERROR(load());
+  if (cudnnStatus_t st = dnn_->cudnnSetStream_(handle_, reinterpret_cast<cudaStream_t>(stream));
+      st != CUDNN_STATUS_SUCCESS)
+    return Status(StatusCode::LaunchFailure,
+                  std::string("cudnnSetStream failed: ") + dnn_->cudnnGetErrorString_(st));
+  auto it = plans_.find(step);
+  if (it == plans_.end()) {
+    auto plan = build();
+    if (!plan)
+      return plan.takeStatus();
+    it = plans_.emplace(step, std::move(*plan)).first;
+  }
+  return it->second->execute(tensors, workspace);
+}
+
+Status CudnnSession::conv(const pkg::CudnnConv &c, const std::string &node, CUstream stream,
+                          const Address &at) {
   std::vector<std::pair<int64_t, uint64_t>> t = {
       {kX, at(*c.x())}, {kW, at(*c.w())}, {kY, at(*c.y())}};
   if (c.bias())
     t.emplace_back(kBias, at(*c.bias()));
-  return t;
+  return run(
+      &c, stream, [&] { return CudnnPlan::conv(*dnn_, handle_, c, node); }, t,
+      c.workspace() ? at(*c.workspace()) : 0);
 }
 
-/// The same for an attention step (pkg::CudnnSdpa).
-std::vector<std::pair<int64_t, uint64_t>>
-cudnnSdpaTensors(const pkg::CudnnSdpa &a, const std::function<uint64_t(const pkg::BufRef &)> &at) {
-  return {{kQ, at(*a.q())}, {kK, at(*a.k())}, {kV, at(*a.v())}, {kO, at(*a.o())}};
+Status CudnnSession::sdpa(const pkg::CudnnSdpa &a, const std::string &node, CUstream stream,
+                          const Address &at) {
+  return run(
+      &a, stream, [&] { return CudnnPlan::sdpa(*dnn_, handle_, a, node); },
+      {{kQ, at(*a.q())}, {kK, at(*a.k())}, {kV, at(*a.v())}, {kO, at(*a.o())}},
+      a.workspace() ? at(*a.workspace()) : 0);
 }
 
 } // namespace dlc::rt::cuda

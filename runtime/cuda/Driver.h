@@ -159,11 +159,58 @@ private:
   std::vector<std::pair<int64_t, float>> byValue_;
 };
 
-/// The device tensors of a step by their ids in its CudnnPlan (`at`: a BufRef's address).
-std::vector<std::pair<int64_t, uint64_t>>
-cudnnConvTensors(const pkg::CudnnConv &c, const std::function<uint64_t(const pkg::BufRef &)> &at);
-std::vector<std::pair<int64_t, uint64_t>>
-cudnnSdpaTensors(const pkg::CudnnSdpa &a, const std::function<uint64_t(const pkg::BufRef &)> &at);
+/// A session's cuDNN: the library (loaded on first need: the test table, else the
+/// process-wide dlopened one), the session's handle, and each step's plan, built on
+/// the step's first run. Its owner makes the CUDA context current around every call,
+/// destruction included.
+class CudnnSession {
+public:
+  CudnnSession() = default;
+  CudnnSession(const CudnnSession &) = delete;
+  CudnnSession &operator=(const CudnnSession &) = delete;
+  ~CudnnSession();
+  /// Unavailable with the reason (remembered) when cuDNN cannot be loaded or started.
+  Status load();
+  /// cuDNN's version (after a successful load).
+  size_t version() const { return dnn_->cudnnGetVersion_(); }
+  /// Runs a step on `stream`; `at` gives a BufRef's device address.
+  using Address = std::function<uint64_t(const pkg::BufRef &)>;
+  Status conv(const pkg::CudnnConv &c, const std::string &node, CUstream stream, const Address &at);
+  Status sdpa(const pkg::CudnnSdpa &a, const std::string &node, CUstream stream, const Address &at);
+
+private:
+  template <class Build>
+  Status run(const void *step, CUstream stream, Build build,
+             const std::vector<std::pair<int64_t, uint64_t>> &tensors, uint64_t workspace);
+  const Cudnn *dnn_ = nullptr;
+  cudnnHandle_t handle_ = nullptr;
+  Status status_;
+  std::map<const void *, std::unique_ptr<CudnnPlan>> plans_;
+};
+
+/// A GEMM step's cuBLASLt objects and chosen algorithm, built on its first run.
+struct GemmPlan {
+  const CublasLt *lt = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool epilogue = false; // the algorithm applies bias/activation
+  cudaDataType_t dtype = CUDA_R_32F;
+  GemmPlan() = default;
+  GemmPlan(const GemmPlan &) = delete;
+  GemmPlan &operator=(const GemmPlan &) = delete;
+  ~GemmPlan();
+};
+
+/// The plan of GEMM step `g`: with its epilogue if an algorithm applies it, else
+/// without (the session then runs the step's fallback kernel); alignment preferences
+/// from the actual addresses (`at`). The algorithm of the step's rank: while
+/// `timing`, a rank the heuristic does not offer fails; otherwise the last offered
+/// runs, and `note` says so.
+Status buildGemmPlan(const CublasLt &lt, cublasLtHandle_t handle, const pkg::Gemm &g,
+                     const std::string &node,
+                     const std::function<uint64_t(const pkg::BufRef &)> &at, bool timing,
+                     GemmPlan &p, std::string &note);
 
 /// Tests: sessions use these tables instead of the dlopened libraries (null: back
 /// to the real ones). Not thread-safe against sessions being created meanwhile.

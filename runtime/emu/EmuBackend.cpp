@@ -36,6 +36,21 @@
 namespace dlc::rt {
 namespace {
 
+/// The vendor steps' 16-bit elements (FP16, or BF16 where `bf`): element i of p as a
+/// float, a float stored rounded to nearest even, a float rounded to the type.
+float load16(const uint8_t *p, int64_t i, bool bf) {
+  uint16_t h;
+  std::memcpy(&h, p + 2 * i, 2);
+  return bf ? bf16ToFloat(h) : halfToFloat(h);
+}
+void store16(uint8_t *p, int64_t i, float v, bool bf) {
+  const uint16_t h = bf ? floatToBF16(v) : floatToHalf(v);
+  std::memcpy(p + 2 * i, &h, 2);
+}
+float round16(float v, bool bf) {
+  return bf ? bf16ToFloat(floatToBF16(v)) : halfToFloat(floatToHalf(v));
+}
+
 /// The emu backend's second stream: all-reduces of gradient buckets run on a thread
 /// of their own, in the order they were started, while the pool computes the rest
 /// of the backward pass. Every rank starts the same buckets in the same order, which
@@ -446,11 +461,7 @@ public:
     if (sticky_)
       return sticky_;
     const bool bf = c.dtype() == pkg::DType::BF16;
-    auto rd = [&](const uint8_t *p, int64_t i) {
-      uint16_t h;
-      std::memcpy(&h, p + 2 * i, 2);
-      return bf ? bf16ToFloat(h) : halfToFloat(h);
-    };
+    auto rd = [&](const uint8_t *p, int64_t i) { return load16(p, i, bf); };
     // Channels-last, in 3 spatial dimensions (leading ones of extent 1 for 2-D).
     const int64_t nd = c.kernel()->size(), C = c.c(), K = c.k(), G = c.groups(), Cg = C / G,
                   Kg = K / G;
@@ -490,8 +501,7 @@ public:
                 acc += rd(bias, k);
               if (c.relu())
                 acc = std::max(acc, 0.0f);
-              const uint16_t h = bf ? floatToBF16(acc) : floatToHalf(acc);
-              std::memcpy(y + 2 * yi, &h, 2);
+              store16(y, yi, acc, bf);
             }
     return Status::ok();
   }
@@ -501,11 +511,7 @@ public:
     if (sticky_)
       return sticky_;
     const bool bf = a.dtype() == pkg::DType::BF16;
-    auto rd = [&](const uint8_t *p, int64_t i) {
-      uint16_t h;
-      std::memcpy(&h, p + 2 * i, 2);
-      return bf ? bf16ToFloat(h) : halfToFloat(h);
-    };
+    auto rd = [&](const uint8_t *p, int64_t i) { return load16(p, i, bf); };
     auto st = [](const flatbuffers::Vector<int64_t> *v, int i) { return v->Get(i); };
     const uint8_t *q = address(*a.q()), *k = address(*a.k()), *v = address(*a.v());
     uint8_t *o = address(*a.o());
@@ -540,14 +546,12 @@ public:
           std::fill(acc.begin(), acc.end(), 0.0f);
           for (int64_t j = 0; j < sk; ++j) {
             const float pj = p[static_cast<size_t>(j)] / sum;
-            const float pr = bf ? bf16ToFloat(floatToBF16(pj)) : halfToFloat(floatToHalf(pj));
+            const float pr = round16(pj, bf);
             for (int64_t c = 0; c < dv; ++c)
               acc[static_cast<size_t>(c)] += pr * rd(v, vb + j * st(a.v_strides(), 2) + c);
           }
           for (int64_t c = 0; c < dv; ++c) {
-            const uint16_t hv = bf ? floatToBF16(acc[static_cast<size_t>(c)])
-                                   : floatToHalf(acc[static_cast<size_t>(c)]);
-            std::memcpy(o + 2 * (ob + i * st(a.o_strides(), 2) + c), &hv, 2);
+            store16(o, ob + i * st(a.o_strides(), 2) + c, acc[static_cast<size_t>(c)], bf);
           }
         }
       }

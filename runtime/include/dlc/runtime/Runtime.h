@@ -289,6 +289,7 @@ private:
   bool evalMode_ = false;
   int arch_ = 0;
   std::vector<TacticChoice> tactics_;
+  std::string tacticsCachePath_; // this session's tactics cache file (once computed)
   /// Fills schedule k's steps from its alternatives' choices.
   void buildSteps(Schedule &sc) const;
   /// Chooses schedule k's tactics (its buffers in use) and builds its steps.
