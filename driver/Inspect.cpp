@@ -223,6 +223,10 @@ Report inspect(const pkg::PackageFile &pf, const std::vector<codegen::GpuModel> 
   if (m.steps())
     for (const pkg::Step *st : *m.steps())
       r.conditionalSteps += st->predicate() != nullptr;
+  if (m.embedded_tactics())
+    for (const pkg::EmbeddedTactics *e : *m.embedded_tactics())
+      r.embeddedTactics.emplace_back(e->key() ? e->key()->str() : "",
+                                     e->picks() ? e->picks()->size() : 0);
   if (!r.cost.gpus.empty())
     r.tactics =
         pkg::tacticGroups(m.steps(), pkg::chooseStepArch(pkg::stepArchs(m),
@@ -479,6 +483,10 @@ llvm::json::Value toJson(const Report &r) {
       {"kernels", std::move(kernels)},
       {"steps", std::move(steps)},
       {"tactics", std::move(layers)}};
+  llvm::json::Array embedded;
+  for (const auto &[key, n] : r.embeddedTactics)
+    embedded.push_back(llvm::json::Object{{"key", key}, {"layers", static_cast<int64_t>(n)}});
+  root["embedded_tactics"] = std::move(embedded);
   if (!r.tacticsCachePath.empty())
     root["tactics_cache"] =
         llvm::json::Object{{"path", r.tacticsCachePath}, {"key", r.tacticsCacheKey}};
@@ -534,6 +542,9 @@ void printReport(const Report &r, llvm::raw_ostream &os) {
         os << " " << kind << " " << n;
       os << "\n";
     }
+    for (const auto &[key, n] : r.embeddedTactics)
+      os << "tactics embedded for " << key << ": " << n << " layer" << (n == 1 ? "" : "s")
+         << " (dlc tune --embed)\n";
   }
   if (r.training)
     os << "training step: " << r.training->variables << " variables (" << r.training->trainable

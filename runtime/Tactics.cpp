@@ -144,6 +144,29 @@ std::string tacticsCacheFileName(const pkg::PackageFile &p, const std::string &k
   return name;
 }
 
+Result<pkg::PackageImage> embedChosenTactics(const Session &s, const pkg::PackageFile &pf) {
+  const std::string key = s.tacticsKey();
+  if (key.empty())
+    return Status(StatusCode::Unavailable,
+                  "tactics are embedded for a GPU: this session runs on " + s.backendDescription());
+  std::vector<pkg::TacticPick> picks;
+  for (const TacticChoice &c : s.tactics())
+    if ((c.how == "timed" || c.how == "cache" || c.how == "package") &&
+        c.chosen < c.candidates.size())
+      picks.emplace_back(static_cast<uint32_t>(c.schedule), c.group, c.candidates[c.chosen].alt,
+                         static_cast<float>(std::max(c.candidates[c.chosen].micros, 0.0)));
+  if (picks.empty())
+    return Status(StatusCode::Unavailable,
+                  "no tactic was measured on this GPU (forced, or the tuning budget ran out "
+                  "first): nothing to embed");
+  auto hostKey = loadHostKey(/*create=*/false);
+  return pkg::embedTactics(pf, key, picks, hostKey.ok() ? &*hostKey : nullptr);
+}
+
+std::string Session::tacticsKey() const {
+  return backend_->tacticKey();
+}
+
 Status Session::chooseTactics(size_t k) {
   Schedule &sc = schedules_[k];
   sc.tacticsChosen = true;
@@ -162,11 +185,13 @@ Status Session::chooseTactics(size_t k) {
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     TacticChoice &c = choices[gi];
     c.schedule = k;
+    c.group = groups[gi].group;
     c.node = groups[gi].node;
     for (const pkg::TacticAlt &a : groups[gi].alts) {
       TacticChoice::Candidate cand;
       cand.kind = pkg::tacticKindName(a.kind);
       cand.description = a.desc;
+      cand.alt = a.alt;
       std::string why;
       runs[gi].push_back(a.kind == pkg::TacticKind::Dlc ||
                          (!forcedDlc && backend_->runsTactic(a.kind, why)));
@@ -179,7 +204,7 @@ Status Session::chooseTactics(size_t k) {
   const bool onGpu = !key.empty(), timing = mode == SessionOptions::Tactics::Auto && onGpu;
   // The cache: read when timing, so that a hit times nothing.
   std::string path, cacheProblem;
-  CacheEntries cache;
+  CacheEntries cache, embedded;
   if (timing) {
     // (The package's checksum once per session: a shape variant's choice reuses it.)
     if (tacticsCachePath_.empty())
@@ -198,10 +223,19 @@ Status Session::chooseTactics(size_t k) {
         scheduleNotes_.push_back("tactics cache " + path + " " + cacheProblem +
                                  ": ignored, timing again");
     }
+    // Choices embedded in the package for this GPU (dlc tune --embed), where the cache
+    // has none.
+    if (const auto *sets = pkg_->meta().embedded_tactics())
+      for (const pkg::EmbeddedTactics *e : *sets)
+        if (e->key() && e->key()->str() == key && e->picks())
+          for (const pkg::TacticPick *p : *e->picks())
+            if (p->schedule() == k && !cache.count({k, p->group()}) && p->alt() >= 1 &&
+                p->alt() <= pkg::kMaxTactics)
+              embedded[{k, p->group()}] = {p->alt(), std::max(0.0, double(p->micros()))};
   }
   const auto t0 = Clock::now();
   const double budget = std::max(opts_.tuneBudgetMs, 0.0);
-  size_t timed = 0, fromCache = 0, overBudget = 0;
+  size_t timed = 0, fromCache = 0, fromPackage = 0, overBudget = 0;
   bool rewrite = false; // a cached choice failed: the file loses it
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const pkg::TacticGroup &g = groups[gi];
@@ -226,6 +260,9 @@ Status Session::chooseTactics(size_t k) {
       return Status::ok();
     };
     auto it = cache.find({k, g.group});
+    const bool inPackage = it == cache.end() && embedded.count({k, g.group});
+    if (inPackage)
+      it = embedded.find({k, g.group});
     if (forcedDlc) {
       c.how = "forced";
     } else if (mode == SessionOptions::Tactics::Vendor) {
@@ -246,12 +283,12 @@ Status Session::chooseTactics(size_t k) {
         }
     } else if (!timing) {
       c.how = "default";
-    } else if (it != cache.end() && indexOf(it->second.first) < g.alts.size() &&
+    } else if ((inPackage || it != cache.end()) && indexOf(it->second.first) < g.alts.size() &&
                runs[gi][indexOf(it->second.first)]) {
-      c.how = "cache";
+      c.how = inPackage ? "package" : "cache";
       chosen = indexOf(it->second.first);
       c.candidates[chosen].micros = it->second.second;
-      ++fromCache;
+      ++(inPackage ? fromPackage : fromCache);
     } else if (std::chrono::duration<double, std::milli>(Clock::now() - t0).count() > budget) {
       c.how = "default";
       ++overBudget;
@@ -275,20 +312,21 @@ Status Session::chooseTactics(size_t k) {
         ++timed;
       }
     }
-    // A vendor choice read from the cache runs once here, outside any CUDA graph
-    // capture (its plan is built now); where it fails, our kernels run.
-    if (c.how == "cache" && g.alts[chosen].kind != pkg::TacticKind::Dlc) {
+    // A vendor choice read from the cache or the package runs once here, outside any
+    // CUDA graph capture (its plan is built now); where it fails, our kernels run.
+    if ((c.how == "cache" || c.how == "package") && g.alts[chosen].kind != pkg::TacticKind::Dlc) {
       Status st = issueAlt(chosen);
       if (!st)
         st = backend_->synchronize();
       if (st) {
         c.candidates[chosen].problem = st.message();
-        scheduleNotes_.push_back("tactics: '" + g.node + "' runs our kernels: its cached " +
+        scheduleNotes_.push_back("tactics: '" + g.node + "' runs our kernels: its " +
+                                 (c.how == "cache" ? "cached " : "embedded ") +
                                  c.candidates[chosen].kind + " choice failed (" + st.message() +
                                  ")");
         chosen = fallback;
+        rewrite |= c.how == "cache";
         cache.erase({k, g.group});
-        rewrite = true;
       }
     }
     c.chosen = chosen;
@@ -315,6 +353,10 @@ Status Session::chooseTactics(size_t k) {
   if (fromCache)
     scheduleNotes_.push_back("tactics: " + std::to_string(fromCache) + " layer" +
                              (fromCache == 1 ? "" : "s") + " from the cache " + path);
+  if (fromPackage)
+    scheduleNotes_.push_back("tactics: " + std::to_string(fromPackage) + " layer" +
+                             (fromPackage == 1 ? "" : "s") +
+                             " from the choices embedded in the package (dlc tune --embed)");
   if (overBudget)
     scheduleNotes_.push_back("tactics: " + std::to_string(overBudget) + " layer" +
                              (overBudget == 1 ? "" : "s") +

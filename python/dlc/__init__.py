@@ -154,10 +154,10 @@ def _hash_external_file(h, folder, location):
             h.update(block)
 
 
-def _cached_package(model_path_or_bytes, options):
+def _cached_package(model_path_or_bytes, options, cache_dir=None):
     """The package compiled from an ONNX model with `options`, compiled on first use and
-    kept in the packages/ folder of dlc's cache ($DLC_CACHE_DIR, $XDG_CACHE_HOME/dlc or
-    ~/.cache/dlc), named by a hash of the model's bytes, the options and the build of
+    kept in the packages/ folder of dlc's cache (cache_dir, else $DLC_CACHE_DIR,
+    $XDG_CACHE_HOME/dlc or ~/.cache/dlc; its kernel cache too), named by a hash of the model's bytes, the options and the build of
     dlc."""
     data = _model_bytes(model_path_or_bytes)
     if data is None:
@@ -177,12 +177,15 @@ def _cached_package(model_path_or_bytes, options):
         _hash_external_file(h, folder, location)
     key = h.hexdigest()
     # The kernel cache's root (codegen/Toolchain.cpp), packages in packages/.
-    root = os.environ.get("DLC_CACHE_DIR") or (os.path.join(os.environ["XDG_CACHE_HOME"], "dlc") if
-                                               os.environ.get("XDG_CACHE_HOME") else
-                                               os.path.join(os.path.expanduser("~"), ".cache", "dlc"))
+    root = os.fspath(cache_dir) if cache_dir else (
+        os.environ.get("DLC_CACHE_DIR") or
+        (os.path.join(os.environ["XDG_CACHE_HOME"], "dlc") if os.environ.get("XDG_CACHE_HOME") else
+         os.path.join(os.path.expanduser("~"), ".cache", "dlc")))
     out = os.path.join(root, "packages", key[:32] + ".dlc")
     if not os.path.exists(out):
         os.makedirs(os.path.dirname(out), exist_ok=True)
+        if cache_dir and "cache_dir" not in options:
+            options = dict(options, cache_dir=cache_dir)
         if not from_path:
             compile(data, out, **options)
         else:  # from its own path, so that external data beside it is found
@@ -194,13 +197,14 @@ class _Package:
     """What both session kinds share: the native session over a package given as a path
     or as bytes, and its inputs and outputs as NodeArgs."""
 
-    def _open(self, native, path_or_bytes, device, threads, allow_host_code, tactics=None):
+    def _open(self, native, path_or_bytes, device, threads, allow_host_code, tactics=None, cache_dir=None):
         if tactics not in (None, "auto", "dlc", "vendor"):
             raise ValueError("tactics must be 'auto', 'dlc', 'vendor' or None, got %r" % (tactics,))
-        if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-            self._s = native(bytes(path_or_bytes), device, threads, allow_host_code, tactics or "")
-        else:
-            self._s = native(os.fspath(path_or_bytes), device, threads, allow_host_code, tactics or "")
+        # dlc's cache root, as $DLC_CACHE_DIR: the tactics cache is its tactics/ folder.
+        tactics_dir = os.path.join(os.fspath(cache_dir), "tactics") if cache_dir else ""
+        source = bytes(path_or_bytes) if isinstance(path_or_bytes, (bytes, bytearray, memoryview)) \
+            else os.fspath(path_or_bytes)
+        self._s = native(source, device, threads, allow_host_code, tactics or "", tactics_dir)
         self._inputs = [NodeArg(i, i["min_shape"] != i["max_shape"]) for i in self._s.inputs()]
         self._outputs = [NodeArg(o, False) for o in self._s.outputs()]
 
@@ -243,7 +247,10 @@ class InferenceSession(_Package):
     (0: one per core). allow_host_code: on emu, run the package's host code even though
     another user or machine compiled it (it runs as you: only for packages you trust).
     tactics: "auto", "dlc" or "vendor" forces which implementation runs the layers that
-    have alternatives (README: Tactics; default: $DLC_TACTICS, else auto).
+    have alternatives (README: Tactics; default: $DLC_TACTICS, else auto). cache_dir:
+    dlc's cache (default: $DLC_CACHE_DIR, $XDG_CACHE_HOME/dlc or ~/.cache/dlc): the
+    tactics cache is its tactics/ folder; an ONNX model's package and kernels are kept
+    there too.
     providers, provider_options and sess_options are accepted for ONNX Runtime
     compatibility; dlc picks the device. An ONNX model is compiled with ONNX Runtime's
     numerics for the providers asked for: TF32 when the first CPU/CUDA/TensorRT provider
@@ -252,7 +259,7 @@ class InferenceSession(_Package):
     decides when given."""
 
     def __init__(self, path_or_bytes, sess_options=None, providers=None, provider_options=None, *, device="auto",
-                 threads=0, compile_options=None, allow_host_code=False, tactics=None):
+                 threads=0, compile_options=None, allow_host_code=False, tactics=None, cache_dir=None):
         if providers:
             warnings.warn("dlc: providers= is ignored for the device (they set TF32 as in ONNX Runtime); dlc runs on the GPU "
                           "when one is present, else on its emu "
@@ -263,15 +270,16 @@ class InferenceSession(_Package):
             options = dict(compile_options or {})
             if "tf32" not in options and not _providers_use_tf32(providers, provider_options):
                 options["tf32"] = False
-            path_or_bytes = _cached_package(path_or_bytes, options)
+            path_or_bytes = _cached_package(path_or_bytes, options, cache_dir)
         elif compile_options:
             raise ValueError("compile_options apply to an ONNX model, not to a compiled package")
-        self._open(_Session, path_or_bytes, device, threads, allow_host_code, tactics)
+        self._open(_Session, path_or_bytes, device, threads, allow_host_code, tactics, cache_dir)
 
     def tactics(self):
         """Each layer with alternatives: its candidates (kind 'dlc' or 'cudnn', description,
         measured microseconds or None, why it cannot run here), the index of the one that
-        runs, and how it was chosen ('timed', 'cache', 'forced' or 'default')."""
+        runs, and how it was chosen ('timed', 'cache', 'package' (dlc tune --embed),
+        'forced' or 'default')."""
         return self._s.tactics()
 
     def get_providers(self):
@@ -335,8 +343,9 @@ class TrainingSession(_Package):
     The feed holds the model's inputs and the label (default name "label"). Calls are
     serialized (one step at a time)."""
 
-    def __init__(self, path_or_bytes, *, device="auto", threads=0, allow_host_code=False, tactics=None):
-        self._open(_TrainingSession, path_or_bytes, device, threads, allow_host_code, tactics)
+    def __init__(self, path_or_bytes, *, device="auto", threads=0, allow_host_code=False, tactics=None,
+                 cache_dir=None):
+        self._open(_TrainingSession, path_or_bytes, device, threads, allow_host_code, tactics, cache_dir)
 
     def tactics(self):
         """As InferenceSession.tactics."""

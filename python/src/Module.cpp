@@ -178,9 +178,10 @@ Status setInputs(rt::Session &s, const pkg::Package &m,
 
 /// "auto" | "cuda" | "cuda:N" | "emu", and the emu threads, as session options.
 rt::SessionOptions sessionOptions(const std::string &device, int threads, bool allowHostCode,
-                                  const std::string &tactics) {
+                                  const std::string &tactics, const std::string &tacticsCacheDir) {
   rt::SessionOptions o;
   o.allowHostCode = allowHostCode;
+  o.tacticsCacheDir = tacticsCacheDir;
   if (tactics == "auto" || tactics == "dlc" || tactics == "vendor")
     o.tactics = tactics == "auto"  ? rt::SessionOptions::Tactics::Auto
                 : tactics == "dlc" ? rt::SessionOptions::Tactics::Dlc
@@ -262,9 +263,9 @@ py::list tacticsList(const rt::Session &s) {
 class Session {
 public:
   Session(std::shared_ptr<const pkg::PackageFile> pf, const std::string &device, int threads,
-          bool allowHostCode, const std::string &tactics)
+          bool allowHostCode, const std::string &tactics, const std::string &tacticsCacheDir)
       : model_(std::make_shared<const rt::Model>(std::move(pf))),
-        opts_(sessionOptions(device, threads, allowHostCode, tactics)) {
+        opts_(sessionOptions(device, threads, allowHostCode, tactics, tacticsCacheDir)) {
     auto s = createSession(model_, opts_);
     device_ = s->backendDescription();
     tactics_ = tacticsList(*s);
@@ -430,13 +431,15 @@ private:
 class TrainingSession {
 public:
   TrainingSession(std::shared_ptr<const pkg::PackageFile> pf, const std::string &device,
-                  int threads, bool allowHostCode, const std::string &tactics)
+                  int threads, bool allowHostCode, const std::string &tactics,
+                  const std::string &tacticsCacheDir)
       : model_(std::make_shared<const rt::Model>(std::move(pf))) {
     if (!model_->meta().variables() || model_->meta().variables()->size() == 0)
       throw py::value_error(
           "this package has no variables: it is not a training package (compile the model "
           "with dlc compile --train)");
-    s_ = createSession(model_, sessionOptions(device, threads, allowHostCode, tactics));
+    s_ = createSession(model_,
+                       sessionOptions(device, threads, allowHostCode, tactics, tacticsCacheDir));
   }
   py::list tactics() const { return tacticsList(*s_); }
 
@@ -612,17 +615,22 @@ std::shared_ptr<const pkg::PackageFile> loadBytes(const py::bytes &b) {
 /// convert bytes to the path's std::string) and from a path.
 template <class T> void constructors(py::class_<T> &c) {
   c.def(py::init([](const py::bytes &data, const std::string &device, int threads,
-                    bool allowHostCode, const std::string &tactics) {
-          return std::make_unique<T>(loadBytes(data), device, threads, allowHostCode, tactics);
+                    bool allowHostCode, const std::string &tactics, const std::string &cacheDir) {
+          return std::make_unique<T>(loadBytes(data), device, threads, allowHostCode, tactics,
+                                     cacheDir);
         }),
         py::arg("data"), py::arg("device") = "auto", py::arg("threads") = 0,
-        py::arg("allow_host_code") = false, py::arg("tactics") = "")
-      .def(py::init([](const std::string &path, const std::string &device, int threads,
-                       bool allowHostCode, const std::string &tactics) {
-             return std::make_unique<T>(loadPath(path), device, threads, allowHostCode, tactics);
-           }),
-           py::arg("path"), py::arg("device") = "auto", py::arg("threads") = 0,
-           py::arg("allow_host_code") = false, py::arg("tactics") = "");
+        py::arg("allow_host_code") = false, py::arg("tactics") = "",
+        py::arg("tactics_cache_dir") = "")
+      .def(
+          py::init([](const std::string &path, const std::string &device, int threads,
+                      bool allowHostCode, const std::string &tactics, const std::string &cacheDir) {
+            return std::make_unique<T>(loadPath(path), device, threads, allowHostCode, tactics,
+                                       cacheDir);
+          }),
+          py::arg("path"), py::arg("device") = "auto", py::arg("threads") = 0,
+          py::arg("allow_host_code") = false, py::arg("tactics") = "",
+          py::arg("tactics_cache_dir") = "");
 }
 
 /// dlc.compile: driver::compile with the Python layer's options (checked there for

@@ -584,14 +584,19 @@ int benchMain(const std::vector<std::string> &args, const CliContext &ctx) {
 }
 
 int tuneMain(const std::vector<std::string> &args, const CliContext &ctx) {
-  Parsed p = parse(args, {"device", "budget-ms", "cache-dir"}, {"help"}, {{"-h", "--help"}});
+  Parsed p =
+      parse(args, {"device", "budget-ms", "cache-dir"}, {"help", "embed"}, {{"-h", "--help"}});
   if (p.has("help")) {
     std::printf(
-        "usage: %s PACKAGE [--device N] [--budget-ms N] [--cache-dir DIR]\n\n"
+        "usage: %s PACKAGE [--device N] [--budget-ms N] [--cache-dir DIR] [--embed]\n\n"
         "Chooses each layer's tactic on this machine's GPU ahead of time: times our kernels\n"
-        "and cuDNN's on every layer that has both, prints the table, and writes the choices\n"
-        "to the tactics cache (default ~/.cache/dlc/tactics), where every later session of\n"
-        "PACKAGE on this GPU, driver and cuDNN finds them. The package is not changed.\n",
+        "and the vendor libraries' on every layer that has several, prints the table, and\n"
+        "writes the choices to the tactics cache (default ~/.cache/dlc/tactics), where every\n"
+        "later session of PACKAGE on this GPU, driver and library versions finds them.\n"
+        "--embed: also write them into PACKAGE (replaced atomically), for this GPU and\n"
+        "library versions: the package still runs everywhere, and sessions on a matching\n"
+        "machine time nothing, even with no cache. Without --embed the package is not\n"
+        "changed.\n",
         ctx.program.c_str());
     return 0;
   }
@@ -630,6 +635,24 @@ int tuneMain(const std::vector<std::string> &args, const CliContext &ctx) {
   for (const std::string &n : (*s)->scheduleNotes())
     std::printf("note: %s\n", n.c_str());
   std::printf("session created in %.2f s\n", secs);
+  if (!p.has("embed"))
+    return 0;
+  auto img = rt::embedChosenTactics(**s, **pf);
+  if (!img)
+    return fail(ctx, "not embedded: " + img.status().message() + "; " + path + " is unchanged");
+  struct stat st;
+  auto out = AtomicFile::open(path, ::stat(path.c_str(), &st) == 0 ? st.st_mode & 07777 : 0644);
+  Status w = out ? Status::ok() : out.status();
+  if (w.isOk())
+    img->forEachPiece([&](const uint8_t *d, size_t n) {
+      if (w.isOk())
+        w = out->write(d, n);
+    });
+  if (w.isOk())
+    w = out->commit();
+  if (!w.isOk())
+    return fail(ctx, "not embedded: " + w.message() + "; " + path + " is unchanged");
+  std::printf("embedded the choices for this GPU into %s\n", path.c_str());
   return 0;
 }
 

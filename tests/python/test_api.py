@@ -373,6 +373,23 @@ def test_an_onnx_model_is_compiled_once_and_cached(tmp_path, monkeypatch):
     assert len(os.listdir(tmp_path / "packages")) == 2  # other options: another package
 
 
+def test_a_session_keeps_its_caches_in_cache_dir(tmp_path, monkeypatch):
+    # cache_dir= takes the place of $DLC_CACHE_DIR for this session: the ONNX model's
+    # package (packages/) and its kernels are kept there, and nothing in the other.
+    monkeypatch.setenv("DLC_CACHE_DIR", str(tmp_path / "env"))
+    mine = tmp_path / "mine"
+    onnx_path = os.path.join(DIGITS, "digits_cnn.onnx")
+    s = dlc.InferenceSession(onnx_path, device="emu", compile_options={"target": "emu"}, cache_dir=mine)
+    packages = os.listdir(mine / "packages")
+    assert len(packages) == 1 and packages[0].endswith(".dlc")
+    assert len(os.listdir(mine)) > 1  # the kernel cache beside packages/
+    assert not (tmp_path / "env").exists()
+    image = next(iter(digit_images().values()))
+    assert s.run(None, {"image": image})[0].shape == (1, 10)
+    t = dlc.InferenceSession(mine / "packages" / packages[0], device="emu", cache_dir=str(mine))
+    assert t.run(None, {"image": image})[0].shape == (1, 10)
+
+
 def test_the_cache_key_covers_external_data(tmp_path, monkeypatch):
     monkeypatch.setenv("DLC_CACHE_DIR", str(tmp_path / "cache"))
     folder = tmp_path / "model"

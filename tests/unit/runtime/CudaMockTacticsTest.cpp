@@ -374,6 +374,136 @@ TEST_F(Tactics, TheFasterCandidateRunsAndTheChoiceIsCached) {
   }
 }
 
+/// The package's output `y` for input `x` on emu.
+std::vector<uint16_t> emuOutput(const std::shared_ptr<const pkg::PackageFile> &pkg,
+                                const std::vector<uint16_t> &x, size_t outElems) {
+  rt::SessionOptions so;
+  so.device = rt::DeviceKind::Emu;
+  auto s = rt::Session::create(pkg, so);
+  EXPECT_TRUE(s.ok()) << s.status().message();
+  std::vector<uint16_t> y(outElems);
+  if (s.ok()) {
+    EXPECT_FALSE(bool((*s)->setInputBytes("x", x.data(), x.size() * 2)));
+    EXPECT_FALSE(bool((*s)->run()));
+    EXPECT_FALSE(bool((*s)->getOutputBytes("y", y.data(), y.size() * 2)));
+  }
+  return y;
+}
+
+// dlc tune --embed: the choices go into a copy of the package that is otherwise the
+// same (steps, weights, emu output, host-code signature); a session on the GPU they
+// were made for reads them and times nothing, even with no cache; another GPU times.
+TEST_F(Tactics, ChoicesEmbeddedInThePackageApplyOnTheirGpuOnly) {
+  S.kernelMs["conv_fprop_mma"] = 0.5;
+  S.cudnnMs = 0.1;
+  rt::SessionOptions noCache;
+  noCache.device = rt::DeviceKind::Cuda;
+  noCache.cudaGraphs = false;
+  noCache.tacticsCacheDir = "-";
+  auto s = rt::Session::create(convPackage(), noCache);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  const std::string key = (*s)->tacticsKey();
+  EXPECT_EQ(key, "Fake GPU|sm_90|132 SMs|driver 13000|cudnn 91900");
+  auto img = rt::embedChosenTactics(**s, *convPackage());
+  ASSERT_TRUE(img.ok()) << img.status().message();
+  s->reset();
+  std::vector<uint8_t> bytes = img->bytes();
+  auto loaded = pkg::PackageFile::fromBytes(bytes.data(), bytes.size(), "embedded.dlc");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  std::shared_ptr<const pkg::PackageFile> tuned = *loaded;
+
+  // Everything but the new field as it was.
+  const pkg::Package &m = tuned->meta(), &o = convPackage()->meta();
+  ASSERT_EQ(m.steps()->size(), o.steps()->size());
+  for (uint32_t i = 0; i < o.steps()->size(); ++i) {
+    EXPECT_EQ(m.steps()->Get(i)->node()->str(), o.steps()->Get(i)->node()->str());
+    EXPECT_EQ(m.steps()->Get(i)->alt(), o.steps()->Get(i)->alt());
+  }
+  EXPECT_EQ(m.buffers()->size(), o.buffers()->size());
+  EXPECT_EQ(m.arena_bytes(), o.arena_bytes());
+  EXPECT_EQ(m.model()->str(), o.model()->str());
+  ASSERT_EQ(m.weights()->size(), o.weights()->size());
+  for (uint32_t i = 0; i < o.weights()->size(); ++i) {
+    const pkg::Section *a = m.weights()->Get(i)->data(), *b = o.weights()->Get(i)->data();
+    ASSERT_EQ(a->size(), b->size());
+    EXPECT_EQ(std::memcmp(tuned->section(a), convPackage()->section(b), a->size()), 0);
+  }
+  auto hostKey = loadHostKey(false);
+  ASSERT_TRUE(hostKey.ok()) << hostKey.status().message();
+  ASSERT_TRUE(convPackage()->signedWith(*hostKey));
+  EXPECT_TRUE(tuned->signedWith(*hostKey)); // re-signed: emu runs its host code
+  std::vector<uint16_t> x(16 * 64);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = floatToHalf(float(int(i % 13) - 6) / 8.0f);
+  EXPECT_EQ(emuOutput(tuned, x, x.size()), emuOutput(convPackage(), x, x.size()));
+  ASSERT_TRUE(m.embedded_tactics());
+  ASSERT_EQ(m.embedded_tactics()->size(), 1u);
+  EXPECT_EQ(m.embedded_tactics()->Get(0)->key()->str(), key);
+  ASSERT_EQ(m.embedded_tactics()->Get(0)->picks()->size(), 2u);
+
+  // This GPU: nothing timed, cuDNN runs, as chosen.
+  S.elapsedCalls = 0;
+  auto fast = rt::Session::create(tuned, noCache);
+  ASSERT_TRUE(fast.ok()) << fast.status().message();
+  EXPECT_EQ(S.elapsedCalls, 0);
+  EXPECT_EQ((*fast)->tactics().at(0).how, "package");
+  EXPECT_EQ(chosen(**fast).kind, "cudnn");
+  EXPECT_NEAR(chosen(**fast).micros, 100, 1);
+  EXPECT_TRUE(noted(**fast, "2 layers from the choices embedded in the package"));
+  fast->reset();
+
+  // Another GPU: timed (ours is faster there); embedding its choices keeps the first
+  // GPU's; embedding the first GPU's again replaces them.
+  S.sms = 100;
+  S.kernelMs["conv_fprop_mma"] = 0.02;
+  auto other = rt::Session::create(tuned, noCache);
+  ASSERT_TRUE(other.ok()) << other.status().message();
+  EXPECT_GT(S.elapsedCalls, 0);
+  EXPECT_EQ((*other)->tactics().at(0).how, "timed");
+  EXPECT_EQ(chosen(**other).kind, "dlc");
+  auto img2 = rt::embedChosenTactics(**other, *tuned);
+  ASSERT_TRUE(img2.ok()) << img2.status().message();
+  other->reset();
+  std::vector<uint8_t> bytes2 = img2->bytes();
+  auto both = pkg::PackageFile::fromBytes(bytes2.data(), bytes2.size(), "both.dlc");
+  ASSERT_TRUE(both.ok()) << both.status().message();
+  ASSERT_EQ((*both)->meta().embedded_tactics()->size(), 2u);
+  for (int sms : {132, 100}) {
+    S.sms = sms;
+    S.elapsedCalls = 0;
+    auto t = rt::Session::create(*both, noCache);
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    EXPECT_EQ(S.elapsedCalls, 0) << sms;
+    EXPECT_EQ((*t)->tactics().at(0).how, "package");
+    EXPECT_EQ(chosen(**t).kind, sms == 132 ? "cudnn" : "dlc");
+  }
+  auto again = pkg::embedTactics(**both, key, {pkg::TacticPick(0, 1, 1, 5.0f)}, &*hostKey);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  std::vector<uint8_t> bytes3 = again->bytes();
+  auto replaced = pkg::PackageFile::fromBytes(bytes3.data(), bytes3.size(), "again.dlc");
+  ASSERT_TRUE(replaced.ok()) << replaced.status().message();
+  const auto *sets = (*replaced)->meta().embedded_tactics();
+  ASSERT_EQ(sets->size(), 2u);
+  EXPECT_EQ(sets->Get(1)->key()->str(), key);
+  EXPECT_EQ(sets->Get(1)->picks()->size(), 1u);
+
+  // A package signed by another user's key is not re-signed with ours: refused.
+  HostKey someoneElse{};
+  someoneElse[0] = 1;
+  auto refused = pkg::embedTactics(**both, key, {}, &someoneElse);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("signed by another user's key"), std::string::npos)
+      << refused.status().message();
+  // Emu measures nothing: there is nothing to embed.
+  rt::SessionOptions emu;
+  emu.device = rt::DeviceKind::Emu;
+  auto onEmu = rt::Session::create(convPackage(), emu);
+  ASSERT_TRUE(onEmu.ok());
+  auto notEmbedded = rt::embedChosenTactics(**onEmu, *convPackage());
+  ASSERT_FALSE(notEmbedded.ok());
+  EXPECT_NE(notEmbedded.status().message().find("for a GPU"), std::string::npos);
+}
+
 TEST_F(Tactics, AFamilyCanBeForced) {
   S.kernelMs["conv_fprop_mma"] = 0.5;
   ::setenv("DLC_TACTICS", "dlc", 1);

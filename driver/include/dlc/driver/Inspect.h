@@ -49,6 +49,8 @@ struct Report {
   /// of the package's schedule the alternative chosen there and its measured time.
   std::string tacticsCachePath, tacticsCacheKey;
   std::map<uint32_t, std::pair<uint8_t, double>> tacticsChosen;
+  /// The tactic choices embedded by dlc tune --embed: per GPU key, how many layers.
+  std::vector<std::pair<std::string, size_t>> embeddedTactics;
   uint64_t packageBytes = 0;
   /// The GPUs the model reports (PackageCost::gpus); per-GPU figures are in this
   /// order, and the last (H100 by default) is the one the text details.

@@ -157,6 +157,16 @@ private:
   std::shared_ptr<Digest> signature_; // the reserved signature's bytes
 };
 
+class PackageFile;
+
+/// A copy of `pf` whose metadata also holds tactic choices `picks` for the GPU key
+/// `key` (Package.embedded_tactics; a set embedded before for the same key is
+/// replaced, the others stay), every section unchanged. A package with a host-code
+/// signature is re-signed with `hostKey` when that key verifies it; otherwise it is
+/// refused (the signature would no longer hold). The image refers to pf's bytes.
+Result<PackageImage> embedTactics(const PackageFile &pf, const std::string &key,
+                                  const std::vector<TacticPick> &picks, const HostKey *hostKey);
+
 /// A loaded, verified package. Owns the file's bytes (read, not mapped: a change to the
 /// file cannot reach a session), or refers to bytes that outlive it.
 class PackageFile {

@@ -111,17 +111,27 @@ std::string tacticsCacheFileName(const pkg::PackageFile &p, const std::string &k
 /// One layer's tactics as the session chose them (Session::tactics()).
 struct TacticChoice {
   size_t schedule = 0; // 0: the package's; i + 1: shape variant i
+  uint32_t group = 0;  // the layer's tactic group (pkg::Step::alt_group)
   std::string node;
   struct Candidate {
     std::string kind;        // dlc, cudnn, cublaslt
     std::string description; // the kernels, or the library's call
     double micros = -1;      // measured (not timed: -1)
     std::string problem;     // why it could not run here, if it could not
+    uint8_t alt = 0;         // its alternative (pkg::Step::alt)
   };
   std::vector<Candidate> candidates;
   size_t chosen = 0;
-  std::string how; // "timed", "cache", "forced" (DLC_TACTICS) or "default" (emu)
+  /// "timed", "cache", "package" (dlc tune --embed), "forced" (DLC_TACTICS) or
+  /// "default" (emu, or no time left)
+  std::string how;
 };
+
+class Session;
+/// A copy of `pf` (the package session `s` runs) carrying the tactics `s` measured or
+/// read (timed, from the cache or from the package) for its GPU key: dlc tune --embed.
+/// An error when `s` runs no GPU or measured nothing. The image refers to pf's bytes.
+Result<pkg::PackageImage> embedChosenTactics(const Session &s, const pkg::PackageFile &pf);
 
 /// Data parallelism, as this rank saw it: the all-reduces it ran, the seconds they
 /// took and the seconds the step waited for them (what did not overlap). Measured by
@@ -242,6 +252,9 @@ public:
   /// The tactics chosen so far (a shape variant's when it first runs), in schedule
   /// order; empty when the package has no layer with alternatives.
   const std::vector<TacticChoice> &tactics() const { return tactics_; }
+  /// What tactic choices are valid for (the GPU's name, architecture and SM count, the
+  /// driver, cuDNN and cuBLASLt versions); empty on emu.
+  std::string tacticsKey() const;
 
 private:
   Session() = default;
