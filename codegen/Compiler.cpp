@@ -542,6 +542,7 @@ llvm::Expected<Program> lowerFor(const Graph &g, const std::vector<std::string> 
   lo.convTile = opts.convTile;
   lo.attentionKernel = opts.attentionKernel;
   lo.vendorTactics = opts.vendorTactics;
+  lo.secondTiles = opts.vendorTactics && !lo.archs.empty();
   lo.deterministic = opts.deterministic;
   lo.tf32 = opts.tf32;
   lo.tf32Everywhere = opts.tf32Everywhere;

@@ -331,6 +331,9 @@ struct LoweringOptions {
   std::string attentionKernel;
   /// Vendor alternatives (cuDNN) beside our kernels (CompileOptions::vendorTactics).
   bool vendorTactics = true;
+  /// Our second-best tile as another alternative (with vendorTactics, for packages
+  /// with a cubin: emu always runs the first).
+  bool secondTiles = false;
   /// --deterministic: floating-point scatter-adds (MaxPool's and Gather's gradients)
   /// give the same bits on every run (fixed-point sums), not atomic float adds.
   bool deterministic = false;

@@ -515,10 +515,11 @@ void printReport(const Report &r, llvm::raw_ostream &os) {
   os << ", weights " << r.weightBytes << " bytes\n";
   if (!r.tactics.empty()) {
     std::map<std::string, size_t> vendors;
+    // (Counted beyond the default: the vendors' candidates, and our other tiles.)
     for (const pkg::TacticGroup &g : r.tactics)
       for (const pkg::TacticAlt &t : g.alts)
-        if (t.kind != pkg::TacticKind::Dlc)
-          ++vendors[pkg::tacticKindName(t.kind)];
+        if (t.alt != g.defaultAlt())
+          ++vendors[t.kind == pkg::TacticKind::Dlc ? "dlc tiles" : pkg::tacticKindName(t.kind)];
     os << "tactics: " << r.tactics.size() << " layer" << (r.tactics.size() == 1 ? "" : "s")
        << " with alternatives (";
     bool first = true;

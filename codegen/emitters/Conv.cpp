@@ -108,19 +108,20 @@ constexpr double kReuseAdvantage = 0.9;
 
 /// The tile and split-K factor with the least modeled time on `arch`, among those that
 /// launch at least one block per SM when any does; `known(t)` says whether tile t's
-/// kernel is instantiated already; `operandBytes`: the input's and the weights' bytes. The time of
+/// kernel is instantiated already; `exclude`: a tile not to consider (-1: none);
+/// `operandBytes`: the input's and the weights' bytes. The time of
 /// a plan is codegen::launchBounds of the tile's main loop (ConvTiles.h) over the padded work, the
 /// same model `dlc inspect` applies to the compiled kernel.
 ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K, int64_t groups,
                         const GpuModel &g, size_t accBytes, double operandBytes,
                         const std::function<bool(int)> &known, int force, double *timeOut = nullptr,
-                        Bounds *boundsOut = nullptr) {
+                        Bounds *boundsOut = nullptr, int exclude = -1) {
   ConvPlan best;
   double bestTime = INFINITY;
   bool bestFills = false;
   const double achievable = g.dramBytesPerSecond * g.dramAchievable;
   for (int t = 0; t < fam.count; ++t) {
-    if (force >= 0 && force < fam.count && t != force)
+    if ((force >= 0 && force < fam.count && t != force) || t == exclude)
       continue;
     const ConvTileConfig &c = fam.tiles[t];
     const int BK = fam.bk(c);
@@ -442,53 +443,99 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   for (int t = 0; !l.options().convTile.empty() && t < fam.count; ++t)
     if (convTileName(fam.tiles[t]) == l.options().convTile)
       forced = t;
+  const double operandBytes =
+      static_cast<double>(x->type().numElements()) * static_cast<double>(dtypeSize(x->dtype())) +
+      static_cast<double>(wt->type().numElements()) * static_cast<double>(dtypeSize(wt->dtype()));
   auto plans = l.perArch<ConvPlan>([&](const std::string &arch) {
-    double operandBytes =
-        static_cast<double>(x->type().numElements()) * static_cast<double>(dtypeSize(x->dtype())) +
-        static_cast<double>(wt->type().numElements()) * static_cast<double>(dtypeSize(wt->dtype()));
     return chooseConvPlan(
         fam, M, s.NP, s.K, groups, gpuModelFor(arch), accBytes, operandBytes,
         [&](int t) { return l.instantiated(igemm(t, 1)); }, forced);
   });
+  // With tactics (timed on the GPU), a second tile of ours where the model rates the
+  // best other tile within kRunnerUp of the best, on layers it prices at kWorthTiming
+  // or more (below, a launch's overhead and the timing's noise decide): the model
+  // ranks tiles, the GPU decides between close ones. (tile -1: no runner-up on that
+  // architecture.)
+  constexpr double kRunnerUp = 1.25, kWorthTiming = 10e-6;
+  std::vector<std::pair<ConvPlan, std::vector<std::string>>> runnerUp;
+  if (l.options().secondTiles && forced < 0 && fam.count > 1) {
+    runnerUp = l.perArch<ConvPlan>([&](const std::string &arch) {
+      const GpuModel &g = gpuModelFor(arch);
+      auto known = [&](int t) { return l.instantiated(igemm(t, 1)); };
+      double best = 0, second = 0;
+      ConvPlan b =
+          chooseConvPlan(fam, M, s.NP, s.K, groups, g, accBytes, operandBytes, known, -1, &best);
+      ConvPlan r = chooseConvPlan(fam, M, s.NP, s.K, groups, g, accBytes, operandBytes, known, -1,
+                                  &second, nullptr, b.tile);
+      if (!(second <= kRunnerUp * best) || best < kWorthTiming || r.tile == b.tile)
+        r.tile = -1;
+      return r;
+    });
+    if (std::all_of(runnerUp.begin(), runnerUp.end(),
+                    [](const auto &p) { return p.first.tile < 0; }))
+      runnerUp.clear();
+  }
   // The split-K partial sums (a temporary of this node's steps), sized for the largest
   // plan.
   int64_t partialElems = 0;
-  for (const auto &[plan, archs] : plans)
-    if (plan.splits > 1)
-      partialElems = std::max(partialElems, plan.splits * M * s.NP);
+  for (const auto *ps : {&plans, &runnerUp})
+    for (const auto &[plan, archs] : *ps)
+      if (plan.tile >= 0 && plan.splits > 1)
+        partialElems = std::max(partialElems, plan.splits * M * s.NP);
   std::optional<BufferRef> partial;
   if (partialElems)
     partial =
         l.temp(static_cast<uint64_t>(partialElems) * accBytes, n.result()->name() + ".partial");
-  const size_t ownFrom = l.stepCount();
-  std::string ownDesc;
-  for (const auto &[plan, archs] : plans) {
-    const ConvTileConfig &c = fam.tiles[plan.tile];
-    ownDesc += std::string(ownDesc.empty() ? "" : "; ") + std::string(fam.kernel()).substr(5) +
-               " " + convTileName(c) +
-               (plan.splits > 1 ? " split-K " + std::to_string(plan.splits) : "") +
-               (archs.empty() ? "" : " (" + llvm::join(archs, ", ") + ")");
-    std::string index = l.indexType(std::max(maxIndex, plan.splits * M * s.NP));
-    uint32_t k = l.instantiate(igemm(plan.tile, plan.splits));
-    ConvShape ps = s;
-    ps.splits = plan.splits;
-    ps.kPerSplit = plan.kPerSplit;
-    uint64_t partialBytes = static_cast<uint64_t>(plan.splits * M * s.NP) * accBytes;
-    LaunchArgs a = args(ps, plan.splits > 1 ? partial : std::nullopt, partialBytes,
-                        plan.splits > 1 ? SplitGemm : Whole);
-    l.launch(n, k, a, static_cast<uint32_t>(ceilDiv(s.NP, fam.positions(c))),
-             static_cast<uint32_t>(fam.threads(c)),
-             fam.kind == ConvFamily::Mma ? static_cast<uint32_t>(fam.smem(c, accBytes)) : 0, flops,
-             static_cast<uint32_t>(groups * ceilDiv(s.Mg, fam.channels(c))),
-             static_cast<uint32_t>(plan.splits), archs);
-    if (plan.splits > 1) {
-      Instantiation red{
-          "dlc::conv_splitk_reduce", {layout, index, wtype, xn, on}, argsType, {xn, on}};
-      uint32_t rk = l.instantiate(red);
-      LaunchArgs ra = args(ps, partial, partialBytes, SplitReduce);
-      l.launch(n, rk, ra, gridFor(static_cast<uint64_t>(M * s.NP), 256), 256, 0,
-               static_cast<double>(plan.splits * M * s.NP), 1, 1, archs);
+  // Our kernels for a set of per-architecture plans; returns their description.
+  auto emitOwn = [&](const std::vector<std::pair<ConvPlan, std::vector<std::string>>> &set) {
+    std::string desc;
+    for (const auto &[plan, archs] : set) {
+      if (plan.tile < 0)
+        continue;
+      const ConvTileConfig &c = fam.tiles[plan.tile];
+      desc += std::string(desc.empty() ? "" : "; ") + std::string(fam.kernel()).substr(5) + " " +
+              convTileName(c) + (plan.splits > 1 ? " split-K " + std::to_string(plan.splits) : "") +
+              (archs.empty() ? "" : " (" + llvm::join(archs, ", ") + ")");
+      std::string index = l.indexType(std::max(maxIndex, plan.splits * M * s.NP));
+      uint32_t k = l.instantiate(igemm(plan.tile, plan.splits));
+      ConvShape ps = s;
+      ps.splits = plan.splits;
+      ps.kPerSplit = plan.kPerSplit;
+      uint64_t partialBytes = static_cast<uint64_t>(plan.splits * M * s.NP) * accBytes;
+      LaunchArgs a = args(ps, plan.splits > 1 ? partial : std::nullopt, partialBytes,
+                          plan.splits > 1 ? SplitGemm : Whole);
+      l.launch(n, k, a, static_cast<uint32_t>(ceilDiv(s.NP, fam.positions(c))),
+               static_cast<uint32_t>(fam.threads(c)),
+               fam.kind == ConvFamily::Mma ? static_cast<uint32_t>(fam.smem(c, accBytes)) : 0,
+               flops, static_cast<uint32_t>(groups * ceilDiv(s.Mg, fam.channels(c))),
+               static_cast<uint32_t>(plan.splits), archs);
+      if (plan.splits > 1) {
+        Instantiation red{
+            "dlc::conv_splitk_reduce", {layout, index, wtype, xn, on}, argsType, {xn, on}};
+        uint32_t rk = l.instantiate(red);
+        LaunchArgs ra = args(ps, partial, partialBytes, SplitReduce);
+        l.launch(n, rk, ra, gridFor(static_cast<uint64_t>(M * s.NP), 256), 256, 0,
+                 static_cast<double>(plan.splits * M * s.NP), 1, 1, archs);
+      }
     }
+    return desc;
+  };
+  const size_t ownFrom = l.stepCount();
+  const std::string ownDesc = emitOwn(plans);
+  // The layer's tactic group, made when it has a second candidate.
+  uint32_t group = 0;
+  uint8_t nextAlt = 2;
+  auto alternatives = [&] {
+    if (!group) {
+      group = l.newAltGroup();
+      l.markAlt(ownFrom, group, 1, pkg::TacticKind::Dlc, ownDesc);
+    }
+  };
+  if (!runnerUp.empty()) {
+    alternatives();
+    const size_t from = l.stepCount();
+    const std::string desc = emitOwn(runnerUp);
+    l.markAlt(from, group, nextAlt++, pkg::TacticKind::Dlc, desc);
   }
   // cuDNN as a tactic beside our kernels (pkg::CudnnConv), where it reads the operands
   // as they are: 16-bit channels-last tensors, whole 16-byte chunks of channels, no
@@ -533,8 +580,7 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     // Engines that need more workspace than this are passed over.
     v.workspaceBytes = std::clamp<uint64_t>(2 * yBytes, 4 << 20, 64 << 20);
     v.workspace = l.temp(v.workspaceBytes, n.result()->name() + ".cudnn_workspace");
-    const uint32_t group = l.newAltGroup();
-    l.markAlt(ownFrom, group, 1, pkg::TacticKind::Dlc, ownDesc);
+    alternatives();
     const size_t vendorFrom = l.stepCount();
     l.addCudnnConv(v, n);
     if (!direct) {
@@ -549,7 +595,7 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
       l.launch(n, k, a, gridFor(static_cast<uint64_t>(M * s.NP), 256), 256, 0,
                static_cast<double>(M * s.NP));
     }
-    l.markAlt(vendorFrom, group, 2, pkg::TacticKind::Cudnn,
+    l.markAlt(vendorFrom, group, nextAlt++, pkg::TacticKind::Cudnn,
               std::string("cuDNN graph API: convolution forward") + (v.bias ? " + bias" : "") +
                   (v.relu ? " + ReLU" : "") +
                   (direct ? "" : ", then conv_finish (bias and fused epilogue)"));

@@ -234,7 +234,8 @@ int runCompile(const std::vector<std::string> &argv) {
         "Benchmarking: fused attentions on tensor cores (attention_mma, FP16/BF16 with head sizes\n"
         "a multiple of 8) or CUDA cores, not the cost model's choice (default auto)"},
        {"no-vendor-tactics", 0, false, false, "",
-        "Our kernels alone: no cuDNN alternatives for the session to time (README: Tactics)"},
+        "One implementation per layer, ours as the cost model chose it: no cuDNN or cuBLASLt\n"
+        "candidates or second tiles for the session to time (README: Tactics)"},
        {"cache-dir", 0, true, false, "DIR", "Compilation cache (default ~/.cache/dlc)"},
        {"print-ir-after-all", 0, false, false, "", "Print the IR after every pass"},
        {"verify-each", 0, false, false, "", "Verify the IR after every pass"},

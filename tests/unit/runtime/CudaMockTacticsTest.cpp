@@ -504,6 +504,70 @@ TEST_F(Tactics, ChoicesEmbeddedInThePackageApplyOnTheirGpuOnly) {
   EXPECT_NE(notEmbedded.status().message().find("for a GPU"), std::string::npos);
 }
 
+// A convolution the model prices at 10 us or more, with another tile within 25% of
+// the best: both tiles are candidates (ours, alternatives 1 and 2) beside cuDNN; the
+// faster by the clock runs, and only its kernel.
+TEST_F(Tactics, OurRunnerUpTileIsACandidateToo) {
+  const std::string text =
+      "graph @big(%x: f16[8,256,28,28]) -> (\"y\": f16[8,28,28,256]) {\n"
+      "  %w0 = const f16[] dense<[0.01]>\n"
+      "  %w = Expand(%w0) {shape = [256, 3, 3, 256]} : f16[256,3,3,256]\n"
+      "  %t = Transpose(%x) {perm = [0, 2, 3, 1]} : f16[8,28,28,256]\n"
+      "  %y = Conv(%t, %w) {channels_last = 1, pads = [1, 1, 1, 1]} : f16[8,28,28,256]\n"
+      "  return %y\n}\n";
+  auto pkg = compileForSm90AndEmu(text, "big");
+  // The symbols of each alternative's conv_fprop_mma launch.
+  std::map<uint8_t, std::string> symbol;
+  const pkg::Package &m = pkg->meta();
+  for (const pkg::Step *st : *m.steps())
+    if (st->alt_group() && st->op_as_Launch()) {
+      const pkg::Kernel *k = m.kernels()->Get(st->op_as_Launch()->kernel());
+      if (k->name()->str().find("conv_fprop_mma") != std::string::npos)
+        symbol[st->alt()] = k->symbol()->str();
+    }
+  ASSERT_EQ(symbol.size(), 2u);
+  ASSERT_NE(symbol[1], symbol[2]);
+  S.kernelMs[symbol[1]] = 0.5;
+  S.kernelMs[symbol[2]] = 0.2;
+  S.cudnnMs = 0.3;
+  rt::SessionOptions so;
+  so.device = rt::DeviceKind::Cuda;
+  so.cudaGraphs = false;
+  so.tacticsCacheDir = "-";
+  auto s = rt::Session::create(pkg, so);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  const rt::TacticChoice &c = (*s)->tactics().at(0);
+  ASSERT_EQ(c.candidates.size(), 3u);
+  EXPECT_EQ(c.candidates[0].kind, "dlc");
+  EXPECT_EQ(c.candidates[1].kind, "dlc");
+  EXPECT_EQ(c.candidates[2].kind, "cudnn");
+  EXPECT_NE(c.candidates[0].description, c.candidates[1].description);
+  EXPECT_EQ(c.chosen, 1u);
+  EXPECT_NEAR(c.candidates[1].micros, 200, 1);
+  S.launched.clear();
+  std::vector<uint16_t> x(8 * 256 * 28 * 28, 0x3c00);
+  ASSERT_FALSE(bool((*s)->setInputBytes("x", x.data(), x.size() * 2)));
+  ASSERT_FALSE(bool((*s)->run()));
+  EXPECT_EQ(std::count(S.launched.begin(), S.launched.end(), symbol[2]), 1);
+  EXPECT_EQ(std::count(S.launched.begin(), S.launched.end(), symbol[1]), 0);
+  s->reset();
+  // Without tactics (dlc compile --no-vendor-tactics), one implementation: ours, the
+  // model's best tile.
+  auto g = ir::parseGraph(text, "big");
+  ASSERT_TRUE(bool(g));
+  passes::PassManager pm;
+  passes::PassContext ctx;
+  ASSERT_FALSE(bool(pm.run(**g, passes::defaultPipeline(2), ctx)));
+  codegen::CompileOptions co;
+  co.targets = {"sm_90"};
+  co.vendorTactics = false;
+  auto bytes = codegen::compileGraph(**g, co);
+  ASSERT_TRUE(bool(bytes)) << llvm::toString(bytes.takeError());
+  auto single = pkg::PackageFile::fromBytes(bytes->data(), bytes->size(), "single.dlc");
+  ASSERT_TRUE(single.ok());
+  EXPECT_TRUE(pkg::tacticGroups((*single)->meta().steps(), 90).empty());
+}
+
 TEST_F(Tactics, AFamilyCanBeForced) {
   S.kernelMs["conv_fprop_mma"] = 0.5;
   ::setenv("DLC_TACTICS", "dlc", 1);

@@ -55,9 +55,9 @@ struct CompileOptions {
   /// (attention_mma, where it applies) or "cuda-core" (attention) instead of the cost
   /// model's choice ("" or "auto").
   std::string attentionKernel;
-  /// Vendor tactics: layers that cuDNN can run carry it as an alternative to our
-  /// kernels, timed on the GPU when a session starts (dlc compile --no-vendor-tactics:
-  /// our kernels alone).
+  /// Tactics: layers that cuDNN or cuBLASLt can run carry them as alternatives to our
+  /// kernels, and a convolution our second-best tile, timed on the GPU when a session
+  /// starts (dlc compile --no-vendor-tactics: one implementation per layer, ours).
   bool vendorTactics = true;
   /// Floating-point scatter-adds (training's MaxPool and Gather gradients) as 64-bit
   /// fixed-point sums, which give the same bits on every run and in any thread order,
