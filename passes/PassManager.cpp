@@ -57,7 +57,7 @@ Pipeline defaultPipeline(int optLevel, bool mixedPrecision, bool layout) {
     return p;
   }
   // -O1: graph clean-up only (one kernel per op); -O2 and up: also fusion.
-  PipelineStage cleanup = {{"canonicalize", "fold-bn", "constfold", "cse", "dce"},
+  PipelineStage cleanup = {{"canonicalize", "fold-qdq", "fold-bn", "constfold", "cse", "dce"},
                            Convergence::UntilFixedPoint};
   p.push_back(cleanup);
   if (mixedPrecision) {

@@ -305,7 +305,7 @@ template <class T> __device__ __forceinline__ T imodTrunc(T a, T b) {
 }
 
 // Helpers named by the element-wise expression templates of the op table.
-enum { attr_none = 0, attr_tanh = 1, attr_LEFT = 2, attr_RIGHT = 3 };
+enum { attr_none = 0, attr_tanh = 1, attr_LEFT = 2, attr_RIGHT = 3, attr_u8 = 4, attr_i8 = 5 };
 struct None {};
 template <class T> __device__ __forceinline__ T stdmin(T a, T b) {
   return (b < a) ? b : a;
@@ -363,6 +363,30 @@ template <class T> __device__ __forceinline__ T clip_(T x, None, T hi) {
 }
 template <class T> __device__ __forceinline__ T clip_(T x, T lo, T hi) {
   return x < lo ? lo : (x > hi ? hi : x);
+}
+/// QuantizeLinear (ir/ops/Elementwise.cpp has the reference): round(x / scale), or
+/// round(x * scale) with `multiply` (a requantization), half to even, plus the zero
+/// point, saturated to the range of `to` (u8 or i8; NaN gives its lowest value), in
+/// FP32 as ONNX Runtime computes it.
+template <class X, class S, class Z>
+__device__ __forceinline__ float quantize_(X x, S scale, Z zp, int to, int multiply) {
+  const float lo = to == attr_u8 ? 0.0f : -128.0f, hi = to == attr_u8 ? 255.0f : 127.0f;
+  const float xf = static_cast<float>(x), sf = static_cast<float>(scale);
+  const float v = rint_(multiply ? xf * sf : xf / sf) + static_cast<float>(zp);
+  return v >= lo ? (v <= hi ? v : hi) : lo;
+}
+template <class X, class S>
+__device__ __forceinline__ float quantize_(X x, S scale, None, int to, int multiply) {
+  return quantize_(x, scale, 0, to, multiply);
+}
+/// DequantizeLinear: (x - zero point) in integers, then times the scale in FP32.
+template <class X, class S, class Z>
+__device__ __forceinline__ float dequantize_(X x, S scale, Z zp) {
+  return static_cast<float>(static_cast<long long>(x) - static_cast<long long>(zp)) *
+         static_cast<float>(scale);
+}
+template <class X, class S> __device__ __forceinline__ float dequantize_(X x, S scale, None) {
+  return dequantize_(x, scale, 0);
 }
 /// Training-mode Dropout (ir/ops/Elementwise.cpp has the reference): x / (1 - ratio)
 /// where Philox's uniform number for (seed, step, element) is at least ratio, else 0.

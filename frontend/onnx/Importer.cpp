@@ -38,6 +38,7 @@ static const std::vector<HandlerEntry> &handlerTable() {
     registerControlHandlers(t);
     registerContribHandlers(t);
     registerAttentionHandlers(t);
+    registerQuantHandlers(t);
     return t;
   }();
   return table;
@@ -123,13 +124,6 @@ const char *olderOpsetGap(const std::string &op, int64_t opset) {
 
 const char *outOfScopeReason(const std::string &op) {
   static const std::pair<const char *, const char *> reasons[] = {
-      {"QuantizeLinear", "quantized ops are not supported"},
-      {"DequantizeLinear", "quantized ops are not supported"},
-      {"DynamicQuantizeLinear", "quantized ops are not supported"},
-      {"QLinearConv", "quantized ops are not supported"},
-      {"QLinearMatMul", "quantized ops are not supported"},
-      {"ConvInteger", "quantized ops are not supported"},
-      {"MatMulInteger", "quantized ops are not supported"},
       {"DFT", "DFT/STFT are not supported"},
       {"STFT", "DFT/STFT are not supported"},
       {"MelWeightMatrix", "signal-processing ops are not supported"},

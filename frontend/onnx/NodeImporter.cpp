@@ -217,7 +217,9 @@ llvm::Expected<std::vector<Value *>> NodeImporter::opMulti(OpKind k, std::vector
   bool small = true;
   for (unsigned i = 0; i < node->numResults(); ++i)
     small &= node->result(i)->type().numElements() <= imp_.options().eagerFoldLimit;
-  if (allConst && small) {
+  // (A DequantizeLinear stays a node: the fold-qdq pass reads quantized convolutions
+  // and products from it; constant folding folds the others later.)
+  if (allConst && small && k != OpKind::DequantizeLinear) {
     std::vector<const Tensor *> ins;
     for (Value *v : operands)
       ins.push_back(v ? &v->data() : nullptr);

@@ -13,9 +13,11 @@ namespace dlc::ir {
 namespace {
 using namespace ops;
 
-llvm::Error verifyConvCommon(const Node &n) {
-  if (auto e = requireType(n, 0, kFloat))
-    return e;
+llvm::Error verifyConvCommon(const Node &n, bool int32 = false) {
+  // (Conv on int32: ConvInteger's and QLinearConv's exact integer sums.)
+  if (!(int32 && n.operand(0) && n.operand(0)->dtype() == DType::I32))
+    if (auto e = requireType(n, 0, kFloat))
+      return e;
   for (unsigned i = 1; i < n.numOperands(); ++i)
     if (auto e = requireSameType(n, 0, i))
       return e;
@@ -30,7 +32,7 @@ llvm::Error verifyConvCommon(const Node &n) {
 }
 
 llvm::Error verifyConv(const Node &n) {
-  if (auto e = verifyConvCommon(n))
+  if (auto e = verifyConvCommon(n, /*int32=*/true))
     return e;
   const Shape x = channelsFirstShape(n, 0), w = channelsFirstShape(n, 1);
   int64_t g = n.attrInt("group");

@@ -8,10 +8,10 @@ const path = require('path');
 const ort = require('onnxruntime-node');
 
 const dtypes = { '<f4': 'float32', '<f8': 'float64', '<f2': 'float16', '<i8': 'int64', '<i4': 'int32',
-                 '|b1': 'bool', '|u1': 'uint8' };
+                 '|b1': 'bool', '|u1': 'uint8', '|i1': 'int8' };
 // float16 tensors hold their IEEE bits.
 const arrays = { float32: Float32Array, float64: Float64Array, float16: Uint16Array, int64: BigInt64Array,
-                 int32: Int32Array, bool: Uint8Array, uint8: Uint8Array };
+                 int32: Int32Array, bool: Uint8Array, uint8: Uint8Array, int8: Int8Array };
 
 function readNpy(file) {
   const b = fs.readFileSync(file);
@@ -31,7 +31,7 @@ function readNpy(file) {
 
 function writeNpy(file, t) {
   const descr = { float32: '<f4', float64: '<f8', float16: '<f2', int64: '<i8', int32: '<i4', bool: '|b1',
-                  uint8: '|u1' }[t.type];
+                  uint8: '|u1', int8: '|i1' }[t.type];
   let header = `{'descr': '${descr}', 'fortran_order': False, 'shape': (${t.dims.join(', ')}${t.dims.length === 1 ? ',' : ''}), }`;
   while ((10 + header.length + 1) % 64 !== 0) header += ' ';
   header += '\n';

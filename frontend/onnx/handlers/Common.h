@@ -44,6 +44,10 @@ llvm::Expected<std::vector<int64_t>> resolvePads(NodeImporter &ni, const ir::Sha
                                                  const ir::Shape &kernel, const ir::Shape &strides,
                                                  const ir::Shape &dilations);
 
+/// Conv(x, w, b?) with the node's window attributes (kernel_shape, strides, dilations,
+/// pads, auto_pad, group): Conv's and the quantized convolutions' handlers.
+llvm::Expected<ir::Value *> buildConv(NodeImporter &ni, ir::Value *x, ir::Value *w, ir::Value *b);
+
 /// Normalized copy of an axis list (negative axes wrapped).
 std::vector<int64_t> wrapAxes(std::vector<int64_t> axes, int64_t rank);
 

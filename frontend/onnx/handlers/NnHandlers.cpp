@@ -10,8 +10,9 @@ Shape spatialOf(const Value *v) {
   return Shape(v->shape().begin() + 2, v->shape().end());
 }
 
-llvm::Error importConv(NodeImporter &ni) {
-  Value *x = ni.input(0), *w = ni.input(1);
+} // namespace
+
+llvm::Expected<Value *> buildConv(NodeImporter &ni, Value *x, Value *w, Value *b) {
   if (x->rank() < 3 || w->rank() != x->rank())
     return ni.error("X and W must have the same rank >= 3, got " + x->type().str() + " and " +
                     w->type().str());
@@ -26,9 +27,16 @@ llvm::Error importConv(NodeImporter &ni) {
     a["strides"] = Attribute(strides);
   if (!dilations.empty())
     a["dilations"] = Attribute(dilations);
-  DLC_TRY(r, ni.op(OpKind::Conv, allInputs(ni), a));
-  ni.setOutput(0, r);
-  return llvm::Error::success();
+  std::vector<Value *> operands{x, w};
+  if (b)
+    operands.push_back(b);
+  return ni.op(OpKind::Conv, operands, a);
+}
+
+namespace {
+
+llvm::Error importConv(NodeImporter &ni) {
+  return single(ni, buildConv(ni, ni.input(0), ni.input(1), ni.input(2)));
 }
 
 llvm::Error importConvTranspose(NodeImporter &ni) {

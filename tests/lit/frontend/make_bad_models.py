@@ -267,3 +267,14 @@ save("loop_if_loop.onnx", model([helper.make_node("Loop", ["m", "", "x"], ["y"],
                                                   body=loop_of(256, outer_if, "a"))],
                                 [helper.make_tensor_value_info("c", TensorProto.BOOL, []), f32("x", [2])],
                                 [f32("y", [2])], [helper.make_tensor("m", TensorProto.INT64, [], [256])]))
+
+# Quantization outside what dlc computes: blocked scales (opset 21), a 16-bit type.
+u8 = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.UINT8, shape)
+save("blocked_quantize.onnx",
+     model([helper.make_node("QuantizeLinear", ["x", "s"], ["y"], name="q_blocked", block_size=2)],
+           [f32("x", [2, 4]), f32("s", [2, 2])], [u8("y", [2, 4])], opset=21))
+save("quantize_int16.onnx",
+     model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], name="q16")],
+           [f32("x", [4])], [helper.make_tensor_value_info("y", TensorProto.INT16, [4])],
+           inits=[helper.make_tensor("s", TensorProto.FLOAT, [], [0.5]),
+                  helper.make_tensor("z", TensorProto.INT16, [], [0])], opset=21))

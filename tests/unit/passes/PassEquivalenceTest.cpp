@@ -2,6 +2,9 @@
 // structural effect the pass is for.
 #include "../Testing.h"
 #include "dlc/ir/FusionRules.h"
+#include "dlc/ir/Interpreter.h"
+
+#include <limits>
 
 using namespace dlc;
 using namespace dlc::ir;
@@ -203,6 +206,89 @@ TEST(FoldBatchNorm, ConvAndNormalizationBecomeOneConv) {
   ASSERT_TRUE(g);
   EXPECT_EQ(countOps(*g, OpKind::BatchNormalization), 0u);
   EXPECT_EQ(countOps(*g, OpKind::Conv), 1u);
+}
+
+// fold-qdq: a QDQ convolution (u8 input with zero point 128 and scale 0.5; int8 1x1
+// weights with per-channel scales 0.25 and 0.125; an int32 bias; y scale 0.3, zero
+// point 3; a Relu) computes in integers. At the position with x = [130, 125], i.e.
+// x - 128 = [2, -3]: channel 0's sum is 1*2 - 2*(-3) + 10 = 18, requantized as ONNX
+// Runtime's QLinearConv does: fp32(18 * fp32(0.125 / 0.3)) = 7.5 rounds half to even
+// to 8, plus 3: 11. (The float path: 18 * 0.125 = 2.25, 2.25 / 0.3 = 7.4999995,
+// rounds to 7: 10.) At x = [255, 3] (127, -125): 387 -> 161.25 -> 164 either way.
+// Channel 1: 3*2 + 4*(-3) - 20 = -26 and 3*127 - 4*125 - 20 = -139; the Relu gives 0:
+// 3.
+TEST(FoldQdq, AQdqConvolutionComputesInIntegersAsOnnxRuntime) {
+  const char *text = R"(graph @g(%xq: u8[1,2,1,2]) -> ("y": u8[1,2,1,2]) {
+  %xs = const f32[] dense<[0.5]>
+  %xz = const u8[] dense<[128]>
+  %w = const i8[2,2,1,1] dense<[1, -2, 3, 4]>
+  %ws = const f32[2,1,1,1] dense<[0.25, 0.125]>
+  %b = const i32[2] dense<[10, -20]>
+  %bs = const f32[2] dense<[0.125, 0.0625]>
+  %ys = const f32[] dense<[0.3]>
+  %yz = const u8[] dense<[3]>
+  %x = DequantizeLinear(%xq, %xs, %xz) : f32[1,2,1,2]
+  %wd = DequantizeLinear(%w, %ws) : f32[2,2,1,1]
+  %bd = DequantizeLinear(%b, %bs) : f32[2]
+  %c = Conv(%x, %wd, %bd) : f32[1,2,1,2]
+  %r = Relu(%c) : f32[1,2,1,2]
+  %y = QuantizeLinear(%r, %ys, %yz) {to = "u8"} : u8[1,2,1,2]
+  return %y
+})";
+  auto before = test::parseIR(text);
+  ASSERT_TRUE(before);
+  auto after = test::runPasses(*before, "fold-qdq,constfold,dce");
+  ASSERT_TRUE(after);
+  EXPECT_EQ(countOps(*after, OpKind::DequantizeLinear), 0u);
+  ASSERT_EQ(countOps(*after, OpKind::Conv), 1u);
+  for (const Node *n : after->nodesOf(OpKind::Conv))
+    EXPECT_EQ(n->result()->dtype(), DType::I32);
+  // NCHW [1, 2, 1, 2]: channel 0 holds positions (255, 130), channel 1 (3, 125).
+  TensorMap in{{"xq", Tensor::fromVector(TensorType(DType::U8, {1, 2, 1, 2}),
+                                         std::vector<int64_t>{255, 130, 3, 125})}};
+  auto folded = interpret(*after, in);
+  ASSERT_TRUE(bool(folded)) << llvm::toString(folded.takeError());
+  EXPECT_EQ(folded->at("y").toVector<int64_t>(), (std::vector<int64_t>{164, 11, 3, 3}));
+  auto floating = interpret(*before, in);
+  ASSERT_TRUE(bool(floating)) << llvm::toString(floating.takeError());
+  EXPECT_EQ(floating->at("y").toVector<int64_t>(), (std::vector<int64_t>{164, 10, 3, 3}));
+  // A float bias (not the int32 form quantization tools write) keeps the float path.
+  std::string floatBias = text;
+  floatBias.replace(floatBias.find("%bd = DequantizeLinear(%b, %bs) : f32[2]"),
+                    std::string("%bd = DequantizeLinear(%b, %bs) : f32[2]").size(),
+                    "%bd = const f32[2] dense<[1.25, -1.25]>");
+  auto kept = test::runPasses(*test::parseIR(floatBias), "fold-qdq,dce");
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(countOps(*kept, OpKind::DequantizeLinear), 2u);
+}
+
+// QuantizeLinear and DequantizeLinear as ONNX defines them, by hand: round half to
+// even, saturation, NaN to the lowest value; (x - zero point) * scale.
+TEST(QuantOps, ReferenceSemantics) {
+  auto g =
+      test::parseIR(R"(graph @g(%x: f32[9], %q: i8[3]) -> ("u": u8[9], "i": i8[9], "d": f32[3]) {
+  %s = const f32[] dense<[2.0]>
+  %zu = const u8[] dense<[10]>
+  %zi = const i8[] dense<[-1]>
+  %u = QuantizeLinear(%x, %s, %zu) {to = "u8"} : u8[9]
+  %i = QuantizeLinear(%x, %s) {to = "i8"} : i8[9]
+  %d = DequantizeLinear(%q, %s, %zi) : f32[3]
+  return %u, %i, %d
+})");
+  ASSERT_TRUE(g);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  TensorMap in{
+      {"x", Tensor::fromVector(TensorType(DType::F32, {9}),
+                               std::vector<float>{1, 3, 5, -1, -3, 1000, -1000, 2.2f, nan})},
+      {"q", Tensor::fromVector(TensorType(DType::I8, {3}), std::vector<int64_t>{-128, 0, 127})}};
+  auto out = interpret(*g, in);
+  ASSERT_TRUE(bool(out)) << llvm::toString(out.takeError());
+  // x / 2 = 0.5, 1.5, 2.5, -0.5, -1.5, 500, -500, 1.1, NaN -> 0, 2, 2, -0, -2, ...
+  EXPECT_EQ(out->at("u").toVector<int64_t>(),
+            (std::vector<int64_t>{10, 12, 12, 10, 8, 255, 0, 11, 0}));
+  EXPECT_EQ(out->at("i").toVector<int64_t>(),
+            (std::vector<int64_t>{0, 2, 2, 0, -2, 127, -128, 1, -128}));
+  EXPECT_EQ(out->at("d").toVector<float>(), (std::vector<float>{-254, 2, 256}));
 }
 
 // Fusion only records groups (FusionGroup.h) and reorders: the corpus through the

@@ -1,0 +1,253 @@
+//===- QuantHandlers.cpp - ONNX quantization ops --------------------------===//
+//
+// QuantizeLinear and DequantizeLinear become the IR ops of those names, per tensor or
+// per axis (the scale and zero point reshaped to broadcast along the axis). The
+// integer products are exact int32 arithmetic:
+//  - ConvInteger and MatMulInteger: Conv and MatMul on int32 operands, each minus its
+//    zero point;
+//  - QLinearConv and QLinearMatMul: the same sums (plus QLinearConv's int32 bias),
+//    then requantized as ONNX Runtime does: float(sum) times the FP32 multiplier
+//    x_scale * w_scale / y_scale, rounded half to even, plus y's zero point,
+//    saturated (QuantizeLinear with `multiply`);
+//  - DynamicQuantizeLinear: its scale and zero point from the input's range (0
+//    included), as the ONNX reference computes them, then QuantizeLinear.
+// Outside: blocked quantization (opset 21's block_size) and the 4- and 16-bit and
+// float8 types.
+//===----------------------------------------------------------------------===//
+#include "Common.h"
+
+namespace dlc::frontend {
+namespace {
+
+using namespace ir;
+
+/// The quantized element types dlc computes with.
+bool quantizedType(DType t) {
+  return t == DType::U8 || t == DType::I8;
+}
+
+/// A scale or zero point for `x` quantized along `axis`: a scalar or a one-element
+/// tensor as it is, a 1-D tensor of x's size along the axis reshaped to broadcast
+/// along it ([C] -> [C, 1, 1] for axis 1 of a rank-4 x).
+llvm::Expected<Value *> alongAxis(NodeImporter &ni, Value *v, const Value *x, int64_t axis,
+                                  const char *what) {
+  if (!v || v->type().numElements() == 1)
+    return v;
+  if (v->rank() != 1)
+    return ni.error(std::string(what) + " must be a scalar or 1-D, got " + v->type().str() +
+                    (v->rank() > 1 ? " (blocked quantization is not supported)" : ""));
+  const int64_t a = axis < 0 ? axis + x->rank() : axis;
+  if (a < 0 || a >= x->rank())
+    return ni.error("axis " + std::to_string(axis) + " is out of range for " + x->type().str());
+  if (v->shape()[0] != x->shape()[static_cast<size_t>(a)])
+    return ni.error(std::string(what) + " has " + std::to_string(v->shape()[0]) +
+                    " values for axis " + std::to_string(a) + " of " + x->type().str());
+  Shape s(static_cast<size_t>(x->rank() - a), 1);
+  s[0] = v->shape()[0];
+  if (s.size() == 1)
+    return v;
+  return ni.op(OpKind::Reshape, {v}, {{"shape", Attribute(s)}});
+}
+
+/// The blocked form (opset 21) is not supported; an error says so.
+llvm::Error noBlocks(NodeImporter &ni) {
+  if (ni.attrInt("block_size", 0) != 0)
+    return ni.unsupported("blocked quantization (block_size " +
+                          std::to_string(ni.attrInt("block_size", 0)) + ")");
+  return llvm::Error::success();
+}
+
+llvm::Expected<Value *> quantize(NodeImporter &ni, Value *x, Value *scale, Value *zp, DType to) {
+  std::vector<Value *> ops{x, scale};
+  if (zp)
+    ops.push_back(zp);
+  return ni.op(OpKind::QuantizeLinear, ops, {{"to", Attribute(std::string(dtypeName(to)))}});
+}
+
+/// QuantizeLinear: the result's type is the zero point's, else output_dtype (opset
+/// 21), else u8.
+llvm::Error importQuantizeLinear(NodeImporter &ni) {
+  if (auto e = noBlocks(ni))
+    return e;
+  Value *x = ni.input(0), *zp = ni.input(2);
+  DType to = DType::U8;
+  if (zp) {
+    to = zp->dtype();
+  } else if (int64_t od = ni.attrInt("output_dtype", 0); od != 0) {
+    auto t = dtypeFromOnnx(static_cast<int32_t>(od));
+    if (!t)
+      return ni.unsupported("output_dtype " + std::to_string(od));
+    to = *t;
+  }
+  if (!quantizedType(to))
+    return ni.unsupported(std::string("quantizing to ") + std::string(dtypeName(to)) +
+                          " (dlc quantizes to u8 and i8)");
+  const int64_t axis = ni.attrInt("axis", 1);
+  DLC_TRY(s, alongAxis(ni, ni.input(1), x, axis, "y_scale"));
+  DLC_TRY(z, alongAxis(ni, zp, x, axis, "y_zero_point"));
+  return single(ni, quantize(ni, x, s, z, to));
+}
+
+llvm::Error importDequantizeLinear(NodeImporter &ni) {
+  if (auto e = noBlocks(ni))
+    return e;
+  Value *x = ni.input(0);
+  if (!quantizedType(x->dtype()) && x->dtype() != DType::I32)
+    return ni.unsupported(std::string("dequantizing ") + std::string(dtypeName(x->dtype())) +
+                          " (dlc dequantizes u8, i8 and i32)");
+  const int64_t axis = ni.attrInt("axis", 1);
+  DLC_TRY(s, alongAxis(ni, ni.input(1), x, axis, "x_scale"));
+  DLC_TRY(z, alongAxis(ni, ni.input(2), x, axis, "x_zero_point"));
+  std::vector<Value *> ops{x, s};
+  if (z)
+    ops.push_back(z);
+  return single(ni, ni.op(OpKind::DequantizeLinear, ops));
+}
+
+/// DynamicQuantizeLinear (u8): with x_min = min(0, min(x)) and x_max = max(0, max(x)),
+/// scale = (x_max - x_min) / 255, zero point = round(saturate(0 - x_min / scale)),
+/// y = QuantizeLinear(x, scale, zero point).
+llvm::Error importDynamicQuantizeLinear(NodeImporter &ni) {
+  Value *x = ni.input(0);
+  if (x->dtype() != DType::F32)
+    return ni.error(std::string("x must be f32, got ") + std::string(dtypeName(x->dtype())));
+  std::vector<int64_t> all;
+  for (int64_t d = 0; d < x->rank(); ++d)
+    all.push_back(d);
+  AttrMap reduce{{"axes", Attribute(all)}, {"keepdims", Attribute(int64_t{0})}};
+  DLC_TRY(lo, ni.op(OpKind::ReduceMin, {x}, reduce));
+  DLC_TRY(hi, ni.op(OpKind::ReduceMax, {x}, reduce));
+  Value *zero = ni.scalar(DType::F32, 0.0);
+  DLC_TRY(lo0, ni.op(OpKind::Min, {lo, zero}));
+  DLC_TRY(hi0, ni.op(OpKind::Max, {hi, zero}));
+  DLC_TRY(range, ni.op(OpKind::Sub, {hi0, lo0}));
+  DLC_TRY(scale, ni.op(OpKind::Div, {range, ni.scalar(DType::F32, 255.0)}));
+  DLC_TRY(ratio, ni.op(OpKind::Div, {lo0, scale}));
+  DLC_TRY(neg, ni.op(OpKind::Neg, {ratio}));
+  DLC_TRY(sat, ni.op(OpKind::Clip, {neg, zero, ni.scalar(DType::F32, 255.0)}));
+  DLC_TRY(rounded, ni.op(OpKind::Round, {sat}));
+  DLC_TRY(zp, ni.op(OpKind::Cast, {rounded}, {{"to", Attribute(std::string("u8"))}}));
+  DLC_TRY(y, quantize(ni, x, scale, zp, DType::U8));
+  ni.setOutput(0, y);
+  if (ni.wantsOutput(1))
+    ni.setOutput(1, scale);
+  if (ni.wantsOutput(2))
+    ni.setOutput(2, zp);
+  return llvm::Error::success();
+}
+
+/// v - zero point in int32 (v alone when there is no zero point).
+llvm::Expected<Value *> centered(NodeImporter &ni, Value *v, Value *zp) {
+  if (!quantizedType(v->dtype()))
+    return ni.unsupported(std::string("integer products of ") + std::string(dtypeName(v->dtype())) +
+                          " (u8 and i8 are)");
+  AttrMap toI32{{"to", Attribute(std::string("i32"))}};
+  DLC_TRY(wide, ni.op(OpKind::Cast, {v}, toI32));
+  if (!zp)
+    return wide;
+  if (zp->dtype() != v->dtype())
+    return ni.error(std::string("the zero point is ") + std::string(dtypeName(zp->dtype())) +
+                    ", its operand " + std::string(dtypeName(v->dtype())));
+  DLC_TRY(z, ni.op(OpKind::Cast, {zp}, toI32));
+  return ni.op(OpKind::Sub, {wide, z});
+}
+
+/// A zero point that varies along dim `axis` of its operand (per row of A, per output
+/// channel of a weight): reshaped to broadcast along it.
+llvm::Expected<Value *> zeroPointAlong(NodeImporter &ni, Value *zp, const Value *v, int64_t axis,
+                                       const char *what) {
+  return alongAxis(ni, zp, v, axis, what);
+}
+
+/// The int32 sums of a quantized convolution: Conv(x - x_zp, w - w_zp [, bias]), w's
+/// zero point per output channel or one.
+llvm::Expected<Value *> integerConv(NodeImporter &ni, Value *x, Value *xzp, Value *w, Value *wzp,
+                                    Value *bias) {
+  if (xzp && xzp->type().numElements() != 1)
+    return ni.error("the input's zero point must be a scalar, got " + xzp->type().str());
+  DLC_TRY(wz, zeroPointAlong(ni, wzp, w, 0, "the weight's zero point"));
+  DLC_TRY(xc, centered(ni, x, xzp));
+  DLC_TRY(wc, centered(ni, w, wz));
+  if (bias && bias->dtype() != DType::I32)
+    return ni.error(std::string("the bias must be i32, got ") +
+                    std::string(dtypeName(bias->dtype())));
+  return buildConv(ni, xc, wc, bias);
+}
+
+/// The int32 products of a quantized MatMul: (a - a_zp) x (b - b_zp), a's zero point
+/// per row or one, b's per column or one.
+llvm::Expected<Value *> integerMatMul(NodeImporter &ni, Value *a, Value *azp, Value *b,
+                                      Value *bzp) {
+  Value *az = azp;
+  if (azp && azp->type().numElements() != 1) {
+    if (a->rank() < 2)
+      return ni.error("a per-row zero point needs A of rank 2 or more, got " + a->type().str());
+    DLC_TRY(r, zeroPointAlong(ni, azp, a, a->rank() - 2, "a_zero_point"));
+    az = r;
+  }
+  DLC_TRY(ac, centered(ni, a, az));
+  DLC_TRY(bc, centered(ni, b, bzp));
+  return ni.op(OpKind::MatMul, {ac, bc});
+}
+
+llvm::Error importConvInteger(NodeImporter &ni) {
+  return single(
+      ni, integerConv(ni, ni.input(0), ni.input(2), ni.input(1), ni.input(3), /*bias=*/nullptr));
+}
+
+llvm::Error importMatMulInteger(NodeImporter &ni) {
+  return single(ni, integerMatMul(ni, ni.input(0), ni.input(2), ni.input(1), ni.input(3)));
+}
+
+/// float(sum) times a_scale * b_scale / y_scale, rounded, plus y's zero point:
+/// ONNX Runtime's requantization (QuantizeLinear with `multiply`). `along`: b's
+/// per-channel scale is reshaped to broadcast along this dim of the sums.
+llvm::Expected<Value *> requantize(NodeImporter &ni, Value *sum, Value *aScale, Value *bScale,
+                                   int64_t along, Value *yScale, Value *yzp) {
+  if (!quantizedType(yzp->dtype()))
+    return ni.unsupported(std::string("a quantized result of ") +
+                          std::string(dtypeName(yzp->dtype())));
+  DLC_TRY(bs, alongAxis(ni, bScale, sum, along, "the weight's scale"));
+  DLC_TRY(ab, ni.op(OpKind::Mul, {aScale, bs}));
+  DLC_TRY(multiplier, ni.op(OpKind::Div, {ab, yScale}));
+  DLC_TRY(f, ni.op(OpKind::Cast, {sum}, {{"to", Attribute(std::string("f32"))}}));
+  return ni.op(OpKind::QuantizeLinear, {f, multiplier, yzp},
+               {{"to", Attribute(std::string(dtypeName(yzp->dtype())))},
+                {"multiply", Attribute(int64_t{1})}});
+}
+
+/// QLinearConv(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, B?).
+llvm::Error importQLinearConv(NodeImporter &ni) {
+  for (size_t i : {1, 4, 6})
+    if (ni.input(i)->dtype() != DType::F32)
+      return ni.error("input " + std::to_string(i) + " (a scale) must be f32");
+  DLC_TRY(sum, integerConv(ni, ni.input(0), ni.input(2), ni.input(3), ni.input(5), ni.input(8)));
+  return single(ni, requantize(ni, sum, ni.input(1), ni.input(4), 1, ni.input(6), ni.input(7)));
+}
+
+/// QLinearMatMul(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp).
+llvm::Error importQLinearMatMul(NodeImporter &ni) {
+  for (size_t i : {1, 4, 6})
+    if (ni.input(i)->dtype() != DType::F32)
+      return ni.error("input " + std::to_string(i) + " (a scale) must be f32");
+  Value *a = ni.input(0);
+  if (Value *as = ni.input(1); as->type().numElements() != 1)
+    return ni.unsupported("a per-row a_scale");
+  DLC_TRY(sum, integerMatMul(ni, a, ni.input(2), ni.input(3), ni.input(5)));
+  return single(
+      ni, requantize(ni, sum, ni.input(1), ni.input(4), sum->rank() - 1, ni.input(6), ni.input(7)));
+}
+
+} // namespace
+
+void registerQuantHandlers(std::vector<HandlerEntry> &t) {
+  t.push_back({"QuantizeLinear", 10, kMaxOpset, importQuantizeLinear, "", 2});
+  t.push_back({"DequantizeLinear", 10, kMaxOpset, importDequantizeLinear, "", 2});
+  t.push_back({"DynamicQuantizeLinear", 11, kMaxOpset, importDynamicQuantizeLinear, "", 1});
+  t.push_back({"ConvInteger", 10, kMaxOpset, importConvInteger, "", 2});
+  t.push_back({"MatMulInteger", 10, kMaxOpset, importMatMulInteger, "", 2});
+  t.push_back({"QLinearConv", 10, kMaxOpset, importQLinearConv, "", 8});
+  t.push_back({"QLinearMatMul", 10, kMaxOpset, importQLinearMatMul, "", 8});
+}
+
+} // namespace dlc::frontend

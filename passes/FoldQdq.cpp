@@ -1,0 +1,174 @@
+//===- FoldQdq.cpp - QDQ convolutions and MatMuls as integer arithmetic ------===//
+//
+// Explicit quantization (QDQ): a Conv or MatMul whose operands are DequantizeLinear of
+// quantized tensors and whose result (through an optional Relu) feeds a
+// QuantizeLinear computes in integers, as ONNX Runtime (its QDQ fusions into
+// QLinearConv and QLinearMatMul) and TensorRT run such files:
+//   Q(Conv(DQ(x, sx, zx), DQ(w, sw, zw), DQ(b32, sb)), sy, zy)
+//     -> Q(float(Conv(x - zx, w - zw, b32)), sx * sw / sy, zy) {multiply = 1}
+// with exact int32 sums, and the requantization ONNX Runtime applies: the product by
+// the FP32 multiplier, rounded half to even, plus y's zero point, saturated. The
+// input's scale is per tensor, the weight's per tensor or per output channel; the
+// bias, where there is one, is int32 (its scale is sx * sw, as quantization tools
+// write it). A Relu between the product and the QuantizeLinear stays, on the int32
+// sums. The other DequantizeLinear users keep their float values.
+//===----------------------------------------------------------------------===//
+#include "dlc/ir/GradBuilder.h"
+#include "dlc/passes/Pass.h"
+
+namespace dlc::passes {
+namespace {
+
+using namespace ir;
+
+bool quantized(DType t) {
+  return t == DType::U8 || t == DType::I8;
+}
+
+/// v as DequantizeLinear(q, scale, zp?) of a u8/i8 tensor q, or null.
+Node *dequantized(Value *v) {
+  Node *d = definedBy(v, OpKind::DequantizeLinear);
+  return d && quantized(d->operand(0)->dtype()) && d->operand(1)->dtype() == DType::F32 ? d
+                                                                                        : nullptr;
+}
+
+bool oneValue(const Value *v) {
+  return v && v->type().numElements() == 1;
+}
+
+/// Whether the scale (or zero point) of a weight varies only along dim 0, with
+/// `channels` values, or is a single value.
+bool perOutputChannel(const Value *v, int64_t channels) {
+  if (oneValue(v))
+    return true;
+  const Shape &s = v->shape();
+  if (s.empty() || s[0] != channels)
+    return false;
+  for (size_t i = 1; i < s.size(); ++i)
+    if (s[i] != 1)
+      return false;
+  return true;
+}
+
+class FoldQdq : public Pass {
+public:
+  std::string_view name() const override { return "fold-qdq"; }
+
+  bool run(Graph &g, PassContext &) override {
+    bool changed = false;
+    for (Node *q : g.nodesOf(OpKind::QuantizeLinear))
+      changed |= fold(g, *q);
+    return changed;
+  }
+
+private:
+  static bool fold(Graph &g, Node &q) {
+    Value *in = q.operand(0), *ys = q.operand(1), *yz = q.operand(2);
+    if (!oneValue(ys) || ys->dtype() != DType::F32 || g.isOutput(in) || in->uses().size() != 1)
+      return false;
+    Node *relu = definedBy(in, OpKind::Relu);
+    // (A Relu is moved onto the int32 sums, which needs a positive multiplier: the
+    // scales as constants, positive as ONNX requires.)
+    Value *product = relu ? relu->operand(0) : in;
+    if (relu && (g.isOutput(product) || product->uses().size() != 1))
+      return false;
+    Node *p = product->definingNode();
+    if (!p || (p->kind() != OpKind::Conv && p->kind() != OpKind::MatMul) ||
+        product->dtype() != DType::F32 ||
+        (p->kind() == OpKind::Conv && p->attrInt("channels_last") != 0))
+      return false;
+    Node *x = dequantized(p->operand(0)), *w = dequantized(p->operand(1));
+    if (!x || !w || !oneValue(x->operand(1)) ||
+        (relu && !(positive(x->operand(1)) && positive(w->operand(1)) && positive(ys))))
+      return false;
+    const bool conv = p->kind() == OpKind::Conv;
+    // The weight's scale: per tensor, or per output channel (a Conv's dim 0; a
+    // MatMul's last dim, which broadcasts as it is).
+    Value *ws = w->operand(1);
+    const int64_t channels = conv ? p->operand(1)->shape()[0] : p->operand(1)->shape().back();
+    if (conv ? !perOutputChannel(ws, channels) : !(oneValue(ws) || ws->shape() == Shape{channels}))
+      return false;
+    // A Conv's bias: none, or the DequantizeLinear of int32 sums with zero point 0.
+    Value *bias = nullptr;
+    if (conv && p->operand(2)) {
+      Node *bd = definedBy(p->operand(2), OpKind::DequantizeLinear);
+      if (!bd || bd->operand(0)->dtype() != DType::I32 || bd->operand(0)->rank() != 1 ||
+          (bd->operand(2) && !(bd->operand(2)->isConstant() && isZero(bd->operand(2)))))
+        return false;
+      bias = bd->operand(0);
+    }
+
+    GradBuilder b(g);
+    b.setNameSuffix(".int");
+    b.setInsertionPoint(&q);
+    b.begin(q, {}, {});
+    auto centered = [&](Node *d) {
+      Value *v = b.cast(d->operand(0), DType::I32);
+      return d->operand(2) ? b.sub(v, b.cast(d->operand(2), DType::I32)) : v;
+    };
+    Value *xi = centered(x), *wi = centered(w);
+    Value *sum = nullptr;
+    if (conv) {
+      std::vector<Value *> ops{xi, wi};
+      if (bias)
+        ops.push_back(bias);
+      sum = b.op(OpKind::Conv, ops, p->attrs());
+    } else {
+      sum = b.op(OpKind::MatMul, {xi, wi});
+    }
+    // The multiplier, per output channel along dim 1 of the convolution's result.
+    Value *scale = ws;
+    if (conv && !oneValue(ws)) {
+      Shape s(static_cast<size_t>(product->rank() - 1), 1);
+      s[0] = channels;
+      scale = b.reshape(ws, s);
+    }
+    // (One QuantizeLinear with `multiply` applies the FP32 multiplier, so that no
+    // precision pass can move the product to FP16. The Relu acts on the int32 sums:
+    // the multiplier is positive, so it commutes.)
+    Value *multiplier = b.div(b.mul(x->operand(1), scale), ys);
+    if (relu)
+      sum = b.op(OpKind::Relu, {sum});
+    std::vector<Value *> qOps{b.cast(sum, DType::F32), multiplier};
+    if (yz)
+      qOps.push_back(yz);
+    AttrMap qa = q.attrs();
+    qa["multiply"] = Attribute(int64_t{1});
+    Value *y = b.op(OpKind::QuantizeLinear, qOps, qa);
+    if (!y || b.failed() || y->type() != q.result()->type()) {
+      llvm::consumeError(b.takeError());
+      return false; // (not reached: the operands were checked above; dce removes the rest)
+    }
+    const std::string name = q.result()->name();
+    g.replaceAllUsesWith(q.result(), y);
+    g.eraseNode(&q);
+    g.renameValue(y, name);
+    return true;
+  }
+
+  static bool positive(const Value *v) {
+    if (!v->isConstant())
+      return false;
+    const Tensor &t = v->data();
+    for (int64_t i = 0; i < t.numElements(); ++i)
+      if (!(t.getDouble(i) > 0))
+        return false;
+    return true;
+  }
+
+  static bool isZero(const Value *v) {
+    const Tensor &t = v->data();
+    for (int64_t i = 0; i < t.numElements(); ++i)
+      if (t.getDouble(i) != 0)
+        return false;
+    return true;
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createFoldQdq() {
+  return std::make_unique<FoldQdq>();
+}
+
+} // namespace dlc::passes

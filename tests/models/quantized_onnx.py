@@ -1,0 +1,311 @@
+#!/usr/bin/env python3
+"""Quantized ONNX against ONNX Runtime (onnxruntime-node, CPU).
+
+Models are built with onnx.helper; each runs through `dlc compile --target emu` +
+`dlc run` and ONNX Runtime on the same inputs:
+  - integer outputs (QuantizeLinear, QLinearConv, QLinearMatMul, ConvInteger,
+    MatMulInteger, DynamicQuantizeLinear's y and zero point) must be equal;
+  - float outputs (dequantized) must agree within one quantization step of the
+    output (the scale the case names), and exactly where nothing but dequantizing
+    happens.
+Cases: QuantizeLinear/DequantizeLinear per tensor and per axis, u8 and i8, FP32 and
+FP16 inputs, opsets 10, 13 and 21; DynamicQuantizeLinear on mixed, positive and
+negative inputs; ConvInteger and MatMulInteger with zero points per tensor and per
+channel (the DynamicQuantizeLinear + ConvInteger pattern of ONNX Runtime's dynamic
+quantization, as IS-Net's quint8 model); QLinearConv (per-channel weights, a bias)
+and QLinearMatMul; a QDQ CNN (DequantizeLinear of int8 per-channel weights into Conv,
+QuantizeLinear/DequantizeLinear of the activations) and a QDQ transformer MLP.
+
+usage: quantized_onnx.py --dlc build/tools/dlc --work DIR [--only SUBSTRING]
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_models import ensure_ort  # noqa: E402
+from modern_onnx import npy_out, run_dlc, run_ort  # noqa: E402
+
+TYPES = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16, np.uint8: TensorProto.UINT8,
+         np.int8: TensorProto.INT8, np.int32: TensorProto.INT32}
+
+
+class Model:
+    def __init__(self, seed=7):
+        self.rng = np.random.RandomState(seed)
+        self.inputs, self.outputs, self.inits, self.nodes, self.feeds = [], [], [], [], {}
+        self.step = {}  # output name -> the tolerance (a quantization step; 0: exact)
+
+    def input(self, name, value):
+        value = np.asarray(value)
+        self.inputs.append(helper.make_tensor_value_info(name, TYPES[value.dtype.type], list(value.shape)))
+        self.feeds[name] = value
+        return name
+
+    def const(self, name, value, dtype):
+        self.inits.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
+        return name
+
+    def node(self, op, ins, outs, domain="", **attrs):
+        self.nodes.append(helper.make_node(op, ins, outs, name=f"{op}_{len(self.nodes)}", domain=domain, **attrs))
+        return outs[0] if len(outs) == 1 else outs
+
+    def output(self, name, dtype, rank, step=0.0):
+        """`step`: the tolerance (integers: 0 unless both runtimes compute in float)."""
+        self.outputs.append(helper.make_tensor_value_info(name, TYPES[dtype], [f"{name}_{i}" for i in range(rank)]))
+        self.step[name] = step
+
+    def build(self, opset):
+        g = helper.make_graph(self.nodes, "g", self.inputs, self.outputs, self.inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="dlc-quantized")
+        m.ir_version = 7 if opset <= 15 else 8 if opset <= 18 else 9 if opset <= 20 else 10
+        return m
+
+
+CASES = []
+
+
+def case(name, opset, fp16=False):
+    """`fp16`: also compiled with --fp16, against the same ONNX Runtime result (the
+    integer regions stay exact; the float islands within the output's step)."""
+    def wrap(f):
+        CASES.append((name, opset, f, fp16))
+        return f
+    return wrap
+
+
+def weights_i8(rng, shape):
+    return rng.randint(-127, 128, shape).astype(np.int8)
+
+
+@case("qdq_per_tensor_u8_i8", 13)
+def _(m):
+    x = m.input("x", (m.rng.randn(2, 3, 5) * 4).astype(np.float32))
+    # Values at exact halves of the step, to see rounding half to even and saturation.
+    h = m.input("h", np.array([-3.0, -2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 600.0, -600.0, np.nan], np.float32))
+    s, zu, zi = m.const("s", 0.05, np.float32), m.const("zu", 128, np.uint8), m.const("zi", -3, np.int8)
+    m.node("QuantizeLinear", [x, s, zu], ["qu"])
+    m.node("QuantizeLinear", [x, s, zi], ["qi"])
+    m.node("QuantizeLinear", [x, s], ["qn"])  # no zero point: u8, 0
+    m.node("QuantizeLinear", [h, m.const("one", 1.0, np.float32), zi], ["qh"])
+    m.node("DequantizeLinear", ["qu", s, zu], ["du"])
+    m.node("DequantizeLinear", ["qi", s, zi], ["di"])
+    for n, t in [("qu", np.uint8), ("qi", np.int8), ("qn", np.uint8), ("qh", np.int8)]:
+        m.output(n, t, 3 if n != "qh" else 1)
+    m.output("du", np.float32, 3)
+    m.output("di", np.float32, 3)
+
+
+@case("qdq_per_axis", 13)
+def _(m):
+    x = m.input("x", (m.rng.randn(2, 4, 3, 3) * 2).astype(np.float32))
+    s = m.const("s", [0.01, 0.02, 0.05, 0.1], np.float32)
+    z = m.const("z", [0, 10, -10, 5], np.int8)
+    m.node("QuantizeLinear", [x, s, z], ["q"], axis=1)
+    m.node("DequantizeLinear", ["q", s, z], ["d"], axis=1)
+    w = m.input("w", m.rng.randint(-128, 128, (3, 5)).astype(np.int8))
+    m.node("DequantizeLinear", [w, m.const("ws", [0.5, 0.25, 0.125, 2.0, 1.0], np.float32),
+                                m.const("wz", [0, 1, 2, 3, 4], np.int8)], ["wd"], axis=-1)
+    m.node("DequantizeLinear", [m.input("acc", m.rng.randint(-100000, 100000, (4, 3)).astype(np.int32)),
+                                m.const("as", 0.001, np.float32)], ["ad"])
+    m.output("q", np.int8, 4)
+    m.output("d", np.float32, 4)
+    m.output("wd", np.float32, 2)
+    m.output("ad", np.float32, 2)
+
+
+@case("qdq_fp16_opset21", 21)
+def _(m):
+    x = m.input("x", (m.rng.randn(3, 8) * 3).astype(np.float16))
+    s = m.const("s", 0.03, np.float16)
+    m.node("QuantizeLinear", [x, s, m.const("z", 3, np.uint8)], ["q"])
+    m.node("DequantizeLinear", ["q", s, "z"], ["d"])
+    m.node("QuantizeLinear", [x, s], ["qi"], output_dtype=TensorProto.INT8)
+    m.output("q", np.uint8, 2)
+    m.output("d", np.float16, 2)
+    m.output("qi", np.int8, 2)
+
+
+@case("dynamic_quantize_linear", 11)
+def _(m):
+    for i, v in enumerate([m.rng.randn(4, 7) * 3, np.abs(m.rng.randn(5)) + 0.5, -np.abs(m.rng.randn(2, 3)) - 1,
+                           np.array([[-1.0, 0.0, 2.5]])]):
+        x = m.input(f"x{i}", v.astype(np.float32))
+        m.node("DynamicQuantizeLinear", [x], [f"y{i}", f"s{i}", f"z{i}"])
+        m.output(f"y{i}", np.uint8, v.ndim)
+        m.output(f"s{i}", np.float32, 0)
+        m.output(f"z{i}", np.uint8, 0)
+
+
+@case("conv_integer_dynamic", 11)
+def _(m):
+    # ONNX Runtime's dynamic quantization of a conv (IS-Net quint8): the activations
+    # quantized at run time, the weights u8 with a zero point, the int32 sums scaled back.
+    x = m.input("x", (m.rng.randn(1, 3, 9, 9)).astype(np.float32))
+    y, s, z = m.node("DynamicQuantizeLinear", [x], ["xq", "xs", "xz"])
+    w = m.const("w", m.rng.randint(0, 256, (4, 3, 3, 3)), np.uint8)
+    acc = m.node("ConvInteger", [y, w, z, m.const("wz", 131, np.uint8)], ["acc"], pads=[1, 1, 1, 1],
+                 strides=[2, 2])
+    f = m.node("Cast", [acc], ["accf"], to=TensorProto.FLOAT)
+    sc = m.node("Mul", [s, m.const("ws", 0.004, np.float32)], ["sc"])
+    m.node("Mul", [f, sc], ["out"])
+    m.node("ConvInteger", [m.input("xi", m.rng.randint(-128, 128, (2, 4, 5, 5)).astype(np.int8)),
+                           m.const("wi", weights_i8(m.rng, (6, 2, 3, 3)), np.int8),
+                           m.const("xiz", -5, np.int8), m.const("wiz", 3, np.int8)],
+           ["acci"], group=2, auto_pad="SAME_UPPER")
+    m.output("acc", np.int32, 4)
+    m.output("out", np.float32, 4)
+    m.output("acci", np.int32, 4)
+
+
+@case("matmul_integer", 10)
+def _(m):
+    a = m.input("a", m.rng.randint(0, 256, (2, 5, 16)).astype(np.uint8))
+    b = m.const("b", m.rng.randint(0, 256, (16, 6)), np.uint8)
+    m.node("MatMulInteger", [a, b, m.const("az", 120, np.uint8), m.const("bz", [1, 2, 3, 4, 5, 250], np.uint8)],
+           ["y"])
+    a2 = m.input("a2", m.rng.randint(-128, 128, (4, 8)).astype(np.int8))
+    m.node("MatMulInteger", [a2, m.const("b2", weights_i8(m.rng, (8, 3)), np.int8),
+                             m.const("a2z", -2, np.int8)], ["y2"])
+    m.output("y", np.int32, 3)
+    m.output("y2", np.int32, 2)
+
+
+@case("qlinear_conv_matmul", 10)
+def _(m):
+    x = m.input("x", m.rng.randint(0, 256, (1, 4, 6, 6)).astype(np.uint8))
+    ins = [x, m.const("xs", 0.02, np.float32), m.const("xz", 128, np.uint8),
+           m.const("w", weights_i8(m.rng, (5, 4, 3, 3)), np.int8),
+           m.const("ws", [0.01, 0.02, 0.005, 0.03, 0.015], np.float32), m.const("wz", [0] * 5, np.int8),
+           m.const("ys", 0.05, np.float32), m.const("yz", 100, np.uint8),
+           m.const("b", m.rng.randint(-500, 500, 5), np.int32)]
+    m.node("QLinearConv", ins, ["y"], pads=[1, 1, 1, 1])
+    a = m.input("a", m.rng.randint(0, 256, (3, 32)).astype(np.uint8))
+    m.node("QLinearMatMul", [a, m.const("as", 0.03, np.float32), m.const("az", 110, np.uint8),
+                             m.const("mb", m.rng.randint(0, 256, (32, 7)), np.uint8), m.const("bs", 0.02, np.float32),
+                             m.const("bz", 125, np.uint8), m.const("ms", 0.4, np.float32),
+                             m.const("mz", 10, np.uint8)], ["z"])
+    m.output("y", np.uint8, 4)
+    m.output("z", np.uint8, 2)
+
+
+@case("qdq_cnn", 13, fp16=True)
+def _(m):
+    # The QDQ form quantization tools write: int8 per-channel weights and int32 biases
+    # (scale x_scale * w_scale) dequantized into a float Conv, the activations quantized
+    # and dequantized (u8) around it. ONNX Runtime fuses each Conv (with its Relu) into a
+    # QLinearConv; dlc computes the same int32 sums (the fold-qdq pass).
+    x = m.input("x", m.rng.rand(2, 3, 12, 12).astype(np.float32))
+    act_z = m.const("az", 0, np.uint8)
+    s_in = 1 / 255
+    xq = m.node("QuantizeLinear", [x, m.const("as", s_in, np.float32), act_z], ["xq"])
+    h = m.node("DequantizeLinear", [xq, "as", act_z], ["xd"])
+    for i, (cin, cout, s_out) in enumerate([(3, 8, 0.02), (8, 8, 0.03)]):
+        ws = (m.rng.rand(cout) * 0.01 + 0.002).astype(np.float32)
+        wd = m.node("DequantizeLinear", [m.const(f"w{i}", weights_i8(m.rng, (cout, cin, 3, 3)), np.int8),
+                                         m.const(f"ws{i}", ws, np.float32),
+                                         m.const(f"wz{i}", [0] * cout, np.int8)], [f"wd{i}"], axis=0)
+        bs = (np.float32(s_in) * ws).astype(np.float32)
+        bd = m.node("DequantizeLinear", [m.const(f"b{i}", m.rng.randint(-2000, 2000, cout), np.int32),
+                                         m.const(f"bs{i}", bs, np.float32)], [f"bd{i}"], axis=0)
+        c = m.node("Conv", [h, wd, bd], [f"c{i}"], pads=[1, 1, 1, 1])
+        r = m.node("Relu", [c], [f"r{i}"])
+        q = m.node("QuantizeLinear", [r, m.const(f"s{i}", s_out, np.float32), act_z], [f"q{i}"])
+        h = m.node("DequantizeLinear", [q, f"s{i}", act_z], [f"d{i}"])
+        s_in = s_out
+    m.node("GlobalAveragePool", [h], ["y"])
+    m.output("q0", np.uint8, 4)
+    m.output("q1", np.uint8, 4)
+    m.output("y", np.float32, 4, step=0.03)  # one step of the last activation
+
+
+@case("qdq_transformer_mlp", 13, fp16=True)
+def _(m):
+    x = m.input("x", m.rng.randn(2, 6, 16).astype(np.float32))
+    xs, xz = m.const("xs", 0.03, np.float32), m.const("xz", 0, np.int8)
+    xd = m.node("DequantizeLinear", [m.node("QuantizeLinear", [x, xs, xz], ["xq"]), xs, xz], ["xd"])
+    w1 = m.node("DequantizeLinear", [m.const("w1", weights_i8(m.rng, (16, 32)), np.int8),
+                                     m.const("w1s", m.rng.rand(32) * 0.01 + 0.001, np.float32),
+                                     m.const("w1z", [0] * 32, np.int8)], ["w1d"], axis=1)
+    h = m.node("MatMul", [xd, w1], ["h"])
+    g = m.node("Relu", [m.node("Add", [h, m.const("b1", m.rng.randn(32) * 0.1, np.float32)], ["hb"])], ["g"])
+    gs = m.const("gs", 0.01, np.float32)
+    gd = m.node("DequantizeLinear", [m.node("QuantizeLinear", [g, gs, xz], ["gq"]), gs, xz], ["gd"])
+    w2 = m.node("DequantizeLinear", [m.const("w2", weights_i8(m.rng, (32, 16)), np.int8),
+                                     m.const("w2s", 0.004, np.float32)], ["w2d"])
+    m.node("Add", [m.node("MatMul", [gd, w2], ["o"]), xd], ["y"])
+    # (The MatMul's float bias keeps ONNX Runtime, and dlc, on float arithmetic for the
+    # first layer: a tie in its rounding may go either way, one step.)
+    m.output("gq", np.int8, 3, step=1)
+    m.output("y", np.float32, 3, step=0.01)
+
+
+def compare(got, want, step):
+    """(ok, the largest difference): integers must be equal; floats within `step` (a
+    quantization step), or 1e-6 relative where step is 0 (dequantizing alone)."""
+    if got.shape != want.shape:
+        return False, float("inf")
+    if np.issubdtype(want.dtype, np.integer):
+        d = np.abs(got.astype(np.int64) - want.astype(np.int64))
+        return bool((d <= step).all()), float(d.max()) if d.size else 0.0
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    if np.any(np.isnan(got) != np.isnan(want)):
+        return False, float("inf")
+    d = np.abs(np.nan_to_num(got) - np.nan_to_num(want))
+    err = float(d.max()) if d.size else 0.0
+    bound = step if step else 1e-6 * max(1.0, float(np.abs(np.nan_to_num(want)).max()) if want.size else 1.0)
+    return err <= bound, err
+
+
+def check(dlc, name, opset, build, work, extra):
+    d = os.path.join(work, name + ("-" + "".join(a.strip("-") for a in extra) if extra else ""))
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    m = Model()
+    build(m)
+    model = m.build(opset)
+    path = os.path.join(d, "model.onnx")
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+    try:
+        got_dir, _ = run_dlc(dlc, path, m.feeds, d, extra)
+        want_dir = run_ort(path, m.feeds, d)
+    except RuntimeError as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        return None
+    return {o.name: compare(npy_out(got_dir, o.name), npy_out(want_dir, o.name), m.step[o.name])
+            for o in model.graph.output}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dlc", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--only", default="")
+    a = ap.parse_args()
+    ensure_ort()
+    os.makedirs(a.work, exist_ok=True)
+    failed, ran = 0, 0
+    for name, opset, build, fp16 in CASES:
+        if a.only not in name:
+            continue
+        for extra in [[]] + ([["--fp16"]] if fp16 else []):
+            ran += 1
+            worst = check(a.dlc, name, opset, build, a.work, extra)
+            ok = worst is not None and all(good for good, _ in worst.values())
+            failed += not ok
+            detail = "error" if worst is None else ", ".join(
+                f"{k} {d:.2g}{'' if good else ' FAIL'}" for k, (good, d) in worst.items())
+            label = name + (" " + " ".join(extra) if extra else "")
+            print(f"{label:34} opset {opset:2}  {'pass' if ok else 'FAIL'}  ({detail})")
+    print(json.dumps({"cases": ran, "failed": failed}))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
