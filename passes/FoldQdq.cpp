@@ -16,6 +16,8 @@
 #include "dlc/ir/GradBuilder.h"
 #include "dlc/passes/Pass.h"
 
+#include <cmath>
+
 namespace dlc::passes {
 namespace {
 
@@ -86,7 +88,12 @@ private:
     // MatMul's last dim, which broadcasts as it is).
     Value *ws = w->operand(1);
     const int64_t channels = conv ? p->operand(1)->shape()[0] : p->operand(1)->shape().back();
-    if (conv ? !perOutputChannel(ws, channels) : !(oneValue(ws) || ws->shape() == Shape{channels}))
+    // (Per channel: the importer's shape for the output-channel axis, [M, 1, ...] of the
+    // weight's rank for a Conv, [N] for a MatMul's B of rank 2 or more; a scale along
+    // any other axis cannot be taken out of the sums.)
+    const Value *wq = w->operand(0);
+    if (conv ? !(oneValue(ws) || (ws->rank() == wq->rank() && perOutputChannel(ws, channels)))
+             : !(oneValue(ws) || (wq->rank() >= 2 && ws->shape() == Shape{channels})))
       return false;
     // A Conv's bias: none, or the DequantizeLinear of int32 sums with zero point 0.
     Value *bias = nullptr;
@@ -94,6 +101,10 @@ private:
       Node *bd = definedBy(p->operand(2), OpKind::DequantizeLinear);
       if (!bd || bd->operand(0)->dtype() != DType::I32 || bd->operand(0)->rank() != 1 ||
           (bd->operand(2) && !(bd->operand(2)->isConstant() && isZero(bd->operand(2)))))
+        return false;
+      // Its scale must be sx * sw, as quantization tools write it (ONNX Runtime adds
+      // the int32 bias to the sums as it is): checked where the scales are constants.
+      if (!biasScaleMatches(bd->operand(1), x->operand(1), ws, channels))
         return false;
       bias = bd->operand(0);
     }
@@ -143,6 +154,22 @@ private:
     g.replaceAllUsesWith(q.result(), y);
     g.eraseNode(&q);
     g.renameValue(y, name);
+    return true;
+  }
+
+  /// Whether the bias scale (one value or [M]) equals sx * sw per output channel,
+  /// within FP32 rounding; all three constants.
+  static bool biasScaleMatches(const Value *bs, const Value *sx, const Value *sw,
+                               int64_t channels) {
+    if (!bs->isConstant() || !sx->isConstant() || !sw->isConstant())
+      return false;
+    const Tensor &b = bs->data(), &x = sx->data(), &w = sw->data();
+    for (int64_t m = 0; m < channels; ++m) {
+      const double want = x.getDouble(0) * w.getDouble(w.numElements() == 1 ? 0 : m),
+                   got = b.getDouble(b.numElements() == 1 ? 0 : m);
+      if (!(std::abs(got - want) <= 1e-6 * std::abs(want)))
+        return false;
+    }
     return true;
   }
 

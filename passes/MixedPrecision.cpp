@@ -6,7 +6,10 @@
 //  - Follow: no arithmetic of its own: reduced precision when one of its floating
 //            operands already is (visited in topological order);
 //  - Deny / Unset: stays FP32.
-// User overrides (--fp32-ops, --fp32-nodes) force FP32.
+// User overrides (--fp32-ops, --fp32-nodes) force FP32, and so does every node that
+// computes a quantization parameter (OpDef::fp32Operands: the scale and zero point of
+// QuantizeLinear/DequantizeLinear, and what computes them, up to the data they are
+// computed from).
 //
 // Then rewrites: an FP32 operand of a reduced node is converted once per value (a
 // constant at compile time, anything else through one shared Cast), the node's
@@ -17,6 +20,8 @@
 //===----------------------------------------------------------------------===//
 #include "dlc/passes/Pass.h"
 
+#include <algorithm>
+#include <map>
 #include <set>
 #include <unordered_map>
 
@@ -65,6 +70,7 @@ public:
       return r;
     };
 
+    markParameterNodes(g);
     for (Node *n : g.nodeList()) {
       if (!runsReduced(*n, po, low)) {
         // Reading a value that became reduced in place: one shared cast back.
@@ -114,7 +120,7 @@ private:
   /// Whether n runs in the reduced precision, given the decisions made so far
   /// (operands already carry their new types: nodes are visited in order).
   bool runsReduced(const Node &n, const PrecisionOptions &po, DType low) const {
-    if (forcedFp32(n, po))
+    if (forcedFp32(n, po) || parameters_.count(&n))
       return false;
     bool floatData = false, reducedOperand = false, onlyConstants = true;
     for (Value *v : n.operands())
@@ -156,7 +162,32 @@ private:
     return any;
   }
 
+  /// The nodes that compute quantization parameters: a result used as one
+  /// (OpDef::fp32Operands), or by such a node, and no larger than the parameters it
+  /// reaches (the scale's own reductions and arithmetic, not the data they are
+  /// computed from). Visited from the last node back.
+  void markParameterNodes(const Graph &g) {
+    parameters_.clear();
+    std::vector<Node *> nodes = g.nodeList();
+    for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+      const Node *n = *it;
+      int64_t bound = -1, largest = 0;
+      for (unsigned r = 0; r < n->numResults(); ++r) {
+        const int64_t size = n->result(r)->type().numElements();
+        largest = std::max(largest, size);
+        for (const Use &u : n->result(r)->uses())
+          if (u.user->def().fp32Operands >> u.operandIndex & 1u)
+            bound = std::max(bound, size);
+          else if (auto p = parameters_.find(u.user); p != parameters_.end())
+            bound = std::max(bound, p->second);
+      }
+      if (bound >= 0 && largest <= bound)
+        parameters_[n] = bound;
+    }
+  }
+
   std::set<Value *> lowered_;
+  std::map<const Node *, int64_t> parameters_; // and the size of what they reach
 };
 
 } // namespace

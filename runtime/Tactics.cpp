@@ -225,7 +225,7 @@ Status Session::chooseTactics(size_t k) {
     }
     // Choices embedded in the package for this GPU (dlc tune --embed), where the cache
     // has none.
-    if (const auto *sets = pkg_->meta().embedded_tactics())
+    if (const auto *sets = opts_.useEmbeddedTactics ? pkg_->meta().embedded_tactics() : nullptr)
       for (const pkg::EmbeddedTactics *e : *sets)
         if (e->key() && e->key()->str() == key && e->picks())
           for (const pkg::TacticPick *p : *e->picks())
@@ -310,6 +310,8 @@ Status Session::chooseTactics(size_t k) {
       if (best >= 0) {
         cache[{k, g.group}] = {g.alts[chosen].alt, best};
         ++timed;
+      } else {
+        c.how = "default"; // no candidate ran: ours, untimed
       }
     }
     // A vendor choice read from the cache or the package runs once here, outside any
@@ -326,6 +328,8 @@ Status Session::chooseTactics(size_t k) {
                                  ")");
         chosen = fallback;
         rewrite |= c.how == "cache";
+        --(c.how == "cache" ? fromCache : fromPackage);
+        c.how = "default";
         cache.erase({k, g.group});
       }
     }

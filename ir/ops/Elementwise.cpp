@@ -1044,6 +1044,7 @@ void defineElementwiseOps(OpTable &t) {
       .attr("multiply", AttrKind::Int, int64_t{0})
       .fusible(Fusibility::elementwise())
       .fp16(FP::Deny) // the scale in FP32, as the file gives it
+      .fp32Operands(0b110)
       .layout(LayoutRule::agnostic())
       .verify(verifyQuantizeLinear)
       .infer(inferQuantizeLinear)
@@ -1053,6 +1054,7 @@ void defineElementwiseOps(OpTable &t) {
       .operands(2, 3)
       .fusible(Fusibility::elementwise())
       .fp16(FP::Deny)
+      .fp32Operands(0b110)
       .layout(LayoutRule::agnostic())
       .verify(verifyDequantizeLinear)
       .infer(inferDequantizeLinear)

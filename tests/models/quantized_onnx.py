@@ -131,10 +131,10 @@ def _(m):
     m.output("qi", np.int8, 2)
 
 
-@case("dynamic_quantize_linear", 11)
+@case("dynamic_quantize_linear", 11, fp16=True)
 def _(m):
     for i, v in enumerate([m.rng.randn(4, 7) * 3, np.abs(m.rng.randn(5)) + 0.5, -np.abs(m.rng.randn(2, 3)) - 1,
-                           np.array([[-1.0, 0.0, 2.5]])]):
+                           np.array([[-1.0, 0.0, 2.5]]), np.zeros((2, 2))]):  # zeros: scale 1, zero point 0
         x = m.input(f"x{i}", v.astype(np.float32))
         m.node("DynamicQuantizeLinear", [x], [f"y{i}", f"s{i}", f"z{i}"])
         m.output(f"y{i}", np.uint8, v.ndim)
@@ -142,7 +142,7 @@ def _(m):
         m.output(f"z{i}", np.uint8, 0)
 
 
-@case("conv_integer_dynamic", 11)
+@case("conv_integer_dynamic", 11, fp16=True)
 def _(m):
     # ONNX Runtime's dynamic quantization of a conv (IS-Net quint8): the activations
     # quantized at run time, the weights u8 with a zero point, the int32 sums scaled back.
@@ -192,6 +192,21 @@ def _(m):
                              m.const("mz", 10, np.uint8)], ["z"])
     m.output("y", np.uint8, 4)
     m.output("z", np.uint8, 2)
+
+
+@case("qdq_matmul", 13, fp16=True)
+def _(m):
+    # DequantizeLinear operands into a MatMul into QuantizeLinear (ONNX Runtime fuses it
+    # into a QLinearMatMul; dlc's fold-qdq computes the same int32 sums), per-column
+    # int8 weight scales, batched A.
+    a = m.input("a", m.rng.randint(0, 256, (2, 5, 24)).astype(np.uint8))
+    ad = m.node("DequantizeLinear", [a, m.const("as", 0.02, np.float32), m.const("az", 117, np.uint8)], ["ad"])
+    bd = m.node("DequantizeLinear", [m.const("b", weights_i8(m.rng, (24, 6)), np.int8),
+                                     m.const("bs", m.rng.rand(6) * 0.01 + 0.001, np.float32),
+                                     m.const("bz", [0] * 6, np.int8)], ["bd"], axis=1)
+    mm = m.node("MatMul", [ad, bd], ["mm"])
+    m.node("QuantizeLinear", [mm, m.const("ys", 0.05, np.float32), m.const("yz", 3, np.int8)], ["y"])
+    m.output("y", np.int8, 3)
 
 
 @case("qdq_cnn", 13, fp16=True)
@@ -245,9 +260,10 @@ def _(m):
     m.output("y", np.float32, 3, step=0.01)
 
 
-def compare(got, want, step):
+def compare(got, want, step, rel=1e-6):
     """(ok, the largest difference): integers must be equal; floats within `step` (a
-    quantization step), or 1e-6 relative where step is 0 (dequantizing alone)."""
+    quantization step), or `rel` relative where step is 0 (1e-6: dequantizing alone;
+    an FP16 island under --fp16: 1e-2)."""
     if got.shape != want.shape:
         return False, float("inf")
     if np.issubdtype(want.dtype, np.integer):
@@ -258,7 +274,7 @@ def compare(got, want, step):
         return False, float("inf")
     d = np.abs(np.nan_to_num(got) - np.nan_to_num(want))
     err = float(d.max()) if d.size else 0.0
-    bound = step if step else 1e-6 * max(1.0, float(np.abs(np.nan_to_num(want)).max()) if want.size else 1.0)
+    bound = step if step else rel * max(1.0, float(np.abs(np.nan_to_num(want)).max()) if want.size else 1.0)
     return err <= bound, err
 
 
@@ -278,7 +294,8 @@ def check(dlc, name, opset, build, work, extra):
     except RuntimeError as e:
         print(f"{name}: {e}", file=sys.stderr)
         return None
-    return {o.name: compare(npy_out(got_dir, o.name), npy_out(want_dir, o.name), m.step[o.name])
+    rel = 1e-2 if "--fp16" in extra else 1e-6
+    return {o.name: compare(npy_out(got_dir, o.name), npy_out(want_dir, o.name), m.step[o.name], rel)
             for o in model.graph.output}
 
 

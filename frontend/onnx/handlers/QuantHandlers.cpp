@@ -105,8 +105,10 @@ llvm::Error importDequantizeLinear(NodeImporter &ni) {
 }
 
 /// DynamicQuantizeLinear (u8): with x_min = min(0, min(x)) and x_max = max(0, max(x)),
-/// scale = (x_max - x_min) / 255, zero point = round(saturate(0 - x_min / scale)),
-/// y = QuantizeLinear(x, scale, zero point).
+/// scale = (x_max - x_min) / 255 (1 when that is 0), zero point =
+/// round(saturate(0 - x_min / scale)), y = QuantizeLinear(x, scale, zero point). (In
+/// FP32 under --fp16 too: the precision pass keeps what computes only a quantization
+/// parameter in FP32.)
 llvm::Error importDynamicQuantizeLinear(NodeImporter &ni) {
   Value *x = ni.input(0);
   if (x->dtype() != DType::F32)
@@ -121,7 +123,10 @@ llvm::Error importDynamicQuantizeLinear(NodeImporter &ni) {
   DLC_TRY(lo0, ni.op(OpKind::Min, {lo, zero}));
   DLC_TRY(hi0, ni.op(OpKind::Max, {hi, zero}));
   DLC_TRY(range, ni.op(OpKind::Sub, {hi0, lo0}));
-  DLC_TRY(scale, ni.op(OpKind::Div, {range, ni.scalar(DType::F32, 255.0)}));
+  // (An input of zeros: scale 1 and zero point 0, as ONNX Runtime gives, not 0 / 0.)
+  DLC_TRY(empty, ni.op(OpKind::Equal, {range, zero}));
+  DLC_TRY(span, ni.op(OpKind::Where, {empty, ni.scalar(DType::F32, 255.0), range}));
+  DLC_TRY(scale, ni.op(OpKind::Div, {span, ni.scalar(DType::F32, 255.0)}));
   DLC_TRY(ratio, ni.op(OpKind::Div, {lo0, scale}));
   DLC_TRY(neg, ni.op(OpKind::Neg, {ratio}));
   DLC_TRY(sat, ni.op(OpKind::Clip, {neg, zero, ni.scalar(DType::F32, 255.0)}));

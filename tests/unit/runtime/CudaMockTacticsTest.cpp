@@ -451,6 +451,14 @@ TEST_F(Tactics, ChoicesEmbeddedInThePackageApplyOnTheirGpuOnly) {
   EXPECT_NEAR(chosen(**fast).micros, 100, 1);
   EXPECT_TRUE(noted(**fast, "2 layers from the choices embedded in the package"));
   fast->reset();
+  // dlc tune measures again (SessionOptions::useEmbeddedTactics off).
+  rt::SessionOptions retune = noCache;
+  retune.useEmbeddedTactics = false;
+  auto again0 = rt::Session::create(tuned, retune);
+  ASSERT_TRUE(again0.ok()) << again0.status().message();
+  EXPECT_GT(S.elapsedCalls, 0);
+  EXPECT_EQ((*again0)->tactics().at(0).how, "timed");
+  again0->reset();
 
   // Another GPU: timed (ours is faster there); embedding its choices keeps the first
   // GPU's; embedding the first GPU's again replaces them.

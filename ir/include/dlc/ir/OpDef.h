@@ -296,6 +296,10 @@ struct OpDef {
   /// Element-wise CUDA expression template over operands $0, $1, ... and
   /// attributes ${name}, e.g. "tanhf($0)".
   const char *cudaExpr = nullptr;
+  /// Operands (bit k: operand k) that are quantization parameters (a scale, a zero
+  /// point): what computes only them stays FP32 under the precision pass, as the
+  /// file computes them (DynamicQuantizeLinear's range, a QDQ multiplier).
+  uint32_t fp32Operands = 0;
   /// A binary element-wise op's neutral element (x + 0, x * 1): a constant operand
   /// of it leaves the other operand unchanged (canonicalize drops the op); on the
   /// right only, unless `eitherSide` (x - 0, but not 0 - x).
@@ -342,6 +346,7 @@ public:
   OpBuilder &infer(InferFn f) { return d_.infer = f, *this; }
   OpBuilder &reference(RefFn f) { return d_.reference = f, *this; }
   OpBuilder &cudaExpr(const char *e) { return d_.cudaExpr = e, *this; }
+  OpBuilder &fp32Operands(uint32_t mask) { return d_.fp32Operands = mask, *this; }
   OpBuilder &selects() { return d_.selects = true, *this; }
   OpBuilder &neutral(double value, bool eitherSide) {
     return d_.neutral = OpDef::Neutral{value, eitherSide}, *this;
