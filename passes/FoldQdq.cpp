@@ -1,7 +1,8 @@
 //===- FoldQdq.cpp - QDQ convolutions and MatMuls as integer arithmetic ------===//
 //
 // Explicit quantization (QDQ): a Conv or MatMul whose operands are DequantizeLinear of
-// quantized tensors and whose result (through an optional Relu) feeds a
+// quantized tensors (B possibly transposed, and a MatMul's bias added after it: a
+// Gemm's form after canonicalize) and whose result (through an optional Relu) feeds a
 // QuantizeLinear computes in integers, as ONNX Runtime (its QDQ fusions into
 // QLinearConv and QLinearMatMul) and TensorRT run such files:
 //   Q(Conv(DQ(x, sx, zx), DQ(w, sw, zw), DQ(b32, sb)), sy, zy)
@@ -75,11 +76,31 @@ private:
     if (relu && (g.isOutput(product) || product->uses().size() != 1))
       return false;
     Node *p = product->definingNode();
+    // A MatMul's bias (a Gemm's, after canonicalize): Add(MatMul, DQ(int32 bias)).
+    Node *biasDq = nullptr;
+    if (p && p->kind() == OpKind::Add) {
+      Node *add = p;
+      p = nullptr;
+      for (unsigned k : {0u, 1u}) {
+        Node *mm = definedBy(add->operand(k), OpKind::MatMul);
+        Node *bd = definedBy(add->operand(1 - k), OpKind::DequantizeLinear);
+        if (mm && bd && !g.isOutput(mm->result()) && mm->result()->uses().size() == 1 &&
+            mm->result()->shape() == product->shape()) {
+          p = mm;
+          biasDq = bd;
+          break;
+        }
+      }
+    }
     if (!p || (p->kind() != OpKind::Conv && p->kind() != OpKind::MatMul) ||
         product->dtype() != DType::F32 ||
         (p->kind() == OpKind::Conv && p->attrInt("channels_last") != 0))
       return false;
-    Node *x = dequantized(p->operand(0)), *w = dequantized(p->operand(1));
+    // B may be a DequantizeLinear transposed (a Gemm's transB, after canonicalize).
+    Node *wt = p->kind() == OpKind::MatMul ? definedBy(p->operand(1), OpKind::Transpose) : nullptr;
+    if (wt && !(wt->operand(0)->rank() == 2 && wt->attrInts("perm") == std::vector<int64_t>{1, 0}))
+      wt = nullptr;
+    Node *x = dequantized(p->operand(0)), *w = dequantized(wt ? wt->operand(0) : p->operand(1));
     if (!x || !w || !oneValue(x->operand(1)) ||
         (relu && !(positive(x->operand(1)) && positive(w->operand(1)) && positive(ys))))
       return false;
@@ -92,14 +113,19 @@ private:
     // weight's rank for a Conv, [N] for a MatMul's B of rank 2 or more; a scale along
     // any other axis cannot be taken out of the sums.)
     const Value *wq = w->operand(0);
+    // (Transposed, B is [N, K], its per-channel scale [N, 1].)
     if (conv ? !(oneValue(ws) || (ws->rank() == wq->rank() && perOutputChannel(ws, channels)))
-             : !(oneValue(ws) || (wq->rank() >= 2 && ws->shape() == Shape{channels})))
+             : !(oneValue(ws) || (wt ? ws->shape() == Shape{channels, 1}
+                                     : wq->rank() >= 2 && ws->shape() == Shape{channels})))
       return false;
-    // A Conv's bias: none, or the DequantizeLinear of int32 sums with zero point 0.
+    // The bias (a Conv's operand, a MatMul's Add): none, or the DequantizeLinear of
+    // int32 sums [channels] with zero point 0.
     Value *bias = nullptr;
-    if (conv && p->operand(2)) {
-      Node *bd = definedBy(p->operand(2), OpKind::DequantizeLinear);
-      if (!bd || bd->operand(0)->dtype() != DType::I32 || bd->operand(0)->rank() != 1 ||
+    if (Node *bd =
+            conv && p->operand(2) ? definedBy(p->operand(2), OpKind::DequantizeLinear) : biasDq;
+        bd || (conv && p->operand(2))) {
+      if (!bd || bd->operand(0)->dtype() != DType::I32 ||
+          bd->operand(0)->shape() != Shape{channels} ||
           (bd->operand(2) && !(bd->operand(2)->isConstant() && isZero(bd->operand(2)))))
         return false;
       // Its scale must be sx * sw, as quantization tools write it (ONNX Runtime adds
@@ -125,7 +151,9 @@ private:
         ops.push_back(bias);
       sum = b.op(OpKind::Conv, ops, p->attrs());
     } else {
-      sum = b.op(OpKind::MatMul, {xi, wi});
+      sum = b.op(OpKind::MatMul, {xi, wt ? b.transpose(wi, {1, 0}) : wi});
+      if (bias)
+        sum = b.add(sum, bias);
     }
     // The multiplier, per output channel along dim 1 of the convolution's result.
     Value *scale = ws;
@@ -133,6 +161,8 @@ private:
       Shape s(static_cast<size_t>(product->rank() - 1), 1);
       s[0] = channels;
       scale = b.reshape(ws, s);
+    } else if (wt && !oneValue(ws)) {
+      scale = b.reshape(ws, {channels});
     }
     // (One QuantizeLinear with `multiply` applies the FP32 multiplier, so that no
     // precision pass can move the product to FP16. The Relu acts on the int32 sums:

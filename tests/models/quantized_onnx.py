@@ -209,6 +209,26 @@ def _(m):
     m.output("y", np.int8, 3)
 
 
+@case("qdq_gemm", 13, fp16=True)
+def _(m):
+    # A quantized fully connected layer as quantization tools write it: Gemm with transB
+    # and an int32 bias (scale a_scale * b_scale), per-output-channel int8 weights, then
+    # a Relu, into QuantizeLinear (ONNX Runtime fuses it into QGemm).
+    a = m.input("a", m.rng.randint(0, 256, (4, 32)).astype(np.uint8))
+    a_s = np.float32(0.02)
+    ad = m.node("DequantizeLinear", [a, m.const("as", a_s, np.float32), m.const("az", 120, np.uint8)], ["ad"])
+    b_s = (m.rng.rand(10) * 0.01 + 0.001).astype(np.float32)
+    bd = m.node("DequantizeLinear", [m.const("b", weights_i8(m.rng, (10, 32)), np.int8),
+                                     m.const("bs", b_s, np.float32), m.const("bz", [0] * 10, np.int8)],
+                ["bd"], axis=0)
+    cd = m.node("DequantizeLinear", [m.const("c", m.rng.randint(-3000, 3000, 10), np.int32),
+                                     m.const("cs", (a_s * b_s).astype(np.float32), np.float32)], ["cd"], axis=0)
+    g = m.node("Gemm", [ad, bd, cd], ["g"], transB=1)
+    r = m.node("Relu", [g], ["r"])
+    m.node("QuantizeLinear", [r, m.const("ys", 0.1, np.float32), m.const("yz", 0, np.uint8)], ["y"])
+    m.output("y", np.uint8, 2)
+
+
 @case("qdq_cnn", 13, fp16=True)
 def _(m):
     # The QDQ form quantization tools write: int8 per-channel weights and int32 biases
