@@ -165,7 +165,8 @@ private:
   /// The nodes that compute quantization parameters: a result used as one
   /// (OpDef::fp32Operands), or by such a node, and no larger than the parameters it
   /// reaches (the scale's own reductions and arithmetic, not the data they are
-  /// computed from). Visited from the last node back.
+  /// computed from). A small node that also feeds the data path stays FP32 too (a
+  /// cast follows it). Visited from the last node back.
   void markParameterNodes(const Graph &g) {
     parameters_.clear();
     std::vector<Node *> nodes = g.nodeList();
@@ -176,7 +177,7 @@ private:
         const int64_t size = n->result(r)->type().numElements();
         largest = std::max(largest, size);
         for (const Use &u : n->result(r)->uses())
-          if (u.user->def().fp32Operands >> u.operandIndex & 1u)
+          if (u.operandIndex < 32 && (u.user->def().fp32Operands >> u.operandIndex & 1u))
             bound = std::max(bound, size);
           else if (auto p = parameters_.find(u.user); p != parameters_.end())
             bound = std::max(bound, p->second);

@@ -625,7 +625,7 @@ int tuneMain(const std::vector<std::string> &args, const CliContext &ctx) {
   so.tactics = rt::SessionOptions::Tactics::Auto;
   so.tuneBudgetMs = budget;
   so.tacticsCacheDir = p.get("cache-dir", "");
-  so.useEmbeddedTactics = false; // tuning again measures again
+  so.useEmbeddedTactics = false; // a tuned package is measured again (or read from the cache)
   auto t0 = std::chrono::steady_clock::now();
   auto s = rt::Session::create(*pf, so);
   if (!s)

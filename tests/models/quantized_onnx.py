@@ -9,12 +9,14 @@ Models are built with onnx.helper; each runs through `dlc compile --target emu` 
     output (the scale the case names), and exactly where nothing but dequantizing
     happens.
 Cases: QuantizeLinear/DequantizeLinear per tensor and per axis, u8 and i8, FP32 and
-FP16 inputs, opsets 10, 13 and 21; DynamicQuantizeLinear on mixed, positive and
-negative inputs; ConvInteger and MatMulInteger with zero points per tensor and per
-channel (the DynamicQuantizeLinear + ConvInteger pattern of ONNX Runtime's dynamic
-quantization, as IS-Net's quint8 model); QLinearConv (per-channel weights, a bias)
-and QLinearMatMul; a QDQ CNN (DequantizeLinear of int8 per-channel weights into Conv,
-QuantizeLinear/DequantizeLinear of the activations) and a QDQ transformer MLP.
+FP16 inputs, opsets 10, 13 and 21; DynamicQuantizeLinear on mixed, positive, negative
+and zero inputs; ConvInteger and MatMulInteger (the DynamicQuantizeLinear + ConvInteger
+pattern of ONNX Runtime's dynamic quantization, as IS-Net's quint8 model); QLinearConv
+(per-channel weights, a bias) and QLinearMatMul; QDQ MatMul, Gemm (transB, int32 bias,
+Relu), a QDQ CNN (int8 per-channel weights, int32 biases) and a QDQ transformer MLP;
+com.microsoft MatMulNBits (4-bit, blocks of 16, packed zero points, a bias). Compiled
+in strict FP32 (--no-tf32, as ONNX Runtime's CPU provider), and the QDQ and dynamic
+cases also with --fp16.
 
 usage: quantized_onnx.py --dlc build/tools/dlc --work DIR [--only SUBSTRING]
 """
@@ -40,6 +42,7 @@ class Model:
         self.rng = np.random.RandomState(seed)
         self.inputs, self.outputs, self.inits, self.nodes, self.feeds = [], [], [], [], {}
         self.step = {}  # output name -> the tolerance (a quantization step; 0: exact)
+        self.fp16_rel = {}
 
     def input(self, name, value):
         value = np.asarray(value)
@@ -55,14 +58,19 @@ class Model:
         self.nodes.append(helper.make_node(op, ins, outs, name=f"{op}_{len(self.nodes)}", domain=domain, **attrs))
         return outs[0] if len(outs) == 1 else outs
 
-    def output(self, name, dtype, rank, step=0.0):
-        """`step`: the tolerance (integers: 0 unless both runtimes compute in float)."""
+    def output(self, name, dtype, rank, step=0.0, fp16_rel=None):
+        """`step`: the tolerance (integers: 0 unless both runtimes compute in float);
+        `fp16_rel`: the relative one of a float island under --fp16 (else exact)."""
         self.outputs.append(helper.make_tensor_value_info(name, TYPES[dtype], [f"{name}_{i}" for i in range(rank)]))
         self.step[name] = step
+        self.fp16_rel[name] = fp16_rel
 
     def build(self, opset):
         g = helper.make_graph(self.nodes, "g", self.inputs, self.outputs, self.inits)
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="dlc-quantized")
+        ops = [helper.make_opsetid("", opset)]
+        if any(n.domain == "com.microsoft" for n in self.nodes):
+            ops.append(helper.make_opsetid("com.microsoft", 1))
+        m = helper.make_model(g, opset_imports=ops, producer_name="dlc-quantized")
         m.ir_version = 7 if opset <= 15 else 8 if opset <= 18 else 9 if opset <= 20 else 10
         return m
 
@@ -159,7 +167,7 @@ def _(m):
                            m.const("xiz", -5, np.int8), m.const("wiz", 3, np.int8)],
            ["acci"], group=2, auto_pad="SAME_UPPER")
     m.output("acc", np.int32, 4)
-    m.output("out", np.float32, 4)
+    m.output("out", np.float32, 4, fp16_rel=1e-2)  # float(sums) * scale: FP16 under --fp16
     m.output("acci", np.int32, 4)
 
 
@@ -229,6 +237,34 @@ def _(m):
     m.output("y", np.uint8, 2)
 
 
+def pack_bits(q, bits):
+    """Rows of `bits`-bit values packed low bits first into bytes."""
+    per = 8 // bits
+    q = q.reshape(q.shape[0], -1, per).astype(np.uint16)
+    return sum(q[:, :, i] << (bits * i) for i in range(per)).astype(np.uint8)
+
+
+@case("matmul_nbits", 17)
+def _(m):
+    # ONNX Runtime's 4-bit weight-only GEMM (com.microsoft MatMulNBits, LLM exports): K = 40
+    # in blocks of 16 (the last one padded), with and without packed zero points, a bias.
+    K, N, block = 40, 6, 16
+    blocks = (K + block - 1) // block
+    a = m.input("a", m.rng.randn(2, 3, K).astype(np.float32))
+    q = m.rng.randint(0, 16, (N, blocks * block))
+    q[:, K:] = 0
+    b = pack_bits(q, 4).reshape(N, blocks, block // 2)
+    scales = (m.rng.rand(N * blocks) * 0.1 + 0.01).astype(np.float32)
+    zps = pack_bits(np.pad(m.rng.randint(0, 16, (N, blocks)), ((0, 0), (0, blocks % 2))), 4).reshape(-1)
+    m.node("MatMulNBits", [a, m.const("b", b, np.uint8), m.const("s", scales, np.float32),
+                           m.const("z", zps, np.uint8)], ["y"], domain="com.microsoft", K=K, N=N, bits=4, accuracy_level=1,
+           block_size=block)
+    m.node("MatMulNBits", [a, "b", "s", "", "", m.const("bias", m.rng.randn(N), np.float32)], ["y2"],
+           domain="com.microsoft", K=K, N=N, bits=4, block_size=block, accuracy_level=1)
+    m.output("y", np.float32, 3, step=1e-4)
+    m.output("y2", np.float32, 3, step=1e-4)
+
+
 @case("qdq_cnn", 13, fp16=True)
 def _(m):
     # The QDQ form quantization tools write: int8 per-channel weights and int32 biases
@@ -275,15 +311,15 @@ def _(m):
                                      m.const("w2s", 0.004, np.float32)], ["w2d"])
     m.node("Add", [m.node("MatMul", [gd, w2], ["o"]), xd], ["y"])
     # (The MatMul's float bias keeps ONNX Runtime, and dlc, on float arithmetic for the
-    # first layer: a tie in its rounding may go either way, one step.)
-    m.output("gq", np.int8, 3, step=1)
+    # first layer: equal in strict FP32; under --fp16 a rounding may differ by a step.)
+    m.output("gq", np.int8, 3, step=1)  # (exact in FP32; under --fp16 the float path is FP16)
     m.output("y", np.float32, 3, step=0.01)
 
 
 def compare(got, want, step, rel=1e-6):
     """(ok, the largest difference): integers must be equal; floats within `step` (a
     quantization step), or `rel` relative where step is 0 (1e-6: dequantizing alone;
-    an FP16 island under --fp16: 1e-2)."""
+    an FP16 island under --fp16: what the case says)."""
     if got.shape != want.shape:
         return False, float("inf")
     if np.issubdtype(want.dtype, np.integer):
@@ -299,7 +335,7 @@ def compare(got, want, step, rel=1e-6):
 
 
 def check(dlc, name, opset, build, work, extra):
-    d = os.path.join(work, name + ("-" + "".join(a.strip("-") for a in extra) if extra else ""))
+    d = os.path.join(work, name + ("-fp16" if "--fp16" in extra else ""))
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
     m = Model()
@@ -314,8 +350,9 @@ def check(dlc, name, opset, build, work, extra):
     except RuntimeError as e:
         print(f"{name}: {e}", file=sys.stderr)
         return None
-    rel = 1e-2 if "--fp16" in extra else 1e-6
-    return {o.name: compare(npy_out(got_dir, o.name), npy_out(want_dir, o.name), m.step[o.name], rel)
+    def rel(name):
+        return m.fp16_rel[name] if "--fp16" in extra and m.fp16_rel[name] else 1e-6
+    return {o.name: compare(npy_out(got_dir, o.name), npy_out(want_dir, o.name), m.step[o.name], rel(o.name))
             for o in model.graph.output}
 
 
@@ -331,14 +368,15 @@ def main():
     for name, opset, build, fp16 in CASES:
         if a.only not in name:
             continue
-        for extra in [[]] + ([["--fp16"]] if fp16 else []):
+        # (Strict FP32, as ONNX Runtime's CPU provider computes: no TF32.)
+        for extra in [["--no-tf32"]] + ([["--fp16"]] if fp16 else []):
             ran += 1
             worst = check(a.dlc, name, opset, build, a.work, extra)
             ok = worst is not None and all(good for good, _ in worst.values())
             failed += not ok
             detail = "error" if worst is None else ", ".join(
                 f"{k} {d:.2g}{'' if good else ' FAIL'}" for k, (good, d) in worst.items())
-            label = name + (" " + " ".join(extra) if extra else "")
+            label = name + (" --fp16" if "--fp16" in extra else "")
             print(f"{label:34} opset {opset:2}  {'pass' if ok else 'FAIL'}  ({detail})")
     print(json.dumps({"cases": ran, "failed": failed}))
     sys.exit(1 if failed else 0)

@@ -11,8 +11,9 @@
 //    saturated (QuantizeLinear with `multiply`);
 //  - DynamicQuantizeLinear: its scale and zero point from the input's range (0
 //    included), as the ONNX reference computes them, then QuantizeLinear.
-// Outside: blocked quantization (opset 21's block_size) and the 4- and 16-bit and
-// float8 types.
+// com.microsoft MatMulNBits (2-, 4- and 8-bit weights in blocks of K) dequantizes its
+// constant weights at import. Outside: blocked quantization (opset 21's block_size)
+// and the 4- and 16-bit and float8 types of the default domain.
 //===----------------------------------------------------------------------===//
 #include "Common.h"
 
@@ -243,6 +244,69 @@ llvm::Error importQLinearMatMul(NodeImporter &ni) {
       ni, requantize(ni, sum, ni.input(1), ni.input(4), sum->rank() - 1, ni.input(6), ni.input(7)));
 }
 
+/// com.microsoft MatMulNBits (weight-only quantized GEMM, as LLM exports write it):
+/// Y = A x dequantize(B)^T (+ bias). B is [N, ceil(K / block_size), block_size * bits /
+/// 8] of 2-, 4- or 8-bit values, low bits first; each block of K has its scale and
+/// zero point (packed like B, 2^(bits-1) when absent): w = (q - zero point) * scale.
+/// The weights are constants: they are dequantized here into a [K, N] constant of
+/// A's type (in FP32, rounded once), and the product is a MatMul.
+llvm::Error importMatMulNBits(NodeImporter &ni) {
+  Value *a = ni.input(0);
+  const int64_t K = ni.attrInt("K", 0), N = ni.attrInt("N", 0), bits = ni.attrInt("bits", 4),
+                block = ni.attrInt("block_size", 0);
+  if (bits != 2 && bits != 4 && bits != 8)
+    return ni.unsupported("MatMulNBits with bits = " + std::to_string(bits) + " (2, 4 and 8 are)");
+  if (K <= 0 || N <= 0 || K > (int64_t{1} << 31) || N > (int64_t{1} << 31) || block < 16 ||
+      (block & (block - 1)) != 0)
+    return ni.error("K and N must be positive and block_size a power of 2 of at least 16, got K " +
+                    std::to_string(K) + ", N " + std::to_string(N) + ", block_size " +
+                    std::to_string(block));
+  if (ni.hasInput(4))
+    return ni.unsupported("MatMulNBits with g_idx");
+  if (a->rank() < 1 || a->shape().back() != K)
+    return ni.error("A must end in K = " + std::to_string(K) + ", got " + a->type().str());
+  const DType ft = a->dtype();
+  if (ft != DType::F32 && ft != DType::F16)
+    return ni.error(std::string("A must be f32 or f16, got ") + std::string(dtypeName(ft)));
+  const Tensor *bq = ni.constInput(1), *sc = ni.constInput(2);
+  const Tensor *zp = ni.hasInput(3) ? ni.constInput(3) : nullptr;
+  if (!bq || !sc || (ni.hasInput(3) && !zp))
+    return ni.unsupported("MatMulNBits whose B, scales or zero points are not initializers");
+  const int64_t blocks = (K + block - 1) / block, blob = block * bits / 8,
+                zpBytes = (blocks * bits + 7) / 8, mask = (int64_t{1} << bits) - 1;
+  if (bq->dtype() != DType::U8 || bq->numElements() != N * blocks * blob)
+    return ni.error("B must be u8 with " + std::to_string(N * blocks * blob) + " values, got " +
+                    bq->type().str());
+  if (sc->dtype() != ft || sc->numElements() != N * blocks)
+    return ni.error("scales must be " + std::string(dtypeName(ft)) + " with " +
+                    std::to_string(N * blocks) + " values, got " + sc->type().str());
+  if (zp && (zp->dtype() != DType::U8 || zp->numElements() != N * zpBytes))
+    return ni.unsupported("MatMulNBits zero points other than packed u8 [" +
+                          std::to_string(N * zpBytes) + "], got " + zp->type().str());
+  const auto *q = static_cast<const uint8_t *>(bq->raw());
+  const auto *z = zp ? static_cast<const uint8_t *>(zp->raw()) : nullptr;
+  const std::vector<float> scale = sc->toVector<float>();
+  // (Bits at offset `bit` of a packed row.)
+  auto field = [&](const uint8_t *row, int64_t bit) {
+    return static_cast<int64_t>(row[bit / 8] >> (bit % 8)) & mask;
+  };
+  std::vector<float> w(static_cast<size_t>(K * N));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t kb = 0; kb < blocks; ++kb) {
+      const int64_t zero = z ? field(z + n * zpBytes, kb * bits) : int64_t{1} << (bits - 1);
+      const float s = scale[static_cast<size_t>(n * blocks + kb)];
+      const uint8_t *row = q + (n * blocks + kb) * blob;
+      for (int64_t i = 0; i < block && kb * block + i < K; ++i)
+        w[static_cast<size_t>((kb * block + i) * N + n)] =
+            static_cast<float>(field(row, i * bits) - zero) * s;
+    }
+  Value *wv = ni.constant(Tensor::fromVector(TensorType(ft, {K, N}), w), "dequantized");
+  DLC_TRY(y, ni.op(OpKind::MatMul, {a, wv}));
+  if (!ni.hasInput(5))
+    return single(ni, y);
+  return single(ni, ni.op(OpKind::Add, {y, ni.input(5)}));
+}
+
 } // namespace
 
 void registerQuantHandlers(std::vector<HandlerEntry> &t) {
@@ -253,6 +317,7 @@ void registerQuantHandlers(std::vector<HandlerEntry> &t) {
   t.push_back({"MatMulInteger", 10, kMaxOpset, importMatMulInteger, "", 2});
   t.push_back({"QLinearConv", 10, kMaxOpset, importQLinearConv, "", 8});
   t.push_back({"QLinearMatMul", 10, kMaxOpset, importQLinearMatMul, "", 8});
+  t.push_back(contribEntry("MatMulNBits", importMatMulNBits, 3));
 }
 
 } // namespace dlc::frontend

@@ -464,6 +464,7 @@ TEST_F(Tactics, ChoicesEmbeddedInThePackageApplyOnTheirGpuOnly) {
   // GPU's; embedding the first GPU's again replaces them.
   S.sms = 100;
   S.kernelMs["conv_fprop_mma"] = 0.02;
+  S.elapsedCalls = 0;
   auto other = rt::Session::create(tuned, noCache);
   ASSERT_TRUE(other.ok()) << other.status().message();
   EXPECT_GT(S.elapsedCalls, 0);

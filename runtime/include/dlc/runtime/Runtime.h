@@ -90,8 +90,9 @@ struct SessionOptions {
   /// The tactics cache's directory: empty for $DLC_CACHE_DIR/tactics,
   /// $XDG_CACHE_HOME/dlc/tactics or ~/.cache/dlc/tactics; "-" for none.
   std::string tacticsCacheDir;
-  /// Use the choices embedded in the package for this GPU (dlc tune --embed); false
-  /// times instead (dlc tune, so that tuning again measures again).
+  /// Use the choices embedded in the package for this GPU (dlc tune --embed); false:
+  /// ignore them (dlc tune, so that tuning a tuned package measures the layers the
+  /// tactics cache has no choice for).
   bool useEmbeddedTactics = true;
   /// The most wall time the session spends timing tactics, in milliseconds; the
   /// layers left then run our kernels.
