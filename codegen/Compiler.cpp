@@ -126,9 +126,9 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
                                              r.spillStores, r.spillLoads, r.sharedBytes,
                                              r.stackBytes));
     }
-    kernels.push_back(pkg::CreateKernel(fb, fb.CreateString(k.name), fb.CreateString(k.symbol),
-                                        k.chunk, k.needsSync, k.cooperative, fb.CreateVector(res),
-                                        fb.CreateString(k.templateName), k.tensorCore, k.tf32));
+    kernels.push_back(pkg::CreateKernel(
+        fb, fb.CreateString(k.name), fb.CreateString(k.symbol), k.chunk, k.needsSync, k.cooperative,
+        fb.CreateVector(res), fb.CreateString(k.templateName), k.tensorCore, k.tf32, k.integer));
   }
   std::vector<flatbuffers::Offset<pkg::Module>> mods;
   for (size_t i = 0; i < modules.size(); ++i) {

@@ -107,6 +107,8 @@ struct Instantiation {
   bool tensorCore = false;
   /// ... in TF32 (FP32 operands): priced at the TF32 rate.
   bool tf32 = false;
+  /// Its multiply-adds are on integers (quantized models): inspect counts them apart.
+  bool integer = false;
 };
 
 /// Grid size for a grid-stride kernel over n items with `block` threads.

@@ -205,6 +205,7 @@ uint32_t Lowering::instantiate(const Instantiation &inst) {
   k.cooperative = inst.cooperative;
   k.tensorCore = inst.tensorCore;
   k.tf32 = inst.tf32;
+  k.integer = inst.integer;
   p_.kernels.push_back(std::move(k));
   uint32_t index = static_cast<uint32_t>(p_.kernels.size() - 1);
   instances_[full] = index;

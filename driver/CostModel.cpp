@@ -123,6 +123,7 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
   c.roofline.assign(ng, 0);
   c.flops.assign(ng, 0);
   c.tensorFlops.assign(ng, 0);
+  c.integerFlops.assign(ng, 0);
   c.bytesRead.assign(ng, 0);
   c.bytesWritten.assign(ng, 0);
   c.peakPriced.assign(ng, 0);
@@ -186,6 +187,7 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
         if (m.kernels() && l->kernel() < m.kernels()->size())
           kernel = m.kernels()->Get(l->kernel());
         sc.tensor = kernel && kernel->tensor_core();
+        sc.integer = kernel && kernel->integer();
         sc.tf32 = kernel && kernel->tf32();
         sc.blocks = uint64_t(l->grid()->x()) * l->grid()->y() * l->grid()->z();
       } else if (gm) {
@@ -309,6 +311,8 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
           c.flops[i] += sc.flops;
           if (sc.tensor)
             c.tensorFlops[i] += sc.flops;
+          if (sc.integer)
+            c.integerFlops[i] += sc.flops;
           c.bytesRead[i] += sc.bytesRead;
           c.bytesWritten[i] += sc.bytesWritten;
         }

@@ -407,6 +407,7 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   if ((groups != 1 && !mma) || !floating) {
     Instantiation inst{
         "dlc::conv_direct", {layout, l.indexType(maxIndex), wtype, xn, on}, argsType, {xn, on}};
+    inst.integer = !floating;
     uint32_t k = l.instantiate(inst);
     LaunchArgs a = args(s, std::nullopt, 0, Whole);
     l.launch(n, k, a, gridFor(y->type().numElements(), 256), 256, 0, flops);

@@ -63,6 +63,7 @@ void emitIntMatMul(Lowering &l, const Node &n, int64_t batch, int64_t m, int64_t
                                batch * strideA + m * k, batch * strideB + k * nn});
   Instantiation inst{
       "dlc::matmul_int", {l.indexType(maxIndex), cudaType(out->dtype())}, "dlc::MiscShape", {}};
+  inst.integer = true;
   uint32_t kernel = l.instantiate(inst);
   l.launch(n, kernel, args, gridFor(total, 256), 256, 0, 2.0 * total * k);
 }

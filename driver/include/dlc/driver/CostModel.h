@@ -43,8 +43,9 @@ struct StepCost {
   int kernel = -1;        // launches: the kernel's index
   uint64_t blocks = 0, bytesRead = 0, bytesWritten = 0;
   double flops = 0;
-  bool tensor = false; // on tensor cores
-  bool tf32 = false;   // ... in TF32
+  bool tensor = false;  // on tensor cores
+  bool tf32 = false;    // ... in TF32
+  bool integer = false; // integer multiply-adds (quantized models)
   /// A tactic group's step (pkg::Step::tactic): its group and alternative (0: none).
   uint32_t altGroup = 0;
   uint8_t alt = 0;
@@ -76,6 +77,9 @@ struct PackageCost : PackageFacts {
   std::vector<double> micros, roofline, flops;
   /// The FLOPs of steps on tensor cores (tensor-core kernels, FP16/BF16/TF32 GEMMs).
   std::vector<double> tensorFlops;
+  /// The FLOPs of integer kernels (quantized models' int32 sums; none on tensor cores
+  /// yet: the int8 mma.sync kernels are to come).
+  std::vector<double> integerFlops;
   std::vector<uint64_t> bytesRead, bytesWritten;
   /// Per GPU: launches priced at peak because their code could not be read, and
   /// launches priced from PTX facts because the package has no cubin for the GPU.
