@@ -124,6 +124,7 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
   c.flops.assign(ng, 0);
   c.tensorFlops.assign(ng, 0);
   c.integerFlops.assign(ng, 0);
+  c.integerTensorFlops.assign(ng, 0);
   c.bytesRead.assign(ng, 0);
   c.bytesWritten.assign(ng, 0);
   c.peakPriced.assign(ng, 0);
@@ -313,6 +314,8 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
             c.tensorFlops[i] += sc.flops;
           if (sc.integer)
             c.integerFlops[i] += sc.flops;
+          if (sc.integer && sc.tensor)
+            c.integerTensorFlops[i] += sc.flops;
           c.bytesRead[i] += sc.bytesRead;
           c.bytesWritten[i] += sc.bytesWritten;
         }

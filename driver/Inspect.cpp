@@ -464,10 +464,11 @@ llvm::json::Value toJson(const Report &r) {
       {"tensor_core_flops", cost.tensorFlops[h100]},
       {"tensor_core_flop_fraction",
        cost.flops[h100] > 0 ? cost.tensorFlops[h100] / cost.flops[h100] : 0.0},
-      // Integer work (quantized models): its FLOPs, and the fractions of them on int8 and
-      // FP8 tensor cores (0: dlc's integer kernels run on CUDA cores so far).
+      // Integer work (quantized models): its FLOPs, and the fraction of them on int8
+      // tensor cores; FP8 tensor-core work over all FLOPs (no kernel has either yet).
       {"integer_flops", cost.integerFlops[h100]},
-      {"int8_tensor_core_flop_fraction", 0.0},
+      {"int8_tensor_core_flop_fraction",
+       cost.integerFlops[h100] > 0 ? cost.integerTensorFlops[h100] / cost.integerFlops[h100] : 0.0},
       {"fp8_tensor_core_flop_fraction", 0.0},
       {"modeled_latency_us", perGpu(cost.micros)},
       {"roofline_us", perGpu(cost.roofline)},
@@ -621,10 +622,11 @@ void printReport(const Report &r, llvm::raw_ostream &os) {
                        100.0 * cost.tensorFlops[h100] / cost.flops[h100],
                        cost.tensorFlops[h100] / 1e9);
   if (cost.integerFlops[h100] > 0)
-    os << llvm::format("integer arithmetic (quantized): %.1f%% of the FLOPs (%.3f GFLOP), on "
-                       "CUDA cores (int8 tensor cores: 0.0%%)\n",
+    os << llvm::format("integer arithmetic (quantized): %.1f%% of the FLOPs (%.3f GFLOP), "
+                       "%.1f%% of it on int8 tensor cores\n",
                        100.0 * cost.integerFlops[h100] / cost.flops[h100],
-                       cost.integerFlops[h100] / 1e9);
+                       cost.integerFlops[h100] / 1e9,
+                       100.0 * cost.integerTensorFlops[h100] / cost.integerFlops[h100]);
   const std::string &main = r.gpus[h100];
   const std::string &mainArch = cost.gpus[h100].arch;
   os << "modeled latency (a model, not a measurement; bounds from the compiled code):";

@@ -42,7 +42,7 @@ class Model:
         self.rng = np.random.RandomState(seed)
         self.inputs, self.outputs, self.inits, self.nodes, self.feeds = [], [], [], [], {}
         self.step = {}  # output name -> the tolerance (a quantization step; 0: exact)
-        self.fp16_rel = {}
+        self.fp16_rel, self.fp16_step = {}, {}
 
     def input(self, name, value):
         value = np.asarray(value)
@@ -58,12 +58,14 @@ class Model:
         self.nodes.append(helper.make_node(op, ins, outs, name=f"{op}_{len(self.nodes)}", domain=domain, **attrs))
         return outs[0] if len(outs) == 1 else outs
 
-    def output(self, name, dtype, rank, step=0.0, fp16_rel=None):
+    def output(self, name, dtype, rank, step=0.0, fp16_rel=None, fp16_step=None):
         """`step`: the tolerance (integers: 0 unless both runtimes compute in float);
-        `fp16_rel`: the relative one of a float island under --fp16 (else exact)."""
+        under --fp16, `fp16_step` instead where given, and `fp16_rel` the relative one
+        of a float island (else exact)."""
         self.outputs.append(helper.make_tensor_value_info(name, TYPES[dtype], [f"{name}_{i}" for i in range(rank)]))
         self.step[name] = step
         self.fp16_rel[name] = fp16_rel
+        self.fp16_step[name] = step if fp16_step is None else fp16_step
 
     def build(self, opset):
         g = helper.make_graph(self.nodes, "g", self.inputs, self.outputs, self.inits)
@@ -246,8 +248,9 @@ def pack_bits(q, bits):
 
 @case("matmul_nbits", 17)
 def _(m):
-    # ONNX Runtime's 4-bit weight-only GEMM (com.microsoft MatMulNBits, LLM exports): K = 40
-    # in blocks of 16 (the last one padded), with and without packed zero points, a bias.
+    # ONNX Runtime's weight-only GEMM (com.microsoft MatMulNBits, LLM exports): 4-bit with K
+    # = 40 in blocks of 16 (the last one padded), with and without packed zero points, a
+    # bias; and 8-bit.
     K, N, block = 40, 6, 16
     blocks = (K + block - 1) // block
     a = m.input("a", m.rng.randn(2, 3, K).astype(np.float32))
@@ -261,8 +264,15 @@ def _(m):
            block_size=block)
     m.node("MatMulNBits", [a, "b", "s", "", "", m.const("bias", m.rng.randn(N), np.float32)], ["y2"],
            domain="com.microsoft", K=K, N=N, bits=4, block_size=block, accuracy_level=1)
+    # 8-bit weights, K a whole number of blocks (32), no zero points (128).
+    q8 = m.rng.randint(0, 256, (N, 32))
+    m.node("MatMulNBits", [m.input("a8", m.rng.randn(3, 32).astype(np.float32)),
+                           m.const("b8", q8.reshape(N, 2, 16), np.uint8),
+                           m.const("s8", (m.rng.rand(N * 2) * 0.01).astype(np.float32), np.float32)], ["y3"],
+           domain="com.microsoft", K=32, N=N, bits=8, block_size=16, accuracy_level=1)
     m.output("y", np.float32, 3, step=1e-4)
     m.output("y2", np.float32, 3, step=1e-4)
+    m.output("y3", np.float32, 2, step=1e-4)
 
 
 @case("qdq_cnn", 13, fp16=True)
@@ -312,7 +322,7 @@ def _(m):
     m.node("Add", [m.node("MatMul", [gd, w2], ["o"]), xd], ["y"])
     # (The MatMul's float bias keeps ONNX Runtime, and dlc, on float arithmetic for the
     # first layer: equal in strict FP32; under --fp16 a rounding may differ by a step.)
-    m.output("gq", np.int8, 3, step=1)  # (exact in FP32; under --fp16 the float path is FP16)
+    m.output("gq", np.int8, 3, fp16_step=1)
     m.output("y", np.float32, 3, step=0.01)
 
 
@@ -352,7 +362,9 @@ def check(dlc, name, opset, build, work, extra):
         return None
     def rel(name):
         return m.fp16_rel[name] if "--fp16" in extra and m.fp16_rel[name] else 1e-6
-    return {o.name: compare(npy_out(got_dir, o.name), npy_out(want_dir, o.name), m.step[o.name], rel(o.name))
+    def step(name):
+        return m.fp16_step[name] if "--fp16" in extra else m.step[name]
+    return {o.name: compare(npy_out(got_dir, o.name), npy_out(want_dir, o.name), step(o.name), rel(o.name))
             for o in model.graph.output}
 
 
@@ -369,7 +381,7 @@ def main():
         if a.only not in name:
             continue
         # (Strict FP32, as ONNX Runtime's CPU provider computes: no TF32.)
-        for extra in [["--no-tf32"]] + ([["--fp16"]] if fp16 else []):
+        for extra in [["--no-tf32"]] + ([["--fp16", "--no-tf32"]] if fp16 else []):
             ran += 1
             worst = check(a.dlc, name, opset, build, a.work, extra)
             ok = worst is not None and all(good for good, _ in worst.values())

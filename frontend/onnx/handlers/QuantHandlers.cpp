@@ -256,9 +256,11 @@ llvm::Error importMatMulNBits(NodeImporter &ni) {
                 block = ni.attrInt("block_size", 0);
   if (bits != 2 && bits != 4 && bits != 8)
     return ni.unsupported("MatMulNBits with bits = " + std::to_string(bits) + " (2, 4 and 8 are)");
+  // (Bounded so that no size below wraps: B's own size then bounds K * N.)
   if (K <= 0 || N <= 0 || K > (int64_t{1} << 31) || N > (int64_t{1} << 31) || block < 16 ||
-      (block & (block - 1)) != 0)
-    return ni.error("K and N must be positive and block_size a power of 2 of at least 16, got K " +
+      block > (int64_t{1} << 16) || (block & (block - 1)) != 0)
+    return ni.error("K and N must be in [1, 2^31] and block_size a power of 2 in [16, 65536], "
+                    "got K " +
                     std::to_string(K) + ", N " + std::to_string(N) + ", block_size " +
                     std::to_string(block));
   if (ni.hasInput(4))
@@ -274,9 +276,9 @@ llvm::Error importMatMulNBits(NodeImporter &ni) {
     return ni.unsupported("MatMulNBits whose B, scales or zero points are not initializers");
   const int64_t blocks = (K + block - 1) / block, blob = block * bits / 8,
                 zpBytes = (blocks * bits + 7) / 8, mask = (int64_t{1} << bits) - 1;
-  if (bq->dtype() != DType::U8 || bq->numElements() != N * blocks * blob)
-    return ni.error("B must be u8 with " + std::to_string(N * blocks * blob) + " values, got " +
-                    bq->type().str());
+  if (bq->dtype() != DType::U8 || bq->shape() != Shape{N, blocks, blob})
+    return ni.error("B must be u8[" + std::to_string(N) + "," + std::to_string(blocks) + "," +
+                    std::to_string(blob) + "], got " + bq->type().str());
   if (sc->dtype() != ft || sc->numElements() != N * blocks)
     return ni.error("scales must be " + std::string(dtypeName(ft)) + " with " +
                     std::to_string(N * blocks) + " values, got " + sc->type().str());

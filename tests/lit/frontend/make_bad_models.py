@@ -278,3 +278,10 @@ save("quantize_int16.onnx",
            [f32("x", [4])], [helper.make_tensor_value_info("y", TensorProto.INT16, [4])],
            inits=[helper.make_tensor("s", TensorProto.FLOAT, [], [0.5]),
                   helper.make_tensor("z", TensorProto.INT16, [], [0])], opset=21))
+# MatMulNBits with a block size whose sizes would wrap, and an empty B.
+save("nbits_huge_block.onnx",
+     model([helper.make_node("MatMulNBits", ["a", "b", "s"], ["y"], name="nbits", domain="com.microsoft",
+                             K=4, N=1, bits=8, block_size=2 ** 61)],
+           [f32("a", [1, 4])], [f32("y", [1, 1])],
+           inits=[helper.make_tensor("b", TensorProto.UINT8, [1, 1, 0], []),
+                  helper.make_tensor("s", TensorProto.FLOAT, [1], [1.0])], domains=["com.microsoft"]))

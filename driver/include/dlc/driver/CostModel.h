@@ -77,9 +77,9 @@ struct PackageCost : PackageFacts {
   std::vector<double> micros, roofline, flops;
   /// The FLOPs of steps on tensor cores (tensor-core kernels, FP16/BF16/TF32 GEMMs).
   std::vector<double> tensorFlops;
-  /// The FLOPs of integer kernels (quantized models' int32 sums; none on tensor cores
-  /// yet: the int8 mma.sync kernels are to come).
-  std::vector<double> integerFlops;
+  /// The FLOPs of integer kernels (quantized models' int32 sums), and of those on tensor
+  /// cores (none yet: the int8 mma.sync kernels are to come).
+  std::vector<double> integerFlops, integerTensorFlops;
   std::vector<uint64_t> bytesRead, bytesWritten;
   /// Per GPU: launches priced at peak because their code could not be read, and
   /// launches priced from PTX facts because the package has no cubin for the GPU.
