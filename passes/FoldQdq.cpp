@@ -126,7 +126,7 @@ private:
         bd || (conv && p->operand(2))) {
       if (!bd || bd->operand(0)->dtype() != DType::I32 ||
           bd->operand(0)->shape() != Shape{channels} ||
-          (bd->operand(2) && !(bd->operand(2)->isConstant() && isZero(bd->operand(2)))))
+          (bd->operand(2) && !constantWhere(bd->operand(2), [](double e) { return e == 0; })))
         return false;
       // Its scale must be sx * sw, as quantization tools write it (ONNX Runtime adds
       // the int32 bias to the sums as it is): checked where the scales are constants.
@@ -203,22 +203,18 @@ private:
     return true;
   }
 
-  static bool positive(const Value *v) {
+  /// Whether v is a constant whose every element satisfies `ok`.
+  template <class Pred> static bool constantWhere(const Value *v, Pred ok) {
     if (!v->isConstant())
       return false;
     const Tensor &t = v->data();
     for (int64_t i = 0; i < t.numElements(); ++i)
-      if (!(t.getDouble(i) > 0))
+      if (!ok(t.getDouble(i)))
         return false;
     return true;
   }
-
-  static bool isZero(const Value *v) {
-    const Tensor &t = v->data();
-    for (int64_t i = 0; i < t.numElements(); ++i)
-      if (t.getDouble(i) != 0)
-        return false;
-    return true;
+  static bool positive(const Value *v) {
+    return constantWhere(v, [](double e) { return e > 0; });
   }
 };
 

@@ -158,20 +158,13 @@ llvm::Expected<Value *> centered(NodeImporter &ni, Value *v, Value *zp) {
   return ni.op(OpKind::Sub, {wide, z});
 }
 
-/// A zero point that varies along dim `axis` of its operand (per row of A, per output
-/// channel of a weight): reshaped to broadcast along it.
-llvm::Expected<Value *> zeroPointAlong(NodeImporter &ni, Value *zp, const Value *v, int64_t axis,
-                                       const char *what) {
-  return alongAxis(ni, zp, v, axis, what);
-}
-
 /// The int32 sums of a quantized convolution: Conv(x - x_zp, w - w_zp [, bias]), w's
 /// zero point per output channel or one.
 llvm::Expected<Value *> integerConv(NodeImporter &ni, Value *x, Value *xzp, Value *w, Value *wzp,
                                     Value *bias) {
   if (xzp && xzp->type().numElements() != 1)
     return ni.error("the input's zero point must be a scalar, got " + xzp->type().str());
-  DLC_TRY(wz, zeroPointAlong(ni, wzp, w, 0, "the weight's zero point"));
+  DLC_TRY(wz, alongAxis(ni, wzp, w, 0, "the weight's zero point"));
   DLC_TRY(xc, centered(ni, x, xzp));
   DLC_TRY(wc, centered(ni, w, wz));
   if (bias && bias->dtype() != DType::I32)
@@ -188,7 +181,7 @@ llvm::Expected<Value *> integerMatMul(NodeImporter &ni, Value *a, Value *azp, Va
   if (azp && azp->type().numElements() != 1) {
     if (a->rank() < 2)
       return ni.error("a per-row zero point needs A of rank 2 or more, got " + a->type().str());
-    DLC_TRY(r, zeroPointAlong(ni, azp, a, a->rank() - 2, "a_zero_point"));
+    DLC_TRY(r, alongAxis(ni, azp, a, a->rank() - 2, "a_zero_point"));
     az = r;
   }
   DLC_TRY(ac, centered(ni, a, az));

@@ -191,6 +191,10 @@ public:
   /// Bytes of a section (offsets are relative to the section area).
   const uint8_t *section(const Section *s) const { return data_sections_ + s->offset(); }
   const std::string &name() const { return name_; }
+  /// The metadata FlatBuffer's bytes (after the header), and the section area's (the
+  /// file's tail).
+  uint64_t metadataBytes() const;
+  uint64_t sectionsBytes() const { return size_ - static_cast<size_t>(data_sections_ - data_); }
   /// Whether the package has a host-code signature that verifies with `key`.
   bool signedWith(const HostKey &key) const;
 

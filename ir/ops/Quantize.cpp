@@ -1,0 +1,136 @@
+//===- Quantize.cpp - QuantizeLinear and DequantizeLinear -------------------===//
+//
+// ONNX's quantization ops, element-wise in the Elementwise family, per tensor or per
+// axis: the importer gives a per-axis scale and zero point the shape that broadcasts
+// along the axis.
+//===----------------------------------------------------------------------===//
+#include "OpUtils.h"
+
+#include <cmath>
+
+namespace dlc::ir {
+namespace {
+using namespace ops;
+
+/// The quantized types.
+bool quantizedType(DType t) {
+  return t == DType::U8 || t == DType::I8;
+}
+
+/// The scale and zero point broadcast to operand 0's shape (per tensor, or along an
+/// axis as the importer reshapes them).
+llvm::Error scaleBroadcastsToInput(const Node &n) {
+  auto s = broadcastOperands(n);
+  if (!s)
+    return s.takeError();
+  if (*s != n.operand(0)->shape())
+    return errorf("the scale and zero point do not broadcast to the input {0}",
+                  shapeStr(n.operand(0)->shape()));
+  return ok();
+}
+
+llvm::Error verifyQuantizeLinear(const Node &n) {
+  auto to = parseDType(n.attrString("to"));
+  if (!to || !quantizedType(*to))
+    return errorf("attribute 'to' must be u8 or i8, got \"{0}\"", n.attrString("to"));
+  if (auto e = requireType(n, 0, kFloat))
+    return e;
+  if (auto e = requireType(n, 1, kFloat))
+    return e;
+  if (const Value *zp = n.operand(2)) {
+    if (zp->dtype() != *to)
+      return errorf("the zero point is {0}, the result {1}", dtypeName(zp->dtype()),
+                    dtypeName(*to));
+  }
+  return scaleBroadcastsToInput(n);
+}
+
+InferResult inferQuantizeLinear(const Node &n) {
+  return TypeList{{*parseDType(n.attrString("to")), n.operand(0)->shape()}};
+}
+
+/// saturate(round_half_even(x / scale) + zero_point), or x * scale with `multiply` (a
+/// requantization: the scale is ONNX Runtime's multiplier), in FP32 as ONNX Runtime
+/// computes it; NaN gives the lowest value.
+llvm::Error refQuantizeLinear(const Node &n, const Inputs &in, Outputs &out) {
+  const bool multiply = n.attrInt("multiply") != 0;
+  const bool u8 = out[0].dtype() == DType::U8;
+  const float lo = u8 ? 0.0f : -128.0f, hi = u8 ? 255.0f : 127.0f;
+  const Shape &os = out[0].shape();
+  auto x = in[0]->toVector<float>(), s = in[1]->toVector<float>();
+  std::vector<float> zp = in.size() > 2 && in[2] ? in[2]->toVector<float>() : std::vector<float>{};
+  BroadcastIndex is(in[1]->shape(), os), iz(zp.empty() ? os : in[2]->shape(), os);
+  std::vector<float> q(x.size());
+  for (size_t i = 0; i < q.size(); ++i) {
+    const size_t j = static_cast<size_t>(is(static_cast<int64_t>(i)));
+    const float z = zp.empty() ? 0.0f : zp[static_cast<size_t>(iz(static_cast<int64_t>(i)))];
+    const float v = std::nearbyint(multiply ? x[i] * s[j] : x[i] / s[j]) + z;
+    q[i] = v >= lo ? (v <= hi ? v : hi) : lo;
+  }
+  out[0] = Tensor::fromVector(out[0].type(), q);
+  return ok();
+}
+
+llvm::Error verifyDequantizeLinear(const Node &n) {
+  const DType t = n.operand(0)->dtype();
+  if (!quantizedType(t) && t != DType::I32)
+    return errorf("operand 0 must be u8, i8 or i32, got {0}", dtypeName(t));
+  if (auto e = requireType(n, 1, kFloat))
+    return e;
+  if (n.operand(2))
+    if (auto e = requireSameType(n, 0, 2))
+      return e;
+  return scaleBroadcastsToInput(n);
+}
+
+InferResult inferDequantizeLinear(const Node &n) {
+  return TypeList{{n.operand(1)->dtype(), n.operand(0)->shape()}};
+}
+
+/// (x - zero_point) in integers, times the scale in FP32, rounded once to the result.
+llvm::Error refDequantizeLinear(const Node &, const Inputs &in, Outputs &out) {
+  const Shape &os = out[0].shape();
+  auto x = in[0]->toVector<int64_t>();
+  auto s = in[1]->toVector<float>();
+  std::vector<int64_t> zp =
+      in.size() > 2 && in[2] ? in[2]->toVector<int64_t>() : std::vector<int64_t>{};
+  BroadcastIndex is(in[1]->shape(), os), iz(zp.empty() ? os : in[2]->shape(), os);
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < y.size(); ++i) {
+    const size_t j = static_cast<size_t>(is(static_cast<int64_t>(i)));
+    const int64_t z = zp.empty() ? 0 : zp[static_cast<size_t>(iz(static_cast<int64_t>(i)))];
+    y[i] = static_cast<float>(x[i] - z) * s[j];
+  }
+  out[0] = Tensor::fromVector(out[0].type(), y);
+  return ok();
+}
+
+} // namespace
+
+void defineQuantizeOps(OpTable &t) {
+  using FP = Fp16Policy;
+  t.def(OpKind::QuantizeLinear)
+      .cudaExpr("dlc::quantize_($0, $1, $2?, ${to}, ${multiply})")
+      .operands(2, 3)
+      .attr("to", AttrKind::String, "u8")
+      .attr("multiply", AttrKind::Int, int64_t{0})
+      .fusible(Fusibility::elementwise())
+      .fp16(FP::Deny) // the scale in FP32, as the file gives it
+      .fp32Operands(0b110)
+      .layout(LayoutRule::agnostic())
+      .verify(verifyQuantizeLinear)
+      .infer(inferQuantizeLinear)
+      .reference(refQuantizeLinear);
+  t.def(OpKind::DequantizeLinear)
+      .cudaExpr("dlc::dequantize_($0, $1, $2?)")
+      .operands(2, 3)
+      .fusible(Fusibility::elementwise())
+      .fp16(FP::Deny)
+      .fp32Operands(0b110)
+      .layout(LayoutRule::agnostic())
+      .verify(verifyDequantizeLinear)
+      .infer(inferDequantizeLinear)
+      .reference(refDequantizeLinear);
+}
+
+} // namespace dlc::ir
