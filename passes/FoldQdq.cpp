@@ -59,15 +59,178 @@ public:
 
   bool run(Graph &g, PassContext &) override {
     bool changed = false;
+    // Quantized data first moves through the ops that only move it, so that the
+    // products below find their operands quantized.
     for (Node *q : g.nodesOf(OpKind::QuantizeLinear))
-      changed |= fold(g, *q);
+      changed |= passThrough(g, *q);
+    for (Node *q : g.nodesOf(OpKind::QuantizeLinear))
+      changed |= requantize(g, *q);
+    for (OpKind k : {OpKind::Conv, OpKind::MatMul})
+      for (Node *p : g.nodesOf(k))
+        changed |= dequantize(g, *p);
     return changed;
   }
 
 private:
-  static bool fold(Graph &g, Node &q) {
+  /// Whether two quantization parameters (a scale, or a zero point where null means
+  /// 0) are the same: one value, or equal constants.
+  static bool sameParam(const Value *a, const Value *b) {
+    if (a == b)
+      return true;
+    auto value = [](const Value *v) -> std::optional<double> {
+      if (!v)
+        return 0.0;
+      if (!v->isConstant() || v->type().numElements() != 1)
+        return std::nullopt;
+      return v->data().getDouble(0);
+    };
+    auto x = value(a), y = value(b);
+    return x && y && *x == *y;
+  }
+
+  /// Q(Op(DQ(x, s, z)), s, z) -> Op(x), where Op only moves or selects values (the op
+  /// table's movesValues) and the scale is positive; and Q(DQ(x, s, z), s, z) -> x.
+  static bool passThrough(Graph &g, Node &q) {
+    Value *in = q.operand(0);
+    if (q.attrInt("multiply") != 0)
+      return false;
+    Node *m = in->definingNode();
+    if (!m)
+      return false;
+    const bool direct = m->kind() == OpKind::DequantizeLinear;
+    if (!direct && (!opDef(m->kind()).movesValues || in != m->result(0)))
+      return false;
+    if (!direct)
+      for (unsigned r = 1; r < m->numResults(); ++r)
+        if (!m->result(r)->uses().empty() || g.isOutput(m->result(r)))
+          return false;
+    Node *d = direct ? m : dequantized(m->operand(0));
+    if (!d || !oneValue(d->operand(1)) || !positive(d->operand(1)) ||
+        d->operand(0)->dtype() != q.result()->dtype() || !sameParam(d->operand(1), q.operand(1)) ||
+        !sameParam(d->operand(2), q.operand(2)))
+      return false;
+    Value *y = d->operand(0);
+    if (!direct) {
+      GradBuilder b(g);
+      b.setNameSuffix(".int");
+      b.setInsertionPoint(&q);
+      b.begin(q, {}, {});
+      std::vector<Value *> ops(m->operands().begin(), m->operands().end());
+      ops[0] = d->operand(0);
+      y = b.op(m->kind(), ops, m->attrs());
+      if (!y || b.failed() || y->type() != q.result()->type()) {
+        llvm::consumeError(b.takeError());
+        return false; // (the op takes no integers: it stays in float)
+      }
+    }
+    const std::string name = q.result()->name();
+    g.replaceAllUsesWith(q.result(), y);
+    g.eraseNode(&q);
+    if (!direct)
+      g.renameValue(y, name);
+    return true;
+  }
+
+  /// A Conv or MatMul of dequantized operands, as integer sums: what is checked
+  /// before anything is built.
+  struct Product {
+    Node *p = nullptr;     // the Conv or MatMul
+    Node *x = nullptr;     // its input's DequantizeLinear
+    Node *w = nullptr;     // its weight's
+    Node *wt = nullptr;    // the Transpose of the weight's (a Gemm's transB)
+    Value *ws = nullptr;   // the weight's scale
+    Value *bias = nullptr; // int32 sums [channels], or null
+    int64_t channels = 0;
+    bool conv = false;
+  };
+
+  /// `p` (a Conv or MatMul whose result, or whose Add with a DequantizeLinear bias,
+  /// is `product`) as a Product, or nothing.
+  static std::optional<Product> match(Graph &g, Node *p, Node *biasDq, const Value *product) {
+    if (!p || (p->kind() != OpKind::Conv && p->kind() != OpKind::MatMul) ||
+        product->dtype() != DType::F32 ||
+        (p->kind() == OpKind::Conv && p->attrInt("channels_last") != 0))
+      return std::nullopt;
+    Product r;
+    r.p = p;
+    r.conv = p->kind() == OpKind::Conv;
+    // B may be a DequantizeLinear transposed (a Gemm's transB, after canonicalize).
+    r.wt = r.conv ? nullptr : definedBy(p->operand(1), OpKind::Transpose);
+    if (r.wt &&
+        !(r.wt->operand(0)->rank() == 2 && r.wt->attrInts("perm") == std::vector<int64_t>{1, 0}))
+      r.wt = nullptr;
+    r.x = dequantized(p->operand(0));
+    r.w = dequantized(r.wt ? r.wt->operand(0) : p->operand(1));
+    if (!r.x || !r.w || !oneValue(r.x->operand(1)))
+      return std::nullopt;
+    // The weight's scale: per tensor, or per output channel (a Conv's dim 0; a
+    // MatMul's last dim, which broadcasts as it is).
+    r.ws = r.w->operand(1);
+    r.channels = r.conv ? p->operand(1)->shape()[0] : p->operand(1)->shape().back();
+    // (Per channel: the importer's shape for the output-channel axis, [M, 1, ...] of the
+    // weight's rank for a Conv, [N] for a MatMul's B of rank 2 or more; a scale along
+    // any other axis cannot be taken out of the sums.)
+    const Value *wq = r.w->operand(0), *ws = r.ws;
+    const int64_t channels = r.channels;
+    // (Transposed, B is [N, K], its per-channel scale [N, 1].)
+    if (r.conv ? !(oneValue(ws) || (ws->rank() == wq->rank() && perOutputChannel(ws, channels)))
+               : !(oneValue(ws) || (r.wt ? ws->shape() == Shape{channels, 1}
+                                         : wq->rank() >= 2 && ws->shape() == Shape{channels})))
+      return std::nullopt;
+    // The bias (a Conv's operand, a MatMul's Add): none, or the DequantizeLinear of
+    // int32 sums [channels] with zero point 0.
+    if (Node *bd =
+            r.conv && p->operand(2) ? definedBy(p->operand(2), OpKind::DequantizeLinear) : biasDq;
+        bd || (r.conv && p->operand(2))) {
+      if (!bd || bd->operand(0)->dtype() != DType::I32 ||
+          bd->operand(0)->shape() != Shape{channels} ||
+          (bd->operand(2) && !constantWhere(bd->operand(2), [](double e) { return e == 0; })))
+        return std::nullopt;
+      // Its scale must be sx * sw, as quantization tools write it (ONNX Runtime adds
+      // the int32 bias to the sums as it is): checked where the scales are constants.
+      if (!biasScaleMatches(bd->operand(1), r.x->operand(1), ws, channels))
+        return std::nullopt;
+      r.bias = bd->operand(0);
+    }
+    (void)g;
+    return r;
+  }
+
+  /// The product's exact int32 sums, and its scale sx * sw shaped to multiply them.
+  static std::pair<Value *, Value *> build(GradBuilder &b, const Product &r, const Value *product) {
+    auto centered = [&](Node *d) {
+      Value *v = b.cast(d->operand(0), DType::I32);
+      return d->operand(2) ? b.sub(v, b.cast(d->operand(2), DType::I32)) : v;
+    };
+    Value *xi = centered(r.x), *wi = centered(r.w);
+    Value *sum = nullptr;
+    if (r.conv) {
+      std::vector<Value *> ops{xi, wi};
+      if (r.bias)
+        ops.push_back(r.bias);
+      sum = b.op(OpKind::Conv, ops, r.p->attrs());
+    } else {
+      sum = b.op(OpKind::MatMul, {xi, r.wt ? b.transpose(wi, {1, 0}) : wi});
+      if (r.bias)
+        sum = b.add(sum, r.bias);
+    }
+    // The weight's scale, per output channel along dim 1 of the convolution's result.
+    Value *scale = r.ws;
+    if (r.conv && !oneValue(r.ws)) {
+      Shape s(static_cast<size_t>(product->rank() - 1), 1);
+      s[0] = r.channels;
+      scale = b.reshape(r.ws, s);
+    } else if (r.wt && !oneValue(r.ws)) {
+      scale = b.reshape(r.ws, {r.channels});
+    }
+    return {sum, b.mul(r.x->operand(1), scale)};
+  }
+
+  /// Q(Relu?(product)) -> Q(float(integer sums), sx * sw / sy) {multiply}.
+  static bool requantize(Graph &g, Node &q) {
     Value *in = q.operand(0), *ys = q.operand(1), *yz = q.operand(2);
-    if (!oneValue(ys) || ys->dtype() != DType::F32 || g.isOutput(in) || in->uses().size() != 1)
+    if (!oneValue(ys) || ys->dtype() != DType::F32 || g.isOutput(in) || in->uses().size() != 1 ||
+        q.attrInt("multiply") != 0)
       return false;
     Node *relu = definedBy(in, OpKind::Relu);
     // (A Relu is moved onto the int32 sums, which needs a positive multiplier: the
@@ -78,96 +241,20 @@ private:
     Node *p = product->definingNode();
     // A MatMul's bias (a Gemm's, after canonicalize): Add(MatMul, DQ(int32 bias)).
     Node *biasDq = nullptr;
-    if (p && p->kind() == OpKind::Add) {
-      Node *add = p;
-      p = nullptr;
-      for (unsigned k : {0u, 1u}) {
-        Node *mm = definedBy(add->operand(k), OpKind::MatMul);
-        Node *bd = definedBy(add->operand(1 - k), OpKind::DequantizeLinear);
-        if (mm && bd && !g.isOutput(mm->result()) && mm->result()->uses().size() == 1 &&
-            mm->result()->shape() == product->shape()) {
-          p = mm;
-          biasDq = bd;
-          break;
-        }
-      }
-    }
-    if (!p || (p->kind() != OpKind::Conv && p->kind() != OpKind::MatMul) ||
-        product->dtype() != DType::F32 ||
-        (p->kind() == OpKind::Conv && p->attrInt("channels_last") != 0))
+    if (p && p->kind() == OpKind::Add)
+      std::tie(p, biasDq) = biasAdd(g, *p, product);
+    auto r = match(g, p, biasDq, product);
+    if (!r || (relu && !(positive(r->x->operand(1)) && positive(r->ws) && positive(ys))))
       return false;
-    // B may be a DequantizeLinear transposed (a Gemm's transB, after canonicalize).
-    Node *wt = p->kind() == OpKind::MatMul ? definedBy(p->operand(1), OpKind::Transpose) : nullptr;
-    if (wt && !(wt->operand(0)->rank() == 2 && wt->attrInts("perm") == std::vector<int64_t>{1, 0}))
-      wt = nullptr;
-    Node *x = dequantized(p->operand(0)), *w = dequantized(wt ? wt->operand(0) : p->operand(1));
-    if (!x || !w || !oneValue(x->operand(1)) ||
-        (relu && !(positive(x->operand(1)) && positive(w->operand(1)) && positive(ys))))
-      return false;
-    const bool conv = p->kind() == OpKind::Conv;
-    // The weight's scale: per tensor, or per output channel (a Conv's dim 0; a
-    // MatMul's last dim, which broadcasts as it is).
-    Value *ws = w->operand(1);
-    const int64_t channels = conv ? p->operand(1)->shape()[0] : p->operand(1)->shape().back();
-    // (Per channel: the importer's shape for the output-channel axis, [M, 1, ...] of the
-    // weight's rank for a Conv, [N] for a MatMul's B of rank 2 or more; a scale along
-    // any other axis cannot be taken out of the sums.)
-    const Value *wq = w->operand(0);
-    // (Transposed, B is [N, K], its per-channel scale [N, 1].)
-    if (conv ? !(oneValue(ws) || (ws->rank() == wq->rank() && perOutputChannel(ws, channels)))
-             : !(oneValue(ws) || (wt ? ws->shape() == Shape{channels, 1}
-                                     : wq->rank() >= 2 && ws->shape() == Shape{channels})))
-      return false;
-    // The bias (a Conv's operand, a MatMul's Add): none, or the DequantizeLinear of
-    // int32 sums [channels] with zero point 0.
-    Value *bias = nullptr;
-    if (Node *bd =
-            conv && p->operand(2) ? definedBy(p->operand(2), OpKind::DequantizeLinear) : biasDq;
-        bd || (conv && p->operand(2))) {
-      if (!bd || bd->operand(0)->dtype() != DType::I32 ||
-          bd->operand(0)->shape() != Shape{channels} ||
-          (bd->operand(2) && !constantWhere(bd->operand(2), [](double e) { return e == 0; })))
-        return false;
-      // Its scale must be sx * sw, as quantization tools write it (ONNX Runtime adds
-      // the int32 bias to the sums as it is): checked where the scales are constants.
-      if (!biasScaleMatches(bd->operand(1), x->operand(1), ws, channels))
-        return false;
-      bias = bd->operand(0);
-    }
-
     GradBuilder b(g);
     b.setNameSuffix(".int");
     b.setInsertionPoint(&q);
     b.begin(q, {}, {});
-    auto centered = [&](Node *d) {
-      Value *v = b.cast(d->operand(0), DType::I32);
-      return d->operand(2) ? b.sub(v, b.cast(d->operand(2), DType::I32)) : v;
-    };
-    Value *xi = centered(x), *wi = centered(w);
-    Value *sum = nullptr;
-    if (conv) {
-      std::vector<Value *> ops{xi, wi};
-      if (bias)
-        ops.push_back(bias);
-      sum = b.op(OpKind::Conv, ops, p->attrs());
-    } else {
-      sum = b.op(OpKind::MatMul, {xi, wt ? b.transpose(wi, {1, 0}) : wi});
-      if (bias)
-        sum = b.add(sum, bias);
-    }
-    // The multiplier, per output channel along dim 1 of the convolution's result.
-    Value *scale = ws;
-    if (conv && !oneValue(ws)) {
-      Shape s(static_cast<size_t>(product->rank() - 1), 1);
-      s[0] = channels;
-      scale = b.reshape(ws, s);
-    } else if (wt && !oneValue(ws)) {
-      scale = b.reshape(ws, {channels});
-    }
+    auto [sum, scale] = build(b, *r, product);
     // (One QuantizeLinear with `multiply` applies the FP32 multiplier, so that no
     // precision pass can move the product to FP16. The Relu acts on the int32 sums:
     // the multiplier is positive, so it commutes.)
-    Value *multiplier = b.div(b.mul(x->operand(1), scale), ys);
+    Value *multiplier = b.div(scale, ys);
     if (relu)
       sum = b.op(OpKind::Relu, {sum});
     std::vector<Value *> qOps{b.cast(sum, DType::F32), multiplier};
@@ -185,6 +272,55 @@ private:
     g.eraseNode(&q);
     g.renameValue(y, name);
     return true;
+  }
+
+  /// A product no QuantizeLinear takes: float(integer sums) * (sx * sw), the
+  /// DequantizeLinear of the sums (as ONNX Runtime's QDQ MatMul and Conv with a float
+  /// output, up to FP32 rounding).
+  static bool dequantize(Graph &g, Node &p) {
+    Value *product = p.result();
+    if (product->uses().empty() && !g.isOutput(product))
+      return false; // (a product requantize() replaced: dce removes it)
+    Node *biasDq = nullptr, *anchor = &p;
+    // A MatMul's bias: its only use an Add of a DequantizeLinear.
+    if (p.kind() == OpKind::MatMul && product->uses().size() == 1 && !g.isOutput(product))
+      if (Node *add = product->uses()[0].user; add && add->kind() == OpKind::Add)
+        if (auto [mm, bd] = biasAdd(g, *add, add->result()); mm == &p && bd) {
+          biasDq = bd;
+          anchor = add;
+          product = add->result();
+        }
+    auto r = match(g, &p, biasDq, product);
+    if (!r)
+      return false;
+    GradBuilder b(g);
+    b.setNameSuffix(".int");
+    b.setInsertionPoint(anchor);
+    b.begin(*anchor, {}, {});
+    auto [sum, scale] = build(b, *r, product);
+    Value *y = b.mul(b.cast(sum, DType::F32), scale);
+    if (!y || b.failed() || y->type() != product->type()) {
+      llvm::consumeError(b.takeError());
+      return false;
+    }
+    const std::string name = product->name();
+    g.replaceAllUsesWith(product, y);
+    g.renameValue(product, g.uniqueName(name + ".float"));
+    g.renameValue(y, name);
+    return true;
+  }
+
+  /// Add(MatMul, DequantizeLinear) of the product's shape: (the MatMul, the bias's
+  /// DequantizeLinear), else (null, null).
+  static std::pair<Node *, Node *> biasAdd(Graph &g, Node &add, const Value *product) {
+    for (unsigned k : {0u, 1u}) {
+      Node *mm = definedBy(add.operand(k), OpKind::MatMul);
+      Node *bd = definedBy(add.operand(1 - k), OpKind::DequantizeLinear);
+      if (mm && bd && !g.isOutput(mm->result()) && mm->result()->uses().size() == 1 &&
+          mm->result()->shape() == product->shape())
+        return {mm, bd};
+    }
+    return {nullptr, nullptr};
   }
 
   /// Whether the bias scale (one value or [M]) equals sx * sw per output channel,

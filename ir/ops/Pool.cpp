@@ -326,6 +326,7 @@ llvm::Error gradGlobalAveragePool(GradBuilder &b, const Node &n) {
 void definePoolOps(OpTable &t) {
   windowAttrs(t.def(OpKind::MaxPool))
       .operands(1)
+      .movesValues()
       .results(1, 2)
       .attr("storage_order", AttrKind::Int, int64_t{0})
       .fusible(Fusibility::anchor(/*prologue=*/true, /*epilogue=*/true))
