@@ -151,4 +151,50 @@ Status writeNpz(const std::string &path, const NpzArrays &arrays) {
   return writeFileAtomically(path, file.data(), file.size());
 }
 
+Result<size_t> checkSamples(const NpzArrays &arrays, const pkg::Package &m,
+                            const std::string &path) {
+  size_t samples = 0;
+  std::string have;
+  for (const auto &[name, a] : arrays)
+    have += (have.empty() ? "" : ", ") + name;
+  bool first = true;
+  for (const pkg::TensorInfo *in : *m.inputs()) {
+    std::string name = in->name()->str();
+    auto it = arrays.find(name);
+    if (it == arrays.end())
+      return Status(StatusCode::InvalidArgument, "'" + path + "' has no array '" + name +
+                                                     "' for the model's input (arrays: " + have +
+                                                     ")");
+    const rt::HostTensor &a = it->second;
+    std::vector<int64_t> want = in->shape()
+                                    ? std::vector<int64_t>(in->shape()->begin(), in->shape()->end())
+                                    : std::vector<int64_t>{};
+    if (a.dtype != in->dtype())
+      return Status(StatusCode::InvalidArgument, "'" + path + "': array '" + name + "' is " +
+                                                     pkg::dtypeName(a.dtype) + ", the input is " +
+                                                     pkg::dtypeName(in->dtype()));
+    if (want.empty() || a.shape.size() != want.size() ||
+        !std::equal(want.begin() + 1, want.end(), a.shape.begin() + 1))
+      return Status(StatusCode::InvalidArgument, "'" + path + "': array '" + name + "' has shape " +
+                                                     shapeString(a.shape) + "; the input is " +
+                                                     shapeString(want) +
+                                                     " (samples along the first dimension)");
+    size_t n = static_cast<size_t>(a.shape[0]);
+    if (!first && n != samples)
+      return Status(StatusCode::InvalidArgument,
+                    "'" + path + "': the arrays hold different numbers of samples (" +
+                        std::to_string(samples) + " and " + std::to_string(n) + " in '" + name +
+                        "')");
+    samples = n;
+    first = false;
+    if (int64_t bad = a.firstNonFinite(); bad >= 0) {
+      int64_t perSample = n ? a.numElements() / static_cast<int64_t>(n) : 1;
+      return Status(StatusCode::InvalidArgument,
+                    "'" + path + "': array '" + name + "' holds a NaN or an infinity (sample " +
+                        std::to_string(perSample ? bad / perSample : 0) + ")");
+    }
+  }
+  return samples;
+}
+
 } // namespace dlc::rt

@@ -107,7 +107,7 @@ Model::weights(DeviceKind kind, int device,
 
 Session::~Session() = default;
 
-static std::string shapeString(const std::vector<int64_t> &s) {
+std::string shapeString(const std::vector<int64_t> &s) {
   std::string r = "[";
   for (size_t i = 0; i < s.size(); ++i)
     r += (i ? "," : "") + std::to_string(s[i]);

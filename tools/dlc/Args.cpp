@@ -7,6 +7,8 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/WithColor.h"
 
+#include <zlib.h>
+
 namespace dlc::tool {
 
 std::optional<std::string> Args::get(const std::string &name) const {
@@ -159,6 +161,25 @@ void reportError(llvm::Error e) {
 
 void reportError(const std::string &message) {
   llvm::errs() << "dlc: error: " << message << "\n";
+}
+
+/// Raw deflate (zip method 8) with zlib, for numpy.savez_compressed data.
+static bool zlibInflate(const uint8_t *in, size_t n, uint8_t *out, size_t outSize) {
+  z_stream z{};
+  if (inflateInit2(&z, -MAX_WBITS) != Z_OK)
+    return false;
+  z.next_in = const_cast<uint8_t *>(in);
+  z.avail_in = static_cast<uInt>(n);
+  z.next_out = out;
+  z.avail_out = static_cast<uInt>(outSize);
+  int r = inflate(&z, Z_FINISH);
+  bool done = r == Z_STREAM_END && z.total_out == outSize;
+  inflateEnd(&z);
+  return done;
+}
+
+Result<rt::NpzArrays> readNpzFile(const std::string &path) {
+  return rt::readNpz(path, zlibInflate);
 }
 
 } // namespace dlc::tool

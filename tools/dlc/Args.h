@@ -1,6 +1,8 @@
 //===- Args.h - Command-line parsing for dlc subcommands --------*- C++ -*-===//
 #pragma once
 
+#include "dlc/runtime/Runtime.h"
+
 #include "llvm/Support/Error.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -59,6 +61,9 @@ private:
 /// Writes a command's report to the file of its -o option (atomically), or to stdout
 /// without one; returns the exit code (1 with the error reported).
 int writeReport(const Args &args, const std::string &text);
+
+/// An .npz file, its members stored or deflated (numpy.savez_compressed).
+Result<rt::NpzArrays> readNpzFile(const std::string &path);
 
 /// Prints "dlc: error: <message>" to stderr.
 void reportError(llvm::Error e);

@@ -19,5 +19,6 @@ int runTrain(const std::vector<std::string> &args);
 int runExport(const std::vector<std::string> &args);
 int runCalibrate(const std::vector<std::string> &args);
 int runTune(const std::vector<std::string> &args);
+int runQuantize(const std::vector<std::string> &args);
 
 } // namespace dlc::tool

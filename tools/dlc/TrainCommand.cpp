@@ -23,7 +23,6 @@
 #include <random>
 #include <thread>
 #include <unistd.h>
-#include <zlib.h>
 
 namespace dlc::tool {
 
@@ -86,65 +85,16 @@ struct DataSet {
   size_t samples = 0;
 };
 
-/// Raw deflate (zip method 8) with zlib, for numpy.savez_compressed data.
-bool zlibInflate(const uint8_t *in, size_t n, uint8_t *out, size_t outSize) {
-  z_stream z{};
-  if (inflateInit2(&z, -MAX_WBITS) != Z_OK)
-    return false;
-  z.next_in = const_cast<uint8_t *>(in);
-  z.avail_in = static_cast<uInt>(n);
-  z.next_out = out;
-  z.avail_out = static_cast<uInt>(outSize);
-  int r = inflate(&z, Z_FINISH);
-  bool done = r == Z_STREAM_END && z.total_out == outSize;
-  inflateEnd(&z);
-  return done;
-}
-
 Result<DataSet> loadData(const std::string &path, const pkg::Package &m) {
-  auto arrays = rt::readNpz(path, zlibInflate);
+  auto arrays = readNpzFile(path);
   if (!arrays)
     return arrays.takeStatus();
   DataSet d;
   d.arrays = std::move(*arrays);
-  std::string have;
-  for (const auto &[name, a] : d.arrays)
-    have += (have.empty() ? "" : ", ") + name;
-  bool first = true;
-  for (const pkg::TensorInfo *in : *m.inputs()) {
-    std::string name = in->name()->str();
-    auto it = d.arrays.find(name);
-    if (it == d.arrays.end())
-      return Status(StatusCode::InvalidArgument, "'" + path + "' has no array '" + name +
-                                                     "' for the model's input (arrays: " + have +
-                                                     ")");
-    const rt::HostTensor &a = it->second;
-    std::vector<int64_t> want = shapeOf(in);
-    if (a.dtype != in->dtype())
-      return Status(StatusCode::InvalidArgument, "'" + path + "': array '" + name + "' is " +
-                                                     pkg::dtypeName(a.dtype) + ", the input is " +
-                                                     pkg::dtypeName(in->dtype()));
-    if (want.empty() || a.shape.size() != want.size() ||
-        !std::equal(want.begin() + 1, want.end(), a.shape.begin() + 1))
-      return Status(StatusCode::InvalidArgument, "'" + path + "': array '" + name + "' has shape " +
-                                                     ir::shapeStr(a.shape) + "; the input is " +
-                                                     ir::shapeStr(want) +
-                                                     " (samples along the first dimension)");
-    size_t n = static_cast<size_t>(a.shape[0]);
-    if (!first && n != d.samples)
-      return Status(StatusCode::InvalidArgument,
-                    "'" + path + "': the arrays hold different numbers of samples (" +
-                        std::to_string(d.samples) + " and " + std::to_string(n) + " in '" + name +
-                        "')");
-    d.samples = n;
-    first = false;
-    if (int64_t bad = a.firstNonFinite(); bad >= 0) {
-      int64_t perSample = n ? a.numElements() / static_cast<int64_t>(n) : 1;
-      return Status(StatusCode::InvalidArgument,
-                    "'" + path + "': array '" + name + "' holds a NaN or an infinity (sample " +
-                        std::to_string(perSample ? bad / perSample : 0) + ")");
-    }
-  }
+  auto n = rt::checkSamples(d.arrays, m, path);
+  if (!n)
+    return n.takeStatus();
+  d.samples = *n;
   return d;
 }
 

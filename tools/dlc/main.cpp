@@ -26,6 +26,8 @@ const Command kCommands[] = {
      dlc::tool::runCalibrate},
     {"tune", "Choose each layer's tactic (ours or cuDNN) on this GPU, into the cache",
      dlc::tool::runTune},
+    {"quantize", "Quantize an FP32 ONNX model to INT8 (QDQ ONNX) on calibration data",
+     dlc::tool::runQuantize},
     {"import", "Import an ONNX model and print its IR", dlc::tool::runImport},
     {"opt", "Run graph passes on textual IR", dlc::tool::runOpt},
     {"interpret", "Run textual IR on the reference interpreter", dlc::tool::runInterpret},

@@ -349,6 +349,13 @@ using NpzArrays = std::map<std::string, HostTensor>;
 using Inflater = std::function<bool(const uint8_t *in, size_t n, uint8_t *out, size_t outSize)>;
 Result<NpzArrays> readNpz(const std::string &path, const Inflater &inflate = {});
 Status writeNpz(const std::string &path, const NpzArrays &arrays);
+/// "[2,3,4]", as messages write shapes.
+std::string shapeString(const std::vector<int64_t> &shape);
+/// Checks arrays of samples (along the first dimension) against a package's inputs:
+/// every input present, with its dtype and per-sample shape, the same number of
+/// samples in each, and no NaN or infinity. Returns that number; errors name `path`.
+Result<size_t> checkSamples(const NpzArrays &arrays, const pkg::Package &m,
+                            const std::string &path);
 /// Parses .npy bytes (for tests and fuzzing).
 Result<HostTensor> parseNpy(const uint8_t *data, size_t n, const std::string &name);
 

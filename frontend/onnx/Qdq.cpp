@@ -1,0 +1,578 @@
+//===- Qdq.cpp - Writing explicitly quantized (QDQ) ONNX models ------------===//
+//
+// The form written is the one quantization tools write and ONNX Runtime and
+// TensorRT read:
+//   x -> QuantizeLinear(x_scale, 0: int8) -> DequantizeLinear -> Conv/MatMul/Gemm
+//   W (int8 initializer) -> DequantizeLinear(W_scale[C], axis) -> the same layer
+//   B (int32 initializer, scale x_scale * W_scale) -> DequantizeLinear -> the same
+// Activations are symmetric INT8 per tensor (zero point 0, TensorRT's only form),
+// weights symmetric INT8 in [-127, 127] per output channel. Data-movement ops between
+// a quantized tensor and a quantized layer (MaxPool, Reshape, ...) get the same scale
+// on both sides, so that the compiler moves INT8 through them (fold-qdq).
+//===----------------------------------------------------------------------===//
+#include "dlc/frontend/Qdq.h"
+
+#include "OnnxUtil.h"
+#include "dlc/ir/Graph.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <unordered_map>
+
+namespace dlc::frontend {
+
+namespace {
+
+bool defaultDomain(const onnx::NodeProto &n) {
+  return n.domain().empty() || n.domain() == "ai.onnx";
+}
+
+/// Ops that only move or select values: a scale on their input holds for their output.
+bool movesData(const onnx::NodeProto &n) {
+  static const std::set<std::string> ops = {"MaxPool", "Reshape",   "Flatten", "Transpose",
+                                            "Squeeze", "Unsqueeze", "Identity"};
+  if (!defaultDomain(n) || !ops.count(n.op_type()) || n.input_size() < 1)
+    return false;
+  // MaxPool's optional Indices output is not data.
+  return n.output_size() == 1 || (n.output_size() == 2 && n.output(1).empty());
+}
+
+/// Each node's name for the report and --exclude: its own where that is unique, else
+/// "<Op>_<index>".
+std::vector<std::string> nodeNames(const onnx::GraphProto &g) {
+  std::map<std::string, int> count;
+  for (const auto &n : g.node())
+    count[n.name()]++;
+  std::vector<std::string> names;
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto &n = g.node(i);
+    names.push_back(!n.name().empty() && count[n.name()] == 1
+                        ? n.name()
+                        : n.op_type() + "_" + std::to_string(i));
+  }
+  return names;
+}
+
+/// Sorts the main graph's nodes so that each follows the producers of its inputs
+/// (stable: a sorted graph stays as it is). Names no node produces (graph inputs,
+/// initializers, a subgraph's outer names) impose nothing.
+void sortNodes(onnx::GraphProto &g) {
+  int n = g.node_size();
+  std::unordered_map<std::string, int> producer;
+  for (int i = 0; i < n; ++i)
+    for (const std::string &o : g.node(i).output())
+      if (!o.empty())
+        producer[o] = i;
+  std::vector<int> order, state(n, 0); // 0 new, 1 visiting, 2 done
+  bool sorted = true;
+  for (int i = 0; i < n && sorted; ++i)
+    for (const std::string &in : g.node(i).input())
+      if (auto p = producer.find(in); p != producer.end() && p->second >= i)
+        sorted = false;
+  if (sorted)
+    return;
+  // Depth-first, iteratively (a long chain must not exhaust the stack); a cycle keeps
+  // its file order and the importer reports it.
+  for (int root = 0; root < n; ++root) {
+    std::vector<std::pair<int, int>> stack = {{root, 0}};
+    while (!stack.empty()) {
+      auto &[v, k] = stack.back();
+      if (k == 0 && state[v] != 0) {
+        stack.pop_back();
+        continue;
+      }
+      state[v] = 1;
+      if (k < g.node(v).input_size()) {
+        auto p = producer.find(g.node(v).input(k++));
+        if (p != producer.end() && state[p->second] == 0)
+          stack.push_back({p->second, 0});
+        continue;
+      }
+      state[v] = 2;
+      order.push_back(v);
+      stack.pop_back();
+    }
+  }
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  for (int i : order)
+    *nodes.Add() = g.node(i);
+  g.mutable_node()->Swap(&nodes);
+}
+
+int64_t defaultOpset(const onnx::ModelProto &m) {
+  for (const auto &o : m.opset_import())
+    if (o.domain().empty() || o.domain() == "ai.onnx")
+      return o.version();
+  return 0;
+}
+
+const onnx::AttributeProto *attr(const onnx::NodeProto &n, const char *name) {
+  for (const auto &a : n.attribute())
+    if (a.name() == name)
+      return &a;
+  return nullptr;
+}
+
+llvm::Expected<onnx::ModelProto> parse(llvm::StringRef bytes) {
+  onnx::ModelProto m;
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
+      !m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())) || !m.has_graph())
+    return ir::makeError("not a valid ONNX model (ModelProto)");
+  sortNodes(*m.mutable_graph());
+  return m;
+}
+
+llvm::Expected<std::string> serialize(const onnx::ModelProto &m) {
+  std::string out;
+  if (!m.SerializeToString(&out))
+    return ir::makeError("cannot serialize the model (over 2 GiB?)");
+  return out;
+}
+
+/// The main graph's structure: initializers, constants and producers by name.
+struct GraphIndex {
+  std::unordered_map<std::string, const onnx::TensorProto *> initializers;
+  std::set<std::string> constants; // initializers and Constant outputs
+  std::unordered_map<std::string, int> producer;
+  std::set<std::string> inputs;
+  explicit GraphIndex(const onnx::GraphProto &g) {
+    for (const auto &t : g.initializer()) {
+      initializers[t.name()] = &t;
+      constants.insert(t.name());
+    }
+    for (const auto &i : g.input())
+      if (!initializers.count(i.name()))
+        inputs.insert(i.name());
+    for (int i = 0; i < g.node_size(); ++i)
+      for (const std::string &o : g.node(i).output()) {
+        if (o.empty())
+          continue;
+        producer[o] = i;
+        if (g.node(i).op_type() == "Constant" && defaultDomain(g.node(i)))
+          constants.insert(o);
+      }
+  }
+  const onnx::TensorProto *floatInitializer(const std::string &name) const {
+    auto it = initializers.find(name);
+    return it != initializers.end() && it->second->data_type() == onnx::TensorProto::FLOAT
+               ? it->second
+               : nullptr;
+  }
+};
+
+/// Why a Conv, MatMul or Gemm cannot be quantized (empty: it can), filling `l`.
+std::string describeLayer(const onnx::NodeProto &n, const GraphIndex &gi, QuantLayer &l) {
+  auto activation = [&](int i) {
+    return i < n.input_size() && !n.input(i).empty() && !gi.constants.count(n.input(i));
+  };
+  auto weight = [&](int i, size_t minRank, size_t maxRank) -> const onnx::TensorProto * {
+    if (i >= n.input_size())
+      return nullptr;
+    const onnx::TensorProto *t = gi.floatInitializer(n.input(i));
+    return t && static_cast<size_t>(t->dims_size()) >= minRank &&
+                   static_cast<size_t>(t->dims_size()) <= maxRank
+               ? t
+               : nullptr;
+  };
+  auto bias = [&](int i, int64_t channels) {
+    const onnx::TensorProto *b = i < n.input_size() ? gi.floatInitializer(n.input(i)) : nullptr;
+    if (b && b->dims_size() == 1 && b->dims(0) == channels)
+      l.bias = n.input(i);
+  };
+  if (n.op_type() == "Conv") {
+    const onnx::TensorProto *w = weight(1, 3, 5);
+    if (!activation(0) || !w)
+      return "its input is a constant or its weight is not an FP32 initializer";
+    l.activations = {n.input(0)};
+    l.weight = n.input(1);
+    l.weightAxis = 0;
+    bias(2, w->dims(0));
+    return "";
+  }
+  if (n.op_type() == "Gemm") {
+    const onnx::AttributeProto *ta = attr(n, "transA"), *tb = attr(n, "transB"),
+                               *alpha = attr(n, "alpha"), *beta = attr(n, "beta");
+    if ((ta && ta->i()) || (alpha && alpha->f() != 1.0f) || (beta && beta->f() != 1.0f))
+      return "transA, alpha or beta is not the default";
+    const onnx::TensorProto *w = weight(1, 2, 2);
+    if (!activation(0) || !w)
+      return "its input is a constant or its weight is not an FP32 initializer";
+    l.activations = {n.input(0)};
+    l.weight = n.input(1);
+    l.weightAxis = tb && tb->i() ? 0 : 1;
+    bias(2, w->dims(l.weightAxis));
+    return "";
+  }
+  // MatMul: by a constant [K, N] weight (per column), or of two activations.
+  if (!activation(0))
+    return "its first input is a constant";
+  l.activations = {n.input(0)};
+  if (activation(1)) {
+    l.activations.push_back(n.input(1));
+    return "";
+  }
+  if (!weight(1, 2, 2))
+    return "its weight is not a rank-2 FP32 initializer";
+  l.weight = n.input(1);
+  l.weightAxis = 1;
+  return "";
+}
+
+/// Quantizes v to INT8 with `scale` (ONNX QuantizeLinear: round half to even, saturate).
+int8_t quantize8(float v, float scale) {
+  float r = std::nearbyint(v / scale);
+  return static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+}
+
+float scaleFor(float threshold) {
+  return std::isfinite(threshold) && threshold > 0 ? threshold / 127.0f : 1.0f;
+}
+
+class Writer {
+public:
+  Writer(onnx::ModelProto &m, const std::string &modelDir)
+      : m_(m), g_(*m.mutable_graph()), ext_(modelDir) {
+    for (const auto &t : g_.initializer())
+      names_.insert(t.name());
+    for (const auto &i : g_.input())
+      names_.insert(i.name());
+    for (const auto &n : g_.node()) {
+      names_.insert(n.name());
+      names_.insert(n.output().begin(), n.output().end());
+    }
+  }
+
+  std::string fresh(const std::string &base) {
+    std::string name = base;
+    for (int k = 1; !names_.insert(name).second; ++k)
+      name = base + "_" + std::to_string(k);
+    return name;
+  }
+
+  onnx::TensorProto &initializer(const std::string &name, int32_t type,
+                                 const std::vector<int64_t> &dims) {
+    onnx::TensorProto &t = *g_.add_initializer();
+    t.set_name(name);
+    t.set_data_type(type);
+    for (int64_t d : dims)
+      t.add_dims(d);
+    return t;
+  }
+
+  /// Scale (float) and zero point (`zpType`, zeros) initializers of `count` values
+  /// (a scalar when `perAxis` is false).
+  std::pair<std::string, std::string>
+  params(const std::string &base, const std::vector<float> &scales, int32_t zpType, bool perAxis) {
+    std::vector<int64_t> dims;
+    if (perAxis)
+      dims = {static_cast<int64_t>(scales.size())};
+    std::string s = fresh(base + "_scale"), z = fresh(base + "_zero_point");
+    onnx::TensorProto &st = initializer(s, onnx::TensorProto::FLOAT, dims);
+    st.set_raw_data(
+        std::string(reinterpret_cast<const char *>(scales.data()), scales.size() * sizeof(float)));
+    size_t zpBytes = zpType == onnx::TensorProto::INT32 ? 4 : 1;
+    initializer(z, zpType, dims).set_raw_data(std::string(scales.size() * zpBytes, '\0'));
+    return {s, z};
+  }
+
+  onnx::NodeProto makeNode(const std::string &op, const std::vector<std::string> &inputs,
+                           const std::string &output, int axis = -1) {
+    onnx::NodeProto n;
+    n.set_op_type(op);
+    n.set_name(fresh(output + "_" + op));
+    for (const std::string &i : inputs)
+      n.add_input(i);
+    n.add_output(output);
+    if (axis >= 0) {
+      onnx::AttributeProto &a = *n.add_attribute();
+      a.set_name("axis");
+      a.set_type(onnx::AttributeProto::INT);
+      a.set_i(axis);
+    }
+    return n;
+  }
+
+  /// The weight's values, loaded (inline or external).
+  llvm::Expected<ir::Tensor> load(const std::string &name) {
+    for (const auto &t : g_.initializer())
+      if (t.name() == name)
+        return tensorFromOnnx(t, &ext_);
+    return ir::errorf("no initializer '{0}'", name);
+  }
+
+  onnx::ModelProto &m_;
+  onnx::GraphProto &g_;
+  ExternalDataLoader ext_;
+  std::set<std::string> names_;
+};
+
+/// Per-channel (along `axis`) or per-tensor maxima of |w|.
+std::vector<float> absMax(const ir::Tensor &w, int axis, bool perChannel) {
+  const ir::Shape &s = w.shape();
+  int64_t channels = perChannel ? s[axis] : 1, inner = 1;
+  for (size_t d = axis + 1; d < s.size(); ++d)
+    inner *= s[d];
+  std::vector<float> m(channels, 0.0f);
+  const float *p = w.data<float>();
+  for (int64_t i = 0, n = w.numElements(); i < n; ++i) {
+    int64_t c = perChannel ? (i / inner) % channels : 0;
+    m[c] = std::max(m[c], std::fabs(p[i]));
+  }
+  return m;
+}
+
+} // namespace
+
+llvm::Expected<QuantPlan> planQuantization(llvm::StringRef modelBytes, const std::string &) {
+  auto model = parse(modelBytes);
+  if (!model)
+    return model.takeError();
+  const onnx::GraphProto &g = model->graph();
+  for (const auto &t : g.initializer())
+    if (t.data_type() == onnx::TensorProto::FLOAT16 || t.data_type() == onnx::TensorProto::BFLOAT16)
+      return ir::errorf("initializer '{0}' is {1}: dlc quantize takes an FP32 model", t.name(),
+                        onnxTypeName(t.data_type()));
+  for (const auto &n : g.node())
+    if (defaultDomain(n) && (n.op_type() == "QuantizeLinear" || n.op_type() == "DequantizeLinear" ||
+                             n.op_type() == "QLinearConv" || n.op_type() == "ConvInteger"))
+      return ir::errorf("the model is already quantized (it has a {0} node, '{1}')", n.op_type(),
+                        n.name());
+  QuantPlan plan;
+  plan.opset = defaultOpset(*model);
+  plan.outputs = static_cast<size_t>(g.output_size());
+  GraphIndex gi(g);
+  std::vector<std::string> names = nodeNames(g);
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto &n = g.node(i);
+    if (!defaultDomain(n) ||
+        (n.op_type() != "Conv" && n.op_type() != "MatMul" && n.op_type() != "Gemm"))
+      continue;
+    QuantLayer l;
+    l.name = names[i];
+    l.op = n.op_type();
+    std::string why = describeLayer(n, gi, l);
+    if (!why.empty()) {
+      plan.skipped.push_back(l.name + " (" + l.op + "): " + why);
+      continue;
+    }
+    // Each activation, and the inputs of the data movement leading to it, share
+    // the scale of the first tensor of the chain.
+    for (const std::string &a : l.activations) {
+      std::vector<std::string> chain = {a};
+      for (auto p = gi.producer.find(a); p != gi.producer.end() && movesData(g.node(p->second));) {
+        const std::string &in = g.node(p->second).input(0);
+        if (in.empty() || gi.constants.count(in) || std::count(chain.begin(), chain.end(), in))
+          break;
+        chain.push_back(in);
+        p = gi.producer.find(in);
+      }
+      for (const std::string &t : chain)
+        plan.scaleOf.emplace(t, chain.back());
+    }
+    plan.layers.push_back(std::move(l));
+  }
+  std::set<std::string> roots;
+  for (const auto &[t, root] : plan.scaleOf)
+    if (roots.insert(root).second)
+      plan.calibrated.push_back(root);
+  return plan;
+}
+
+llvm::Expected<std::string> addFloatOutputs(llvm::StringRef modelBytes,
+                                            const std::vector<std::string> &names) {
+  auto model = parse(modelBytes);
+  if (!model)
+    return model.takeError();
+  onnx::GraphProto &g = *model->mutable_graph();
+  std::set<std::string> outputs;
+  for (const auto &o : g.output())
+    outputs.insert(o.name());
+  for (const std::string &n : names) {
+    if (!outputs.insert(n).second)
+      continue;
+    onnx::ValueInfoProto &v = *g.add_output();
+    v.set_name(n);
+    v.mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  }
+  return serialize(*model);
+}
+
+llvm::Expected<std::string> writeQdqModel(llvm::StringRef modelBytes, const std::string &modelDir,
+                                          const QuantPlan &plan, const QdqOptions &options,
+                                          QdqSummary *summary) {
+  auto model = parse(modelBytes);
+  if (!model)
+    return model.takeError();
+  int64_t opset = defaultOpset(*model);
+  if (opset < 10)
+    return ir::errorf("the model is opset {0}: QuantizeLinear needs opset 10 or later", opset);
+  if (options.perChannel && opset < 13)
+    return ir::errorf("the model is opset {0}: weights per channel need opset 13 or later "
+                      "(re-export the model at a later opset, or quantize weights per tensor)",
+                      opset);
+  QdqSummary local;
+  QdqSummary &sum = summary ? *summary : local;
+  Writer w(*model, modelDir);
+  onnx::GraphProto &g = w.g_;
+  GraphIndex gi(g);
+  std::vector<onnx::NodeProto> front;                        // weights' DequantizeLinear
+  std::map<std::string, std::vector<onnx::NodeProto>> after; // a tensor's Q and DQ
+  std::map<std::string, std::string> dequantized;            // activation -> its DQ output
+  std::map<std::string, float> activationScale;
+  // Redirected inputs: (node index, input index) -> the name it reads now.
+  std::map<std::pair<int, int>, std::string> redirect;
+
+  auto quantizeActivation = [&](const std::string &x) -> std::string {
+    if (auto it = dequantized.find(x); it != dequantized.end())
+      return it->second;
+    auto root = plan.scaleOf.find(x);
+    float threshold = 0;
+    if (root != plan.scaleOf.end())
+      if (auto t = options.thresholds.find(root->second); t != options.thresholds.end())
+        threshold = t->second;
+    float scale = scaleFor(threshold);
+    activationScale[x] = scale;
+    auto [s, z] = w.params(x, {scale}, onnx::TensorProto::INT8, false);
+    std::string q = w.fresh(x + "_quantized"), dq = w.fresh(x + "_dequantized");
+    auto &nodes = after[x];
+    nodes.push_back(w.makeNode("QuantizeLinear", {x, s, z}, q));
+    nodes.push_back(w.makeNode("DequantizeLinear", {q, s, z}, dq));
+    sum.quantizeNodes++;
+    sum.dequantizeNodes++;
+    return dequantized[x] = dq;
+  };
+
+  std::map<std::string, int> nodeOf;
+  std::vector<std::string> names = nodeNames(g);
+  for (int i = 0; i < g.node_size(); ++i)
+    nodeOf[names[i]] = i;
+  std::set<std::string> replacedWeights;
+  for (const QuantLayer &l : plan.layers) {
+    if (!options.layers.count(l.name))
+      continue;
+    auto ni = nodeOf.find(l.name);
+    int index = ni != nodeOf.end() ? ni->second : -1;
+    if (index < 0 || g.node(index).op_type() != l.op)
+      return ir::errorf("layer '{0}' is not in the model", l.name);
+    const onnx::NodeProto &n = g.node(index);
+    for (int i = 0; i < n.input_size(); ++i) {
+      if (!std::count(l.activations.begin(), l.activations.end(), n.input(i)))
+        continue;
+      redirect[{index, i}] = quantizeActivation(n.input(i));
+      // The data movement leading to it moves INT8 at the same scale.
+      std::string t = n.input(i);
+      for (auto p = gi.producer.find(t); p != gi.producer.end() && movesData(g.node(p->second));
+           p = gi.producer.find(t)) {
+        const std::string &in = g.node(p->second).input(0);
+        auto r = plan.scaleOf.find(in);
+        if (r == plan.scaleOf.end() || r->second != plan.scaleOf.at(n.input(i)))
+          break;
+        redirect[{p->second, 0}] = quantizeActivation(in);
+        t = in;
+      }
+    }
+    float xScale = activationScale[l.activations[0]];
+    sum.inputScale[l.name] = xScale;
+    if (l.weight.empty())
+      continue;
+    auto weight = w.load(l.weight);
+    if (!weight)
+      return weight.takeError();
+    if (weight->dtype() != ir::DType::F32)
+      return ir::errorf("weight '{0}' of layer '{1}' is not FP32", l.weight, l.name);
+    std::vector<float> scales = absMax(*weight, l.weightAxis, options.perChannel);
+    for (float &s : scales)
+      s = scaleFor(s);
+    const ir::Shape &ws = weight->shape();
+    int64_t inner = 1;
+    for (size_t d = l.weightAxis + 1; d < ws.size(); ++d)
+      inner *= ws[d];
+    std::string qname = w.fresh(l.weight + "_quantized");
+    std::vector<int64_t> dims(ws.begin(), ws.end());
+    std::string raw(weight->numElements(), '\0');
+    const float *p = weight->data<float>();
+    for (int64_t i = 0, e = weight->numElements(); i < e; ++i)
+      raw[i] = static_cast<char>(
+          quantize8(p[i], scales[options.perChannel ? (i / inner) % ws[l.weightAxis] : 0]));
+    w.initializer(qname, onnx::TensorProto::INT8, dims).set_raw_data(std::move(raw));
+    auto [s, z] = w.params(l.weight, scales, onnx::TensorProto::INT8, options.perChannel);
+    std::string dq = w.fresh(l.weight + "_dequantized");
+    front.push_back(
+        w.makeNode("DequantizeLinear", {qname, s, z}, dq, options.perChannel ? l.weightAxis : -1));
+    sum.dequantizeNodes++;
+    redirect[{index, 1}] = dq;
+    replacedWeights.insert(l.weight);
+    if (l.bias.empty())
+      continue;
+    auto bias = w.load(l.bias);
+    if (!bias)
+      return bias.takeError();
+    std::vector<float> bscales(scales.size());
+    for (size_t c = 0; c < scales.size(); ++c)
+      bscales[c] = xScale * scales[c];
+    std::vector<int32_t> q(bias->numElements());
+    for (size_t c = 0; c < q.size(); ++c) {
+      double v =
+          std::nearbyint(double(bias->data<float>()[c]) / bscales[options.perChannel ? c : 0]);
+      double lo = std::numeric_limits<int32_t>::min(), hi = std::numeric_limits<int32_t>::max();
+      sum.saturatedBias += v < lo || v > hi;
+      q[c] = static_cast<int32_t>(std::clamp(v, lo, hi));
+    }
+    std::string bq = w.fresh(l.bias + "_quantized");
+    w.initializer(bq, onnx::TensorProto::INT32, {static_cast<int64_t>(q.size())})
+        .set_raw_data(std::string(reinterpret_cast<const char *>(q.data()), q.size() * 4));
+    auto [bs, bz] = w.params(l.bias, bscales, onnx::TensorProto::INT32, options.perChannel);
+    std::string bdq = w.fresh(l.bias + "_dequantized");
+    front.push_back(w.makeNode("DequantizeLinear", {bq, bs, bz}, bdq, options.perChannel ? 0 : -1));
+    sum.dequantizeNodes++;
+    redirect[{index, 2}] = bdq;
+    replacedWeights.insert(l.bias);
+  }
+
+  // The new node list, in dependency order: the weights' DequantizeLinear, the graph
+  // inputs' QDQ, then each node followed by the QDQ of its outputs.
+  std::vector<onnx::NodeProto> nodes = std::move(front);
+  for (const auto &in : g.input())
+    if (auto it = after.find(in.name()); it != after.end())
+      nodes.insert(nodes.end(), it->second.begin(), it->second.end());
+  for (int i = 0; i < g.node_size(); ++i) {
+    onnx::NodeProto n = g.node(i);
+    for (int k = 0; k < n.input_size(); ++k)
+      if (auto it = redirect.find({i, k}); it != redirect.end())
+        n.set_input(k, it->second);
+    nodes.push_back(std::move(n));
+    for (const std::string &o : g.node(i).output())
+      if (auto it = after.find(o); !o.empty() && it != after.end())
+        nodes.insert(nodes.end(), it->second.begin(), it->second.end());
+  }
+  g.clear_node();
+  std::set<std::string> used;
+  for (onnx::NodeProto &n : nodes) {
+    used.insert(n.input().begin(), n.input().end());
+    *g.add_node() = std::move(n);
+  }
+  for (const auto &o : g.output())
+    used.insert(o.name());
+  // Float weights nothing reads any more are dropped.
+  auto *inits = g.mutable_initializer();
+  inits->erase(std::remove_if(inits->begin(), inits->end(),
+                              [&](const onnx::TensorProto &t) {
+                                return replacedWeights.count(t.name()) && !used.count(t.name());
+                              }),
+               inits->end());
+  auto *inputs = g.mutable_input();
+  inputs->erase(std::remove_if(inputs->begin(), inputs->end(),
+                               [&](const onnx::ValueInfoProto &v) {
+                                 return replacedWeights.count(v.name()) && !used.count(v.name());
+                               }),
+                inputs->end());
+  if (!options.provenance.empty()) {
+    onnx::StringStringEntryProto &p = *model->add_metadata_props();
+    p.set_key("dlc.quantize");
+    p.set_value(options.provenance);
+  }
+  return serialize(*model);
+}
+
+} // namespace dlc::frontend
