@@ -402,13 +402,12 @@ private:
         chosen_.push_back(l.name);
       report_.layers.push_back(r);
     }
-    for (const std::string &s : plan_.skipped) {
+    for (const frontend::QuantPlan::Skipped &s : plan_.skipped) {
       QuantLayerReport r;
-      size_t paren = s.find(" ("), colon = s.find("): ");
-      r.name = s.substr(0, paren);
-      r.op = s.substr(paren + 2, colon - paren - 2);
+      r.name = s.name;
+      r.op = s.op;
       r.precision = "fp32";
-      r.why = s.substr(colon + 3);
+      r.why = s.why;
       for (const std::string &x : o_.exclude)
         if (x == r.name || x == r.op)
           used.insert(x);
@@ -420,10 +419,27 @@ private:
                           "op type",
                           x);
     if (plan_.layers.empty())
-      return ir::errorf("{0}: nothing to quantize: no Conv, MatMul or Gemm with FP32 weights{1}",
-                        o_.model, plan_.skipped.empty() ? "" : " (" + plan_.skipped[0] + ")");
+      return ir::errorf(
+          "{0}: nothing to quantize: no Conv, MatMul or Gemm with FP32 weights{1}", o_.model,
+          plan_.skipped.empty() ? ""
+                                : " (" + plan_.skipped[0].name + ": " + plan_.skipped[0].why + ")");
     if (chosen_.empty())
       return ir::makeError("--exclude leaves no layer to quantize");
+    // What writing the file would refuse, before the calibration rather than after.
+    if (plan_.opset < 10 || (o_.perChannel && plan_.opset < 13))
+      return ir::errorf("{0} is opset {1}: {2}", o_.model, plan_.opset,
+                        plan_.opset < 10 ? "QuantizeLinear needs opset 10 or later"
+                                         : "weights per channel need opset 13 or later (re-export "
+                                           "the model at a later opset, or "
+                                           "--per-tensor-weights)");
+    auto external = frontend::onnxExternalDataFiles(model_);
+    if (!external)
+      return external.takeError();
+    std::string outDir = llvm::sys::path::parent_path(o_.output).str();
+    if (!external->empty() && !llvm::sys::fs::equivalent(outDir.empty() ? "." : outDir, modelDir()))
+      return ir::errorf("{0} keeps weights in external files ('{1}'): write the quantized model "
+                        "into the same folder, which those paths are relative to",
+                        o_.model, external->front());
     return llvm::Error::success();
   }
 
@@ -444,6 +460,7 @@ private:
     co.modelBytes = bytes;
     co.output = (tmp_.path + "/" + file).str();
     co.tf32 = false; // compared in strict FP32
+    co.import = o_.import;
     // (The calibration outputs have no shapes, which the checker wants.)
     co.import.runChecker = false;
     co.useCache = o_.useCache;
@@ -528,7 +545,7 @@ private:
     qo.thresholds = thresholds_;
     qo.perChannel = o_.perChannel;
     qo.provenance = std::string("dlc quantize --method ") + calibrationMethodName(o_.method) +
-                    ", " + std::to_string(report_.calibrationSamples) + " calibration samples";
+                    ", " + std::to_string(report_.calibrationSamples) + " calibration runs";
     auto out = frontend::writeQdqModel(model_, modelDir(), plan_, qo, summary);
     if (!out)
       return ir::errorf("{0}: {1}", o_.model, llvm::toString(out.takeError()));

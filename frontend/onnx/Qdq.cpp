@@ -1,14 +1,15 @@
 //===- Qdq.cpp - Writing explicitly quantized (QDQ) ONNX models ------------===//
 //
-// The form written is the one quantization tools write and ONNX Runtime and
-// TensorRT read:
+// The form written is the one ONNX Runtime's quantizer writes (and ONNX Runtime
+// reads):
 //   x -> QuantizeLinear(x_scale, 0: int8) -> DequantizeLinear -> Conv/MatMul/Gemm
 //   W (int8 initializer) -> DequantizeLinear(W_scale[C], axis) -> the same layer
-//   B (int32 initializer, scale x_scale * W_scale) -> DequantizeLinear -> the same
+//   B (int32 initializer, scale x_scale * W_scale, no zero point) -> DequantizeLinear
 // Activations are symmetric INT8 per tensor (zero point 0, TensorRT's only form),
 // weights symmetric INT8 in [-127, 127] per output channel. Data-movement ops between
-// a quantized tensor and a quantized layer (MaxPool, Reshape, ...) get the same scale
-// on both sides, so that the compiler moves INT8 through them (fold-qdq).
+// a quantized tensor and quantized layers (MaxPool, Reshape, ...) get the same scale
+// on both sides where all they feed is quantized layers, so that the compiler moves
+// INT8 through them (fold-qdq).
 //===----------------------------------------------------------------------===//
 #include "dlc/frontend/Qdq.h"
 
@@ -17,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <unordered_map>
 
@@ -44,12 +46,21 @@ std::vector<std::string> nodeNames(const onnx::GraphProto &g) {
   std::map<std::string, int> count;
   for (const auto &n : g.node())
     count[n.name()]++;
+  std::set<std::string> taken;
+  for (const auto &[name, k] : count)
+    if (!name.empty() && k == 1)
+      taken.insert(name);
   std::vector<std::string> names;
   for (int i = 0; i < g.node_size(); ++i) {
     const onnx::NodeProto &n = g.node(i);
-    names.push_back(!n.name().empty() && count[n.name()] == 1
-                        ? n.name()
-                        : n.op_type() + "_" + std::to_string(i));
+    if (!n.name().empty() && count[n.name()] == 1) {
+      names.push_back(n.name());
+      continue;
+    }
+    std::string name = n.op_type() + "_" + std::to_string(i);
+    for (int k = 1; !taken.insert(name).second; ++k)
+      name = n.op_type() + "_" + std::to_string(i) + "_" + std::to_string(k);
+    names.push_back(name);
   }
   return names;
 }
@@ -144,14 +155,27 @@ struct GraphIndex {
     for (const auto &i : g.input())
       if (!initializers.count(i.name()))
         inputs.insert(i.name());
-    for (int i = 0; i < g.node_size(); ++i)
-      for (const std::string &o : g.node(i).output()) {
+    // (Nodes are in dependency order: a node of constants only, as a Transpose of a
+    // weight, computes a constant.)
+    for (int i = 0; i < g.node_size(); ++i) {
+      const onnx::NodeProto &n = g.node(i);
+      bool constant = n.op_type() == "Constant" && defaultDomain(n);
+      if (!constant && n.input_size() > 0) {
+        constant = true;
+        for (const std::string &in : n.input())
+          constant &= in.empty() || constants.count(in) > 0;
+        for (const auto &a : n.attribute()) // (a subgraph may read anything)
+          constant &=
+              a.type() != onnx::AttributeProto::GRAPH && a.type() != onnx::AttributeProto::GRAPHS;
+      }
+      for (const std::string &o : n.output()) {
         if (o.empty())
           continue;
         producer[o] = i;
-        if (g.node(i).op_type() == "Constant" && defaultDomain(g.node(i)))
+        if (constant)
           constants.insert(o);
       }
+    }
   }
   const onnx::TensorProto *floatInitializer(const std::string &name) const {
     auto it = initializers.find(name);
@@ -213,7 +237,7 @@ std::string describeLayer(const onnx::NodeProto &n, const GraphIndex &gi, QuantL
     return "";
   }
   if (!weight(1, 2, 2))
-    return "its weight is not a rank-2 FP32 initializer";
+    return "its weight is not a rank-2 FP32 initializer (computed from one, or batched)";
   l.weight = n.input(1);
   l.weightAxis = 1;
   return "";
@@ -225,8 +249,11 @@ int8_t quantize8(float v, float scale) {
   return static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
 }
 
+/// threshold / 127, or 1 where that is not a positive normal number (an all-zero
+/// tensor, an underflow).
 float scaleFor(float threshold) {
-  return std::isfinite(threshold) && threshold > 0 ? threshold / 127.0f : 1.0f;
+  const float s = threshold / 127.0f;
+  return std::isfinite(s) && s >= std::numeric_limits<float>::min() ? s : 1.0f;
 }
 
 class Writer {
@@ -237,6 +264,10 @@ public:
       names_.insert(t.name());
     for (const auto &i : g_.input())
       names_.insert(i.name());
+    for (const auto &v : g_.value_info())
+      names_.insert(v.name());
+    for (const auto &v : g_.output())
+      names_.insert(v.name());
     for (const auto &n : g_.node()) {
       names_.insert(n.name());
       names_.insert(n.output().begin(), n.output().end());
@@ -260,19 +291,21 @@ public:
     return t;
   }
 
-  /// Scale (float) and zero point (`zpType`, zeros) initializers of `count` values
-  /// (a scalar when `perAxis` is false).
+  /// Scale (float) and zero point (`zpType`, zeros; 0: none) initializers of `count`
+  /// values (a scalar when `perAxis` is false).
   std::pair<std::string, std::string>
   params(const std::string &base, const std::vector<float> &scales, int32_t zpType, bool perAxis) {
     std::vector<int64_t> dims;
     if (perAxis)
       dims = {static_cast<int64_t>(scales.size())};
-    std::string s = fresh(base + "_scale"), z = fresh(base + "_zero_point");
+    std::string s = fresh(base + "_scale");
     onnx::TensorProto &st = initializer(s, onnx::TensorProto::FLOAT, dims);
     st.set_raw_data(
         std::string(reinterpret_cast<const char *>(scales.data()), scales.size() * sizeof(float)));
-    size_t zpBytes = zpType == onnx::TensorProto::INT32 ? 4 : 1;
-    initializer(z, zpType, dims).set_raw_data(std::string(scales.size() * zpBytes, '\0'));
+    if (!zpType)
+      return {s, ""};
+    std::string z = fresh(base + "_zero_point");
+    initializer(z, zpType, dims).set_raw_data(std::string(scales.size(), '\0'));
     return {s, z};
   }
 
@@ -307,6 +340,42 @@ public:
   std::set<std::string> names_;
 };
 
+/// An error naming a weight with a NaN or an infinity (it has no scale).
+llvm::Error allFinite(const ir::Tensor &t, const std::string &name) {
+  const float *p = t.data<float>();
+  for (int64_t i = 0, n = t.numElements(); i < n; ++i)
+    if (!std::isfinite(p[i]))
+      return ir::errorf("initializer '{0}' holds a NaN or an infinity (element {1}): it cannot "
+                        "be quantized",
+                        name, i);
+  return llvm::Error::success();
+}
+
+/// The names the subgraphs of the graph's nodes (If, Loop, Scan bodies) read, at any
+/// depth: a tensor read there is read by more than its explicit consumers.
+std::set<std::string> namesReadBySubgraphs(const onnx::GraphProto &g) {
+  std::set<std::string> names;
+  std::function<void(const onnx::GraphProto &)> walk = [&](const onnx::GraphProto &sub) {
+    for (const auto &n : sub.node()) {
+      names.insert(n.input().begin(), n.input().end());
+      for (const auto &a : n.attribute()) {
+        if (a.has_g())
+          walk(a.g());
+        for (const auto &h : a.graphs())
+          walk(h);
+      }
+    }
+  };
+  for (const auto &n : g.node())
+    for (const auto &a : n.attribute()) {
+      if (a.has_g())
+        walk(a.g());
+      for (const auto &h : a.graphs())
+        walk(h);
+    }
+  return names;
+}
+
 /// Per-channel (along `axis`) or per-tensor maxima of |w|.
 std::vector<float> absMax(const ir::Tensor &w, int axis, bool perChannel) {
   const ir::Shape &s = w.shape();
@@ -333,9 +402,11 @@ llvm::Expected<QuantPlan> planQuantization(llvm::StringRef modelBytes, const std
     if (t.data_type() == onnx::TensorProto::FLOAT16 || t.data_type() == onnx::TensorProto::BFLOAT16)
       return ir::errorf("initializer '{0}' is {1}: dlc quantize takes an FP32 model", t.name(),
                         onnxTypeName(t.data_type()));
+  static const std::set<std::string> quantizedOps = {
+      "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
+      "QLinearMatMul",  "ConvInteger",      "MatMulInteger",         "MatMulNBits"};
   for (const auto &n : g.node())
-    if (defaultDomain(n) && (n.op_type() == "QuantizeLinear" || n.op_type() == "DequantizeLinear" ||
-                             n.op_type() == "QLinearConv" || n.op_type() == "ConvInteger"))
+    if (quantizedOps.count(n.op_type()))
       return ir::errorf("the model is already quantized (it has a {0} node, '{1}')", n.op_type(),
                         n.name());
   QuantPlan plan;
@@ -353,7 +424,7 @@ llvm::Expected<QuantPlan> planQuantization(llvm::StringRef modelBytes, const std
     l.op = n.op_type();
     std::string why = describeLayer(n, gi, l);
     if (!why.empty()) {
-      plan.skipped.push_back(l.name + " (" + l.op + "): " + why);
+      plan.skipped.push_back({l.name, l.op, why});
       continue;
     }
     // Each activation, and the inputs of the data movement leading to it, share
@@ -447,22 +518,55 @@ llvm::Expected<std::string> writeQdqModel(llvm::StringRef modelBytes, const std:
   std::vector<std::string> names = nodeNames(g);
   for (int i = 0; i < g.node_size(); ++i)
     nodeOf[names[i]] = i;
+  // The quantized layers by node, and every tensor's readers.
+  std::map<int, const QuantLayer *> selected;
+  for (const QuantLayer &l : plan.layers)
+    if (options.layers.count(l.name)) {
+      auto ni = nodeOf.find(l.name);
+      if (ni == nodeOf.end() || g.node(ni->second).op_type() != l.op)
+        return ir::errorf("layer '{0}' is not in the model", l.name);
+      selected[ni->second] = &l;
+    }
+  std::map<std::string, std::vector<std::pair<int, int>>> readers;
+  for (int i = 0; i < g.node_size(); ++i)
+    for (int k = 0; k < g.node(i).input_size(); ++k)
+      readers[g.node(i).input(k)].push_back({i, k});
+  std::set<std::string> outer = namesReadBySubgraphs(g);
+  for (const auto &o : g.output())
+    outer.insert(o.name()); // (as good as read by someone else)
+  // Whether a tensor reaches nothing but quantized layers (directly, or through data
+  // movement): only then may a movement op's input be quantized in its place.
+  std::map<std::string, bool> onlyQuantized;
+  std::function<bool(const std::string &, int)> reachesOnlyLayers = [&](const std::string &t,
+                                                                        int depth) {
+    if (auto it = onlyQuantized.find(t); it != onlyQuantized.end())
+      return it->second;
+    bool ok = !outer.count(t) && depth < g.node_size();
+    for (auto [ni, k] : readers[t]) {
+      if (!ok)
+        break;
+      auto sl = selected.find(ni);
+      if (sl != selected.end() &&
+          std::count(sl->second->activations.begin(), sl->second->activations.end(), t))
+        continue;
+      ok = movesData(g.node(ni)) && k == 0 && reachesOnlyLayers(g.node(ni).output(0), depth + 1);
+    }
+    return onlyQuantized[t] = ok;
+  };
   std::set<std::string> replacedWeights;
-  for (const QuantLayer &l : plan.layers) {
-    if (!options.layers.count(l.name))
-      continue;
-    auto ni = nodeOf.find(l.name);
-    int index = ni != nodeOf.end() ? ni->second : -1;
-    if (index < 0 || g.node(index).op_type() != l.op)
-      return ir::errorf("layer '{0}' is not in the model", l.name);
+  for (const auto &[index, lp] : selected) {
+    const QuantLayer &l = *lp;
     const onnx::NodeProto &n = g.node(index);
     for (int i = 0; i < n.input_size(); ++i) {
       if (!std::count(l.activations.begin(), l.activations.end(), n.input(i)))
         continue;
       redirect[{index, i}] = quantizeActivation(n.input(i));
-      // The data movement leading to it moves INT8 at the same scale.
+      // The data movement leading to it moves INT8 at the same scale, where all it
+      // feeds is quantized layers (a float reader would see clipped values).
       std::string t = n.input(i);
-      for (auto p = gi.producer.find(t); p != gi.producer.end() && movesData(g.node(p->second));
+      std::set<int> seen;
+      for (auto p = gi.producer.find(t); p != gi.producer.end() && movesData(g.node(p->second)) &&
+                                         seen.insert(p->second).second && reachesOnlyLayers(t, 0);
            p = gi.producer.find(t)) {
         const std::string &in = g.node(p->second).input(0);
         auto r = plan.scaleOf.find(in);
@@ -481,6 +585,8 @@ llvm::Expected<std::string> writeQdqModel(llvm::StringRef modelBytes, const std:
       return weight.takeError();
     if (weight->dtype() != ir::DType::F32)
       return ir::errorf("weight '{0}' of layer '{1}' is not FP32", l.weight, l.name);
+    if (auto e = allFinite(*weight, l.weight))
+      return e;
     std::vector<float> scales = absMax(*weight, l.weightAxis, options.perChannel);
     for (float &s : scales)
       s = scaleFor(s);
@@ -508,9 +614,14 @@ llvm::Expected<std::string> writeQdqModel(llvm::StringRef modelBytes, const std:
     auto bias = w.load(l.bias);
     if (!bias)
       return bias.takeError();
+    if (auto e = allFinite(*bias, l.bias))
+      return e;
     std::vector<float> bscales(scales.size());
     for (size_t c = 0; c < scales.size(); ++c)
-      bscales[c] = xScale * scales[c];
+      if (!((bscales[c] = xScale * scales[c]) >= std::numeric_limits<float>::min()))
+        return ir::errorf("the bias scale of layer '{0}' (input scale times weight scale) "
+                          "underflows FP32: leave it in float (--exclude {0})",
+                          l.name);
     std::vector<int32_t> q(bias->numElements());
     for (size_t c = 0; c < q.size(); ++c) {
       double v =
@@ -522,9 +633,10 @@ llvm::Expected<std::string> writeQdqModel(llvm::StringRef modelBytes, const std:
     std::string bq = w.fresh(l.bias + "_quantized");
     w.initializer(bq, onnx::TensorProto::INT32, {static_cast<int64_t>(q.size())})
         .set_raw_data(std::string(reinterpret_cast<const char *>(q.data()), q.size() * 4));
-    auto [bs, bz] = w.params(l.bias, bscales, onnx::TensorProto::INT32, options.perChannel);
+    // (No zero point: an int32 one must be 0, and ONNX lets it be omitted.)
+    std::string bs = w.params(l.bias, bscales, 0, options.perChannel).first;
     std::string bdq = w.fresh(l.bias + "_dequantized");
-    front.push_back(w.makeNode("DequantizeLinear", {bq, bs, bz}, bdq, options.perChannel ? 0 : -1));
+    front.push_back(w.makeNode("DequantizeLinear", {bq, bs}, bdq, options.perChannel ? 0 : -1));
     sum.dequantizeNodes++;
     redirect[{index, 2}] = bdq;
     replacedWeights.insert(l.bias);
@@ -554,6 +666,8 @@ llvm::Expected<std::string> writeQdqModel(llvm::StringRef modelBytes, const std:
   }
   for (const auto &o : g.output())
     used.insert(o.name());
+  for (const std::string &name : namesReadBySubgraphs(g))
+    used.insert(name);
   // Float weights nothing reads any more are dropped.
   auto *inits = g.mutable_initializer();
   inits->erase(std::remove_if(inits->begin(), inits->end(),

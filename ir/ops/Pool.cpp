@@ -1,6 +1,7 @@
 //===- Pool.cpp - Max/average pooling, global pooling ----------------------===//
 #include "Window.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace dlc::ir {
@@ -321,12 +322,28 @@ llvm::Error gradGlobalAveragePool(GradBuilder &b, const Node &n) {
   return ok();
 }
 
+/// Whether every window of a MaxPool holds an input cell (an empty one gives the
+/// type's lowest value, which differs between a float and its quantized form): no
+/// dilation gaps, no ceil_mode, pads smaller than the kernel.
+bool noEmptyWindow(const Node &n) {
+  if (n.attrInt("ceil_mode") != 0)
+    return false;
+  const std::vector<int64_t> &k = n.attrInts("kernel_shape"), &d = n.attrInts("dilations"),
+                             &p = n.attrInts("pads");
+  if (std::any_of(d.begin(), d.end(), [](int64_t e) { return e != 1; }))
+    return false;
+  for (size_t i = 0; i < p.size(); ++i)
+    if (k.empty() || p[i] >= k[i % k.size()])
+      return false;
+  return true;
+}
+
 } // namespace
 
 void definePoolOps(OpTable &t) {
   windowAttrs(t.def(OpKind::MaxPool))
       .operands(1)
-      .movesValues()
+      .movesValues(noEmptyWindow)
       .results(1, 2)
       .attr("storage_order", AttrKind::Int, int64_t{0})
       .fusible(Fusibility::anchor(/*prologue=*/true, /*epilogue=*/true))

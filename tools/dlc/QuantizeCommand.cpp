@@ -1,6 +1,7 @@
 //===- QuantizeCommand.cpp - `dlc quantize`: INT8 post-training quantization ===//
 #include "Args.h"
 #include "Commands.h"
+#include "Options.h"
 #include "dlc/driver/Quantize.h"
 #include "dlc/support/Files.h"
 
@@ -13,36 +14,41 @@
 namespace dlc::tool {
 
 int runQuantize(const std::vector<std::string> &argv) {
+  std::vector<OptSpec> specs = {
+      {"calibrate", 0, true, false, "DATA.npz", "Calibration data (required)"},
+      {"output", 'o', true, false, "OUT.onnx", "The QDQ model (required; written atomically)"},
+      {"eval-data", 0, true, false, "DATA.npz",
+       "Measure on this data instead of the calibration data (held out); an int array\n"
+       "'labels' (one class per row of the first output) gives accuracy too"},
+      {"method", 0, true, false, "M",
+       "Activation ranges: entropy (default; TensorRT's), minmax or percentile"},
+      {"percentile", 0, true, false, "P", "--method percentile: keep P% of values (99.99)"},
+      {"per-tensor-weights", 0, false, false, "", "One scale per weight, not per channel"},
+      {"exclude", 0, true, true, "NODE|OP", "Leave a layer, or every layer of an op type, in FP32"},
+      {"target-accuracy", 0, true, false, "A",
+       "Leave the most sensitive layers in FP32 until accuracy (or top-1 agreement with\n"
+       "FP32 without labels) reaches A (0.99 or 99%)"},
+      {"no-sensitivity", 0, false, false, "", "Do not measure each layer alone (faster)"},
+      {"json", 0, false, false, "", "Print the report as JSON"},
+      {"device", 0, true, false, "D",
+       "Where calibration and measurement run: auto (default), cuda or emu"},
+      {"threads", 0, true, false, "N", "emu: worker threads (default: all cores)"},
+      {"no-cache", 0, false, false, "", "Do not use the compilation cache"},
+      {"cache-dir", 0, true, false, "DIR", "Compilation cache (default ~/.cache/dlc)"},
+      {"quiet", 'q', false, false, "", "Only errors and the report"}};
+  for (OptSpec &o : importOptionSpecs())
+    if (o.name != "no-check") // (the models it compiles are its own)
+      specs.push_back(std::move(o));
   ArgParser parser(
       "quantize", "MODEL.onnx --calibrate DATA.npz -o OUT.onnx [options]",
       "Quantizes an FP32 model to INT8 and writes it as standard QDQ ONNX (QuantizeLinear\n"
-      "and DequantizeLinear around each Conv, MatMul and Gemm), which dlc, ONNX Runtime\n"
-      "and TensorRT run. The model runs on the calibration data (arrays named after its\n"
-      "inputs, samples along the first dimension) to set each activation's scale;\n"
-      "weights are per output channel. Before writing, the quantized model is measured\n"
-      "against FP32 (outputs, top-1 agreement, and accuracy when the data has 'labels'),\n"
-      "with each layer's error when it alone is quantized; the report lists every layer.",
-      {{"calibrate", 0, true, false, "DATA.npz", "Calibration data (required)"},
-       {"output", 'o', true, false, "OUT.onnx", "The QDQ model (required; written atomically)"},
-       {"eval-data", 0, true, false, "DATA.npz",
-        "Measure on this data instead of the calibration data (held out); an int array\n"
-        "'labels' (one class per row of the first output) gives accuracy too"},
-       {"method", 0, true, false, "M",
-        "Activation ranges: entropy (default; TensorRT's), minmax or percentile"},
-       {"percentile", 0, true, false, "P", "--method percentile: keep P% of values (99.99)"},
-       {"per-tensor-weights", 0, false, false, "", "One scale per weight, not per channel"},
-       {"exclude", 0, true, true, "NODE|OP",
-        "Leave a layer, or every layer of an op type, in FP32"},
-       {"target-accuracy", 0, true, false, "A",
-        "Leave the most sensitive layers in FP32 until accuracy (or top-1 agreement with\n"
-        "FP32 without labels) reaches A (0.99 or 99%)"},
-       {"no-sensitivity", 0, false, false, "", "Do not measure each layer alone (faster)"},
-       {"json", 0, false, false, "", "Print the report as JSON"},
-       {"device", 0, true, false, "D", "Where calibration runs: auto (default), cuda or emu"},
-       {"threads", 0, true, false, "N", "emu: worker threads (default: all cores)"},
-       {"no-cache", 0, false, false, "", "Do not use the compilation cache"},
-       {"cache-dir", 0, true, false, "DIR", "Compilation cache (default ~/.cache/dlc)"},
-       {"quiet", 'q', false, false, "", "Only errors and the report"}});
+      "and DequantizeLinear around each Conv, MatMul and Gemm), which dlc and ONNX Runtime\n"
+      "run. The model runs on the calibration data (arrays named after its inputs,\n"
+      "samples along the first dimension) to set each activation's scale; weights are\n"
+      "per output channel. Before writing, the quantized model is measured against FP32\n"
+      "(outputs, top-1 agreement, and accuracy when the data has 'labels'), with each\n"
+      "layer's error when it alone is quantized; the report lists every layer.",
+      std::move(specs));
   int exitCode = 0;
   auto args = parser.parseCommand(argv, exitCode, "model file");
   if (!args)
@@ -120,6 +126,12 @@ int runQuantize(const std::vector<std::string> &argv) {
   }
   o.useCache = !args->has("no-cache");
   o.cacheDir = args->getOr("cache-dir", "");
+  auto import = importOptionsFromArgs(*args);
+  if (!import) {
+    reportError(import.takeError());
+    return 2;
+  }
+  o.import = std::move(*import);
 
   auto data = readNpzFile(calib);
   if (!data) {

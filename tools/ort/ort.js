@@ -1,8 +1,6 @@
 // ONNX Runtime (onnxruntime-node, CPU) for dlc's scripts.
 //   node ort.js optimize MODEL.onnx LEVEL OUT.onnx   save ORT's optimized graph (LEVEL: basic|extended|all)
 //   node ort.js run MODEL.onnx OUTDIR NAME=FILE.npy...  run the model, write OUTDIR/<output>.npy
-//   node ort.js runs MODEL.onnx OUTDIR B NAME=FILE.npy...  the same over samples: each run takes B
-//                                        rows of every input, the outputs are concatenated
 // Install with: ONNXRUNTIME_NODE_INSTALL=skip npm install (in this directory).
 'use strict';
 const fs = require('fs');
@@ -63,33 +61,8 @@ async function main() {
     fs.mkdirSync(outDir, { recursive: true });
     for (const [name, t] of Object.entries(results))
       writeNpy(path.join(outDir, name.replace(/[^A-Za-z0-9_.-]/g, '_') + '.npy'), t);
-  } else if (cmd === 'runs') {
-    const [outDir, b, ...specs] = rest;
-    const batch = Number(b);
-    const session = await ort.InferenceSession.create(model, { executionProviders: ['cpu'] });
-    const inputs = specs.map(s => [s.slice(0, s.indexOf('=')), readNpy(s.slice(s.indexOf('=') + 1))]);
-    const rows = inputs[0][1].dims[0];
-    const outs = {};
-    for (let r = 0; r < rows; r += batch) {
-      const feeds = {};
-      for (const [name, t] of inputs) {
-        const per = t.data.length / t.dims[0];
-        feeds[name] = new ort.Tensor(t.type, t.data.slice(r * per, (r + batch) * per), [batch, ...t.dims.slice(1)]);
-      }
-      const results = await session.run(feeds);
-      for (const [name, t] of Object.entries(results)) (outs[name] = outs[name] || []).push(t);
-    }
-    fs.mkdirSync(outDir, { recursive: true });
-    for (const [name, ts] of Object.entries(outs)) {
-      const n = ts.reduce((a, t) => a + t.data.length, 0);
-      const data = new ts[0].data.constructor(n);
-      let at = 0;
-      for (const t of ts) { data.set(t.data, at); at += t.data.length; }
-      const dims = [ts.reduce((a, t) => a + t.dims[0], 0), ...ts[0].dims.slice(1)];
-      writeNpy(path.join(outDir, name.replace(/[^A-Za-z0-9_.-]/g, '_') + '.npy'), new ort.Tensor(ts[0].type, data, dims));
-    }
   } else {
-    console.error('usage: node ort.js optimize MODEL LEVEL OUT | run MODEL OUTDIR NAME=FILE... | runs MODEL OUTDIR B NAME=FILE...');
+    console.error('usage: node ort.js optimize MODEL LEVEL OUT | run MODEL OUTDIR NAME=FILE...');
     process.exit(2);
   }
 }

@@ -9,12 +9,14 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "dlc/frontend/OnnxImporter.h"
 #include "dlc/runtime/Runtime.h"
 
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -56,6 +58,9 @@ struct QuantizeOptions {
   /// The least accuracy (a fraction) of the quantized model: against "labels" where
   /// the evaluation data has them, else its top-1 agreement with FP32.
   std::optional<double> targetAccuracy;
+  /// Import options of every compile (shapes for symbolic dimensions, bindings, loop
+  /// bounds): the command line's import options.
+  frontend::ImportOptions import;
   rt::DeviceKind device = rt::DeviceKind::Auto;
   int emuThreads = 0;
   bool useCache = true;

@@ -2,9 +2,9 @@
 //
 // What `dlc quantize` does to the ONNX file itself: find the layers that can run in
 // INT8, add calibration outputs, and write the standard QDQ form that ONNX Runtime
-// and TensorRT read (QuantizeLinear + DequantizeLinear on activations, INT8 weights
-// behind a DequantizeLinear, INT32 biases). The calibration and the choice of layers
-// are the driver's (driver/Quantize.h).
+// reads (as its quantizer writes it) (QuantizeLinear + DequantizeLinear on activations, INT8
+// weights behind a DequantizeLinear, INT32 biases). The calibration and the choice of layers are
+// the driver's (driver/Quantize.h).
 //===----------------------------------------------------------------------===//
 #pragma once
 
@@ -20,7 +20,9 @@ namespace dlc::frontend {
 
 /// A layer that can compute in INT8: a Conv, MatMul or Gemm of the main graph.
 struct QuantLayer {
-  std::string name; // the node's name, or "Op_<index>" when it has none
+  /// The node's name where it is unique, else "<op type>_<index>" (made unique too),
+  /// the index in the graph's dependency order.
+  std::string name;
   std::string op;
   /// Its float inputs that are not constants (quantized per tensor, INT8, symmetric).
   std::vector<std::string> activations;
@@ -36,12 +38,16 @@ struct QuantLayer {
 /// What can be quantized in a model, and how activations share scales.
 struct QuantPlan {
   std::vector<QuantLayer> layers;
-  /// Layers of those op types that stay in float, with why ("name (Op): reason").
-  std::vector<std::string> skipped;
+  /// Layers of those op types that stay in float, and why.
+  struct Skipped {
+    std::string name, op, why;
+  };
+  std::vector<Skipped> skipped;
   /// Every tensor quantized for some layer, mapped to the tensor whose range sets its
   /// scale: itself, or the input of the data-movement ops (MaxPool, Reshape, Flatten,
-  /// Transpose, Squeeze, Unsqueeze) that lead to it, which then share one scale, so
-  /// that those ops move INT8 data (as TensorRT propagates scales through them).
+  /// Transpose, Squeeze, Unsqueeze, Identity) that lead to it, which then share one
+  /// scale, so that those ops move INT8 data (as TensorRT propagates scales through
+  /// them) where every consumer of their outputs is a quantized layer.
   std::map<std::string, std::string> scaleOf;
   /// The tensors to calibrate: the values of scaleOf, each once.
   std::vector<std::string> calibrated;

@@ -300,11 +300,12 @@ struct OpDef {
   /// point): what computes only them stays FP32 under the precision pass, as the
   /// file computes them (DynamicQuantizeLinear's range, a QDQ multiplier).
   uint32_t fp32Operands = 0;
-  /// Operand 0's values are only moved or selected by order (a reshape, a transpose,
-  /// a max): Op(DequantizeLinear(x)) is DequantizeLinear(Op(x)) at a positive
-  /// per-tensor scale, so quantized data passes through it (fold-qdq). The other
+  /// Whether a node only moves operand 0's values or selects among them by order (a
+  /// reshape, a transpose, a max over windows that are never empty):
+  /// Op(DequantizeLinear(x)) is DequantizeLinear(Op(x)) at a positive per-tensor
+  /// scale, so quantized data passes through it (fold-qdq). Null: never. The other
   /// operands, if any, are not data.
-  bool movesValues = false;
+  bool (*movesValues)(const Node &) = nullptr;
   /// A binary element-wise op's neutral element (x + 0, x * 1): a constant operand
   /// of it leaves the other operand unchanged (canonicalize drops the op); on the
   /// right only, unless `eitherSide` (x - 0, but not 0 - x).
@@ -352,7 +353,9 @@ public:
   OpBuilder &reference(RefFn f) { return d_.reference = f, *this; }
   OpBuilder &cudaExpr(const char *e) { return d_.cudaExpr = e, *this; }
   OpBuilder &fp32Operands(uint32_t mask) { return d_.fp32Operands = mask, *this; }
-  OpBuilder &movesValues() { return d_.movesValues = true, *this; }
+  OpBuilder &movesValues(bool (*when)(const Node &) = [](const Node &) { return true; }) {
+    return d_.movesValues = when, *this;
+  }
   OpBuilder &selects() { return d_.selects = true, *this; }
   OpBuilder &neutral(double value, bool eitherSide) {
     return d_.neutral = OpDef::Neutral{value, eitherSide}, *this;
