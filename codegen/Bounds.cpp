@@ -21,9 +21,10 @@ Bounds launchBounds(const GpuModel &g, const sass::KernelFacts *f, const LaunchS
   double achievable = g.dramBytesPerSecond * g.dramAchievable;
   double bytes = s.bytesRead + s.bytesWritten;
   if (!f) {
-    double peak = s.tf32     ? g.tf32Flops * g.mmaSyncFraction
-                  : s.tensor ? g.tensorFlops * g.mmaSyncFraction
-                             : g.fp32Flops;
+    double peak = s.tf32                  ? g.tf32Flops * g.mmaSyncFraction
+                  : s.tensor && s.integer ? 2 * g.tensorFlops * g.mmaSyncFraction
+                  : s.tensor              ? g.tensorFlops * g.mmaSyncFraction
+                                          : g.fp32Flops;
     b.issue = 1e6 * s.flops / (peak * std::max(s.fill, 1e-6));
     b.memory = 1e6 * bytes / achievable;
     b.limit = b.issue >= b.memory ? "peak" : "memory";

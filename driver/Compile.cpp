@@ -324,9 +324,11 @@ loadAndOptimize(const CompileOptions &o, const std::map<std::string, ir::Shape> 
   // (A training step lowered its precision itself; its FP16/BF16 convolutions, the
   // input and weight gradients' too, go channels-last like an inference graph's.)
   bool lowerPrecision = o.precision && !o.training;
-  for (const passes::PipelineStage &stage :
-       passes::defaultPipeline(o.optLevel, lowerPrecision,
-                               passes::needsLayoutPass(o.layout, bool(o.precision), ctx.tf32))) {
+  // (A quantized model's INT8 convolutions run channels-last, on tensor cores.)
+  const bool quantized = !g->nodesOf(ir::OpKind::QuantizeLinear).empty();
+  for (const passes::PipelineStage &stage : passes::defaultPipeline(
+           o.optLevel, lowerPrecision,
+           passes::needsLayoutPass(o.layout, bool(o.precision), ctx.tf32, quantized))) {
     if (o.checkAccuracy && stage.passes.front() == "precision") {
       auto inputs = accuracyInputs(*g, *o.checkAccuracy);
       if (!inputs)

@@ -256,7 +256,11 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
       for (size_t i = 0; i < ng; ++i) {
         const GpuModel &g = c.gpus[i];
         bool runs = pkg::stepRunsOn(*s, arch[i]) && altRuns(*s, i);
-        double peak = sc.tf32 ? g.tf32Flops : sc.tensor ? g.tensorFlops : g.fp32Flops;
+        // (INT8 tensor cores: twice the FP16/BF16 rate, an IMMA.16832 per HMMA.16816.)
+        double peak = sc.tf32                   ? g.tf32Flops
+                      : sc.tensor && sc.integer ? 2 * g.tensorFlops
+                      : sc.tensor               ? g.tensorFlops
+                                                : g.fp32Flops;
         double achievable = g.dramBytesPerSecond * g.dramAchievable;
         Bounds b;
         double fill = 1;
@@ -273,6 +277,7 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
           ls.bytesWritten = static_cast<double>(sc.bytesWritten);
           ls.tensor = sc.tensor;
           ls.tf32 = sc.tf32;
+          ls.integer = sc.integer;
           const codegen::sass::KernelFacts *f =
               mod && kernel->symbol() ? c.factsOf(mod->target()->str(), kernel->symbol()->str())
                                       : nullptr;

@@ -98,7 +98,7 @@ private:
     if (!m)
       return false;
     const bool direct = m->kind() == OpKind::DequantizeLinear;
-    if (!direct && (!opDef(m->kind()).movesValues || in != m->result(0)))
+    if (!direct && (!m->def().movesValues || !m->def().movesValues(*m) || in != m->result(0)))
       return false;
     if (!direct)
       for (unsigned r = 1; r < m->numResults(); ++r)
@@ -202,7 +202,15 @@ private:
       Value *v = b.cast(d->operand(0), DType::I32);
       return d->operand(2) ? b.sub(v, b.cast(d->operand(2), DType::I32)) : v;
     };
-    Value *xi = centered(r.x), *wi = centered(r.w);
+    // INT8 operands with zero points 0 (symmetric, TensorRT's form) multiply as they
+    // are: the int8 Conv and MatMul (tensor cores), int32 sums.
+    auto zeroPoint0 = [](Node *d) {
+      return !d->operand(2) || constantWhere(d->operand(2), [](double e) { return e == 0; });
+    };
+    const bool int8 = r.x->operand(0)->dtype() == DType::I8 &&
+                      r.w->operand(0)->dtype() == DType::I8 && zeroPoint0(r.x) && zeroPoint0(r.w);
+    Value *xi = int8 ? r.x->operand(0) : centered(r.x),
+          *wi = int8 ? r.w->operand(0) : centered(r.w);
     Value *sum = nullptr;
     if (r.conv) {
       std::vector<Value *> ops{xi, wi};
@@ -271,12 +279,31 @@ private:
     g.replaceAllUsesWith(q.result(), y);
     g.eraseNode(&q);
     g.renameValue(y, name);
+    // The float chain it replaced (Relu, a bias Add, the product), now dead: erased,
+    // so that dequantize() does not rebuild it.
+    std::vector<Node *> chain;
+    if (relu)
+      chain.push_back(relu);
+    if (Node *add = product->definingNode(); add && add != p)
+      chain.push_back(add);
+    chain.push_back(p);
+    for (Node *dead : chain)
+      if (!eraseIfDead(g, dead))
+        break;
     return true;
   }
 
-  /// A product no QuantizeLinear takes: float(integer sums) * (sx * sw), the
-  /// DequantizeLinear of the sums (as ONNX Runtime's QDQ MatMul and Conv with a float
-  /// output, up to FP32 rounding).
+  static bool eraseIfDead(Graph &g, Node *n) {
+    for (unsigned r = 0; r < n->numResults(); ++r)
+      if (n->result(r)->hasUses() || g.isOutput(n->result(r)))
+        return false;
+    g.eraseNode(n);
+    return true;
+  }
+
+  /// A product no QuantizeLinear takes: DequantizeLinear(integer sums, sx * sw), in
+  /// FP32 (as ONNX Runtime's QDQ MatMul and Conv with a float output, up to FP32
+  /// rounding).
   static bool dequantize(Graph &g, Node &p) {
     Value *product = p.result();
     if (product->uses().empty() && !g.isOutput(product))
@@ -298,7 +325,9 @@ private:
     b.setInsertionPoint(anchor);
     b.begin(*anchor, {}, {});
     auto [sum, scale] = build(b, *r, product);
-    Value *y = b.mul(b.cast(sum, DType::F32), scale);
+    // (As a DequantizeLinear of the sums, which stays FP32 under --fp16: the sums
+    // exceed FP16's range.)
+    Value *y = b.op(OpKind::DequantizeLinear, {sum, scale});
     if (!y || b.failed() || y->type() != product->type()) {
       llvm::consumeError(b.takeError());
       return false;

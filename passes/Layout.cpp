@@ -26,9 +26,9 @@
 // (and in front of layout barriers) are the only ones executed; the clean-up after
 // this pass cancels Transpose pairs and folds the permuted weights.
 //
-// Auto mode moves graphs with a 2-D FP16/BF16 convolution to NHWC (nhwc: any graph
-// with a convolution) and rewrites the products of any graph it runs on (step 3);
-// nchw does nothing.
+// Auto mode moves graphs with a 2-D FP16/BF16 (or TF32, or INT8) convolution to NHWC (nhwc: any
+// graph with a convolution) and rewrites the products of any graph it runs on (step 3); nchw does
+// nothing.
 //===----------------------------------------------------------------------===//
 #include "dlc/ir/FusionRules.h"
 #include "dlc/ir/OpHelpers.h"
@@ -339,8 +339,10 @@ public:
     auto all = [](const std::vector<int64_t> &v, int64_t x) {
       return std::all_of(v.begin(), v.end(), [x](int64_t e) { return e == x; });
     };
+    // (INT8 stays a convolution: its tensor-core kernel is ours.)
     if (n.attrInt("channels_last") == 0 || n.attrInt("group") != 1 ||
-        !all(n.attrInts("strides"), 1) || !all(n.attrInts("pads"), 0))
+        !all(n.attrInts("strides"), 1) || !all(n.attrInts("pads"), 0) ||
+        n.operand(0)->dtype() == DType::I8)
       return false;
     Value *x = n.operand(0), *w = n.operand(1), *b = n.operand(2);
     const Shape &ws = w->shape(); // [M, 1..., C]
@@ -359,7 +361,8 @@ public:
   }
 };
 
-/// The converse: an FP16/BF16 MatMul by constant [K, N] weights whose element-wise
+/// The converse: an INT8 MatMul by constant [K, N] weights (K whole 16-byte chunks),
+/// and an FP16/BF16 one whose element-wise
 /// consumers cuBLASLt cannot apply (a chain: Clip, exact GELU as one op, a Cast; not a
 /// diamond such as x * sigmoid(x), which stays with cuBLASLt) runs as a
 /// channels-last 1x1 convolution, [rows, K] x [K, N] on the kernel library's implicit
@@ -380,15 +383,17 @@ public:
   bool matchAndRewrite(Node &n, PatternRewriter &rw) const override {
     Value *a = n.operand(0), *b = n.operand(1);
     const DType t = n.result()->dtype();
-    if ((t != DType::F16 && t != DType::BF16) || a->dtype() != t || b->dtype() != t ||
+    // (INT8 products, int32 sums, always: no library runs them yet.)
+    const bool int8 = a->dtype() == DType::I8 && b->dtype() == DType::I8;
+    if ((!int8 && ((t != DType::F16 && t != DType::BF16) || a->dtype() != t || b->dtype() != t)) ||
         !b->isConstant() || b->rank() != 2 || a->rank() < 2 || boundByCaller(a))
       return false;
     const int64_t K = b->shape()[0], N = b->shape()[1];
     const int64_t rows = a->type().numElements() / std::max<int64_t>(K, 1);
-    if (K % 8 != 0 || N == 0 || rows == 0 || epilogueFitsGemm(n) ||
-        ctx_.gemmEpilogue == GemmEpilogueMode::Library ||
-        (ctx_.gemmEpilogue == GemmEpilogueMode::Auto &&
-         !(ctx_.ownGemm && ctx_.ownGemm(rows, K, N, t))))
+    if (K % (int8 ? 16 : 8) != 0 || N == 0 || rows == 0 ||
+        (!int8 && (epilogueFitsGemm(n) || ctx_.gemmEpilogue == GemmEpilogueMode::Library ||
+                   (ctx_.gemmEpilogue == GemmEpilogueMode::Auto &&
+                    !(ctx_.ownGemm && ctx_.ownGemm(rows, K, N, t))))))
       return false;
     const bool reshape = a->rank() > 5 || a->rank() == 2;
     Value *x = a;
@@ -481,7 +486,7 @@ private:
     const LayoutRule &lr = n.def().layout;
     Value *x = n.operand(0);
     if (lr.kind != LayoutRule::ChannelAxis || !lr.remap || !x || x->rank() < 3 ||
-        !isFloat(x->dtype()))
+        !(isFloat(x->dtype()) || x->dtype() == DType::I8))
       return std::nullopt;
     std::vector<int64_t> perm = channelsFirstPerm(x->rank());
     std::optional<LayoutRemap> m = lr.remap(n, perm);
@@ -493,7 +498,8 @@ private:
     return std::nullopt;
   }
 
-  /// Auto: conv nets whose convolutions run on tensor cores (FP16/BF16, or FP32 in TF32).
+  /// Auto: conv nets whose convolutions run on tensor cores (FP16/BF16, FP32 in TF32,
+  /// INT8).
   static bool wantsChannelsLast(const Graph &g, LayoutMode mode, bool tf32) {
     if (mode == LayoutMode::NCHW)
       return false;
@@ -501,7 +507,8 @@ private:
       if (auto perm = seedPerm(n)) {
         DType t = n.operand(0)->dtype();
         if (mode == LayoutMode::NHWC ||
-            (perm->size() == 4 && (isReducedFloat(t) || (tf32 && t == DType::F32))))
+            (perm->size() == 4 &&
+             (isReducedFloat(t) || (tf32 && t == DType::F32) || t == DType::I8)))
           return true;
       }
     return false;

@@ -383,8 +383,8 @@ __global__ void __launch_bounds__(256) conv_finish(const ConvArgs<X, Out> a) {
 }
 
 /// Direct convolution, one thread per output: grouped and depthwise convolutions,
-/// and integer types.
-template <bool CL, class I, class WT, class X, class Out>
+/// and integer types (BT: the bias's type, int32 with int8 weights).
+template <bool CL, class I, class WT, class X, class Out, class BT = WT>
 __global__ void __launch_bounds__(256) conv_direct(const ConvArgs<X, Out> a) {
   typedef typename X::Value T;
   const ConvShape &s = a.s;
@@ -402,7 +402,7 @@ __global__ void __launch_bounds__(256) conv_direct(const ConvArgs<X, Out> a) {
       o2 = s.dOut2.split(r), o1 = s.dOut1.split(r), o0 = s.dOut0.split(r), m = s.dM.split(r);
     }
     const I nb = r, g = s.dMg.div(m);
-    T acc = s.bias ? ld<T>(static_cast<const WT *>(s.bias), m) : T(0);
+    T acc = s.bias ? ld<T>(static_cast<const BT *>(s.bias), m) : T(0);
     if (CL) { // x [N, D..., C], w [M, k..., Cg]
       const I xb = nb * static_cast<I>(s.inSize) * static_cast<I>(s.C) + g * static_cast<I>(s.Cg);
       const I wb = m * static_cast<I>(s.kSize) * static_cast<I>(s.Cg);

@@ -1,6 +1,7 @@
 // conv_fprop_mma: the channels-last (NHWC) implicit-GEMM convolution on tensor cores,
 // in the Ampere style (sm_80+): FP16/BF16 operands (mma.sync m16n8k16) or FP32 operands
-// rounded to TF32 (m16n8k8), FP32 accumulators.
+// rounded to TF32 (m16n8k8), FP32 accumulators; or INT8 operands (m16n8k32) into exact
+// int32 sums (an int32 bias; no split-K), which the epilogue receives as they are.
 //
 // The GEMM: rows are the N*P output positions, columns the M output channels, and K =
 // kSize * C runs over (tap, channel), channel fastest, so that both operands are
@@ -219,7 +220,8 @@ template <class Tile, class I, class MT, class Mask> struct ConvMmaLoader {
 template <class Tile, class I, class MT, class Mask, bool Pairs, class X, class Out>
 __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
     conv_fprop_mma(const ConvArgs<X, Out> a) {
-  typedef typename Out::Value T; // the compute type (float)
+  typedef typename Out::Value T; // the compute type (float; int for INT8)
+  typedef MmaAcc<MT> Acc;
   constexpr int BM = Tile::BM, BN = Tile::BN, Stages = Tile::Stages;
   constexpr int BK = ConvMmaLoader<Tile, I, MT, Mask>::BK; // K per stage, in elements
   constexpr int MI = Tile::MI, NI = Tile::NI, RowBytes = Tile::RowBytes;
@@ -259,15 +261,15 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   // after it. Split-K partial sums start at 0 (conv_splitk_reduce adds the bias).
   T *partial = static_cast<T *>(s.partial);
   const int g = lane >> 2, t = lane & 3;
-  float acc[MI][NI][4];
+  Acc acc[MI][NI][4];
 #pragma unroll
   for (int j = 0; j < NI; ++j) {
     const I m0 = mBase + wn * Tile::WN + 8 * j + 2 * t;
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const float b = (!partial && s.bias && m0 + e < mEnd)
-                          ? ld<float>(static_cast<const MT *>(s.bias), m0 + e)
-                          : 0.0f;
+      const Acc b = (!partial && s.bias && m0 + e < mEnd)
+                        ? ld<Acc>(static_cast<const typename MmaAccOf<MT>::bias *>(s.bias), m0 + e)
+                        : Acc(0);
 #pragma unroll
       for (int i = 0; i < MI; ++i)
         acc[i][j][e] = acc[i][j][e + 2] = b;
@@ -346,7 +348,7 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
         const I p = pBase + wm * Tile::WM + 16 * i + g + 8 * h;
         if (p >= NP || m0 >= mEnd) // (mEnd <= M: the end of the block's group)
           continue;
-        const float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+        const Acc v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
         const bool both = m0 + 1 < mEnd;
         if (partial) {
           partial[convPartialIndex<true>(s, static_cast<I>(blockIdx.z), m0, p)] = v0;

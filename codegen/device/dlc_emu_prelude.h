@@ -565,6 +565,36 @@ inline void mma1688Tf32Warp(const unsigned (*a)[4], const unsigned (*b)[2], floa
   mmaTile(A, B, 8, d);
 }
 
+/// mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32, D += A B: lane (g, t) holds A
+/// (g, 4t..4t+3), (g+8, 4t..), (g, 4t+16..), (g+8, 4t+16..) in a[0..3], one signed byte
+/// each, lowest first, and B (4t..4t+3, g), (4t+16..4t+19, g) in b[0..1]; D as m16n8k16's.
+/// The sums are exact, and wrap modulo 2^32 as int32 additions without .satfinite do.
+inline void mma16832S8Warp(const unsigned (*a)[4], const unsigned (*b)[2], int (*d)[4]) {
+  int A[16][32], B[32][8];
+  auto byte = [](unsigned r, int i) {
+    return static_cast<int>(static_cast<signed char>(r >> (8 * i)));
+  };
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int i = 0; i < 4; ++i) {
+      A[g][4 * t + i] = byte(a[l][0], i);
+      A[g + 8][4 * t + i] = byte(a[l][1], i);
+      A[g][4 * t + 16 + i] = byte(a[l][2], i);
+      A[g + 8][4 * t + 16 + i] = byte(a[l][3], i);
+      B[4 * t + i][g] = byte(b[l][0], i);
+      B[4 * t + 16 + i][g] = byte(b[l][1], i);
+    }
+  }
+  for (int l = 0; l < 32; ++l)
+    for (int i = 0; i < 4; ++i) {
+      const int row = l / 4 + 8 * (i / 2), col = 2 * (l % 4) + i % 2;
+      unsigned s = static_cast<unsigned>(d[l][i]);
+      for (int k = 0; k < 32; ++k)
+        s += static_cast<unsigned>(A[row][k] * B[k][col]);
+      d[l][i] = static_cast<int>(s);
+    }
+}
+
 template <class Lane> inline Lane &lane(void *const *lanes, int l) {
   return *static_cast<Lane *>(lanes[l]);
 }
@@ -612,6 +642,31 @@ template <int Kind> void mmaOp(void *const *lanes, unsigned) { // 0 f16, 1 bf16,
     mma16816Warp(Kind == 1, a, b, d);
   for (int l = 0; l < 32; ++l)
     std::memcpy(lane<MmaLane>(lanes, l).d, d[l], sizeof(d[l]));
+}
+struct MmaS8Lane {
+  unsigned a[4], b[2];
+  int d[4];
+};
+inline void mmaS8Op(void *const *lanes, unsigned) {
+  unsigned a[32][4], b[32][2];
+  int d[32][4];
+  for (int l = 0; l < 32; ++l) {
+    const MmaS8Lane &x = lane<MmaS8Lane>(lanes, l);
+    std::memcpy(a[l], x.a, sizeof(x.a));
+    std::memcpy(b[l], x.b, sizeof(x.b));
+    std::memcpy(d[l], x.d, sizeof(x.d));
+  }
+  mma16832S8Warp(a, b, d);
+  for (int l = 0; l < 32; ++l)
+    std::memcpy(lane<MmaS8Lane>(lanes, l).d, d[l], sizeof(d[l]));
+}
+inline void mmaS8(int *d, const unsigned *a, const unsigned *b) {
+  MmaS8Lane me;
+  std::memcpy(me.a, a, sizeof(me.a));
+  std::memcpy(me.b, b, sizeof(me.b));
+  std::memcpy(me.d, d, sizeof(me.d));
+  warpOp(&me, mmaS8Op);
+  std::memcpy(d, me.d, sizeof(me.d));
 }
 template <int Kind> inline void mma(float *d, const unsigned *a, const unsigned *b) {
   MmaLane me;
@@ -667,30 +722,34 @@ template <int NP> void transLoadOp(void *const *lanes, unsigned) {
       std::memcpy(lane<TransLane<NP>>(lanes, l).b[j], r[l], sizeof(r[l]));
   }
 }
-template <int MI, int NI> struct TileLane {
+template <int MI, int NI, class Acc = float> struct TileLane {
   const unsigned (*a)[4], (*b)[4]; // [MI][4], [NI / 2][4]
-  float *acc;                      // [MI][NI][4]
+  Acc *acc;                        // [MI][NI][4]
 };
 /// dlc::warpTileMma: acc[i][j] += A_i B_j for every (i, j) (Kind 0, 1: m16n8k16 f16,
-/// bf16; 2: m16n8k8 tf32), as one warp operation.
+/// bf16; 2: m16n8k8 tf32; 3: m16n8k32 s8 into int accumulators), as one warp operation.
 template <int MI, int NI, int Kind> void tileOp(void *const *lanes, unsigned) {
+  typedef typename std::conditional<Kind == 3, int, float>::type Acc;
+  typedef TileLane<MI, NI, Acc> Lane;
   unsigned a[32][4], b[32][2];
-  float d[32][4];
+  Acc d[32][4];
   for (int i = 0; i < MI; ++i)
     for (int j = 0; j < NI; ++j) {
       for (int l = 0; l < 32; ++l) {
-        const TileLane<MI, NI> &x = lane<TileLane<MI, NI>>(lanes, l);
+        const Lane &x = lane<Lane>(lanes, l);
         std::memcpy(a[l], x.a[i], sizeof(a[l]));
         b[l][0] = x.b[j / 2][2 * (j % 2)];
         b[l][1] = x.b[j / 2][2 * (j % 2) + 1];
         std::memcpy(d[l], x.acc + (i * NI + j) * 4, sizeof(d[l]));
       }
-      if (Kind == 2)
+      if constexpr (Kind == 3)
+        mma16832S8Warp(a, b, d);
+      else if constexpr (Kind == 2)
         mma1688Tf32Warp(a, b, d);
       else
         mma16816Warp(Kind == 1, a, b, d);
       for (int l = 0; l < 32; ++l)
-        std::memcpy(lane<TileLane<MI, NI>>(lanes, l).acc + (i * NI + j) * 4, d[l], sizeof(d[l]));
+        std::memcpy(lane<Lane>(lanes, l).acc + (i * NI + j) * 4, d[l], sizeof(d[l]));
     }
 }
 } // namespace dlc_emu_ptx

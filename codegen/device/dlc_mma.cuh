@@ -8,12 +8,14 @@
 //   ldmatrix<N, T>   ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16
 //   mma16816<MT>     mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32
 //   mma1688Tf32      mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32
+//   mma16832S8       mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32
 //   toTf32           cvt.rna.tf32.f32
 //   warpTileLoad     a warp's A and B fragments of an MI x NI tile for one k step:
 //                    ldmatrix.x4 each (on emu one warp operation for all of them)
 //   warpTileMma      the tile's MI x NI m16n8 products from those fragments (on emu
 //                    one warp operation), so that a k step's loads overlap the last
-//                    one's products
+//                    one's products; int accumulators with INT8 operands
+//   MmaAcc<MT>       the accumulator type of MT's products (float; int for INT8)
 //   warpLoadBTrans   B fragments of a k step from a [k][n] tile: ldmatrix.x4.trans
 //                    each pair of n-tiles (on emu one warp operation)
 //   exp2Approx       ex2.approx.ftz.f32
@@ -110,7 +112,19 @@ __device__ __forceinline__ void ldmatrix(unsigned (&r)[Num], SmemAddr addr) {
 template <class MT> struct MmaKind;
 template <> struct MmaKind<__half> { static constexpr int value = 0; };
 template <> struct MmaKind<__nv_bfloat16> { static constexpr int value = 1; };
-template <> struct MmaKind<float> { static constexpr int value = 2; }; // TF32
+template <> struct MmaKind<float> { static constexpr int value = 2; };       // TF32
+template <> struct MmaKind<signed char> { static constexpr int value = 3; }; // s8, k32
+/// The accumulators of MT's products: FP32, or exact int32 sums of INT8 products; and
+/// the type of a bias added to them (the operands', or int32 sums).
+template <class MT> struct MmaAccOf {
+  typedef float type;
+  typedef MT bias;
+};
+template <> struct MmaAccOf<signed char> {
+  typedef int type;
+  typedef int bias;
+};
+template <class MT> using MmaAcc = typename MmaAccOf<MT>::type;
 
 /// d += a b over a 16 x 8 tile, k 16, 16-bit MT operands, FP32 accumulators.
 template <class MT>
@@ -145,6 +159,21 @@ __device__ __forceinline__ void mma1688Tf32(float (&d)[4], const unsigned (&a)[4
 #endif
 }
 
+/// d += a b over a 16 x 8 tile, k 32, INT8 operands, int32 accumulators (wrapping, as
+/// mma.sync without .satfinite): the fragments hold 4 bytes of K per register where
+/// m16n8k16 holds 2 halves, the same bytes, so ldmatrix loads them alike.
+__device__ __forceinline__ void mma16832S8(int (&d)[4], const unsigned (&a)[4],
+                                           const unsigned (&b)[2]) {
+#ifdef DLC_EMU
+  dlc_emu_ptx::mmaS8(d, a, b);
+#else
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, "
+               "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
 /// FP32 -> TF32 (cvt.rna.tf32.f32): the nearest value with 10 mantissa bits, ties away
 /// from zero, as FP32 bits with the low 13 bits zero; infinities and NaN kept.
 __device__ __forceinline__ unsigned toTf32(float f) {
@@ -158,7 +187,7 @@ __device__ __forceinline__ unsigned toTf32(float f) {
 }
 
 /// A warp's operand fragments of an MI x NI tile of m16n8 products for one k step (32
-/// bytes of K: k16 of FP16/BF16, k8 of TF32): lane (g, t)'s registers of A fragment i
+/// bytes of K: k16 of FP16/BF16, k8 of TF32, k32 of INT8): lane (g, t)'s registers of A fragment i
 /// and of the B fragments of n-tiles 2 j and 2 j + 1 (registers 0-1 and 2-3).
 template <int MI, int NI> struct WarpFrags {
   static_assert(NI % 2 == 0, "n-tiles come in pairs");
@@ -208,9 +237,10 @@ __device__ __forceinline__ void warpTileLoad(WarpFrags<MI, NI> &f, const SmemAdd
 /// A k step of a warp's MI x NI tile: acc[i][j] += A_i B_j for every (i, j), from
 /// fragments warpTileLoad loaded (on emu one warp operation).
 template <class MT, int MI, int NI>
-__device__ __forceinline__ void warpTileMma(float (&acc)[MI][NI][4], const WarpFrags<MI, NI> &f) {
+__device__ __forceinline__ void warpTileMma(MmaAcc<MT> (&acc)[MI][NI][4],
+                                            const WarpFrags<MI, NI> &f) {
 #ifdef DLC_EMU
-  dlc_emu_ptx::TileLane<MI, NI> me{f.a, f.b, &acc[0][0][0]};
+  dlc_emu_ptx::TileLane<MI, NI, MmaAcc<MT>> me{f.a, f.b, &acc[0][0][0]};
   dlc_emu_ptx::warpOp(&me, dlc_emu_ptx::tileOp<MI, NI, MmaKind<MT>::value>);
 #else
 #pragma unroll
@@ -218,7 +248,9 @@ __device__ __forceinline__ void warpTileMma(float (&acc)[MI][NI][4], const WarpF
 #pragma unroll
     for (int j = 0; j < NI; ++j) {
       const unsigned bj[2] = {f.b[j / 2][2 * (j % 2)], f.b[j / 2][2 * (j % 2) + 1]};
-      if constexpr (MmaKind<MT>::value == 2)
+      if constexpr (MmaKind<MT>::value == 3)
+        mma16832S8(acc[i][j], f.a[i], bj);
+      else if constexpr (MmaKind<MT>::value == 2)
         mma1688Tf32(acc[i][j], f.a[i], bj);
       else
         mma16816<MT>(acc[i][j], f.a[i], bj);

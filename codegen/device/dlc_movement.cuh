@@ -404,9 +404,10 @@ __global__ void __launch_bounds__(256) trilu(const MiscShape s) {
 }
 
 /// Integer matrix product [batch, m, k] x [batch, k, n]: one thread per output.
-template <class I, class DT> __global__ void __launch_bounds__(256) matmul_int(const MiscShape s) {
-  typedef typename Compute<DT>::type T;
-  const DT *a = static_cast<const DT *>(s.a), *b = static_cast<const DT *>(s.b);
+template <class I, class DT, class AT = DT>
+__global__ void __launch_bounds__(256) matmul_int(const MiscShape s) {
+  typedef typename Compute<DT>::type T; // (int8 operands AT: int32 sums DT)
+  const AT *a = static_cast<const AT *>(s.a), *b = static_cast<const AT *>(s.b);
   const I m = static_cast<I>(s.n0), k = static_cast<I>(s.n1), n = static_cast<I>(s.n2);
   DLC_GRID_STRIDE(i, static_cast<I>(s.total)) {
     I r = i;

@@ -49,10 +49,15 @@ struct ConvFamily {
   int count;
   Kind kind;
   bool tf32 = false; // conv_fprop_mma on FP32 operands: K per stage is RowBytes / 4
+  bool int8 = false; // ... on INT8 operands: RowBytes (int32 sums; no split-K)
   bool tensor() const { return kind != CudaCore; }
   /// K per stage (elements).
   int bk(const ConvTileConfig &c) const {
-    return kind == CudaCore ? kConvBK : kind == Wmma ? kConvTcBK : c.rowBytes / (tf32 ? 4 : 2);
+    return kind == CudaCore ? kConvBK
+           : kind == Wmma   ? kConvTcBK
+                            : c.rowBytes / (tf32   ? 4
+                                            : int8 ? 1
+                                                   : 2);
   }
   int threads(const ConvTileConfig &c) const {
     return tensor() ? (c.bm / c.tm) * (c.bn / c.tn) * 32 : kConvThreads;
@@ -92,6 +97,10 @@ constexpr ConvFamily kMmaConv{kConvMmaTiles, static_cast<int>(std::size(kConvMma
                               ConvFamily::Mma};
 constexpr ConvFamily kMmaTf32Conv{kConvMmaTf32Tiles, static_cast<int>(std::size(kConvMmaTf32Tiles)),
                                   ConvFamily::Mma, true};
+// (The FP16 tiles' code: a k step is 32 bytes of K either way, the same ldmatrix and
+// as many mma.sync, each m16n8k32.)
+constexpr ConvFamily kMmaInt8Conv{kConvMmaTiles, static_cast<int>(std::size(kConvMmaTiles)),
+                                  ConvFamily::Mma, false, true};
 constexpr int64_t kSplits[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
 
 struct ConvPlan {
@@ -125,13 +134,13 @@ ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K,
       continue;
     const ConvTileConfig &c = fam.tiles[t];
     const int BK = fam.bk(c);
-    const sass::KernelFacts facts = tileFacts(c, fam.tf32);
+    const sass::KernelFacts facts = tileFacts(c, fam.tf32, fam.int8);
     int64_t tiles = groups * ceilDiv(M / groups, fam.channels(c)) * ceilDiv(NP, fam.positions(c));
     int perSm = blocksPerSm(g, fam.threads(c), c.registers, fam.smem(c, accBytes));
     for (int64_t s : kSplits) {
       int64_t kPer = ceilDiv(ceilDiv(K, s), BK) * BK;
       int64_t splits = ceilDiv(K, kPer);
-      if (splits != s || (s > 1 && kPer < 2 * BK))
+      if (splits != s || (s > 1 && (kPer < 2 * BK || fam.int8)))
         continue;
       uint64_t blocks = static_cast<uint64_t>(tiles * splits);
       LaunchShape ls;
@@ -220,11 +229,14 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   auto reduced = [](DType t) { return t == DType::F16 || t == DType::BF16; };
   const bool tensor = reduced(x->dtype()) && reduced(wt->dtype()) && x->dtype() == wt->dtype();
   const bool tf32 = l.options().tf32 && x->dtype() == DType::F32 && wt->dtype() == DType::F32;
+  // INT8 operands (a quantized model's, fold-qdq): m16n8k32 into exact int32 sums.
+  const bool int8 = x->dtype() == DType::I8 && wt->dtype() == DType::I8 && dt == DType::I32;
   // Grouped convolutions too, when each group is whole 16-byte chunks of channels and
   // has at least 8 output channels (depthwise ones stay direct).
   const int64_t chunk = 16 / static_cast<int64_t>(dtypeSize(x->dtype()));
   // (blockIdx.y holds every group's channel tiles: at most 65535 of the narrowest.)
-  bool mma = (tensor || tf32) && cl && s.kSize <= 64 && (!b || b->dtype() == wt->dtype()) &&
+  bool mma = (tensor || tf32 || int8) && cl && s.kSize <= 64 &&
+             (!b || b->dtype() == (int8 ? DType::I32 : wt->dtype())) &&
              (groups == 1 || (s.Cg % chunk == 0 && s.Mg >= 8)) &&
              groups * ceilDiv(s.Mg, 32) <= 65535;
   // The operands conv_pack rewrites first (above), asked only on the mma path: bufferOf
@@ -404,9 +416,11 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     l.launch(n, k, a, static_cast<uint32_t>(blocks), 256, 0, flops);
     return llvm::Error::success();
   }
-  if ((groups != 1 && !mma) || !floating) {
-    Instantiation inst{
-        "dlc::conv_direct", {layout, l.indexType(maxIndex), wtype, xn, on}, argsType, {xn, on}};
+  if ((groups != 1 && !mma) || (!floating && !mma)) {
+    std::vector<std::string> targs = {layout, l.indexType(maxIndex), wtype, xn, on};
+    if (b && b->dtype() != wt->dtype()) // (an int32 bias of int8 weights)
+      targs.push_back(cudaType(b->dtype()));
+    Instantiation inst{"dlc::conv_direct", targs, argsType, {xn, on}};
     inst.integer = !floating;
     uint32_t k = l.instantiate(inst);
     LaunchArgs a = args(s, std::nullopt, 0, Whole);
@@ -414,7 +428,9 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     return llvm::Error::success();
   }
   size_t accBytes = dt == DType::F64 ? 8 : 4;
-  const ConvFamily &fam = mma      ? (tf32 ? kMmaTf32Conv : kMmaConv)
+  const ConvFamily &fam = mma      ? (tf32   ? kMmaTf32Conv
+                                      : int8 ? kMmaInt8Conv
+                                             : kMmaConv)
                           : tensor ? kTensorCoreConv
                                    : kCudaCoreConv;
   bool pointwise = w.kSize() == 1 && s.P == s.inSize;
@@ -438,6 +454,7 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     inst.needsSync = true;
     inst.tensorCore = tensor || mma;
     inst.tf32 = mma && tf32;
+    inst.integer = int8;
     return inst;
   };
   int forced = -1;

@@ -123,14 +123,14 @@ inline std::string convTileName(const ConvTileConfig &c) {
 
 /// The decoded-kernel facts a tile's row stands for (one loop: the main loop). `tf32`:
 /// its mma are HMMA.1688 on TF32 (half the FLOPs of an HMMA.16816, at half the rate).
-inline sass::KernelFacts tileFacts(const ConvTileConfig &c, bool tf32 = false) {
+inline sass::KernelFacts tileFacts(const ConvTileConfig &c, bool tf32 = false, bool int8 = false) {
   sass::KernelFacts f;
   f.arch = 90;
   sass::Loop loop;
   sass::Mix &m = loop.mix;
   m.instructions = c.instructions;
   m.count[static_cast<int>(sass::Class::Tensor)] = c.mma;
-  m.mmaFlops = (tf32 ? 2048 : 4096) * c.mma;
+  m.mmaFlops = (tf32 ? 2048 : int8 ? 8192 : 4096) * c.mma; // (IMMA.16832 issues as HMMA.16816)
   m.tensorEquiv = c.mma;
   m.ffma = c.ffma;
   m.count[static_cast<int>(sass::Class::Fp32)] = c.ffma;

@@ -61,8 +61,10 @@ void emitIntMatMul(Lowering &l, const Node &n, int64_t batch, int64_t m, int64_t
   args.pointer(offsetof(MiscShape, y), l.bufferOf(out), out->type().byteSize(), true);
   int64_t maxIndex = std::max({total, a->type().numElements(), b->type().numElements(),
                                batch * strideA + m * k, batch * strideB + k * nn});
-  Instantiation inst{
-      "dlc::matmul_int", {l.indexType(maxIndex), cudaType(out->dtype())}, "dlc::MiscShape", {}};
+  std::vector<std::string> targs = {l.indexType(maxIndex), cudaType(out->dtype())};
+  if (a->dtype() != out->dtype()) // (int8 operands, int32 sums)
+    targs.push_back(cudaType(a->dtype()));
+  Instantiation inst{"dlc::matmul_int", targs, "dlc::MiscShape", {}};
   inst.integer = true;
   uint32_t kernel = l.instantiate(inst);
   l.launch(n, kernel, args, gridFor(total, 256), 256, 0, 2.0 * total * k);

@@ -13,14 +13,25 @@ namespace dlc::ir {
 namespace {
 using namespace ops;
 
-llvm::Error verifyConvCommon(const Node &n, bool int32 = false) {
-  // (Conv on int32: ConvInteger's and QLinearConv's exact integer sums.)
-  if (!(int32 && n.operand(0) && n.operand(0)->dtype() == DType::I32))
-    if (auto e = requireType(n, 0, kFloat))
-      return e;
-  for (unsigned i = 1; i < n.numOperands(); ++i)
-    if (auto e = requireSameType(n, 0, i))
-      return e;
+/// Whether a Conv is the INT8 form: i8 input and weights, an i32 bias, i32 sums.
+bool int8Conv(const Node &n) {
+  return n.operand(0) && n.operand(0)->dtype() == DType::I8;
+}
+
+llvm::Error verifyConvCommon(const Node &n, bool integer = false) {
+  // (Conv on integers: ConvInteger's and QLinearConv's exact int32 sums, of int32
+  // operands or, the tensor cores' form, of int8 ones with an int32 bias.)
+  if (integer && int8Conv(n)) {
+    if (n.operand(1)->dtype() != DType::I8 || (n.operand(2) && n.operand(2)->dtype() != DType::I32))
+      return makeError("an int8 Conv takes int8 weights and an int32 bias");
+  } else {
+    if (!(integer && n.operand(0) && n.operand(0)->dtype() == DType::I32))
+      if (auto e = requireType(n, 0, kFloat))
+        return e;
+    for (unsigned i = 1; i < n.numOperands(); ++i)
+      if (auto e = requireSameType(n, 0, i))
+        return e;
+  }
   const Shape x = channelsFirstShape(n, 0), w = channelsFirstShape(n, 1);
   if (x.size() < 3 || x.size() > 5)
     return errorf("input must be [N, C, D1..Dk] with 1 <= k <= 3, got {0}", shapeStr(x));
@@ -56,7 +67,7 @@ InferResult inferConvNchw(const Node &n) {
     return sp.takeError();
   Shape out{x[0], w[0]};
   out.insert(out.end(), sp->begin(), sp->end());
-  return TypeList{{n.operand(0)->dtype(), out}};
+  return TypeList{{int8Conv(n) ? DType::I32 : n.operand(0)->dtype(), out}};
 }
 
 InferResult inferConv(const Node &n) {
@@ -115,7 +126,9 @@ llvm::Error refConvNchw(const Node &n, const Inputs &in, Outputs &out) {
   if (!win)
     return win.takeError();
   return dispatch(in[0]->dtype(), [&](auto ct) -> llvm::Error {
-    using CT = AccType<decltype(ct)>;
+    // (int8 operands: int64 sums, stored as int32 modulo 2^32, the tensor cores' wrap.)
+    using CT =
+        std::conditional_t<std::is_same_v<decltype(ct), int8_t>, int64_t, AccType<decltype(ct)>>;
     auto x = in[0]->template toVector<CT>(), w = in[1]->template toVector<CT>();
     std::vector<CT> bias;
     if (in.size() > 2 && in[2])
@@ -193,7 +206,9 @@ llvm::Error refConvTranspose(const Node &n, const Inputs &in, Outputs &out) {
     return win0.takeError();
   Window win = win0->as3D();
   return dispatch(in[0]->dtype(), [&](auto ct) -> llvm::Error {
-    using CT = AccType<decltype(ct)>;
+    // (int8 operands: int64 sums, stored as int32 modulo 2^32, the tensor cores' wrap.)
+    using CT =
+        std::conditional_t<std::is_same_v<decltype(ct), int8_t>, int64_t, AccType<decltype(ct)>>;
     auto x = in[0]->template toVector<CT>(), w = in[1]->template toVector<CT>();
     int64_t N = xs[0], C = xs[1], G = n.attrInt("group"), Cg = C / G, Mg = ws[1], M = Mg * G;
     Shape is = spatial3D(xs, k), os = spatial3D(ys, k), K = win.kernel;

@@ -55,11 +55,14 @@ llvm::Error verifyMatMul(const Node &n) {
   return matmulDims(n.operand(0)->shape(), n.operand(1)->shape()).takeError();
 }
 
+/// int8 operands give int32 sums (a quantized model's products after fold-qdq, as
+/// MatMulInteger; ONNX's MatMul itself takes no int8).
 InferResult inferMatMul(const Node &n) {
   auto d = matmulDims(n.operand(0)->shape(), n.operand(1)->shape());
   if (!d)
     return d.takeError();
-  return TypeList{{n.operand(0)->dtype(), d->result}};
+  const DType t = n.operand(0)->dtype();
+  return TypeList{{t == DType::I8 ? DType::I32 : t, d->result}};
 }
 
 llvm::Error refMatMul(const Node &, const Inputs &in, Outputs &out) {
@@ -67,7 +70,9 @@ llvm::Error refMatMul(const Node &, const Inputs &in, Outputs &out) {
   if (!d)
     return d.takeError();
   return dispatch(in[0]->dtype(), [&](auto ct) -> llvm::Error {
-    using CT = AccType<decltype(ct)>;
+    // (int8 operands: int64 sums, stored as int32 modulo 2^32.)
+    using CT =
+        std::conditional_t<std::is_same_v<decltype(ct), int8_t>, int64_t, AccType<decltype(ct)>>;
     auto a = in[0]->template toVector<CT>(), b = in[1]->template toVector<CT>();
     int64_t batches = product(d->batch), m = d->m, k = d->k, nn = d->n;
     BroadcastIndex ia(d->aBatch, d->batch), ib(d->bBatch, d->batch);

@@ -11,7 +11,9 @@ The split is the one the model was trained with (examples/digits/make_digits_cnn
   3. dlc compiles and runs the QDQ file (the batch as one run): its predictions agree
      with ORT's on >= 99% of the digits, its logits within 0.05 of ORT's; the
      accuracy dlc quantize reported is the one its written file gives.
-  4. The compiled QDQ file computes >= 90% of its FLOPs in integers (dlc inspect).
+  4. The compiled QDQ file computes >= 90% of its FLOPs in integers, and >= 90% of those
+     on INT8 tensor cores (dlc inspect: conv_fprop_mma on m16n8k32, the Gemm as a 1x1
+     convolution).
   5. minmax and percentile calibration also keep the accuracy within 1 point.
   6. --target-accuracy: calibration clipped at the 90th percentile costs agreement
      with FP32 below 99%; a target of 99% top-1 agreement leaves layers in FP32 (not
@@ -140,6 +142,8 @@ def main():
     ins = json.loads(p.stdout)
     frac = ins["integer_flops"] / ins["flops"]
     check(frac >= 0.9, f"integer arithmetic is {frac:.3f} of the FLOPs (>= 0.9)")
+    tc = ins["int8_tensor_core_flop_fraction"]
+    check(tc >= 0.9, f"int8_tensor_core_flop_fraction {tc:.3f} (>= 0.9)")
 
     # 5. The other methods.
     for method in ("minmax", "percentile"):
@@ -161,9 +165,11 @@ def main():
     check(clipped["top1_agreement"] < 0.99 and r["target_met"] and 0 < len(kept) < 3 and agree >= 0.99,
           f"--target-accuracy 0.99: clipped calibration agrees on {clipped['top1_agreement']:.3f}; "
           f"with {kept} in FP32 ORT agrees with FP32 on {agree:.4f}")
-    n_dq = sum(1 for n in onnx.load(path).graph.node if n.op_type == "DequantizeLinear")
-    check(n_dq < sum(1 for n in m.graph.node if n.op_type == "DequantizeLinear"),
-          "the layers left in FP32 have no DequantizeLinear weights")
+    t = onnx.load(path)
+    dq_out = {n.output[0] for n in t.graph.node if n.op_type == "DequantizeLinear"}
+    float_layers = [n.name for n in t.graph.node if n.op_type in ("Conv", "Gemm") and n.input[1] not in dq_out]
+    check(sorted(float_layers) == sorted(kept),
+          f"exactly the layers the report leaves in FP32 have float weights ({float_layers})")
 
     if failures:
         print(f"{len(failures)} check(s) failed")

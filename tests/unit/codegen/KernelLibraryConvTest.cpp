@@ -488,6 +488,84 @@ TEST(KernelLibrary, MmaSyncConvolution) {
 // and one at a time where a channel pair starts at an odd index (group 1 of %g starts
 // at channel 9) or the output is a graph output a caller may bind anywhere (y, z). Emu
 // is built with -fsanitize=alignment: a misaligned pair would trap.
+namespace {
+/// n values spread over the whole int8 (or int32 bias) range, from a fixed LCG.
+std::vector<int64_t> spread(size_t n, int64_t lo, int64_t hi, uint32_t seed) {
+  std::vector<int64_t> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    v[i] = lo + static_cast<int64_t>((seed >> 8) % static_cast<uint32_t>(hi - lo + 1));
+  }
+  return v;
+}
+ir::Tensor int8s(ir::Shape shape, uint32_t seed) {
+  return ints(ir::DType::I8, shape,
+              spread(ir::TensorType(ir::DType::I8, shape).numElements(), -128, 127, seed));
+}
+} // namespace
+
+// INT8 convolutions (a quantized model's, after fold-qdq: int8 input and weights, an
+// int32 bias, int32 sums) run conv_fprop_mma on m16n8k32 products into int32
+// accumulators: exact, so the results equal the interpreter's bit for bit. Operands
+// over the whole int8 range; positions and channels cut at both edges; several tiles of
+// K (64 channels x 9 taps); channels not whole 16-byte chunks (packed); the epilogue
+// (the requantization fold-qdq writes) fused.
+TEST(KernelLibrary, Int8MmaSyncConvolution) {
+  KernelCase c{
+      "nhwc i8 3x3 s2, 32 -> 10 channels, int32 bias",
+      R"(graph @g(%x: i8[2,9,9,32], %w: i8[10,3,3,32], %b: i32[10]) -> ("y": i32[2,5,5,10]) {
+  %y = Conv(%x, %w, %b) {channels_last = 1, pads = [1, 1, 1, 1], strides = [2, 2]} : i32[2,5,5,10]
+  return %y
+})",
+      {"dlc::conv_fprop_mma"},
+      {{"x", int8s({2, 9, 9, 32}, 1)},
+       {"w", int8s({10, 3, 3, 32}, 2)},
+       {"b", ints(ir::DType::I32, {10}, spread(10, -1000000, 1000000, 3))}},
+      2,
+      true,
+      0,
+      false,
+      {"dlc::conv_direct"}};
+  check(c);
+  check({"nhwc i8 3x3 over 64 channels (several stages), 70 output channels",
+         R"(graph @g(%x: i8[1,7,6,64], %w: i8[70,3,3,64]) -> ("y": i32[1,7,6,70]) {
+  %y = Conv(%x, %w) {channels_last = 1, pads = [1, 1, 1, 1]} : i32[1,7,6,70]
+  return %y
+})",
+         {"dlc::conv_fprop_mma"},
+         {{"x", int8s({1, 7, 6, 64}, 4)}, {"w", int8s({70, 3, 3, 64}, 5)}},
+         2,
+         true,
+         0});
+  // Channels-first (the layout pass not run): conv_direct, the int32 bias read as such.
+  check({"nchw i8 3x3, int32 bias",
+         R"(graph @g(%x: i8[1,5,6,7], %w: i8[4,5,3,3], %b: i32[4]) -> ("y": i32[1,4,6,7]) {
+  %y = Conv(%x, %w, %b) {pads = [1, 1, 1, 1]} : i32[1,4,6,7]
+  return %y
+})",
+         {"dlc::conv_direct"},
+         {{"x", int8s({1, 5, 6, 7}, 8)},
+          {"w", int8s({4, 5, 3, 3}, 9)},
+          {"b", ints(ir::DType::I32, {4}, spread(4, -1000000, 1000000, 10))}},
+         2,
+         true,
+         0});
+  check({"nhwc i8 pointwise, 3 -> 12 channels (packed to 16), requantized",
+         R"(graph @g(%x: i8[1,13,11,3], %w: i8[12,1,1,3]) -> ("y": i8[1,13,11,12]) {
+  %m = const f32[] dense<[0.01]>
+  %c = Conv(%x, %w) {channels_last = 1} : i32[1,13,11,12]
+  %r = Relu(%c) : i32[1,13,11,12]
+  %f = Cast(%r) {to = "f32"} : f32[1,13,11,12]
+  %y = QuantizeLinear(%f, %m) {multiply = 1, to = "i8"} : i8[1,13,11,12]
+  return %y
+})",
+         {"dlc::conv_fprop_mma", "dlc::conv_pack"},
+         {{"x", int8s({1, 13, 11, 3}, 6)}, {"w", int8s({12, 1, 1, 3}, 7)}},
+         2,
+         true,
+         0});
+}
+
 TEST(KernelLibrary, MmaSyncConvolutionStoresChannelPairs) {
   const std::string ir =
       R"(graph @g(%x: f16[2,7,9,16]) -> ("y": f16[2,7,9,8], "z": f16[2,7,9,8]) {

@@ -269,3 +269,69 @@ TEST(CostModel, AnUnfusableGemmEpilogueRunsOnTheImplicitGemmWhereThatIsFaster) {
   EXPECT_TRUE(codegen::ownGemmIsFaster(slowLibrary, 8192, 1024, 4096, ir::DType::BF16));
   EXPECT_FALSE(codegen::ownGemmIsFaster(slowLibrary, 128, 768, 3072, ir::DType::BF16));
 }
+
+// An INT8 convolution (a quantized model's, channels-last) runs conv_fprop_mma on
+// IMMA.16832 (mma.sync m16n8k32 s8): its sm_80 and sm_90 main loops hold the integer
+// tensor-core instructions, 16-byte cp.async and ldmatrix, at most 8 instructions per
+// IMMA, no spills; inspect counts its work as integer work on INT8 tensor cores, priced
+// at the INT8 peak (twice FP16's).
+TEST(CostModel, Int8ConvolutionsRunOnIntegerTensorCores) {
+  std::string model = tempPath("int8.ir"), out = tempPath("int8.dlc");
+  std::ofstream(model)
+      << R"(graph @g(%x: i8[1,56,56,64], %w: i8[64,3,3,64], %b: i32[64]) -> ("y": i8[1,56,56,64]) {
+  %m = const f32[] dense<[0.01]>
+  %r = Relu(%x) : i8[1,56,56,64]
+  %c = Conv(%r, %w, %b) {channels_last = 1, pads = [1, 1, 1, 1]} : i32[1,56,56,64]
+  %f = Cast(%c) {to = "f32"} : f32[1,56,56,64]
+  %y = QuantizeLinear(%f, %m) {multiply = 1, to = "i8"} : i8[1,56,56,64]
+  return %y
+}
+)";
+  driver::CompileOptions o;
+  o.model = model;
+  o.output = out;
+  o.targets = {"sm_80", "sm_90"};
+  o.useCache = false;
+  llvm::Expected<driver::CompileResult> r = driver::compile(o);
+  ASSERT_TRUE(static_cast<bool>(r)) << llvm::toString(r.takeError());
+  auto pf = pkg::PackageFile::load(out);
+  ASSERT_TRUE(pf.ok()) << pf.status().message();
+  driver::PackageCost c = driver::costOf(**pf);
+  ASSERT_EQ(c.gpus.size(), 2u);
+  size_t convs = 0;
+  for (size_t i = 0; i < c.gpus.size(); ++i) {
+    const codegen::GpuModel &g = c.gpus[i];
+    for (const driver::StepCost &sc : c.steps) {
+      const pkg::Kernel *k = sc.kind == "launch"
+                                 ? (*pf)->meta().kernels()->Get(static_cast<uint32_t>(sc.kernel))
+                                 : nullptr;
+      if (!sc.runs[i] || !k || k->name()->str().find("conv_fprop_mma") != 0)
+        continue;
+      ++convs;
+      EXPECT_TRUE(sc.tensor && sc.integer);
+      const codegen::sass::KernelFacts *f = c.factsOf(g.arch, k->symbol()->str());
+      ASSERT_NE(f, nullptr);
+      const codegen::sass::Mix *m = f->main();
+      ASSERT_NE(m, nullptr);
+      const int imma = m->of(codegen::sass::Class::Tensor);
+      EXPECT_GT(imma, 0) << g.name;
+      EXPECT_EQ(m->mmaFlops, 8192.0 * imma) << g.name; // every one m16n8k32
+      EXPECT_GT(m->of(codegen::sass::Class::CpAsync), 0) << g.name;
+      EXPECT_GT(m->cpAsyncBytes, 0) << g.name;
+      EXPECT_GT(m->of(codegen::sass::Class::Ldsm), 0) << g.name;
+      EXPECT_LE(m->instructions, 8 * imma) << g.name;
+      const double intPeak = 2 * g.tensorFlops * g.mmaSyncFraction;
+      EXPECT_GE(sc.bounds[i].issue, 1e6 * sc.flops / intPeak * (1 - 1e-9)) << g.name;
+    }
+    EXPECT_NEAR(c.integerTensorFlops[i], c.integerFlops[i], 1e-6 * c.integerFlops[i]);
+    EXPECT_GT(c.integerFlops[i], 0.0);
+  }
+  EXPECT_EQ(convs, 2u);
+  for (const pkg::Kernel *kn : *(*pf)->meta().kernels()) {
+    if (kn->name()->str().find("conv_fprop_mma") != 0 || !kn->resources())
+      continue;
+    for (const pkg::ArchResources *res : *kn->resources()) {
+      EXPECT_EQ(res->spill_stores() + res->spill_loads(), 0) << res->arch()->str();
+    }
+  }
+}

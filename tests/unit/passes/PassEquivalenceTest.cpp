@@ -262,6 +262,69 @@ TEST(FoldQdq, AQdqConvolutionComputesInIntegersAsOnnxRuntime) {
   EXPECT_EQ(countOps(*kept, OpKind::DequantizeLinear), 2u);
 }
 
+// fold-qdq on the symmetric INT8 form dlc quantize writes: Q(MaxPool(DQ)) with pads
+// (windows partly outside the input) moves int8, the convolution multiplies int8 as it
+// is (the int8 Conv, int32 sums), and the Gemm-like MatMul with no QuantizeLinear after
+// it dequantizes its int32 sums. Every output equals the float path's: the int8 path
+// is exact where the float one rounds nothing (the scales are powers of two).
+TEST(FoldQdq, SymmetricInt8ThroughMaxPoolConvAndMatMulIsExact) {
+  const char *text = R"(graph @g(%xq: i8[1,2,3,3]) -> ("y": f32[1,4]) {
+  %s = const f32[] dense<[0.25]>
+  %z = const i8[] dense<[0]>
+  %w = const i8[3,2,1,1] dense<[1, -2, 3, 4, -128, 127]>
+  %ws = const f32[3,1,1,1] dense<[0.125, 0.0625, 0.03125]>
+  %b = const i32[3] dense<[100, -200, 5]>
+  %bs = const f32[3] dense<[0.03125, 0.015625, 0.0078125]>
+  %m = const i8[12,4] dense<[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, -1, -2, -3, -4, -5, -6, -7, -8, -9, -10, -11, -12, 127, -128, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, -20, 30, -40, 50, 60, -70, 80, -90]>
+  %ms = const f32[4] dense<[0.5, 0.25, 0.125, 0.0625]>
+  %ys = const f32[] dense<[0.5]>
+  %x = DequantizeLinear(%xq, %s, %z) : f32[1,2,3,3]
+  %pf = MaxPool(%x) {kernel_shape = [2, 2], pads = [1, 1, 0, 0], strides = [2, 2]} : f32[1,2,2,2]
+  %p = QuantizeLinear(%pf, %s, %z) {to = "i8"} : i8[1,2,2,2]
+  %pd = DequantizeLinear(%p, %s, %z) : f32[1,2,2,2]
+  %wd = DequantizeLinear(%w, %ws, %z) : f32[3,2,1,1]
+  %bd = DequantizeLinear(%b, %bs) : f32[3]
+  %c = Conv(%pd, %wd, %bd) : f32[1,3,2,2]
+  %r = Relu(%c) : f32[1,3,2,2]
+  %q = QuantizeLinear(%r, %ys, %z) {to = "i8"} : i8[1,3,2,2]
+  %qd = DequantizeLinear(%q, %ys, %z) : f32[1,3,2,2]
+  %f = Reshape(%qd) {shape = [1, 12]} : f32[1,12]
+  %fq = QuantizeLinear(%f, %ys, %z) {to = "i8"} : i8[1,12]
+  %fd = DequantizeLinear(%fq, %ys, %z) : f32[1,12]
+  %md = DequantizeLinear(%m, %ms) : f32[12,4]
+  %y = MatMul(%fd, %md) : f32[1,4]
+  return %y
+})";
+  auto before = test::parseIR(text);
+  ASSERT_TRUE(before);
+  auto after = test::runPasses(*before, "fold-qdq,canonicalize,constfold,dce");
+  ASSERT_TRUE(after);
+  EXPECT_EQ(countOps(*after, OpKind::QuantizeLinear), 1u);   // the Conv's requantization
+  EXPECT_EQ(countOps(*after, OpKind::DequantizeLinear), 1u); // the MatMul's sums
+  for (const Node *n : after->nodesOf(OpKind::MaxPool))
+    EXPECT_EQ(n->result()->dtype(), DType::I8);
+  for (OpKind k : {OpKind::Conv, OpKind::MatMul})
+    for (const Node *n : after->nodesOf(k)) {
+      EXPECT_EQ(n->operand(0)->dtype(), DType::I8) << opName(k);
+      EXPECT_EQ(n->result()->dtype(), DType::I32) << opName(k);
+    }
+  std::vector<int64_t> xs;
+  for (int i = 0; i < 18; ++i)
+    xs.push_back(i % 2 ? -128 + 13 * i : 127 - 11 * i);
+  TensorMap in{{"xq", Tensor::fromVector(TensorType(DType::I8, {1, 2, 3, 3}), xs)}};
+  auto folded = interpret(*after, in), floating = interpret(*before, in);
+  ASSERT_TRUE(bool(folded)) << llvm::toString(folded.takeError());
+  ASSERT_TRUE(bool(floating)) << llvm::toString(floating.takeError());
+  EXPECT_EQ(folded->at("y").toVector<float>(), floating->at("y").toVector<float>());
+  // With ceil_mode a window may lie wholly in the padding: MaxPool stays in float.
+  std::string ceil = text;
+  ceil.replace(ceil.find("kernel_shape = [2, 2], pads"), 12, "ceil_mode = 1, kernel_shape");
+  auto kept = test::runPasses(*test::parseIR(ceil), "fold-qdq,dce");
+  ASSERT_TRUE(kept);
+  for (const Node *n : kept->nodesOf(OpKind::MaxPool))
+    EXPECT_EQ(n->result()->dtype(), DType::F32);
+}
+
 // QuantizeLinear and DequantizeLinear as ONNX defines them, by hand: round half to
 // even, saturation, NaN to the lowest value; (x - zero point) * scale.
 TEST(QuantOps, ReferenceSemantics) {

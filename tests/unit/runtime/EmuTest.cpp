@@ -633,6 +633,72 @@ TEST(Emu, MmaSyncFollowsThePtxFragmentLayout) {
 }
 
 namespace {
+// mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32: lane (g, t) packs A (g, 4t..4t+3),
+// (g+8, 4t..), (g, 4t+16..), (g+8, 4t+16..) and B (4t..4t+3, g), (4t+16..4t+19, g), one
+// signed byte each, the lowest element in the lowest byte (the PTX ISA's tables).
+const char *kMmaS8 = R"(
+#include "dlc_mma.cuh"
+__device__ int A(int c, int r, int k) {
+  return c == 0 ? (r == k ? 1 : 0) : c == 1 ? (r * 32 + k) % 256 - 128 : -128;
+}
+__device__ int B(int c, int k, int n) {
+  return c == 0 ? k * 8 + n - 128 : c == 1 ? (k == n + 16 ? 1 : 0) : -128;
+}
+__device__ unsigned pack4(int c, bool isA, int r, int k) { // 4 bytes along K from (r, k)
+  unsigned u = 0;
+  for (int i = 0; i < 4; ++i)
+    u |= (static_cast<unsigned>(isA ? A(c, r, k + i) : B(c, k + i, r)) & 0xffu) << (8 * i);
+  return u;
+}
+extern "C" __global__ void mmas8(float *out) {
+  const int l = threadIdx.x, g = l / 4, t = l % 4;
+  for (int c = 0; c < 3; ++c) {
+    unsigned a[4] = {pack4(c, true, g, 4 * t), pack4(c, true, g + 8, 4 * t),
+                     pack4(c, true, g, 4 * t + 16), pack4(c, true, g + 8, 4 * t + 16)};
+    unsigned b[2] = {pack4(c, false, g, 4 * t), pack4(c, false, g, 4 * t + 16)};
+    int d[4];
+    for (int i = 0; i < 4; ++i) d[i] = c == 0 ? 1000 : c == 1 ? 0 : 2147383647;
+    dlc::mma16832S8(d, a, b);
+    for (int i = 0; i < 4; ++i) { // as two exact halves
+      out[((c * 32 + l) * 4 + i) * 2] = static_cast<float>(d[i] >> 16);
+      out[((c * 32 + l) * 4 + i) * 2 + 1] = static_cast<float>(d[i] & 0xffff);
+    }
+  }
+}
+)";
+} // namespace
+
+TEST(Emu, IntegerMmaSyncFollowsThePtxFragmentLayout) {
+  auto pkg = buildTestPackage(kMmaS8, {{"out", 3 * 32 * 4 * 2}},
+                              {TestLaunch{"mmas8", {1, 1, 1}, {32, 1, 1}, 0, {0}}});
+  auto r = runOnEmu(pkg, {}, {"out"});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const std::vector<float> &o = (*r)[0];
+  auto d = [&](int c, int lane, int i) {
+    const size_t at = ((c * 32 + lane) * 4 + i) * 2;
+    return static_cast<int>(static_cast<unsigned>(static_cast<int>(o[at])) << 16 |
+                            static_cast<unsigned>(o[at + 1]));
+  };
+  // Case 0: A = I (16 x 32), B(k, n) = 8 k + n - 128, D = 1000 + B(row, col).
+  EXPECT_EQ(d(0, 0, 0), 1000 - 128);             // (0, 0)
+  EXPECT_EQ(d(0, 5, 2), 1000 + 9 * 8 + 2 - 128); // g 1, t 1, i 2: (9, 2)
+  EXPECT_EQ(d(0, 31, 3), 1000 + 15 * 8 + 7 - 128);
+  // Case 1: A(r, k) = (32 r + k) % 256 - 128, B picks k = n + 16 (A's bytes 16-31, its
+  // registers a2 and a3; B's register b1): D = A(row, col + 16).
+  EXPECT_EQ(d(1, 0, 0), 16 - 128);                    // (0, 0): A(0, 16)
+  EXPECT_EQ(d(1, 30, 3), (15 * 32 + 21) % 256 - 128); // g 7, t 2, i 3: (15, 5)
+  for (int l = 0; l < 32; ++l)
+    for (int i = 0; i < 4; ++i) {
+      const int row = l / 4 + 8 * (i / 2), col = 2 * (l % 4) + i % 2;
+      EXPECT_EQ(d(0, l, i), 1000 + row * 8 + col - 128) << l << " " << i;
+      EXPECT_EQ(d(1, l, i), (row * 32 + col + 16) % 256 - 128) << l << " " << i;
+      // Case 2: 32 products of -128 * -128 = 524288 added to 2^31 - 1 - 100000 wrap
+      // around modulo 2^32 (no .satfinite): 2147907935 - 2^32.
+      EXPECT_EQ(d(2, l, i), -2147059361) << l << " " << i;
+    }
+}
+
+namespace {
 // cp.async with a zero-filled chunk; and, under --check, a read before the wait.
 const char *kCpAsync = R"(
 #include "dlc_mma.cuh"

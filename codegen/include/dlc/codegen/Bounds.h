@@ -40,6 +40,7 @@ struct LaunchShape {
   double fill = 1;     // codegen::smFill
   double flops = 0, bytesRead = 0, bytesWritten = 0;
   bool tensor = false, tf32 = false; // for the peak fallback
+  bool integer = false;              // ... with tensor: INT8, twice FP16's rate
 };
 /// The bounds of one launch on `g` from its kernel's facts (null: the peak fallback).
 Bounds launchBounds(const GpuModel &g, const sass::KernelFacts *facts, const LaunchShape &s);

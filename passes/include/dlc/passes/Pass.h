@@ -100,9 +100,11 @@ using Pipeline = std::vector<PipelineStage>;
 /// every level, `legalize`; from -O2, `fuse`.
 Pipeline defaultPipeline(int optLevel, bool mixedPrecision = false, bool layout = false);
 /// Whether a pipeline needs the layout stage for this mode (auto only acts on graphs whose
-/// convolutions run on tensor cores: reduced precision, or FP32 in TF32).
-inline bool needsLayoutPass(LayoutMode m, bool mixedPrecision, bool tf32 = false) {
-  return m == LayoutMode::NHWC || (m == LayoutMode::Auto && (mixedPrecision || tf32));
+/// convolutions run on tensor cores: reduced precision, FP32 in TF32, or a quantized
+/// model's INT8).
+inline bool needsLayoutPass(LayoutMode m, bool mixedPrecision, bool tf32 = false,
+                            bool quantized = false) {
+  return m == LayoutMode::NHWC || (m == LayoutMode::Auto && (mixedPrecision || tf32 || quantized));
 }
 /// Parses "a,b,c" into one Once stage; unknown names are an error.
 llvm::Expected<Pipeline> parsePipeline(std::string_view spec);
