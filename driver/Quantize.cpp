@@ -436,7 +436,11 @@ private:
     if (!external)
       return external.takeError();
     std::string outDir = llvm::sys::path::parent_path(o_.output).str();
-    if (!external->empty() && !llvm::sys::fs::equivalent(outDir.empty() ? "." : outDir, modelDir()))
+    if (outDir.empty())
+      outDir = ".";
+    if (!llvm::sys::fs::is_directory(outDir))
+      return ir::errorf("-o {0}: no such directory '{1}'", o_.output, outDir);
+    if (!external->empty() && !llvm::sys::fs::equivalent(outDir, modelDir()))
       return ir::errorf("{0} keeps weights in external files ('{1}'): write the quantized model "
                         "into the same folder, which those paths are relative to",
                         o_.model, external->front());

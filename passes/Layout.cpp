@@ -385,8 +385,14 @@ public:
     const DType t = n.result()->dtype();
     // (INT8 products, int32 sums, always: no library runs them yet.)
     const bool int8 = a->dtype() == DType::I8 && b->dtype() == DType::I8;
+    // B may be the transpose of constant [N, K] weights (a Gemm's transB; too large for
+    // constfold to fold): those are the convolution's weights as they are.
+    Value *bt = nullptr;
+    if (Node *tr = definedBy(b, OpKind::Transpose);
+        tr && tr->operand(0)->isConstant() && tr->attrInts("perm") == std::vector<int64_t>{1, 0})
+      bt = tr->operand(0);
     if ((!int8 && ((t != DType::F16 && t != DType::BF16) || a->dtype() != t || b->dtype() != t)) ||
-        !b->isConstant() || b->rank() != 2 || a->rank() < 2 || boundByCaller(a))
+        !(b->isConstant() || bt) || b->rank() != 2 || a->rank() < 2 || boundByCaller(a))
       return false;
     const int64_t K = b->shape()[0], N = b->shape()[1];
     const int64_t rows = a->type().numElements() / std::max<int64_t>(K, 1);
@@ -407,7 +413,7 @@ public:
     Shape ws(static_cast<size_t>(x->rank()), 1);
     ws.front() = N;
     ws.back() = K;
-    Value *wt = create(rw, OpKind::Transpose, {b}, {{"perm", permAttr({1, 0})}}, n);
+    Value *wt = bt ? bt : create(rw, OpKind::Transpose, {b}, {{"perm", permAttr({1, 0})}}, n);
     Value *w = wt ? create(rw, OpKind::Reshape, {wt}, {{"shape", Attribute(ws)}}, n) : nullptr;
     Value *y = w ? create(rw, OpKind::Conv, {x, w}, {{"channels_last", Attribute(1)}}, n) : nullptr;
     if (y && reshape)

@@ -17,6 +17,7 @@
 #include "dlc/ir/Graph.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -304,6 +305,7 @@ public:
         std::string(reinterpret_cast<const char *>(scales.data()), scales.size() * sizeof(float)));
     if (!zpType)
       return {s, ""};
+    assert(zpType == onnx::TensorProto::INT8 || zpType == onnx::TensorProto::UINT8);
     std::string z = fresh(base + "_zero_point");
     initializer(z, zpType, dims).set_raw_data(std::string(scales.size(), '\0'));
     return {s, z};

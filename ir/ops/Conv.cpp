@@ -126,9 +126,9 @@ llvm::Error refConvNchw(const Node &n, const Inputs &in, Outputs &out) {
   if (!win)
     return win.takeError();
   return dispatch(in[0]->dtype(), [&](auto ct) -> llvm::Error {
-    // (int8 operands: int64 sums, stored as int32 modulo 2^32, the tensor cores' wrap.)
-    using CT =
-        std::conditional_t<std::is_same_v<decltype(ct), int8_t>, int64_t, AccType<decltype(ct)>>;
+    // (int8 operands compute in int64: the sums are stored as int32 modulo 2^32, the
+    // tensor cores' wrap.)
+    using CT = AccType<decltype(ct)>;
     auto x = in[0]->template toVector<CT>(), w = in[1]->template toVector<CT>();
     std::vector<CT> bias;
     if (in.size() > 2 && in[2])
@@ -206,9 +206,7 @@ llvm::Error refConvTranspose(const Node &n, const Inputs &in, Outputs &out) {
     return win0.takeError();
   Window win = win0->as3D();
   return dispatch(in[0]->dtype(), [&](auto ct) -> llvm::Error {
-    // (int8 operands: int64 sums, stored as int32 modulo 2^32, the tensor cores' wrap.)
-    using CT =
-        std::conditional_t<std::is_same_v<decltype(ct), int8_t>, int64_t, AccType<decltype(ct)>>;
+    using CT = AccType<decltype(ct)>;
     auto x = in[0]->template toVector<CT>(), w = in[1]->template toVector<CT>();
     int64_t N = xs[0], C = xs[1], G = n.attrInt("group"), Cg = C / G, Mg = ws[1], M = Mg * G;
     Shape is = spatial3D(xs, k), os = spatial3D(ys, k), K = win.kernel;

@@ -70,9 +70,8 @@ llvm::Error refMatMul(const Node &, const Inputs &in, Outputs &out) {
   if (!d)
     return d.takeError();
   return dispatch(in[0]->dtype(), [&](auto ct) -> llvm::Error {
-    // (int8 operands: int64 sums, stored as int32 modulo 2^32.)
-    using CT =
-        std::conditional_t<std::is_same_v<decltype(ct), int8_t>, int64_t, AccType<decltype(ct)>>;
+    // (int8 operands compute in int64: the sums are stored as int32 modulo 2^32.)
+    using CT = AccType<decltype(ct)>;
     auto a = in[0]->template toVector<CT>(), b = in[1]->template toVector<CT>();
     int64_t batches = product(d->batch), m = d->m, k = d->k, nn = d->n;
     BroadcastIndex ia(d->aBatch, d->batch), ib(d->bBatch, d->batch);

@@ -322,9 +322,10 @@ llvm::Error gradGlobalAveragePool(GradBuilder &b, const Node &n) {
   return ok();
 }
 
-/// Whether every window of a MaxPool holds an input cell (an empty one gives the
-/// type's lowest value, which differs between a float and its quantized form): no
-/// dilation gaps, no ceil_mode, pads smaller than the kernel.
+/// Whether every window of a MaxPool holds an input cell: no dilation gaps, no
+/// ceil_mode, pads smaller than the kernel. (Conservative: an empty float window's -inf
+/// quantizes to the lowest value too, but the integer kernels' empty windows are not
+/// checked to give it.)
 bool noEmptyWindow(const Node &n) {
   if (n.attrInt("ceil_mode") != 0)
     return false;

@@ -103,11 +103,9 @@ int runOpt(const std::vector<std::string> &argv) {
       return 2;
     }
     pipeline = std::move(*p);
-  } else {
-    int level = std::atoi(args->getOr("O", "1").c_str());
-    pipeline = passes::defaultPipeline(level, bool(*precision),
-                                       passes::needsLayoutPass(*layout, bool(*precision), tf32));
   }
+  const bool explicitPasses = args->has("passes");
+  const int level = std::atoi(args->getOr("O", "1").c_str());
   passes::PassManagerOptions pmOpts = passManagerFromArgs(*args);
   for (const std::string &p : args->getAll("print-ir-after"))
     pmOpts.printAfter.insert(p);
@@ -157,6 +155,12 @@ int runOpt(const std::vector<std::string> &argv) {
         ctx.training = &**training;
         ctx.trainingSummary = &summary;
       }
+      // (As dlc compile: the layout stage also for a quantized graph's INT8 convolutions.)
+      if (!explicitPasses)
+        pipeline = passes::defaultPipeline(
+            level, bool(*precision),
+            passes::needsLayoutPass(*layout, bool(*precision), tf32,
+                                    !(*g)->nodesOf(ir::OpKind::QuantizeLinear).empty()));
       err = pm.run(**g, pipeline, ctx);
     }
     if (err) {

@@ -483,11 +483,6 @@ TEST(KernelLibrary, MmaSyncConvolution) {
          4e-3});
 }
 
-// conv_fprop_mma stores adjacent output channels as one paired store (Out::store2 ->
-// dlc::st2) where the output buffer is the package's (aligned pairs: %r, %gr below),
-// and one at a time where a channel pair starts at an odd index (group 1 of %g starts
-// at channel 9) or the output is a graph output a caller may bind anywhere (y, z). Emu
-// is built with -fsanitize=alignment: a misaligned pair would trap.
 namespace {
 /// n values spread over the whole int8 (or int32 bias) range, from a fixed LCG.
 std::vector<int64_t> spread(size_t n, int64_t lo, int64_t hi, uint32_t seed) {
@@ -537,6 +532,36 @@ TEST(KernelLibrary, Int8MmaSyncConvolution) {
          2,
          true,
          0});
+  // An int8 MatMul by constant weights (K whole 16-byte chunks): with the layout pass, a
+  // 1x1 channels-last convolution on conv_fprop_mma; of two activations, matmul_int.
+  const std::string mmConst = R"(graph @g(%a: i8[5,48]) -> ("y": i32[5,7]) {
+  %r = Relu(%a) : i8[5,48]
+  %b = )" + constText(int8s({48, 7}, 11)) +
+                              R"(
+  %y = MatMul(%r, %b) : i32[5,7]
+  return %y
+})";
+  KernelCase mm{"i8 MatMul by constant weights as a 1x1 convolution",
+                mmConst.c_str(),
+                {"dlc::conv_fprop_mma"},
+                {{"a", int8s({5, 48}, 12)}},
+                2,
+                true,
+                0,
+                false,
+                {"dlc::matmul_int"}};
+  mm.layout = true;
+  check(mm);
+  check({"i8 MatMul of two activations",
+         R"(graph @g(%a: i8[2,5,48], %b: i8[2,48,7]) -> ("y": i32[2,5,7]) {
+  %y = MatMul(%a, %b) : i32[2,5,7]
+  return %y
+})",
+         {"dlc::matmul_int"},
+         {{"a", int8s({2, 5, 48}, 13)}, {"b", int8s({2, 48, 7}, 14)}},
+         2,
+         true,
+         0});
   // Channels-first (the layout pass not run): conv_direct, the int32 bias read as such.
   check({"nchw i8 3x3, int32 bias",
          R"(graph @g(%x: i8[1,5,6,7], %w: i8[4,5,3,3], %b: i32[4]) -> ("y": i32[1,4,6,7]) {
@@ -566,6 +591,11 @@ TEST(KernelLibrary, Int8MmaSyncConvolution) {
          0});
 }
 
+// conv_fprop_mma stores adjacent output channels as one paired store (Out::store2 ->
+// dlc::st2) where the output buffer is the package's (aligned pairs: %r, %gr below),
+// and one at a time where a channel pair starts at an odd index (group 1 of %g starts
+// at channel 9) or the output is a graph output a caller may bind anywhere (y, z). Emu
+// is built with -fsanitize=alignment: a misaligned pair would trap.
 TEST(KernelLibrary, MmaSyncConvolutionStoresChannelPairs) {
   const std::string ir =
       R"(graph @g(%x: f16[2,7,9,16]) -> ("y": f16[2,7,9,8], "z": f16[2,7,9,8]) {
