@@ -126,12 +126,47 @@ const onnx::AttributeProto *attr(const onnx::NodeProto &n, const char *name) {
   return nullptr;
 }
 
+/// Constants computed by nodes become initializers: a Constant's `value`, and an
+/// Identity of an initializer (PyTorch's exporter shares equal weights that way), so
+/// that the layers they feed find their weights and biases as initializers.
+void materializeConstants(onnx::GraphProto &g) {
+  std::unordered_map<std::string, int> init;
+  for (int i = 0; i < g.initializer_size(); ++i)
+    init[g.initializer(i).name()] = i;
+  std::set<std::string> inputs;
+  for (const auto &v : g.input())
+    inputs.insert(v.name());
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> kept;
+  for (onnx::NodeProto &n : *g.mutable_node()) {
+    if (!defaultDomain(n) || n.output_size() != 1 || init.count(n.output(0))) {
+      *kept.Add() = std::move(n);
+      continue;
+    }
+    const onnx::TensorProto *value = nullptr;
+    if (n.op_type() == "Constant" && n.attribute_size() == 1 && n.attribute(0).name() == "value")
+      value = &n.attribute(0).t();
+    else if (n.op_type() == "Identity" && n.input_size() == 1 && init.count(n.input(0)) &&
+             !inputs.count(n.input(0)))
+      value = &g.initializer(init.at(n.input(0)));
+    if (!value) {
+      *kept.Add() = std::move(n);
+      continue;
+    }
+    onnx::TensorProto t = *value;
+    t.set_name(n.output(0));
+    init[n.output(0)] = g.initializer_size();
+    *g.add_initializer() = std::move(t);
+  }
+  g.mutable_node()->Swap(&kept);
+}
+
 llvm::Expected<onnx::ModelProto> parse(llvm::StringRef bytes) {
   onnx::ModelProto m;
   if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
       !m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())) || !m.has_graph())
     return ir::makeError("not a valid ONNX model (ModelProto)");
   sortNodes(*m.mutable_graph());
+  materializeConstants(*m.mutable_graph());
   return m;
 }
 
