@@ -102,8 +102,9 @@ def main():
     agree_dlc_ort = float(np.mean(dlc_q.argmax(1) == ort_q.argmax(1)))
     print(f"model {a.model}: {rep['int8_layers']} INT8 layers of {len(rep['layers'])}, method {rep['method']}, "
           f"{a.calib} calibration / {a.eval} held-out images, dlc quantize took {seconds:.0f} s (emu)")
-    print(f"  dlc quantize's report: top-1 agreement with FP32 {rep['top1_agreement']:.4f}, "
-          f"relative error {rep['relative_error']:.4f}")
+    agreement = rep["top1_agreement"]
+    print(f"  dlc quantize's report: top-1 agreement with FP32 "
+          f"{'-' if agreement is None else f'{agreement:.4f}'}, relative error {rep['relative_error']:.4f}")
     print(f"  ONNX Runtime: the QDQ file agrees with FP32 on {agree_ort:.4f} of the top-1 predictions")
     print(f"  dlc vs ONNX Runtime on the QDQ file: {agree_dlc_ort:.4f} of the predictions agree, "
           f"max |logit difference| {float(np.max(np.abs(dlc_q - ort_q))):.4g}")

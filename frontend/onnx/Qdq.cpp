@@ -126,19 +126,39 @@ const onnx::AttributeProto *attr(const onnx::NodeProto &n, const char *name) {
   return nullptr;
 }
 
-/// Constants computed by nodes become initializers: a Constant's `value`, and an
+std::set<std::string> namesReadBySubgraphs(const onnx::GraphProto &g);
+
+/// FP32 constants computed by nodes become initializers where only layers read them as
+/// weights or biases (Conv, MatMul, Gemm inputs 1 and 2): a Constant's `value`, and an
 /// Identity of an initializer (PyTorch's exporter shares equal weights that way), so
-/// that the layers they feed find their weights and biases as initializers.
+/// that those layers find them as initializers. Anything else (a graph output, another
+/// reader, another type) stays as it is: no copy of a weight nobody quantizes.
 void materializeConstants(onnx::GraphProto &g) {
   std::unordered_map<std::string, int> init;
   for (int i = 0; i < g.initializer_size(); ++i)
     init[g.initializer(i).name()] = i;
-  std::set<std::string> inputs;
+  std::set<std::string> inputs, outputs;
   for (const auto &v : g.input())
     inputs.insert(v.name());
+  for (const auto &v : g.output())
+    outputs.insert(v.name());
+  std::set<std::string> subgraphReads = namesReadBySubgraphs(g);
+  std::unordered_map<std::string, bool> weightOnly; // read only as a layer's weight or bias
+  for (const auto &n : g.node())
+    for (int k = 0; k < n.input_size(); ++k) {
+      const bool layer =
+          defaultDomain(n) && k >= 1 && k <= 2 &&
+          (n.op_type() == "Conv" || n.op_type() == "MatMul" || n.op_type() == "Gemm");
+      auto [it, fresh] = weightOnly.emplace(n.input(k), layer);
+      if (!fresh)
+        it->second = it->second && layer;
+    }
   google::protobuf::RepeatedPtrField<onnx::NodeProto> kept;
   for (onnx::NodeProto &n : *g.mutable_node()) {
-    if (!defaultDomain(n) || n.output_size() != 1 || init.count(n.output(0))) {
+    auto reader = weightOnly.find(n.output_size() == 1 ? n.output(0) : "");
+    if (!defaultDomain(n) || n.output_size() != 1 || init.count(n.output(0)) ||
+        outputs.count(n.output(0)) || subgraphReads.count(n.output(0)) ||
+        reader == weightOnly.end() || !reader->second) {
       *kept.Add() = std::move(n);
       continue;
     }
@@ -148,7 +168,7 @@ void materializeConstants(onnx::GraphProto &g) {
     else if (n.op_type() == "Identity" && n.input_size() == 1 && init.count(n.input(0)) &&
              !inputs.count(n.input(0)))
       value = &g.initializer(init.at(n.input(0)));
-    if (!value) {
+    if (!value || value->data_type() != onnx::TensorProto::FLOAT) {
       *kept.Add() = std::move(n);
       continue;
     }

@@ -158,8 +158,8 @@ int runOpt(const std::vector<std::string> &argv) {
       // (As dlc compile: the layout stage also for a quantized graph's INT8 convolutions.)
       if (!explicitPasses)
         pipeline = passes::defaultPipeline(
-            level, bool(*precision),
-            passes::needsLayoutPass(*layout, bool(*precision), tf32,
+            level, bool(*precision) && !*training,
+            passes::needsLayoutPass(*layout, bool(*precision), ctx.tf32,
                                     !(*g)->nodesOf(ir::OpKind::QuantizeLinear).empty()));
       err = pm.run(**g, pipeline, ctx);
     }
