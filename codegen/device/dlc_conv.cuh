@@ -339,8 +339,9 @@ __global__ void __launch_bounds__(Tile::Threads) conv_igemm_tc(const ConvArgs<X,
 
 /// Split-K: sums the partial products of every split in order, adds the bias and
 /// applies the epilogue. One thread per output, in the output's order (channels fastest
-/// channels-last): reads and writes coalesced.
-template <bool CL, class I, class WT, class X, class Out>
+/// channels-last): reads and writes coalesced. (BT: the bias's type, int32 with int8
+/// weights, whose partial sums are exact integers.)
+template <bool CL, class I, class WT, class X, class Out, class BT = WT>
 __global__ void __launch_bounds__(256) conv_splitk_reduce(const ConvArgs<X, Out> a) {
   typedef typename X::Value T;
   const ConvShape &s = a.s;
@@ -354,7 +355,7 @@ __global__ void __launch_bounds__(256) conv_splitk_reduce(const ConvArgs<X, Out>
       m = s.dM.split(pp);
     else
       pp = s.dNP.split(m);
-    T acc = s.bias ? ld<T>(static_cast<const WT *>(s.bias), m) : T(0);
+    T acc = s.bias ? ld<T>(static_cast<const BT *>(s.bias), m) : T(0);
     for (I z = 0; z < static_cast<I>(s.splits); ++z)
       acc += partial[z * MNP + e];
     Out::store(a.out, convOutIndex<CL>(s, m, pp), acc);

@@ -1,7 +1,8 @@
 // conv_fprop_mma: the channels-last (NHWC) implicit-GEMM convolution on tensor cores,
 // in the Ampere style (sm_80+): FP16/BF16 operands (mma.sync m16n8k16) or FP32 operands
 // rounded to TF32 (m16n8k8), FP32 accumulators; or INT8 operands (m16n8k32) into exact
-// int32 sums (an int32 bias; no split-K), which the epilogue receives as they are.
+// int32 sums (an int32 bias; split-K partial sums in the epilogue's 64-bit integers),
+// which the epilogue receives as they are.
 //
 // The GEMM: rows are the N*P output positions, columns the M output channels, and K =
 // kSize * C runs over (tap, channel), channel fastest, so that both operands are

@@ -49,7 +49,7 @@ struct ConvFamily {
   int count;
   Kind kind;
   bool tf32 = false; // conv_fprop_mma on FP32 operands: K per stage is RowBytes / 4
-  bool int8 = false; // ... on INT8 operands: RowBytes (int32 sums; no split-K)
+  bool int8 = false; // ... on INT8 operands: RowBytes (int32 sums, 64-bit partial sums)
   bool tensor() const { return kind != CudaCore; }
   /// K per stage (elements).
   int bk(const ConvTileConfig &c) const {
@@ -140,7 +140,7 @@ ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K,
     for (int64_t s : kSplits) {
       int64_t kPer = ceilDiv(ceilDiv(K, s), BK) * BK;
       int64_t splits = ceilDiv(K, kPer);
-      if (splits != s || (s > 1 && (kPer < 2 * BK || fam.int8)))
+      if (splits != s || (s > 1 && kPer < 2 * BK))
         continue;
       uint64_t blocks = static_cast<uint64_t>(tiles * splits);
       LaunchShape ls;
@@ -427,7 +427,8 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     l.launch(n, k, a, gridFor(y->type().numElements(), 256), 256, 0, flops);
     return llvm::Error::success();
   }
-  size_t accBytes = dt == DType::F64 ? 8 : 4;
+  // (Split-K partial sums in the epilogue's compute type: 64-bit for int32 sums.)
+  size_t accBytes = dt == DType::F64 || (int8 && mma) ? 8 : 4;
   const ConvFamily &fam = mma      ? (tf32   ? kMmaTf32Conv
                                       : int8 ? kMmaInt8Conv
                                              : kMmaConv)
@@ -528,8 +529,11 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
                flops, static_cast<uint32_t>(groups * ceilDiv(s.Mg, fam.channels(c))),
                static_cast<uint32_t>(plan.splits), archs);
       if (plan.splits > 1) {
-        Instantiation red{
-            "dlc::conv_splitk_reduce", {layout, index, wtype, xn, on}, argsType, {xn, on}};
+        std::vector<std::string> rargs = {layout, index, wtype, xn, on};
+        if (b && b->dtype() != wt->dtype()) // (an int32 bias of int8 weights)
+          rargs.push_back(cudaType(b->dtype()));
+        Instantiation red{"dlc::conv_splitk_reduce", rargs, argsType, {xn, on}};
+        red.integer = int8;
         uint32_t rk = l.instantiate(red);
         LaunchArgs ra = args(ps, partial, partialBytes, SplitReduce);
         l.launch(n, rk, ra, gridFor(static_cast<uint64_t>(M * s.NP), 256), 256, 0,

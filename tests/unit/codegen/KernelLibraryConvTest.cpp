@@ -562,6 +562,20 @@ TEST(KernelLibrary, Int8MmaSyncConvolution) {
          2,
          true,
          0});
+  // K = 4608 over 9 positions: split-K, the partial sums exact, the reduction adding
+  // the int32 bias.
+  check({"nhwc i8 split-K over 512 channels",
+         R"(graph @g(%v: i8[1,3,3,512], %u: i8[6,3,3,512], %b: i32[6]) -> ("z": i32[1,3,3,6]) {
+  %z = Conv(%v, %u, %b) {channels_last = 1, pads = [1, 1, 1, 1]} : i32[1,3,3,6]
+  return %z
+})",
+         {"dlc::conv_fprop_mma", "dlc::conv_splitk_reduce"},
+         {{"v", int8s({1, 3, 3, 512}, 15)},
+          {"u", int8s({6, 3, 3, 512}, 16)},
+          {"b", ints(ir::DType::I32, {6}, spread(6, -1000000, 1000000, 17))}},
+         2,
+         true,
+         0});
   // Channels-first (the layout pass not run): conv_direct, the int32 bias read as such.
   check({"nchw i8 3x3, int32 bias",
          R"(graph @g(%x: i8[1,5,6,7], %w: i8[4,5,3,3], %b: i32[4]) -> ("y": i32[1,4,6,7]) {
