@@ -88,8 +88,8 @@ private:
     return x && y && *x == *y;
   }
 
-  /// Q(Op(DQ(x, s, z)), s, z) -> Op(x), where Op only moves or selects values (the op
-  /// table's movesValues) and the scale is positive; and Q(DQ(x, s, z), s, z) -> x.
+  /// Q(Op(DQ(x, s, z)), s, z) -> Op(x), where Op only moves or selects values (a view,
+  /// or the op table's movesValues) and the scale is positive; and Q(DQ(x, s, z), s, z) -> x.
   static bool passThrough(Graph &g, Node &q) {
     Value *in = q.operand(0);
     if (q.attrInt("multiply") != 0)
@@ -98,7 +98,9 @@ private:
     if (!m)
       return false;
     const bool direct = m->kind() == OpKind::DequantizeLinear;
-    if (!direct && (!m->def().movesValues || !m->def().movesValues(*m) || in != m->result(0)))
+    const bool moves = fusibility(*m).role == Fusibility::Role::Metadata ||
+                       (m->def().movesValues && m->def().movesValues(*m));
+    if (!direct && (!moves || in != m->result(0)))
       return false;
     if (!direct)
       for (unsigned r = 1; r < m->numResults(); ++r)

@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 #include "dlc/frontend/Qdq.h"
 
+#include "ModelChecks.h"
 #include "OnnxUtil.h"
 #include "dlc/ir/Graph.h"
 
@@ -64,52 +65,6 @@ std::vector<std::string> nodeNames(const onnx::GraphProto &g) {
     names.push_back(name);
   }
   return names;
-}
-
-/// Sorts the main graph's nodes so that each follows the producers of its inputs
-/// (stable: a sorted graph stays as it is). Names no node produces (graph inputs,
-/// initializers, a subgraph's outer names) impose nothing.
-void sortNodes(onnx::GraphProto &g) {
-  int n = g.node_size();
-  std::unordered_map<std::string, int> producer;
-  for (int i = 0; i < n; ++i)
-    for (const std::string &o : g.node(i).output())
-      if (!o.empty())
-        producer[o] = i;
-  std::vector<int> order, state(n, 0); // 0 new, 1 visiting, 2 done
-  bool sorted = true;
-  for (int i = 0; i < n && sorted; ++i)
-    for (const std::string &in : g.node(i).input())
-      if (auto p = producer.find(in); p != producer.end() && p->second >= i)
-        sorted = false;
-  if (sorted)
-    return;
-  // Depth-first, iteratively (a long chain must not exhaust the stack); a cycle keeps
-  // its file order and the importer reports it.
-  for (int root = 0; root < n; ++root) {
-    std::vector<std::pair<int, int>> stack = {{root, 0}};
-    while (!stack.empty()) {
-      auto &[v, k] = stack.back();
-      if (k == 0 && state[v] != 0) {
-        stack.pop_back();
-        continue;
-      }
-      state[v] = 1;
-      if (k < g.node(v).input_size()) {
-        auto p = producer.find(g.node(v).input(k++));
-        if (p != producer.end() && state[p->second] == 0)
-          stack.push_back({p->second, 0});
-        continue;
-      }
-      state[v] = 2;
-      order.push_back(v);
-      stack.pop_back();
-    }
-  }
-  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
-  for (int i : order)
-    *nodes.Add() = g.node(i);
-  g.mutable_node()->Swap(&nodes);
 }
 
 int64_t defaultOpset(const onnx::ModelProto &m) {
@@ -185,7 +140,9 @@ llvm::Expected<onnx::ModelProto> parse(llvm::StringRef bytes) {
   if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
       !m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())) || !m.has_graph())
     return ir::makeError("not a valid ONNX model (ModelProto)");
-  sortNodes(*m.mutable_graph());
+  bool changed = false;
+  if (std::string cycle = sortNodes(*m.mutable_graph(), changed); !cycle.empty())
+    return ir::makeError(cycle);
   materializeConstants(*m.mutable_graph());
   return m;
 }
@@ -408,29 +365,18 @@ llvm::Error allFinite(const ir::Tensor &t, const std::string &name) {
   return llvm::Error::success();
 }
 
-/// The names the subgraphs of the graph's nodes (If, Loop, Scan bodies) read, at any
-/// depth: a tensor read there is read by more than its explicit consumers.
+/// The names of the graph the subgraphs of its nodes (If, Loop, Scan bodies) read, at
+/// any depth: a tensor read there is read by more than its explicit consumers.
 std::set<std::string> namesReadBySubgraphs(const onnx::GraphProto &g) {
-  std::set<std::string> names;
-  std::function<void(const onnx::GraphProto &)> walk = [&](const onnx::GraphProto &sub) {
-    for (const auto &n : sub.node()) {
-      names.insert(n.input().begin(), n.input().end());
-      for (const auto &a : n.attribute()) {
-        if (a.has_g())
-          walk(a.g());
-        for (const auto &h : a.graphs())
-          walk(h);
-      }
-    }
-  };
+  std::unordered_set<std::string> free;
   for (const auto &n : g.node())
     for (const auto &a : n.attribute()) {
       if (a.has_g())
-        walk(a.g());
+        freeNames(a.g(), free);
       for (const auto &h : a.graphs())
-        walk(h);
+        freeNames(h, free);
     }
-  return names;
+  return std::set<std::string>(free.begin(), free.end());
 }
 
 /// Per-channel (along `axis`) or per-tensor maxima of |w|.

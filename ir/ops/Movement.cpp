@@ -875,34 +875,29 @@ void defineMovementOps(OpTable &t) {
   using LR = LayoutRule;
   const std::vector<int64_t> none;
   movement(t, OpKind::Identity, LR::agnostic())
-      .movesValues()
       .fusible(Fusibility::metadata())
       .operands(1)
       .infer(inferSameAsOperand0)
       .reference(refCopy);
   movement(t, OpKind::Reshape, LR::fixed())
-      .movesValues()
       .fusible(Fusibility::metadata())
       .operands(1)
       .attr("shape", AttrKind::Ints)
       .infer(inferReshape)
       .reference(refCopy);
   movement(t, OpKind::Flatten, LR::fixed())
-      .movesValues()
       .fusible(Fusibility::metadata())
       .operands(1)
       .attr("axis", AttrKind::Int, int64_t{1})
       .infer(inferFlatten)
       .reference(refCopy);
   movement(t, OpKind::Squeeze, LR::fixed())
-      .movesValues()
       .fusible(Fusibility::metadata())
       .operands(1)
       .attr("axes", AttrKind::Ints, none)
       .infer(inferSqueeze)
       .reference(refCopy);
   movement(t, OpKind::Unsqueeze, LR::fixed())
-      .movesValues()
       .fusible(Fusibility::metadata())
       .operands(1)
       .attr("axes", AttrKind::Ints)

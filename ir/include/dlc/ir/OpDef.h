@@ -301,7 +301,8 @@ struct OpDef {
   /// file computes them (DynamicQuantizeLinear's range, a QDQ multiplier).
   uint32_t fp32Operands = 0;
   /// Whether a node only moves operand 0's values or selects among them by order (a
-  /// reshape, a transpose, a max over windows that are never empty):
+  /// transpose, a slice, a max over windows that are never empty; views, the
+  /// Metadata fusion role, always do):
   /// Op(DequantizeLinear(x)) is DequantizeLinear(Op(x)) at a positive per-tensor
   /// scale, so quantized data passes through it (fold-qdq). Null: never. The other
   /// operands, if any, are not data.
