@@ -68,6 +68,44 @@ bool knownOnnxType(int32_t e) {
   return e > 0 && onnxTypeName(e).compare(0, 5, "type ") != 0;
 }
 
+namespace {
+
+constexpr int32_t kOnnxUint4 = 21, kOnnxInt4 = 22;
+
+/// An INT4 or UINT4 constant (4-bit QDQ weights, IR 10) as i8 or u8 values: two to a
+/// byte, the first in the low nibble, in raw_data or one byte per int32_data entry.
+llvm::Expected<ir::Tensor> fourBitTensor(const onnx::TensorProto &t) {
+  const bool isSigned = t.data_type() == kOnnxInt4;
+  ir::Shape shape(t.dims().begin(), t.dims().end());
+  ir::TensorType type(isSigned ? DType::I8 : DType::U8, shape);
+  auto n = type.checkedNumElements();
+  if (!n || *n > (int64_t{1} << 40))
+    return ir::errorf("tensor '{0}' has invalid dimensions {1}", t.name(), ir::shapeStr(shape));
+  if (t.data_location() == onnx::TensorProto::EXTERNAL || t.has_segment())
+    return ir::errorf("tensor '{0}' of {1}: 4-bit values in external data or segments are not "
+                      "supported",
+                      t.name(), onnxTypeName(t.data_type()));
+  const size_t bytes = static_cast<size_t>((*n + 1) / 2);
+  const bool raw = !t.raw_data().empty();
+  const size_t have = raw ? t.raw_data().size() : static_cast<size_t>(t.int32_data_size());
+  if (have != bytes)
+    return ir::errorf("tensor '{0}' of {1}{2} has {3} bytes, expected {4}", t.name(),
+                      onnxTypeName(t.data_type()), ir::shapeStr(shape), have, bytes);
+  ir::Tensor r(type);
+  auto *out = static_cast<int8_t *>(r.mutableRaw());
+  for (int64_t i = 0; i < *n; ++i) {
+    const size_t b = static_cast<size_t>(i / 2);
+    const unsigned byte =
+        raw ? static_cast<unsigned char>(t.raw_data()[b]) : static_cast<unsigned>(t.int32_data(b));
+    const unsigned nibble = (i % 2 ? byte >> 4 : byte) & 0xF;
+    out[i] = static_cast<int8_t>(isSigned && nibble >= 8 ? static_cast<int>(nibble) - 16
+                                                         : static_cast<int>(nibble));
+  }
+  return r;
+}
+
+} // namespace
+
 llvm::Expected<ir::Tensor> takeTensorFromOnnx(onnx::TensorProto &t, ExternalDataLoader *ext) {
   auto dt = dtypeFromOnnx(t.data_type());
   if (!dt || t.has_segment() || t.data_location() == onnx::TensorProto::EXTERNAL ||
@@ -85,6 +123,8 @@ llvm::Expected<ir::Tensor> takeTensorFromOnnx(onnx::TensorProto &t, ExternalData
 }
 
 llvm::Expected<ir::Tensor> tensorFromOnnx(const onnx::TensorProto &t, ExternalDataLoader *ext) {
+  if (t.data_type() == kOnnxInt4 || t.data_type() == kOnnxUint4)
+    return fourBitTensor(t);
   auto dt = dtypeFromOnnx(t.data_type());
   if (!dt)
     return ir::errorf("tensor '{0}' has unsupported element type {1}", t.name(),

@@ -9,7 +9,7 @@ Models are built with onnx.helper; each runs through `dlc compile --target emu` 
     output (the scale the case names), and exactly where nothing but dequantizing
     happens.
 Cases: QuantizeLinear/DequantizeLinear per tensor and per axis, u8 and i8, FP32 and
-FP16 inputs, opsets 10, 13 and 21; DynamicQuantizeLinear on mixed, positive, negative
+FP16 inputs, opsets 10, 13 and 21; blocked (opset 21), with INT4/UINT4 weights; DynamicQuantizeLinear on mixed, positive, negative
 and zero inputs; ConvInteger and MatMulInteger (the DynamicQuantizeLinear + ConvInteger
 pattern of ONNX Runtime's dynamic quantization, as IS-Net's quint8 model); QLinearConv
 (per-channel weights, a bias) and QLinearMatMul; QDQ MatMul, Gemm (transB, int32 bias,
@@ -273,6 +273,49 @@ def _(m):
     m.output("y", np.float32, 3, step=1e-4)
     m.output("y2", np.float32, 3, step=1e-4)
     m.output("y3", np.float32, 2, step=1e-4)
+
+
+def four_bit(name, q, signed):
+    """An INT4 (signed) or UINT4 constant: two values to a byte, the first in the low
+    nibble (IR 10; onnx 1.12's helpers predate the types)."""
+    flat = (np.asarray(q).reshape(-1).astype(np.int16) & 0xF).astype(np.uint8)
+    flat = np.pad(flat, (0, flat.size % 2))
+    t = TensorProto()
+    t.name, t.data_type = name, 22 if signed else 21
+    t.dims.extend(np.asarray(q).shape)
+    t.raw_data = (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8).tobytes()
+    return t
+
+
+@case("qdq_blocked_4bit", 21)
+def _(m):
+    # Opset 21's blocked quantization: the 4-bit weight-only form of LLM exports
+    # (ONNX Runtime's MatMul4BitsQuantizer in QDQ format: int4 weights [K, N], a scale and
+    # zero point per block of K), u4 likewise with K not whole blocks, and an int8
+    # activation quantized and dequantized in blocks along its last axis.
+    K, N, block = 40, 6, 16
+    blocks = (K + block - 1) // block
+    a = m.input("a", m.rng.randn(2, 3, K).astype(np.float32))
+    w4 = m.rng.randint(-8, 8, (K, N))
+    m.inits.append(four_bit("w4", w4, True))
+    m.inits.append(four_bit("z4", m.rng.randint(-8, 8, (blocks, N)), True))
+    s4 = m.const("s4", m.rng.rand(blocks, N) * 0.1 + 0.01, np.float32)
+    wd = m.node("DequantizeLinear", ["w4", s4, "z4"], ["w4d"], axis=0, block_size=block)
+    m.node("MatMul", [a, wd], ["y"])
+    m.inits.append(four_bit("u4", m.rng.randint(0, 16, (N, K)), False))
+    ud = m.node("DequantizeLinear", ["u4", m.const("su", m.rng.rand(N, blocks) * 0.1 + 0.01, np.float32)], ["u4d"],
+                axis=1, block_size=block)
+    m.node("Gemm", [m.input("a2", m.rng.randn(3, K).astype(np.float32)), ud], ["y2"], transB=1)
+    x = m.input("x", (m.rng.randn(3, 10) * 3).astype(np.float32))
+    xs = m.const("xs", m.rng.rand(3, 3) * 0.05 + 0.01, np.float32)
+    xz = m.const("xz", m.rng.randint(-5, 5, (3, 3)), np.int8)
+    m.node("QuantizeLinear", [x, xs, xz], ["xq"], axis=1, block_size=4)
+    m.node("DequantizeLinear", ["xq", xs, xz], ["xd"], axis=1, block_size=4)
+    m.output("w4d", np.float32, 2)
+    m.output("y", np.float32, 3, step=1e-4)
+    m.output("y2", np.float32, 2, step=1e-4)
+    m.output("xq", np.int8, 2)
+    m.output("xd", np.float32, 2)
 
 
 @case("qdq_cnn", 13, fp16=True)

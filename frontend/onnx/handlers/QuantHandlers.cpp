@@ -12,8 +12,9 @@
 //  - DynamicQuantizeLinear: its scale and zero point from the input's range (0
 //    included), as the ONNX reference computes them, then QuantizeLinear.
 // com.microsoft MatMulNBits (2-, 4- and 8-bit weights in blocks of K) dequantizes its
-// constant weights at import. Outside: blocked quantization (opset 21's block_size)
-// and the 4- and 16-bit and float8 types of the default domain.
+// constant weights at import. Blocked quantization (opset 21's block_size) repeats
+// each block's scale and zero point over its block. INT4 and UINT4 constants (4-bit
+// QDQ weights) are read as i8 and u8. Outside: the 16-bit and float8 types.
 //===----------------------------------------------------------------------===//
 #include "Common.h"
 
@@ -36,7 +37,7 @@ llvm::Expected<Value *> alongAxis(NodeImporter &ni, Value *v, const Value *x, in
     return v;
   if (v->rank() != 1)
     return ni.error(std::string(what) + " must be a scalar or 1-D, got " + v->type().str() +
-                    (v->rank() > 1 ? " (blocked quantization is not supported)" : ""));
+                    (v->rank() > 1 ? " (or, with block_size, of the input's rank)" : ""));
   const int64_t a = axis < 0 ? axis + x->rank() : axis;
   if (a < 0 || a >= x->rank())
     return ni.error("axis " + std::to_string(axis) + " is out of range for " + x->type().str());
@@ -50,12 +51,52 @@ llvm::Expected<Value *> alongAxis(NodeImporter &ni, Value *v, const Value *x, in
   return ni.op(OpKind::Reshape, {v}, {{"shape", Attribute(s)}});
 }
 
-/// The blocked form (opset 21) is not supported; an error says so.
-llvm::Error noBlocks(NodeImporter &ni) {
-  if (ni.attrInt("block_size", 0) != 0)
-    return ni.unsupported("blocked quantization (block_size " +
-                          std::to_string(ni.attrInt("block_size", 0)) + ")");
-  return llvm::Error::success();
+/// A blocked scale or zero point (opset 21's block_size B): `v` has x's shape except
+/// ceil(d / B) along `axis`, one value per block of B elements; each value repeats over
+/// its block ([.., nb, ..] -> [.., nb, 1, ..] -> [.., nb, B, ..] -> [.., nb * B, ..],
+/// cut to d), so that the IR's element-wise QuantizeLinear and DequantizeLinear apply
+/// it. A constant weight's (the usual case: LLM exports' 4-bit weights) folds at
+/// compile time.
+llvm::Expected<Value *> inBlocks(NodeImporter &ni, Value *v, const Value *x, int64_t axis,
+                                 int64_t block, const char *what) {
+  if (!v)
+    return v;
+  const int64_t r = x->rank(), a = axis < 0 ? axis + r : axis;
+  if (block < 1)
+    return ni.error("block_size must be positive, got " + std::to_string(block));
+  if (a < 0 || a >= r)
+    return ni.error("axis " + std::to_string(axis) + " is out of range for " + x->type().str());
+  const Shape &xs = x->shape();
+  const int64_t d = xs[static_cast<size_t>(a)], nb = (d + block - 1) / block;
+  Shape want = xs;
+  want[static_cast<size_t>(a)] = nb;
+  if (v->shape() != want)
+    return ni.error(std::string(what) + " must be " + shapeStr(want) + " for " + x->type().str() +
+                    " in blocks of " + std::to_string(block) + " along axis " + std::to_string(a) +
+                    ", got " + v->type().str());
+  Shape split = want, spread = want;
+  split.insert(split.begin() + a + 1, 1);
+  spread.insert(spread.begin() + a + 1, block);
+  Shape whole = want;
+  whole[static_cast<size_t>(a)] = nb * block;
+  DLC_TRY(u, ni.op(OpKind::Reshape, {v}, {{"shape", Attribute(split)}}));
+  DLC_TRY(e, ni.op(OpKind::Expand, {u}, {{"shape", Attribute(spread)}}));
+  DLC_TRY(f, ni.op(OpKind::Reshape, {e}, {{"shape", Attribute(whole)}}));
+  if (nb * block == d)
+    return f;
+  return ni.op(OpKind::Slice, {f},
+               {{"starts", Attribute(std::vector<int64_t>{0})},
+                {"ends", Attribute(std::vector<int64_t>{d})},
+                {"axes", Attribute(std::vector<int64_t>{a})}});
+}
+
+/// The scale or zero point of a QuantizeLinear or DequantizeLinear of `x`: per tensor,
+/// per axis, or in blocks along the axis (block_size, opset 21).
+llvm::Expected<Value *> quantParam(NodeImporter &ni, Value *v, const Value *x, const char *what) {
+  const int64_t axis = ni.attrInt("axis", 1), block = ni.attrInt("block_size", 0);
+  if (block != 0)
+    return inBlocks(ni, v, x, axis, block, what);
+  return alongAxis(ni, v, x, axis, what);
 }
 
 llvm::Expected<Value *> quantize(NodeImporter &ni, Value *x, Value *scale, Value *zp, DType to) {
@@ -68,8 +109,6 @@ llvm::Expected<Value *> quantize(NodeImporter &ni, Value *x, Value *scale, Value
 /// QuantizeLinear: the result's type is the zero point's, else output_dtype (opset
 /// 21), else u8.
 llvm::Error importQuantizeLinear(NodeImporter &ni) {
-  if (auto e = noBlocks(ni))
-    return e;
   Value *x = ni.input(0), *zp = ni.input(2);
   DType to = DType::U8;
   if (zp) {
@@ -83,22 +122,18 @@ llvm::Error importQuantizeLinear(NodeImporter &ni) {
   if (!quantizedType(to))
     return ni.unsupported(std::string("quantizing to ") + std::string(dtypeName(to)) +
                           " (dlc quantizes to u8 and i8)");
-  const int64_t axis = ni.attrInt("axis", 1);
-  DLC_TRY(s, alongAxis(ni, ni.input(1), x, axis, "y_scale"));
-  DLC_TRY(z, alongAxis(ni, zp, x, axis, "y_zero_point"));
+  DLC_TRY(s, quantParam(ni, ni.input(1), x, "y_scale"));
+  DLC_TRY(z, quantParam(ni, zp, x, "y_zero_point"));
   return single(ni, quantize(ni, x, s, z, to));
 }
 
 llvm::Error importDequantizeLinear(NodeImporter &ni) {
-  if (auto e = noBlocks(ni))
-    return e;
   Value *x = ni.input(0);
   if (!quantizedType(x->dtype()) && x->dtype() != DType::I32)
     return ni.unsupported(std::string("dequantizing ") + std::string(dtypeName(x->dtype())) +
                           " (dlc dequantizes u8, i8 and i32)");
-  const int64_t axis = ni.attrInt("axis", 1);
-  DLC_TRY(s, alongAxis(ni, ni.input(1), x, axis, "x_scale"));
-  DLC_TRY(z, alongAxis(ni, ni.input(2), x, axis, "x_zero_point"));
+  DLC_TRY(s, quantParam(ni, ni.input(1), x, "x_scale"));
+  DLC_TRY(z, quantParam(ni, ni.input(2), x, "x_zero_point"));
   std::vector<Value *> ops{x, s};
   if (z)
     ops.push_back(z);

@@ -268,11 +268,19 @@ save("loop_if_loop.onnx", model([helper.make_node("Loop", ["m", "", "x"], ["y"],
                                 [helper.make_tensor_value_info("c", TensorProto.BOOL, []), f32("x", [2])],
                                 [f32("y", [2])], [helper.make_tensor("m", TensorProto.INT64, [], [256])]))
 
-# Quantization outside what dlc computes: blocked scales (opset 21), a 16-bit type.
+# Quantization dlc refuses: blocked scales of the wrong shape (opset 21), INT4 weights
+# with too few bytes, a 16-bit type.
 u8 = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.UINT8, shape)
 save("blocked_quantize.onnx",
      model([helper.make_node("QuantizeLinear", ["x", "s"], ["y"], name="q_blocked", block_size=2)],
-           [f32("x", [2, 4]), f32("s", [2, 2])], [u8("y", [2, 4])], opset=21))
+           [f32("x", [2, 4]), f32("s", [2, 3])], [u8("y", [2, 4])], opset=21))
+int4 = TensorProto()
+int4.name, int4.data_type, int4.raw_data = "w", 22, bytes([0x21, 0x43])  # 4 values, not 6
+int4.dims.extend([2, 3])
+save("int4_short.onnx",
+     model([helper.make_node("DequantizeLinear", ["w", "s"], ["y"], name="dq4")],
+           [], [f32("y", [2, 3])], inits=[int4, helper.make_tensor("s", TensorProto.FLOAT, [], [0.5])],
+           opset=21))
 save("quantize_int16.onnx",
      model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], name="q16")],
            [f32("x", [4])], [helper.make_tensor_value_info("y", TensorProto.INT16, [4])],
