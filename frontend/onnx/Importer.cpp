@@ -39,6 +39,7 @@ static const std::vector<HandlerEntry> &handlerTable() {
     registerContribHandlers(t);
     registerAttentionHandlers(t);
     registerQuantHandlers(t);
+    registerQLinearHandlers(t);
     return t;
   }();
   return table;

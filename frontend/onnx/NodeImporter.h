@@ -138,6 +138,7 @@ void registerControlHandlers(std::vector<HandlerEntry> &t);
 void registerContribHandlers(std::vector<HandlerEntry> &t);
 void registerAttentionHandlers(std::vector<HandlerEntry> &t);
 void registerQuantHandlers(std::vector<HandlerEntry> &t);
+void registerQLinearHandlers(std::vector<HandlerEntry> &t);
 
 /// "node 'name' (OpType, opset N)" for messages.
 std::string describeOnnxNode(const onnx::NodeProto &n, int64_t opset);

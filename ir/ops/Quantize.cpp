@@ -2,7 +2,8 @@
 //
 // ONNX's quantization ops, element-wise in the Elementwise family, per tensor or per
 // axis: the importer gives a per-axis scale and zero point the shape that broadcasts
-// along the axis.
+// along the axis. MulAdd is FP32's fused multiply-add, one rounding, as ONNX Runtime's
+// QLinearAdd kernel requantizes with it.
 //===----------------------------------------------------------------------===//
 #include "OpUtils.h"
 
@@ -105,6 +106,32 @@ llvm::Error refDequantizeLinear(const Node &, const Inputs &in, Outputs &out) {
   return ok();
 }
 
+llvm::Error verifyMulAdd(const Node &n) {
+  for (unsigned i = 0; i < 3; ++i)
+    if (n.operand(i)->dtype() != DType::F32)
+      return errorf("operand {0} must be f32, got {1}", i, dtypeName(n.operand(i)->dtype()));
+  return ok();
+}
+
+InferResult inferMulAdd(const Node &n) {
+  auto s = broadcastOperands(n);
+  if (!s)
+    return s.takeError();
+  return TypeList{{DType::F32, *s}};
+}
+
+/// a * b + c with one rounding (std::fma is exact before it).
+llvm::Error refMulAdd(const Node &, const Inputs &in, Outputs &out) {
+  const Shape &os = out[0].shape();
+  auto a = in[0]->toVector<float>(), b = in[1]->toVector<float>(), c = in[2]->toVector<float>();
+  BroadcastIndex ia(in[0]->shape(), os), ib(in[1]->shape(), os), ic(in[2]->shape(), os);
+  std::vector<float> r(out[0].numElements());
+  for (size_t i = 0; i < r.size(); ++i)
+    r[i] = std::fma(a[ia(i)], b[ib(i)], c[ic(i)]);
+  out[0] = Tensor::fromVector(out[0].type(), r);
+  return ok();
+}
+
 } // namespace
 
 void defineQuantizeOps(OpTable &t) {
@@ -131,6 +158,15 @@ void defineQuantizeOps(OpTable &t) {
       .verify(verifyDequantizeLinear)
       .infer(inferDequantizeLinear)
       .reference(refDequantizeLinear);
+  t.def(OpKind::MulAdd)
+      .cudaExpr("fmaf($0, $1, $2)")
+      .operands(3)
+      .fusible(Fusibility::elementwise())
+      .fp16(FP::Deny) // one FP32 rounding is its point
+      .layout(LayoutRule::agnostic())
+      .verify(verifyMulAdd)
+      .infer(inferMulAdd)
+      .reference(refMulAdd);
 }
 
 } // namespace dlc::ir

@@ -14,7 +14,8 @@ and zero inputs; ConvInteger and MatMulInteger (the DynamicQuantizeLinear + Conv
 pattern of ONNX Runtime's dynamic quantization, as IS-Net's quint8 model); QLinearConv
 (per-channel weights, a bias) and QLinearMatMul; QDQ MatMul, Gemm (transB, int32 bias,
 Relu), a QDQ CNN (int8 per-channel weights, int32 biases) and a QDQ transformer MLP;
-com.microsoft MatMulNBits (4-bit, blocks of 16, packed zero points, a bias). Compiled
+com.microsoft MatMulNBits (4-bit, blocks of 16, packed zero points, a bias);
+com.microsoft QLinearAdd, QLinearMul, QLinearConcat and QLinearGlobalAveragePool. Compiled
 in strict FP32 (--no-tf32, as ONNX Runtime's CPU provider), and the QDQ and dynamic
 cases also with --fp16.
 
@@ -316,6 +317,44 @@ def _(m):
     m.output("y2", np.float32, 2, step=1e-4)
     m.output("xq", np.int8, 2)
     m.output("xd", np.float32, 2)
+
+
+@case("qlinear_contrib", 13, fp16=True)
+def _(m):
+    # ONNX Runtime's com.microsoft quantized element-wise ops, u8 and i8, broadcasting
+    # both ways (A or B constant along the innermost dimension), C's zero point absent,
+    # scales far apart (values saturate), and values where the rounding is close.
+    ms = lambda op, ins, out, **kw: m.node(op, ins, [out], domain="com.microsoft", **kw)
+    for t, lo, hi in [(np.uint8, 0, 256), (np.int8, -128, 128)]:
+        k = np.dtype(t).name
+        a = m.input(f"a_{k}", m.rng.randint(lo, hi, (2, 3, 4, 5)).astype(t))
+        b = m.input(f"b_{k}", m.rng.randint(lo, hi, (2, 3, 4, 5)).astype(t))
+        c = m.input(f"c_{k}", m.rng.randint(lo, hi, (1, 3, 1, 1)).astype(t))
+        s = [m.const(f"s{i}_{k}", v, np.float32) for i, v in enumerate([0.0137, 0.0211, 0.0173, 0.31, 0.0009])]
+        z = [m.const(f"z{i}_{k}", v, t) for i, v in enumerate([3, 7, 11] if t == np.uint8 else [-3, 5, 0])]
+        ms("QLinearAdd", [a, s[0], z[0], b, s[1], z[1], s[2], z[2]], f"add_{k}")
+        ms("QLinearAdd", [c, s[1], z[1], a, s[0], z[0], s[2], z[2]], f"add_bc_{k}")  # A broadcast
+        ms("QLinearAdd", [a, s[0], z[2], c, s[3], z[1], s[4]], f"add_sat_{k}")  # B broadcast
+        ms("QLinearMul", [a, s[0], z[0], b, s[1], z[1], s[4], z[2]], f"mul_{k}")
+        ms("QLinearMul", [c, s[3], z[1], a, s[0], z[0], s[2]], f"mul_bc_{k}")
+        d = m.input(f"d_{k}", m.rng.randint(lo, hi, (2, 1, 4, 5)).astype(t))
+        # (b at the output's scale and zero point: copied.)
+        ms("QLinearConcat", [s[2], z[2], a, s[0], z[0], b, s[2], z[2], d, s[3], z[1]], f"cat_{k}", axis=-3)
+        ms("QLinearGlobalAveragePool", [a, s[0], z[0], s[1], z[1]], f"gap_{k}")
+        ms("QLinearGlobalAveragePool", [a, s[0], z[0], s[3], z[2]], f"gap_nhwc_{k}", channels_last=1)
+        # Pairs whose sum rounds differently when computed as documented, (A - zA) * sA +
+        # (B - zB) * sB over sC (u8), or with the multiply-adds rounded twice (i8):
+        # found by enumerating all pairs at scales 0.5, 0.25 and 0.3.
+        pairs = ([(0, b) for b in [10, 16, 28, 34, 40, 52, 58, 64, 70, 76, 88, 94]] if t == np.uint8 else
+                 [(a, b) for a, bs in [(-128, [102, 114, 126]), (-127, [100, 112, 124]),
+                                       (-126, [98, 110, 122]), (-125, [96, 108, 120])] for b in bs])
+        ta = m.input(f"ta_{k}", np.array([p[0] for p in pairs], t))
+        tb = m.input(f"tb_{k}", np.array([p[1] for p in pairs], t))
+        ts = [m.const(f"ts{i}_{k}", v, np.float32) for i, v in enumerate([0.5, 0.25, 0.3])]
+        ms("QLinearAdd", [ta, ts[0], z[0], tb, ts[1], z[1], ts[2], z[2]], f"add_tie_{k}")
+        m.output(f"add_tie_{k}", t, 1)
+        for o in ["add", "add_bc", "add_sat", "mul", "mul_bc", "cat", "gap", "gap_nhwc"]:
+            m.output(f"{o}_{k}", t, 4)
 
 
 @case("qdq_cnn", 13, fp16=True)

@@ -281,6 +281,12 @@ save("int4_short.onnx",
      model([helper.make_node("DequantizeLinear", ["w", "s"], ["y"], name="dq4")],
            [], [f32("y", [2, 3])], inits=[int4, helper.make_tensor("s", TensorProto.FLOAT, [], [0.5])],
            opset=21))
+save("qlinear_concat_inputs.onnx",
+     model([helper.make_node("QLinearConcat", ["s", "z", "x", "s"], ["y"], name="qcat", axis=0,
+                             domain="com.microsoft")],
+           [u8("x", [2])], [u8("y", [2])],
+           inits=[helper.make_tensor("s", TensorProto.FLOAT, [], [0.5]),
+                  helper.make_tensor("z", TensorProto.UINT8, [], [0])], opset=17, domains=["com.microsoft"]))
 save("quantize_int16.onnx",
      model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], name="q16")],
            [f32("x", [4])], [helper.make_tensor_value_info("y", TensorProto.INT16, [4])],

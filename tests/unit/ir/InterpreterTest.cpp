@@ -2,6 +2,7 @@
 #include "../Testing.h"
 #include "dlc/ir/OpHelpers.h"
 
+#include <cmath>
 #include <limits>
 
 using namespace dlc;
@@ -237,6 +238,25 @@ TEST(Interpreter, HalfPrecisionRoundsEachResult) {
 })",
                   {h(2048), h(1)});
   expectValues(r, {2048});
+}
+
+// MulAdd rounds once: (1 + 2^-12)^2 = 1 + 2^-11 + 2^-24 exactly; rounded first (a tie,
+// to even) it is 1 + 2^-11, so Mul then Add gives 0 where MulAdd keeps 2^-24.
+TEST(Interpreter, MulAddRoundsOnce) {
+  const float a = 1.0f + std::ldexp(1.0f, -12), c = -(1.0f + std::ldexp(1.0f, -11));
+  Tensor fused = run1(R"(graph @g(%a: f32[1], %b: f32[1], %c: f32[1]) -> ("y": f32[1]) {
+  %0 = MulAdd(%a, %b, %c) : f32[1]
+  return %0
+})",
+                      {f32({1}, {a}), f32({1}, {a}), f32({1}, {c})});
+  Tensor twice = run1(R"(graph @g(%a: f32[1], %b: f32[1], %c: f32[1]) -> ("y": f32[1]) {
+  %0 = Mul(%a, %b) : f32[1]
+  %1 = Add(%0, %c) : f32[1]
+  return %1
+})",
+                      {f32({1}, {a}), f32({1}, {a}), f32({1}, {c})});
+  expectValues(fused, {std::ldexp(1.0, -24)}, 0);
+  expectValues(twice, {0}, 0);
 }
 
 TEST(Interpreter, CastTruncatesTowardZero) {
