@@ -88,8 +88,10 @@ private:
     return x && y && *x == *y;
   }
 
-  /// Q(Op(DQ(x, s, z)), s, z) -> Op(x), where Op only moves or selects values (a view,
-  /// or the op table's movesValues) and the scale is positive; and Q(DQ(x, s, z), s, z) -> x.
+  /// Q(Op(DQ(x, s, z), ...), s, z) -> Op(x, ...), where Op only moves or selects
+  /// values (a view, or the op table's movesValues: each data operand, of the result's
+  /// type, dequantized at the same scale) and the scale is positive; and
+  /// Q(DQ(x, s, z), s, z) -> x.
   static bool passThrough(Graph &g, Node &q) {
     Value *in = q.operand(0);
     if (q.attrInt("multiply") != 0)
@@ -106,19 +108,36 @@ private:
       for (unsigned r = 1; r < m->numResults(); ++r)
         if (!m->result(r)->uses().empty() || g.isOutput(m->result(r)))
           return false;
-    Node *d = direct ? m : dequantized(m->operand(0));
-    if (!d || !oneValue(d->operand(1)) || !positive(d->operand(1)) ||
-        d->operand(0)->dtype() != q.result()->dtype() || !sameParam(d->operand(1), q.operand(1)) ||
-        !sameParam(d->operand(2), q.operand(2)))
-      return false;
-    Value *y = d->operand(0);
+    // The DequantizeLinear of each data operand (of a direct Q(DQ): the DQ itself).
+    auto quantizedAsQ = [&](Node *d) {
+      return d && oneValue(d->operand(1)) && positive(d->operand(1)) &&
+             d->operand(0)->dtype() == q.result()->dtype() &&
+             sameParam(d->operand(1), q.operand(1)) && sameParam(d->operand(2), q.operand(2));
+    };
+    if (direct) {
+      if (!quantizedAsQ(m))
+        return false;
+    } else {
+      bool any = false;
+      for (Value *o : m->operands())
+        if (o && o->dtype() == in->dtype()) {
+          if (!quantizedAsQ(dequantized(o)))
+            return false;
+          any = true;
+        }
+      if (!any)
+        return false;
+    }
+    Value *y = direct ? m->operand(0) : nullptr;
     if (!direct) {
       GradBuilder b(g);
       b.setNameSuffix(".int");
       b.setInsertionPoint(&q);
       b.begin(q, {}, {});
       std::vector<Value *> ops(m->operands().begin(), m->operands().end());
-      ops[0] = d->operand(0);
+      for (Value *&o : ops)
+        if (o && o->dtype() == in->dtype())
+          o = dequantized(o)->operand(0);
       y = b.op(m->kind(), ops, m->attrs());
       if (!y || b.failed() || y->type() != q.result()->type()) {
         llvm::consumeError(b.takeError());

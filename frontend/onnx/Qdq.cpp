@@ -7,9 +7,10 @@
 //   B (int32 initializer, scale x_scale * W_scale, no zero point) -> DequantizeLinear
 // Activations are symmetric INT8 per tensor (zero point 0, TensorRT's only form),
 // weights symmetric INT8 in [-127, 127] per output channel. Data-movement ops between
-// a quantized tensor and quantized layers (MaxPool, Reshape, ...) get the same scale
-// on both sides where all they feed is quantized layers, so that the compiler moves
-// INT8 through them (fold-qdq).
+// a quantized tensor and quantized layers (MaxPool, Reshape, ..., and Concat, whose
+// inputs all take its output's scale) get the same scale on both sides where all
+// they feed is quantized layers, so that the compiler moves INT8 through them
+// (fold-qdq).
 //===----------------------------------------------------------------------===//
 #include "dlc/frontend/Qdq.h"
 
@@ -40,6 +41,24 @@ bool movesData(const onnx::NodeProto &n) {
     return false;
   // MaxPool's optional Indices output is not data.
   return n.output_size() == 1 || (n.output_size() == 2 && n.output(1).empty());
+}
+
+/// A Concat: its inputs, quantized at its output's scale, concatenate as INT8 (a
+/// quantization of the whole is the concatenation of the quantized parts).
+bool concatenates(const onnx::NodeProto &n) {
+  return defaultDomain(n) && n.op_type() == "Concat" && n.input_size() >= 1 && n.output_size() == 1;
+}
+
+/// The data inputs of a node the scale of its output carries to: a movement op's
+/// first input, every input of a Concat; none for other nodes.
+std::vector<int> sharedInputs(const onnx::NodeProto &n) {
+  if (concatenates(n)) {
+    std::vector<int> all(static_cast<size_t>(n.input_size()));
+    for (int k = 0; k < n.input_size(); ++k)
+      all[static_cast<size_t>(k)] = k;
+    return all;
+  }
+  return movesData(n) ? std::vector<int>{0} : std::vector<int>{};
 }
 
 /// Each node's name for the report and --exclude: its own where that is unique, else
@@ -430,19 +449,29 @@ llvm::Expected<QuantPlan> planQuantization(llvm::StringRef modelBytes, const std
       plan.skipped.push_back({l.name, l.op, why});
       continue;
     }
-    // Each activation, and the inputs of the data movement leading to it, share
-    // the scale of the first tensor of the chain.
+    // Each activation, and the inputs of the data movement and concatenation leading
+    // to it, share one scale: the outermost Concat's output's (its range covers its
+    // inputs'), else that of the first tensor of the chain.
     for (const std::string &a : l.activations) {
-      std::vector<std::string> chain = {a};
-      for (auto p = gi.producer.find(a); p != gi.producer.end() && movesData(g.node(p->second));) {
-        const std::string &in = g.node(p->second).input(0);
-        if (in.empty() || gi.constants.count(in) || std::count(chain.begin(), chain.end(), in))
-          break;
-        chain.push_back(in);
-        p = gi.producer.find(in);
+      std::vector<std::string> group = {a};
+      std::string root;
+      for (size_t i = 0; i < group.size() && group.size() < 4096; ++i) {
+        auto p = gi.producer.find(group[i]);
+        if (p == gi.producer.end())
+          continue;
+        const onnx::NodeProto &n = g.node(p->second);
+        if (concatenates(n) && root.empty())
+          root = group[i];
+        for (int k : sharedInputs(n)) {
+          const std::string &in = n.input(k);
+          if (!in.empty() && !gi.constants.count(in) && !std::count(group.begin(), group.end(), in))
+            group.push_back(in);
+        }
       }
-      for (const std::string &t : chain)
-        plan.scaleOf.emplace(t, chain.back());
+      if (root.empty())
+        root = group.back();
+      for (const std::string &t : group)
+        plan.scaleOf.emplace(t, root);
     }
     plan.layers.push_back(std::move(l));
   }
@@ -552,7 +581,9 @@ llvm::Expected<std::string> writeQdqModel(llvm::StringRef modelBytes, const std:
       if (sl != selected.end() &&
           std::count(sl->second->activations.begin(), sl->second->activations.end(), t))
         continue;
-      ok = movesData(g.node(ni)) && k == 0 && reachesOnlyLayers(g.node(ni).output(0), depth + 1);
+      const std::vector<int> shared = sharedInputs(g.node(ni));
+      ok = std::count(shared.begin(), shared.end(), k) &&
+           reachesOnlyLayers(g.node(ni).output(0), depth + 1);
     }
     return onlyQuantized[t] = ok;
   };
@@ -564,19 +595,30 @@ llvm::Expected<std::string> writeQdqModel(llvm::StringRef modelBytes, const std:
       if (!std::count(l.activations.begin(), l.activations.end(), n.input(i)))
         continue;
       redirect[{index, i}] = quantizeActivation(n.input(i));
-      // The data movement leading to it moves INT8 at the same scale, where all it
-      // feeds is quantized layers (a float reader would see clipped values).
-      std::string t = n.input(i);
+      // The data movement and concatenation leading to it move INT8 at the same scale,
+      // where all they feed is quantized layers (a float reader would see clipped
+      // values) and every input of each shares the scale.
+      const std::string &root = plan.scaleOf.at(n.input(i));
+      std::vector<std::string> todo = {n.input(i)};
       std::set<int> seen;
-      for (auto p = gi.producer.find(t); p != gi.producer.end() && movesData(g.node(p->second)) &&
-                                         seen.insert(p->second).second && reachesOnlyLayers(t, 0);
-           p = gi.producer.find(t)) {
-        const std::string &in = g.node(p->second).input(0);
-        auto r = plan.scaleOf.find(in);
-        if (r == plan.scaleOf.end() || r->second != plan.scaleOf.at(n.input(i)))
-          break;
-        redirect[{p->second, 0}] = quantizeActivation(in);
-        t = in;
+      while (!todo.empty()) {
+        std::string t = todo.back();
+        todo.pop_back();
+        auto p = gi.producer.find(t);
+        if (p == gi.producer.end() || !seen.insert(p->second).second || !reachesOnlyLayers(t, 0))
+          continue;
+        const onnx::NodeProto &m = g.node(p->second);
+        const std::vector<int> shared = sharedInputs(m);
+        const bool all = !shared.empty() && std::all_of(shared.begin(), shared.end(), [&](int k) {
+          auto r = plan.scaleOf.find(m.input(k));
+          return r != plan.scaleOf.end() && r->second == root;
+        });
+        if (!all)
+          continue;
+        for (int k : shared) {
+          redirect[{p->second, k}] = quantizeActivation(m.input(k));
+          todo.push_back(m.input(k));
+        }
       }
     }
     float xScale = activationScale[l.activations[0]];

@@ -912,6 +912,7 @@ void defineMovementOps(OpTable &t) {
       .infer(inferTranspose)
       .reference(refTranspose);
   movement(t, OpKind::Concat, LR::axisAttrs(remapAxis))
+      .movesValues()
       .fusible(Fusibility::injective(mapConcat))
       .operands(1, kVariadic)
       .attr("axis", AttrKind::Int)

@@ -44,10 +44,11 @@ struct QuantPlan {
   };
   std::vector<Skipped> skipped;
   /// Every tensor quantized for some layer, mapped to the tensor whose range sets its
-  /// scale: itself, or the input of the data-movement ops (MaxPool, Reshape, Flatten,
-  /// Transpose, Squeeze, Unsqueeze, Identity) that lead to it, which then share one
-  /// scale, so that those ops move INT8 data (as TensorRT propagates scales through
-  /// them) where every consumer of their outputs is a quantized layer.
+  /// scale: itself, the input of the data-movement ops (MaxPool, Reshape, Flatten,
+  /// Transpose, Squeeze, Unsqueeze, Identity) that lead to it, or the output of the
+  /// outermost Concat among them (whose inputs all take its scale), which then share
+  /// one scale, so that those ops move INT8 data (as TensorRT propagates scales
+  /// through them) where every consumer of their outputs is a quantized layer.
   std::map<std::string, std::string> scaleOf;
   /// The tensors to calibrate: the values of scaleOf, each once.
   std::vector<std::string> calibrated;

@@ -300,12 +300,12 @@ struct OpDef {
   /// point): what computes only them stays FP32 under the precision pass, as the
   /// file computes them (DynamicQuantizeLinear's range, a QDQ multiplier).
   uint32_t fp32Operands = 0;
-  /// Whether a node only moves operand 0's values or selects among them by order (a
-  /// transpose, a slice, a max over windows that are never empty; views, the
-  /// Metadata fusion role, always do):
-  /// Op(DequantizeLinear(x)) is DequantizeLinear(Op(x)) at a positive per-tensor
-  /// scale, so quantized data passes through it (fold-qdq). Null: never. The other
-  /// operands, if any, are not data.
+  /// Whether a node only moves its data operands' values or selects among them by
+  /// order (a transpose, a slice, a concatenation, a max over windows that are never
+  /// empty; views, the Metadata fusion role, always do): Op(DequantizeLinear(x), ...)
+  /// is DequantizeLinear(Op(x, ...)) at one positive per-tensor scale, so quantized
+  /// data passes through it (fold-qdq). Null: never. The data operands are those of
+  /// the result's type; the others, if any, are not data.
   bool (*movesValues)(const Node &) = nullptr;
   /// A binary element-wise op's neutral element (x + 0, x * 1): a constant operand
   /// of it leaves the other operand unchanged (canonicalize drops the op); on the
