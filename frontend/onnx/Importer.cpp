@@ -188,12 +188,16 @@ llvm::Error Importer::importInitializers(onnx::GraphProto &g, Scope &scope) {
   for (auto &init : *g.mutable_initializer()) {
     if (opts_.bindings.count(init.name()) || opts_.bindingText.count(init.name()))
       continue;
+    const bool fourBit = init.data_type() == 21 || init.data_type() == 22; // UINT4, INT4
     auto t = takeTensorFromOnnx(init, &ext_);
     if (!t)
       return t.takeError();
     bool variable = opts_.initializersAsVariables && isFloat(t->dtype());
-    scope.bind(init.name(), variable ? g_.addParameter(init.name(), std::move(*t), false)
-                                     : g_.addConstant(init.name(), std::move(*t)));
+    ir::Value *v = variable ? g_.addParameter(init.name(), std::move(*t), false)
+                            : g_.addConstant(init.name(), std::move(*t));
+    if (fourBit)
+      fourBit_.insert(v);
+    scope.bind(init.name(), v);
   }
   if (g.sparse_initializer_size())
     return makeError("sparse initializers are not supported");

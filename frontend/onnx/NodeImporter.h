@@ -182,6 +182,8 @@ public:
   enum class ErrorKind { Unsupported, Structure, ShapeOrType };
   std::vector<std::string> &errors() { return errors_; }
   std::vector<ErrorKind> &errorKinds() { return errorKinds_; }
+  /// Whether a constant was an INT4 or UINT4 initializer (read as i8 or u8).
+  bool fourBit(const ir::Value *v) const { return fourBit_.count(v) != 0; }
   /// Guards and warnings of a branch that is dropped go with it: their counts now, and
   /// a rollback to them.
   size_t guardCount() const { return guards_.size(); }
@@ -213,6 +215,7 @@ private:
   ExternalDataLoader &ext_;
   std::unordered_map<std::string, int64_t> opsets_;
   std::vector<std::string> errors_, warnings_;
+  std::set<const ir::Value *> fourBit_;
   std::vector<ErrorKind> errorKinds_;
   std::vector<ir::Value *> runConditions_;
   std::vector<std::string> specialized_;

@@ -581,9 +581,20 @@ llvm::Expected<std::string> writeQdqModel(llvm::StringRef modelBytes, const std:
       if (sl != selected.end() &&
           std::count(sl->second->activations.begin(), sl->second->activations.end(), t))
         continue;
-      const std::vector<int> shared = sharedInputs(g.node(ni));
+      // (A Concat moves INT8 only where all its inputs share one scale: else it stays
+      // float, and its inputs are not quantized for it.)
+      const onnx::NodeProto &r = g.node(ni);
+      const std::vector<int> shared = sharedInputs(r);
+      auto root = plan.scaleOf.find(t);
       ok = std::count(shared.begin(), shared.end(), k) &&
-           reachesOnlyLayers(g.node(ni).output(0), depth + 1);
+           (!concatenates(r) ||
+            (root != plan.scaleOf.end() && std::all_of(shared.begin(), shared.end(),
+                                                       [&](int j) {
+                                                         auto o = plan.scaleOf.find(r.input(j));
+                                                         return o != plan.scaleOf.end() &&
+                                                                o->second == root->second;
+                                                       }))) &&
+           reachesOnlyLayers(r.output(0), depth + 1);
     }
     return onlyQuantized[t] = ok;
   };

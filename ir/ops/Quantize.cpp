@@ -162,7 +162,8 @@ void defineQuantizeOps(OpTable &t) {
       .cudaExpr("fmaf($0, $1, $2)")
       .operands(3)
       .fusible(Fusibility::elementwise())
-      .fp16(FP::Deny) // one FP32 rounding is its point
+      .fp16(FP::Deny)      // one FP32 rounding is its point
+      .fp32Operands(0b010) // (operand 1: a requantization's multiplier, FP32 too)
       .layout(LayoutRule::agnostic())
       .verify(verifyMulAdd)
       .infer(inferMulAdd)

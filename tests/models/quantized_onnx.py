@@ -312,6 +312,10 @@ def _(m):
     xz = m.const("xz", m.rng.randint(-5, 5, (3, 3)), np.int8)
     m.node("QuantizeLinear", [x, xs, xz], ["xq"], axis=1, block_size=4)
     m.node("DequantizeLinear", ["xq", xs, xz], ["xd"], axis=1, block_size=4)
+    # A block longer than the dimension: one block.
+    m.node("DequantizeLinear", ["w4", m.const("s1", m.rng.rand(1, N) * 0.1 + 0.01, np.float32)], ["w1d"], axis=0,
+           block_size=64)
+    m.output("w1d", np.float32, 2)
     m.output("w4d", np.float32, 2)
     m.output("y", np.float32, 3, step=1e-4)
     m.output("y2", np.float32, 2, step=1e-4)
@@ -340,6 +344,13 @@ def _(m):
         d = m.input(f"d_{k}", m.rng.randint(lo, hi, (2, 1, 4, 5)).astype(t))
         # (b at the output's scale and zero point: copied.)
         ms("QLinearConcat", [s[2], z[2], a, s[0], z[0], b, s[2], z[2], d, s[3], z[1]], f"cat_{k}", axis=-3)
+        # Scalars (ONNX Runtime takes scales of shape [] only).
+        one = [m.const(f"o{i}_{k}", v, np.float32) for i, v in enumerate([0.05, 0.07, 0.09])]
+        ms("QLinearAdd", [m.input(f"sa_{k}", np.array(lo + 77, t)), one[0], z[0], m.input(f"sb_{k}", np.array(hi - 50, t)),
+                          one[1], z[1], one[2], z[2]], f"add_scalar_{k}")
+        ms("QLinearMul", [f"sa_{k}", one[0], z[0], f"sb_{k}", one[1], z[1], one[2], z[2]], f"mul_scalar_{k}")
+        m.output(f"add_scalar_{k}", t, 0)
+        m.output(f"mul_scalar_{k}", t, 0)
         ms("QLinearGlobalAveragePool", [a, s[0], z[0], s[1], z[1]], f"gap_{k}")
         ms("QLinearGlobalAveragePool", [a, s[0], z[0], s[3], z[2]], f"gap_nhwc_{k}", channels_last=1)
         # Pairs whose sum rounds differently when computed as documented, (A - zA) * sA +

@@ -50,6 +50,15 @@ llvm::Expected<Value *> zeroPoint(NodeImporter &ni, Value *zp, DType type, const
   return ni.op(OpKind::Reshape, {zp}, {{"shape", Attribute(Shape{})}});
 }
 
+/// Input i, a per-tensor scale, as one value of shape [] (a [1] or [1, 1] scale must
+/// not broadcast the result to its rank).
+llvm::Expected<Value *> scaleInput(NodeImporter &ni, size_t i, const char *what) {
+  Value *v = ni.input(i);
+  if (auto e = requireScale(ni, v, what))
+    return e;
+  return ni.op(OpKind::Reshape, {v}, {{"shape", Attribute(Shape{})}});
+}
+
 llvm::Expected<Value *> cast(NodeImporter &ni, Value *v, const char *to) {
   return ni.op(OpKind::Cast, {v}, {{"to", Attribute(std::string(to))}});
 }
@@ -114,14 +123,17 @@ llvm::Error importQLinearAdd(NodeImporter &ni) {
   DLC_TRY(za, zeroPointF32(ni, ni.input(2), t, "A_zero_point"));
   DLC_TRY(zb, zeroPointF32(ni, ni.input(5), t, "B_zero_point"));
   DLC_TRY(zc, zeroPointF32(ni, ni.input(7), t, "C_zero_point"));
-  DLC_TRY(ra, ni.op(OpKind::Div, {ni.input(1), ni.input(6)}));
-  DLC_TRY(rb, ni.op(OpKind::Div, {ni.input(4), ni.input(6)}));
+  DLC_TRY(sa, scaleInput(ni, 1, "A_scale"));
+  DLC_TRY(sb, scaleInput(ni, 4, "B_scale"));
+  DLC_TRY(sc, scaleInput(ni, 6, "C_scale"));
+  DLC_TRY(ra, ni.op(OpKind::Div, {sa, sc}));
+  DLC_TRY(rb, ni.op(OpKind::Div, {sb, sc}));
   // X varies along the innermost dimension: B where A alone is constant along it.
   const bool swap = constantInnermost(a->shape(), b->shape());
   Value *x = swap ? b : a, *y = swap ? a : b, *rx = swap ? rb : ra, *ry = swap ? ra : rb,
         *zx = swap ? zb : za, *zy = swap ? za : zb;
   DLC_TRY(ryzy, ni.op(OpKind::Mul, {ry, zy}));
-  DLC_TRY(folded, ni.op(OpKind::MulAdd, {rx, zx, ryzy}));
+  DLC_TRY(folded, ni.op(OpKind::MulAdd, {zx, rx, ryzy})); // (fma(rX, zX, .) exactly)
   DLC_TRY(fixed, ni.op(OpKind::Sub, {zc, folded}));
   DLC_TRY(xf, cast(ni, x, "f32"));
   DLC_TRY(yf, cast(ni, y, "f32"));
@@ -145,8 +157,11 @@ llvm::Error importQLinearMul(NodeImporter &ni) {
   DLC_TRY(bc, centered(3, "B_zero_point"));
   DLC_TRY(prod, ni.op(OpKind::Mul, {ac, bc}));
   DLC_TRY(pf, cast(ni, prod, "f32"));
-  DLC_TRY(sab, ni.op(OpKind::Mul, {ni.input(1), ni.input(4)}));
-  DLC_TRY(ratio, ni.op(OpKind::Div, {sab, ni.input(6)}));
+  DLC_TRY(sa, scaleInput(ni, 1, "A_scale"));
+  DLC_TRY(sb, scaleInput(ni, 4, "B_scale"));
+  DLC_TRY(sc, scaleInput(ni, 6, "C_scale"));
+  DLC_TRY(sab, ni.op(OpKind::Mul, {sa, sb}));
+  DLC_TRY(ratio, ni.op(OpKind::Div, {sab, sc}));
   // (The product and the sum as MulAdd, each rounded once as by Mul and Add, but in
   // FP32 also under --fp16, as ONNX Runtime computes them.)
   DLC_TRY(scaled, ni.op(OpKind::MulAdd, {pf, ratio, ni.scalar(DType::F32, 0.0)}));
@@ -162,13 +177,12 @@ llvm::Error importQLinearConcat(NodeImporter &ni) {
     return ni.error("QLinearConcat takes Y_scale, Y_zero_point and triples (X, X_scale, "
                     "X_zero_point), got " +
                     std::to_string(n) + " inputs");
-  Value *ys = ni.input(0), *yz = ni.input(1), *first = ni.input(2);
+  Value *yz = ni.input(1), *first = ni.input(2);
   if (!first)
     return ni.error("input 2 (the first X) is missing");
   if (auto e = requireQuantized(ni, first, "X"))
     return e;
-  if (auto e = requireScale(ni, ys, "Y_scale"))
-    return e;
+  DLC_TRY(ysc, scaleInput(ni, 0, "Y_scale"));
   const DType t = first->dtype();
   DLC_TRY(yzp, zeroPoint(ni, yz, t, "Y_zero_point"));
   std::vector<Value *> parts;
@@ -179,11 +193,10 @@ llvm::Error importQLinearConcat(NodeImporter &ni) {
     if (x->dtype() != t)
       return ni.error("every X must be " + std::string(dtypeName(t)) + ", input " +
                       std::to_string(i) + " is " + x->type().str());
-    if (auto e = requireScale(ni, xs, "X_scale"))
-      return e;
+    DLC_TRY(xsc, scaleInput(ni, i + 1, "X_scale"));
     DLC_TRY(xzp, zeroPoint(ni, xz, t, "X_zero_point"));
-    DLC_TRY(d, ni.op(OpKind::DequantizeLinear, {x, xs, xzp}));
-    DLC_TRY(q, ni.op(OpKind::QuantizeLinear, {d, ys, yzp},
+    DLC_TRY(d, ni.op(OpKind::DequantizeLinear, {x, xsc, xzp}));
+    DLC_TRY(q, ni.op(OpKind::QuantizeLinear, {d, ysc, yzp},
                      {{"to", Attribute(std::string(dtypeName(t)))}}));
     parts.push_back(q);
   }
@@ -205,9 +218,8 @@ llvm::Error importQLinearGlobalAveragePool(NodeImporter &ni) {
   if (x->rank() < 3)
     return ni.error("X must have rank 3 or more (N, C and spatial dimensions), got " +
                     x->type().str());
-  for (auto [i, what] : {std::pair{1, "x_scale"}, {3, "y_scale"}})
-    if (auto e = requireScale(ni, ni.input(static_cast<size_t>(i)), what))
-      return e;
+  DLC_TRY(xs, scaleInput(ni, 1, "x_scale"));
+  DLC_TRY(ys, scaleInput(ni, 3, "y_scale"));
   const DType t = x->dtype();
   const bool last = ni.attrInt("channels_last", 0) != 0;
   std::vector<int64_t> axes;
@@ -216,8 +228,9 @@ llvm::Error importQLinearGlobalAveragePool(NodeImporter &ni) {
     axes.push_back(d);
     size *= x->shape()[static_cast<size_t>(d)];
   }
-  if (size < 1 || size >= (int64_t{1} << 24))
-    return ni.error("the pooled size " + std::to_string(size) + " must be in [1, 2^24)");
+  // (The int32 sum, and it minus zX * N, must not wrap: N * 256 < 2^31.)
+  if (size < 1 || size > (int64_t{1} << 23) - 1)
+    return ni.error("the pooled size " + std::to_string(size) + " must be in [1, 2^23)");
   DLC_TRY(wide, cast(ni, x, "i32"));
   DLC_TRY(sum, ni.op(OpKind::ReduceSum, {wide}, {{"axes", Attribute(axes)}}));
   DLC_TRY(xz, zeroPoint(ni, ni.input(2), t, "x_zero_point"));
@@ -225,8 +238,8 @@ llvm::Error importQLinearGlobalAveragePool(NodeImporter &ni) {
   DLC_TRY(bias, ni.op(OpKind::Mul, {xzw, ni.scalar(DType::I32, static_cast<double>(size))}));
   DLC_TRY(acc, ni.op(OpKind::Sub, {sum, bias}));
   DLC_TRY(accf, cast(ni, acc, "f32"));
-  DLC_TRY(ysn, ni.op(OpKind::Mul, {ni.input(3), ni.scalar(DType::F32, static_cast<double>(size))}));
-  DLC_TRY(scale, ni.op(OpKind::Div, {ni.input(1), ysn}));
+  DLC_TRY(ysn, ni.op(OpKind::Mul, {ys, ni.scalar(DType::F32, static_cast<double>(size))}));
+  DLC_TRY(scale, ni.op(OpKind::Div, {xs, ysn}));
   DLC_TRY(yz, zeroPoint(ni, ni.input(4), t, "y_zero_point"));
   return single(ni, roundTo(ni, accf, scale, yz, t));
 }

@@ -67,7 +67,9 @@ llvm::Expected<Value *> inBlocks(NodeImporter &ni, Value *v, const Value *x, int
   if (a < 0 || a >= r)
     return ni.error("axis " + std::to_string(axis) + " is out of range for " + x->type().str());
   const Shape &xs = x->shape();
-  const int64_t d = xs[static_cast<size_t>(a)], nb = (d + block - 1) / block;
+  // (A block as long as the dimension or longer is one block: b repeats it.)
+  const int64_t d = xs[static_cast<size_t>(a)], nb = d / block + (d % block != 0),
+                b = std::min(block, d);
   Shape want = xs;
   want[static_cast<size_t>(a)] = nb;
   if (v->shape() != want)
@@ -76,13 +78,13 @@ llvm::Expected<Value *> inBlocks(NodeImporter &ni, Value *v, const Value *x, int
                     ", got " + v->type().str());
   Shape split = want, spread = want;
   split.insert(split.begin() + a + 1, 1);
-  spread.insert(spread.begin() + a + 1, block);
+  spread.insert(spread.begin() + a + 1, b);
   Shape whole = want;
-  whole[static_cast<size_t>(a)] = nb * block;
+  whole[static_cast<size_t>(a)] = nb * b;
   DLC_TRY(u, ni.op(OpKind::Reshape, {v}, {{"shape", Attribute(split)}}));
   DLC_TRY(e, ni.op(OpKind::Expand, {u}, {{"shape", Attribute(spread)}}));
   DLC_TRY(f, ni.op(OpKind::Reshape, {e}, {{"shape", Attribute(whole)}}));
-  if (nb * block == d)
+  if (nb * b == d)
     return f;
   return ni.op(OpKind::Slice, {f},
                {{"starts", Attribute(std::vector<int64_t>{0})},
@@ -110,6 +112,8 @@ llvm::Expected<Value *> quantize(NodeImporter &ni, Value *x, Value *scale, Value
 /// 21), else u8.
 llvm::Error importQuantizeLinear(NodeImporter &ni) {
   Value *x = ni.input(0), *zp = ni.input(2);
+  if (zp && ni.importer().fourBit(zp))
+    return ni.unsupported("quantizing to a 4-bit type (the zero point is INT4 or UINT4)");
   DType to = DType::U8;
   if (zp) {
     to = zp->dtype();

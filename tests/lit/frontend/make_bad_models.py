@@ -281,6 +281,12 @@ save("int4_short.onnx",
      model([helper.make_node("DequantizeLinear", ["w", "s"], ["y"], name="dq4")],
            [], [f32("y", [2, 3])], inits=[int4, helper.make_tensor("s", TensorProto.FLOAT, [], [0.5])],
            opset=21))
+z4 = TensorProto()
+z4.name, z4.data_type, z4.raw_data = "z", 22, bytes([0])
+save("quantize_int4.onnx",
+     model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], name="q4")],
+           [f32("x", [2])], [f32("y", [2])],
+           inits=[helper.make_tensor("s", TensorProto.FLOAT, [], [0.5]), z4], opset=21))
 save("qlinear_concat_inputs.onnx",
      model([helper.make_node("QLinearConcat", ["s", "z", "x", "s"], ["y"], name="qcat", axis=0,
                              domain="com.microsoft")],
