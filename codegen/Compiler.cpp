@@ -546,6 +546,7 @@ llvm::Expected<Program> lowerFor(const Graph &g, const std::vector<std::string> 
   lo.deterministic = opts.deterministic;
   lo.tf32 = opts.tf32;
   lo.tf32Everywhere = opts.tf32Everywhere;
+  lo.int8TensorCoresEverywhere = opts.int8TensorCoresEverywhere;
   Lowering lowering(g, lo);
   return lowering.run();
 }

@@ -340,6 +340,8 @@ struct LoweringOptions {
   /// FP32 GEMMs on tensor cores in TF32 (cuBLASLt's fast-TF32 compute), and FP32
   /// convolutions where the model prices TF32 faster (always with tf32Everywhere).
   bool tf32 = false, tf32Everywhere = false;
+  /// INT8 convolutions on tensor cores whatever the model prices (tests).
+  bool int8TensorCoresEverywhere = false;
 };
 
 class Lowering {

@@ -245,27 +245,35 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     return s.C % chunk != 0 || (l.group() && l.group()->computes(x)) || !fixedAligned(l, x, 16);
   };
   auto wNeedsPack = [&] { return s.C % chunk != 0 || !fixedAligned(l, wt, 16); };
-  // TF32 is a choice, not a necessity: FP32 operands stay on the CUDA-core implicit GEMM
-  // where the model prices it faster on every planned architecture (small layers at
-  // batch 1, where TF32 pays for its operand padding and wide tiles), unless TF32 was
-  // asked for explicitly (tf32Everywhere: dlc compile --tf32).
-  if (mma && tf32 && groups == 1 && !l.options().tf32Everywhere && l.options().convTile.empty()) {
+  // TF32 and INT8 tensor cores are a choice, not a necessity: FP32 operands stay on the
+  // CUDA-core implicit GEMM, INT8 ones on conv_direct's int32 arithmetic, where the
+  // model prices that faster on every planned architecture (small layers at batch 1,
+  // where tensor cores pay for operand padding, packing launches and wide tiles), unless
+  // TF32 was asked for explicitly (tf32Everywhere: dlc compile --tf32; tests force INT8
+  // with int8TensorCoresEverywhere) or a tile named.
+  // (conv_direct has no plan of its own to ask: it is priced as the CUDA-core implicit
+  // GEMM of the same sizes times kDirectMargin, as it does the same arithmetic with
+  // less reuse, so that INT8 leaves tensor cores only where they lose by that much.)
+  if (mma && (tf32 || int8) && groups == 1 && !(tf32 && l.options().tf32Everywhere) &&
+      !(int8 && l.options().int8TensorCoresEverywhere) && l.options().convTile.empty()) {
     const int64_t Cp = (s.C + chunk - 1) / chunk * chunk;
     const double operandBytes =
-        static_cast<double>(x->type().numElements() + wt->type().numElements()) * 4.0;
-    // (The conv_pack launches the TF32 kernel would need first; constant weights are
-    // packed when compiling.)
+        static_cast<double>(x->type().numElements() + wt->type().numElements()) *
+        static_cast<double>(dtypeSize(x->dtype()));
+    // (The conv_pack launches the tensor-core kernel would need first; constant weights
+    // are packed when compiling.)
     const int packs = xNeedsPack() + (!wt->isConstant() && wNeedsPack());
     bool cudaCoreEverywhere = true;
     for (const std::string &arch : l.options().archs) { // (sm_90 where the targets name none)
       double tMma = 0, tCuda = 0;
       auto never = [](int) { return false; };
-      chooseConvPlan(kMmaTf32Conv, M, s.NP, s.kSize * Cp, 1, gpuModelFor(arch), 4, operandBytes,
-                     never, -1, &tMma);
+      chooseConvPlan(int8 ? kMmaInt8Conv : kMmaTf32Conv, M, s.NP, s.kSize * Cp, 1,
+                     gpuModelFor(arch), int8 ? 8 : 4, operandBytes, never, -1, &tMma);
       chooseConvPlan(kCudaCoreConv, M, s.NP, s.K, 1, gpuModelFor(arch), 4, operandBytes, never, -1,
                      &tCuda);
       tMma += packs * gpuModelFor(arch).launchMicros * 1e-6; // (a launch's floor each)
-      cudaCoreEverywhere &= tCuda < tMma;
+      constexpr double kDirectMargin = 2.0;
+      cudaCoreEverywhere &= (int8 ? kDirectMargin : 1.0) * tCuda < tMma;
     }
     if (cudaCoreEverywhere)
       mma = false;

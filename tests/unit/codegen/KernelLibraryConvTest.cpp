@@ -605,6 +605,30 @@ TEST(KernelLibrary, Int8MmaSyncConvolution) {
          0});
 }
 
+// Where the cost model chooses: a small channels-last INT8 convolution at batch 1 (the
+// digits CNN's first layer: one input channel, packed to 16, tiles far wider than its
+// 8 output channels) stays on conv_direct's int32 arithmetic, exact. (A ResNet-sized
+// one goes to tensor cores: CostModel.Int8ConvolutionsRunOnIntegerTensorCores.)
+TEST(KernelLibrary, Int8ConvolutionsWhereTheModelPricesThem) {
+  KernelCase small{
+      "nhwc i8 3x3, 1 -> 8 channels, 8x8, int32 bias",
+      R"(graph @g(%x: i8[1,8,8,1], %w: i8[8,3,3,1], %b: i32[8]) -> ("y": i32[1,8,8,8]) {
+  %y = Conv(%x, %w, %b) {channels_last = 1, pads = [1, 1, 1, 1]} : i32[1,8,8,8]
+  return %y
+})",
+      {"dlc::conv_direct"},
+      {{"x", int8s({1, 8, 8, 1}, 21)},
+       {"w", int8s({8, 3, 3, 1}, 22)},
+       {"b", ints(ir::DType::I32, {8}, spread(8, -1000000, 1000000, 23))}},
+      2,
+      true,
+      0,
+      false,
+      {"dlc::conv_fprop_mma", "dlc::conv_pack"}};
+  small.int8Choice = true;
+  check(small);
+}
+
 // conv_fprop_mma stores adjacent output channels as one paired store (Out::store2 ->
 // dlc::st2) where the output buffer is the package's (aligned pairs: %r, %gr below),
 // and one at a time where a channel pair starts at an odd index (group 1 of %g starts

@@ -44,6 +44,7 @@ void run(const KernelCase &c, bool wide) {
   co.wideIndices = wide;
   co.persistentRnn = c.persistentRnn;
   co.tf32 = co.tf32Everywhere = c.tf32;
+  co.int8TensorCoresEverywhere = !c.int8Choice;
   co.convTile = c.convTile;
   co.attentionKernel = c.attentionKernel;
   co.deterministic = c.deterministic;

@@ -45,6 +45,9 @@ struct KernelCase {
   /// Runs the layout pass too (channels-last regions; MatMul <-> 1x1 Conv rewrites, with
   /// --gemm-epilogue fused).
   bool layout = false;
+  /// INT8 convolutions where the cost model puts them (else always on tensor cores:
+  /// the shapes here are small, to test the kernel).
+  bool int8Choice = false;
 };
 
 /// Compiles the case (32-bit or 64-bit index instantiations), runs it on emu and

@@ -67,6 +67,9 @@ struct CompileOptions {
   /// where the cost model prices the TF32 kernel faster than the CUDA-core one, or
   /// always with tf32Everywhere (dlc compile --tf32 asked explicitly; tests).
   bool tf32 = false, tf32Everywhere = false;
+  /// INT8 convolutions on tensor cores even where the cost model prices conv_direct's
+  /// int32 CUDA-core arithmetic faster (tests of the tensor-core kernel).
+  bool int8TensorCoresEverywhere = false;
   /// Training packages: the model file's bytes, kept for `dlc export`.
   std::string sourceModel;
 };
