@@ -281,6 +281,15 @@ inline unsigned __umulhi(unsigned a, unsigned b) {
 inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
   return static_cast<unsigned long long>((static_cast<unsigned __int128>(a) * b) >> 64);
 }
+/// PRMT: byte n of the result is byte (s >> 4n) & 7 of the eight bytes y:x (0-3 x's,
+/// 4-7 y's), as CUDA's __byte_perm (no sign replication: selector bit 3 is not used).
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const unsigned long long b = (static_cast<unsigned long long>(y) << 32) | x;
+  unsigned r = 0;
+  for (int n = 0; n < 4; ++n)
+    r |= static_cast<unsigned>((b >> (8 * ((s >> (4 * n)) & 7))) & 0xFF) << (8 * n);
+  return r;
+}
 inline float __int_as_float(int i) {
   float f;
   std::memcpy(&f, &i, 4);

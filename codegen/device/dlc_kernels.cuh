@@ -13,5 +13,6 @@
 #include "dlc_movement.cuh"
 #include "dlc_norm.cuh"
 #include "dlc_pool.cuh"
+#include "dlc_quant.cuh"
 #include "dlc_reduce.cuh"
 #include "dlc_rnn.cuh"

@@ -387,6 +387,14 @@ struct GemmEpilogueShape {
   Divmod dCols, dRows;
 };
 
+/// MatMulNBits (dlc_quant.cuh): a [rows, K], b the packed columns (rowWords 32-bit
+/// words each), scales [N, blocks], zeros (null: none) zpBytes per column, y [rows, N].
+struct NBitsShape {
+  const void *a, *b, *scales, *zeros;
+  void *y;
+  i64 rows, K, N, blocks, block, rowWords, zpBytes, blockShift; // words per block: 1 << it
+};
+
 struct MiscShape {
   const void *a, *b, *c;
   void *y;

@@ -200,9 +200,65 @@ llvm::Error lowerGemm(Lowering &l, const Node &n) {
   return llvm::Error::success();
 }
 
+/// MatMulNBits: matmul_nbits, a warp per column and up to 4 rows per launch row, the
+/// weights read as they are packed (16-byte loads where a column is whole 16 bytes).
+llvm::Error lowerMatMulNBits(Lowering &l, const Node &n) {
+  const Value *a = n.operand(0), *b = n.operand(1), *sc = n.operand(2), *z = n.operand(3),
+              *out = n.result();
+  const int64_t K = n.attrInt("K"), N = n.attrInt("N"), bits = n.attrInt("bits"),
+                block = n.attrInt("block_size"), blocks = (K + block - 1) / block,
+                rows = a->type().numElements() / K;
+  l.allocate(out);
+  if (rows == 0)
+    return llvm::Error::success();
+  NBitsShape s{};
+  s.rows = rows;
+  s.K = K;
+  s.N = N;
+  s.blocks = blocks;
+  s.block = block;
+  s.rowWords = blocks * block * bits / 8 / 4;
+  s.zpBytes = (blocks * bits + 7) / 8;
+  for (int64_t words = block * bits / 32; words > 1; words >>= 1) // (block is a power of 2)
+    ++s.blockShift;
+  const int vec = s.rowWords % 4 == 0 && fixedAligned(l, b, 16) ? 4 : 1;
+  // (A word's 32 / bits activations in one load: K whole words, and a aligned to them.)
+  const int64_t perWord = 32 / bits;
+  const bool avec = K % perWord == 0 &&
+                    fixedAligned(l, a, static_cast<uint64_t>(perWord * dtypeSize(a->dtype())));
+  const int64_t mr = rows >= 4 ? 4 : rows >= 2 ? 2 : 1;
+  LaunchArgs args;
+  args.shape(s);
+  args.pointer(offsetof(NBitsShape, a), l.bufferOf(a), a->type().byteSize(), false);
+  args.pointer(offsetof(NBitsShape, b), l.bufferOf(b), b->type().byteSize(), false);
+  args.pointer(offsetof(NBitsShape, scales), l.bufferOf(sc), sc->type().byteSize(), false);
+  if (z)
+    args.pointer(offsetof(NBitsShape, zeros), l.bufferOf(z), z->type().byteSize(), false);
+  args.pointer(offsetof(NBitsShape, y), l.bufferOf(out), out->type().byteSize(), true);
+  const int64_t maxIndex =
+      std::max({a->type().numElements(), out->type().numElements(), N * s.rowWords, N * blocks});
+  Instantiation inst{"dlc::matmul_nbits",
+                     {std::to_string(bits), std::to_string(mr), std::to_string(vec),
+                      avec ? "true" : "false", (block * bits / 32) % vec == 0 ? "true" : "false",
+                      l.indexType(maxIndex), cudaType(a->dtype()), cudaType(sc->dtype())},
+                     "dlc::NBitsShape",
+                     {}};
+  inst.needsSync = true; // (the warp reduction)
+  uint32_t kernel = l.instantiate(inst);
+  // (8 warps, 8 columns, per block; a launch row per mr rows.)
+  const int64_t rowTiles = (rows + mr - 1) / mr;
+  if (rowTiles > 65535)
+    return makeError("MatMulNBits with " + std::to_string(rows) + " rows: too many for a launch");
+  l.launch(n, kernel, args, static_cast<uint32_t>((N + 7) / 8), 256, 0,
+           2.0 * static_cast<double>(rows) * static_cast<double>(K) * static_cast<double>(N),
+           static_cast<uint32_t>(rowTiles));
+  return llvm::Error::success();
+}
+
 } // namespace
 
 void registerLinalgLowerings(LoweringRegistry &r) {
+  r.op(OpKind::MatMulNBits, lowerMatMulNBits);
   r.op(OpKind::MatMul, lowerMatMul);
   r.op(OpKind::Gemm, lowerGemm);
 }

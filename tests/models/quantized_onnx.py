@@ -14,7 +14,8 @@ and zero inputs; ConvInteger and MatMulInteger (the DynamicQuantizeLinear + Conv
 pattern of ONNX Runtime's dynamic quantization, as IS-Net's quint8 model); QLinearConv
 (per-channel weights, a bias) and QLinearMatMul; QDQ MatMul, Gemm (transB, int32 bias,
 Relu), a QDQ CNN (int8 per-channel weights, int32 biases) and a QDQ transformer MLP;
-com.microsoft MatMulNBits (4-bit, blocks of 16, packed zero points, a bias);
+com.microsoft MatMulNBits (2-, 4- and 8-bit, blocks of 16 and 32, packed zero points, a
+bias; few rows on the packed kernel, 20 through the weights dequantized at import);
 com.microsoft QLinearAdd, QLinearMul, QLinearConcat and QLinearGlobalAveragePool. Compiled
 in strict FP32 (--no-tf32, as ONNX Runtime's CPU provider), and the QDQ and dynamic
 cases also with --fp16.
@@ -247,7 +248,7 @@ def pack_bits(q, bits):
     return sum(q[:, :, i] << (bits * i) for i in range(per)).astype(np.uint8)
 
 
-@case("matmul_nbits", 17)
+@case("matmul_nbits", 17, fp16=True)
 def _(m):
     # ONNX Runtime's weight-only GEMM (com.microsoft MatMulNBits, LLM exports): 4-bit with K
     # = 40 in blocks of 16 (the last one padded), with and without packed zero points, a
@@ -271,9 +272,20 @@ def _(m):
                            m.const("b8", q8.reshape(N, 2, 16), np.uint8),
                            m.const("s8", (m.rng.rand(N * 2) * 0.01).astype(np.float32), np.float32)], ["y3"],
            domain="com.microsoft", K=32, N=N, bits=8, block_size=16, accuracy_level=1)
-    m.output("y", np.float32, 3, step=1e-4)
-    m.output("y2", np.float32, 3, step=1e-4)
-    m.output("y3", np.float32, 2, step=1e-4)
+    # (Under --fp16 the activations are FP16: within 0.05 of ONNX Runtime's FP32.)
+    # 2-bit weights; and 20 rows, more than the packed kernel takes (dequantized at import).
+    q2 = m.rng.randint(0, 4, (N, 64))
+    m.node("MatMulNBits", [m.input("a2", m.rng.randn(2, 64).astype(np.float32)),
+                           m.const("b2", pack_bits(q2, 2).reshape(N, 2, 8), np.uint8),
+                           m.const("s2", (m.rng.rand(N * 2) * 0.1).astype(np.float32), np.float32)], ["y4"],
+           domain="com.microsoft", K=64, N=N, bits=2, block_size=32, accuracy_level=1)
+    m.node("MatMulNBits", [m.input("a20", m.rng.randn(20, K).astype(np.float32)), "b", "s", "z"], ["y5"],
+           domain="com.microsoft", K=K, N=N, bits=4, block_size=block, accuracy_level=1)
+    m.output("y", np.float32, 3, step=1e-4, fp16_step=0.05)
+    m.output("y2", np.float32, 3, step=1e-4, fp16_step=0.05)
+    m.output("y3", np.float32, 2, step=1e-4, fp16_step=0.05)
+    m.output("y4", np.float32, 2, step=1e-4, fp16_step=0.05)
+    m.output("y5", np.float32, 2, step=1e-4, fp16_step=0.05)
 
 
 def four_bit(name, q, signed):

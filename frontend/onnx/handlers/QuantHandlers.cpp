@@ -17,6 +17,7 @@
 // QDQ weights) are read as i8 and u8. Outside: the 16-bit and float8 types.
 //===----------------------------------------------------------------------===//
 #include "Common.h"
+#include "dlc/ir/OpHelpers.h"
 
 namespace dlc::frontend {
 namespace {
@@ -280,8 +281,11 @@ llvm::Error importQLinearMatMul(NodeImporter &ni) {
 /// Y = A x dequantize(B)^T (+ bias). B is [N, ceil(K / block_size), block_size * bits /
 /// 8] of 2-, 4- or 8-bit values, low bits first; each block of K has its scale and
 /// zero point (packed like B, 2^(bits-1) when absent): w = (q - zero point) * scale.
-/// The weights are constants: they are dequantized here into a [K, N] constant of
+/// The weights are constants. With at most kNBitsMaxRows rows of A they stay packed:
+/// the IR's MatMulNBits. With more, they are dequantized here into a [K, N] constant of
 /// A's type (in FP32, rounded once), and the product is a MatMul.
+constexpr int64_t kNBitsMaxRows = 16;
+
 llvm::Error importMatMulNBits(NodeImporter &ni) {
   Value *a = ni.input(0);
   const int64_t K = ni.attrInt("K", 0), N = ni.attrInt("N", 0), bits = ni.attrInt("bits", 4),
@@ -307,7 +311,7 @@ llvm::Error importMatMulNBits(NodeImporter &ni) {
   if (!bq || !sc || (ni.hasInput(3) && !zp))
     return ni.unsupported("MatMulNBits whose B, scales or zero points are not initializers");
   const int64_t blocks = (K + block - 1) / block, blob = block * bits / 8,
-                zpBytes = (blocks * bits + 7) / 8, mask = (int64_t{1} << bits) - 1;
+                zpBytes = (blocks * bits + 7) / 8;
   if (bq->dtype() != DType::U8 || bq->shape() != Shape{N, blocks, blob})
     return ni.error("B must be u8[" + std::to_string(N) + "," + std::to_string(blocks) + "," +
                     std::to_string(blob) + "], got " + bq->type().str());
@@ -317,25 +321,32 @@ llvm::Error importMatMulNBits(NodeImporter &ni) {
   if (zp && (zp->dtype() != DType::U8 || zp->numElements() != N * zpBytes))
     return ni.unsupported("MatMulNBits zero points other than packed u8 [" +
                           std::to_string(N * zpBytes) + "], got " + zp->type().str());
-  const auto *q = static_cast<const uint8_t *>(bq->raw());
-  const auto *z = zp ? static_cast<const uint8_t *>(zp->raw()) : nullptr;
-  const std::vector<float> scale = sc->toVector<float>();
-  // (Bits at offset `bit` of a packed row.)
-  auto field = [&](const uint8_t *row, int64_t bit) {
-    return static_cast<int64_t>(row[bit / 8] >> (bit % 8)) & mask;
-  };
-  std::vector<float> w(static_cast<size_t>(K * N));
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t kb = 0; kb < blocks; ++kb) {
-      const int64_t zero = z ? field(z + n * zpBytes, kb * bits) : int64_t{1} << (bits - 1);
-      const float s = scale[static_cast<size_t>(n * blocks + kb)];
-      const uint8_t *row = q + (n * blocks + kb) * blob;
-      for (int64_t i = 0; i < block && kb * block + i < K; ++i)
-        w[static_cast<size_t>((kb * block + i) * N + n)] =
-            static_cast<float>(field(row, i * bits) - zero) * s;
+  // Few rows (decoding: a GEMV, bound by reading the weights): the IR's MatMulNBits, the
+  // weights packed in the package and dequantized by the kernel as it reads them.
+  // Many (a prompt): the weights dequantized here, a MatMul on tensor cores.
+  Value *y = nullptr;
+  if (a->type().numElements() / K <= kNBitsMaxRows) {
+    // (The scales and zero points flat, as the op takes them.)
+    DLC_TRY(flatScales,
+            ni.op(OpKind::Reshape, {ni.input(2)}, {{"shape", Attribute(Shape{N * blocks})}}));
+    std::vector<Value *> ops{a, ni.input(1), flatScales};
+    if (zp) {
+      DLC_TRY(flatZp,
+              ni.op(OpKind::Reshape, {ni.input(3)}, {{"shape", Attribute(Shape{N * zpBytes})}}));
+      ops.push_back(flatZp);
     }
-  Value *wv = ni.constant(Tensor::fromVector(TensorType(ft, {K, N}), w), "dequantized");
-  DLC_TRY(y, ni.op(OpKind::MatMul, {a, wv}));
+    DLC_TRY(r, ni.op(OpKind::MatMulNBits, ops,
+                     {{"K", Attribute(K)},
+                      {"N", Attribute(N)},
+                      {"bits", Attribute(bits)},
+                      {"block_size", Attribute(block)}}));
+    y = r;
+  } else {
+    const std::vector<float> w = matMulNBitsWeights(*bq, *sc, zp, K, N, bits, block);
+    Value *wv = ni.constant(Tensor::fromVector(TensorType(ft, {K, N}), w), "dequantized");
+    DLC_TRY(r, ni.op(OpKind::MatMul, {a, wv}));
+    y = r;
+  }
   if (!ni.hasInput(5))
     return single(ni, y);
   return single(ni, ni.op(OpKind::Add, {y, ni.input(5)}));

@@ -697,6 +697,58 @@ TEST(KernelLibrary, ResizeUnpoolFill) {
        0});
 }
 
+// MatMulNBits, its weights packed and dequantized by matmul_nbits as it reads them,
+// against the interpreter (dequantize, then a product in double): 4-bit weights with
+// packed zero points and K = 40 in blocks of 16 (the last block half padding, 4-byte
+// loads); 2-bit without zero points, K = 64 in blocks of 32, the packed weights a
+// constant whose columns are whole 16-byte loads, the activations (a Relu's, aligned)
+// a word's 16 in one load; 8-bit with FP16 activations, 5 rows (a tile of 4 and one of
+// 1 row).
+TEST(KernelLibrary, MatMulNBitsDequantizesAsItReads) {
+  auto bytes = [](ir::Shape shape, uint32_t seed) {
+    std::vector<int64_t> v;
+    uint32_t x = seed * 2654435761u + 1;
+    for (int64_t i = 0, e = ir::TensorType(ir::DType::U8, shape).numElements(); i < e; ++i) {
+      x = x * 1664525u + 1013904223u;
+      v.push_back(x >> 24);
+    }
+    return ints(ir::DType::U8, shape, v);
+  };
+  KernelCase four{
+      "MatMulNBits 4-bit, zero points, K = 40 in blocks of 16",
+      R"(graph @g(%a: f32[2,3,40], %b: u8[6,3,8], %s: f32[18], %z: u8[12]) -> ("y": f32[2,3,6]) {
+  %y = MatMulNBits(%a, %b, %s, %z) {K = 40, N = 6, bits = 4, block_size = 16} : f32[2,3,6]
+  return %y
+})",
+      {"dlc::matmul_nbits"},
+      {{"b", bytes({6, 3, 8}, 1)}, {"z", bytes({12}, 2)}}};
+  four.tol = 1e-4;
+  check(four);
+  const std::string two = R"(graph @g(%a: f32[3,64]) -> ("y": f32[3,5]) {
+  %b = )" + constText(bytes({5, 2, 8}, 3)) +
+                          R"(
+  %s = )" + randomConst(ir::DType::F32, {10}, 4) +
+                          R"(
+  %r = Relu(%a) : f32[3,64]
+  %y = MatMulNBits(%r, %b, %s) {K = 64, N = 5, bits = 2, block_size = 32} : f32[3,5]
+  return %y
+})";
+  KernelCase twoBit{
+      "MatMulNBits 2-bit, no zero points, 16-byte loads", two.c_str(), {"dlc::matmul_nbits"}};
+  twoBit.tol = 1e-4;
+  twoBit.sourceHas = "dlc::matmul_nbits<2, 2, 4, true, false, ";
+  check(twoBit);
+  KernelCase eight{"MatMulNBits 8-bit, FP16 activations, 5 rows",
+                   R"(graph @g(%a: f16[5,32], %b: u8[3,2,16], %s: f16[6]) -> ("y": f16[5,3]) {
+  %y = MatMulNBits(%a, %b, %s) {K = 32, N = 3, bits = 8, block_size = 16} : f16[5,3]
+  return %y
+})",
+                   {"dlc::matmul_nbits"},
+                   {{"b", bytes({3, 2, 16}, 5)}}};
+  eight.tol = 4e-3;
+  check(eight);
+}
+
 // More than 2^31 elements: the code generator must choose 64-bit indices on its own.
 // The input is 2 GiB of u8 (the run needs ~5 GiB of memory; skipped with less).
 TEST(KernelLibrary, MoreThan2To31ElementsTake64BitIndices) {

@@ -699,6 +699,36 @@ TEST(Emu, IntegerMmaSyncFollowsThePtxFragmentLayout) {
 }
 
 namespace {
+// PRMT (__byte_perm, which matmul_nbits unpacks weights with): byte n of the result is
+// byte s[4n+2:4n] of y:x.
+const char *kBytePerm = R"(
+extern "C" __global__ void perm(float *out) {
+  const unsigned r[3] = {__byte_perm(0x03020100u, 0x07060504u, 0x7651u),
+                         __byte_perm(0x12345678u, 0x4B000000u, 0x7652u),
+                         __byte_perm(0x12345678u, 0xAABBCCDDu, 0x0123u)};
+  for (int i = 0; i < 3; ++i) { // as two exact halves
+    out[2 * i] = static_cast<float>(r[i] >> 16);
+    out[2 * i + 1] = static_cast<float>(r[i] & 0xffffu);
+  }
+}
+)";
+} // namespace
+
+TEST(Emu, BytePermuteSelectsBytesAsPrmtDoes) {
+  auto pkg =
+      buildTestPackage(kBytePerm, {{"out", 6}}, {TestLaunch{"perm", {1, 1, 1}, {1, 1, 1}, 0, {0}}});
+  auto r = runOnEmu(pkg, {}, {"out"});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const std::vector<float> &o = (*r)[0];
+  auto at = [&](int i) {
+    return static_cast<unsigned>(o[2 * i]) << 16 | static_cast<unsigned>(o[2 * i + 1]);
+  };
+  EXPECT_EQ(at(0), 0x07060501u); // x's byte 1 under y's bytes 1-3
+  EXPECT_EQ(at(1), 0x4B000034u); // 2^23 + 0x34 as a float's bits
+  EXPECT_EQ(at(2), 0x78563412u); // x's bytes reversed
+}
+
+namespace {
 // cp.async with a zero-filled chunk; and, under --check, a read before the wait.
 const char *kCpAsync = R"(
 #include "dlc_mma.cuh"

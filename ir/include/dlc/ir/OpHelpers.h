@@ -37,6 +37,16 @@ struct RnnActivation {
 /// list of the wrong length.
 llvm::Expected<std::vector<RnnActivation>> rnnActivations(const Node &n);
 
+/// The weights of a MatMulNBits (ONNX Runtime's weight-only quantized GEMM) as FP32
+/// [K, N]: `b` is u8 [N, ceil(K / block), block * bits / 8], `bits`-bit values low bits
+/// first; each block of K has its scale (`scales`, N * blocks values) and zero point
+/// (`zeroPoints`, u8, packed like b, ceil(blocks * bits / 8) bytes per column; absent:
+/// 2^(bits - 1)); w = float(q - zero point) * scale, rounded once. The shapes must have
+/// been checked (verifyMatMulNBits).
+std::vector<float> matMulNBitsWeights(const Tensor &b, const Tensor &scales,
+                                      const Tensor *zeroPoints, int64_t K, int64_t N, int64_t bits,
+                                      int64_t block);
+
 /// Transpose's permutation (without a perm attribute: the dims reversed).
 Shape transposePerm(const Node &n);
 /// out.shape[i] = in.shape[perm[i]] (Transpose's rule).
