@@ -9,7 +9,7 @@
 // User overrides (--fp32-ops, --fp32-nodes) force FP32, and so does every node that
 // computes a quantization parameter (OpDef::fp32Operands: the scale and zero point of
 // QuantizeLinear/DequantizeLinear, and what computes them, up to the data they are
-// computed from).
+// computed from; a reduced node keeps such operands FP32).
 //
 // Then rewrites: an FP32 operand of a reduced node is converted once per value (a
 // constant at compile time, anything else through one shared Cast), the node's
@@ -83,8 +83,10 @@ public:
           }
         continue;
       }
+      // (Quantization parameters, OpDef::fp32Operands, stay FP32 even here.)
       for (unsigned i = 0; i < n->numOperands(); ++i)
-        if (Value *v = n->operand(i); v && v->dtype() == DType::F32) {
+        if (Value *v = n->operand(i);
+            v && v->dtype() == DType::F32 && !(i < 32 && (n->def().fp32Operands >> i & 1u))) {
           n->setOperand(i, convert(v, low, n));
           changed = true;
         }

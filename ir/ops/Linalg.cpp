@@ -1,6 +1,7 @@
 //===- Linalg.cpp - MatMul and Gemm ----------------------------------------===//
 #include "OpUtils.h"
 #include "dlc/ir/FusionRules.h"
+#include "dlc/ir/OpHelpers.h"
 #include "dlc/ir/Philox.h"
 
 #include <cmath>
@@ -449,6 +450,64 @@ Fusibility fusibleMatMul() {
   return f;
 }
 
+/// MatMulNBits(a [..., K], b u8 [N, blocks, block * bits / 8], scales [N * blocks],
+/// zero points u8 [N * ceil(blocks * bits / 8)]?) {K, N, bits, block_size}.
+llvm::Error verifyMatMulNBits(const Node &n) {
+  if (auto e = requireType(n, 0, kFloat))
+    return e;
+  const int64_t K = n.attrInt("K"), N = n.attrInt("N"), bits = n.attrInt("bits"),
+                block = n.attrInt("block_size");
+  if (bits != 2 && bits != 4 && bits != 8)
+    return errorf("bits must be 2, 4 or 8, got {0}", bits);
+  if (K < 1 || N < 1 || K > (int64_t{1} << 31) || N > (int64_t{1} << 31) || block < 16 ||
+      block > (int64_t{1} << 16) || (block & (block - 1)) != 0)
+    return errorf("K and N must be in [1, 2^31] and block_size a power of 2 in [16, 65536], got "
+                  "K {0}, N {1}, block_size {2}",
+                  K, N, block);
+  const Value *a = n.operand(0), *b = n.operand(1), *s = n.operand(2), *z = n.operand(3);
+  if (a->rank() < 1 || a->shape().back() != K)
+    return errorf("operand 0 must end in K = {0}, got {1}", K, a->type().str());
+  const int64_t blocks = (K + block - 1) / block;
+  if (b->dtype() != DType::U8 || b->shape() != Shape{N, blocks, block * bits / 8})
+    return errorf("operand 1 must be u8[{0},{1},{2}], got {3}", N, blocks, block * bits / 8,
+                  b->type().str());
+  // (Kernels read the packed weights a 32-bit word at a time: a constant, aligned.)
+  if (!b->isConstant())
+    return errorf("operand 1 (the packed weights) must be a constant");
+  if (!(s->dtype() == DType::F32 || s->dtype() == a->dtype()) || s->rank() != 1 ||
+      s->shape()[0] != N * blocks)
+    return errorf("operand 2 (the scales) must be [{0}] of f32 or the input's type, got {1}",
+                  N * blocks, s->type().str());
+  if (z && (z->dtype() != DType::U8 || z->shape() != Shape{N * ((blocks * bits + 7) / 8)}))
+    return errorf("operand 3 (the zero points) must be u8[{0}], got {1}",
+                  N * ((blocks * bits + 7) / 8), z->type().str());
+  return ok();
+}
+
+InferResult inferMatMulNBits(const Node &n) {
+  Shape s = n.operand(0)->shape();
+  s.back() = n.attrInt("N");
+  return TypeList{{n.operand(0)->dtype(), s}};
+}
+
+/// The dequantized weights times a, summed in double, rounded once to the result.
+llvm::Error refMatMulNBits(const Node &n, const Inputs &in, Outputs &out) {
+  const int64_t K = n.attrInt("K"), N = n.attrInt("N");
+  const std::vector<float> w = matMulNBitsWeights(*in[1], *in[2], in.size() > 3 ? in[3] : nullptr,
+                                                  K, N, n.attrInt("bits"), n.attrInt("block_size"));
+  const std::vector<double> a = in[0]->toVector<double>();
+  const int64_t rows = in[0]->numElements() / K;
+  std::vector<double> y(static_cast<size_t>(rows * N), 0.0);
+  for (int64_t m = 0; m < rows; ++m)
+    for (int64_t k = 0; k < K; ++k) {
+      const double av = a[static_cast<size_t>(m * K + k)];
+      for (int64_t j = 0; j < N; ++j)
+        y[static_cast<size_t>(m * N + j)] += av * w[static_cast<size_t>(k * N + j)];
+    }
+  out[0] = Tensor::fromVector(out[0].type(), y);
+  return ok();
+}
+
 } // namespace
 
 void defineLinalgOps(OpTable &t) {
@@ -460,6 +519,19 @@ void defineLinalgOps(OpTable &t) {
       .verify(verifyMatMul)
       .infer(inferMatMul)
       .reference(refMatMul);
+  t.def(OpKind::MatMulNBits)
+      .operands(3, 4)
+      .attr("K", AttrKind::Int)
+      .attr("N", AttrKind::Int)
+      .attr("bits", AttrKind::Int, int64_t{4})
+      .attr("block_size", AttrKind::Int)
+      .fusible(Fusibility::opaque())
+      .fp16(Fp16Policy::Allow)
+      .fp32Operands(0b100) // the scales as the file gives them, also in a reduced node
+      .layout(LayoutRule::fixed())
+      .verify(verifyMatMulNBits)
+      .infer(inferMatMulNBits)
+      .reference(refMatMulNBits);
   t.def(OpKind::Gemm)
       .operands(2, 3)
       .attr("alpha", AttrKind::Float, 1.0f)

@@ -3,9 +3,8 @@
 // ONNX's quantization ops, element-wise in the Elementwise family, per tensor or per
 // axis: the importer gives a per-axis scale and zero point the shape that broadcasts
 // along the axis. MulAdd is FP32's fused multiply-add, one rounding, as ONNX Runtime's
-// QLinearAdd kernel requantizes with it. MatMulNBits is ONNX Runtime's weight-only
-// quantized GEMM, its 2-, 4- or 8-bit weights kept packed (the kernel dequantizes them
-// as it reads them).
+// QLinearAdd kernel requantizes with it. matMulNBitsWeights dequantizes the packed
+// weights of MatMulNBits (Linalg.cpp) for its reference and for the importer.
 //===----------------------------------------------------------------------===//
 #include "OpUtils.h"
 #include "dlc/ir/OpHelpers.h"
@@ -135,61 +134,6 @@ llvm::Error refMulAdd(const Node &, const Inputs &in, Outputs &out) {
   return ok();
 }
 
-/// MatMulNBits(a [..., K], b u8 [N, blocks, block * bits / 8], scales [N * blocks],
-/// zero points u8 [N * ceil(blocks * bits / 8)]?) {K, N, bits, block_size}.
-llvm::Error verifyMatMulNBits(const Node &n) {
-  if (auto e = requireType(n, 0, kFloat))
-    return e;
-  const int64_t K = n.attrInt("K"), N = n.attrInt("N"), bits = n.attrInt("bits"),
-                block = n.attrInt("block_size");
-  if (bits != 2 && bits != 4 && bits != 8)
-    return errorf("bits must be 2, 4 or 8, got {0}", bits);
-  if (K < 1 || N < 1 || K > (int64_t{1} << 31) || N > (int64_t{1} << 31) || block < 16 ||
-      block > (int64_t{1} << 16) || (block & (block - 1)) != 0)
-    return errorf("K and N must be in [1, 2^31] and block_size a power of 2 in [16, 65536], got "
-                  "K {0}, N {1}, block_size {2}",
-                  K, N, block);
-  const Value *a = n.operand(0), *b = n.operand(1), *s = n.operand(2), *z = n.operand(3);
-  if (a->rank() < 1 || a->shape().back() != K)
-    return errorf("operand 0 must end in K = {0}, got {1}", K, a->type().str());
-  const int64_t blocks = (K + block - 1) / block;
-  if (b->dtype() != DType::U8 || b->shape() != Shape{N, blocks, block * bits / 8})
-    return errorf("operand 1 must be u8[{0},{1},{2}], got {3}", N, blocks, block * bits / 8,
-                  b->type().str());
-  if (!(s->dtype() == DType::F32 || s->dtype() == a->dtype()) || s->rank() != 1 ||
-      s->shape()[0] != N * blocks)
-    return errorf("operand 2 (the scales) must be [{0}] of f32 or the input's type, got {1}",
-                  N * blocks, s->type().str());
-  if (z && (z->dtype() != DType::U8 || z->shape() != Shape{N * ((blocks * bits + 7) / 8)}))
-    return errorf("operand 3 (the zero points) must be u8[{0}], got {1}",
-                  N * ((blocks * bits + 7) / 8), z->type().str());
-  return ok();
-}
-
-InferResult inferMatMulNBits(const Node &n) {
-  Shape s = n.operand(0)->shape();
-  s.back() = n.attrInt("N");
-  return TypeList{{n.operand(0)->dtype(), s}};
-}
-
-/// The dequantized weights times a, summed in double, rounded once to the result.
-llvm::Error refMatMulNBits(const Node &n, const Inputs &in, Outputs &out) {
-  const int64_t K = n.attrInt("K"), N = n.attrInt("N");
-  const std::vector<float> w = matMulNBitsWeights(*in[1], *in[2], in.size() > 3 ? in[3] : nullptr,
-                                                  K, N, n.attrInt("bits"), n.attrInt("block_size"));
-  const std::vector<double> a = in[0]->toVector<double>();
-  const int64_t rows = in[0]->numElements() / K;
-  std::vector<double> y(static_cast<size_t>(rows * N), 0.0);
-  for (int64_t m = 0; m < rows; ++m)
-    for (int64_t k = 0; k < K; ++k) {
-      const double av = a[static_cast<size_t>(m * K + k)];
-      for (int64_t j = 0; j < N; ++j)
-        y[static_cast<size_t>(m * N + j)] += av * w[static_cast<size_t>(k * N + j)];
-    }
-  out[0] = Tensor::fromVector(out[0].type(), y);
-  return ok();
-}
-
 } // namespace
 
 std::vector<float> matMulNBitsWeights(const Tensor &b, const Tensor &scales,
@@ -251,19 +195,6 @@ void defineQuantizeOps(OpTable &t) {
       .verify(verifyMulAdd)
       .infer(inferMulAdd)
       .reference(refMulAdd);
-  t.def(OpKind::MatMulNBits)
-      .operands(3, 4)
-      .attr("K", AttrKind::Int)
-      .attr("N", AttrKind::Int)
-      .attr("bits", AttrKind::Int, int64_t{4})
-      .attr("block_size", AttrKind::Int)
-      .fusible(Fusibility::opaque())
-      .fp16(FP::Allow)
-      .fp32Operands(0b100) // the scales as the file gives them
-      .layout(LayoutRule::fixed())
-      .verify(verifyMatMulNBits)
-      .infer(inferMatMulNBits)
-      .reference(refMatMulNBits);
 }
 
 } // namespace dlc::ir

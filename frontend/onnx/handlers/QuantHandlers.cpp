@@ -281,11 +281,11 @@ llvm::Error importQLinearMatMul(NodeImporter &ni) {
 /// Y = A x dequantize(B)^T (+ bias). B is [N, ceil(K / block_size), block_size * bits /
 /// 8] of 2-, 4- or 8-bit values, low bits first; each block of K has its scale and
 /// zero point (packed like B, 2^(bits-1) when absent): w = (q - zero point) * scale.
-/// The weights are constants. With at most kNBitsMaxRows rows of A they stay packed:
-/// the IR's MatMulNBits. With more, they are dequantized here into a [K, N] constant of
-/// A's type (in FP32, rounded once), and the product is a MatMul.
-constexpr int64_t kNBitsMaxRows = 16;
-
+/// The weights are constants. With at most 32 / bits rows of A (the packed kernel reads
+/// the weights once per 4 rows: at most 1 byte per weight in all, half an FP16
+/// weight's 2) they stay packed: the IR's MatMulNBits. With more, they are dequantized
+/// here into a [K, N] constant of A's type (in FP32, rounded once), and the product is
+/// a MatMul.
 llvm::Error importMatMulNBits(NodeImporter &ni) {
   Value *a = ni.input(0);
   const int64_t K = ni.attrInt("K", 0), N = ni.attrInt("N", 0), bits = ni.attrInt("bits", 4),
@@ -325,7 +325,7 @@ llvm::Error importMatMulNBits(NodeImporter &ni) {
   // weights packed in the package and dequantized by the kernel as it reads them.
   // Many (a prompt): the weights dequantized here, a MatMul on tensor cores.
   Value *y = nullptr;
-  if (a->type().numElements() / K <= kNBitsMaxRows) {
+  if (a->type().numElements() / K <= 32 / bits) {
     // (The scales and zero points flat, as the op takes them.)
     DLC_TRY(flatScales,
             ni.op(OpKind::Reshape, {ni.input(2)}, {{"shape", Attribute(Shape{N * blocks})}}));

@@ -698,12 +698,16 @@ TEST(KernelLibrary, ResizeUnpoolFill) {
 }
 
 // MatMulNBits, its weights packed and dequantized by matmul_nbits as it reads them,
-// against the interpreter (dequantize, then a product in double): 4-bit weights with
-// packed zero points and K = 40 in blocks of 16 (the last block half padding, 4-byte
-// loads); 2-bit without zero points, K = 64 in blocks of 32, the packed weights a
-// constant whose columns are whole 16-byte loads, the activations (a Relu's, aligned)
-// a word's 16 in one load; 8-bit with FP16 activations, 5 rows (a tile of 4 and one of
-// 1 row).
+// against the interpreter (dequantize, then a product in double). The packed weights
+// are constants (as the importer gives them), random bytes; activations a Relu's
+// (aligned: a word's activations in one load) or a graph input's (one at a time):
+//  - 4-bit, packed zero points, K = 40 in blocks of 16 (the last block half padding);
+//  - 4-bit, K = 70 and 72 in blocks of 32: 16-byte loads for 8 words, then the tail loop
+//    (a word partly past K, or whole), the padding words skipped;
+//  - 4-bit, one row (MR = 1) of a Relu's activations, K = 64;
+//  - 2-bit without zero points, K = 64 in blocks of 32, and K = 33 in blocks of 16 (a
+//    tail word with one value);
+//  - 8-bit with FP16 activations, 5 rows (a tile of 4 rows and one of 1).
 TEST(KernelLibrary, MatMulNBitsDequantizesAsItReads) {
   auto bytes = [](ir::Shape shape, uint32_t seed) {
     std::vector<int64_t> v;
@@ -714,39 +718,55 @@ TEST(KernelLibrary, MatMulNBitsDequantizesAsItReads) {
     }
     return ints(ir::DType::U8, shape, v);
   };
-  KernelCase four{
-      "MatMulNBits 4-bit, zero points, K = 40 in blocks of 16",
-      R"(graph @g(%a: f32[2,3,40], %b: u8[6,3,8], %s: f32[18], %z: u8[12]) -> ("y": f32[2,3,6]) {
-  %y = MatMulNBits(%a, %b, %s, %z) {K = 40, N = 6, bits = 4, block_size = 16} : f32[2,3,6]
-  return %y
-})",
-      {"dlc::matmul_nbits"},
-      {{"b", bytes({6, 3, 8}, 1)}, {"z", bytes({12}, 2)}}};
-  four.tol = 1e-4;
-  check(four);
-  const std::string two = R"(graph @g(%a: f32[3,64]) -> ("y": f32[3,5]) {
-  %b = )" + constText(bytes({5, 2, 8}, 3)) +
-                          R"(
-  %s = )" + randomConst(ir::DType::F32, {10}, 4) +
-                          R"(
-  %r = Relu(%a) : f32[3,64]
-  %y = MatMulNBits(%r, %b, %s) {K = 64, N = 5, bits = 2, block_size = 32} : f32[3,5]
-  return %y
-})";
-  KernelCase twoBit{
-      "MatMulNBits 2-bit, no zero points, 16-byte loads", two.c_str(), {"dlc::matmul_nbits"}};
-  twoBit.tol = 1e-4;
-  twoBit.sourceHas = "dlc::matmul_nbits<2, 2, 4, true, false, ";
-  check(twoBit);
-  KernelCase eight{"MatMulNBits 8-bit, FP16 activations, 5 rows",
-                   R"(graph @g(%a: f16[5,32], %b: u8[3,2,16], %s: f16[6]) -> ("y": f16[5,3]) {
-  %y = MatMulNBits(%a, %b, %s) {K = 32, N = 3, bits = 8, block_size = 16} : f16[5,3]
-  return %y
-})",
-                   {"dlc::matmul_nbits"},
-                   {{"b", bytes({3, 2, 16}, 5)}}};
-  eight.tol = 4e-3;
-  check(eight);
+  struct Case {
+    const char *name;
+    int64_t rows, K, N, bits, block;
+    bool zeros, relu;
+    const char *type;
+    const char *sourceHas;
+  };
+  const Case cases[] = {
+      {"4-bit, zero points, K = 40 in blocks of 16", 6, 40, 6, 4, 16, true, false, "f32", ""},
+      {"4-bit, K = 70 in blocks of 32: a partial tail word", 3, 70, 5, 4, 32, true, false, "f32",
+       "dlc::matmul_nbits<4, 2, 4, false, true, "},
+      {"4-bit, K = 72 in blocks of 32: a whole tail word", 2, 72, 3, 4, 32, false, false, "f32",
+       ""},
+      {"4-bit, one row, vector activations", 1, 64, 7, 4, 32, true, true, "f32",
+       "dlc::matmul_nbits<4, 1, 4, true, true, "},
+      {"2-bit, K = 64 in blocks of 32, vector activations", 3, 64, 5, 2, 32, false, true, "f32",
+       "dlc::matmul_nbits<2, 2, 4, true, false, "},
+      {"2-bit, K = 33 in blocks of 16: one value in the tail word", 2, 33, 4, 2, 16, true, false,
+       "f32", ""},
+      {"8-bit, FP16 activations, 5 rows", 5, 32, 3, 8, 16, false, false, "f16", ""},
+  };
+  for (const Case &c : cases) {
+    const int64_t blocks = (c.K + c.block - 1) / c.block, zpBytes = (blocks * c.bits + 7) / 8;
+    const std::string t = c.type, rows = std::to_string(c.rows), K = std::to_string(c.K),
+                      N = std::to_string(c.N);
+    std::string ir = "graph @g(%a: " + t + "[" + rows + "," + K + "]) -> (\"y\": " + t + "[" +
+                     rows + "," + N + "]) {\n";
+    ir +=
+        "  %b = " + constText(bytes({c.N, blocks, c.block * c.bits / 8}, 7 * c.K + c.bits)) + "\n";
+    ir += "  %s = " +
+          randomConst(t == "f16" ? ir::DType::F16 : ir::DType::F32, {c.N * blocks},
+                      static_cast<unsigned>(c.K)) +
+          "\n";
+    if (c.zeros)
+      ir += "  %z = " + constText(bytes({c.N * zpBytes}, static_cast<uint32_t>(c.N))) + "\n";
+    std::string x = "%a";
+    if (c.relu) {
+      ir += "  %r = Relu(%a) : " + t + "[" + rows + "," + K + "]\n";
+      x = "%r";
+    }
+    ir += "  %y = MatMulNBits(" + x + ", %b, %s" + (c.zeros ? ", %z" : "") + ") {K = " + K +
+          ", N = " + N + ", bits = " + std::to_string(c.bits) +
+          ", block_size = " + std::to_string(c.block) + "} : " + t + "[" + rows + "," + N +
+          "]\n  return %y\n}";
+    KernelCase k{c.name, ir.c_str(), {"dlc::matmul_nbits"}};
+    k.tol = t == "f16" ? 4e-3 : 1e-4;
+    k.sourceHas = c.sourceHas;
+    check(k);
+  }
 }
 
 // More than 2^31 elements: the code generator must choose 64-bit indices on its own.

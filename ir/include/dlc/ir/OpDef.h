@@ -298,7 +298,8 @@ struct OpDef {
   const char *cudaExpr = nullptr;
   /// Operands (bit k: operand k) that are quantization parameters (a scale, a zero
   /// point): what computes only them stays FP32 under the precision pass, as the
-  /// file computes them (DynamicQuantizeLinear's range, a QDQ multiplier).
+  /// file computes them (DynamicQuantizeLinear's range, a QDQ multiplier), and a node
+  /// that runs in reduced precision keeps them FP32 (MatMulNBits's scales).
   uint32_t fp32Operands = 0;
   /// Whether a node only moves its data operands' values or selects among them by
   /// order (a transpose, a slice, a concatenation, a max over windows that are never
