@@ -12,7 +12,9 @@
 // input's scale is per tensor, the weight's per tensor or per output channel; the
 // bias, where there is one, is int32 (its scale is sx * sw, as quantization tools
 // write it). A Relu between the product and the QuantizeLinear stays, on the int32
-// sums. The other DequantizeLinear users keep their float values.
+// sums. The other DequantizeLinear users keep their float values. Symmetric int8
+// operands multiply as they are (INT8 tensor cores); u8 activations by symmetric int8
+// weights, where nothing is padded, as x - 128 with a corrected bias.
 //===----------------------------------------------------------------------===//
 #include "dlc/ir/GradBuilder.h"
 #include "dlc/passes/Pass.h"
@@ -230,18 +232,51 @@ private:
     };
     const bool int8 = r.x->operand(0)->dtype() == DType::I8 &&
                       r.w->operand(0)->dtype() == DType::I8 && zeroPoint0(r.x) && zeroPoint0(r.w);
+    // u8 activations with a zero point zx (ONNX Runtime's quantizer's default) by
+    // symmetric int8 weights, where the product takes no padding (a MatMul, a
+    // convolution without pads): x - 128 is int8, and sum (x - zx) w = sum (x - 128) w -
+    // (zx - 128) sum_k w, the int8 product plus a per-channel int32 correction (a
+    // constant where zx is), so that it too runs on INT8 tensor cores. (A padded
+    // position would count -(zx - 128) w where x - zx is 0.)
+    // (The importer resolves auto_pad into pads.)
+    auto unpadded = [&] {
+      for (int64_t p : r.p->attrInts("pads"))
+        if (p != 0)
+          return false;
+      return true;
+    };
+    const bool shifted = !int8 && r.x->operand(0)->dtype() == DType::U8 &&
+                         r.w->operand(0)->dtype() == DType::I8 && zeroPoint0(r.w) &&
+                         (r.conv ? unpadded() : r.w->operand(0)->rank() == 2);
     Value *xi = int8 ? r.x->operand(0) : centered(r.x),
           *wi = int8 ? r.w->operand(0) : centered(r.w);
+    Value *bias = r.bias;
+    if (shifted) {
+      Value *w = r.w->operand(0);
+      xi = b.cast(b.sub(b.cast(r.x->operand(0), DType::I32), b.scalar(128, DType::I32)), DType::I8);
+      wi = w;
+      // sum_k w per output channel: a Conv's dims after 0, a MatMul's B's rows (its
+      // columns transposed).
+      std::vector<int64_t> axes;
+      for (int64_t d = r.conv ? 1 : 0; d < w->rank(); ++d)
+        if (r.conv || d == (r.wt ? 1 : w->rank() - 2))
+          axes.push_back(d);
+      Value *wsum = b.reduceSum(b.cast(w, DType::I32), axes, false);
+      Value *zx = r.x->operand(2) ? b.cast(r.x->operand(2), DType::I32) : b.scalar(0, DType::I32);
+      Value *shift = b.sub(b.scalar(128, DType::I32), zx); // -(zx - 128)
+      Value *correction = b.mul(wsum, b.reshape(shift, {}));
+      bias = bias ? b.add(bias, correction) : correction;
+    }
     Value *sum = nullptr;
     if (r.conv) {
       std::vector<Value *> ops{xi, wi};
-      if (r.bias)
-        ops.push_back(r.bias);
+      if (bias)
+        ops.push_back(bias);
       sum = b.op(OpKind::Conv, ops, r.p->attrs());
     } else {
       sum = b.op(OpKind::MatMul, {xi, r.wt ? b.transpose(wi, {1, 0}) : wi});
-      if (r.bias)
-        sum = b.add(sum, r.bias);
+      if (bias)
+        sum = b.add(sum, bias);
     }
     // The weight's scale, per output channel along dim 1 of the convolution's result.
     Value *scale = r.ws;

@@ -267,6 +267,62 @@ TEST(FoldQdq, AQdqConvolutionComputesInIntegersAsOnnxRuntime) {
 // is (the int8 Conv, int32 sums), and the Gemm-like MatMul with no QuantizeLinear after
 // it dequantizes its int32 sums. Every output equals the float path's: the int8 path
 // is exact where the float one rounds nothing (the scales are powers of two).
+// u8 activations with a zero point (ONNX Runtime's quantizer's default) by symmetric
+// int8 weights: an unpadded strided convolution (grouped) and a MatMul become int8
+// products of x - 128 with a corrected bias, a padded convolution keeps the centered
+// int32 form; every output equals the float path's over the whole u8 range (the scales
+// powers of two: the float path rounds nothing).
+TEST(FoldQdq, ShiftedU8ActivationsAreExact) {
+  const char *text =
+      R"(graph @g(%xq: u8[1,4,3,3], %aq: u8[3,6]) -> ("y": u8[1,4,2,2], "p": f32[1,4,5,5], "m": f32[3,2]) {
+  %s = const f32[] dense<[0.25]>
+  %z = const u8[] dense<[77]>
+  %w = const i8[4,2,1,1] dense<[1, -2, 127, -128, 5, 6, -7, 8]>
+  %ws = const f32[4,1,1,1] dense<[0.125, 0.0625, 0.03125, 0.5]>
+  %b = const i32[4] dense<[100, -200, 5, 0]>
+  %bs = const f32[4] dense<[0.03125, 0.015625, 0.0078125, 0.125]>
+  %ys = const f32[] dense<[4.0]>
+  %yz = const u8[] dense<[9]>
+  %v = const i8[6,2] dense<[1, -1, 2, -2, 3, -3, 127, -128, 0, 5, -5, 9]>
+  %vs = const f32[2] dense<[0.5, 0.25]>
+  %x = DequantizeLinear(%xq, %s, %z) : f32[1,4,3,3]
+  %wd = DequantizeLinear(%w, %ws) : f32[4,2,1,1]
+  %bd = DequantizeLinear(%b, %bs) : f32[4]
+  %c = Conv(%x, %wd, %bd) {group = 2, strides = [2, 2]} : f32[1,4,2,2]
+  %y = QuantizeLinear(%c, %ys, %yz) {to = "u8"} : u8[1,4,2,2]
+  %p = Conv(%x, %wd, %bd) {group = 2, pads = [1, 1, 1, 1]} : f32[1,4,5,5]
+  %a = DequantizeLinear(%aq, %s, %z) : f32[3,6]
+  %vd = DequantizeLinear(%v, %vs) : f32[6,2]
+  %m = MatMul(%a, %vd) : f32[3,2]
+  return %y, %p, %m
+})";
+  auto before = test::parseIR(text);
+  ASSERT_TRUE(before);
+  auto after = test::runPasses(*before, "fold-qdq,canonicalize,constfold,dce");
+  ASSERT_TRUE(after);
+  int int8Products = 0, int32Products = 0;
+  for (OpKind k : {OpKind::Conv, OpKind::MatMul})
+    for (const Node *n : after->nodesOf(k)) {
+      EXPECT_EQ(n->result()->dtype(), DType::I32) << opName(k);
+      int8Products += n->operand(0)->dtype() == DType::I8;
+      int32Products += n->operand(0)->dtype() == DType::I32;
+    }
+  EXPECT_EQ(int8Products, 2);  // the unpadded Conv and the MatMul
+  EXPECT_EQ(int32Products, 1); // the padded Conv
+  std::vector<int64_t> xs, as;
+  for (int i = 0; i < 36; ++i)
+    xs.push_back((i * 37 + 11) % 256);
+  for (int i = 0; i < 18; ++i)
+    as.push_back(i % 3 ? (i * 53) % 256 : 255 * (i % 2));
+  TensorMap in{{"xq", Tensor::fromVector(TensorType(DType::U8, {1, 4, 3, 3}), xs)},
+               {"aq", Tensor::fromVector(TensorType(DType::U8, {3, 6}), as)}};
+  auto folded = interpret(*after, in), floating = interpret(*before, in);
+  ASSERT_TRUE(bool(folded)) << llvm::toString(folded.takeError());
+  ASSERT_TRUE(bool(floating)) << llvm::toString(floating.takeError());
+  for (const char *o : {"y", "p", "m"})
+    EXPECT_EQ(folded->at(o).toVector<double>(), floating->at(o).toVector<double>()) << o;
+}
+
 TEST(FoldQdq, SymmetricInt8ThroughMaxPoolConvAndMatMulIsExact) {
   const char *text = R"(graph @g(%xq: i8[1,2,3,3]) -> ("y": f32[1,4]) {
   %s = const f32[] dense<[0.25]>
