@@ -55,6 +55,23 @@ bool perOutputChannel(const Value *v, int64_t channels) {
   return true;
 }
 
+/// The sums of an int8 weight per output channel, wrapped to int32 as the sums they
+/// correct: along dim 0 (`leading`: a Conv's [M, ...], a transposed B's [N, K]), else
+/// along the last dim (a MatMul's B [K, N]).
+std::vector<int64_t> channelSums(const Tensor &w, bool leading) {
+  const Shape &s = w.shape();
+  const int64_t rows = leading ? s[0] : w.numElements() / s.back(),
+                cols = leading ? w.numElements() / s[0] : s.back();
+  const auto *p = static_cast<const int8_t *>(w.raw());
+  std::vector<int64_t> sums(static_cast<size_t>(leading ? rows : cols), 0);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      sums[static_cast<size_t>(leading ? i : j)] += p[i * cols + j];
+  for (int64_t &v : sums)
+    v = static_cast<int32_t>(static_cast<uint32_t>(v));
+  return sums;
+}
+
 class FoldQdq : public Pass {
 public:
   std::string_view name() const override { return "fold-qdq"; }
@@ -246,26 +263,36 @@ private:
       return true;
     };
     const bool shifted = !int8 && r.x->operand(0)->dtype() == DType::U8 &&
+                         (!r.x->operand(2) || oneValue(r.x->operand(2))) &&
                          r.w->operand(0)->dtype() == DType::I8 && zeroPoint0(r.w) &&
                          (r.conv ? unpadded() : r.w->operand(0)->rank() == 2);
-    Value *xi = int8 ? r.x->operand(0) : centered(r.x),
-          *wi = int8 ? r.w->operand(0) : centered(r.w);
-    Value *bias = r.bias;
-    if (shifted) {
+    Value *xi = nullptr, *wi = nullptr, *bias = r.bias;
+    if (int8) {
+      xi = r.x->operand(0);
+      wi = r.w->operand(0);
+    } else if (shifted) {
       Value *w = r.w->operand(0);
       xi = b.cast(b.sub(b.cast(r.x->operand(0), DType::I32), b.scalar(128, DType::I32)), DType::I8);
       wi = w;
-      // sum_k w per output channel: a Conv's dims after 0, a MatMul's B's rows (its
-      // columns transposed).
+      // sum_k w per output channel (a Conv's dims after 0; a MatMul's B's rows, its
+      // columns transposed): summed here for constant weights (a large weight's
+      // ReduceSum would not fold), else by a ReduceSum.
       std::vector<int64_t> axes;
       for (int64_t d = r.conv ? 1 : 0; d < w->rank(); ++d)
         if (r.conv || d == (r.wt ? 1 : w->rank() - 2))
           axes.push_back(d);
-      Value *wsum = b.reduceSum(b.cast(w, DType::I32), axes, false);
+      Value *wsum = w->isConstant()
+                        ? b.graph().addConstant(
+                              "", Tensor::fromVector(TensorType(DType::I32, {r.channels}),
+                                                     channelSums(w->data(), r.conv || r.wt)))
+                        : b.reduceSum(b.cast(w, DType::I32), axes, false);
       Value *zx = r.x->operand(2) ? b.cast(r.x->operand(2), DType::I32) : b.scalar(0, DType::I32);
       Value *shift = b.sub(b.scalar(128, DType::I32), zx); // -(zx - 128)
       Value *correction = b.mul(wsum, b.reshape(shift, {}));
       bias = bias ? b.add(bias, correction) : correction;
+    } else {
+      xi = centered(r.x);
+      wi = centered(r.w);
     }
     Value *sum = nullptr;
     if (r.conv) {

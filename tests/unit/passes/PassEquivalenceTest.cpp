@@ -262,19 +262,14 @@ TEST(FoldQdq, AQdqConvolutionComputesInIntegersAsOnnxRuntime) {
   EXPECT_EQ(countOps(*kept, OpKind::DequantizeLinear), 2u);
 }
 
-// fold-qdq on the symmetric INT8 form dlc quantize writes: Q(MaxPool(DQ)) with pads
-// (windows partly outside the input) moves int8, the convolution multiplies int8 as it
-// is (the int8 Conv, int32 sums), and the Gemm-like MatMul with no QuantizeLinear after
-// it dequantizes its int32 sums. Every output equals the float path's: the int8 path
-// is exact where the float one rounds nothing (the scales are powers of two).
 // u8 activations with a zero point (ONNX Runtime's quantizer's default) by symmetric
-// int8 weights: an unpadded strided convolution (grouped) and a MatMul become int8
-// products of x - 128 with a corrected bias, a padded convolution keeps the centered
-// int32 form; every output equals the float path's over the whole u8 range (the scales
-// powers of two: the float path rounds nothing).
+// int8 weights: unpadded convolutions (strided and grouped; 2x2 dilated), a MatMul and
+// a Gemm's form (B transposed) become int8 products of x - 128 with a corrected bias, a
+// padded convolution keeps the centered int32 form; every output equals the float path's over the
+// whole u8 range (the scales powers of two: the float path rounds nothing).
 TEST(FoldQdq, ShiftedU8ActivationsAreExact) {
   const char *text =
-      R"(graph @g(%xq: u8[1,4,3,3], %aq: u8[3,6]) -> ("y": u8[1,4,2,2], "p": f32[1,4,5,5], "m": f32[3,2]) {
+      R"(graph @g(%xq: u8[1,4,3,3], %aq: u8[3,6]) -> ("y": u8[1,4,2,2], "p": f32[1,4,5,5], "m": f32[3,2], "d": f32[1,2,1,1], "t": f32[3,2]) {
   %s = const f32[] dense<[0.25]>
   %z = const u8[] dense<[77]>
   %w = const i8[4,2,1,1] dense<[1, -2, 127, -128, 5, 6, -7, 8]>
@@ -294,7 +289,16 @@ TEST(FoldQdq, ShiftedU8ActivationsAreExact) {
   %a = DequantizeLinear(%aq, %s, %z) : f32[3,6]
   %vd = DequantizeLinear(%v, %vs) : f32[6,2]
   %m = MatMul(%a, %vd) : f32[3,2]
-  return %y, %p, %m
+  %k = const i8[2,4,2,2] dense<[1, -2, 3, -4, 5, -6, 7, -8, 127, -128, 9, 10, 11, 12, -13, 14, 0, 1, -1, 2, -2, 3, -3, 4, 100, -100, 50, -50, 25, -25, 12, -12]>
+  %ks = const f32[2,1,1,1] dense<[0.125, 0.25]>
+  %kd = DequantizeLinear(%k, %ks) : f32[2,4,2,2]
+  %d = Conv(%x, %kd) {dilations = [2, 2]} : f32[1,2,1,1]
+  %vt = const i8[2,6] dense<[3, -3, 5, -5, 7, -7, 127, -128, 1, 2, 3, 4]>
+  %vts = const f32[2,1] dense<[0.5, 0.125]>
+  %vtd = DequantizeLinear(%vt, %vts) : f32[2,6]
+  %tr = Transpose(%vtd) {perm = [1, 0]} : f32[6,2]
+  %t = MatMul(%a, %tr) : f32[3,2]
+  return %y, %p, %m, %d, %t
 })";
   auto before = test::parseIR(text);
   ASSERT_TRUE(before);
@@ -307,7 +311,7 @@ TEST(FoldQdq, ShiftedU8ActivationsAreExact) {
       int8Products += n->operand(0)->dtype() == DType::I8;
       int32Products += n->operand(0)->dtype() == DType::I32;
     }
-  EXPECT_EQ(int8Products, 2);  // the unpadded Conv and the MatMul
+  EXPECT_EQ(int8Products, 4);  // the unpadded Convs and the MatMuls (one a Gemm's form)
   EXPECT_EQ(int32Products, 1); // the padded Conv
   std::vector<int64_t> xs, as;
   for (int i = 0; i < 36; ++i)
@@ -319,10 +323,15 @@ TEST(FoldQdq, ShiftedU8ActivationsAreExact) {
   auto folded = interpret(*after, in), floating = interpret(*before, in);
   ASSERT_TRUE(bool(folded)) << llvm::toString(folded.takeError());
   ASSERT_TRUE(bool(floating)) << llvm::toString(floating.takeError());
-  for (const char *o : {"y", "p", "m"})
+  for (const char *o : {"y", "p", "m", "d", "t"})
     EXPECT_EQ(folded->at(o).toVector<double>(), floating->at(o).toVector<double>()) << o;
 }
 
+// fold-qdq on the symmetric INT8 form dlc quantize writes: Q(MaxPool(DQ)) with pads
+// (windows partly outside the input) moves int8, the convolution multiplies int8 as it
+// is (the int8 Conv, int32 sums), and the Gemm-like MatMul with no QuantizeLinear after
+// it dequantizes its int32 sums. Every output equals the float path's: the int8 path
+// is exact where the float one rounds nothing (the scales are powers of two).
 TEST(FoldQdq, SymmetricInt8ThroughMaxPoolConvAndMatMulIsExact) {
   const char *text = R"(graph @g(%xq: i8[1,2,3,3]) -> ("y": f32[1,4]) {
   %s = const f32[] dense<[0.25]>
