@@ -39,7 +39,12 @@ Bounds launchBounds(const GpuModel &g, const sass::KernelFacts *f, const LaunchS
   // when the loop reads more than its arithmetic accounts for.
   double iterations = 0;
   if (main) {
-    double fmaFlops = (2.0 * main->ffma + 4.0 * main->hfma2) * lanes;
+    // (An integer kernel on CUDA cores multiplies and adds with IMAD; its count also
+    // holds address arithmetic, so this errs towards more work per iteration, fewer
+    // iterations.)
+    double fmaFlops = (2.0 * main->ffma + 4.0 * main->hfma2 +
+                       (s.integer && !s.tensor ? 2.0 * classCount(*main, Class::IntMad) : 0.0)) *
+                      lanes;
     double perIterFlops = main->mmaFlops > 0 ? main->mmaFlops : fmaFlops;
     double perIterBytes = (main->globalLoadBytes + main->cpAsyncBytes) * lanes;
     if (perIterFlops > 0)

@@ -228,6 +228,50 @@ TEST(Sass, TheModelRanksAGoodKernelAboveABadOne) {
   EXPECT_NEAR(g.memory, 1e6 * 4.0 * (1 << 24) / (3350e9 * 0.84), 1e-9);
 }
 
+// An integer product on CUDA cores (one thread per output, K multiply-adds in a loop
+// whose trip count is a run-time argument): the model counts its main loop's IMADs as
+// the multiply-adds, so the K loop is priced K times over, not once (the bytes it
+// reads are few: its operands are reused from cache).
+const char *kIntDot = R"(
+extern "C" __global__ void dot(const signed char *a, const signed char *b, int *y, int m, int k,
+                               int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= m * n)
+    return;
+  const int row = i / n, col = i % n;
+  int acc = 0;
+  for (int p = 0; p < k; ++p)
+    acc += a[row * k + p] * b[p * n + col];
+  y[i] = acc;
+}
+)";
+
+TEST(Sass, IntegerMultiplyAddsSetTheLoopCount) {
+  auto facts = compile(kIntDot, "sm_90");
+  ASSERT_TRUE(facts.count("dot"));
+  const KernelFacts &f = facts.at("dot");
+  ASSERT_NE(f.main(), nullptr);
+  ASSERT_GE(f.main()->of(Class::IntMad), 1);
+  // 128 x 3072 outputs of K = 768 on H100: 0.6 G multiply-adds.
+  const codegen::GpuModel &h100 = *codegen::gpuModelNamed("H100");
+  codegen::LaunchShape s;
+  s.blocks = 128 * 3072 / 256;
+  s.threads = 256;
+  s.fill = 1;
+  s.bytesRead = 128.0 * 768 + 768.0 * 3072;
+  s.bytesWritten = 4.0 * 128 * 3072;
+  s.flops = 2.0 * 128 * 768 * 3072;
+  s.integer = true;
+  const codegen::Bounds b = codegen::launchBounds(h100, &f, s);
+  // At most 2 * IMADs * 32 multiply-adds a warp-iteration: at least this many issue
+  // cycles, at 4 instructions a cycle per SM.
+  const double perIter = 2.0 * f.main()->of(Class::IntMad) * 32;
+  const double floorUs =
+      1e6 * (s.flops / perIter) * f.main()->instructions / (4.0 * h100.sms * h100.clockHz);
+  EXPECT_GE(b.issue, 0.99 * floorUs);
+  EXPECT_GT(b.issue, 10.0); // (priced as one loop iteration per thread: under 1 us)
+}
+
 TEST(Sass, DamagedCubinsAreErrorsNotCrashes) {
   std::vector<uint8_t> image;
   auto facts = compile(kBadAndGood, "sm_80", &image);
