@@ -13,8 +13,9 @@
 // bias, where there is one, is int32 (its scale is sx * sw, as quantization tools
 // write it). A Relu between the product and the QuantizeLinear stays, on the int32
 // sums. The other DequantizeLinear users keep their float values. Symmetric int8
-// operands multiply as they are (INT8 tensor cores); u8 activations by symmetric int8
-// weights, where nothing is padded, as x - 128 with a corrected bias.
+// operands multiply as they are (INT8 tensor cores); u8 activations (and i8 ones with a
+// zero point) by symmetric int8 weights, where nothing is padded, as the int8 x - 128
+// (x) with a corrected bias.
 //===----------------------------------------------------------------------===//
 #include "dlc/ir/GradBuilder.h"
 #include "dlc/passes/Pass.h"
@@ -262,7 +263,10 @@ private:
           return false;
       return true;
     };
-    const bool shifted = !int8 && r.x->operand(0)->dtype() == DType::U8 &&
+    // (i8 activations with a nonzero zero point likewise, as they are: sum (x - zx) w =
+    // sum x w - zx sum_k w.)
+    const DType xt = r.x->operand(0)->dtype();
+    const bool shifted = !int8 && (xt == DType::U8 || xt == DType::I8) &&
                          (!r.x->operand(2) || oneValue(r.x->operand(2))) &&
                          r.w->operand(0)->dtype() == DType::I8 && zeroPoint0(r.w) &&
                          (r.conv ? unpadded() : r.w->operand(0)->rank() == 2);
@@ -272,7 +276,11 @@ private:
       wi = r.w->operand(0);
     } else if (shifted) {
       Value *w = r.w->operand(0);
-      xi = b.cast(b.sub(b.cast(r.x->operand(0), DType::I32), b.scalar(128, DType::I32)), DType::I8);
+      const int64_t offset = xt == DType::U8 ? 128 : 0; // x - offset is int8
+      xi = offset ? b.cast(b.sub(b.cast(r.x->operand(0), DType::I32),
+                                 b.scalar(static_cast<double>(offset), DType::I32)),
+                           DType::I8)
+                  : r.x->operand(0);
       wi = w;
       // sum_k w per output channel (a Conv's dims after 0; a MatMul's B's rows, its
       // columns transposed): summed here for constant weights (a large weight's
@@ -287,7 +295,7 @@ private:
                                                      channelSums(w->data(), r.conv || r.wt)))
                         : b.reduceSum(b.cast(w, DType::I32), axes, false);
       Value *zx = r.x->operand(2) ? b.cast(r.x->operand(2), DType::I32) : b.scalar(0, DType::I32);
-      Value *shift = b.sub(b.scalar(128, DType::I32), zx); // -(zx - 128)
+      Value *shift = b.sub(b.scalar(static_cast<double>(offset), DType::I32), zx); // offset - zx
       Value *correction = b.mul(wsum, b.reshape(shift, {}));
       bias = bias ? b.add(bias, correction) : correction;
     } else {

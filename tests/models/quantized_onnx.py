@@ -219,6 +219,11 @@ def _(m):
     mm = m.node("MatMul", [ad, bd], ["mm"])
     m.node("QuantizeLinear", [mm, m.const("ys", 0.05, np.float32), m.const("yz", 3, np.int8)], ["y"])
     m.output("y", np.int8, 3)
+    # i8 activations with a zero point (ONNX Runtime's quantizer with asymmetric QInt8).
+    i = m.input("i", m.rng.randint(-128, 128, (3, 24)).astype(np.int8))
+    idq = m.node("DequantizeLinear", [i, "as", m.const("iz", -7, np.int8)], ["idq"])
+    m.node("QuantizeLinear", [m.node("MatMul", [idq, bd], ["im"]), "ys", "yz"], ["yi"])
+    m.output("yi", np.int8, 2)
 
 
 @case("qdq_gemm", 13, fp16=True)

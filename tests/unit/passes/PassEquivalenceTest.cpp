@@ -264,12 +264,13 @@ TEST(FoldQdq, AQdqConvolutionComputesInIntegersAsOnnxRuntime) {
 
 // u8 activations with a zero point (ONNX Runtime's quantizer's default) by symmetric
 // int8 weights: unpadded convolutions (strided and grouped; 2x2 dilated), a MatMul and
-// a Gemm's form (B transposed) become int8 products of x - 128 with a corrected bias, a
-// padded convolution keeps the centered int32 form; every output equals the float path's over the
+// a Gemm's form (B transposed) become int8 products of x - 128 with a corrected bias
+// (and a MatMul of i8 activations with zero point -5, of x as it is), a padded
+// convolution keeps the centered int32 form; every output equals the float path's over the
 // whole u8 range (the scales powers of two: the float path rounds nothing).
 TEST(FoldQdq, ShiftedU8ActivationsAreExact) {
   const char *text =
-      R"(graph @g(%xq: u8[1,4,3,3], %aq: u8[3,6]) -> ("y": u8[1,4,2,2], "p": f32[1,4,5,5], "m": f32[3,2], "d": f32[1,2,1,1], "t": f32[3,2]) {
+      R"(graph @g(%xq: u8[1,4,3,3], %aq: u8[3,6], %iq: i8[3,6]) -> ("y": u8[1,4,2,2], "p": f32[1,4,5,5], "m": f32[3,2], "d": f32[1,2,1,1], "t": f32[3,2], "i": f32[3,2]) {
   %s = const f32[] dense<[0.25]>
   %z = const u8[] dense<[77]>
   %w = const i8[4,2,1,1] dense<[1, -2, 127, -128, 5, 6, -7, 8]>
@@ -298,7 +299,10 @@ TEST(FoldQdq, ShiftedU8ActivationsAreExact) {
   %vtd = DequantizeLinear(%vt, %vts) : f32[2,6]
   %tr = Transpose(%vtd) {perm = [1, 0]} : f32[6,2]
   %t = MatMul(%a, %tr) : f32[3,2]
-  return %y, %p, %m, %d, %t
+  %iz = const i8[] dense<[-5]>
+  %id = DequantizeLinear(%iq, %s, %iz) : f32[3,6]
+  %i = MatMul(%id, %vd) : f32[3,2]
+  return %y, %p, %m, %d, %t, %i
 })";
   auto before = test::parseIR(text);
   ASSERT_TRUE(before);
@@ -311,19 +315,23 @@ TEST(FoldQdq, ShiftedU8ActivationsAreExact) {
       int8Products += n->operand(0)->dtype() == DType::I8;
       int32Products += n->operand(0)->dtype() == DType::I32;
     }
-  EXPECT_EQ(int8Products, 4);  // the unpadded Convs and the MatMuls (one a Gemm's form)
+  EXPECT_EQ(int8Products, 5);  // the unpadded Convs and the MatMuls (a Gemm's form, i8's)
   EXPECT_EQ(int32Products, 1); // the padded Conv
   std::vector<int64_t> xs, as;
   for (int i = 0; i < 36; ++i)
     xs.push_back((i * 37 + 11) % 256);
   for (int i = 0; i < 18; ++i)
     as.push_back(i % 3 ? (i * 53) % 256 : 255 * (i % 2));
+  std::vector<int64_t> is;
+  for (int64_t v : as)
+    is.push_back(v - 128);
   TensorMap in{{"xq", Tensor::fromVector(TensorType(DType::U8, {1, 4, 3, 3}), xs)},
-               {"aq", Tensor::fromVector(TensorType(DType::U8, {3, 6}), as)}};
+               {"aq", Tensor::fromVector(TensorType(DType::U8, {3, 6}), as)},
+               {"iq", Tensor::fromVector(TensorType(DType::I8, {3, 6}), is)}};
   auto folded = interpret(*after, in), floating = interpret(*before, in);
   ASSERT_TRUE(bool(folded)) << llvm::toString(folded.takeError());
   ASSERT_TRUE(bool(floating)) << llvm::toString(floating.takeError());
-  for (const char *o : {"y", "p", "m", "d", "t"})
+  for (const char *o : {"y", "p", "m", "d", "t", "i"})
     EXPECT_EQ(folded->at(o).toVector<double>(), floating->at(o).toVector<double>()) << o;
 }
 
