@@ -250,21 +250,19 @@ private:
     };
     const bool int8 = r.x->operand(0)->dtype() == DType::I8 &&
                       r.w->operand(0)->dtype() == DType::I8 && zeroPoint0(r.x) && zeroPoint0(r.w);
-    // u8 activations with a zero point zx (ONNX Runtime's quantizer's default) by
-    // symmetric int8 weights, where the product takes no padding (a MatMul, a
-    // convolution without pads): x - 128 is int8, and sum (x - zx) w = sum (x - 128) w -
-    // (zx - 128) sum_k w, the int8 product plus a per-channel int32 correction (a
-    // constant where zx is), so that it too runs on INT8 tensor cores. (A padded
-    // position would count -(zx - 128) w where x - zx is 0.)
-    // (The importer resolves auto_pad into pads.)
+    // u8 activations with a zero point zx (ONNX Runtime's quantizer's default), or i8
+    // ones with a nonzero zx, by symmetric int8 weights, where the product takes no
+    // padding (a MatMul, a convolution without pads; the importer resolves auto_pad):
+    // with offset 128 for u8 (0 for i8), x - offset is int8, and sum (x - zx) w =
+    // sum (x - offset) w + (offset - zx) sum_k w, the int8 product plus a per-channel
+    // int32 correction, so that it too runs on INT8 tensor cores. (A padded position
+    // would count (offset - zx) w where x - zx is 0.)
     auto unpadded = [&] {
       for (int64_t p : r.p->attrInts("pads"))
         if (p != 0)
           return false;
       return true;
     };
-    // (i8 activations with a nonzero zero point likewise, as they are: sum (x - zx) w =
-    // sum x w - zx sum_k w.)
     const DType xt = r.x->operand(0)->dtype();
     const bool shifted = !int8 && (xt == DType::U8 || xt == DType::I8) &&
                          (!r.x->operand(2) || oneValue(r.x->operand(2))) &&
@@ -276,24 +274,29 @@ private:
       wi = r.w->operand(0);
     } else if (shifted) {
       Value *w = r.w->operand(0);
-      const int64_t offset = xt == DType::U8 ? 128 : 0; // x - offset is int8
+      const int64_t offset = xt == DType::U8 ? 128 : 0;
       xi = offset ? b.cast(b.sub(b.cast(r.x->operand(0), DType::I32),
                                  b.scalar(static_cast<double>(offset), DType::I32)),
                            DType::I8)
                   : r.x->operand(0);
       wi = w;
-      // sum_k w per output channel (a Conv's dims after 0; a MatMul's B's rows, its
-      // columns transposed): summed here for constant weights (a large weight's
+      // sum_k w per output channel (a Conv's dims after 0; B's rows, or its columns
+      // where it is transposed): summed here for constant weights (a large weight's
       // ReduceSum would not fold), else by a ReduceSum.
-      std::vector<int64_t> axes;
-      for (int64_t d = r.conv ? 1 : 0; d < w->rank(); ++d)
-        if (r.conv || d == (r.wt ? 1 : w->rank() - 2))
-          axes.push_back(d);
-      Value *wsum = w->isConstant()
-                        ? b.graph().addConstant(
-                              "", Tensor::fromVector(TensorType(DType::I32, {r.channels}),
-                                                     channelSums(w->data(), r.conv || r.wt)))
-                        : b.reduceSum(b.cast(w, DType::I32), axes, false);
+      Value *wsum = nullptr;
+      if (w->isConstant()) {
+        wsum =
+            b.graph().addConstant("", Tensor::fromVector(TensorType(DType::I32, {r.channels}),
+                                                         channelSums(w->data(), r.conv || r.wt)));
+      } else {
+        std::vector<int64_t> axes = {r.wt ? 1 : 0}; // (B is rank 2)
+        if (r.conv) {
+          axes.clear();
+          for (int64_t d = 1; d < w->rank(); ++d)
+            axes.push_back(d);
+        }
+        wsum = b.reduceSum(b.cast(w, DType::I32), axes, false);
+      }
       Value *zx = r.x->operand(2) ? b.cast(r.x->operand(2), DType::I32) : b.scalar(0, DType::I32);
       Value *shift = b.sub(b.scalar(static_cast<double>(offset), DType::I32), zx); // offset - zx
       Value *correction = b.mul(wsum, b.reshape(shift, {}));

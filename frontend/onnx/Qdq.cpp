@@ -569,6 +569,15 @@ llvm::Expected<std::string> writeQdqModel(llvm::StringRef modelBytes, const std:
   // Whether a tensor reaches nothing but quantized layers (directly, or through data
   // movement): only then may a movement op's input be quantized in its place.
   std::map<std::string, bool> onlyQuantized;
+  // Whether every data input of `m` (sharedInputs) takes the scale of `root`: only then
+  // does `m` move INT8 (a Concat with an input at another scale stays float).
+  auto sharesScale = [&](const onnx::NodeProto &m, const std::string &root) {
+    const std::vector<int> shared = sharedInputs(m);
+    return !shared.empty() && std::all_of(shared.begin(), shared.end(), [&](int k) {
+      auto r = plan.scaleOf.find(m.input(k));
+      return r != plan.scaleOf.end() && r->second == root;
+    });
+  };
   std::function<bool(const std::string &, int)> reachesOnlyLayers = [&](const std::string &t,
                                                                         int depth) {
     if (auto it = onlyQuantized.find(t); it != onlyQuantized.end())
@@ -581,19 +590,13 @@ llvm::Expected<std::string> writeQdqModel(llvm::StringRef modelBytes, const std:
       if (sl != selected.end() &&
           std::count(sl->second->activations.begin(), sl->second->activations.end(), t))
         continue;
-      // (A Concat moves INT8 only where all its inputs share one scale: else it stays
-      // float, and its inputs are not quantized for it.)
+      // (A Concat whose inputs do not share t's scale stays float: its inputs are not
+      // quantized for it.)
       const onnx::NodeProto &r = g.node(ni);
       const std::vector<int> shared = sharedInputs(r);
       auto root = plan.scaleOf.find(t);
       ok = std::count(shared.begin(), shared.end(), k) &&
-           (!concatenates(r) ||
-            (root != plan.scaleOf.end() && std::all_of(shared.begin(), shared.end(),
-                                                       [&](int j) {
-                                                         auto o = plan.scaleOf.find(r.input(j));
-                                                         return o != plan.scaleOf.end() &&
-                                                                o->second == root->second;
-                                                       }))) &&
+           (!concatenates(r) || (root != plan.scaleOf.end() && sharesScale(r, root->second))) &&
            reachesOnlyLayers(r.output(0), depth + 1);
     }
     return onlyQuantized[t] = ok;
@@ -619,14 +622,9 @@ llvm::Expected<std::string> writeQdqModel(llvm::StringRef modelBytes, const std:
         if (p == gi.producer.end() || !seen.insert(p->second).second || !reachesOnlyLayers(t, 0))
           continue;
         const onnx::NodeProto &m = g.node(p->second);
-        const std::vector<int> shared = sharedInputs(m);
-        const bool all = !shared.empty() && std::all_of(shared.begin(), shared.end(), [&](int k) {
-          auto r = plan.scaleOf.find(m.input(k));
-          return r != plan.scaleOf.end() && r->second == root;
-        });
-        if (!all)
+        if (!sharesScale(m, root))
           continue;
-        for (int k : shared) {
+        for (int k : sharedInputs(m)) {
           redirect[{p->second, k}] = quantizeActivation(m.input(k));
           todo.push_back(m.input(k));
         }

@@ -32,6 +32,10 @@ inline HandlerEntry contribEntry(const char *op, Handler h, int minInputs) {
 /// Sets output 0 to the value, or returns its error.
 llvm::Error single(NodeImporter &ni, llvm::Expected<ir::Value *> v);
 
+/// A quantized (u8 or i8) value minus its zero point (of its type; null: none) in
+/// int32 (QuantHandlers.cpp).
+llvm::Expected<ir::Value *> centered(NodeImporter &ni, ir::Value *v, ir::Value *zp);
+
 /// Unwraps an Expected into `var` or returns its error from the enclosing function.
 #define DLC_TRY(var, expr)                                                                         \
   auto var##OrErr = (expr);                                                                        \

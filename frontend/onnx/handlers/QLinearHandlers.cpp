@@ -147,14 +147,10 @@ llvm::Error importQLinearMul(NodeImporter &ni) {
   if (auto e = checkBinary(ni))
     return e;
   const DType t = ni.input(0)->dtype();
-  auto centered = [&](size_t i, const char *what) -> llvm::Expected<Value *> {
-    DLC_TRY(z, zeroPoint(ni, ni.input(i + 2), t, what));
-    DLC_TRY(wide, cast(ni, ni.input(i), "i32"));
-    DLC_TRY(zw, cast(ni, z, "i32"));
-    return ni.op(OpKind::Sub, {wide, zw});
-  };
-  DLC_TRY(ac, centered(0, "A_zero_point"));
-  DLC_TRY(bc, centered(3, "B_zero_point"));
+  DLC_TRY(za, zeroPoint(ni, ni.input(2), t, "A_zero_point"));
+  DLC_TRY(zb, zeroPoint(ni, ni.input(5), t, "B_zero_point"));
+  DLC_TRY(ac, centered(ni, ni.input(0), za));
+  DLC_TRY(bc, centered(ni, ni.input(3), zb));
   DLC_TRY(prod, ni.op(OpKind::Mul, {ac, bc}));
   DLC_TRY(pf, cast(ni, prod, "f32"));
   DLC_TRY(sa, scaleInput(ni, 1, "A_scale"));

@@ -182,22 +182,6 @@ llvm::Error importDynamicQuantizeLinear(NodeImporter &ni) {
   return llvm::Error::success();
 }
 
-/// v - zero point in int32 (v alone when there is no zero point).
-llvm::Expected<Value *> centered(NodeImporter &ni, Value *v, Value *zp) {
-  if (!quantizedType(v->dtype()))
-    return ni.unsupported(std::string("integer products of ") + std::string(dtypeName(v->dtype())) +
-                          " (u8 and i8 are)");
-  AttrMap toI32{{"to", Attribute(std::string("i32"))}};
-  DLC_TRY(wide, ni.op(OpKind::Cast, {v}, toI32));
-  if (!zp)
-    return wide;
-  if (zp->dtype() != v->dtype())
-    return ni.error(std::string("the zero point is ") + std::string(dtypeName(zp->dtype())) +
-                    ", its operand " + std::string(dtypeName(v->dtype())));
-  DLC_TRY(z, ni.op(OpKind::Cast, {zp}, toI32));
-  return ni.op(OpKind::Sub, {wide, z});
-}
-
 /// The int32 sums of a quantized convolution: Conv(x - x_zp, w - w_zp [, bias]), w's
 /// zero point per output channel or one.
 llvm::Expected<Value *> integerConv(NodeImporter &ni, Value *x, Value *xzp, Value *w, Value *wzp,
@@ -353,6 +337,21 @@ llvm::Error importMatMulNBits(NodeImporter &ni) {
 }
 
 } // namespace
+
+llvm::Expected<Value *> centered(NodeImporter &ni, Value *v, Value *zp) {
+  if (!quantizedType(v->dtype()))
+    return ni.unsupported(std::string("integer products of ") + std::string(dtypeName(v->dtype())) +
+                          " (u8 and i8 are)");
+  AttrMap toI32{{"to", Attribute(std::string("i32"))}};
+  DLC_TRY(wide, ni.op(OpKind::Cast, {v}, toI32));
+  if (!zp)
+    return wide;
+  if (zp->dtype() != v->dtype())
+    return ni.error(std::string("the zero point is ") + std::string(dtypeName(zp->dtype())) +
+                    ", its operand " + std::string(dtypeName(v->dtype())));
+  DLC_TRY(z, ni.op(OpKind::Cast, {zp}, toI32));
+  return ni.op(OpKind::Sub, {wide, z});
+}
 
 void registerQuantHandlers(std::vector<HandlerEntry> &t) {
   t.push_back({"QuantizeLinear", 10, kMaxOpset, importQuantizeLinear, "", 2});
