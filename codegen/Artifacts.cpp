@@ -112,6 +112,8 @@ const char *cType(pkg::DType t) {
     return "int8_t";
   case pkg::DType::U8:
   case pkg::DType::Bool:
+  case pkg::DType::F8E4M3:
+  case pkg::DType::F8E5M2:
     return "uint8_t";
   case pkg::DType::U32:
     return "uint32_t";

@@ -45,6 +45,10 @@ const char *cudaType(DType t) {
     return "unsigned long long";
   case DType::Bool:
     return "bool";
+  case DType::F8E4M3:
+    return "dlc::f8e4m3";
+  case DType::F8E5M2:
+    return "dlc::f8e5m2";
   }
   return "?";
 }
@@ -52,7 +56,7 @@ const char *cudaType(DType t) {
 const char *computeType(DType t) {
   if (t == DType::F64)
     return "double";
-  if (isFloat(t))
+  if (isFloat(t) || isFloat8(t))
     return "float";
   if (isSignedInt(t))
     return "long long";

@@ -22,6 +22,8 @@ size_t dtypeSize(DType t) {
   case DType::I8:
   case DType::U8:
   case DType::Bool:
+  case DType::F8E4M3:
+  case DType::F8E5M2:
     return 1;
   }
   return 0;
@@ -55,6 +57,10 @@ std::string_view dtypeName(DType t) {
     return "u64";
   case DType::Bool:
     return "bool";
+  case DType::F8E4M3:
+    return "f8e4m3";
+  case DType::F8E5M2:
+    return "f8e5m2";
   }
   return "?";
 }
@@ -83,6 +89,10 @@ int precisionBits(DType t) {
 bool castIsExact(DType from, DType to) {
   if (from == to || from == DType::Bool)
     return true;
+  if (isFloat8(from)) // every float8 value is an FP16 and a BF16 value
+    return isFloat(to);
+  if (isFloat8(to))
+    return false;
   if (isFloat(from)) // float -> float widening only (F16 and BF16 do not contain each other)
     return isFloat(to) && (to == DType::F64 || (to == DType::F32 && from != DType::F64));
   if (isFloat(to))

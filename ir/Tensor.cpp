@@ -168,6 +168,9 @@ template <class CT> CT loadElement(DType dt, const void *base, int64_t i) {
     return static_cast<CT>(rd<uint64_t>(base, i));
   case DType::Bool:
     return static_cast<CT>(rd<uint8_t>(base, i) != 0);
+  case DType::F8E4M3:
+  case DType::F8E5M2:
+    return static_cast<CT>(f8ToFloat(rd<uint8_t>(base, i), dt == DType::F8E5M2));
   }
   return CT{};
 }
@@ -212,6 +215,10 @@ template <class CT> void storeElement(DType dt, void *base, int64_t i, CT v) {
     return;
   case DType::Bool:
     wr<uint8_t>(base, i, static_cast<uint8_t>(v != CT(0)));
+    return;
+  case DType::F8E4M3:
+  case DType::F8E5M2:
+    wr<uint8_t>(base, i, floatToF8(static_cast<float>(v), dt == DType::F8E5M2));
     return;
   }
 }

@@ -243,6 +243,8 @@ size_t dtypeSize(DType t) {
   case DType::I8:
   case DType::U8:
   case DType::Bool:
+  case DType::F8E4M3:
+  case DType::F8E5M2:
     return 1;
   }
   return 0;
@@ -257,8 +259,8 @@ uint64_t tensorBytes(const TensorInfo &t) {
 }
 
 const char *dtypeName(DType t) {
-  static const char *names[] = {"f32", "f16", "bf16", "f64", "i64", "i32", "i16",
-                                "i8",  "u8",  "u16",  "u32", "u64", "bool"};
+  static const char *names[] = {"f32", "f16", "bf16", "f64", "i64",  "i32",    "i16",   "i8",
+                                "u8",  "u16", "u32",  "u64", "bool", "f8e4m3", "f8e5m2"};
   auto i = static_cast<size_t>(t);
   return i < sizeof(names) / sizeof(names[0]) ? names[i] : "?";
 }

@@ -40,6 +40,9 @@ double HostTensor::element(int64_t i) const {
   case pkg::DType::U8:
   case pkg::DType::Bool:
     return rd(uint8_t{});
+  case pkg::DType::F8E4M3:
+  case pkg::DType::F8E5M2:
+    return f8ToFloat(p[i], dtype == pkg::DType::F8E5M2);
   case pkg::DType::U16:
     return rd(uint16_t{});
   case pkg::DType::U32:

@@ -117,6 +117,89 @@ template <> struct Cvt<__nv_bfloat16, __half> {
   }
 };
 
+/// float8 storage types (ONNX's float8e4m3fn and float8e5m2): a byte of bits, converted
+/// through FP32. To float8: rounded to nearest even, saturated to the largest finite
+/// value (448, 57344) as ONNX's saturate=1, NaN as 0x7f. The same arithmetic on every
+/// architecture and on emu (Half.h's host conversion reaches the same bits from the
+/// value instead).
+struct f8e4m3 {
+  unsigned char bits;
+};
+struct f8e5m2 {
+  unsigned char bits;
+};
+/// Float8 bits of f with M mantissa bits and exponent bias B, largest finite bits
+/// `maxBits` (as an FP32 bit pattern, `maxF32`).
+template <int M, int B>
+DLC_HD unsigned char floatToF8Bits(float f, unsigned maxF32, unsigned char maxBits) {
+  const unsigned u = __float_as_uint(f), a = u & 0x7fffffffu;
+  const unsigned char sign = static_cast<unsigned char>((u >> 24) & 0x80u);
+  if (a > 0x7f800000u) // NaN
+    return static_cast<unsigned char>(sign | 0x7fu);
+  if (a >= maxF32) // at or beyond the largest finite value, infinity included
+    return static_cast<unsigned char>(sign | maxBits);
+  if (a < static_cast<unsigned>(128 - B) << 23) {
+    // Below the smallest normal 2^(1-B): add 2^(1-B+23-M... ) so that the FP32 add
+    // rounds to a multiple of the smallest subnormal 2^(1-B-M), nearest even; the
+    // difference of the bits counts them (2^M of them is the smallest normal).
+    const float magic = __uint_as_float(static_cast<unsigned>(128 - B + 23 - M) << 23);
+    return static_cast<unsigned char>(
+        sign | (__float_as_uint(__uint_as_float(a) + magic) - __float_as_uint(magic)));
+  }
+  // Normal: rebias the exponent and round the mantissa to M bits, nearest even.
+  const unsigned odd = (a >> (23 - M)) & 1u;
+  const unsigned r = a - (static_cast<unsigned>(127 - B) << 23) + (1u << (22 - M)) - 1u + odd;
+  return static_cast<unsigned char>(sign | (r >> (23 - M)));
+}
+/// The value of float8 bits with M mantissa bits, bias B; e4m3fn has no infinity and
+/// one NaN (S.1111.111), e5m2 IEEE's (S.11111.xx).
+template <int M, int B, bool IEEE> DLC_HD float f8BitsToFloat(unsigned char b) {
+  const unsigned sign = static_cast<unsigned>(b & 0x80u) << 24, e = (b & 0x7fu) >> M,
+                 m = b & ((1u << M) - 1u);
+  if (IEEE ? e == (1u << (7 - M)) - 1u : (b & 0x7fu) == 0x7fu)
+    return __uint_as_float(sign | 0x7f800000u | (IEEE && m == 0 ? 0u : 0x400000u));
+  if (e == 0) // subnormal: m * 2^(1-B-M), exact in FP32
+    return __uint_as_float(
+        sign | __float_as_uint(static_cast<float>(m) * __uint_as_float((128u - B - M) << 23)));
+  return __uint_as_float(sign | ((e + 127u - B) << 23) | (m << (23 - M)));
+}
+template <class From> struct Cvt<f8e4m3, From> {
+  static __device__ __forceinline__ f8e4m3 run(From v) {
+    return f8e4m3{floatToF8Bits<3, 7>(Cvt<float, From>::run(v), 0x43e00000u, 0x7e)};
+  }
+};
+template <class From> struct Cvt<f8e5m2, From> {
+  static __device__ __forceinline__ f8e5m2 run(From v) {
+    return f8e5m2{floatToF8Bits<2, 15>(Cvt<float, From>::run(v), 0x47600000u, 0x7b)};
+  }
+};
+template <class To> struct Cvt<To, f8e4m3> {
+  static __device__ __forceinline__ To run(f8e4m3 v) {
+    return Cvt<To, float>::run(f8BitsToFloat<3, 7, false>(v.bits));
+  }
+};
+template <class To> struct Cvt<To, f8e5m2> {
+  static __device__ __forceinline__ To run(f8e5m2 v) {
+    return Cvt<To, float>::run(f8BitsToFloat<2, 15, true>(v.bits));
+  }
+};
+template <> struct Cvt<f8e4m3, f8e4m3> {
+  static __device__ __forceinline__ f8e4m3 run(f8e4m3 v) { return v; }
+};
+template <> struct Cvt<f8e5m2, f8e5m2> {
+  static __device__ __forceinline__ f8e5m2 run(f8e5m2 v) { return v; }
+};
+template <> struct Cvt<f8e4m3, f8e5m2> {
+  static __device__ __forceinline__ f8e4m3 run(f8e5m2 v) {
+    return Cvt<f8e4m3, float>::run(Cvt<float, f8e5m2>::run(v));
+  }
+};
+template <> struct Cvt<f8e5m2, f8e4m3> {
+  static __device__ __forceinline__ f8e5m2 run(f8e4m3 v) {
+    return Cvt<f8e5m2, float>::run(Cvt<float, f8e4m3>::run(v));
+  }
+};
+
 template <class To, class From> __device__ __forceinline__ To cvt(From v) {
   return Cvt<To, From>::run(v);
 }
@@ -305,7 +388,16 @@ template <class T> __device__ __forceinline__ T imodTrunc(T a, T b) {
 }
 
 // Helpers named by the element-wise expression templates of the op table.
-enum { attr_none = 0, attr_tanh = 1, attr_LEFT = 2, attr_RIGHT = 3, attr_u8 = 4, attr_i8 = 5 };
+enum {
+  attr_none = 0,
+  attr_tanh = 1,
+  attr_LEFT = 2,
+  attr_RIGHT = 3,
+  attr_u8 = 4,
+  attr_i8 = 5,
+  attr_f8e4m3 = 6,
+  attr_f8e5m2 = 7
+};
 struct None {};
 template <class T> __device__ __forceinline__ T stdmin(T a, T b) {
   return (b < a) ? b : a;
@@ -364,24 +456,31 @@ template <class T> __device__ __forceinline__ T clip_(T x, None, T hi) {
 template <class T> __device__ __forceinline__ T clip_(T x, T lo, T hi) {
   return x < lo ? lo : (x > hi ? hi : x);
 }
-/// QuantizeLinear (ir/ops/Elementwise.cpp has the reference): round(x / scale), or
+/// QuantizeLinear (ir/ops/Quantize.cpp has the reference): round(x / scale), or
 /// round(x * scale) with `multiply` (a requantization), half to even, plus the zero
 /// point, saturated to the range of `to` (u8 or i8; NaN gives its lowest value), in
-/// FP32 as ONNX Runtime computes it.
+/// FP32 as ONNX Runtime computes it. To float8 (zero point 0), x / scale as it is: the
+/// store to the float8 result rounds and saturates it (Cvt<f8e4m3>).
 template <class X, class S, class Z>
 __device__ __forceinline__ float quantize_(X x, S scale, Z zp, int to, int multiply) {
-  const float lo = to == attr_u8 ? 0.0f : -128.0f, hi = to == attr_u8 ? 255.0f : 127.0f;
   const float xf = static_cast<float>(x), sf = static_cast<float>(scale);
-  const float v = rint_(multiply ? xf * sf : xf / sf) + static_cast<float>(zp);
+  const float r = multiply ? xf * sf : xf / sf;
+  if (to == attr_f8e4m3 || to == attr_f8e5m2)
+    return r;
+  const float lo = to == attr_u8 ? 0.0f : -128.0f, hi = to == attr_u8 ? 255.0f : 127.0f;
+  const float v = rint_(r) + static_cast<float>(zp);
   return v >= lo ? (v <= hi ? v : hi) : lo;
 }
 template <class X, class S>
 __device__ __forceinline__ float quantize_(X x, S scale, None, int to, int multiply) {
   return quantize_(x, scale, 0, to, multiply);
 }
-/// DequantizeLinear: (x - zero point) in integers, then times the scale in FP32.
+/// DequantizeLinear: (x - zero point) in integers, then times the scale in FP32. A
+/// float8 x arrives as its FP32 value (its compute type; no zero point).
 template <class X, class S, class Z>
 __device__ __forceinline__ float dequantize_(X x, S scale, Z zp) {
+  if (IsFloating<X>::value)
+    return static_cast<float>(x) * static_cast<float>(scale);
   return static_cast<float>(static_cast<long long>(x) - static_cast<long long>(zp)) *
          static_cast<float>(scale);
 }

@@ -309,6 +309,10 @@ llvm::Expected<TensorType> valueType(const onnx::ValueInfoProto &vi, const Impor
   if (!dt)
     return errorf("input '{0}' has unsupported element type {1}", name,
                   onnxTypeName(tt.elem_type()));
+  if (isFloat8(*dt))
+    return errorf("input '{0}' is {1}: float8 graph inputs are not supported (float8 values "
+                  "inside the graph are: QuantizeLinear, DequantizeLinear, Cast, constants)",
+                  name, onnxTypeName(tt.elem_type()));
   auto override = opts.inputShapes.find(name);
   if (override != opts.inputShapes.end()) {
     if (tt.has_shape() && tt.shape().dim_size() != static_cast<int>(override->second.size()))
@@ -674,6 +678,10 @@ llvm::Expected<ImportResult> importOnnxBytes(llvm::StringRef bytes, const std::s
       return errorf("{0}: graph output '{1}' is not produced by any node", file, out.name());
     if (auto e = checkOutputType(out, v))
       return errorf("{0}: {1}", file, llvm::toString(std::move(e)));
+    if (isFloat8(v->dtype()))
+      return errorf("{0}: output '{1}' is {2}: float8 graph outputs are not supported (float8 "
+                    "values inside the graph are; dequantize the output)",
+                    file, out.name(), dtypeName(v->dtype()));
     g->addOutput(out.name(), v);
   }
   for (const auto &[name, v] : imp.guards())

@@ -12,6 +12,11 @@ namespace dlc::frontend {
 
 using ir::DType;
 
+namespace {
+/// Element types of IR 9-10, newer than the ONNX library's enum.
+constexpr int32_t kOnnxFloat8E4M3FN = 17, kOnnxFloat8E5M2 = 19, kOnnxUint4 = 21, kOnnxInt4 = 22;
+} // namespace
+
 std::optional<DType> dtypeFromOnnx(int32_t e) {
   switch (e) {
   case onnx::TensorProto::FLOAT:
@@ -40,13 +45,17 @@ std::optional<DType> dtypeFromOnnx(int32_t e) {
     return DType::U64;
   case onnx::TensorProto::BFLOAT16:
     return DType::BF16;
+  case kOnnxFloat8E4M3FN:
+    return DType::F8E4M3;
+  case kOnnxFloat8E5M2:
+    return DType::F8E5M2;
   default:
     return std::nullopt;
   }
 }
 
 int32_t dtypeToOnnx(DType t) {
-  for (int32_t e = 1; e <= 16; ++e)
+  for (int32_t e = 1; e <= kOnnxFloat8E5M2; ++e)
     if (dtypeFromOnnx(e) == t)
       return e;
   return 0;
@@ -69,8 +78,6 @@ bool knownOnnxType(int32_t e) {
 }
 
 namespace {
-
-constexpr int32_t kOnnxUint4 = 21, kOnnxInt4 = 22;
 
 /// An INT4 or UINT4 constant (4-bit QDQ weights, IR 10) as i8 or u8 values: two to a
 /// byte, the first in the low nibble, in raw_data or one byte per int32_data entry.
@@ -188,6 +195,13 @@ llvm::Expected<ir::Tensor> tensorFromOnnx(const onnx::TensorProto &t, ExternalDa
       uint16_t bits = static_cast<uint16_t>(t.int32_data(i));
       std::memcpy(static_cast<char *>(p) + 2 * i, &bits, 2);
     }
+    break;
+  case kOnnxFloat8E4M3FN:
+  case kOnnxFloat8E5M2: // and the 8-bit patterns of float8
+    if (t.int32_data_size() != *n)
+      return sizeError(t.int32_data_size());
+    for (int64_t i = 0; i < *n; ++i)
+      static_cast<uint8_t *>(p)[i] = static_cast<uint8_t>(t.int32_data(i));
     break;
   default: // INT32, INT16, INT8, UINT16, UINT8, BOOL in int32_data
     if (t.int32_data_size() != *n)

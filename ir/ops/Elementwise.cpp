@@ -411,9 +411,10 @@ llvm::Error refCast(const Node &, const Inputs &in, Outputs &out) {
   void *dst = out[0].mutableRaw();
   // Convert through the widest type that represents the source exactly.
   for (int64_t i = 0; i < n; ++i) {
-    if (isFloat(from)) {
+    if (isFloat(from) || isFloat8(from)) {
       double v = loadElement<double>(from, in[0]->raw(), i);
-      if (to == DType::F16 || to == DType::BF16) // round once, from float32 when the source is
+      if (to == DType::F16 || to == DType::BF16 ||
+          isFloat8(to)) // round once, from float32 when the source is
         storeElement<float>(to, dst, i, static_cast<float>(v));
       else
         storeElement<double>(to, dst, i, v);

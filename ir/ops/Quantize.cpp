@@ -1,10 +1,11 @@
 //===- Quantize.cpp - QuantizeLinear and DequantizeLinear -------------------===//
 //
 // ONNX's quantization ops, element-wise in the Elementwise family, per tensor or per
-// axis: the importer gives a per-axis scale and zero point the shape that broadcasts
-// along the axis. MulAdd is FP32's fused multiply-add, one rounding, as ONNX Runtime's
-// QLinearAdd kernel requantizes with it. matMulNBitsWeights dequantizes the packed
-// weights of MatMulNBits (Linalg.cpp) for its reference and for the importer.
+// axis, to and from u8/i8 (with a zero point) and float8 e4m3fn/e5m2 (without, as
+// quantization tools write them: its zero point is 0): the importer gives a per-axis scale and zero
+// point the shape that broadcasts along the axis. MulAdd is FP32's fused multiply-add, one
+// rounding, as ONNX Runtime's QLinearAdd kernel requantizes with it. matMulNBitsWeights dequantizes
+// the packed weights of MatMulNBits (Linalg.cpp) for its reference and for the importer.
 //===----------------------------------------------------------------------===//
 #include "OpUtils.h"
 #include "dlc/ir/OpHelpers.h"
@@ -15,9 +16,9 @@ namespace dlc::ir {
 namespace {
 using namespace ops;
 
-/// The quantized types.
+/// The quantized types: integers with a zero point, float8 without one.
 bool quantizedType(DType t) {
-  return t == DType::U8 || t == DType::I8;
+  return t == DType::U8 || t == DType::I8 || isFloat8(t);
 }
 
 /// The scale and zero point broadcast to operand 0's shape (per tensor, or along an
@@ -35,12 +36,15 @@ llvm::Error scaleBroadcastsToInput(const Node &n) {
 llvm::Error verifyQuantizeLinear(const Node &n) {
   auto to = parseDType(n.attrString("to"));
   if (!to || !quantizedType(*to))
-    return errorf("attribute 'to' must be u8 or i8, got \"{0}\"", n.attrString("to"));
+    return errorf("attribute 'to' must be u8, i8, f8e4m3 or f8e5m2, got \"{0}\"",
+                  n.attrString("to"));
   if (auto e = requireType(n, 0, kFloat))
     return e;
   if (auto e = requireType(n, 1, kFloat))
     return e;
   if (const Value *zp = n.operand(2)) {
+    if (isFloat8(*to))
+      return errorf("a float8 result has no zero point");
     if (zp->dtype() != *to)
       return errorf("the zero point is {0}, the result {1}", dtypeName(zp->dtype()),
                     dtypeName(*to));
@@ -54,9 +58,20 @@ InferResult inferQuantizeLinear(const Node &n) {
 
 /// saturate(round_half_even(x / scale) + zero_point), or x * scale with `multiply` (a
 /// requantization: the scale is ONNX Runtime's multiplier), in FP32 as ONNX Runtime
-/// computes it; NaN gives the lowest value.
+/// computes it; NaN gives the lowest value. To float8: x / scale, rounded to nearest
+/// even and saturated as the float8 result stores it (Half.h: floatToF8).
 llvm::Error refQuantizeLinear(const Node &n, const Inputs &in, Outputs &out) {
   const bool multiply = n.attrInt("multiply") != 0;
+  if (isFloat8(out[0].dtype())) {
+    auto x = in[0]->toVector<float>(), s = in[1]->toVector<float>();
+    BroadcastIndex is(in[1]->shape(), out[0].shape());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float sc = s[static_cast<size_t>(is(static_cast<int64_t>(i)))];
+      x[i] = multiply ? x[i] * sc : x[i] / sc;
+    }
+    out[0] = Tensor::fromVector(out[0].type(), x);
+    return ok();
+  }
   const bool u8 = out[0].dtype() == DType::U8;
   const float lo = u8 ? 0.0f : -128.0f, hi = u8 ? 255.0f : 127.0f;
   const Shape &os = out[0].shape();
@@ -77,9 +92,11 @@ llvm::Error refQuantizeLinear(const Node &n, const Inputs &in, Outputs &out) {
 llvm::Error verifyDequantizeLinear(const Node &n) {
   const DType t = n.operand(0)->dtype();
   if (!quantizedType(t) && t != DType::I32)
-    return errorf("operand 0 must be u8, i8 or i32, got {0}", dtypeName(t));
+    return errorf("operand 0 must be u8, i8, i32, f8e4m3 or f8e5m2, got {0}", dtypeName(t));
   if (auto e = requireType(n, 1, kFloat))
     return e;
+  if (n.operand(2) && isFloat8(t))
+    return errorf("a float8 operand has no zero point");
   if (n.operand(2))
     if (auto e = requireSameType(n, 0, 2))
       return e;
@@ -90,9 +107,18 @@ InferResult inferDequantizeLinear(const Node &n) {
   return TypeList{{n.operand(1)->dtype(), n.operand(0)->shape()}};
 }
 
-/// (x - zero_point) in integers, times the scale in FP32, rounded once to the result.
+/// (x - zero_point) in integers, times the scale in FP32, rounded once to the result;
+/// a float8 x's value times the scale.
 llvm::Error refDequantizeLinear(const Node &, const Inputs &in, Outputs &out) {
   const Shape &os = out[0].shape();
+  if (isFloat8(in[0]->dtype())) {
+    auto x = in[0]->toVector<float>(), s = in[1]->toVector<float>();
+    BroadcastIndex is(in[1]->shape(), os);
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] *= s[static_cast<size_t>(is(static_cast<int64_t>(i)))];
+    out[0] = Tensor::fromVector(out[0].type(), x);
+    return ok();
+  }
   auto x = in[0]->toVector<int64_t>();
   auto s = in[1]->toVector<float>();
   std::vector<int64_t> zp =

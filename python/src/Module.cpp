@@ -83,6 +83,9 @@ py::dtype numpyType(pkg::DType d) {
     return py::dtype("uint64");
   case pkg::DType::Bool:
     return py::dtype("bool");
+  case pkg::DType::F8E4M3:
+  case pkg::DType::F8E5M2:
+    return py::dtype("uint8"); // bit patterns (never a model's input or output)
   }
   throw py::value_error("unknown dtype");
 }

@@ -16,7 +16,8 @@ pattern of ONNX Runtime's dynamic quantization, as IS-Net's quint8 model); QLine
 Relu), a QDQ CNN (int8 per-channel weights, int32 biases) and a QDQ transformer MLP;
 com.microsoft MatMulNBits (2-, 4- and 8-bit, blocks of 16 and 32, packed zero points, a
 bias; few rows on the packed kernel, 20 through the weights dequantized at import);
-com.microsoft QLinearAdd, QLinearMul, QLinearConcat and QLinearGlobalAveragePool. Compiled
+com.microsoft QLinearAdd, QLinearMul, QLinearConcat and QLinearGlobalAveragePool; float8
+(e4m3fn, e5m2) QuantizeLinear, DequantizeLinear and Cast, and a float8 QDQ Conv. Compiled
 in strict FP32 (--no-tf32, as ONNX Runtime's CPU provider), and the QDQ and dynamic
 cases also with --fp16.
 
@@ -338,6 +339,54 @@ def _(m):
     m.output("y2", np.float32, 2, step=1e-4)
     m.output("xq", np.int8, 2)
     m.output("xd", np.float32, 2)
+
+
+def float8(name, bits, shape, e5m2=False):
+    """A FLOAT8E4M3FN (or FLOAT8E5M2) constant of the given bit patterns (IR 9; onnx
+    1.12's helpers predate the types)."""
+    t = TensorProto()
+    t.name, t.data_type = name, 19 if e5m2 else 17
+    t.dims.extend(shape)
+    t.raw_data = np.asarray(bits, np.uint8).reshape(-1).tobytes()
+    return t
+
+
+@case("qdq_float8", 19, fp16=True)
+def _(m):
+    # Float8 QDQ (opset 19): e4m3fn and e5m2, per tensor and per axis, with the zero point
+    # tensor that gives the type; values at ties of both grids (1.0625, 3 * 2^-10,
+    # 2^-17), beyond the largest (448, 57344: saturated), infinities and NaN.
+    special = [0.0, -0.0, 1.0625, 1.1875, -1.1875, 464.0, 480.0, 500.0, 1e9, -1e9, np.inf, -np.inf, np.nan,
+               2.0 ** -10, 3 * 2.0 ** -10, 2.0 ** -17, 3 * 2.0 ** -17, 61440.0, 57343.0, 0.0156]
+    h = m.input("h", np.array(special, np.float32))
+    one = m.const("one", 1.0, np.float32)
+    m.inits.append(float8("z43", [0], []))
+    m.inits.append(float8("z52", [0], [], e5m2=True))
+    m.node("QuantizeLinear", [h, one, "z43"], ["h43"])
+    m.node("DequantizeLinear", ["h43", one, "z43"], ["d43"])
+    m.node("QuantizeLinear", [h, one, "z52"], ["h52"])
+    m.node("DequantizeLinear", ["h52", one, "z52"], ["d52"])
+    m.node("Cast", [h], ["c43"], to=17)
+    m.node("Cast", ["c43"], ["dc"], to=TensorProto.FLOAT)
+    # Per axis, and a random input over the whole range.
+    x = m.input("x", (m.rng.randn(2, 4, 3, 3) * np.array([0.01, 1, 30, 300]).reshape(1, 4, 1, 1)).astype(np.float32))
+    s = m.const("s", [0.001, 0.5, 0.25, 2.0], np.float32)
+    m.inits.append(float8("z4", [0] * 4, [4]))
+    m.node("QuantizeLinear", [x, s, "z4"], ["xq"], axis=1)
+    m.node("DequantizeLinear", ["xq", s, "z4"], ["xd"], axis=1)
+    # A float8 Conv as FP8 quantization tools write it: per-channel e4m3 weights
+    # (random finite bit patterns) and a per-tensor e4m3 activation.
+    bits = m.rng.randint(0, 256, (6, 4, 3, 3))
+    bits[(bits & 0x7F) == 0x7F] = 0x38  # not NaN: 1.0
+    m.inits.append(float8("w8", bits, [6, 4, 3, 3]))
+    wd = m.node("DequantizeLinear", ["w8", m.const("ws", m.rng.rand(6) * 0.01 + 0.001, np.float32)], ["wd"], axis=0)
+    a = m.node("DequantizeLinear", [m.node("QuantizeLinear", ["xd", m.const("as", 0.05, np.float32), "z43"], ["aq"]),
+                                    "as", "z43"], ["ad"])
+    m.node("Conv", [a, wd], ["y"], pads=[1, 1, 1, 1])
+    for n in ["d43", "d52", "dc", "xd"]:
+        m.output(n, np.float32, 1 if n != "xd" else 4)
+    # (|y| up to about 100: FP16's step there is 0.0625.)
+    m.output("y", np.float32, 4, step=1e-3, fp16_step=0.2)
 
 
 @case("qlinear_contrib", 13, fp16=True)

@@ -23,7 +23,11 @@ llvm::Error importClip(NodeImporter &ni) {
   return llvm::Error::success();
 }
 
+/// Cast and CastLike: to float8 saturating (saturate=1, the default; IR Cast to float8
+/// saturates), other conversions as C casts them.
 llvm::Error castTo(NodeImporter &ni, DType to) {
+  if (isFloat8(to) && ni.attrInt("saturate", 1) == 0)
+    return ni.unsupported("a cast to float8 without saturation (saturate=0)");
   DLC_TRY(r, ni.op(OpKind::Cast, {ni.input(0)}, {{"to", Attribute(std::string(dtypeName(to)))}}));
   ni.setOutput(0, r);
   return llvm::Error::success();

@@ -14,7 +14,10 @@
 // com.microsoft MatMulNBits (2-, 4- and 8-bit weights in blocks of K) dequantizes its
 // constant weights at import. Blocked quantization (opset 21's block_size) repeats
 // each block's scale and zero point over its block. INT4 and UINT4 constants (4-bit
-// QDQ weights) are read as i8 and u8. Outside: the 16-bit and float8 types.
+// QDQ weights) are read as i8 and u8. Float8 (e4m3fn, e5m2) QuantizeLinear and
+// DequantizeLinear have a zero point of 0 (dropped) and saturate (saturate=1, the
+// default, as FP8 quantization tools write). Outside: the 16-bit types, the FNUZ float8
+// types, saturate=0.
 //===----------------------------------------------------------------------===//
 #include "Common.h"
 #include "dlc/ir/OpHelpers.h"
@@ -27,6 +30,23 @@ using namespace ir;
 /// The quantized element types dlc computes with.
 bool quantizedType(DType t) {
   return t == DType::U8 || t == DType::I8;
+}
+
+/// A float8 QuantizeLinear's or DequantizeLinear's zero point: a constant 0, which the
+/// IR op does without (null); any other is refused. ONNX's float8 conversions without
+/// saturation (saturate=0: overflow to NaN or infinity) are refused too.
+llvm::Expected<Value *> float8ZeroPoint(NodeImporter &ni, Value *zp, const char *what) {
+  if (ni.attrInt("saturate", 1) == 0)
+    return ni.unsupported("float8 without saturation (saturate=0)");
+  if (!zp)
+    return nullptr;
+  const Tensor *z = ni.constInput(2);
+  if (!z)
+    return ni.error(std::string(what) + " of a float8 type must be a constant 0");
+  for (int64_t i = 0; i < z->numElements(); ++i)
+    if (z->getDouble(i) != 0.0)
+      return ni.unsupported(std::string("a float8 ") + what + " other than 0");
+  return nullptr;
 }
 
 /// A scale or zero point for `x` quantized along `axis`: a scalar or a one-element
@@ -124,21 +144,29 @@ llvm::Error importQuantizeLinear(NodeImporter &ni) {
       return ni.unsupported("output_dtype " + std::to_string(od));
     to = *t;
   }
-  if (!quantizedType(to))
+  if (!quantizedType(to) && !isFloat8(to))
     return ni.unsupported(std::string("quantizing to ") + std::string(dtypeName(to)) +
-                          " (dlc quantizes to u8 and i8)");
+                          " (dlc quantizes to u8, i8, f8e4m3 and f8e5m2)");
+  if (isFloat8(to)) {
+    DLC_TRY(none, float8ZeroPoint(ni, zp, "y_zero_point"));
+    zp = none;
+  }
   DLC_TRY(s, quantParam(ni, ni.input(1), x, "y_scale"));
   DLC_TRY(z, quantParam(ni, zp, x, "y_zero_point"));
   return single(ni, quantize(ni, x, s, z, to));
 }
 
 llvm::Error importDequantizeLinear(NodeImporter &ni) {
-  Value *x = ni.input(0);
-  if (!quantizedType(x->dtype()) && x->dtype() != DType::I32)
+  Value *x = ni.input(0), *zp = ni.input(2);
+  if (!quantizedType(x->dtype()) && x->dtype() != DType::I32 && !isFloat8(x->dtype()))
     return ni.unsupported(std::string("dequantizing ") + std::string(dtypeName(x->dtype())) +
-                          " (dlc dequantizes u8, i8 and i32)");
+                          " (dlc dequantizes u8, i8, i32, f8e4m3 and f8e5m2)");
+  if (isFloat8(x->dtype())) {
+    DLC_TRY(none, float8ZeroPoint(ni, zp, "x_zero_point"));
+    zp = none;
+  }
   DLC_TRY(s, quantParam(ni, ni.input(1), x, "x_scale"));
-  DLC_TRY(z, quantParam(ni, ni.input(2), x, "x_zero_point"));
+  DLC_TRY(z, quantParam(ni, zp, x, "x_zero_point"));
   std::vector<Value *> ops{x, s};
   if (z)
     ops.push_back(z);

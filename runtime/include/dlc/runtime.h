@@ -65,6 +65,8 @@ typedef enum dlc_dtype {
   DLC_U32 = 10,
   DLC_U64 = 11,
   DLC_BOOL = 12,
+  DLC_F8E4M3 = 13, /* float8 e4m3fn and e5m2: inside a model only, never an input or output */
+  DLC_F8E5M2 = 14,
   DLC_DTYPE_FORCE_INT32_ = -0x7fffffff - 1
 } dlc_dtype;
 

@@ -298,6 +298,27 @@ save("quantize_int16.onnx",
            [f32("x", [4])], [helper.make_tensor_value_info("y", TensorProto.INT16, [4])],
            inits=[helper.make_tensor("s", TensorProto.FLOAT, [], [0.5]),
                   helper.make_tensor("z", TensorProto.INT16, [], [0])], opset=21))
+# Float8: a zero point other than 0, saturate=0, a float8 graph output.
+def f8_const(name, byte, shape=()):
+    t = onnx.TensorProto()
+    t.name, t.data_type = name, 17
+    t.dims.extend(shape)
+    t.raw_data = bytes([byte])
+    return t
+
+
+f8_inits = lambda zp: [helper.make_tensor("s", TensorProto.FLOAT, [], [0.5]), f8_const("z", zp)]
+save("float8_zero_point.onnx",
+     model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q8"),
+            helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="d8")],
+           [f32("x", [4])], [f32("y", [4])], inits=f8_inits(0x38), opset=19))
+save("float8_no_saturation.onnx",
+     model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q8", saturate=0),
+            helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="d8")],
+           [f32("x", [4])], [f32("y", [4])], inits=f8_inits(0), opset=19))
+save("float8_output.onnx",
+     model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], name="q8")],
+           [f32("x", [4])], [helper.make_tensor_value_info("y", 17, [4])], inits=f8_inits(0), opset=19))
 # MatMulNBits with a block size whose sizes would wrap, and an empty B.
 save("nbits_huge_block.onnx",
      model([helper.make_node("MatMulNBits", ["a", "b", "s"], ["y"], name="nbits", domain="com.microsoft",

@@ -60,6 +60,60 @@ TEST(DType, BFloat16RoundsToNearestEven) {
   EXPECT_EQ(bf16ToFloat(floatToBF16(-2.5f)), -2.5f);
 }
 
+// Float8 (e4m3fn, e5m2) against values worked out by hand from the formats (and seen
+// from ONNX Runtime's QuantizeLinear with saturate=1): ties to even, subnormals,
+// saturation of finite values and infinities, NaN.
+TEST(DType, Float8RoundsToNearestEvenAndSaturates) {
+  struct Case {
+    float f;
+    uint8_t e4m3, e5m2;
+  };
+  const Case cases[] = {
+      {0.0f, 0x00, 0x00},      {-0.0f, 0x80, 0x80},
+      {1.0f, 0x38, 0x3C},      {1.0625f, 0x38, 0x3C}, // e4m3: the tie 1 + 1/16 goes to the even 1.0
+      {1.1875f, 0x3A, 0x3D}, // e4m3: 1.125 | 1.25 tie -> 1.25 (mantissa 2); e5m2: 1.25
+      {-1.1875f, 0xBA, 0xBD},  {448.0f, 0x7E, 0x5F}, // e4m3's largest; e5m2: 1.75 * 2^8
+      {464.0f, 0x7E, 0x5F},                          // e4m3: beyond the largest, saturated
+      {480.0f, 0x7E, 0x60},                          // e5m2: 448 | 512 tie -> 512 (mantissa 0)
+      {1e9f, 0x7E, 0x7B},                            // both saturate: 448, 57344
+      {-INFINITY, 0xFE, 0xFB},                       // infinities saturate too (saturate=1)
+      {0x1p-9f, 0x01, 0x18},                         // e4m3's smallest subnormal
+      {0x1p-10f, 0x00, 0x14},                        // e4m3: 0 | 2^-9 tie -> 0
+      {0x3p-10f, 0x02, 0x1A},                        // e4m3: 2^-9 | 2^-8 tie -> 2^-8 (subnormal 2)
+      {0x1p-6f, 0x08, 0x24},                         // e4m3's smallest normal
+      {0x1p-16f, 0x00, 0x01},                        // e5m2's smallest subnormal; e4m3: 0
+      {0x1p-17f, 0x00, 0x00},                        // e5m2: the tie 0 | 2^-16 -> 0
+      {0x3p-17f, 0x00, 0x02},                        // e5m2: 2^-16 | 2^-15 tie -> 2^-15
+      {57344.0f, 0x7E, 0x7B},                        // e5m2's largest
+      {61440.0f, 0x7E, 0x7B},                        // e5m2: beyond, saturated
+  };
+  for (const Case &c : cases) {
+    EXPECT_EQ(floatToF8(c.f, false), c.e4m3) << "e4m3 " << c.f;
+    EXPECT_EQ(floatToF8(c.f, true), c.e5m2) << "e5m2 " << c.f;
+  }
+  EXPECT_TRUE(std::isnan(f8ToFloat(floatToF8(NAN, false), false)));
+  EXPECT_TRUE(std::isnan(f8ToFloat(floatToF8(NAN, true), true)));
+  EXPECT_EQ(f8ToFloat(0x7E, false), 448.0f);
+  EXPECT_EQ(f8ToFloat(0x01, false), 0x1p-9f);
+  EXPECT_TRUE(std::isnan(f8ToFloat(0xFF, false)));
+  EXPECT_EQ(f8ToFloat(0xFB, true), -57344.0f);
+  EXPECT_EQ(f8ToFloat(0x7C, true), INFINITY); // e5m2 has infinities
+  EXPECT_TRUE(std::isnan(f8ToFloat(0x7D, true)));
+  // Every value converts back to its bits; FP16 holds them all (castIsExact).
+  for (unsigned b = 0; b < 256; ++b)
+    for (bool e5m2 : {false, true}) {
+      const float f = f8ToFloat(static_cast<uint8_t>(b), e5m2);
+      if (std::isnan(f) || std::isinf(f))
+        continue;
+      EXPECT_EQ(floatToF8(f, e5m2), b) << b << (e5m2 ? " e5m2" : " e4m3");
+      EXPECT_EQ(halfToFloat(floatToHalf(f)), f);
+    }
+  EXPECT_TRUE(castIsExact(DType::F8E4M3, DType::F16));
+  EXPECT_TRUE(castIsExact(DType::F8E5M2, DType::BF16));
+  EXPECT_FALSE(castIsExact(DType::F16, DType::F8E4M3));
+  EXPECT_FALSE(isFloat(DType::F8E4M3)); // storage only: no arithmetic op takes it
+}
+
 TEST(Tensor, ConversionsSaturateAndRound) {
   Tensor t = Tensor::fromVector<double>(TensorType(DType::I8, {4}), {300.0, -300.0, NAN, -1.7});
   EXPECT_EQ(t.getInt(0), 127);

@@ -1,8 +1,12 @@
 // The emu backend runs real CUDA source: barriers, warp collectives, traps, and the
 // launch limits a GPU would enforce.
 #include "RuntimeTestUtil.h"
+#include "dlc/support/Half.h"
 
+#include <algorithm>
+#include <cmath>
 #include <numeric>
+#include <random>
 
 using namespace dlc;
 using dlc::test::buildTestPackage;
@@ -726,6 +730,71 @@ TEST(Emu, BytePermuteSelectsBytesAsPrmtDoes) {
   EXPECT_EQ(at(0), 0x07060501u); // x's byte 1 under y's bytes 1-3
   EXPECT_EQ(at(1), 0x4B000034u); // 2^23 + 0x34 as a float's bits
   EXPECT_EQ(at(2), 0x78563412u); // x's bytes reversed
+}
+
+namespace {
+// The kernel library's float8 conversions (from the float's bits), which every float8
+// QuantizeLinear, DequantizeLinear and Cast stores and loads through.
+const char *kFloat8 = R"(
+extern "C" __global__ void f8(const float *in, float *bits, float *back) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < N; i += gridDim.x * blockDim.x) {
+    const dlc::f8e4m3 a = dlc::cvt<dlc::f8e4m3>(in[i]);
+    const dlc::f8e5m2 b = dlc::cvt<dlc::f8e5m2>(in[i]);
+    bits[2 * i] = a.bits;
+    bits[2 * i + 1] = b.bits;
+    back[2 * i] = dlc::cvt<float>(a);
+    back[2 * i + 1] = dlc::cvt<float>(b);
+  }
+}
+)";
+} // namespace
+
+// Against the host's conversion (Half.h, computed from the value in double, and itself
+// tested against hand-worked cases): every float8 value, its neighbours, the midpoints
+// between adjacent values and theirs, and random floats of every exponent.
+TEST(Emu, Float8ConversionsMatchTheHost) {
+  std::vector<float> in;
+  for (bool e5m2 : {false, true}) {
+    std::vector<float> values;
+    for (unsigned b = 0; b < 128; ++b)
+      if (float f = f8ToFloat(static_cast<uint8_t>(b), e5m2); std::isfinite(f))
+        values.push_back(f);
+    std::sort(values.begin(), values.end());
+    values.push_back(e5m2 ? 65536.0f : 512.0f); // the step after the largest
+    for (size_t i = 0; i < values.size(); ++i) {
+      for (float f :
+           {values[i], i + 1 < values.size() ? (values[i] + values[i + 1]) / 2 : values[i]})
+        for (float g : {f, std::nextafter(f, 0.0f), std::nextafter(f, INFINITY)}) {
+          in.push_back(g);
+          in.push_back(-g);
+        }
+    }
+  }
+  for (float f : {INFINITY, -INFINITY, NAN, 1e30f, 1e-30f, 0x1p-149f})
+    in.push_back(f);
+  std::mt19937 rng(11);
+  for (int i = 0; i < 20000; ++i) {
+    const uint32_t u = rng();
+    in.push_back(bitsFloat((u & 0x80000000u) | ((100u + u % 50u) << 23) | (u >> 9)));
+  }
+  const int n = static_cast<int>(in.size());
+  auto pkg = buildTestPackage("#define N " + std::to_string(n) + "\n" + kFloat8,
+                              {{"in", n}, {"bits", 2 * n}, {"back", 2 * n}},
+                              {TestLaunch{"f8", {8, 1, 1}, {128, 1, 1}, 0, {0, 1, 2}, false}});
+  ASSERT_FALSE(pkg.empty());
+  auto r = runOnEmu(pkg, {in}, {"bits", "back"});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  int bad = 0;
+  for (int i = 0; i < n && bad < 10; ++i)
+    for (int k = 0; k < 2; ++k) {
+      const uint8_t want = floatToF8(in[i], k == 1);
+      const float got = (*r)[0][2 * i + k], value = (*r)[1][2 * i + k];
+      const bool same =
+          std::isnan(in[i]) ? std::isnan(value) : got == want && value == f8ToFloat(want, k == 1);
+      if (!same)
+        ++bad;
+      EXPECT_TRUE(same) << (k ? "e5m2 " : "e4m3 ") << in[i] << ": " << got << " != " << int(want);
+    }
 }
 
 namespace {

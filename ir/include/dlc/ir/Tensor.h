@@ -95,13 +95,15 @@ template <class CT> CT loadElement(DType dt, const void *base, int64_t i);
 /// truncating as a C cast would (saturating float->int to avoid undefined behaviour).
 template <class CT> void storeElement(DType dt, void *base, int64_t i, CT v);
 
-/// Calls f(CT{}) with the compute type of dt: float for f32/f16/bf16, double for f64,
+/// Calls f(CT{}) with the compute type of dt: float for f32/f16/bf16/float8, double for f64,
 /// int64_t for signed integers, uint64_t for unsigned integers, bool for bool.
 template <class F> decltype(auto) visitComputeType(DType dt, F &&f) {
   switch (dt) {
   case DType::F32:
   case DType::F16:
   case DType::BF16:
+  case DType::F8E4M3:
+  case DType::F8E5M2:
     return f(float{});
   case DType::F64:
     return f(double{});

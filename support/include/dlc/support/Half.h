@@ -1,7 +1,9 @@
-//===- Half.h - FP16 and BF16 conversions on the host -----------*- C++ -*-===//
+//===- Half.h - FP16, BF16 and FP8 conversions on the host ------*- C++ -*-===//
 //
 // Round to nearest even, NaN kept quiet; header-only so that the compiler (IR
-// constants, the reference interpreter) and the runtime (emu GEMMs) share them.
+// constants, the reference interpreter) and the runtime (emu GEMMs) share them. The
+// float8 conversions saturate as ONNX's (saturate=1) and ONNX Runtime's do; the kernel
+// library's (dlc_device.cuh) compute the same bits another way, from the float's bits.
 //===----------------------------------------------------------------------===//
 #pragma once
 
@@ -70,6 +72,53 @@ inline float halfToFloat(uint16_t h) {
   if (exp == 31)
     return bitsFloat(sign | 0x7f800000u | (mant << 13));
   return bitsFloat(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+/// f as float8 e4m3fn (`e5m2` false) or e5m2 bits: rounded to nearest even, finite
+/// values beyond the largest (448, 57344) and infinities saturated to it with their
+/// sign, NaN as 0x7f (with the sign). Computed in double from the value, not its bits.
+inline uint8_t floatToF8(float f, bool e5m2) {
+  const int mant = e5m2 ? 2 : 3, minExp = e5m2 ? -14 : -6; // the smallest normal's exponent
+  const double maxFinite = e5m2 ? 57344.0 : 448.0;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  if (std::isnan(f))
+    return static_cast<uint8_t>(sign | 0x7f);
+  double a = std::fabs(static_cast<double>(f));
+  if (a >= maxFinite)
+    return static_cast<uint8_t>(sign | (e5m2 ? 0x7b : 0x7e));
+  // The spacing of the float8 values around a: 2^(e - mant) for a in [2^e, 2^(e+1)),
+  // 2^(minExp - mant) below the smallest normal.
+  int e = a == 0.0 ? minExp : std::ilogb(a);
+  if (e < minExp)
+    e = minExp;
+  const double q = std::ldexp(1.0, e - mant);
+  a = std::nearbyint(a / q) * q; // exact: a / q has at most 53 bits
+  if (a > maxFinite)
+    a = maxFinite;
+  if (a == 0.0)
+    return sign;
+  int ea = std::ilogb(a);
+  if (ea < minExp) // subnormal: a multiple of the smallest
+    return static_cast<uint8_t>(sign | static_cast<int>(a / std::ldexp(1.0, minExp - mant)));
+  const int bias = e5m2 ? 15 : 7;
+  const int m = static_cast<int>(std::ldexp(a, mant - ea)) - (1 << mant);
+  return static_cast<uint8_t>(sign | ((ea + bias) << mant) | m);
+}
+
+/// The value of float8 bits (e4m3fn, or e5m2 with `e5m2`).
+inline float f8ToFloat(uint8_t b, bool e5m2) {
+  const int mant = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7;
+  const int e = (b & 0x7f) >> mant, m = b & ((1 << mant) - 1);
+  float v;
+  if (!e5m2 && (b & 0x7f) == 0x7f)
+    v = NAN;
+  else if (e5m2 && e == 31)
+    v = m ? NAN : INFINITY;
+  else if (e == 0)
+    v = std::ldexp(static_cast<float>(m), 1 - bias - mant);
+  else
+    v = std::ldexp(static_cast<float>((1 << mant) | m), e - bias - mant);
+  return (b & 0x80) ? -v : v;
 }
 
 } // namespace dlc
