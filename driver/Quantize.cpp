@@ -303,6 +303,7 @@ public:
     report_.calibrationSamples = cal->runs;
     report_.evaluationSamples = eval->runs;
     report_.method = calibrationMethodName(o_.method);
+    report_.format = format();
     if (auto e = calibrate(*fp32, *cal))
       return e;
     // FP32's outputs on the evaluation data (the model's own outputs come first).
@@ -344,7 +345,8 @@ public:
                      [](const auto &a, const auto &b) { return a.first > b.first; });
 
     std::set<std::string> int8(chosen_.begin(), chosen_.end());
-    auto metrics = measure(int8, "all " + std::to_string(int8.size()) + " layers in INT8");
+    auto metrics =
+        measure(int8, "all " + std::to_string(int8.size()) + " layers in " + formatName());
     if (!metrics)
       return metrics.takeError();
     size_t next = 0;
@@ -355,7 +357,7 @@ public:
       r.precision = "fp32";
       r.why = "left in FP32 for --target-accuracy";
       metrics = measure(int8, "without " + worst + ": " + std::to_string(int8.size()) +
-                                  " layers in INT8");
+                                  " layers in " + formatName());
       if (!metrics)
         return metrics.takeError();
     }
@@ -378,6 +380,9 @@ public:
   }
 
 private:
+  std::string format() const { return o_.fp8 ? "fp8" : "int8"; }
+  std::string formatName() const { return o_.fp8 ? "FP8" : "INT8"; }
+
   std::string modelDir() const {
     std::string dir = llvm::sys::path::parent_path(o_.model).str();
     return dir.empty() ? "." : dir;
@@ -391,14 +396,14 @@ private:
       QuantLayerReport r;
       r.name = l.name;
       r.op = l.op;
-      r.precision = "int8";
+      r.precision = format();
       for (const std::string &x : o_.exclude)
         if (x == l.name || x == l.op) {
           used.insert(x);
           r.precision = "fp32";
           r.why = "--exclude " + x;
         }
-      if (r.precision == "int8")
+      if (r.precision != "fp32")
         chosen_.push_back(l.name);
       report_.layers.push_back(r);
     }
@@ -426,12 +431,16 @@ private:
     if (chosen_.empty())
       return ir::makeError("--exclude leaves no layer to quantize");
     // What writing the file would refuse, before the calibration rather than after.
-    if (plan_.opset < 10 || (o_.perChannel && plan_.opset < 13))
+    if (plan_.opset < 10 || (o_.perChannel && !o_.fp8 && plan_.opset < 13))
       return ir::errorf("{0} is opset {1}: {2}", o_.model, plan_.opset,
                         plan_.opset < 10 ? "QuantizeLinear needs opset 10 or later"
                                          : "weights per channel need opset 13 or later (re-export "
                                            "the model at a later opset, or "
                                            "--per-tensor-weights)");
+    if (o_.fp8 && plan_.opset < 11)
+      return ir::errorf("{0} is opset {1}: FP8 is written at opset 19, from opset 11 or later "
+                        "(re-export the model at a later opset)",
+                        o_.model, plan_.opset);
     auto external = frontend::onnxExternalDataFiles(model_);
     if (!external)
       return external.takeError();
@@ -548,8 +557,10 @@ private:
     qo.layers = layers;
     qo.thresholds = thresholds_;
     qo.perChannel = o_.perChannel;
-    qo.provenance = std::string("dlc quantize --method ") + calibrationMethodName(o_.method) +
-                    ", " + std::to_string(report_.calibrationSamples) + " calibration runs";
+    qo.fp8 = o_.fp8;
+    qo.provenance = std::string("dlc quantize ") + (o_.fp8 ? "--fp8 " : "") + "--method " +
+                    calibrationMethodName(o_.method) + ", " +
+                    std::to_string(report_.calibrationSamples) + " calibration runs";
     auto out = frontend::writeQdqModel(model_, modelDir(), plan_, qo, summary);
     if (!out)
       return ir::errorf("{0}: {1}", o_.model, llvm::toString(out.takeError()));
@@ -622,7 +633,8 @@ std::string QuantizeReport::text() const {
        << "  " << (l.error >= 0 ? llvm::formatv("{0,11:F5}", l.error).str() : "          -") << "  "
        << l.why << "\n";
   }
-  os << "INT8: " << quantizedLayers << " of " << layers.size() << " layers";
+  os << (format == "fp8" ? "FP8 (e4m3): " : "INT8: ") << quantizedLayers << " of " << layers.size()
+     << " layers";
   if (quantized.agreement >= 0)
     os << "; top-1 agreement with FP32 " << percent(quantized.agreement);
   if (quantized.accuracy >= 0)
@@ -657,7 +669,9 @@ std::string QuantizeReport::json() const {
       {"method", method},
       {"calibration_runs", static_cast<int64_t>(calibrationSamples)},
       {"evaluation_runs", static_cast<int64_t>(evaluationSamples)},
-      {"int8_layers", static_cast<int64_t>(quantizedLayers)},
+      {"format", format},
+      {"quantized_layers", static_cast<int64_t>(quantizedLayers)},
+      {"int8_layers", static_cast<int64_t>(format == "int8" ? quantizedLayers : 0)},
       {"relative_error", quantized.relativeError},
       {"top1_agreement", orNull(quantized.agreement)},
       {"accuracy", orNull(quantized.accuracy)},

@@ -6,8 +6,9 @@
 //   W (int8 initializer) -> DequantizeLinear(W_scale[C], axis) -> the same layer
 //   B (int32 initializer, scale x_scale * W_scale, no zero point) -> DequantizeLinear
 // Activations are symmetric INT8 per tensor (zero point 0, TensorRT's only form),
-// weights symmetric INT8 in [-127, 127] per output channel. Data-movement ops between
-// a quantized tensor and quantized layers (MaxPool, Reshape, ..., and Concat, whose
+// weights symmetric INT8 in [-127, 127] per output channel. With fp8, both are float8
+// e4m3fn (the threshold at 448), biases stay FP32, and the model moves to opset 19. Data-movement
+// ops between a quantized tensor and quantized layers (MaxPool, Reshape, ..., and Concat, whose
 // inputs all take its output's scale) get the same scale on both sides where all
 // they feed is quantized layers, so that the compiler moves INT8 through them
 // (fold-qdq).
@@ -275,17 +276,76 @@ std::string describeLayer(const onnx::NodeProto &n, const GraphIndex &gi, QuantL
   return "";
 }
 
-/// Quantizes v to INT8 with `scale` (ONNX QuantizeLinear: round half to even, saturate).
-int8_t quantize8(float v, float scale) {
+/// Quantizes v with `scale` (ONNX QuantizeLinear: round half to even, saturate) to
+/// INT8's bits, or float8 e4m3fn's with `fp8`.
+char quantize8(float v, float scale, bool fp8) {
+  if (fp8)
+    return static_cast<char>(floatToF8(v / scale, false));
   float r = std::nearbyint(v / scale);
-  return static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+  return static_cast<char>(static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f)));
 }
 
-/// threshold / 127, or 1 where that is not a positive normal number (an all-zero
-/// tensor, an underflow).
-float scaleFor(float threshold) {
-  const float s = threshold / 127.0f;
+/// threshold / 127 (FP8: / 448, e4m3's largest value), or 1 where that is not a
+/// positive normal number (an all-zero tensor, an underflow).
+float scaleFor(float threshold, bool fp8) {
+  const float s = threshold / (fp8 ? 448.0f : 127.0f);
   return std::isfinite(s) && s >= std::numeric_limits<float>::min() ? s : 1.0f;
+}
+
+constexpr int32_t kFloat8E4M3FN = 17; // (newer than onnx 1.12's enum)
+
+/// A 1-D int64 initializer `name` of `values` in graph `g`.
+std::string int64Initializer(onnx::GraphProto &g, const std::string &name,
+                             const std::vector<int64_t> &values) {
+  onnx::TensorProto &t = *g.add_initializer();
+  t.set_name(name);
+  t.set_data_type(onnx::TensorProto::INT64);
+  t.add_dims(static_cast<int64_t>(values.size()));
+  t.set_raw_data(std::string(reinterpret_cast<const char *>(values.data()), values.size() * 8));
+  return name;
+}
+
+/// Rewrites the nodes of `g` (and of its subgraphs) from opset `from` (11 or later) to
+/// opset 19's forms: the attributes that became inputs (Reduce*'s axes at 18,
+/// ReduceSum's, Squeeze's, Unsqueeze's and Split's at 13) move to int64 initializers.
+/// Everything else the default domain changed between 11 and 19 is compatible.
+void upgradeToOpset19(onnx::GraphProto &g, int64_t from,
+                      const std::function<std::string(const std::string &)> &fresh) {
+  static const std::set<std::string> reduce18 = {"ReduceL1",  "ReduceL2",        "ReduceLogSum",
+                                                 "ReduceMax", "ReduceLogSumExp", "ReduceMean",
+                                                 "ReduceMin", "ReduceProd",      "ReduceSumSquare"};
+  static const std::set<std::string> axes13 = {"ReduceSum", "Squeeze", "Unsqueeze"};
+  for (onnx::NodeProto &n : *g.mutable_node()) {
+    for (onnx::AttributeProto &a : *n.mutable_attribute()) {
+      if (a.has_g())
+        upgradeToOpset19(*a.mutable_g(), from, fresh);
+      for (onnx::GraphProto &sub : *a.mutable_graphs())
+        upgradeToOpset19(sub, from, fresh);
+    }
+    if (!defaultDomain(n))
+      continue;
+    const bool moveAxes =
+        (reduce18.count(n.op_type()) && from < 18) || (axes13.count(n.op_type()) && from < 13);
+    const char *moved = moveAxes ? "axes" : n.op_type() == "Split" && from < 13 ? "split" : nullptr;
+    if (!moved)
+      continue;
+    auto *attrs = n.mutable_attribute();
+    auto it = std::find_if(attrs->begin(), attrs->end(),
+                           [&](const onnx::AttributeProto &a) { return a.name() == moved; });
+    if (it == attrs->end()) {
+      // Split without sizes: equal parts, one per output (num_outputs at 18).
+      if (n.op_type() == "Split") {
+        onnx::AttributeProto &a = *n.add_attribute();
+        a.set_name("num_outputs");
+        a.set_type(onnx::AttributeProto::INT);
+        a.set_i(n.output_size());
+      }
+      continue;
+    }
+    std::vector<int64_t> values(it->ints().begin(), it->ints().end());
+    attrs->erase(it);
+    n.add_input(int64Initializer(g, fresh(n.name() + "_" + moved), values));
+  }
 }
 
 class Writer {
@@ -336,7 +396,8 @@ public:
         std::string(reinterpret_cast<const char *>(scales.data()), scales.size() * sizeof(float)));
     if (!zpType)
       return {s, ""};
-    assert(zpType == onnx::TensorProto::INT8 || zpType == onnx::TensorProto::UINT8);
+    assert(zpType == onnx::TensorProto::INT8 || zpType == onnx::TensorProto::UINT8 ||
+           zpType == kFloat8E4M3FN);
     std::string z = fresh(base + "_zero_point");
     initializer(z, zpType, dims).set_raw_data(std::string(scales.size(), '\0'));
     return {s, z};
@@ -510,10 +571,15 @@ llvm::Expected<std::string> writeQdqModel(llvm::StringRef modelBytes, const std:
   int64_t opset = defaultOpset(*model);
   if (opset < 10)
     return ir::errorf("the model is opset {0}: QuantizeLinear needs opset 10 or later", opset);
-  if (options.perChannel && opset < 13)
+  if (options.perChannel && !options.fp8 && opset < 13)
     return ir::errorf("the model is opset {0}: weights per channel need opset 13 or later "
                       "(re-export the model at a later opset, or quantize weights per tensor)",
                       opset);
+  if (options.fp8 && opset < 11)
+    return ir::errorf("the model is opset {0}: FP8 is written at opset 19, from opset 11 or later "
+                      "(re-export the model at a later opset)",
+                      opset);
+  const int32_t qtype = options.fp8 ? kFloat8E4M3FN : onnx::TensorProto::INT8;
   QdqSummary local;
   QdqSummary &sum = summary ? *summary : local;
   Writer w(*model, modelDir);
@@ -534,9 +600,9 @@ llvm::Expected<std::string> writeQdqModel(llvm::StringRef modelBytes, const std:
     if (root != plan.scaleOf.end())
       if (auto t = options.thresholds.find(root->second); t != options.thresholds.end())
         threshold = t->second;
-    float scale = scaleFor(threshold);
+    float scale = scaleFor(threshold, options.fp8);
     activationScale[x] = scale;
-    auto [s, z] = w.params(x, {scale}, onnx::TensorProto::INT8, false);
+    auto [s, z] = w.params(x, {scale}, qtype, false);
     std::string q = w.fresh(x + "_quantized"), dq = w.fresh(x + "_dequantized");
     auto &nodes = after[x];
     nodes.push_back(w.makeNode("QuantizeLinear", {x, s, z}, q));
@@ -643,7 +709,7 @@ llvm::Expected<std::string> writeQdqModel(llvm::StringRef modelBytes, const std:
       return e;
     std::vector<float> scales = absMax(*weight, l.weightAxis, options.perChannel);
     for (float &s : scales)
-      s = scaleFor(s);
+      s = scaleFor(s, options.fp8);
     const ir::Shape &ws = weight->shape();
     int64_t inner = 1;
     for (size_t d = l.weightAxis + 1; d < ws.size(); ++d)
@@ -653,17 +719,17 @@ llvm::Expected<std::string> writeQdqModel(llvm::StringRef modelBytes, const std:
     std::string raw(weight->numElements(), '\0');
     const float *p = weight->data<float>();
     for (int64_t i = 0, e = weight->numElements(); i < e; ++i)
-      raw[i] = static_cast<char>(
-          quantize8(p[i], scales[options.perChannel ? (i / inner) % ws[l.weightAxis] : 0]));
-    w.initializer(qname, onnx::TensorProto::INT8, dims).set_raw_data(std::move(raw));
-    auto [s, z] = w.params(l.weight, scales, onnx::TensorProto::INT8, options.perChannel);
+      raw[i] = quantize8(p[i], scales[options.perChannel ? (i / inner) % ws[l.weightAxis] : 0],
+                         options.fp8);
+    w.initializer(qname, qtype, dims).set_raw_data(std::move(raw));
+    auto [s, z] = w.params(l.weight, scales, qtype, options.perChannel);
     std::string dq = w.fresh(l.weight + "_dequantized");
     front.push_back(
         w.makeNode("DequantizeLinear", {qname, s, z}, dq, options.perChannel ? l.weightAxis : -1));
     sum.dequantizeNodes++;
     redirect[{index, 1}] = dq;
     replacedWeights.insert(l.weight);
-    if (l.bias.empty())
+    if (l.bias.empty() || options.fp8) // (FP8 layers add their bias in float)
       continue;
     auto bias = w.load(l.bias);
     if (!bias)
@@ -735,6 +801,14 @@ llvm::Expected<std::string> writeQdqModel(llvm::StringRef modelBytes, const std:
                                  return replacedWeights.count(v.name()) && !used.count(v.name());
                                }),
                 inputs->end());
+  if (options.fp8 && opset < 19) {
+    upgradeToOpset19(g, opset, [&](const std::string &base) { return w.fresh(base); });
+    for (auto &o : *model->mutable_opset_import())
+      if (o.domain().empty() || o.domain() == "ai.onnx")
+        o.set_version(19);
+  }
+  if (options.fp8 && model->ir_version() < 9)
+    model->set_ir_version(9); // (float8 types)
   if (!options.provenance.empty()) {
     onnx::StringStringEntryProto &p = *model->add_metadata_props();
     p.set_key("dlc.quantize");

@@ -18,6 +18,11 @@ The split is the one the model was trained with (examples/digits/make_digits_cnn
   6. --target-accuracy: calibration clipped at the 90th percentile costs agreement
      with FP32 below 99%; a target of 99% top-1 agreement leaves layers in FP32 (not
      all of them) until ORT, running the written file, agrees with FP32 on >= 99%.
+  7. --fp8: float8 e4m3fn weights and activations at opset 19 (from the model's 17),
+     FP32 biases; ORT's accuracy of the file within 1 point of FP32 (ORT 1.30's CPU
+     provider runs float8 QDQ at graph optimization 'basic': its default fuses a QDQ
+     Conv into QLinearConv, which has no float8 kernel), and dlc agrees with ORT on
+     >= 99% of the predictions.
 
 usage: quantize_digits.py --dlc build/tools/dlc --work DIR
 """
@@ -57,10 +62,12 @@ def batched(path, out):
     return out
 
 
-def ort_logits(model, x, work):
+def ort_logits(model, x, work, level=None):
     out = os.path.join(work, "ort-" + os.path.basename(model))
     np.save(os.path.join(work, "x.npy"), x)
-    sh(["node", os.path.join(ORT, "ort.js"), "run", model, out, "image=" + os.path.join(work, "x.npy")])
+    env = dict(os.environ, ORT_OPT_LEVEL=level) if level else None
+    subprocess.run(["node", os.path.join(ORT, "ort.js"), "run", model, out, "image=" + os.path.join(work, "x.npy")],
+                   check=True, env=env)
     return np.load(os.path.join(out, "logits.npy"))
 
 
@@ -172,6 +179,32 @@ def main():
     float_layers = [n.name for n in t.graph.node if n.op_type in ("Conv", "Gemm") and n.input[1] not in dq_out]
     check(sorted(float_layers) == sorted(kept),
           f"exactly the layers the report leaves in FP32 have float weights ({float_layers})")
+
+    # 7. FP8 (e4m3fn).
+    np.savez(os.path.join(a.work, "held.npz"), image=x, labels=y)
+    path = os.path.join(a.work, "fp8.onnx")
+    r = quantize(a.dlc, a.work, path, "--fp8")
+    f = onnx.load(path)
+    inits = {t.name: t for t in f.graph.initializer}
+    dq = [n for n in f.graph.node if n.op_type == "DequantizeLinear"]
+    kinds = sorted(inits[n.input[0]].data_type for n in dq if n.input[0] in inits)
+    check(f.opset_import[0].version == 19 and kinds == [17] * 3 and r["format"] == "fp8" and r["method"] == "minmax"
+          and all(l["precision"] == "fp8" for l in r["layers"]),
+          f"--fp8: opset {f.opset_import[0].version}, float8 weights {kinds}, the report's format {r['format']}")
+    fb = batched(path, path + ".b.onnx")
+    ort_f = ort_logits(fb, x, a.work, level="basic")
+    acc = float(np.mean(ort_f.argmax(1) == y))
+    check(fp32_acc - acc <= 0.01, f"--fp8: ORT accuracy {acc:.4f} within 1 point of FP32 {fp32_acc:.4f}")
+    pkg = os.path.join(a.work, "fp8.dlc")
+    sh([a.dlc, "compile", fb, "--target", "emu", "--no-tf32", "--input-shape", f"image={len(y)},1,8,8", "-o", pkg,
+        "-q"])
+    sh([a.dlc, "run", pkg, "--device", "emu", "--quiet", "--output-dir", os.path.join(a.work, "dlc-fp8"),
+        "image=" + os.path.join(a.work, "x.npy")])
+    dlc_f = np.load(os.path.join(a.work, "dlc-fp8", "logits.npy"))
+    agree = float(np.mean(dlc_f.argmax(1) == ort_f.argmax(1)))
+    check(agree >= 0.99 and abs(r["accuracy"] - float(np.mean(dlc_f.argmax(1) == y))) < 1e-9,
+          f"--fp8: dlc and ORT agree on {agree:.4f} of the predictions (>= 0.99), logits within "
+          f"{float(np.max(np.abs(dlc_f - ort_f))):.2e}; the reported accuracy is the file's")
 
     if failures:
         print(f"{len(failures)} check(s) failed")

@@ -21,7 +21,12 @@ int runQuantize(const std::vector<std::string> &argv) {
        "Measure on this data instead of the calibration data (held out); an int array\n"
        "'labels' (one class per row of the first output) gives accuracy too"},
       {"method", 0, true, false, "M",
-       "Activation ranges: entropy (default; TensorRT's), minmax or percentile"},
+       "Activation ranges: entropy (the INT8 default; TensorRT's), minmax (the FP8\n"
+       "default) or percentile"},
+      {"fp8", 0, false, false, "",
+       "FP8 (float8 e4m3fn) activations and weights instead of INT8, biases in FP32;\n"
+       "written at opset 19 (Hopper and Ada GPUs compute FP8; ONNX Runtime and dlc run it\n"
+       "anywhere)"},
       {"percentile", 0, true, false, "P", "--method percentile: keep P% of values (99.99)"},
       {"per-tensor-weights", 0, false, false, "", "One scale per weight, not per channel"},
       {"exclude", 0, true, true, "NODE|OP", "Leave a layer, or every layer of an op type, in FP32"},
@@ -41,7 +46,8 @@ int runQuantize(const std::vector<std::string> &argv) {
       specs.push_back(std::move(o));
   ArgParser parser(
       "quantize", "MODEL.onnx --calibrate DATA.npz -o OUT.onnx [options]",
-      "Quantizes an FP32 model to INT8 and writes it as standard QDQ ONNX (QuantizeLinear\n"
+      "Quantizes an FP32 model to INT8 (or FP8) and writes it as standard QDQ ONNX "
+      "(QuantizeLinear\n"
       "and DequantizeLinear around each Conv, MatMul and Gemm), which dlc and ONNX Runtime\n"
       "run. The model runs on the calibration data (arrays named after its inputs,\n"
       "samples along the first dimension) to set each activation's scale; weights are\n"
@@ -68,10 +74,19 @@ int runQuantize(const std::vector<std::string> &argv) {
     reportError(s.message());
     return 2;
   }
+  o.fp8 = args->has("fp8");
+  if (o.fp8)
+    o.method = driver::CalibrationMethod::MinMax;
   if (auto m = args->get("method")) {
     auto method = driver::parseCalibrationMethod(*m);
     if (!method) {
       reportError("quantize: --method must be entropy, minmax or percentile, got '" + *m + "'");
+      return 2;
+    }
+    // (Entropy calibration chooses among INT8's 128 evenly spaced levels: not FP8's.)
+    if (o.fp8 && *method == driver::CalibrationMethod::Entropy) {
+      reportError("quantize: --fp8 takes --method minmax (its default) or percentile; entropy "
+                  "calibration fits INT8's evenly spaced levels");
       return 2;
     }
     o.method = *method;

@@ -1,6 +1,7 @@
 // ONNX Runtime (onnxruntime-node, CPU) for dlc's scripts.
 //   node ort.js optimize MODEL.onnx LEVEL OUT.onnx   save ORT's optimized graph (LEVEL: basic|extended|all)
 //   node ort.js run MODEL.onnx OUTDIR NAME=FILE.npy...  run the model, write OUTDIR/<output>.npy
+//     (ORT_OPT_LEVEL=basic|extended|all sets the graph optimization level; default all)
 // Install with: ONNXRUNTIME_NODE_INSTALL=skip npm install (in this directory).
 'use strict';
 const fs = require('fs');
@@ -51,7 +52,9 @@ async function main() {
                                                executionProviders: ['cpu'] });
   } else if (cmd === 'run') {
     const [outDir, ...specs] = rest;
-    const session = await ort.InferenceSession.create(model, { executionProviders: ['cpu'] });
+    const options = { executionProviders: ['cpu'] };
+    if (process.env.ORT_OPT_LEVEL) options.graphOptimizationLevel = process.env.ORT_OPT_LEVEL;
+    const session = await ort.InferenceSession.create(model, options);
     const feeds = {};
     for (const s of specs) {
       const eq = s.indexOf('=');

@@ -51,6 +51,8 @@ struct QuantizeOptions {
   double percentile = 99.99;
   /// Weights per output channel (else per tensor).
   bool perChannel = true;
+  /// FP8 (float8 e4m3fn) instead of INT8 (frontend::QdqOptions::fp8).
+  bool fp8 = false;
   /// Layers left in float: node names or op types.
   std::vector<std::string> exclude;
   /// Each layer quantized alone, measured (implied by targetAccuracy).
@@ -91,6 +93,8 @@ struct QuantLayerReport {
 
 struct QuantizeReport {
   std::string method, device;
+  /// What the quantized layers compute in: "int8", or "fp8" (e4m3fn).
+  std::string format = "int8";
   size_t calibrationSamples = 0, evaluationSamples = 0;
   double fp32Accuracy = -1; // against the labels (-1: none)
   QuantMetrics quantized;

@@ -68,10 +68,15 @@ struct QdqOptions {
   /// The layers (QuantLayer::name) to quantize; the others stay as they are.
   std::set<std::string> layers;
   /// Each calibrated tensor's threshold: its values are quantized to [-T, T] in 127
-  /// steps (scale T / 127); 0 or missing: scale 1.
+  /// steps (scale T / 127; FP8: T / 448); 0 or missing: scale 1.
   std::map<std::string, float> thresholds;
   /// Weights per output channel (needs opset 13), else per tensor.
   bool perChannel = true;
+  /// FP8 (float8 e4m3fn) instead of INT8: activations and weights scaled so that the
+  /// threshold maps to 448, e4m3's largest value (FP8 QDQ as TensorRT and ONNX Runtime
+  /// read it), biases left in FP32; the model is written at opset 19 (float8 needs it),
+  /// from opset 11 or later, ops whose attributes became inputs converted.
+  bool fp8 = false;
   /// Written into the model's metadata_props ("dlc.quantize").
   std::string provenance;
 };
