@@ -163,24 +163,56 @@ template <int M, int B, bool IEEE> DLC_HD float f8BitsToFloat(unsigned char b) {
         sign | __float_as_uint(static_cast<float>(m) * __uint_as_float((128u - B - M) << 23)));
   return __uint_as_float(sign | ((e + 127u - B) << 23) | (m << (23 - M)));
 }
+/// FP32 to float8 bits. On sm_89 and later one cvt.rn.satfinite.{e4m3,e5m2}x2.f32 (PTX
+/// ISA: round to nearest even, finite values beyond the largest and infinities
+/// saturated to it, NaN to NaN); elsewhere, and on emu, the same from the float's bits.
+template <bool E5M2> __device__ __forceinline__ unsigned char floatToF8(float f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  unsigned short r; // (a, b -> the high byte from a, the low from b)
+  if constexpr (E5M2)
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(0.0f), "f"(f));
+  else
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(0.0f), "f"(f));
+  return static_cast<unsigned char>(r & 0xffu);
+#else
+  return E5M2 ? floatToF8Bits<2, 15>(f, 0x47600000u, 0x7b)
+              : floatToF8Bits<3, 7>(f, 0x43e00000u, 0x7e);
+#endif
+}
+/// Float8 bits to FP32. e5m2 is FP16's upper byte: that half, exactly, everywhere. e4m3
+/// on sm_89 and later: cvt.rn.f16x2.e4m3x2 (exact) of the byte in both halves, then to
+/// FP32; elsewhere, and on emu, from the bits.
+template <bool E5M2> __device__ __forceinline__ float f8ToFloat(unsigned char b) {
+  if constexpr (E5M2) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(b << 8)));
+  } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    unsigned h;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(static_cast<unsigned short>(b * 0x101u)));
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(h & 0xffffu)));
+#else
+    return f8BitsToFloat<3, 7, false>(b);
+#endif
+  }
+}
 template <class From> struct Cvt<f8e4m3, From> {
   static __device__ __forceinline__ f8e4m3 run(From v) {
-    return f8e4m3{floatToF8Bits<3, 7>(Cvt<float, From>::run(v), 0x43e00000u, 0x7e)};
+    return f8e4m3{floatToF8<false>(Cvt<float, From>::run(v))};
   }
 };
 template <class From> struct Cvt<f8e5m2, From> {
   static __device__ __forceinline__ f8e5m2 run(From v) {
-    return f8e5m2{floatToF8Bits<2, 15>(Cvt<float, From>::run(v), 0x47600000u, 0x7b)};
+    return f8e5m2{floatToF8<true>(Cvt<float, From>::run(v))};
   }
 };
 template <class To> struct Cvt<To, f8e4m3> {
   static __device__ __forceinline__ To run(f8e4m3 v) {
-    return Cvt<To, float>::run(f8BitsToFloat<3, 7, false>(v.bits));
+    return Cvt<To, float>::run(f8ToFloat<false>(v.bits));
   }
 };
 template <class To> struct Cvt<To, f8e5m2> {
   static __device__ __forceinline__ To run(f8e5m2 v) {
-    return Cvt<To, float>::run(f8BitsToFloat<2, 15, true>(v.bits));
+    return Cvt<To, float>::run(f8ToFloat<true>(v.bits));
   }
 };
 template <> struct Cvt<f8e4m3, f8e4m3> {

@@ -37,4 +37,7 @@ if [ -n "$models" ] && [ -f "$models/models/transformer_op17/model.onnx" ]; then
   "$dlc" run "$tmp/t.dlc" --device emu "$m/test_data_set_0/input_0.pb" --output-dir "$tmp/te" -q
   compare "$tmp/tg/output_0.npy" "$tmp/te/output_0.npy"
 fi
+# Quantized models (INT8 kernels, float8 conversions: cvt.rn.satfinite on sm_89 and
+# later) against ONNX Runtime, as on emu.
+/usr/bin/python3 "$src/tests/models/quantized_onnx.py" --dlc "$dlc" --work "$tmp/quantized" --device cuda
 echo "gpu smoke test passed"

@@ -520,14 +520,16 @@ def compare(got, want, tol):
     return float("inf") if np.isnan(err) else err  # max() over outputs would skip a NaN
 
 
-def run_dlc(dlc, model_path, feeds, work, extra):
+def run_dlc(dlc, model_path, feeds, work, extra, device="emu"):
+    """Compiles for emu (for the GPU's architectures with device cuda) and runs there."""
     pkg = os.path.join(work, "m.dlc")
-    p = subprocess.run([dlc, "compile", model_path, "--target", "emu", "-o", pkg, *extra], stdout=subprocess.PIPE,
+    targets = ["--target", "emu"] if device == "emu" else []
+    p = subprocess.run([dlc, "compile", model_path, *targets, "-o", pkg, *extra], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"dlc compile failed:\n{p.stderr.strip()}")
     out = os.path.join(work, "dlc")
-    args = [dlc, "run", pkg, "--device", "emu", "--output-dir", out, "--quiet"]
+    args = [dlc, "run", pkg, "--device", device, "--output-dir", out, "--quiet"]
     for name, v in feeds.items():
         f = os.path.join(work, f"in_{name}.npy")
         np.save(f, v)

@@ -21,7 +21,8 @@ com.microsoft QLinearAdd, QLinearMul, QLinearConcat and QLinearGlobalAveragePool
 in strict FP32 (--no-tf32, as ONNX Runtime's CPU provider), and the QDQ and dynamic
 cases also with --fp16.
 
-usage: quantized_onnx.py --dlc build/tools/dlc --work DIR [--only SUBSTRING]
+usage: quantized_onnx.py --dlc build/tools/dlc --work DIR [--only SUBSTRING] [--device cuda]
+(--device cuda: the same comparisons run on a GPU: tests/gpu/gpu_smoke.sh)
 """
 import argparse
 import json
@@ -503,7 +504,7 @@ def compare(got, want, step, rel=1e-6):
     return err <= bound, err
 
 
-def check(dlc, name, opset, build, work, extra):
+def check(dlc, name, opset, build, work, extra, device):
     d = os.path.join(work, name + ("-fp16" if "--fp16" in extra else ""))
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
@@ -514,7 +515,7 @@ def check(dlc, name, opset, build, work, extra):
     with open(path, "wb") as f:
         f.write(model.SerializeToString())
     try:
-        got_dir, _ = run_dlc(dlc, path, m.feeds, d, extra)
+        got_dir, _ = run_dlc(dlc, path, m.feeds, d, extra, device)
         want_dir = run_ort(path, m.feeds, d)
     except RuntimeError as e:
         print(f"{name}: {e}", file=sys.stderr)
@@ -532,6 +533,7 @@ def main():
     ap.add_argument("--dlc", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--only", default="")
+    ap.add_argument("--device", default="emu", choices=["emu", "cuda"])
     a = ap.parse_args()
     ensure_ort()
     os.makedirs(a.work, exist_ok=True)
@@ -542,7 +544,7 @@ def main():
         # (Strict FP32, as ONNX Runtime's CPU provider computes: no TF32.)
         for extra in [["--no-tf32"]] + ([["--fp16", "--no-tf32"]] if fp16 else []):
             ran += 1
-            worst = check(a.dlc, name, opset, build, a.work, extra)
+            worst = check(a.dlc, name, opset, build, a.work, extra, a.device)
             ok = worst is not None and all(good for good, _ in worst.values())
             failed += not ok
             detail = "error" if worst is None else ", ".join(
