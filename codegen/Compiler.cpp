@@ -126,9 +126,10 @@ pkg::PackageImage writePackage(const Program &p, const std::vector<CompiledModul
                                              r.spillStores, r.spillLoads, r.sharedBytes,
                                              r.stackBytes));
     }
-    kernels.push_back(pkg::CreateKernel(
-        fb, fb.CreateString(k.name), fb.CreateString(k.symbol), k.chunk, k.needsSync, k.cooperative,
-        fb.CreateVector(res), fb.CreateString(k.templateName), k.tensorCore, k.tf32, k.integer));
+    kernels.push_back(pkg::CreateKernel(fb, fb.CreateString(k.name), fb.CreateString(k.symbol),
+                                        k.chunk, k.needsSync, k.cooperative, fb.CreateVector(res),
+                                        fb.CreateString(k.templateName), k.tensorCore, k.tf32,
+                                        k.integer, k.fp8));
   }
   std::vector<flatbuffers::Offset<pkg::Module>> mods;
   for (size_t i = 0; i < modules.size(); ++i) {
@@ -319,12 +320,26 @@ public:
         ptxTargets_.push_back(t);
     }
     // One front end per chunk for the lowest architecture; an explicitly requested
-    // newer PTX target needs its own.
+    // newer PTX target needs its own. Float8 kernels have a second one at compute_89,
+    // for the cubins of sm_89 and later, which compute float8 natively (mma.sync and
+    // cvt on e4m3/e5m2: dlc_mma.cuh, dlc_device.cuh).
     if (base < 1000)
       virtualArchs_.push_back("compute_" + std::to_string(base));
     for (const std::string &t : ptxTargets_)
       if (std::find(virtualArchs_.begin(), virtualArchs_.end(), t) == virtualArchs_.end())
         virtualArchs_.push_back(t);
+    const bool float8 =
+        std::any_of(p_.chunkSources.begin(), p_.chunkSources.end(), [](const std::string &src) {
+          return src.find("dlc::f8e") != std::string::npos;
+        });
+    if (float8 && base < 89 && std::any_of(sms_.begin(), sms_.end(), [](const std::string &sm) {
+          return smNumber(sm) >= 89;
+        })) {
+      auto it = std::find(virtualArchs_.begin(), virtualArchs_.end(), "compute_89");
+      if (it == virtualArchs_.end())
+        it = virtualArchs_.insert(virtualArchs_.end(), "compute_89");
+      float8Front_ = static_cast<size_t>(it - virtualArchs_.begin());
+    }
   }
 
   llvm::Error run() {
@@ -412,8 +427,11 @@ private:
         pm.exprs.push_back(k.nameExpr);
     auto m = compileToPtx(p_.chunkSources[c], virtualArchs_[v], pm.exprs, tc_);
     std::string what = "nvrtc chunk " + std::to_string(c) + " (" + virtualArchs_[v] + ")";
+    size_t fed = 0; // the ptxas jobs this front end's PTX feeds
+    for (const std::string &sm : sms_)
+      fed += frontFor(sm) == v;
     if (!m)
-      return finish("nvrtc", 0, false, what, m.takeError(), v == 0 ? sms_.size() : 0);
+      return finish("nvrtc", 0, false, what, m.takeError(), fed);
     pm.module = std::move(*m);
     double secs = pm.module.seconds;
     bool cached = pm.module.cached;
@@ -430,9 +448,10 @@ private:
         out.image.assign(text.begin(), text.end());
         modules_.push_back(std::move(out));
       }
-      // The base front end's PTX feeds ptxas for every architecture.
-      if (v == 0)
-        for (const std::string &sm : sms_)
+      // The base front end's PTX feeds ptxas for every architecture (the float8 one's
+      // for sm_89 and later).
+      for (const std::string &sm : sms_)
+        if (frontFor(sm) == v)
           queue_.push_back([this, c, sm] { assemble(c, sm); });
     }
     finish("nvrtc", secs, cached, what, llvm::Error::success());
@@ -442,7 +461,7 @@ private:
     const codegen::PtxModule *ptx;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      ptx = &ptx_[c * virtualArchs_.size()].module;
+      ptx = &ptx_[c * virtualArchs_.size() + frontFor(sm)].module;
     }
     auto m = ptxToCubin(*ptx, sm, tc_);
     std::string what = "ptxas " + sm + " chunk " + std::to_string(c);
@@ -477,7 +496,15 @@ private:
   ToolchainOptions tc_; // (emuCheck set by the emu-check target)
   const CompileOptions &opts_;
   CompileReport &rep_;
+  /// sm_80 -> 80.
+  static int smNumber(const std::string &sm) { return std::atoi(sm.c_str() + sm.find('_') + 1); }
+  /// The front end (an index of virtualArchs_) whose PTX ptxas assembles for `sm`.
+  size_t frontFor(const std::string &sm) const {
+    return float8Front_ && smNumber(sm) >= 89 ? float8Front_ : 0;
+  }
+
   std::vector<std::string> sms_, ptxTargets_, virtualArchs_;
+  size_t float8Front_ = 0; // the compute_89 front end of a float8 program (0: none)
   bool emu_ = false;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -109,6 +109,8 @@ struct Instantiation {
   bool tf32 = false;
   /// Its multiply-adds are on integers (quantized models): inspect counts them apart.
   bool integer = false;
+  /// ... on float8 operands (FP8 QDQ models) on tensor cores: inspect counts them apart.
+  bool fp8 = false;
 };
 
 /// Grid size for a grid-stride kernel over n items with `block` threads.

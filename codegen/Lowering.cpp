@@ -210,6 +210,7 @@ uint32_t Lowering::instantiate(const Instantiation &inst) {
   k.tensorCore = inst.tensorCore;
   k.tf32 = inst.tf32;
   k.integer = inst.integer;
+  k.fp8 = inst.fp8;
   p_.kernels.push_back(std::move(k));
   uint32_t index = static_cast<uint32_t>(p_.kernels.size() - 1);
   instances_[full] = index;

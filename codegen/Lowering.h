@@ -113,7 +113,7 @@ struct KernelDesc {
   std::string key;
   bool needsSync = false;
   bool cooperative = false;
-  bool tensorCore = false, tf32 = false, integer = false;
+  bool tensorCore = false, tf32 = false, integer = false, fp8 = false;
   uint32_t chunk = 0;
   std::string node;
 };

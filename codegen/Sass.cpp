@@ -130,6 +130,13 @@ Instr decode(uint64_t lo, uint64_t hi, int arch) {
   Instr in;
   in.opcode = static_cast<uint16_t>(lo & 0x1ff);
   in.cls = classOf(in.opcode);
+  // QMMA (sm_89's mma.sync e4m3/e5m2, m16n8k32: one per PTX mma, as ptxas 13.0 writes it
+  // for a kernel of one; sm_90 has none, ptxas converts to FP16 and uses HMMA).
+  if (arch == 89 && in.opcode == 0x07a) {
+    in.cls = Class::Tensor;
+    in.mmaFlops = 8192;
+    return in;
+  }
   switch (in.cls) {
   case Class::GlobalLoad:
   case Class::GlobalStore:

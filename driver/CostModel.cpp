@@ -125,6 +125,7 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
   c.tensorFlops.assign(ng, 0);
   c.integerFlops.assign(ng, 0);
   c.integerTensorFlops.assign(ng, 0);
+  c.fp8TensorFlops.assign(ng, 0);
   c.bytesRead.assign(ng, 0);
   c.bytesWritten.assign(ng, 0);
   c.peakPriced.assign(ng, 0);
@@ -189,6 +190,7 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
           kernel = m.kernels()->Get(l->kernel());
         sc.tensor = kernel && kernel->tensor_core();
         sc.integer = kernel && kernel->integer();
+        sc.fp8 = kernel && kernel->fp8();
         sc.tf32 = kernel && kernel->tf32();
         sc.blocks = uint64_t(l->grid()->x()) * l->grid()->y() * l->grid()->z();
       } else if (gm) {
@@ -321,6 +323,8 @@ PackageCost costOf(const pkg::PackageFile &pf, int variant,
             c.integerFlops[i] += sc.flops;
           if (sc.integer && sc.tensor)
             c.integerTensorFlops[i] += sc.flops;
+          if (sc.fp8 && sc.tensor)
+            c.fp8TensorFlops[i] += sc.flops;
           c.bytesRead[i] += sc.bytesRead;
           c.bytesWritten[i] += sc.bytesWritten;
         }

@@ -465,11 +465,12 @@ llvm::json::Value toJson(const Report &r) {
       {"tensor_core_flop_fraction",
        cost.flops[h100] > 0 ? cost.tensorFlops[h100] / cost.flops[h100] : 0.0},
       // Integer work (quantized models): its FLOPs, and the fraction of them on int8
-      // tensor cores; FP8 tensor-core work over all FLOPs (no kernel has either yet).
+      // tensor cores; FP8 tensor-core work over all FLOPs.
       {"integer_flops", cost.integerFlops[h100]},
       {"int8_tensor_core_flop_fraction",
        cost.integerFlops[h100] > 0 ? cost.integerTensorFlops[h100] / cost.integerFlops[h100] : 0.0},
-      {"fp8_tensor_core_flop_fraction", 0.0},
+      {"fp8_tensor_core_flop_fraction",
+       cost.flops[h100] > 0 ? cost.fp8TensorFlops[h100] / cost.flops[h100] : 0.0},
       {"modeled_latency_us", perGpu(cost.micros)},
       {"roofline_us", perGpu(cost.roofline)},
       {"latency_model",
@@ -627,6 +628,10 @@ void printReport(const Report &r, llvm::raw_ostream &os) {
                        100.0 * cost.integerFlops[h100] / cost.flops[h100],
                        cost.integerFlops[h100] / 1e9,
                        100.0 * cost.integerTensorFlops[h100] / cost.integerFlops[h100]);
+  if (cost.fp8TensorFlops[h100] > 0)
+    os << llvm::format("float8 (FP8 QDQ): %.1f%% of the FLOPs on tensor cores (%.3f GFLOP)\n",
+                       100.0 * cost.fp8TensorFlops[h100] / cost.flops[h100],
+                       cost.fp8TensorFlops[h100] / 1e9);
   const std::string &main = r.gpus[h100];
   const std::string &mainArch = cost.gpus[h100].arch;
   os << "modeled latency (a model, not a measurement; bounds from the compiled code):";

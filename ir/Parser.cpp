@@ -196,7 +196,7 @@ private:
             return errorAt(e, "boolean element in a " + std::string(dtypeName(dt)) + " constant");
           storeElement<bool>(dt, p, i, e.text == "true");
         } else if (e.kind == Tok::Float) {
-          if (!isFloat(dt))
+          if (!isFloat(dt) && !isFloat8(dt))
             return errorAt(e, "float element in a " + std::string(dtypeName(dt)) + " constant");
           if (dt == DType::F64)
             storeElement<double>(dt, p, i, parseFloatText(e.text));
@@ -205,7 +205,7 @@ private:
         } else if (e.kind == Tok::Int) {
           if (dt == DType::Bool)
             return errorAt(e, "integer element in a bool constant");
-          if (isFloat(dt)) {
+          if (isFloat(dt) || isFloat8(dt)) {
             storeElement<double>(dt, p, i, parseFloatText(e.text));
           } else if (isUnsignedInt(dt)) {
             uint64_t v = 0;

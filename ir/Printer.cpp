@@ -86,7 +86,7 @@ void printTensorLiteral(const Tensor &t, llvm::raw_ostream &os, const PrintOptio
     DType dt = t.dtype();
     if (dt == DType::F64)
       os << formatDouble(loadElement<double>(dt, t.raw(), i));
-    else if (isFloat(dt))
+    else if (isFloat(dt) || isFloat8(dt)) // (float8 values are floats, exactly)
       os << formatFloat(loadElement<float>(dt, t.raw(), i));
     else if (dt == DType::Bool)
       os << (loadElement<bool>(dt, t.raw(), i) ? "true" : "false");

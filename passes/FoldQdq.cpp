@@ -15,7 +15,10 @@
 // sums. The other DequantizeLinear users keep their float values. Symmetric int8
 // operands multiply as they are (INT8 tensor cores); u8 activations (and i8 ones with a
 // zero point) by symmetric int8 weights, where nothing is padded, as the int8 x - 128
-// (x) with a corrected bias.
+// (x) with a corrected bias. Float8 (FP8 QDQ: e4m3 or e5m2 input and weights, no zero
+// point) Convs multiply as they are too, into FP32 sums, then times sx * sw plus the
+// FP32 bias, if any (float8 tensor cores):
+//   Conv(DQ(x8, sx), DQ(w8, sw), b) -> Conv(x8, w8) * (sx * sw) + b
 //===----------------------------------------------------------------------===//
 #include "dlc/ir/GradBuilder.h"
 #include "dlc/passes/Pass.h"
@@ -28,7 +31,7 @@ namespace {
 using namespace ir;
 
 bool quantized(DType t) {
-  return t == DType::U8 || t == DType::I8;
+  return t == DType::U8 || t == DType::I8 || isFloat8(t);
 }
 
 /// v as DequantizeLinear(q, scale, zp?) of a u8/i8 tensor q, or null.
@@ -175,14 +178,17 @@ private:
   /// A Conv or MatMul of dequantized operands, as integer sums: what is checked
   /// before anything is built.
   struct Product {
-    Node *p = nullptr;     // the Conv or MatMul
-    Node *x = nullptr;     // its input's DequantizeLinear
-    Node *w = nullptr;     // its weight's
-    Node *wt = nullptr;    // the Transpose of the weight's (a Gemm's transB)
-    Value *ws = nullptr;   // the weight's scale
-    Value *bias = nullptr; // int32 sums [channels], or null
+    Node *p = nullptr;          // the Conv or MatMul
+    Node *x = nullptr;          // its input's DequantizeLinear
+    Node *w = nullptr;          // its weight's
+    Node *wt = nullptr;         // the Transpose of the weight's (a Gemm's transB)
+    Value *ws = nullptr;        // the weight's scale
+    Value *bias = nullptr;      // int32 sums [channels], or null
+    Value *floatBias = nullptr; // a float8 Conv's FP32 bias [channels], or null
     int64_t channels = 0;
     bool conv = false;
+    /// Float8 input and weights of one type (a Conv's): FP32 sums.
+    bool fp8() const { return isFloat8(x->operand(0)->dtype()); }
   };
 
   /// `p` (a Conv or MatMul whose result, or whose Add with a DequantizeLinear bias,
@@ -204,6 +210,17 @@ private:
     r.w = dequantized(r.wt ? r.wt->operand(0) : p->operand(1));
     if (!r.x || !r.w || !oneValue(r.x->operand(1)))
       return std::nullopt;
+    // (Float8: a Conv of one float8 type; its bias, if any, FP32 as FP8 tools write it.)
+    const bool f8x = isFloat8(r.x->operand(0)->dtype()), f8w = isFloat8(r.w->operand(0)->dtype());
+    if (f8x || f8w) {
+      if (!r.conv || r.x->operand(0)->dtype() != r.w->operand(0)->dtype())
+        return std::nullopt;
+      if (Value *b = p->operand(2)) {
+        if (b->dtype() != DType::F32 || b->shape() != Shape{p->operand(1)->shape()[0]})
+          return std::nullopt;
+        r.floatBias = b;
+      }
+    }
     // The weight's scale: per tensor, or per output channel (a Conv's dim 0; a
     // MatMul's last dim, which broadcasts as it is).
     r.ws = r.w->operand(1);
@@ -222,7 +239,7 @@ private:
     // int32 sums [channels] with zero point 0.
     if (Node *bd =
             r.conv && p->operand(2) ? definedBy(p->operand(2), OpKind::DequantizeLinear) : biasDq;
-        bd || (r.conv && p->operand(2))) {
+        !r.fp8() && (bd || (r.conv && p->operand(2)))) {
       if (!bd || bd->operand(0)->dtype() != DType::I32 ||
           bd->operand(0)->shape() != Shape{channels} ||
           (bd->operand(2) && !constantWhere(bd->operand(2), [](double e) { return e == 0; })))
@@ -269,7 +286,7 @@ private:
                          r.w->operand(0)->dtype() == DType::I8 && zeroPoint0(r.w) &&
                          (r.conv ? unpadded() : r.w->operand(0)->rank() == 2);
     Value *xi = nullptr, *wi = nullptr, *bias = r.bias;
-    if (int8) {
+    if (int8 || r.fp8()) {
       xi = r.x->operand(0);
       wi = r.w->operand(0);
     } else if (shifted) {
@@ -328,7 +345,8 @@ private:
     return {sum, b.mul(r.x->operand(1), scale)};
   }
 
-  /// Q(Relu?(product)) -> Q(float(integer sums), sx * sw / sy) {multiply}.
+  /// Q(Relu?(product)) -> Q(float(integer sums), sx * sw / sy) {multiply}. (Float8
+  /// products stay to dequantize(): their FP32 bias is added after the scale.)
   static bool requantize(Graph &g, Node &q) {
     Value *in = q.operand(0), *ys = q.operand(1), *yz = q.operand(2);
     if (!oneValue(ys) || ys->dtype() != DType::F32 || g.isOutput(in) || in->uses().size() != 1 ||
@@ -346,7 +364,8 @@ private:
     if (p && p->kind() == OpKind::Add)
       std::tie(p, biasDq) = biasAdd(g, *p, product);
     auto r = match(g, p, biasDq, product);
-    if (!r || (relu && !(positive(r->x->operand(1)) && positive(r->ws) && positive(ys))))
+    if (!r || r->fp8() ||
+        (relu && !(positive(r->x->operand(1)) && positive(r->ws) && positive(ys))))
       return false;
     GradBuilder b(g);
     b.setNameSuffix(".int");
@@ -420,8 +439,20 @@ private:
     b.begin(*anchor, {}, {});
     auto [sum, scale] = build(b, *r, product);
     // (As a DequantizeLinear of the sums, which stays FP32 under --fp16: the sums
-    // exceed FP16's range.)
-    Value *y = b.op(OpKind::DequantizeLinear, {sum, scale});
+    // exceed FP16's range. Float8's FP32 sums likewise, by MulAdd: times the scale plus
+    // the bias along dim 1, in FP32.)
+    Value *y = nullptr;
+    if (r->fp8()) {
+      Value *bias = b.scalar(0.0, DType::F32);
+      if (r->floatBias) {
+        Shape s(static_cast<size_t>(product->rank() - 1), 1);
+        s[0] = r->channels;
+        bias = b.reshape(r->floatBias, s);
+      }
+      y = b.op(OpKind::MulAdd, {sum, scale, bias});
+    } else {
+      y = b.op(OpKind::DequantizeLinear, {sum, scale});
+    }
     if (!y || b.failed() || y->type() != product->type()) {
       llvm::consumeError(b.takeError());
       return false;

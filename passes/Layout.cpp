@@ -41,6 +41,11 @@ namespace {
 
 using namespace ir;
 
+/// The 8-bit operand types whose convolutions are ours on tensor cores (INT8, float8).
+bool eightBit(DType t) {
+  return t == DType::I8 || isFloat8(t);
+}
+
 /// The Transpose producing v, if any.
 const Node *transposeOf(const Value *v) {
   return definedBy(v, OpKind::Transpose);
@@ -339,10 +344,10 @@ public:
     auto all = [](const std::vector<int64_t> &v, int64_t x) {
       return std::all_of(v.begin(), v.end(), [x](int64_t e) { return e == x; });
     };
-    // (INT8 stays a convolution: its tensor-core kernel is ours.)
+    // (INT8 and float8 stay convolutions: their tensor-core kernel is ours.)
     if (n.attrInt("channels_last") == 0 || n.attrInt("group") != 1 ||
         !all(n.attrInts("strides"), 1) || !all(n.attrInts("pads"), 0) ||
-        n.operand(0)->dtype() == DType::I8)
+        eightBit(n.operand(0)->dtype()))
       return false;
     Value *x = n.operand(0), *w = n.operand(1), *b = n.operand(2);
     const Shape &ws = w->shape(); // [M, 1..., C]
@@ -492,7 +497,7 @@ private:
     const LayoutRule &lr = n.def().layout;
     Value *x = n.operand(0);
     if (lr.kind != LayoutRule::ChannelAxis || !lr.remap || !x || x->rank() < 3 ||
-        !(isFloat(x->dtype()) || x->dtype() == DType::I8))
+        !(isFloat(x->dtype()) || eightBit(x->dtype())))
       return std::nullopt;
     std::vector<int64_t> perm = channelsFirstPerm(x->rank());
     std::optional<LayoutRemap> m = lr.remap(n, perm);
@@ -505,7 +510,7 @@ private:
   }
 
   /// Auto: conv nets whose convolutions run on tensor cores (FP16/BF16, FP32 in TF32,
-  /// INT8).
+  /// INT8, float8).
   static bool wantsChannelsLast(const Graph &g, LayoutMode mode, bool tf32) {
     if (mode == LayoutMode::NCHW)
       return false;
@@ -513,8 +518,7 @@ private:
       if (auto perm = seedPerm(n)) {
         DType t = n.operand(0)->dtype();
         if (mode == LayoutMode::NHWC ||
-            (perm->size() == 4 &&
-             (isReducedFloat(t) || (tf32 && t == DType::F32) || t == DType::I8)))
+            (perm->size() == 4 && (isReducedFloat(t) || (tf32 && t == DType::F32) || eightBit(t))))
           return true;
       }
     return false;

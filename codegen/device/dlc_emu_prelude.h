@@ -604,6 +604,45 @@ inline void mma16832S8Warp(const unsigned (*a)[4], const unsigned (*b)[2], int (
     }
 }
 
+/// The value of a float8 byte (e4m3fn, or e5m2), from the formats' definitions.
+inline double f8Value(unsigned b, bool e5m2) {
+  const int mant = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7, e = (b & 0x7f) >> mant,
+            m = b & ((1 << mant) - 1);
+  double v;
+  if (e5m2 ? e == 31 : (b & 0x7f) == 0x7f)
+    v = e5m2 && m == 0 ? INFINITY : NAN;
+  else
+    v = e == 0 ? std::ldexp(m, 1 - bias - mant) : std::ldexp((1 << mant) + m, e - bias - mant);
+  return (b & 0x80) ? -v : v;
+}
+/// mma.sync.aligned.m16n8k32.row.col.f32.{e4m3,e5m2}.{e4m3,e5m2}.f32, D += A B: the
+/// fragments as m16n8k32's s8 (one float8 byte each), D as m16n8k16's; D plus the exact
+/// products summed in double, rounded once to FP32, as mmaTile.
+inline void mma16832F8Warp(bool e5m2, const unsigned (*a)[4], const unsigned (*b)[2],
+                           float (*d)[4]) {
+  double A[16][32], B[32][8];
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int i = 0; i < 4; ++i) {
+      auto byte = [&](unsigned r) { return f8Value((r >> (8 * i)) & 0xffu, e5m2); };
+      A[g][4 * t + i] = byte(a[l][0]);
+      A[g + 8][4 * t + i] = byte(a[l][1]);
+      A[g][4 * t + 16 + i] = byte(a[l][2]);
+      A[g + 8][4 * t + 16 + i] = byte(a[l][3]);
+      B[4 * t + i][g] = byte(b[l][0]);
+      B[4 * t + 16 + i][g] = byte(b[l][1]);
+    }
+  }
+  for (int l = 0; l < 32; ++l)
+    for (int i = 0; i < 4; ++i) {
+      const int row = l / 4 + 8 * (i / 2), col = 2 * (l % 4) + i % 2;
+      double s = d[l][i];
+      for (int k = 0; k < 32; ++k)
+        s += A[row][k] * B[k][col];
+      d[l][i] = static_cast<float>(s);
+    }
+}
+
 template <class Lane> inline Lane &lane(void *const *lanes, int l) {
   return *static_cast<Lane *>(lanes[l]);
 }
@@ -677,6 +716,27 @@ inline void mmaS8(int *d, const unsigned *a, const unsigned *b) {
   warpOp(&me, mmaS8Op);
   std::memcpy(d, me.d, sizeof(me.d));
 }
+template <bool E5M2> void mmaF8Op(void *const *lanes, unsigned) {
+  unsigned a[32][4], b[32][2];
+  float d[32][4];
+  for (int l = 0; l < 32; ++l) {
+    const MmaLane &x = lane<MmaLane>(lanes, l);
+    std::memcpy(a[l], x.a, sizeof(x.a));
+    std::memcpy(b[l], x.b, sizeof(x.b));
+    std::memcpy(d[l], x.d, sizeof(x.d));
+  }
+  mma16832F8Warp(E5M2, a, b, d);
+  for (int l = 0; l < 32; ++l)
+    std::memcpy(lane<MmaLane>(lanes, l).d, d[l], sizeof(d[l]));
+}
+inline void mmaF8(float *d, const unsigned *a, const unsigned *b, bool e5m2) {
+  MmaLane me;
+  std::memcpy(me.a, a, sizeof(me.a));
+  std::memcpy(me.b, b, sizeof(me.b));
+  std::memcpy(me.d, d, sizeof(me.d));
+  warpOp(&me, e5m2 ? mmaF8Op<true> : mmaF8Op<false>);
+  std::memcpy(d, me.d, sizeof(me.d));
+}
 template <int Kind> inline void mma(float *d, const unsigned *a, const unsigned *b) {
   MmaLane me;
   std::memcpy(me.a, a, sizeof(me.a));
@@ -736,7 +796,8 @@ template <int MI, int NI, class Acc = float> struct TileLane {
   Acc *acc;                        // [MI][NI][4]
 };
 /// dlc::warpTileMma: acc[i][j] += A_i B_j for every (i, j) (Kind 0, 1: m16n8k16 f16,
-/// bf16; 2: m16n8k8 tf32; 3: m16n8k32 s8 into int accumulators), as one warp operation.
+/// bf16; 2: m16n8k8 tf32; 3: m16n8k32 s8 into int accumulators; 4, 5: m16n8k32 e4m3,
+/// e5m2), as one warp operation.
 template <int MI, int NI, int Kind> void tileOp(void *const *lanes, unsigned) {
   typedef typename std::conditional<Kind == 3, int, float>::type Acc;
   typedef TileLane<MI, NI, Acc> Lane;
@@ -753,6 +814,8 @@ template <int MI, int NI, int Kind> void tileOp(void *const *lanes, unsigned) {
       }
       if constexpr (Kind == 3)
         mma16832S8Warp(a, b, d);
+      else if constexpr (Kind >= 4)
+        mma16832F8Warp(Kind == 5, a, b, d);
       else if constexpr (Kind == 2)
         mma1688Tf32Warp(a, b, d);
       else

@@ -9,6 +9,10 @@
 //   mma16816<MT>     mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32
 //   mma1688Tf32      mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32
 //   mma16832S8       mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32
+//   mma16832F8<E5M2> mma.sync.aligned.m16n8k32.row.col.f32.{e4m3,e5m2}.{e4m3,e5m2}.f32 on sm_89
+//                    and later (ptxas turns it into FP16 conversions and two HMMA.16816 on
+//                    sm_90: native FP8 there is wgmma's); on sm_80 and sm_86 the same two
+//                    m16n8k16 FP16 products of the exactly converted operands
 //   toTf32           cvt.rna.tf32.f32
 //   warpTileLoad     a warp's A and B fragments of an MI x NI tile for one k step:
 //                    ldmatrix.x4 each (on emu one warp operation for all of them)
@@ -114,6 +118,8 @@ template <> struct MmaKind<__half> { static constexpr int value = 0; };
 template <> struct MmaKind<__nv_bfloat16> { static constexpr int value = 1; };
 template <> struct MmaKind<float> { static constexpr int value = 2; };       // TF32
 template <> struct MmaKind<signed char> { static constexpr int value = 3; }; // s8, k32
+template <> struct MmaKind<f8e4m3> { static constexpr int value = 4; };      // e4m3, k32
+template <> struct MmaKind<f8e5m2> { static constexpr int value = 5; };      // e5m2, k32
 /// The accumulators of MT's products: FP32, or exact int32 sums of INT8 products; and
 /// the type of a bias added to them (the operands', or int32 sums).
 template <class MT> struct MmaAccOf {
@@ -123,6 +129,14 @@ template <class MT> struct MmaAccOf {
 template <> struct MmaAccOf<signed char> {
   typedef int type;
   typedef int bias;
+};
+template <> struct MmaAccOf<f8e4m3> {
+  typedef float type;
+  typedef float bias;
+};
+template <> struct MmaAccOf<f8e5m2> {
+  typedef float type;
+  typedef float bias;
 };
 template <class MT> using MmaAcc = typename MmaAccOf<MT>::type;
 
@@ -174,6 +188,59 @@ __device__ __forceinline__ void mma16832S8(int (&d)[4], const unsigned (&a)[4],
 #endif
 }
 
+/// Two FP16 values (lo, hi) of the float8 bytes `sel` picks from r (__byte_perm's
+/// selector: bytes 0 and 1, or 2 and 3, into the upper byte of each half): e5m2 is FP16's
+/// upper byte; e4m3's sign, exponent and mantissa move down one bit and the product by
+/// 2^8 rebiases the exponent (7 -> 15), exactly, subnormals included (NaN excepted).
+template <bool E5M2> __device__ __forceinline__ unsigned f8PairToHalf2(unsigned r, unsigned sel) {
+  const unsigned v = __byte_perm(r, 0u, sel);
+  if constexpr (E5M2)
+    return v;
+  const unsigned h = (v & 0x80008000u) | ((v >> 1) & 0x3f803f80u);
+  const __half2 p = __hmul2(*reinterpret_cast<const __half2 *>(&h), __float2half2_rn(256.0f));
+  return *reinterpret_cast<const unsigned *>(&p);
+}
+
+/// mma16832F8 where float8 has no tensor-core instruction (sm_80, sm_86): lane (g, t)'s
+/// bytes 0-1 and 2-3 of each register are K 4t..4t+1 and 4t+2..4t+3 (and 16 more in
+/// registers 2-3 of A, 1 of B); as m16n8k16's K 2t..2t+1 and 2t+8..2t+9 of A and B
+/// alike, each pair of K meets its own pair, so two FP16 products of the converted halves
+/// sum the same 32 products.
+template <bool E5M2>
+__device__ __forceinline__ void mma16832F8ViaF16(float (&d)[4], const unsigned (&a)[4],
+                                                 const unsigned (&b)[2]) {
+  for (int h = 0; h < 2; ++h) {
+    const unsigned ah[4] = {
+        f8PairToHalf2<E5M2>(a[2 * h], 0x1404u), f8PairToHalf2<E5M2>(a[2 * h + 1], 0x1404u),
+        f8PairToHalf2<E5M2>(a[2 * h], 0x3424u), f8PairToHalf2<E5M2>(a[2 * h + 1], 0x3424u)};
+    const unsigned bh[2] = {f8PairToHalf2<E5M2>(b[h], 0x1404u), f8PairToHalf2<E5M2>(b[h], 0x3424u)};
+    mma16816<__half>(d, ah, bh);
+  }
+}
+
+/// d += a b over a 16 x 8 tile, k 32, float8 operands (e4m3, or e5m2 with E5M2), FP32
+/// accumulators; the fragments hold 4 bytes of K per register, as mma16832S8's.
+template <bool E5M2>
+__device__ __forceinline__ void mma16832F8(float (&d)[4], const unsigned (&a)[4],
+                                           const unsigned (&b)[2]) {
+#ifdef DLC_EMU
+  dlc_emu_ptx::mmaF8(d, a, b, E5M2);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  if constexpr (E5M2)
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  else
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  mma16832F8ViaF16<E5M2>(d, a, b);
+#endif
+}
+
 /// FP32 -> TF32 (cvt.rna.tf32.f32): the nearest value with 10 mantissa bits, ties away
 /// from zero, as FP32 bits with the low 13 bits zero; infinities and NaN kept.
 __device__ __forceinline__ unsigned toTf32(float f) {
@@ -187,8 +254,8 @@ __device__ __forceinline__ unsigned toTf32(float f) {
 }
 
 /// A warp's operand fragments of an MI x NI tile of m16n8 products for one k step (32
-/// bytes of K: k16 of FP16/BF16, k8 of TF32, k32 of INT8): lane (g, t)'s registers of A fragment i
-/// and of the B fragments of n-tiles 2 j and 2 j + 1 (registers 0-1 and 2-3).
+/// bytes of K: k16 of FP16/BF16, k8 of TF32, k32 of INT8 and float8): lane (g, t)'s registers of A
+/// fragment i and of the B fragments of n-tiles 2 j and 2 j + 1 (registers 0-1 and 2-3).
 template <int MI, int NI> struct WarpFrags {
   static_assert(NI % 2 == 0, "n-tiles come in pairs");
   unsigned a[MI][4], b[NI / 2][4];
@@ -250,6 +317,8 @@ __device__ __forceinline__ void warpTileMma(MmaAcc<MT> (&acc)[MI][NI][4],
       const unsigned bj[2] = {f.b[j / 2][2 * (j % 2)], f.b[j / 2][2 * (j % 2) + 1]};
       if constexpr (MmaKind<MT>::value == 3)
         mma16832S8(acc[i][j], f.a[i], bj);
+      else if constexpr (MmaKind<MT>::value >= 4)
+        mma16832F8<MmaKind<MT>::value == 5>(acc[i][j], f.a[i], bj);
       else if constexpr (MmaKind<MT>::value == 2)
         mma1688Tf32(acc[i][j], f.a[i], bj);
       else

@@ -231,11 +231,14 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   const bool tf32 = l.options().tf32 && x->dtype() == DType::F32 && wt->dtype() == DType::F32;
   // INT8 operands (a quantized model's, fold-qdq): m16n8k32 into exact int32 sums.
   const bool int8 = x->dtype() == DType::I8 && wt->dtype() == DType::I8 && dt == DType::I32;
+  // Float8 operands (an FP8 QDQ model's, fold-qdq): m16n8k32 e4m3/e5m2 into FP32 sums (no
+  // bias: fold-qdq adds it after the scale), on the same 8-bit tiles as INT8.
+  const bool fp8 = isFloat8(x->dtype()) && wt->dtype() == x->dtype() && dt == DType::F32 && !b;
   // Grouped convolutions too, when each group is whole 16-byte chunks of channels and
   // has at least 8 output channels (depthwise ones stay direct).
   const int64_t chunk = 16 / static_cast<int64_t>(dtypeSize(x->dtype()));
   // (blockIdx.y holds every group's channel tiles: at most 65535 of the narrowest.)
-  bool mma = (tensor || tf32 || int8) && cl && s.kSize <= 64 &&
+  bool mma = (tensor || tf32 || int8 || fp8) && cl && s.kSize <= 64 &&
              (!b || b->dtype() == (int8 ? DType::I32 : wt->dtype())) &&
              (groups == 1 || (s.Cg % chunk == 0 && s.Mg >= 8)) &&
              groups * ceilDiv(s.Mg, 32) <= 65535;
@@ -424,7 +427,9 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     l.launch(n, k, a, static_cast<uint32_t>(blocks), 256, 0, flops);
     return llvm::Error::success();
   }
-  if ((groups != 1 && !mma) || (!floating && !mma)) {
+  // (Float8 operands off the mma path, NCHW or too wide a window: conv_direct, which
+  // loads them through their compute type, FP32.)
+  if ((groups != 1 && !mma) || ((!floating || fp8) && !mma)) {
     std::vector<std::string> targs = {layout, l.indexType(maxIndex), wtype, xn, on};
     if (b && b->dtype() != wt->dtype()) // (an int32 bias of int8 weights)
       targs.push_back(cudaType(b->dtype()));
@@ -437,9 +442,9 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   }
   // (Split-K partial sums in the epilogue's compute type: 64-bit for int32 sums.)
   size_t accBytes = dt == DType::F64 || (int8 && mma) ? 8 : 4;
-  const ConvFamily &fam = mma      ? (tf32   ? kMmaTf32Conv
-                                      : int8 ? kMmaInt8Conv
-                                             : kMmaConv)
+  const ConvFamily &fam = mma      ? (tf32          ? kMmaTf32Conv
+                                      : int8 || fp8 ? kMmaInt8Conv
+                                                    : kMmaConv)
                           : tensor ? kTensorCoreConv
                                    : kCudaCoreConv;
   bool pointwise = w.kSize() == 1 && s.P == s.inSize;
@@ -464,6 +469,7 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     inst.tensorCore = tensor || mma;
     inst.tf32 = mma && tf32;
     inst.integer = int8;
+    inst.fp8 = mma && fp8;
     return inst;
   };
   int forced = -1;

@@ -17,6 +17,11 @@ using namespace ops;
 bool int8Conv(const Node &n) {
   return n.operand(0) && n.operand(0)->dtype() == DType::I8;
 }
+/// Whether a Conv is the float8 form: float8 input and weights of one type, no bias,
+/// FP32 sums (a FP8 QDQ model's, fold-qdq).
+bool float8Conv(const Node &n) {
+  return n.operand(0) && isFloat8(n.operand(0)->dtype());
+}
 
 llvm::Error verifyConvCommon(const Node &n, bool integer = false) {
   // (Conv on integers: ConvInteger's and QLinearConv's exact int32 sums, of int32
@@ -24,6 +29,9 @@ llvm::Error verifyConvCommon(const Node &n, bool integer = false) {
   if (integer && int8Conv(n)) {
     if (n.operand(1)->dtype() != DType::I8 || (n.operand(2) && n.operand(2)->dtype() != DType::I32))
       return makeError("an int8 Conv takes int8 weights and an int32 bias");
+  } else if (integer && float8Conv(n)) {
+    if (n.operand(1)->dtype() != n.operand(0)->dtype() || n.operand(2))
+      return errorf("a {0} Conv takes {0} weights and no bias", dtypeName(n.operand(0)->dtype()));
   } else {
     if (!(integer && n.operand(0) && n.operand(0)->dtype() == DType::I32))
       if (auto e = requireType(n, 0, kFloat))
@@ -67,7 +75,10 @@ InferResult inferConvNchw(const Node &n) {
     return sp.takeError();
   Shape out{x[0], w[0]};
   out.insert(out.end(), sp->begin(), sp->end());
-  return TypeList{{int8Conv(n) ? DType::I32 : n.operand(0)->dtype(), out}};
+  return TypeList{{int8Conv(n)     ? DType::I32
+                   : float8Conv(n) ? DType::F32
+                                   : n.operand(0)->dtype(),
+                   out}};
 }
 
 InferResult inferConv(const Node &n) {

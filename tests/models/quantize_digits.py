@@ -21,8 +21,9 @@ The split is the one the model was trained with (examples/digits/make_digits_cnn
   7. --fp8: float8 e4m3fn weights and activations at opset 19 (from the model's 17),
      FP32 biases; ORT's accuracy of the file within 1 point of FP32 (ORT 1.30's CPU
      provider runs float8 QDQ at graph optimization 'basic': its default fuses a QDQ
-     Conv into QLinearConv, which has no float8 kernel), and dlc agrees with ORT on
-     >= 99% of the predictions.
+     Conv into QLinearConv, which has no float8 kernel), dlc agrees with ORT on >= 99%
+     of the predictions, and runs >= 90% of the FLOPs on float8 tensor cores (the
+     convolutions: fold-qdq's float8 Conv).
 
 usage: quantize_digits.py --dlc build/tools/dlc --work DIR
 """
@@ -205,6 +206,9 @@ def main():
     check(agree >= 0.99 and abs(r["accuracy"] - float(np.mean(dlc_f.argmax(1) == y))) < 1e-9,
           f"--fp8: dlc and ORT agree on {agree:.4f} of the predictions (>= 0.99), logits within "
           f"{float(np.max(np.abs(dlc_f - ort_f))):.2e}; the reported accuracy is the file's")
+    p = subprocess.run([a.dlc, "inspect", pkg, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    frac = json.loads(p.stdout)["fp8_tensor_core_flop_fraction"]
+    check(frac >= 0.9, f"--fp8: float8 tensor cores run {frac:.3f} of the FLOPs (>= 0.9; the Gemm stays FP32)")
 
     if failures:
         print(f"{len(failures)} check(s) failed")

@@ -605,6 +605,62 @@ TEST(KernelLibrary, Int8MmaSyncConvolution) {
          0});
 }
 
+namespace {
+/// Random float8 bytes (e4m3fn, or e5m2), finite: NaN and infinity patterns replaced.
+ir::Tensor float8s(ir::DType t, ir::Shape shape, uint32_t seed) {
+  ir::Tensor r(ir::TensorType(t, shape));
+  auto *p = static_cast<uint8_t *>(r.mutableRaw());
+  std::vector<int64_t> v = spread(static_cast<size_t>(r.numElements()), 0, 255, seed);
+  const int nanExp = t == ir::DType::F8E5M2 ? 0x7c : 0x7f;
+  for (size_t i = 0; i < v.size(); ++i)
+    p[i] = static_cast<uint8_t>((v[i] & 0x7f) >= nanExp ? v[i] & 0xb8 : v[i]);
+  return r;
+}
+} // namespace
+
+// Float8 convolutions (an FP8 QDQ model's, after fold-qdq: e4m3 or e5m2 input and
+// weights, FP32 sums) run conv_fprop_mma's 8-bit tiles on m16n8k32 float8 products (on
+// emu the PTX instruction's semantics: exact products, summed in FP32): random bytes over
+// the whole range, subnormals included; positions and channels cut at both edges;
+// several stages of K; channels not whole 16-byte chunks (packed).
+TEST(KernelLibrary, Float8MmaSyncConvolution) {
+  check({"nhwc e4m3 3x3 s2, 32 -> 10 channels",
+         R"(graph @g(%x: f8e4m3[2,9,9,32], %w: f8e4m3[10,3,3,32]) -> ("y": f32[2,5,5,10]) {
+  %y = Conv(%x, %w) {channels_last = 1, pads = [1, 1, 1, 1], strides = [2, 2]} : f32[2,5,5,10]
+  return %y
+})",
+         {"dlc::conv_fprop_mma"},
+         {{"x", float8s(ir::DType::F8E4M3, {2, 9, 9, 32}, 31)},
+          {"w", float8s(ir::DType::F8E4M3, {10, 3, 3, 32}, 32)}},
+         2,
+         true,
+         1e-5,
+         false,
+         {"dlc::conv_direct"}});
+  check({"nhwc e5m2 3x3 over 64 channels, 70 output channels",
+         R"(graph @g(%x: f8e5m2[1,7,6,64], %w: f8e5m2[70,3,3,64]) -> ("y": f32[1,7,6,70]) {
+  %y = Conv(%x, %w) {channels_last = 1, pads = [1, 1, 1, 1]} : f32[1,7,6,70]
+  return %y
+})",
+         {"dlc::conv_fprop_mma"},
+         {{"x", float8s(ir::DType::F8E5M2, {1, 7, 6, 64}, 33)},
+          {"w", float8s(ir::DType::F8E5M2, {70, 3, 3, 64}, 34)}},
+         2,
+         true,
+         1e-4}); // (e5m2 spans 2^-16..57344: FP32 sums of 576 products cancel)
+  check({"nhwc e4m3 3x3, 7 channels (packed to 16)",
+         R"(graph @g(%x: f8e4m3[1,5,6,7], %w: f8e4m3[12,3,3,7]) -> ("y": f32[1,5,6,12]) {
+  %y = Conv(%x, %w) {channels_last = 1, pads = [1, 1, 1, 1]} : f32[1,5,6,12]
+  return %y
+})",
+         {"dlc::conv_fprop_mma", "dlc::conv_pack"},
+         {{"x", float8s(ir::DType::F8E4M3, {1, 5, 6, 7}, 35)},
+          {"w", float8s(ir::DType::F8E4M3, {12, 3, 3, 7}, 36)}},
+         2,
+         true,
+         1e-5});
+}
+
 // Where the cost model chooses: a small channels-last INT8 convolution at batch 1 (the
 // digits CNN's first layer: one input channel, packed to 16, tiles far wider than its
 // 8 output channels) stays on conv_direct's int32 arithmetic, exact. (A ResNet-sized

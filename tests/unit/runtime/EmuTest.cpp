@@ -703,6 +703,76 @@ TEST(Emu, IntegerMmaSyncFollowsThePtxFragmentLayout) {
 }
 
 namespace {
+// mma.sync.aligned.m16n8k32.row.col.f32.{e4m3,e5m2}.{e4m3,e5m2}.f32: the fragments of
+// m16n8k32's 8-bit types (as s8's above), one float8 byte each.
+const char *kMmaF8 = R"(
+#include "dlc_mma.cuh"
+// Bytes: e4m3 1.0 = 0x38, e5m2 1.0 = 0x3C; 0x38 + m is 1 + m/8 in e4m3, 0x3C + m is
+// 1 + m/4 in e5m2; 0x01 is e4m3's smallest subnormal 2^-9, 0x7E its largest 448.
+__device__ unsigned A(int c, int r, int k) {
+  return c == 0 ? (r == k ? 0x38 : 0) : c == 1 ? 0x3C + (r + k) % 4 : c == 2 ? 0x01 : 0xB8;
+}
+__device__ unsigned B(int c, int k, int n) {
+  return c == 0 ? 0x38 + (k + n) % 8 : c == 1 ? (k == n + 16 ? 0x3C : 0) : c == 2 ? 0x7E : 0x40;
+}
+__device__ unsigned pack4(int c, bool isA, int r, int k) { // 4 bytes along K from (r, k)
+  unsigned u = 0;
+  for (int i = 0; i < 4; ++i)
+    u |= (isA ? A(c, r, k + i) : B(c, k + i, r)) << (8 * i);
+  return u;
+}
+extern "C" __global__ void mmaf8(float *out) {
+  const int l = threadIdx.x, g = l / 4, t = l % 4;
+  for (int c = 0; c < 4; ++c) {
+    unsigned a[4] = {pack4(c, true, g, 4 * t), pack4(c, true, g + 8, 4 * t),
+                     pack4(c, true, g, 4 * t + 16), pack4(c, true, g + 8, 4 * t + 16)};
+    unsigned b[2] = {pack4(c, false, g, 4 * t), pack4(c, false, g, 4 * t + 16)};
+    float d[4], e[4]; // e: sm_80's path, two FP16 products of the converted operands
+    for (int i = 0; i < 4; ++i) d[i] = e[i] = c == 0 ? 100.0f : c == 2 ? -0.5f : 0.0f;
+    if (c == 1) {
+      dlc::mma16832F8<true>(d, a, b);
+      dlc::mma16832F8ViaF16<true>(e, a, b);
+    } else {
+      dlc::mma16832F8<false>(d, a, b);
+      dlc::mma16832F8ViaF16<false>(e, a, b);
+    }
+    for (int i = 0; i < 4; ++i) {
+      out[(c * 32 + l) * 4 + i] = d[i];
+      out[512 + (c * 32 + l) * 4 + i] = e[i];
+    }
+  }
+}
+)";
+} // namespace
+
+TEST(Emu, Float8MmaSyncFollowsThePtxFragmentLayout) {
+  auto pkg = buildTestPackage(kMmaF8, {{"out", 2 * 4 * 32 * 4}},
+                              {TestLaunch{"mmaf8", {1, 1, 1}, {32, 1, 1}, 0, {0}}});
+  auto r = runOnEmu(pkg, {}, {"out"});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const std::vector<float> &o = (*r)[0];
+  auto d = [&](int c, int lane, int i) { return o[(c * 32 + lane) * 4 + i]; };
+  // Case 0 (e4m3): A = I (16 x 32), B(k, n) = 1 + ((k + n) % 8) / 8, D = 100 + B(row, col).
+  EXPECT_EQ(d(0, 0, 0), 101.0f);                // (0, 0): 1
+  EXPECT_EQ(d(0, 5, 2), 100.0f + 1 + 3 / 8.0f); // g 1, t 1, i 2: (9, 2), (9 + 2) % 8 = 3
+  for (int l = 0; l < 32; ++l)
+    for (int i = 0; i < 4; ++i) {
+      const int row = l / 4 + 8 * (i / 2), col = 2 * (l % 4) + i % 2;
+      EXPECT_EQ(d(0, l, i), 100.0f + 1 + ((row + col) % 8) / 8.0f) << l << " " << i;
+      // Case 1 (e5m2): B picks k = n + 16 (A's registers a2 and a3, B's b1): D = A(row,
+      // col + 16) = 1 + ((row + col + 16) % 4) / 4.
+      EXPECT_EQ(d(1, l, i), 1 + ((row + col + 16) % 4) / 4.0f) << l << " " << i;
+      // Case 2: 32 products of 2^-9 (a subnormal) by 448, 0.875 each, from -0.5: 27.5.
+      EXPECT_EQ(d(2, l, i), 27.5f) << l << " " << i;
+      // Case 3: 32 products of -1 by 2 (0xB8, 0x40): -64.
+      EXPECT_EQ(d(3, l, i), -64.0f) << l << " " << i;
+      // sm_80's and sm_86's path (these sums are exact either way): the same.
+      for (int c = 0; c < 4; ++c)
+        EXPECT_EQ(o[512 + (c * 32 + l) * 4 + i], d(c, l, i)) << c << " " << l << " " << i;
+    }
+}
+
+namespace {
 // PRMT (__byte_perm, which matmul_nbits unpacks weights with): byte n of the result is
 // byte s[4n+2:4n] of y:x.
 const char *kBytePerm = R"(

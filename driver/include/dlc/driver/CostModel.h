@@ -46,6 +46,7 @@ struct StepCost {
   bool tensor = false;  // on tensor cores
   bool tf32 = false;    // ... in TF32
   bool integer = false; // integer multiply-adds (quantized models)
+  bool fp8 = false;     // float8 operands on tensor cores (FP8 QDQ models)
   /// A tactic group's step (pkg::Step::tactic): its group and alternative (0: none).
   uint32_t altGroup = 0;
   uint8_t alt = 0;
@@ -78,8 +79,8 @@ struct PackageCost : PackageFacts {
   /// The FLOPs of steps on tensor cores (tensor-core kernels, FP16/BF16/TF32 GEMMs).
   std::vector<double> tensorFlops;
   /// The FLOPs of integer kernels (quantized models' int32 sums), and of those on tensor
-  /// cores (none yet: the int8 mma.sync kernels are to come).
-  std::vector<double> integerFlops, integerTensorFlops;
+  /// cores; of float8 products on tensor cores.
+  std::vector<double> integerFlops, integerTensorFlops, fp8TensorFlops;
   std::vector<uint64_t> bytesRead, bytesWritten;
   /// Per GPU: launches priced at peak because their code could not be read, and
   /// launches priced from PTX facts because the package has no cubin for the GPU.
