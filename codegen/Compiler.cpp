@@ -320,18 +320,18 @@ public:
         ptxTargets_.push_back(t);
     }
     // One front end per chunk for the lowest architecture; an explicitly requested
-    // newer PTX target needs its own. Float8 kernels have a second one at compute_89,
-    // for the cubins of sm_89 and later, which compute float8 natively (mma.sync and
-    // cvt on e4m3/e5m2: dlc_mma.cuh, dlc_device.cuh).
+    // newer PTX target needs its own. A chunk with float8 kernels has a second one at
+    // compute_89, for its cubins of sm_89 and later, which compute float8 natively
+    // (mma.sync and cvt on e4m3/e5m2: dlc_mma.cuh, dlc_device.cuh).
     if (base < 1000)
       virtualArchs_.push_back("compute_" + std::to_string(base));
     for (const std::string &t : ptxTargets_)
       if (std::find(virtualArchs_.begin(), virtualArchs_.end(), t) == virtualArchs_.end())
         virtualArchs_.push_back(t);
+    for (const std::string &src : p_.chunkSources)
+      float8Chunk_.push_back(src.find("dlc::f8e") != std::string::npos);
     const bool float8 =
-        std::any_of(p_.chunkSources.begin(), p_.chunkSources.end(), [](const std::string &src) {
-          return src.find("dlc::f8e") != std::string::npos;
-        });
+        std::find(float8Chunk_.begin(), float8Chunk_.end(), true) != float8Chunk_.end();
     if (float8 && base < 89 && std::any_of(sms_.begin(), sms_.end(), [](const std::string &sm) {
           return smNumber(sm) >= 89;
         })) {
@@ -342,18 +342,28 @@ public:
     }
   }
 
+  /// Whether chunk c has a front end at virtualArchs_[v]: the float8 one (unless it is
+  /// an explicit PTX target) only for float8 chunks.
+  bool hasFront(size_t c, size_t v) const {
+    return v != float8Front_ || float8Front_ == 0 || float8Chunk_[c] ||
+           std::find(ptxTargets_.begin(), ptxTargets_.end(), virtualArchs_[v]) != ptxTargets_.end();
+  }
+
   llvm::Error run() {
     size_t chunks = p_.chunkSources.size();
     ptx_.assign(chunks * virtualArchs_.size(), {});
     // Interleave the long jobs (front ends, host compiles) so that both start early;
     // ptxas jobs are queued as their front end finishes.
+    total_ = chunks * (sms_.size() + (emu_ ? 1 : 0));
     for (size_t c = 0; c < chunks; ++c) {
       for (size_t v = 0; v < virtualArchs_.size(); ++v)
-        queue_.push_back([this, c, v] { frontEnd(c, v); });
+        if (hasFront(c, v)) {
+          queue_.push_back([this, c, v] { frontEnd(c, v); });
+          ++total_;
+        }
       if (emu_)
         queue_.push_back([this, c] { hostCompile(c); });
     }
-    total_ = chunks * (virtualArchs_.size() + sms_.size() + (emu_ ? 1 : 0));
     unsigned workers = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 16));
     std::vector<std::thread> pool;
     for (unsigned i = 0; i < workers; ++i)
@@ -429,7 +439,7 @@ private:
     std::string what = "nvrtc chunk " + std::to_string(c) + " (" + virtualArchs_[v] + ")";
     size_t fed = 0; // the ptxas jobs this front end's PTX feeds
     for (const std::string &sm : sms_)
-      fed += frontFor(sm) == v;
+      fed += frontFor(c, sm) == v;
     if (!m)
       return finish("nvrtc", 0, false, what, m.takeError(), fed);
     pm.module = std::move(*m);
@@ -451,7 +461,7 @@ private:
       // The base front end's PTX feeds ptxas for every architecture (the float8 one's
       // for sm_89 and later).
       for (const std::string &sm : sms_)
-        if (frontFor(sm) == v)
+        if (frontFor(c, sm) == v)
           queue_.push_back([this, c, sm] { assemble(c, sm); });
     }
     finish("nvrtc", secs, cached, what, llvm::Error::success());
@@ -461,7 +471,7 @@ private:
     const codegen::PtxModule *ptx;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      ptx = &ptx_[c * virtualArchs_.size() + frontFor(sm)].module;
+      ptx = &ptx_[c * virtualArchs_.size() + frontFor(c, sm)].module;
     }
     auto m = ptxToCubin(*ptx, sm, tc_);
     std::string what = "ptxas " + sm + " chunk " + std::to_string(c);
@@ -499,12 +509,13 @@ private:
   /// sm_80 -> 80.
   static int smNumber(const std::string &sm) { return std::atoi(sm.c_str() + sm.find('_') + 1); }
   /// The front end (an index of virtualArchs_) whose PTX ptxas assembles for `sm`.
-  size_t frontFor(const std::string &sm) const {
-    return float8Front_ && smNumber(sm) >= 89 ? float8Front_ : 0;
+  size_t frontFor(size_t c, const std::string &sm) const {
+    return float8Front_ && float8Chunk_[c] && smNumber(sm) >= 89 ? float8Front_ : 0;
   }
 
   std::vector<std::string> sms_, ptxTargets_, virtualArchs_;
-  size_t float8Front_ = 0; // the compute_89 front end of a float8 program (0: none)
+  std::vector<bool> float8Chunk_; // per chunk: its source uses a float8 type
+  size_t float8Front_ = 0;        // the compute_89 front end of float8 chunks (0: none)
   bool emu_ = false;
   std::mutex mu_;
   std::condition_variable cv_;

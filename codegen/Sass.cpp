@@ -135,6 +135,7 @@ Instr decode(uint64_t lo, uint64_t hi, int arch) {
   if (arch == 89 && in.opcode == 0x07a) {
     in.cls = Class::Tensor;
     in.mmaFlops = 8192;
+    in.fp8Mma = true; // (at twice FP16's rate: one HMMA.16816's issue)
     return in;
   }
   switch (in.cls) {
@@ -206,7 +207,8 @@ void Mix::add(const Instr &i) {
   switch (i.cls) {
   case Class::Tensor:
     mmaFlops += i.mmaFlops;
-    tensorEquiv += i.integerMma ? i.mmaFlops / 8192.0 : (i.tf32 ? 2 : 1) * i.mmaFlops / 4096.0;
+    tensorEquiv +=
+        i.integerMma || i.fp8Mma ? i.mmaFlops / 8192.0 : (i.tf32 ? 2 : 1) * i.mmaFlops / 4096.0;
     break;
   case Class::Fp32:
     ffma += i.opcode == 0x023;

@@ -231,6 +231,24 @@ template <> struct Cvt<f8e5m2, f8e4m3> {
     return Cvt<f8e5m2, float>::run(Cvt<float, f8e4m3>::run(v));
   }
 };
+// (Between float8 and the 16-bit floats, through FP32: both partial specializations
+// above match these pairs.)
+#define DLC_F8_HALF(F8, H)                                                                         \
+  template <> struct Cvt<F8, H> {                                                                  \
+    static __device__ __forceinline__ F8 run(H v) {                                                \
+      return Cvt<F8, float>::run(Cvt<float, H>::run(v));                                           \
+    }                                                                                              \
+  };                                                                                               \
+  template <> struct Cvt<H, F8> {                                                                  \
+    static __device__ __forceinline__ H run(F8 v) {                                                \
+      return Cvt<H, float>::run(Cvt<float, F8>::run(v));                                           \
+    }                                                                                              \
+  };
+DLC_F8_HALF(f8e4m3, __half)
+DLC_F8_HALF(f8e4m3, __nv_bfloat16)
+DLC_F8_HALF(f8e5m2, __half)
+DLC_F8_HALF(f8e5m2, __nv_bfloat16)
+#undef DLC_F8_HALF
 
 template <class To, class From> __device__ __forceinline__ To cvt(From v) {
   return Cvt<To, From>::run(v);

@@ -50,14 +50,15 @@ struct ConvFamily {
   Kind kind;
   bool tf32 = false; // conv_fprop_mma on FP32 operands: K per stage is RowBytes / 4
   bool int8 = false; // ... on INT8 operands: RowBytes (int32 sums, 64-bit partial sums)
+  bool fp8 = false;  // ... on float8 operands: RowBytes (FP32 sums)
   bool tensor() const { return kind != CudaCore; }
   /// K per stage (elements).
   int bk(const ConvTileConfig &c) const {
     return kind == CudaCore ? kConvBK
            : kind == Wmma   ? kConvTcBK
-                            : c.rowBytes / (tf32   ? 4
-                                            : int8 ? 1
-                                                   : 2);
+                            : c.rowBytes / (tf32          ? 4
+                                            : int8 || fp8 ? 1
+                                                          : 2);
   }
   int threads(const ConvTileConfig &c) const {
     return tensor() ? (c.bm / c.tm) * (c.bn / c.tn) * 32 : kConvThreads;
@@ -101,6 +102,8 @@ constexpr ConvFamily kMmaTf32Conv{kConvMmaTf32Tiles, static_cast<int>(std::size(
 // as many mma.sync, each m16n8k32.)
 constexpr ConvFamily kMmaInt8Conv{kConvMmaTiles, static_cast<int>(std::size(kConvMmaTiles)),
                                   ConvFamily::Mma, false, true};
+constexpr ConvFamily kMmaFp8Conv{
+    kConvMmaTiles, static_cast<int>(std::size(kConvMmaTiles)), ConvFamily::Mma, false, false, true};
 constexpr int64_t kSplits[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
 
 struct ConvPlan {
@@ -134,7 +137,7 @@ ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K,
       continue;
     const ConvTileConfig &c = fam.tiles[t];
     const int BK = fam.bk(c);
-    const sass::KernelFacts facts = tileFacts(c, fam.tf32, fam.int8);
+    const sass::KernelFacts facts = tileFacts(c, fam.tf32, fam.int8, fam.fp8);
     int64_t tiles = groups * ceilDiv(M / groups, fam.channels(c)) * ceilDiv(NP, fam.positions(c));
     int perSm = blocksPerSm(g, fam.threads(c), c.registers, fam.smem(c, accBytes));
     for (int64_t s : kSplits) {
@@ -427,8 +430,8 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
     l.launch(n, k, a, static_cast<uint32_t>(blocks), 256, 0, flops);
     return llvm::Error::success();
   }
-  // (Float8 operands off the mma path, NCHW or too wide a window: conv_direct, which
-  // loads them through their compute type, FP32.)
+  // (Float8 operands off the mma path, NCHW or too wide a window: conv_direct, or
+  // conv_depthwise where it applies, which load them through their compute type, FP32.)
   if ((groups != 1 && !mma) || ((!floating || fp8) && !mma)) {
     std::vector<std::string> targs = {layout, l.indexType(maxIndex), wtype, xn, on};
     if (b && b->dtype() != wt->dtype()) // (an int32 bias of int8 weights)
@@ -442,9 +445,10 @@ llvm::Error lowerConvForward(Lowering &l, const Node &n) {
   }
   // (Split-K partial sums in the epilogue's compute type: 64-bit for int32 sums.)
   size_t accBytes = dt == DType::F64 || (int8 && mma) ? 8 : 4;
-  const ConvFamily &fam = mma      ? (tf32          ? kMmaTf32Conv
-                                      : int8 || fp8 ? kMmaInt8Conv
-                                                    : kMmaConv)
+  const ConvFamily &fam = mma      ? (tf32   ? kMmaTf32Conv
+                                      : int8 ? kMmaInt8Conv
+                                      : fp8  ? kMmaFp8Conv
+                                             : kMmaConv)
                           : tensor ? kTensorCoreConv
                                    : kCudaCoreConv;
   bool pointwise = w.kSize() == 1 && s.P == s.inSize;

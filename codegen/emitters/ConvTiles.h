@@ -123,15 +123,20 @@ inline std::string convTileName(const ConvTileConfig &c) {
 
 /// The decoded-kernel facts a tile's row stands for (one loop: the main loop). `tf32`:
 /// its mma are HMMA.1688 on TF32 (half the FLOPs of an HMMA.16816, at half the rate).
-inline sass::KernelFacts tileFacts(const ConvTileConfig &c, bool tf32 = false, bool int8 = false) {
+/// `fp8`: float8 as sm_90 runs it (ptxas: FP16 conversions and two HMMA.16816 per
+/// m16n8k32, about 10 more instructions per mma of the FP16 row: 265 against 113 for 16
+/// of a 64x64 tile's k steps, SASS of 2026-11-28).
+inline sass::KernelFacts tileFacts(const ConvTileConfig &c, bool tf32 = false, bool int8 = false,
+                                   bool fp8 = false) {
   sass::KernelFacts f;
   f.arch = 90;
   sass::Loop loop;
   sass::Mix &m = loop.mix;
-  m.instructions = c.instructions;
-  m.count[static_cast<int>(sass::Class::Tensor)] = c.mma;
-  m.mmaFlops = (tf32 ? 2048 : int8 ? 8192 : 4096) * c.mma; // (IMMA.16832 issues as HMMA.16816)
-  m.tensorEquiv = c.mma;
+  m.instructions = c.instructions + (fp8 ? 10 * c.mma : 0);
+  m.count[static_cast<int>(sass::Class::Tensor)] = fp8 ? 2 * c.mma : c.mma;
+  // (IMMA.16832 issues as one HMMA.16816.)
+  m.mmaFlops = (tf32 ? 2048 : int8 || fp8 ? 8192 : 4096) * c.mma;
+  m.tensorEquiv = fp8 ? 2 * c.mma : c.mma;
   m.ffma = c.ffma;
   m.count[static_cast<int>(sass::Class::Fp32)] = c.ffma;
   m.count[static_cast<int>(sass::Class::Alu)] = c.integer;

@@ -24,6 +24,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <unordered_map>
 
 namespace dlc::frontend {
@@ -306,8 +307,16 @@ std::string int64Initializer(onnx::GraphProto &g, const std::string &name,
 }
 
 /// Rewrites the nodes of `g` (and of its subgraphs) from opset `from` (11 or later) to
-/// opset 19's forms: the attributes that became inputs (Reduce*'s axes at 18,
-/// ReduceSum's, Squeeze's, Unsqueeze's and Split's at 13) move to int64 initializers.
+/// opset 19's forms, where the default domain changed an op incompatibly in between:
+///  - attributes that became inputs move to initializers: Dropout's ratio (12);
+///    ReduceSum's, Squeeze's and Unsqueeze's axes and Split's split (13); the other
+///    Reduce* ops' axes (18);
+///  - Split with neither sizes nor num_outputs gets num_outputs (18 requires one);
+///  - Softmax, LogSoftmax and Hardmax before 13 work on the input flattened to 2-D at
+///    `axis` (default 1): Flatten, the op on the last axis, and a Reshape back to the
+///    input's shape;
+///  - RoiAlign before 16 has no coordinate_transformation_mode: "output_half_pixel",
+///    what it did (16's default is "half_pixel").
 /// Everything else the default domain changed between 11 and 19 is compatible.
 void upgradeToOpset19(onnx::GraphProto &g, int64_t from,
                       const std::function<std::string(const std::string &)> &fresh) {
@@ -315,6 +324,24 @@ void upgradeToOpset19(onnx::GraphProto &g, int64_t from,
                                                  "ReduceMax", "ReduceLogSumExp", "ReduceMean",
                                                  "ReduceMin", "ReduceProd",      "ReduceSumSquare"};
   static const std::set<std::string> axes13 = {"ReduceSum", "Squeeze", "Unsqueeze"};
+  static const std::set<std::string> flattening = {"Softmax", "LogSoftmax", "Hardmax"};
+  auto takeAttr = [](onnx::NodeProto &n, const char *name) -> std::optional<onnx::AttributeProto> {
+    auto *attrs = n.mutable_attribute();
+    auto it = std::find_if(attrs->begin(), attrs->end(),
+                           [&](const onnx::AttributeProto &a) { return a.name() == name; });
+    if (it == attrs->end())
+      return std::nullopt;
+    onnx::AttributeProto a = *it;
+    attrs->erase(it);
+    return a;
+  };
+  auto intAttr = [](onnx::NodeProto &n, const char *name, int64_t v) {
+    onnx::AttributeProto &a = *n.add_attribute();
+    a.set_name(name);
+    a.set_type(onnx::AttributeProto::INT);
+    a.set_i(v);
+  };
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
   for (onnx::NodeProto &n : *g.mutable_node()) {
     for (onnx::AttributeProto &a : *n.mutable_attribute()) {
       if (a.has_g())
@@ -322,47 +349,104 @@ void upgradeToOpset19(onnx::GraphProto &g, int64_t from,
       for (onnx::GraphProto &sub : *a.mutable_graphs())
         upgradeToOpset19(sub, from, fresh);
     }
-    if (!defaultDomain(n))
-      continue;
-    const bool moveAxes =
-        (reduce18.count(n.op_type()) && from < 18) || (axes13.count(n.op_type()) && from < 13);
-    const char *moved = moveAxes ? "axes" : n.op_type() == "Split" && from < 13 ? "split" : nullptr;
-    if (!moved)
-      continue;
-    auto *attrs = n.mutable_attribute();
-    auto it = std::find_if(attrs->begin(), attrs->end(),
-                           [&](const onnx::AttributeProto &a) { return a.name() == moved; });
-    if (it == attrs->end()) {
-      // Split without sizes: equal parts, one per output (num_outputs at 18).
-      if (n.op_type() == "Split") {
-        onnx::AttributeProto &a = *n.add_attribute();
-        a.set_name("num_outputs");
-        a.set_type(onnx::AttributeProto::INT);
-        a.set_i(n.output_size());
-      }
+    const std::string &op = n.op_type();
+    if (!defaultDomain(n)) {
+      *nodes.Add() = std::move(n);
       continue;
     }
-    std::vector<int64_t> values(it->ints().begin(), it->ints().end());
-    attrs->erase(it);
-    n.add_input(int64Initializer(g, fresh(n.name() + "_" + moved), values));
+    const char *moved = (reduce18.count(op) && from < 18) || (axes13.count(op) && from < 13)
+                            ? "axes"
+                        : op == "Split" && from < 13 ? "split"
+                                                     : nullptr;
+    if (moved) {
+      if (auto a = takeAttr(n, moved)) {
+        std::vector<int64_t> values(a->ints().begin(), a->ints().end());
+        if (op == "Split")
+          n.mutable_input()->DeleteSubrange(1, n.input_size() - 1); // (no input 1 before 13)
+        n.add_input(int64Initializer(g, fresh(n.name() + "_" + moved), values));
+      }
+    }
+    if (op == "Split" && from < 18 && (n.input_size() < 2 || n.input(1).empty())) {
+      takeAttr(n, "num_outputs");
+      intAttr(n, "num_outputs", n.output_size());
+    }
+    if (op == "Dropout" && from < 12)
+      if (auto a = takeAttr(n, "ratio")) {
+        onnx::TensorProto &t = *g.add_initializer();
+        t.set_name(fresh(n.name() + "_ratio"));
+        t.set_data_type(onnx::TensorProto::FLOAT);
+        const float r = a->f();
+        t.set_raw_data(std::string(reinterpret_cast<const char *>(&r), 4));
+        n.add_input(t.name());
+      }
+    if (op == "RoiAlign" && from < 16 &&
+        std::none_of(n.attribute().begin(), n.attribute().end(), [](const onnx::AttributeProto &a) {
+          return a.name() == "coordinate_transformation_mode";
+        })) {
+      onnx::AttributeProto &a = *n.add_attribute();
+      a.set_name("coordinate_transformation_mode");
+      a.set_type(onnx::AttributeProto::STRING);
+      a.set_s("output_half_pixel");
+    }
+    if (flattening.count(op) && from < 13) {
+      auto a = takeAttr(n, "axis");
+      const int64_t axis = a ? a->i() : 1;
+      const std::string x = n.input(0), y = n.output(0), base = n.name().empty() ? op : n.name();
+      onnx::NodeProto flatten, shape, reshape;
+      flatten.set_op_type("Flatten");
+      flatten.set_name(fresh(base + "_flatten"));
+      flatten.add_input(x);
+      flatten.add_output(fresh(base + "_flat"));
+      intAttr(flatten, "axis", axis);
+      shape.set_op_type("Shape");
+      shape.set_name(fresh(base + "_shape"));
+      shape.add_input(x);
+      shape.add_output(fresh(base + "_shape_out"));
+      n.set_input(0, flatten.output(0));
+      n.set_output(0, fresh(base + "_flat_out"));
+      intAttr(n, "axis", -1);
+      reshape.set_op_type("Reshape");
+      reshape.set_name(fresh(base + "_reshape"));
+      reshape.add_input(n.output(0));
+      reshape.add_input(shape.output(0));
+      reshape.add_output(y);
+      *nodes.Add() = std::move(flatten);
+      *nodes.Add() = std::move(shape);
+      *nodes.Add() = std::move(n);
+      *nodes.Add() = std::move(reshape);
+      continue;
+    }
+    *nodes.Add() = std::move(n);
   }
+  g.mutable_node()->Swap(&nodes);
 }
 
 class Writer {
 public:
   Writer(onnx::ModelProto &m, const std::string &modelDir)
       : m_(m), g_(*m.mutable_graph()), ext_(modelDir) {
-    for (const auto &t : g_.initializer())
+    addNames(g_);
+  }
+
+  /// The names a graph and its subgraphs use, taken (new names are fresh everywhere).
+  void addNames(const onnx::GraphProto &g) {
+    for (const auto &t : g.initializer())
       names_.insert(t.name());
-    for (const auto &i : g_.input())
+    for (const auto &i : g.input())
       names_.insert(i.name());
-    for (const auto &v : g_.value_info())
+    for (const auto &v : g.value_info())
       names_.insert(v.name());
-    for (const auto &v : g_.output())
+    for (const auto &v : g.output())
       names_.insert(v.name());
-    for (const auto &n : g_.node()) {
+    for (const auto &n : g.node()) {
       names_.insert(n.name());
       names_.insert(n.output().begin(), n.output().end());
+      for (const auto &a : n.attribute()) {
+        if (a.has_g())
+          addNames(a.g());
+        for (const auto &sub : a.graphs())
+          addNames(sub);
+      }
     }
   }
 

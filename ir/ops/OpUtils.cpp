@@ -12,7 +12,7 @@ bool inTypeSet(DType t, unsigned set) {
 
 std::string typeSetName(unsigned set) {
   if (set == kAny)
-    return "any type";
+    return "any type but float8";
   std::vector<std::string> parts;
   if (set & kFloat)
     parts.push_back("float");

@@ -100,6 +100,46 @@ TEST(Sass, ProbeInstructionsDecodeOnEveryArchitecture) {
   }
 }
 
+namespace {
+// One iteration: two m16n8k32 float8 MMAs (e4m3, e5m2).
+const char *kFloat8Probe = R"(
+extern "C" __global__ void f8(const uint4 *g, float *out, int n) {
+  float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+#pragma unroll 1
+  for (int i = 0; i < n; ++i) {
+    uint4 v = g[i * blockDim.x + threadIdx.x];
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(a0), "+f"(a1), "+f"(a2), "+f"(a3)
+                 : "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(v.x), "r"(v.y));
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(a0), "+f"(a1), "+f"(a2), "+f"(a3)
+                 : "r"(v.w), "r"(v.z), "r"(v.y), "r"(v.x), "r"(v.z), "r"(v.w));
+  }
+  out[threadIdx.x] = a0 + a1 + a2 + a3;
+}
+)";
+} // namespace
+
+// Float8 MMAs: sm_89 issues each as one QMMA (decoded as a tensor instruction of 8192
+// FLOPs at twice FP16's rate, one HMMA.16816's issue); sm_90 has no float8 mma.sync:
+// ptxas converts the operands to FP16 (F2FP) and issues two HMMA.16816 for each.
+TEST(Sass, Float8MmaIsQmmaOnAdaAndTwoHmmaOnHopper) {
+  auto ada = compile(kFloat8Probe, "sm_89");
+  ASSERT_EQ(ada.count("f8"), 1u);
+  const codegen::sass::Mix &m89 = *ada.at("f8").main();
+  EXPECT_EQ(m89.of(Class::Tensor), 2);
+  EXPECT_EQ(m89.mmaFlops, 2 * 8192);
+  EXPECT_DOUBLE_EQ(m89.tensorEquiv, 2.0);
+  auto hopper = compile(kFloat8Probe, "sm_90");
+  ASSERT_EQ(hopper.count("f8"), 1u);
+  const codegen::sass::Mix &m90 = *hopper.at("f8").main();
+  EXPECT_EQ(m90.of(Class::Tensor), 4);
+  EXPECT_EQ(m90.mmaFlops, 4 * 4096);
+  EXPECT_GT(m90.instructions, m89.instructions + 8); // (the conversions)
+}
+
 TEST(Sass, LoadAndStoreWidths) {
   const char *src = R"(
 extern "C" __global__ void widths(const unsigned char *b, const unsigned short *h,

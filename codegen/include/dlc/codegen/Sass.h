@@ -64,6 +64,7 @@ struct Instr {
   uint16_t mmaFlops = 0;     // tensor: multiply-add FLOPs per warp (4096 for m16n8k16)
   bool tf32 = false;         // tensor: TF32 operands (half the FP16 rate)
   bool integerMma = false;   // tensor: IMMA (s8/u8)
+  bool fp8Mma = false;       // tensor: QMMA (sm_89's e4m3/e5m2)
   int64_t branchTarget = -1; // BRA: the target's byte offset in the section
 };
 
