@@ -137,7 +137,9 @@ ConvPlan chooseConvPlan(const ConvFamily &fam, int64_t M, int64_t NP, int64_t K,
       continue;
     const ConvTileConfig &c = fam.tiles[t];
     const int BK = fam.bk(c);
-    const sass::KernelFacts facts = tileFacts(c, fam.tf32, fam.int8, fam.fp8);
+    // (Float8 is one QMMA per m16n8k32 on sm_89, as INT8's IMMA; elsewhere converted.)
+    const bool qmma = fam.fp8 && g.arch == "sm_89";
+    const sass::KernelFacts facts = tileFacts(c, fam.tf32, fam.int8 || qmma, fam.fp8 && !qmma);
     int64_t tiles = groups * ceilDiv(M / groups, fam.channels(c)) * ceilDiv(NP, fam.positions(c));
     int perSm = blocksPerSm(g, fam.threads(c), c.registers, fam.smem(c, accBytes));
     for (int64_t s : kSplits) {

@@ -125,7 +125,7 @@ inline std::string convTileName(const ConvTileConfig &c) {
 /// its mma are HMMA.1688 on TF32 (half the FLOPs of an HMMA.16816, at half the rate).
 /// `fp8`: float8 as sm_90 runs it (ptxas: FP16 conversions and two HMMA.16816 per
 /// m16n8k32, about 10 more instructions per mma of the FP16 row: 265 against 113 for 16
-/// of a 64x64 tile's k steps, SASS of 2026-11-28).
+/// of a 64x64 tile's k steps, SASS of 2026-11-28); sm_89's QMMA is priced as `int8`.
 inline sass::KernelFacts tileFacts(const ConvTileConfig &c, bool tf32 = false, bool int8 = false,
                                    bool fp8 = false) {
   sass::KernelFacts f;

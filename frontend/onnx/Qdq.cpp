@@ -314,7 +314,7 @@ std::string int64Initializer(onnx::GraphProto &g, const std::string &name,
 ///  - Split with neither sizes nor num_outputs gets num_outputs (18 requires one);
 ///  - Softmax, LogSoftmax and Hardmax before 13 work on the input flattened to 2-D at
 ///    `axis` (default 1): Flatten, the op on the last axis, and a Reshape back to the
-///    input's shape;
+///    input's shape (unless the axis is -1 already);
 ///  - RoiAlign before 16 has no coordinate_transformation_mode: "output_half_pixel",
 ///    what it did (16's default is "half_pixel").
 /// Everything else the default domain changed between 11 and 19 is compatible.
@@ -361,8 +361,8 @@ void upgradeToOpset19(onnx::GraphProto &g, int64_t from,
     if (moved) {
       if (auto a = takeAttr(n, moved)) {
         std::vector<int64_t> values(a->ints().begin(), a->ints().end());
-        if (op == "Split")
-          n.mutable_input()->DeleteSubrange(1, n.input_size() - 1); // (no input 1 before 13)
+        if (op == "Split" && n.input_size() > 1) // (no input 1 before 13)
+          n.mutable_input()->DeleteSubrange(1, n.input_size() - 1);
         n.add_input(int64Initializer(g, fresh(n.name() + "_" + moved), values));
       }
     }
@@ -388,7 +388,9 @@ void upgradeToOpset19(onnx::GraphProto &g, int64_t from,
       a.set_type(onnx::AttributeProto::STRING);
       a.set_s("output_half_pixel");
     }
-    if (flattening.count(op) && from < 13) {
+    const onnx::AttributeProto *axisAttr = attr(n, "axis");
+    // (Axis -1 flattens to [.., last]: already opset 13's form.)
+    if (flattening.count(op) && from < 13 && !(axisAttr && axisAttr->i() == -1)) {
       auto a = takeAttr(n, "axis");
       const int64_t axis = a ? a->i() : 1;
       const std::string x = n.input(0), y = n.output(0), base = n.name().empty() ? op : n.name();
@@ -410,6 +412,7 @@ void upgradeToOpset19(onnx::GraphProto &g, int64_t from,
       reshape.add_input(n.output(0));
       reshape.add_input(shape.output(0));
       reshape.add_output(y);
+      intAttr(reshape, "allowzero", 1); // (a 0 in x's shape is a 0, not "copy")
       *nodes.Add() = std::move(flatten);
       *nodes.Add() = std::move(shape);
       *nodes.Add() = std::move(n);
