@@ -516,7 +516,8 @@ inline float halfBits(unsigned short h, bool bf16) {
 /// in d[lane][i]. Each element is D plus the exact products summed in double and
 /// rounded once to FP32 (the tensor core's adder keeps more than FP32; the rounding
 /// of its adder tree is not documented).
-inline void mmaTile(const double (&A)[16][16], const double (&B)[16][8], int K, float (*d)[4]) {
+template <int KMax>
+inline void mmaTile(const double (&A)[16][KMax], const double (&B)[KMax][8], int K, float (*d)[4]) {
   for (int l = 0; l < 32; ++l)
     for (int i = 0; i < 4; ++i) {
       const int row = l / 4 + 8 * (i / 2), col = 2 * (l % 4) + i % 2;
@@ -616,8 +617,7 @@ inline double f8Value(unsigned b, bool e5m2) {
   return (b & 0x80) ? -v : v;
 }
 /// mma.sync.aligned.m16n8k32.row.col.f32.{e4m3,e5m2}.{e4m3,e5m2}.f32, D += A B: the
-/// fragments as m16n8k32's s8 (one float8 byte each), D as m16n8k16's; D plus the exact
-/// products summed in double, rounded once to FP32, as mmaTile.
+/// fragments as m16n8k32's s8 (one float8 byte each), D as m16n8k16's (mmaTile's sums).
 inline void mma16832F8Warp(bool e5m2, const unsigned (*a)[4], const unsigned (*b)[2],
                            float (*d)[4]) {
   double A[16][32], B[32][8];
@@ -633,14 +633,7 @@ inline void mma16832F8Warp(bool e5m2, const unsigned (*a)[4], const unsigned (*b
       B[4 * t + 16 + i][g] = byte(b[l][1]);
     }
   }
-  for (int l = 0; l < 32; ++l)
-    for (int i = 0; i < 4; ++i) {
-      const int row = l / 4 + 8 * (i / 2), col = 2 * (l % 4) + i % 2;
-      double s = d[l][i];
-      for (int k = 0; k < 32; ++k)
-        s += A[row][k] * B[k][col];
-      d[l][i] = static_cast<float>(s);
-    }
+  mmaTile(A, B, 32, d);
 }
 
 template <class Lane> inline Lane &lane(void *const *lanes, int l) {
@@ -675,7 +668,8 @@ struct MmaLane {
   unsigned a[4], b[2];
   float d[4];
 };
-template <int Kind> void mmaOp(void *const *lanes, unsigned) { // 0 f16, 1 bf16, 2 tf32
+template <int Kind>
+void mmaOp(void *const *lanes, unsigned) { // 0 f16, 1 bf16, 2 tf32, 4 e4m3, 5 e5m2
   unsigned a[32][4], b[32][2];
   float d[32][4];
   for (int l = 0; l < 32; ++l) {
@@ -684,7 +678,9 @@ template <int Kind> void mmaOp(void *const *lanes, unsigned) { // 0 f16, 1 bf16,
     std::memcpy(b[l], x.b, sizeof(x.b));
     std::memcpy(d[l], x.d, sizeof(x.d));
   }
-  if (Kind == 2)
+  if (Kind >= 4)
+    mma16832F8Warp(Kind == 5, a, b, d);
+  else if (Kind == 2)
     mma1688Tf32Warp(a, b, d);
   else
     mma16816Warp(Kind == 1, a, b, d);
@@ -714,27 +710,6 @@ inline void mmaS8(int *d, const unsigned *a, const unsigned *b) {
   std::memcpy(me.b, b, sizeof(me.b));
   std::memcpy(me.d, d, sizeof(me.d));
   warpOp(&me, mmaS8Op);
-  std::memcpy(d, me.d, sizeof(me.d));
-}
-template <bool E5M2> void mmaF8Op(void *const *lanes, unsigned) {
-  unsigned a[32][4], b[32][2];
-  float d[32][4];
-  for (int l = 0; l < 32; ++l) {
-    const MmaLane &x = lane<MmaLane>(lanes, l);
-    std::memcpy(a[l], x.a, sizeof(x.a));
-    std::memcpy(b[l], x.b, sizeof(x.b));
-    std::memcpy(d[l], x.d, sizeof(x.d));
-  }
-  mma16832F8Warp(E5M2, a, b, d);
-  for (int l = 0; l < 32; ++l)
-    std::memcpy(lane<MmaLane>(lanes, l).d, d[l], sizeof(d[l]));
-}
-inline void mmaF8(float *d, const unsigned *a, const unsigned *b, bool e5m2) {
-  MmaLane me;
-  std::memcpy(me.a, a, sizeof(me.a));
-  std::memcpy(me.b, b, sizeof(me.b));
-  std::memcpy(me.d, d, sizeof(me.d));
-  warpOp(&me, e5m2 ? mmaF8Op<true> : mmaF8Op<false>);
   std::memcpy(d, me.d, sizeof(me.d));
 }
 template <int Kind> inline void mma(float *d, const unsigned *a, const unsigned *b) {

@@ -224,7 +224,7 @@ template <bool E5M2>
 __device__ __forceinline__ void mma16832F8(float (&d)[4], const unsigned (&a)[4],
                                            const unsigned (&b)[2]) {
 #ifdef DLC_EMU
-  dlc_emu_ptx::mmaF8(d, a, b, E5M2);
+  dlc_emu_ptx::mma<E5M2 ? 5 : 4>(d, a, b);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   if constexpr (E5M2)
     asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32 {%0, %1, %2, %3}, "

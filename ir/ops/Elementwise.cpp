@@ -323,7 +323,7 @@ template <unsigned Set> llvm::Error verifyUnary(const Node &n) {
 }
 
 //===----------------------------------------------------------------------===//
-// Clip, Where, Cast
+// Clip, Where
 //===----------------------------------------------------------------------===//
 
 llvm::Error verifyClip(const Node &n) {
@@ -393,38 +393,6 @@ Fp16Policy fp16Pow(const Node &n) {
     return Fp16Policy::Deny;
   double p = e->data().getDouble(0);
   return p == 0.5 || p == 1 || p == 2 || p == 3 ? Fp16Policy::Allow : Fp16Policy::Deny;
-}
-
-llvm::Error verifyCast(const Node &n) {
-  if (!parseDType(n.attrString("to")))
-    return errorf("attribute 'to' is not an element type: \"{0}\"", n.attrString("to"));
-  return ok();
-}
-
-InferResult inferCast(const Node &n) {
-  return TypeList{{*parseDType(n.attrString("to")), n.operand(0)->shape()}};
-}
-
-llvm::Error refCast(const Node &, const Inputs &in, Outputs &out) {
-  DType from = in[0]->dtype(), to = out[0].dtype();
-  int64_t n = in[0]->numElements();
-  void *dst = out[0].mutableRaw();
-  // Convert through the widest type that represents the source exactly.
-  for (int64_t i = 0; i < n; ++i) {
-    if (isFloat(from) || isFloat8(from)) {
-      double v = loadElement<double>(from, in[0]->raw(), i);
-      if (to == DType::F16 || to == DType::BF16 ||
-          isFloat8(to)) // round once, from float32 when the source is
-        storeElement<float>(to, dst, i, static_cast<float>(v));
-      else
-        storeElement<double>(to, dst, i, v);
-    } else if (isUnsignedInt(from) || from == DType::Bool) {
-      storeElement<uint64_t>(to, dst, i, loadElement<uint64_t>(from, in[0]->raw(), i));
-    } else {
-      storeElement<int64_t>(to, dst, i, loadElement<int64_t>(from, in[0]->raw(), i));
-    }
-  }
-  return ok();
 }
 
 //===----------------------------------------------------------------------===//
@@ -940,17 +908,7 @@ void defineElementwiseOps(OpTable &t) {
       .reference(refDropout)
       .gradient(gradDropout)
       .modes(nullptr, dropoutForInference);
-  defineQuantizeOps(t);
-  t.def(OpKind::Cast)
-      .cudaExpr("$0")
-      .operands(1)
-      .attr("to", AttrKind::String)
-      .fusible(Fusibility::elementwise())
-      .fp16(FP::Convert)
-      .layout(LayoutRule::agnostic())
-      .verify(verifyCast)
-      .infer(inferCast)
-      .reference(refCast);
+  defineConversionOps(t);
 
   t[OpKind::Add].neutral = OpDef::Neutral{0.0, true};
   t[OpKind::Sub].neutral = OpDef::Neutral{0.0, false};

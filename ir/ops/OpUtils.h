@@ -140,7 +140,7 @@ inline int64_t ceilDiv(int64_t a, int64_t b) {
 } // namespace dlc::ir::ops
 
 namespace dlc::ir {
-/// QuantizeLinear and DequantizeLinear (ops/Quantize.cpp), defined with the element-wise
-/// family.
-void defineQuantizeOps(OpTable &t);
+/// Cast, QuantizeLinear, DequantizeLinear and MulAdd (ops/Quantize.cpp), defined with the
+/// element-wise family.
+void defineConversionOps(OpTable &t);
 } // namespace dlc::ir

@@ -1,6 +1,6 @@
-//===- Quantize.cpp - QuantizeLinear and DequantizeLinear -------------------===//
+//===- Quantize.cpp - Conversions between element types ---------------------===//
 //
-// ONNX's quantization ops, element-wise in the Elementwise family, per tensor or per
+// Cast, and ONNX's quantization ops, element-wise in the Elementwise family, per tensor or per
 // axis, to and from u8/i8 (with a zero point) and float8 e4m3fn/e5m2 (without, as
 // quantization tools write them: its zero point is 0): the importer gives a per-axis scale and zero
 // point the shape that broadcasts along the axis. MulAdd is FP32's fused multiply-add, one
@@ -134,6 +134,37 @@ llvm::Error refDequantizeLinear(const Node &, const Inputs &in, Outputs &out) {
   return ok();
 }
 
+llvm::Error verifyCast(const Node &n) {
+  if (!parseDType(n.attrString("to")))
+    return errorf("attribute 'to' is not an element type: \"{0}\"", n.attrString("to"));
+  return ok();
+}
+
+InferResult inferCast(const Node &n) {
+  return TypeList{{*parseDType(n.attrString("to")), n.operand(0)->shape()}};
+}
+
+llvm::Error refCast(const Node &, const Inputs &in, Outputs &out) {
+  DType from = in[0]->dtype(), to = out[0].dtype();
+  int64_t n = in[0]->numElements();
+  void *dst = out[0].mutableRaw();
+  // Convert through the widest type that represents the source exactly.
+  for (int64_t i = 0; i < n; ++i) {
+    if (isFloat(from) || isFloat8(from)) {
+      double v = loadElement<double>(from, in[0]->raw(), i);
+      if (isReducedFloat(to) || isFloat8(to)) // round once, from float32 when the source is
+        storeElement<float>(to, dst, i, static_cast<float>(v));
+      else
+        storeElement<double>(to, dst, i, v);
+    } else if (isUnsignedInt(from) || from == DType::Bool) {
+      storeElement<uint64_t>(to, dst, i, loadElement<uint64_t>(from, in[0]->raw(), i));
+    } else {
+      storeElement<int64_t>(to, dst, i, loadElement<int64_t>(from, in[0]->raw(), i));
+    }
+  }
+  return ok();
+}
+
 llvm::Error verifyMulAdd(const Node &n) {
   for (unsigned i = 0; i < 3; ++i)
     if (n.operand(i)->dtype() != DType::F32)
@@ -187,8 +218,18 @@ std::vector<float> matMulNBitsWeights(const Tensor &b, const Tensor &scales,
   return w;
 }
 
-void defineQuantizeOps(OpTable &t) {
+void defineConversionOps(OpTable &t) {
   using FP = Fp16Policy;
+  t.def(OpKind::Cast)
+      .cudaExpr("$0")
+      .operands(1)
+      .attr("to", AttrKind::String)
+      .fusible(Fusibility::elementwise())
+      .fp16(FP::Convert)
+      .layout(LayoutRule::agnostic())
+      .verify(verifyCast)
+      .infer(inferCast)
+      .reference(refCast);
   t.def(OpKind::QuantizeLinear)
       .cudaExpr("dlc::quantize_($0, $1, $2?, ${to}, ${multiply})")
       .operands(2, 3)
